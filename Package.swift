@@ -1,0 +1,51 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "Salut",
+    products: [
+        .library(name: "Salut", targets: ["Salut"]),
+        .library(name: "SalutStreams", targets: ["SalutStreams"]),
+        .library(name: "SalutDiscovery", targets: ["SalutDiscovery"]),
+        .library(name: "SalutSession", targets: ["SalutSession"]),
+        .executable(name: "netsvc", targets: ["netsvc"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        // System-library shims: the only places that name C headers.
+        .systemLibrary(
+            // No pkgConfig here: avahi-client's .pc adds -D_REENTRANT, which SwiftPM refuses
+            // with a warning. The headers are in /usr/include; the module map links the libraries.
+            name: "CAvahi",
+            providers: [.apt(["libavahi-client-dev", "libavahi-common-dev"])]
+        ),
+        .systemLibrary(
+            name: "COpenSSL",
+            pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]
+        ),
+
+        .target(name: "SalutStreams", dependencies: ["COpenSSL"]),
+        .target(name: "SalutDiscovery", dependencies: ["CAvahi", "SalutStreams"]),
+        .target(name: "SalutSession", dependencies: ["SalutStreams", "SalutDiscovery"]),
+        .target(name: "Salut", dependencies: ["SalutStreams", "SalutDiscovery", "SalutSession"]),
+
+        .executableTarget(
+            name: "netsvc",
+            dependencies: [
+                "Salut",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .executableTarget(
+            name: "salut-demo",
+            dependencies: ["Salut"],
+            path: "Examples/DiscoveryDemo"
+        ),
+
+        .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut"]),
+        .testTarget(name: "LabTests", dependencies: ["Salut"]),
+    ]
+)

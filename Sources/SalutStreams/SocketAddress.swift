@@ -1,0 +1,94 @@
+import Foundation
+import Glibc
+
+/// An IPv4 or IPv6 socket address (address, port, and for IPv6 the scope id), convertible to and
+/// from the `sockaddr` bytes Apple's APIs hand around as `Data` (for example
+/// `NetService.addresses`).
+public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
+    /// The raw `sockaddr_in` or `sockaddr_in6` bytes.
+    public let data: Data
+
+    /// Reads a `sockaddr_in` / `sockaddr_in6` from `data`; nil when it is neither, or too short.
+    public init?(_ data: Data) {
+        guard data.count >= MemoryLayout<sa_family_t>.size else { return nil }
+        let family = data.withUnsafeBytes { Int32($0.loadUnaligned(as: sa_family_t.self)) }
+        switch family {
+        case AF_INET where data.count >= MemoryLayout<sockaddr_in>.size:
+            self.data = data.prefix(MemoryLayout<sockaddr_in>.size)
+        case AF_INET6 where data.count >= MemoryLayout<sockaddr_in6>.size:
+            self.data = data.prefix(MemoryLayout<sockaddr_in6>.size)
+        default:
+            return nil
+        }
+    }
+
+    /// An IPv4 address from its 4 network-order bytes.
+    public init(ipv4 bytes: [UInt8], port: UInt16) {
+        precondition(bytes.count == 4, "an IPv4 address has 4 bytes")
+        var sin = sockaddr_in()
+        sin.sin_family = sa_family_t(AF_INET)
+        sin.sin_port = port.bigEndian
+        withUnsafeMutableBytes(of: &sin.sin_addr) { $0.copyBytes(from: bytes) }
+        data = withUnsafeBytes(of: &sin) { Data($0) }
+    }
+
+    /// An IPv6 address from its 16 bytes, with the interface index as scope id (0 for none).
+    public init(ipv6 bytes: [UInt8], port: UInt16, scopeID: UInt32 = 0) {
+        precondition(bytes.count == 16, "an IPv6 address has 16 bytes")
+        var sin6 = sockaddr_in6()
+        sin6.sin6_family = sa_family_t(AF_INET6)
+        sin6.sin6_port = port.bigEndian
+        sin6.sin6_scope_id = scopeID
+        withUnsafeMutableBytes(of: &sin6.sin6_addr) { $0.copyBytes(from: bytes) }
+        data = withUnsafeBytes(of: &sin6) { Data($0) }
+    }
+
+    /// `AF_INET` or `AF_INET6`.
+    public var family: Int32 {
+        data.withUnsafeBytes { Int32($0.loadUnaligned(as: sa_family_t.self)) }
+    }
+
+    /// Whether this is an IPv6 address.
+    public var isIPv6: Bool { family == AF_INET6 }
+
+    /// The port, in host byte order.
+    public var port: UInt16 {
+        data.withUnsafeBytes { raw in
+            isIPv6 ? UInt16(bigEndian: raw.loadUnaligned(as: sockaddr_in6.self).sin6_port)
+                : UInt16(bigEndian: raw.loadUnaligned(as: sockaddr_in.self).sin_port)
+        }
+    }
+
+    /// The IPv6 scope id (interface index); 0 for IPv4 or an unscoped address.
+    public var scopeID: UInt32 {
+        guard isIPv6 else { return 0 }
+        return data.withUnsafeBytes { $0.loadUnaligned(as: sockaddr_in6.self).sin6_scope_id }
+    }
+
+    /// The address in presentation form: `198.18.0.1`, `fe80::1%lab0` (scope as interface name
+    /// when it has one, else as a number).
+    public var host: String {
+        var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
+        data.withUnsafeBytes { raw in
+            if isIPv6 {
+                var addr = raw.loadUnaligned(as: sockaddr_in6.self).sin6_addr
+                _ = inet_ntop(AF_INET6, &addr, &buffer, socklen_t(buffer.count))
+            } else {
+                var addr = raw.loadUnaligned(as: sockaddr_in.self).sin_addr
+                _ = inet_ntop(AF_INET, &addr, &buffer, socklen_t(buffer.count))
+            }
+        }
+        let text = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard scopeID != 0 else { return text }
+        var name = [CChar](repeating: 0, count: Int(IF_NAMESIZE) + 1)
+        if if_indextoname(scopeID, &name) != nil {
+            return text + "%" + String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
+        return text + "%\(scopeID)"
+    }
+
+    /// `198.18.0.1:80` or `[fe80::1%lab0]:80`.
+    public var description: String {
+        isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)"
+    }
+}
