@@ -1,0 +1,54 @@
+import CAvahi
+import Foundation
+import SalutStreams
+
+/// Conversions between Avahi's C values and Salut's Swift ones. Call on the context's queue.
+enum AvahiValues {
+    /// Builds an `AvahiStringList` in the record's order. The caller frees it with
+    /// `avahi_string_list_free`. Returns nil for an empty record (Avahi's empty list).
+    static func stringList(_ txt: TXTRecord) -> UnsafeMutablePointer<AvahiStringList>? {
+        var list: UnsafeMutablePointer<AvahiStringList>?
+        // avahi_string_list_add_arbitrary prepends, so add in reverse.
+        for bytes in txt.encodedStrings.reversed() {
+            list = bytes.withUnsafeBufferPointer { avahi_string_list_add_arbitrary(list, $0.baseAddress, $0.count) }
+        }
+        return list
+    }
+
+    /// Reads an `AvahiStringList` as wire-format TXT data, leniently.
+    static func txtRecord(_ list: UnsafeMutablePointer<AvahiStringList>?) -> TXTRecord {
+        var data = Data()
+        var node = list
+        while let current = node {
+            let size = avahi_string_list_get_size(current)
+            if size <= 255, let text = avahi_string_list_get_text(current) {
+                data.append(UInt8(size))
+                data.append(text, count: size)
+            }
+            node = avahi_string_list_get_next(current)
+        }
+        return TXTRecord(parsingLeniently: data)
+    }
+
+    /// An `AvahiAddress` with a port as a socket address; IPv6 link-local addresses carry the
+    /// interface index as scope id.
+    static func socketAddress(_ address: UnsafePointer<AvahiAddress>, port: UInt16, interface: AvahiIfIndex) -> SocketAddress? {
+        switch address.pointee.proto {
+        case AvahiProtocol(AVAHI_PROTO_INET):
+            var raw = address.pointee.data.ipv4.address   // network byte order
+            let bytes = withUnsafeBytes(of: &raw) { Array($0) }
+            return SocketAddress(ipv4: bytes, port: port)
+        case AvahiProtocol(AVAHI_PROTO_INET6):
+            var raw = address.pointee.data.ipv6.address
+            let bytes = withUnsafeBytes(of: &raw) { Array($0) }
+            let linkLocal = bytes[0] == 0xFE && (bytes[1] & 0xC0) == 0x80
+            return SocketAddress(ipv6: bytes, port: port, scopeID: linkLocal && interface > 0 ? UInt32(interface) : 0)
+        default:
+            return nil
+        }
+    }
+
+    static func string(_ text: UnsafePointer<CChar>?) -> String {
+        text.map { String(cString: $0) } ?? ""
+    }
+}

@@ -1,0 +1,173 @@
+import CAvahi
+import Dispatch
+
+/// Browses with one Avahi browser (services of a type, service types, or domains) and turns its
+/// per-interface, per-protocol events into one add/remove per service.
+///
+/// A service is added when first seen on any (interface, protocol) and removed when gone from
+/// the last. Changes are batched: events from Avahi's cache are held until CACHE_EXHAUSTED and
+/// delivered together; later events are delivered at the end of the queue turn that brought
+/// them. Each batch is one `BrowseUpdate`, which is what gives `moreComing` its meaning in the
+/// Apple API. When the daemon goes away every known service is reported removed; when it comes
+/// back the browser restarts by itself.
+final class BrowseOperation: AvahiOperation, @unchecked Sendable {
+    // @unchecked: every mutable property is used only on `context.queue`.
+
+    enum Target: Sendable {
+        /// Instances of a type (`_http._tcp` or `_printer._sub._http._tcp`) in a domain.
+        case services(type: String, domain: String)
+        /// Service types (`_services._dns-sd._udp`); each is reported with `name` = the type.
+        case serviceTypes(domain: String)
+        /// Browsing or registration domains; each is reported with `name` = the domain.
+        case domains(registration: Bool)
+    }
+
+    enum Event: Sendable {
+        case update(BrowseUpdate)
+        case failed(DiscoveryError)
+    }
+
+    private struct Path: Hashable { var interface: AvahiIfIndex; var proto: AvahiProtocol }
+
+    let context: DiscoveryContext
+    let target: Target
+    private let deliver: @Sendable (Event) -> Void
+    private var browser: OpaquePointer?
+    private var seen: [DiscoveredService: Set<Path>] = [:]
+    private var pending: [BrowseChange] = []
+    private var cacheExhausted = false
+    private var complete = false
+    private var flushScheduled = false
+    private var stopped = false
+
+    init(context: DiscoveryContext, target: Target, deliver: @escaping @Sendable (Event) -> Void) {
+        self.context = context
+        self.target = target
+        self.deliver = deliver
+    }
+
+    /// Starts browsing now, or as soon as the daemon is running.
+    func start() {
+        context.queue.async { if !self.stopped { self.context.attach(self) } }
+    }
+
+    /// Stops browsing; no event is delivered after this returns to the queue.
+    func stop() {
+        context.queue.async {
+            self.stopped = true
+            self.freeBrowser()
+            self.context.detach(self)
+        }
+    }
+
+    // MARK: AvahiOperation
+
+    func clientIsRunning(_ client: OpaquePointer) {
+        guard browser == nil, !stopped else { return }
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        let any = AvahiIfIndex(AVAHI_IF_UNSPEC), anyProto = AvahiProtocol(AVAHI_PROTO_UNSPEC)
+        switch target {
+        case .services(let type, let domain):
+            browser = avahi_service_browser_new(client, any, anyProto, type, domain, AvahiLookupFlags(rawValue: 0), { _, interface, proto, event, name, type, domain, _, userdata in
+                BrowseOperation.from(userdata).handle(event, interface, proto, DiscoveredService(
+                    name: AvahiValues.string(name), type: AvahiValues.string(type), domain: AvahiValues.string(domain)))
+            }, me)
+        case .serviceTypes(let domain):
+            browser = avahi_service_type_browser_new(client, any, anyProto, domain, AvahiLookupFlags(rawValue: 0), { _, interface, proto, event, type, domain, _, userdata in
+                BrowseOperation.from(userdata).handle(event, interface, proto, DiscoveredService(
+                    name: AvahiValues.string(type), type: "_services._dns-sd._udp", domain: AvahiValues.string(domain)))
+            }, me)
+        case .domains(let registration):
+            browser = avahi_domain_browser_new(client, any, anyProto, nil,
+                                               registration ? AVAHI_DOMAIN_BROWSER_REGISTER : AVAHI_DOMAIN_BROWSER_BROWSE,
+                                               AvahiLookupFlags(rawValue: 0), { _, interface, proto, event, domain, _, userdata in
+                let name = AvahiValues.string(domain)
+                BrowseOperation.from(userdata).handle(event, interface, proto, DiscoveredService(name: name, type: "", domain: name))
+            }, me)
+        }
+        if browser == nil {
+            stopped = true
+            context.detach(self)
+            deliver(.failed(DiscoveryError(avahiCode: avahi_client_errno(client))))
+        }
+    }
+
+    func clientIsLost() {
+        freeBrowser()
+        for service in seen.keys.sorted(by: { $0.name < $1.name }) { pending.append(.removed(service)) }
+        seen = [:]
+        cacheExhausted = false
+        complete = false
+        flush()
+    }
+
+    // MARK: Private
+
+    private static func from(_ userdata: UnsafeMutableRawPointer?) -> BrowseOperation {
+        Unmanaged<BrowseOperation>.fromOpaque(userdata!).takeUnretainedValue()
+    }
+
+    private func freeBrowser() {
+        guard let browser else { return }
+        switch target {
+        case .services: avahi_service_browser_free(browser)
+        case .serviceTypes: avahi_service_type_browser_free(browser)
+        case .domains: avahi_domain_browser_free(browser)
+        }
+        self.browser = nil
+    }
+
+    private func handle(_ event: AvahiBrowserEvent, _ interface: AvahiIfIndex, _ proto: AvahiProtocol, _ service: DiscoveredService) {
+        let path = Path(interface: interface, proto: proto)
+        switch event {
+        case AVAHI_BROWSER_NEW:
+            if seen[service] == nil { pending.append(.added(service)) }
+            seen[service, default: []].insert(path)
+            scheduleFlush()
+        case AVAHI_BROWSER_REMOVE:
+            guard var paths = seen[service] else { return }
+            paths.remove(path)
+            if paths.isEmpty {
+                seen[service] = nil
+                pending.append(.removed(service))
+                scheduleFlush()
+            } else {
+                seen[service] = paths
+            }
+        case AVAHI_BROWSER_CACHE_EXHAUSTED:
+            cacheExhausted = true
+            flush()
+        case AVAHI_BROWSER_ALL_FOR_NOW:
+            cacheExhausted = true
+            complete = true
+            flush(evenIfEmpty: true)
+        case AVAHI_BROWSER_FAILURE:
+            let code = context.runningClient.map { avahi_client_errno($0) } ?? Int32(AVAHI_ERR_FAILURE)
+            flush()
+            freeBrowser()
+            deliver(.failed(DiscoveryError(avahiCode: code)))
+        default:
+            break
+        }
+    }
+
+    private func scheduleFlush() {
+        guard !flushScheduled else { return }
+        flushScheduled = true
+        // Before CACHE_EXHAUSTED more cached results are on their way: hold the batch (at most
+        // a quarter second, should the event never come).
+        let delay: DispatchTimeInterval = cacheExhausted ? .nanoseconds(0) : .milliseconds(250)
+        context.queue.asyncAfter(deadline: .now() + delay) { [weak self] in
+            guard let self, self.flushScheduled else { return }
+            self.flush()
+        }
+    }
+
+    private func flush(evenIfEmpty: Bool = false) {
+        flushScheduled = false
+        guard !stopped, !pending.isEmpty || evenIfEmpty else { return }
+        let update = BrowseUpdate(changes: pending, services: Set(seen.keys), isComplete: complete)
+        pending = []
+        deliver(.update(update))
+    }
+}

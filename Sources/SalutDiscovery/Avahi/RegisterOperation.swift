@@ -1,0 +1,151 @@
+import CAvahi
+import Foundation
+
+/// Publishes one service (with optional subtype and TXT record) through an Avahi entry group.
+///
+/// On a name collision it either picks Avahi's alternative name ("Name #2" in Avahi 0.8) and
+/// tries again, or, when renaming is not allowed, fails with `collision`. When the daemon goes
+/// away or re-registers the host name, the entries are withdrawn and registered again as soon as
+/// the daemon is running.
+final class RegisterOperation: AvahiOperation, @unchecked Sendable {
+    // @unchecked: every mutable property is used only on `context.queue`.
+
+    enum Event: Sendable {
+        /// The service is established under this name.
+        case published(name: String)
+        /// The entries were withdrawn because the daemon went away; they come back by themselves.
+        case withdrawn
+        /// Publishing failed for good; the operation has stopped.
+        case failed(DiscoveryError)
+    }
+
+    struct Request: Sendable {
+        var name: String
+        var type: ServiceNames.ParsedType
+        var domain: String
+        var port: UInt16
+        var txt: TXTRecord
+        var allowRename: Bool
+    }
+
+    let context: DiscoveryContext
+    private var request: Request
+    private let deliver: @Sendable (Event) -> Void
+    private var group: OpaquePointer?
+    private var stopped = false
+
+    init(context: DiscoveryContext, request: Request, deliver: @escaping @Sendable (Event) -> Void) {
+        self.context = context
+        self.request = request
+        self.deliver = deliver
+    }
+
+    func start() {
+        context.queue.async { if !self.stopped { self.context.attach(self) } }
+    }
+
+    /// Withdraws the service at once.
+    func stop() {
+        context.queue.async { self.halt() }
+    }
+
+    /// Replaces the TXT record, live if the service is registered.
+    func updateTXT(_ txt: TXTRecord) {
+        context.queue.async {
+            self.request.txt = txt
+            guard let group = self.group, avahi_entry_group_is_empty(group) == 0 else { return }
+            let list = AvahiValues.stringList(txt)
+            defer { avahi_string_list_free(list) }
+            let result = avahi_entry_group_update_service_txt_strlst(
+                group, AvahiIfIndex(AVAHI_IF_UNSPEC), AvahiProtocol(AVAHI_PROTO_UNSPEC), AvahiPublishFlags(rawValue: 0),
+                self.request.name, self.request.type.base, self.request.domain, list)
+            if result < 0 { self.fail(DiscoveryError(avahiCode: result)) }
+        }
+    }
+
+    // MARK: AvahiOperation
+
+    func clientIsRunning(_ client: OpaquePointer) {
+        guard !stopped else { return }
+        if group == nil {
+            let me = Unmanaged.passUnretained(self).toOpaque()
+            group = avahi_entry_group_new(client, { group, state, userdata in
+                guard let userdata else { return }
+                Unmanaged<RegisterOperation>.fromOpaque(userdata).takeUnretainedValue().groupChanged(state)
+            }, me)
+            guard group != nil else { return fail(DiscoveryError(avahiCode: avahi_client_errno(client))) }
+        }
+        if request.name.isEmpty {
+            request.name = String(cString: avahi_client_get_host_name(client))
+        }
+        if avahi_entry_group_is_empty(group) != 0 { addEntries() }
+    }
+
+    func clientIsReregistering() {
+        if let group { avahi_entry_group_reset(group) }
+    }
+
+    func clientIsLost() {
+        if let group { avahi_entry_group_free(group) }
+        group = nil
+        deliver(.withdrawn)
+    }
+
+    // MARK: Private
+
+    private func addEntries() {
+        guard let group else { return }
+        let any = AvahiIfIndex(AVAHI_IF_UNSPEC), anyProto = AvahiProtocol(AVAHI_PROTO_UNSPEC)
+        let list = AvahiValues.stringList(request.txt)
+        defer { avahi_string_list_free(list) }
+        var result = avahi_entry_group_add_service_strlst(
+            group, any, anyProto, AvahiPublishFlags(rawValue: 0), request.name, request.type.base,
+            request.domain, nil, request.port, list)
+        if result == Int32(AVAHI_ERR_COLLISION) { return collided() }
+        if result >= 0, let subtype = request.type.subtype {
+            result = avahi_entry_group_add_service_subtype(
+                group, any, anyProto, AvahiPublishFlags(rawValue: 0), request.name, request.type.base,
+                request.domain, "\(subtype)._sub.\(request.type.base)")
+        }
+        if result >= 0 { result = avahi_entry_group_commit(group) }
+        if result < 0 { fail(DiscoveryError(avahiCode: result)) }
+    }
+
+    private func groupChanged(_ state: AvahiEntryGroupState) {
+        guard !stopped else { return }
+        switch state {
+        case AVAHI_ENTRY_GROUP_ESTABLISHED:
+            deliver(.published(name: request.name))
+        case AVAHI_ENTRY_GROUP_COLLISION:
+            collided()
+        case AVAHI_ENTRY_GROUP_FAILURE:
+            let code = context.runningClient.map { avahi_client_errno($0) } ?? Int32(AVAHI_ERR_FAILURE)
+            fail(DiscoveryError(avahiCode: code))
+        default:
+            break
+        }
+    }
+
+    private func collided() {
+        guard request.allowRename else { return fail(.collision(name: request.name)) }
+        guard let next = avahi_alternative_service_name(request.name) else {
+            return fail(.avahi(code: Int32(AVAHI_ERR_NO_MEMORY), message: "no alternative name"))
+        }
+        request.name = String(cString: next)
+        avahi_free(next)
+        if let group { avahi_entry_group_reset(group) }
+        addEntries()
+    }
+
+    private func fail(_ error: DiscoveryError) {
+        halt()
+        deliver(.failed(error))
+    }
+
+    private func halt() {
+        stopped = true
+        if let group { avahi_entry_group_free(group) }
+        group = nil
+        context.detach(self)
+    }
+}

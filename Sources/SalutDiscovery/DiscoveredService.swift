@@ -1,0 +1,58 @@
+import Foundation
+import SalutStreams
+
+/// A service instance seen on the network: its name, type and domain, in Avahi's form without
+/// trailing dots (`My Printer`, `_ipp._tcp`, `local`).
+///
+/// Equal services are the same instance however many interfaces and protocols it was seen on.
+public struct DiscoveredService: Sendable, Hashable, CustomStringConvertible {
+    /// The instance name, for example `Living Room`.
+    public var name: String
+    /// The service type, for example `_http._tcp` (or `_printer._sub._http._tcp` when browsing
+    /// a subtype).
+    public var type: String
+    /// The domain, normally `local`.
+    public var domain: String
+
+    /// Names a service to resolve or monitor.
+    public init(name: String, type: String, domain: String = "local") {
+        self.name = name
+        self.type = type
+        self.domain = domain
+    }
+
+    public var description: String { "\(name).\(type).\(domain)" }
+}
+
+/// What resolving a service found on one interface and protocol.
+public struct ResolvedService: Sendable, Hashable {
+    /// The service that was resolved.
+    public var service: DiscoveredService
+    /// The target host, for example `printer.local`.
+    public var hostName: String
+    /// The port, in host byte order.
+    public var port: UInt16
+    /// The TXT record.
+    public var txtRecord: TXTRecord
+    /// Every address found so far: IPv4 and IPv6, IPv6 link-local ones with their scope id.
+    public var addresses: [SocketAddress]
+}
+
+/// One change reported by a browser.
+public enum BrowseChange: Sendable, Hashable {
+    /// The service was seen for the first time (on any interface or protocol).
+    case added(DiscoveredService)
+    /// The service is gone from the last interface and protocol it was seen on.
+    case removed(DiscoveredService)
+}
+
+/// A batch of browse changes, delivered together.
+public struct BrowseUpdate: Sendable {
+    /// What changed, in order.
+    public var changes: [BrowseChange]
+    /// Every service known after these changes.
+    public var services: Set<DiscoveredService>
+    /// True once Avahi has delivered everything from its cache and the first network answers
+    /// (ALL_FOR_NOW); updates after that are live changes.
+    public var isComplete: Bool
+}

@@ -1,0 +1,80 @@
+/// Validation and normalisation of DNS-SD names, so that bad input is a clear error before it
+/// reaches the daemon.
+enum ServiceNames {
+    /// A service type split into its base type (`_http._tcp`) and optional subtype label
+    /// (`_printer` from `_printer._sub._http._tcp`).
+    struct ParsedType: Sendable, Hashable {
+        var base: String
+        var subtype: String?
+        /// The form Avahi browses: `_printer._sub._http._tcp` or `_http._tcp`.
+        var browseType: String { subtype.map { "\($0)._sub.\(base)" } ?? base }
+    }
+
+    /// Parses `_name._tcp`, `_name._udp` (trailing dot allowed) or `_sub._sub._name._tcp`.
+    static func parseType(_ raw: String) throws -> ParsedType {
+        let type = raw.hasSuffix(".") ? String(raw.dropLast()) : raw
+        let labels = type.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        func bad(_ reason: String) -> DiscoveryError { .invalidServiceType(raw, reason: reason) }
+        var subtype: String?
+        let baseLabels: [String]
+        switch labels.count {
+        case 2: baseLabels = labels
+        case 4 where labels[1] == "_sub":
+            subtype = labels[0]
+            baseLabels = Array(labels[2...])
+            guard let sub = subtype, !sub.isEmpty, sub.utf8.count <= 63 else {
+                throw bad("the subtype must be 1 to 63 bytes")
+            }
+        default:
+            throw bad("expected _name._tcp or _name._udp (optionally _subtype._sub._name._tcp)")
+        }
+        let (service, proto) = (baseLabels[0], baseLabels[1])
+        guard proto == "_tcp" || proto == "_udp" else { throw bad("the protocol must be _tcp or _udp") }
+        guard service.hasPrefix("_") else { throw bad("the service name must start with '_'") }
+        let name = service.dropFirst()
+        guard (1...15).contains(name.count) else { throw bad("the service name must be 1 to 15 characters") }
+        guard name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }) else {
+            throw bad("the service name may hold only letters, digits and '-'")
+        }
+        guard name.contains(where: { $0.isLetter }), name.first != "-", name.last != "-",
+              !name.contains("--") else {
+            throw bad("the service name needs a letter and no leading, trailing or double '-'")
+        }
+        return ParsedType(base: baseLabels.joined(separator: "."), subtype: subtype)
+    }
+
+    /// Checks an instance name: at most 63 bytes of UTF-8, no NUL. Empty is allowed only where
+    /// `allowEmpty` (publishing uses the host's name then).
+    static func checkName(_ name: String, allowEmpty: Bool) throws {
+        if name.isEmpty {
+            guard allowEmpty else { throw DiscoveryError.invalidServiceName(name, reason: "the name is empty") }
+            return
+        }
+        guard name.utf8.count <= 63 else {
+            throw DiscoveryError.invalidServiceName(name, reason: "\(name.utf8.count) bytes of UTF-8; at most 63 fit")
+        }
+        guard !name.utf8.contains(0) else { throw DiscoveryError.invalidServiceName(name, reason: "contains a NUL byte") }
+    }
+
+    /// Normalises a domain for Avahi: "" and "local." become "local"; others are checked label by
+    /// label (1 to 63 bytes each, 253 in all, no spaces or control characters).
+    static func normaliseDomain(_ raw: String) throws -> String {
+        var domain = raw
+        if domain.hasSuffix(".") { domain.removeLast() }
+        if domain.isEmpty { return "local" }
+        guard domain.utf8.count <= 253 else { throw DiscoveryError.invalidDomain(raw) }
+        for label in domain.split(separator: ".", omittingEmptySubsequences: false) {
+            guard (1...63).contains(label.utf8.count),
+                  label.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value != 0x7F }) else {
+                throw DiscoveryError.invalidDomain(raw)
+            }
+        }
+        return domain
+    }
+
+    /// Checks a port number.
+    static func checkPort(_ port: Int) throws -> UInt16 {
+        guard (0...65535).contains(port) else { throw DiscoveryError.invalidPort(port) }
+        return UInt16(port)
+    }
+}
