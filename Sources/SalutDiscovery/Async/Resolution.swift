@@ -1,0 +1,68 @@
+import Foundation
+
+extension DiscoveredService {
+    /// Resolves the service to its host, port, TXT record and addresses.
+    ///
+    /// Returns once the first answer has come and `settle` seconds more have passed for answers
+    /// on other interfaces and protocols, so that `addresses` holds IPv4 and IPv6 where the
+    /// service has both. Use ``resolutions(context:)`` to follow every later change.
+    /// - Throws: ``DiscoveryError/timedOut`` when nothing answers within `timeout` seconds;
+    ///   ``DiscoveryError/cancelled`` when the task is cancelled; a validation error for a
+    ///   malformed name, type or domain.
+    public func resolve(timeout: TimeInterval = 5, settle: TimeInterval = 0.2,
+                        context: DiscoveryContext = .shared) async throws -> ResolvedService {
+        let target = try validatedForLookup()
+        let waiter = OneShot<ResolvedService>()
+        let latest = Locked<ResolvedService?>(nil)
+        let operation = ResolveOperation(context: context, service: target) { result in
+            let previous = latest.exchange(result)
+            if previous == nil {
+                context.queue.asyncAfter(deadline: .now() + settle) {
+                    if let value = latest.value { waiter.succeed(value) }
+                }
+            }
+        }
+        operation.start()
+        context.queue.asyncAfter(deadline: .now() + timeout) {
+            if let value = latest.value { waiter.succeed(value) } else { waiter.fail(.timedOut) }
+        }
+        defer { operation.stop() }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { waiter.set($0) }
+        } onCancel: {
+            waiter.fail(.cancelled)
+        }
+    }
+
+    /// Resolves continuously: yields the merged result each time it gains an address or its
+    /// TXT record changes, until the consuming task stops iterating.
+    /// - Throws: a validation error for a malformed name, type or domain.
+    public func resolutions(context: DiscoveryContext = .shared) throws -> AsyncStream<ResolvedService> {
+        let target = try validatedForLookup()
+        return AsyncStream { continuation in
+            let operation = ResolveOperation(context: context, service: target) { continuation.yield($0) }
+            continuation.onTermination = { _ in operation.stop() }
+            operation.start()
+        }
+    }
+
+    /// The service's TXT record now and after every change, as the network reports it (Avahi
+    /// record browser), until the consuming task stops iterating.
+    /// - Throws: a validation error for a malformed name, type or domain.
+    public func txtRecordUpdates(context: DiscoveryContext = .shared) throws -> AsyncStream<TXTRecord> {
+        let target = try validatedForLookup()
+        return AsyncStream { continuation in
+            let operation = TXTMonitorOperation(context: context, service: target) { continuation.yield($0) }
+            continuation.onTermination = { _ in operation.stop() }
+            operation.start()
+        }
+    }
+
+    /// The service with its type reduced to the base type and its domain normalised, after
+    /// checking all three.
+    func validatedForLookup() throws -> DiscoveredService {
+        try ServiceNames.checkName(name, allowEmpty: false)
+        let parsed = try ServiceNames.parseType(type)
+        return DiscoveredService(name: name, type: parsed.base, domain: try ServiceNames.normaliseDomain(domain))
+    }
+}

@@ -1,0 +1,87 @@
+import Foundation
+
+/// A service published on the network for as long as this handle lives.
+///
+/// ```swift
+/// let ad = try await ServiceAdvertisement.publish(name: "Kitchen", type: "_demo._tcp", port: 8080,
+///                                                 txtRecord: try TXTRecord(["v": "1"]))
+/// print("published as", ad.name)   // "Kitchen #2" after a collision
+/// ```
+///
+/// The service is withdrawn by ``cancel()`` or when the handle is released. It is registered
+/// again by itself after the daemon restarts.
+public final class ServiceAdvertisement: Sendable {
+    private let operation: RegisterOperation
+    private let currentName: Locked<String>
+    /// The service type it was published with.
+    public let type: String
+    /// The domain it was published in.
+    public let domain: String
+
+    /// The name the service is published under now (the final one after any rename).
+    public var name: String { currentName.value }
+
+    private init(operation: RegisterOperation, name: Locked<String>, type: String, domain: String) {
+        self.operation = operation
+        self.currentName = name
+        self.type = type
+        self.domain = domain
+    }
+
+    deinit { operation.stop() }
+
+    /// Publishes a service and returns once it is established on the network.
+    /// - Parameters:
+    ///   - name: the instance name; empty for this host's name.
+    ///   - type: `_name._tcp`/`_name._udp`, or `_sub._sub._name._tcp` to add a subtype.
+    ///   - port: the port the service listens on.
+    ///   - allowRename: pick an alternative name on collision (true) or fail (false).
+    ///   - timeout: how long to wait for the daemon to establish the service.
+    /// - Throws: ``DiscoveryError/collision(name:)`` when the name is taken and renaming is not
+    ///   allowed; ``DiscoveryError/timedOut`` when it is not established in time (for example
+    ///   because no daemon runs); validation errors for bad input.
+    public static func publish(
+        name: String, type: String, domain: String = "local", port: Int,
+        txtRecord: TXTRecord = TXTRecord(), allowRename: Bool = true,
+        timeout: TimeInterval = 10, context: DiscoveryContext = .shared
+    ) async throws -> ServiceAdvertisement {
+        try ServiceNames.checkName(name, allowEmpty: true)
+        let request = RegisterOperation.Request(
+            name: name, type: try ServiceNames.parseType(type), domain: try ServiceNames.normaliseDomain(domain),
+            port: try ServiceNames.checkPort(port), txt: txtRecord, allowRename: allowRename)
+        let waiter = OneShot<String>()
+        let current = Locked(name)
+        let operation = RegisterOperation(context: context, request: request) { event in
+            switch event {
+            case .published(let final):
+                current.exchange(final)
+                waiter.succeed(final)
+            case .failed(let error): waiter.fail(error)
+            case .withdrawn: break
+            }
+        }
+        operation.start()
+        context.queue.asyncAfter(deadline: .now() + timeout) { waiter.fail(.timedOut) }
+        do {
+            _ = try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { waiter.set($0) }
+            } onCancel: {
+                waiter.fail(.cancelled)
+            }
+        } catch {
+            operation.stop()
+            throw error
+        }
+        return ServiceAdvertisement(operation: operation, name: current, type: request.type.browseType, domain: request.domain)
+    }
+
+    /// Replaces the published TXT record; peers monitoring it see the change.
+    public func updateTXTRecord(_ txtRecord: TXTRecord) {
+        operation.updateTXT(txtRecord)
+    }
+
+    /// Withdraws the service now.
+    public func cancel() {
+        operation.stop()
+    }
+}

@@ -1,0 +1,168 @@
+import Foundation
+import SalutDiscovery
+import SalutStreams
+import XCTest
+
+/// The async API against the real avahi-daemon.
+final class AsyncDiscoveryTests: XCTestCase {
+    func testPublishBrowseResolveWithTXT() async throws {
+        let type = uniqueType()
+        let txt = try TXTRecord(["path": "/index.html", "v": "2"])
+        let ad = try await ServiceAdvertisement.publish(name: "Salut Test", type: type, port: 4321, txtRecord: txt)
+        XCTAssertEqual(ad.name, "Salut Test")
+
+        let found = try await browse(type, until: { $0.contains { $0.name == "Salut Test" } })
+        let service = try XCTUnwrap(found.first { $0.name == "Salut Test" })
+        XCTAssertEqual(service.type, type)
+        XCTAssertEqual(service.domain, "local")
+
+        let resolved = try await service.resolve(timeout: 5)
+        XCTAssertEqual(resolved.port, 4321)
+        XCTAssertEqual(resolved.txtRecord.string(for: "path"), "/index.html")
+        XCTAssertEqual(resolved.txtRecord.string(for: "V"), "2", "TXT keys are case-insensitive")
+        let info = try await DiscoveryContext.shared.daemonInfo()
+        XCTAssertEqual(resolved.hostName, info.hostNameFQDN)
+        XCTAssertTrue(resolved.addresses.contains { $0.host == "127.0.0.1" && $0.port == 4321 },
+                      "addresses: \(resolved.addresses)")
+    }
+
+    func testCancelIsSeenAsRemoval() async throws {
+        let type = uniqueType()
+        let ad = try await ServiceAdvertisement.publish(name: "Going Away", type: type, port: 1000)
+        let removed = try await withDeadline(10, "removal") {
+            var seen = false
+            for try await update in try ServiceBrowser(type: type) {
+                if update.services.contains(where: { $0.name == "Going Away" }), !seen {
+                    seen = true
+                    ad.cancel()
+                }
+                if seen, update.changes.contains(.removed(DiscoveredService(name: "Going Away", type: type))) {
+                    return true
+                }
+            }
+            return false
+        }
+        XCTAssertTrue(removed)
+    }
+
+    func testCollisionRenamesOrFails() async throws {
+        let type = uniqueType()
+        let first = try await ServiceAdvertisement.publish(name: "Twin", type: type, port: 1)
+        let second = try await ServiceAdvertisement.publish(name: "Twin", type: type, port: 2)
+        XCTAssertEqual(first.name, "Twin")
+        XCTAssertNotEqual(second.name, "Twin")
+        XCTAssertTrue(second.name.hasPrefix("Twin"), second.name)
+        do {
+            _ = try await ServiceAdvertisement.publish(name: "Twin", type: type, port: 3, allowRename: false)
+            XCTFail("publishing a taken name without renaming must fail")
+        } catch let error as DiscoveryError {
+            XCTAssertEqual(error, .collision(name: "Twin"))
+        }
+        let services = try await browse(type, until: { $0.count == 2 })
+        XCTAssertEqual(Set(services.map(\.name)), ["Twin", second.name])
+    }
+
+    func testTXTUpdateIsSeenByMonitor() async throws {
+        let type = uniqueType()
+        let ad = try await ServiceAdvertisement.publish(name: "Changing", type: type, port: 5, txtRecord: try TXTRecord(["n": "1"]))
+        let service = DiscoveredService(name: "Changing", type: type)
+        let values = try await withDeadline(10, "TXT update") {
+            var values: [String] = []
+            for await record in try service.txtRecordUpdates() {
+                values.append(record.string(for: "n") ?? "?")
+                if values == ["1"] { ad.updateTXTRecord(try TXTRecord(["n": "2"])) }
+                if values.last == "2" { break }
+            }
+            return values
+        }
+        XCTAssertEqual(values, ["1", "2"])
+    }
+
+    func testSubtypePublishesAndBrowses() async throws {
+        let base = uniqueType()
+        let ad = try await ServiceAdvertisement.publish(name: "Printer", type: "_printer._sub.\(base)", port: 631)
+        _ = ad
+        let bySub = try await browse("_printer._sub.\(base)", until: { !$0.isEmpty })
+        XCTAssertEqual(bySub.map(\.name), ["Printer"])
+        let byBase = try await browse(base, until: { !$0.isEmpty })
+        XCTAssertEqual(byBase.map(\.name), ["Printer"])
+    }
+
+    func testServiceTypeEnumeration() async throws {
+        let type = uniqueType()
+        let ad = try await ServiceAdvertisement.publish(name: "Typed", type: type, port: 7)
+        _ = ad
+        let types = try await withDeadline(10, "type enumeration") {
+            for try await update in try ServiceBrowser.serviceTypes() where update.services.contains(where: { $0.name == type }) {
+                return update.services
+            }
+            return []
+        }
+        XCTAssertTrue(types.contains { $0.name == type })
+    }
+
+    func testResolveTimesOutForAMissingService() async throws {
+        let started = Date()
+        do {
+            _ = try await DiscoveredService(name: "Nobody", type: uniqueType()).resolve(timeout: 1)
+            XCTFail("resolving a missing service must time out")
+        } catch let error as DiscoveryError {
+            XCTAssertEqual(error, .timedOut)
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 4, "the timeout must be honoured")
+    }
+
+    func testBadInputIsATypedError() async throws {
+        XCTAssertThrowsError(try ServiceBrowser(type: "http._tcp")) { error in
+            guard case DiscoveryError.invalidServiceType = error else { return XCTFail("\(error)") }
+        }
+        XCTAssertThrowsError(try ServiceBrowser(type: "_waytoolongservicename._tcp"))
+        XCTAssertThrowsError(try ServiceBrowser(type: "_http._sctp"))
+        XCTAssertThrowsError(try ServiceBrowser(type: "_http._tcp", domain: "bad..domain"))
+        for (name, port) in [(String(repeating: "x", count: 64), 1), ("ok", 70000), ("ok", -1)] {
+            do {
+                _ = try await ServiceAdvertisement.publish(name: name, type: "_http._tcp", port: port)
+                XCTFail("publish(\(name), \(port)) must fail")
+            } catch let error as DiscoveryError {
+                switch error {
+                case .invalidServiceName, .invalidPort: break
+                default: XCTFail("unexpected \(error)")
+                }
+            }
+        }
+        // 63 bytes of UTF-8 fit; 64 do not, however few characters they are.
+        let emoji = String(repeating: "é", count: 32)   // 64 bytes
+        do {
+            _ = try await ServiceAdvertisement.publish(name: emoji, type: "_http._tcp", port: 1)
+            XCTFail("a 64-byte name must be refused")
+        } catch DiscoveryError.invalidServiceName {}
+    }
+
+    func testForeignPublisherIsFoundAndResolved() async throws {
+        let type = uniqueType()
+        let publisher = try Foreign(["avahi-publish", "-s", "Foreign One", type, "2468", "k=v", "flag"])
+        defer { publisher.stop() }
+        let found = try await browse(type, until: { $0.contains { $0.name == "Foreign One" } })
+        let resolved = try await found.first!.resolve()
+        XCTAssertEqual(resolved.port, 2468)
+        XCTAssertEqual(resolved.txtRecord.string(for: "k"), "v")
+        XCTAssertTrue(resolved.txtRecord.contains("flag"))
+        XCTAssertNil(resolved.txtRecord["flag"], "a key without '=' is a boolean attribute")
+    }
+
+    func testOurServiceIsSeenByAvahiBrowse() async throws {
+        let type = uniqueType()
+        let ad = try await ServiceAdvertisement.publish(name: "Ours Here", type: type, port: 1357, txtRecord: try TXTRecord(["a": "b"]))
+        _ = ad
+        var line: String?
+        let deadline = Date().addingTimeInterval(10)
+        while line == nil && Date() < deadline {
+            let out = try Foreign(["avahi-browse", "-rpt", type]).finish()
+            line = out.split(separator: "\n").map(String.init).first { $0.hasPrefix("=;") && $0.contains("Ours\\032Here") }
+        }
+        let fields = try XCTUnwrap(line, "avahi-browse never resolved our service").split(separator: ";", omittingEmptySubsequences: false)
+        XCTAssertEqual(fields[4], Substring(type))
+        XCTAssertEqual(fields[8], "1357")
+        XCTAssertEqual(fields[9], "\"a=b\"")
+    }
+}
