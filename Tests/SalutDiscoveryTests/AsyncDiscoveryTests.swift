@@ -166,3 +166,24 @@ final class AsyncDiscoveryTests: XCTestCase {
         XCTAssertEqual(fields[9], "\"a=b\"")
     }
 }
+
+extension AsyncDiscoveryTests {
+    /// The attributes go on the wire in the order the record holds them (the monitor reads the
+    /// raw TXT rdata), and resolving reads them back in that order.
+    func testTXTOrderOnTheWire() async throws {
+        let type = uniqueType()
+        var txt = TXTRecord()
+        for key in ["zeta", "alpha", "mid"] { try txt.set(key, to: Data(key.utf8)) }
+        let ad = try await ServiceAdvertisement.publish(name: "Ordered", type: type, port: 9, txtRecord: txt)
+        _ = ad
+        let service = DiscoveredService(name: "Ordered", type: type)
+        let raw = try await withDeadline(10, "TXT monitor") {
+            for await record in try service.txtRecordUpdates() { return record }
+            return TXTRecord()
+        }
+        XCTAssertEqual(raw.entries.map(\.key), ["zeta", "alpha", "mid"])
+        XCTAssertEqual(raw.data, txt.data)
+        let resolved = try await service.resolve()
+        XCTAssertEqual(resolved.txtRecord.entries.map(\.key), ["zeta", "alpha", "mid"])
+    }
+}

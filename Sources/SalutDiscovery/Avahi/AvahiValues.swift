@@ -4,18 +4,25 @@ import SalutStreams
 
 /// Conversions between Avahi's C values and Salut's Swift ones. Call on the context's queue.
 enum AvahiValues {
-    /// Builds an `AvahiStringList` in the record's order. The caller frees it with
-    /// `avahi_string_list_free`. Returns nil for an empty record (Avahi's empty list).
+    /// Builds an `AvahiStringList` that Avahi publishes with the record's attributes in order
+    /// (Avahi's parser of the wire format gives exactly that). The caller frees it with
+    /// `avahi_string_list_free`. Nil for an empty record (Avahi's empty list).
+    ///
+    /// Avahi's own helpers disagree about list order (`avahi_string_list_serialize` reverses the
+    /// list it is given), so the order here was settled on the wire: a packet capture, and
+    /// `AsyncDiscoveryTests.testTXTOrderOnTheWire`, which reads the raw TXT rdata.
     static func stringList(_ txt: TXTRecord) -> UnsafeMutablePointer<AvahiStringList>? {
+        let wire = txt.data
+        guard !wire.isEmpty else { return nil }
         var list: UnsafeMutablePointer<AvahiStringList>?
-        // avahi_string_list_add_arbitrary prepends, so add in reverse.
-        for bytes in txt.encodedStrings.reversed() {
-            list = bytes.withUnsafeBufferPointer { avahi_string_list_add_arbitrary(list, $0.baseAddress, $0.count) }
-        }
+        let result = wire.withUnsafeBytes { avahi_string_list_parse($0.baseAddress, $0.count, &list) }
+        // The record was validated when built, so Avahi cannot refuse it.
+        precondition(result >= 0, "Avahi refused a validated TXT record")
         return list
     }
 
-    /// Reads an `AvahiStringList` as wire-format TXT data, leniently.
+    /// Reads an `AvahiStringList` handed to a resolver callback (head first is wire order) as a
+    /// TXT record, leniently.
     static func txtRecord(_ list: UnsafeMutablePointer<AvahiStringList>?) -> TXTRecord {
         var data = Data()
         var node = list
