@@ -1,8 +1,9 @@
 import Foundation
 
 /// A value behind a lock, for state shared between Avahi's queue and callers' threads.
-final class Locked<Value: Sendable>: @unchecked Sendable {
-    // @unchecked: `stored` is only touched while `lock` is held.
+final class Locked<Value>: @unchecked Sendable {
+    // @unchecked: `stored` is only touched while `lock` is held; callers put only values in it
+    // that are safe to hand between threads under that lock.
     private let lock = NSLock()
     private var stored: Value
 

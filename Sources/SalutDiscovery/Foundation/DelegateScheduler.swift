@@ -1,0 +1,56 @@
+import Foundation
+
+/// Delivers an Apple-style object's delegate calls on the run loop it is scheduled in.
+///
+/// By default that is the main run loop in the default mode, served through the main dispatch
+/// queue, which both `RunLoop.main.run()` and `dispatchMain()` drain, as on macOS. For another
+/// run loop (`schedule(in:forMode:)`), calls are queued in order and drained by a zero-interval
+/// timer added to that run loop, which wakes it from any thread. An object removed from every
+/// run loop delivers nothing, as Apple documents.
+final class DelegateScheduler: @unchecked Sendable {
+    // @unchecked: `loops` and `pending` are only touched while `lock` is held; run loops are
+    // only used through `add(_:forMode:)`, which CoreFoundation makes safe from any thread.
+
+    private struct Target { var runLoop: RunLoop; var mode: RunLoop.Mode }
+
+    private let lock = NSLock()
+    private var loops: [Target] = [Target(runLoop: .main, mode: .default)]
+    private var pending: [@Sendable () -> Void] = []
+
+    func schedule(in runLoop: RunLoop, forMode mode: RunLoop.Mode) {
+        lock.lock(); defer { lock.unlock() }
+        if !loops.contains(where: { $0.runLoop === runLoop && $0.mode == mode }) {
+            loops.append(Target(runLoop: runLoop, mode: mode))
+        }
+    }
+
+    func remove(from runLoop: RunLoop, forMode mode: RunLoop.Mode) {
+        lock.lock(); defer { lock.unlock() }
+        loops.removeAll { $0.runLoop === runLoop && $0.mode == mode }
+    }
+
+    /// Runs `call` on the scheduled run loop, after every call delivered before it.
+    func deliver(_ call: @escaping @Sendable () -> Void) {
+        lock.lock()
+        guard let target = loops.first else { lock.unlock(); return }
+        if target.runLoop === RunLoop.main && (target.mode == .default || target.mode == .common) {
+            lock.unlock()
+            DispatchQueue.main.async(execute: call)
+            return
+        }
+        pending.append(call)
+        let mustWake = pending.count == 1
+        lock.unlock()
+        guard mustWake else { return }
+        let timer = Timer(timeInterval: 0, repeats: false) { [weak self] _ in self?.drain() }
+        target.runLoop.add(timer, forMode: target.mode)
+    }
+
+    private func drain() {
+        lock.lock()
+        let calls = pending
+        pending = []
+        lock.unlock()
+        for call in calls { call() }
+    }
+}

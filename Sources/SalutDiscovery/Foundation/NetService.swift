@@ -1,0 +1,370 @@
+import Foundation
+import SalutStreams
+
+/// Apple's `NetService` on Linux: publish, resolve and monitor a DNS-SD service through the
+/// avahi-daemon, with Apple's names, signatures and delegate semantics.
+///
+/// ```swift
+/// let service = NetService(domain: "", type: "_http._tcp.", name: "", port: 8080)
+/// service.delegate = self
+/// service.publish()
+/// RunLoop.main.run()
+/// ```
+///
+/// Differences from Apple's, all documented where they apply: `includesPeerToPeer` is accepted
+/// and ignored (Linux has no AWDL); `.listenForConnections` and `getInputStream(_:outputStream:)`
+/// report failure until Salut's streams layer provides them. Errors are reported through the
+/// delegate with `NetService.ErrorCode` values; ``lastError`` keeps the typed Swift error.
+open class NetService: NSObject, @unchecked Sendable {
+    // @unchecked: every mutable property lives in `state`, a lock-protected box; delegate calls
+    // are made on the scheduled run loop by `scheduler`.
+
+    /// Apple's publish options.
+    public struct Options: OptionSet, Sendable {
+        public let rawValue: UInt
+        public init(rawValue: UInt) { self.rawValue = rawValue }
+        /// Fail with `collisionError` instead of renaming on a name conflict.
+        public static let noAutoRename = Options(rawValue: 1 << 0)
+        /// Listen on a TCP port and report connections to the delegate (see the streams layer).
+        public static let listenForConnections = Options(rawValue: 1 << 1)
+    }
+
+    /// Apple's error codes, found under ``errorCode`` in delegate error dictionaries.
+    public enum ErrorCode: Int, Sendable {
+        case unknownError = -72000
+        case collisionError = -72001
+        case notFoundError = -72002
+        case activityInProgress = -72003
+        case badArgumentError = -72004
+        case cancelledError = -72005
+        case invalidError = -72006
+        case timeoutError = -72007
+        case missingRequiredConfigurationError = -72008
+    }
+
+    /// The key of the error code in delegate error dictionaries.
+    public static let errorCode = "NSNetServicesErrorCode"
+    /// The key of the error domain in delegate error dictionaries.
+    public static let errorDomain = "NSNetServicesErrorDomain"
+    /// The domain value reported under ``errorDomain`` (CFNetwork's net-services domain).
+    static let netServicesDomain = 10
+
+    private struct State {
+        var name: String
+        var hostName: String?
+        var port: Int
+        var addresses: [Data]?
+        var txtData: Data?
+        var includesPeerToPeer = false
+        weak var delegate: (any NetServiceDelegate)?
+        var registration: RegisterOperation?
+        var resolver: ResolveOperation?
+        var monitor: TXTMonitorOperation?
+        var resolveGeneration = 0
+        var publishedName: String?
+        var lastError: DiscoveryError?
+    }
+
+    /// The service type as given, for example `_http._tcp.`.
+    public let type: String
+    /// The domain as given, for example `local.` (empty means the default domain).
+    public let domain: String
+    let context: DiscoveryContext
+    private let state: Locked<State>
+    private let scheduler = DelegateScheduler()
+
+    /// Makes a service to publish on `port`.
+    /// - Parameters:
+    ///   - domain: the domain; `""` for the default (`local.`).
+    ///   - type: `_name._tcp.` or `_name._udp.`; `_sub._sub._name._tcp.` adds a subtype.
+    ///   - name: the instance name; `""` for this host's name.
+    ///   - port: the port the service listens on (0 with `.listenForConnections` picks one).
+    public init(domain: String, type: String, name: String, port: Int32) {
+        self.domain = domain
+        self.type = type
+        self.context = .shared
+        self.state = Locked(State(name: name, port: Int(port)))
+        super.init()
+    }
+
+    /// Makes a service to resolve (its port is -1 until resolved).
+    public convenience init(domain: String, type: String, name: String) {
+        self.init(domain: domain, type: type, name: name, port: -1)
+    }
+
+    // MARK: Properties
+
+    /// The instance name; after publishing, the final name (after any automatic rename).
+    open var name: String { state.value.name }
+    /// The host the service runs on, once resolved (for example `printer.local.`).
+    open var hostName: String? { state.value.hostName }
+    /// The port; -1 until known.
+    open var port: Int { state.value.port }
+    /// The resolved addresses as `sockaddr_in`/`sockaddr_in6` bytes; IPv6 link-local addresses
+    /// carry their interface as scope id. Nil until resolved.
+    open var addresses: [Data]? { state.value.addresses }
+    /// Accepted for source compatibility; Linux has no peer-to-peer (AWDL) interfaces, so it
+    /// changes nothing.
+    open var includesPeerToPeer: Bool {
+        get { state.value.includesPeerToPeer }
+        set { state.withLock { $0.includesPeerToPeer = newValue } }
+    }
+    /// The delegate, held weakly as on Apple platforms.
+    open var delegate: (any NetServiceDelegate)? {
+        get { state.value.delegate }
+        set { state.withLock { $0.delegate = newValue } }
+    }
+    /// The typed Swift error behind the last `didNotPublish`/`didNotResolve` (Salut addition).
+    public var lastError: DiscoveryError? { state.value.lastError }
+
+    // MARK: Run loops
+
+    /// Delivers delegate calls on `aRunLoop` in `mode` (the main run loop by default).
+    open func schedule(in aRunLoop: RunLoop, forMode mode: RunLoop.Mode) {
+        scheduler.schedule(in: aRunLoop, forMode: mode)
+    }
+
+    /// Stops delivering delegate calls on `aRunLoop` in `mode`.
+    open func remove(from aRunLoop: RunLoop, forMode mode: RunLoop.Mode) {
+        scheduler.remove(from: aRunLoop, forMode: mode)
+    }
+
+    // MARK: Publishing
+
+    /// Publishes the service, renaming it automatically on a name conflict.
+    open func publish() {
+        publish(options: [])
+    }
+
+    /// Publishes the service. The delegate hears `netServiceWillPublish`, then
+    /// `netServiceDidPublish` or `netService(_:didNotPublish:)` (`badArgumentError` for a
+    /// malformed name, type, domain or port; `collisionError` with `.noAutoRename`;
+    /// `activityInProgress` when already publishing).
+    open func publish(options: Options = []) {
+        let snapshot = state.value
+        guard snapshot.registration == nil else { return report(.activityInProgress, publishing: true) }
+        if options.contains(.listenForConnections) {
+            // The auto-listening socket is built by the streams layer (not yet available).
+            return report(.avahi(code: -1, message: "listenForConnections is not supported yet"), publishing: true)
+        }
+        let request: RegisterOperation.Request
+        do {
+            try ServiceNames.checkName(snapshot.name, allowEmpty: true)
+            let txt = try snapshot.txtData.map { try TXTRecord(parsing: $0) } ?? TXTRecord()
+            request = .init(name: snapshot.name, type: try ServiceNames.parseType(type),
+                            domain: try ServiceNames.normaliseDomain(domain),
+                            port: try ServiceNames.checkPort(snapshot.port), txt: txt,
+                            allowRename: !options.contains(.noAutoRename))
+        } catch {
+            return report(error as? DiscoveryError ?? .invalidTXTRecord(reason: "\(error)"), publishing: true)
+        }
+        let operation = RegisterOperation(context: context, request: request) { [weak self] event in
+            self?.registrationEvent(event)
+        }
+        state.withLock { $0.registration = operation; $0.publishedName = nil }
+        call { $0.netServiceWillPublish(self) }
+        operation.start()
+    }
+
+    private func registrationEvent(_ event: RegisterOperation.Event) {
+        switch event {
+        case .published(let final):
+            let isNew = state.withLock { state -> Bool in
+                guard state.registration != nil, state.publishedName != final else { return false }
+                state.publishedName = final
+                state.name = final
+                return true
+            }
+            if isNew { call { $0.netServiceDidPublish(self) } }
+        case .failed(let error):
+            state.withLock { $0.registration = nil }
+            report(error, publishing: true)
+        case .withdrawn:
+            break
+        }
+    }
+
+    // MARK: Resolving
+
+    /// Resolves with a 5-second timeout (Apple deprecated this form; prefer
+    /// ``resolve(withTimeout:)``).
+    open func resolve() {
+        resolve(withTimeout: 5)
+    }
+
+    /// Resolves the service: fills `hostName`, `port`, `addresses` and the TXT record, and calls
+    /// `netServiceDidResolveAddress` each time addresses arrive. If nothing resolves within
+    /// `timeout` seconds the delegate hears `didNotResolve` with `timeoutError`; otherwise
+    /// resolving stops at the timeout and the delegate hears `netServiceDidStop`.
+    open func resolve(withTimeout timeout: TimeInterval) {
+        let snapshot = state.value
+        guard snapshot.resolver == nil else { return report(.activityInProgress, publishing: false) }
+        let target: DiscoveredService
+        do {
+            target = try DiscoveredService(name: snapshot.name, type: type, domain: domain).validatedForLookup()
+        } catch {
+            return report(error as? DiscoveryError ?? .notFound, publishing: false)
+        }
+        let operation = ResolveOperation(context: context, service: target) { [weak self] result in
+            self?.resolved(result)
+        }
+        let generation = state.withLock { state -> Int in
+            state.resolver = operation
+            state.resolveGeneration += 1
+            return state.resolveGeneration
+        }
+        call { $0.netServiceWillResolve(self) }
+        operation.start()
+        context.queue.asyncAfter(deadline: .now() + max(0, timeout)) { [weak self] in
+            self?.resolveTimedOut(generation)
+        }
+    }
+
+    private func resolved(_ result: ResolvedService) {
+        let active = state.withLock { state -> Bool in
+            guard state.resolver != nil else { return false }
+            state.hostName = result.hostName.hasSuffix(".") ? result.hostName : result.hostName + "."
+            state.port = Int(result.port)
+            state.addresses = result.addresses.map(\.data)
+            state.txtData = result.txtRecord.data
+            return true
+        }
+        if active { call { $0.netServiceDidResolveAddress(self) } }
+    }
+
+    private func resolveTimedOut(_ generation: Int) {
+        let (operation, found) = state.withLock { state -> (ResolveOperation?, Bool) in
+            guard state.resolveGeneration == generation, let operation = state.resolver else { return (nil, false) }
+            state.resolver = nil
+            return (operation, state.addresses?.isEmpty == false)
+        }
+        guard let operation else { return }
+        operation.stop()
+        if found { call { $0.netServiceDidStop(self) } } else { report(.timedOut, publishing: false) }
+    }
+
+    // MARK: Stopping
+
+    /// Stops publishing (the service is withdrawn at once) and resolving; the delegate hears
+    /// `netServiceDidStop` when something was running.
+    open func stop() {
+        let (registration, resolver) = state.withLock { state -> (RegisterOperation?, ResolveOperation?) in
+            defer { state.registration = nil; state.resolver = nil; state.publishedName = nil }
+            return (state.registration, state.resolver)
+        }
+        registration?.stop()
+        resolver?.stop()
+        if registration != nil || resolver != nil { call { $0.netServiceDidStop(self) } }
+    }
+
+    // MARK: TXT records
+
+    /// Starts watching the service's TXT record; each change reaches
+    /// `netService(_:didUpdateTXTRecord:)`.
+    open func startMonitoring() {
+        guard state.value.monitor == nil,
+              let target = try? DiscoveredService(name: name, type: type, domain: domain).validatedForLookup()
+        else { return }
+        let operation = TXTMonitorOperation(context: context, service: target) { [weak self] record in
+            guard let self else { return }
+            let data = record.data
+            self.state.withLock { $0.txtData = data }
+            self.call { $0.netService(self, didUpdateTXTRecord: data) }
+        }
+        state.withLock { $0.monitor = operation }
+        operation.start()
+    }
+
+    /// Stops watching the TXT record.
+    open func stopMonitoring() {
+        let operation = state.withLock { state -> TXTMonitorOperation? in
+            defer { state.monitor = nil }
+            return state.monitor
+        }
+        operation?.stop()
+    }
+
+    /// Sets the TXT record (wire format, as made by ``data(fromTXTRecord:)``); while published,
+    /// the live record is updated. Returns false, changing nothing, when the data is malformed.
+    @discardableResult
+    open func setTXTRecord(_ recordData: Data?) -> Bool {
+        guard let record = try? recordData.map({ try TXTRecord(parsing: $0) }) ?? TXTRecord() else { return false }
+        let registration = state.withLock { state -> RegisterOperation? in
+            state.txtData = recordData
+            return state.registration
+        }
+        registration?.updateTXT(record)
+        return true
+    }
+
+    /// The TXT record: as set, or as last resolved or monitored.
+    open func txtRecordData() -> Data? {
+        state.value.txtData
+    }
+
+    /// Decodes TXT data into a dictionary (boolean attributes map to empty data). Malformed
+    /// strings are skipped; the first of two equal keys wins.
+    open class func dictionary(fromTXTRecord txtData: Data) -> [String: Data] {
+        TXTRecord(parsingLeniently: txtData).dictionary
+    }
+
+    /// Encodes a dictionary as TXT data, keys in sorted order. Returns empty data when any key
+    /// or value does not fit (empty key, `=` in a key, an attribute over 255 bytes); use
+    /// `TXTRecord(data:)` to learn which.
+    open class func data(fromTXTRecord txtDictionary: [String: Data]) -> Data {
+        (try? TXTRecord(data: txtDictionary.mapValues { Optional($0) }).data) ?? Data()
+    }
+
+    // MARK: Streams
+
+    /// Connects to the service. Not available yet: returns false and sets no streams (the
+    /// streams layer provides it).
+    open func getInputStream(_ inputStream: UnsafeMutablePointer<InputStream?>?,
+                             outputStream: UnsafeMutablePointer<OutputStream?>?) -> Bool {
+        inputStream?.pointee = nil
+        outputStream?.pointee = nil
+        return false
+    }
+
+    // MARK: Delegate plumbing
+
+    /// Calls the delegate on the scheduled run loop (reading it there, as Apple does).
+    func call(_ body: @escaping @Sendable (any NetServiceDelegate) -> Void) {
+        scheduler.deliver { [self] in
+            if let delegate = self.delegate { body(delegate) }
+        }
+    }
+
+    private func report(_ error: DiscoveryError, publishing: Bool) {
+        state.withLock { $0.lastError = error }
+        let info = error.errorDictionary
+        if publishing {
+            call { $0.netService(self, didNotPublish: info) }
+        } else {
+            call { $0.netService(self, didNotResolve: info) }
+        }
+    }
+}
+
+extension DiscoveryError {
+    /// The closest `NetService.ErrorCode`.
+    public var netServiceErrorCode: NetService.ErrorCode {
+        switch self {
+        case .collision: return .collisionError
+        case .notFound: return .notFoundError
+        case .activityInProgress: return .activityInProgress
+        case .invalidServiceType, .invalidServiceName, .invalidDomain, .invalidHostName, .invalidPort, .invalidTXTRecord:
+            return .badArgumentError
+        case .cancelled: return .cancelledError
+        case .timedOut: return .timeoutError
+        case .daemonUnavailable: return .missingRequiredConfigurationError
+        case .avahi: return .unknownError
+        }
+    }
+
+    /// The Apple-style error dictionary for delegate calls.
+    var errorDictionary: [String: NSNumber] {
+        [NetService.errorCode: NSNumber(value: netServiceErrorCode.rawValue),
+         NetService.errorDomain: NSNumber(value: NetService.netServicesDomain)]
+    }
+}

@@ -1,0 +1,179 @@
+import Foundation
+
+/// Apple's `NetServiceBrowser` on Linux: searches for services or domains through the
+/// avahi-daemon and reports them to its delegate on the scheduled run loop.
+///
+/// Each service is reported once however many interfaces and protocols it is seen on, and
+/// removed when it is gone from the last. Browsing `_services._dns-sd._udp.` lists service types
+/// the way Apple does: each as a `NetService` named like `_http` with type `_tcp.local.`.
+/// `includesPeerToPeer` is accepted and ignored on Linux.
+open class NetServiceBrowser: NSObject, @unchecked Sendable {
+    // @unchecked: every mutable property lives in `state`, a lock-protected box; delegate calls
+    // are made on the scheduled run loop by `scheduler`.
+
+    private struct State {
+        weak var delegate: (any NetServiceBrowserDelegate)?
+        var operation: BrowseOperation?
+        var services: [DiscoveredService: NetService] = [:]
+        var includesPeerToPeer = false
+    }
+
+    private let state = Locked(State())
+    private let scheduler = DelegateScheduler()
+    let context: DiscoveryContext = .shared
+
+    /// Makes a browser; start it with one of the `search…` methods.
+    public override init() {
+        super.init()
+    }
+
+    /// The delegate, held weakly as on Apple platforms.
+    open var delegate: (any NetServiceBrowserDelegate)? {
+        get { state.value.delegate }
+        set { state.withLock { $0.delegate = newValue } }
+    }
+
+    /// Accepted for source compatibility; changes nothing on Linux.
+    open var includesPeerToPeer: Bool {
+        get { state.value.includesPeerToPeer }
+        set { state.withLock { $0.includesPeerToPeer = newValue } }
+    }
+
+    /// Delivers delegate calls on `aRunLoop` in `mode` (the main run loop by default).
+    open func schedule(in aRunLoop: RunLoop, forMode mode: RunLoop.Mode) {
+        scheduler.schedule(in: aRunLoop, forMode: mode)
+    }
+
+    /// Stops delivering delegate calls on `aRunLoop` in `mode`.
+    open func remove(from aRunLoop: RunLoop, forMode mode: RunLoop.Mode) {
+        scheduler.remove(from: aRunLoop, forMode: mode)
+    }
+
+    /// Searches for services of `type` (`_http._tcp.`, a subtype `_printer._sub._http._tcp.`,
+    /// or `_services._dns-sd._udp.` for the list of types) in `domainString` (`""` or `local.`).
+    /// A malformed type or domain is reported as `didNotSearch` with `badArgumentError`; a
+    /// second search while one runs as `activityInProgress`.
+    open func searchForServices(ofType type: String, inDomain domainString: String) {
+        let target: BrowseOperation.Target
+        do {
+            let domain = try ServiceNames.normaliseDomain(domainString)
+            let bare = type.hasSuffix(".") ? String(type.dropLast()) : type
+            if bare.lowercased() == "_services._dns-sd._udp" {
+                target = .serviceTypes(domain: domain)
+            } else {
+                target = .services(type: try ServiceNames.parseType(type).browseType, domain: domain)
+            }
+        } catch {
+            return notSearch(error as? DiscoveryError ?? .invalidServiceType(type, reason: "\(error)"))
+        }
+        start(target)
+    }
+
+    /// Searches for domains to browse; `local.` is always reported first.
+    open func searchForBrowsableDomains() {
+        start(.domains(registration: false))
+    }
+
+    /// Searches for domains to register in; `local.` is always reported first.
+    open func searchForRegistrationDomains() {
+        start(.domains(registration: true))
+    }
+
+    /// Stops the search; the delegate hears `netServiceBrowserDidStopSearch`.
+    open func stop() {
+        let operation = state.withLock { state -> BrowseOperation? in
+            defer { state.operation = nil; state.services = [:] }
+            return state.operation
+        }
+        guard let operation else { return }
+        operation.stop()
+        call { $0.netServiceBrowserDidStopSearch(self) }
+    }
+
+    // MARK: Private
+
+    private func start(_ target: BrowseOperation.Target) {
+        guard state.value.operation == nil else { return notSearch(.activityInProgress) }
+        let operation = BrowseOperation(context: context, target: target) { [weak self] event in
+            self?.handle(event, target: target)
+        }
+        state.withLock { $0.operation = operation }
+        call { $0.netServiceBrowserWillSearch(self) }
+        if case .domains = target {
+            call { $0.netServiceBrowser(self, didFindDomain: "local.", moreComing: false) }
+        }
+        operation.start()
+    }
+
+    private func handle(_ event: BrowseOperation.Event, target: BrowseOperation.Target) {
+        switch event {
+        case .failed(let error):
+            state.withLock { $0.operation = nil; $0.services = [:] }
+            notSearch(error)
+        case .update(let update):
+            if case .domains = target { return reportDomains(update.changes) }
+            // Map each change to the NetService object it concerns, keeping one object per
+            // service so `didRemove` hands back what `didFind` gave.
+            let calls = state.withLock { state -> [(found: Bool, service: NetService)] in
+                guard state.operation != nil else { return [] }
+                return update.changes.map { change in
+                    switch change {
+                    case .added(let found):
+                        let service = Self.makeService(found, target: target)
+                        state.services[found] = service
+                        return (true, service)
+                    case .removed(let gone):
+                        return (false, state.services.removeValue(forKey: gone) ?? Self.makeService(gone, target: target))
+                    }
+                }
+            }
+            for (index, entry) in calls.enumerated() {
+                let more = index < calls.count - 1
+                if entry.found {
+                    call { $0.netServiceBrowser(self, didFind: entry.service, moreComing: more) }
+                } else {
+                    call { $0.netServiceBrowser(self, didRemove: entry.service, moreComing: more) }
+                }
+            }
+        }
+    }
+
+    private func reportDomains(_ changes: [BrowseChange]) {
+        let names: [(Bool, String)] = changes.compactMap { change in
+            switch change {
+            case .added(let d): return d.name == "local" ? nil : (true, d.name + ".")
+            case .removed(let d): return d.name == "local" ? nil : (false, d.name + ".")
+            }
+        }
+        for (index, (found, name)) in names.enumerated() {
+            let more = index < names.count - 1
+            if found {
+                call { $0.netServiceBrowser(self, didFindDomain: name, moreComing: more) }
+            } else {
+                call { $0.netServiceBrowser(self, didRemoveDomain: name, moreComing: more) }
+            }
+        }
+    }
+
+    private static func makeService(_ found: DiscoveredService, target: BrowseOperation.Target) -> NetService {
+        if case .serviceTypes = target {
+            // Apple's form for type enumeration: name "_http", type "_tcp.local.", domain ".".
+            let labels = found.name.split(separator: ".", maxSplits: 1)
+            let first = labels.first.map(String.init) ?? found.name
+            let rest = labels.count > 1 ? String(labels[1]) : ""
+            return NetService(domain: ".", type: "\(rest).\(found.domain).", name: first)
+        }
+        return NetService(domain: found.domain + ".", type: found.type + ".", name: found.name)
+    }
+
+    private func notSearch(_ error: DiscoveryError) {
+        let info = error.errorDictionary
+        call { $0.netServiceBrowser(self, didNotSearch: info) }
+    }
+
+    private func call(_ body: @escaping @Sendable (any NetServiceBrowserDelegate) -> Void) {
+        scheduler.deliver { [self] in
+            if let delegate = self.delegate { body(delegate) }
+        }
+    }
+}
