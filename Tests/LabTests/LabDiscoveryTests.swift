@@ -26,3 +26,38 @@ final class LabDiscoveryTests: XCTestCase {
         XCTAssertTrue(v4?.contains("Lab\\032Probe") ?? false, v4 ?? "")
     }
 }
+
+extension LabDiscoveryTests {
+    static var netsvc: String {
+        LabHost.packageRoot.appendingPathComponent(".build/debug/netsvc").path
+    }
+
+    /// Salut on h1 publishes, Salut on h2 browses and resolves: one service however many
+    /// protocols carry it, resolved to h1's IPv4 address and its IPv6 link-local address with
+    /// the scope of h2's interface.
+    func testSalutFindsSalutAcrossHostsWithLinkLocalScope() throws {
+        try LabHost.requireLab()
+        let h1 = LabHost(name: "h1"), h2 = LabHost(name: "h2")
+        let publisher = try h1.start([Self.netsvc, "publish", "Across", "_salutlab._tcp", "6006", "who=h1", "--json"])
+        defer { publisher.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "\"published\"", timeout: 15), publisher.output)
+
+        let browse = try h2.run([Self.netsvc, "browse", "_salutlab._tcp", "--terminate", "--json"], timeout: 20)
+        let adds = browse.split(separator: "\n").filter { $0.contains("\"add\"") }
+        XCTAssertEqual(adds.count, 1, "one service, seen over IPv4 and IPv6, is reported once: \(browse)")
+
+        var resolved: [String: Any] = [:]
+        let deadline = Date().addingTimeInterval(15)
+        repeat {
+            let out = try h2.run([Self.netsvc, "resolve", "Across", "_salutlab._tcp", "--json"], timeout: 20)
+            resolved = (try? JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any]) ?? [:]
+        } while ((resolved["addresses"] as? [String])?.count ?? 0) < 2 && Date() < deadline
+        let addresses = resolved["addresses"] as? [String] ?? []
+        XCTAssertEqual(resolved["port"] as? Int, 6006)
+        XCTAssertEqual(resolved["host"] as? String, "salut-h1.local")
+        XCTAssertEqual((resolved["txt"] as? [String: Any])?["who"] as? String, "h1")
+        XCTAssertTrue(addresses.contains("198.18.0.1"), "\(addresses)")
+        XCTAssertTrue(addresses.contains { $0.hasPrefix("fe80:") && $0.hasSuffix("%lab0") },
+                      "the IPv6 link-local address carries its scope: \(addresses)")
+    }
+}

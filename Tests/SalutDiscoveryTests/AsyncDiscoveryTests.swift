@@ -187,3 +187,21 @@ extension AsyncDiscoveryTests {
         XCTAssertEqual(resolved.txtRecord.entries.map(\.key), ["zeta", "alpha", "mid"])
     }
 }
+
+extension AsyncDiscoveryTests {
+    func testLocalHostNameResolvesThroughAvahi() async throws {
+        let info = try await DiscoveryContext.shared.daemonInfo()
+        let addresses = try await DiscoveryContext.shared.addresses(ofHost: info.hostNameFQDN, family: .ipv4)
+        XCTAssertTrue(addresses.contains { $0.host == "127.0.0.1" }, "\(addresses)")
+        do {
+            _ = try await DiscoveryContext.shared.addresses(ofHost: "no-such-host-\(UInt32.random(in: 0...UInt32.max)).local", timeout: 2)
+            XCTFail("an unknown host must not resolve")
+        } catch let error as DiscoveryError {
+            XCTAssertTrue(error == .timedOut || error == .notFound, "\(error)")
+        }
+        do {
+            _ = try await DiscoveryContext.shared.addresses(ofHost: "bad..name.local")
+            XCTFail("a malformed host name must be refused")
+        } catch DiscoveryError.invalidHostName {}
+    }
+}

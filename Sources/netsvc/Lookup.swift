@@ -1,0 +1,40 @@
+import ArgumentParser
+import Foundation
+import Salut
+
+struct Lookup: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print the addresses of an mDNS host name.",
+        discussion: """
+            Example:
+              netsvc lookup myhost.local --ipv6
+            """)
+
+    @Argument(help: "The host name, for example myhost.local.")
+    var host: String
+
+    @Flag(help: "IPv4 addresses only.")
+    var ipv4 = false
+
+    @Flag(help: "IPv6 addresses only.")
+    var ipv6 = false
+
+    @Option(help: "Seconds to wait for an answer.")
+    var timeout: Double = 5
+
+    func validate() throws {
+        if ipv4 && ipv6 { throw ValidationError("--ipv4 and --ipv6 exclude each other") }
+    }
+
+    func run() async throws {
+        do {
+            try await requireDaemon()
+            let family: DiscoveryContext.AddressFamily = ipv4 ? .ipv4 : ipv6 ? .ipv6 : .any
+            for address in try await DiscoveryContext.shared.addresses(ofHost: host, family: family, timeout: timeout) {
+                print(address.host)
+            }
+        } catch {
+            throw fail(error)
+        }
+    }
+}

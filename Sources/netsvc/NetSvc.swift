@@ -1,0 +1,81 @@
+import ArgumentParser
+import Foundation
+import Salut
+
+/// `netsvc`: publish, browse, resolve and look up DNS-SD services from the command line.
+@main
+struct NetSvc: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "netsvc",
+        abstract: "Publish, browse and resolve DNS-SD (mDNS) services through the avahi-daemon.",
+        discussion: """
+            Exit codes: 0 success, 1 not found or timed out, 2 usage error (bad arguments),
+            3 avahi-daemon unavailable, 4 name collision with --no-rename.
+
+            Examples:
+              netsvc browse _http._tcp --terminate
+              netsvc publish "My Site" _http._tcp 8080 path=/ --json
+              netsvc resolve "My Site" _http._tcp --timeout 3
+              netsvc lookup myhost.local --ipv4
+            """,
+        subcommands: [Browse.self, Publish.self, Resolve.self, Lookup.self]
+    )
+}
+
+/// Exit codes that scripts can rely on.
+enum ExitStatus {
+    static let notFound = ExitCode(1)
+    static let usage = ExitCode(2)
+    static let daemonUnavailable = ExitCode(3)
+    static let collision = ExitCode(4)
+}
+
+/// Turns a discovery error into a one-line message on stderr and the matching exit code.
+func fail(_ error: any Error) -> ExitCode {
+    let message: String
+    let code: ExitCode
+    switch error {
+    case let error as DiscoveryError:
+        message = error.description
+        switch error {
+        case .timedOut, .notFound: code = ExitStatus.notFound
+        case .daemonUnavailable: code = ExitStatus.daemonUnavailable
+        case .collision: code = ExitStatus.collision
+        case .invalidServiceType, .invalidServiceName, .invalidDomain, .invalidHostName, .invalidPort, .invalidTXTRecord:
+            code = ExitStatus.usage
+        default: code = .failure
+        }
+    default:
+        message = "\(error)"
+        code = .failure
+    }
+    FileHandle.standardError.write(Data("netsvc: \(message)\n".utf8))
+    return code
+}
+
+/// Checks that the daemon answers, so a missing daemon is exit code 3 with a hint, not a hang.
+func requireDaemon() async throws {
+    do {
+        _ = try await DiscoveryContext.shared.daemonInfo(timeout: 3)
+    } catch {
+        throw DiscoveryError.daemonUnavailable("no answer on the D-Bus system bus within 3 s")
+    }
+}
+
+/// Prints one JSON object per line.
+func printJSON(_ object: [String: Any]) {
+    guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
+    FileHandle.standardOutput.write(data + Data("\n".utf8))
+}
+
+/// TXT attributes for JSON: UTF-8 text where it is text, else `base64:` and the bytes.
+func jsonTXT(_ record: TXTRecord) -> [String: Any] {
+    var out: [String: Any] = [:]
+    for entry in record.entries {
+        guard let value = entry.value else { out[entry.key] = true; continue }
+        if let text = String(data: value, encoding: .utf8) { out[entry.key] = text } else {
+            out[entry.key] = "base64:" + value.base64EncodedString()
+        }
+    }
+    return out
+}

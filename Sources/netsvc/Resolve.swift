@@ -1,0 +1,49 @@
+import ArgumentParser
+import Foundation
+import Salut
+
+struct Resolve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Resolve one service to its host, port, addresses and TXT record.",
+        discussion: """
+            Exits 1 when the service does not answer in time.
+
+            Example:
+              netsvc resolve "My Site" _http._tcp --timeout 3 --json
+            """)
+
+    @Argument(help: "The instance name.")
+    var name: String
+
+    @Argument(help: "The service type, for example _http._tcp.")
+    var type: String
+
+    @Option(help: "The domain.")
+    var domain = "local"
+
+    @Option(help: "Seconds to wait for an answer.")
+    var timeout: Double = 5
+
+    @Flag(help: "Write one JSON object.")
+    var json = false
+
+    func run() async throws {
+        do {
+            try await requireDaemon()
+            let result = try await DiscoveredService(name: name, type: type, domain: domain).resolve(timeout: timeout, settle: 0.5)
+            if json {
+                printJSON(["event": "resolved", "name": name, "type": type, "domain": domain,
+                           "host": result.hostName, "port": Int(result.port),
+                           "addresses": result.addresses.map(\.host), "txt": jsonTXT(result.txtRecord)])
+            } else {
+                print("\(name)  \(type)  \(domain)")
+                print("  host       \(result.hostName)")
+                print("  port       \(result.port)")
+                print("  addresses  \(result.addresses.map(\.host).joined(separator: ", "))")
+                print("  txt        \(result.txtRecord)")
+            }
+        } catch {
+            throw fail(error)
+        }
+    }
+}
