@@ -45,6 +45,12 @@ let package = Package(
             path: "Examples/DiscoveryDemo"
         ),
 
+        .executableTarget(
+            name: "discovery-bench",
+            dependencies: ["Salut"],
+            path: "Benchmarks/DiscoveryBench"
+        ),
+
         .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut"]),
         .testTarget(name: "LabTests", dependencies: ["Salut"]),
     ]

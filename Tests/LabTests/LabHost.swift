@@ -20,8 +20,10 @@ struct LabHost {
     /// Starts `arguments` inside this host; stdout and stderr are collected in the returned job.
     func start(_ arguments: [String]) throws -> LabJob {
         let process = Process()
-        process.executableURL = Self.packageRoot.appendingPathComponent("Scripts/lan-lab")
-        process.arguments = ["exec", name] + arguments
+        // `env --default-signal` unblocks every signal, so that `stop()`'s SIGTERM reaches the
+        // command (a child of a libdispatch thread inherits its blocked signals).
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["--default-signal", Self.packageRoot.appendingPathComponent("Scripts/lan-lab").path, "exec", name] + arguments
         let job = LabJob(process: process)
         try process.run()
         return job

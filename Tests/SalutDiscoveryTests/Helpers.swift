@@ -48,8 +48,10 @@ final class Foreign: @unchecked Sendable {
     private var buffer = Data()
 
     init(_ arguments: [String]) throws {
+        // `env --default-signal` unblocks every signal: a child spawned from a libdispatch
+        // thread would otherwise inherit its blocked SIGTERM and ignore `terminate()`.
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = arguments
+        process.arguments = ["--default-signal"] + arguments
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardError = pipe
