@@ -46,6 +46,11 @@ let package = Package(
         ),
 
         .executableTarget(
+            name: "apple-sample",
+            dependencies: ["Salut"],
+            path: "Examples/AppleSample"
+        ),
+        .executableTarget(
             name: "discovery-bench",
             dependencies: ["Salut"],
             path: "Benchmarks/DiscoveryBench"

@@ -309,3 +309,27 @@ final class NetServiceTests: XCTestCase {
         XCTAssertNil(flag["flag"])
     }
 }
+
+extension NetServiceTests {
+    /// Apple-style sample code driven by `RunLoop.main.run()` in its own process publishes,
+    /// browses, resolves and exits as it would on macOS.
+    func testAppleSampleProgramRunsUnchanged() throws {
+        let binary = DaemonRestartTests.root.appendingPathComponent(".build/debug/apple-sample").path
+        guard FileManager.default.isExecutableFile(atPath: binary) else {
+            return XCTFail("build apple-sample first (Scripts/test does: swift build --build-tests builds every target)")
+        }
+        let run = try Foreign([binary, uniqueType("as") + "."])
+        let out = run.finish(seconds: 20)
+        XCTAssertEqual(run.process.terminationStatus, 0, out)
+        XCTAssertTrue(out.contains("published Apple Sample"), out)
+        XCTAssertTrue(out.contains("resolved Apple Sample at ") && out.contains(":4242 hello=world"), out)
+    }
+}
+
+extension AsyncDiscoveryTests {
+    func testEmptyNameMeansTheHostName() async throws {
+        let info = try await DiscoveryContext.shared.daemonInfo()
+        let ad = try await ServiceAdvertisement.publish(name: "", type: uniqueType(), port: 1)
+        XCTAssertEqual(ad.name, info.hostName)
+    }
+}
