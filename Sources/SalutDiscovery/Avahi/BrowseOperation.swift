@@ -10,7 +10,7 @@ import Dispatch
 /// them. Each batch is one `BrowseUpdate`, which is what gives `moreComing` its meaning in the
 /// Apple API. When the daemon goes away every known service is reported removed; when it comes
 /// back the browser restarts by itself.
-final class BrowseOperation: AvahiOperation, @unchecked Sendable {
+final class BrowseOperation: QueueOperation, @unchecked Sendable {
     // @unchecked: every mutable property is used only on `context.queue`.
 
     enum Target: Sendable {
@@ -29,7 +29,6 @@ final class BrowseOperation: AvahiOperation, @unchecked Sendable {
 
     private struct Path: Hashable { var interface: AvahiIfIndex; var proto: AvahiProtocol }
 
-    let context: DiscoveryContext
     let target: Target
     private let deliver: @Sendable (Event) -> Void
     private var browser: OpaquePointer?
@@ -38,33 +37,18 @@ final class BrowseOperation: AvahiOperation, @unchecked Sendable {
     private var cacheExhausted = false
     private var complete = false
     private var flushScheduled = false
-    private var stopped = false
 
     init(context: DiscoveryContext, target: Target, deliver: @escaping @Sendable (Event) -> Void) {
-        self.context = context
         self.target = target
         self.deliver = deliver
-    }
-
-    /// Starts browsing now, or as soon as the daemon is running.
-    func start() {
-        context.queue.async { if !self.stopped { self.context.attach(self) } }
-    }
-
-    /// Stops browsing; no event is delivered after this returns to the queue.
-    func stop() {
-        context.queue.async {
-            self.stopped = true
-            self.freeBrowser()
-            self.context.detach(self)
-        }
+        super.init(context: context)
     }
 
     // MARK: AvahiOperation
 
-    func clientIsRunning(_ client: OpaquePointer) {
+    override func clientIsRunning(_ client: OpaquePointer) {
         guard browser == nil, !stopped else { return }
-        let me = Unmanaged.passUnretained(self).toOpaque()
+        let me = userdata
         let any = AvahiIfIndex(AVAHI_IF_UNSPEC), anyProto = AvahiProtocol(AVAHI_PROTO_UNSPEC)
         switch target {
         case .services(let type, let domain):
@@ -86,14 +70,13 @@ final class BrowseOperation: AvahiOperation, @unchecked Sendable {
             }, me)
         }
         if browser == nil {
-            stopped = true
-            context.detach(self)
+            halt()
             deliver(.failed(DiscoveryError(avahiCode: avahi_client_errno(client))))
         }
     }
 
-    func clientIsLost() {
-        freeBrowser()
+    override func clientIsLost() {
+        releaseAvahiObjects()
         for service in seen.keys.sorted(by: { $0.name < $1.name }) { pending.append(.removed(service)) }
         seen = [:]
         cacheExhausted = false
@@ -103,11 +86,7 @@ final class BrowseOperation: AvahiOperation, @unchecked Sendable {
 
     // MARK: Private
 
-    private static func from(_ userdata: UnsafeMutableRawPointer?) -> BrowseOperation {
-        Unmanaged<BrowseOperation>.fromOpaque(userdata!).takeUnretainedValue()
-    }
-
-    private func freeBrowser() {
+    override func releaseAvahiObjects() {
         guard let browser else { return }
         switch target {
         case .services: avahi_service_browser_free(browser)
@@ -144,7 +123,7 @@ final class BrowseOperation: AvahiOperation, @unchecked Sendable {
         case AVAHI_BROWSER_FAILURE:
             let code = context.runningClient.map { avahi_client_errno($0) } ?? Int32(AVAHI_ERR_FAILURE)
             flush()
-            freeBrowser()
+            releaseAvahiObjects()
             deliver(.failed(DiscoveryError(avahiCode: code)))
         default:
             break

@@ -4,50 +4,36 @@ import SalutStreams
 
 /// Resolves a host name (`name.local`) to its addresses through Avahi, IPv4 and IPv6 at once:
 /// one Avahi host-name resolver per address family, each reporting one address.
-final class HostLookupOperation: AvahiOperation, @unchecked Sendable {
+final class HostLookupOperation: QueueOperation, @unchecked Sendable {
     // @unchecked: every mutable property is used only on `context.queue`.
 
     enum Family: Sendable { case any, ipv4, ipv6 }
 
-    let context: DiscoveryContext
     let hostName: String
     let family: Family
     private let deliver: @Sendable (Result<SocketAddress, DiscoveryError>) -> Void
     private var resolvers: [OpaquePointer] = []
     private var failures = 0
-    private var stopped = false
 
     init(context: DiscoveryContext, hostName: String, family: Family,
          deliver: @escaping @Sendable (Result<SocketAddress, DiscoveryError>) -> Void) {
-        self.context = context
         self.hostName = hostName
         self.family = family
         self.deliver = deliver
+        super.init(context: context)
     }
 
-    func start() {
-        context.queue.async { if !self.stopped { self.context.attach(self) } }
-    }
-
-    func stop() {
-        context.queue.async {
-            self.stopped = true
-            self.clientIsLost()
-            self.context.detach(self)
-        }
-    }
-
-    func clientIsRunning(_ client: OpaquePointer) {
+    override func clientIsRunning(_ client: OpaquePointer) {
         guard resolvers.isEmpty, !stopped else { return }
         var protocols: [Int32] = []
         if family != .ipv6 { protocols.append(AvahiProtocol(AVAHI_PROTO_INET)) }
         if family != .ipv4 { protocols.append(AvahiProtocol(AVAHI_PROTO_INET6)) }
-        let me = Unmanaged.passUnretained(self).toOpaque()
+        let me = userdata
         for proto in protocols {
             let resolver = avahi_host_name_resolver_new(
                 client, AvahiIfIndex(AVAHI_IF_UNSPEC), AvahiProtocol(AVAHI_PROTO_UNSPEC), hostName, proto,
                 AvahiLookupFlags(rawValue: 0), { _, interface, _, event, _, address, _, userdata in
-                    let op = Unmanaged<HostLookupOperation>.fromOpaque(userdata!).takeUnretainedValue()
+                    let op = HostLookupOperation.from(userdata)
                     op.answer(event, address.flatMap { AvahiValues.socketAddress($0, port: 0, interface: interface) })
                 }, me)
             if let resolver { resolvers.append(resolver) } else { failures += 1 }
@@ -57,7 +43,7 @@ final class HostLookupOperation: AvahiOperation, @unchecked Sendable {
         }
     }
 
-    func clientIsLost() {
+    override func releaseAvahiObjects() {
         for resolver in resolvers { avahi_host_name_resolver_free(resolver) }
         resolvers = []
         failures = 0

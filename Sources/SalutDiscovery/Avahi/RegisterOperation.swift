@@ -7,7 +7,7 @@ import Foundation
 /// tries again, or, when renaming is not allowed, fails with `collision`. When the daemon goes
 /// away or re-registers the host name, the entries are withdrawn and registered again as soon as
 /// the daemon is running.
-final class RegisterOperation: AvahiOperation, @unchecked Sendable {
+final class RegisterOperation: QueueOperation, @unchecked Sendable {
     // @unchecked: every mutable property is used only on `context.queue`.
 
     enum Event: Sendable {
@@ -28,25 +28,14 @@ final class RegisterOperation: AvahiOperation, @unchecked Sendable {
         var allowRename: Bool
     }
 
-    let context: DiscoveryContext
     private var request: Request
     private let deliver: @Sendable (Event) -> Void
     private var group: OpaquePointer?
-    private var stopped = false
 
     init(context: DiscoveryContext, request: Request, deliver: @escaping @Sendable (Event) -> Void) {
-        self.context = context
         self.request = request
         self.deliver = deliver
-    }
-
-    func start() {
-        context.queue.async { if !self.stopped { self.context.attach(self) } }
-    }
-
-    /// Withdraws the service at once.
-    func stop() {
-        context.queue.async { self.halt() }
+        super.init(context: context)
     }
 
     /// Replaces the TXT record, live if the service is registered.
@@ -65,13 +54,13 @@ final class RegisterOperation: AvahiOperation, @unchecked Sendable {
 
     // MARK: AvahiOperation
 
-    func clientIsRunning(_ client: OpaquePointer) {
+    override func clientIsRunning(_ client: OpaquePointer) {
         guard !stopped else { return }
         if group == nil {
-            let me = Unmanaged.passUnretained(self).toOpaque()
+            let me = userdata
             group = avahi_entry_group_new(client, { group, state, userdata in
                 guard let userdata else { return }
-                Unmanaged<RegisterOperation>.fromOpaque(userdata).takeUnretainedValue().groupChanged(state)
+                RegisterOperation.from(userdata).groupChanged(state)
             }, me)
             guard group != nil else { return fail(DiscoveryError(avahiCode: avahi_client_errno(client))) }
         }
@@ -81,14 +70,18 @@ final class RegisterOperation: AvahiOperation, @unchecked Sendable {
         if avahi_entry_group_is_empty(group) != 0 { addEntries() }
     }
 
-    func clientIsReregistering() {
+    override func clientIsReregistering() {
         if let group { avahi_entry_group_reset(group) }
     }
 
-    func clientIsLost() {
+    override func clientIsLost() {
+        releaseAvahiObjects()
+        deliver(.withdrawn)
+    }
+
+    override func releaseAvahiObjects() {
         if let group { avahi_entry_group_free(group) }
         group = nil
-        deliver(.withdrawn)
     }
 
     // MARK: Private
@@ -142,10 +135,4 @@ final class RegisterOperation: AvahiOperation, @unchecked Sendable {
         deliver(.failed(error))
     }
 
-    private func halt() {
-        stopped = true
-        if let group { avahi_entry_group_free(group) }
-        group = nil
-        context.detach(self)
-    }
 }

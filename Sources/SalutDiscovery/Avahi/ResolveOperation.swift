@@ -9,54 +9,36 @@ import SalutStreams
 /// type and, for each (interface, protocol) the named instance appears on, a resolver asking for
 /// that protocol's address. Each answer is merged into one `ResolvedService` and delivered again
 /// whenever it gains an address or its TXT record changes.
-final class ResolveOperation: AvahiOperation, @unchecked Sendable {
+final class ResolveOperation: QueueOperation, @unchecked Sendable {
     // @unchecked: every mutable property is used only on `context.queue`.
 
     private struct Path: Hashable { var interface: AvahiIfIndex; var proto: AvahiProtocol }
 
-    let context: DiscoveryContext
     let service: DiscoveredService
     private let deliver: @Sendable (ResolvedService) -> Void
     private var browser: OpaquePointer?
     private var resolvers: [Path: OpaquePointer] = [:]
     private var result: ResolvedService?
-    private var stopped = false
 
     /// - Parameter service: name, base type (`_http._tcp`) and domain, as Avahi spells them.
     init(context: DiscoveryContext, service: DiscoveredService, deliver: @escaping @Sendable (ResolvedService) -> Void) {
-        self.context = context
         self.service = service
         self.deliver = deliver
-    }
-
-    func start() {
-        context.queue.async { if !self.stopped { self.context.attach(self) } }
-    }
-
-    func stop() {
-        context.queue.async {
-            self.stopped = true
-            self.freeAll()
-            self.context.detach(self)
-        }
+        super.init(context: context)
     }
 
     // MARK: AvahiOperation
 
-    func clientIsRunning(_ client: OpaquePointer) {
+    override func clientIsRunning(_ client: OpaquePointer) {
         guard browser == nil, !stopped else { return }
-        let me = Unmanaged.passUnretained(self).toOpaque()
+        let me = userdata
         browser = avahi_service_browser_new(
             client, AvahiIfIndex(AVAHI_IF_UNSPEC), AvahiProtocol(AVAHI_PROTO_UNSPEC), service.type, service.domain,
             AvahiLookupFlags(rawValue: 0), { _, interface, proto, event, name, _, _, _, userdata in
-                let op = Unmanaged<ResolveOperation>.fromOpaque(userdata!).takeUnretainedValue()
+                let op = ResolveOperation.from(userdata)
                 guard let name, String(cString: name) == op.service.name else { return }
                 op.instance(event, Path(interface: interface, proto: proto))
             }, me)
-    }
-
-    func clientIsLost() {
-        freeAll()
     }
 
     // MARK: Private
@@ -65,11 +47,11 @@ final class ResolveOperation: AvahiOperation, @unchecked Sendable {
         switch event {
         case AVAHI_BROWSER_NEW:
             guard resolvers[path] == nil, let client = context.runningClient else { return }
-            let me = Unmanaged.passUnretained(self).toOpaque()
+            let me = userdata
             let resolver = avahi_service_resolver_new(
                 client, path.interface, path.proto, service.name, service.type, service.domain, path.proto,
                 AvahiLookupFlags(rawValue: 0), { _, interface, _, event, _, _, _, host, address, port, txt, _, userdata in
-                    let op = Unmanaged<ResolveOperation>.fromOpaque(userdata!).takeUnretainedValue()
+                    let op = ResolveOperation.from(userdata)
                     guard event == AVAHI_RESOLVER_FOUND else { return }
                     op.found(host: AvahiValues.string(host),
                              address: address.flatMap { AvahiValues.socketAddress($0, port: port, interface: interface) },
@@ -95,7 +77,7 @@ final class ResolveOperation: AvahiOperation, @unchecked Sendable {
         deliver(next)
     }
 
-    private func freeAll() {
+    override func releaseAvahiObjects() {
         for resolver in resolvers.values { avahi_service_resolver_free(resolver) }
         resolvers = [:]
         if let browser { avahi_service_browser_free(browser) }
