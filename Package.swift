@@ -57,6 +57,7 @@ let package = Package(
         ),
 
         .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut"]),
+        .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams"]),
         .testTarget(name: "LabTests", dependencies: ["Salut"]),
     ]
 )

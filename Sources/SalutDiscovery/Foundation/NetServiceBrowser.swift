@@ -1,4 +1,5 @@
 import Foundation
+import SalutStreams
 
 /// Apple's `NetServiceBrowser` on Linux: searches for services or domains through the
 /// avahi-daemon and reports them to its delegate on the scheduled run loop.

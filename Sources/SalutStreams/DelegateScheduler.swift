@@ -1,36 +1,49 @@
 import Foundation
 
-/// Delivers an Apple-style object's delegate calls on the run loop it is scheduled in.
+/// Delivers an Apple-style object's delegate calls (services, browsers, streams) on the run
+/// loop it is scheduled in.
 ///
 /// By default that is the main run loop in the default mode, served through the main dispatch
 /// queue, which both `RunLoop.main.run()` and `dispatchMain()` drain, as on macOS. For another
 /// run loop (`schedule(in:forMode:)`), calls are queued in order and drained by a zero-interval
 /// timer added to that run loop, which wakes it from any thread. An object removed from every
 /// run loop delivers nothing, as Apple documents.
-final class DelegateScheduler: @unchecked Sendable {
+package final class DelegateScheduler: @unchecked Sendable {
     // @unchecked: `loops` and `pending` are only touched while `lock` is held; run loops are
     // only used through `add(_:forMode:)`, which CoreFoundation makes safe from any thread.
 
     private struct Target { var runLoop: RunLoop; var mode: RunLoop.Mode }
 
     private let lock = NSLock()
-    private var loops: [Target] = [Target(runLoop: .main, mode: .default)]
+    private var loops: [Target]
     private var pending: [@Sendable () -> Void] = []
 
-    func schedule(in runLoop: RunLoop, forMode mode: RunLoop.Mode) {
+    /// - Parameter onMainRunLoop: start scheduled in the main run loop's default mode (services
+    ///   and browsers), or in no run loop at all (streams, which Apple leaves unscheduled).
+    package init(onMainRunLoop: Bool = true) {
+        loops = onMainRunLoop ? [Target(runLoop: .main, mode: .default)] : []
+    }
+
+    /// Whether the object is scheduled in any run loop.
+    package var isScheduled: Bool {
+        lock.lock(); defer { lock.unlock() }
+        return !loops.isEmpty
+    }
+
+    package func schedule(in runLoop: RunLoop, forMode mode: RunLoop.Mode) {
         lock.lock(); defer { lock.unlock() }
         if !loops.contains(where: { $0.runLoop === runLoop && $0.mode == mode }) {
             loops.append(Target(runLoop: runLoop, mode: mode))
         }
     }
 
-    func remove(from runLoop: RunLoop, forMode mode: RunLoop.Mode) {
+    package func remove(from runLoop: RunLoop, forMode mode: RunLoop.Mode) {
         lock.lock(); defer { lock.unlock() }
         loops.removeAll { $0.runLoop === runLoop && $0.mode == mode }
     }
 
     /// Runs `call` on the scheduled run loop, after every call delivered before it.
-    func deliver(_ call: @escaping @Sendable () -> Void) {
+    package func deliver(_ call: @escaping @Sendable () -> Void) {
         lock.lock()
         guard let target = loops.first else { lock.unlock(); return }
         if target.runLoop === RunLoop.main && (target.mode == .default || target.mode == .common) {

@@ -1,0 +1,250 @@
+import Foundation
+
+/// The reading end of a bound stream pair (see `Stream.getBoundStreams`).
+final class BoundInputStream: InputStream {
+    // State lives in `buffer` (locked) and `events` (locked): safe for one reader thread while
+    // the writer runs on another.
+
+    let buffer: BoundBuffer
+    let events = StreamEvents()
+    private weak var storedDelegate: (any StreamDelegate)?
+
+    init(buffer: BoundBuffer) {
+        self.buffer = buffer
+        super.init(data: Data())
+    }
+
+    override var delegate: (any StreamDelegate)? {
+        get { storedDelegate }
+        set { storedDelegate = newValue }
+    }
+
+    override var streamStatus: Stream.Status { events.streamStatus }
+    override var streamError: (any Error)? { events.streamError }
+
+    override func open() {
+        guard events.streamStatus == .notOpen else { return }
+        events.set(.opening)
+        events.set(.open)
+        events.post(.openCompleted, to: self, once: true)
+        refresh()
+    }
+
+    override func close() {
+        guard events.streamStatus != .closed else { return }
+        events.set(.closed)
+        buffer.closeReader()
+    }
+
+    /// Reads what is buffered (at most `len` bytes). Blocks while the buffer is empty and the
+    /// writer is open. Returns 0 at the end of the data, -1 when the stream is not open.
+    override func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength len: Int) -> Int {
+        let status = events.streamStatus
+        guard status == .open || status == .atEnd else { return -1 }
+        guard len > 0 else { return 0 }
+        events.consumed(.hasBytesAvailable)
+        let n = self.buffer.read(into: buffer, maxLength: len, blocking: true) ?? 0
+        refresh()
+        return n
+    }
+
+    /// A read that never blocks (for the async side, after waiting for readability).
+    func readWithoutBlocking(_ buffer: UnsafeMutablePointer<UInt8>, maxLength len: Int) -> Int {
+        let status = events.streamStatus
+        guard status == .open || status == .atEnd else { return -1 }
+        events.consumed(.hasBytesAvailable)
+        let n = self.buffer.read(into: buffer, maxLength: len, blocking: false) ?? 0
+        refresh()
+        return n
+    }
+
+    override func getBuffer(_ buffer: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>, length len: UnsafeMutablePointer<Int>) -> Bool {
+        false
+    }
+
+    /// True when a read would not block: bytes are buffered, or the writer has closed (a read
+    /// then returns 0).
+    override var hasBytesAvailable: Bool {
+        let state = buffer.snapshot
+        return state.available > 0 || state.writerClosed
+    }
+
+    override func schedule(in aRunLoop: RunLoop, forMode mode: RunLoop.Mode) {
+        events.scheduler.schedule(in: aRunLoop, forMode: mode)
+        refresh()
+    }
+
+    override func remove(from aRunLoop: RunLoop, forMode mode: RunLoop.Mode) {
+        events.scheduler.remove(from: aRunLoop, forMode: mode)
+    }
+
+    override func property(forKey key: Stream.PropertyKey) -> AnyObject? { nil }
+    override func setProperty(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool { false }
+
+    /// Posts whatever has become true.
+    func refresh() {
+        let status = events.streamStatus
+        guard status == .open || status == .atEnd else { return }
+        let state = buffer.snapshot
+        if state.available > 0 {
+            events.post(.hasBytesAvailable, to: self)
+        } else if state.writerClosed {
+            events.set(.atEnd)
+            events.post(.endEncountered, to: self, once: true)
+        }
+    }
+}
+
+/// The writing end of a bound stream pair.
+final class BoundOutputStream: OutputStream {
+    // State lives in `buffer` (locked) and `events` (locked).
+
+    let buffer: BoundBuffer
+    let events = StreamEvents()
+    private weak var storedDelegate: (any StreamDelegate)?
+
+    init(buffer: BoundBuffer) {
+        self.buffer = buffer
+        super.init(toMemory: ())
+    }
+
+    /// Required by `OutputStream`; makes a writer whose reader is already gone (every write
+    /// fails). Use `Stream.getBoundStreams` or `BoundStreamPair` instead.
+    required init(toMemory: ()) {
+        buffer = BoundBuffer(capacity: 1)
+        buffer.closeReader()
+        super.init(toMemory: ())
+    }
+
+    override var delegate: (any StreamDelegate)? {
+        get { storedDelegate }
+        set { storedDelegate = newValue }
+    }
+
+    override var streamStatus: Stream.Status { events.streamStatus }
+    override var streamError: (any Error)? { events.streamError }
+
+    override func open() {
+        guard events.streamStatus == .notOpen else { return }
+        events.set(.opening)
+        events.set(.open)
+        events.post(.openCompleted, to: self, once: true)
+        refresh()
+    }
+
+    override func close() {
+        guard events.streamStatus != .closed else { return }
+        events.set(.closed)
+        buffer.closeWriter()
+    }
+
+    /// Writes as much of `buffer` as fits (at most the free space) and returns how much it
+    /// took. Blocks while the buffer is full and the reader is open. Returns -1 with
+    /// `streamError` set to ``StreamFailure/readerClosed`` once the reader has closed, or -1
+    /// when the stream is not open.
+    override func write(_ buffer: UnsafePointer<UInt8>, maxLength len: Int) -> Int {
+        guard events.streamStatus == .open else { return -1 }
+        guard len > 0 else { return 0 }
+        events.consumed(.hasSpaceAvailable)
+        switch self.buffer.write(from: buffer, length: len, blocking: true) {
+        case .wrote(let n):
+            refresh()
+            return n
+        case .wouldBlock:
+            return 0
+        case .readerGone:
+            refresh()
+            return -1
+        }
+    }
+
+    /// A write that never blocks (for the async side, after waiting for space); 0 when full.
+    func writeWithoutBlocking(_ buffer: UnsafePointer<UInt8>, length: Int) -> Int {
+        guard events.streamStatus == .open else { return -1 }
+        events.consumed(.hasSpaceAvailable)
+        switch self.buffer.write(from: buffer, length: length, blocking: false) {
+        case .wrote(let n): refresh(); return n
+        case .wouldBlock: return 0
+        case .readerGone: refresh(); return -1
+        }
+    }
+
+    /// True when a write would not block: there is free space (or the reader has gone, when a
+    /// write fails at once).
+    override var hasSpaceAvailable: Bool {
+        let state = buffer.snapshot
+        return state.space > 0 || state.readerClosed
+    }
+
+    override func schedule(in aRunLoop: RunLoop, forMode mode: RunLoop.Mode) {
+        events.scheduler.schedule(in: aRunLoop, forMode: mode)
+        refresh()
+    }
+
+    override func remove(from aRunLoop: RunLoop, forMode mode: RunLoop.Mode) {
+        events.scheduler.remove(from: aRunLoop, forMode: mode)
+    }
+
+    override func property(forKey key: Stream.PropertyKey) -> AnyObject? { nil }
+    override func setProperty(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool { false }
+
+    func refresh() {
+        guard events.streamStatus == .open else { return }
+        let state = buffer.snapshot
+        if state.readerClosed {
+            events.fail(StreamFailure.readerClosed)
+            events.post(.errorOccurred, to: self, once: true)
+        } else if state.space > 0 {
+            events.post(.hasSpaceAvailable, to: self)
+        }
+    }
+}
+
+extension Stream {
+    /// Makes an input and an output stream joined by an in-memory buffer of `bufferSize`
+    /// bytes, as Apple's `getBoundStreams` does: what is written to `outputStream` is read from
+    /// `inputStream`, a write takes at most the free space, and both ends block (unscheduled) or
+    /// post events (scheduled in a run loop) as Apple documents. Both streams start unopened.
+    ///
+    /// A `bufferSize` below 1 is treated as 1.
+    public class func getBoundStreams(withBufferSize bufferSize: Int,
+                                      inputStream: UnsafeMutablePointer<InputStream?>?,
+                                      outputStream: UnsafeMutablePointer<OutputStream?>?) {
+        let pair = BoundStreamPair(bufferSize: bufferSize)
+        inputStream?.pointee = pair.input
+        outputStream?.pointee = pair.output
+    }
+}
+
+/// A bound pair, for Swift callers who prefer a value to out-pointers.
+///
+/// (Apple's signature takes `AutoreleasingUnsafeMutablePointer`, which Linux lacks; call sites
+/// written `&input`/`&output` compile unchanged against the `UnsafeMutablePointer` form here.)
+public struct BoundStreamPair: @unchecked Sendable {
+    // @unchecked: the streams are thread-safe between one reader and one writer.
+
+    /// The reading end.
+    public let input: InputStream
+    /// The writing end.
+    public let output: OutputStream
+
+    /// Makes a pair joined by a buffer of `bufferSize` bytes (at least 1).
+    public init(bufferSize: Int) {
+        let buffer = BoundBuffer(capacity: max(1, bufferSize))
+        let input = BoundInputStream(buffer: buffer)
+        let output = BoundOutputStream(buffer: buffer)
+        let weakInput = WeakStream(input), weakOutput = WeakStream(output)
+        buffer.readerChanged = { weakInput.value?.refresh() }
+        buffer.writerChanged = { weakOutput.value?.refresh() }
+        self.input = input
+        self.output = output
+    }
+}
+
+/// A weak reference to a stream that can travel into the buffer's callbacks.
+private final class WeakStream<S: AnyObject>: @unchecked Sendable {
+    // @unchecked: the referenced streams are safe to poke from the other end's thread (their
+    // `refresh` only takes their own locks).
+    weak var value: S?
+    init(_ value: S) { self.value = value }
+}

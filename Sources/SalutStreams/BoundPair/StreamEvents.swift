@@ -1,0 +1,75 @@
+import Foundation
+
+/// Status, error and event bookkeeping shared by Salut's stream subclasses.
+///
+/// Events follow Apple's rules: each is posted when its condition becomes true, and
+/// `hasBytesAvailable` / `hasSpaceAvailable` are posted again only after the client has read or
+/// written (so a delegate that does not read is not called in a loop). Events go to the delegate
+/// on the run loop the stream is scheduled in; an unscheduled stream posts nothing.
+final class StreamEvents: @unchecked Sendable {
+    // @unchecked: mutable state is guarded by `lock`; delegate calls go through `scheduler`.
+
+    private let lock = NSLock()
+    private var status: Stream.Status = .notOpen
+    private var error: (any Error)?
+    private var waitingForClient: Set<UInt> = []    // events posted and not yet consumed
+    private var posted: Set<UInt> = []               // one-shot events already posted
+    let scheduler = DelegateScheduler(onMainRunLoop: false)
+
+    var streamStatus: Stream.Status { lock.lock(); defer { lock.unlock() }; return status }
+    var streamError: (any Error)? { lock.lock(); defer { lock.unlock() }; return error }
+
+    /// Moves to `status` unless the stream is already closed or failed.
+    func set(_ new: Stream.Status) {
+        lock.lock(); defer { lock.unlock() }
+        if status != .closed && status != .error { status = new }
+    }
+
+    /// Records a failure: status `.error`, the error kept for `streamError`.
+    func fail(_ failure: any Error) {
+        lock.lock()
+        let first = status != .error && status != .closed
+        if first { status = .error; error = failure }
+        lock.unlock()
+    }
+
+    /// The client read or wrote: the matching event may be posted again.
+    func consumed(_ event: Stream.Event) {
+        lock.lock(); waitingForClient.remove(event.rawValue); lock.unlock()
+    }
+
+    /// Posts `event` to `stream`'s delegate if it is due. `once` events are posted at most once;
+    /// others again only after `consumed(_:)`.
+    func post(_ event: Stream.Event, to stream: Stream, once: Bool = false) {
+        guard scheduler.isScheduled else { return }
+        lock.lock()
+        let due = once ? !posted.contains(event.rawValue) : !waitingForClient.contains(event.rawValue)
+        if due { if once { posted.insert(event.rawValue) } else { waitingForClient.insert(event.rawValue) } }
+        lock.unlock()
+        guard due else { return }
+        let target = UncheckedStream(stream)
+        scheduler.deliver { target.stream.delegate?.stream(target.stream, handle: event) }
+    }
+}
+
+/// Carries a stream into a delivery closure.
+struct UncheckedStream: @unchecked Sendable {
+    // @unchecked: the stream is only used on the run loop its delegate calls are delivered on.
+    let stream: Stream
+    init(_ stream: Stream) { self.stream = stream }
+}
+
+/// Why a bound-pair stream operation failed.
+public enum StreamFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The reading end was closed, so nothing written can be delivered.
+    case readerClosed
+    /// The stream is not open (never opened, or already closed).
+    case notOpen
+
+    public var description: String {
+        switch self {
+        case .readerClosed: return "the reading end of the stream pair was closed"
+        case .notOpen: return "the stream is not open"
+        }
+    }
+}

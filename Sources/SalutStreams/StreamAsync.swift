@@ -1,0 +1,74 @@
+import Foundation
+
+/// The bytes of an input stream as an async sequence of `Data` chunks (see `InputStream.chunks`).
+public struct StreamChunks: AsyncSequence {
+    public typealias Element = Data
+
+    let stream: InputStream
+    let chunkSize: Int
+
+    public func makeAsyncIterator() -> Iterator {
+        Iterator(stream: stream, chunkSize: chunkSize)
+    }
+
+    /// Reads the next chunk, suspending (not blocking a thread, for Salut's own streams) while
+    /// nothing is available. Returns nil at the end of the data.
+    public struct Iterator: AsyncIteratorProtocol {
+        let stream: InputStream
+        let chunkSize: Int
+
+        /// - Throws: the stream's error, or ``StreamFailure/notOpen`` when it was closed.
+        public mutating func next() async throws -> Data? {
+            if stream.streamStatus == .notOpen { stream.open() }
+            var chunk = Data(count: chunkSize)
+            let n: Int
+            if let bound = stream as? BoundInputStream {
+                await bound.buffer.readable()
+                n = chunk.withUnsafeMutableBytes { raw in
+                    bound.readWithoutBlocking(raw.bindMemory(to: UInt8.self).baseAddress!, maxLength: chunkSize)
+                }
+            } else {
+                n = chunk.withUnsafeMutableBytes { stream.read($0.bindMemory(to: UInt8.self).baseAddress!, maxLength: chunkSize) }
+            }
+            if n < 0 { throw stream.streamError ?? StreamFailure.notOpen }
+            if n == 0 { return nil }
+            chunk.count = n
+            return chunk
+        }
+    }
+}
+
+extension InputStream {
+    /// The stream's bytes as `Data` chunks of up to 64 KiB: `for try await chunk in input.chunks`.
+    /// Opens the stream if it is not open yet.
+    public var chunks: StreamChunks { StreamChunks(stream: self, chunkSize: 64 * 1024) }
+
+    /// The stream's bytes as chunks of up to `size` bytes (at least 1).
+    public func chunks(ofSize size: Int) -> StreamChunks { StreamChunks(stream: self, chunkSize: max(1, size)) }
+}
+
+extension OutputStream {
+    /// Writes all of `data`, suspending while the buffer is full (for Salut's own streams; other
+    /// streams are written with their blocking `write`). Opens the stream if needed.
+    /// - Throws: ``StreamFailure/readerClosed`` when the reading end closes first, or the
+    ///   stream's own error.
+    public func write(_ data: Data) async throws {
+        if streamStatus == .notOpen { open() }
+        var offset = 0
+        while offset < data.count {
+            let n: Int
+            if let bound = self as? BoundOutputStream {
+                await bound.buffer.writable()
+                n = data.withUnsafeBytes { raw in
+                    bound.writeWithoutBlocking(raw.bindMemory(to: UInt8.self).baseAddress! + offset, length: data.count - offset)
+                }
+            } else {
+                n = data.withUnsafeBytes { raw in
+                    write(raw.bindMemory(to: UInt8.self).baseAddress! + offset, maxLength: data.count - offset)
+                }
+            }
+            if n < 0 { throw streamError ?? StreamFailure.notOpen }
+            offset += n
+        }
+    }
+}

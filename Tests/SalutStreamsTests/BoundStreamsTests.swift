@@ -1,0 +1,261 @@
+import Foundation
+import SalutStreams
+import XCTest
+
+/// Records stream events on the run loop of a worker thread.
+final class EventLog: NSObject, StreamDelegate, @unchecked Sendable {
+    // @unchecked: `events` is guarded by `lock`.
+    private let lock = NSLock()
+    private var recorded: [(ObjectIdentifier, Stream.Event)] = []
+    var onEvent: ((Stream, Stream.Event) -> Void)?
+
+    func stream(_ aStream: Stream, handle eventCode: Stream.Event) {
+        lock.lock(); recorded.append((ObjectIdentifier(aStream), eventCode)); lock.unlock()
+        onEvent?(aStream, eventCode)
+    }
+
+    func events(of stream: Stream) -> [Stream.Event] {
+        lock.lock(); defer { lock.unlock() }
+        return recorded.filter { $0.0 == ObjectIdentifier(stream) }.map(\.1)
+    }
+
+    /// Waits until `stream` has received `count` events (or `seconds` pass).
+    func wait(for stream: Stream, count: Int, seconds: Double = 5) -> [Stream.Event] {
+        let deadline = Date().addingTimeInterval(seconds)
+        while events(of: stream).count < count && Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        return events(of: stream)
+    }
+}
+
+/// A thread running its own run loop until stopped.
+final class RunLoopThread: @unchecked Sendable {
+    // @unchecked: `runLoop` is set once before `ready` is signalled; `stopped` only goes true.
+    private(set) var runLoop: RunLoop!
+    private var stopped = false
+    private let ready = DispatchSemaphore(value: 0)
+
+    init() {
+        // The thread holds `self` strongly until it has seen `stopped` and left its loop.
+        let thread = Thread { [self] in
+            self.runLoop = RunLoop.current
+            // A far-future timer keeps the run loop from returning at once for lack of sources.
+            RunLoop.current.add(Timer(timeInterval: 1e6, repeats: false) { _ in }, forMode: .default)
+            self.ready.signal()
+            while !self.stopped { _ = RunLoop.current.run(mode: .default, before: Date().addingTimeInterval(0.05)) }
+        }
+        thread.start()
+        ready.wait()
+    }
+
+    func stop() { stopped = true }
+}
+
+func bytes(_ stream: InputStream, max: Int) -> [UInt8] {
+    var buffer = [UInt8](repeating: 0, count: max)
+    let n = stream.read(&buffer, maxLength: max)
+    return n > 0 ? Array(buffer.prefix(n)) : []
+}
+
+func write(_ stream: OutputStream, _ bytes: [UInt8]) -> Int {
+    bytes.withUnsafeBufferPointer { stream.write($0.baseAddress!, maxLength: $0.count) }
+}
+
+final class BoundStreamsTests: XCTestCase {
+    func testCallSiteAsOnMacOS() {
+        var input: InputStream?
+        var output: OutputStream?
+        Stream.getBoundStreams(withBufferSize: 1024, inputStream: &input, outputStream: &output)
+        XCTAssertNotNil(input)
+        XCTAssertNotNil(output)
+        XCTAssertEqual(input?.streamStatus, .notOpen)
+        XCTAssertEqual(output?.streamStatus, .notOpen)
+    }
+
+    func testPartialWritesOrderAndAvailability() {
+        let pair = BoundStreamPair(bufferSize: 8)
+        pair.input.open(); pair.output.open()
+        XCTAssertEqual(pair.input.streamStatus, .open)
+        XCTAssertFalse(pair.input.hasBytesAvailable)
+        XCTAssertTrue(pair.output.hasSpaceAvailable)
+        XCTAssertEqual(write(pair.output, Array(0..<20)), 8, "a write takes at most the free space")
+        XCTAssertFalse(pair.output.hasSpaceAvailable, "full: a write would block")
+        XCTAssertTrue(pair.input.hasBytesAvailable)
+        XCTAssertEqual(bytes(pair.input, max: 5), [0, 1, 2, 3, 4])
+        XCTAssertTrue(pair.output.hasSpaceAvailable)
+        XCTAssertEqual(write(pair.output, Array(8..<20)), 5, "wraps around the ring")
+        XCTAssertEqual(bytes(pair.input, max: 100), [5, 6, 7, 8, 9, 10, 11, 12])
+        XCTAssertFalse(pair.input.hasBytesAvailable, "empty: a read would block")
+    }
+
+    func testEndOfDataAndStatuses() {
+        let pair = BoundStreamPair(bufferSize: 16)
+        pair.input.open(); pair.output.open()
+        XCTAssertEqual(write(pair.output, [1, 2, 3]), 3)
+        pair.output.close()
+        XCTAssertEqual(pair.output.streamStatus, .closed)
+        XCTAssertEqual(bytes(pair.input, max: 2), [1, 2], "buffered bytes survive the writer's close")
+        XCTAssertEqual(bytes(pair.input, max: 2), [3])
+        var scratch = [UInt8](repeating: 0, count: 4)
+        XCTAssertEqual(pair.input.read(&scratch, maxLength: 4), 0, "end of data")
+        XCTAssertEqual(pair.input.streamStatus, .atEnd)
+        pair.input.close()
+        XCTAssertEqual(pair.input.streamStatus, .closed)
+        XCTAssertEqual(pair.input.read(&scratch, maxLength: 4), -1, "a closed stream reads -1")
+    }
+
+    func testClosingTheReaderFailsWrites() {
+        let pair = BoundStreamPair(bufferSize: 4)
+        pair.input.open(); pair.output.open()
+        XCTAssertEqual(write(pair.output, [1, 2, 3, 4]), 4)
+        let blocked = expectation(description: "a blocked writer wakes when the reader closes")
+        let output = UncheckedBox(pair.output)
+        DispatchQueue.global().async {
+            let n = write(output.value, [5])
+            XCTAssertEqual(n, -1)
+            blocked.fulfill()
+        }
+        Thread.sleep(forTimeInterval: 0.05)
+        pair.input.close()
+        wait(for: [blocked], timeout: 5)
+        XCTAssertEqual(pair.output.streamStatus, .error)
+        XCTAssertEqual(pair.output.streamError as? StreamFailure, .readerClosed)
+        XCTAssertEqual(write(pair.output, [6]), -1)
+    }
+
+    func testUnscheduledReadBlocksUntilDataArrives() {
+        let pair = BoundStreamPair(bufferSize: 16)
+        pair.input.open(); pair.output.open()
+        let got = expectation(description: "blocked read returns the bytes written later")
+        let input = UncheckedBox(pair.input)
+        let started = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            started.signal()
+            XCTAssertEqual(bytes(input.value, max: 16), [42, 43])
+            got.fulfill()
+        }
+        started.wait()
+        Thread.sleep(forTimeInterval: 0.05)
+        XCTAssertEqual(write(pair.output, [42, 43]), 2)
+        wait(for: [got], timeout: 5)
+    }
+
+    func testScheduledEventsComeWhenTrueAndNeverInALoop() {
+        let worker = RunLoopThread()
+        defer { worker.stop() }
+        let pair = BoundStreamPair(bufferSize: 4)
+        let log = EventLog()
+        pair.input.delegate = log
+        pair.output.delegate = log
+        pair.input.schedule(in: worker.runLoop, forMode: .default)
+        pair.output.schedule(in: worker.runLoop, forMode: .default)
+        pair.input.open(); pair.output.open()
+        XCTAssertEqual(log.wait(for: pair.input, count: 1), [.openCompleted])
+        XCTAssertEqual(log.wait(for: pair.output, count: 2), [.openCompleted, .hasSpaceAvailable])
+
+        XCTAssertEqual(write(pair.output, [1]), 1)
+        XCTAssertEqual(log.wait(for: pair.input, count: 2), [.openCompleted, .hasBytesAvailable])
+        XCTAssertEqual(write(pair.output, [2]), 1)
+        Thread.sleep(forTimeInterval: 0.1)
+        XCTAssertEqual(log.events(of: pair.input).filter { $0 == .hasBytesAvailable }.count, 1,
+                       "no second hasBytesAvailable until the client reads")
+        XCTAssertEqual(bytes(pair.input, max: 1), [1])
+        XCTAssertEqual(log.wait(for: pair.input, count: 3).last, .hasBytesAvailable, "bytes remain after the read")
+        XCTAssertEqual(bytes(pair.input, max: 1), [2])
+        pair.output.close()
+        XCTAssertEqual(log.wait(for: pair.input, count: 4).last, .endEncountered)
+        Thread.sleep(forTimeInterval: 0.1)
+        XCTAssertEqual(log.events(of: pair.input).filter { $0 == .endEncountered }.count, 1)
+
+        // The reader closing is an error for a scheduled writer.
+        let second = BoundStreamPair(bufferSize: 4)
+        second.output.delegate = log
+        second.output.schedule(in: worker.runLoop, forMode: .default)
+        second.input.open(); second.output.open()
+        second.input.close()
+        XCTAssertEqual(log.wait(for: second.output, count: 3).last, .errorOccurred)
+    }
+
+    func testOneGibibyteBetweenTwoThreadsArrivesIntact() {
+        let pair = BoundStreamPair(bufferSize: 64 * 1024)
+        pair.input.open(); pair.output.open()
+        let total = 1 << 30, chunk = 64 * 1024
+        let blocks = total / chunk
+        let input = UncheckedBox(pair.input), output = UncheckedBox(pair.output)
+        let done = expectation(description: "consumer verified every byte")
+        // Each block is a fixed pattern with its index stamped in front: a lost, repeated,
+        // reordered or corrupted byte changes what the consumer sees.
+        var pattern = [UInt8](repeating: 0, count: chunk)
+        for i in 0..<chunk { pattern[i] = UInt8(truncatingIfNeeded: i &* 31 &+ 7) }
+        let template = pattern
+        DispatchQueue.global().async {
+            var block = template
+            for index in 0..<blocks {
+                withUnsafeBytes(of: UInt64(index).littleEndian) { block.replaceSubrange(0..<8, with: $0) }
+                var offset = 0
+                while offset < chunk {
+                    let n = block.withUnsafeBufferPointer { output.value.write($0.baseAddress! + offset, maxLength: chunk - offset) }
+                    XCTAssertGreaterThan(n, 0)
+                    if n <= 0 { return }
+                    offset += n
+                }
+            }
+            output.value.close()
+        }
+        DispatchQueue.global().async {
+            var expected = template
+            var received = [UInt8](repeating: 0, count: chunk)
+            var filled = 0, index = 0, mismatches = 0, bytesSeen = 0
+            while true {
+                let n = received.withUnsafeMutableBufferPointer { input.value.read($0.baseAddress! + filled, maxLength: chunk - filled) }
+                if n <= 0 { break }
+                filled += n
+                bytesSeen += n
+                if filled == chunk {
+                    withUnsafeBytes(of: UInt64(index).littleEndian) { expected.replaceSubrange(0..<8, with: $0) }
+                    if received != expected { mismatches += 1 }
+                    index += 1
+                    filled = 0
+                }
+            }
+            XCTAssertEqual(bytesSeen, total)
+            XCTAssertEqual(index, blocks)
+            XCTAssertEqual(mismatches, 0)
+            done.fulfill()
+        }
+        wait(for: [done], timeout: 600)
+    }
+
+    func testAsyncChunksAndWritesSuspendWhileFull() async throws {
+        let pair = BoundStreamPair(bufferSize: 1000)
+        let payload = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 13) })
+        let output = UncheckedBox(pair.output), input = UncheckedBox(pair.input)
+        let writer = Task {
+            try await output.value.write(payload)
+            output.value.close()
+        }
+        var received = Data()
+        for try await chunk in input.value.chunks(ofSize: 777) {
+            XCTAssertLessThanOrEqual(chunk.count, 777)
+            received.append(chunk)
+        }
+        try await writer.value
+        XCTAssertEqual(received, payload)
+
+        let closed = BoundStreamPair(bufferSize: 10)
+        closed.input.open()
+        closed.input.close()
+        do {
+            try await UncheckedBox(closed.output).value.write(Data(count: 100))
+            XCTFail("writing after the reader closed must throw")
+        } catch let error as StreamFailure {
+            XCTAssertEqual(error, .readerClosed)
+        }
+    }
+}
+
+/// Moves a non-Sendable stream into a closure that runs on another thread.
+struct UncheckedBox<T>: @unchecked Sendable {
+    // @unchecked: bound streams are safe between one reader thread and one writer thread.
+    let value: T
+    init(_ value: T) { self.value = value }
+}
