@@ -56,6 +56,12 @@ let package = Package(
             path: "Benchmarks/DiscoveryBench"
         ),
 
+        .executableTarget(
+            name: "streams-bench",
+            dependencies: ["SalutStreams"],
+            path: "Benchmarks/StreamsBench"
+        ),
+
         .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut"]),
         .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams"]),
         .testTarget(name: "LabTests", dependencies: ["Salut"]),

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Delivers an Apple-style object's delegate calls (services, browsers, streams) on the run
 /// loop it is scheduled in.
@@ -17,17 +18,19 @@ package final class DelegateScheduler: @unchecked Sendable {
     private let lock = NSLock()
     private var loops: [Target]
     private var pending: [@Sendable () -> Void] = []
+    /// Mirrors `!loops.isEmpty` without the lock, for hot paths that only need to know.
+    private let scheduled: Atomic<Bool>
 
     /// - Parameter onMainRunLoop: start scheduled in the main run loop's default mode (services
     ///   and browsers), or in no run loop at all (streams, which Apple leaves unscheduled).
     package init(onMainRunLoop: Bool = true) {
         loops = onMainRunLoop ? [Target(runLoop: .main, mode: .default)] : []
+        scheduled = Atomic(onMainRunLoop)
     }
 
-    /// Whether the object is scheduled in any run loop.
+    /// Whether the object is scheduled in any run loop (lock-free).
     package var isScheduled: Bool {
-        lock.lock(); defer { lock.unlock() }
-        return !loops.isEmpty
+        scheduled.load(ordering: .acquiring)
     }
 
     package func schedule(in runLoop: RunLoop, forMode mode: RunLoop.Mode) {
@@ -35,11 +38,13 @@ package final class DelegateScheduler: @unchecked Sendable {
         if !loops.contains(where: { $0.runLoop === runLoop && $0.mode == mode }) {
             loops.append(Target(runLoop: runLoop, mode: mode))
         }
+        scheduled.store(true, ordering: .releasing)
     }
 
     package func remove(from runLoop: RunLoop, forMode mode: RunLoop.Mode) {
         lock.lock(); defer { lock.unlock() }
         loops.removeAll { $0.runLoop === runLoop && $0.mode == mode }
+        scheduled.store(!loops.isEmpty, ordering: .releasing)
     }
 
     /// Runs `call` on the scheduled run loop, after every call delivered before it.

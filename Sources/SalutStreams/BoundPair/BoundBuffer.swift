@@ -1,10 +1,12 @@
 import Foundation
+import Synchronization
 
 /// The fixed-capacity ring buffer that joins a bound stream pair, with everything both ends
 /// need to wait and to be told: a condition for blocking reads and writes, continuations for
 /// async ones, and a callback to each end when its state may have changed.
 ///
-/// One reader and one writer may use it from different threads at once.
+/// One reader and one writer may use it from different threads at once (not two readers or two
+/// writers: each side copies its bytes outside the lock, relying on being the only one).
 final class BoundBuffer: @unchecked Sendable {
     // @unchecked: every mutable property is guarded by `condition` (an NSCondition, which is
     // also the lock); callbacks are invoked with the lock released.
@@ -13,9 +15,15 @@ final class BoundBuffer: @unchecked Sendable {
     private let condition = NSCondition()
     private var storage: UnsafeMutableRawBufferPointer
     private var head = 0          // index of the first unread byte
-    private var count = 0         // unread bytes
-    private(set) var writerClosed = false
-    private(set) var readerClosed = false
+    private var count = 0 { didSet { published.store(count, ordering: .releasing) } }   // unread bytes
+    /// `count`, readable without the lock: a blocked side spins on it briefly before sleeping,
+    /// which spares a context switch when the other side is running on another core.
+    private let published = Atomic<Int>(0)
+    private(set) var writerClosed = false { didSet { closedFlag.store(true, ordering: .relaxed) } }
+    private(set) var readerClosed = false { didSet { closedFlag.store(true, ordering: .relaxed) } }
+    private let closedFlag = Atomic<Bool>(false)
+    private var blockedReaders = 0   // threads waiting in `read(blocking: true)`
+    private var blockedWriters = 0   // threads waiting in `write(blocking: true)`
     private var readWaiters: [CheckedContinuation<Void, Never>] = []
     private var writeWaiters: [CheckedContinuation<Void, Never>] = []
 
@@ -49,28 +57,35 @@ final class BoundBuffer: @unchecked Sendable {
     /// Copies up to `maxLength` bytes out. With `blocking`, waits until there is something to
     /// read or the writer has closed. Returns 0 at the end of the data, nil when it would block.
     func read(into buffer: UnsafeMutablePointer<UInt8>, maxLength: Int, blocking: Bool) -> Int? {
+        if blocking { spin { $0 > 0 } }
         condition.lock()
         while count == 0 && !writerClosed && !readerClosed {
             guard blocking else { condition.unlock(); return nil }
+            blockedReaders += 1
             condition.wait()
+            blockedReaders -= 1
         }
         let n = min(count, maxLength)
+        let start = head
+        condition.unlock()
+        // One reader and one writer: the bytes [head, head + count) belong to the reader until
+        // it gives them back below, so they are copied without holding the lock.
         var copied = 0
         while copied < n {
-            let run = min(n - copied, capacity - head)
-            UnsafeMutableRawPointer(buffer + copied).copyMemory(from: storage.baseAddress! + head, byteCount: run)
-            head = (head + run) % capacity
+            let from = (start + copied) % capacity
+            let run = min(n - copied, capacity - from)
+            UnsafeMutableRawPointer(buffer + copied).copyMemory(from: storage.baseAddress! + from, byteCount: run)
             copied += run
         }
+        guard n > 0 else { return 0 }
+        condition.lock()
+        head = (start + n) % capacity
         count -= n
-        if count == 0 { head = 0 }
-        let waiters = n > 0 ? takeWriteWaiters() : []
-        if n > 0 { condition.broadcast() }
+        let waiters = takeWriteWaiters()
+        if blockedWriters > 0 { condition.broadcast() }
         condition.unlock()
-        if n > 0 {
-            waiters.forEach { $0.resume() }
-            writerChanged?()
-        }
+        waiters.forEach { $0.resume() }
+        writerChanged?()
         return n
     }
 
@@ -95,29 +110,35 @@ final class BoundBuffer: @unchecked Sendable {
     /// Copies up to `length` bytes in (as many as fit). With `blocking`, waits until there is
     /// room or the reader has closed.
     func write(from buffer: UnsafePointer<UInt8>, length: Int, blocking: Bool) -> WriteResult {
+        if blocking { spin { $0 < self.capacity } }
         condition.lock()
         while count == capacity && !readerClosed && !writerClosed {
             guard blocking else { condition.unlock(); return .wouldBlock }
+            blockedWriters += 1
             condition.wait()
+            blockedWriters -= 1
         }
         guard !readerClosed, !writerClosed else { condition.unlock(); return .readerGone }
         let n = min(capacity - count, length)
+        let tail = (head + count) % capacity
+        condition.unlock()
+        // The free region after the unread bytes belongs to the writer until it publishes the
+        // new count below, so it is filled without holding the lock.
         var copied = 0
-        var tail = (head + count) % capacity
         while copied < n {
-            let run = min(n - copied, capacity - tail)
-            (storage.baseAddress! + tail).copyMemory(from: UnsafeRawPointer(buffer + copied), byteCount: run)
-            tail = (tail + run) % capacity
+            let to = (tail + copied) % capacity
+            let run = min(n - copied, capacity - to)
+            (storage.baseAddress! + to).copyMemory(from: UnsafeRawPointer(buffer + copied), byteCount: run)
             copied += run
         }
+        guard n > 0 else { return .wrote(0) }
+        condition.lock()
         count += n
-        let waiters = n > 0 ? takeReadWaiters() : []
-        if n > 0 { condition.broadcast() }
+        let waiters = takeReadWaiters()
+        if blockedReaders > 0 { condition.broadcast() }
         condition.unlock()
-        if n > 0 {
-            waiters.forEach { $0.resume() }
-            readerChanged?()
-        }
+        waiters.forEach { $0.resume() }
+        readerChanged?()
         return .wrote(n)
     }
 
@@ -132,6 +153,13 @@ final class BoundBuffer: @unchecked Sendable {
                 writeWaiters.append(continuation)
                 condition.unlock()
             }
+        }
+    }
+
+    /// Spins for a few microseconds until `ready(count)` holds (or gives up).
+    private func spin(until ready: (Int) -> Bool) {
+        for _ in 0..<4_000 {
+            if ready(published.load(ordering: .acquiring)) || closedFlag.load(ordering: .relaxed) { return }
         }
     }
 

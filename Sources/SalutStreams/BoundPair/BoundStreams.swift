@@ -39,21 +39,21 @@ final class BoundInputStream: InputStream {
     /// Reads what is buffered (at most `len` bytes). Blocks while the buffer is empty and the
     /// writer is open. Returns 0 at the end of the data, -1 when the stream is not open.
     override func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength len: Int) -> Int {
-        let status = events.streamStatus
-        guard status == .open || status == .atEnd else { return -1 }
-        guard len > 0 else { return 0 }
-        events.consumed(.hasBytesAvailable)
-        let n = self.buffer.read(into: buffer, maxLength: len, blocking: true) ?? 0
-        refresh()
-        return n
+        read(buffer, maxLength: len, blocking: true)
     }
 
     /// A read that never blocks (for the async side, after waiting for readability).
     func readWithoutBlocking(_ buffer: UnsafeMutablePointer<UInt8>, maxLength len: Int) -> Int {
+        read(buffer, maxLength: len, blocking: false)
+    }
+
+    private func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength len: Int, blocking: Bool) -> Int {
         let status = events.streamStatus
         guard status == .open || status == .atEnd else { return -1 }
+        guard len > 0 else { return 0 }
         events.consumed(.hasBytesAvailable)
-        let n = self.buffer.read(into: buffer, maxLength: len, blocking: false) ?? 0
+        let n = self.buffer.read(into: buffer, maxLength: len, blocking: blocking) ?? 0
+        if n == 0 && self.buffer.writerClosed { events.set(.atEnd) }
         refresh()
         return n
     }
@@ -81,8 +81,9 @@ final class BoundInputStream: InputStream {
     override func property(forKey key: Stream.PropertyKey) -> AnyObject? { nil }
     override func setProperty(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool { false }
 
-    /// Posts whatever has become true.
+    /// Posts whatever has become true (only a scheduled stream posts events).
     func refresh() {
+        guard events.scheduler.isScheduled else { return }
         let status = events.streamStatus
         guard status == .open || status == .atEnd else { return }
         let state = buffer.snapshot
@@ -143,29 +144,28 @@ final class BoundOutputStream: OutputStream {
     /// `streamError` set to ``StreamFailure/readerClosed`` once the reader has closed, or -1
     /// when the stream is not open.
     override func write(_ buffer: UnsafePointer<UInt8>, maxLength len: Int) -> Int {
+        write(buffer, length: len, blocking: true)
+    }
+
+    /// A write that never blocks (for the async side, after waiting for space); 0 when full.
+    func writeWithoutBlocking(_ buffer: UnsafePointer<UInt8>, length: Int) -> Int {
+        write(buffer, length: length, blocking: false)
+    }
+
+    private func write(_ buffer: UnsafePointer<UInt8>, length: Int, blocking: Bool) -> Int {
         guard events.streamStatus == .open else { return -1 }
-        guard len > 0 else { return 0 }
+        guard length > 0 else { return 0 }
         events.consumed(.hasSpaceAvailable)
-        switch self.buffer.write(from: buffer, length: len, blocking: true) {
+        switch self.buffer.write(from: buffer, length: length, blocking: blocking) {
         case .wrote(let n):
             refresh()
             return n
         case .wouldBlock:
             return 0
         case .readerGone:
+            events.fail(StreamFailure.readerClosed)
             refresh()
             return -1
-        }
-    }
-
-    /// A write that never blocks (for the async side, after waiting for space); 0 when full.
-    func writeWithoutBlocking(_ buffer: UnsafePointer<UInt8>, length: Int) -> Int {
-        guard events.streamStatus == .open else { return -1 }
-        events.consumed(.hasSpaceAvailable)
-        switch self.buffer.write(from: buffer, length: length, blocking: false) {
-        case .wrote(let n): refresh(); return n
-        case .wouldBlock: return 0
-        case .readerGone: refresh(); return -1
         }
     }
 
@@ -189,7 +189,7 @@ final class BoundOutputStream: OutputStream {
     override func setProperty(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool { false }
 
     func refresh() {
-        guard events.streamStatus == .open else { return }
+        guard events.scheduler.isScheduled, events.streamStatus == .open || buffer.snapshot.readerClosed else { return }
         let state = buffer.snapshot
         if state.readerClosed {
             events.fail(StreamFailure.readerClosed)

@@ -35,6 +35,7 @@ final class StreamEvents: @unchecked Sendable {
 
     /// The client read or wrote: the matching event may be posted again.
     func consumed(_ event: Stream.Event) {
+        guard scheduler.isScheduled else { return }
         lock.lock(); waitingForClient.remove(event.rawValue); lock.unlock()
     }
 

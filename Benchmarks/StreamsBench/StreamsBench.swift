@@ -1,0 +1,110 @@
+// streams-bench: Salut's bound stream pair against an OS pipe, in one run: one writer thread and
+// one reader thread move the same bytes in the same chunk size through a 64 KiB buffer (the
+// pipe's default capacity on Linux is also 64 KiB).
+//
+//   streams-bench [--mib N] [--chunk BYTES] [--rounds N]
+import Foundation
+import Glibc
+import SalutStreams
+
+let arguments = CommandLine.arguments
+func option(_ name: String, _ fallback: Int) -> Int {
+    guard let i = arguments.firstIndex(of: name), i + 1 < arguments.count, let v = Int(arguments[i + 1]) else { return fallback }
+    return v
+}
+
+struct Box<T>: @unchecked Sendable {
+    // @unchecked: each box is used by exactly one thread after hand-over.
+    let value: T
+}
+
+/// Runs `writer` and `reader` on two threads; returns the seconds until both finish.
+func race(writer: @escaping @Sendable () -> Void, reader: @escaping @Sendable () -> Int) -> (Double, Int) {
+    let group = DispatchGroup()
+    let received = UnsafeMutablePointer<Int>.allocate(capacity: 1)
+    defer { received.deallocate() }
+    let receivedBox = Box(value: received)
+    let start = DispatchTime.now()
+    group.enter()
+    Thread { writer(); group.leave() }.start()
+    group.enter()
+    Thread { receivedBox.value.pointee = reader(); group.leave() }.start()
+    group.wait()
+    let seconds = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
+    return (seconds, received.pointee)
+}
+
+func boundPair(total: Int, chunk: Int) -> (Double, Int) {
+    let pair = BoundStreamPair(bufferSize: 64 * 1024)
+    pair.input.open(); pair.output.open()
+    let input = Box(value: pair.input), output = Box(value: pair.output)
+    return race(writer: {
+        let block = [UInt8](repeating: 0xA5, count: chunk)
+        var sent = 0
+        while sent < total {
+            var offset = 0
+            while offset < chunk {
+                let n = block.withUnsafeBufferPointer { output.value.write($0.baseAddress! + offset, maxLength: chunk - offset) }
+                precondition(n > 0)
+                offset += n
+            }
+            sent += chunk
+        }
+        output.value.close()
+    }, reader: {
+        var buffer = [UInt8](repeating: 0, count: chunk)
+        var got = 0
+        while true {
+            let n = buffer.withUnsafeMutableBufferPointer { input.value.read($0.baseAddress!, maxLength: chunk) }
+            if n <= 0 { return got }
+            got += n
+        }
+    })
+}
+
+func pipe(total: Int, chunk: Int) -> (Double, Int) {
+    var fds: [Int32] = [0, 0]
+    precondition(Glibc.pipe(&fds) == 0)
+    let (readEnd, writeEnd) = (fds[0], fds[1])
+    return race(writer: {
+        let block = [UInt8](repeating: 0xA5, count: chunk)
+        var sent = 0
+        while sent < total {
+            var offset = 0
+            while offset < chunk {
+                let n = block.withUnsafeBufferPointer { Glibc.write(writeEnd, $0.baseAddress! + offset, chunk - offset) }
+                precondition(n > 0)
+                offset += n
+            }
+            sent += chunk
+        }
+        close(writeEnd)
+    }, reader: {
+        var buffer = [UInt8](repeating: 0, count: chunk)
+        var got = 0
+        while true {
+            let n = buffer.withUnsafeMutableBufferPointer { Glibc.read(readEnd, $0.baseAddress!, chunk) }
+            if n <= 0 { close(readEnd); return got }
+            got += n
+        }
+    })
+}
+
+let mib = option("--mib", 1024)
+let chunk = option("--chunk", 16 * 1024)
+let rounds = option("--rounds", 3)
+let total = mib << 20
+print("streams-bench: \(mib) MiB, \(chunk)-byte chunks, 64 KiB buffer, best of \(rounds)")
+var ours: [Double] = [], theirs: [Double] = []
+for _ in 0..<rounds {
+    let (a, gotA) = boundPair(total: total, chunk: chunk)
+    precondition(gotA == total, "bound pair lost bytes")
+    let (b, gotB) = pipe(total: total, chunk: chunk)
+    precondition(gotB == total, "pipe lost bytes")
+    ours.append(a); theirs.append(b)
+}
+let best = (ours.min()!, theirs.min()!)
+let rate = { (s: Double) in Double(total) / s / 1_048_576 }
+print(String(format: "  bound stream pair  %7.0f MiB/s  (%.3f s)", rate(best.0), best.0))
+print(String(format: "  OS pipe            %7.0f MiB/s  (%.3f s)", rate(best.1), best.1))
+print(String(format: "  ratio bound/pipe   %.2f", best.1 / best.0))
