@@ -59,6 +59,18 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// The address bytes in network order (4 for IPv4, 16 for IPv6), without port or scope.
+    public var rawBytes: [UInt8] {
+        data.withUnsafeBytes { raw in
+            if isIPv6 {
+                var addr = raw.loadUnaligned(as: sockaddr_in6.self).sin6_addr
+                return withUnsafeBytes(of: &addr) { Array($0) }
+            }
+            var addr = raw.loadUnaligned(as: sockaddr_in.self).sin_addr
+            return withUnsafeBytes(of: &addr) { Array($0) }
+        }
+    }
+
     /// The IPv6 scope id (interface index); 0 for IPv4 or an unscoped address.
     public var scopeID: UInt32 {
         guard isIPv6 else { return 0 }

@@ -7,10 +7,13 @@ final class BoundInputStream: InputStream {
 
     let buffer: BoundBuffer
     let events = StreamEvents()
+    /// For socket streams: holds the stream in `opening` until connected.
+    let gate: ConnectionGate?
     private weak var storedDelegate: (any StreamDelegate)?
 
-    init(buffer: BoundBuffer) {
+    init(buffer: BoundBuffer, gate: ConnectionGate? = nil) {
         self.buffer = buffer
+        self.gate = gate
         super.init(data: Data())
     }
 
@@ -23,11 +26,12 @@ final class BoundInputStream: InputStream {
     override var streamError: (any Error)? { events.streamError }
 
     override func open() {
-        guard events.streamStatus == .notOpen else { return }
-        events.set(.opening)
-        events.set(.open)
-        events.post(.openCompleted, to: self, once: true)
-        refresh()
+        events.open(self, gate: gate, then: refresh)
+    }
+
+    /// The connection is made or has failed: finish opening (or fail).
+    func connectionSettled() {
+        events.settle(self, gate: gate, then: refresh)
     }
 
     override func close() {
@@ -48,6 +52,7 @@ final class BoundInputStream: InputStream {
     }
 
     private func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength len: Int, blocking: Bool) -> Int {
+        if blocking, events.streamStatus == .opening { gate?.waitUntilSettled(); connectionSettled() }
         let status = events.streamStatus
         guard status == .open || status == .atEnd else { return -1 }
         guard len > 0 else { return 0 }
@@ -104,14 +109,18 @@ final class BoundOutputStream: OutputStream {
     let events = StreamEvents()
     private weak var storedDelegate: (any StreamDelegate)?
 
-    init(buffer: BoundBuffer) {
+    let gate: ConnectionGate?
+
+    init(buffer: BoundBuffer, gate: ConnectionGate? = nil) {
         self.buffer = buffer
+        self.gate = gate
         super.init(toMemory: ())
     }
 
     /// Required by `OutputStream`; makes a writer whose reader is already gone (every write
     /// fails). Use `Stream.getBoundStreams` or `BoundStreamPair` instead.
     required init(toMemory: ()) {
+        gate = nil
         buffer = BoundBuffer(capacity: 1)
         buffer.closeReader()
         super.init(toMemory: ())
@@ -126,11 +135,12 @@ final class BoundOutputStream: OutputStream {
     override var streamError: (any Error)? { events.streamError }
 
     override func open() {
-        guard events.streamStatus == .notOpen else { return }
-        events.set(.opening)
-        events.set(.open)
-        events.post(.openCompleted, to: self, once: true)
-        refresh()
+        events.open(self, gate: gate, then: refresh)
+    }
+
+    /// The connection is made or has failed: finish opening (or fail).
+    func connectionSettled() {
+        events.settle(self, gate: gate, then: refresh)
     }
 
     override func close() {
@@ -153,6 +163,7 @@ final class BoundOutputStream: OutputStream {
     }
 
     private func write(_ buffer: UnsafePointer<UInt8>, length: Int, blocking: Bool) -> Int {
+        if blocking, events.streamStatus == .opening { gate?.waitUntilSettled(); connectionSettled() }
         guard events.streamStatus == .open else { return -1 }
         guard length > 0 else { return 0 }
         events.consumed(.hasSpaceAvailable)
@@ -227,6 +238,11 @@ public struct BoundStreamPair: @unchecked Sendable {
     public let input: InputStream
     /// The writing end.
     public let output: OutputStream
+
+    init(input: InputStream, output: OutputStream) {
+        self.input = input
+        self.output = output
+    }
 
     /// Makes a pair joined by a buffer of `bufferSize` bytes (at least 1).
     public init(bufferSize: Int) {

@@ -33,6 +33,32 @@ final class StreamEvents: @unchecked Sendable {
         lock.unlock()
     }
 
+    /// Apple's `open()`: `opening`, then `open` with `openCompleted` at once, or, for a stream
+    /// behind a connection `gate`, once the connection is made (`settle`).
+    func open(_ stream: Stream, gate: ConnectionGate?, then refresh: () -> Void) {
+        guard streamStatus == .notOpen else { return }
+        set(.opening)
+        if let gate {
+            gate.requestOpen()
+            if case .connecting = gate.current { return }
+        }
+        settle(stream, gate: gate, then: refresh)
+    }
+
+    /// Finishes opening when the gate has settled: `open` and `openCompleted`, or `error` and
+    /// `errorOccurred` when the connection failed.
+    func settle(_ stream: Stream, gate: ConnectionGate?, then refresh: () -> Void) {
+        guard streamStatus == .opening else { return }
+        if let gate, case .failed(let error) = gate.current {
+            fail(error)
+            post(.errorOccurred, to: stream, once: true)
+            return
+        }
+        set(.open)
+        post(.openCompleted, to: stream, once: true)
+        refresh()
+    }
+
     /// The client read or wrote: the matching event may be posted again.
     func consumed(_ event: Stream.Event) {
         guard scheduler.isScheduled else { return }

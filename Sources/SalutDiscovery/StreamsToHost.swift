@@ -1,0 +1,34 @@
+import Foundation
+import SalutStreams
+
+extension Stream {
+    /// Apple's `getStreamsToHost(withName:port:inputStream:outputStream:)`: unopened streams that
+    /// connect to `hostname` (dotted IPv4, an IPv6 literal with optional `%interface` scope, a
+    /// DNS name, or a `.local` name resolved through the avahi-daemon) when first opened.
+    ///
+    /// Addresses are tried the Happy Eyeballs way (IPv6 first, IPv4 250 ms later, first to connect
+    /// wins). Failures arrive as `errorOccurred` with a ``SocketStreamError`` as `streamError`.
+    public class func getStreamsToHost(withName hostname: String, port: Int,
+                                       inputStream: UnsafeMutablePointer<InputStream?>?,
+                                       outputStream: UnsafeMutablePointer<OutputStream?>?) {
+        let pair = SocketStreams.pair(toHost: hostname, port: port, resolver: discoveryResolver)
+        inputStream?.pointee = pair.input
+        outputStream?.pointee = pair.output
+    }
+}
+
+/// `getaddrinfo` for everything but `.local` names, which go to Avahi (the system resolver
+/// often has no mDNS).
+let discoveryResolver: AddressResolver = { host, port in
+    let bare = host.hasSuffix(".") ? String(host.dropLast()) : host
+    guard bare.lowercased().hasSuffix(".local") else { return try await SocketStreams.systemResolver(host, port) }
+    do {
+        return try await DiscoveryContext.shared.addresses(ofHost: bare, timeout: 5).map { address in
+            address.isIPv6
+                ? SocketAddress(ipv6: address.rawBytes, port: port, scopeID: address.scopeID)
+                : SocketAddress(ipv4: address.rawBytes, port: port)
+        }
+    } catch {
+        throw SocketStreamError.nameNotFound(host, detail: "\(error)")
+    }
+}

@@ -1,0 +1,46 @@
+import Foundation
+
+/// Holds a socket stream pair in `opening` until its connection is made (or fails), and starts
+/// connecting when the first of the two streams is opened.
+final class ConnectionGate: @unchecked Sendable {
+    // @unchecked: `state` and `starter` are guarded by `condition`.
+
+    enum State { case idle, connecting, connected, failed(any Error) }
+
+    private let condition = NSCondition()
+    private var state: State = .idle
+    private var starter: (@Sendable () -> Void)?
+
+    init(starter: @escaping @Sendable () -> Void) {
+        self.starter = starter
+    }
+
+    /// Called by a stream's `open()`: starts connecting the first time.
+    func requestOpen() {
+        condition.lock()
+        let start = starter
+        starter = nil
+        if start != nil { state = .connecting }
+        condition.unlock()
+        start?()
+    }
+
+    var current: State {
+        condition.lock(); defer { condition.unlock() }
+        return state
+    }
+
+    func settle(_ outcome: State) {
+        condition.lock()
+        state = outcome
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Blocks until connected or failed (for unscheduled streams read or written while opening).
+    func waitUntilSettled() {
+        condition.lock()
+        while case .connecting = state { condition.wait() }
+        condition.unlock()
+    }
+}
