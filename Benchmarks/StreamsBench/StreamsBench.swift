@@ -90,6 +90,78 @@ func pipe(total: Int, chunk: Int) -> (Double, Int) {
     })
 }
 
+// MARK: Loopback TCP
+
+/// A sink on 127.0.0.1 that counts what it receives on one connection; returns its port and a
+/// semaphore signalled (with the time) once `total` bytes have arrived.
+func sink(total: Int) -> (port: Int, done: DispatchSemaphore, finished: UnsafeMutablePointer<UInt64>) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    _ = withUnsafePointer(to: &addr) { bind(fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    listen(fd, 1)
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &addr) { getsockname(fd, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length) }
+    let done = DispatchSemaphore(value: 0)
+    let finished = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
+    let box = Box(value: finished)
+    Thread {
+        let client = accept(fd, nil, nil)
+        var buffer = [UInt8](repeating: 0, count: 256 * 1024)
+        var got = 0
+        while got < total {
+            let n = buffer.withUnsafeMutableBytes { read(client, $0.baseAddress!, $0.count) }
+            if n <= 0 { break }
+            got += n
+        }
+        box.value.pointee = DispatchTime.now().uptimeNanoseconds
+        close(client); close(fd)
+        done.signal()
+    }.start()
+    return (Int(UInt16(bigEndian: addr.sin_port)), done, finished)
+}
+
+func tcpThroughSalut(total: Int, chunk: Int) -> Double {
+    let (port, done, finished) = sink(total: total)
+    defer { finished.deallocate() }
+    let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
+    pair.output.open()
+    let block = [UInt8](repeating: 0x5A, count: chunk)
+    let start = DispatchTime.now().uptimeNanoseconds
+    var sent = 0
+    while sent < total {
+        let n = block.withUnsafeBufferPointer { pair.output.write($0.baseAddress!, maxLength: min(chunk, total - sent)) }
+        precondition(n > 0, "write failed: \(String(describing: pair.output.streamError))")
+        sent += n
+    }
+    done.wait()
+    pair.output.close()
+    return Double(finished.pointee - start) / 1e9
+}
+
+func tcpRaw(total: Int, chunk: Int) -> Double {
+    let (port, done, finished) = sink(total: total)
+    defer { finished.deallocate() }
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_port = UInt16(port).bigEndian
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let start = DispatchTime.now().uptimeNanoseconds
+    _ = withUnsafePointer(to: &addr) { connect(fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    let block = [UInt8](repeating: 0x5A, count: chunk)
+    var sent = 0
+    while sent < total {
+        let n = block.withUnsafeBufferPointer { send(fd, $0.baseAddress!, min(chunk, total - sent), Int32(MSG_NOSIGNAL)) }
+        precondition(n > 0)
+        sent += n
+    }
+    done.wait()
+    close(fd)
+    return Double(finished.pointee - start) / 1e9
+}
+
 let mib = option("--mib", 1024)
 let chunk = option("--chunk", 16 * 1024)
 let rounds = option("--rounds", 3)
@@ -108,3 +180,14 @@ let rate = { (s: Double) in Double(total) / s / 1_048_576 }
 print(String(format: "  bound stream pair  %7.0f MiB/s  (%.3f s)", rate(best.0), best.0))
 print(String(format: "  OS pipe            %7.0f MiB/s  (%.3f s)", rate(best.1), best.1))
 print(String(format: "  ratio bound/pipe   %.2f", best.1 / best.0))
+
+var salutTCP: [Double] = [], rawTCP: [Double] = []
+for _ in 0..<rounds {
+    salutTCP.append(tcpThroughSalut(total: total, chunk: chunk))
+    rawTCP.append(tcpRaw(total: total, chunk: chunk))
+}
+let tcpBest = (salutTCP.min()!, rawTCP.min()!)
+print("loopback TCP, \(mib) MiB in \(chunk)-byte writes to a POSIX sink, best of \(rounds):")
+print(String(format: "  Salut OutputStream to host  %7.0f MiB/s  (%.3f s)", rate(tcpBest.0), tcpBest.0))
+print(String(format: "  plain POSIX send loop       %7.0f MiB/s  (%.3f s)", rate(tcpBest.1), tcpBest.1))
+print(String(format: "  ratio Salut/raw             %.2f", tcpBest.1 / tcpBest.0))

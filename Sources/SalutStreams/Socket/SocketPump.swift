@@ -22,10 +22,13 @@ final class SocketPump: @unchecked Sendable {
     private var writer: DispatchSourceWrite?
     private var readerSuspended = false
     private var writerSuspended = false
-    private var pending = [UInt8]()        // taken from `outbound`, not yet sent
+    /// Bytes taken from `outbound` and not yet sent: `outScratch[sendFrom..<sendTo]`.
+    private var outScratch = [UInt8](repeating: 0, count: 256 * 1024)
+    private var sendFrom = 0
+    private var sendTo = 0
     private var sentShutdown = false
     private var finished = false
-    private var scratch = [UInt8](repeating: 0, count: 64 * 1024)
+    private var scratch = [UInt8](repeating: 0, count: 256 * 1024)
     /// Called (on the queue) when the connection breaks.
     var onFailure: (@Sendable (SocketStreamError) -> Void)?
 
@@ -100,10 +103,11 @@ final class SocketPump: @unchecked Sendable {
     /// half-closes once the user has closed the output and everything is sent.
     private func writable() {
         while writer != nil {
-            if pending.isEmpty {
-                let got = scratch.withUnsafeMutableBufferPointer { outbound.read(into: $0.baseAddress!, maxLength: $0.count, blocking: false) }
+            if sendFrom == sendTo {
+                let got = outScratch.withUnsafeMutableBufferPointer { outbound.read(into: $0.baseAddress!, maxLength: $0.count, blocking: false) }
                 if let got, got > 0 {
-                    pending = Array(scratch.prefix(got))
+                    sendFrom = 0
+                    sendTo = got
                 } else if outbound.writerClosed || outbound.readerClosed {
                     if !sentShutdown { sentShutdown = true; shutdown(fd, Int32(SHUT_WR)) }
                     stopWriting()
@@ -113,9 +117,9 @@ final class SocketPump: @unchecked Sendable {
                     return pauseWriting()
                 }
             }
-            let n = pending.withUnsafeBytes { send(fd, $0.baseAddress!, $0.count, Int32(MSG_NOSIGNAL)) }
+            let n = outScratch.withUnsafeBytes { send(fd, $0.baseAddress! + sendFrom, sendTo - sendFrom, Int32(MSG_NOSIGNAL)) }
             if n > 0 {
-                pending.removeFirst(n)
+                sendFrom += n
             } else if n < 0 && errno == EINTR {
                 continue
             } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {

@@ -14,7 +14,7 @@ public enum SocketStreams {
     /// Failures (name not found, refused, unreachable, timed out, lost) arrive as the streams'
     /// `streamError` (a ``SocketStreamError``) with status `.error` and, for scheduled streams,
     /// `errorOccurred`. Each direction is buffered by `bufferSize` bytes.
-    public static func pair(toHost host: String, port: Int, bufferSize: Int = 64 * 1024,
+    public static func pair(toHost host: String, port: Int, bufferSize: Int = 256 * 1024,
                             connectTimeout: TimeInterval = 30,
                             resolver: @escaping AddressResolver = systemResolver) -> BoundStreamPair {
         let queue = DispatchQueue(label: "salut.socket")
