@@ -36,6 +36,6 @@ struct DiscoveryDemo {
         print("resolved:  \(resolved.hostName):\(resolved.port)")
         print("           addresses \(resolved.addresses.map(\.description).joined(separator: ", "))")
         print("           txt {\(resolved.txtRecord)}")
-        ad.cancel()
+        await ad.withdraw()
     }
 }

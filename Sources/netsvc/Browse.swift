@@ -59,7 +59,7 @@ struct Browse: AsyncParsableCommand {
             if let resolved {
                 line += "  \(resolved.hostName):\(resolved.port)  [\(resolved.addresses.map(\.host).joined(separator: ", "))]  \(resolved.txtRecord)"
             }
-            print(line)
+            emit(line)
         }
     }
 }

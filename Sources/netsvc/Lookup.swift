@@ -31,7 +31,7 @@ struct Lookup: AsyncParsableCommand {
             try await requireDaemon()
             let family: DiscoveryContext.AddressFamily = ipv4 ? .ipv4 : ipv6 ? .ipv6 : .any
             for address in try await DiscoveryContext.shared.addresses(ofHost: host, family: family, timeout: timeout) {
-                print(address.host)
+                emit(address.host)
             }
         } catch {
             throw fail(error)

@@ -62,6 +62,12 @@ func requireDaemon() async throws {
     }
 }
 
+/// Writes one line to stdout at once (unbuffered), so scripts and pipes see each event as it
+/// happens.
+func emit(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
 /// Prints one JSON object per line.
 func printJSON(_ object: [String: Any]) {
     guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }

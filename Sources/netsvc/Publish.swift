@@ -51,10 +51,10 @@ struct Publish: AsyncParsableCommand {
             if json {
                 printJSON(["event": "published", "name": ad.name, "type": type, "domain": domain, "port": port])
             } else {
-                print("published \"\(ad.name)\" \(type) port \(port)")
+                emit("published \"\(ad.name)\" \(type) port \(port)")
             }
             let signal = await Self.waitForTermination()
-            ad.cancel()
+            await ad.withdraw()
             try await Task.sleep(nanoseconds: 100_000_000)   // let the goodbye packets leave
             if json { printJSON(["event": "withdrawn", "name": ad.name, "signal": signal]) }
         } catch {

@@ -36,11 +36,11 @@ struct Resolve: AsyncParsableCommand {
                            "host": result.hostName, "port": Int(result.port),
                            "addresses": result.addresses.map(\.host), "txt": jsonTXT(result.txtRecord)])
             } else {
-                print("\(name)  \(type)  \(domain)")
-                print("  host       \(result.hostName)")
-                print("  port       \(result.port)")
-                print("  addresses  \(result.addresses.map(\.host).joined(separator: ", "))")
-                print("  txt        \(result.txtRecord)")
+                emit("\(name)  \(type)  \(domain)")
+                emit("  host       \(result.hostName)")
+                emit("  port       \(result.port)")
+                emit("  addresses  \(result.addresses.map(\.host).joined(separator: ", "))")
+                emit("  txt        \(result.txtRecord)")
             }
         } catch {
             throw fail(error)

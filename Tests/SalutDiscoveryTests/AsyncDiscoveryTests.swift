@@ -205,3 +205,17 @@ extension AsyncDiscoveryTests {
         } catch DiscoveryError.invalidHostName {}
     }
 }
+
+extension AsyncDiscoveryTests {
+    /// `withdraw()` returns only once the daemon has dropped the service: a browser started
+    /// right after does not list it.
+    func testWithdrawReachesTheDaemonBeforeReturning() async throws {
+        let type = uniqueType()
+        let ad = try await ServiceAdvertisement.publish(name: "Short Lived", type: type, port: 3)
+        let before = try Foreign(["avahi-browse", "-pt", type]).finish()
+        XCTAssertTrue(before.contains("Short\\032Lived"), before)
+        await ad.withdraw()
+        let after = try Foreign(["avahi-browse", "-pt", type]).finish()
+        XCTAssertFalse(after.contains("Short\\032Lived"), after)
+    }
+}

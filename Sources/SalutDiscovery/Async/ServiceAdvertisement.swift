@@ -80,8 +80,14 @@ public final class ServiceAdvertisement: Sendable {
         operation.updateTXT(txtRecord)
     }
 
-    /// Withdraws the service now.
+    /// Withdraws the service now (the daemon is told shortly after this returns).
     public func cancel() {
         operation.stop()
+    }
+
+    /// Withdraws the service and returns once the daemon has been told, so that peers see it go
+    /// even if the process exits right after.
+    public func withdraw() async {
+        await operation.stopAndWait()
     }
 }

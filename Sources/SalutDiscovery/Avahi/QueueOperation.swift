@@ -27,6 +27,17 @@ class QueueOperation: AvahiOperation, @unchecked Sendable {
         context.queue.async { self.halt() }
     }
 
+    /// Stops for good and returns once the Avahi objects are freed (so a withdrawal has reached
+    /// the daemon before, say, the process exits).
+    final func stopAndWait() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            context.queue.async {
+                self.halt()
+                continuation.resume()
+            }
+        }
+    }
+
     /// `stop()` on the queue, for subclasses that end themselves (a failure).
     final func halt() {
         stopped = true
