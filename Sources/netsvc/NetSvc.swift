@@ -20,6 +20,26 @@ struct NetSvc: AsyncParsableCommand {
             """,
         subcommands: [Browse.self, Publish.self, Resolve.self, Lookup.self]
     )
+
+    /// ArgumentParser's own entry point, except that usage errors exit 2 (as documented) instead
+    /// of sysexits' 64.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            let code = exitCode(for: error)
+            if code == .validationFailure {
+                FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+                Foundation.exit(ExitStatus.usage.rawValue)
+            }
+            exit(withError: error)
+        }
+    }
 }
 
 /// Exit codes that scripts can rely on.

@@ -1,0 +1,70 @@
+import Foundation
+import XCTest
+
+/// The built `netsvc` run as a user or a script would: exit codes, help, JSON lines.
+final class NetsvcTests: XCTestCase {
+    static let netsvc = DaemonRestartTests.root.appendingPathComponent(".build/debug/netsvc").path
+
+    private func run(_ arguments: [String], environment: [String] = [], seconds: Double = 20) throws -> (Int32, String) {
+        let process = try Foreign(environment + [Self.netsvc] + arguments)
+        let out = process.finish(seconds: seconds)
+        return (process.process.terminationStatus, out)
+    }
+
+    func testHelpOfEveryCommandTeachesWithExamples() throws {
+        for command in [[], ["browse"], ["publish"], ["resolve"], ["lookup"]] {
+            let (code, out) = try run(command + ["--help"])
+            XCTAssertEqual(code, 0, "\(command) --help")
+            XCTAssertTrue(out.contains("Example"), "\(command) --help has no examples: \(out)")
+        }
+        let (_, top) = try run(["--help"])
+        XCTAssertTrue(top.contains("Exit codes"), top)
+    }
+
+    func testUsageErrorsExit2() throws {
+        XCTAssertEqual(try run(["resolve"]).0, 2, "missing arguments")
+        XCTAssertEqual(try run(["no-such-command"]).0, 2, "unknown command")
+        XCTAssertEqual(try run(["resolve", "x", "not-a-type"]).0, 2, "malformed type")
+        XCTAssertEqual(try run(["publish", "x", "_ok._tcp", "70000"]).0, 2, "port out of range")
+    }
+
+    func testNotFoundExits1() throws {
+        let (code, out) = try run(["resolve", "Nobody Home", uniqueType(), "--timeout", "1"])
+        XCTAssertEqual(code, 1, out)
+        XCTAssertTrue(out.contains("timed out"), out)
+    }
+
+    func testNoDaemonExits3WithAHint() throws {
+        let (code, out) = try run(["resolve", "x", "_x._tcp"], environment: ["env", "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent"])
+        XCTAssertEqual(code, 3, out)
+        XCTAssertTrue(out.contains("avahi-sandbox start"), out)
+    }
+
+    func testCollisionWithNoRenameExits4AndJSONLinesParse() throws {
+        let type = uniqueType()
+        let first = try Foreign([Self.netsvc, "publish", "Clash", type, "1", "k=v", "--json"])
+        defer { first.stop() }
+        XCTAssertTrue(first.waitForOutput(containing: "\"published\"", seconds: 10), first.output)
+        let (code, out) = try run(["publish", "Clash", type, "2", "--no-rename"])
+        XCTAssertEqual(code, 4, out)
+
+        let (browseCode, lines) = try run(["browse", type, "--resolve", "--terminate", "--json"])
+        XCTAssertEqual(browseCode, 0, lines)
+        let objects = lines.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        let add = try XCTUnwrap(objects.first { $0["event"] as? String == "add" }, lines)
+        XCTAssertEqual(add["name"] as? String, "Clash")
+        XCTAssertEqual(add["port"] as? Int, 1)
+        XCTAssertEqual((add["txt"] as? [String: Any])?["k"] as? String, "v")
+
+        // SIGINT withdraws: a browser sees the service go.
+        kill(first.process.processIdentifier, SIGINT)
+        var gone = false
+        let deadline = Date().addingTimeInterval(10)
+        while !gone && Date() < deadline {
+            gone = !(try run(["browse", type, "--terminate"]).1.contains("Clash"))
+        }
+        XCTAssertTrue(gone, "the service is still listed after SIGINT")
+    }
+}
