@@ -25,13 +25,6 @@ final class OneShot<T: Sendable>: @unchecked Sendable {
     func succeed(_ value: T) { finish(.success(value)) }
     func fail(_ error: DiscoveryError) { finish(.failure(error)) }
 
-    /// Whether a result has been delivered (or is waiting for the continuation).
-    var isDone: Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        return done
-    }
-
     private func finish(_ result: Result<T, DiscoveryError>) {
         lock.lock()
         guard !done else { lock.unlock(); return }

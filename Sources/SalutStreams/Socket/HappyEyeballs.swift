@@ -75,14 +75,6 @@ final class HappyEyeballs: @unchecked Sendable {
         }
     }
 
-    /// Gives up: closes every socket; no completion is called.
-    func cancel() {
-        queue.async {
-            self.completion = nil
-            self.finish(.failure(.timedOut(self.target)))
-        }
-    }
-
     private func next() {
         pacer?.cancel()
         pacer = nil
@@ -146,10 +138,7 @@ final class HappyEyeballs: @unchecked Sendable {
         attempts = [:]
         remaining = []
         defer { keepAlive = nil }
-        guard let completion else {
-            if case .success(let fd) = result { close(fd) }
-            return
-        }
+        guard let completion else { return }
         self.completion = nil
         completion(result)
     }

@@ -114,10 +114,13 @@ final class StreamPairLink: @unchecked Sendable {
 
     /// The connection broke after it was made.
     func fail(_ error: SocketStreamError) {
-        for stream in [input as Stream?, output as Stream?].compactMap({ $0 }) {
-            let events = (stream as? BoundInputStream)?.events ?? (stream as? BoundOutputStream)?.events
-            events?.fail(error)
-            events?.post(.errorOccurred, to: stream, once: true)
+        if let input {
+            input.events.fail(error)
+            input.events.post(.errorOccurred, to: input, once: true)
+        }
+        if let output {
+            output.events.fail(error)
+            output.events.post(.errorOccurred, to: output, once: true)
         }
     }
 }
