@@ -104,3 +104,18 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
         isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)"
     }
 }
+
+extension SocketAddress {
+    /// The local (`peer: false`) or remote address of a connected socket; nil if the call fails.
+    static func of(_ fd: Int32, peer: Bool) -> SocketAddress? {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let result = withUnsafeMutablePointer(to: &storage) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                peer ? getpeername(fd, $0, &length) : getsockname(fd, $0, &length)
+            }
+        }
+        guard result == 0 else { return nil }
+        return SocketAddress(withUnsafeBytes(of: &storage) { Data($0.prefix(Int(length))) })
+    }
+}

@@ -1,4 +1,5 @@
 import Foundation
+import SalutStreams
 
 extension DiscoveredService {
     /// Resolves the service to its host, port, TXT record and addresses.

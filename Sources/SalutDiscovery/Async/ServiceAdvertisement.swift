@@ -1,4 +1,5 @@
 import Foundation
+import SalutStreams
 
 /// A service published on the network for as long as this handle lives.
 ///

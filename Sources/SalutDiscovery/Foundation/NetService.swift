@@ -1,6 +1,5 @@
 import Foundation
 import SalutStreams
-import SalutStreams
 
 /// Apple's `NetService` on Linux: publish, resolve and monitor a DNS-SD service through the
 /// avahi-daemon, with Apple's names, signatures and delegate semantics.

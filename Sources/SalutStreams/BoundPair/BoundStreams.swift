@@ -7,13 +7,15 @@ final class BoundInputStream: InputStream {
 
     let buffer: BoundBuffer
     let events = StreamEvents()
+    /// For socket streams: the connection behind the pair.
+    let connection: SocketConnection?
     /// For socket streams: holds the stream in `opening` until connected.
-    let gate: ConnectionGate?
+    var gate: ConnectionGate? { connection?.gate }
     private weak var storedDelegate: (any StreamDelegate)?
 
-    init(buffer: BoundBuffer, gate: ConnectionGate? = nil) {
+    init(buffer: BoundBuffer, connection: SocketConnection? = nil) {
         self.buffer = buffer
-        self.gate = gate
+        self.connection = connection
         super.init(data: Data())
     }
 
@@ -38,6 +40,7 @@ final class BoundInputStream: InputStream {
         guard events.streamStatus != .closed else { return }
         events.set(.closed)
         buffer.closeReader()
+        connection?.streamClosed()
     }
 
     /// Reads what is buffered (at most `len` bytes). Blocks while the buffer is empty and the
@@ -83,8 +86,17 @@ final class BoundInputStream: InputStream {
         events.scheduler.remove(from: aRunLoop, forMode: mode)
     }
 
-    override func property(forKey key: Stream.PropertyKey) -> AnyObject? { nil }
-    override func setProperty(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool { false }
+    /// Socket streams answer the security level, SSL settings and, once connected, Salut's TLS
+    /// and address properties; bound pairs have none.
+    override func property(forKey key: Stream.PropertyKey) -> AnyObject? {
+        connection?.property(forKey: key)
+    }
+
+    /// Socket streams take the security level and SSL settings before they are opened (see
+    /// `kCFStreamPropertySSLSettings`); false for anything else, or after opening.
+    override func setProperty(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool {
+        connection?.setProperty(property, forKey: key) ?? false
+    }
 
     /// Posts whatever has become true (only a scheduled stream posts events).
     func refresh() {
@@ -108,19 +120,21 @@ final class BoundOutputStream: OutputStream {
     let buffer: BoundBuffer
     let events = StreamEvents()
     private weak var storedDelegate: (any StreamDelegate)?
+    /// For socket streams: the connection behind the pair.
+    let connection: SocketConnection?
+    /// For socket streams: holds the stream in `opening` until connected.
+    var gate: ConnectionGate? { connection?.gate }
 
-    let gate: ConnectionGate?
-
-    init(buffer: BoundBuffer, gate: ConnectionGate? = nil) {
+    init(buffer: BoundBuffer, connection: SocketConnection? = nil) {
         self.buffer = buffer
-        self.gate = gate
+        self.connection = connection
         super.init(toMemory: ())
     }
 
     /// Required by `OutputStream`; makes a writer whose reader is already gone (every write
     /// fails). Use `Stream.getBoundStreams` or `BoundStreamPair` instead.
     required init(toMemory: ()) {
-        gate = nil
+        connection = nil
         buffer = BoundBuffer(capacity: 1)
         buffer.closeReader()
         super.init(toMemory: ())
@@ -147,6 +161,7 @@ final class BoundOutputStream: OutputStream {
         guard events.streamStatus != .closed else { return }
         events.set(.closed)
         buffer.closeWriter()
+        connection?.streamClosed()
     }
 
     /// Writes as much of `buffer` as fits (at most the free space) and returns how much it
@@ -196,8 +211,17 @@ final class BoundOutputStream: OutputStream {
         events.scheduler.remove(from: aRunLoop, forMode: mode)
     }
 
-    override func property(forKey key: Stream.PropertyKey) -> AnyObject? { nil }
-    override func setProperty(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool { false }
+    /// Socket streams answer the security level, SSL settings and, once connected, Salut's TLS
+    /// and address properties; bound pairs have none.
+    override func property(forKey key: Stream.PropertyKey) -> AnyObject? {
+        connection?.property(forKey: key)
+    }
+
+    /// Socket streams take the security level and SSL settings before they are opened (see
+    /// `kCFStreamPropertySSLSettings`); false for anything else, or after opening.
+    override func setProperty(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool {
+        connection?.setProperty(property, forKey: key) ?? false
+    }
 
     func refresh() {
         guard events.scheduler.isScheduled, events.streamStatus == .open || buffer.snapshot.readerClosed else { return }
@@ -258,7 +282,7 @@ public struct BoundStreamPair: @unchecked Sendable {
 }
 
 /// A weak reference to a stream that can travel into the buffer's callbacks.
-private final class WeakStream<S: AnyObject>: @unchecked Sendable {
+final class WeakStream<S: AnyObject>: @unchecked Sendable {
     // @unchecked: the referenced streams are safe to poke from the other end's thread (their
     // `refresh` only takes their own locks).
     weak var value: S?

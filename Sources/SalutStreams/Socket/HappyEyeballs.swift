@@ -75,6 +75,11 @@ final class HappyEyeballs: @unchecked Sendable {
         }
     }
 
+    /// Gives up: open attempts are closed and the completion gets ``SocketStreamError/cancelled``.
+    func cancel() {
+        queue.async { self.finish(.failure(.cancelled)) }
+    }
+
     private func next() {
         pacer?.cancel()
         pacer = nil

@@ -2,7 +2,7 @@ import Foundation
 import Glibc
 
 /// Why a stream to a host failed, as `streamError` reports it.
-public enum SocketStreamError: Error, Sendable, Equatable, CustomStringConvertible {
+public enum SocketStreamError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The host name did not resolve to any address.
     case nameNotFound(String, detail: String)
     /// Every address refused the connection (nothing listens on the port).
@@ -17,6 +17,10 @@ public enum SocketStreamError: Error, Sendable, Equatable, CustomStringConvertib
     case connectionLost(String)
     /// Any other system error, with its errno and text.
     case system(call: String, errno: Int32, message: String)
+    /// TLS could not be set up, or the peer was not trusted.
+    case tls(TLSError)
+    /// The operation was cancelled (both streams closed while connecting, for example).
+    case cancelled
 
     /// Describes `errno` from a failed connect to `target`.
     static func connect(errno code: Int32, target: String) -> SocketStreamError {
@@ -37,6 +41,8 @@ public enum SocketStreamError: Error, Sendable, Equatable, CustomStringConvertib
         case .invalidAddress(let text): return "invalid address: \(text)"
         case .connectionLost(let detail): return "connection lost: \(detail)"
         case .system(let call, let code, let message): return "\(call) failed: \(message) (errno \(code))"
+        case .tls(let error): return error.description
+        case .cancelled: return "cancelled"
         }
     }
 }

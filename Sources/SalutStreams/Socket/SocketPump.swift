@@ -2,15 +2,35 @@ import Dispatch
 import Foundation
 import Glibc
 
+/// What is known about a connection once it is ready to carry bytes.
+package struct ConnectionDetails: Sendable, Hashable {
+    /// This end's address and port.
+    package var localAddress: SocketAddress?
+    /// The peer's address and port.
+    package var remoteAddress: SocketAddress?
+    /// The peer's certificate and the negotiated TLS version and cipher, when TLS is on.
+    package var tls: TLSPeerTrust?
+}
+
+/// How to secure a connection: the shared OpenSSL context, the host name that was dialled (for
+/// name verification), and an optional evaluator that has the last word on trust.
+struct SecuritySetup: @unchecked Sendable {
+    // @unchecked: TLSContext is read-only after creation; the evaluator is @Sendable.
+    let context: TLSContext
+    let dialledHost: String?
+    let evaluator: TLSTrustEvaluator?
+}
+
 /// Moves bytes between a connected non-blocking socket and the two buffers behind a socket
 /// stream pair, driven by libdispatch sources on one serial queue: no thread per connection.
 ///
 /// Inbound, the pump is the buffer's writer: it reads from the socket only as much as the buffer
 /// has room for, and pauses reading while it is full (backpressure reaches the peer through TCP).
-/// Outbound, it is the reader: it sends what the user wrote, in pieces, with `MSG_NOSIGNAL` (no
-/// SIGPIPE), and half-closes the socket (`SHUT_WR`) once the user closed the output and
-/// everything is sent. The descriptor is closed when both streams are closed or the connection
-/// fails.
+/// Outbound, it is the reader: it sends what the user wrote, in pieces (`MSG_NOSIGNAL`: no
+/// SIGPIPE), and half-closes once the user closed the output and everything is sent. With TLS it
+/// first runs the handshake and the trust decision, and only then reports the connection ready;
+/// a plain connection can also be upgraded to TLS later (`startTLS`). The descriptor is closed
+/// when both directions are finished or the connection fails.
 final class SocketPump: @unchecked Sendable {
     // @unchecked: every mutable property is used only on `queue`.
 
@@ -18,19 +38,31 @@ final class SocketPump: @unchecked Sendable {
     let inbound: BoundBuffer
     let outbound: BoundBuffer
     private var fd: Int32 = -1
+    private var transport: (any ByteTransport)?
+    /// Set while a TLS handshake (or the trust decision after it) is in progress.
+    private var handshake: (tls: TLSConnection, setup: SecuritySetup, done: @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void)?
+    private var evaluating = false
+    /// An upgrade to TLS asked for while bytes were still waiting to be sent.
+    private var pendingUpgrade: (setup: SecuritySetup, done: @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void)?
+    private var details = ConnectionDetails()
     private var reader: DispatchSourceRead?
     private var writer: DispatchSourceWrite?
     private var readerSuspended = false
     private var writerSuspended = false
+    private var readNeedsWritable = false
+    private var writeNeedsReadable = false
     /// Bytes taken from `outbound` and not yet sent: `outScratch[sendFrom..<sendTo]`.
     private var outScratch = [UInt8](repeating: 0, count: 256 * 1024)
     private var sendFrom = 0
     private var sendTo = 0
-    private var sentShutdown = false
+    private var sendingFinished = false
     private var finished = false
     private var scratch = [UInt8](repeating: 0, count: 256 * 1024)
-    /// Called (on the queue) when the connection breaks.
+    /// Called (on the queue) when the connection breaks after it was reported ready.
     var onFailure: (@Sendable (SocketStreamError) -> Void)?
+    /// Counts bytes moved, for metrics (inbound, outbound), after TLS.
+    private(set) var bytesReceived: Int64 = 0
+    private(set) var bytesSent: Int64 = 0
 
     init(queue: DispatchQueue, inbound: BoundBuffer, outbound: BoundBuffer) {
         self.queue = queue
@@ -38,9 +70,12 @@ final class SocketPump: @unchecked Sendable {
         self.outbound = outbound
     }
 
-    /// Starts pumping on a connected socket. Call on the queue.
-    func run(_ fd: Int32) {
+    /// Starts on a connected socket. Call on the queue. `ready` is called once: at once for a
+    /// plain connection, after the handshake and the trust decision with TLS, or with the error.
+    func run(_ fd: Int32, security: SecuritySetup?, ready: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
         self.fd = fd
+        details.localAddress = SocketAddress.of(fd, peer: false)
+        details.remoteAddress = SocketAddress.of(fd, peer: true)
         let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
         let write = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
         // The descriptor is closed only after both sources are done with it.
@@ -51,14 +86,39 @@ final class SocketPump: @unchecked Sendable {
         write.setCancelHandler { closer.release() }
         reader = read
         writer = write
-        read.resume()
-        write.resume()
+        if let security {
+            read.resume()
+            write.resume()
+            beginHandshake(security, done: ready)
+        } else {
+            transport = PlainTransport(fd: fd)
+            ready(.success(details))
+            read.resume()
+            write.resume()
+        }
+    }
+
+    /// Upgrades a plain connection to TLS once everything written so far has been sent.
+    func startTLS(_ security: SecuritySetup, done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
+        queue.async {
+            guard !self.finished, self.transport is PlainTransport, self.handshake == nil, self.pendingUpgrade == nil else {
+                return done(.failure(.tls(.invalidConfiguration("the connection is closed, or TLS is already on"))))
+            }
+            self.pendingUpgrade = (security, done)
+            self.resumeWriting()
+            self.writable()
+        }
+    }
+
+    /// Stops at once: both sources cancelled, the buffers ended with `error`.
+    func abort(_ error: SocketStreamError) {
+        queue.async { self.fail(error) }
     }
 
     /// The user read from the inbound buffer (room again) or closed the input stream.
     func inboundChanged() {
         queue.async {
-            if self.inbound.readerClosed { self.stopReading() } else { self.resumeReading() }
+            if self.inbound.readerClosed { self.stopReading() } else if self.handshake == nil && !self.evaluating { self.resumeReading() }
             self.closeIfDone()
         }
     }
@@ -66,69 +126,168 @@ final class SocketPump: @unchecked Sendable {
     /// The user wrote to the outbound buffer or closed the output stream.
     func outboundChanged() {
         queue.async {
-            guard let writer = self.writer, self.writerSuspended else { return }
-            self.writerSuspended = false
-            writer.resume()
+            guard self.handshake == nil, !self.evaluating, self.writer != nil, self.writerSuspended, !self.writeNeedsReadable else { return }
+            self.resumeWriting()
             self.writable()
         }
     }
 
-    // MARK: Private
+    // MARK: TLS set-up
 
-    /// Reads until the socket has nothing more (EAGAIN), the buffer is full, or the peer closed.
-    /// libdispatch does not promise another event while data remains, so one event drains all.
-    private func readable() {
-        while reader != nil {
-            let room = inbound.snapshot.space
-            guard room > 0 else { return pauseReading() }
-            let n = scratch.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, min(room, $0.count), 0) }
-            if n > 0 {
-                _ = scratch.withUnsafeBufferPointer { inbound.write(from: $0.baseAddress!, length: n, blocking: false) }
-            } else if n == 0 {
-                inbound.closeWriter()          // the peer closed: end of data after the buffered bytes
-                stopReading()
-                closeIfDone()
-                return
-            } else if errno == EINTR {
-                continue
-            } else if errno == EAGAIN || errno == EWOULDBLOCK {
-                return
+    private func beginHandshake(_ setup: SecuritySetup, done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
+        do {
+            let tls = try TLSConnection(context: setup.context, fd: fd, dialledHost: setup.dialledHost)
+            handshake = (tls, setup, done)
+            stepHandshake()
+        } catch {
+            failSetup(.tls(error as? TLSError ?? .handshakeFailed("\(error)")), done: done)
+        }
+    }
+
+    private func stepHandshake() {
+        guard let current = handshake else { return }
+        switch current.tls.handshakeStep() {
+        case .wantRead:
+            resumeReadingSource()
+            pauseWriting()
+        case .wantWrite:
+            resumeWriting()
+        case .failed(let error):
+            handshake = nil
+            failSetup(.tls(error), done: current.done)
+        case .done:
+            handshake = nil
+            evaluating = true
+            pauseReading()
+            pauseWriting()
+            let trust = current.tls.peerTrust()
+            if let evaluator = current.setup.evaluator {
+                evaluator(trust) { accepted in
+                    self.queue.async { self.decided(trust, accepted: accepted, tls: current.tls, done: current.done) }
+                }
             } else {
-                return fail(.connectionLost(String(cString: strerror(errno))))
+                decided(trust, accepted: trust.policyFailure == nil, tls: current.tls, done: current.done)
             }
         }
     }
 
-    /// Sends until the socket is full (EAGAIN) or nothing is left to send; then pauses, or
-    /// half-closes once the user has closed the output and everything is sent.
+    private func decided(_ trust: TLSPeerTrust, accepted: Bool, tls: TLSConnection,
+                         done: @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
+        evaluating = false
+        guard !finished else { return done(.failure(.cancelled)) }
+        guard accepted else {
+            return failSetup(.tls(trust.policyFailure ?? .rejectedByEvaluator), done: done)
+        }
+        transport = tls
+        details.tls = trust
+        done(.success(details))
+        resumeReading()
+        resumeWriting()
+        writable()
+    }
+
+    private func failSetup(_ error: SocketStreamError, done: @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
+        let wasReady = transport != nil
+        fail(error, report: wasReady)
+        done(.failure(error))
+    }
+
+    // MARK: Events
+
+    /// Reads until the socket has nothing more, the buffer is full, or the peer closed.
+    /// libdispatch does not promise another event while data remains, so one event drains all.
+    private func readable() {
+        if writeNeedsReadable {
+            writeNeedsReadable = false
+            resumeWriting()
+            queue.async { self.writable() }
+        }
+        if handshake != nil { return stepHandshake() }
+        guard !evaluating, let transport else { return }
+        while reader != nil {
+            let room = inbound.snapshot.space
+            guard room > 0 else { return pauseReading() }
+            let outcome = scratch.withUnsafeMutableBytes { transport.receive(into: $0.baseAddress!, count: min(room, $0.count)) }
+            switch outcome {
+            case .moved(let n):
+                bytesReceived += Int64(n)
+                _ = scratch.withUnsafeBufferPointer { inbound.write(from: $0.baseAddress!, length: n, blocking: false) }
+            case .ended:
+                inbound.closeWriter()          // the peer closed: end of data after the buffered bytes
+                stopReading()
+                closeIfDone()
+                return
+            case .wouldBlock:
+                return
+            case .needsOtherDirection:
+                readNeedsWritable = true
+                resumeWriting()
+                return
+            case .failed(let error):
+                return fail(error)
+            }
+        }
+    }
+
+    /// Sends until the socket is full or nothing is left to send; then pauses, starts a pending
+    /// TLS upgrade, or half-closes once the user has closed the output and everything is sent.
     private func writable() {
+        if handshake != nil { return stepHandshake() }
+        guard !evaluating, let transport else { return }
+        if readNeedsWritable {
+            readNeedsWritable = false
+            readable()
+        }
         while writer != nil {
             if sendFrom == sendTo {
                 let got = outScratch.withUnsafeMutableBufferPointer { outbound.read(into: $0.baseAddress!, maxLength: $0.count, blocking: false) }
                 if let got, got > 0 {
                     sendFrom = 0
                     sendTo = got
+                } else if let upgrade = pendingUpgrade {
+                    pendingUpgrade = nil
+                    return beginHandshake(upgrade.setup, done: upgrade.done)
                 } else if outbound.writerClosed || outbound.readerClosed {
-                    if !sentShutdown { sentShutdown = true; shutdown(fd, Int32(SHUT_WR)) }
-                    stopWriting()
-                    closeIfDone()
-                    return
+                    return finishSending(transport)
                 } else {
                     return pauseWriting()
                 }
             }
-            let n = outScratch.withUnsafeBytes { send(fd, $0.baseAddress! + sendFrom, sendTo - sendFrom, Int32(MSG_NOSIGNAL)) }
-            if n > 0 {
+            let outcome = outScratch.withUnsafeBytes { transport.send(from: $0.baseAddress! + sendFrom, count: sendTo - sendFrom) }
+            switch outcome {
+            case .moved(let n):
                 sendFrom += n
-            } else if n < 0 && errno == EINTR {
-                continue
-            } else if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                bytesSent += Int64(n)
+            case .wouldBlock:
                 return
-            } else {
-                return fail(.connectionLost(String(cString: strerror(errno))))
+            case .needsOtherDirection:
+                writeNeedsReadable = true
+                pauseWriting()
+                resumeReading()
+                return
+            case .ended:
+                return fail(.connectionLost("the connection was closed while sending"))
+            case .failed(let error):
+                return fail(error)
             }
         }
     }
+
+    private func finishSending(_ transport: any ByteTransport) {
+        guard !sendingFinished else { return }
+        switch transport.finishSending() {
+        case .wouldBlock: return
+        case .needsOtherDirection:
+            writeNeedsReadable = true
+            pauseWriting()
+        default:
+            sendingFinished = true
+            stopWriting()
+            closeIfDone()
+        }
+    }
+
+    // MARK: Sources
 
     private func pauseReading() {
         guard let reader, !readerSuspended else { return }
@@ -136,12 +295,17 @@ final class SocketPump: @unchecked Sendable {
         reader.suspend()
     }
 
-    private func resumeReading() {
+    private func resumeReadingSource() {
         guard let reader, readerSuspended else { return }
         readerSuspended = false
         reader.resume()
-        // Bytes (or the peer's EOF) that arrived while suspended may not raise a new event;
-        // look once now.
+    }
+
+    private func resumeReading() {
+        guard reader != nil, readerSuspended else { return }
+        resumeReadingSource()
+        // Bytes (or the peer's EOF) that arrived while suspended, or plaintext OpenSSL holds,
+        // may not raise a new event; look once now.
         readable()
     }
 
@@ -149,6 +313,12 @@ final class SocketPump: @unchecked Sendable {
         guard let writer, !writerSuspended else { return }
         writerSuspended = true
         writer.suspend()
+    }
+
+    private func resumeWriting() {
+        guard let writer, writerSuspended else { return }
+        writerSuspended = false
+        writer.resume()
     }
 
     private func stopReading() {
@@ -175,14 +345,14 @@ final class SocketPump: @unchecked Sendable {
         stopWriting()
     }
 
-    private func fail(_ error: SocketStreamError) {
+    private func fail(_ error: SocketStreamError, report: Bool = true) {
         guard !finished else { return }
         finished = true
         stopReading()
         stopWriting()
         inbound.closeWriter()
         outbound.closeReader()
-        onFailure?(error)
+        if report { onFailure?(error) }
     }
 }
 

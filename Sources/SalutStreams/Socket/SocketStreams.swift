@@ -11,48 +11,16 @@ public enum SocketStreams {
     /// Makes an unopened stream pair that, when either stream is opened, resolves `host`, connects
     /// to its addresses the Happy Eyeballs way and then carries bytes both ways.
     ///
-    /// Failures (name not found, refused, unreachable, timed out, lost) arrive as the streams'
-    /// `streamError` (a ``SocketStreamError``) with status `.error` and, for scheduled streams,
-    /// `errorOccurred`. Each direction is buffered by `bufferSize` bytes.
+    /// Failures (name not found, refused, unreachable, timed out, lost, TLS) arrive as the
+    /// streams' `streamError` (a ``SocketStreamError``) with status `.error` and, for scheduled
+    /// streams, `errorOccurred`. Each direction is buffered by `bufferSize` bytes. With `tls`,
+    /// the streams open only after the handshake and the trust decision (TLS can also be turned
+    /// on with the streams' `socketSecurityLevelKey` and SSL-settings properties before opening).
     public static func pair(toHost host: String, port: Int, bufferSize: Int = 256 * 1024,
-                            connectTimeout: TimeInterval = 30,
+                            connectTimeout: TimeInterval = 30, tls: TLSConfiguration? = nil,
                             resolver: @escaping AddressResolver = systemResolver) -> BoundStreamPair {
-        let queue = DispatchQueue(label: "salut.socket")
-        let inbound = BoundBuffer(capacity: bufferSize), outbound = BoundBuffer(capacity: bufferSize)
-        let pump = SocketPump(queue: queue, inbound: inbound, outbound: outbound)
-        let streams = StreamPairLink()
-        let gate = ConnectionGate {
-            Task.detached {
-                let target = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
-                let addresses: [SocketAddress]
-                do {
-                    guard (0...65535).contains(port) else { throw SocketStreamError.invalidAddress("port \(port)") }
-                    addresses = try await resolver(host, UInt16(port))
-                    guard !addresses.isEmpty else { throw SocketStreamError.nameNotFound(host, detail: "no addresses") }
-                } catch {
-                    return streams.settle(.failed(error))
-                }
-                let connector = HappyEyeballs(addresses: addresses, target: target, queue: queue, timeout: connectTimeout) { result in
-                    switch result {
-                    case .success(let fd):
-                        pump.run(fd)
-                        streams.settle(.connected)
-                    case .failure(let error):
-                        streams.settle(.failed(error))
-                    }
-                }
-                connector.start()
-            }
-        }
-        let input = BoundInputStream(buffer: inbound, gate: gate)
-        let output = BoundOutputStream(buffer: outbound, gate: gate)
-        streams.link(gate: gate, input: input, output: output)
-        inbound.readerChanged = { streams.input?.refresh() }
-        inbound.writerChanged = { pump.inboundChanged() }
-        outbound.readerChanged = { pump.outboundChanged() }
-        outbound.writerChanged = { streams.output?.refresh() }
-        pump.onFailure = { error in streams.fail(error) }
-        return BoundStreamPair(input: input, output: output)
+        SocketConnection(origin: .outgoing(host: host, port: port, connectTimeout: connectTimeout, resolver: resolver),
+                         bufferSize: bufferSize, tls: tls).makePair()
     }
 
     /// Resolves with `getaddrinfo` (numeric IPv4, IPv6 with `%scope`, and DNS names), off the
@@ -91,36 +59,3 @@ public enum SocketStreams {
     }
 }
 
-/// The two streams of a socket pair, held weakly, told together when the connection settles
-/// or breaks.
-final class StreamPairLink: @unchecked Sendable {
-    // @unchecked: set once by `link` before the pair is handed out; the streams' own state is
-    // locked inside them.
-    private(set) weak var input: BoundInputStream?
-    private(set) weak var output: BoundOutputStream?
-    private var gate: ConnectionGate?
-
-    func link(gate: ConnectionGate, input: BoundInputStream, output: BoundOutputStream) {
-        self.gate = gate
-        self.input = input
-        self.output = output
-    }
-
-    func settle(_ state: ConnectionGate.State) {
-        gate?.settle(state)
-        input?.connectionSettled()
-        output?.connectionSettled()
-    }
-
-    /// The connection broke after it was made.
-    func fail(_ error: SocketStreamError) {
-        if let input {
-            input.events.fail(error)
-            input.events.post(.errorOccurred, to: input, once: true)
-        }
-        if let output {
-            output.events.fail(error)
-            output.events.post(.errorOccurred, to: output, once: true)
-        }
-    }
-}

@@ -1,0 +1,59 @@
+import Foundation
+import Glibc
+
+/// What one receive or send on a transport did.
+enum TransferOutcome {
+    /// This many bytes moved (more than 0).
+    case moved(Int)
+    /// Nothing can move until the socket is ready in the same direction again.
+    case wouldBlock
+    /// Nothing can move until the socket is ready in the *other* direction (TLS may need to
+    /// write to read, or read to write).
+    case needsOtherDirection
+    /// The peer finished sending (receive), or our sending side is now closed (finishSending).
+    case ended
+    /// The connection is broken.
+    case failed(SocketStreamError)
+}
+
+/// How the socket pump moves bytes over a connected non-blocking descriptor: in the clear, or
+/// through TLS.
+protocol ByteTransport: AnyObject {
+    func receive(into buffer: UnsafeMutableRawPointer, count: Int) -> TransferOutcome
+    func send(from buffer: UnsafeRawPointer, count: Int) -> TransferOutcome
+    /// Ends our direction of the connection (TLS close_notify, then TCP half-close).
+    func finishSending() -> TransferOutcome
+}
+
+/// Bytes in the clear: `recv`/`send` with `MSG_NOSIGNAL`, `shutdown(SHUT_WR)` to finish.
+final class PlainTransport: ByteTransport {
+    let fd: Int32
+    init(fd: Int32) { self.fd = fd }
+
+    func receive(into buffer: UnsafeMutableRawPointer, count: Int) -> TransferOutcome {
+        while true {
+            let n = recv(fd, buffer, count, 0)
+            if n > 0 { return .moved(n) }
+            if n == 0 { return .ended }
+            if errno == EINTR { continue }
+            if errno == EAGAIN || errno == EWOULDBLOCK { return .wouldBlock }
+            return .failed(.connectionLost(String(cString: strerror(errno))))
+        }
+    }
+
+    func send(from buffer: UnsafeRawPointer, count: Int) -> TransferOutcome {
+        while true {
+            let n = Glibc.send(fd, buffer, count, Int32(MSG_NOSIGNAL))
+            if n > 0 { return .moved(n) }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return .wouldBlock }
+            return .failed(.connectionLost(n == 0 ? "send wrote nothing" : String(cString: strerror(errno))))
+        }
+    }
+
+    func finishSending() -> TransferOutcome {
+        // ENOTCONN: the peer already reset; the read side reports that.
+        _ = shutdown(fd, Int32(SHUT_WR))
+        return .ended
+    }
+}

@@ -1,0 +1,210 @@
+import Dispatch
+import Foundation
+import Glibc
+
+/// One TCP connection behind a socket stream pair: the buffers, the pump, the gate that holds
+/// the streams in `opening`, the properties set on the streams, and how the connection is made
+/// (dialled out, or already accepted by a listener).
+final class SocketConnection: @unchecked Sendable {
+    // @unchecked: mutable state is in `state` (locked); the pump is confined to `queue`; the
+    // streams are held weakly and are themselves thread-safe.
+
+    enum Origin {
+        /// Resolve and dial out when opened.
+        case outgoing(host: String, port: Int, connectTimeout: TimeInterval, resolver: AddressResolver)
+        /// An accepted descriptor; TLS (server side) with this context when not nil.
+        case accepted(fd: Int32, tls: TLSContext?)
+    }
+
+    struct State {
+        var tls: TLSConfiguration?
+        var evaluator: TLSTrustEvaluator?
+        var securityLevel: StreamSocketSecurityLevel = .none
+        var sslSettings: [String: Any]?
+        var details: ConnectionDetails?
+        var connector: HappyEyeballs?
+        var unopenedFD: Int32?
+        var observer: (@Sendable (ConnectionEvent) -> Void)?
+    }
+
+    let queue = DispatchQueue(label: "salut.socket")
+    let inbound: BoundBuffer
+    let outbound: BoundBuffer
+    let pump: SocketPump
+    private(set) var gate: ConnectionGate!
+    let state: Locked<State>
+    private weak var input: BoundInputStream?
+    private weak var output: BoundOutputStream?
+    private let origin: Origin
+
+    init(origin: Origin, bufferSize: Int, tls: TLSConfiguration? = nil) {
+        self.origin = origin
+        inbound = BoundBuffer(capacity: max(1, bufferSize))
+        outbound = BoundBuffer(capacity: max(1, bufferSize))
+        pump = SocketPump(queue: queue, inbound: inbound, outbound: outbound)
+        var initial = State()
+        initial.tls = tls
+        if tls != nil { initial.securityLevel = .negotiatedSSL }
+        if case .accepted(let fd, let context) = origin {
+            initial.unopenedFD = fd
+            initial.tls = context?.configuration
+        }
+        state = Locked(initial)
+        gate = ConnectionGate { [weak self] in self?.start() }
+    }
+
+    deinit {
+        // An accepted connection whose streams were never opened still owns its descriptor.
+        if let fd = state.value.unopenedFD { close(fd) }
+    }
+
+    /// Makes the stream pair; call once.
+    func makePair() -> BoundStreamPair {
+        let input = BoundInputStream(buffer: inbound, connection: self)
+        let output = BoundOutputStream(buffer: outbound, connection: self)
+        self.input = input
+        self.output = output
+        let weakInput = WeakStream(input), weakOutput = WeakStream(output)
+        inbound.readerChanged = { weakInput.value?.refresh() }
+        inbound.writerChanged = { [pump] in pump.inboundChanged() }
+        outbound.readerChanged = { [pump] in pump.outboundChanged() }
+        outbound.writerChanged = { weakOutput.value?.refresh() }
+        pump.onFailure = { [weak self] error in self?.broke(error) }
+        return BoundStreamPair(input: input, output: output)
+    }
+
+    /// Details of the connection once it is ready (addresses, TLS).
+    var details: ConnectionDetails? { state.value.details }
+
+    // MARK: Connecting
+
+    private func start() {
+        switch origin {
+        case .outgoing(let host, let port, let timeout, let resolver):
+            Task.detached { await self.dial(host: host, port: port, timeout: timeout, resolver: resolver) }
+        case .accepted(let fd, let context):
+            state.withLock { $0.unopenedFD = nil }
+            let security = context.map { SecuritySetup(context: $0, dialledHost: nil, evaluator: state.value.evaluator) }
+            queue.async {
+                self.notify(.secureConnectStart, when: security != nil)
+                self.pump.run(fd, security: security) { self.ready($0) }
+            }
+        }
+    }
+
+    private func dial(host: String, port: Int, timeout: TimeInterval, resolver: AddressResolver) async {
+        let target = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        let addresses: [SocketAddress]
+        let security: SecuritySetup?
+        do {
+            guard (0...65535).contains(port) else { throw SocketStreamError.invalidAddress("port \(port)") }
+            let options = state.value
+            security = try options.tls.map {
+                SecuritySetup(context: try TLSContext($0), dialledHost: host, evaluator: options.evaluator)
+            }
+            notify(.lookupStart)
+            addresses = try await resolver(host, UInt16(port))
+            guard !addresses.isEmpty else { throw SocketStreamError.nameNotFound(host, detail: "no addresses") }
+            notify(.lookupEnd(addresses))
+        } catch let error as TLSError {
+            return settle(.failure(.tls(error)))
+        } catch {
+            return settle(.failure(error as? SocketStreamError ?? .nameNotFound(host, detail: "\(error)")))
+        }
+        notify(.connectStart)
+        let connector = HappyEyeballs(addresses: addresses, target: target, queue: queue, timeout: timeout) { result in
+            switch result {
+            case .success(let fd):
+                self.notify(.connectEnd)
+                self.notify(.secureConnectStart, when: security != nil)
+                self.pump.run(fd, security: security) { self.ready($0) }
+            case .failure(let error):
+                self.settle(.failure(error))
+            }
+        }
+        state.withLock { $0.connector = connector }
+        connector.start()
+        if bothClosed { connector.cancel() }   // closed while resolving
+    }
+
+    private func ready(_ result: Result<ConnectionDetails, SocketStreamError>) {
+        if case .success(let details) = result {
+            state.withLock { $0.details = details; $0.connector = nil }
+            notify(.ready(details))
+        }
+        settle(result)
+    }
+
+    private func settle(_ result: Result<ConnectionDetails, SocketStreamError>) {
+        state.withLock { $0.connector = nil }
+        switch result {
+        case .success: gate.settle(.connected)
+        case .failure(let error):
+            notify(.failed(error))
+            gate.settle(.failed(error))
+        }
+        input?.connectionSettled()
+        output?.connectionSettled()
+    }
+
+    /// The connection broke after it was made.
+    private func broke(_ error: SocketStreamError) {
+        notify(.failed(error))
+        if let input {
+            input.events.fail(error)
+            input.events.post(.errorOccurred, to: input, once: true)
+        }
+        if let output {
+            output.events.fail(error)
+            output.events.post(.errorOccurred, to: output, once: true)
+        }
+    }
+
+    private var bothClosed: Bool {
+        (input?.streamStatus ?? .closed) == .closed && (output?.streamStatus ?? .closed) == .closed
+    }
+
+    /// A stream was closed: when both are, a connection still being made is abandoned.
+    func streamClosed() {
+        guard bothClosed, case .connecting = gate.current else { return }
+        state.value.connector?.cancel()
+    }
+
+    // MARK: Upgrading
+
+    /// Starts TLS on an open plain connection once everything written so far has been sent.
+    func startTLS(_ configuration: TLSConfiguration, evaluator: TLSTrustEvaluator?, dialledHost: String?,
+                  done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
+        let context: TLSContext
+        do { context = try TLSContext(configuration) } catch {
+            return done(.failure(.tls(error as? TLSError ?? .invalidConfiguration("\(error)"))))
+        }
+        notify(.secureConnectStart)
+        pump.startTLS(SecuritySetup(context: context, dialledHost: dialledHost, evaluator: evaluator)) { result in
+            if case .success(let details) = result {
+                self.state.withLock { $0.details = details }
+                self.notify(.ready(details))
+            }
+            done(result)
+        }
+    }
+
+    // MARK: Observation
+
+    private func notify(_ event: ConnectionEvent, when condition: Bool = true) {
+        guard condition, let observer = state.value.observer else { return }
+        observer(event)
+    }
+}
+
+/// Steps of making a connection, for metrics.
+package enum ConnectionEvent: Sendable {
+    case lookupStart
+    case lookupEnd([SocketAddress])
+    case connectStart
+    case connectEnd
+    case secureConnectStart
+    /// Ready to carry bytes (after TLS, when on).
+    case ready(ConnectionDetails)
+    case failed(SocketStreamError)
+}

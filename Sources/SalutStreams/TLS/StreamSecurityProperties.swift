@@ -1,0 +1,182 @@
+import Foundation
+
+// Apple's SSL-settings property and dictionary keys. On Apple platforms they are CFString
+// constants; here they are Strings with the same values, so `kCFStreamSSLPeerName as String`
+// and `Stream.PropertyKey(kCFStreamPropertySSLSettings as String)` compile unchanged.
+
+/// The stream property holding an SSL-settings dictionary (set before opening).
+public let kCFStreamPropertySSLSettings = "kCFStreamPropertySSLSettings"
+/// Settings key: the name the peer's certificate must carry (a String), or `NSNull()` to skip
+/// the name check. Defaults to the host that was dialled.
+public let kCFStreamSSLPeerName = "kCFStreamSSLPeerName"
+/// Settings key: validate the peer's certificate chain (Bool, default true).
+public let kCFStreamSSLValidatesCertificateChain = "kCFStreamSSLValidatesCertificateChain"
+/// Settings key: act as the TLS server (Bool, default false); needs a certificate and key
+/// (``SalutSSLSettingsKey/certificateChainFile`` and ``SalutSSLSettingsKey/privateKeyFile``).
+public let kCFStreamSSLIsServer = "kCFStreamSSLIsServer"
+/// Settings key: a `StreamSocketSecurityLevel` raw value, as for the security-level property.
+public let kCFStreamSSLLevel = "kCFStreamSSLLevel"
+
+/// Salut's own SSL-settings keys, for what Apple expresses with Security framework objects.
+public enum SalutSSLSettingsKey {
+    /// SHA-256 fingerprints to pin (a String or an array of Strings; see
+    /// ``TLSConfiguration/pinnedSHA256``).
+    public static let pinnedSHA256 = "SalutSSLPinnedSHA256"
+    /// PEM file with this end's certificate chain.
+    public static let certificateChainFile = "SalutSSLCertificateChainFile"
+    /// PEM file with this end's private key.
+    public static let privateKeyFile = "SalutSSLPrivateKeyFile"
+    /// PEM file of trusted roots to use instead of the system trust store.
+    public static let trustedRootsFile = "SalutSSLTrustedRootsFile"
+    /// Oldest TLS version, as `"1.2"` or `"TLSv1.3"`.
+    public static let minimumVersion = "SalutSSLMinimumVersion"
+    /// Newest TLS version, as `"1.2"` or `"TLSv1.3"`.
+    public static let maximumVersion = "SalutSSLMaximumVersion"
+}
+
+/// Read-only properties Salut adds to connected socket streams.
+extension Stream.PropertyKey {
+    /// The negotiated TLS version (a String such as `TLSv1.3`), once connected with TLS.
+    public static let salutTLSProtocolVersion = Stream.PropertyKey(rawValue: "SalutTLSProtocolVersion")
+    /// The negotiated cipher suite (a String), once connected with TLS.
+    public static let salutTLSCipherSuite = Stream.PropertyKey(rawValue: "SalutTLSCipherSuite")
+    /// SHA-256 of the peer's certificate (hex String), once connected with TLS.
+    public static let salutTLSPeerCertificateSHA256 = Stream.PropertyKey(rawValue: "SalutTLSPeerCertificateSHA256")
+    /// The peer's address and port (a String like `[::1]:8080`), once connected.
+    public static let salutRemoteAddress = Stream.PropertyKey(rawValue: "SalutRemoteAddress")
+    /// This end's address and port (a String), once connected.
+    public static let salutLocalAddress = Stream.PropertyKey(rawValue: "SalutLocalAddress")
+}
+
+extension TLSConfiguration {
+    /// Reads Apple's SSL-settings dictionary (plus ``SalutSSLSettingsKey`` entries) on top of
+    /// `base`.
+    /// - Throws: ``TLSError/invalidConfiguration(_:)`` naming the key whose value is wrong.
+    public init(sslSettings: [String: Any], base: TLSConfiguration = .client) throws {
+        self = base
+        func bool(_ key: String) throws -> Bool? {
+            guard let value = sslSettings[key] else { return nil }
+            if let flag = value as? Bool { return flag }
+            if let number = value as? NSNumber { return number.boolValue }
+            throw TLSError.invalidConfiguration("\(key) must be a Bool")
+        }
+        func string(_ key: String) throws -> String? {
+            guard let value = sslSettings[key] else { return nil }
+            if let text = value as? String { return text }
+            throw TLSError.invalidConfiguration("\(key) must be a String")
+        }
+        func version(_ key: String) throws -> Version? {
+            guard let text = try string(key) else { return nil }
+            guard let version = Version(string: text) else {
+                throw TLSError.invalidConfiguration("\(key): unknown TLS version \"\(text)\"")
+            }
+            return version
+        }
+        for key in sslSettings.keys where !Self.knownKeys.contains(key) {
+            throw TLSError.invalidConfiguration("unknown SSL settings key \(key)")
+        }
+        if let isServer = try bool(kCFStreamSSLIsServer) { role = isServer ? .server : .client }
+        if let name = sslSettings[kCFStreamSSLPeerName] {
+            if name is NSNull {
+                peerName = ""          // no name check
+            } else if let text = name as? String {
+                peerName = text
+            } else {
+                throw TLSError.invalidConfiguration("\(kCFStreamSSLPeerName) must be a String or NSNull")
+            }
+        }
+        if let validates = try bool(kCFStreamSSLValidatesCertificateChain) { validatesCertificateChain = validates }
+        if let level = try string(kCFStreamSSLLevel) {
+            try Self.check(level: StreamSocketSecurityLevel(rawValue: level))
+        }
+        if let pins = sslSettings[SalutSSLSettingsKey.pinnedSHA256] {
+            if let one = pins as? String { pinnedSHA256 = [one] } else if let many = pins as? [String] { pinnedSHA256 = many } else {
+                throw TLSError.invalidConfiguration("\(SalutSSLSettingsKey.pinnedSHA256) must be a String or [String]")
+            }
+        }
+        if let file = try string(SalutSSLSettingsKey.certificateChainFile) { certificateChainFile = file }
+        if let file = try string(SalutSSLSettingsKey.privateKeyFile) { privateKeyFile = file }
+        if let file = try string(SalutSSLSettingsKey.trustedRootsFile) { trustRoots = .file(file) }
+        if let minimum = try version(SalutSSLSettingsKey.minimumVersion) { minimumVersion = minimum }
+        if let maximum = try version(SalutSSLSettingsKey.maximumVersion) { maximumVersion = maximum }
+        try validate()
+    }
+
+    private static let knownKeys: Set<String> = [
+        kCFStreamSSLPeerName, kCFStreamSSLValidatesCertificateChain, kCFStreamSSLIsServer, kCFStreamSSLLevel,
+        SalutSSLSettingsKey.pinnedSHA256, SalutSSLSettingsKey.certificateChainFile, SalutSSLSettingsKey.privateKeyFile,
+        SalutSSLSettingsKey.trustedRootsFile, SalutSSLSettingsKey.minimumVersion, SalutSSLSettingsKey.maximumVersion,
+    ]
+
+    /// SSLv2 and SSLv3 are refused; TLSv1 and negotiated mean "TLS at the configured minimum"
+    /// (1.2 unless lowered: Salut never falls back to 1.0/1.1 by itself).
+    static func check(level: StreamSocketSecurityLevel) throws {
+        switch level {
+        case .none, .tlSv1, .negotiatedSSL: return
+        default: throw TLSError.invalidConfiguration("security level \(level.rawValue) is not supported (SSLv2/SSLv3 are insecure)")
+        }
+    }
+}
+
+extension SocketConnection {
+    /// `Stream.property(forKey:)` for socket streams.
+    func property(forKey key: Stream.PropertyKey) -> AnyObject? {
+        let current = state.value
+        switch key {
+        case .socketSecurityLevelKey: return current.securityLevel.rawValue as NSString
+        case Stream.PropertyKey(rawValue: kCFStreamPropertySSLSettings):
+            return current.sslSettings.map { NSDictionary(dictionary: $0) }
+        case .salutTLSProtocolVersion: return current.details?.tls.map { $0.protocolVersion as NSString }
+        case .salutTLSCipherSuite: return current.details?.tls.map { $0.cipherSuite as NSString }
+        case .salutTLSPeerCertificateSHA256: return current.details?.tls.map { $0.certificateSHA256 as NSString }
+        case .salutRemoteAddress: return current.details?.remoteAddress.map { $0.description as NSString }
+        case .salutLocalAddress: return current.details?.localAddress.map { $0.description as NSString }
+        default: return nil
+        }
+    }
+
+    /// `Stream.setProperty(_:forKey:)` for socket streams: the security level and the SSL
+    /// settings, before the connection starts. False (nothing changed) for a bad value, an
+    /// unknown key, or once connecting has begun.
+    func setProperty(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool {
+        guard case .idle = gate.current else { return false }
+        switch key {
+        case .socketSecurityLevelKey:
+            let raw = (property as? NSString).map { String(describing: $0) } ?? (property as? String)
+            guard let raw else { return false }
+            let level = StreamSocketSecurityLevel(rawValue: raw)
+            guard (try? TLSConfiguration.check(level: level)) != nil else { return false }
+            return state.withLock { state in
+                state.securityLevel = level
+                if level == .none {
+                    state.tls = nil
+                } else if state.tls == nil {
+                    state.tls = (try? state.sslSettings.map { try TLSConfiguration(sslSettings: $0) }) ?? .client
+                }
+                return true
+            }
+        case Stream.PropertyKey(rawValue: kCFStreamPropertySSLSettings):
+            guard let settings = Self.dictionary(property),
+                  let configuration = try? TLSConfiguration(sslSettings: settings) else { return false }
+            state.withLock { state in
+                state.sslSettings = settings
+                state.tls = configuration
+                if state.securityLevel == .none { state.securityLevel = .negotiatedSSL }
+            }
+            return true
+        default:
+            return false
+        }
+    }
+
+    private static func dictionary(_ property: AnyObject?) -> [String: Any]? {
+        if let swift = property as? [String: Any] { return swift }
+        guard let ns = property as? NSDictionary else { return nil }
+        var out: [String: Any] = [:]
+        for (key, value) in ns {
+            guard let name = key as? String ?? (key as? NSString).map({ String(describing: $0) }) else { return nil }
+            out[name] = value
+        }
+        return out
+    }
+}

@@ -1,0 +1,222 @@
+import COpenSSL
+import Foundation
+import Glibc
+
+/// What a TLS peer presented, and what the configured policy made of it: handed to trust
+/// evaluators (a session's trust challenge, for example) and kept for metrics.
+public struct TLSPeerTrust: Sendable, Hashable {
+    /// SHA-256 of the peer's leaf certificate (DER), lower-case hex.
+    public var certificateSHA256: String
+    /// SHA-256 of the leaf's SubjectPublicKeyInfo (DER), lower-case hex: stays the same when a
+    /// certificate is renewed with the same key.
+    public var publicKeySHA256: String
+    /// The leaf certificate's subject, in OpenSSL's one-line form.
+    public var subject: String
+    /// The negotiated protocol version, for example `TLSv1.3`.
+    public var protocolVersion: String
+    /// The negotiated cipher suite, for example `TLS_AES_256_GCM_SHA384`.
+    public var cipherSuite: String
+    /// Nil when the configured policy accepts the peer (pin matched, or chain and name valid,
+    /// or validation turned off); otherwise why not.
+    public var policyFailure: TLSError?
+}
+
+/// Decides whether to trust a peer after the configured policy has been applied (see
+/// ``TLSPeerTrust/policyFailure``); call the completion with true to go on. Called on the
+/// connection's queue; may complete later, from any thread.
+public typealias TLSTrustEvaluator = @Sendable (TLSPeerTrust, @escaping @Sendable (Bool) -> Void) -> Void
+
+/// One TLS session over a connected non-blocking socket: handshake steps, then encrypted
+/// receive/send for the socket pump.
+final class TLSConnection: ByteTransport, @unchecked Sendable {
+    // @unchecked: used only on the pump's queue (it is captured, not called, elsewhere).
+
+    enum HandshakeStep {
+        case done
+        case wantRead
+        case wantWrite
+        case failed(TLSError)
+    }
+
+    private let ssl: OpaquePointer
+    private let context: TLSContext
+    private var sentCloseNotify = false
+
+    /// - Parameter dialledHost: the host the client connected to; the certificate must name it
+    ///   unless the configuration gives a `peerName`.
+    /// - Throws: ``TLSError/invalidConfiguration(_:)`` when OpenSSL cannot set the session up.
+    init(context: TLSContext, fd: Int32, dialledHost: String?) throws {
+        guard let ssl = SSL_new(context.pointer) else {
+            throw TLSError.invalidConfiguration("SSL_new failed: \(OpenSSLErrors.drain())")
+        }
+        self.ssl = ssl
+        self.context = context
+        guard SSL_set_fd(ssl, fd) == 1 else {
+            throw TLSError.invalidConfiguration("SSL_set_fd failed: \(OpenSSLErrors.drain())")
+        }
+        let configuration = context.configuration
+        if configuration.role == .client {
+            if let name = (configuration.peerName ?? dialledHost).map(Self.bareHost), !name.isEmpty {
+                if Self.isIPLiteral(name) {
+                    guard X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) == 1 else {
+                        throw TLSError.invalidConfiguration("cannot verify against address \(name)")
+                    }
+                } else {
+                    guard SSL_set1_host(ssl, name) == 1, salut_SSL_set_tlsext_host_name(ssl, name) == 1 else {
+                        throw TLSError.invalidConfiguration("cannot verify against name \(name)")
+                    }
+                }
+            }
+            SSL_set_connect_state(ssl)
+        } else {
+            SSL_set_accept_state(ssl)
+        }
+    }
+
+    deinit { SSL_free(ssl) }
+
+    /// `[fe80::1%eth0]` → `fe80::1`; a trailing dot of a DNS name is dropped.
+    static func bareHost(_ host: String) -> String {
+        var name = host
+        if name.hasPrefix("["), name.hasSuffix("]") { name = String(name.dropFirst().dropLast()) }
+        if let percent = name.firstIndex(of: "%") { name = String(name[..<percent]) }
+        if name.hasSuffix(".") { name = String(name.dropLast()) }
+        return name
+    }
+
+    static func isIPLiteral(_ name: String) -> Bool {
+        var v4 = in_addr(), v6 = in6_addr()
+        return inet_pton(AF_INET, name, &v4) == 1 || inet_pton(AF_INET6, name, &v6) == 1
+    }
+
+    // MARK: Handshake
+
+    /// Advances the handshake as far as the socket allows.
+    func handshakeStep() -> HandshakeStep {
+        ERR_clear_error()
+        errno = 0
+        let result = SSL_do_handshake(ssl)
+        if result == 1 { return .done }
+        let code = SSL_get_error(ssl, result)
+        switch code {
+        case SSL_ERROR_WANT_READ: return .wantRead
+        case SSL_ERROR_WANT_WRITE: return .wantWrite
+        case SSL_ERROR_SYSCALL:
+            let reason = errno == 0 ? "the peer closed the connection during the handshake" : String(cString: strerror(errno))
+            let queued = OpenSSLErrors.drain()
+            return .failed(.handshakeFailed(queued == "unknown error" ? reason : queued))
+        default:
+            return .failed(.handshakeFailed(OpenSSLErrors.drain()))
+        }
+    }
+
+    /// What the peer presented, judged by the configured policy: a pin, when any is configured,
+    /// must match the leaf certificate or its public key; otherwise, unless validation is off,
+    /// the chain must end in a trusted root and name the expected host.
+    func peerTrust() -> TLSPeerTrust {
+        let configuration = context.configuration
+        var trust = TLSPeerTrust(certificateSHA256: "", publicKeySHA256: "", subject: "",
+                                 protocolVersion: protocolVersion, cipherSuite: cipherSuite, policyFailure: nil)
+        guard let leaf = SSL_get1_peer_certificate(ssl) else {
+            let needsOne = configuration.role == .client || configuration.requiresClientCertificate
+            trust.policyFailure = needsOne ? .noPeerCertificate : nil
+            return trust
+        }
+        defer { X509_free(leaf) }
+        trust.certificateSHA256 = Fingerprint.hex(Self.certificateDigest(leaf))
+        trust.publicKeySHA256 = Fingerprint.hex(Self.publicKeyDigest(leaf))
+        if let name = X509_get_subject_name(leaf), let line = X509_NAME_oneline(name, nil, 0) {
+            trust.subject = String(cString: line)
+            CRYPTO_free(line, #fileID, #line)
+        }
+        if !configuration.pinnedSHA256.isEmpty {
+            let pins = configuration.pinnedSHA256.compactMap(Fingerprint.decode).map(Fingerprint.hex)
+            if !pins.contains(trust.certificateSHA256) && !pins.contains(trust.publicKeySHA256) {
+                trust.policyFailure = .pinMismatch(presented: trust.certificateSHA256)
+            }
+        } else if configuration.validatesCertificateChain {
+            let result = SSL_get_verify_result(ssl)
+            if result != X509_V_OK {
+                trust.policyFailure = .untrustedPeer(reason: String(cString: X509_verify_cert_error_string(result)))
+            }
+        }
+        return trust
+    }
+
+    private static func certificateDigest(_ certificate: OpaquePointer) -> [UInt8] {
+        var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
+        var length: UInt32 = 0
+        guard X509_digest(certificate, EVP_sha256(), &digest, &length) == 1 else { return [] }
+        return Array(digest.prefix(Int(length)))
+    }
+
+    private static func publicKeyDigest(_ certificate: OpaquePointer) -> [UInt8] {
+        guard let key = X509_get_X509_PUBKEY(certificate) else { return [] }
+        let size = i2d_X509_PUBKEY(key, nil)
+        guard size > 0 else { return [] }
+        var der = [UInt8](repeating: 0, count: Int(size))
+        let written = der.withUnsafeMutableBufferPointer { buffer -> Int32 in
+            var cursor: UnsafeMutablePointer<UInt8>? = buffer.baseAddress
+            return i2d_X509_PUBKEY(key, &cursor)
+        }
+        guard written == size else { return [] }
+        var digest = [UInt8](repeating: 0, count: Int(SHA256_DIGEST_LENGTH))
+        _ = SHA256(der, der.count, &digest)
+        return digest
+    }
+
+    var protocolVersion: String { String(cString: SSL_get_version(ssl)) }
+
+    var cipherSuite: String {
+        guard let cipher = SSL_get_current_cipher(ssl), let name = SSL_CIPHER_get_name(cipher) else { return "" }
+        return String(cString: name)
+    }
+
+    // MARK: ByteTransport
+
+    func receive(into buffer: UnsafeMutableRawPointer, count: Int) -> TransferOutcome {
+        ERR_clear_error()
+        errno = 0
+        let n = SSL_read(ssl, buffer, Int32(min(count, Int(Int32.max))))
+        if n > 0 { return .moved(Int(n)) }
+        return outcome(of: n, reading: true)
+    }
+
+    func send(from buffer: UnsafeRawPointer, count: Int) -> TransferOutcome {
+        ERR_clear_error()
+        errno = 0
+        let n = SSL_write(ssl, buffer, Int32(min(count, Int(Int32.max))))
+        if n > 0 { return .moved(Int(n)) }
+        return outcome(of: n, reading: false)
+    }
+
+    func finishSending() -> TransferOutcome {
+        if !sentCloseNotify {
+            ERR_clear_error()
+            let result = SSL_shutdown(ssl)
+            if result < 0 {
+                switch SSL_get_error(ssl, result) {
+                case SSL_ERROR_WANT_WRITE: return .wouldBlock
+                case SSL_ERROR_WANT_READ: return .needsOtherDirection
+                default: break   // the peer is gone; the TCP half-close below still applies
+                }
+            }
+            sentCloseNotify = true
+        }
+        _ = shutdown(SSL_get_fd(ssl), Int32(SHUT_WR))
+        return .ended
+    }
+
+    private func outcome(of result: Int32, reading: Bool) -> TransferOutcome {
+        switch SSL_get_error(ssl, result) {
+        case SSL_ERROR_WANT_READ: return reading ? .wouldBlock : .needsOtherDirection
+        case SSL_ERROR_WANT_WRITE: return reading ? .needsOtherDirection : .wouldBlock
+        case SSL_ERROR_ZERO_RETURN: return .ended
+        case SSL_ERROR_SYSCALL:
+            if errno == 0 { return reading ? .ended : .failed(.connectionLost("the peer closed the connection")) }
+            return .failed(.connectionLost(String(cString: strerror(errno))))
+        default:
+            return .failed(.tls(.protocolError(OpenSSLErrors.drain())))
+        }
+    }
+}
