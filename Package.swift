@@ -62,8 +62,10 @@ let package = Package(
             path: "Benchmarks/StreamsBench"
         ),
 
-        .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut"]),
-        .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams"]),
+        // Child processes, deadlines and certificates shared by the test targets.
+        .target(name: "SalutTestSupport", path: "Tests/SalutTestSupport"),
+        .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut", "SalutTestSupport"]),
+        .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams", "SalutTestSupport"]),
         .testTarget(name: "LabTests", dependencies: ["Salut"]),
     ]
 )

@@ -72,3 +72,46 @@ extension OutputStream {
         }
     }
 }
+
+extension BoundStreamPair {
+    /// Opens both streams and returns once they are open: at once for a bound pair; for socket
+    /// streams once the connection is made (and, with TLS, the peer trusted).
+    /// - Throws: the ``SocketStreamError`` that failed the connection (the streams are then in
+    ///   status `.error`).
+    public func open() async throws {
+        input.open()
+        output.open()
+        guard let stream = input as? BoundInputStream, let gate = stream.gate else { return }
+        await gate.settled()
+        stream.connectionSettled()
+        (output as? BoundOutputStream)?.connectionSettled()
+        if case .failed(let error) = gate.current { throw error }
+    }
+
+    /// The connection behind socket streams (nil for a bound pair).
+    var connection: SocketConnection? { (input as? BoundInputStream)?.connection }
+
+    /// Addresses and TLS details once a socket connection is ready.
+    package var connectionDetails: ConnectionDetails? { connection?.details }
+
+    /// Watches the steps of making the connection (for metrics); set before opening.
+    package func observeConnection(_ observer: @escaping @Sendable (ConnectionEvent) -> Void) {
+        connection?.state.withLock { $0.observer = observer }
+    }
+
+    /// Sets the TLS configuration and trust evaluator of unopened socket streams.
+    package func useTLS(_ configuration: TLSConfiguration?, evaluator: TLSTrustEvaluator?) {
+        connection?.state.withLock { state in
+            state.tls = configuration
+            state.evaluator = evaluator
+            state.securityLevel = configuration == nil ? .none : .negotiatedSSL
+        }
+    }
+
+    /// Upgrades open plain socket streams to TLS after what was written so far is sent.
+    package func startTLS(_ configuration: TLSConfiguration, evaluator: TLSTrustEvaluator?, dialledHost: String?,
+                          done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
+        guard let connection else { return done(.failure(.tls(.invalidConfiguration("not a socket connection")))) }
+        connection.startTLS(configuration, evaluator: evaluator, dialledHost: dialledHost, done: done)
+    }
+}

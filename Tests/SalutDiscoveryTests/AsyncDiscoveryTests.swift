@@ -1,6 +1,7 @@
 import Foundation
 import SalutDiscovery
 import SalutStreams
+import SalutTestSupport
 import XCTest
 
 /// The async API against the real avahi-daemon.

@@ -1,5 +1,6 @@
 import Foundation
 import SalutDiscovery
+import SalutTestSupport
 import XCTest
 
 /// The daemon is killed and started again while a publication and a browser are live: the

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Salut
+import SalutTestSupport
 import XCTest
 
 /// Records what a NetService's delegate hears and fulfils expectations as events arrive.

@@ -1,4 +1,5 @@
 import Foundation
+import SalutTestSupport
 import XCTest
 
 /// The built `netsvc` run as a user or a script would: exit codes, help, JSON lines.

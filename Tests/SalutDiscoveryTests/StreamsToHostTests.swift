@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Salut
+import SalutTestSupport
 import XCTest
 
 /// A plain POSIX echo server on loopback, one connection at a time, for the streams to talk to.

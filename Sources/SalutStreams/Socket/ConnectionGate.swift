@@ -10,6 +10,7 @@ final class ConnectionGate: @unchecked Sendable {
     private let condition = NSCondition()
     private var state: State = .idle
     private var starter: (@Sendable () -> Void)?
+    private var waiters: [CheckedContinuation<Void, Never>] = []
 
     init(starter: @escaping @Sendable () -> Void) {
         self.starter = starter
@@ -34,7 +35,24 @@ final class ConnectionGate: @unchecked Sendable {
         condition.lock()
         state = outcome
         condition.broadcast()
+        let resumed = waiters
+        waiters = []
         condition.unlock()
+        for waiter in resumed { waiter.resume() }
+    }
+
+    /// Suspends until connected or failed (returns at once when not connecting).
+    func settled() async {
+        await withCheckedContinuation { continuation in
+            condition.lock()
+            if case .connecting = state {
+                waiters.append(continuation)
+                condition.unlock()
+            } else {
+                condition.unlock()
+                continuation.resume()
+            }
+        }
     }
 
     /// Blocks until connected or failed (for unscheduled streams read or written while opening).

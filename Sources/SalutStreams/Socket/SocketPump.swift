@@ -51,13 +51,17 @@ final class SocketPump: @unchecked Sendable {
     private var writerSuspended = false
     private var readNeedsWritable = false
     private var writeNeedsReadable = false
-    /// Bytes taken from `outbound` and not yet sent: `outScratch[sendFrom..<sendTo]`.
-    private var outScratch = [UInt8](repeating: 0, count: 256 * 1024)
+    /// Bytes taken from `outbound` and not yet sent: `outScratch[sendFrom..<sendTo]`. Both
+    /// scratch buffers are allocated on first use and never zeroed, so an idle connection costs
+    /// no resident memory for them.
+    private lazy var outScratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.scratchSize, alignment: 16)
     private var sendFrom = 0
     private var sendTo = 0
     private var sendingFinished = false
     private var finished = false
-    private var scratch = [UInt8](repeating: 0, count: 256 * 1024)
+    private lazy var scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.scratchSize, alignment: 16)
+    private var scratchAllocated: (in: Bool, out: Bool) = (false, false)
+    private static let scratchSize = 128 * 1024
     /// Called (on the queue) when the connection breaks after it was reported ready.
     var onFailure: (@Sendable (SocketStreamError) -> Void)?
     /// Counts bytes moved, for metrics (inbound, outbound), after TLS.
@@ -68,6 +72,11 @@ final class SocketPump: @unchecked Sendable {
         self.queue = queue
         self.inbound = inbound
         self.outbound = outbound
+    }
+
+    deinit {
+        if scratchAllocated.in { scratch.deallocate() }
+        if scratchAllocated.out { outScratch.deallocate() }
     }
 
     /// Starts on a connected socket. Call on the queue. `ready` is called once: at once for a
@@ -207,11 +216,12 @@ final class SocketPump: @unchecked Sendable {
         while reader != nil {
             let room = inbound.snapshot.space
             guard room > 0 else { return pauseReading() }
-            let outcome = scratch.withUnsafeMutableBytes { transport.receive(into: $0.baseAddress!, count: min(room, $0.count)) }
-            switch outcome {
+            scratchAllocated.in = true
+            let buffer = scratch
+            switch transport.receive(into: buffer.baseAddress!, count: min(room, buffer.count)) {
             case .moved(let n):
                 bytesReceived += Int64(n)
-                _ = scratch.withUnsafeBufferPointer { inbound.write(from: $0.baseAddress!, length: n, blocking: false) }
+                _ = inbound.write(from: buffer.baseAddress!.assumingMemoryBound(to: UInt8.self), length: n, blocking: false)
             case .ended:
                 inbound.closeWriter()          // the peer closed: end of data after the buffered bytes
                 stopReading()
@@ -239,8 +249,10 @@ final class SocketPump: @unchecked Sendable {
             readable()
         }
         while writer != nil {
+            scratchAllocated.out = true
+            let buffer = outScratch
             if sendFrom == sendTo {
-                let got = outScratch.withUnsafeMutableBufferPointer { outbound.read(into: $0.baseAddress!, maxLength: $0.count, blocking: false) }
+                let got = outbound.read(into: buffer.baseAddress!.assumingMemoryBound(to: UInt8.self), maxLength: buffer.count, blocking: false)
                 if let got, got > 0 {
                     sendFrom = 0
                     sendTo = got
@@ -253,8 +265,7 @@ final class SocketPump: @unchecked Sendable {
                     return pauseWriting()
                 }
             }
-            let outcome = outScratch.withUnsafeBytes { transport.send(from: $0.baseAddress! + sendFrom, count: sendTo - sendFrom) }
-            switch outcome {
+            switch transport.send(from: buffer.baseAddress! + sendFrom, count: sendTo - sendFrom) {
             case .moved(let n):
                 sendFrom += n
                 bytesSent += Int64(n)

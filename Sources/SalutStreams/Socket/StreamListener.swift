@@ -1,0 +1,223 @@
+import Dispatch
+import Foundation
+import Glibc
+
+/// A connection accepted by a ``StreamListener``: an unopened stream pair and who connected.
+public struct AcceptedConnection: Sendable {
+    /// The streams; open them (either one starts the connection, and with TLS the handshake).
+    public let streams: BoundStreamPair
+    /// The peer's address and port.
+    public let remoteAddress: SocketAddress?
+
+    /// The reading end.
+    public var input: InputStream { streams.input }
+    /// The writing end.
+    public var output: OutputStream { streams.output }
+}
+
+/// Listens for TCP connections on one port on IPv4 and IPv6 (two sockets, the IPv6 one
+/// `IPV6_V6ONLY`) and hands each accepted connection over as an unopened stream pair.
+///
+/// ```swift
+/// let listener = try StreamListener(port: 0)
+/// print("listening on", listener.port)
+/// for await connection in listener.connections {
+///     connection.input.open(); connection.output.open()
+///     // …
+/// }
+/// ```
+///
+/// Accepting runs on libdispatch sources; no thread is used per connection. ``stop()`` (or
+/// releasing the listener) closes the listening sockets; accepted connections live on.
+public final class StreamListener: Sendable {
+    /// The port listened on (the one picked by the system when 0 was asked for).
+    public let port: UInt16
+    /// The addresses the sockets are bound to (the IPv4 and IPv6 wildcard addresses).
+    public let localAddresses: [SocketAddress]
+    private let sockets: [Int32]
+    private let tls: TLSContext?
+    private let bufferSize: Int
+    private let queue = DispatchQueue(label: "salut.listener")
+    private let running: Locked<[DispatchSourceRead]?> = Locked(nil)
+    private let stopped = Locked(false)
+
+    /// Binds and listens.
+    /// - Parameters:
+    ///   - port: the port, or 0 for one the system picks (the same on IPv4 and IPv6).
+    ///   - tls: a server configuration to run TLS on every accepted connection (the handshake
+    ///     happens when its streams are opened).
+    ///   - bufferSize: bytes buffered in each direction of each accepted connection.
+    ///   - backlog: the `listen` backlog.
+    /// - Throws: ``SocketStreamError/invalidAddress(_:)`` for a port outside 0…65535,
+    ///   ``SocketStreamError/system(call:errno:message:)`` when binding fails (the port is in use,
+    ///   for example), or the ``TLSError`` of a bad TLS configuration as ``SocketStreamError/tls(_:)``.
+    public init(port: Int = 0, tls: TLSConfiguration? = nil, bufferSize: Int = 64 * 1024, backlog: Int32 = 512) throws {
+        guard (0...65535).contains(port) else { throw SocketStreamError.invalidAddress("port \(port)") }
+        if var tls {
+            tls.role = .server
+            do { self.tls = try TLSContext(tls) } catch let error as TLSError { throw SocketStreamError.tls(error) }
+        } else {
+            self.tls = nil
+        }
+        self.bufferSize = bufferSize
+        let bound = try Self.bindBoth(port: UInt16(port), backlog: backlog)
+        sockets = bound.sockets
+        self.port = bound.port
+        localAddresses = bound.sockets.compactMap { SocketAddress.of($0, peer: false) }
+    }
+
+    deinit { stop() }
+
+    /// Starts accepting; each connection goes to `handler` (on an internal queue). Call once;
+    /// later calls are ignored. Accepting stops with ``stop()``.
+    public func accept(_ handler: @escaping @Sendable (AcceptedConnection) -> Void) {
+        guard !stopped.value else { return }
+        let queue = self.queue, sockets = self.sockets
+        let sources = running.withLock { current -> [DispatchSourceRead]? in
+            guard current == nil else { return nil }
+            let made = sockets.map { fd -> DispatchSourceRead in
+                let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+                source.setCancelHandler { close(fd) }
+                return source
+            }
+            current = made
+            return made
+        }
+        guard let sources else { return }
+        let tls = self.tls, bufferSize = self.bufferSize
+        for (fd, source) in zip(sockets, sources) {
+            let paused = PausableSource(source, queue: queue)
+            // The handler holds its source until `stop()` cancels it (libdispatch then drops it).
+            source.setEventHandler {
+                Self.drain(fd, source: paused, tls: tls, bufferSize: bufferSize, handler: handler)
+            }
+            source.resume()
+        }
+    }
+
+    /// The accepted connections as an asynchronous sequence (starts accepting). The sequence
+    /// ends when the listener stops.
+    public var connections: AsyncStream<AcceptedConnection> {
+        let (stream, continuation) = AsyncStream.makeStream(of: AcceptedConnection.self)
+        accept { continuation.yield($0) }
+        ended.withLock { $0.append(continuation) }
+        if stopped.value { continuation.finish() }
+        return stream
+    }
+    private let ended = Locked<[AsyncStream<AcceptedConnection>.Continuation]>([])
+
+    /// Closes the listening sockets. Connections already accepted are not affected.
+    public func stop() {
+        guard !stopped.exchange(true) else { return }
+        if let sources = running.exchange(nil) {
+            for source in sources { source.cancel() }
+        } else {
+            for fd in sockets { close(fd) }
+        }
+        for continuation in ended.exchange([]) { continuation.finish() }
+    }
+
+    // MARK: Private
+
+    /// Accepts until nothing is pending (libdispatch may not signal again while some are).
+    private static func drain(_ fd: Int32, source: PausableSource, tls: TLSContext?,
+                              bufferSize: Int, handler: @Sendable (AcceptedConnection) -> Void) {
+        while true {
+            var storage = sockaddr_storage()
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let client = withUnsafeMutablePointer(to: &storage) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    Glibc.accept(fd, $0, &length)
+                }
+            }
+            if client < 0 {
+                switch errno {
+                case EINTR, ECONNABORTED, EPROTO: continue
+                case EMFILE, ENFILE, ENOBUFS, ENOMEM:
+                    // Out of descriptors: pause instead of spinning on a pending connection.
+                    source.pause(for: 0.1)
+                    return
+                default:
+                    return   // EAGAIN: nothing more pending
+                }
+            }
+            guard fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK) == 0,
+                  fcntl(client, F_SETFD, FD_CLOEXEC) == 0 else {
+                close(client)
+                continue
+            }
+            let remote = SocketAddress(withUnsafeBytes(of: &storage) { Data($0.prefix(Int(length))) })
+            var on: Int32 = 1
+            _ = setsockopt(client, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size))
+            let connection = SocketConnection(origin: .accepted(fd: client, tls: tls), bufferSize: bufferSize)
+            handler(AcceptedConnection(streams: connection.makePair(), remoteAddress: remote))
+        }
+    }
+
+    /// Binds an IPv4 and an IPv6 socket to the same port (for port 0: the port the IPv4 socket
+    /// got, retried when IPv6 already has it in use). A host without IPv6 gets IPv4 only.
+    private static func bindBoth(port: UInt16, backlog: Int32) throws -> (sockets: [Int32], port: UInt16) {
+        var lastError: SocketStreamError?
+        for _ in 0..<16 {
+            let v4 = try open(family: AF_INET, port: port, backlog: backlog)
+            guard let v4 else { throw SocketStreamError.system(call: "socket", errno: EAFNOSUPPORT, message: "IPv4 unavailable") }
+            let chosen = SocketAddress.of(v4, peer: false)?.port ?? port
+            do {
+                if let v6 = try open(family: AF_INET6, port: chosen, backlog: backlog) {
+                    return ([v4, v6], chosen)
+                }
+                return ([v4], chosen)     // no IPv6 on this host
+            } catch let error as SocketStreamError {
+                close(v4)
+                lastError = error
+                if port != 0 { throw error }   // a fixed port: nothing to retry
+            }
+        }
+        throw lastError ?? SocketStreamError.system(call: "bind", errno: EADDRINUSE, message: "no port free on both IPv4 and IPv6")
+    }
+
+    /// A listening socket, or nil when the family is not supported here.
+    private static func open(family: Int32, port: UInt16, backlog: Int32) throws -> Int32? {
+        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else {
+            if errno == EAFNOSUPPORT { return nil }
+            throw SocketStreamError.system(call: "socket", errno: errno, message: String(cString: strerror(errno)))
+        }
+        var on: Int32 = 1
+        let size = socklen_t(MemoryLayout<Int32>.size)
+        func failure(_ call: String) -> SocketStreamError {
+            let code = errno
+            close(fd)
+            return .system(call: call, errno: code, message: String(cString: strerror(code)))
+        }
+        guard setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, size) == 0 else { throw failure("setsockopt(SO_REUSEADDR)") }
+        let address: SocketAddress
+        if family == AF_INET6 {
+            guard setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &on, size) == 0 else { throw failure("setsockopt(IPV6_V6ONLY)") }
+            address = SocketAddress(ipv6: [UInt8](repeating: 0, count: 16), port: port)
+        } else {
+            address = SocketAddress(ipv4: [0, 0, 0, 0], port: port)
+        }
+        let bound = address.data.withUnsafeBytes { bind(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }
+        if bound != 0 && family == AF_INET6 && errno == EADDRNOTAVAIL { close(fd); return nil }
+        guard bound == 0 else { throw failure("bind to port \(port)") }
+        guard listen(fd, backlog) == 0 else { throw failure("listen") }
+        return fd
+    }
+}
+
+/// A listening socket's read source that can be paused for a while (when descriptors run out).
+private final class PausableSource: @unchecked Sendable {
+    // @unchecked: used only on `queue`, the source's own queue.
+    private let source: DispatchSourceRead
+    private let queue: DispatchQueue
+    init(_ source: DispatchSourceRead, queue: DispatchQueue) {
+        self.source = source
+        self.queue = queue
+    }
+
+    func pause(for seconds: TimeInterval) {
+        source.suspend()
+        queue.asyncAfter(deadline: .now() + seconds) { self.source.resume() }
+    }
+}

@@ -1,0 +1,232 @@
+import Foundation
+import SalutStreams
+import SalutTestSupport
+import XCTest
+
+/// Reads from `input` until `count` bytes or the end of the data.
+func readBytes(_ input: InputStream, count: Int) async throws -> Data {
+    var received = Data()
+    for try await chunk in input.chunks {
+        received.append(chunk)
+        if received.count >= count { break }
+    }
+    return received
+}
+
+/// The `SocketStreamError` a failed open threw (nil when it was another error or none).
+func openError(_ pair: BoundStreamPair) async -> SocketStreamError? {
+    do {
+        try await withDeadline(20, "open") { try await pair.open() }
+        return nil
+    } catch {
+        return error as? SocketStreamError
+    }
+}
+
+/// `openssl s_server -rev` (answers each line reversed) on a loopback port, one connection.
+func reversingServer(_ certificate: TestCertificate, extra: [String] = []) throws -> (Foreign, Int) {
+    let port = freeLoopbackPort()
+    let server = try Foreign(["openssl", "s_server", "-accept", "127.0.0.1:\(port)", "-cert", certificate.certificateFile,
+                              "-key", certificate.keyFile, "-naccept", "1", "-rev"] + extra)
+    guard server.waitForOutput(containing: "ACCEPT", seconds: 10) else {
+        throw DeadlineExceeded(what: "s_server listening: \(server.output)", seconds: 10)
+    }
+    return (server, port)
+}
+
+final class TLSTests: XCTestCase {
+    var certificate: TestCertificate!
+
+    override func setUpWithError() throws {
+        certificate = try TestCertificate.make()
+    }
+
+    func testPinnedCertificateReachesOpenSSLServer() async throws {
+        let (server, port) = try reversingServer(certificate)
+        defer { server.stop() }
+        let tls = TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256])
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port, tls: tls)
+        try await withDeadline(20, "open") { try await pair.open() }
+        try await pair.output.write(Data("hello salut\n".utf8))
+        let answer = try await withDeadline(20, "answer") { try await readBytes(pair.input, count: 12) }
+        XCTAssertEqual(String(decoding: answer, as: UTF8.self), "tulas olleh\n")
+        XCTAssertEqual(pair.input.property(forKey: .salutTLSProtocolVersion) as? String, "TLSv1.3")
+        XCTAssertEqual(pair.input.property(forKey: .salutTLSPeerCertificateSHA256) as? String, certificate.certificateSHA256)
+        XCTAssertEqual(pair.input.property(forKey: .socketSecurityLevelKey) as? String,
+                       StreamSocketSecurityLevel.negotiatedSSL.rawValue)
+        pair.input.close(); pair.output.close()
+    }
+
+    func testTrustedRootValidatesChainAndNameOrAddress() async throws {
+        for host in ["localhost", "127.0.0.1"] {
+            let (server, port) = try reversingServer(certificate)
+            defer { server.stop() }
+            let tls = TLSConfiguration(trustRoots: .file(certificate.certificateFile))
+            let pair = SocketStreams.pair(toHost: host, port: port, tls: tls)
+            let error = await openError(pair)
+            XCTAssertNil(error, "\(host): \(String(describing: error))")
+            try await pair.output.write(Data("ab\n".utf8))
+            let answer = try await withDeadline(20, "answer") { try await readBytes(pair.input, count: 3) }
+            XCTAssertEqual(String(decoding: answer, as: UTF8.self), "ba\n", host)
+            pair.input.close(); pair.output.close()
+        }
+    }
+
+    func testSystemTrustStoreRefusesASelfSignedServerAndSaysWhy() async throws {
+        let (server, port) = try reversingServer(certificate)
+        defer { server.stop() }
+        let pair = SocketStreams.pair(toHost: "localhost", port: port, tls: .client)
+        let error = await openError(pair)
+        guard case .tls(.untrustedPeer(let reason)) = error else { return XCTFail("got \(String(describing: error))") }
+        XCTAssertTrue(reason.contains("self-signed") || reason.contains("self signed"), reason)
+        XCTAssertEqual(pair.input.streamStatus, .error)
+        XCTAssertEqual(pair.output.streamStatus, .error)
+        XCTAssertEqual(pair.input.streamError as? SocketStreamError, error)
+    }
+
+    func testWrongPinIsRefusedWithThePresentedFingerprint() async throws {
+        let (server, port) = try reversingServer(certificate)
+        defer { server.stop() }
+        let wrong = String(repeating: "ab", count: 32)
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port, tls: TLSConfiguration(pinnedSHA256: [wrong]))
+        let error = await openError(pair)
+        XCTAssertEqual(error, .tls(.pinMismatch(presented: certificate.certificateSHA256)))
+        XCTAssertTrue("\(error!)".contains("matches no pinned fingerprint"))
+    }
+
+    func testNameMismatchIsRefused() async throws {
+        let (server, port) = try reversingServer(certificate)
+        defer { server.stop() }
+        let tls = TLSConfiguration(peerName: "printer.example", trustRoots: .file(certificate.certificateFile))
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port, tls: tls)
+        let error = await openError(pair)
+        guard case .tls(.untrustedPeer(let reason)) = error else { return XCTFail("got \(String(describing: error))") }
+        XCTAssertTrue(reason.contains("hostname mismatch"), reason)
+    }
+
+    func testAppleStyleSettingsDictionaryWithPublicKeyPin() async throws {
+        let (server, port) = try reversingServer(certificate)
+        defer { server.stop() }
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
+        // Refused before anything changes: insecure levels, unknown keys, wrong value types.
+        XCTAssertFalse(pair.input.setProperty(StreamSocketSecurityLevel.ssLv3.rawValue as NSString, forKey: .socketSecurityLevelKey))
+        let key = Stream.PropertyKey(kCFStreamPropertySSLSettings as String)
+        XCTAssertFalse(pair.input.setProperty(["NoSuchKey": true] as NSDictionary, forKey: key))
+        XCTAssertFalse(pair.input.setProperty([kCFStreamSSLValidatesCertificateChain: "yes"] as NSDictionary, forKey: key))
+        XCTAssertFalse(pair.input.setProperty([SalutSSLSettingsKey.pinnedSHA256: "not-a-pin"] as NSDictionary, forKey: key))
+        // As a macOS program would write it, plus Salut's pin key.
+        let settings: [String: Any] = [kCFStreamSSLPeerName as String: "localhost",
+                                       SalutSSLSettingsKey.pinnedSHA256: [certificate.publicKeySHA256],
+                                       SalutSSLSettingsKey.maximumVersion: "TLSv1.2"]
+        XCTAssertTrue(pair.input.setProperty(StreamSocketSecurityLevel.negotiatedSSL.rawValue as NSString, forKey: .socketSecurityLevelKey))
+        XCTAssertTrue(pair.input.setProperty(settings as NSDictionary, forKey: key))
+        let error = await openError(pair)
+        XCTAssertNil(error)
+        XCTAssertEqual(pair.input.property(forKey: .salutTLSProtocolVersion) as? String, "TLSv1.2")
+        XCTAssertFalse(pair.input.setProperty(settings as NSDictionary, forKey: key), "settings are fixed once connecting")
+        try await pair.output.write(Data("xyz\n".utf8))
+        let answer = try await withDeadline(20, "answer") { try await readBytes(pair.input, count: 4) }
+        XCTAssertEqual(String(decoding: answer, as: UTF8.self), "zyx\n")
+        pair.input.close(); pair.output.close()
+    }
+
+    func testOldProtocolOnlyServerFailsTheHandshake() async throws {
+        let (server, port) = try reversingServer(certificate, extra: ["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0"])
+        defer { server.stop() }
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port, tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        let error = await openError(pair)
+        guard case .tls(.handshakeFailed) = error else { return XCTFail("got \(String(describing: error))") }
+    }
+
+    func testPlainPeerIsAHandshakeFailureNotAHang() async throws {
+        let listener = try StreamListener(port: 0)
+        defer { listener.stop() }
+        listener.accept { connection in
+            Task {
+                try? await connection.streams.open()
+                try? await connection.output.write(Data("HTTP/1.0 400 Bad Request\r\n\r\n".utf8))
+                connection.output.close()
+            }
+        }
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: Int(listener.port), tls: TLSConfiguration(validatesCertificateChain: false))
+        let error = await openError(pair)
+        guard case .tls(.handshakeFailed(let reason)) = error else { return XCTFail("got \(String(describing: error))") }
+        XCTAssertFalse(reason.isEmpty)
+    }
+
+    func testOurTLSListenerServesOpenSSLClient() async throws {
+        let listener = try StreamListener(port: 0, tls: .server(certificateChainFile: certificate.certificateFile,
+                                                                privateKeyFile: certificate.keyFile))
+        defer { listener.stop() }
+        listener.accept { connection in
+            Task {
+                guard (try? await connection.streams.open()) != nil else { return }
+                var line = Data()
+                for try await chunk in connection.input.chunks {
+                    line.append(chunk)
+                    if line.last == UInt8(ascii: "\n") { break }
+                }
+                try await connection.output.write(Data("ack ".utf8) + line)
+                connection.output.close()
+            }
+        }
+        let client = try Foreign(["openssl", "s_client", "-connect", "127.0.0.1:\(listener.port)", "-quiet",
+                                  "-verify_return_error", "-CAfile", certificate.certificateFile, "-verify_hostname", "localhost"])
+        defer { client.stop() }
+        client.write("ping\n")
+        XCTAssertTrue(client.waitForOutput(containing: "ack ping", seconds: 20), client.output)
+    }
+
+    func testMutualTLSBetweenOurOwnEndsMovesEightMebibytesBothWays() async throws {
+        let clientCertificate = try TestCertificate.make(commonName: "peer-client", alternativeNames: "DNS:peer-client")
+        var serverTLS = TLSConfiguration.server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+        serverTLS.requiresClientCertificate = true
+        serverTLS.pinnedSHA256 = [clientCertificate.publicKeySHA256]
+        let listener = try StreamListener(port: 0, tls: serverTLS)
+        defer { listener.stop() }
+        listener.accept { connection in
+            Task {   // echo everything back
+                guard (try? await connection.streams.open()) != nil else { return }
+                for try await chunk in connection.input.chunks { try await connection.output.write(chunk) }
+                connection.output.close()
+            }
+        }
+        let tls = TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256],
+                                   certificateChainFile: clientCertificate.certificateFile,
+                                   privateKeyFile: clientCertificate.keyFile)
+        let pair = SocketStreams.pair(toHost: "::1", port: Int(listener.port), tls: tls)
+        try await withDeadline(20, "open") { try await pair.open() }
+        var payload = Data(count: 8 << 20)
+        payload.withUnsafeMutableBytes { raw in for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 31 &+ i >> 13) } }
+        let sent = payload
+        let writer = Task {
+            try await pair.output.write(sent)
+            pair.output.close()
+        }
+        let echoed = try await withDeadline(60, "echo") { try await readBytes(pair.input, count: Int.max) }
+        try await writer.value
+        XCTAssertEqual(echoed.count, payload.count)
+        XCTAssertTrue(echoed == payload, "the echoed bytes differ")
+
+        // Without a client certificate the server refuses.
+        let anonymous = SocketStreams.pair(toHost: "::1", port: Int(listener.port),
+                                           tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        let refused: Data? = try await withDeadline(20, "refusal") {
+            guard (try? await anonymous.open()) != nil else { return nil }
+            return try? await readBytes(anonymous.input, count: 1)   // TLS 1.3: the alert comes after
+        }
+        XCTAssertTrue(refused == nil || refused!.isEmpty, "an anonymous client got data")
+    }
+
+    func testBadServerConfigurationsAreTypedErrors() {
+        XCTAssertThrowsError(try StreamListener(port: 0, tls: TLSConfiguration(role: .server))) { error in
+            guard case .tls(.invalidConfiguration) = error as? SocketStreamError else { return XCTFail("\(error)") }
+        }
+        XCTAssertThrowsError(try StreamListener(port: 0, tls: .server(certificateChainFile: "/nonexistent.pem", privateKeyFile: certificate.keyFile))) { error in
+            XCTAssertEqual(error as? SocketStreamError, .tls(.cannotLoad(file: "/nonexistent.pem", reason: "no such readable file")))
+        }
+        XCTAssertThrowsError(try TLSConfiguration(minimumVersion: .v1_3, maximumVersion: .v1_2).validate())
+        XCTAssertNil(TLSConfiguration.Version(string: "1.4"))
+        XCTAssertEqual(TLSConfiguration.Version(string: "TLSv1.3"), .v1_3)
+    }
+}

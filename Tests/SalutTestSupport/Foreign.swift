@@ -1,0 +1,74 @@
+import Foundation
+
+/// A foreign process (avahi-publish, avahi-browse, openssl, socat), with its output collected
+/// and its standard input open for writing.
+public final class Foreign: @unchecked Sendable {
+    // @unchecked: `buffer` is guarded by `lock`.
+    public let process = Process()
+    private let input = Pipe()
+    private let lock = NSLock()
+    private var buffer = Data()
+
+    public init(_ arguments: [String]) throws {
+        // `env --default-signal` unblocks every signal: a child spawned from a libdispatch
+        // thread would otherwise inherit its blocked SIGTERM and ignore `terminate()`.
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["--default-signal"] + arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        process.standardInput = input
+        pipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
+            let chunk = handle.availableData
+            guard let self, !chunk.isEmpty else { return }
+            self.lock.lock(); self.buffer.append(chunk); self.lock.unlock()
+        }
+        try process.run()
+    }
+
+    public var output: String {
+        lock.lock(); defer { lock.unlock() }
+        return String(decoding: buffer, as: UTF8.self)
+    }
+
+    public func waitForOutput(containing text: String, seconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if output.contains(text) { return true }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        return false
+    }
+
+    /// Waits for exit (up to `seconds`) and returns the output.
+    public func finish(seconds: Double = 20) -> String {
+        let deadline = Date().addingTimeInterval(seconds)
+        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        if process.isRunning { process.terminate() }
+        Thread.sleep(forTimeInterval: 0.05)
+        return output
+    }
+
+    /// Terminates the process and waits (at most 5 s, then SIGKILL) for it to go. Polls rather
+    /// than calling `waitUntilExit`, which spins the caller's run loop and can stall off the
+    /// main thread.
+    /// Writes to the process's standard input.
+    public func write(_ text: String) {
+        input.fileHandleForWriting.write(Data(text.utf8))
+    }
+
+    /// Closes the process's standard input (it reads end of file).
+    public func closeInput() {
+        try? input.fileHandleForWriting.close()
+    }
+
+    public func stop() {
+        guard process.isRunning else { return }
+        process.terminate()
+        let deadline = Date().addingTimeInterval(5)
+        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+
+    deinit { stop() }
+}
