@@ -32,6 +32,9 @@ public enum DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible 
     case invalidTXTRecord(reason: String)
     /// Any other failure the daemon reported, with Avahi's error number and text.
     case avahi(code: Int32, message: String)
+    /// The listening socket of an auto-listening service could not be set up (the port is in
+    /// use, or the TLS identity cannot be loaded), with the streams layer's reason.
+    case listenFailed(String)
 
     /// Maps an Avahi error number (`AVAHI_ERR_*`) to a discovery error.
     init(avahiCode code: Int32) {
@@ -68,6 +71,7 @@ public enum DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible 
         case .invalidPort(let port): return "invalid port \(port): must be 0...65535"
         case .invalidTXTRecord(let reason): return "invalid TXT record: \(reason)"
         case .avahi(let code, let message): return "\(message) (Avahi error \(code))"
+        case .listenFailed(let reason): return "cannot listen for connections: \(reason)"
         }
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import SalutDiscovery
+import SalutStreams
 import SalutTestSupport
 import XCTest
 
@@ -67,14 +68,4 @@ final class DaemonRestartTests: XCTestCase {
         let resolved = try await phoenix.resolve(context: context)
         XCTAssertEqual(resolved.port, 4000)
     }
-}
-
-/// A value behind a lock, for collecting from concurrent tasks in tests.
-final class Locked<Value: Sendable>: @unchecked Sendable {
-    // @unchecked: `stored` is only touched while `lock` is held.
-    private let lock = NSLock()
-    private var stored: Value
-    init(_ value: Value) { stored = value }
-    var value: Value { lock.lock(); defer { lock.unlock() }; return stored }
-    func withLock<T>(_ body: (inout Value) -> T) -> T { lock.lock(); defer { lock.unlock() }; return body(&stored) }
 }

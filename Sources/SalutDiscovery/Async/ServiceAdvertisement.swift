@@ -14,6 +14,8 @@ import SalutStreams
 public final class ServiceAdvertisement: Sendable {
     private let operation: RegisterOperation
     private let currentName: Locked<String>
+    /// The listening socket of an auto-listening service (see ``listen(name:type:domain:port:txtRecord:tls:allowRename:timeout:context:)``).
+    public let listener: StreamListener?
     /// The service type it was published with.
     public let type: String
     /// The domain it was published in.
@@ -22,14 +24,18 @@ public final class ServiceAdvertisement: Sendable {
     /// The name the service is published under now (the final one after any rename).
     public var name: String { currentName.value }
 
-    private init(operation: RegisterOperation, name: Locked<String>, type: String, domain: String) {
+    private init(operation: RegisterOperation, name: Locked<String>, type: String, domain: String, listener: StreamListener?) {
         self.operation = operation
+        self.listener = listener
         self.currentName = name
         self.type = type
         self.domain = domain
     }
 
-    deinit { operation.stop() }
+    deinit {
+        operation.stop()
+        listener?.stop()
+    }
 
     /// Publishes a service and returns once it is established on the network.
     /// - Parameters:
@@ -45,6 +51,47 @@ public final class ServiceAdvertisement: Sendable {
         name: String, type: String, domain: String = "local", port: Int,
         txtRecord: TXTRecord = TXTRecord(), allowRename: Bool = true,
         timeout: TimeInterval = 10, context: DiscoveryContext = .shared
+    ) async throws -> ServiceAdvertisement {
+        try await publish(name: name, type: type, domain: domain, port: port, txtRecord: txtRecord,
+                          allowRename: allowRename, timeout: timeout, context: context, listener: nil)
+    }
+
+    /// Listens on `port` (0: one the system picks) on IPv4 and IPv6, publishes the service on
+    /// that port, and returns once it is established; accepted connections arrive in
+    /// ``connections``. Withdrawing the service closes the listener.
+    /// - Parameter tls: a server configuration to run TLS on each accepted connection.
+    /// - Throws: ``DiscoveryError/listenFailed(_:)`` when the port cannot be bound or the TLS
+    ///   identity cannot be loaded; otherwise as ``publish(name:type:domain:port:txtRecord:allowRename:timeout:context:)``.
+    public static func listen(
+        name: String, type: String, domain: String = "local", port: Int = 0,
+        txtRecord: TXTRecord = TXTRecord(), tls: TLSConfiguration? = nil, allowRename: Bool = true,
+        timeout: TimeInterval = 10, context: DiscoveryContext = .shared
+    ) async throws -> ServiceAdvertisement {
+        let listener: StreamListener
+        do {
+            listener = try StreamListener(port: port, tls: tls)
+        } catch {
+            throw DiscoveryError.listenFailed("\(error)")
+        }
+        do {
+            return try await publish(name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
+                                     allowRename: allowRename, timeout: timeout, context: context, listener: listener)
+        } catch {
+            listener.stop()
+            throw error
+        }
+    }
+
+    /// Connections accepted by an auto-listening service, unopened (an empty sequence for a
+    /// service published without listening). Read it once.
+    public var connections: AsyncStream<AcceptedConnection> {
+        guard let listener else { return AsyncStream { $0.finish() } }
+        return listener.connections
+    }
+
+    private static func publish(
+        name: String, type: String, domain: String, port: Int, txtRecord: TXTRecord, allowRename: Bool,
+        timeout: TimeInterval, context: DiscoveryContext, listener: StreamListener?
     ) async throws -> ServiceAdvertisement {
         try ServiceNames.checkName(name, allowEmpty: true)
         let request = RegisterOperation.Request(
@@ -73,7 +120,8 @@ public final class ServiceAdvertisement: Sendable {
             operation.stop()
             throw error
         }
-        return ServiceAdvertisement(operation: operation, name: current, type: request.type.browseType, domain: request.domain)
+        return ServiceAdvertisement(operation: operation, name: current, type: request.type.browseType,
+                                    domain: request.domain, listener: listener)
     }
 
     /// Replaces the published TXT record; peers monitoring it see the change.
@@ -84,11 +132,13 @@ public final class ServiceAdvertisement: Sendable {
     /// Withdraws the service now (the daemon is told shortly after this returns).
     public func cancel() {
         operation.stop()
+        listener?.stop()
     }
 
     /// Withdraws the service and returns once the daemon has been told, so that peers see it go
     /// even if the process exits right after.
     public func withdraw() async {
+        listener?.stop()
         await operation.stopAndWait()
     }
 }

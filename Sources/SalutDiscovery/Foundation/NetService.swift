@@ -12,9 +12,10 @@ import SalutStreams
 /// ```
 ///
 /// Differences from Apple's, all documented where they apply: `includesPeerToPeer` is accepted
-/// and ignored (Linux has no AWDL); `.listenForConnections` and `getInputStream(_:outputStream:)`
-/// report failure until Salut's streams layer provides them. Errors are reported through the
-/// delegate with `NetService.ErrorCode` values; ``lastError`` keeps the typed Swift error.
+/// and ignored (Linux has no AWDL). `.listenForConnections` listens on IPv4 and IPv6 on one port
+/// and hands accepted connections to the delegate; `getInputStream(_:outputStream:)` resolves
+/// and connects. Errors are reported through the delegate with `NetService.ErrorCode` values;
+/// ``lastError`` keeps the typed Swift error.
 open class NetService: NSObject, @unchecked Sendable {
     // @unchecked: every mutable property lives in `state`, a lock-protected box; delegate calls
     // are made on the scheduled run loop by `scheduler`.
@@ -63,6 +64,7 @@ open class NetService: NSObject, @unchecked Sendable {
         var resolveGeneration = 0
         var publishedName: String?
         var lastError: DiscoveryError?
+        var listener: StreamListener?
     }
 
     /// The service type as given, for example `_http._tcp.`.
@@ -140,13 +142,28 @@ open class NetService: NSObject, @unchecked Sendable {
     /// `netServiceDidPublish` or `netService(_:didNotPublish:)` (`badArgumentError` for a
     /// malformed name, type, domain or port; `collisionError` with `.noAutoRename`;
     /// `activityInProgress` when already publishing).
+    ///
+    /// With `.listenForConnections`, the service first listens on its port (0 or -1: one the
+    /// system picks, then found in ``port``) on IPv4 and IPv6 and publishes that port; each
+    /// accepted connection reaches `netService(_:didAcceptConnectionWith:outputStream:)` as an
+    /// unopened stream pair. A port that cannot be bound is reported as `unknownError` with
+    /// ``lastError`` ``DiscoveryError/listenFailed(_:)``. ``stop()`` closes the listener.
     open func publish(options: Options = []) {
-        let snapshot = state.value
-        guard snapshot.registration == nil else { return report(.activityInProgress, publishing: true) }
+        guard state.value.registration == nil else { return report(.activityInProgress, publishing: true) }
         if options.contains(.listenForConnections) {
-            // The auto-listening socket is built by the streams layer (not yet available).
-            return report(.avahi(code: -1, message: "listenForConnections is not supported yet"), publishing: true)
+            do {
+                let listener = try StreamListener(port: max(0, state.value.port))
+                state.withLock { $0.listener = listener; $0.port = Int(listener.port) }
+                listener.accept { [weak self] connection in
+                    guard let self else { return }
+                    let streams = connection.streams
+                    self.call { $0.netService(self, didAcceptConnectionWith: streams.input, outputStream: streams.output) }
+                }
+            } catch {
+                return report(.listenFailed("\(error)"), publishing: true)
+            }
         }
+        let snapshot = state.value
         let request: RegisterOperation.Request
         do {
             try ServiceNames.checkName(snapshot.name, allowEmpty: true)
@@ -156,6 +173,10 @@ open class NetService: NSObject, @unchecked Sendable {
                             port: try ServiceNames.checkPort(snapshot.port), txt: txt,
                             allowRename: !options.contains(.noAutoRename))
         } catch {
+            state.withLock { state -> StreamListener? in
+                defer { state.listener = nil }
+                return state.listener
+            }?.stop()
             return report(error as? DiscoveryError ?? .invalidTXTRecord(reason: "\(error)"), publishing: true)
         }
         let operation = RegisterOperation(context: context, request: request) { [weak self] event in
@@ -177,7 +198,11 @@ open class NetService: NSObject, @unchecked Sendable {
             }
             if isNew { call { $0.netServiceDidPublish(self) } }
         case .failed(let error):
-            state.withLock { $0.registration = nil }
+            let listener = state.withLock { state -> StreamListener? in
+                defer { state.registration = nil; state.listener = nil }
+                return state.listener
+            }
+            listener?.stop()
             report(error, publishing: true)
         case .withdrawn:
             break
@@ -245,13 +270,15 @@ open class NetService: NSObject, @unchecked Sendable {
 
     // MARK: Stopping
 
-    /// Stops publishing (the service is withdrawn at once) and resolving; the delegate hears
-    /// `netServiceDidStop` when something was running.
+    /// Stops publishing (the service is withdrawn at once, and an auto-listening service's
+    /// listener is closed) and resolving; the delegate hears `netServiceDidStop` when something
+    /// was running.
     open func stop() {
-        let (registration, resolver) = state.withLock { state -> (RegisterOperation?, ResolveOperation?) in
-            defer { state.registration = nil; state.resolver = nil; state.publishedName = nil }
-            return (state.registration, state.resolver)
+        let (registration, resolver, listener) = state.withLock { state -> (RegisterOperation?, ResolveOperation?, StreamListener?) in
+            defer { state.registration = nil; state.resolver = nil; state.publishedName = nil; state.listener = nil }
+            return (state.registration, state.resolver, state.listener)
         }
+        listener?.stop()
         registration?.stop()
         resolver?.stop()
         if registration != nil || resolver != nil { call { $0.netServiceDidStop(self) } }
@@ -317,13 +344,36 @@ open class NetService: NSObject, @unchecked Sendable {
 
     // MARK: Streams
 
-    /// Connects to the service. Not available yet: returns false and sets no streams (the
-    /// streams layer provides it).
+    /// Makes unopened streams to the service and returns true. Opening either one connects:
+    /// to the addresses already resolved, or else after resolving the service through the
+    /// avahi-daemon. Failures (not found, refused, TLS) arrive as the streams' `errorOccurred`
+    /// with a `SocketStreamError`. TLS can be turned on with the streams' security properties
+    /// before opening, as on Apple platforms. Returns false only for a name, type or domain that
+    /// cannot be looked up.
     open func getInputStream(_ inputStream: UnsafeMutablePointer<InputStream?>?,
                              outputStream: UnsafeMutablePointer<OutputStream?>?) -> Bool {
-        inputStream?.pointee = nil
-        outputStream?.pointee = nil
-        return false
+        guard let target = try? DiscoveredService(name: name, type: type, domain: domain).validatedForLookup() else {
+            inputStream?.pointee = nil
+            outputStream?.pointee = nil
+            return false
+        }
+        let context = self.context
+        let known = state
+        let pair = SocketStreams.pair(toHost: target.description, port: 0) { _, _ in
+            let snapshot = known.value
+            if let addresses = snapshot.addresses?.compactMap(SocketAddress.init), !addresses.isEmpty, snapshot.port > 0 {
+                return (addresses, snapshot.hostName)
+            }
+            do {
+                let resolved = try await target.resolve(timeout: 5, context: context)
+                return (resolved.addresses, resolved.hostName)
+            } catch {
+                throw SocketStreamError.nameNotFound(target.description, detail: "\(error)")
+            }
+        }
+        inputStream?.pointee = pair.input
+        outputStream?.pointee = pair.output
+        return true
     }
 
     // MARK: Delegate plumbing
@@ -358,7 +408,7 @@ extension DiscoveryError {
         case .cancelled: return .cancelledError
         case .timedOut: return .timeoutError
         case .daemonUnavailable: return .missingRequiredConfigurationError
-        case .avahi: return .unknownError
+        case .avahi, .listenFailed: return .unknownError
         }
     }
 

@@ -11,7 +11,7 @@ final class SocketConnection: @unchecked Sendable {
 
     enum Origin {
         /// Resolve and dial out when opened.
-        case outgoing(host: String, port: Int, connectTimeout: TimeInterval, resolver: AddressResolver)
+        case outgoing(host: String, port: Int, connectTimeout: TimeInterval, resolver: TargetResolver)
         /// An accepted descriptor; TLS (server side) with this context when not nil.
         case accepted(fd: Int32, tls: TLSContext?)
     }
@@ -92,20 +92,21 @@ final class SocketConnection: @unchecked Sendable {
         }
     }
 
-    private func dial(host: String, port: Int, timeout: TimeInterval, resolver: AddressResolver) async {
-        let target = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+    private func dial(host: String, port: Int, timeout: TimeInterval, resolver: TargetResolver) async {
+        // Port 0 means the resolver supplies the port (a discovered service).
+        let target = port == 0 ? host : host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
         let addresses: [SocketAddress]
         let security: SecuritySetup?
         do {
             guard (0...65535).contains(port) else { throw SocketStreamError.invalidAddress("port \(port)") }
             let options = state.value
-            security = try options.tls.map {
-                SecuritySetup(context: try TLSContext($0), dialledHost: host, evaluator: options.evaluator)
-            }
+            let context = try options.tls.map { try TLSContext($0) }   // bad TLS settings fail before any traffic
             notify(.lookupStart)
-            addresses = try await resolver(host, UInt16(port))
+            let resolved = try await resolver(host, UInt16(port))
+            addresses = resolved.addresses
             guard !addresses.isEmpty else { throw SocketStreamError.nameNotFound(host, detail: "no addresses") }
             notify(.lookupEnd(addresses))
+            security = context.map { SecuritySetup(context: $0, dialledHost: resolved.hostName ?? host, evaluator: options.evaluator) }
         } catch let error as TLSError {
             return settle(.failure(.tls(error)))
         } catch {

@@ -6,6 +6,10 @@ import Glibc
 /// resolves `.local` names through Avahi; ``SocketStreams/systemResolver`` uses `getaddrinfo`.
 public typealias AddressResolver = @Sendable (_ host: String, _ port: UInt16) async throws -> [SocketAddress]
 
+/// Like ``AddressResolver``, and also names the host the addresses belong to (a discovered
+/// service's target host), which TLS then verifies the certificate against.
+package typealias TargetResolver = @Sendable (_ host: String, _ port: UInt16) async throws -> (addresses: [SocketAddress], hostName: String?)
+
 /// Streams to a host and port: the plumbing behind `Stream.getStreamsToHost`.
 public enum SocketStreams {
     /// Makes an unopened stream pair that, when either stream is opened, resolves `host`, connects
@@ -19,7 +23,16 @@ public enum SocketStreams {
     public static func pair(toHost host: String, port: Int, bufferSize: Int = 256 * 1024,
                             connectTimeout: TimeInterval = 30, tls: TLSConfiguration? = nil,
                             resolver: @escaping AddressResolver = systemResolver) -> BoundStreamPair {
-        SocketConnection(origin: .outgoing(host: host, port: port, connectTimeout: connectTimeout, resolver: resolver),
+        let target: TargetResolver = { host, port in (try await resolver(host, port), nil) }
+        return pair(toHost: host, port: port, bufferSize: bufferSize, connectTimeout: connectTimeout, tls: tls, targetResolver: target)
+    }
+
+    /// A pair whose resolver also names the target host (for TLS name checks).
+    package static func pair(toHost host: String, port: Int, bufferSize: Int = 256 * 1024,
+                             connectTimeout: TimeInterval = 30, tls: TLSConfiguration? = nil,
+                             targetResolver: @escaping TargetResolver) -> BoundStreamPair {
+        // (A discovered service passes port 0: its resolver supplies the port.)
+        SocketConnection(origin: .outgoing(host: host, port: port, connectTimeout: connectTimeout, resolver: targetResolver),
                          bufferSize: bufferSize, tls: tls).makePair()
     }
 

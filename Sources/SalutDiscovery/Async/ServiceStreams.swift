@@ -1,0 +1,37 @@
+import Foundation
+import SalutStreams
+
+extension DiscoveredService {
+    /// Unopened streams to the service: opening either one resolves the service (through the
+    /// avahi-daemon) and connects to its addresses the Happy Eyeballs way.
+    ///
+    /// With `tls`, the certificate is checked against `tls.peerName` or else the service's
+    /// resolved host name (pins work as for any host).
+    /// - Parameters:
+    ///   - tls: TLS to run on the connection, or nil for plain TCP.
+    ///   - bufferSize: bytes buffered in each direction.
+    ///   - resolveTimeout: how long resolving may take before the streams fail with
+    ///     ``SocketStreamError/nameNotFound(_:detail:)``.
+    public func streams(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,
+                        resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared) -> BoundStreamPair {
+        let service = self
+        return SocketStreams.pair(toHost: description, port: 0, bufferSize: bufferSize, tls: tls) { _, _ in
+            do {
+                let resolved = try await service.resolve(timeout: resolveTimeout, context: context)
+                return (resolved.addresses, resolved.hostName)
+            } catch {
+                throw SocketStreamError.nameNotFound(service.description, detail: "\(error)")
+            }
+        }
+    }
+
+    /// Resolves the service, connects, and returns the open streams.
+    /// - Throws: a ``SocketStreamError``: ``SocketStreamError/nameNotFound(_:detail:)`` when the
+    ///   service does not resolve, connection and TLS failures as for any host.
+    public func connect(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,
+                        resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared) async throws -> BoundStreamPair {
+        let pair = streams(tls: tls, bufferSize: bufferSize, resolveTimeout: resolveTimeout, context: context)
+        try await pair.open()
+        return pair
+    }
+}

@@ -1,0 +1,141 @@
+import Foundation
+import Glibc
+import Salut
+import SalutStreams
+import SalutTestSupport
+import XCTest
+
+/// Echoes what arrives on an accepted connection, then closes its output.
+@Sendable func echo(_ connection: AcceptedConnection) async {
+    guard (try? await connection.streams.open()) != nil else { return }
+    do {
+        for try await chunk in connection.input.chunks { try await connection.output.write(chunk) }
+    } catch {}
+    connection.output.close()
+}
+
+/// A patterned payload of `count` bytes.
+func payload(_ count: Int) -> Data {
+    var data = Data(count: count)
+    data.withUnsafeMutableBytes { raw in for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 7 &+ i >> 11) } }
+    return data
+}
+
+/// Accepts connections for an Apple-style auto-listening service and echoes them.
+final class AcceptingDelegate: NSObject, NetServiceDelegate, @unchecked Sendable {
+    // @unchecked: delegate calls arrive on the main run loop only.
+    var accepted = 0
+    var published: XCTestExpectation?
+    func netServiceDidPublish(_ sender: NetService) { published?.fulfill() }
+    func netService(_ sender: NetService, didAcceptConnectionWith inputStream: InputStream, outputStream: OutputStream) {
+        accepted += 1
+        XCTAssertEqual(inputStream.streamStatus, .notOpen, "accepted streams arrive unopened")
+        let connection = UncheckedPair(input: inputStream, output: outputStream)
+        Task.detached {
+            connection.input.open(); connection.output.open()
+            for try await chunk in connection.input.chunks { try await connection.output.write(chunk) }
+            connection.output.close()
+        }
+    }
+}
+
+struct UncheckedPair: @unchecked Sendable {
+    // @unchecked: each stream is used by one task at a time.
+    let input: InputStream
+    let output: OutputStream
+}
+
+final class ServiceStreamsTests: XCTestCase {
+    func testListenForConnectionsAndGetInputStreamLikeOnMacOS() throws {
+        let type = uniqueType("l") + "."
+        let service = NetService(domain: "local.", type: type, name: "Listening Service", port: 0)
+        let delegate = AcceptingDelegate()
+        delegate.published = expectation(description: "published")
+        service.delegate = delegate
+        service.publish(options: .listenForConnections)
+        wait(for: [delegate.published!], timeout: 10)
+        XCTAssertGreaterThan(service.port, 0, "the picked port is published and visible")
+
+        // A client that knows only the name: getInputStream resolves and connects.
+        let client = NetService(domain: "local.", type: type, name: "Listening Service")
+        var input: InputStream?, output: OutputStream?
+        XCTAssertTrue(client.getInputStream(&input, outputStream: &output))
+        let streams = UncheckedPair(input: try XCTUnwrap(input), output: try XCTUnwrap(output))
+        let sent = payload(1 << 20)
+        let done = expectation(description: "round trip")
+        let echoed = Locked<Data?>(nil)
+        DispatchQueue.global().async {
+            streams.input.open(); streams.output.open()
+            echoed.exchange(roundTrip(streams.input, streams.output, sent))
+            done.fulfill()
+        }
+        wait(for: [done], timeout: 30)   // spins the main run loop, where accepts are delivered
+        XCTAssertEqual(echoed.value?.count, sent.count)
+        XCTAssertTrue(echoed.value == sent, "echoed bytes differ")
+        XCTAssertEqual(delegate.accepted, 1)
+
+        // stop() closes the listener.
+        let port = service.port
+        service.stop()
+        let again = SocketStreams.pair(toHost: "127.0.0.1", port: port)
+        again.input.open()
+        let status = again.input.read(UnsafeMutablePointer<UInt8>.allocate(capacity: 1), maxLength: 1)
+        XCTAssertEqual(status, -1)
+        XCTAssertEqual(again.input.streamError as? SocketStreamError, .connectionRefused("127.0.0.1:\(port)"))
+    }
+
+    func testAListenFailureIsReportedToTheDelegate() throws {
+        let taken = try StreamListener(port: 0)
+        defer { taken.stop() }
+        let service = NetService(domain: "local.", type: uniqueType("l") + ".", name: "Busy", port: Int32(taken.port))
+        let recorder = ServiceRecorder()
+        service.delegate = recorder
+        let failed = recorder.expect("didNotPublish", self)
+        service.publish(options: .listenForConnections)
+        wait(for: [failed], timeout: 10)
+        XCTAssertEqual(recorder.errors, [NetService.ErrorCode.unknownError.rawValue])
+        guard case .listenFailed(let reason) = service.lastError else { return XCTFail("\(String(describing: service.lastError))") }
+        XCTAssertTrue(reason.contains("Address already in use"), reason)
+    }
+
+    func testAsyncListenAndConnectByNameWithAndWithoutTLS() async throws {
+        let certificate = try TestCertificate.make()
+        for secure in [false, true] {
+            let type = uniqueType("a")
+            let server: TLSConfiguration? = secure ? .server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile) : nil
+            let ad = try await ServiceAdvertisement.listen(name: "Echo", type: type, tls: server)
+            XCTAssertNotNil(ad.listener)
+            let accepting = Task { for await connection in ad.connections { Task { await echo(connection) } } }
+            let client: TLSConfiguration? = secure ? TLSConfiguration(pinnedSHA256: [certificate.publicKeySHA256]) : nil
+            let pair = try await withDeadline(20, "connect") {
+                try await DiscoveredService(name: ad.name, type: type).connect(tls: client)
+            }
+            let sent = payload(3 << 20)
+            let writer = Task { try await pair.output.write(sent); pair.output.close() }
+            let echoed = try await withDeadline(30, "echo") { try await readAll(pair.input) }
+            try await writer.value
+            XCTAssertTrue(echoed == sent, "secure \(secure): \(echoed.count) of \(sent.count) bytes came back right")
+            if secure { XCTAssertNotNil(pair.input.property(forKey: .salutTLSProtocolVersion)) }
+            await ad.withdraw()
+            accepting.cancel()
+        }
+    }
+
+    func testConnectingToAServiceNobodyPublishesFailsAsNotFound() async throws {
+        let missing = DiscoveredService(name: "Nobody", type: uniqueType("m"))
+        do {
+            _ = try await withDeadline(20, "failure") { try await missing.connect(resolveTimeout: 1) }
+            XCTFail("connected to nothing")
+        } catch let error as SocketStreamError {
+            guard case .nameNotFound(let name, _) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(name, missing.description)
+        }
+    }
+}
+
+/// Everything until the end of the data.
+func readAll(_ input: InputStream) async throws -> Data {
+    var received = Data()
+    for try await chunk in input.chunks { received.append(chunk) }
+    return received
+}
