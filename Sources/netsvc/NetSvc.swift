@@ -18,7 +18,7 @@ struct NetSvc: AsyncParsableCommand {
               netsvc resolve "My Site" _http._tcp --timeout 3
               netsvc lookup myhost.local --ipv4
             """,
-        subcommands: [Browse.self, Publish.self, Resolve.self, Lookup.self]
+        subcommands: [Browse.self, Publish.self, Resolve.self, Lookup.self, Connect.self]
     )
 
     /// ArgumentParser's own entry point, except that usage errors exit 2 (as documented) instead

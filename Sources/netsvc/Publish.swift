@@ -10,8 +10,17 @@ struct Publish: AsyncParsableCommand {
             Prints the final name, which differs from NAME after a collision unless
             --no-rename is given (then it exits 4).
 
-            Example:
+            With --listen, netsvc itself listens on PORT (0 picks a free one) on IPv4 and IPv6,
+            publishes that port, and serves each connection: by default it bridges the
+            connection to its own stdin/stdout, one connection at a time; with --exec it runs
+            CMD (through /bin/sh) for each connection, connected to the child's stdin/stdout.
+            The child finds the peer's address in NETSVC_PEER.
+
+            Examples:
               netsvc publish "My Site" _http._tcp 8080 path=/index.html
+              netsvc publish "Echo" _echo._tcp 0 --listen --exec cat
+              netsvc publish "Inbox" _drop._tcp 0 --listen > received.bin
+              netsvc publish "Secure" _echo._tcp 0 --listen --exec cat --tls-cert c.pem --tls-key k.pem
             """)
 
     @Argument(help: "The instance name (\"\" for this host's name).")
@@ -35,6 +44,30 @@ struct Publish: AsyncParsableCommand {
     @Flag(help: "Write one JSON object per line.")
     var json = false
 
+    @Option(name: .customLong("subtype"), help: ArgumentHelp("Also publish under this subtype (repeatable), for example _printer.", valueName: "SUBTYPE"))
+    var subtypes: [String] = []
+
+    @Flag(help: "Listen on PORT and serve connections (see above).")
+    var listen = false
+
+    @Option(help: ArgumentHelp("With --listen: run this shell command for each connection.", valueName: "CMD"))
+    var exec: String?
+
+    @Option(help: ArgumentHelp("With --listen: serve TLS with this PEM certificate chain.", valueName: "FILE"))
+    var tlsCert: String?
+
+    @Option(help: ArgumentHelp("With --listen: the PEM private key of --tls-cert.", valueName: "FILE"))
+    var tlsKey: String?
+
+    func validate() throws {
+        if !listen && (exec != nil || tlsCert != nil || tlsKey != nil) {
+            throw ValidationError("--exec, --tls-cert and --tls-key need --listen")
+        }
+        if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
+        if !listen && port == 0 { throw ValidationError("port 0 needs --listen (a published service must name its port)") }
+        if !(0...65535).contains(port) { throw ValidationError("port \(port) is outside 0…65535") }
+    }
+
     func run() async throws {
         do {
             var record = TXTRecord()
@@ -46,14 +79,26 @@ struct Publish: AsyncParsableCommand {
                 }
             }
             try await requireDaemon()
-            let ad = try await ServiceAdvertisement.publish(name: name, type: type, domain: domain, port: port,
-                                                            txtRecord: record, allowRename: !noRename)
-            if json {
-                printJSON(["event": "published", "name": ad.name, "type": type, "domain": domain, "port": port])
+            let ad: ServiceAdvertisement
+            if listen {
+                let tls = tlsCert.map { TLSConfiguration.server(certificateChainFile: $0, privateKeyFile: tlsKey!) }
+                ad = try await ServiceAdvertisement.listen(name: name, type: type, domain: domain, port: port,
+                                                           txtRecord: record, subtypes: subtypes, tls: tls,
+                                                           allowRename: !noRename)
             } else {
-                emit("published \"\(ad.name)\" \(type) port \(port)")
+                ad = try await ServiceAdvertisement.publish(name: name, type: type, domain: domain, port: port,
+                                                            txtRecord: record, subtypes: subtypes, allowRename: !noRename)
             }
+            let finalPort = ad.listener.map { Int($0.port) } ?? port
+            if json {
+                printJSON(["event": "published", "name": ad.name, "type": type, "domain": domain, "port": finalPort,
+                           "subtypes": subtypes, "listening": listen])
+            } else {
+                emit("published \"\(ad.name)\" \(type) port \(finalPort)" + (listen ? " (listening)" : ""))
+            }
+            let server = listen ? Task { await ConnectionServer(command: exec, json: json).serve(ad.connections) } : nil
             let signal = await Self.waitForTermination()
+            server?.cancel()
             await ad.withdraw()
             try await Task.sleep(nanoseconds: 100_000_000)   // let the goodbye packets leave
             if json { printJSON(["event": "withdrawn", "name": ad.name, "signal": signal]) }

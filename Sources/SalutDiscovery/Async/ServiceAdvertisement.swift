@@ -49,10 +49,10 @@ public final class ServiceAdvertisement: Sendable {
     ///   because no daemon runs); validation errors for bad input.
     public static func publish(
         name: String, type: String, domain: String = "local", port: Int,
-        txtRecord: TXTRecord = TXTRecord(), allowRename: Bool = true,
+        txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], allowRename: Bool = true,
         timeout: TimeInterval = 10, context: DiscoveryContext = .shared
     ) async throws -> ServiceAdvertisement {
-        try await publish(name: name, type: type, domain: domain, port: port, txtRecord: txtRecord,
+        try await publish(name: name, type: type, domain: domain, port: port, txtRecord: txtRecord, subtypes: subtypes,
                           allowRename: allowRename, timeout: timeout, context: context, listener: nil)
     }
 
@@ -64,8 +64,8 @@ public final class ServiceAdvertisement: Sendable {
     ///   identity cannot be loaded; otherwise as ``publish(name:type:domain:port:txtRecord:allowRename:timeout:context:)``.
     public static func listen(
         name: String, type: String, domain: String = "local", port: Int = 0,
-        txtRecord: TXTRecord = TXTRecord(), tls: TLSConfiguration? = nil, allowRename: Bool = true,
-        timeout: TimeInterval = 10, context: DiscoveryContext = .shared
+        txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], tls: TLSConfiguration? = nil,
+        allowRename: Bool = true, timeout: TimeInterval = 10, context: DiscoveryContext = .shared
     ) async throws -> ServiceAdvertisement {
         let listener: StreamListener
         do {
@@ -75,7 +75,8 @@ public final class ServiceAdvertisement: Sendable {
         }
         do {
             return try await publish(name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
-                                     allowRename: allowRename, timeout: timeout, context: context, listener: listener)
+                                     subtypes: subtypes, allowRename: allowRename, timeout: timeout, context: context,
+                                     listener: listener)
         } catch {
             listener.stop()
             throw error
@@ -90,13 +91,17 @@ public final class ServiceAdvertisement: Sendable {
     }
 
     private static func publish(
-        name: String, type: String, domain: String, port: Int, txtRecord: TXTRecord, allowRename: Bool,
-        timeout: TimeInterval, context: DiscoveryContext, listener: StreamListener?
+        name: String, type: String, domain: String, port: Int, txtRecord: TXTRecord, subtypes: [String],
+        allowRename: Bool, timeout: TimeInterval, context: DiscoveryContext, listener: StreamListener?
     ) async throws -> ServiceAdvertisement {
         try ServiceNames.checkName(name, allowEmpty: true)
+        let parsed = try ServiceNames.parseType(type)
+        for subtype in subtypes {   // each must make a valid `_sub._sub._name._tcp`
+            _ = try ServiceNames.parseType("\(subtype)._sub.\(parsed.base)")
+        }
         let request = RegisterOperation.Request(
-            name: name, type: try ServiceNames.parseType(type), domain: try ServiceNames.normaliseDomain(domain),
-            port: try ServiceNames.checkPort(port), txt: txtRecord, allowRename: allowRename)
+            name: name, type: parsed, domain: try ServiceNames.normaliseDomain(domain),
+            port: try ServiceNames.checkPort(port), txt: txtRecord, allowRename: allowRename, extraSubtypes: subtypes)
         let waiter = OneShot<String>()
         let current = Locked(name)
         let operation = RegisterOperation(context: context, request: request) { event in

@@ -26,6 +26,8 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
         var port: UInt16
         var txt: TXTRecord
         var allowRename: Bool
+        /// Subtypes beyond the one `type` may carry, for example `_printer`.
+        var extraSubtypes: [String] = []
     }
 
     private var request: Request
@@ -95,7 +97,7 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
             group, any, anyProto, AvahiPublishFlags(rawValue: 0), request.name, request.type.base,
             request.domain, nil, request.port, list)
         if result == Int32(AVAHI_ERR_COLLISION) { return collided() }
-        if result >= 0, let subtype = request.type.subtype {
+        for subtype in [request.type.subtype].compactMap({ $0 }) + request.extraSubtypes where result >= 0 {
             result = avahi_entry_group_add_service_subtype(
                 group, any, anyProto, AvahiPublishFlags(rawValue: 0), request.name, request.type.base,
                 request.domain, "\(subtype)._sub.\(request.type.base)")

@@ -41,6 +41,8 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
     private let ssl: OpaquePointer
     private let context: TLSContext
     private var sentCloseNotify = false
+    /// Certificate problems the verify callback saw, in order (X509_V_ERR_* codes).
+    private var verificationProblems: [Int32] = []
 
     /// - Parameter dialledHost: the host the client connected to; the certificate must name it
     ///   unless the configuration gives a `peerName`.
@@ -51,6 +53,11 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         }
         self.ssl = ssl
         self.context = context
+        // The verify callback finds this object through the SSL's first ex-data slot (held
+        // unretained: the SSL is freed in our deinit, before we are gone).
+        guard SSL_set_ex_data(ssl, 0, Unmanaged.passUnretained(self).toOpaque()) == 1 else {
+            throw TLSError.invalidConfiguration("SSL_set_ex_data failed")
+        }
         guard SSL_set_fd(ssl, fd) == 1 else {
             throw TLSError.invalidConfiguration("SSL_set_fd failed: \(OpenSSLErrors.drain())")
         }
@@ -87,6 +94,15 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
     static func isIPLiteral(_ name: String) -> Bool {
         var v4 = in_addr(), v6 = in6_addr()
         return inet_pton(AF_INET, name, &v4) == 1 || inet_pton(AF_INET6, name, &v6) == 1
+    }
+
+    /// Called by the verify callback (on the handshake's thread) for each certificate problem.
+    static func noteVerificationProblem(_ store: OpaquePointer) {
+        guard let raw = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()),
+              let owner = SSL_get_ex_data(OpaquePointer(raw), 0) else { return }
+        let connection = Unmanaged<TLSConnection>.fromOpaque(owner).takeUnretainedValue()
+        let code = X509_STORE_CTX_get_error(store)
+        if !connection.verificationProblems.contains(code) { connection.verificationProblems.append(code) }
     }
 
     // MARK: Handshake
@@ -136,8 +152,10 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
             }
         } else if configuration.validatesCertificateChain {
             let result = SSL_get_verify_result(ssl)
-            if result != X509_V_OK {
-                trust.policyFailure = .untrustedPeer(reason: String(cString: X509_verify_cert_error_string(result)))
+            if result != X509_V_OK || !verificationProblems.isEmpty {
+                let codes = verificationProblems.isEmpty ? [Int32(result)] : verificationProblems
+                let reasons = codes.map { String(cString: X509_verify_cert_error_string(Int($0))) }
+                trust.policyFailure = .untrustedPeer(reason: reasons.joined(separator: "; "))
             }
         }
         return trust

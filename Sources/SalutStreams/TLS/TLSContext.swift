@@ -63,9 +63,12 @@ final class TLSContext: @unchecked Sendable {
         }
 
         // The chain is verified during the handshake, but the verdict is taken afterwards (so a
-        // pin can stand in for the chain and an evaluator can overrule it): the callback lets
-        // the handshake go on and `SSL_get_verify_result` keeps the first problem.
-        let acceptForLater: @convention(c) (Int32, OpaquePointer?) -> Int32 = { _, _ in 1 }
+        // pin can stand in for the chain and an evaluator can overrule it): the callback notes
+        // each problem on the connection and lets the handshake go on.
+        let acceptForLater: @convention(c) (Int32, OpaquePointer?) -> Int32 = { ok, store in
+            if ok == 0, let store { TLSConnection.noteVerificationProblem(store) }
+            return 1
+        }
         switch configuration.role {
         case .client:
             SSL_CTX_set_verify(context, SSL_VERIFY_PEER, acceptForLater)

@@ -1,0 +1,131 @@
+import Foundation
+import Glibc
+import Salut
+
+/// Copies bytes between file descriptors (stdin, stdout, a child's pipes) and streams, each
+/// direction on its own thread with blocking reads and writes: simple, and backpressure comes
+/// for free (a full stream buffer blocks the copying thread, which stops reading).
+enum Bridge {
+    /// Copies `fd` into `output` until `fd` ends, then closes `output` (a half-close: the peer
+    /// sees the end of the data, and may still answer). Calls `done` with false if the stream
+    /// failed first.
+    static func copy(from fd: Int32, to output: OutputStream, done: @escaping @Sendable (Bool) -> Void = { _ in }) {
+        let stream = UncheckedOutput(output)
+        Thread.detachNewThread {
+            var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+            var ok = true
+            reading: while true {
+                let n = read(fd, &buffer, buffer.count)
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { break }
+                var offset = 0
+                while offset < n {
+                    let written = buffer.withUnsafeBufferPointer { stream.output.write($0.baseAddress! + offset, maxLength: n - offset) }
+                    if written <= 0 { ok = false; break reading }
+                    offset += written
+                }
+            }
+            stream.output.close()
+            done(ok)
+        }
+    }
+
+    /// Copies `input` into `fd` until the input ends; then calls `done` with the stream's error,
+    /// if it failed.
+    static func copy(from input: InputStream, to fd: Int32, done: @escaping @Sendable ((any Error)?) -> Void) {
+        let stream = UncheckedInput(input)
+        Thread.detachNewThread {
+            var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+            while true {
+                let n = stream.input.read(&buffer, maxLength: buffer.count)
+                if n < 0 { return done(stream.input.streamError ?? StreamFailure.notOpen) }
+                if n == 0 { return done(nil) }
+                var offset = 0
+                while offset < n {
+                    let written = buffer.withUnsafeBufferPointer { Glibc.write(fd, $0.baseAddress! + offset, n - offset) }
+                    if written < 0 && errno == EINTR { continue }
+                    if written <= 0 { return done(POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)) }
+                    offset += written
+                }
+            }
+        }
+    }
+
+    /// Copies `input` into `fd` and returns once the input has ended.
+    /// - Throws: the stream's error when it failed.
+    static func drain(_ input: InputStream, to fd: Int32) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            copy(from: input, to: fd) { error in
+                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+            }
+        }
+    }
+}
+
+/// Standard input shared by the connections `publish --listen` serves one at a time: a single
+/// reader thread hands what it reads to the current connection, and closes each connection's
+/// output once standard input has ended.
+final class SharedStandardInput: @unchecked Sendable {
+    // @unchecked: `current` and `ended` are guarded by `condition`.
+    private let condition = NSCondition()
+    private var current: UncheckedOutput?
+    private var ended = false
+
+    init() {
+        Thread.detachNewThread { self.run() }
+    }
+
+    /// Makes `output` the receiver of standard input (closing it at once if input has ended).
+    func attach(_ output: OutputStream) {
+        condition.lock()
+        if ended {
+            condition.unlock()
+            output.close()
+            return
+        }
+        current = UncheckedOutput(output)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Detaches the current connection (it is over).
+    func detach() {
+        condition.lock(); current = nil; condition.unlock()
+    }
+
+    private func run() {
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let n = read(0, &buffer, buffer.count)
+            if n < 0 && errno == EINTR { continue }
+            condition.lock()
+            if n <= 0 {
+                ended = true
+                current?.output.close()
+                condition.unlock()
+                return
+            }
+            while current == nil { condition.wait() }   // hold the bytes for the next connection
+            let target = current!
+            condition.unlock()
+            var offset = 0
+            while offset < n {
+                let written = buffer.withUnsafeBufferPointer { target.output.write($0.baseAddress! + offset, maxLength: n - offset) }
+                if written <= 0 { break }   // that connection went away; the rest is dropped
+                offset += written
+            }
+        }
+    }
+}
+
+struct UncheckedOutput: @unchecked Sendable {
+    // @unchecked: one thread writes to the stream at a time.
+    let output: OutputStream
+    init(_ output: OutputStream) { self.output = output }
+}
+
+struct UncheckedInput: @unchecked Sendable {
+    // @unchecked: one thread reads from the stream at a time.
+    let input: InputStream
+    init(_ input: InputStream) { self.input = input }
+}

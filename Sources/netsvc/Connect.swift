@@ -1,0 +1,68 @@
+import ArgumentParser
+import Foundation
+import Glibc
+import Salut
+
+/// TLS choices for a connecting client.
+struct ClientTLSOptions: ParsableArguments {
+    @Flag(help: "Use TLS. The server must present a certificate that --pin or --ca accepts, or one the system trusts.")
+    var tls = false
+
+    @Option(name: .customLong("pin"), help: ArgumentHelp("Accept the server whose certificate or public key has this SHA-256 fingerprint (hex or base64; repeatable). Implies --tls.", valueName: "SHA256"))
+    var pins: [String] = []
+
+    @Option(help: ArgumentHelp("Trust the roots in this PEM file instead of the system's. Implies --tls.", valueName: "FILE"))
+    var ca: String?
+
+    /// The configuration, or nil for plain TCP.
+    func configuration() throws -> TLSConfiguration? {
+        guard tls || !pins.isEmpty || ca != nil else { return nil }
+        var configuration = TLSConfiguration.client
+        configuration.pinnedSHA256 = pins
+        if let ca { configuration.trustRoots = .file(ca) }
+        do { try configuration.validate() } catch { throw ValidationError("\(error)") }
+        return configuration
+    }
+}
+
+struct Connect: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Connect to a service by name and pipe stdin/stdout through it (netcat by service name).",
+        discussion: """
+            Resolves the service, connects (IPv6 and IPv4, Happy Eyeballs), then copies stdin to
+            the service and the service's answer to stdout. At the end of stdin the sending side
+            is closed (a half-close), and netsvc exits once the service closes its side.
+            Exit codes: 0 done, 1 not found, refused or TLS refused, 2 usage, 3 no avahi-daemon.
+
+            Examples:
+              echo hello | netsvc connect "Echo" _echo._tcp
+              netsvc connect "Files" _salut._tcp --pin 3f1c…e9 < request.bin > reply.bin
+            """)
+
+    @Argument(help: "The instance name.")
+    var name: String
+
+    @Argument(help: "The service type, for example _echo._tcp.")
+    var type: String
+
+    @Option(help: "The domain.")
+    var domain = "local"
+
+    @Option(help: "Seconds to wait for the service to resolve.")
+    var timeout: Double = 5
+
+    @OptionGroup var tlsOptions: ClientTLSOptions
+
+    func run() async throws {
+        let tls = try tlsOptions.configuration()
+        do {
+            try await requireDaemon()
+            let service = DiscoveredService(name: name, type: type, domain: domain)
+            let pair = try await service.connect(tls: tls, resolveTimeout: timeout)
+            Bridge.copy(from: 0, to: pair.output)
+            try await Bridge.drain(pair.input, to: 1)
+        } catch {
+            throw fail(error)
+        }
+    }
+}
