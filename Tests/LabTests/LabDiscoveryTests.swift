@@ -60,4 +60,20 @@ extension LabDiscoveryTests {
         XCTAssertTrue(addresses.contains { $0.hasPrefix("fe80:") && $0.hasSuffix("%lab0") },
                       "the IPv6 link-local address carries its scope: \(addresses)")
     }
+
+    /// An auto-listening service published by netsvc on h1 is reached by name from h2: resolved
+    /// through h2's own daemon, connected (IPv6 link-local first, with its scope, or IPv4), and
+    /// the bytes come back through the child process h1 runs per connection.
+    func testAutoListeningServiceIsReachedByNameFromAnotherHost() throws {
+        try LabHost.requireLab()
+        let h1 = LabHost(name: "h1"), h2 = LabHost(name: "h2")
+        let publisher = try h1.start([Self.netsvc, "publish", "Lab Echo", "_salutecho._tcp", "0", "--listen",
+                                      "--exec", "printf 'peer=%s\\n' \"$NETSVC_PEER\"; cat"])
+        defer { publisher.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "(listening)", timeout: 15), publisher.output)
+        let out = try h2.run(["/bin/sh", "-c", "echo hello-from-h2 | \(Self.netsvc) connect 'Lab Echo' _salutecho._tcp"], timeout: 30)
+        XCTAssertTrue(out.contains("hello-from-h2"), out)
+        let peer = out.split(separator: "\n").first { $0.hasPrefix("peer=") }.map(String.init) ?? ""
+        XCTAssertTrue(peer.contains("198.18.0.2") || peer.contains("fe80:"), "the connection came from h2: \(out)")
+    }
 }
