@@ -62,6 +62,18 @@ let package = Package(
             path: "Benchmarks/StreamsBench"
         ),
 
+        .executableTarget(
+            name: "tls-bench",
+            dependencies: ["SalutStreams", "COpenSSL"],
+            path: "Benchmarks/TLSBench"
+        ),
+
+        .executableTarget(
+            name: "connections-bench",
+            dependencies: ["SalutStreams"],
+            path: "Benchmarks/ConnectionsBench"
+        ),
+
         // Child processes, deadlines and certificates shared by the test targets.
         .target(name: "SalutTestSupport", path: "Tests/SalutTestSupport"),
         .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut", "SalutTestSupport"]),

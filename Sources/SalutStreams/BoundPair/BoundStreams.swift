@@ -182,6 +182,10 @@ final class BoundOutputStream: OutputStream {
         guard events.streamStatus == .open else { return -1 }
         guard length > 0 else { return 0 }
         events.consumed(.hasSpaceAvailable)
+        if let sent = connection?.pump.sendDirectly(from: buffer, length: length) {
+            refresh()
+            return sent
+        }
         switch self.buffer.write(from: buffer, length: length, blocking: blocking) {
         case .wrote(let n):
             refresh()

@@ -61,7 +61,7 @@ final class SocketPump: @unchecked Sendable {
     private var finished = false
     private lazy var scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.scratchSize, alignment: 16)
     private var scratchAllocated: (in: Bool, out: Bool) = (false, false)
-    private static let scratchSize = 128 * 1024
+    private static let scratchSize = 64 * 1024
     /// Called (on the queue) when the connection breaks after it was reported ready.
     var onFailure: (@Sendable (SocketStreamError) -> Void)?
     /// Counts bytes moved, for metrics (inbound, outbound), after TLS.
@@ -116,6 +116,35 @@ final class SocketPump: @unchecked Sendable {
             self.pendingUpgrade = (security, done)
             self.resumeWriting()
             self.writable()
+        }
+    }
+
+    /// Sends straight from the caller's bytes when nothing is queued ahead of them (called from
+    /// the writing thread, never on `queue`): saves the copy through the buffer and the hop to
+    /// the queue, which is most of the cost of a busy writer. Returns how many bytes went, or nil
+    /// when the caller must buffer them instead (data already queued, socket full, TLS not
+    /// ready, or the connection failed; a failure also ends the buffers, so the buffered write
+    /// then reports it).
+    func sendDirectly(from buffer: UnsafeRawPointer, length: Int) -> Int? {
+        queue.sync {
+            guard !finished, handshake == nil, !evaluating, pendingUpgrade == nil, !writeNeedsReadable,
+                  let transport, writer != nil, sendFrom == sendTo, outbound.snapshot.available == 0 else { return nil }
+            switch transport.send(from: buffer, count: length) {
+            case .moved(let n):
+                bytesSent += Int64(n)
+                return n
+            case .wouldBlock, .ended:
+                return nil
+            case .needsOtherDirection:
+                // TLS must read before it can write: the buffered copy of these bytes is sent
+                // (first, and at least as long) once the socket has been read.
+                writeNeedsReadable = true
+                resumeReading()
+                return nil
+            case .failed(let error):
+                fail(error)
+                return nil
+            }
         }
     }
 
@@ -249,6 +278,17 @@ final class SocketPump: @unchecked Sendable {
             readable()
         }
         while writer != nil {
+            if sendFrom == sendTo && outbound.snapshot.available == 0 {
+                // Nothing to send: decide without touching (allocating) the scratch buffer.
+                if let upgrade = pendingUpgrade {
+                    pendingUpgrade = nil
+                    return beginHandshake(upgrade.setup, done: upgrade.done)
+                } else if outbound.writerClosed || outbound.readerClosed {
+                    return finishSending(transport)
+                } else {
+                    return pauseWriting()
+                }
+            }
             scratchAllocated.out = true
             let buffer = outScratch
             if sendFrom == sendTo {
