@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import Synchronization
 
 /// The fixed-capacity ring buffer that joins a bound stream pair, with everything both ends
@@ -156,10 +157,14 @@ final class BoundBuffer: @unchecked Sendable {
         }
     }
 
-    /// Spins for a few microseconds until `ready(count)` holds (or gives up).
+    /// Waits briefly, without sleeping on the condition, until `ready(count)` holds (or gives
+    /// up). Each round yields the processor: when the other side shares this core it runs at
+    /// once (no futex wake-up needed), and when it runs on another core the yield returns at
+    /// once and this side sees its progress within microseconds.
     private func spin(until ready: (Int) -> Bool) {
-        for _ in 0..<4_000 {
+        for round in 0..<64 {
             if ready(published.load(ordering: .acquiring)) || closedFlag.load(ordering: .relaxed) { return }
+            if round >= 8 { sched_yield() }
         }
     }
 
