@@ -84,6 +84,37 @@ final class ServiceStreamsTests: XCTestCase {
         XCTAssertEqual(again.input.streamError as? SocketStreamError, .connectionRefused("127.0.0.1:\(port)"))
     }
 
+    func testAutoListeningServiceWithTLSIdentity() throws {
+        let certificate = try TestCertificate.make()
+        let type = uniqueType("l")
+        let service = NetService(domain: "local.", type: type + ".", name: "Secure Listening", port: 0)
+        service.listenerTLS = .server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+        let delegate = AcceptingDelegate()
+        delegate.published = expectation(description: "published")
+        service.delegate = delegate
+        service.publish(options: .listenForConnections)
+        wait(for: [delegate.published!], timeout: 10)
+        defer { service.stop() }
+        let result = Locked<String>("")
+        let done = expectation(description: "secure round trip")
+        Task.detached {
+            do {
+                let pair = try await DiscoveredService(name: "Secure Listening", type: type)
+                    .connect(tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+                try await pair.output.write(Data("sealed".utf8))
+                pair.output.close()
+                let echoed = try await readAll(pair.input)
+                let version = pair.input.property(forKey: .salutTLSProtocolVersion) as? String ?? "none"
+                result.exchange(String(decoding: echoed, as: UTF8.self) + " over " + version)
+            } catch {
+                result.exchange("\(error)")
+            }
+            done.fulfill()
+        }
+        wait(for: [done], timeout: 30)
+        XCTAssertEqual(result.value, "sealed over TLSv1.3")
+    }
+
     func testAListenFailureIsReportedToTheDelegate() throws {
         let taken = try StreamListener(port: 0)
         defer { taken.stop() }

@@ -65,6 +65,7 @@ open class NetService: NSObject, @unchecked Sendable {
         var publishedName: String?
         var lastError: DiscoveryError?
         var listener: StreamListener?
+        var listenerTLS: TLSConfiguration?
     }
 
     /// The service type as given, for example `_http._tcp.`.
@@ -116,6 +117,14 @@ open class NetService: NSObject, @unchecked Sendable {
         get { state.value.delegate }
         set { state.withLock { $0.delegate = newValue } }
     }
+    /// TLS for the connections an auto-listening service accepts (Salut addition): a server
+    /// configuration with the service's certificate and key. Set before
+    /// `publish(options: .listenForConnections)`; nil (the default) accepts plain TCP.
+    public var listenerTLS: TLSConfiguration? {
+        get { state.value.listenerTLS }
+        set { state.withLock { $0.listenerTLS = newValue } }
+    }
+
     /// The typed Swift error behind the last `didNotPublish`/`didNotResolve` (Salut addition).
     public var lastError: DiscoveryError? { state.value.lastError }
 
@@ -152,7 +161,7 @@ open class NetService: NSObject, @unchecked Sendable {
         guard state.value.registration == nil else { return report(.activityInProgress, publishing: true) }
         if options.contains(.listenForConnections) {
             do {
-                let listener = try StreamListener(port: max(0, state.value.port))
+                let listener = try StreamListener(port: max(0, state.value.port), tls: state.value.listenerTLS)
                 state.withLock { $0.listener = listener; $0.port = Int(listener.port) }
                 listener.accept { [weak self] connection in
                     guard let self else { return }
