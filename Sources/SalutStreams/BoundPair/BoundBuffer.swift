@@ -25,8 +25,9 @@ final class BoundBuffer: @unchecked Sendable {
     private let closedFlag = Atomic<Bool>(false)
     private var blockedReaders = 0   // threads waiting in `read(blocking: true)`
     private var blockedWriters = 0   // threads waiting in `write(blocking: true)`
-    private var readWaiters: [CheckedContinuation<Void, Never>] = []
-    private var writeWaiters: [CheckedContinuation<Void, Never>] = []
+    private var readWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    private var writeWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    private var nextWaiter: UInt64 = 0
 
     /// Called (lock released) after anything that may make reading possible or end the data.
     var readerChanged: (@Sendable () -> Void)?
@@ -90,18 +91,43 @@ final class BoundBuffer: @unchecked Sendable {
         return n
     }
 
-    /// Suspends until a read would not block.
+    /// Suspends until a read would not block, or the calling task is cancelled (check
+    /// `Task.isCancelled` afterwards: nothing has been read either way).
     func readable() async {
-        await withCheckedContinuation { continuation in
-            condition.lock()
-            if count > 0 || writerClosed || readerClosed {
-                condition.unlock()
-                continuation.resume()
-            } else {
-                readWaiters.append(continuation)
-                condition.unlock()
+        await wait(reading: true)
+    }
+
+    /// Suspends the caller until a read (or write) would not block; a cancelled task is resumed
+    /// at once.
+    private func wait(reading: Bool) async {
+        let id = newWaiterID()
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                if !park(continuation, id: id, reading: reading) { continuation.resume() }
             }
+        } onCancel: {
+            unpark(id: id, reading: reading)?.resume()
         }
+    }
+
+    private func newWaiterID() -> UInt64 {
+        condition.lock(); defer { condition.unlock() }
+        nextWaiter += 1
+        return nextWaiter
+    }
+
+    /// Parks the continuation unless the wait is already over (ready, or cancelled).
+    private func park(_ continuation: CheckedContinuation<Void, Never>, id: UInt64, reading: Bool) -> Bool {
+        condition.lock(); defer { condition.unlock() }
+        let ready = reading ? (count > 0 || writerClosed || readerClosed) : (count < capacity || readerClosed || writerClosed)
+        guard !ready, !Task.isCancelled else { return false }
+        if reading { readWaiters[id] = continuation } else { writeWaiters[id] = continuation }
+        return true
+    }
+
+    private func unpark(id: UInt64, reading: Bool) -> CheckedContinuation<Void, Never>? {
+        condition.lock(); defer { condition.unlock() }
+        return reading ? readWaiters.removeValue(forKey: id) : writeWaiters.removeValue(forKey: id)
     }
 
     // MARK: Writing
@@ -143,18 +169,9 @@ final class BoundBuffer: @unchecked Sendable {
         return .wrote(n)
     }
 
-    /// Suspends until a write would not block.
+    /// Suspends until a write would not block, or the calling task is cancelled.
     func writable() async {
-        await withCheckedContinuation { continuation in
-            condition.lock()
-            if count < capacity || readerClosed || writerClosed {
-                condition.unlock()
-                continuation.resume()
-            } else {
-                writeWaiters.append(continuation)
-                condition.unlock()
-            }
-        }
+        await wait(reading: false)
     }
 
     /// Waits briefly, without sleeping on the condition, until `ready(count)` holds (or gives
@@ -185,12 +202,12 @@ final class BoundBuffer: @unchecked Sendable {
     }
 
     private func takeReadWaiters() -> [CheckedContinuation<Void, Never>] {
-        defer { readWaiters = [] }
-        return readWaiters
+        defer { readWaiters = [:] }
+        return Array(readWaiters.values)
     }
 
     private func takeWriteWaiters() -> [CheckedContinuation<Void, Never>] {
-        defer { writeWaiters = [] }
-        return writeWaiters
+        defer { writeWaiters = [:] }
+        return Array(writeWaiters.values)
     }
 }

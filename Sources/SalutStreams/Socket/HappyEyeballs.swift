@@ -37,13 +37,17 @@ final class HappyEyeballs: @unchecked Sendable {
     /// Keeps the connector alive while it works (its sources hold it only weakly).
     private var keepAlive: HappyEyeballs?
     private var deadline: DispatchSourceTimer?
+    /// Applied to each new socket before it connects (socket options).
+    private let prepare: @Sendable (Int32, SocketAddress) throws -> Void
 
     /// - Parameters:
     ///   - addresses: where to connect, in the resolver's order.
     ///   - target: how to name the destination in errors (`host:port`).
     init(addresses: [SocketAddress], target: String, queue: DispatchQueue,
          attemptDelay: TimeInterval = 0.25, timeout: TimeInterval = 30,
+         prepare: @escaping @Sendable (Int32, SocketAddress) throws -> Void = { _, _ in },
          completion: @escaping @Sendable (Result<Int32, SocketStreamError>) -> Void) {
+        self.prepare = prepare
         self.queue = queue
         self.target = target
         self.attemptDelay = attemptDelay
@@ -103,6 +107,13 @@ final class HappyEyeballs: @unchecked Sendable {
         let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else {
             lastError = .system(call: "socket", errno: errno, message: String(cString: strerror(errno)))
+            return next()
+        }
+        do {
+            try prepare(fd, address)
+        } catch {
+            lastError = error as? SocketStreamError ?? .system(call: "setsockopt", errno: 0, message: "\(error)")
+            close(fd)
             return next()
         }
         let result = address.data.withUnsafeBytes { raw in

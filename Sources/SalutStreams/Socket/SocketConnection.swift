@@ -25,6 +25,7 @@ final class SocketConnection: @unchecked Sendable {
         var connector: HappyEyeballs?
         var unopenedFD: Int32?
         var observer: (@Sendable (ConnectionEvent) -> Void)?
+        var socketOptions = SocketOptions()
     }
 
     let queue = DispatchQueue(label: "salut.socket")
@@ -103,8 +104,11 @@ final class SocketConnection: @unchecked Sendable {
             let context = try options.tls.map { try TLSContext($0) }   // bad TLS settings fail before any traffic
             notify(.lookupStart)
             let resolved = try await resolver(host, UInt16(port))
-            addresses = resolved.addresses
-            guard !addresses.isEmpty else { throw SocketStreamError.nameNotFound(host, detail: "no addresses") }
+            addresses = options.socketOptions.filter(resolved.addresses)
+            guard !addresses.isEmpty else {
+                let which = options.socketOptions.families == .any ? "" : options.socketOptions.families == .ipv4Only ? "IPv4 " : "IPv6 "
+                throw SocketStreamError.nameNotFound(host, detail: "no \(which)addresses")
+            }
             notify(.lookupEnd(addresses))
             security = context.map { SecuritySetup(context: $0, dialledHost: resolved.hostName ?? host, evaluator: options.evaluator) }
         } catch let error as TLSError {
@@ -113,7 +117,9 @@ final class SocketConnection: @unchecked Sendable {
             return settle(.failure(error as? SocketStreamError ?? .nameNotFound(host, detail: "\(error)")))
         }
         notify(.connectStart)
-        let connector = HappyEyeballs(addresses: addresses, target: target, queue: queue, timeout: timeout) { result in
+        let socketOptions = state.value.socketOptions
+        let connector = HappyEyeballs(addresses: addresses, target: target, queue: queue, timeout: timeout,
+                                      prepare: { try socketOptions.apply(to: $0, for: $1) }) { result in
             switch result {
             case .success(let fd):
                 self.notify(.connectEnd)

@@ -10,6 +10,9 @@ package struct ConnectionDetails: Sendable, Hashable {
     package var remoteAddress: SocketAddress?
     /// The peer's certificate and the negotiated TLS version and cipher, when TLS is on.
     package var tls: TLSPeerTrust?
+    /// `SO_PRIORITY` and `IP_TOS`/`IPV6_TCLASS` as read back from the connected socket.
+    package var socketPriority: Int32?
+    package var trafficClass: Int32?
 }
 
 /// How to secure a connection: the shared OpenSSL context, the host name that was dialled (for
@@ -44,6 +47,10 @@ final class SocketPump: @unchecked Sendable {
     private var evaluating = false
     /// An upgrade to TLS asked for while bytes were still waiting to be sent.
     private var pendingUpgrade: (setup: SecuritySetup, done: @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void)?
+    /// A return to plain bytes asked for; `closeNotifySent` once our close_notify is out.
+    private var pendingDowngrade: (@Sendable (Result<Void, SocketStreamError>) -> Void)?
+    private var closeNotifySent = false
+    private var peerCloseNotifyReceived = false
     private var details = ConnectionDetails()
     private var reader: DispatchSourceRead?
     private var writer: DispatchSourceWrite?
@@ -85,6 +92,10 @@ final class SocketPump: @unchecked Sendable {
         self.fd = fd
         details.localAddress = SocketAddress.of(fd, peer: false)
         details.remoteAddress = SocketAddress.of(fd, peer: true)
+        details.socketPriority = SocketOptions.read(fd, level: SOL_SOCKET, name: SO_PRIORITY)
+        details.trafficClass = details.localAddress?.isIPv6 == true
+            ? SocketOptions.read(fd, level: Int32(IPPROTO_IPV6), name: IPV6_TCLASS)
+            : SocketOptions.read(fd, level: Int32(IPPROTO_IP), name: IP_TOS)
         let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
         let write = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
         // The descriptor is closed only after both sources are done with it.
@@ -119,6 +130,21 @@ final class SocketPump: @unchecked Sendable {
         }
     }
 
+    /// Ends TLS on the connection once everything written so far has been sent, and carries on
+    /// in the clear: sends close_notify, and switches to plain bytes when the peer's close_notify
+    /// arrives (the peer must do the same). OpenSSL reads record by record, so nothing sent in
+    /// the clear after the peer's close_notify is swallowed.
+    func stopTLS(done: @escaping @Sendable (Result<Void, SocketStreamError>) -> Void) {
+        queue.async {
+            guard !self.finished, self.transport is TLSConnection, self.pendingDowngrade == nil else {
+                return done(.failure(.tls(.invalidConfiguration("TLS is not on"))))
+            }
+            self.pendingDowngrade = done
+            self.resumeWriting()
+            self.writable()
+        }
+    }
+
     /// Sends straight from the caller's bytes when nothing is queued ahead of them (called from
     /// the writing thread, never on `queue`): saves the copy through the buffer and the hop to
     /// the queue, which is most of the cost of a busy writer. Returns how many bytes went, or nil
@@ -127,7 +153,7 @@ final class SocketPump: @unchecked Sendable {
     /// then reports it).
     func sendDirectly(from buffer: UnsafeRawPointer, length: Int) -> Int? {
         queue.sync {
-            guard !finished, handshake == nil, !evaluating, pendingUpgrade == nil, !writeNeedsReadable,
+            guard !finished, handshake == nil, !evaluating, pendingUpgrade == nil, pendingDowngrade == nil, !writeNeedsReadable,
                   let transport, writer != nil, sendFrom == sendTo, outbound.snapshot.available == 0 else { return nil }
             switch transport.send(from: buffer, count: length) {
             case .moved(let n):
@@ -251,6 +277,12 @@ final class SocketPump: @unchecked Sendable {
             case .moved(let n):
                 bytesReceived += Int64(n)
                 _ = inbound.write(from: buffer.baseAddress!.assumingMemoryBound(to: UInt8.self), length: n, blocking: false)
+            case .ended where pendingDowngrade != nil:
+                // The peer's close_notify: TLS ends once ours is out too.
+                peerCloseNotifyReceived = true
+                if closeNotifySent { return finishDowngrade() }
+                pauseReading()      // nothing more comes over TLS; wait for ours to go
+                return
             case .ended:
                 inbound.closeWriter()          // the peer closed: end of data after the buffered bytes
                 stopReading()
@@ -283,6 +315,8 @@ final class SocketPump: @unchecked Sendable {
                 if let upgrade = pendingUpgrade {
                     pendingUpgrade = nil
                     return beginHandshake(upgrade.setup, done: upgrade.done)
+                } else if pendingDowngrade != nil {
+                    return sendCloseNotify()
                 } else if outbound.writerClosed || outbound.readerClosed {
                     return finishSending(transport)
                 } else {
@@ -322,6 +356,41 @@ final class SocketPump: @unchecked Sendable {
                 return fail(error)
             }
         }
+    }
+
+    /// Sends our close_notify for `stopTLS`, then waits (reading) for the peer's.
+    private func sendCloseNotify() {
+        guard let tls = transport as? TLSConnection, !closeNotifySent else { return pauseWriting() }
+        switch tls.sendCloseNotify() {
+        case .wouldBlock: return
+        case .needsOtherDirection:
+            writeNeedsReadable = true
+            pauseWriting()
+        case .failed(let error):
+            let done = pendingDowngrade
+            pendingDowngrade = nil
+            fail(error)
+            done?(.failure(error))
+        default:
+            closeNotifySent = true
+            pauseWriting()
+            if peerCloseNotifyReceived { finishDowngrade() } else { resumeReading() }
+        }
+    }
+
+    /// Both close_notify alerts have crossed: carry on in the clear.
+    private func finishDowngrade() {
+        guard let done = pendingDowngrade else { return }
+        pendingDowngrade = nil
+        closeNotifySent = false
+        peerCloseNotifyReceived = false
+        transport = PlainTransport(fd: fd)
+        details.tls = nil
+        done(.success(()))
+        resumeWriting()
+        queue.async { self.writable() }
+        resumeReading()
+        readable()
     }
 
     private func finishSending(_ transport: any ByteTransport) {

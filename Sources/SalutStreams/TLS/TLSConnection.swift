@@ -208,6 +208,21 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         return outcome(of: n, reading: false)
     }
 
+    /// Sends close_notify only (the TCP connection stays up, for a return to plain bytes).
+    func sendCloseNotify() -> TransferOutcome {
+        ERR_clear_error()
+        let result = SSL_shutdown(ssl)
+        if result < 0 {
+            switch SSL_get_error(ssl, result) {
+            case SSL_ERROR_WANT_WRITE: return .wouldBlock
+            case SSL_ERROR_WANT_READ: return .needsOtherDirection
+            default: return .failed(.tls(.protocolError(OpenSSLErrors.drain())))
+            }
+        }
+        sentCloseNotify = true
+        return .ended
+    }
+
     func finishSending() -> TransferOutcome {
         if !sentCloseNotify {
             ERR_clear_error()
