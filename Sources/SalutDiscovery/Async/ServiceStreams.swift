@@ -14,10 +14,17 @@ extension DiscoveredService {
     ///     ``SocketStreamError/nameNotFound(_:detail:)``.
     public func streams(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,
                         resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared) -> BoundStreamPair {
+        SocketStreams.pair(toHost: description, port: 0, bufferSize: bufferSize, tls: tls,
+                           targetResolver: targetResolver(timeout: resolveTimeout, context: context))
+    }
+
+    /// Resolves the service for a socket pair: its addresses (with the service's port) and its
+    /// host name, or ``SocketStreamError/nameNotFound(_:detail:)``.
+    package func targetResolver(timeout: TimeInterval, context: DiscoveryContext) -> TargetResolver {
         let service = self
-        return SocketStreams.pair(toHost: description, port: 0, bufferSize: bufferSize, tls: tls) { _, _ in
+        return { _, _ in
             do {
-                let resolved = try await service.resolve(timeout: resolveTimeout, context: context)
+                let resolved = try await service.resolve(timeout: timeout, context: context)
                 return (resolved.addresses, resolved.hostName)
             } catch {
                 throw SocketStreamError.nameNotFound(service.description, detail: "\(error)")

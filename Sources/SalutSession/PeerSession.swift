@@ -1,0 +1,205 @@
+import Foundation
+import SalutDiscovery
+import SalutStreams
+
+/// A configured set of peer-stream tasks, like `URLSession`: one session, many tasks, created
+/// suspended, observed by a delegate or by completion handlers, measured by metrics.
+///
+/// ```swift
+/// let session = PeerSession(configuration: .ephemeral, delegate: self, delegateQueue: nil)
+/// let task = session.streamTask(with: DiscoveredService(name: "Kitchen", type: "_salut._tcp"))
+/// task.resume()
+/// ```
+///
+/// Delegate calls and completion handlers run one at a time on `delegateQueue`. The session
+/// holds its delegate until it is invalidated (``finishTasksAndInvalidate()`` or
+/// ``invalidateAndCancel()``); after that, new tasks complete at once with
+/// ``PeerSessionError/sessionInvalidated``.
+open class PeerSession: NSObject, @unchecked Sendable {
+    // @unchecked: mutable state is guarded by `lock`; delegate calls go through `delivery`.
+
+    /// A session with the default configuration and no delegate (invalidating it does nothing).
+    public static let shared = PeerSession(configuration: .default, delegate: nil, delegateQueue: nil, isShared: true)
+
+    /// A copy of the configuration the session was made with.
+    public let configuration: PeerSessionConfiguration
+    /// Where delegate calls and completion handlers run (a serial queue unless one was given).
+    public let delegateQueue: OperationQueue
+    /// Free text for the app's own use.
+    public var sessionDescription: String? {
+        get { lock.withLock { description_ } }
+        set { lock.withLock { description_ = newValue } }
+    }
+
+    let slots: HostSlots
+    let trustStore: TrustStore
+    let discoveryContext: DiscoveryContext
+    /// Resolves host names (`.local` ones through the avahi-daemon).
+    let resolver: AddressResolver
+
+    private let lock = NSLock()
+    private let isShared: Bool
+    private var delegateObject: (any PeerSessionDelegate)?
+    private var tasks: [Int: PeerSessionTask] = [:]
+    private var nextIdentifier = 1
+    private var invalidating = false
+    private var invalidated = false
+    private var description_: String?
+    /// Serialises delivery: each call waits for the previous one to finish on `delegateQueue`.
+    private let delivery = DispatchQueue(label: "salut.session.delivery")
+
+    /// Makes a session.
+    /// - Parameters:
+    ///   - configuration: copied; later changes to it do not reach the session.
+    ///   - delegate: held strongly until the session is invalidated.
+    ///   - delegateQueue: where delegate calls and handlers run; nil makes a serial queue.
+    public convenience init(configuration: PeerSessionConfiguration, delegate: (any PeerSessionDelegate)? = nil,
+                            delegateQueue: OperationQueue? = nil) {
+        self.init(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue, isShared: false)
+    }
+
+    init(configuration: PeerSessionConfiguration, delegate: (any PeerSessionDelegate)?, delegateQueue: OperationQueue?,
+         isShared: Bool, context: DiscoveryContext = .shared) {
+        self.configuration = configuration
+        self.delegateObject = delegate
+        self.isShared = isShared
+        if let delegateQueue {
+            self.delegateQueue = delegateQueue
+        } else {
+            let queue = OperationQueue()
+            queue.maxConcurrentOperationCount = 1
+            queue.name = "salut.session.delegate"
+            self.delegateQueue = queue
+        }
+        slots = HostSlots(limit: configuration.maximumConnectionsPerHost)
+        trustStore = TrustStore(file: configuration.isEphemeral ? nil : configuration.trustStoreURL)
+        discoveryContext = context
+        resolver = { host, port in
+            let bare = host.hasSuffix(".") ? String(host.dropLast()) : host
+            guard bare.lowercased().hasSuffix(".local") else { return try await SocketStreams.systemResolver(host, port) }
+            do {
+                return try await context.addresses(ofHost: bare, timeout: 5).map { address in
+                    address.isIPv6 ? SocketAddress(ipv6: address.rawBytes, port: port, scopeID: address.scopeID)
+                                   : SocketAddress(ipv4: address.rawBytes, port: port)
+                }
+            } catch {
+                throw SocketStreamError.nameNotFound(host, detail: "\(error)")
+            }
+        }
+        super.init()
+    }
+
+    /// The delegate, until the session is invalidated.
+    public var delegate: (any PeerSessionDelegate)? { lock.withLock { delegateObject } }
+
+    // MARK: Making tasks
+
+    /// A stream task to `hostname` (IPv4, IPv6 literal, DNS or `.local` name) and `port`,
+    /// suspended: call `resume()`.
+    public func streamTask(withHostName hostname: String, port: Int) -> PeerStreamTask {
+        register { PeerStreamTask(session: self, identifier: $0, target: .host(hostname, port)) }
+    }
+
+    /// A stream task to a discovered service (resolved when the task starts), suspended.
+    public func streamTask(with service: DiscoveredService) -> PeerStreamTask {
+        register { PeerStreamTask(session: self, identifier: $0, target: .service(service)) }
+    }
+
+    /// A stream task to a `NetService` by its name, type and domain (resolved when the task
+    /// starts), suspended.
+    public func streamTask(with service: NetService) -> PeerStreamTask {
+        let trim = { (text: String) in text.hasSuffix(".") ? String(text.dropLast()) : text }
+        let domain = trim(service.domain)
+        return streamTask(with: DiscoveredService(name: service.name, type: trim(service.type), domain: domain.isEmpty ? "local" : domain))
+    }
+
+    /// Registers a new task; after invalidation the task is born completed with
+    /// ``PeerSessionError/sessionInvalidated``.
+    func register<T: PeerSessionTask>(_ make: (Int) -> T) -> T {
+        lock.lock()
+        let identifier = nextIdentifier
+        nextIdentifier += 1
+        let closed = invalidating || invalidated
+        let task = make(identifier)
+        if !closed { tasks[identifier] = task }
+        lock.unlock()
+        if closed { task.complete(with: PeerSessionError.sessionInvalidated) }
+        return task
+    }
+
+    /// Every task that has not completed.
+    public var allTasks: [PeerSessionTask] {
+        lock.withLock { tasks.values.sorted { $0.taskIdentifier < $1.taskIdentifier } }
+    }
+
+    // MARK: Invalidation
+
+    /// Lets running tasks finish, refuses new ones, then tells the delegate
+    /// `didBecomeInvalidWithError(nil)` and lets go of it. Does nothing on ``shared``.
+    public func finishTasksAndInvalidate() {
+        guard !isShared else { return }
+        let done = lock.withLock { () -> Bool in
+            guard !invalidating else { return false }
+            invalidating = true
+            return tasks.isEmpty
+        }
+        if done { becomeInvalid() }
+    }
+
+    /// Cancels every task, refuses new ones, then tells the delegate
+    /// `didBecomeInvalidWithError(nil)` and lets go of it. Does nothing on ``shared``.
+    public func invalidateAndCancel() {
+        guard !isShared else { return }
+        let (running, done) = lock.withLock { () -> ([PeerSessionTask], Bool) in
+            invalidating = true
+            return (Array(tasks.values), tasks.isEmpty)
+        }
+        running.forEach { $0.cancel() }
+        if done { becomeInvalid() }
+    }
+
+    private func becomeInvalid() {
+        let first = lock.withLock { () -> Bool in
+            defer { invalidated = true }
+            return !invalidated
+        }
+        guard first else { return }
+        deliverToDelegate { delegate in delegate.peerSession(self, didBecomeInvalidWithError: nil) }
+        delivery.async { self.lock.withLock { self.delegateObject = nil } }
+    }
+
+    // MARK: Delivery
+
+    /// Runs `body` on the delegate queue, after every earlier delivery has finished.
+    func deliver(_ body: @escaping @Sendable () -> Void) {
+        let queue = delegateQueue
+        delivery.async {
+            let operation = BlockOperation(block: body)
+            queue.addOperations([operation], waitUntilFinished: true)
+        }
+    }
+
+    /// Runs `body` with the delegate on the delegate queue; `orElse` (on the same path) when
+    /// there is none.
+    func deliverToDelegate(orElse fallback: (@Sendable () -> Void)? = nil,
+                           _ body: @escaping @Sendable (any PeerSessionDelegate) -> Void) {
+        deliver {
+            if let delegate = self.delegate { body(delegate) } else { fallback?() }
+        }
+    }
+
+    /// A task completed: metrics, then completion, to the delegate; then invalidation if it was
+    /// the last task of an invalidating session.
+    func taskCompleted(_ task: PeerSessionTask, error: (any Error)?, metrics: PeerTaskMetrics) {
+        deliverToDelegate { delegate in
+            guard let taskDelegate = delegate as? PeerSessionTaskDelegate else { return }
+            taskDelegate.peerSession(self, task: task, didFinishCollecting: metrics)
+            taskDelegate.peerSession(self, task: task, didCompleteWithError: error)
+        }
+        let last = lock.withLock { () -> Bool in
+            tasks.removeValue(forKey: task.taskIdentifier)
+            return invalidating && tasks.isEmpty
+        }
+        if last { becomeInvalid() }
+    }
+}

@@ -1,0 +1,145 @@
+import Foundation
+import SalutStreams
+
+/// How a ``PeerSession`` makes its connections: timeouts, TLS, trust, limits and socket
+/// options. A session copies its configuration when it is created; changing the value
+/// afterwards changes nothing in the session.
+///
+/// ```swift
+/// var configuration = PeerSessionConfiguration.default
+/// configuration.timeoutIntervalForRequest = 10
+/// configuration.trustPolicy = .pinned(["3f1c…e9"])
+/// let session = PeerSession(configuration: configuration, delegate: self, delegateQueue: nil)
+/// ```
+public struct PeerSessionConfiguration: Sendable {
+    /// A session that keeps what it learns on disk: trust-on-first-use decisions are stored in
+    /// ``trustStoreURL``.
+    public static var `default`: PeerSessionConfiguration { PeerSessionConfiguration(isEphemeral: false) }
+
+    /// A session that keeps nothing on disk: trust-on-first-use decisions live in memory and
+    /// are forgotten with the session.
+    public static var ephemeral: PeerSessionConfiguration { PeerSessionConfiguration(isEphemeral: true) }
+
+    /// True for ``ephemeral``.
+    public let isEphemeral: Bool
+
+    /// Seconds a task may sit idle (nothing read or written while an operation waits) before
+    /// it fails with ``PeerSessionError/timedOut(_:)``. Default 60.
+    public var timeoutIntervalForRequest: TimeInterval = 60
+    /// Seconds a task may run in all before it fails. Default 7 days, as Apple's.
+    public var timeoutIntervalForResource: TimeInterval = 604_800
+    /// Seconds to wait for a connection to be made. Default 30.
+    public var timeoutIntervalForConnect: TimeInterval = 30
+
+    /// The oldest TLS version to negotiate (TLS 1.2 by default).
+    public var tlsMinimumSupportedProtocolVersion: TLSConfiguration.Version = .v1_2
+    /// The newest TLS version to negotiate (nil: the newest available).
+    public var tlsMaximumSupportedProtocolVersion: TLSConfiguration.Version?
+    /// Which peers to trust when a task starts TLS.
+    public var trustPolicy: PeerTrustPolicy = .systemRoots
+    /// Where trust-on-first-use decisions are kept (nil for an ephemeral session, which keeps
+    /// them in memory). Defaults to `$XDG_DATA_HOME/salut/known-peers.json` (or
+    /// `~/.local/share/salut/known-peers.json`).
+    public var trustStoreURL: URL?
+    /// This end's certificate and key, presented when a peer asks for one.
+    public var tlsIdentity: PeerTLSIdentity?
+
+    /// How many connections to one host (or one service) may be open at once; further tasks
+    /// wait, highest ``PeerSessionTask/priority`` first. Default 6.
+    public var maximumConnectionsPerHost: Int = 6
+    /// The kind of traffic, mapped to `IP_TOS`/`IPV6_TCLASS` and `SO_PRIORITY` on each socket.
+    public var networkServiceType: PeerNetworkServiceType = .default
+    /// Which address families connections may use.
+    public var allowedAddressFamilies: PeerAddressFamilies = .any
+    /// Keep connections on this interface (`SO_BINDTODEVICE`; needs `CAP_NET_RAW`). Nil: any.
+    public var boundInterfaceName: String?
+
+    init(isEphemeral: Bool) {
+        self.isEphemeral = isEphemeral
+        trustStoreURL = isEphemeral ? nil : Self.defaultTrustStore
+    }
+
+    static var defaultTrustStore: URL {
+        let environment = ProcessInfo.processInfo.environment
+        let base = environment["XDG_DATA_HOME"].map { URL(fileURLWithPath: $0) }
+            ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".local/share")
+        return base.appendingPathComponent("salut/known-peers.json")
+    }
+
+    /// The TLS configuration a task's `startSecureConnection()` uses.
+    func tlsConfiguration() -> TLSConfiguration {
+        var tls = TLSConfiguration.client
+        tls.minimumVersion = tlsMinimumSupportedProtocolVersion
+        tls.maximumVersion = tlsMaximumSupportedProtocolVersion
+        tls.certificateChainFile = tlsIdentity?.certificateChainFile
+        tls.privateKeyFile = tlsIdentity?.privateKeyFile
+        switch trustPolicy {
+        case .systemRoots: break
+        case .roots(let file): tls.trustRoots = .file(file)
+        case .pinned(let pins): tls.pinnedSHA256 = pins
+        case .trustOnFirstUse, .acceptAny: tls.validatesCertificateChain = false
+        }
+        return tls
+    }
+
+    /// The socket options for each connection.
+    var socketOptions: SocketOptions {
+        let (trafficClass, priority) = networkServiceType.socketValues
+        let families: SocketOptions.Families = switch allowedAddressFamilies {
+        case .any: .any
+        case .ipv4: .ipv4Only
+        case .ipv6: .ipv6Only
+        }
+        return SocketOptions(trafficClass: trafficClass, priority: priority, interface: boundInterfaceName, families: families)
+    }
+}
+
+/// Which TLS peers a session trusts.
+public enum PeerTrustPolicy: Sendable, Hashable {
+    /// A chain ending in the system trust store, naming the host that was dialled.
+    case systemRoots
+    /// A chain ending in one of the PEM certificates in this file, naming the host.
+    case roots(file: String)
+    /// A peer whose certificate or public key has one of these SHA-256 fingerprints.
+    case pinned([String])
+    /// The first public key seen for a host (or service) is remembered; later connections must
+    /// present the same one (like SSH's known_hosts).
+    case trustOnFirstUse
+    /// Any peer (encryption without authentication). Use only with a delegate that decides.
+    case acceptAny
+}
+
+/// A certificate chain and private key in PEM files.
+public struct PeerTLSIdentity: Sendable, Hashable {
+    public var certificateChainFile: String
+    public var privateKeyFile: String
+    public init(certificateChainFile: String, privateKeyFile: String) {
+        self.certificateChainFile = certificateChainFile
+        self.privateKeyFile = privateKeyFile
+    }
+}
+
+/// Address families a session may connect over.
+public enum PeerAddressFamilies: Sendable, Hashable {
+    case any, ipv4, ipv6
+}
+
+/// Apple's network service types, mapped to DSCP code points (RFC 4594) and Linux socket
+/// priorities.
+public enum PeerNetworkServiceType: Sendable, Hashable, CaseIterable {
+    case `default`, background, video, voice, responsiveData, avStreaming, responsiveAV, callSignaling
+
+    /// (`IP_TOS`/`IPV6_TCLASS` value, `SO_PRIORITY`); nil leaves the system default.
+    var socketValues: (Int32?, Int32?) {
+        switch self {
+        case .default: return (nil, nil)
+        case .background: return (0x20, 1)        // CS1, low-priority data
+        case .responsiveData: return (0x48, 4)    // AF21, low-latency data
+        case .avStreaming: return (0x88, 5)       // AF41, multimedia streaming
+        case .responsiveAV: return (0x88, 5)      // AF41, interactive multimedia
+        case .video: return (0x80, 5)             // CS4, real-time interactive
+        case .voice: return (0xB8, 6)             // EF, telephony
+        case .callSignaling: return (0x60, 6)     // CS3, signalling
+        }
+    }
+}

@@ -1,0 +1,191 @@
+import Foundation
+import SalutStreams
+
+/// A unit of work in a ``PeerSession``, like `URLSessionTask`: created suspended, started by
+/// ``resume()``, paused by ``suspend()`` (counted: each suspend needs a resume), stopped by
+/// ``cancel()``. Its delegate hears `didFinishCollecting metrics` and then, last,
+/// `didCompleteWithError`.
+///
+/// Calls that make no sense in the current state (resuming a completed task, cancelling twice)
+/// do nothing, as Apple documents for its tasks.
+open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
+    // @unchecked: mutable state is guarded by `lock`; delegate calls go through the session's
+    // serial delivery.
+
+    /// Where a task is in its life.
+    public enum State: Int, Sendable, CustomStringConvertible {
+        case running = 0, suspended = 1, canceling = 2, completed = 3
+        public var description: String { ["running", "suspended", "canceling", "completed"][rawValue] }
+    }
+
+    /// Priorities as Apple names them (0 … 1; higher waits less for a connection slot).
+    public static let defaultPriority: Float = 0.5
+    public static let lowPriority: Float = 0.25
+    public static let highPriority: Float = 0.75
+
+    /// Unique within its session.
+    public let taskIdentifier: Int
+    /// The session that made the task.
+    public let session: PeerSession
+    /// Bytes done over bytes expected (sent plus received); indeterminate until both
+    /// expectations are set.
+    public let progress: Progress
+
+    let lock = NSLock()
+    private var _state: State = .suspended
+    private var suspendCount = 1
+    private var started = false
+    private var _error: (any Error)?
+    private var _description: String?
+    private var _priority: Float = PeerSessionTask.defaultPriority
+    private var sent: Int64 = 0
+    private var received: Int64 = 0
+    private var expectedToSend: Int64 = -1
+    private var expectedToReceive: Int64 = -1
+    private var runningWaiters: [CheckedContinuation<Void, Never>] = []
+    let metrics = MetricsRecorder()
+
+    init(session: PeerSession, identifier: Int) {
+        self.session = session
+        self.taskIdentifier = identifier
+        progress = Progress(totalUnitCount: -1)
+        super.init()
+    }
+
+    // MARK: Properties
+
+    /// The current state.
+    public var state: State { lock.lock(); defer { lock.unlock() }; return _state }
+    /// Why the task failed; nil while it runs and after success.
+    public var error: (any Error)? { lock.lock(); defer { lock.unlock() }; return _error }
+    /// Free text for the app's own use.
+    public var taskDescription: String? {
+        get { lock.lock(); defer { lock.unlock() }; return _description }
+        set { lock.lock(); _description = newValue; lock.unlock() }
+    }
+    /// 0 (lowest) … 1 (highest); values outside are clamped.
+    public var priority: Float {
+        get { lock.lock(); defer { lock.unlock() }; return _priority }
+        set { lock.lock(); _priority = min(1, max(0, newValue)); lock.unlock() }
+    }
+    /// Application bytes written so far.
+    public var countOfBytesSent: Int64 { lock.lock(); defer { lock.unlock() }; return sent }
+    /// Application bytes read so far.
+    public var countOfBytesReceived: Int64 { lock.lock(); defer { lock.unlock() }; return received }
+    /// How many bytes the app expects to send (-1: unknown); sets the progress total.
+    public var countOfBytesExpectedToSend: Int64 {
+        get { lock.lock(); defer { lock.unlock() }; return expectedToSend }
+        set { lock.lock(); expectedToSend = newValue; lock.unlock(); updateProgress() }
+    }
+    /// How many bytes the app expects to receive (-1: unknown); sets the progress total.
+    public var countOfBytesExpectedToReceive: Int64 {
+        get { lock.lock(); defer { lock.unlock() }; return expectedToReceive }
+        set { lock.lock(); expectedToReceive = newValue; lock.unlock(); updateProgress() }
+    }
+
+    // MARK: Life cycle
+
+    /// Starts the task, or resumes it after ``suspend()``. Each `suspend()` needs one `resume()`;
+    /// extra calls do nothing.
+    public func resume() {
+        lock.lock()
+        guard _state == .suspended || _state == .running else { lock.unlock(); return }
+        if suspendCount > 0 { suspendCount -= 1 }
+        guard suspendCount == 0, _state == .suspended else { lock.unlock(); return }
+        _state = .running
+        let first = !started
+        started = true
+        let waiters = runningWaiters
+        runningWaiters = []
+        lock.unlock()
+        waiters.forEach { $0.resume() }
+        if first {
+            metrics.taskStarted()
+            startWork()
+        }
+    }
+
+    /// Pauses the task: queued operations wait (one in progress finishes), and the idle
+    /// timeout does not count. Counted: it runs again after as many `resume()` calls.
+    public func suspend() {
+        lock.lock(); defer { lock.unlock() }
+        guard _state == .suspended || _state == .running else { return }
+        suspendCount += 1
+        _state = .suspended
+    }
+
+    /// Cancels the task: it completes with ``PeerSessionError/cancelled``; operations waiting
+    /// or queued fail the same way. Nothing happens once it has completed.
+    public func cancel() {
+        lock.lock()
+        guard _state == .suspended || _state == .running else { lock.unlock(); return }
+        _state = .canceling
+        let waiters = runningWaiters
+        runningWaiters = []
+        lock.unlock()
+        waiters.forEach { $0.resume() }
+        cancelWork()
+    }
+
+    /// Suspends the caller while the task is suspended.
+    func waitUntilRunning() async {
+        await withCheckedContinuation { continuation in
+            lock.lock()
+            if _state == .suspended {
+                runningWaiters.append(continuation)
+                lock.unlock()
+            } else {
+                lock.unlock()
+                continuation.resume()
+            }
+        }
+    }
+
+    var isFinished: Bool { let current = state; return current == .completed || current == .canceling }
+
+    // MARK: For subclasses
+
+    /// Called once, by the first `resume()`.
+    func startWork() {}
+
+    /// Called by `cancel()`; the default completes at once.
+    func cancelWork() {
+        complete(with: PeerSessionError.cancelled)
+    }
+
+    /// Called once when the task completes, before the delegate hears of it (release
+    /// resources here).
+    func finishWork() {}
+
+    /// Completes the task (the first call wins): metrics, then `didCompleteWithError`.
+    func complete(with error: (any Error)?) {
+        lock.lock()
+        guard _state != .completed else { lock.unlock(); return }
+        _state = .completed
+        _error = error
+        let waiters = runningWaiters
+        runningWaiters = []
+        let counts = (sent, received)
+        lock.unlock()
+        waiters.forEach { $0.resume() }
+        finishWork()
+        session.taskCompleted(self, error: error, metrics: metrics.finish(sent: counts.0, received: counts.1))
+    }
+
+    func add(sent moreSent: Int, received moreReceived: Int) {
+        lock.lock()
+        sent += Int64(moreSent)
+        received += Int64(moreReceived)
+        lock.unlock()
+        updateProgress()
+    }
+
+    private func updateProgress() {
+        lock.lock()
+        let done = sent + received
+        let total = expectedToSend >= 0 && expectedToReceive >= 0 ? expectedToSend + expectedToReceive : -1
+        lock.unlock()
+        progress.totalUnitCount = total
+        progress.completedUnitCount = done
+    }
+}

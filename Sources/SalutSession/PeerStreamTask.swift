@@ -1,0 +1,450 @@
+import Foundation
+import SalutDiscovery
+import SalutStreams
+
+/// A TCP connection to a host or a discovered service as a session task, like
+/// `URLSessionStreamTask`: reads and writes are queued (each kind in order, the two
+/// independent), each with its own timeout; TLS can be started and stopped in the middle; and
+/// the connection can be taken over as a stream pair (``captureStreams()``).
+///
+/// The task completes when both sides are closed (``closeWrite()`` ran, and ``closeRead()`` ran
+/// or a read reached the end of the data), when it is cancelled, when the connection fails, or
+/// when the session's idle or resource timeout passes.
+///
+/// ```swift
+/// let task = session.streamTask(withHostName: "printer.local", port: 9100)
+/// task.resume()
+/// try await task.write(Data("PING\n".utf8), timeout: 5)
+/// let (reply, atEnd) = try await task.readData(ofMinLength: 1, maxLength: 4096, timeout: 5)
+/// ```
+open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
+    // @unchecked: mutable state is guarded by the inherited `lock`.
+
+    enum Target: Sendable {
+        case host(String, Int)
+        case service(DiscoveredService)
+
+        /// The key for per-host connection limits and trust-on-first-use.
+        var key: String {
+            switch self {
+            case .host(let host, let port): return "\(host.lowercased()):\(port)"
+            case .service(let service): return "service:\(service.description)"
+            }
+        }
+    }
+
+    let target: Target
+    private let connection = Latch<Result<BoundStreamPair, PeerSessionError>>()
+    private let reads = OperationLane()
+    private let writes = OperationLane()
+    private var readDone = false
+    private var writeDone = false
+    private var readClosedReported = false
+    private var captured = false
+    private var holdsSlot = false
+    private var pendingOperations = 0
+    private var lastActivity = Date()
+    private var timers: [DispatchSourceTimer] = []
+    /// Reads and writes queued behind a TLS start or stop wait for this.
+    private var securityChange: Latch<Void>?
+
+    init(session: PeerSession, identifier: Int, target: Target) {
+        self.target = target
+        super.init(session: session, identifier: identifier)
+    }
+
+    // MARK: Reading and writing
+
+    /// Reads at least `minBytes` (fewer only at the end of the data) and at most `maxBytes`,
+    /// after the reads queued before it. The handler gets the data (nil if none), whether the
+    /// end of the data was reached, and an error: ``PeerSessionError/timedOut(_:)`` when
+    /// `timeout` seconds (0: none) pass first, or why the task failed.
+    public func readData(ofMinLength minBytes: Int, maxLength maxBytes: Int, timeout: TimeInterval,
+                         completionHandler: @escaping @Sendable (Data?, Bool, (any Error)?) -> Void) {
+        enqueue(on: reads) { pair in
+            guard let pair else { return self.session.deliver { completionHandler(nil, false, self.failure) } }
+            guard maxBytes >= 1, minBytes <= maxBytes else {
+                let error = PeerSessionError.notAllowed("read lengths must satisfy 0 ≤ min ≤ max and max ≥ 1 (got \(minBytes), \(maxBytes))")
+                return self.session.deliver { completionHandler(nil, false, error) }
+            }
+            if self.lock.withLock({ self.readDone }) {
+                return self.session.deliver { completionHandler(nil, true, PeerSessionError.notAllowed("the read side is closed")) }
+            }
+            let result = await pair.read(minimum: minBytes, maximum: maxBytes, deadline: Self.deadline(timeout))
+            self.noteRead(result.data.count)
+            let data = result.data.isEmpty ? nil : result.data
+            if result.timedOut {
+                return self.session.deliver { completionHandler(data, false, PeerSessionError.timedOut("read")) }
+            }
+            if let error = result.error {
+                let wrapped = self.isFinished ? self.failure : PeerSessionError.wrap(error)
+                self.session.deliver { completionHandler(data, result.atEnd, wrapped) }
+                return self.complete(with: wrapped)
+            }
+            if result.atEnd { self.readReachedEnd() }
+            self.session.deliver { completionHandler(data, result.atEnd, nil) }
+            self.completeIfClosed()
+        }
+    }
+
+    /// Writes all of `data` after the writes queued before it. The handler gets nil once the
+    /// bytes are handed to the connection, or an error: ``PeerSessionError/timedOut(_:)`` when
+    /// `timeout` seconds (0: none) pass first, or why the task failed.
+    public func write(_ data: Data, timeout: TimeInterval, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        enqueue(on: writes) { pair in
+            guard let pair else { return self.session.deliver { completionHandler(self.failure) } }
+            if self.lock.withLock({ self.writeDone }) {
+                return self.session.deliver { completionHandler(PeerSessionError.notAllowed("the write side is closed")) }
+            }
+            let started = Date()
+            self.metrics.update { if $0.requestStartDate == nil { $0.requestStartDate = started } }
+            let result = await pair.write(data, deadline: Self.deadline(timeout))
+            self.add(sent: result.written, received: 0)
+            self.touch()
+            self.metrics.update { $0.requestEndDate = Date() }
+            if result.timedOut {
+                return self.session.deliver { completionHandler(PeerSessionError.timedOut("write")) }
+            }
+            if let error = result.error {
+                let wrapped = self.isFinished ? self.failure : PeerSessionError.wrap(error)
+                self.session.deliver { completionHandler(wrapped) }
+                if error as? StreamFailure == .readerClosed { self.reportWriteClosed() }
+                return self.complete(with: wrapped)
+            }
+            self.session.deliver { completionHandler(nil) }
+        }
+    }
+
+    /// Closes the read side after the queued reads: the peer's further bytes are discarded.
+    public func closeRead() {
+        enqueue(on: reads) { pair in
+            pair?.input.close()
+            self.lock.withLock { self.readDone = true }
+            self.completeIfClosed()
+        }
+    }
+
+    /// Closes the write side after the queued writes (the peer reads the end of the data), and
+    /// tells the delegate `writeClosedFor`.
+    public func closeWrite() {
+        enqueue(on: writes) { pair in
+            guard let pair else { return }
+            pair.output.close()
+            self.reportWriteClosed()
+            self.completeIfClosed()
+        }
+    }
+
+    /// Starts TLS once the queued writes are sent; reads and writes queued after it wait for
+    /// the handshake. The peer is judged by the session's trust policy and then the session
+    /// delegate's trust challenge. If the handshake or the trust decision fails, the task
+    /// completes with the ``PeerSessionError/connection(_:)`` error that says why.
+    public func startSecureConnection() {
+        changeSecurity { pair, done in
+            let configuration = self.session.configuration.tlsConfiguration()
+            pair.startTLS(configuration, evaluator: self.trustEvaluator(), dialledHost: self.dialledHost) { result in
+                switch result {
+                case .success(let details): self.metrics.record(.ready(details)); done(nil)
+                case .failure(let error): done(error)
+                }
+            }
+        }
+    }
+
+    /// Ends TLS once the queued writes are sent and continues in the clear (the peer must stop
+    /// TLS too: each side sends close_notify and waits for the other's).
+    public func stopSecureConnection() {
+        changeSecurity { pair, done in
+            pair.stopTLS { result in
+                if case .failure(let error) = result { done(error) } else { done(nil) }
+            }
+        }
+    }
+
+    /// Finishes the queued reads and writes, then hands the connection to the delegate as a
+    /// stream pair (`didBecome inputStream:outputStream:`, already open) and completes. The
+    /// task no longer closes the streams: they are the delegate's.
+    public func captureStreams() {
+        let readsDone = Latch<Void>()
+        enqueue(on: reads) { _ in readsDone.open(()) }
+        enqueue(on: writes) { pair in
+            await readsDone.wait()
+            guard let pair else { return }
+            self.lock.withLock { self.captured = true }
+            let streams = Unchecked(pair)
+            self.session.deliverToDelegate { delegate in
+                (delegate as? PeerSessionStreamDelegate)?.peerSession(self.session, streamTask: self, didBecome: streams.value.input,
+                                                                     outputStream: streams.value.output)
+            }
+            self.complete(with: nil)
+        }
+    }
+
+    // MARK: Async versions
+
+    /// `readData(ofMinLength:maxLength:timeout:completionHandler:)` as an async call: the data
+    /// (empty at the end) and whether the end was reached.
+    /// - Throws: the ``PeerSessionError`` the handler would have received.
+    public func readData(ofMinLength minBytes: Int, maxLength maxBytes: Int, timeout: TimeInterval) async throws -> (Data, Bool) {
+        try await withCheckedThrowingContinuation { continuation in
+            readData(ofMinLength: minBytes, maxLength: maxBytes, timeout: timeout) { data, atEnd, error in
+                if let error { continuation.resume(throwing: error) } else { continuation.resume(returning: (data ?? Data(), atEnd)) }
+            }
+        }
+    }
+
+    /// `write(_:timeout:completionHandler:)` as an async call.
+    /// - Throws: the ``PeerSessionError`` the handler would have received.
+    public func write(_ data: Data, timeout: TimeInterval) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            write(data, timeout: timeout) { error in
+                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+            }
+        }
+    }
+
+    /// ``startSecureConnection()``, returning once TLS is up.
+    /// - Throws: ``PeerSessionError/connection(_:)`` with the TLS failure.
+    public func secureConnection() async throws {
+        startSecureConnection()
+        try await awaitSecurityChange()
+    }
+
+    /// ``stopSecureConnection()``, returning once the connection is back in the clear.
+    public func insecureConnection() async throws {
+        stopSecureConnection()
+        try await awaitSecurityChange()
+    }
+
+    /// ``captureStreams()`` for async code: returns the stream pair (the delegate is told too).
+    /// - Throws: the task's error when it completed first.
+    public func capturedStreams() async throws -> (InputStream, OutputStream) {
+        let handed = Latch<Result<Unchecked<BoundStreamPair>, PeerSessionError>>()
+        enqueue(on: reads) { _ in }
+        enqueue(on: writes) { pair in
+            if let pair { handed.open(.success(Unchecked(pair))) } else { handed.open(.failure(self.failure)) }
+        }
+        captureStreams()
+        let pair = try await handed.wait().get().value
+        return (pair.input, pair.output)
+    }
+
+    // MARK: Task life
+
+    override func startWork() {
+        armTimers()
+        Task.detached { await self.connect() }
+    }
+
+    override func cancelWork() {
+        complete(with: PeerSessionError.cancelled)
+    }
+
+    override func finishWork() {
+        let (timers, captured, holdsSlot) = lock.withLock { () -> ([DispatchSourceTimer], Bool, Bool) in
+            defer { self.timers = []; self.holdsSlot = false }
+            return (self.timers, self.captured, self.holdsSlot)
+        }
+        timers.forEach { $0.cancel() }
+        connection.open(.failure(failure))
+        if !captured, case .success(let pair)? = connection.current {
+            pair.input.close()
+            pair.output.close()
+        }
+        if holdsSlot {
+            let slots = session.slots, key = target.key
+            Task { await slots.release(key) }
+        }
+    }
+
+    /// The error operations report once the task has completed.
+    var failure: PeerSessionError {
+        (error as? PeerSessionError) ?? (state == .completed ? .notAllowed("the task has completed") : .cancelled)
+    }
+
+    private var dialledHost: String? {
+        if case .host(let host, _) = target { return host }
+        return nil
+    }
+
+    private func connect() async {
+        await session.slots.acquire(target.key, priority: priority)
+        let stillWanted = lock.withLock { () -> Bool in
+            holdsSlot = true
+            return true
+        } && !isFinished
+        guard stillWanted else {
+            finishWork()
+            return
+        }
+        metrics.update { $0.fetchStartDate = Date() }
+        let configuration = session.configuration
+        let pair: BoundStreamPair
+        switch target {
+        case .host(let host, let port):
+            pair = SocketStreams.pair(toHost: host, port: port, connectTimeout: configuration.timeoutIntervalForConnect,
+                                      resolver: session.resolver)
+        case .service(let service):
+            pair = SocketStreams.pair(toHost: service.description, port: 0, connectTimeout: configuration.timeoutIntervalForConnect,
+                                      targetResolver: service.targetResolver(timeout: 5, context: session.discoveryContext))
+        }
+        pair.setSocketOptions(configuration.socketOptions)
+        let metrics = self.metrics
+        pair.observeConnection { metrics.record($0) }
+        do {
+            try await pair.open()
+            connection.open(.success(pair))
+            touch()
+            if isFinished {   // cancelled while connecting
+                pair.input.close()
+                pair.output.close()
+            }
+        } catch {
+            let wrapped = PeerSessionError.wrap(error)
+            connection.open(.failure(wrapped))
+            complete(with: wrapped)
+        }
+    }
+
+    /// Queues `operation` on `lane`; it runs once the task runs and is connected, with the
+    /// streams (nil when the task failed or completed: report `failure`).
+    private func enqueue(on lane: OperationLane, _ operation: @escaping @Sendable (BoundStreamPair?) async -> Void) {
+        lock.withLock { pendingOperations += 1 }
+        let change = lock.withLock { securityChange }
+        lane.enqueue {
+            defer { self.lock.withLock { self.pendingOperations -= 1 } }
+            await self.waitUntilRunning()
+            if let change { await change.wait() }
+            let result = await self.connection.wait()
+            guard case .success(let pair) = result, !self.isFinished else { return await operation(nil) }
+            self.touch()
+            await operation(pair)
+        }
+    }
+
+    private func changeSecurity(_ body: @escaping @Sendable (BoundStreamPair, @escaping @Sendable (SocketStreamError?) -> Void) -> Void) {
+        let done = Latch<Void>()
+        let outcome = Latch<SocketStreamError?>()
+        enqueue(on: writes) { pair in
+            defer { done.open(()) }
+            guard let pair else { return outcome.open(.cancelled) }
+            let error = await withCheckedContinuation { continuation in body(pair) { continuation.resume(returning: $0) } }
+            outcome.open(error)
+            if let error { self.complete(with: PeerSessionError.connection(error)) }
+        }
+        lock.withLock {
+            securityChange = done
+            securityOutcome = outcome
+        }
+        // Reads queued from now on wait for the change.
+        enqueue(on: reads) { _ in await done.wait() }
+    }
+    private var securityOutcome: Latch<SocketStreamError?>?
+
+    private func awaitSecurityChange() async throws {
+        guard let outcome = lock.withLock({ securityOutcome }) else { return }
+        if let error = await outcome.wait() {
+            throw error == .cancelled ? failure : PeerSessionError.connection(error)
+        }
+    }
+
+    /// The trust decision for `startSecureConnection`: the session's policy (and its
+    /// trust-on-first-use store), then the delegate's challenge.
+    private func trustEvaluator() -> TLSTrustEvaluator {
+        let session = self.session, target = self.target
+        return { [weak self] trust, decide in
+            var verdict = trust
+            if session.configuration.trustPolicy == .trustOnFirstUse, verdict.policyFailure == nil {
+                verdict.policyFailure = session.trustStore.check(peer: target.key, fingerprint: trust.publicKeySHA256)
+            }
+            let trusted = verdict.policyFailure == nil
+            guard let self else { return decide(false) }
+            let (host, port): (String, Int) = switch target {
+            case .host(let host, let port): (host, port)
+            case .service(let service): (service.description, 0)
+            }
+            let challenge = PeerTrustChallenge(host: host, port: port, peerTrust: verdict,
+                                               proposedDisposition: verdict.policyFailure == nil ? .useCredential : .cancelAuthenticationChallenge)
+            session.deliverToDelegate(orElse: { decide(trusted) }) { delegate in
+                delegate.peerSession(session, task: self, didReceive: challenge) { disposition in
+                    switch disposition {
+                    case .useCredential: decide(true)
+                    case .cancelAuthenticationChallenge: decide(false)
+                    case .performDefaultHandling: decide(trusted)
+                    }
+                }
+            }
+        }
+    }
+
+    private func noteRead(_ count: Int) {
+        guard count > 0 else { return }
+        let now = Date()
+        metrics.update { metrics in
+            if metrics.responseStartDate == nil { metrics.responseStartDate = now }
+            metrics.responseEndDate = now
+        }
+        add(sent: 0, received: count)
+        touch()
+    }
+
+    private func readReachedEnd() {
+        let first = lock.withLock { () -> Bool in
+            readDone = true
+            defer { readClosedReported = true }
+            return !readClosedReported
+        }
+        guard first else { return }
+        session.deliverToDelegate { delegate in
+            (delegate as? PeerSessionStreamDelegate)?.peerSession(self.session, readClosedFor: self)
+        }
+    }
+
+    private func reportWriteClosed() {
+        let first = lock.withLock { () -> Bool in
+            defer { writeDone = true }
+            return !writeDone
+        }
+        guard first else { return }
+        session.deliverToDelegate { delegate in
+            (delegate as? PeerSessionStreamDelegate)?.peerSession(self.session, writeClosedFor: self)
+        }
+    }
+
+    private func completeIfClosed() {
+        if lock.withLock({ readDone && writeDone }) { complete(with: nil) }
+    }
+
+    private func touch() {
+        lock.withLock { lastActivity = Date() }
+    }
+
+    private static func deadline(_ timeout: TimeInterval) -> Date? {
+        timeout > 0 ? Date().addingTimeInterval(timeout) : nil
+    }
+
+    /// The resource timeout, and the idle timeout: an operation waiting with nothing moving for
+    /// `timeoutIntervalForRequest` fails the task (not counted while suspended).
+    private func armTimers() {
+        let configuration = session.configuration
+        let queue = DispatchQueue.global()
+        let resource = DispatchSource.makeTimerSource(queue: queue)
+        resource.schedule(deadline: .now() + configuration.timeoutIntervalForResource)
+        resource.setEventHandler { [weak self] in self?.complete(with: PeerSessionError.timedOut("resource")) }
+        let idle = DispatchSource.makeTimerSource(queue: queue)
+        let limit = configuration.timeoutIntervalForRequest
+        let period = max(0.05, min(1, limit / 4))
+        idle.schedule(deadline: .now() + period, repeating: period)
+        idle.setEventHandler { [weak self] in
+            guard let self else { return }
+            let (waiting, since) = self.lock.withLock { (self.pendingOperations > 0, self.lastActivity) }
+            if self.state == .suspended { return self.touch() }
+            if waiting && Date().timeIntervalSince(since) > limit {
+                self.complete(with: PeerSessionError.timedOut("idle"))
+            }
+        }
+        lock.withLock { timers = [resource, idle] }
+        resource.resume()
+        idle.resume()
+    }
+}

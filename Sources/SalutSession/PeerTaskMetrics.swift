@@ -1,0 +1,93 @@
+import Foundation
+import SalutStreams
+
+/// What happened during one task, like `URLSessionTaskMetrics`: its interval and one
+/// transaction per connection attempt.
+public struct PeerTaskMetrics: Sendable {
+    /// From `resume()` to completion.
+    public var taskInterval: DateInterval
+    /// One entry per connection the task made (stream tasks make one).
+    public var transactionMetrics: [PeerTransactionMetrics]
+}
+
+/// Timestamps and facts about one connection, like `URLSessionTaskTransactionMetrics`. A date
+/// is nil when that step did not happen (no TLS, nothing read, …).
+public struct PeerTransactionMetrics: Sendable {
+    /// When the task started to make the connection.
+    public var fetchStartDate: Date?
+    public var domainLookupStartDate: Date?
+    public var domainLookupEndDate: Date?
+    public var connectStartDate: Date?
+    public var connectEndDate: Date?
+    public var secureConnectionStartDate: Date?
+    public var secureConnectionEndDate: Date?
+    /// The first write began / the last write ended.
+    public var requestStartDate: Date?
+    public var requestEndDate: Date?
+    /// The first byte was read / the last read ended.
+    public var responseStartDate: Date?
+    public var responseEndDate: Date?
+    public var localAddress: String?
+    public var localPort: Int?
+    public var remoteAddress: String?
+    public var remotePort: Int?
+    /// For example `TLSv1.3`, when TLS was on.
+    public var negotiatedTLSProtocolVersion: String?
+    /// For example `TLS_AES_256_GCM_SHA384`, when TLS was on.
+    public var negotiatedTLSCipherSuite: String?
+    /// Always false for stream tasks: each owns its connection.
+    public var isReusedConnection: Bool
+    /// Bytes written to the socket (after TLS framing is removed: application bytes).
+    public var countOfRequestBodyBytesSent: Int64
+    /// Bytes read from the socket (application bytes).
+    public var countOfResponseBodyBytesReceived: Int64
+}
+
+/// Collects a transaction's timestamps as connection events and operations happen.
+final class MetricsRecorder: @unchecked Sendable {
+    // @unchecked: `transaction` is guarded by `lock`.
+    private let lock = NSLock()
+    private var transaction = PeerTransactionMetrics(isReusedConnection: false, countOfRequestBodyBytesSent: 0,
+                                                     countOfResponseBodyBytesReceived: 0)
+    private var started: Date?
+
+    func taskStarted() { lock.lock(); if started == nil { started = Date() }; lock.unlock() }
+
+    func update(_ change: (inout PeerTransactionMetrics) -> Void) {
+        lock.lock(); change(&transaction); lock.unlock()
+    }
+
+    /// Records a step of making the connection.
+    func record(_ event: ConnectionEvent) {
+        let now = Date()
+        update { metrics in
+            switch event {
+            case .lookupStart: metrics.domainLookupStartDate = now
+            case .lookupEnd: metrics.domainLookupEndDate = now
+            case .connectStart: metrics.connectStartDate = now
+            case .connectEnd: metrics.connectEndDate = now
+            case .secureConnectStart: metrics.secureConnectionStartDate = now
+            case .ready(let details):
+                if metrics.secureConnectionStartDate != nil && details.tls != nil { metrics.secureConnectionEndDate = now }
+                if metrics.connectEndDate == nil { metrics.connectEndDate = now }
+                metrics.localAddress = details.localAddress?.host
+                metrics.localPort = details.localAddress.map { Int($0.port) }
+                metrics.remoteAddress = details.remoteAddress?.host
+                metrics.remotePort = details.remoteAddress.map { Int($0.port) }
+                metrics.negotiatedTLSProtocolVersion = details.tls?.protocolVersion
+                metrics.negotiatedTLSCipherSuite = details.tls?.cipherSuite
+            case .failed: break
+            }
+        }
+    }
+
+    func finish(sent: Int64, received: Int64) -> PeerTaskMetrics {
+        lock.lock(); defer { lock.unlock() }
+        transaction.countOfRequestBodyBytesSent = sent
+        transaction.countOfResponseBodyBytesReceived = received
+        let start = started ?? Date()
+        let made = transaction.fetchStartDate != nil
+        return PeerTaskMetrics(taskInterval: DateInterval(start: start, end: max(start, Date())),
+                               transactionMetrics: made ? [transaction] : [])
+    }
+}
