@@ -78,6 +78,7 @@ let package = Package(
         .target(name: "SalutTestSupport", path: "Tests/SalutTestSupport"),
         .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut", "SalutTestSupport"]),
         .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams", "SalutTestSupport"]),
+        .testTarget(name: "SalutSessionTests", dependencies: ["SalutSession", "SalutTestSupport"]),
         .testTarget(name: "LabTests", dependencies: ["Salut"]),
     ]
 )

@@ -262,6 +262,12 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
         (error as? PeerSessionError) ?? (state == .completed ? .notAllowed("the task has completed") : .cancelled)
     }
 
+    /// Addresses, TLS and socket options of the connection, once made.
+    var connectionDetails: ConnectionDetails? {
+        if case .success(let pair)? = connection.current { return pair.connectionDetails }
+        return nil
+    }
+
     private var dialledHost: String? {
         if case .host(let host, _) = target { return host }
         return nil

@@ -1,0 +1,143 @@
+import Foundation
+import SalutSession
+import SalutStreams
+import SalutTestSupport
+import XCTest
+
+/// Records every delegate call in order, with what came with it.
+final class RecordingDelegate: PeerSessionStreamDelegate, @unchecked Sendable {
+    // @unchecked: `log` and friends are guarded by `lock`.
+    private let lock = NSLock()
+    private var log: [String] = []
+    private var completions: [Int: (any Error)?] = [:]
+    private var collected: [Int: PeerTaskMetrics] = [:]
+    private var captured: [(InputStream, OutputStream)] = []
+    /// What to answer trust challenges (nil: the default handling).
+    var trustAnswer: PeerTrustChallenge.Disposition?
+    private(set) var challenges: [PeerTrustChallenge] = []
+    private var waiters: [(String, CheckedContinuation<Void, Never>)] = []
+    private var concurrentCalls = 0
+    private(set) var overlappingCalls = 0
+
+    var events: [String] { lock.withLock { log } }
+    func error(of task: PeerSessionTask) -> (any Error)?? { lock.withLock { completions[task.taskIdentifier] } }
+    func metrics(of task: PeerSessionTask) -> PeerTaskMetrics? { lock.withLock { collected[task.taskIdentifier] } }
+    var capturedStreams: [(InputStream, OutputStream)] { lock.withLock { captured } }
+
+    private func record(_ event: String, _ change: () -> Void = {}) {
+        lock.lock()
+        concurrentCalls += 1
+        if concurrentCalls > 1 { overlappingCalls += 1 }
+        lock.unlock()
+        Thread.sleep(forTimeInterval: 0.001)   // widen the window in which overlapping calls would show
+        lock.lock()
+        concurrentCalls -= 1
+        log.append(event)
+        change()
+        let ready = waiters.filter { event.hasPrefix($0.0) }
+        waiters.removeAll { event.hasPrefix($0.0) }
+        lock.unlock()
+        ready.forEach { $0.1.resume() }
+    }
+
+    /// Waits until an event starting with `prefix` has been recorded.
+    func wait(for prefix: String, seconds: Double = 20) async throws {
+        try await withDeadline(seconds, "delegate event \(prefix)") {
+            await withCheckedContinuation { continuation in
+                self.lock.lock()
+                if self.log.contains(where: { $0.hasPrefix(prefix) }) {
+                    self.lock.unlock()
+                    continuation.resume()
+                } else {
+                    self.waiters.append((prefix, continuation))
+                    self.lock.unlock()
+                }
+            }
+        }
+    }
+
+    func peerSession(_ session: PeerSession, didBecomeInvalidWithError error: (any Error)?) {
+        record("invalid")
+    }
+    func peerSession(_ session: PeerSession, task: PeerSessionTask, didReceive challenge: PeerTrustChallenge,
+                     completionHandler: @escaping @Sendable (PeerTrustChallenge.Disposition) -> Void) {
+        record("challenge \(task.taskIdentifier)") { challenges.append(challenge) }
+        completionHandler(trustAnswer ?? .performDefaultHandling)
+    }
+    func peerSession(_ session: PeerSession, task: PeerSessionTask, didFinishCollecting metrics: PeerTaskMetrics) {
+        record("metrics \(task.taskIdentifier)") { collected[task.taskIdentifier] = metrics }
+    }
+    func peerSession(_ session: PeerSession, task: PeerSessionTask, didCompleteWithError error: (any Error)?) {
+        record("complete \(task.taskIdentifier)") { completions[task.taskIdentifier] = .some(error) }
+    }
+    func peerSession(_ session: PeerSession, readClosedFor streamTask: PeerStreamTask) {
+        record("readClosed \(streamTask.taskIdentifier)")
+    }
+    func peerSession(_ session: PeerSession, writeClosedFor streamTask: PeerStreamTask) {
+        record("writeClosed \(streamTask.taskIdentifier)")
+    }
+    func peerSession(_ session: PeerSession, streamTask: PeerStreamTask, didBecome inputStream: InputStream, outputStream: OutputStream) {
+        record("captured \(streamTask.taskIdentifier)") { captured.append((inputStream, outputStream)) }
+    }
+}
+
+/// An echo server on our own listener (IPv4 and IPv6), counting connections open at once.
+final class EchoServer: @unchecked Sendable {
+    // @unchecked: counters are guarded by `lock`.
+    let listener: StreamListener
+    private let lock = NSLock()
+    private var open = 0
+    private(set) var mostAtOnce = 0
+    private(set) var accepted = 0
+
+    init(tls: TLSConfiguration? = nil) throws {
+        listener = try StreamListener(port: 0, tls: tls)
+        listener.accept { [self] connection in
+            lock.withLock { open += 1; accepted += 1; mostAtOnce = max(mostAtOnce, open) }
+            Task {
+                defer { self.lock.withLock { self.open -= 1 } }
+                guard (try? await connection.streams.open()) != nil else { return }
+                do {
+                    for try await chunk in connection.input.chunks { try await connection.output.write(chunk) }
+                } catch {}
+                connection.output.close()
+            }
+        }
+    }
+
+    var port: Int { Int(listener.port) }
+    var peak: Int { lock.withLock { mostAtOnce } }
+    var count: Int { lock.withLock { accepted } }
+
+    deinit { listener.stop() }
+}
+
+/// A listener that accepts and then says nothing (for timeouts).
+final class SilentServer: @unchecked Sendable {
+    let listener: StreamListener
+    private let held = Locked<[AcceptedConnection]>([])
+
+    init() throws {
+        listener = try StreamListener(port: 0)
+        listener.accept { [held] connection in
+            held.withLock { $0.append(connection) }
+            Task { try? await connection.streams.open() }
+        }
+    }
+
+    var port: Int { Int(listener.port) }
+
+    /// Sends `text` on every connection accepted so far.
+    func say(_ text: String) async throws {
+        for connection in held.value { try await connection.output.write(Data(text.utf8)) }
+    }
+
+    deinit { listener.stop() }
+}
+
+/// A patterned payload.
+func pattern(_ count: Int, seed: Int = 0) -> Data {
+    var data = Data(count: count)
+    data.withUnsafeMutableBytes { raw in for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 13 &+ seed &+ i >> 9) } }
+    return data
+}
