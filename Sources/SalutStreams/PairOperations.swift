@@ -106,7 +106,10 @@ extension BoundStreamPair {
     /// do the same).
     package func stopTLS(done: @escaping @Sendable (Result<Void, SocketStreamError>) -> Void) {
         guard let connection else { return done(.failure(.tls(.invalidConfiguration("not a socket connection")))) }
-        connection.pump.stopTLS(done: done)
+        connection.pump.stopTLS { result in
+            if case .success = result { connection.state.withLock { $0.details?.tls = nil } }
+            done(result)
+        }
     }
 
     /// Bytes sent and received on the socket so far (after TLS).

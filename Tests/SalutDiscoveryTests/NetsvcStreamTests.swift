@@ -33,7 +33,7 @@ final class NetsvcStreamTests: XCTestCase {
         defer { publisher.stop() }
         let input = temporaryFile("in"), output = temporaryFile("out")
         defer { try? FileManager.default.removeItem(atPath: input); try? FileManager.default.removeItem(atPath: output) }
-        FileManager.default.createFile(atPath: input, contents: payload(10 << 20))
+        XCTAssertTrue(FileManager.default.createFile(atPath: input, contents: payload(10 << 20)))
         let (code, text) = try shell("\(netsvc) connect Echo \(type) < \(input) > \(output)")
         XCTAssertEqual(code, 0, text)
         let sent = try Data(contentsOf: URL(fileURLWithPath: input))

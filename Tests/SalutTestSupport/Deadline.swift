@@ -1,17 +1,57 @@
 import Foundation
 
-/// Runs `body`, failing with `DeadlineExceeded` if it takes longer than `seconds`.
+/// Runs `body`, failing with `DeadlineExceeded` if it takes longer than `seconds`. Returns at
+/// the deadline even when `body` ignores cancellation (it is cancelled and left behind), so a
+/// hang becomes a test failure, never a stuck test run.
 public func withDeadline<T: Sendable>(_ seconds: Double, _ what: String = "operation",
-                               _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(nanoseconds: UInt64(seconds * 1e9))
-            throw DeadlineExceeded(what: what, seconds: seconds)
+                                      _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    let outcome = FirstOutcome<T>()
+    return try await withCheckedThrowingContinuation { continuation in
+        outcome.set(continuation)
+        let work = Task {
+            do { outcome.finish(.success(try await body())) } catch { outcome.finish(.failure(error)) }
         }
-        let result = try await group.next()!
-        group.cancelAll()
-        return result
+        Task {
+            try? await Task.sleep(nanoseconds: UInt64(seconds * 1e9))
+            if outcome.finish(.failure(DeadlineExceeded(what: what, seconds: seconds))) { work.cancel() }
+        }
+    }
+}
+
+/// Resumes a continuation with the first outcome only.
+private final class FirstOutcome<T: Sendable>: @unchecked Sendable {
+    // @unchecked: `continuation` and `done` are guarded by `lock`.
+    private let lock = NSLock()
+    private var continuation: CheckedContinuation<T, any Error>?
+    private var done = false
+    private var early: Result<T, any Error>?
+
+    func set(_ continuation: CheckedContinuation<T, any Error>) {
+        lock.lock()
+        if let early {
+            lock.unlock()
+            continuation.resume(with: early)
+            return
+        }
+        self.continuation = continuation
+        lock.unlock()
+    }
+
+    /// True when this outcome was the first.
+    @discardableResult
+    func finish(_ result: Result<T, any Error>) -> Bool {
+        lock.lock()
+        guard !done else { lock.unlock(); return false }
+        done = true
+        guard let continuation else {
+            early = result
+            lock.unlock()
+            return true
+        }
+        self.continuation = nil
+        lock.unlock()
+        continuation.resume(with: result)
+        return true
     }
 }
 

@@ -180,14 +180,14 @@ final class SocketConnection: @unchecked Sendable {
     // MARK: Upgrading
 
     /// Starts TLS on an open plain connection once everything written so far has been sent.
-    func startTLS(_ configuration: TLSConfiguration, evaluator: TLSTrustEvaluator?, dialledHost: String?,
+    func startTLS(_ configuration: TLSConfiguration, evaluator: TLSTrustEvaluator?, dialledHost: String?, preface: Data? = nil,
                   done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
         let context: TLSContext
         do { context = try TLSContext(configuration) } catch {
             return done(.failure(.tls(error as? TLSError ?? .invalidConfiguration("\(error)"))))
         }
         notify(.secureConnectStart)
-        pump.startTLS(SecuritySetup(context: context, dialledHost: dialledHost, evaluator: evaluator)) { result in
+        pump.startTLS(SecuritySetup(context: context, dialledHost: dialledHost, evaluator: evaluator), preface: preface) { result in
             if case .success(let details) = result {
                 self.state.withLock { $0.details = details }
                 self.notify(.ready(details))

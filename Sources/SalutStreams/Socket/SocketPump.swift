@@ -119,15 +119,40 @@ final class SocketPump: @unchecked Sendable {
     }
 
     /// Upgrades a plain connection to TLS once everything written so far has been sent.
-    func startTLS(_ security: SecuritySetup, done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
+    ///
+    /// Reading in the clear stops at once (bytes after this point belong to TLS). A server
+    /// passes its go-ahead as `preface`: it is sent in the same step that starts the handshake,
+    /// so the client's first TLS bytes, which can only follow it, are never read as plain data.
+    func startTLS(_ security: SecuritySetup, preface: Data? = nil,
+                  done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
         queue.async {
             guard !self.finished, self.transport is PlainTransport, self.handshake == nil, self.pendingUpgrade == nil else {
                 return done(.failure(.tls(.invalidConfiguration("the connection is closed, or TLS is already on"))))
             }
             self.pendingUpgrade = (security, done)
+            self.upgradePreface = preface ?? Data()
+            self.pauseReading()
             self.resumeWriting()
             self.writable()
         }
+    }
+    private var upgradePreface = Data()
+
+    /// Sends the upgrade's preface in the clear; false while the socket is full.
+    private func sendPreface(_ transport: any ByteTransport) -> Bool {
+        while !upgradePreface.isEmpty {
+            let outcome = upgradePreface.withUnsafeBytes { transport.send(from: $0.baseAddress!, count: $0.count) }
+            switch outcome {
+            case .moved(let n):
+                bytesSent += Int64(n)
+                upgradePreface.removeFirst(n)
+            case .wouldBlock, .needsOtherDirection:
+                return false
+            case .ended, .failed:
+                upgradePreface = Data()
+            }
+        }
+        return true
     }
 
     /// Ends TLS on the connection once everything written so far has been sent, and carries on
@@ -267,7 +292,8 @@ final class SocketPump: @unchecked Sendable {
             queue.async { self.writable() }
         }
         if handshake != nil { return stepHandshake() }
-        guard !evaluating, let transport else { return }
+        guard !evaluating, pendingUpgrade == nil, let transport else { return }
+        if peerCloseNotifyReceived && pendingDowngrade == nil { return awaitPeerIntent() }
         while reader != nil {
             let room = inbound.snapshot.space
             guard room > 0 else { return pauseReading() }
@@ -283,6 +309,12 @@ final class SocketPump: @unchecked Sendable {
                 if closeNotifySent { return finishDowngrade() }
                 pauseReading()      // nothing more comes over TLS; wait for ours to go
                 return
+            case .ended where transport is TLSConnection:
+                // close_notify: the peer either closes the connection (TCP end follows) or
+                // leaves TLS and goes on in the clear (when we stop TLS too). Tell them apart
+                // by what comes next on the socket.
+                peerCloseNotifyReceived = true
+                return awaitPeerIntent()
             case .ended:
                 inbound.closeWriter()          // the peer closed: end of data after the buffered bytes
                 stopReading()
@@ -313,6 +345,7 @@ final class SocketPump: @unchecked Sendable {
             if sendFrom == sendTo && outbound.snapshot.available == 0 {
                 // Nothing to send: decide without touching (allocating) the scratch buffer.
                 if let upgrade = pendingUpgrade {
+                    guard sendPreface(transport) else { return }
                     pendingUpgrade = nil
                     return beginHandshake(upgrade.setup, done: upgrade.done)
                 } else if pendingDowngrade != nil {
@@ -355,6 +388,22 @@ final class SocketPump: @unchecked Sendable {
             case .failed(let error):
                 return fail(error)
             }
+        }
+    }
+
+    /// After the peer's close_notify, with no return to plain bytes asked for: the end of the
+    /// TCP stream is the end of the data; plain bytes wait (unread) for `stopTLS`.
+    private func awaitPeerIntent() {
+        var byte: UInt8 = 0
+        let n = recv(fd, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT))
+        if n == 0 {
+            inbound.closeWriter()
+            stopReading()
+            closeIfDone()
+        } else if n > 0 {
+            pauseReading()          // stopTLS picks these up
+        } else if errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR {
+            fail(.connectionLost(String(cString: strerror(errno))))
         }
     }
 

@@ -1,0 +1,157 @@
+import Foundation
+@testable import SalutSession
+import SalutStreams
+import SalutTestSupport
+import XCTest
+
+/// `openssl s_server -rev` on loopback: answers each line reversed.
+func reversingServer(_ certificate: TestCertificate) throws -> (Foreign, Int) {
+    let port = freeLoopbackPort()
+    let server = try Foreign(["openssl", "s_server", "-accept", "127.0.0.1:\(port)", "-cert", certificate.certificateFile,
+                              "-key", certificate.keyFile, "-naccept", "1", "-rev"])
+    guard server.waitForOutput(containing: "ACCEPT", seconds: 10) else {
+        throw DeadlineExceeded(what: "s_server listening: \(server.output)", seconds: 10)
+    }
+    return (server, port)
+}
+
+final class SecureTaskTests: XCTestCase {
+    var certificate: TestCertificate!
+
+    override func setUpWithError() throws {
+        certificate = try TestCertificate.make()
+    }
+
+    private func session(_ policy: PeerTrustPolicy, delegate: RecordingDelegate? = nil, store: URL? = nil) -> PeerSession {
+        var configuration = store == nil ? PeerSessionConfiguration.ephemeral : PeerSessionConfiguration.default
+        configuration.trustPolicy = policy
+        if let store { configuration.trustStoreURL = store }
+        return PeerSession(configuration: configuration, delegate: delegate)
+    }
+
+    /// Starts TLS on a task to `openssl s_server -rev`, and sends a line through it.
+    private func exchange(_ session: PeerSession) async throws -> (PeerStreamTask, String) {
+        let (server, port) = try reversingServer(certificate)
+        defer { server.stop() }
+        let task = session.streamTask(withHostName: "127.0.0.1", port: port)
+        task.resume()
+        try await task.secureConnection()
+        try await task.write(Data("salut\n".utf8), timeout: 5)
+        let (reply, _) = try await task.readData(ofMinLength: 6, maxLength: 6, timeout: 5)
+        task.cancel()
+        return (task, String(decoding: reply, as: UTF8.self))
+    }
+
+    func testStartSecureConnectionAgainstOpenSSLServerWithAPin() async throws {
+        let (task, reply) = try await exchange(session(.pinned([certificate.certificateSHA256])))
+        XCTAssertEqual(reply, "tulas\n")
+        XCTAssertEqual(task.connectionDetails?.tls?.protocolVersion, "TLSv1.3")
+    }
+
+    func testTrustChallengeCanAcceptWhatThePolicyRefuses() async throws {
+        let delegate = RecordingDelegate()
+        delegate.trustAnswer = .useCredential
+        let (task, reply) = try await exchange(session(.systemRoots, delegate: delegate))
+        XCTAssertEqual(reply, "tulas\n")
+        let challenge = try XCTUnwrap(delegate.challenges.first)
+        XCTAssertEqual(challenge.proposedDisposition, .cancelAuthenticationChallenge, "the system roots do not know this certificate")
+        XCTAssertEqual(challenge.peerTrust.certificateSHA256, certificate.certificateSHA256)
+        XCTAssertEqual(challenge.host, "127.0.0.1")
+        XCTAssertNotNil(challenge.peerTrust.policyFailure)
+        XCTAssertTrue(delegate.events.contains("challenge \(task.taskIdentifier)"))
+    }
+
+    func testTrustChallengeCanRejectWhatThePolicyAccepts() async throws {
+        let delegate = RecordingDelegate()
+        delegate.trustAnswer = .cancelAuthenticationChallenge
+        do {
+            _ = try await exchange(session(.pinned([certificate.certificateSHA256]), delegate: delegate))
+            XCTFail("a rejected peer was used")
+        } catch {
+            XCTAssertEqual(error as? PeerSessionError, .connection(.tls(.rejectedByEvaluator)))
+        }
+        XCTAssertEqual(delegate.challenges.first?.proposedDisposition, .useCredential)
+    }
+
+    func testDefaultHandlingFollowsThePolicy() async throws {
+        do {
+            _ = try await exchange(session(.systemRoots, delegate: RecordingDelegate()))
+            XCTFail("a self-signed peer passed the system roots")
+        } catch {
+            guard case .connection(.tls) = error as? PeerSessionError else { return XCTFail("\(error)") }
+        }
+    }
+
+    func testTrustOnFirstUseRemembersTheKeyOnDisk() async throws {
+        let store = FileManager.default.temporaryDirectory.appendingPathComponent("salut-known-\(UUID().uuidString).json")
+        defer { try? FileManager.default.removeItem(at: store) }
+        let (_, reply) = try await exchange(session(.trustOnFirstUse, store: store))
+        XCTAssertEqual(reply, "tulas\n")
+        let saved = try JSONDecoder().decode([String: String].self, from: Data(contentsOf: store))
+        XCTAssertEqual(saved.values.first, certificate.publicKeySHA256)
+        // The same peer with a new key is refused by a new session reading the same store.
+        let original = certificate!
+        certificate = try TestCertificate.make()
+        defer { certificate = original }
+        let (server, port) = try reversingServer(certificate)
+        defer { server.stop() }
+        let key = try XCTUnwrap(saved.keys.first)
+        // Point the stored entry at this server's port, as if it were the same host.
+        let moved = [key.replacingOccurrences(of: key.split(separator: ":").last.map(String.init) ?? "", with: "\(port)"): original.publicKeySHA256]
+        try JSONEncoder().encode(moved).write(to: store)
+        let task = session(.trustOnFirstUse, store: store).streamTask(withHostName: "127.0.0.1", port: port)
+        task.resume()
+        do {
+            try await task.secureConnection()
+            XCTFail("a changed key was trusted")
+        } catch {
+            XCTAssertEqual(error as? PeerSessionError, .connection(.tls(.rejectedByEvaluator)))
+        }
+    }
+
+    /// STARTTLS both ways: plain, then TLS (our task against our own listener upgrading its
+    /// accepted connection), then plain again after both sides stop TLS.
+    func testStartAndStopSecureConnectionMidStream() async throws {
+        let listener = try StreamListener(port: 0)
+        defer { listener.stop() }
+        let serverTLS = TLSConfiguration.server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+        listener.accept { connection in
+            Task {
+                let pair = connection.streams
+                try await pair.open()
+                _ = await pair.read(minimum: 9, maximum: 9, deadline: nil)            // "STARTTLS\n"
+                // Like any STARTTLS server: the go-ahead goes out in the same step as the switch,
+                // so the client's first TLS bytes are never read in the clear.
+                let upgraded: Result<ConnectionDetails, SocketStreamError> = await withCheckedContinuation { done in
+                    pair.startTLS(serverTLS, evaluator: nil, dialledHost: nil, preface: Data("GO\n".utf8)) { done.resume(returning: $0) }
+                }
+                guard case .success = upgraded else { return }
+                let secret = await pair.read(minimum: 7, maximum: 7, deadline: nil)   // "secret\n"
+                _ = await pair.write(Data("got ".utf8) + secret.data, deadline: nil)
+                let stopped: Result<Void, SocketStreamError> = await withCheckedContinuation { done in
+                    pair.stopTLS { done.resume(returning: $0) }
+                }
+                guard case .success = stopped else { return }
+                let plain = await pair.read(minimum: 6, maximum: 6, deadline: nil)     // "plain\n"
+                _ = await pair.write(Data("again ".utf8) + plain.data, deadline: nil)
+                pair.output.close()
+            }
+        }
+        let task = session(.pinned([certificate.publicKeySHA256])).streamTask(withHostName: "127.0.0.1", port: Int(listener.port))
+        task.resume()
+        try await task.write(Data("STARTTLS\n".utf8), timeout: 5)
+        let (go, _) = try await task.readData(ofMinLength: 3, maxLength: 3, timeout: 5)
+        XCTAssertEqual(go, Data("GO\n".utf8))
+        try await withDeadline(10, "TLS start") { try await task.secureConnection() }
+        XCTAssertEqual(task.connectionDetails?.tls?.publicKeySHA256, certificate.publicKeySHA256)
+        try await task.write(Data("secret\n".utf8), timeout: 5)
+        let (got, _) = try await task.readData(ofMinLength: 11, maxLength: 11, timeout: 5)
+        XCTAssertEqual(String(decoding: got, as: UTF8.self), "got secret\n")
+        try await withDeadline(10, "TLS stop") { try await task.insecureConnection() }
+        XCTAssertNil(task.connectionDetails?.tls, "back in the clear")
+        try await task.write(Data("plain\n".utf8), timeout: 5)
+        let (again, _) = try await task.readData(ofMinLength: 12, maxLength: 12, timeout: 5)
+        XCTAssertEqual(String(decoding: again, as: UTF8.self), "again plain\n")
+        task.cancel()
+    }
+}

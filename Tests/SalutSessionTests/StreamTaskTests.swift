@@ -1,0 +1,192 @@
+import Foundation
+import Glibc
+@testable import SalutSession
+import SalutStreams
+import SalutTestSupport
+import XCTest
+
+final class StreamTaskTests: XCTestCase {
+    func testReadTimeoutFailsOnlyThatReadAndLosesNothing() async throws {
+        let server = try SilentServer()
+        let session = PeerSession(configuration: .ephemeral)
+        let task = session.streamTask(withHostName: "127.0.0.1", port: server.port)
+        task.resume()
+        do {
+            _ = try await task.readData(ofMinLength: 1, maxLength: 10, timeout: 0.2)
+            XCTFail("read returned without data")
+        } catch {
+            XCTAssertEqual(error as? PeerSessionError, .timedOut("read"))
+        }
+        XCTAssertEqual(task.state, .running, "a read timeout does not end the task")
+        try await server.say("late")
+        let (data, _) = try await task.readData(ofMinLength: 4, maxLength: 4, timeout: 5)
+        XCTAssertEqual(data, Data("late".utf8), "bytes that came after a timed-out read go to the next read")
+        task.cancel()
+    }
+
+    func testIdleAndResourceTimeoutsFailTheTask() async throws {
+        let server = try SilentServer()
+        var idle = PeerSessionConfiguration.ephemeral
+        idle.timeoutIntervalForRequest = 0.3
+        let delegate = RecordingDelegate()
+        let session = PeerSession(configuration: idle, delegate: delegate)
+        let task = session.streamTask(withHostName: "127.0.0.1", port: server.port)
+        task.resume()
+        task.readData(ofMinLength: 1, maxLength: 1, timeout: 0) { _, _, _ in }
+        try await delegate.wait(for: "complete \(task.taskIdentifier)")
+        XCTAssertEqual(task.error as? PeerSessionError, .timedOut("idle"))
+
+        var resource = PeerSessionConfiguration.ephemeral
+        resource.timeoutIntervalForResource = 0.3
+        let second = RecordingDelegate()
+        let limited = PeerSession(configuration: resource, delegate: second)
+        let busy = limited.streamTask(withHostName: "127.0.0.1", port: server.port)
+        busy.resume()
+        try await second.wait(for: "complete \(busy.taskIdentifier)")
+        XCTAssertEqual(busy.error as? PeerSessionError, .timedOut("resource"))
+    }
+
+    func testConnectionFailuresCompleteTheTaskWithTheReason() async throws {
+        let delegate = RecordingDelegate()
+        let session = PeerSession(configuration: .ephemeral, delegate: delegate)
+        let refused = session.streamTask(withHostName: "127.0.0.1", port: 9)
+        let unknown = session.streamTask(withHostName: "no-such-host.invalid", port: 80)
+        refused.resume()
+        unknown.resume()
+        try await delegate.wait(for: "complete \(refused.taskIdentifier)")
+        try await delegate.wait(for: "complete \(unknown.taskIdentifier)")
+        XCTAssertEqual(refused.error as? PeerSessionError, .connection(.connectionRefused("127.0.0.1:9")))
+        guard case .connection(.nameNotFound(let host, _))? = unknown.error as? PeerSessionError else {
+            return XCTFail("\(String(describing: unknown.error))")
+        }
+        XCTAssertEqual(host, "no-such-host.invalid")
+    }
+
+    func testCaptureStreamsHandsOverTheConnectionAfterQueuedWork() async throws {
+        let server = try EchoServer()
+        let delegate = RecordingDelegate()
+        let session = PeerSession(configuration: .ephemeral, delegate: delegate)
+        let task = session.streamTask(withHostName: "::1", port: server.port)
+        task.resume()
+        task.write(Data("before".utf8), timeout: 5) { XCTAssertNil($0) }
+        task.captureStreams()
+        try await delegate.wait(for: "captured \(task.taskIdentifier)")
+        try await delegate.wait(for: "complete \(task.taskIdentifier)")
+        XCTAssertNil(task.error)
+        let (input, output) = try XCTUnwrap(delegate.capturedStreams.first)
+        XCTAssertEqual(input.streamStatus, .open, "the captured streams stay open")
+        try await output.write(Data(" after".utf8))
+        output.close()
+        var echoed = Data()
+        for try await chunk in input.chunks { echoed.append(chunk) }
+        XCTAssertEqual(String(decoding: echoed, as: UTF8.self), "before after")
+        let id = task.taskIdentifier
+        XCTAssertEqual(delegate.events, ["captured \(id)", "metrics \(id)", "complete \(id)"])
+    }
+
+    func testTwoHundredConcurrentTasksAgainstOneListenerLoseNothing() async throws {
+        let server = try EchoServer()
+        var configuration = PeerSessionConfiguration.ephemeral
+        configuration.maximumConnectionsPerHost = 40
+        let session = PeerSession(configuration: configuration)
+        let results = try await withDeadline(120, "200 tasks") {
+            try await withThrowingTaskGroup(of: Bool.self) { group in
+                for i in 0..<200 {
+                    group.addTask {
+                        let task = session.streamTask(withHostName: "127.0.0.1", port: server.port)
+                        task.resume()
+                        let payload = pattern(20_000 + i, seed: i)
+                        try await task.write(payload, timeout: 30)
+                        task.closeWrite()
+                        var echoed = Data()
+                        while true {
+                            let (chunk, atEnd) = try await task.readData(ofMinLength: 1, maxLength: 65536, timeout: 30)
+                            echoed.append(chunk)
+                            if atEnd { break }
+                        }
+                        return echoed == payload
+                    }
+                }
+                var good = 0
+                for try await ok in group where ok { good += 1 }
+                return good
+            }
+        }
+        XCTAssertEqual(results, 200, "every task got its own bytes back")
+        XCTAssertEqual(server.count, 200, "one connection per task")
+        XCTAssertLessThanOrEqual(server.peak, 40, "no more than maximumConnectionsPerHost at once")
+        XCTAssertGreaterThan(server.peak, 1, "tasks ran concurrently")
+    }
+
+    func testNetworkServiceTypeAndFamilyReachTheSocket() async throws {
+        let server = try EchoServer()
+        var configuration = PeerSessionConfiguration.ephemeral
+        configuration.networkServiceType = .voice
+        configuration.allowedAddressFamilies = .ipv6
+        let session = PeerSession(configuration: configuration)
+        let task = session.streamTask(withHostName: "::1", port: server.port)
+        task.resume()
+        try await task.write(Data("x".utf8), timeout: 5)
+        _ = try await task.readData(ofMinLength: 1, maxLength: 1, timeout: 5)
+        let details = try XCTUnwrap(task.connectionDetails)
+        XCTAssertEqual(details.trafficClass, 0xB8, "EF for voice")
+        XCTAssertEqual(details.socketPriority, 6)
+        XCTAssertEqual(details.remoteAddress?.isIPv6, true, "IPv6 only")
+        task.cancel()
+
+        var v4 = PeerSessionConfiguration.ephemeral
+        v4.allowedAddressFamilies = .ipv4
+        let delegate = RecordingDelegate()
+        let onlyV4 = PeerSession(configuration: v4, delegate: delegate)
+        let impossible = onlyV4.streamTask(withHostName: "::1", port: server.port)
+        impossible.resume()
+        try await delegate.wait(for: "complete \(impossible.taskIdentifier)")
+        guard case .connection(.nameNotFound(_, let detail))? = impossible.error as? PeerSessionError else {
+            return XCTFail("\(String(describing: impossible.error))")
+        }
+        XCTAssertEqual(detail, "no IPv4 addresses")
+    }
+
+    func testMetricsAreMonotonicAndPlausible() async throws {
+        let certificate = try TestCertificate.make()
+        let server = try EchoServer(tls: .server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile))
+        var configuration = PeerSessionConfiguration.ephemeral
+        configuration.trustPolicy = .pinned([certificate.certificateSHA256])
+        let delegate = RecordingDelegate()
+        let session = PeerSession(configuration: configuration, delegate: delegate)
+        let task = session.streamTask(withHostName: "localhost", port: server.port)
+        task.resume()
+        try await task.secureConnection()
+        try await task.write(pattern(100_000), timeout: 5)
+        task.closeWrite()
+        var received = 0
+        while true {
+            let (chunk, atEnd) = try await task.readData(ofMinLength: 1, maxLength: 65536, timeout: 5)
+            received += chunk.count
+            if atEnd { break }
+        }
+        try await delegate.wait(for: "complete \(task.taskIdentifier)")
+        let metrics = try XCTUnwrap(delegate.metrics(of: task))
+        let transaction = try XCTUnwrap(metrics.transactionMetrics.first)
+        let steps = [transaction.fetchStartDate, transaction.domainLookupStartDate, transaction.domainLookupEndDate,
+                     transaction.connectStartDate, transaction.connectEndDate, transaction.secureConnectionStartDate,
+                     transaction.secureConnectionEndDate, transaction.requestStartDate, transaction.requestEndDate]
+        let dates = steps.compactMap { $0 }
+        XCTAssertEqual(dates.count, steps.count, "every step happened: \(steps)")
+        XCTAssertEqual(dates, dates.sorted(), "steps in order")
+        let responseStart = try XCTUnwrap(transaction.responseStartDate), responseEnd = try XCTUnwrap(transaction.responseEndDate)
+        XCTAssertLessThanOrEqual(responseStart, responseEnd)
+        XCTAssertLessThanOrEqual(transaction.secureConnectionEndDate!, responseStart)
+        XCTAssertTrue(metrics.taskInterval.start <= transaction.fetchStartDate! && responseEnd <= metrics.taskInterval.end)
+        XCTAssertLessThan(metrics.taskInterval.duration, 30)
+        XCTAssertEqual(transaction.remotePort, server.port)
+        XCTAssertTrue(["127.0.0.1", "::1"].contains(transaction.remoteAddress ?? ""), "\(String(describing: transaction.remoteAddress))")
+        XCTAssertNotNil(transaction.localPort)
+        XCTAssertEqual(transaction.negotiatedTLSProtocolVersion, "TLSv1.3")
+        XCTAssertEqual(transaction.negotiatedTLSCipherSuite?.hasPrefix("TLS_"), true)
+        XCTAssertFalse(transaction.isReusedConnection)
+        XCTAssertEqual(transaction.countOfRequestBodyBytesSent, 100_000)
+        XCTAssertEqual(transaction.countOfResponseBodyBytesReceived, Int64(received))
+        XCTAssertEqual(received, 100_000)
+    }
+}
