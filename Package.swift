@@ -69,6 +69,12 @@ let package = Package(
         ),
 
         .executableTarget(
+            name: "session-bench",
+            dependencies: ["SalutSession"],
+            path: "Benchmarks/SessionBench"
+        ),
+
+        .executableTarget(
             name: "connections-bench",
             dependencies: ["SalutStreams"],
             path: "Benchmarks/ConnectionsBench"

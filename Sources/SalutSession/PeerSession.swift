@@ -37,6 +37,16 @@ open class PeerSession: NSObject, @unchecked Sendable {
     /// Resolves host names (`.local` ones through the avahi-daemon).
     let resolver: AddressResolver
 
+    /// The TLS context every task's `startSecureConnection` shares (built on first use), so that
+    /// trust roots and the identity are loaded once per session.
+    var sharedTLSContext: SharedTLSContext? {
+        lock.withLock {
+            if tlsContext == nil { tlsContext = try? SharedTLSContext(configuration.tlsConfiguration()) }
+            return tlsContext
+        }
+    }
+    private var tlsContext: SharedTLSContext?
+
     private let lock = NSLock()
     private let isShared: Bool
     private var delegateObject: (any PeerSessionDelegate)?

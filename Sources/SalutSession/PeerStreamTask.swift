@@ -142,7 +142,8 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
     public func startSecureConnection() {
         changeSecurity { pair, done in
             let configuration = self.session.configuration.tlsConfiguration()
-            pair.startTLS(configuration, evaluator: self.trustEvaluator(), dialledHost: self.dialledHost) { result in
+            pair.startTLS(configuration, evaluator: self.trustEvaluator(), dialledHost: self.dialledHost,
+                          shared: self.session.sharedTLSContext) { result in
                 switch result {
                 case .success(let details): self.metrics.record(.ready(details)); done(nil)
                 case .failure(let error): done(error)

@@ -111,9 +111,9 @@ extension BoundStreamPair {
     /// Upgrades open plain socket streams to TLS after what was written so far is sent (and
     /// then `preface`, a server's go-ahead, in the same step as the handshake starts).
     package func startTLS(_ configuration: TLSConfiguration, evaluator: TLSTrustEvaluator?, dialledHost: String?,
-                          preface: Data? = nil,
+                          preface: Data? = nil, shared: SharedTLSContext? = nil,
                           done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
         guard let connection else { return done(.failure(.tls(.invalidConfiguration("not a socket connection")))) }
-        connection.startTLS(configuration, evaluator: evaluator, dialledHost: dialledHost, preface: preface, done: done)
+        connection.startTLS(configuration, evaluator: evaluator, dialledHost: dialledHost, preface: preface, shared: shared, done: done)
     }
 }

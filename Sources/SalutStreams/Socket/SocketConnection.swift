@@ -181,10 +181,15 @@ final class SocketConnection: @unchecked Sendable {
 
     /// Starts TLS on an open plain connection once everything written so far has been sent.
     func startTLS(_ configuration: TLSConfiguration, evaluator: TLSTrustEvaluator?, dialledHost: String?, preface: Data? = nil,
+                  shared: SharedTLSContext? = nil,
                   done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
         let context: TLSContext
-        do { context = try TLSContext(configuration) } catch {
-            return done(.failure(.tls(error as? TLSError ?? .invalidConfiguration("\(error)"))))
+        if let shared {
+            context = shared.context
+        } else {
+            do { context = try TLSContext(configuration) } catch {
+                return done(.failure(.tls(error as? TLSError ?? .invalidConfiguration("\(error)"))))
+            }
         }
         notify(.secureConnectStart)
         pump.startTLS(SecuritySetup(context: context, dialledHost: dialledHost, evaluator: evaluator), preface: preface) { result in

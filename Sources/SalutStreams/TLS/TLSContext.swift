@@ -101,3 +101,16 @@ enum OpenSSLErrors {
         return lines.isEmpty ? "unknown error" : lines.joined(separator: "; ")
     }
 }
+
+/// A TLS context built once and shared by many connections (a session's tasks), so that trust
+/// roots and identities are loaded once.
+package final class SharedTLSContext: Sendable {
+    let context: TLSContext
+
+    /// - Throws: ``TLSError`` when the configuration cannot be loaded.
+    package init(_ configuration: TLSConfiguration) throws {
+        context = try TLSContext(configuration)
+    }
+
+    package var configuration: TLSConfiguration { context.configuration }
+}
