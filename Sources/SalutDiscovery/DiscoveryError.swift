@@ -35,6 +35,8 @@ public enum DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible 
     /// The listening socket of an auto-listening service could not be set up (the port is in
     /// use, or the TLS identity cannot be loaded), with the streams layer's reason.
     case listenFailed(String)
+    /// No network interface has this name.
+    case unknownInterface(String)
 
     /// Maps an Avahi error number (`AVAHI_ERR_*`) to a discovery error.
     init(avahiCode code: Int32) {
@@ -72,6 +74,7 @@ public enum DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible 
         case .invalidTXTRecord(let reason): return "invalid TXT record: \(reason)"
         case .avahi(let code, let message): return "\(message) (Avahi error \(code))"
         case .listenFailed(let reason): return "cannot listen for connections: \(reason)"
+        case .unknownInterface(let name): return "no network interface named \"\(name)\""
         }
     }
 }

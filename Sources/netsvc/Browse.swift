@@ -4,18 +4,30 @@ import Salut
 
 struct Browse: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Show services of a type as they appear and disappear.",
+        abstract: "Show services as they appear (+) and disappear (-).",
         discussion: """
+            Lines are: +/-, name, type, domain, interface and protocol of the first sighting;
+            with --resolve also host:port, addresses (IPv6 with %scope) and TXT. --terminate
+            exits once the daemon's cache and the first network answers are in, like
+            avahi-browse -t. --json writes one object per line instead (event, name, type,
+            domain, interface, protocol, host, addresses, port, txt; binary TXT values as
+            "base64:…").
+
             Examples:
               netsvc browse _http._tcp
               netsvc browse _http._tcp --resolve --terminate --json
+              netsvc browse --all --terminate
+              netsvc browse _ipp._tcp --interface eth1 --ipv4 --ignore-local
             """)
 
-    @Argument(help: "The service type, for example _http._tcp.")
-    var type: String
+    @Argument(help: "The service type, for example _http._tcp (omit with --all).")
+    var type: String?
 
     @Option(help: "The domain to browse.")
     var domain = "local"
+
+    @Flag(help: "Browse every service type on the network (_services._dns-sd._udp).")
+    var all = false
 
     @Flag(help: "Resolve each service found: host, port, addresses and TXT.")
     var resolve = false
@@ -26,25 +38,102 @@ struct Browse: AsyncParsableCommand {
     @Flag(help: "Write one JSON object per line.")
     var json = false
 
+    @Flag(help: "Only services seen over IPv4 mDNS (and only IPv4 addresses).")
+    var ipv4 = false
+
+    @Flag(help: "Only services seen over IPv6 mDNS (and only IPv6 addresses).")
+    var ipv6 = false
+
+    @Option(help: ArgumentHelp("Only services seen on this network interface.", valueName: "IF"))
+    var interface: String?
+
+    @Flag(help: "Leave out services published by this host.")
+    var ignoreLocal = false
+
+    func validate() throws {
+        if ipv4 && ipv6 { throw ValidationError("--ipv4 and --ipv6 exclude each other") }
+        if all == (type != nil) { throw ValidationError(all ? "give a TYPE or --all, not both" : "give a service TYPE, or --all") }
+    }
+
+    private var family: DiscoveryContext.AddressFamily { ipv4 ? .ipv4 : ipv6 ? .ipv6 : .any }
+
     func run() async throws {
         do {
             try await requireDaemon()
-            for try await update in try ServiceBrowser(type: type, domain: domain) {
-                for change in update.changes { try await report(change) }
-                if terminate && update.isComplete { return }
+            let printer = BrowsePrinter(json: json, resolve: resolve, family: family, interface: interface)
+            if let type {
+                let browser = try ServiceBrowser(type: type, domain: domain, interface: interface, family: family, includeLocal: !ignoreLocal)
+                for try await update in browser {
+                    for change in update.changes { await printer.report(change) }
+                    if terminate && update.isComplete { return }
+                }
+            } else {
+                try await browseAll(printer)
             }
         } catch {
             throw fail(error)
         }
     }
 
-    private func report(_ change: BrowseChange) async throws {
+    /// Browses the service types, and each type as it appears; with --terminate, ends when the
+    /// type list and every type's browse are complete.
+    private func browseAll(_ printer: BrowsePrinter) async throws {
+        enum Event: Sendable {
+            case types(BrowseUpdate)
+            case services(type: String, BrowseUpdate)
+            case failed(any Error)
+        }
+        let (events, sink) = AsyncStream.makeStream(of: Event.self)
+        let types = try ServiceBrowser.serviceTypes(domain: domain, interface: interface, family: family, includeLocal: !ignoreLocal)
+        var producers: [Task<Void, Never>] = [Task {
+            do { for try await update in types { sink.yield(.types(update)) } } catch { sink.yield(.failed(error)) }
+        }]
+        defer { producers.forEach { $0.cancel() } }
+        var started: Set<String> = [], complete: Set<String> = []
+        var typesComplete = false
+        for await event in events {
+            switch event {
+            case .failed(let error):
+                throw error
+            case .types(let update):
+                for case .added(let found) in update.changes where started.insert(found.name).inserted {
+                    let browser = try ServiceBrowser(type: found.name, domain: domain, interface: interface, family: family,
+                                                     includeLocal: !ignoreLocal)
+                    producers.append(Task {
+                        do {
+                            for try await typeUpdate in browser { sink.yield(.services(type: found.name, typeUpdate)) }
+                        } catch {
+                            sink.yield(.failed(error))
+                        }
+                    })
+                }
+                if update.isComplete { typesComplete = true }
+            case .services(let type, let update):
+                for change in update.changes { await printer.report(change) }
+                if update.isComplete { complete.insert(type) }
+            }
+            if terminate && typesComplete && complete.isSuperset(of: started) { return }
+        }
+    }
+}
+
+/// Prints browse changes as columns or JSON lines.
+struct BrowsePrinter: Sendable {
+    let json: Bool
+    let resolve: Bool
+    let family: DiscoveryContext.AddressFamily
+    let interface: String?
+
+    func report(_ change: BrowseChange) async {
         let (event, service): (String, DiscoveredService) = switch change {
         case .added(let s): ("add", s)
         case .removed(let s): ("remove", s)
         }
         var resolved: ResolvedService?
-        if resolve, event == "add" { resolved = try? await service.resolve(timeout: 5) }
+        if resolve, event == "add", var result = try? await service.resolve(timeout: 5) {
+            result.addresses = result.addresses.filter(keep)
+            resolved = result
+        }
         if json {
             var object: [String: Any] = ["event": event, "name": service.name, "type": service.type, "domain": service.domain]
             if let resolved {
@@ -55,11 +144,25 @@ struct Browse: AsyncParsableCommand {
             }
             printJSON(object)
         } else {
-            var line = "\(event == "add" ? "+" : "-") \(service.name)  \(service.type)  \(service.domain)"
+            let sign = event == "add" ? Terminal.green("+") : Terminal.red("-")
+            var line = "\(sign) \(Terminal.bold(Terminal.pad(service.name, 32))) \(Terminal.pad(service.type, 24)) \(Terminal.pad(service.domain, 8))"
             if let resolved {
-                line += "  \(resolved.hostName):\(resolved.port)  [\(resolved.addresses.map(\.host).joined(separator: ", "))]  \(resolved.txtRecord)"
+                line += "  \(resolved.hostName):\(resolved.port)  \(resolved.addresses.map(\.host).joined(separator: ","))"
+                if !resolved.txtRecord.entries.isEmpty { line += "  " + Terminal.dim(resolved.txtRecord.description) }
             }
             emit(line)
         }
+    }
+
+    /// Addresses the family and interface choices allow (IPv4 addresses carry no interface).
+    private func keep(_ address: SocketAddress) -> Bool {
+        switch family {
+        case .ipv4 where address.isIPv6, .ipv6 where !address.isIPv6: return false
+        default: break
+        }
+        if let interface, address.isIPv6, address.scopeID != 0, address.host.split(separator: "%").last.map(String.init) != interface {
+            return false
+        }
+        return true
     }
 }

@@ -9,16 +9,24 @@ struct NetSvc: AsyncParsableCommand {
         commandName: "netsvc",
         abstract: "Publish, browse and resolve DNS-SD (mDNS) services through the avahi-daemon.",
         discussion: """
-            Exit codes: 0 success, 1 not found or timed out, 2 usage error (bad arguments),
-            3 avahi-daemon unavailable, 4 name collision with --no-rename.
+            Exit codes: 0 success, 1 not found, timed out, refused or not trusted, 2 usage error (bad arguments), 3 avahi-daemon unavailable, 4 name collision with --no-rename. When the daemon is not running: `Scripts/avahi-sandbox start` in a Salut checkout, or `sudo systemctl start avahi-daemon` on a normal system.
+
+            Human output has aligned columns, coloured only on a terminal without NO_COLOR; --json writes one object per line for scripts.
+
+            Shell completion: `netsvc --generate-completion-script bash > /etc/bash_completion.d/netsvc` (also zsh and fish; see README).
 
             Examples:
               netsvc browse _http._tcp --terminate
+              netsvc browse --all --resolve --terminate --json
               netsvc publish "My Site" _http._tcp 8080 path=/ --json
+              netsvc publish Echo _echo._tcp 0 --listen --exec cat
+              echo hello | netsvc connect Echo _echo._tcp
               netsvc resolve "My Site" _http._tcp --timeout 3
+              netsvc monitor "My Site" _http._tcp
               netsvc lookup myhost.local --ipv4
+              netsvc domains
             """,
-        subcommands: [Browse.self, Publish.self, Resolve.self, Lookup.self, Connect.self]
+        subcommands: [Browse.self, Publish.self, Resolve.self, Lookup.self, Connect.self, Monitor.self, Domains.self]
     )
 
     /// ArgumentParser's own entry point, except that usage errors exit 2 (as documented) instead
@@ -61,7 +69,8 @@ func fail(_ error: any Error) -> ExitCode {
         case .timedOut, .notFound: code = ExitStatus.notFound
         case .daemonUnavailable: code = ExitStatus.daemonUnavailable
         case .collision: code = ExitStatus.collision
-        case .invalidServiceType, .invalidServiceName, .invalidDomain, .invalidHostName, .invalidPort, .invalidTXTRecord:
+        case .invalidServiceType, .invalidServiceName, .invalidDomain, .invalidHostName, .invalidPort, .invalidTXTRecord,
+             .unknownInterface:
             code = ExitStatus.usage
         default: code = .failure
         }

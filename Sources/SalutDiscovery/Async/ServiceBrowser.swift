@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 
 /// Browses for services as an async sequence of ``BrowseUpdate``s.
 ///
@@ -16,20 +17,46 @@ public struct ServiceBrowser: AsyncSequence, Sendable {
 
     let context: DiscoveryContext
     let target: BrowseOperation.Target
+    var filter = BrowseOperation.Filter()
 
     /// Browses for instances of `type` (`_name._tcp`, `_name._udp`, or a subtype
     /// `_sub._sub._name._tcp`) in `domain`.
-    /// - Throws: ``DiscoveryError/invalidServiceType(_:reason:)`` or
-    ///   ``DiscoveryError/invalidDomain(_:)`` for malformed input.
-    public init(type: String, domain: String = "local", context: DiscoveryContext = .shared) throws {
+    /// - Parameters:
+    ///   - interface: only answers from this network interface (for example `eth0`); nil: all.
+    ///   - family: only answers carried over IPv4 or over IPv6 mDNS; `.any`: both.
+    ///   - includeLocal: false leaves out services published by this host.
+    /// - Throws: ``DiscoveryError/invalidServiceType(_:reason:)``,
+    ///   ``DiscoveryError/invalidDomain(_:)`` or ``DiscoveryError/unknownInterface(_:)`` for
+    ///   malformed input.
+    public init(type: String, domain: String = "local", interface: String? = nil, family: DiscoveryContext.AddressFamily = .any,
+                includeLocal: Bool = true, context: DiscoveryContext = .shared) throws {
         let parsed = try ServiceNames.parseType(type)
         self.init(context: context, target: .services(type: parsed.browseType, domain: try ServiceNames.normaliseDomain(domain)))
+        filter = try Self.filter(interface: interface, family: family, includeLocal: includeLocal)
     }
 
     /// Browses for the service types present in `domain` (DNS-SD's `_services._dns-sd._udp`).
-    /// Each service's `name` is a type such as `_http._tcp`.
-    public static func serviceTypes(domain: String = "local", context: DiscoveryContext = .shared) throws -> ServiceBrowser {
-        ServiceBrowser(context: context, target: .serviceTypes(domain: try ServiceNames.normaliseDomain(domain)))
+    /// Each service's `name` is a type such as `_http._tcp`. Filters as for instances.
+    public static func serviceTypes(domain: String = "local", interface: String? = nil, family: DiscoveryContext.AddressFamily = .any,
+                                    includeLocal: Bool = true, context: DiscoveryContext = .shared) throws -> ServiceBrowser {
+        var browser = ServiceBrowser(context: context, target: .serviceTypes(domain: try ServiceNames.normaliseDomain(domain)))
+        browser.filter = try filter(interface: interface, family: family, includeLocal: includeLocal)
+        return browser
+    }
+
+    static func filter(interface: String?, family: DiscoveryContext.AddressFamily, includeLocal: Bool) throws -> BrowseOperation.Filter {
+        var filter = BrowseOperation.Filter(includeLocal: includeLocal)
+        if let interface {
+            let index = if_nametoindex(interface)
+            guard index != 0 else { throw DiscoveryError.unknownInterface(interface) }
+            filter.interface = Int32(index)
+        }
+        switch family {
+        case .any: break
+        case .ipv4: filter.proto = 0     // AVAHI_PROTO_INET
+        case .ipv6: filter.proto = 1     // AVAHI_PROTO_INET6
+        }
+        return filter
     }
 
     /// Browses for browsing (or, with `registration`, registration) domains other than `local`.
@@ -45,7 +72,7 @@ public struct ServiceBrowser: AsyncSequence, Sendable {
     /// The updates; the sequence throws when the daemon reports a browse failure.
     public func makeAsyncIterator() -> AsyncThrowingStream<BrowseUpdate, any Error>.Iterator {
         AsyncThrowingStream<BrowseUpdate, any Error> { continuation in
-            let operation = BrowseOperation(context: context, target: target) { event in
+            let operation = BrowseOperation(context: context, target: target, filter: filter) { event in
                 switch event {
                 case .update(let update): continuation.yield(update)
                 case .failed(let error): continuation.finish(throwing: error)

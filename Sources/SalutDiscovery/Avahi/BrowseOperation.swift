@@ -27,9 +27,18 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
         case failed(DiscoveryError)
     }
 
+    /// Which answers to take: one interface and/or protocol, and whether services published
+    /// by this host count.
+    struct Filter: Sendable {
+        var interface: Int32 = -1        // AVAHI_IF_UNSPEC
+        var proto: Int32 = -1            // AVAHI_PROTO_UNSPEC
+        var includeLocal = true
+    }
+
     private struct Path: Hashable { var interface: AvahiIfIndex; var proto: AvahiProtocol }
 
     let target: Target
+    let filter: Filter
     private let deliver: @Sendable (Event) -> Void
     private var browser: OpaquePointer?
     private var seen: [DiscoveredService: Set<Path>] = [:]
@@ -38,8 +47,9 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
     private var complete = false
     private var flushScheduled = false
 
-    init(context: DiscoveryContext, target: Target, deliver: @escaping @Sendable (Event) -> Void) {
+    init(context: DiscoveryContext, target: Target, filter: Filter = Filter(), deliver: @escaping @Sendable (Event) -> Void) {
         self.target = target
+        self.filter = filter
         self.deliver = deliver
         super.init(context: context)
     }
@@ -49,17 +59,17 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
     override func clientIsRunning(_ client: OpaquePointer) {
         guard browser == nil, !stopped else { return }
         let me = userdata
-        let any = AvahiIfIndex(AVAHI_IF_UNSPEC), anyProto = AvahiProtocol(AVAHI_PROTO_UNSPEC)
+        let any = AvahiIfIndex(filter.interface), anyProto = AvahiProtocol(filter.proto)
         switch target {
         case .services(let type, let domain):
-            browser = avahi_service_browser_new(client, any, anyProto, type, domain, AvahiLookupFlags(rawValue: 0), { _, interface, proto, event, name, type, domain, _, userdata in
+            browser = avahi_service_browser_new(client, any, anyProto, type, domain, AvahiLookupFlags(rawValue: 0), { _, interface, proto, event, name, type, domain, flags, userdata in
                 BrowseOperation.from(userdata).handle(event, interface, proto, DiscoveredService(
-                    name: AvahiValues.string(name), type: AvahiValues.string(type), domain: AvahiValues.string(domain)))
+                    name: AvahiValues.string(name), type: AvahiValues.string(type), domain: AvahiValues.string(domain)), flags: flags)
             }, me)
         case .serviceTypes(let domain):
-            browser = avahi_service_type_browser_new(client, any, anyProto, domain, AvahiLookupFlags(rawValue: 0), { _, interface, proto, event, type, domain, _, userdata in
+            browser = avahi_service_type_browser_new(client, any, anyProto, domain, AvahiLookupFlags(rawValue: 0), { _, interface, proto, event, type, domain, flags, userdata in
                 BrowseOperation.from(userdata).handle(event, interface, proto, DiscoveredService(
-                    name: AvahiValues.string(type), type: "_services._dns-sd._udp", domain: AvahiValues.string(domain)))
+                    name: AvahiValues.string(type), type: "_services._dns-sd._udp", domain: AvahiValues.string(domain)), flags: flags)
             }, me)
         case .domains(let registration):
             browser = avahi_domain_browser_new(client, any, anyProto, nil,
@@ -96,9 +106,12 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
         self.browser = nil
     }
 
-    private func handle(_ event: AvahiBrowserEvent, _ interface: AvahiIfIndex, _ proto: AvahiProtocol, _ service: DiscoveredService) {
+    private func handle(_ event: AvahiBrowserEvent, _ interface: AvahiIfIndex, _ proto: AvahiProtocol, _ service: DiscoveredService,
+                        flags: AvahiLookupResultFlags = AvahiLookupResultFlags(rawValue: 0)) {
         let path = Path(interface: interface, proto: proto)
         switch event {
+        case AVAHI_BROWSER_NEW where !filter.includeLocal && flags.rawValue & AVAHI_LOOKUP_RESULT_LOCAL.rawValue != 0:
+            return   // published by this host, and the caller asked to ignore those
         case AVAHI_BROWSER_NEW:
             if seen[service] == nil { pending.append(.added(service)) }
             seen[service, default: []].insert(path)

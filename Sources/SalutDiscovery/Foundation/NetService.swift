@@ -412,7 +412,8 @@ extension DiscoveryError {
         case .collision: return .collisionError
         case .notFound: return .notFoundError
         case .activityInProgress: return .activityInProgress
-        case .invalidServiceType, .invalidServiceName, .invalidDomain, .invalidHostName, .invalidPort, .invalidTXTRecord:
+        case .invalidServiceType, .invalidServiceName, .invalidDomain, .invalidHostName, .invalidPort, .invalidTXTRecord,
+             .unknownInterface:
             return .badArgumentError
         case .cancelled: return .cancelledError
         case .timedOut: return .timeoutError

@@ -1,0 +1,95 @@
+import ArgumentParser
+import Foundation
+import Salut
+
+struct Monitor: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print a service's TXT record now and at every change, until interrupted.",
+        discussion: """
+            Each line is the whole record (KEY=VALUE, in wire order); --json writes
+            {"event":"txt","name":…,"type":…,"domain":…,"txt":{…}} per change.
+
+            Example:
+              netsvc monitor "Living Room" _airplay._tcp --json
+            """)
+
+    @Argument(help: "The instance name.")
+    var name: String
+
+    @Argument(help: "The service type, for example _http._tcp.")
+    var type: String
+
+    @Option(help: "The domain.")
+    var domain = "local"
+
+    @Flag(help: "Write one JSON object per line.")
+    var json = false
+
+    func run() async throws {
+        do {
+            try await requireDaemon()
+            let service = DiscoveredService(name: name, type: type, domain: domain)
+            for try await record in try service.txtRecordUpdates() {
+                if json {
+                    printJSON(["event": "txt", "name": name, "type": type, "domain": domain, "txt": jsonTXT(record)])
+                } else {
+                    emit(record.entries.isEmpty ? "(empty)" : record.description)
+                }
+            }
+        } catch {
+            throw fail(error)
+        }
+    }
+}
+
+struct Domains: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the browsing (or registration) domains the network announces.",
+        discussion: """
+            "local" always comes first; others come from the network's DNS-SD announcements.
+            Exits once the daemon has answered (like avahi-browse -D -t).
+
+            Examples:
+              netsvc domains
+              netsvc domains --registration --json
+            """)
+
+    @Flag(help: "Registration domains instead of browsing domains.")
+    var registration = false
+
+    @Flag(help: "Write one JSON object per line.")
+    var json = false
+
+    @Option(help: "Seconds to wait for the network's answers.")
+    var timeout: Double = 3
+
+    func run() async throws {
+        do {
+            try await requireDaemon()
+            var found = ["local"]
+            let browser = ServiceBrowser.domains(registration: registration)
+            let deadline = timeout
+            let others = try await withThrowingTaskGroup(of: [String]?.self) { group -> [String] in
+                group.addTask {
+                    for try await update in browser where update.isComplete {
+                        return update.services.map(\.name).sorted()
+                    }
+                    return []
+                }
+                group.addTask {
+                    try await Task.sleep(nanoseconds: UInt64(deadline * 1e9))
+                    return nil
+                }
+                let first = try await group.next() ?? nil
+                group.cancelAll()
+                return first ?? []
+            }
+            found += others.filter { $0 != "local" }
+            for domain in found {
+                if json { printJSON(["event": "domain", "domain": domain, "registration": registration]) } else { emit(domain) }
+            }
+        } catch {
+            throw fail(error)
+        }
+    }
+}
