@@ -68,4 +68,26 @@ final class DaemonRestartTests: XCTestCase {
         let resolved = try await phoenix.resolve(context: context)
         XCTAssertEqual(resolved.port, 4000)
     }
+
+    /// `netsvc publish` and `netsvc browse` keep running across a daemon restart: the browser
+    /// prints the removal, then the service again once the publisher has re-registered it.
+    func testNetsvcPublishAndBrowseCarryOnAcrossARestart() throws {
+        guard ProcessInfo.processInfo.environment["SALUT_SANDBOX_RESTARTABLE"] == "1" else {
+            throw XCTSkip("needs the sandbox's own avahi-daemon (Scripts/test sets SALUT_SANDBOX_RESTARTABLE=1)")
+        }
+        let type = uniqueType("n")
+        let publisher = try Foreign([NetsvcTests.netsvc, "publish", "Stayer", type, "4100"])
+        defer { publisher.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "published", seconds: 10), publisher.output)
+        let browser = try Foreign([NetsvcTests.netsvc, "browse", type])
+        defer { browser.stop() }
+        XCTAssertTrue(browser.waitForOutput(containing: "+ Stayer", seconds: 10), browser.output)
+        try Self.restartDaemon()
+        XCTAssertTrue(browser.waitForOutput(containing: "- Stayer", seconds: 20), browser.output)
+        let deadline = Date().addingTimeInterval(20)
+        while browser.output.components(separatedBy: "+ Stayer").count < 3 && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        XCTAssertEqual(browser.output.components(separatedBy: "+ Stayer").count, 3, "seen again after the restart: \(browser.output)")
+        XCTAssertTrue(publisher.process.isRunning, "the publisher carried on")
+        XCTAssertTrue(browser.process.isRunning, "the browser carried on")
+    }
 }

@@ -1,0 +1,158 @@
+import Foundation
+import SalutTestSupport
+import XCTest
+
+/// `netsvc browse` against `avahi-browse`, and the commands added around it.
+final class NetsvcBrowseTests: XCTestCase {
+    let netsvc = NetsvcTests.netsvc
+
+    private func run(_ arguments: [String], seconds: Double = 30) throws -> (Int32, String) {
+        let process = try Foreign(arguments)
+        let output = process.finish(seconds: seconds)
+        return (process.process.terminationStatus, output)
+    }
+
+    private func jsonLines(_ text: String) -> [[String: Any]] {
+        text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    }
+
+    /// Reads avahi-browse's `-p -r` lines (`=;iface;proto;name;type;domain;host;address;port;"txt"…`)
+    /// into name → (port, addresses, TXT strings).
+    private func avahiResolved(_ text: String) -> [String: (port: Int, addresses: Set<String>, txt: Set<String>)] {
+        var out: [String: (port: Int, addresses: Set<String>, txt: Set<String>)] = [:]
+        for line in text.split(separator: "\n") where line.hasPrefix("=;") {
+            let fields = line.split(separator: ";", maxSplits: 9, omittingEmptySubsequences: false).map(String.init)
+            guard fields.count >= 9 else { continue }
+            let name = Self.unescape(fields[3])
+            var address = fields[7]
+            if address.hasPrefix("fe80:") { address += "%" + fields[1] }
+            let txt = fields.count > 9 ? Set(fields[9].split(separator: " ").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) }) : []
+            var entry = out[name] ?? (Int(fields[8]) ?? -1, [], [])
+            entry.addresses.insert(address)
+            entry.txt.formUnion(txt)
+            out[name] = entry
+        }
+        return out
+    }
+
+    /// avahi-browse escapes bytes in names as `\DDD` (decimal).
+    static func unescape(_ text: String) -> String {
+        var bytes: [UInt8] = []
+        var rest = Substring(text)
+        while let first = rest.first {
+            if first == "\\", rest.count >= 4, let code = UInt8(rest.dropFirst().prefix(3)) {
+                bytes.append(code)
+                rest = rest.dropFirst(4)
+            } else {
+                bytes.append(contentsOf: Array(String(first).utf8))
+                rest = rest.dropFirst()
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    func testBrowseResolveMatchesAvahiBrowse() throws {
+        let type = uniqueType("c")
+        let ours = try Foreign([netsvc, "publish", "Salut Side", type, "5001", "color=blue", "flag"])
+        defer { ours.stop() }
+        let theirs = try Foreign(["avahi-publish", "-s", "Avahi Side", type, "5002", "k=v", "n=1"])
+        defer { theirs.stop() }
+        XCTAssertTrue(ours.waitForOutput(containing: "published", seconds: 10), ours.output)
+        XCTAssertTrue(theirs.waitForOutput(containing: "Established", seconds: 10), theirs.output)
+
+        let (code, text) = try run([netsvc, "browse", type, "--resolve", "--terminate", "--json"])
+        XCTAssertEqual(code, 0, text)
+        let adds = jsonLines(text).filter { $0["event"] as? String == "add" }
+        let (avahiCode, avahiText) = try run(["avahi-browse", "-p", "-r", "-t", type])
+        XCTAssertEqual(avahiCode, 0, avahiText)
+        let reference = avahiResolved(avahiText)
+        XCTAssertEqual(Set(adds.compactMap { $0["name"] as? String }), Set(reference.keys), "same services:\n\(text)\n\(avahiText)")
+        XCTAssertEqual(Set(reference.keys), ["Salut Side", "Avahi Side"])
+        for add in adds {
+            let name = add["name"] as? String ?? ""
+            let expected = try XCTUnwrap(reference[name], name)
+            XCTAssertEqual(add["port"] as? Int, expected.port, name)
+            XCTAssertEqual(Set(add["addresses"] as? [String] ?? []), expected.addresses, name)
+            let txt = (add["txt"] as? [String: Any] ?? [:]).map { key, value in value as? Bool == true ? key : "\(key)=\(value)" }
+            XCTAssertEqual(Set(txt), expected.txt, name)
+        }
+    }
+
+    func testBrowseAllListsEveryTypeAndFiltersWork() throws {
+        let type = uniqueType("a")
+        let publisher = try Foreign([netsvc, "publish", "Everywhere", type, "5003"])
+        defer { publisher.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "published", seconds: 10), publisher.output)
+
+        let (code, text) = try run([netsvc, "browse", "--all", "--terminate", "--json"])
+        XCTAssertEqual(code, 0, text)
+        XCTAssertTrue(jsonLines(text).contains { $0["name"] as? String == "Everywhere" && $0["type"] as? String == type }, text)
+
+        let (v4, v4Text) = try run([netsvc, "browse", type, "--terminate", "--resolve", "--ipv4", "--interface", "lo", "--json"])
+        XCTAssertEqual(v4, 0, v4Text)
+        let found = try XCTUnwrap(jsonLines(v4Text).first { $0["name"] as? String == "Everywhere" }, v4Text)
+        XCTAssertEqual(found["addresses"] as? [String], ["127.0.0.1"], "only IPv4 addresses with --ipv4")
+
+        let (local, localText) = try run([netsvc, "browse", type, "--terminate", "--ignore-local", "--json"])
+        XCTAssertEqual(local, 0, localText)
+        XCTAssertFalse(localText.contains("Everywhere"), "a service of this host is left out with --ignore-local: \(localText)")
+
+        let (bad, badText) = try run([netsvc, "browse", type, "--interface", "no-such-if0", "--terminate"])
+        XCTAssertEqual(bad, 2, badText)
+        XCTAssertTrue(badText.contains("no network interface named"), badText)
+        XCTAssertEqual(try run([netsvc, "browse", "--terminate"]).0, 2, "a type or --all is required")
+        XCTAssertEqual(try run([netsvc, "browse", type, "--ipv4", "--ipv6"]).0, 2)
+    }
+
+    func testPlainOutputIsAlignedAndUncolouredWhenNotATerminal() throws {
+        let type = uniqueType("p")
+        let first = try Foreign([netsvc, "publish", "A", type, "1"])
+        defer { first.stop() }
+        let second = try Foreign([netsvc, "publish", "Much Longer Name", type, "2"])
+        defer { second.stop() }
+        XCTAssertTrue(first.waitForOutput(containing: "published", seconds: 10))
+        XCTAssertTrue(second.waitForOutput(containing: "published", seconds: 10))
+        let (code, text) = try run([netsvc, "browse", type, "--terminate"])
+        XCTAssertEqual(code, 0, text)
+        let lines = text.split(separator: "\n").filter { $0.hasPrefix("+") }
+        XCTAssertEqual(lines.count, 2, text)
+        XCTAssertFalse(text.contains("\u{1B}["), "no colour codes into a pipe")
+        let typeColumns = Set(lines.compactMap { line in String(line).range(of: type).map { String(line)[..<$0.lowerBound].count } })
+        XCTAssertEqual(typeColumns.count, 1, "the type column lines up:\n\(text)")
+    }
+
+    func testMonitorPrintsEachTXTChange() throws {
+        let type = uniqueType("m")
+        let first = try Foreign(["avahi-publish", "-s", "Watched", type, "5004", "v=1"])
+        XCTAssertTrue(first.waitForOutput(containing: "Established", seconds: 10), first.output)
+        let monitor = try Foreign([netsvc, "monitor", "Watched", type, "--json"])
+        defer { monitor.stop() }
+        XCTAssertTrue(monitor.waitForOutput(containing: "\"v\":\"1\"", seconds: 10), monitor.output)
+        first.stop()
+        let second = try Foreign(["avahi-publish", "-s", "Watched", type, "5004", "v=2"])
+        defer { second.stop() }
+        XCTAssertTrue(monitor.waitForOutput(containing: "\"v\":\"2\"", seconds: 15), monitor.output)
+    }
+
+    func testDomainsListsLocalFirst() throws {
+        let (code, text) = try run([netsvc, "domains"])
+        XCTAssertEqual(code, 0, text)
+        XCTAssertEqual(text.split(separator: "\n").first, "local")
+        let (json, jsonText) = try run([netsvc, "domains", "--registration", "--json"])
+        XCTAssertEqual(json, 0, jsonText)
+        XCTAssertEqual(jsonLines(jsonText).first?["domain"] as? String, "local")
+    }
+
+    func testCompletionScriptsAndHelpOfTheNewCommands() throws {
+        for shell in ["bash", "zsh", "fish"] {
+            let (code, text) = try run([netsvc, "--generate-completion-script", shell])
+            XCTAssertEqual(code, 0, shell)
+            XCTAssertTrue(text.contains("netsvc") && text.contains("browse") && text.contains("connect"), "\(shell): \(text.prefix(200))")
+        }
+        for command in ["connect", "monitor", "domains"] {
+            let (code, text) = try run([netsvc, command, "--help"])
+            XCTAssertEqual(code, 0, command)
+            XCTAssertTrue(text.contains("Example"), "\(command) --help has no examples: \(text)")
+        }
+    }
+}
