@@ -46,6 +46,8 @@ public enum DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible 
         case Int32(AVAHI_ERR_NOT_FOUND), Int32(AVAHI_ERR_DNS_NXDOMAIN): self = .notFound
         case Int32(AVAHI_ERR_NO_DAEMON), Int32(AVAHI_ERR_DISCONNECTED):
             self = .daemonUnavailable(Self.avahiMessage(code))
+        case Int32(AVAHI_ERR_INVALID_SERVICE_TYPE), Int32(AVAHI_ERR_INVALID_SERVICE_SUBTYPE):
+            self = .invalidServiceType("", reason: Self.avahiMessage(code))
         default: self = .avahi(code: code, message: Self.avahiMessage(code))
         }
     }

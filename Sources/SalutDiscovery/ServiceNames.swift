@@ -22,8 +22,9 @@ enum ServiceNames {
         case 4 where labels[1] == "_sub":
             subtype = labels[0]
             baseLabels = Array(labels[2...])
-            guard let sub = subtype, !sub.isEmpty, sub.utf8.count <= 63 else {
-                throw bad("the subtype must be 1 to 63 bytes")
+            guard let sub = subtype, sub.hasPrefix("_"), (2...63).contains(sub.utf8.count),
+                  sub.dropFirst().allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
+                throw bad("the subtype must be '_' and 1 to 62 letters, digits, '-' or '_' (for example _printer)")
             }
         default:
             throw bad("expected _name._tcp or _name._udp (optionally _subtype._sub._name._tcp)")

@@ -64,7 +64,7 @@ struct Browse: AsyncParsableCommand {
             if let type {
                 let browser = try ServiceBrowser(type: type, domain: domain, interface: interface, family: family, includeLocal: !ignoreLocal)
                 for try await update in browser {
-                    for change in update.changes { await printer.report(change) }
+                    for change in update.changes { await printer.report(change, in: update) }
                     if terminate && update.isComplete { return }
                 }
             } else {
@@ -109,7 +109,7 @@ struct Browse: AsyncParsableCommand {
                 }
                 if update.isComplete { typesComplete = true }
             case .services(let type, let update):
-                for change in update.changes { await printer.report(change) }
+                for change in update.changes { await printer.report(change, in: update) }
                 if update.isComplete { complete.insert(type) }
             }
             if terminate && typesComplete && complete.isSuperset(of: started) { return }
@@ -124,18 +124,21 @@ struct BrowsePrinter: Sendable {
     let family: DiscoveryContext.AddressFamily
     let interface: String?
 
-    func report(_ change: BrowseChange) async {
+    func report(_ change: BrowseChange, in update: BrowseUpdate) async {
         let (event, service): (String, DiscoveredService) = switch change {
         case .added(let s): ("add", s)
         case .removed(let s): ("remove", s)
         }
+        let first = update.sightings[service]?.first
+        let interface = first?.interface ?? "", proto = first.map { $0.isIPv6 ? "IPv6" : "IPv4" } ?? ""
         var resolved: ResolvedService?
         if resolve, event == "add", var result = try? await service.resolve(timeout: 5) {
             result.addresses = result.addresses.filter(keep)
             resolved = result
         }
         if json {
-            var object: [String: Any] = ["event": event, "name": service.name, "type": service.type, "domain": service.domain]
+            var object: [String: Any] = ["event": event, "name": service.name, "type": service.type, "domain": service.domain,
+                                         "interface": interface, "protocol": proto]
             if let resolved {
                 object["host"] = resolved.hostName
                 object["port"] = Int(resolved.port)
@@ -146,6 +149,7 @@ struct BrowsePrinter: Sendable {
         } else {
             let sign = event == "add" ? Terminal.green("+") : Terminal.red("-")
             var line = "\(sign) \(Terminal.bold(Terminal.pad(service.name, 32))) \(Terminal.pad(service.type, 24)) \(Terminal.pad(service.domain, 8))"
+                + " \(Terminal.pad(interface, 8)) \(Terminal.pad(proto, 4))"
             if let resolved {
                 line += "  \(resolved.hostName):\(resolved.port)  \(resolved.addresses.map(\.host).joined(separator: ","))"
                 if !resolved.txtRecord.entries.isEmpty { line += "  " + Terminal.dim(resolved.txtRecord.description) }

@@ -72,6 +72,8 @@ final class NetsvcBrowseTests: XCTestCase {
             let name = add["name"] as? String ?? ""
             let expected = try XCTUnwrap(reference[name], name)
             XCTAssertEqual(add["port"] as? Int, expected.port, name)
+            XCTAssertEqual(add["interface"] as? String, "lo", name)
+            XCTAssertEqual(add["protocol"] as? String, "IPv4", name)
             XCTAssertEqual(Set(add["addresses"] as? [String] ?? []), expected.addresses, name)
             let txt = (add["txt"] as? [String: Any] ?? [:]).map { key, value in value as? Bool == true ? key : "\(key)=\(value)" }
             XCTAssertEqual(Set(txt), expected.txt, name)
@@ -119,6 +121,33 @@ final class NetsvcBrowseTests: XCTestCase {
         XCTAssertFalse(text.contains("\u{1B}["), "no colour codes into a pipe")
         let typeColumns = Set(lines.compactMap { line in String(line).range(of: type).map { String(line)[..<$0.lowerBound].count } })
         XCTAssertEqual(typeColumns.count, 1, "the type column lines up:\n\(text)")
+    }
+
+    func testColourOnlyOnATerminalAndNeverWithNO_COLOR() throws {
+        let type = uniqueType("k")
+        let publisher = try Foreign([netsvc, "publish", "Painted", type, "7"])
+        defer { publisher.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "published", seconds: 10))
+        // `script` gives netsvc a pseudo-terminal as stdout.
+        let (code, text) = try run(["script", "-qec", "\(netsvc) browse \(type) --terminate", "/dev/null"])
+        XCTAssertEqual(code, 0, text)
+        XCTAssertTrue(text.contains("\u{1B}[32m+"), "a green + on a terminal: \(text.debugDescription)")
+        let (plainCode, plain) = try run(["env", "NO_COLOR=1", "script", "-qec", "\(netsvc) browse \(type) --terminate", "/dev/null"])
+        XCTAssertEqual(plainCode, 0, plain)
+        XCTAssertTrue(plain.contains("Painted") && !plain.contains("\u{1B}["), plain.debugDescription)
+    }
+
+    func testPublishWithSubtypesIsFoundUnderEach() throws {
+        let type = uniqueType("u")
+        let publisher = try Foreign([netsvc, "publish", "Sub Printer", type, "631", "--subtype", "_color", "--subtype", "_duplex"])
+        defer { publisher.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "published", seconds: 10), publisher.output)
+        for subtype in ["_color", "_duplex"] {
+            let (code, text) = try run(["avahi-browse", "-p", "-t", "\(subtype)._sub.\(type)"])
+            XCTAssertEqual(code, 0, text)
+            XCTAssertTrue(text.contains("Sub\\032Printer"), "\(subtype): \(text)")
+        }
+        XCTAssertEqual(try run([netsvc, "publish", "X", type, "1", "--subtype", "bad subtype"]).0, 2)
     }
 
     func testMonitorPrintsEachTXTChange() throws {

@@ -46,10 +46,23 @@ public enum BrowseChange: Sendable, Hashable {
     case removed(DiscoveredService)
 }
 
+/// Where a service was seen: a network interface and the IP protocol mDNS carried it over.
+public struct ServiceSighting: Sendable, Hashable {
+    /// The interface name, for example `eth0` (the index as text if it has no name).
+    public var interface: String
+    /// The interface index.
+    public var interfaceIndex: Int32
+    /// True when seen over IPv6 mDNS, false for IPv4.
+    public var isIPv6: Bool
+}
+
 /// A batch of browse changes, delivered together.
 public struct BrowseUpdate: Sendable {
     /// What changed, in order.
     public var changes: [BrowseChange]
+    /// For each service in ``changes``: where it is seen (for a removal: where it was last
+    /// seen), ordered by interface index, IPv4 first.
+    public var sightings: [DiscoveredService: [ServiceSighting]] = [:]
     /// Every service known after these changes.
     public var services: Set<DiscoveredService>
     /// True once Avahi has delivered everything from its cache and the first network answers

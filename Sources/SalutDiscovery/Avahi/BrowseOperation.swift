@@ -1,5 +1,6 @@
 import CAvahi
 import Dispatch
+import Glibc
 
 /// Browses with one Avahi browser (services of a type, service types, or domains) and turns its
 /// per-interface, per-protocol events into one add/remove per service.
@@ -42,6 +43,8 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
     private let deliver: @Sendable (Event) -> Void
     private var browser: OpaquePointer?
     private var seen: [DiscoveredService: Set<Path>] = [:]
+    /// Where services that went away were last seen, for the update that reports it.
+    private var lastSeen: [DiscoveredService: Set<Path>] = [:]
     private var pending: [BrowseChange] = []
     private var cacheExhausted = false
     private var complete = false
@@ -88,6 +91,7 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
     override func clientIsLost() {
         releaseAvahiObjects()
         for service in seen.keys.sorted(by: { $0.name < $1.name }) { pending.append(.removed(service)) }
+        lastSeen.merge(seen) { $1 }
         seen = [:]
         cacheExhausted = false
         complete = false
@@ -120,6 +124,7 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
             guard var paths = seen[service] else { return }
             paths.remove(path)
             if paths.isEmpty {
+                lastSeen[service] = seen[service]
                 seen[service] = nil
                 pending.append(.removed(service))
                 scheduleFlush()
@@ -143,6 +148,14 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
         }
     }
 
+    private static func sighting(_ path: Path) -> ServiceSighting {
+        var name = [CChar](repeating: 0, count: Int(IF_NAMESIZE) + 1)
+        let text = if_indextoname(UInt32(bitPattern: path.interface), &name) != nil
+            ? String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            : String(path.interface)
+        return ServiceSighting(interface: text, interfaceIndex: path.interface, isIPv6: path.proto == AvahiProtocol(AVAHI_PROTO_INET6))
+    }
+
     private func scheduleFlush() {
         guard !flushScheduled else { return }
         flushScheduled = true
@@ -158,7 +171,16 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
     private func flush(evenIfEmpty: Bool = false) {
         flushScheduled = false
         guard !stopped, !pending.isEmpty || evenIfEmpty else { return }
-        let update = BrowseUpdate(changes: pending, services: Set(seen.keys), isComplete: complete)
+        var update = BrowseUpdate(changes: pending, services: Set(seen.keys), isComplete: complete)
+        for change in pending {
+            let service: DiscoveredService
+            switch change {
+            case .added(let s), .removed(let s): service = s
+            }
+            let paths = seen[service] ?? lastSeen[service] ?? []
+            update.sightings[service] = paths.sorted { ($0.interface, $0.proto) < ($1.interface, $1.proto) }.map(Self.sighting)
+        }
+        lastSeen = [:]
         pending = []
         deliver(.update(update))
     }
