@@ -189,4 +189,62 @@ final class StreamTaskTests: XCTestCase {
         XCTAssertEqual(transaction.countOfResponseBodyBytesReceived, Int64(received))
         XCTAssertEqual(received, 100_000)
     }
+
+    func testBoundInterfaceIsAppliedAndABadOneIsAClearError() async throws {
+        let server = try EchoServer()
+        var onLoopback = PeerSessionConfiguration.ephemeral
+        onLoopback.boundInterfaceName = "lo"
+        let session = PeerSession(configuration: onLoopback)
+        let task = session.streamTask(withHostName: "127.0.0.1", port: server.port)
+        task.resume()
+        try await task.write(Data("lo".utf8), timeout: 5)
+        let (echo, _) = try await task.readData(ofMinLength: 2, maxLength: 2, timeout: 5)
+        XCTAssertEqual(echo, Data("lo".utf8))
+        task.cancel()
+
+        var nowhere = PeerSessionConfiguration.ephemeral
+        nowhere.boundInterfaceName = "nosuchif0"
+        let delegate = RecordingDelegate()
+        let failing = PeerSession(configuration: nowhere, delegate: delegate).streamTask(withHostName: "127.0.0.1", port: server.port)
+        failing.resume()
+        try await delegate.wait(for: "complete \(failing.taskIdentifier)")
+        guard case .connection(.system(let call, _, _))? = failing.error as? PeerSessionError else {
+            return XCTFail("\(String(describing: failing.error))")
+        }
+        XCTAssertEqual(call, "setsockopt(SO_BINDTODEVICE nosuchif0)")
+    }
+
+    func testWaitingTasksGetTheSlotByPriority() async throws {
+        let server = try EchoServer()
+        var one = PeerSessionConfiguration.ephemeral
+        one.maximumConnectionsPerHost = 1
+        let session = PeerSession(configuration: one)
+        let holder = session.streamTask(withHostName: "127.0.0.1", port: server.port)
+        holder.resume()
+        try await holder.write(Data("h".utf8), timeout: 5)
+        _ = try await holder.readData(ofMinLength: 1, maxLength: 1, timeout: 5)
+        let order = Locked<[String]>([])
+        let low = session.streamTask(withHostName: "127.0.0.1", port: server.port)
+        low.priority = PeerSessionTask.lowPriority
+        let high = session.streamTask(withHostName: "127.0.0.1", port: server.port)
+        high.priority = PeerSessionTask.highPriority
+        for (task, label) in [(low, "low"), (high, "high")] {
+            task.resume()
+            // Each task writes once and then ends, handing the slot on.
+            task.write(Data(label.utf8), timeout: 10) { _ in
+                order.withLock { $0.append(label) }
+                task.cancel()
+            }
+        }
+        try await Task.sleep(nanoseconds: 200_000_000)   // both are queued behind the holder
+        XCTAssertEqual(order.value, [], "nothing runs while the only slot is held")
+        holder.cancel()
+        try await withDeadline(10, "both written") {
+            while order.value.count < 2 { try await Task.sleep(nanoseconds: 5_000_000) }
+        }
+        XCTAssertEqual(order.value.first, "high", "the higher priority went first: \(order.value)")
+        XCTAssertEqual(order.value.count, 2)
+        low.cancel()
+        high.cancel()
+    }
 }
