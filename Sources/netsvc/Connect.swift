@@ -39,14 +39,7 @@ struct Connect: AsyncParsableCommand {
               netsvc connect "Files" _salut._tcp --pin 3f1c…e9 < request.bin > reply.bin
             """)
 
-    @Argument(help: "The instance name.")
-    var name: String
-
-    @Argument(help: "The service type, for example _echo._tcp.")
-    var type: String
-
-    @Option(help: "The domain.")
-    var domain = "local"
+    @OptionGroup var target: ServiceArguments
 
     @Option(help: "Seconds to wait for the service to resolve.")
     var timeout: Double = 5
@@ -57,7 +50,7 @@ struct Connect: AsyncParsableCommand {
         let tls = try tlsOptions.configuration()
         do {
             try await requireDaemon()
-            let service = DiscoveredService(name: name, type: type, domain: domain)
+            let service = target.service
             let pair = try await service.connect(tls: tls, resolveTimeout: timeout)
             Bridge.copy(from: 0, to: pair.output)
             try await Bridge.drain(pair.input, to: 1)

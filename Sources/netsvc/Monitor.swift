@@ -13,14 +13,7 @@ struct Monitor: AsyncParsableCommand {
               netsvc monitor "Living Room" _airplay._tcp --json
             """)
 
-    @Argument(help: "The instance name.")
-    var name: String
-
-    @Argument(help: "The service type, for example _http._tcp.")
-    var type: String
-
-    @Option(help: "The domain.")
-    var domain = "local"
+    @OptionGroup var target: ServiceArguments
 
     @Flag(help: "Write one JSON object per line.")
     var json = false
@@ -28,10 +21,10 @@ struct Monitor: AsyncParsableCommand {
     func run() async throws {
         do {
             try await requireDaemon()
-            let service = DiscoveredService(name: name, type: type, domain: domain)
+            let service = target.service
             for try await record in try service.txtRecordUpdates() {
                 if json {
-                    printJSON(["event": "txt", "name": name, "type": type, "domain": domain, "txt": jsonTXT(record)])
+                    printJSON(["event": "txt", "name": target.name, "type": target.type, "domain": target.domain, "txt": jsonTXT(record)])
                 } else {
                     emit(record.entries.isEmpty ? "(empty)" : record.description)
                 }

@@ -114,3 +114,17 @@ func jsonTXT(_ record: TXTRecord) -> [String: Any] {
     }
     return out
 }
+
+/// The NAME TYPE [--domain D] that names one service instance.
+struct ServiceArguments: ParsableArguments {
+    @Argument(help: "The instance name.")
+    var name: String
+
+    @Argument(help: "The service type, for example _http._tcp.")
+    var type: String
+
+    @Option(help: "The domain.")
+    var domain = "local"
+
+    var service: DiscoveredService { DiscoveredService(name: name, type: type, domain: domain) }
+}

@@ -12,14 +12,7 @@ struct Resolve: AsyncParsableCommand {
               netsvc resolve "My Site" _http._tcp --timeout 3 --json
             """)
 
-    @Argument(help: "The instance name.")
-    var name: String
-
-    @Argument(help: "The service type, for example _http._tcp.")
-    var type: String
-
-    @Option(help: "The domain.")
-    var domain = "local"
+    @OptionGroup var target: ServiceArguments
 
     @Option(help: "Seconds to wait for an answer.")
     var timeout: Double = 5
@@ -30,13 +23,13 @@ struct Resolve: AsyncParsableCommand {
     func run() async throws {
         do {
             try await requireDaemon()
-            let result = try await DiscoveredService(name: name, type: type, domain: domain).resolve(timeout: timeout, settle: 0.5)
+            let result = try await target.service.resolve(timeout: timeout, settle: 0.5)
             if json {
-                printJSON(["event": "resolved", "name": name, "type": type, "domain": domain,
+                printJSON(["event": "resolved", "name": target.name, "type": target.type, "domain": target.domain,
                            "host": result.hostName, "port": Int(result.port),
                            "addresses": result.addresses.map(\.host), "txt": jsonTXT(result.txtRecord)])
             } else {
-                emit("\(name)  \(type)  \(domain)")
+                emit("\(target.name)  \(target.type)  \(target.domain)")
                 emit("  host       \(result.hostName)")
                 emit("  port       \(result.port)")
                 emit("  addresses  \(result.addresses.map(\.host).joined(separator: ", "))")

@@ -4,17 +4,6 @@ import SalutStreams
 import SalutTestSupport
 import XCTest
 
-/// `openssl s_server -rev` on loopback: answers each line reversed.
-func reversingServer(_ certificate: TestCertificate) throws -> (Foreign, Int) {
-    let port = freeLoopbackPort()
-    let server = try Foreign(["openssl", "s_server", "-accept", "127.0.0.1:\(port)", "-cert", certificate.certificateFile,
-                              "-key", certificate.keyFile, "-naccept", "1", "-rev"])
-    guard server.waitForOutput(containing: "ACCEPT", seconds: 10) else {
-        throw DeadlineExceeded(what: "s_server listening: \(server.output)", seconds: 10)
-    }
-    return (server, port)
-}
-
 final class SecureTaskTests: XCTestCase {
     var certificate: TestCertificate!
 

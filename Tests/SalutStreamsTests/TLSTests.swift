@@ -23,17 +23,6 @@ func openError(_ pair: BoundStreamPair) async -> SocketStreamError? {
     }
 }
 
-/// `openssl s_server -rev` (answers each line reversed) on a loopback port, one connection.
-func reversingServer(_ certificate: TestCertificate, extra: [String] = []) throws -> (Foreign, Int) {
-    let port = freeLoopbackPort()
-    let server = try Foreign(["openssl", "s_server", "-accept", "127.0.0.1:\(port)", "-cert", certificate.certificateFile,
-                              "-key", certificate.keyFile, "-naccept", "1", "-rev"] + extra)
-    guard server.waitForOutput(containing: "ACCEPT", seconds: 10) else {
-        throw DeadlineExceeded(what: "s_server listening: \(server.output)", seconds: 10)
-    }
-    return (server, port)
-}
-
 final class TLSTests: XCTestCase {
     var certificate: TestCertificate!
 

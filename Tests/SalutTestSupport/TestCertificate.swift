@@ -63,3 +63,16 @@ public func freeLoopbackPort() -> Int {
     _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
     return Int(UInt16(bigEndian: address.sin_port))
 }
+
+/// `openssl s_server -rev` (answers each line reversed) on a free loopback port, for one
+/// connection, with `certificate`; returns once it listens.
+/// - Throws: `DeadlineExceeded` when it does not start listening within 10 s.
+public func reversingServer(_ certificate: TestCertificate, extra: [String] = []) throws -> (Foreign, Int) {
+    let port = freeLoopbackPort()
+    let server = try Foreign(["openssl", "s_server", "-accept", "127.0.0.1:\(port)", "-cert", certificate.certificateFile,
+                              "-key", certificate.keyFile, "-naccept", "1", "-rev"] + extra)
+    guard server.waitForOutput(containing: "ACCEPT", seconds: 10) else {
+        throw DeadlineExceeded(what: "s_server listening: \(server.output)", seconds: 10)
+    }
+    return (server, port)
+}
