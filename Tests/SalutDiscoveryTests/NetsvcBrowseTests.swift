@@ -128,8 +128,9 @@ final class NetsvcBrowseTests: XCTestCase {
         let publisher = try Foreign([netsvc, "publish", "Painted", type, "7"])
         defer { publisher.stop() }
         XCTAssertTrue(publisher.waitForOutput(containing: "published", seconds: 10))
-        // `script` gives netsvc a pseudo-terminal as stdout.
-        let (code, text) = try run(["script", "-qec", "\(netsvc) browse \(type) --terminate", "/dev/null"])
+        // `script` gives netsvc a pseudo-terminal as stdout (NO_COLOR removed: a test runner
+        // may set it).
+        let (code, text) = try run(["env", "-u", "NO_COLOR", "script", "-qec", "\(netsvc) browse \(type) --terminate", "/dev/null"])
         XCTAssertEqual(code, 0, text)
         XCTAssertTrue(text.contains("\u{1B}[32m+"), "a green + on a terminal: \(text.debugDescription)")
         let (plainCode, plain) = try run(["env", "NO_COLOR=1", "script", "-qec", "\(netsvc) browse \(type) --terminate", "/dev/null"])
