@@ -76,7 +76,7 @@ let package = Package(
 
         .executableTarget(
             name: "connections-bench",
-            dependencies: ["SalutStreams"],
+            dependencies: ["SalutStreams", "SalutDiscovery"],
             path: "Benchmarks/ConnectionsBench"
         ),
 

@@ -1,5 +1,6 @@
-// connections-bench: memory per connection when one auto-listening listener holds many
-// concurrent connections open, each having exchanged a small message.
+// connections-bench: memory per connection when one auto-listening service (published through
+// the avahi-daemon, `ServiceAdvertisement.listen`) holds many concurrent connections open, each
+// having exchanged a small message. Without a daemon it says so and uses the bare listener.
 //
 //   swift build -c release --product connections-bench
 //   .build/release/connections-bench --connections 1000
@@ -10,6 +11,7 @@
 import Dispatch
 import Foundation
 import Glibc
+import SalutDiscovery
 import SalutStreams
 
 func option(_ name: String, _ fallback: Int) -> Int {
@@ -92,9 +94,11 @@ let rawBefore = residentKiB()
 let rawClients = clients(count, port: UInt16(bigEndian: rawAddress.sin_port), answer: 4)
 let rawAfter = residentKiB()
 
-// Salut: one StreamListener; each accepted pair is opened, reads "ping", answers "pong" and
-// stays open.
-let listener = try StreamListener(port: 0)
+// Salut: one auto-listening service; each accepted pair is opened, reads "ping", answers "pong"
+// and stays open.
+let advertisement = try? await ServiceAdvertisement.listen(name: "connections-bench \(getpid())", type: "_salutbench._tcp", timeout: 5)
+if advertisement == nil { print("  (no avahi-daemon answered: measuring the bare StreamListener)") }
+let listener = try advertisement?.listener ?? StreamListener(port: 0)
 let held = Holder()
 listener.accept { connection in
     held.add(connection)
@@ -115,10 +119,11 @@ let elapsed = Date().timeIntervalSince(start)
 let after = residentKiB()
 
 print("connections-bench: \(count) concurrent loopback connections, each answered once and held open")
-print(String(format: "  Salut StreamListener + stream pairs  %6d KiB  (%.2f KiB per connection, %.2f s to serve all)",
+print(String(format: "  Salut auto-listening service        %6d KiB  (%.2f KiB per connection, %.2f s to serve all)",
              after - before, Double(after - before) / Double(count), elapsed))
 print(String(format: "  POSIX accept, descriptors only       %6d KiB  (%.2f KiB per connection)",
              rawAfter - rawBefore, Double(rawAfter - rawBefore) / Double(count)))
 print("  (both figures include the client sockets of the same process, which cost no user memory)")
 for fd in salutClients + rawClients { close(fd) }
 listener.stop()
+await advertisement?.withdraw()

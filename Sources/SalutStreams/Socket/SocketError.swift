@@ -25,7 +25,7 @@ public enum SocketStreamError: Error, Sendable, Hashable, CustomStringConvertibl
     /// Describes `errno` from a failed connect to `target`.
     static func connect(errno code: Int32, target: String) -> SocketStreamError {
         switch code {
-        case ECONNREFUSED: return .connectionRefused(target)
+        case ECONNREFUSED, ECONNRESET: return .connectionRefused(target)   // reset while connecting: the listener went away
         case ENETUNREACH, EHOSTUNREACH, EADDRNOTAVAIL: return .unreachable(target)
         case ETIMEDOUT: return .timedOut(target)
         default: return .system(call: "connect", errno: code, message: String(cString: strerror(code)))

@@ -106,9 +106,13 @@ public final class StreamListener: Sendable {
     }
     private let ended = Locked<[AsyncStream<AcceptedConnection>.Continuation]>([])
 
-    /// Closes the listening sockets. Connections already accepted are not affected.
+    /// Closes the listening sockets: from its return, new connections are refused. Connections
+    /// already accepted are not affected.
     public func stop() {
         guard !stopped.exchange(true) else { return }
+        // Stop listening now (new connections are refused at once); the descriptors are closed
+        // when libdispatch is done with them.
+        for fd in sockets { _ = shutdown(fd, Int32(SHUT_RDWR)) }
         if let sources = running.exchange(nil) {
             for source in sources { source.cancel() }
         } else {
