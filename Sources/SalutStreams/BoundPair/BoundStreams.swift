@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 
 /// The reading end of a bound stream pair (see `Stream.getBoundStreams`).
 final class BoundInputStream: InputStream {
@@ -182,9 +183,23 @@ final class BoundOutputStream: OutputStream {
         guard events.streamStatus == .open else { return -1 }
         guard length > 0 else { return 0 }
         events.consumed(.hasSpaceAvailable)
-        if let sent = connection?.pump.sendDirectly(from: buffer, length: length) {
-            refresh()
-            return sent
+        if let pump = connection?.pump {
+            while true {
+                switch pump.sendDirectly(from: buffer, length: length) {
+                case .sent(let n):
+                    refresh()
+                    return n
+                case .socketFull(let fd) where blocking:
+                    // Wait for the socket to drain on this thread (a blocking write may block),
+                    // briefly, then look again: the connection may have changed meanwhile.
+                    var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                    _ = poll(&entry, 1, 50)
+                    continue
+                case .socketFull, .useBuffer:
+                    break
+                }
+                break
+            }
         }
         switch self.buffer.write(from: buffer, length: length, blocking: blocking) {
         case .wrote(let n):

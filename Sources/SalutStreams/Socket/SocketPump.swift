@@ -170,31 +170,42 @@ final class SocketPump: @unchecked Sendable {
         }
     }
 
+    /// What a direct send did.
+    enum DirectSend {
+        /// This many bytes went.
+        case sent(Int)
+        /// The socket is full; nothing went. Waiting for it to drain (`poll` on `fd`) and
+        /// trying again keeps the bytes on the direct path.
+        case socketFull(fd: Int32)
+        /// Buffer the bytes instead (data queued ahead, TLS not ready, or the connection failed:
+        /// a failure also ends the buffers, so the buffered write then reports it).
+        case useBuffer
+    }
+
     /// Sends straight from the caller's bytes when nothing is queued ahead of them (called from
     /// the writing thread, never on `queue`): saves the copy through the buffer and the hop to
-    /// the queue, which is most of the cost of a busy writer. Returns how many bytes went, or nil
-    /// when the caller must buffer them instead (data already queued, socket full, TLS not
-    /// ready, or the connection failed; a failure also ends the buffers, so the buffered write
-    /// then reports it).
-    func sendDirectly(from buffer: UnsafeRawPointer, length: Int) -> Int? {
+    /// the queue, which is most of the cost of a busy writer.
+    func sendDirectly(from buffer: UnsafeRawPointer, length: Int) -> DirectSend {
         queue.sync {
             guard !finished, handshake == nil, !evaluating, pendingUpgrade == nil, pendingDowngrade == nil, !writeNeedsReadable,
-                  let transport, writer != nil, sendFrom == sendTo, outbound.snapshot.available == 0 else { return nil }
+                  let transport, writer != nil, sendFrom == sendTo, outbound.snapshot.available == 0 else { return .useBuffer }
             switch transport.send(from: buffer, count: length) {
             case .moved(let n):
                 bytesSent += Int64(n)
-                return n
-            case .wouldBlock, .ended:
-                return nil
+                return .sent(n)
+            case .wouldBlock:
+                return .socketFull(fd: fd)
+            case .ended:
+                return .useBuffer
             case .needsOtherDirection:
                 // TLS must read before it can write: the buffered copy of these bytes is sent
                 // (first, and at least as long) once the socket has been read.
                 writeNeedsReadable = true
                 resumeReading()
-                return nil
+                return .useBuffer
             case .failed(let error):
                 fail(error)
-                return nil
+                return .useBuffer
             }
         }
     }
