@@ -85,6 +85,6 @@ let package = Package(
         .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut", "SalutTestSupport"]),
         .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams", "SalutTestSupport"]),
         .testTarget(name: "SalutSessionTests", dependencies: ["SalutSession", "SalutTestSupport"]),
-        .testTarget(name: "LabTests", dependencies: ["Salut"]),
+        .testTarget(name: "LabTests", dependencies: ["Salut", "SalutTestSupport"]),
     ]
 )

@@ -10,7 +10,7 @@ final class LabDiscoveryTests: XCTestCase {
         let h1 = LabHost(name: "h1"), h2 = LabHost(name: "h2")
         let publisher = try h1.start(["avahi-publish", "-s", "Lab Probe", "_salutprobe._tcp", "4711", "k=v"])
         defer { publisher.stop() }
-        XCTAssertTrue(publisher.waitForOutput(containing: "Established", timeout: 10), "avahi-publish on h1 did not establish its service")
+        XCTAssertTrue(publisher.waitForOutput(containing: "Established", seconds: 10), "avahi-publish on h1 did not establish its service")
         var lines: [String] = []
         let deadline = Date().addingTimeInterval(15)
         repeat {
@@ -40,7 +40,7 @@ extension LabDiscoveryTests {
         let h1 = LabHost(name: "h1"), h2 = LabHost(name: "h2")
         let publisher = try h1.start([Self.netsvc, "publish", "Across", "_salutlab._tcp", "6006", "who=h1", "--json"])
         defer { publisher.stop() }
-        XCTAssertTrue(publisher.waitForOutput(containing: "\"published\"", timeout: 15), publisher.output)
+        XCTAssertTrue(publisher.waitForOutput(containing: "\"published\"", seconds: 15), publisher.output)
 
         let browse = try h2.run([Self.netsvc, "browse", "_salutlab._tcp", "--terminate", "--json"], timeout: 20)
         let adds = browse.split(separator: "\n").filter { $0.contains("\"add\"") }
@@ -70,7 +70,7 @@ extension LabDiscoveryTests {
         let publisher = try h1.start([Self.netsvc, "publish", "Lab Echo", "_salutecho._tcp", "0", "--listen",
                                       "--exec", "printf 'peer=%s\\n' \"$NETSVC_PEER\"; cat"])
         defer { publisher.stop() }
-        XCTAssertTrue(publisher.waitForOutput(containing: "(listening)", timeout: 15), publisher.output)
+        XCTAssertTrue(publisher.waitForOutput(containing: "(listening)", seconds: 15), publisher.output)
         let out = try h2.run(["/bin/sh", "-c", "echo hello-from-h2 | \(Self.netsvc) connect 'Lab Echo' _salutecho._tcp"], timeout: 30)
         XCTAssertTrue(out.contains("hello-from-h2"), out)
         let peer = out.split(separator: "\n").first { $0.hasPrefix("peer=") }.map(String.init) ?? ""

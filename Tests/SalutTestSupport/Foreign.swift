@@ -40,6 +40,16 @@ public final class Foreign: @unchecked Sendable {
         return false
     }
 
+    /// Waits for the process to exit; false when it still runs after `seconds`. (Its last
+    /// output may take a moment more to arrive.)
+    public func waitForExit(seconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        guard !process.isRunning else { return false }
+        Thread.sleep(forTimeInterval: 0.05)
+        return true
+    }
+
     /// Waits for exit (up to `seconds`) and returns the output.
     public func finish(seconds: Double = 20) -> String {
         let deadline = Date().addingTimeInterval(seconds)
