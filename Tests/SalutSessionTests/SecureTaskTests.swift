@@ -143,4 +143,37 @@ final class SecureTaskTests: XCTestCase {
         XCTAssertEqual(String(decoding: again, as: UTF8.self), "again plain\n")
         task.cancel()
     }
+
+    func testVersionLimitsAndClientIdentityComeFromTheConfiguration() async throws {
+        let clientCertificate = try TestCertificate.make(commonName: "session-client", alternativeNames: "DNS:session-client")
+        var serverTLS = TLSConfiguration.server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+        serverTLS.requiresClientCertificate = true
+        serverTLS.pinnedSHA256 = [clientCertificate.certificateSHA256]
+        let server = try EchoServer(tls: serverTLS)
+
+        func attempt(_ change: (inout PeerSessionConfiguration) -> Void) async -> (String?, (any Error)?) {
+            var configuration = PeerSessionConfiguration.ephemeral
+            configuration.trustPolicy = .pinned([certificate.certificateSHA256])
+            change(&configuration)
+            let task = PeerSession(configuration: configuration).streamTask(withHostName: "127.0.0.1", port: server.port)
+            task.resume()
+            defer { task.cancel() }
+            do {
+                try await withDeadline(20, "TLS") { try await task.secureConnection() }
+                try await task.write(Data("?".utf8), timeout: 5)
+                let (echo, _) = try await task.readData(ofMinLength: 1, maxLength: 1, timeout: 5)
+                return echo == Data("?".utf8) ? (task.connectionDetails?.tls?.protocolVersion, nil) : (nil, nil)
+            } catch {
+                return (nil, error)
+            }
+        }
+        let identity = PeerTLSIdentity(certificateChainFile: clientCertificate.certificateFile, privateKeyFile: clientCertificate.keyFile)
+        let (v13, error13) = await attempt { $0.tlsIdentity = identity }
+        XCTAssertEqual(v13, "TLSv1.3", "\(String(describing: error13))")
+        let (v12, error12) = await attempt { $0.tlsIdentity = identity; $0.tlsMaximumSupportedProtocolVersion = .v1_2 }
+        XCTAssertEqual(v12, "TLSv1.2", "\(String(describing: error12))")
+        let (anonymous, refused) = await attempt { _ in }
+        XCTAssertNil(anonymous, "the server requires a client certificate")
+        XCTAssertNotNil(refused)
+    }
 }
