@@ -207,3 +207,45 @@ print("loopback TCP, \(mib) MiB in \(chunk)-byte writes to a POSIX sink, timed f
 print(String(format: "  Salut OutputStream to host  %7.0f MiB/s  (%.3f s)", rate(tcpBest.0), tcpBest.0))
 print(String(format: "  plain POSIX send loop       %7.0f MiB/s  (%.3f s)", rate(tcpBest.1), tcpBest.1))
 print(String(format: "  ratio Salut/raw             %.2f", tcpBest.1 / tcpBest.0))
+
+// Connection set-up, which the throughput figures above leave out: median of 50 connects to a
+// listening socket, Salut (open() until the streams are open) against a blocking connect().
+func setupListener() -> (fd: Int32, port: UInt16) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafePointer(to: &addr) { bind(fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), length) }
+    listen(fd, 128)
+    _ = withUnsafeMutablePointer(to: &addr) { getsockname(fd, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length) }
+    return (fd, UInt16(bigEndian: addr.sin_port))
+}
+
+func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+
+let (setupFD, setupPort) = setupListener()
+var salutSetup: [Double] = [], rawSetup: [Double] = []
+for _ in 0..<50 {
+    let begin = DispatchTime.now().uptimeNanoseconds
+    let pair = SocketStreams.pair(toHost: "127.0.0.1", port: Int(setupPort))
+    openAndWait(pair)
+    salutSetup.append(Double(DispatchTime.now().uptimeNanoseconds - begin) / 1e3)
+    pair.input.close(); pair.output.close()
+    close(accept(setupFD, nil, nil))
+
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_port = setupPort.bigEndian
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let start = DispatchTime.now().uptimeNanoseconds
+    _ = withUnsafePointer(to: &addr) { connect(fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    rawSetup.append(Double(DispatchTime.now().uptimeNanoseconds - start) / 1e3)
+    close(fd)
+    close(accept(setupFD, nil, nil))
+}
+close(setupFD)
+print("connection set-up to 127.0.0.1, median of 50:")
+print(String(format: "  Salut open() until open  %7.1f µs", median(salutSetup)))
+print(String(format: "  blocking connect()       %7.1f µs", median(rawSetup)))
