@@ -114,6 +114,7 @@ final class EchoServer: @unchecked Sendable {
 
 /// A listener that accepts and then says nothing (for timeouts).
 final class SilentServer: @unchecked Sendable {
+    // @unchecked: the listener is thread-safe and `held` locks itself.
     let listener: StreamListener
     private let held = Locked<[AcceptedConnection]>([])
 

@@ -9,6 +9,7 @@ import XCTest
 /// really has (8 bytes: a chunk may have arrived whose acknowledgement the sender never read),
 /// which must not be less; then chunks follow, each acknowledged with the receiver's total.
 final class ResumableReceiver: @unchecked Sendable {
+    // @unchecked: every property is a constant; `received` and `connections` lock themselves.
     let listener: StreamListener
     let received = Locked(Data())
     let connections = Locked(0)
