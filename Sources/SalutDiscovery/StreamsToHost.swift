@@ -19,16 +19,24 @@ extension Stream {
 
 /// `getaddrinfo` for everything but `.local` names, which go to Avahi (the system resolver
 /// often has no mDNS).
-let discoveryResolver: AddressResolver = { host, port in
-    let bare = host.hasSuffix(".") ? String(host.dropLast()) : host
-    guard bare.lowercased().hasSuffix(".local") else { return try await SocketStreams.systemResolver(host, port) }
-    do {
-        return try await DiscoveryContext.shared.addresses(ofHost: bare, timeout: 5).map { address in
-            address.isIPv6
-                ? SocketAddress(ipv6: address.rawBytes, port: port, scopeID: address.scopeID)
-                : SocketAddress(ipv4: address.rawBytes, port: port)
+let discoveryResolver: AddressResolver = DiscoveryContext.shared.addressResolver
+
+extension DiscoveryContext {
+    /// Resolves host names for socket streams: `.local` names through this context's
+    /// avahi-daemon, everything else with `getaddrinfo`.
+    package var addressResolver: AddressResolver {
+        { [self] host, port in
+            let bare = host.hasSuffix(".") ? String(host.dropLast()) : host
+            guard bare.lowercased().hasSuffix(".local") else { return try await SocketStreams.systemResolver(host, port) }
+            do {
+                return try await addresses(ofHost: bare, timeout: 5).map { address in
+                    address.isIPv6
+                        ? SocketAddress(ipv6: address.rawBytes, port: port, scopeID: address.scopeID)
+                        : SocketAddress(ipv4: address.rawBytes, port: port)
+                }
+            } catch {
+                throw SocketStreamError.nameNotFound(host, detail: "\(error)")
+            }
         }
-    } catch {
-        throw SocketStreamError.nameNotFound(host, detail: "\(error)")
     }
 }

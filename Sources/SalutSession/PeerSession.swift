@@ -84,18 +84,7 @@ open class PeerSession: NSObject, @unchecked Sendable {
         slots = HostSlots(limit: configuration.maximumConnectionsPerHost)
         trustStore = TrustStore(file: configuration.isEphemeral ? nil : configuration.trustStoreURL)
         discoveryContext = context
-        resolver = { host, port in
-            let bare = host.hasSuffix(".") ? String(host.dropLast()) : host
-            guard bare.lowercased().hasSuffix(".local") else { return try await SocketStreams.systemResolver(host, port) }
-            do {
-                return try await context.addresses(ofHost: bare, timeout: 5).map { address in
-                    address.isIPv6 ? SocketAddress(ipv6: address.rawBytes, port: port, scopeID: address.scopeID)
-                                   : SocketAddress(ipv4: address.rawBytes, port: port)
-                }
-            } catch {
-                throw SocketStreamError.nameNotFound(host, detail: "\(error)")
-            }
-        }
+        resolver = context.addressResolver
         super.init()
     }
 

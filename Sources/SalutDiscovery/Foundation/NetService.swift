@@ -366,19 +366,14 @@ open class NetService: NSObject, @unchecked Sendable {
             outputStream?.pointee = nil
             return false
         }
-        let context = self.context
         let known = state
-        let pair = SocketStreams.pair(toHost: target.description, port: 0) { _, _ in
+        let resolve = target.targetResolver(timeout: 5, context: context)
+        let pair = SocketStreams.pair(toHost: target.description, port: 0) { host, port in
             let snapshot = known.value
             if let addresses = snapshot.addresses?.compactMap(SocketAddress.init), !addresses.isEmpty, snapshot.port > 0 {
                 return (addresses, snapshot.hostName)
             }
-            do {
-                let resolved = try await target.resolve(timeout: 5, context: context)
-                return (resolved.addresses, resolved.hostName)
-            } catch {
-                throw SocketStreamError.nameNotFound(target.description, detail: "\(error)")
-            }
+            return try await resolve(host, port)
         }
         inputStream?.pointee = pair.input
         outputStream?.pointee = pair.output
