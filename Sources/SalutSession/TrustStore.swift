@@ -31,12 +31,6 @@ final class TrustStore: @unchecked Sendable {
         return nil
     }
 
-    /// What is remembered for `peer`.
-    func fingerprint(of peer: String) -> String? {
-        lock.lock(); defer { lock.unlock() }
-        return known[peer]
-    }
-
     private func save() {
         guard let file else { return }
         do {

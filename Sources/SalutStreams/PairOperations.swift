@@ -111,13 +111,4 @@ extension BoundStreamPair {
             done(result)
         }
     }
-
-    /// Bytes sent and received on the socket so far (after TLS).
-    package var socketByteCounts: (sent: Int64, received: Int64) {
-        guard let pump = connection?.pump else { return (0, 0) }
-        return pump.queue.sync { (pump.bytesSent, pump.bytesReceived) }
-    }
-
-    /// True for streams that run over a socket.
-    package var isSocketPair: Bool { connection != nil }
 }

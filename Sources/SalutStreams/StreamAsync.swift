@@ -99,15 +99,6 @@ extension BoundStreamPair {
         connection?.state.withLock { $0.observer = observer }
     }
 
-    /// Sets the TLS configuration and trust evaluator of unopened socket streams.
-    package func useTLS(_ configuration: TLSConfiguration?, evaluator: TLSTrustEvaluator?) {
-        connection?.state.withLock { state in
-            state.tls = configuration
-            state.evaluator = evaluator
-            state.securityLevel = configuration == nil ? .none : .negotiatedSSL
-        }
-    }
-
     /// Upgrades open plain socket streams to TLS after what was written so far is sent (and
     /// then `preface`, a server's go-ahead, in the same step as the handshake starts).
     package func startTLS(_ configuration: TLSConfiguration, evaluator: TLSTrustEvaluator?, dialledHost: String?,

@@ -71,9 +71,6 @@ final class SocketPump: @unchecked Sendable {
     private static let scratchSize = 64 * 1024
     /// Called (on the queue) when the connection breaks after it was reported ready.
     var onFailure: (@Sendable (SocketStreamError) -> Void)?
-    /// Counts bytes moved, for metrics (inbound, outbound), after TLS.
-    private(set) var bytesReceived: Int64 = 0
-    private(set) var bytesSent: Int64 = 0
 
     init(queue: DispatchQueue, inbound: BoundBuffer, outbound: BoundBuffer) {
         self.queue = queue
@@ -144,7 +141,6 @@ final class SocketPump: @unchecked Sendable {
             let outcome = upgradePreface.withUnsafeBytes { transport.send(from: $0.baseAddress!, count: $0.count) }
             switch outcome {
             case .moved(let n):
-                bytesSent += Int64(n)
                 upgradePreface.removeFirst(n)
             case .wouldBlock, .needsOtherDirection:
                 return false
@@ -191,7 +187,6 @@ final class SocketPump: @unchecked Sendable {
                   let transport, writer != nil, sendFrom == sendTo, outbound.snapshot.available == 0 else { return .useBuffer }
             switch transport.send(from: buffer, count: length) {
             case .moved(let n):
-                bytesSent += Int64(n)
                 return .sent(n)
             case .wouldBlock:
                 return .socketFull(fd: fd)
@@ -208,11 +203,6 @@ final class SocketPump: @unchecked Sendable {
                 return .useBuffer
             }
         }
-    }
-
-    /// Stops at once: both sources cancelled, the buffers ended with `error`.
-    func abort(_ error: SocketStreamError) {
-        queue.async { self.fail(error) }
     }
 
     /// The user read from the inbound buffer (room again) or closed the input stream.
@@ -312,7 +302,6 @@ final class SocketPump: @unchecked Sendable {
             let buffer = scratch
             switch transport.receive(into: buffer.baseAddress!, count: min(room, buffer.count)) {
             case .moved(let n):
-                bytesReceived += Int64(n)
                 _ = inbound.write(from: buffer.baseAddress!.assumingMemoryBound(to: UInt8.self), length: n, blocking: false)
             case .ended where pendingDowngrade != nil:
                 // The peer's close_notify: TLS ends once ours is out too.
@@ -386,7 +375,6 @@ final class SocketPump: @unchecked Sendable {
             switch transport.send(from: buffer.baseAddress! + sendFrom, count: sendTo - sendFrom) {
             case .moved(let n):
                 sendFrom += n
-                bytesSent += Int64(n)
             case .wouldBlock:
                 return
             case .needsOtherDirection:
