@@ -27,15 +27,19 @@ extension BoundStreamPair {
             return result
         }
         let wanted = max(1, minimum)
-        var chunk = [UInt8](repeating: 0, count: min(max(1, maximum), 256 * 1024))
         while result.data.count < wanted {
             let buffer = stream.buffer
             guard await Self.wait(until: deadline, for: { await buffer.readable() }) else {
                 result.timedOut = true
                 return result
             }
-            let room = min(chunk.count, maximum - result.data.count)
-            let n = chunk.withUnsafeMutableBufferPointer { stream.readWithoutBlocking($0.baseAddress!, maxLength: room) }
+            // Read into scratch that is neither zero-filled nor kept between calls, then append.
+            let room = min(256 * 1024, maximum - result.data.count)
+            let n = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: room) { scratch -> Int in
+                let n = stream.readWithoutBlocking(scratch.baseAddress!, maxLength: room)
+                if n > 0 { result.data.append(scratch.baseAddress!, count: n) }
+                return n
+            }
             if n < 0 {
                 result.error = stream.streamError ?? StreamFailure.notOpen
                 return result
@@ -49,7 +53,6 @@ extension BoundStreamPair {
                 }
                 continue
             }
-            result.data.append(contentsOf: chunk[0..<n])
             if minimum == 0 { break }
         }
         return result
