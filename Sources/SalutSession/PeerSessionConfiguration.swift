@@ -111,8 +111,11 @@ public enum PeerTrustPolicy: Sendable, Hashable {
 
 /// A certificate chain and private key in PEM files.
 public struct PeerTLSIdentity: Sendable, Hashable {
+    /// PEM file with the certificate and any intermediates.
     public var certificateChainFile: String
+    /// PEM file with the certificate's private key.
     public var privateKeyFile: String
+    /// Names the two files (they are read when a task first starts TLS).
     public init(certificateChainFile: String, privateKeyFile: String) {
         self.certificateChainFile = certificateChainFile
         self.privateKeyFile = privateKeyFile
@@ -121,7 +124,12 @@ public struct PeerTLSIdentity: Sendable, Hashable {
 
 /// Address families a session may connect over.
 public enum PeerAddressFamilies: Sendable, Hashable {
-    case any, ipv4, ipv6
+    /// IPv4 and IPv6 (Happy Eyeballs between them).
+    case any
+    /// IPv4 addresses only.
+    case ipv4
+    /// IPv6 addresses only.
+    case ipv6
 }
 
 /// Apple's network service types, mapped to DSCP code points (RFC 4594) and Linux socket

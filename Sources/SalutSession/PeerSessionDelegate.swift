@@ -37,6 +37,8 @@ public protocol PeerSessionStreamDelegate: PeerSessionTaskDelegate {
                      outputStream: OutputStream)
 }
 
+// Default implementations: each does nothing, except the trust challenge, which follows the
+// session's trust policy (`.performDefaultHandling`).
 extension PeerSessionDelegate {
     public func peerSession(_ session: PeerSession, didBecomeInvalidWithError error: (any Error)?) {}
     public func peerSession(_ session: PeerSession, task: PeerSessionTask, didReceive challenge: PeerTrustChallenge,
@@ -69,8 +71,9 @@ public struct PeerTrustChallenge: Sendable {
         case cancelAuthenticationChallenge
     }
 
-    /// The host (or service) the task connected to, and its port (0 for a service).
+    /// The host (or service) the task connected to.
     public var host: String
+    /// The port the task connected to (0 for a service, whose port comes from resolving it).
     public var port: Int
     /// What the peer presented: fingerprints, subject, TLS version and cipher, and, when the
     /// policy refuses it, why.

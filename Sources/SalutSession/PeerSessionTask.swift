@@ -18,9 +18,11 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
         public var description: String { ["running", "suspended", "canceling", "completed"][rawValue] }
     }
 
-    /// Priorities as Apple names them (0 … 1; higher waits less for a connection slot).
+    /// The priority tasks start with (0 … 1; higher waits less for a connection slot).
     public static let defaultPriority: Float = 0.5
+    /// A priority below the default.
     public static let lowPriority: Float = 0.25
+    /// A priority above the default.
     public static let highPriority: Float = 0.75
 
     /// Unique within its session.

@@ -15,21 +15,33 @@ public struct PeerTaskMetrics: Sendable {
 public struct PeerTransactionMetrics: Sendable {
     /// When the task started to make the connection.
     public var fetchStartDate: Date?
+    /// Name resolution (DNS, Avahi for `.local` names and services) began.
     public var domainLookupStartDate: Date?
+    /// Name resolution ended.
     public var domainLookupEndDate: Date?
+    /// The first TCP connection attempt began.
     public var connectStartDate: Date?
+    /// A TCP connection was made.
     public var connectEndDate: Date?
+    /// The TLS handshake began.
     public var secureConnectionStartDate: Date?
+    /// The TLS handshake and trust decision ended.
     public var secureConnectionEndDate: Date?
-    /// The first write began / the last write ended.
+    /// The first write began.
     public var requestStartDate: Date?
+    /// The last write ended.
     public var requestEndDate: Date?
-    /// The first byte was read / the last read ended.
+    /// The first byte was read.
     public var responseStartDate: Date?
+    /// The last read ended.
     public var responseEndDate: Date?
+    /// This end's address, for example `127.0.0.1` or `fe80::1%eth0`.
     public var localAddress: String?
+    /// This end's port.
     public var localPort: Int?
+    /// The peer's address.
     public var remoteAddress: String?
+    /// The peer's port.
     public var remotePort: Int?
     /// For example `TLSv1.3`, when TLS was on.
     public var negotiatedTLSProtocolVersion: String?
