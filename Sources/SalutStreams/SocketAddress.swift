@@ -119,3 +119,28 @@ extension SocketAddress {
         return SocketAddress(withUnsafeBytes(of: &storage) { Data($0.prefix(Int(length))) })
     }
 }
+
+extension SocketAddress {
+    /// The address a numeric host names (`198.18.0.1`, `::1`, `[fe80::1%lab0]`), or nil when
+    /// `host` is a name that needs a resolver. An unknown scope interface is nil too.
+    static func literal(_ host: String, port: UInt16) -> SocketAddress? {
+        var text = host
+        if text.hasPrefix("["), text.hasSuffix("]") { text = String(text.dropFirst().dropLast()) }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, text, &v4) == 1 {
+            return SocketAddress(ipv4: withUnsafeBytes(of: &v4) { Array($0) }, port: port)
+        }
+        var scope: UInt32 = 0
+        if let percent = text.firstIndex(of: "%") {
+            let name = String(text[text.index(after: percent)...])
+            text = String(text[..<percent])
+            if let number = UInt32(name) { scope = number } else {
+                scope = if_nametoindex(name)
+                guard scope != 0 else { return nil }
+            }
+        }
+        var v6 = in6_addr()
+        guard inet_pton(AF_INET6, text, &v6) == 1 else { return nil }
+        return SocketAddress(ipv6: withUnsafeBytes(of: &v6) { Array($0) }, port: port, scopeID: scope)
+    }
+}

@@ -20,8 +20,8 @@ final class BoundBuffer: @unchecked Sendable {
     /// `count`, readable without the lock: a blocked side spins on it briefly before sleeping,
     /// which spares a context switch when the other side is running on another core.
     private let published = Atomic<Int>(0)
-    private(set) var writerClosed = false { didSet { closedFlag.store(true, ordering: .relaxed) } }
-    private(set) var readerClosed = false { didSet { closedFlag.store(true, ordering: .relaxed) } }
+    private var isWriterClosed = false { didSet { closedFlag.store(true, ordering: .relaxed) } }
+    private var isReaderClosed = false { didSet { closedFlag.store(true, ordering: .relaxed) } }
     private let closedFlag = Atomic<Bool>(false)
     private var blockedReaders = 0   // threads waiting in `read(blocking: true)`
     private var blockedWriters = 0   // threads waiting in `write(blocking: true)`
@@ -49,9 +49,21 @@ final class BoundBuffer: @unchecked Sendable {
         var readerClosed: Bool
     }
 
+    /// Whether the writer has closed (read under the lock).
+    var writerClosed: Bool {
+        condition.lock(); defer { condition.unlock() }
+        return isWriterClosed
+    }
+
+    /// Whether the reader has closed (read under the lock).
+    var readerClosed: Bool {
+        condition.lock(); defer { condition.unlock() }
+        return isReaderClosed
+    }
+
     var snapshot: Snapshot {
         condition.lock(); defer { condition.unlock() }
-        return Snapshot(available: count, space: capacity - count, writerClosed: writerClosed, readerClosed: readerClosed)
+        return Snapshot(available: count, space: capacity - count, writerClosed: isWriterClosed, readerClosed: isReaderClosed)
     }
 
     // MARK: Reading
@@ -61,7 +73,7 @@ final class BoundBuffer: @unchecked Sendable {
     func read(into buffer: UnsafeMutablePointer<UInt8>, maxLength: Int, blocking: Bool) -> Int? {
         if blocking { spin { $0 > 0 } }
         condition.lock()
-        while count == 0 && !writerClosed && !readerClosed {
+        while count == 0 && !isWriterClosed && !isReaderClosed {
             guard blocking else { condition.unlock(); return nil }
             blockedReaders += 1
             condition.wait()
@@ -119,7 +131,7 @@ final class BoundBuffer: @unchecked Sendable {
     /// Parks the continuation unless the wait is already over (ready, or cancelled).
     private func park(_ continuation: CheckedContinuation<Void, Never>, id: UInt64, reading: Bool) -> Bool {
         condition.lock(); defer { condition.unlock() }
-        let ready = reading ? (count > 0 || writerClosed || readerClosed) : (count < capacity || readerClosed || writerClosed)
+        let ready = reading ? (count > 0 || isWriterClosed || isReaderClosed) : (count < capacity || isReaderClosed || isWriterClosed)
         guard !ready, !Task.isCancelled else { return false }
         if reading { readWaiters[id] = continuation } else { writeWaiters[id] = continuation }
         return true
@@ -139,13 +151,13 @@ final class BoundBuffer: @unchecked Sendable {
     func write(from buffer: UnsafePointer<UInt8>, length: Int, blocking: Bool) -> WriteResult {
         if blocking { spin { $0 < self.capacity } }
         condition.lock()
-        while count == capacity && !readerClosed && !writerClosed {
+        while count == capacity && !isReaderClosed && !isWriterClosed {
             guard blocking else { condition.unlock(); return .wouldBlock }
             blockedWriters += 1
             condition.wait()
             blockedWriters -= 1
         }
-        guard !readerClosed, !writerClosed else { condition.unlock(); return .readerGone }
+        guard !isReaderClosed, !isWriterClosed else { condition.unlock(); return .readerGone }
         let n = min(capacity - count, length)
         let tail = (head + count) % capacity
         condition.unlock()
@@ -187,8 +199,8 @@ final class BoundBuffer: @unchecked Sendable {
 
     // MARK: Closing
 
-    func closeWriter() { close { $0.writerClosed = true } }
-    func closeReader() { close { $0.readerClosed = true } }
+    func closeWriter() { close { $0.isWriterClosed = true } }
+    func closeReader() { close { $0.isReaderClosed = true } }
 
     private func close(_ mark: (BoundBuffer) -> Void) {
         condition.lock()

@@ -20,6 +20,13 @@ final class BoundInputStream: InputStream {
         super.init(data: Data())
     }
 
+    /// A stream let go without `close()` is closed, as on Apple platforms: the writer sees the
+    /// reader gone, and a socket connection can end.
+    deinit {
+        buffer.closeReader()
+        connection?.streamClosed()
+    }
+
     override var delegate: (any StreamDelegate)? {
         get { storedDelegate }
         set { storedDelegate = newValue }
@@ -130,6 +137,13 @@ final class BoundOutputStream: OutputStream {
         self.buffer = buffer
         self.connection = connection
         super.init(toMemory: ())
+    }
+
+    /// A stream let go without `close()` is closed: the reader sees the end of the data once
+    /// what was written is read (for a socket: sent, then half-closed).
+    deinit {
+        buffer.closeWriter()
+        connection?.streamClosed()
     }
 
     /// Required by `OutputStream`; makes a writer whose reader is already gone (every write

@@ -3,9 +3,9 @@ import Foundation
 import Glibc
 
 /// Connects a non-blocking TCP socket to the first of several addresses that answers, the
-/// Happy Eyeballs way (RFC 8305): addresses are interleaved by family starting with IPv6, a new
-/// attempt starts every `attemptDelay` seconds (or at once when one fails) while earlier ones
-/// continue, and the first to connect wins; the others are closed.
+/// Happy Eyeballs way (RFC 8305). The decisions are ``HappyEyeballsStateMachine``'s; this shell
+/// opens the sockets, watches them with dispatch write sources and runs the two timers (pacing
+/// and the overall deadline), all on `queue`.
 final class HappyEyeballs: @unchecked Sendable {
     // @unchecked: every mutable property is used only on `queue`.
 
@@ -25,18 +25,15 @@ final class HappyEyeballs: @unchecked Sendable {
         }
     }
 
+    private typealias ID = HappyEyeballsStateMachine.AttemptID
     private let queue: DispatchQueue
-    private let target: String
-    private var remaining: [SocketAddress]
-    private let attemptDelay: TimeInterval
-    private let timeout: TimeInterval
+    private var machine: HappyEyeballsStateMachine
     private var completion: (@Sendable (Result<Int32, SocketStreamError>) -> Void)?
-    private var attempts: [Int32: Attempt] = [:]
-    private var lastError: SocketStreamError?
+    private var attempts: [ID: Attempt] = [:]
     private var pacer: DispatchSourceTimer?
+    private var deadline: DispatchSourceTimer?
     /// Keeps the connector alive while it works (its sources hold it only weakly).
     private var keepAlive: HappyEyeballs?
-    private var deadline: DispatchSourceTimer?
     /// Applied to each new socket before it connects (socket options).
     private let prepare: @Sendable (Int32, SocketAddress) throws -> Void
 
@@ -49,102 +46,100 @@ final class HappyEyeballs: @unchecked Sendable {
          completion: @escaping @Sendable (Result<Int32, SocketStreamError>) -> Void) {
         self.prepare = prepare
         self.queue = queue
-        self.target = target
-        self.attemptDelay = attemptDelay
-        self.timeout = timeout
         self.completion = completion
-        remaining = Self.interleave(addresses)
-    }
-
-    /// IPv6 first, then alternating families (RFC 8305 §4).
-    static func interleave(_ addresses: [SocketAddress]) -> [SocketAddress] {
-        var v6 = addresses.filter(\.isIPv6)[...], v4 = addresses.filter { !$0.isIPv6 }[...]
-        var out: [SocketAddress] = []
-        while !v6.isEmpty || !v4.isEmpty {
-            if let a = v6.popFirst() { out.append(a) }
-            if let a = v4.popFirst() { out.append(a) }
-        }
-        return out
+        machine = HappyEyeballsStateMachine(addresses: addresses, target: target,
+                                            attemptDelay: .seconds(attemptDelay), timeout: .seconds(timeout))
     }
 
     func start() {
         queue.async {
             self.keepAlive = self
-            let timer = DispatchSource.makeTimerSource(queue: self.queue)
-            timer.schedule(deadline: .now() + self.timeout)
-            timer.setEventHandler { [weak self] in self?.finish(.failure(.timedOut(self?.target ?? ""))) }
-            timer.resume()
-            self.deadline = timer
-            self.next()
+            self.perform(self.machine.start())
         }
     }
 
     /// Gives up: open attempts are closed and the completion gets ``SocketStreamError/cancelled``.
     func cancel() {
-        queue.async { self.finish(.failure(.cancelled)) }
+        queue.async { self.perform(self.machine.cancelled()) }
     }
 
-    private func next() {
-        pacer?.cancel()
-        pacer = nil
-        guard completion != nil else { return }
-        guard !remaining.isEmpty else {
-            if attempts.isEmpty { finish(.failure(lastError ?? .unreachable(target))) }
-            return
-        }
-        let address = remaining.removeFirst()
-        begin(address)
-        if !remaining.isEmpty {
-            let timer = DispatchSource.makeTimerSource(queue: queue)
-            timer.schedule(deadline: .now() + attemptDelay)
-            timer.setEventHandler { [weak self] in self?.next() }
-            timer.resume()
-            pacer = timer
+    private func perform(_ actions: [HappyEyeballsStateMachine.Action]) {
+        var work = actions[...]
+        while let action = work.popFirst() {
+            let more = perform(action)
+            if !more.isEmpty { work = more[...] + work }
         }
     }
 
-    private func begin(_ address: SocketAddress) {
+    private func perform(_ action: HappyEyeballsStateMachine.Action) -> [HappyEyeballsStateMachine.Action] {
+        switch action {
+        case .startDeadline(let after):
+            deadline = timer(after) { $0.deadlineReached() }
+        case .schedulePacer(let after):
+            pacer?.cancel()
+            pacer = timer(after) { $0.pacerFired() }
+        case .beginAttempt(let id, let address):
+            return begin(id, address)
+        case .abandonAttempt(let id):
+            attempts.removeValue(forKey: id)?.source.cancel()
+        case .succeed(let id):
+            guard let attempt = attempts.removeValue(forKey: id) else { break }
+            attempt.keep = true
+            attempt.source.cancel()
+            finish(.success(attempt.fd))
+        case .fail(let error):
+            finish(.failure(error))
+        }
+        return []
+    }
+
+    private func timer(_ after: Duration, _ event: @escaping (inout HappyEyeballsStateMachine) -> [HappyEyeballsStateMachine.Action]) -> DispatchSourceTimer {
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        let (seconds, attoseconds) = after.components
+        timer.schedule(deadline: .now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)))
+        timer.setEventHandler { [weak self] in
+            guard let self else { return }
+            self.perform(event(&self.machine))
+        }
+        timer.resume()
+        return timer
+    }
+
+    private func begin(_ id: ID, _ address: SocketAddress) -> [HappyEyeballsStateMachine.Action] {
         let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else {
-            lastError = .system(call: "socket", errno: errno, message: String(cString: strerror(errno)))
-            return next()
+            return machine.attemptFailed(id, .system(call: "socket", errno: errno, message: String(cString: strerror(errno))))
         }
         do {
             try prepare(fd, address)
         } catch {
-            lastError = error as? SocketStreamError ?? .system(call: "setsockopt", errno: 0, message: "\(error)")
             close(fd)
-            return next()
+            return machine.attemptFailed(id, error as? SocketStreamError ?? .system(call: "setsockopt", errno: 0, message: "\(error)"))
         }
         let result = address.data.withUnsafeBytes { raw in
             connect(fd, raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(raw.count))
         }
-        if result == 0 { return won(fd) }
-        guard errno == EINPROGRESS else {
-            lastError = .connect(errno: errno, target: "\(address)")
+        let code = errno
+        guard result == 0 || code == EINPROGRESS else {
             close(fd)
-            return next()
+            return machine.attemptFailed(id, .connect(errno: code, target: "\(address)"))
         }
         let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler { [weak self] in self?.settled(fd, address) }
-        attempts[fd] = Attempt(fd: fd, source: source)
+        source.setEventHandler { [weak self] in self?.settled(id, address) }
+        attempts[id] = Attempt(fd: fd, source: source)
         source.resume()
+        return result == 0 ? machine.attemptConnected(id) : []
     }
 
-    private func settled(_ fd: Int32, _ address: SocketAddress) {
-        guard let attempt = attempts.removeValue(forKey: fd) else { return }
+    /// The attempt's socket became writable: connected, or failed (`SO_ERROR` says which).
+    private func settled(_ id: ID, _ address: SocketAddress) {
+        guard let attempt = attempts[id] else { return }
         var code: Int32 = 0
         var length = socklen_t(MemoryLayout<Int32>.size)
-        if getsockopt(fd, SOL_SOCKET, SO_ERROR, &code, &length) != 0 { code = errno }
-        attempt.keep = code == 0
-        attempt.source.cancel()
-        if code == 0 { return won(fd) }
-        lastError = .connect(errno: code, target: "\(address)")
-        next()
-    }
-
-    private func won(_ fd: Int32) {
-        finish(.success(fd))
+        if getsockopt(attempt.fd, SOL_SOCKET, SO_ERROR, &code, &length) != 0 { code = errno }
+        if code == 0 { return perform(machine.attemptConnected(id)) }
+        attempts.removeValue(forKey: id)?.source.cancel()
+        perform(machine.attemptFailed(id, .connect(errno: code, target: "\(address)")))
     }
 
     private func finish(_ result: Result<Int32, SocketStreamError>) {
@@ -152,10 +147,9 @@ final class HappyEyeballs: @unchecked Sendable {
         deadline?.cancel(); deadline = nil
         for attempt in attempts.values { attempt.source.cancel() }
         attempts = [:]
-        remaining = []
-        defer { keepAlive = nil }
-        guard let completion else { return }
+        let completion = self.completion
         self.completion = nil
-        completion(result)
+        queue.async { self.keepAlive = nil }
+        completion?(result)
     }
 }

@@ -67,8 +67,10 @@ final class SocketConnection: @unchecked Sendable {
         self.output = output
         let weakInput = WeakStream(input), weakOutput = WeakStream(output)
         inbound.readerChanged = { weakInput.value?.refresh() }
-        inbound.writerChanged = { [pump] in pump.inboundChanged() }
-        outbound.readerChanged = { [pump] in pump.outboundChanged() }
+        // Weak: the pump keeps itself alive while it runs, and must not keep the buffers (which
+        // hold these closures) alive in a cycle after it has finished.
+        inbound.writerChanged = { [weak pump] in pump?.inboundChanged() }
+        outbound.readerChanged = { [weak pump] in pump?.outboundChanged() }
         outbound.writerChanged = { weakOutput.value?.refresh() }
         pump.onFailure = { [weak self] error in self?.broke(error) }
         return BoundStreamPair(input: input, output: output)
@@ -82,6 +84,10 @@ final class SocketConnection: @unchecked Sendable {
     private func start() {
         switch origin {
         case .outgoing(let host, let port, let timeout, let resolver):
+            // An address literal needs no resolver: connect at once, without a hop to a task.
+            if port > 0, port <= 65535, let address = SocketAddress.literal(host, port: UInt16(port)) {
+                return queue.async { self.connect(to: [address], host: host, port: port, timeout: timeout) }
+            }
             Task.detached { await self.dial(host: host, port: port, timeout: timeout, resolver: resolver) }
         case .accepted(let fd, let context):
             state.withLock { $0.unopenedFD = nil }
@@ -94,30 +100,44 @@ final class SocketConnection: @unchecked Sendable {
     }
 
     private func dial(host: String, port: Int, timeout: TimeInterval, resolver: TargetResolver) async {
-        // Port 0 means the resolver supplies the port (a discovered service).
-        let target = port == 0 ? host : host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
         let addresses: [SocketAddress]
-        let security: SecuritySetup?
+        let hostName: String?
         do {
             guard (0...65535).contains(port) else { throw SocketStreamError.invalidAddress("port \(port)") }
-            let options = state.value
-            let context = try options.tls.map { try TLSContext($0) }   // bad TLS settings fail before any traffic
             notify(.lookupStart)
             let resolved = try await resolver(host, UInt16(port))
-            addresses = options.socketOptions.filter(resolved.addresses)
+            addresses = resolved.addresses
+            hostName = resolved.hostName
+        } catch {
+            return settle(.failure(error as? SocketStreamError ?? .nameNotFound(host, detail: "\(error)")))
+        }
+        connect(to: addresses, host: host, port: port, timeout: timeout, hostName: hostName, resolved: true)
+    }
+
+    /// Connects to resolved (or literal) addresses, then starts the pump.
+    private func connect(to resolved: [SocketAddress], host: String, port: Int, timeout: TimeInterval,
+                         hostName: String? = nil, resolved wasResolved: Bool = false) {
+        // Port 0 means the resolver supplied the port (a discovered service).
+        let target = port == 0 ? host : host.contains(":") && !host.hasPrefix("[") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        let options = state.value
+        let addresses = options.socketOptions.filter(resolved)
+        let security: SecuritySetup?
+        do {
+            let context = try options.tls.map { try TLSContext($0) }   // bad TLS settings fail before any traffic
             guard !addresses.isEmpty else {
                 let which = options.socketOptions.families == .any ? "" : options.socketOptions.families == .ipv4Only ? "IPv4 " : "IPv6 "
                 throw SocketStreamError.nameNotFound(host, detail: "no \(which)addresses")
             }
+            if !wasResolved { notify(.lookupStart) }
             notify(.lookupEnd(addresses))
-            security = context.map { SecuritySetup(context: $0, dialledHost: resolved.hostName ?? host, evaluator: options.evaluator) }
+            security = context.map { SecuritySetup(context: $0, dialledHost: hostName ?? host, evaluator: options.evaluator) }
         } catch let error as TLSError {
             return settle(.failure(.tls(error)))
         } catch {
             return settle(.failure(error as? SocketStreamError ?? .nameNotFound(host, detail: "\(error)")))
         }
         notify(.connectStart)
-        let socketOptions = state.value.socketOptions
+        let socketOptions = options.socketOptions
         let connector = HappyEyeballs(addresses: addresses, target: target, queue: queue, timeout: timeout,
                                       prepare: { try socketOptions.apply(to: $0, for: $1) }) { result in
             switch result {
@@ -173,8 +193,9 @@ final class SocketConnection: @unchecked Sendable {
 
     /// A stream was closed: when both are, a connection still being made is abandoned.
     func streamClosed() {
-        guard bothClosed, case .connecting = gate.current else { return }
-        state.value.connector?.cancel()
+        guard bothClosed else { return }
+        if case .connecting = gate.current { state.value.connector?.cancel() }
+        pump.abandon()   // a TLS handshake nobody waits for any more is given up
     }
 
     // MARK: Upgrading

@@ -35,6 +35,7 @@ package struct SocketOptions: Sendable, Hashable {
     /// - Throws: ``SocketStreamError/system(call:errno:message:)`` naming the option that failed
     ///   (binding to an interface needs `CAP_NET_RAW`, for example).
     func apply(to fd: Int32, for address: SocketAddress) throws {
+        try Self.disableNagle(fd)
         if let trafficClass {
             if address.isIPv6 {
                 try set(fd, Int32(IPPROTO_IPV6), IPV6_TCLASS, trafficClass, "IPV6_TCLASS")
@@ -51,6 +52,15 @@ package struct SocketOptions: Sendable, Hashable {
                 throw SocketStreamError.system(call: "setsockopt(SO_BINDTODEVICE \(interface))", errno: errno,
                                                message: String(cString: strerror(errno)))
             }
+        }
+    }
+
+    /// `TCP_NODELAY`, on dialled and accepted sockets alike: small writes go out at once.
+    /// - Throws: ``SocketStreamError/system(call:errno:message:)`` when the option cannot be set.
+    static func disableNagle(_ fd: Int32) throws {
+        var on: Int32 = 1
+        guard setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size)) == 0 else {
+            throw SocketStreamError.system(call: "setsockopt(TCP_NODELAY)", errno: errno, message: String(cString: strerror(errno)))
         }
     }
 

@@ -27,47 +27,53 @@ struct SecuritySetup: @unchecked Sendable {
 /// Moves bytes between a connected non-blocking socket and the two buffers behind a socket
 /// stream pair, driven by libdispatch sources on one serial queue: no thread per connection.
 ///
+/// This is the I/O shell around ``SocketPumpStateMachine``, which makes every decision: the
+/// shell turns socket readiness and the user's reads, writes and closes into the machine's
+/// events, performs the actions it returns (receive, send, handshake steps, half-close,
+/// release), reports their outcomes back as events, and suspends or resumes the two dispatch
+/// sources to match what the machine wants to watch.
+///
 /// Inbound, the pump is the buffer's writer: it reads from the socket only as much as the buffer
-/// has room for, and pauses reading while it is full (backpressure reaches the peer through TCP).
-/// Outbound, it is the reader: it sends what the user wrote, in pieces (`MSG_NOSIGNAL`: no
-/// SIGPIPE), and half-closes once the user closed the output and everything is sent. With TLS it
-/// first runs the handshake and the trust decision, and only then reports the connection ready;
-/// a plain connection can also be upgraded to TLS later (`startTLS`). The descriptor is closed
-/// when both directions are finished or the connection fails.
+/// has room for (backpressure reaches the peer through TCP). Outbound, it is the reader: it sends
+/// what the user wrote, in pieces (`MSG_NOSIGNAL`: no SIGPIPE), and half-closes once the user
+/// closed the output and everything is sent. With TLS it runs the handshake and the trust
+/// decision before reporting the connection ready. The descriptor is closed when both
+/// directions are finished or the connection fails; until then the pump keeps itself alive, so
+/// streams dropped without closing still end it (their deinit closes the buffers).
 final class SocketPump: @unchecked Sendable {
-    // @unchecked: every mutable property is used only on `queue`.
+    // @unchecked: every mutable property is used only on `queue` (the public entry points hop
+    // onto it; `sendDirectly` runs inside `queue.sync`).
 
     let queue: DispatchQueue
     let inbound: BoundBuffer
     let outbound: BoundBuffer
+    private var machine = SocketPumpStateMachine()
     private var fd: Int32 = -1
     private var transport: (any ByteTransport)?
-    /// Set while a TLS handshake (or the trust decision after it) is in progress.
-    private var handshake: (tls: TLSConnection, setup: SecuritySetup, done: @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void)?
-    private var evaluating = false
-    /// An upgrade to TLS asked for while bytes were still waiting to be sent.
-    private var pendingUpgrade: (setup: SecuritySetup, done: @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void)?
-    /// A return to plain bytes asked for; `closeNotifySent` once our close_notify is out.
+    /// The TLS session being set up (handshake, trust decision) and its policy.
+    private var pendingTLS: (connection: TLSConnection, setup: SecuritySetup)?
+    /// What the peer of `pendingTLS` presented, once its handshake is done.
+    private var pendingTrust: TLSPeerTrust?
+    /// Security for an upgrade that has not reached its handshake yet.
+    private var upgradeSetup: SecuritySetup?
+    private var upgradePreface = Data()
+    /// Told once when the connection (or an upgrade) is ready or has failed.
+    private var pendingReady: (@Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void)?
+    /// Told once when a return to plain bytes is done or has failed.
     private var pendingDowngrade: (@Sendable (Result<Void, SocketStreamError>) -> Void)?
-    private var closeNotifySent = false
-    private var peerCloseNotifyReceived = false
     private var details = ConnectionDetails()
     private var reader: DispatchSourceRead?
     private var writer: DispatchSourceWrite?
-    private var readerSuspended = false
-    private var writerSuspended = false
-    private var readNeedsWritable = false
-    private var writeNeedsReadable = false
+    private var watching: (read: Bool, write: Bool) = (false, false)
+    /// Itself, from `run` until released: the sources hold the pump weakly.
+    private var keepAlive: SocketPump?
     /// Bytes taken from `outbound` and not yet sent: `outScratch[sendFrom..<sendTo]`. Both
     /// scratch buffers are allocated on first use and never zeroed, so an idle connection costs
     /// no resident memory for them.
-    private lazy var outScratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.scratchSize, alignment: 16)
+    private var outScratch: UnsafeMutableRawBufferPointer?
+    private var inScratch: UnsafeMutableRawBufferPointer?
     private var sendFrom = 0
     private var sendTo = 0
-    private var sendingFinished = false
-    private var finished = false
-    private lazy var scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.scratchSize, alignment: 16)
-    private var scratchAllocated: (in: Bool, out: Bool) = (false, false)
     private static let scratchSize = 64 * 1024
     /// Called (on the queue) when the connection breaks after it was reported ready.
     var onFailure: (@Sendable (SocketStreamError) -> Void)?
@@ -79,14 +85,17 @@ final class SocketPump: @unchecked Sendable {
     }
 
     deinit {
-        if scratchAllocated.in { scratch.deallocate() }
-        if scratchAllocated.out { outScratch.deallocate() }
+        inScratch?.deallocate()
+        outScratch?.deallocate()
     }
 
     /// Starts on a connected socket. Call on the queue. `ready` is called once: at once for a
     /// plain connection, after the handshake and the trust decision with TLS, or with the error.
     func run(_ fd: Int32, security: SecuritySetup?, ready: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
+        dispatchPrecondition(condition: .onQueue(queue))
         self.fd = fd
+        keepAlive = self
+        pendingReady = ready
         details.localAddress = SocketAddress.of(fd, peer: false)
         details.remoteAddress = SocketAddress.of(fd, peer: true)
         details.socketPriority = SocketOptions.read(fd, level: SOL_SOCKET, name: SO_PRIORITY)
@@ -97,21 +106,18 @@ final class SocketPump: @unchecked Sendable {
         let write = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
         // The descriptor is closed only after both sources are done with it.
         let closer = DescriptorCloser(fd: fd, users: 2)
-        read.setEventHandler { [weak self] in self?.readable() }
-        write.setEventHandler { [weak self] in self?.writable() }
+        read.setEventHandler { [weak self] in self?.handle { $0.socketReadable() } }
+        write.setEventHandler { [weak self] in self?.handle { $0.socketWritable() } }
         read.setCancelHandler { closer.release() }
         write.setCancelHandler { closer.release() }
-        reader = read
+        reader = read       // created suspended; `watch` resumes them as the machine wants
         writer = write
         if let security {
-            read.resume()
-            write.resume()
-            beginHandshake(security, done: ready)
+            upgradeSetup = security
+            handle { $0.start(secure: true) }
         } else {
             transport = PlainTransport(fd: fd)
-            ready(.success(details))
-            read.resume()
-            write.resume()
+            handle { $0.start(secure: false) }
         }
     }
 
@@ -123,32 +129,14 @@ final class SocketPump: @unchecked Sendable {
     func startTLS(_ security: SecuritySetup, preface: Data? = nil,
                   done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
         queue.async {
-            guard !self.finished, self.transport is PlainTransport, self.handshake == nil, self.pendingUpgrade == nil else {
-                return done(.failure(.tls(.invalidConfiguration("the connection is closed, or TLS is already on"))))
+            if self.pendingReady != nil || self.pendingDowngrade != nil {
+                return done(.failure(.tls(.invalidConfiguration("a TLS change is already under way"))))
             }
-            self.pendingUpgrade = (security, done)
+            self.pendingReady = done
+            self.upgradeSetup = security
             self.upgradePreface = preface ?? Data()
-            self.pauseReading()
-            self.resumeWriting()
-            self.writable()
+            self.handle { $0.startTLS() }
         }
-    }
-    private var upgradePreface = Data()
-
-    /// Sends the upgrade's preface in the clear; false while the socket is full.
-    private func sendPreface(_ transport: any ByteTransport) -> Bool {
-        while !upgradePreface.isEmpty {
-            let outcome = upgradePreface.withUnsafeBytes { transport.send(from: $0.baseAddress!, count: $0.count) }
-            switch outcome {
-            case .moved(let n):
-                upgradePreface.removeFirst(n)
-            case .wouldBlock, .needsOtherDirection:
-                return false
-            case .ended, .failed:
-                upgradePreface = Data()
-            }
-        }
-        return true
     }
 
     /// Ends TLS on the connection once everything written so far has been sent, and carries on
@@ -157,12 +145,11 @@ final class SocketPump: @unchecked Sendable {
     /// the clear after the peer's close_notify is swallowed.
     func stopTLS(done: @escaping @Sendable (Result<Void, SocketStreamError>) -> Void) {
         queue.async {
-            guard !self.finished, self.transport is TLSConnection, self.pendingDowngrade == nil else {
-                return done(.failure(.tls(.invalidConfiguration("TLS is not on"))))
+            if self.pendingReady != nil || self.pendingDowngrade != nil {
+                return done(.failure(.tls(.invalidConfiguration("a TLS change is already under way"))))
             }
             self.pendingDowngrade = done
-            self.resumeWriting()
-            self.writable()
+            self.handle { $0.stopTLS() }
         }
     }
 
@@ -183,8 +170,9 @@ final class SocketPump: @unchecked Sendable {
     /// the queue, which is most of the cost of a busy writer.
     func sendDirectly(from buffer: UnsafeRawPointer, length: Int) -> DirectSend {
         queue.sync {
-            guard !finished, handshake == nil, !evaluating, pendingUpgrade == nil, pendingDowngrade == nil, !writeNeedsReadable,
-                  let transport, writer != nil, sendFrom == sendTo, outbound.snapshot.available == 0 else { return .useBuffer }
+            guard machine.allowsDirectSend, let transport, sendFrom == sendTo, outbound.snapshot.available == 0 else {
+                return .useBuffer
+            }
             switch transport.send(from: buffer, count: length) {
             case .moved(let n):
                 return .sent(n)
@@ -195,11 +183,10 @@ final class SocketPump: @unchecked Sendable {
             case .needsOtherDirection:
                 // TLS must read before it can write: the buffered copy of these bytes is sent
                 // (first, and at least as long) once the socket has been read.
-                writeNeedsReadable = true
-                resumeReading()
+                handle { $0.directSendNeedsReadable() }
                 return .useBuffer
             case .failed(let error):
-                fail(error)
+                handle { $0.directSendFailed(error) }
                 return .useBuffer
             }
         }
@@ -208,319 +195,236 @@ final class SocketPump: @unchecked Sendable {
     /// The user read from the inbound buffer (room again) or closed the input stream.
     func inboundChanged() {
         queue.async {
-            if self.inbound.readerClosed { self.stopReading() } else if self.handshake == nil && !self.evaluating { self.resumeReading() }
-            self.closeIfDone()
+            let closed = self.inbound.snapshot.readerClosed
+            self.handle { $0.inboundChanged(readerClosed: closed) }
         }
     }
 
     /// The user wrote to the outbound buffer or closed the output stream.
     func outboundChanged() {
-        queue.async {
-            guard self.handshake == nil, !self.evaluating, self.writer != nil, self.writerSuspended, !self.writeNeedsReadable else { return }
-            self.resumeWriting()
-            self.writable()
-        }
+        queue.async { self.handle { $0.outboundChanged() } }
     }
 
-    // MARK: TLS set-up
-
-    private func beginHandshake(_ setup: SecuritySetup, done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
-        do {
-            let tls = try TLSConnection(context: setup.context, fd: fd, dialledHost: setup.dialledHost)
-            handshake = (tls, setup, done)
-            stepHandshake()
-        } catch {
-            failSetup(.tls(error as? TLSError ?? .handshakeFailed("\(error)")), done: done)
-        }
+    /// Both streams were closed: a connection still in its TLS handshake is given up.
+    func abandon() {
+        queue.async { self.handle { $0.abandoned() } }
     }
 
-    private func stepHandshake() {
-        guard let current = handshake else { return }
-        switch current.tls.handshakeStep() {
-        case .wantRead:
-            resumeReadingSource()
-            pauseWriting()
-        case .wantWrite:
-            resumeWriting()
-        case .failed(let error):
-            handshake = nil
-            failSetup(.tls(error), done: current.done)
-        case .done:
-            handshake = nil
-            evaluating = true
-            pauseReading()
-            pauseWriting()
-            let trust = current.tls.peerTrust()
-            if let evaluator = current.setup.evaluator {
-                evaluator(trust) { accepted in
-                    self.queue.async { self.decided(trust, accepted: accepted, tls: current.tls, done: current.done) }
-                }
-            } else {
-                decided(trust, accepted: trust.policyFailure == nil, tls: current.tls, done: current.done)
+    // MARK: The shell
+
+    /// Feeds one event to the machine and performs what follows, in order, until nothing is
+    /// left; then watches the socket as the machine wants.
+    private func handle(_ event: (inout SocketPumpStateMachine) -> [SocketPumpStateMachine.Action]) {
+        var work = event(&machine)[...]
+        while true {
+            while let action = work.popFirst() {
+                let more = perform(action)
+                if !more.isEmpty { work = more[...] + work }
             }
+            // A source resumed after a pause may not fire for what arrived meanwhile (or for
+            // plaintext OpenSSL already holds): look once at once.
+            guard watch() else { return }
+            work = machine.socketReadable()[...]
         }
     }
 
-    private func decided(_ trust: TLSPeerTrust, accepted: Bool, tls: TLSConnection,
-                         done: @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
-        evaluating = false
-        guard !finished else { return done(.failure(.cancelled)) }
-        guard accepted else {
-            return failSetup(.tls(trust.policyFailure ?? .rejectedByEvaluator), done: done)
-        }
-        transport = tls
-        details.tls = trust
-        done(.success(details))
-        resumeReading()
-        resumeWriting()
-        writable()
-    }
-
-    private func failSetup(_ error: SocketStreamError, done: @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
-        let wasReady = transport != nil
-        fail(error, report: wasReady)
-        done(.failure(error))
-    }
-
-    // MARK: Events
-
-    /// Reads until the socket has nothing more, the buffer is full, or the peer closed.
-    /// libdispatch does not promise another event while data remains, so one event drains all.
-    private func readable() {
-        if writeNeedsReadable {
-            writeNeedsReadable = false
-            resumeWriting()
-            queue.async { self.writable() }
-        }
-        if handshake != nil { return stepHandshake() }
-        guard !evaluating, pendingUpgrade == nil, let transport else { return }
-        if peerCloseNotifyReceived && pendingDowngrade == nil { return awaitPeerIntent() }
-        while reader != nil {
-            let room = inbound.snapshot.space
-            guard room > 0 else { return pauseReading() }
-            scratchAllocated.in = true
-            let buffer = scratch
-            switch transport.receive(into: buffer.baseAddress!, count: min(room, buffer.count)) {
-            case .moved(let n):
-                _ = inbound.write(from: buffer.baseAddress!.assumingMemoryBound(to: UInt8.self), length: n, blocking: false)
-            case .ended where pendingDowngrade != nil:
-                // The peer's close_notify: TLS ends once ours is out too.
-                peerCloseNotifyReceived = true
-                if closeNotifySent { return finishDowngrade() }
-                pauseReading()      // nothing more comes over TLS; wait for ours to go
-                return
-            case .ended where transport is TLSConnection:
-                // close_notify: the peer either closes the connection (TCP end follows) or
-                // leaves TLS and goes on in the clear (when we stop TLS too). Tell them apart
-                // by what comes next on the socket.
-                peerCloseNotifyReceived = true
-                return awaitPeerIntent()
-            case .ended:
-                inbound.closeWriter()          // the peer closed: end of data after the buffered bytes
-                stopReading()
-                closeIfDone()
-                return
-            case .wouldBlock:
-                return
-            case .needsOtherDirection:
-                readNeedsWritable = true
-                resumeWriting()
-                return
-            case .failed(let error):
-                return fail(error)
+    /// Performs one action; returns the machine's answer to its outcome.
+    private func perform(_ action: SocketPumpStateMachine.Action) -> [SocketPumpStateMachine.Action] {
+        switch action {
+        case .stepHandshake:
+            return stepHandshake()
+        case .evaluateTrust:
+            return evaluateTrust()
+        case .reportReady:
+            if let tls = pendingTLS {
+                transport = tls.connection
+                details.tls = pendingTrust ?? tls.connection.peerTrust()
+                pendingTLS = nil
+                pendingTrust = nil
             }
-        }
-    }
-
-    /// Sends until the socket is full or nothing is left to send; then pauses, starts a pending
-    /// TLS upgrade, or half-closes once the user has closed the output and everything is sent.
-    private func writable() {
-        if handshake != nil { return stepHandshake() }
-        guard !evaluating, let transport else { return }
-        if readNeedsWritable {
-            readNeedsWritable = false
-            readable()
-        }
-        while writer != nil {
-            if sendFrom == sendTo && outbound.snapshot.available == 0 {
-                // Nothing to send: decide without touching (allocating) the scratch buffer.
-                if let upgrade = pendingUpgrade {
-                    guard sendPreface(transport) else { return }
-                    pendingUpgrade = nil
-                    return beginHandshake(upgrade.setup, done: upgrade.done)
-                } else if pendingDowngrade != nil {
-                    return sendCloseNotify()
-                } else if outbound.writerClosed || outbound.readerClosed {
-                    return finishSending(transport)
-                } else {
-                    return pauseWriting()
-                }
-            }
-            scratchAllocated.out = true
-            let buffer = outScratch
-            if sendFrom == sendTo {
-                let got = outbound.read(into: buffer.baseAddress!.assumingMemoryBound(to: UInt8.self), maxLength: buffer.count, blocking: false)
-                if let got, got > 0 {
-                    sendFrom = 0
-                    sendTo = got
-                } else if let upgrade = pendingUpgrade {
-                    pendingUpgrade = nil
-                    return beginHandshake(upgrade.setup, done: upgrade.done)
-                } else if outbound.writerClosed || outbound.readerClosed {
-                    return finishSending(transport)
-                } else {
-                    return pauseWriting()
-                }
-            }
-            switch transport.send(from: buffer.baseAddress! + sendFrom, count: sendTo - sendFrom) {
-            case .moved(let n):
-                sendFrom += n
-            case .wouldBlock:
-                return
-            case .needsOtherDirection:
-                writeNeedsReadable = true
-                pauseWriting()
-                resumeReading()
-                return
-            case .ended:
-                return fail(.connectionLost("the connection was closed while sending"))
-            case .failed(let error):
-                return fail(error)
-            }
-        }
-    }
-
-    /// After the peer's close_notify, with no return to plain bytes asked for: the end of the
-    /// TCP stream is the end of the data; plain bytes wait (unread) for `stopTLS`.
-    private func awaitPeerIntent() {
-        var byte: UInt8 = 0
-        let n = recv(fd, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT))
-        if n == 0 {
+            let ready = pendingReady
+            pendingReady = nil
+            ready?(.success(details))
+            return []
+        case .receive:
+            return receive()
+        case .send:
+            return send()
+        case .sendPreface:
+            return machine.prefaceSent(complete: sendPreface())
+        case .sendCloseNotify:
+            guard let tls = transport as? TLSConnection else { return machine.closeNotifySent(.ended) }
+            return machine.closeNotifySent(tls.sendCloseNotify())
+        case .finishSending:
+            guard let transport else { return machine.sendingFinished(.ended) }
+            return machine.sendingFinished(transport.finishSending())
+        case .peekAtSocket:
+            return machine.peeked(peek())
+        case .endInbound:
             inbound.closeWriter()
-            stopReading()
-            closeIfDone()
-        } else if n > 0 {
-            pauseReading()          // stopTLS picks these up
-        } else if errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR {
-            fail(.connectionLost(String(cString: strerror(errno))))
-        }
-    }
-
-    /// Sends our close_notify for `stopTLS`, then waits (reading) for the peer's.
-    private func sendCloseNotify() {
-        guard let tls = transport as? TLSConnection, !closeNotifySent else { return pauseWriting() }
-        switch tls.sendCloseNotify() {
-        case .wouldBlock: return
-        case .needsOtherDirection:
-            writeNeedsReadable = true
-            pauseWriting()
-        case .failed(let error):
+            return []
+        case .switchToPlain:
+            transport = PlainTransport(fd: fd)
+            details.tls = nil
             let done = pendingDowngrade
             pendingDowngrade = nil
-            fail(error)
-            done?(.failure(error))
-        default:
-            closeNotifySent = true
-            pauseWriting()
-            if peerCloseNotifyReceived { finishDowngrade() } else { resumeReading() }
+            done?(.success(()))
+            return []
+        case .rejectChange(let reason):
+            let ready = pendingReady, downgrade = pendingDowngrade
+            // Only the request being refused is pending here (a change under way refuses
+            // another before it reaches the machine).
+            pendingReady = nil
+            pendingDowngrade = nil
+            ready?(.failure(.tls(.invalidConfiguration(reason))))
+            downgrade?(.failure(.tls(.invalidConfiguration(reason))))
+            return []
+        case .fail(let error, _, let breaks):
+            inbound.closeWriter()
+            outbound.closeReader()
+            let ready = pendingReady, downgrade = pendingDowngrade
+            pendingReady = nil
+            pendingDowngrade = nil
+            ready?(.failure(error))
+            downgrade?(.failure(error))
+            if breaks { onFailure?(error) }
+            return []
+        case .release:
+            release()
+            return []
         }
     }
 
-    /// Both close_notify alerts have crossed: carry on in the clear.
-    private func finishDowngrade() {
-        guard let done = pendingDowngrade else { return }
-        pendingDowngrade = nil
-        closeNotifySent = false
-        peerCloseNotifyReceived = false
-        transport = PlainTransport(fd: fd)
-        details.tls = nil
-        done(.success(()))
-        resumeWriting()
-        queue.async { self.writable() }
-        resumeReading()
-        readable()
+    private func stepHandshake() -> [SocketPumpStateMachine.Action] {
+        if pendingTLS == nil {
+            guard let setup = upgradeSetup else {
+                return machine.handshakeStepped(.failed(.invalidConfiguration("no TLS settings")))
+            }
+            upgradeSetup = nil
+            do {
+                pendingTLS = (try TLSConnection(context: setup.context, fd: fd, dialledHost: setup.dialledHost), setup)
+            } catch {
+                return machine.handshakeStepped(.failed(error as? TLSError ?? .handshakeFailed("\(error)")))
+            }
+        }
+        switch pendingTLS!.connection.handshakeStep() {
+        case .wantRead: return machine.handshakeStepped(.wantRead)
+        case .wantWrite: return machine.handshakeStepped(.wantWrite)
+        case .done: return machine.handshakeStepped(.done)
+        case .failed(let error): return machine.handshakeStepped(.failed(error))
+        }
     }
 
-    private func finishSending(_ transport: any ByteTransport) {
-        guard !sendingFinished else { return }
-        switch transport.finishSending() {
-        case .wouldBlock: return
-        case .needsOtherDirection:
-            writeNeedsReadable = true
-            pauseWriting()
-        default:
-            sendingFinished = true
-            stopWriting()
-            closeIfDone()
+    private func evaluateTrust() -> [SocketPumpStateMachine.Action] {
+        guard let (tls, setup) = pendingTLS else { return [] }
+        let trust = tls.peerTrust()
+        pendingTrust = trust
+        let failure = trust.policyFailure ?? .rejectedByEvaluator
+        guard let evaluator = setup.evaluator else {
+            return machine.trustDecided(accepted: trust.policyFailure == nil, failure: failure)
         }
+        evaluator(trust) { [weak self] accepted in
+            guard let self else { return }
+            self.queue.async { self.handle { $0.trustDecided(accepted: accepted, failure: failure) } }
+        }
+        return []
+    }
+
+    /// Receives once into the inbound buffer.
+    private func receive() -> [SocketPumpStateMachine.Action] {
+        guard let transport else { return [] }
+        let room = inbound.snapshot.space
+        guard room > 0 else { return machine.inboundFull() }
+        let scratch = inScratch ?? .allocate(byteCount: Self.scratchSize, alignment: 16)
+        inScratch = scratch
+        let outcome = transport.receive(into: scratch.baseAddress!, count: min(room, scratch.count))
+        if case .moved(let n) = outcome {
+            _ = inbound.write(from: scratch.baseAddress!.assumingMemoryBound(to: UInt8.self), length: n, blocking: false)
+        }
+        return machine.received(outcome)
+    }
+
+    /// Sends once: what is left of the last piece, or the next piece from the outbound buffer.
+    private func send() -> [SocketPumpStateMachine.Action] {
+        guard let transport else { return [] }
+        if sendFrom == sendTo {
+            let state = outbound.snapshot
+            guard state.available > 0 else { return machine.nothingToSend(outputClosed: state.writerClosed || state.readerClosed) }
+            let scratch = outScratch ?? .allocate(byteCount: Self.scratchSize, alignment: 16)
+            outScratch = scratch
+            let got = outbound.read(into: scratch.baseAddress!.assumingMemoryBound(to: UInt8.self), maxLength: scratch.count, blocking: false) ?? 0
+            sendFrom = 0
+            sendTo = got
+            guard got > 0 else { return machine.nothingToSend(outputClosed: state.writerClosed || state.readerClosed) }
+        }
+        let outcome = transport.send(from: outScratch!.baseAddress! + sendFrom, count: sendTo - sendFrom)
+        if case .moved(let n) = outcome { sendFrom += n }
+        return machine.sent(outcome)
+    }
+
+    /// Sends the upgrade's preface in the clear; false while the socket is full.
+    private func sendPreface() -> Bool {
+        guard let transport else { return true }
+        while !upgradePreface.isEmpty {
+            let outcome = upgradePreface.withUnsafeBytes { transport.send(from: $0.baseAddress!, count: $0.count) }
+            switch outcome {
+            case .moved(let n):
+                upgradePreface.removeFirst(n)
+            case .wouldBlock, .needsOtherDirection:
+                return false
+            case .ended, .failed:
+                upgradePreface = Data()   // the handshake that follows reports the broken connection
+            }
+        }
+        return true
+    }
+
+    /// After the peer's close_notify: has the TCP stream ended, or do plain bytes follow?
+    private func peek() -> SocketPumpStateMachine.Peek {
+        var byte: UInt8 = 0
+        let n = recv(fd, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT))
+        if n == 0 { return .endOfStream }
+        if n > 0 { return .data }
+        if errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR { return .nothingYet }
+        return .failed(.connectionLost(String(cString: strerror(errno))))
     }
 
     // MARK: Sources
 
-    private func pauseReading() {
-        guard let reader, !readerSuspended else { return }
-        readerSuspended = true
-        reader.suspend()
+    /// Suspends or resumes the sources to match the machine; true when reading was just
+    /// resumed (the caller then looks at the socket once).
+    private func watch() -> Bool {
+        guard let reader, let writer else { return false }
+        let wanted = (read: machine.wantsReadable, write: machine.wantsWritable)
+        var resumedReading = false
+        if wanted.read != watching.read {
+            if wanted.read { reader.resume(); resumedReading = true } else { reader.suspend() }
+        }
+        if wanted.write != watching.write {
+            if wanted.write { writer.resume() } else { writer.suspend() }
+        }
+        watching = wanted
+        return resumedReading
     }
 
-    private func resumeReadingSource() {
-        guard let reader, readerSuspended else { return }
-        readerSuspended = false
-        reader.resume()
-    }
-
-    private func resumeReading() {
-        guard reader != nil, readerSuspended else { return }
-        resumeReadingSource()
-        // Bytes (or the peer's EOF) that arrived while suspended, or plaintext OpenSSL holds,
-        // may not raise a new event; look once now.
-        readable()
-    }
-
-    private func pauseWriting() {
-        guard let writer, !writerSuspended else { return }
-        writerSuspended = true
-        writer.suspend()
-    }
-
-    private func resumeWriting() {
-        guard let writer, writerSuspended else { return }
-        writerSuspended = false
-        writer.resume()
-    }
-
-    private func stopReading() {
-        guard let reader else { return }
-        if readerSuspended { reader.resume(); readerSuspended = false }
-        reader.cancel()
-        self.reader = nil
-    }
-
-    private func stopWriting() {
-        guard let writer else { return }
-        if writerSuspended { writer.resume(); writerSuspended = false }
-        writer.cancel()
-        self.writer = nil
-    }
-
-    /// Both directions finished (or both streams closed): release the socket.
-    private func closeIfDone() {
-        let inputDone = reader == nil || inbound.readerClosed
-        let outputDone = writer == nil   // stopped after the half-close, or never to write again
-        guard inputDone && outputDone, !finished else { return }
-        finished = true
-        stopReading()
-        stopWriting()
-    }
-
-    private func fail(_ error: SocketStreamError, report: Bool = true) {
-        guard !finished else { return }
-        finished = true
-        stopReading()
-        stopWriting()
-        inbound.closeWriter()
-        outbound.closeReader()
-        if report { onFailure?(error) }
+    /// Both directions are done or the connection failed: cancel the sources (the last cancel
+    /// handler closes the descriptor) and stop keeping the pump alive.
+    private func release() {
+        // A dispatch source must be resumed to be cancelled cleanly.
+        if let reader {
+            if !watching.read { reader.resume() }
+            reader.cancel()
+        }
+        if let writer {
+            if !watching.write { writer.resume() }
+            writer.cancel()
+        }
+        reader = nil
+        writer = nil
+        watching = (false, false)
+        transport = nil
+        pendingTLS = nil
+        queue.async { self.keepAlive = nil }   // after the current handler has returned
     }
 }
 

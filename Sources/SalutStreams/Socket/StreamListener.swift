@@ -151,8 +151,10 @@ public final class StreamListener: Sendable {
                 continue
             }
             let remote = SocketAddress(withUnsafeBytes(of: &storage) { Data($0.prefix(Int(length))) })
-            var on: Int32 = 1
-            _ = setsockopt(client, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size))
+            guard (try? SocketOptions.disableNagle(client)) != nil else {
+                close(client)   // not a TCP socket we can use (it may already be reset)
+                continue
+            }
             let connection = SocketConnection(origin: .accepted(fd: client, tls: tls), bufferSize: bufferSize)
             handler(AcceptedConnection(streams: connection.makePair(), remoteAddress: remote))
         }

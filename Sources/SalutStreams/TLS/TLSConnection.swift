@@ -53,9 +53,12 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         }
         self.ssl = ssl
         self.context = context
-        // The verify callback finds this object through the SSL's first ex-data slot (held
-        // unretained: the SSL is freed in our deinit, before we are gone).
-        guard SSL_set_ex_data(ssl, 0, Unmanaged.passUnretained(self).toOpaque()) == 1 else {
+        // The verify callback finds this object through our own ex-data slot (held unretained:
+        // the SSL is freed in our deinit, before we are gone).
+        guard let slot = Self.exDataIndex else {   // (deinit frees the SSL)
+            throw TLSError.invalidConfiguration("SSL_get_ex_new_index failed")
+        }
+        guard SSL_set_ex_data(ssl, slot, Unmanaged.passUnretained(self).toOpaque()) == 1 else {
             throw TLSError.invalidConfiguration("SSL_set_ex_data failed")
         }
         guard SSL_set_fd(ssl, fd) == 1 else {
@@ -82,6 +85,12 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
 
     deinit { SSL_free(ssl) }
 
+    /// The SSL ex-data slot that points back to the `TLSConnection`, taken once per process.
+    private static let exDataIndex: Int32? = {
+        let index = salut_SSL_get_ex_new_index()
+        return index >= 0 ? index : nil
+    }()
+
     /// `[fe80::1%eth0]` → `fe80::1`; a trailing dot of a DNS name is dropped.
     static func bareHost(_ host: String) -> String {
         var name = host
@@ -99,7 +108,8 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
     /// Called by the verify callback (on the handshake's thread) for each certificate problem.
     static func noteVerificationProblem(_ store: OpaquePointer) {
         guard let raw = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()),
-              let owner = SSL_get_ex_data(OpaquePointer(raw), 0) else { return }
+              let slot = exDataIndex,
+              let owner = SSL_get_ex_data(OpaquePointer(raw), slot) else { return }
         let connection = Unmanaged<TLSConnection>.fromOpaque(owner).takeUnretainedValue()
         let code = X509_STORE_CTX_get_error(store)
         if !connection.verificationProblems.contains(code) { connection.verificationProblems.append(code) }
@@ -246,9 +256,14 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         case SSL_ERROR_WANT_WRITE: return reading ? .needsOtherDirection : .wouldBlock
         case SSL_ERROR_ZERO_RETURN: return .ended
         case SSL_ERROR_SYSCALL:
-            if errno == 0 { return reading ? .ended : .failed(.connectionLost("the peer closed the connection")) }
+            // The TCP stream ended (errno 0) without a close_notify first: a truncation.
+            if errno == 0 { return .failed(reading ? .tls(.closedWithoutCloseNotify) : .connectionLost("the peer closed the connection")) }
             return .failed(.connectionLost(String(cString: strerror(errno))))
         default:
+            if reading && salut_error_is_unexpected_eof() != 0 {
+                ERR_clear_error()
+                return .failed(.tls(.closedWithoutCloseNotify))
+            }
             return .failed(.tls(.protocolError(OpenSSLErrors.drain())))
         }
     }

@@ -31,7 +31,7 @@ final class TLSContext: @unchecked Sendable {
         // Partial writes let the pump send in pieces; the scratch buffer it retries from may
         // move between calls.
         _ = salut_SSL_CTX_set_mode(context, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
-        _ = SSL_CTX_set_options(context, salut_SSL_OP_IGNORE_UNEXPECTED_EOF | salut_SSL_OP_NO_RENEGOTIATION)
+        _ = SSL_CTX_set_options(context, salut_SSL_OP_NO_RENEGOTIATION)
 
         switch configuration.trustRoots {
         case .system:

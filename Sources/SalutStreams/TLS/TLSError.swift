@@ -23,6 +23,9 @@ public enum TLSError: Error, Sendable, Hashable, CustomStringConvertible {
     case rejectedByEvaluator
     /// OpenSSL reported an error after the handshake.
     case protocolError(String)
+    /// The peer's TCP connection ended without a TLS close_notify first: the data may have
+    /// been cut short (by the peer, or by someone in between), so it is not a clean end.
+    case closedWithoutCloseNotify
 
     public var description: String {
         switch self {
@@ -34,6 +37,7 @@ public enum TLSError: Error, Sendable, Hashable, CustomStringConvertible {
         case .noPeerCertificate: return "TLS peer presented no certificate"
         case .rejectedByEvaluator: return "TLS peer rejected by the trust evaluator"
         case .protocolError(let reason): return "TLS error: \(reason)"
+        case .closedWithoutCloseNotify: return "connection closed without TLS close_notify (the data may be truncated)"
         }
     }
 }
