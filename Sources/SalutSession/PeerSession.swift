@@ -16,7 +16,8 @@ import SalutStreams
 /// ``invalidateAndCancel()``); after that, new tasks complete at once with
 /// ``PeerSessionError/sessionInvalidated``.
 open class PeerSession: NSObject, @unchecked Sendable {
-    // @unchecked: mutable state is guarded by `lock`; delegate calls go through `delivery`.
+    // @unchecked: mutable state is guarded by `lock`; delegate calls go through `deliver`, one
+    // at a time and in order.
 
     /// A session with the default configuration and no delegate (invalidating it does nothing).
     public static let shared = PeerSession(configuration: .default, delegate: nil, delegateQueue: nil, isShared: true)
@@ -55,8 +56,9 @@ open class PeerSession: NSObject, @unchecked Sendable {
     private var invalidating = false
     private var invalidated = false
     private var description_: String?
-    /// Serialises delivery: each call waits for the previous one to finish on `delegateQueue`.
-    private let delivery = DispatchQueue(label: "salut.session.delivery")
+    /// Deliveries waiting for the one on `delegateQueue` to finish (guarded by `lock`).
+    private var pendingDeliveries: [@Sendable () -> Void] = []
+    private var delivering = false
 
     /// Makes a session.
     /// - Parameters:
@@ -164,17 +166,35 @@ open class PeerSession: NSObject, @unchecked Sendable {
         }
         guard first else { return }
         deliverToDelegate { delegate in delegate.peerSession(self, didBecomeInvalidWithError: nil) }
-        delivery.async { self.lock.withLock { self.delegateObject = nil } }
+        deliver { self.lock.withLock { self.delegateObject = nil } }
     }
 
     // MARK: Delivery
 
     /// Runs `body` on the delegate queue, after every earlier delivery has finished.
+    /// No thread waits for it: the next delivery is added to the queue when the previous one
+    /// has run, so deliveries stay in order even on a concurrent delegate queue.
     func deliver(_ body: @escaping @Sendable () -> Void) {
-        let queue = delegateQueue
-        delivery.async {
-            let operation = BlockOperation(block: body)
-            queue.addOperations([operation], waitUntilFinished: true)
+        let idle = lock.withLock { () -> Bool in
+            pendingDeliveries.append(body)
+            defer { delivering = true }
+            return !delivering
+        }
+        if idle { deliverNext() }
+    }
+
+    private func deliverNext() {
+        let next = lock.withLock { () -> (@Sendable () -> Void)? in
+            guard !pendingDeliveries.isEmpty else {
+                delivering = false
+                return nil
+            }
+            return pendingDeliveries.removeFirst()
+        }
+        guard let next else { return }
+        delegateQueue.addOperation {
+            next()
+            self.deliverNext()
         }
     }
 

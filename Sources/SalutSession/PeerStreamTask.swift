@@ -45,6 +45,8 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
     private var pendingOperations = 0
     private var lastActivity = Date()
     private var timers: [DispatchSourceTimer] = []
+    /// Bytes a cancelled read had collected: the next read returns them first.
+    private var carried = Data()
     /// Reads and writes queued behind a TLS start or stop wait for this.
     private var securityChange: Latch<Void>?
 
@@ -61,28 +63,52 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
     /// `timeout` seconds (0: none) pass first, or why the task failed.
     public func readData(ofMinLength minBytes: Int, maxLength maxBytes: Int, timeout: TimeInterval,
                          completionHandler: @escaping @Sendable (Data?, Bool, (any Error)?) -> Void) {
+        readData(ofMinLength: minBytes, maxLength: maxBytes, timeout: timeout, limit: OperationLimit(), completionHandler: completionHandler)
+    }
+
+    private func readData(ofMinLength minBytes: Int, maxLength maxBytes: Int, timeout: TimeInterval, limit: OperationLimit,
+                          completionHandler: @escaping @Sendable (Data?, Bool, (any Error)?) -> Void) {
         enqueue(on: reads) { pair in
+            guard limit.begin() else { return }   // cancelled while queued: the caller knows
+            defer { limit.finish() }
             guard let pair else { return self.session.deliver { completionHandler(nil, false, self.failure) } }
-            guard maxBytes >= 1, minBytes <= maxBytes else {
+            guard maxBytes >= 1, minBytes >= 0, minBytes <= maxBytes else {
                 let error = PeerSessionError.notAllowed("read lengths must satisfy 0 ≤ min ≤ max and max ≥ 1 (got \(minBytes), \(maxBytes))")
                 return self.session.deliver { completionHandler(nil, false, error) }
             }
-            if self.lock.withLock({ self.readDone }) {
+            // Bytes a cancelled read had collected come first.
+            var data = self.lock.withLock { () -> Data in
+                let carried = self.carried.prefix(maxBytes)
+                self.carried.removeFirst(carried.count)
+                return Data(carried)
+            }
+            if self.lock.withLock({ self.readDone }) && data.isEmpty {
                 return self.session.deliver { completionHandler(nil, true, PeerSessionError.notAllowed("the read side is closed")) }
             }
-            let result = await pair.read(minimum: minBytes, maximum: maxBytes, deadline: Self.deadline(timeout))
-            self.noteRead(result.data.count)
-            let data = result.data.isEmpty ? nil : result.data
+            var read = PairReadResult()
+            if data.count < max(1, minBytes) {
+                limit.arm(deadline: OperationLimit.deadline(after: timeout))
+                read = await pair.read(minimum: max(0, minBytes - data.count), maximum: maxBytes - data.count, limit: limit)
+                self.noteRead(read.data.count)
+                data += read.data
+            }
+            let result = read
+            if result.stopped == .cancelled {
+                // Nothing is lost: the next read starts with these bytes.
+                self.lock.withLock { self.carried = data + self.carried }
+                return self.session.deliver { completionHandler(nil, false, CancellationError()) }
+            }
+            let delivered = data.isEmpty ? nil : data
             if result.timedOut {
-                return self.session.deliver { completionHandler(data, false, PeerSessionError.timedOut("read")) }
+                return self.session.deliver { completionHandler(delivered, false, PeerSessionError.timedOut("read")) }
             }
             if let error = result.error {
                 let wrapped = self.isFinished ? self.failure : PeerSessionError.wrap(error)
-                self.session.deliver { completionHandler(data, result.atEnd, wrapped) }
+                self.session.deliver { completionHandler(delivered, result.atEnd, wrapped) }
                 return self.complete(with: wrapped)
             }
             if result.atEnd { self.readReachedEnd() }
-            self.session.deliver { completionHandler(data, result.atEnd, nil) }
+            self.session.deliver { completionHandler(delivered, result.atEnd, nil) }
             self.completeIfClosed()
         }
     }
@@ -91,17 +117,27 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
     /// bytes are handed to the connection, or an error: ``PeerSessionError/timedOut(_:)`` when
     /// `timeout` seconds (0: none) pass first, or why the task failed.
     public func write(_ data: Data, timeout: TimeInterval, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        write(data, timeout: timeout, limit: OperationLimit(), completionHandler: completionHandler)
+    }
+
+    private func write(_ data: Data, timeout: TimeInterval, limit: OperationLimit, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         enqueue(on: writes) { pair in
+            guard limit.begin() else { return }
+            defer { limit.finish() }
             guard let pair else { return self.session.deliver { completionHandler(self.failure) } }
             if self.lock.withLock({ self.writeDone }) {
                 return self.session.deliver { completionHandler(PeerSessionError.notAllowed("the write side is closed")) }
             }
             let started = Date()
             self.metrics.update { if $0.requestStartDate == nil { $0.requestStartDate = started } }
-            let result = await pair.write(data, deadline: Self.deadline(timeout))
+            limit.arm(deadline: OperationLimit.deadline(after: timeout))
+            let result = await pair.write(data, limit: limit)
             self.add(sent: result.written, received: 0)
             self.touch()
             self.metrics.update { $0.requestEndDate = Date() }
+            if result.stopped == .cancelled {
+                return self.session.deliver { completionHandler(CancellationError()) }
+            }
             if result.timedOut {
                 return self.session.deliver { completionHandler(PeerSessionError.timedOut("write")) }
             }
@@ -185,33 +221,53 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
 
     /// `readData(ofMinLength:maxLength:timeout:completionHandler:)` as an async call: the data
     /// (empty at the end) and whether the end was reached.
-    /// - Throws: the ``PeerSessionError`` the handler would have received.
+    /// - Throws: the ``PeerSessionError`` the handler would have received, or
+    ///   `CancellationError` as soon as the calling task is cancelled (bytes the read had
+    ///   collected are kept for the next read).
     public func readData(ofMinLength minBytes: Int, maxLength maxBytes: Int, timeout: TimeInterval) async throws -> (Data, Bool) {
-        try await withCheckedThrowingContinuation { continuation in
-            readData(ofMinLength: minBytes, maxLength: maxBytes, timeout: timeout) { data, atEnd, error in
-                if let error { continuation.resume(throwing: error) } else { continuation.resume(returning: (data ?? Data(), atEnd)) }
+        try await cancellable { limit, finish in
+            self.readData(ofMinLength: minBytes, maxLength: maxBytes, timeout: timeout, limit: limit) { data, atEnd, error in
+                finish(error.map { .failure($0) } ?? .success((data ?? Data(), atEnd)))
             }
         }
     }
 
     /// `write(_:timeout:completionHandler:)` as an async call.
-    /// - Throws: the ``PeerSessionError`` the handler would have received.
+    /// - Throws: the ``PeerSessionError`` the handler would have received, or
+    ///   `CancellationError` as soon as the calling task is cancelled (bytes already handed to
+    ///   the connection are sent).
     public func write(_ data: Data, timeout: TimeInterval) async throws {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            write(data, timeout: timeout) { error in
-                if let error { continuation.resume(throwing: error) } else { continuation.resume() }
+        try await cancellable { limit, finish in
+            self.write(data, timeout: timeout, limit: limit) { error in
+                finish(error.map { .failure($0) } ?? .success(()))
             }
         }
     }
 
+    /// Runs a queued operation for an async caller: the caller's cancellation cancels the
+    /// operation (at once if it is still queued, else by waking its wait).
+    private func cancellable<T: Sendable>(_ start: (OperationLimit, @escaping @Sendable (Result<T, any Error>) -> Void) -> Void) async throws -> T {
+        let limit = OperationLimit()
+        let answer = Latch<Result<T, any Error>>()
+        return try await withTaskCancellationHandler {
+            start(limit) { answer.open($0) }
+            return try await answer.wait().get()
+        } onCancel: {
+            if limit.cancelBeforeStart() { answer.open(.failure(CancellationError())) }
+        }
+    }
+
     /// ``startSecureConnection()``, returning once TLS is up.
-    /// - Throws: ``PeerSessionError/connection(_:)`` with the TLS failure.
+    /// - Throws: ``PeerSessionError/connection(_:)`` with the TLS failure, or
+    ///   `CancellationError` when the calling task is cancelled first (the change goes on).
     public func secureConnection() async throws {
         startSecureConnection()
         try await awaitSecurityChange()
     }
 
     /// ``stopSecureConnection()``, returning once the connection is back in the clear.
+    /// - Throws: ``PeerSessionError/connection(_:)`` when TLS could not be ended, or
+    ///   `CancellationError` when the calling task is cancelled first (the change goes on).
     public func insecureConnection() async throws {
         stopSecureConnection()
         try await awaitSecurityChange()
@@ -226,7 +282,7 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
             if let pair { handed.open(.success(Unchecked(pair))) } else { handed.open(.failure(self.failure)) }
         }
         captureStreams()
-        let pair = try await handed.wait().get().value
+        let pair = try await handed.waitUnlessCancelled().get().value
         return (pair.input, pair.output)
     }
 
@@ -350,7 +406,7 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
 
     private func awaitSecurityChange() async throws {
         guard let outcome = lock.withLock({ securityOutcome }) else { return }
-        if let error = await outcome.wait() {
+        if let error = try await outcome.waitUnlessCancelled() {
             throw error == .cancelled ? failure : PeerSessionError.connection(error)
         }
     }
@@ -426,12 +482,10 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
         lock.withLock { lastActivity = Date() }
     }
 
-    private static func deadline(_ timeout: TimeInterval) -> Date? {
-        timeout > 0 ? Date().addingTimeInterval(timeout) : nil
-    }
-
     /// The resource timeout, and the idle timeout: an operation waiting with nothing moving for
-    /// `timeoutIntervalForRequest` fails the task (not counted while suspended).
+    /// `timeoutIntervalForRequest` fails the task (not counted while suspended). Each is one
+    /// timer; the idle one fires when the limit could first have passed, and when something
+    /// moved meanwhile it is set again for the new last activity (it never polls).
     private func armTimers() {
         let configuration = session.configuration
         let queue = DispatchQueue.global()
@@ -440,15 +494,18 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
         resource.setEventHandler { [weak self] in self?.complete(with: PeerSessionError.timedOut("resource")) }
         let idle = DispatchSource.makeTimerSource(queue: queue)
         let limit = configuration.timeoutIntervalForRequest
-        let period = max(0.05, min(1, limit / 4))
-        idle.schedule(deadline: .now() + period, repeating: period)
+        idle.schedule(deadline: .now() + limit)
         idle.setEventHandler { [weak self] in
-            guard let self else { return }
+            // The timer is found through the task: capturing it here would keep it alive.
+            guard let self, let idle = self.lock.withLock({ self.timers.last }) else { return }
             let (waiting, since) = self.lock.withLock { (self.pendingOperations > 0, self.lastActivity) }
-            if self.state == .suspended { return self.touch() }
-            if waiting && Date().timeIntervalSince(since) > limit {
-                self.complete(with: PeerSessionError.timedOut("idle"))
+            if self.state == .suspended || !waiting {
+                self.touch()
+                return idle.schedule(deadline: .now() + limit)
             }
+            let quiet = Date().timeIntervalSince(since)
+            if quiet >= limit { return self.complete(with: PeerSessionError.timedOut("idle")) }
+            idle.schedule(deadline: .now() + (limit - quiet))
         }
         lock.withLock { timers = [resource, idle] }
         resource.resume()

@@ -8,8 +8,34 @@ package struct PairReadResult: Sendable {
     package var atEnd: Bool
     /// Why the read stopped early, if it did.
     package var error: (any Error)?
+    /// Why the read stopped before it was satisfied: its deadline passed, or it was cancelled.
+    package var stopped: OperationLimit.Ending?
     /// The deadline passed first.
-    package var timedOut: Bool
+    package var timedOut: Bool { stopped == .deadlinePassed }
+
+    package init(data: Data = Data(), atEnd: Bool = false, error: (any Error)? = nil, stopped: OperationLimit.Ending? = nil) {
+        self.data = data
+        self.atEnd = atEnd
+        self.error = error
+        self.stopped = stopped
+    }
+}
+
+/// What a timed write on a stream pair did.
+package struct PairWriteResult: Sendable {
+    /// How many bytes went into the stream (they will be sent).
+    package var written: Int
+    /// Why the write stopped early, if it failed.
+    package var error: (any Error)?
+    /// Why the write stopped before it was done: its deadline passed, or it was cancelled.
+    package var stopped: OperationLimit.Ending?
+    package var timedOut: Bool { stopped == .deadlinePassed }
+
+    init(written: Int, error: (any Error)? = nil, stopped: OperationLimit.Ending? = nil) {
+        self.written = written
+        self.error = error
+        self.stopped = stopped
+    }
 }
 
 /// Reads and writes with deadlines for Salut's own stream pairs, used by the session layer.
@@ -19,9 +45,10 @@ extension BoundStreamPair {
     private var boundOutput: BoundOutputStream? { output as? BoundOutputStream }
 
     /// Reads until at least `minimum` bytes (at most `maximum`) have arrived, the data ends,
-    /// the stream fails, or `deadline` passes.
-    package func read(minimum: Int, maximum: Int, deadline: Date?) async -> PairReadResult {
-        var result = PairReadResult(data: Data(), atEnd: false, error: nil, timedOut: false)
+    /// the stream fails, or `limit` ends (deadline or cancellation). Bytes read before a stop
+    /// are in the result, never dropped.
+    package func read(minimum: Int, maximum: Int, limit: OperationLimit) async -> PairReadResult {
+        var result = PairReadResult(data: Data(), atEnd: false, error: nil, stopped: nil)
         guard let stream = boundInput else {
             result.error = StreamFailure.notOpen
             return result
@@ -29,8 +56,9 @@ extension BoundStreamPair {
         let wanted = max(1, minimum)
         while result.data.count < wanted {
             let buffer = stream.buffer
-            guard await Self.wait(until: deadline, for: { await buffer.readable() }) else {
-                result.timedOut = true
+            await buffer.readable(within: limit)
+            if let stop = limit.state {
+                result.stopped = stop
                 return result
             }
             // Read into scratch that is neither zero-filled nor kept between calls, then append.
@@ -58,46 +86,22 @@ extension BoundStreamPair {
         return result
     }
 
-    /// Writes all of `data` unless the stream fails or `deadline` passes; returns how much
-    /// went into the stream, and why it stopped early.
-    package func write(_ data: Data, deadline: Date?) async -> (written: Int, error: (any Error)?, timedOut: Bool) {
-        guard let stream = boundOutput else { return (0, StreamFailure.notOpen, false) }
+    /// Writes all of `data` unless the stream fails or `limit` ends; says how much went into
+    /// the stream, and why it stopped early.
+    package func write(_ data: Data, limit: OperationLimit) async -> PairWriteResult {
+        guard let stream = boundOutput else { return PairWriteResult(written: 0, error: StreamFailure.notOpen) }
         var offset = 0
         while offset < data.count {
             let buffer = stream.buffer
-            guard await Self.wait(until: deadline, for: { await buffer.writable() }) else {
-                return (offset, nil, true)
-            }
+            await buffer.writable(within: limit)
+            if let stop = limit.state { return PairWriteResult(written: offset, stopped: stop) }
             let n = data.withUnsafeBytes { raw in
                 stream.writeWithoutBlocking(raw.bindMemory(to: UInt8.self).baseAddress! + offset, length: data.count - offset)
             }
-            if n < 0 { return (offset, stream.streamError ?? StreamFailure.notOpen, false) }
+            if n < 0 { return PairWriteResult(written: offset, error: stream.streamError ?? StreamFailure.notOpen) }
             offset += n
         }
-        return (offset, nil, false)
-    }
-
-    /// Waits for `ready` to return, or until `deadline`; false when the deadline came first.
-    private static func wait(until deadline: Date?, for ready: @escaping @Sendable () async -> Void) async -> Bool {
-        guard let deadline else {
-            await ready()
-            return true
-        }
-        let remaining = deadline.timeIntervalSinceNow
-        guard remaining > 0 else { return false }
-        return await withTaskGroup(of: Bool.self) { group in
-            group.addTask {
-                await ready()
-                return !Task.isCancelled
-            }
-            group.addTask {
-                try? await Task.sleep(nanoseconds: UInt64(remaining * 1e9))
-                return false
-            }
-            let first = await group.next() ?? false
-            group.cancelAll()
-            return first
-        }
+        return PairWriteResult(written: offset)
     }
 
     /// Socket options to apply when the connection is made; set before opening.

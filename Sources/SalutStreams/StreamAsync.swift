@@ -17,13 +17,16 @@ public struct StreamChunks: AsyncSequence {
         let stream: InputStream
         let chunkSize: Int
 
-        /// - Throws: the stream's error, or ``StreamFailure/notOpen`` when it was closed.
+        /// - Throws: `CancellationError` when the calling task is cancelled (nothing is read then:
+        ///   the bytes stay for the next read), the stream's error, or ``StreamFailure/notOpen``
+        ///   when it was closed.
         public mutating func next() async throws -> Data? {
             if stream.streamStatus == .notOpen { stream.open() }
             var chunk = Data(count: chunkSize)
             let n: Int
             if let bound = stream as? BoundInputStream {
                 await bound.buffer.readable()
+                try Task.checkCancellation()
                 n = chunk.withUnsafeMutableBytes { raw in
                     bound.readWithoutBlocking(raw.bindMemory(to: UInt8.self).baseAddress!, maxLength: chunkSize)
                 }
@@ -50,8 +53,9 @@ extension InputStream {
 extension OutputStream {
     /// Writes all of `data`, suspending while the buffer is full (for Salut's own streams; other
     /// streams are written with their blocking `write`). Opens the stream if needed.
-    /// - Throws: ``StreamFailure/readerClosed`` when the reading end closes first, or the
-    ///   stream's own error.
+    /// - Throws: `CancellationError` when the calling task is cancelled (the bytes written
+    ///   before stay written), ``StreamFailure/readerClosed`` when the reading end closes first,
+    ///   or the stream's own error.
     public func write(_ data: Data) async throws {
         if streamStatus == .notOpen { open() }
         var offset = 0
@@ -59,6 +63,7 @@ extension OutputStream {
             let n: Int
             if let bound = self as? BoundOutputStream {
                 await bound.buffer.writable()
+                try Task.checkCancellation()
                 n = data.withUnsafeBytes { raw in
                     bound.writeWithoutBlocking(raw.bindMemory(to: UInt8.self).baseAddress! + offset, length: data.count - offset)
                 }
@@ -77,12 +82,18 @@ extension BoundStreamPair {
     /// Opens both streams and returns once they are open: at once for a bound pair; for socket
     /// streams once the connection is made (and, with TLS, the peer trusted).
     /// - Throws: the ``SocketStreamError`` that failed the connection (the streams are then in
-    ///   status `.error`).
+    ///   status `.error`), or `CancellationError` when the calling task is cancelled first
+    ///   (both streams are then closed, which abandons the connection).
     public func open() async throws {
         input.open()
         output.open()
         guard let stream = input as? BoundInputStream, let gate = stream.gate else { return }
         await gate.settled()
+        if Task.isCancelled, case .connecting = gate.current {
+            input.close()
+            output.close()
+            throw CancellationError()
+        }
         stream.connectionSettled()
         (output as? BoundOutputStream)?.connectionSettled()
         if case .failed(let error) = gate.current { throw error }

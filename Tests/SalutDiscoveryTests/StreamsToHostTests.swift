@@ -140,7 +140,7 @@ final class StreamsToHostTests: XCTestCase {
 
     func testScheduledStreamsGetOpenSpaceBytesAndEnd() throws {
         let listener = try EchoListener()
-        let worker = RunLoopThreadForSockets()
+        let worker = RunLoopThread()
         defer { worker.stop() }
         var input: InputStream?, output: OutputStream?
         Stream.getStreamsToHost(withName: "127.0.0.1", port: listener.port, inputStream: &input, outputStream: &output)
@@ -182,21 +182,4 @@ final class SocketEventLog: NSObject, StreamDelegate, @unchecked Sendable {
     }
 }
 
-/// A thread running its own run loop until stopped.
-final class RunLoopThreadForSockets: @unchecked Sendable {
-    // @unchecked: `runLoop` is set once before `ready` is signalled; `stopped` only goes true.
-    private(set) var runLoop: RunLoop!
-    private var stopped = false
-    private let ready = DispatchSemaphore(value: 0)
-    init() {
-        // The thread holds `self` until it has seen `stopped`.
-        Thread { [self] in
-            self.runLoop = RunLoop.current
-            RunLoop.current.add(Timer(timeInterval: 1e6, repeats: false) { _ in }, forMode: .default)
-            self.ready.signal()
-            while !self.stopped { _ = RunLoop.current.run(mode: .default, before: Date().addingTimeInterval(0.05)) }
-        }.start()
-        ready.wait()
-    }
-    func stop() { stopped = true }
-}
+

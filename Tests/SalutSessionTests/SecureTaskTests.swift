@@ -108,21 +108,21 @@ final class SecureTaskTests: XCTestCase {
             Task {
                 let pair = connection.streams
                 try await pair.open()
-                _ = await pair.read(minimum: 9, maximum: 9, deadline: nil)            // "STARTTLS\n"
+                _ = await pair.read(minimum: 9, maximum: 9, limit: OperationLimit())            // "STARTTLS\n"
                 // Like any STARTTLS server: the go-ahead goes out in the same step as the switch,
                 // so the client's first TLS bytes are never read in the clear.
                 let upgraded: Result<ConnectionDetails, SocketStreamError> = await withCheckedContinuation { done in
                     pair.startTLS(serverTLS, evaluator: nil, dialledHost: nil, preface: Data("GO\n".utf8)) { done.resume(returning: $0) }
                 }
                 guard case .success = upgraded else { return }
-                let secret = await pair.read(minimum: 7, maximum: 7, deadline: nil)   // "secret\n"
-                _ = await pair.write(Data("got ".utf8) + secret.data, deadline: nil)
+                let secret = await pair.read(minimum: 7, maximum: 7, limit: OperationLimit())   // "secret\n"
+                _ = await pair.write(Data("got ".utf8) + secret.data, limit: OperationLimit())
                 let stopped: Result<Void, SocketStreamError> = await withCheckedContinuation { done in
                     pair.stopTLS { done.resume(returning: $0) }
                 }
                 guard case .success = stopped else { return }
-                let plain = await pair.read(minimum: 6, maximum: 6, deadline: nil)     // "plain\n"
-                _ = await pair.write(Data("again ".utf8) + plain.data, deadline: nil)
+                let plain = await pair.read(minimum: 6, maximum: 6, limit: OperationLimit())     // "plain\n"
+                _ = await pair.write(Data("again ".utf8) + plain.data, limit: OperationLimit())
                 pair.output.close()
             }
         }

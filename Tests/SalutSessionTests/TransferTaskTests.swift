@@ -30,21 +30,21 @@ final class ResumableReceiver: @unchecked Sendable {
         guard (try? await pair.open()) != nil else { return }
         var header = Data()
         while header.last != UInt8(ascii: "\n") {
-            let part = await pair.read(minimum: 1, maximum: 1, deadline: nil)
+            let part = await pair.read(minimum: 1, maximum: 1, limit: OperationLimit())
             guard !part.data.isEmpty else { return }
             header.append(part.data)
         }
         let offset = Int(String(decoding: header.dropFirst(6).dropLast(), as: UTF8.self)) ?? -1
         guard offset >= 0, offset <= received.value.count else { return pair.output.close() }
         var have = UInt64(received.value.count).bigEndian
-        _ = await pair.write(Data(bytes: &have, count: 8), deadline: nil)
+        _ = await pair.write(Data(bytes: &have, count: 8), limit: OperationLimit())
         while received.value.count < total {
             let want = min(chunk, total - received.value.count)
-            let part = await pair.read(minimum: want, maximum: want, deadline: nil)
+            let part = await pair.read(minimum: want, maximum: want, limit: OperationLimit())
             guard part.data.count == want else { return }
             let count = received.withLock { $0.append(part.data); return $0.count }
             var ack = UInt64(count).bigEndian
-            _ = await pair.write(Data(bytes: &ack, count: 8), deadline: nil)
+            _ = await pair.write(Data(bytes: &ack, count: 8), limit: OperationLimit())
         }
         pair.output.close()
     }

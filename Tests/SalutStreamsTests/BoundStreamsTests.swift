@@ -1,5 +1,6 @@
 import Foundation
 import SalutStreams
+import SalutTestSupport
 import XCTest
 
 /// Records stream events on the run loop of a worker thread.
@@ -25,29 +26,6 @@ final class EventLog: NSObject, StreamDelegate, @unchecked Sendable {
         while events(of: stream).count < count && Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
         return events(of: stream)
     }
-}
-
-/// A thread running its own run loop until stopped.
-final class RunLoopThread: @unchecked Sendable {
-    // @unchecked: `runLoop` is set once before `ready` is signalled; `stopped` only goes true.
-    private(set) var runLoop: RunLoop!
-    private var stopped = false
-    private let ready = DispatchSemaphore(value: 0)
-
-    init() {
-        // The thread holds `self` strongly until it has seen `stopped` and left its loop.
-        let thread = Thread { [self] in
-            self.runLoop = RunLoop.current
-            // A far-future timer keeps the run loop from returning at once for lack of sources.
-            RunLoop.current.add(Timer(timeInterval: 1e6, repeats: false) { _ in }, forMode: .default)
-            self.ready.signal()
-            while !self.stopped { _ = RunLoop.current.run(mode: .default, before: Date().addingTimeInterval(0.05)) }
-        }
-        thread.start()
-        ready.wait()
-    }
-
-    func stop() { stopped = true }
 }
 
 func bytes(_ stream: InputStream, max: Int) -> [UInt8] {

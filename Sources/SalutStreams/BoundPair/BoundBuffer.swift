@@ -105,21 +105,25 @@ final class BoundBuffer: @unchecked Sendable {
 
     /// Suspends until a read would not block, or the calling task is cancelled (check
     /// `Task.isCancelled` afterwards: nothing has been read either way).
-    func readable() async {
-        await wait(reading: true)
+    func readable(within limit: OperationLimit? = nil) async {
+        await wait(reading: true, limit: limit)
     }
 
-    /// Suspends the caller until a read (or write) would not block; a cancelled task is resumed
-    /// at once.
-    private func wait(reading: Bool) async {
+    /// Suspends the caller until a read (or write) would not block; a cancelled task, or an
+    /// operation whose limit ends (deadline or cancel), is resumed at once. Nothing polls: the
+    /// limit's one timer or the other side's progress wakes the waiter.
+    private func wait(reading: Bool, limit: OperationLimit?) async {
         let id = newWaiterID()
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                if !park(continuation, id: id, reading: reading) { continuation.resume() }
+                guard park(continuation, id: id, reading: reading) else { return continuation.resume() }
+                let wake: @Sendable () -> Void = { [weak self] in self?.unpark(id: id, reading: reading)?.resume() }
+                if let limit, !limit.register(wake) { wake() }
             }
         } onCancel: {
             unpark(id: id, reading: reading)?.resume()
         }
+        limit?.unregister()
     }
 
     private func newWaiterID() -> UInt64 {
@@ -182,8 +186,8 @@ final class BoundBuffer: @unchecked Sendable {
     }
 
     /// Suspends until a write would not block, or the calling task is cancelled.
-    func writable() async {
-        await wait(reading: false)
+    func writable(within limit: OperationLimit? = nil) async {
+        await wait(reading: false, limit: limit)
     }
 
     /// Waits briefly, without sleeping on the condition, until `ready(count)` holds (or gives

@@ -10,7 +10,8 @@ final class ConnectionGate: @unchecked Sendable {
     private let condition = NSCondition()
     private var state: State = .idle
     private var starter: (@Sendable () -> Void)?
-    private var waiters: [CheckedContinuation<Void, Never>] = []
+    private var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    private var nextWaiter: UInt64 = 0
 
     init(starter: @escaping @Sendable () -> Void) {
         self.starter = starter
@@ -35,24 +36,39 @@ final class ConnectionGate: @unchecked Sendable {
         condition.lock()
         state = outcome
         condition.broadcast()
-        let resumed = waiters
-        waiters = []
+        let resumed = waiters.values
+        waiters = [:]
         condition.unlock()
         for waiter in resumed { waiter.resume() }
     }
 
-    /// Suspends until connected or failed (returns at once when not connecting).
+    /// Suspends until connected or failed (returns at once when not connecting), or until the
+    /// calling task is cancelled (check `current` afterwards).
     func settled() async {
-        await withCheckedContinuation { continuation in
-            condition.lock()
-            if case .connecting = state {
-                waiters.append(continuation)
-                condition.unlock()
-            } else {
-                condition.unlock()
-                continuation.resume()
+        let id = newWaiterID()
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                condition.lock()
+                if case .connecting = state, !Task.isCancelled {
+                    waiters[id] = continuation
+                    condition.unlock()
+                } else {
+                    condition.unlock()
+                    continuation.resume()
+                }
             }
+        } onCancel: {
+            condition.lock()
+            let waiter = waiters.removeValue(forKey: id)
+            condition.unlock()
+            waiter?.resume()
         }
+    }
+
+    private func newWaiterID() -> UInt64 {
+        condition.lock(); defer { condition.unlock() }
+        nextWaiter += 1
+        return nextWaiter
     }
 
     /// Blocks until connected or failed (for unscheduled streams read or written while opening).
