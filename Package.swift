@@ -75,6 +75,12 @@ let package = Package(
         ),
 
         .executableTarget(
+            name: "soak-bench",
+            dependencies: ["SalutStreams"],
+            path: "Benchmarks/SoakBench"
+        ),
+
+        .executableTarget(
             name: "connections-bench",
             dependencies: ["SalutStreams", "SalutDiscovery"],
             path: "Benchmarks/ConnectionsBench"

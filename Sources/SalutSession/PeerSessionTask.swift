@@ -143,6 +143,9 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
         }
     }
 
+    /// How many queued operations wait for the task to run again (it is suspended).
+    var operationsWaitingToRun: Int { lock.withLock { runningWaiters.count } }
+
     var isFinished: Bool { let current = state; return current == .completed || current == .canceling }
 
     // MARK: For subclasses

@@ -67,6 +67,9 @@ actor HostSlots {
         }
     }
 
+    /// How many tasks wait for a slot for `host`.
+    func waitingCount(for host: String) -> Int { waiting[host]?.count ?? 0 }
+
     /// Frees a slot for `host` (hands it to the best waiting task, if any).
     func release(_ host: String) {
         if var queue = waiting[host], !queue.isEmpty {

@@ -6,8 +6,9 @@ import Synchronization
 ///
 /// By default that is the main run loop in the default mode, served through the main dispatch
 /// queue, which both `RunLoop.main.run()` and `dispatchMain()` drain, as on macOS. For another
-/// run loop (`schedule(in:forMode:)`), calls are queued in order and drained by a zero-interval
-/// timer added to that run loop, which wakes it from any thread. An object removed from every
+/// run loop (`schedule(in:forMode:)`), calls are queued in order and drained by a block the run
+/// loop performs (`perform(inModes:block:)`, which also wakes it, from any thread). Not a
+/// zero-interval `Timer`: swift-corelibs-foundation leaks each block-based timer. An object removed from every
 /// run loop delivers nothing, as Apple documents.
 package final class DelegateScheduler: @unchecked Sendable {
     // @unchecked: `loops` and `pending` are only touched while `lock` is held; run loops are
@@ -60,8 +61,7 @@ package final class DelegateScheduler: @unchecked Sendable {
         let mustWake = pending.count == 1
         lock.unlock()
         guard mustWake else { return }
-        let timer = Timer(timeInterval: 0, repeats: false) { [weak self] _ in self?.drain() }
-        target.runLoop.add(timer, forMode: target.mode)
+        target.runLoop.perform(inModes: [target.mode]) { [weak self] in self?.drain() }
     }
 
     private func drain() {

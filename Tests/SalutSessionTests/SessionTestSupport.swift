@@ -92,8 +92,10 @@ final class EchoServer: @unchecked Sendable {
 
     init(tls: TLSConfiguration? = nil) throws {
         listener = try StreamListener(port: 0, tls: tls)
-        listener.accept { [self] connection in
-            lock.withLock { open += 1; accepted += 1; mostAtOnce = max(mostAtOnce, open) }
+        // Weak: the listener's handler must not keep the server (and so the listener) alive.
+        listener.accept { [weak self] connection in
+            guard let self else { return }
+            self.lock.withLock { self.open += 1; self.accepted += 1; self.mostAtOnce = max(self.mostAtOnce, self.open) }
             Task {
                 defer { self.lock.withLock { self.open -= 1 } }
                 guard (try? await connection.streams.open()) != nil else { return }
@@ -121,12 +123,14 @@ final class SilentServer: @unchecked Sendable {
     init() throws {
         listener = try StreamListener(port: 0)
         listener.accept { [held] connection in
-            held.withLock { $0.append(connection) }
-            Task { try? await connection.streams.open() }
+            // Counted once open, so that `say` finds only connections it can write to.
+            Task { if (try? await connection.streams.open()) != nil { held.withLock { $0.append(connection) } } }
         }
     }
 
     var port: Int { Int(listener.port) }
+    /// How many connections it has accepted and opened.
+    var count: Int { held.value.count }
 
     /// Sends `text` on every connection accepted so far.
     func say(_ text: String) async throws {

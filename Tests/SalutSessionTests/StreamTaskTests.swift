@@ -236,7 +236,10 @@ final class StreamTaskTests: XCTestCase {
                 task.cancel()
             }
         }
-        try await Task.sleep(nanoseconds: 200_000_000)   // both are queued behind the holder
+        let key = "127.0.0.1:\(server.port)"
+        try await withDeadline(5, "both wait for the slot") {
+            while await session.slots.waitingCount(for: key) < 2 { try await Task.sleep(nanoseconds: 1_000_000) }
+        }
         XCTAssertEqual(order.value, [], "nothing runs while the only slot is held")
         holder.cancel()
         try await withDeadline(10, "both written") {

@@ -38,7 +38,9 @@ final class TaskStateTests: XCTestCase {
             XCTAssertNil(error)
             wrote.exchange(true)
         }
-        try await Task.sleep(nanoseconds: 300_000_000)   // a queued write must not run while suspended
+        try await withDeadline(5, "the write is held at the suspension") {
+            while task.operationsWaitingToRun == 0 { try await Task.sleep(nanoseconds: 1_000_000) }
+        }
         XCTAssertFalse(wrote.value, "a write ran while the task was suspended")
         task.resume()
         XCTAssertEqual(task.state, .suspended, "two suspends need two resumes")
@@ -131,6 +133,7 @@ final class TaskStateTests: XCTestCase {
         var configuration = PeerSessionConfiguration.default
         configuration.timeoutIntervalForRequest = 7
         let session = PeerSession(configuration: configuration)
+        defer { session.invalidateAndCancel() }   // tasks never resumed stay with the session until then
         configuration.timeoutIntervalForRequest = 99
         XCTAssertEqual(session.configuration.timeoutIntervalForRequest, 7)
         XCTAssertNotNil(PeerSessionConfiguration.default.trustStoreURL)

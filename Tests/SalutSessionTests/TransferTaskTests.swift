@@ -20,8 +20,10 @@ final class ResumableReceiver: @unchecked Sendable {
         self.total = total
         self.chunk = chunk
         listener = try StreamListener(port: 0)
-        listener.accept { [self] connection in
-            connections.withLock { $0 += 1 }
+        // Weak: the listener's handler must not keep the receiver (and so the listener) alive.
+        listener.accept { [weak self] connection in
+            guard let self else { return }
+            self.connections.withLock { $0 += 1 }
             Task { await self.serve(connection.streams) }
         }
     }
@@ -87,6 +89,7 @@ final class TransferTaskTests: XCTestCase {
         let receiver = try ResumableReceiver(total: payload.count, chunk: 64 * 1024)
         let delegate = RecordingDelegate()
         let session = PeerSession(configuration: .ephemeral, delegate: delegate)
+        defer { session.invalidateAndCancel() }
         let first = session.transferTask(withHostName: "127.0.0.1", port: Int(receiver.listener.port),
                                          transfer: ChunkedSend(payload: payload, chunk: 64 * 1024))
         first.taskDescription = "photo.raw"
@@ -116,6 +119,7 @@ final class TransferTaskTests: XCTestCase {
 
     func testBadResumeDataIsATypedErrorAndAFreshCancelHasNone() async throws {
         let session = PeerSession(configuration: .ephemeral)
+        defer { session.invalidateAndCancel() }
         XCTAssertThrowsError(try session.transferTask(withResumeData: Data("nope".utf8), transfer: ChunkedSend(payload: Data(), chunk: 1))) { error in
             guard case .invalidResumeData = error as? PeerSessionError else { return XCTFail("\(error)") }
         }
@@ -139,6 +143,7 @@ final class TransferTaskTests: XCTestCase {
             }
         }
         let session = PeerSession(configuration: .ephemeral)
+        defer { session.invalidateAndCancel() }
         for task in [session.streamTask(with: DiscoveredService(name: "Session Echo", type: type)),
                      session.streamTask(with: NetService(domain: "local.", type: type + ".", name: "Session Echo"))] {
             task.resume()

@@ -119,8 +119,16 @@ final class BoundStreamsTests: XCTestCase {
 
     func testScheduledEventsComeWhenTrueAndNeverInALoop() {
         let worker = RunLoopThread()
-        defer { worker.stop() }
         let pair = BoundStreamPair(bufferSize: 4)
+        let second = BoundStreamPair(bufferSize: 4)
+        defer {
+            // Unscheduled before the thread goes: nothing may be posted to a run loop that stopped.
+            for stream in [pair.input, pair.output, second.input, second.output] as [Stream] {
+                stream.remove(from: worker.runLoop, forMode: .default)
+                stream.close()
+            }
+            worker.stop()
+        }
         let log = EventLog()
         pair.input.delegate = log
         pair.output.delegate = log
@@ -145,7 +153,6 @@ final class BoundStreamsTests: XCTestCase {
         XCTAssertEqual(log.events(of: pair.input).filter { $0 == .endEncountered }.count, 1)
 
         // The reader closing is an error for a scheduled writer.
-        let second = BoundStreamPair(bufferSize: 4)
         second.output.delegate = log
         second.output.schedule(in: worker.runLoop, forMode: .default)
         second.input.open(); second.output.open()

@@ -7,10 +7,16 @@ final class HappyEyeballsStateMachineTests: XCTestCase {
     typealias Machine = HappyEyeballsStateMachine
     typealias ID = Machine.AttemptID
 
-    let v4a = SocketAddress(ipv4: [198, 18, 0, 1], port: 80)
-    let v4b = SocketAddress(ipv4: [198, 18, 0, 2], port: 80)
-    let v6a = SocketAddress(ipv6: [0xfe, 0x80] + Array(repeating: 0, count: 13) + [1], port: 80, scopeID: 2)
-    let v6b = SocketAddress(ipv6: [0xfe, 0x80] + Array(repeating: 0, count: 13) + [2], port: 80, scopeID: 2)
+    static let v4a = SocketAddress(ipv4: [198, 18, 0, 1], port: 80)
+    static let v4b = SocketAddress(ipv4: [198, 18, 0, 2], port: 80)
+    static let v6a = SocketAddress(ipv6: [0xfe, 0x80] + Array(repeating: 0, count: 13) + [1], port: 80, scopeID: 2)
+    static let v6b = SocketAddress(ipv6: [0xfe, 0x80] + Array(repeating: 0, count: 13) + [2], port: 80, scopeID: 2)
+    // Statics, not properties: XCTest keeps its test-case instances in a way LeakSanitizer
+    // reports as leaked, with what they hold.
+    var v4a: SocketAddress { Self.v4a }
+    var v4b: SocketAddress { Self.v4b }
+    var v6a: SocketAddress { Self.v6a }
+    var v6b: SocketAddress { Self.v6b }
 
     /// A clock for the machine: keeps the virtual time and the two timers it may have armed,
     /// and records which attempts started when.

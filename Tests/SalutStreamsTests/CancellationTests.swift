@@ -1,0 +1,75 @@
+import Foundation
+import Glibc
+@testable import SalutStreams
+import SalutTestSupport
+import XCTest
+
+/// Every async call of the streams layer returns promptly with `CancellationError` when its task
+/// is cancelled, and what was already delivered stays delivered.
+final class StreamCancellationTests: XCTestCase {
+    func testCancelledWriteOnAFullBufferThrowsAndKeepsWhatWentIn() async throws {
+        let pair = BoundStreamPair(bufferSize: 4)
+        pair.input.open(); pair.output.open()
+        let buffer = try XCTUnwrap((pair.input as? BoundInputStream)?.buffer)
+        let writer = Task { try await pair.output.write(Data([1, 2, 3, 4, 5, 6, 7, 8])) }
+        try await withDeadline(5, "the buffer fills") {
+            while buffer.snapshot.space > 0 { try await Task.sleep(nanoseconds: 1_000_000) }
+        }
+        writer.cancel()
+        let outcome = try await withDeadline(5, "the cancelled write returns") { await writer.result }
+        XCTAssertThrowsError(try outcome.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }
+        XCTAssertEqual(bytes(pair.input, max: 8), [1, 2, 3, 4], "the bytes that went in before the cancel arrive")
+    }
+
+    func testCancelledChunksThrowsInsteadOfEndingAndLosesNothing() async throws {
+        let pair = BoundStreamPair(bufferSize: 16)
+        pair.input.open(); pair.output.open()
+        let reader = Task { () -> Int in
+            var count = 0
+            for try await chunk in pair.input.chunks { count += chunk.count }
+            return count
+        }
+        reader.cancel()
+        let outcome = try await withDeadline(5, "the cancelled iteration returns") { await reader.result }
+        XCTAssertThrowsError(try outcome.get(), "a cut is not an end of data") { XCTAssertTrue($0 is CancellationError, "\($0)") }
+        XCTAssertEqual(write(pair.output, [9, 8, 7]), 3)
+        XCTAssertEqual(bytes(pair.input, max: 8), [9, 8, 7], "the stream still works for the next reader")
+    }
+
+    func testCancelledOpenGivesUpAHandshakeThePeerNeverAnswers() async throws {
+        // A TCP listener that accepts (kernel backlog) but never speaks TLS.
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        XCTAssertGreaterThanOrEqual(listener, 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0 }
+        }
+        XCTAssertTrue(bound)
+        XCTAssertEqual(Glibc.listen(listener, 4), 0)
+        let port = Int(UInt16(bigEndian: address.sin_port))
+
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port, tls: TLSConfiguration())
+        let opener = Task { try await pair.open() }
+        // The ClientHello arriving proves the handshake is under way before the cancel.
+        let server = accept(listener, nil, nil)
+        XCTAssertGreaterThanOrEqual(server, 0)
+        defer { close(server) }
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        XCTAssertEqual(setsockopt(server, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size)), 0)
+        var scratch = [UInt8](repeating: 0, count: 4096)
+        XCTAssertGreaterThan(recv(server, &scratch, scratch.count, 0), 0, "no ClientHello")
+
+        opener.cancel()
+        let outcome = try await withDeadline(5, "the cancelled open returns") { await opener.result }
+        XCTAssertThrowsError(try outcome.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }
+        XCTAssertEqual(pair.input.streamStatus, .closed)
+        // The connection is let go: the server reads the end of the stream.
+        var n = 1
+        while n > 0 { n = recv(server, &scratch, scratch.count, 0) }
+        XCTAssertEqual(n, 0, "the client's socket was closed (errno \(errno))")
+    }
+}
