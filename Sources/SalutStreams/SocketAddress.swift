@@ -5,21 +5,36 @@ import Glibc
 /// from the `sockaddr` bytes Apple's APIs hand around as `Data` (for example
 /// `NetService.addresses`).
 public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
+    /// The `sockaddr_in` or `sockaddr_in6`, kept inline (an address costs no allocation; a
+    /// `sockaddr_in` fits in the first bytes of a `sockaddr_in6`).
+    private var storage = sockaddr_in6()
+    /// How many bytes of `storage` are the address: the size of a `sockaddr_in` or a `sockaddr_in6`.
+    private var length = 0
+
     /// The raw `sockaddr_in` or `sockaddr_in6` bytes.
-    public let data: Data
+    public var data: Data { withBytes { Data($0) } }
+
+    /// Calls `body` with the raw `sockaddr` bytes.
+    func withBytes<T>(_ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
+        try withUnsafeBytes(of: storage) { try body(UnsafeRawBufferPointer(rebasing: $0.prefix(length))) }
+    }
+
+    fileprivate init(copying raw: UnsafeRawBufferPointer) {
+        length = raw.count
+        withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: raw) }
+    }
 
     /// Reads a `sockaddr_in` / `sockaddr_in6` from `data`; nil when it is neither, or too short.
     public init?(_ data: Data) {
         guard data.count >= MemoryLayout<sa_family_t>.size else { return nil }
         let family = data.withUnsafeBytes { Int32($0.loadUnaligned(as: sa_family_t.self)) }
+        let size: Int
         switch family {
-        case AF_INET where data.count >= MemoryLayout<sockaddr_in>.size:
-            self.data = data.prefix(MemoryLayout<sockaddr_in>.size)
-        case AF_INET6 where data.count >= MemoryLayout<sockaddr_in6>.size:
-            self.data = data.prefix(MemoryLayout<sockaddr_in6>.size)
-        default:
-            return nil
+        case AF_INET where data.count >= MemoryLayout<sockaddr_in>.size: size = MemoryLayout<sockaddr_in>.size
+        case AF_INET6 where data.count >= MemoryLayout<sockaddr_in6>.size: size = MemoryLayout<sockaddr_in6>.size
+        default: return nil
         }
+        self = data.withUnsafeBytes { SocketAddress(copying: UnsafeRawBufferPointer(rebasing: $0.prefix(size))) }
     }
 
     /// An IPv4 address from its 4 network-order bytes.
@@ -29,7 +44,7 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
         sin.sin_family = sa_family_t(AF_INET)
         sin.sin_port = port.bigEndian
         withUnsafeMutableBytes(of: &sin.sin_addr) { $0.copyBytes(from: bytes) }
-        data = withUnsafeBytes(of: &sin) { Data($0) }
+        self = withUnsafeBytes(of: &sin) { SocketAddress(copying: $0) }
     }
 
     /// An IPv6 address from its 16 bytes, with the interface index as scope id (0 for none).
@@ -40,12 +55,20 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
         sin6.sin6_port = port.bigEndian
         sin6.sin6_scope_id = scopeID
         withUnsafeMutableBytes(of: &sin6.sin6_addr) { $0.copyBytes(from: bytes) }
-        data = withUnsafeBytes(of: &sin6) { Data($0) }
+        self = withUnsafeBytes(of: &sin6) { SocketAddress(copying: $0) }
+    }
+
+    public static func == (a: SocketAddress, b: SocketAddress) -> Bool {
+        a.withBytes { x in b.withBytes { y in x.elementsEqual(y) } }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        withBytes { hasher.combine(bytes: $0) }
     }
 
     /// `AF_INET` or `AF_INET6`.
     public var family: Int32 {
-        data.withUnsafeBytes { Int32($0.loadUnaligned(as: sa_family_t.self)) }
+        withBytes { Int32($0.loadUnaligned(as: sa_family_t.self)) }
     }
 
     /// Whether this is an IPv6 address.
@@ -53,7 +76,7 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
 
     /// The port, in host byte order.
     public var port: UInt16 {
-        data.withUnsafeBytes { raw in
+        withBytes { raw in
             isIPv6 ? UInt16(bigEndian: raw.loadUnaligned(as: sockaddr_in6.self).sin6_port)
                 : UInt16(bigEndian: raw.loadUnaligned(as: sockaddr_in.self).sin_port)
         }
@@ -61,7 +84,7 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
 
     /// The address bytes in network order (4 for IPv4, 16 for IPv6), without port or scope.
     public var rawBytes: [UInt8] {
-        data.withUnsafeBytes { raw in
+        withBytes { raw in
             if isIPv6 {
                 var addr = raw.loadUnaligned(as: sockaddr_in6.self).sin6_addr
                 return withUnsafeBytes(of: &addr) { Array($0) }
@@ -74,14 +97,14 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
     /// The IPv6 scope id (interface index); 0 for IPv4 or an unscoped address.
     public var scopeID: UInt32 {
         guard isIPv6 else { return 0 }
-        return data.withUnsafeBytes { $0.loadUnaligned(as: sockaddr_in6.self).sin6_scope_id }
+        return withBytes { $0.loadUnaligned(as: sockaddr_in6.self).sin6_scope_id }
     }
 
     /// The address in presentation form: `198.18.0.1`, `fe80::1%lab0` (scope as interface name
     /// when it has one, else as a number).
     public var host: String {
         var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
-        data.withUnsafeBytes { raw in
+        withBytes { raw in
             if isIPv6 {
                 var addr = raw.loadUnaligned(as: sockaddr_in6.self).sin6_addr
                 _ = inet_ntop(AF_INET6, &addr, &buffer, socklen_t(buffer.count))
@@ -106,6 +129,19 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
 }
 
 extension SocketAddress {
+    /// Reads a `sockaddr_in` / `sockaddr_in6` from raw bytes without an intermediate `Data`.
+    init?(bytes raw: UnsafeRawBufferPointer) {
+        guard raw.count >= MemoryLayout<sa_family_t>.size else { return nil }
+        switch Int32(raw.loadUnaligned(as: sa_family_t.self)) {
+        case AF_INET where raw.count >= MemoryLayout<sockaddr_in>.size:
+            self.init(copying: UnsafeRawBufferPointer(rebasing: raw.prefix(MemoryLayout<sockaddr_in>.size)))
+        case AF_INET6 where raw.count >= MemoryLayout<sockaddr_in6>.size:
+            self.init(copying: UnsafeRawBufferPointer(rebasing: raw.prefix(MemoryLayout<sockaddr_in6>.size)))
+        default:
+            return nil
+        }
+    }
+
     /// The local (`peer: false`) or remote address of a connected socket; nil if the call fails.
     static func of(_ fd: Int32, peer: Bool) -> SocketAddress? {
         var storage = sockaddr_storage()
@@ -116,7 +152,7 @@ extension SocketAddress {
             }
         }
         guard result == 0 else { return nil }
-        return SocketAddress(withUnsafeBytes(of: &storage) { Data($0.prefix(Int(length))) })
+        return withUnsafeBytes(of: &storage) { SocketAddress(bytes: UnsafeRawBufferPointer(rebasing: $0.prefix(Int(length)))) }
     }
 }
 

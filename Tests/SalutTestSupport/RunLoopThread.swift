@@ -16,12 +16,15 @@ public final class RunLoopThread: @unchecked Sendable {
         // The thread holds `self` strongly until it has seen `stopped` and left its loop.
         let thread = Thread { [self] in
             self.runLoop = RunLoop.current
-            // A far-future timer keeps the run loop from returning at once for lack of sources.
-            RunLoop.current.add(Timer(timeInterval: 1e6, repeats: false) { _ in }, forMode: .default)
+            // A far-future timer keeps the run loop from returning at once for lack of sources;
+            // invalidated at the end, since a timer that never fires is never freed otherwise.
+            let keepAlive = Timer(timeInterval: 1e6, repeats: false) { _ in }
+            RunLoop.current.add(keepAlive, forMode: .default)
             self.ready.signal()
             while !self.stopped.load(ordering: .acquiring) {
                 _ = RunLoop.current.run(mode: .default, before: Date().addingTimeInterval(0.05))
             }
+            keepAlive.invalidate()
         }
         thread.start()
         ready.wait()

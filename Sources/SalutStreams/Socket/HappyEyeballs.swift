@@ -116,7 +116,7 @@ final class HappyEyeballs: @unchecked Sendable {
             close(fd)
             return machine.attemptFailed(id, error as? SocketStreamError ?? .system(call: "setsockopt", errno: 0, message: "\(error)"))
         }
-        let result = address.data.withUnsafeBytes { raw in
+        let result = address.withBytes { raw in
             connect(fd, raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(raw.count))
         }
         let code = errno

@@ -150,7 +150,7 @@ public final class StreamListener: Sendable {
                 close(client)
                 continue
             }
-            let remote = SocketAddress(withUnsafeBytes(of: &storage) { Data($0.prefix(Int(length))) })
+            let remote = withUnsafeBytes(of: &storage) { SocketAddress(bytes: UnsafeRawBufferPointer(rebasing: $0.prefix(Int(length)))) }
             guard (try? SocketOptions.disableNagle(client)) != nil else {
                 close(client)   // not a TCP socket we can use (it may already be reset)
                 continue
@@ -204,7 +204,7 @@ public final class StreamListener: Sendable {
         } else {
             address = SocketAddress(ipv4: [0, 0, 0, 0], port: port)
         }
-        let bound = address.data.withUnsafeBytes { bind(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }
+        let bound = address.withBytes { bind(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }
         if bound != 0 && family == AF_INET6 && errno == EADDRNOTAVAIL { close(fd); return nil }
         guard bound == 0 else { throw failure("bind to port \(port)") }
         guard listen(fd, backlog) == 0 else { throw failure("listen") }
