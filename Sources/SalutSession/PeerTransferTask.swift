@@ -67,7 +67,10 @@ open class PeerTransferTask: PeerStreamTask, @unchecked Sendable {
     private let transfer: any PeerTransfer
     private let initialCheckpoint: Data?
     private var runner: Task<Void, Never>?
+    /// The running transfer's context (it holds this task: dropped when the task finishes).
     private var context: PeerTransferContext?
+    /// The context's latest checkpoint, kept once the context is dropped.
+    private var finalCheckpoint: Data?
 
     init(session: PeerSession, identifier: Int, target: Target, transfer: any PeerTransfer, checkpoint: Data?) {
         self.transfer = transfer
@@ -94,7 +97,13 @@ open class PeerTransferTask: PeerStreamTask, @unchecked Sendable {
     }
 
     override func finishWork() {
-        lock.withLock { runner }?.cancel()
+        let runner = lock.withLock { () -> Task<Void, Never>? in
+            finalCheckpoint = context?.latestCheckpoint ?? finalCheckpoint
+            context = nil   // breaks the task ↔ context cycle
+            defer { self.runner = nil }
+            return self.runner
+        }
+        runner?.cancel()
         super.finishWork()
     }
 
@@ -114,7 +123,7 @@ open class PeerTransferTask: PeerStreamTask, @unchecked Sendable {
     }
 
     private func resumeData() -> Data? {
-        let checkpoint = lock.withLock { context?.latestCheckpoint } ?? initialCheckpoint
+        let checkpoint = lock.withLock { context?.latestCheckpoint ?? finalCheckpoint } ?? initialCheckpoint
         guard let checkpoint else { return nil }
         return ResumeRecord(target: target, checkpoint: checkpoint, description: taskDescription).encoded()
     }

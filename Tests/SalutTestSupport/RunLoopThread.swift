@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import Synchronization
 
 /// A thread running its own run loop until stopped, for tests of streams and services scheduled
@@ -16,15 +17,13 @@ public final class RunLoopThread: @unchecked Sendable {
         // The thread holds `self` strongly until it has seen `stopped` and left its loop.
         let thread = Thread { [self] in
             self.runLoop = RunLoop.current
-            // A far-future timer keeps the run loop from returning at once for lack of sources;
-            // invalidated at the end, since a timer that never fires is never freed otherwise.
-            let keepAlive = Timer(timeInterval: 1e6, repeats: false) { _ in }
-            RunLoop.current.add(keepAlive, forMode: .default)
             self.ready.signal()
+            // No keep-alive timer (swift-corelibs-foundation never frees a block-based timer):
+            // with nothing scheduled, `run` returns at once, and the loop looks again 1 ms later.
+            // Work posted with `perform(inModes:)` counts as something to run.
             while !self.stopped.load(ordering: .acquiring) {
-                _ = RunLoop.current.run(mode: .default, before: Date().addingTimeInterval(0.05))
+                if !RunLoop.current.run(mode: .default, before: Date().addingTimeInterval(0.05)) { usleep(1_000) }
             }
-            keepAlive.invalidate()
         }
         thread.start()
         ready.wait()
