@@ -6,7 +6,7 @@ import XCTest
 
 /// A stream task's async calls end with `CancellationError` as soon as their caller is cancelled,
 /// whether they are waiting on the peer or still queued, and no byte is lost.
-final class SessionCancellationTests: XCTestCase {
+final class SessionCancellationTests: SalutTestCase {
     func testCancelledReadThrowsPromptlyAndTheNextReadGetsEveryByte() async throws {
         let server = try SilentServer()
         let session = PeerSession(configuration: .ephemeral)

@@ -4,7 +4,7 @@ import SalutStreams
 import SalutTestSupport
 import XCTest
 
-final class SecureTaskTests: XCTestCase {
+final class SecureTaskTests: SalutTestCase {
     var certificate: TestCertificate!
 
     override func setUpWithError() throws {

@@ -5,7 +5,7 @@ import SalutStreams
 import SalutTestSupport
 import XCTest
 
-final class StreamTaskTests: XCTestCase {
+final class StreamTaskTests: SalutTestCase {
     func testReadTimeoutFailsOnlyThatReadAndLosesNothing() async throws {
         let server = try SilentServer()
         let session = PeerSession(configuration: .ephemeral)

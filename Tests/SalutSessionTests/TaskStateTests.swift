@@ -4,7 +4,7 @@ import SalutStreams
 import SalutTestSupport
 import XCTest
 
-final class TaskStateTests: XCTestCase {
+final class TaskStateTests: SalutTestCase {
     func testTasksStartSuspendedAndResumeTwiceIsHarmless() async throws {
         let server = try EchoServer()
         let delegate = RecordingDelegate()

@@ -83,7 +83,7 @@ struct ChunkedSend: PeerTransfer {
     }
 }
 
-final class TransferTaskTests: XCTestCase {
+final class TransferTaskTests: SalutTestCase {
     func testCancelIntoResumeDataAndFinishFromItWithEveryByteOnce() async throws {
         let payload = pattern(4 << 20, seed: 3)
         let receiver = try ResumableReceiver(total: payload.count, chunk: 64 * 1024)

@@ -38,7 +38,7 @@ func write(_ stream: OutputStream, _ bytes: [UInt8]) -> Int {
     bytes.withUnsafeBufferPointer { stream.write($0.baseAddress!, maxLength: $0.count) }
 }
 
-final class BoundStreamsTests: XCTestCase {
+final class BoundStreamsTests: SalutTestCase {
     func testCallSiteAsOnMacOS() {
         var input: InputStream?
         var output: OutputStream?

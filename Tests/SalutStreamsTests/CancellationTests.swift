@@ -6,7 +6,7 @@ import XCTest
 
 /// Every async call of the streams layer returns promptly with `CancellationError` when its task
 /// is cancelled, and what was already delivered stays delivered.
-final class StreamCancellationTests: XCTestCase {
+final class StreamCancellationTests: SalutTestCase {
     func testCancelledWriteOnAFullBufferThrowsAndKeepsWhatWentIn() async throws {
         let pair = BoundStreamPair(bufferSize: 4)
         pair.input.open(); pair.output.open()

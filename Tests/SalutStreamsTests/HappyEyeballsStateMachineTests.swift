@@ -1,22 +1,17 @@
 @testable import SalutStreams
+import SalutTestSupport
 import XCTest
 
 /// Happy Eyeballs without sockets: the machine is driven by events, and time by a fake clock
 /// that fires the timers the machine armed, in order.
-final class HappyEyeballsStateMachineTests: XCTestCase {
+final class HappyEyeballsStateMachineTests: SalutTestCase {
     typealias Machine = HappyEyeballsStateMachine
     typealias ID = Machine.AttemptID
 
-    static let v4a = SocketAddress(ipv4: [198, 18, 0, 1], port: 80)
-    static let v4b = SocketAddress(ipv4: [198, 18, 0, 2], port: 80)
-    static let v6a = SocketAddress(ipv6: [0xfe, 0x80] + Array(repeating: 0, count: 13) + [1], port: 80, scopeID: 2)
-    static let v6b = SocketAddress(ipv6: [0xfe, 0x80] + Array(repeating: 0, count: 13) + [2], port: 80, scopeID: 2)
-    // Statics, not properties: XCTest keeps its test-case instances in a way LeakSanitizer
-    // reports as leaked, with what they hold.
-    var v4a: SocketAddress { Self.v4a }
-    var v4b: SocketAddress { Self.v4b }
-    var v6a: SocketAddress { Self.v6a }
-    var v6b: SocketAddress { Self.v6b }
+    let v4a = SocketAddress(ipv4: [198, 18, 0, 1], port: 80)
+    let v4b = SocketAddress(ipv4: [198, 18, 0, 2], port: 80)
+    let v6a = SocketAddress(ipv6: [0xfe, 0x80] + Array(repeating: 0, count: 13) + [1], port: 80, scopeID: 2)
+    let v6b = SocketAddress(ipv6: [0xfe, 0x80] + Array(repeating: 0, count: 13) + [2], port: 80, scopeID: 2)
 
     /// A clock for the machine: keeps the virtual time and the two timers it may have armed,
     /// and records which attempts started when.

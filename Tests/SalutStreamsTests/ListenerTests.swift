@@ -4,7 +4,7 @@ import SalutStreams
 import SalutTestSupport
 import XCTest
 
-final class ListenerTests: XCTestCase {
+final class ListenerTests: SalutTestCase {
     func testListensOnIPv4AndIPv6OnTheSamePort() async throws {
         let listener = try StreamListener(port: 0)
         defer { listener.stop() }

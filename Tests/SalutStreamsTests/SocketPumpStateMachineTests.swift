@@ -1,10 +1,11 @@
 @testable import SalutStreams
+import SalutTestSupport
 import XCTest
 
 /// The socket pump's decisions without a socket: each test feeds events and checks the actions
 /// and what the pump would watch. `SocketPumpConversationTests` below runs whole exchanges
 /// through a scripted `ByteTransport`.
-final class SocketPumpStateMachineTests: XCTestCase {
+final class SocketPumpStateMachineTests: SalutTestCase {
     typealias Machine = SocketPumpStateMachine
     let lost = SocketStreamError.connectionLost("reset")
 
@@ -369,7 +370,7 @@ final class SocketPumpStateMachineTests: XCTestCase {
 
 /// Whole exchanges: the machine's actions performed against a scripted `ByteTransport` and two
 /// in-memory buffers, as the pump's shell performs them against a socket.
-final class SocketPumpConversationTests: XCTestCase {
+final class SocketPumpConversationTests: SalutTestCase {
     /// A transport that hands out scripted receive outcomes and takes sends up to a window.
     final class ScriptedTransport: ByteTransport {
         var incoming: [TransferOutcome] = []

@@ -23,7 +23,7 @@ func openError(_ pair: BoundStreamPair) async -> SocketStreamError? {
     }
 }
 
-final class TLSTests: XCTestCase {
+final class TLSTests: SalutTestCase {
     var certificate: TestCertificate!
 
     override func setUpWithError() throws {
@@ -164,6 +164,73 @@ final class TLSTests: XCTestCase {
         defer { client.stop() }
         client.write("ping\n")
         XCTAssertTrue(client.waitForOutput(containing: "ack ping", seconds: 20), client.output)
+    }
+
+    func testAPeerThatGoesAwayMidWriteIsAnErrorNotASIGPIPE() async throws {
+        // SIGPIPE at its default (fatal) disposition: OpenSSL's own socket BIO would raise it
+        // and end this process.
+        _ = signal(SIGPIPE, SIG_DFL)
+        let serverTLS = TLSConfiguration.server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+        let listener = try StreamListener(port: 0, tls: serverTLS)
+        defer { listener.stop() }
+        listener.accept { connection in
+            Task {   // take a little, then reset the connection
+                guard (try? await connection.streams.open()) != nil else { return }
+                _ = try? await readBytes(connection.input, count: 64 * 1024)
+                connection.input.close()
+                connection.output.close()
+            }
+        }
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: Int(listener.port),
+                                      tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        try await withDeadline(20, "open") { try await pair.open() }
+        // Blocking writes from a thread of our own with SIGPIPE unblocked, as an app's main
+        // thread has it (libdispatch's threads block it, which would hide the problem).
+        let failed = DispatchSemaphore(value: 0)
+        let result = Locked<(any Error)?>(nil)
+        Thread.detachNewThread {
+            var pipeSignal = sigset_t()
+            sigemptyset(&pipeSignal)
+            sigaddset(&pipeSignal, SIGPIPE)
+            pthread_sigmask(SIG_UNBLOCK, &pipeSignal, nil)
+            let block = [UInt8](repeating: 7, count: 64 * 1024)
+            for _ in 0..<4096 {   // 256 MiB: far more than the peer takes
+                var offset = 0
+                while offset < block.count {
+                    let n = block.withUnsafeBufferPointer { pair.output.write($0.baseAddress! + offset, maxLength: block.count - offset) }
+                    if n < 0 { result.withLock { $0 = pair.output.streamError ?? StreamFailure.notOpen }; failed.signal(); return }
+                    offset += n
+                }
+            }
+            failed.signal()
+        }
+        XCTAssertEqual(failed.wait(timeout: .now() + 30), .success, "the writes neither failed nor finished")
+        let outcome = result.value
+        let error = try XCTUnwrap(outcome, "256 MiB went to a peer that had gone")
+        XCTAssertEqual(pair.output.streamStatus, .error, "\(error)")
+    }
+
+    func testTLSCutWithoutCloseNotifyIsATruncationNotAnEnd() async throws {
+        // openssl s_server sends some bytes, then its TCP connection is cut (killed) without a
+        // close_notify: the reader must see an error, not a clean end of data.
+        let (server, port) = try reversingServer(certificate)
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port,
+                                      tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        try await withDeadline(20, "open") { try await pair.open() }
+        try await pair.output.write(Data("olleh\n".utf8))
+        let first = try await withDeadline(10, "the reply") { try await readBytes(pair.input, count: 6) }
+        XCTAssertEqual(String(decoding: first, as: UTF8.self), "hello\n")
+        kill(server.process.processIdentifier, SIGKILL)
+        let ending: Error? = try await withDeadline(10, "the cut is noticed") {
+            do {
+                for try await _ in pair.input.chunks {}
+                return nil
+            } catch {
+                return error
+            }
+        }
+        let error = try XCTUnwrap(ending, "a cut TLS stream ended as if complete")
+        XCTAssertEqual(error as? SocketStreamError, .tls(.closedWithoutCloseNotify), "\(error)")
     }
 
     func testMutualTLSBetweenOurOwnEndsMovesEightMebibytesBothWays() async throws {

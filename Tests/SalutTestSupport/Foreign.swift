@@ -3,32 +3,28 @@ import Foundation
 /// A foreign process (avahi-publish, avahi-browse, openssl, socat), with its output collected
 /// and its standard input open for writing.
 public final class Foreign: @unchecked Sendable {
-    // @unchecked: `buffer` is guarded by `lock`.
-    public let process = Process()
-    private let input = Pipe()
-    private let lock = NSLock()
-    private var buffer = Data()
+    // @unchecked: the collected output is guarded by its lock; the child process is thread-safe.
+    public let process: ChildProcess
+    private let collected: Collected
 
-    public init(_ arguments: [String]) throws {
-        // `env --default-signal` unblocks every signal: a child spawned from a libdispatch
-        // thread would otherwise inherit its blocked SIGTERM and ignore `terminate()`.
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["--default-signal"] + arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        process.standardInput = input
-        pipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let chunk = handle.availableData
-            guard let self, !chunk.isEmpty else { return }
-            self.lock.lock(); self.buffer.append(chunk); self.lock.unlock()
-        }
-        try process.run()
+    /// The output so far, shared with the child's reader.
+    private final class Collected: @unchecked Sendable {
+        // @unchecked: `data` is guarded by `lock`.
+        let lock = NSLock()
+        var data = Data()
     }
 
+    public init(_ arguments: [String]) throws {
+        let collected = Collected()
+        self.collected = collected
+        process = try ChildProcess(arguments) { chunk in
+            collected.lock.lock(); collected.data.append(chunk); collected.lock.unlock()
+        }
+    }
+
+    /// Everything it has printed so far (standard output and error).
     public var output: String {
-        lock.lock(); defer { lock.unlock() }
-        return String(decoding: buffer, as: UTF8.self)
+        collected.lock.withLock { String(decoding: collected.data, as: UTF8.self) }
     }
 
     public func waitForOutput(containing text: String, seconds: Double) -> Bool {
@@ -64,12 +60,12 @@ public final class Foreign: @unchecked Sendable {
     /// main thread.
     /// Writes to the process's standard input.
     public func write(_ text: String) {
-        input.fileHandleForWriting.write(Data(text.utf8))
+        process.write(Data(text.utf8))
     }
 
     /// Closes the process's standard input (it reads end of file).
     public func closeInput() {
-        try? input.fileHandleForWriting.close()
+        process.closeInput()
     }
 
     public func stop() {

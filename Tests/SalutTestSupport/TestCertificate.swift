@@ -36,17 +36,10 @@ public struct TestCertificate: Sendable {
     }
 
     static func run(_ command: String) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", command]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let text = String(decoding: output, as: UTF8.self)
-        guard process.terminationStatus == 0 else { throw Failure(description: "\(command): \(text)") }
+        let shell = try Foreign(["/bin/sh", "-c", command])
+        guard shell.waitForExit(seconds: 60) else { throw Failure(description: "\(command): still running after 60 s") }
+        let text = shell.output
+        guard shell.process.terminationStatus == 0 else { throw Failure(description: "\(command): \(text)") }
         return text
     }
 }

@@ -280,14 +280,16 @@ final class SocketPump: @unchecked Sendable {
             downgrade?(.failure(.tls(.invalidConfiguration(reason))))
             return []
         case .fail(let error, _, let breaks):
-            inbound.closeWriter()
-            outbound.closeReader()
+            // The streams learn the error before their buffers end, so a reader woken by the
+            // end sees the failure, never a clean end of data.
+            if breaks { onFailure?(error) }
             let ready = pendingReady, downgrade = pendingDowngrade
             pendingReady = nil
             pendingDowngrade = nil
             ready?(.failure(error))
             downgrade?(.failure(error))
-            if breaks { onFailure?(error) }
+            inbound.closeWriter()
+            outbound.closeReader()
             return []
         case .release:
             release()

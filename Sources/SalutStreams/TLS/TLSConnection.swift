@@ -61,9 +61,12 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         guard SSL_set_ex_data(ssl, slot, Unmanaged.passUnretained(self).toOpaque()) == 1 else {
             throw TLSError.invalidConfiguration("SSL_set_ex_data failed")
         }
-        guard SSL_set_fd(ssl, fd) == 1 else {
-            throw TLSError.invalidConfiguration("SSL_set_fd failed: \(OpenSSLErrors.drain())")
+        // Our own socket BIO: sends with MSG_NOSIGNAL, so a peer that goes away mid-write is an
+        // error, never a SIGPIPE that ends the process.
+        guard let bio = salut_BIO_new_socket_nosigpipe(fd) else {
+            throw TLSError.invalidConfiguration("cannot make a socket BIO: \(OpenSSLErrors.drain())")
         }
+        SSL_set_bio(ssl, bio, bio)   // the SSL owns the BIO from here
         let configuration = context.configuration
         if configuration.role == .client {
             if let name = (configuration.peerName ?? dialledHost).map(Self.bareHost), !name.isEmpty {

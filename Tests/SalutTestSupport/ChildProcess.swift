@@ -1,0 +1,158 @@
+import Dispatch
+import Foundation
+import Glibc
+
+/// A child process spawned with `posix_spawnp` (not Foundation's `Process`, which leaks
+/// itself and its pipes in swift-corelibs-foundation and would hide real leaks from the
+/// sanitizer runs): standard output and error go to one pipe the parent reads, standard input
+/// comes from a pipe the parent writes. Every signal is unblocked and at its default in the
+/// child, whatever the spawning thread had blocked.
+public final class ChildProcess: @unchecked Sendable {
+    // @unchecked: `reaped` and `status` are guarded by `lock`; the output source runs on its
+    // own queue and reports through `onOutput`.
+
+    /// Why a child could not be started.
+    public struct SpawnError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    public let processIdentifier: pid_t
+    private let lock = NSLock()
+    private var reaped = false
+    private var status: Int32 = 0
+    private var stdinFD: Int32
+    private let output: DispatchSourceRead
+
+    /// Starts `arguments[0]` (found on `PATH`) with the rest as its arguments; `onOutput` gets
+    /// each piece of its output (on a background queue), and an empty piece at the end.
+    /// - Throws: ``SpawnError`` when a pipe or the spawn fails.
+    public init(_ arguments: [String], onOutput: @escaping @Sendable (Data) -> Void) throws {
+        precondition(!arguments.isEmpty, "a command to run")
+        var inPipe: [Int32] = [0, 0], outPipe: [Int32] = [0, 0]
+        guard pipe(&inPipe) == 0 else { throw SpawnError(description: "pipe: \(String(cString: strerror(errno)))") }
+        guard pipe(&outPipe) == 0 else {
+            close(inPipe[0]); close(inPipe[1])
+            throw SpawnError(description: "pipe: \(String(cString: strerror(errno)))")
+        }
+        // Not inherited by other children (the child gets its ends through dup2).
+        for fd in inPipe + outPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        var attributes = posix_spawnattr_t()
+        posix_spawn_file_actions_init(&actions)
+        posix_spawnattr_init(&attributes)
+        defer {
+            posix_spawn_file_actions_destroy(&actions)
+            posix_spawnattr_destroy(&attributes)
+        }
+        posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
+        posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
+        posix_spawn_file_actions_adddup2(&actions, outPipe[1], 2)
+        var none = sigset_t(), all = sigset_t()
+        sigemptyset(&none)
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        let result = posix_spawnp(&pid, arguments[0], &actions, &attributes, &argv, environ)
+        close(inPipe[0])
+        close(outPipe[1])
+        guard result == 0 else {
+            close(inPipe[1]); close(outPipe[0])
+            throw SpawnError(description: "cannot run \(arguments[0]): \(String(cString: strerror(result)))")
+        }
+        processIdentifier = pid
+        stdinFD = inPipe[1]
+        let readFD = outPipe[0]
+        _ = fcntl(readFD, F_SETFL, fcntl(readFD, F_GETFL) | O_NONBLOCK)
+        output = DispatchSource.makeReadSource(fileDescriptor: readFD, queue: DispatchQueue(label: "salut.test.child"))
+        output.setEventHandler { [output] in
+            var buffer = [UInt8](repeating: 0, count: 16 * 1024)
+            while true {
+                let n = read(readFD, &buffer, buffer.count)
+                if n > 0 { onOutput(Data(buffer[..<n])); continue }
+                if n < 0 && (errno == EAGAIN || errno == EINTR) { return }
+                onOutput(Data())   // end of output (or an error reading it)
+                output.cancel()
+                return
+            }
+        }
+        output.setCancelHandler { close(readFD) }
+        output.resume()
+    }
+
+    deinit {
+        output.cancel()
+        lock.withLock {
+            if stdinFD >= 0 { close(stdinFD) }
+        }
+        if isRunning { kill(processIdentifier, SIGKILL) }
+        _ = isRunning   // reap
+    }
+
+    /// Whether the child still runs (reaps it once it has exited).
+    public var isRunning: Bool {
+        lock.withLock {
+            guard !reaped else { return false }
+            var raw: Int32 = 0
+            let result = waitpid(processIdentifier, &raw, WNOHANG)
+            if result == processIdentifier || (result < 0 && errno == ECHILD) {
+                reaped = true
+                status = raw
+                return false
+            }
+            return true
+        }
+    }
+
+    /// The exit code, or the signal that ended it (as Foundation's `Process` reports it).
+    public var terminationStatus: Int32 {
+        _ = isRunning
+        let raw = lock.withLock { status }
+        return raw & 0x7f == 0 ? (raw >> 8) & 0xff : raw & 0x7f
+    }
+
+    /// Sends SIGTERM.
+    public func terminate() {
+        if isRunning { kill(processIdentifier, SIGTERM) }
+    }
+
+    /// Writes to the child's standard input (all of it, blocking while the pipe is full). A child
+    /// that has gone is not a crash: SIGPIPE is blocked on this thread while writing and a
+    /// pending one is taken back, so the process-wide disposition stays as it was (the library's
+    /// tests rely on SIGPIPE being fatal to prove that Salut never raises it).
+    public func write(_ data: Data) {
+        let fd = lock.withLock { stdinFD }
+        guard fd >= 0 else { return }
+        var pipeSignal = sigset_t(), previous = sigset_t()
+        sigemptyset(&pipeSignal)
+        sigaddset(&pipeSignal, SIGPIPE)
+        pthread_sigmask(SIG_BLOCK, &pipeSignal, &previous)
+        defer {
+            var pending = sigset_t()
+            sigpending(&pending)
+            if sigismember(&pending, SIGPIPE) == 1 {
+                var none = timespec()
+                _ = sigtimedwait(&pipeSignal, nil, &none)
+            }
+            pthread_sigmask(SIG_SETMASK, &previous, nil)
+        }
+        data.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if n > 0 { offset += n } else if errno != EINTR { return }
+            }
+        }
+    }
+
+    /// Closes the child's standard input (it reads end of file).
+    public func closeInput() {
+        lock.withLock {
+            if stdinFD >= 0 { close(stdinFD); stdinFD = -1 }
+        }
+    }
+}
