@@ -356,12 +356,16 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
         pair.observeConnection { metrics.record($0) }
         do {
             try await pair.open()
+            // The first value wins: a task cancelled while connecting has set its failure, and
+            // then nobody will use this pair. (Checking `isFinished` after publishing would be a
+            // race: queued work may already have run, captured the streams and completed.)
             connection.open(.success(pair))
-            touch()
-            if isFinished {   // cancelled while connecting
+            guard case .success(let held)? = connection.current, held.input === pair.input else {
                 pair.input.close()
                 pair.output.close()
+                return
             }
+            touch()
         } catch {
             let wrapped = PeerSessionError.wrap(error)
             connection.open(.failure(wrapped))
