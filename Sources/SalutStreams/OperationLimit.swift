@@ -33,18 +33,32 @@ package final class OperationLimit: @unchecked Sendable {
             lock.withLock { if ended == nil { ended = .deadlinePassed } }
             return
         }
-        let (seconds, attoseconds) = remaining.components
-        let nanoseconds = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        let total = nanoseconds.overflow ? Int64.max : nanoseconds.partialValue.addingReportingOverflow(attoseconds / 1_000_000_000).partialValue
-        let timer = DispatchSource.makeTimerSource(queue: .global())
-        timer.schedule(deadline: .now() + .nanoseconds(Int(clamping: total)))
-        timer.setEventHandler { [weak self] in self?.end(.deadlinePassed) }
-        let armed = lock.withLock { () -> Bool in
-            guard self.timer == nil, ended == nil else { return false }
-            self.timer = timer
-            return true
+        // Made and resumed under the lock, only when none is armed and the operation goes on
+        // (libdispatch aborts on releasing a source that was never resumed).
+        lock.withLock {
+            guard timer == nil, ended == nil else { return }
+            let made = DispatchSource.makeTimerSource(queue: .global())
+            made.schedule(deadline: .now() + Self.dispatchInterval(remaining))
+            made.setEventHandler { [weak self] in self?.end(.deadlinePassed) }
+            timer = made
+            made.resume()
         }
-        if armed { timer.resume() }
+    }
+
+    /// `duration` for libdispatch, saturating instead of overflowing.
+    package static func dispatchInterval(_ duration: Duration) -> DispatchTimeInterval {
+        let (seconds, attoseconds) = duration.components
+        let nanoseconds = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        guard !nanoseconds.overflow else { return .never }
+        let total = nanoseconds.partialValue.addingReportingOverflow(attoseconds / 1_000_000_000)
+        return total.overflow ? .never : .nanoseconds(Int(clamping: total.partialValue))
+    }
+
+    /// A timeout in seconds made safe: NaN or not above 0 gives `fallback`; at most a billion
+    /// seconds (about 31 years), so that infinity means "practically never".
+    package static func clampedSeconds(_ seconds: TimeInterval, default fallback: TimeInterval) -> TimeInterval {
+        guard !seconds.isNaN, seconds > 0 else { return fallback }
+        return min(seconds, 1e9)
     }
 
     /// The deadline `seconds` from now (nil for 0 or less: no deadline; at most a billion
@@ -66,8 +80,15 @@ package final class OperationLimit: @unchecked Sendable {
 
     /// Cancels the operation; true when it had not started (the caller can answer at once).
     package func cancelBeforeStart() -> Bool {
-        let queued = lock.withLock { !started && ended == nil }
-        end(.cancelled)
+        // Decided under the lock with the end itself, so `begin()` cannot slip in between.
+        let (queued, wake, timer) = lock.withLock { () -> (Bool, (@Sendable () -> Void)?, DispatchSourceTimer?) in
+            let queued = !started && ended == nil
+            if ended == nil { ended = .cancelled }
+            defer { self.wake = nil; self.timer = nil }
+            return (queued, self.wake, self.timer)
+        }
+        timer?.cancel()
+        wake?()
         return queued
     }
 

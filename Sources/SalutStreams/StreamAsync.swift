@@ -25,6 +25,7 @@ public struct StreamChunks: AsyncSequence {
             var chunk = Data(count: chunkSize)
             let n: Int
             if let bound = stream as? BoundInputStream {
+                await bound.events.settled(bound, gate: bound.gate, then: bound.refresh)
                 await bound.buffer.readable()
                 try Task.checkCancellation()
                 n = chunk.withUnsafeMutableBytes { raw in
@@ -62,6 +63,7 @@ extension OutputStream {
         while offset < data.count {
             let n: Int
             if let bound = self as? BoundOutputStream {
+                await bound.events.settled(bound, gate: bound.gate, then: bound.refresh)
                 await bound.buffer.writable()
                 try Task.checkCancellation()
                 n = data.withUnsafeBytes { raw in

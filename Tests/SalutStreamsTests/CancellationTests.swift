@@ -72,4 +72,39 @@ final class StreamCancellationTests: SalutTestCase {
         while n > 0 { n = recv(server, &scratch, scratch.count, 0) }
         XCTAssertEqual(n, 0, "the client's socket was closed (errno \(errno))")
     }
+
+    func testAsyncCallsRightAfterOpeningWaitForTheConnectionOrItsFailure() async throws {
+        let listener = try StreamListener(port: 0)
+        defer { listener.stop() }
+        listener.accept { connection in
+            Task {
+                guard (try? await connection.streams.open()) != nil else { return }
+                for try await chunk in connection.input.chunks { try await connection.output.write(chunk) }
+                connection.output.close()
+            }
+        }
+        // Written before the connection exists: the write waits for it instead of failing.
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: Int(listener.port))
+        try await withDeadline(10, "write while opening") { try await pair.output.write(Data("early".utf8)) }
+        pair.output.close()
+        let echoed = try await withDeadline(10, "echo") { () -> Data in
+            var all = Data()
+            for try await chunk in pair.input.chunks { all += chunk }
+            return all
+        }
+        XCTAssertEqual(String(decoding: echoed, as: UTF8.self), "early")
+
+        // A connection that fails ends a waiting read with the failure, not a hang.
+        let refused = SocketStreams.pair(toHost: "127.0.0.1", port: 9)
+        let outcome = try await withDeadline(10, "the read ends") { () -> Result<Int, any Error> in
+            do {
+                var count = 0
+                for try await chunk in refused.input.chunks { count += chunk.count }
+                return .success(count)
+            } catch {
+                return .failure(error)
+            }
+        }
+        XCTAssertThrowsError(try outcome.get()) { XCTAssertEqual($0 as? SocketStreamError, .connectionRefused("127.0.0.1:9")) }
+    }
 }

@@ -296,10 +296,38 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         XCTAssertEqual(machine.closeNotifySent(.failed(lost)), [.fail(lost, endsSetup: false, breaksConnection: true), .release])
     }
 
+    // MARK: Closing both streams ends everything
+
+    /// From every state a connection can be in, closing both streams while the peer says and
+    /// does nothing (no handshake reply, no reads, no close) releases the connection.
+    func testClosingBothStreamsReleasesFromEveryStateWithASilentPeer() {
+        for (name, start) in reachableStates() where start.state != .idle {
+            var machine = start
+            var work = machine.inboundChanged(readerClosed: true) + machine.abandoned() + machine.outboundChanged()
+                + machine.socketReadable() + machine.socketWritable()
+            var steps = 0
+            while !work.isEmpty && steps < 200 {
+                let action = work.removeFirst()
+                steps += 1
+                switch action {
+                case .receive: work += machine.inboundChanged(readerClosed: true)   // the shell sees the closed reader
+                case .send: work += machine.nothingToSend(outputClosed: true)
+                case .finishSending: work += machine.sendingFinished(.ended)
+                case .sendCloseNotify: work += machine.closeNotifySent(.wouldBlock)   // silent: never drains
+                case .sendPreface: work += machine.prefaceSent(complete: false)
+                case .stepHandshake: work += machine.handshakeStepped(.wantRead)
+                case .peekAtSocket: work += machine.peeked(.nothingYet)
+                default: break
+                }
+            }
+            XCTAssertTrue(machine.isClosed, "\(name): still \(machine.state)")
+        }
+    }
+
     // MARK: Every state × event
 
-    /// States reached by the paths above, each with the events that may arrive in any state.
-    func testEveryReachableStateAnswersEveryEventSafely() {
+    /// States reached by the paths above (and a few more), each named.
+    func reachableStates() -> [(String, Machine)] {
         var reachable: [(String, Machine)] = [("idle", Machine())]
         func add(_ name: String, _ steps: (inout Machine) -> Void) {
             var machine = Machine()
@@ -322,8 +350,18 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         add("tls, peer close_notify") { $0 = self.tlsFlow(); _ = $0.received(.ended) }
         add("downgrading") { $0 = self.tlsFlow(); _ = $0.stopTLS() }
         add("downgrade, ours sent") { $0 = self.tlsFlow(); _ = $0.stopTLS(); _ = $0.closeNotifySent(.ended) }
+        add("evaluating an upgrade") { _ = $0.start(secure: false); _ = $0.startTLS(); _ = $0.prefaceSent(complete: true); _ = $0.handshakeStepped(.done) }
+        add("tls, plain bytes after close_notify") { $0 = self.tlsFlow(); _ = $0.received(.ended); _ = $0.peeked(.data) }
+        add("downgrade, peer's first") { $0 = self.tlsFlow(); _ = $0.stopTLS(); _ = $0.received(.ended) }
         add("closed") { _ = $0.start(secure: false); _ = $0.failed(self.lost) }
 
+        return reachable
+    }
+
+
+    /// Every reachable state against every event that may arrive in any state.
+    func testEveryReachableStateAnswersEveryEventSafely() {
+        let reachable = reachableStates()
         let events: [(String, (inout Machine) -> [Machine.Action])] = [
             ("readable", { $0.socketReadable() }), ("writable", { $0.socketWritable() }),
             ("received bytes", { $0.received(.moved(1)) }), ("received end", { $0.received(.ended) }),
@@ -336,6 +374,11 @@ final class SocketPumpStateMachineTests: SalutTestCase {
             ("handshake done", { $0.handshakeStepped(.done) }), ("trusted", { $0.trustDecided(accepted: true, failure: .rejectedByEvaluator) }),
             ("peeked end", { $0.peeked(.endOfStream) }), ("close_notify sent", { $0.closeNotifySent(.ended) }),
             ("finished sending", { $0.sendingFinished(.ended) }), ("preface sent", { $0.prefaceSent(complete: true) }),
+            ("peeked data", { $0.peeked(.data) }), ("peeked nothing", { $0.peeked(.nothingYet) }),
+            ("refused", { $0.trustDecided(accepted: false, failure: .noPeerCertificate) }),
+            ("handshake failed", { $0.handshakeStepped(.failed(.handshakeFailed("x"))) }),
+            ("direct send needs read", { $0.directSendNeedsReadable() }), ("direct send failed", { $0.directSendFailed(self.lost) }),
+            ("half-close blocked", { $0.sendingFinished(.wouldBlock) }), ("preface incomplete", { $0.prefaceSent(complete: false) }),
         ]
         for (stateName, start) in reachable {
             for (eventName, event) in events {

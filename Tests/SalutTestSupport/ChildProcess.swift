@@ -89,8 +89,11 @@ public final class ChildProcess: @unchecked Sendable {
         lock.withLock {
             if stdinFD >= 0 { close(stdinFD) }
         }
-        if isRunning { kill(processIdentifier, SIGKILL) }
-        _ = isRunning   // reap
+        if isRunning {
+            kill(processIdentifier, SIGKILL)
+            var raw: Int32 = 0
+            while waitpid(processIdentifier, &raw, 0) < 0 && errno == EINTR {}   // no zombie left
+        }
     }
 
     /// Whether the child still runs (reaps it once it has exited).

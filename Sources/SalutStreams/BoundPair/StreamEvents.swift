@@ -33,6 +33,16 @@ final class StreamEvents: @unchecked Sendable {
         lock.unlock()
     }
 
+    /// For a stream still `opening` behind a connection gate: suspends until the connection is
+    /// made or has failed (or the task is cancelled), and settles the stream, so that an async
+    /// read or write right after `open()` waits for the connection instead of failing.
+    func settled(_ stream: Stream, gate: ConnectionGate?, then refresh: () -> Void) async {
+        guard streamStatus == .opening, let gate else { return }
+        await gate.settled()
+        if case .connecting = gate.current { return }   // cancelled: still opening
+        settle(stream, gate: gate, then: refresh)
+    }
+
     /// Apple's `open()`: `opening`, then `open` with `openCompleted` at once, or, for a stream
     /// behind a connection `gate`, once the connection is made (`settle`).
     func open(_ stream: Stream, gate: ConnectionGate?, then refresh: () -> Void) {

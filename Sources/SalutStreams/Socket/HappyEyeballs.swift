@@ -48,14 +48,17 @@ final class HappyEyeballs: @unchecked Sendable {
         self.queue = queue
         self.completion = completion
         machine = HappyEyeballsStateMachine(addresses: addresses, target: target,
-                                            attemptDelay: .seconds(attemptDelay), timeout: .seconds(timeout))
+                                            attemptDelay: .seconds(OperationLimit.clampedSeconds(attemptDelay, default: 0.25)),
+                                            timeout: .seconds(OperationLimit.clampedSeconds(timeout, default: 30)))
     }
 
+    /// Starts the first attempt. Call on the queue.
     func start() {
-        queue.async {
-            self.keepAlive = self
-            self.perform(self.machine.start())
-        }
+        dispatchPrecondition(condition: .onQueue(queue))
+        let actions = machine.start()
+        guard !actions.isEmpty else { return }   // cancelled before it started: nothing to keep
+        keepAlive = self
+        perform(actions)
     }
 
     /// Gives up: open attempts are closed and the completion gets ``SocketStreamError/cancelled``.
@@ -95,8 +98,7 @@ final class HappyEyeballs: @unchecked Sendable {
 
     private func timer(_ after: Duration, _ event: @escaping (inout HappyEyeballsStateMachine) -> [HappyEyeballsStateMachine.Action]) -> DispatchSourceTimer {
         let timer = DispatchSource.makeTimerSource(queue: queue)
-        let (seconds, attoseconds) = after.components
-        timer.schedule(deadline: .now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000)))
+        timer.schedule(deadline: .now() + OperationLimit.dispatchInterval(after))
         timer.setEventHandler { [weak self] in
             guard let self else { return }
             self.perform(event(&self.machine))

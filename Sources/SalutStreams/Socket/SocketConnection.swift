@@ -111,10 +111,12 @@ final class SocketConnection: @unchecked Sendable {
         } catch {
             return settle(.failure(error as? SocketStreamError ?? .nameNotFound(host, detail: "\(error)")))
         }
-        connect(to: addresses, host: host, port: port, timeout: timeout, hostName: hostName, resolved: true)
+        queue.async {
+            self.connect(to: addresses, host: host, port: port, timeout: timeout, hostName: hostName, resolved: true)
+        }
     }
 
-    /// Connects to resolved (or literal) addresses, then starts the pump.
+    /// Connects to resolved (or literal) addresses, then starts the pump. Runs on the queue.
     private func connect(to resolved: [SocketAddress], host: String, port: Int, timeout: TimeInterval,
                          hostName: String? = nil, resolved wasResolved: Bool = false) {
         // Port 0 means the resolver supplied the port (a discovered service).
@@ -136,9 +138,10 @@ final class SocketConnection: @unchecked Sendable {
         } catch {
             return settle(.failure(error as? SocketStreamError ?? .nameNotFound(host, detail: "\(error)")))
         }
+        guard !bothClosed else { return settle(.failure(.cancelled)) }   // closed while resolving
         notify(.connectStart)
         let socketOptions = options.socketOptions
-        let connector = HappyEyeballs(addresses: addresses, target: target, queue: queue, timeout: timeout,
+        let connector = HappyEyeballs(addresses: addresses, target: target, queue: queue, timeout: OperationLimit.clampedSeconds(timeout, default: 30),
                                       prepare: { try socketOptions.apply(to: $0, for: $1) }) { result in
             switch result {
             case .success(let fd):
@@ -151,7 +154,6 @@ final class SocketConnection: @unchecked Sendable {
         }
         state.withLock { $0.connector = connector }
         connector.start()
-        if bothClosed { connector.cancel() }   // closed while resolving
     }
 
     private func ready(_ result: Result<ConnectionDetails, SocketStreamError>) {
@@ -172,6 +174,12 @@ final class SocketConnection: @unchecked Sendable {
         }
         input?.connectionSettled()
         output?.connectionSettled()
+        if case .failure = result {
+            // Nothing will ever arrive or leave: waits on the buffers end (with the error the
+            // streams already have).
+            inbound.closeWriter()
+            outbound.closeReader()
+        }
     }
 
     /// The connection broke after it was made.

@@ -400,12 +400,17 @@ struct SocketPumpStateMachine {
         return [.send]
     }
 
-    /// Both streams were closed before the connection was ready: nobody waits for it.
+    /// Both streams were closed. A handshake, a trust decision or a switch of TLS on or off
+    /// that nobody waits for any more is given up (a silent peer must not hold the connection);
+    /// a connection carrying bytes finishes sending what was written, then half-closes.
     mutating func abandoned() -> [Action] {
         switch state {
-        case .handshaking(_, nil), .evaluatingTrust(nil):
+        case .handshaking(_, let resuming), .evaluatingTrust(let resuming):
             state = .closed
-            return [.fail(.cancelled, endsSetup: true, breaksConnection: false), .release]
+            return [.fail(.cancelled, endsSetup: true, breaksConnection: resuming != nil), .release]
+        case .flowing(let flow) where flow.change != nil:
+            state = .closed
+            return [.fail(.cancelled, endsSetup: flow.change == .upgrade, breaksConnection: true), .release]
         default:
             return []
         }

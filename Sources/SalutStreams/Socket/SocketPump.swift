@@ -59,6 +59,9 @@ final class SocketPump: @unchecked Sendable {
     private var upgradePreface = Data()
     /// Told once when the connection (or an upgrade) is ready or has failed.
     private var pendingReady: (@Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void)?
+    /// A ready report waiting for the end of the current `handle` (after the sources are set):
+    /// whoever it wakes finds the queue free.
+    private var readyReport: (callback: @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void, details: ConnectionDetails)?
     /// Told once when a return to plain bytes is done or has failed.
     private var pendingDowngrade: (@Sendable (Result<Void, SocketStreamError>) -> Void)?
     private var details = ConnectionDetails()
@@ -82,7 +85,11 @@ final class SocketPump: @unchecked Sendable {
         self.queue = queue
         self.inbound = inbound
         self.outbound = outbound
+        queue.setSpecific(key: Self.queueKey, value: ObjectIdentifier(self))
     }
+
+    /// Marks the pump's queue, so that `sendDirectly` can tell it is called from it.
+    private static let queueKey = DispatchSpecificKey<ObjectIdentifier>()
 
     deinit {
         inScratch?.deallocate()
@@ -169,7 +176,10 @@ final class SocketPump: @unchecked Sendable {
     /// the writing thread, never on `queue`): saves the copy through the buffer and the hop to
     /// the queue, which is most of the cost of a busy writer.
     func sendDirectly(from buffer: UnsafeRawPointer, length: Int) -> DirectSend {
-        queue.sync {
+        // Never from the queue itself (a trust evaluator or connection observer writing): that
+        // would wait for itself. The buffered path is taken instead.
+        guard DispatchQueue.getSpecific(key: Self.queueKey) != ObjectIdentifier(self) else { return .useBuffer }
+        return queue.sync {
             guard machine.allowsDirectSend, let transport, sendFrom == sendTo, outbound.snapshot.available == 0 else {
                 return .useBuffer
             }
@@ -223,8 +233,12 @@ final class SocketPump: @unchecked Sendable {
             }
             // A source resumed after a pause may not fire for what arrived meanwhile (or for
             // plaintext OpenSSL already holds): look once at once.
-            guard watch() else { return }
+            guard watch() else { break }
             work = machine.socketReadable()[...]
+        }
+        if let report = readyReport {
+            readyReport = nil
+            report.callback(.success(report.details))
         }
     }
 
@@ -242,9 +256,8 @@ final class SocketPump: @unchecked Sendable {
                 pendingTLS = nil
                 pendingTrust = nil
             }
-            let ready = pendingReady
+            if let ready = pendingReady { readyReport = (ready, details) }
             pendingReady = nil
-            ready?(.success(details))
             return []
         case .receive:
             return receive()
@@ -335,7 +348,10 @@ final class SocketPump: @unchecked Sendable {
     /// Receives once into the inbound buffer.
     private func receive() -> [SocketPumpStateMachine.Action] {
         guard let transport else { return [] }
-        let room = inbound.snapshot.space
+        let buffer = inbound.snapshot
+        // A reader that closed before the pump ran (or during a handshake) is told now.
+        if buffer.readerClosed { return machine.inboundChanged(readerClosed: true) }
+        let room = buffer.space
         guard room > 0 else { return machine.inboundFull() }
         let scratch = inScratch ?? .allocate(byteCount: Self.scratchSize, alignment: 16)
         inScratch = scratch
