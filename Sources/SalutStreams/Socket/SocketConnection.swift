@@ -28,7 +28,11 @@ final class SocketConnection: @unchecked Sendable {
         var socketOptions = SocketOptions()
     }
 
-    let queue = DispatchQueue(label: "salut.socket")
+    /// The connection's serial queue (pump, Happy Eyeballs). Every connection's queue targets the
+    /// global pool, which runs at most as many threads as there are cores: a serial queue made
+    /// without a target goes to libdispatch's overcommit pool, which starts a thread for each
+    /// busy queue (a burst of 1,000 closing connections left 250 threads behind).
+    let queue = DispatchQueue(label: "salut.socket", target: .global())
     let inbound: BoundBuffer
     let outbound: BoundBuffer
     let pump: SocketPump

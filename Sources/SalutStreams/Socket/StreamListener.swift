@@ -37,7 +37,7 @@ public final class StreamListener: Sendable {
     private let sockets: [Int32]
     private let tls: TLSContext?
     private let bufferSize: Int
-    private let queue = DispatchQueue(label: "salut.listener")
+    private let queue = DispatchQueue(label: "salut.listener", target: .global())
     private let running: Locked<[DispatchSourceRead]?> = Locked(nil)
     private let stopped = Locked(false)
 
