@@ -24,6 +24,8 @@ final class HappyEyeballs: @unchecked Sendable {
             source.setCancelHandler { if !self.keep { close(self.fd) } }
         }
     }
+    /// An attempt that connected (or failed) within its `connect` call, watched by no source.
+    private var settledAtOnce: [ID: Int32] = [:]
 
     private typealias ID = HappyEyeballsStateMachine.AttemptID
     private let queue: DispatchQueue
@@ -72,12 +74,18 @@ final class HappyEyeballs: @unchecked Sendable {
             let more = perform(action)
             if !more.isEmpty { work = more[...] + work }
         }
+        // The deadline is armed only if the first attempts did not settle at once (loopback).
+        if let after = pendingDeadline {
+            pendingDeadline = nil
+            if completion != nil { deadline = timer(after) { $0.deadlineReached() } }
+        }
     }
+    private var pendingDeadline: Duration?
 
     private func perform(_ action: HappyEyeballsStateMachine.Action) -> [HappyEyeballsStateMachine.Action] {
         switch action {
         case .startDeadline(let after):
-            deadline = timer(after) { $0.deadlineReached() }
+            pendingDeadline = after
         case .schedulePacer(let after):
             pacer?.cancel()
             pacer = timer(after) { $0.pacerFired() }
@@ -85,7 +93,9 @@ final class HappyEyeballs: @unchecked Sendable {
             return begin(id, address)
         case .abandonAttempt(let id):
             attempts.removeValue(forKey: id)?.source.cancel()
+            if let fd = settledAtOnce.removeValue(forKey: id) { close(fd) }
         case .succeed(let id):
+            if let fd = settledAtOnce.removeValue(forKey: id) { return finishing(.success(fd)) }
             guard let attempt = attempts.removeValue(forKey: id) else { break }
             attempt.keep = true
             attempt.source.cancel()
@@ -126,22 +136,44 @@ final class HappyEyeballs: @unchecked Sendable {
             close(fd)
             return machine.attemptFailed(id, .connect(errno: code, target: "\(address)"))
         }
+        // On loopback (and often on a fast LAN) the handshake is over when `connect` returns:
+        // look once, and skip the source and the event it would take.
+        var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        if result == 0 || poll(&entry, 1, 0) == 1 {
+            let error = Self.pendingError(fd)
+            if error == 0 {
+                settledAtOnce[id] = fd
+                return machine.attemptConnected(id)
+            }
+            close(fd)
+            return machine.attemptFailed(id, .connect(errno: error, target: "\(address)"))
+        }
         let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
         source.setEventHandler { [weak self] in self?.settled(id, address) }
         attempts[id] = Attempt(fd: fd, source: source)
         source.resume()
-        return result == 0 ? machine.attemptConnected(id) : []
+        return []
+    }
+
+    /// `SO_ERROR`: 0 once connected, else why the connection failed.
+    private static func pendingError(_ fd: Int32) -> Int32 {
+        var code: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        return getsockopt(fd, SOL_SOCKET, SO_ERROR, &code, &length) == 0 ? code : errno
     }
 
     /// The attempt's socket became writable: connected, or failed (`SO_ERROR` says which).
     private func settled(_ id: ID, _ address: SocketAddress) {
         guard let attempt = attempts[id] else { return }
-        var code: Int32 = 0
-        var length = socklen_t(MemoryLayout<Int32>.size)
-        if getsockopt(attempt.fd, SOL_SOCKET, SO_ERROR, &code, &length) != 0 { code = errno }
+        let code = Self.pendingError(attempt.fd)
         if code == 0 { return perform(machine.attemptConnected(id)) }
         attempts.removeValue(forKey: id)?.source.cancel()
         perform(machine.attemptFailed(id, .connect(errno: code, target: "\(address)")))
+    }
+
+    private func finishing(_ result: Result<Int32, SocketStreamError>) -> [HappyEyeballsStateMachine.Action] {
+        finish(result)
+        return []
     }
 
     private func finish(_ result: Result<Int32, SocketStreamError>) {
@@ -149,6 +181,8 @@ final class HappyEyeballs: @unchecked Sendable {
         deadline?.cancel(); deadline = nil
         for attempt in attempts.values { attempt.source.cancel() }
         attempts = [:]
+        for fd in settledAtOnce.values { close(fd) }
+        settledAtOnce = [:]
         let completion = self.completion
         self.completion = nil
         queue.async { self.keepAlive = nil }

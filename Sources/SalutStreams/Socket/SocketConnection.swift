@@ -88,9 +88,12 @@ final class SocketConnection: @unchecked Sendable {
     private func start() {
         switch origin {
         case .outgoing(let host, let port, let timeout, let resolver):
-            // An address literal needs no resolver: connect at once, without a hop to a task.
+            // An address literal needs no resolver: connect at once, on the caller's thread (the
+            // new queue is idle, so `sync` runs the block here: no thread wakes up). Nothing in it
+            // blocks: the socket is non-blocking, and on loopback it is connected when `connect`
+            // returns, so the streams may be open by the time `open()` returns.
             if port > 0, port <= 65535, let address = SocketAddress.literal(host, port: UInt16(port)) {
-                return queue.async { self.connect(to: [address], host: host, port: port, timeout: timeout) }
+                return queue.sync { self.connect(to: [address], host: host, port: port, timeout: timeout) }
             }
             Task.detached { await self.dial(host: host, port: port, timeout: timeout, resolver: resolver) }
         case .accepted(let fd, let context):
