@@ -192,11 +192,18 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         XCTAssertFalse(machine.wantsReadable)
     }
 
-    func testPeerCloseNotifyThenPlainBytesWaitForStopTLS() {
+    func testPlainBytesAfterThePeersCloseNotifyAreAProtocolError() {
+        // Otherwise a peer could pin the connection: we would wait for a stopTLS that never comes.
         var machine = tlsFlow()
         _ = machine.received(.ended)
-        XCTAssertEqual(machine.peeked(.data), [])
-        XCTAssertFalse(machine.wantsReadable, "plain bytes are left for stopTLS")
+        let error = SocketStreamError.tls(.protocolError("the peer sent bytes in the clear after its close_notify"))
+        XCTAssertEqual(machine.peeked(.data), [.fail(error, endsSetup: false, breaksConnection: true), .release])
+    }
+
+    func testPeerCloseNotifyThenOurStopTLSReturnsToPlainBytes() {
+        var machine = tlsFlow()
+        _ = machine.received(.ended)
+        XCTAssertEqual(machine.peeked(.nothingYet), [])
         XCTAssertEqual(machine.stopTLS(), [.send])
         XCTAssertEqual(machine.nothingToSend(outputClosed: false), [.sendCloseNotify])
         XCTAssertEqual(machine.closeNotifySent(.ended), [.switchToPlain, .receive, .send])
@@ -351,7 +358,6 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         add("downgrading") { $0 = self.tlsFlow(); _ = $0.stopTLS() }
         add("downgrade, ours sent") { $0 = self.tlsFlow(); _ = $0.stopTLS(); _ = $0.closeNotifySent(.ended) }
         add("evaluating an upgrade") { _ = $0.start(secure: false); _ = $0.startTLS(); _ = $0.prefaceSent(complete: true); _ = $0.handshakeStepped(.done) }
-        add("tls, plain bytes after close_notify") { $0 = self.tlsFlow(); _ = $0.received(.ended); _ = $0.peeked(.data) }
         add("downgrade, peer's first") { $0 = self.tlsFlow(); _ = $0.stopTLS(); _ = $0.received(.ended) }
         add("closed") { _ = $0.start(secure: false); _ = $0.failed(self.lost) }
 

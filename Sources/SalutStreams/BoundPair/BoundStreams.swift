@@ -65,11 +65,18 @@ final class BoundInputStream: InputStream {
     private func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength len: Int, blocking: Bool) -> Int {
         if blocking, events.streamStatus == .opening { gate?.waitUntilSettled(); connectionSettled() }
         let status = events.streamStatus
-        guard status == .open || status == .atEnd else { return -1 }
+        // After a connection failed, the bytes that arrived before the failure are still read;
+        // then the reader gets -1 and the error, never an end of data.
+        let failedWithBytesLeft = status == .error && self.buffer.snapshot.available > 0
+        guard status == .open || status == .atEnd || failedWithBytesLeft else { return -1 }
         guard len > 0 else { return 0 }
         events.consumed(.hasBytesAvailable)
         let n = self.buffer.read(into: buffer, maxLength: len, blocking: blocking) ?? 0
-        if n == 0 && self.buffer.writerClosed { events.set(.atEnd) }
+        if n == 0 && self.buffer.writerClosed {
+            // A failure ends the buffer too: woken by that end, report the failure.
+            if events.streamStatus == .error { return -1 }
+            events.set(.atEnd)
+        }
         refresh()
         return n
     }

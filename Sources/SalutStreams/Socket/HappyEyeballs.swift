@@ -12,16 +12,21 @@ final class HappyEyeballs: @unchecked Sendable {
     /// One connection attempt. Its descriptor is closed by the source's cancel handler (libdispatch
     /// must be done with a descriptor before it is closed), unless the attempt won.
     private final class Attempt: @unchecked Sendable {
-        // @unchecked: `keep` is set on the queue before `source.cancel()`, and read by the cancel
-        // handler, which runs on the same queue afterwards.
+        // @unchecked: `handOver` is set on the queue before `source.cancel()`, and read by the
+        // cancel handler, which runs on the same queue afterwards.
         let fd: Int32
         let source: DispatchSourceWrite
-        var keep = false
+        /// For the winner: called with the descriptor once libdispatch is done with it. (A new
+        /// source on a descriptor whose old source is not yet cancelled can be left unwatched:
+        /// the pump would then never hear from the socket.)
+        var handOver: ((Int32) -> Void)?
         init(fd: Int32, source: DispatchSourceWrite) {
             self.fd = fd
             self.source = source
             // A strong capture: libdispatch drops the handler (and this attempt) once it has run.
-            source.setCancelHandler { if !self.keep { close(self.fd) } }
+            source.setCancelHandler {
+                if let handOver = self.handOver { handOver(self.fd) } else { close(self.fd) }
+            }
         }
     }
     /// An attempt that connected (or failed) within its `connect` call, watched by no source.
@@ -97,9 +102,9 @@ final class HappyEyeballs: @unchecked Sendable {
         case .succeed(let id):
             if let fd = settledAtOnce.removeValue(forKey: id) { return finishing(.success(fd)) }
             guard let attempt = attempts.removeValue(forKey: id) else { break }
-            attempt.keep = true
-            attempt.source.cancel()
-            finish(.success(attempt.fd))
+            attempt.handOver = { [self] fd in finish(.success(fd)) }
+            stopTimers()
+            attempt.source.cancel()   // finish follows from its cancel handler
         case .fail(let error):
             finish(.failure(error))
         }
@@ -176,9 +181,13 @@ final class HappyEyeballs: @unchecked Sendable {
         return []
     }
 
-    private func finish(_ result: Result<Int32, SocketStreamError>) {
+    private func stopTimers() {
         pacer?.cancel(); pacer = nil
         deadline?.cancel(); deadline = nil
+    }
+
+    private func finish(_ result: Result<Int32, SocketStreamError>) {
+        stopTimers()
         for attempt in attempts.values { attempt.source.cancel() }
         attempts = [:]
         for fd in settledAtOnce.values { close(fd) }

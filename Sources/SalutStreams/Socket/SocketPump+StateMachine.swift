@@ -21,9 +21,10 @@ struct SocketPumpStateMachine {
         /// Not read while TLS is being switched on or off.
         case held
         /// The peer's TLS close_notify came with no return to plain bytes asked for. The end of
-        /// the TCP stream will be the end of the data; plain bytes, if any arrive first
-        /// (`sawPlainBytes`), are left unread for a later `stopTLS`.
-        case peerClosedTLS(sawPlainBytes: Bool)
+        /// the TCP stream will be the end of the data, or our `stopTLS` a return to plain bytes;
+        /// plain bytes before either are a protocol violation (a peer that leaves TLS waits for
+        /// our close_notify before it sends in the clear).
+        case peerClosedTLS
         /// The end of the data was delivered, or the user closed the input stream.
         case ended
     }
@@ -123,7 +124,7 @@ struct SocketPumpStateMachine {
         case .flowing(let flow):
             if flow.output == .needsReadable { return true }
             switch flow.input {
-            case .reading, .peerClosedTLS(sawPlainBytes: false): return true
+            case .reading, .peerClosedTLS: return true
             default: return false
             }
         case .idle, .evaluatingTrust, .closed: return false
@@ -215,7 +216,7 @@ struct SocketPumpStateMachine {
             }
             switch flow.input {
             case .reading: actions.insert(.receive, at: 0)
-            case .peerClosedTLS(sawPlainBytes: false): actions.insert(.peekAtSocket, at: 0)
+            case .peerClosedTLS: actions.insert(.peekAtSocket, at: 0)
             default: break
             }
             state = .flowing(flow)
@@ -274,7 +275,7 @@ struct SocketPumpStateMachine {
             if flow.security == .tls {
                 // close_notify: the TCP end follows (end of data), or plain bytes do (the peer
                 // left TLS, and waits for our stopTLS). Tell them apart by looking.
-                flow.input = .peerClosedTLS(sawPlainBytes: false)
+                flow.input = .peerClosedTLS
                 state = .flowing(flow)
                 return [.peekAtSocket]
             }
@@ -287,15 +288,15 @@ struct SocketPumpStateMachine {
 
     /// What a peek after the peer's close_notify found.
     mutating func peeked(_ peek: Peek) -> [Action] {
-        guard case .flowing(var flow) = state, case .peerClosedTLS = flow.input else { return [] }
+        guard case .flowing(var flow) = state, flow.input == .peerClosedTLS else { return [] }
         switch peek {
         case .endOfStream:
             flow.input = .ended
             return settle(flow, [.endInbound])
         case .data:
-            flow.input = .peerClosedTLS(sawPlainBytes: true)
-            state = .flowing(flow)
-            return []
+            // Plain bytes nobody asked for: the peer could otherwise hold the connection open
+            // for as long as it likes (we would wait for a stopTLS that never comes).
+            return fail(.tls(.protocolError("the peer sent bytes in the clear after its close_notify")))
         case .nothingYet:
             return []
         case .failed(let error):
