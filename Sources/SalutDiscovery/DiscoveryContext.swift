@@ -46,6 +46,8 @@ public final class DiscoveryContext: @unchecked Sendable {
     public static let shared = DiscoveryContext(label: "shared")
 
     let queue: DispatchQueue
+    /// Resolutions of the last few seconds, reused by `connect` (locks itself).
+    let recentResolutions = RecentResolutions()
     private let poll: DispatchPoll
     private var client: OpaquePointer?
     private var current: ConnectionState = .connecting

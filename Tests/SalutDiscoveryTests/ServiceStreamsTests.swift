@@ -162,6 +162,26 @@ final class ServiceStreamsTests: XCTestCase {
             XCTAssertEqual(name, missing.description)
         }
     }
+
+    func testConnectRightAfterResolveUsesTheResolvedAddresses() async throws {
+        let listener = try StreamListener(port: 0)
+        defer { listener.stop() }
+        listener.accept { connection in Task { await echo(connection) } }
+        let type = "_r\(String(UInt32.random(in: 0..<UInt32.max), radix: 36))._tcp"
+        let publisher = try Foreign(["avahi-publish", "-s", "Resolved Once", type, "\(listener.port)"])
+        let service = DiscoveredService(name: "Resolved Once", type: type)
+        let resolved = try await service.resolve(timeout: 10)
+        XCTAssertEqual(resolved.port, listener.port)
+        // Withdrawn from the network: a second resolution could not find it any more.
+        publisher.stop()
+        XCTAssertTrue(publisher.waitForExit(seconds: 5))
+        let pair = try await withDeadline(10, "connect from the resolution") { try await service.connect(resolveTimeout: 1) }
+        try await pair.output.write(Data("still there".utf8))
+        pair.output.close()
+        var echoed = Data()
+        for try await chunk in pair.input.chunks { echoed += chunk }
+        XCTAssertEqual(String(decoding: echoed, as: UTF8.self), "still there")
+    }
 }
 
 /// Everything until the end of the data.

@@ -28,11 +28,13 @@ extension DiscoveredService {
             if let value = latest.value { waiter.succeed(value) } else { waiter.fail(.timedOut) }
         }
         defer { operation.stop() }
-        return try await withTaskCancellationHandler {
+        let resolved = try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { waiter.set($0) }
         } onCancel: {
             waiter.fail(.cancelled)
         }
+        context.recentResolutions.remember(resolved)   // a `connect` right after uses it
+        return resolved
     }
 
     /// Resolves continuously: yields the merged result each time it gains an address or its

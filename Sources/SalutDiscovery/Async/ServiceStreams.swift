@@ -3,7 +3,8 @@ import SalutStreams
 
 extension DiscoveredService {
     /// Unopened streams to the service: opening either one resolves the service (through the
-    /// avahi-daemon) and connects to its addresses the Happy Eyeballs way.
+    /// avahi-daemon; a resolution made with `resolve()` in the last 10 seconds is reused) and
+    /// connects to its addresses the Happy Eyeballs way.
     ///
     /// With `tls`, the certificate is checked against `tls.peerName` or else the service's
     /// resolved host name (pins work as for any host).
@@ -23,6 +24,10 @@ extension DiscoveredService {
     package func targetResolver(timeout: TimeInterval, context: DiscoveryContext) -> TargetResolver {
         let service = self
         return { _, _ in
+            // Resolved a moment ago (`resolve()` then `connect()`): no second round of mDNS.
+            if let recent = context.recentResolutions.recent(service) {
+                return (recent.addresses, recent.hostName)
+            }
             do {
                 let resolved = try await service.resolve(timeout: timeout, context: context)
                 return (resolved.addresses, resolved.hostName)
