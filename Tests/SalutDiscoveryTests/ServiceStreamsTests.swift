@@ -172,9 +172,14 @@ final class ServiceStreamsTests: XCTestCase {
         let service = DiscoveredService(name: "Resolved Once", type: type)
         let resolved = try await service.resolve(timeout: 10)
         XCTAssertEqual(resolved.port, listener.port)
-        // Withdrawn from the network: a second resolution could not find it any more.
+        // Withdrawn from the network: wait until a resolution elsewhere (a context of its own,
+        // whose results are not shared) no longer finds it.
         publisher.stop()
         XCTAssertTrue(publisher.waitForExit(seconds: 5))
+        let probe = DiscoveryContext(label: "probe")
+        try await withDeadline(20, "the service is gone") {
+            while (try? await service.resolve(timeout: 0.5, context: probe)) != nil { try await Task.sleep(nanoseconds: 50_000_000) }
+        }
         let pair = try await withDeadline(10, "connect from the resolution") { try await service.connect(resolveTimeout: 1) }
         try await pair.output.write(Data("still there".utf8))
         pair.output.close()
