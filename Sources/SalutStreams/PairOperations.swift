@@ -29,6 +29,7 @@ package struct PairWriteResult: Sendable {
     package var error: (any Error)?
     /// Why the write stopped before it was done: its deadline passed, or it was cancelled.
     package var stopped: OperationLimit.Ending?
+    /// The deadline passed first.
     package var timedOut: Bool { stopped == .deadlinePassed }
 
     init(written: Int, error: (any Error)? = nil, stopped: OperationLimit.Ending? = nil) {

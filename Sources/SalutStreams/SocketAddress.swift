@@ -26,15 +26,8 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
 
     /// Reads a `sockaddr_in` / `sockaddr_in6` from `data`; nil when it is neither, or too short.
     public init?(_ data: Data) {
-        guard data.count >= MemoryLayout<sa_family_t>.size else { return nil }
-        let family = data.withUnsafeBytes { Int32($0.loadUnaligned(as: sa_family_t.self)) }
-        let size: Int
-        switch family {
-        case AF_INET where data.count >= MemoryLayout<sockaddr_in>.size: size = MemoryLayout<sockaddr_in>.size
-        case AF_INET6 where data.count >= MemoryLayout<sockaddr_in6>.size: size = MemoryLayout<sockaddr_in6>.size
-        default: return nil
-        }
-        self = data.withUnsafeBytes { SocketAddress(copying: UnsafeRawBufferPointer(rebasing: $0.prefix(size))) }
+        guard let address = data.withUnsafeBytes({ SocketAddress(bytes: $0) }) else { return nil }
+        self = address
     }
 
     /// An IPv4 address from its 4 network-order bytes.
@@ -58,10 +51,12 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
         self = withUnsafeBytes(of: &sin6) { SocketAddress(copying: $0) }
     }
 
+    /// Equal when the `sockaddr` bytes are (family, port, address and, for IPv6, scope).
     public static func == (a: SocketAddress, b: SocketAddress) -> Bool {
         a.withBytes { x in b.withBytes { y in x.elementsEqual(y) } }
     }
 
+    /// Hashes the `sockaddr` bytes, as `==` compares them.
     public func hash(into hasher: inout Hasher) {
         withBytes { hasher.combine(bytes: $0) }
     }

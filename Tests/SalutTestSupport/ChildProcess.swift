@@ -13,9 +13,11 @@ public final class ChildProcess: @unchecked Sendable {
 
     /// Why a child could not be started.
     public struct SpawnError: Error, CustomStringConvertible {
+        /// What failed, and why.
         public var description: String
     }
 
+    /// The child's process id.
     public let processIdentifier: pid_t
     private let lock = NSLock()
     private var reaped = false

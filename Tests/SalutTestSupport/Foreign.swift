@@ -4,6 +4,7 @@ import Foundation
 /// and its standard input open for writing.
 public final class Foreign: @unchecked Sendable {
     // @unchecked: the collected output is guarded by its lock; the child process is thread-safe.
+    /// The running child.
     public let process: ChildProcess
     private let collected: Collected
 

@@ -284,23 +284,15 @@ final class SocketPump: @unchecked Sendable {
             done?(.success(()))
             return []
         case .rejectChange(let reason):
-            let ready = pendingReady, downgrade = pendingDowngrade
             // Only the request being refused is pending here (a change under way refuses
             // another before it reaches the machine).
-            pendingReady = nil
-            pendingDowngrade = nil
-            ready?(.failure(.tls(.invalidConfiguration(reason))))
-            downgrade?(.failure(.tls(.invalidConfiguration(reason))))
+            failPendingRequests(.tls(.invalidConfiguration(reason)))
             return []
         case .fail(let error, _, let breaks):
             // The streams learn the error before their buffers end, so a reader woken by the
             // end sees the failure, never a clean end of data.
             if breaks { onFailure?(error) }
-            let ready = pendingReady, downgrade = pendingDowngrade
-            pendingReady = nil
-            pendingDowngrade = nil
-            ready?(.failure(error))
-            downgrade?(.failure(error))
+            failPendingRequests(error)
             inbound.closeWriter()
             outbound.closeReader()
             return []
@@ -308,6 +300,15 @@ final class SocketPump: @unchecked Sendable {
             release()
             return []
         }
+    }
+
+    /// Tells whoever waits for a connect, an upgrade or a downgrade that it failed.
+    private func failPendingRequests(_ error: SocketStreamError) {
+        let ready = pendingReady, downgrade = pendingDowngrade
+        pendingReady = nil
+        pendingDowngrade = nil
+        ready?(.failure(error))
+        downgrade?(.failure(error))
     }
 
     private func stepHandshake() -> [SocketPumpStateMachine.Action] {
