@@ -41,8 +41,8 @@ struct Connect: AsyncParsableCommand {
 
     @OptionGroup var target: ServiceArguments
 
-    @Option(help: "Seconds to wait for the service to resolve.")
-    var timeout: Double = 5
+    @Option(help: "Seconds to wait for the service to resolve (0.001 to 3600).")
+    var timeout: Seconds = 5
 
     @OptionGroup var tlsOptions: ClientTLSOptions
 
@@ -51,7 +51,7 @@ struct Connect: AsyncParsableCommand {
         do {
             try await requireDaemon()
             let service = target.service
-            let pair = try await service.connect(tls: tls, resolveTimeout: timeout)
+            let pair = try await service.connect(tls: tls, resolveTimeout: timeout.value)
             Bridge.copy(from: 0, to: pair.output)
             try await Bridge.drain(pair.input, to: 1)
         } catch {

@@ -19,8 +19,8 @@ struct Lookup: AsyncParsableCommand {
     @Flag(help: "IPv6 addresses only.")
     var ipv6 = false
 
-    @Option(help: "Seconds to wait for an answer.")
-    var timeout: Double = 5
+    @Option(help: "Seconds to wait for an answer (0.001 to 3600).")
+    var timeout: Seconds = 5
 
     func validate() throws {
         if ipv4 && ipv6 { throw ValidationError("--ipv4 and --ipv6 exclude each other") }
@@ -30,7 +30,7 @@ struct Lookup: AsyncParsableCommand {
         do {
             try await requireDaemon()
             let family: DiscoveryContext.AddressFamily = ipv4 ? .ipv4 : ipv6 ? .ipv6 : .any
-            for address in try await DiscoveryContext.shared.addresses(ofHost: host, family: family, timeout: timeout) {
+            for address in try await DiscoveryContext.shared.addresses(ofHost: host, family: family, timeout: timeout.value) {
                 emit(address.host)
             }
         } catch {

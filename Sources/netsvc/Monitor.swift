@@ -53,8 +53,8 @@ struct Domains: AsyncParsableCommand {
     @Flag(help: "Write one JSON object per line.")
     var json = false
 
-    @Option(help: "Seconds to wait for the network's answers.")
-    var timeout: Double = 3
+    @Option(help: "Seconds to wait for the network's answers (0.001 to 3600).")
+    var timeout: Seconds = 3
 
     func run() async throws {
         do {
@@ -70,7 +70,7 @@ struct Domains: AsyncParsableCommand {
                     return []
                 }
                 group.addTask {
-                    try await Task.sleep(nanoseconds: UInt64(deadline * 1e9))
+                    try await Task.sleep(nanoseconds: deadline.nanoseconds)
                     return nil
                 }
                 let first = try await group.next() ?? nil

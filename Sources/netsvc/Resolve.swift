@@ -14,8 +14,8 @@ struct Resolve: AsyncParsableCommand {
 
     @OptionGroup var target: ServiceArguments
 
-    @Option(help: "Seconds to wait for an answer.")
-    var timeout: Double = 5
+    @Option(help: "Seconds to wait for an answer (0.001 to 3600).")
+    var timeout: Seconds = 5
 
     @Flag(help: "Write one JSON object.")
     var json = false
@@ -23,7 +23,7 @@ struct Resolve: AsyncParsableCommand {
     func run() async throws {
         do {
             try await requireDaemon()
-            let result = try await target.service.resolve(timeout: timeout, settle: 0.5)
+            let result = try await target.service.resolve(timeout: timeout.value, settle: 0.5)
             if json {
                 printJSON(["event": "resolved", "name": target.name, "type": target.type, "domain": target.domain,
                            "host": result.hostName, "port": Int(result.port),

@@ -29,6 +29,20 @@ final class NetsvcTests: XCTestCase {
         XCTAssertEqual(try run(["publish", "x", "_ok._tcp", "70000"]).0, 2, "port out of range")
     }
 
+    func testTimeoutsOutsideTheirRangeAreUsageErrorsBeforeTheDaemonIsAsked() throws {
+        // Without a daemon: a bad timeout must still be exit 2 (checked first), never a trap or a hang.
+        let noDaemon = ["env", "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent"]
+        for bad in ["nan", "inf", "-1", "0", "1e20", "1e300", "soon"] {
+            for command in [["resolve", "x", "_x._tcp"], ["lookup", "x.local"], ["connect", "x", "_x._tcp"], ["domains"]] {
+                let (code, out) = try run(command + ["--timeout", bad], environment: noDaemon)
+                XCTAssertEqual(code, 2, "\(command) --timeout \(bad): \(out)")
+                XCTAssertTrue(out.contains("--timeout"), out)
+            }
+        }
+        let (code, out) = try run(["resolve", "x", "_x._tcp", "--timeout=-1"], environment: noDaemon)
+        XCTAssertEqual(code, 2, out)
+    }
+
     func testNotFoundExits1() throws {
         let (code, out) = try run(["resolve", "Nobody Home", uniqueType(), "--timeout", "1"])
         XCTAssertEqual(code, 1, out)

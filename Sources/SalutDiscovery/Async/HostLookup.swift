@@ -38,14 +38,14 @@ extension DiscoveryContext {
                 let wanted = family == .any ? 2 : 1
                 if found.value.count >= wanted { waiter.succeed(found.value) }
                 if first {
-                    self.queue.asyncAfter(deadline: .now() + settle) { waiter.succeed(found.value) }
+                    self.queue.asyncAfter(deadline: .now() + OperationLimit.clampedSeconds(settle, default: 0.1)) { waiter.succeed(found.value) }
                 }
             case .failure(let error):
                 if found.value.isEmpty { waiter.fail(error) }
             }
         }
         operation.start()
-        queue.asyncAfter(deadline: .now() + timeout) {
+        queue.asyncAfter(deadline: .now() + OperationLimit.clampedSeconds(timeout, default: 5)) {
             let list = found.value
             if list.isEmpty { waiter.fail(.timedOut) } else { waiter.succeed(list) }
         }

@@ -7,6 +7,8 @@ extension DiscoveredService {
     /// Returns once the first answer has come and `settle` seconds more have passed for answers
     /// on other interfaces and protocols, so that `addresses` holds IPv4 and IPv6 where the
     /// service has both. Use ``resolutions(context:)`` to follow every later change.
+    /// A `timeout` or `settle` that is not a positive number (NaN, 0, negative) takes its
+    /// default; at most a billion seconds are waited.
     /// - Throws: ``DiscoveryError/timedOut`` when nothing answers within `timeout` seconds;
     ///   ``DiscoveryError/cancelled`` when the task is cancelled; a validation error for a
     ///   malformed name, type or domain.
@@ -18,13 +20,13 @@ extension DiscoveredService {
         let operation = ResolveOperation(context: context, service: target) { result in
             let previous = latest.exchange(result)
             if previous == nil {
-                context.queue.asyncAfter(deadline: .now() + settle) {
+                context.queue.asyncAfter(deadline: .now() + OperationLimit.clampedSeconds(settle, default: 0.2)) {
                     if let value = latest.value { waiter.succeed(value) }
                 }
             }
         }
         operation.start()
-        context.queue.asyncAfter(deadline: .now() + timeout) {
+        context.queue.asyncAfter(deadline: .now() + OperationLimit.clampedSeconds(timeout, default: 5)) {
             if let value = latest.value { waiter.succeed(value) } else { waiter.fail(.timedOut) }
         }
         defer { operation.stop() }
