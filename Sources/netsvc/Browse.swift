@@ -148,11 +148,12 @@ struct BrowsePrinter: Sendable {
             printJSON(object)
         } else {
             let sign = event == "add" ? Terminal.green("+") : Terminal.red("-")
-            var line = "\(sign) \(Terminal.bold(Terminal.pad(service.name, 32))) \(Terminal.pad(service.type, 24)) \(Terminal.pad(service.domain, 8))"
+            let name = Terminal.escaped(service.name), type = Terminal.escaped(service.type), domain = Terminal.escaped(service.domain)
+            var line = "\(sign) \(Terminal.bold(Terminal.pad(name, 32))) \(Terminal.pad(type, 24)) \(Terminal.pad(domain, 8))"
                 + " \(Terminal.pad(interface, 8)) \(Terminal.pad(proto, 4))"
             if let resolved {
-                line += "  \(resolved.hostName):\(resolved.port)  \(resolved.addresses.map(\.host).joined(separator: ","))"
-                if !resolved.txtRecord.entries.isEmpty { line += "  " + Terminal.dim(resolved.txtRecord.description) }
+                line += "  \(Terminal.escaped(resolved.hostName)):\(resolved.port)  \(resolved.addresses.map(\.host).joined(separator: ","))"
+                if !resolved.txtRecord.entries.isEmpty { line += "  " + Terminal.dim(Terminal.escaped(resolved.txtRecord.description)) }
             }
             emit(line)
         }

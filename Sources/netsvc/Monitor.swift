@@ -26,7 +26,7 @@ struct Monitor: AsyncParsableCommand {
                 if json {
                     printJSON(["event": "txt", "name": target.name, "type": target.type, "domain": target.domain, "txt": jsonTXT(record)])
                 } else {
-                    emit(record.entries.isEmpty ? "(empty)" : record.description)
+                    emit(record.entries.isEmpty ? "(empty)" : Terminal.escaped(record.description))
                 }
             }
         } catch {
@@ -79,7 +79,7 @@ struct Domains: AsyncParsableCommand {
             }
             found += others.filter { $0 != "local" }
             for domain in found {
-                if json { printJSON(["event": "domain", "domain": domain, "registration": registration]) } else { emit(domain) }
+                if json { printJSON(["event": "domain", "domain": domain, "registration": registration]) } else { emit(Terminal.escaped(domain)) }
             }
         } catch {
             throw fail(error)

@@ -94,7 +94,7 @@ struct Publish: AsyncParsableCommand {
                 printJSON(["event": "published", "name": ad.name, "type": type, "domain": domain, "port": finalPort,
                            "subtypes": subtypes, "listening": listen])
             } else {
-                emit("published \"\(ad.name)\" \(type) port \(finalPort)" + (listen ? " (listening)" : ""))
+                emit("published \"\(Terminal.escaped(ad.name))\" \(type) port \(finalPort)" + (listen ? " (listening)" : ""))
             }
             let server = listen ? Task { await ConnectionServer(command: exec, json: json).serve(ad.connections) } : nil
             let signal = await Self.waitForTermination()

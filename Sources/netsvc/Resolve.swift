@@ -29,11 +29,11 @@ struct Resolve: AsyncParsableCommand {
                            "host": result.hostName, "port": Int(result.port),
                            "addresses": result.addresses.map(\.host), "txt": jsonTXT(result.txtRecord)])
             } else {
-                emit("\(target.name)  \(target.type)  \(target.domain)")
-                emit("  host       \(result.hostName)")
+                emit("\(Terminal.escaped(target.name))  \(Terminal.escaped(target.type))  \(Terminal.escaped(target.domain))")
+                emit("  host       \(Terminal.escaped(result.hostName))")
                 emit("  port       \(result.port)")
                 emit("  addresses  \(result.addresses.map(\.host).joined(separator: ", "))")
-                emit("  txt        \(result.txtRecord)")
+                emit("  txt        \(Terminal.escaped(result.txtRecord.description))")
             }
         } catch {
             throw fail(error)

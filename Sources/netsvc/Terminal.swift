@@ -15,6 +15,26 @@ enum Terminal {
         isColourful ? "\u{1B}[\(code)m\(text)\u{1B}[0m" : text
     }
 
+    /// A string that came from the network, made safe to print: control characters (C0, DEL,
+    /// C1, which is how escape sequences retitle or clear a terminal) and the bidirectional
+    /// overrides that can disguise text are shown as escapes (`\e`, `\n`, `\u{9B}`, …).
+    static func escaped(_ text: String) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars {
+            switch scalar.value {
+            case 0x1B: out += "\\e"
+            case 0x0A: out += "\\n"
+            case 0x0D: out += "\\r"
+            case 0x09: out += "\\t"
+            case 0x00..<0x20, 0x7F...0x9F, 0x202A...0x202E, 0x2066...0x2069:
+                out += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
+            default:
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+
     /// `text` padded with spaces to `width` characters (never cut).
     static func pad(_ text: String, _ width: Int) -> String {
         text.count >= width ? text : text + String(repeating: " ", count: width - text.count)

@@ -12,6 +12,25 @@ final class NetsvcBrowseTests: XCTestCase {
         return (process.process.terminationStatus, output)
     }
 
+    func testNamesFromTheNetworkCannotDriveTheTerminal() throws {
+        // A name that would retitle and clear the user's terminal, and a TXT value with a bell.
+        let hostile = "Evil\u{1B}]0;owned\u{07}\u{1B}[2J Name"
+        let type = uniqueType("e")
+        let theirs = try Foreign(["avahi-publish", "-s", hostile, type, "5003", "note=ring\u{07}"])
+        defer { theirs.stop() }
+        XCTAssertTrue(theirs.waitForOutput(containing: "Established", seconds: 10), theirs.output)
+        let (code, text) = try run([netsvc, "browse", type, "--resolve", "--terminate"])
+        XCTAssertEqual(code, 0, text)
+        XCTAssertFalse(text.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x07 }, "raw control characters reached the terminal: \(text.debugDescription)")
+        XCTAssertTrue(text.contains("Evil\\e]0;owned\\u{7}\\e[2J Name"), text)
+        XCTAssertTrue(text.contains("note=0x72696e6707"), "a TXT value with control bytes is shown in hex: \(text)")
+        // JSON keeps the name exact, escaped as JSON does.
+        let (jsonCode, json) = try run([netsvc, "browse", type, "--terminate", "--json"])
+        XCTAssertEqual(jsonCode, 0, json)
+        XCTAssertFalse(json.unicodeScalars.contains { $0.value == 0x1B }, json)
+        XCTAssertTrue(jsonLines(json).contains { $0["name"] as? String == hostile }, json)
+    }
+
     private func jsonLines(_ text: String) -> [[String: Any]] {
         text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
     }
