@@ -49,6 +49,13 @@ public final class ChildProcess: @unchecked Sendable {
         posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
         posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
         posix_spawn_file_actions_adddup2(&actions, outPipe[1], 2)
+        // Nothing else of ours goes to the child: the test process's sockets (its D-Bus
+        // connection, listeners) would otherwise stay open in it, in a restarted daemon even.
+        if let closeFrom = Self.addCloseFrom {
+            _ = closeFrom(&actions, 3)
+        } else {
+            Self.markOpenDescriptorsCloseOnExec()
+        }
         var none = sigset_t(), all = sigset_t()
         sigemptyset(&none)
         sigfillset(&all)
@@ -84,6 +91,23 @@ public final class ChildProcess: @unchecked Sendable {
         }
         output.setCancelHandler { close(readFD) }
         output.resume()
+    }
+
+    /// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later), looked up at run time
+    /// because the Glibc module does not declare it.
+    private typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+    private static let addCloseFrom: CloseFrom? = {
+        guard let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") else { return nil }
+        return unsafeBitCast(symbol, to: CloseFrom.self)
+    }()
+
+    /// Without it: every descriptor above 2 gets close-on-exec (the test process never execs).
+    private static func markOpenDescriptorsCloseOnExec() {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return }
+        for fd in names.compactMap(Int32.init) where fd > 2 {
+            let flags = fcntl(fd, F_GETFD)
+            if flags >= 0 { _ = fcntl(fd, F_SETFD, flags | FD_CLOEXEC) }
+        }
     }
 
     deinit {
