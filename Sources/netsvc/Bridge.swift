@@ -66,10 +66,12 @@ enum Bridge {
 /// reader thread hands what it reads to the current connection, and closes each connection's
 /// output once standard input has ended.
 final class SharedStandardInput: @unchecked Sendable {
-    // @unchecked: `current` and `ended` are guarded by `condition`.
+    // @unchecked: `current`, `ended` and `pending` are guarded by `condition`.
     private let condition = NSCondition()
     private var current: UncheckedOutput?
     private var ended = false
+    /// Bytes read from standard input and not yet handed to a connection.
+    private var pending = false
 
     init() {
         Thread.detachNewThread { self.run() }
@@ -88,9 +90,14 @@ final class SharedStandardInput: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Detaches the current connection (it is over).
+    /// Detaches the current connection (it is over), once the bytes already read from standard
+    /// input have gone to it: a peer that half-closes quickly must still get the line that was
+    /// waiting for it.
     func detach() {
-        condition.lock(); current = nil; condition.unlock()
+        condition.lock()
+        while pending && current != nil { condition.wait() }
+        current = nil
+        condition.unlock()
     }
 
     private func run() {
@@ -105,6 +112,7 @@ final class SharedStandardInput: @unchecked Sendable {
                 condition.unlock()
                 return
             }
+            pending = true
             while current == nil { condition.wait() }   // hold the bytes for the next connection
             let target = current!
             condition.unlock()
@@ -114,6 +122,10 @@ final class SharedStandardInput: @unchecked Sendable {
                 if written <= 0 { break }   // that connection went away; the rest is dropped
                 offset += written
             }
+            condition.lock()
+            pending = false
+            condition.broadcast()
+            condition.unlock()
         }
     }
 }
