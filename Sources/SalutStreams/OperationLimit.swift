@@ -80,16 +80,7 @@ package final class OperationLimit: @unchecked Sendable {
 
     /// Cancels the operation; true when it had not started (the caller can answer at once).
     package func cancelBeforeStart() -> Bool {
-        // Decided under the lock with the end itself, so `begin()` cannot slip in between.
-        let (queued, wake, timer) = lock.withLock { () -> (Bool, (@Sendable () -> Void)?, DispatchSourceTimer?) in
-            let queued = !started && ended == nil
-            if ended == nil { ended = .cancelled }
-            defer { self.wake = nil; self.timer = nil }
-            return (queued, self.wake, self.timer)
-        }
-        timer?.cancel()
-        wake?()
-        return queued
+        end(.cancelled)
     }
 
     deinit { timer?.cancel() }
@@ -113,14 +104,20 @@ package final class OperationLimit: @unchecked Sendable {
         timer?.cancel()
     }
 
-    private func end(_ reason: Ending) {
-        let (wake, timer) = lock.withLock { () -> ((@Sendable () -> Void)?, DispatchSourceTimer?) in
+    /// Ends the operation (the first reason stays), stops its timer and wakes its wait. True
+    /// when it had neither started nor ended, decided under the same lock as the end, so that
+    /// `begin()` cannot slip in between.
+    @discardableResult
+    private func end(_ reason: Ending) -> Bool {
+        let (queued, wake, timer) = lock.withLock { () -> (Bool, (@Sendable () -> Void)?, DispatchSourceTimer?) in
+            let queued = !started && ended == nil
             if ended == nil { ended = reason }
             defer { self.wake = nil; self.timer = nil }
-            return (self.wake, self.timer)
+            return (queued, self.wake, self.timer)
         }
         timer?.cancel()
         wake?()
+        return queued
     }
 
     /// Registers the wake-up of the wait in progress; false (nothing registered) when the

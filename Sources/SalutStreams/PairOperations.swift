@@ -49,7 +49,7 @@ extension BoundStreamPair {
     /// the stream fails, or `limit` ends (deadline or cancellation). Bytes read before a stop
     /// are in the result, never dropped.
     package func read(minimum: Int, maximum: Int, limit: OperationLimit) async -> PairReadResult {
-        var result = PairReadResult(data: Data(), atEnd: false, error: nil, stopped: nil)
+        var result = PairReadResult()
         guard let stream = boundInput else {
             result.error = StreamFailure.notOpen
             return result

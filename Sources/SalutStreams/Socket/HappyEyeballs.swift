@@ -100,7 +100,10 @@ final class HappyEyeballs: @unchecked Sendable {
             attempts.removeValue(forKey: id)?.source.cancel()
             if let fd = settledAtOnce.removeValue(forKey: id) { close(fd) }
         case .succeed(let id):
-            if let fd = settledAtOnce.removeValue(forKey: id) { return finishing(.success(fd)) }
+            if let fd = settledAtOnce.removeValue(forKey: id) {
+                finish(.success(fd))
+                break
+            }
             guard let attempt = attempts.removeValue(forKey: id) else { break }
             attempt.handOver = { [self] fd in finish(.success(fd)) }
             stopTimers()
@@ -174,11 +177,6 @@ final class HappyEyeballs: @unchecked Sendable {
         if code == 0 { return perform(machine.attemptConnected(id)) }
         attempts.removeValue(forKey: id)?.source.cancel()
         perform(machine.attemptFailed(id, .connect(errno: code, target: "\(address)")))
-    }
-
-    private func finishing(_ result: Result<Int32, SocketStreamError>) -> [HappyEyeballsStateMachine.Action] {
-        finish(result)
-        return []
     }
 
     private func stopTimers() {

@@ -148,7 +148,7 @@ final class SocketConnection: @unchecked Sendable {
         guard !bothClosed else { return settle(.failure(.cancelled)) }   // closed while resolving
         notify(.connectStart)
         let socketOptions = options.socketOptions
-        let connector = HappyEyeballs(addresses: addresses, target: target, queue: queue, timeout: OperationLimit.clampedSeconds(timeout, default: 30),
+        let connector = HappyEyeballs(addresses: addresses, target: target, queue: queue, timeout: timeout,
                                       prepare: { try socketOptions.apply(to: $0, for: $1) }) { result in
             switch result {
             case .success(let fd):

@@ -163,8 +163,8 @@ struct SocketPumpStateMachine {
         return [.reportReady, .receive, .send]
     }
 
-    /// What the last handshake step did.
-    enum HandshakeProgress: Equatable { case wantRead, wantWrite, done, failed(TLSError) }
+    /// What the last handshake step did (OpenSSL's answer, as `TLSConnection` gives it).
+    typealias HandshakeProgress = TLSConnection.HandshakeStep
 
     mutating func handshakeStepped(_ progress: HandshakeProgress) -> [Action] {
         guard case .handshaking(_, let resuming) = state else { return [] }

@@ -323,12 +323,7 @@ final class SocketPump: @unchecked Sendable {
                 return machine.handshakeStepped(.failed(error as? TLSError ?? .handshakeFailed("\(error)")))
             }
         }
-        switch pendingTLS!.connection.handshakeStep() {
-        case .wantRead: return machine.handshakeStepped(.wantRead)
-        case .wantWrite: return machine.handshakeStepped(.wantWrite)
-        case .done: return machine.handshakeStepped(.done)
-        case .failed(let error): return machine.handshakeStepped(.failed(error))
-        }
+        return machine.handshakeStepped(pendingTLS!.connection.handshakeStep())
     }
 
     private func evaluateTrust() -> [SocketPumpStateMachine.Action] {

@@ -31,7 +31,7 @@ public typealias TLSTrustEvaluator = @Sendable (TLSPeerTrust, @escaping @Sendabl
 final class TLSConnection: ByteTransport, @unchecked Sendable {
     // @unchecked: used only on the pump's queue (it is captured, not called, elsewhere).
 
-    enum HandshakeStep {
+    enum HandshakeStep: Equatable {
         case done
         case wantRead
         case wantWrite
