@@ -30,6 +30,12 @@ public struct PeerSessionConfiguration: Sendable {
     public var timeoutIntervalForResource: TimeInterval = 604_800
     /// Seconds to wait for a connection to be made. Default 30.
     public var timeoutIntervalForConnect: TimeInterval = 30
+    /// Seconds the peer has for its part of a TLS handshake (`startSecureConnection()`),
+    /// counted from the call; the trust decision that follows is not counted. A peer that
+    /// accepts the connection and then never answers fails the task with a
+    /// ``PeerSessionError/connection(_:)`` error (``SocketStreamError/limitExceeded(_:)``).
+    /// Default 10; 0 or less means no bound.
+    public var timeoutIntervalForTLSHandshake: TimeInterval = 10
 
     /// The oldest TLS version to negotiate (TLS 1.2 by default).
     public var tlsMinimumSupportedProtocolVersion: TLSConfiguration.Version = .v1_2

@@ -179,7 +179,8 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
         changeSecurity { pair, done in
             let configuration = self.session.configuration.tlsConfiguration()
             pair.startTLS(configuration, evaluator: self.trustEvaluator(), dialledHost: self.dialledHost,
-                          shared: self.session.sharedTLSContext) { result in
+                          shared: self.session.sharedTLSContext,
+                          handshakeTimeout: self.session.configuration.timeoutIntervalForTLSHandshake) { result in
                 switch result {
                 case .success(let details): self.metrics.record(.ready(details)); done(nil)
                 case .failure(let error): done(error)

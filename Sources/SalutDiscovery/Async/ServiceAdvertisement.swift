@@ -59,17 +59,21 @@ public final class ServiceAdvertisement: Sendable {
     /// Listens on `port` (0: one the system picks) on IPv4 and IPv6, publishes the service on
     /// that port, and returns once it is established; accepted connections arrive in
     /// ``connections``. Withdrawing the service closes the listener.
-    /// - Parameter tls: a server configuration to run TLS on each accepted connection.
+    /// - Parameters:
+    ///   - tls: a server configuration to run TLS on each accepted connection.
+    ///   - limits: bounds on each accepted connection (handshake, first byte, idle) and on how
+    ///     many may be setting up at once; see ``ConnectionLimits``.
     /// - Throws: ``DiscoveryError/listenFailed(_:)`` when the port cannot be bound or the TLS
     ///   identity cannot be loaded; otherwise as ``publish(name:type:domain:port:txtRecord:allowRename:timeout:context:)``.
     public static func listen(
         name: String, type: String, domain: String = "local", port: Int = 0,
         txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], tls: TLSConfiguration? = nil,
+        limits: ConnectionLimits = ConnectionLimits(),
         allowRename: Bool = true, timeout: TimeInterval = 10, context: DiscoveryContext = .shared
     ) async throws -> ServiceAdvertisement {
         let listener: StreamListener
         do {
-            listener = try StreamListener(port: port, tls: tls)
+            listener = try StreamListener(port: port, tls: tls, limits: limits)
         } catch {
             throw DiscoveryError.listenFailed("\(error)")
         }

@@ -66,6 +66,7 @@ open class NetService: NSObject, @unchecked Sendable {
         var lastError: DiscoveryError?
         var listener: StreamListener?
         var listenerTLS: TLSConfiguration?
+        var listenerLimits = ConnectionLimits()
     }
 
     /// The service type as given, for example `_http._tcp.`.
@@ -124,6 +125,15 @@ open class NetService: NSObject, @unchecked Sendable {
         get { state.value.listenerTLS }
         set { state.withLock { $0.listenerTLS = newValue } }
     }
+    /// Bounds on the connections an auto-listening service accepts (Salut addition): how long
+    /// a peer has for the TLS handshake and its first byte (10 s each by default), an optional
+    /// idle bound, and how many connections may be setting up at once. Set before
+    /// `publish(options: .listenForConnections)`. A connection cut by a bound before it reached
+    /// the delegate is closed; one already handed over reports the error on its streams.
+    public var listenerLimits: ConnectionLimits {
+        get { state.value.listenerLimits }
+        set { state.withLock { $0.listenerLimits = newValue } }
+    }
 
     /// The typed Swift error behind the last `didNotPublish`/`didNotResolve` (Salut addition).
     public var lastError: DiscoveryError? { state.value.lastError }
@@ -161,7 +171,8 @@ open class NetService: NSObject, @unchecked Sendable {
         guard state.value.registration == nil else { return report(.activityInProgress, publishing: true) }
         if options.contains(.listenForConnections) {
             do {
-                let listener = try StreamListener(port: max(0, state.value.port), tls: state.value.listenerTLS)
+                let settings = state.value
+                let listener = try StreamListener(port: max(0, settings.port), tls: settings.listenerTLS, limits: settings.listenerLimits)
                 state.withLock { $0.listener = listener; $0.port = Int(listener.port) }
                 listener.accept { [weak self] connection in
                     guard let self else { return }

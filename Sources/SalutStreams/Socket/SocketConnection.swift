@@ -12,8 +12,9 @@ final class SocketConnection: @unchecked Sendable {
     enum Origin {
         /// Resolve and dial out when opened.
         case outgoing(host: String, port: Int, connectTimeout: TimeInterval, resolver: TargetResolver)
-        /// An accepted descriptor; TLS (server side) with this context when not nil.
-        case accepted(fd: Int32, tls: TLSContext?)
+        /// An accepted descriptor; TLS (server side) with this context when not nil; the
+        /// listener's limits.
+        case accepted(fd: Int32, tls: TLSContext?, limits: ConnectionLimits)
     }
 
     struct State {
@@ -50,7 +51,7 @@ final class SocketConnection: @unchecked Sendable {
         var initial = State()
         initial.tls = tls
         if tls != nil { initial.securityLevel = .negotiatedSSL }
-        if case .accepted(let fd, let context) = origin {
+        if case .accepted(let fd, let context, _) = origin {
             initial.unopenedFD = fd
             initial.tls = context?.configuration
         }
@@ -96,12 +97,12 @@ final class SocketConnection: @unchecked Sendable {
                 return queue.sync { self.connect(to: [address], host: host, port: port, timeout: timeout) }
             }
             Task.detached { await self.dial(host: host, port: port, timeout: timeout, resolver: resolver) }
-        case .accepted(let fd, let context):
+        case .accepted(let fd, let context, let limits):
             state.withLock { $0.unopenedFD = nil }
             let security = context.map { SecuritySetup(context: $0, dialledHost: nil, evaluator: state.value.evaluator) }
             queue.async {
                 self.notify(.secureConnectStart, when: security != nil)
-                self.pump.run(fd, security: security) { self.ready($0) }
+                self.pump.run(fd, security: security, limits: limits) { self.ready($0) }
             }
         }
     }
@@ -154,7 +155,11 @@ final class SocketConnection: @unchecked Sendable {
             case .success(let fd):
                 self.notify(.connectEnd)
                 self.notify(.secureConnectStart, when: security != nil)
-                self.pump.run(fd, security: security) { self.ready($0) }
+                // A server that accepts and then never answers the ClientHello must not hold
+                // the streams in `opening` for ever.
+                let limits = security == nil ? nil : ConnectionLimits(handshakeTimeout: Self.dialledHandshakeTimeout,
+                                                                      firstByteTimeout: nil)
+                self.pump.run(fd, security: security, limits: limits) { self.ready($0) }
             case .failure(let error):
                 self.settle(.failure(error))
             }
@@ -189,8 +194,20 @@ final class SocketConnection: @unchecked Sendable {
         }
     }
 
+    /// Seconds a dialled TLS connection has for its handshake.
+    static let dialledHandshakeTimeout: TimeInterval = 10
+
+    /// Starts an accepted connection at once (its TLS handshake runs, its first bytes are
+    /// buffered), before its streams are opened: a listener bounds its set-up from the moment
+    /// it is accepted, whatever its user does meanwhile.
+    func startAccepted() {
+        gate.requestOpen()
+    }
+
     /// The connection broke after it was made.
     private func broke(_ error: SocketStreamError) {
+        // Streams opened after this (an accepted connection not yet opened) fail with the error.
+        gate.settle(.failed(error))
         notify(.failed(error))
         if let input {
             input.events.fail(error)
@@ -217,7 +234,7 @@ final class SocketConnection: @unchecked Sendable {
 
     /// Starts TLS on an open plain connection once everything written so far has been sent.
     func startTLS(_ configuration: TLSConfiguration, evaluator: TLSTrustEvaluator?, dialledHost: String?, preface: Data? = nil,
-                  shared: SharedTLSContext? = nil,
+                  shared: SharedTLSContext? = nil, handshakeTimeout: TimeInterval? = dialledHandshakeTimeout,
                   done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
         let context: TLSContext
         if let shared {
@@ -228,7 +245,8 @@ final class SocketConnection: @unchecked Sendable {
             }
         }
         notify(.secureConnectStart)
-        pump.startTLS(SecuritySetup(context: context, dialledHost: dialledHost, evaluator: evaluator), preface: preface) { result in
+        pump.startTLS(SecuritySetup(context: context, dialledHost: dialledHost, evaluator: evaluator), preface: preface,
+                      handshakeTimeout: handshakeTimeout) { result in
             if case .success(let details) = result {
                 self.state.withLock { $0.details = details }
                 self.notify(.ready(details))

@@ -21,6 +21,10 @@ public enum SocketStreamError: Error, Sendable, Hashable, CustomStringConvertibl
     case tls(TLSError)
     /// The operation was cancelled (both streams closed while connecting, for example).
     case cancelled
+    /// The peer went past one of the ``ConnectionLimits`` (too slow to finish its handshake or
+    /// send its first byte, silent for too long, or crowded out by other connections setting
+    /// up); the text says which.
+    case limitExceeded(String)
 
     /// Describes `errno` from a failed connect to `target`.
     static func connect(errno code: Int32, target: String) -> SocketStreamError {
@@ -43,6 +47,7 @@ public enum SocketStreamError: Error, Sendable, Hashable, CustomStringConvertibl
         case .system(let call, let code, let message): return "\(call) failed: \(message) (errno \(code))"
         case .tls(let error): return error.description
         case .cancelled: return "cancelled"
+        case .limitExceeded(let detail): return "connection cut: \(detail)"
         }
     }
 }

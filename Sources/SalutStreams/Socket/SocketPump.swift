@@ -80,6 +80,14 @@ final class SocketPump: @unchecked Sendable {
     private static let scratchSize = 64 * 1024
     /// Called (on the queue) when the connection breaks after it was reported ready.
     var onFailure: (@Sendable (SocketStreamError) -> Void)?
+    /// Called once (on the queue) when the connection's set-up ends: it is set up (see
+    /// ``ConnectionDeadlines``), or it ended before that. Set before `run`.
+    var onSetUpEnded: (@Sendable () -> Void)?
+    /// The connection's time bounds, and the one timer that enforces them (armed for
+    /// `timerDeadline`; created on first need).
+    private var deadlines: ConnectionDeadlines?
+    private var timer: DispatchSourceTimer?
+    private var timerDeadline: ContinuousClock.Instant?
 
     init(queue: DispatchQueue, inbound: BoundBuffer, outbound: BoundBuffer) {
         self.queue = queue
@@ -98,11 +106,19 @@ final class SocketPump: @unchecked Sendable {
 
     /// Starts on a connected socket. Call on the queue. `ready` is called once: at once for a
     /// plain connection, after the handshake and the trust decision with TLS, or with the error.
-    func run(_ fd: Int32, security: SecuritySetup?, ready: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
+    /// `limits` bound the handshake, the first byte and silence (see ``ConnectionDeadlines``),
+    /// counted from now.
+    func run(_ fd: Int32, security: SecuritySetup?, limits: ConnectionLimits? = nil,
+             ready: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue))
         self.fd = fd
         keepAlive = self
         pendingReady = ready
+        if let limits {
+            deadlines = ConnectionDeadlines(
+                handshake: ConnectionLimits.duration(limits.handshakeTimeout), firstByte: ConnectionLimits.duration(limits.firstByteTimeout),
+                idle: ConnectionLimits.duration(limits.idleTimeout), secure: security != nil, now: .now)
+        }
         details.localAddress = SocketAddress.of(fd, peer: false)
         details.remoteAddress = SocketAddress.of(fd, peer: true)
         details.socketPriority = SocketOptions.read(fd, level: SOL_SOCKET, name: SO_PRIORITY)
@@ -133,7 +149,9 @@ final class SocketPump: @unchecked Sendable {
     /// Reading in the clear stops at once (bytes after this point belong to TLS). A server
     /// passes its go-ahead as `preface`: it is sent in the same step that starts the handshake,
     /// so the client's first TLS bytes, which can only follow it, are never read as plain data.
-    func startTLS(_ security: SecuritySetup, preface: Data? = nil,
+    /// `handshakeTimeout` bounds the whole change, from this call (nil: the connection's own
+    /// handshake limit, if it has one).
+    func startTLS(_ security: SecuritySetup, preface: Data? = nil, handshakeTimeout: TimeInterval? = nil,
                   done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
         queue.async {
             if self.pendingReady != nil || self.pendingDowngrade != nil {
@@ -142,6 +160,11 @@ final class SocketPump: @unchecked Sendable {
             self.pendingReady = done
             self.upgradeSetup = security
             self.upgradePreface = preface ?? Data()
+            let limit = ConnectionLimits.duration(handshakeTimeout)
+            if self.deadlines == nil, limit != nil {
+                self.deadlines = ConnectionDeadlines(handshake: limit, firstByte: nil, idle: nil, secure: false, now: .now)
+            }
+            self.deadlines?.handshakeStarted(at: .now, limit: limit)
             self.handle { $0.startTLS() }
         }
     }
@@ -185,6 +208,7 @@ final class SocketPump: @unchecked Sendable {
             }
             switch transport.send(from: buffer, count: length) {
             case .moved(let n):
+                if n > 0, deadlines != nil { carried() }
                 return .sent(n)
             case .wouldBlock:
                 return .socketFull(fd: fd)
@@ -220,6 +244,11 @@ final class SocketPump: @unchecked Sendable {
         queue.async { self.handle { $0.abandoned() } }
     }
 
+    /// Cuts the connection with `error` (a listener making room for a new connection).
+    func cut(_ error: SocketStreamError) {
+        queue.async { self.handle { $0.failed(error) } }
+    }
+
     // MARK: The shell
 
     /// Feeds one event to the machine and performs what follows, in order, until nothing is
@@ -236,6 +265,7 @@ final class SocketPump: @unchecked Sendable {
             guard watch() else { break }
             work = machine.socketReadable()[...]
         }
+        if deadlines != nil, !machine.isClosed { armTimer() }
         if let report = readyReport {
             readyReport = nil
             report.callback(.success(report.details))
@@ -328,6 +358,8 @@ final class SocketPump: @unchecked Sendable {
 
     private func evaluateTrust() -> [SocketPumpStateMachine.Action] {
         guard let (tls, setup) = pendingTLS else { return [] }
+        // The peer's part is done; the trust decision is ours (a delegate may ask a person).
+        if deadlines?.handshakeFinished(at: .now) == true { setUpEnded() }
         let trust = tls.peerTrust()
         pendingTrust = trust
         let failure = trust.policyFailure ?? .rejectedByEvaluator
@@ -352,8 +384,14 @@ final class SocketPump: @unchecked Sendable {
         let scratch = inScratch ?? .allocate(byteCount: Self.scratchSize, alignment: 16)
         inScratch = scratch
         let outcome = transport.receive(into: scratch.baseAddress!, count: min(room, scratch.count))
-        if case .moved(let n) = outcome {
+        switch outcome {
+        case .moved(let n):
             _ = inbound.write(from: scratch.baseAddress!.assumingMemoryBound(to: UInt8.self), length: n, blocking: false)
+            if deadlines != nil { carried() }
+        case .ended:
+            if deadlines != nil { carried() }
+        default:
+            break
         }
         return machine.received(outcome)
     }
@@ -372,7 +410,10 @@ final class SocketPump: @unchecked Sendable {
             guard got > 0 else { return machine.nothingToSend(outputClosed: state.writerClosed || state.readerClosed) }
         }
         let outcome = transport.send(from: outScratch!.baseAddress! + sendFrom, count: sendTo - sendFrom)
-        if case .moved(let n) = outcome { sendFrom += n }
+        if case .moved(let n) = outcome {
+            sendFrom += n
+            if deadlines != nil { carried() }
+        }
         return machine.sent(outcome)
     }
 
@@ -438,7 +479,60 @@ final class SocketPump: @unchecked Sendable {
         watching = (false, false)
         transport = nil
         pendingTLS = nil
+        timer?.cancel()
+        timer = nil
+        deadlines = nil
+        setUpEnded()
         queue.async { self.keepAlive = nil }   // after the current handler has returned
+    }
+}
+
+// MARK: - Deadlines
+
+extension SocketPump {
+    /// Bytes moved (or the peer ended its data): the first byte ends the set-up.
+    private func carried() {
+        if deadlines?.carried(at: .now) == true { setUpEnded() }
+    }
+
+    /// Tells the listener, once, that this connection no longer counts as setting up.
+    private func setUpEnded() {
+        let told = onSetUpEnded
+        onSetUpEnded = nil
+        told?()
+    }
+
+    /// Arms the timer for the next instant a bound may pass (or drops it when none can). The
+    /// idle bound moves with every byte; the timer is not moved for each: when it fires early,
+    /// it is armed again for the new instant.
+    fileprivate func armTimer() {
+        guard let next = deadlines?.nextCheck else {
+            timer?.cancel()
+            timer = nil
+            timerDeadline = nil
+            return
+        }
+        guard next != timerDeadline else { return }
+        if let armed = timerDeadline, armed < next, timer != nil { return }   // fires first; re-armed then
+        let made = timer ?? {
+            let source = DispatchSource.makeTimerSource(queue: queue)
+            source.setEventHandler { [weak self] in self?.timerFired() }
+            source.resume()
+            return source
+        }()
+        timer = made
+        timerDeadline = next
+        made.schedule(deadline: .now() + OperationLimit.dispatchInterval(ContinuousClock.now.duration(to: next)))
+    }
+
+    private func timerFired() {
+        timerDeadline = nil
+        guard let deadlines else { return }
+        if let error = deadlines.expired(at: .now) {
+            handle { $0.failed(error) }
+        } else {
+            armTimer()
+        }
     }
 }
 

@@ -37,6 +37,9 @@ public final class StreamListener: Sendable {
     private let sockets: [Int32]
     private let tls: TLSContext?
     private let bufferSize: Int
+    /// The bounds every accepted connection gets.
+    public let limits: ConnectionLimits
+    private let settingUp: SetupQueue
     private let queue = DispatchQueue(label: "salut.listener", target: .global())
     private let running: Locked<[DispatchSourceRead]?> = Locked(nil)
     private let stopped = Locked(false)
@@ -48,10 +51,16 @@ public final class StreamListener: Sendable {
     ///     happens when its streams are opened).
     ///   - bufferSize: bytes buffered in each direction of each accepted connection.
     ///   - backlog: the `listen` backlog.
+    ///   - limits: how long an accepted connection may take to finish its TLS handshake and
+    ///     carry its first byte (10 s each by default), how long it may stay idle (no bound by
+    ///     default), and how many may be setting up at once (64; the oldest is cut to make
+    ///     room). Accepted connections start at once, so these count from the accept, whenever
+    ///     their streams are opened.
     /// - Throws: ``SocketStreamError/invalidAddress(_:)`` for a port outside 0…65535,
     ///   ``SocketStreamError/system(call:errno:message:)`` when binding fails (the port is in use,
     ///   for example), or the ``TLSError`` of a bad TLS configuration as ``SocketStreamError/tls(_:)``.
-    public init(port: Int = 0, tls: TLSConfiguration? = nil, bufferSize: Int = 64 * 1024, backlog: Int32 = 512) throws {
+    public init(port: Int = 0, tls: TLSConfiguration? = nil, bufferSize: Int = 64 * 1024, backlog: Int32 = 512,
+                limits: ConnectionLimits = ConnectionLimits()) throws {
         guard (0...65535).contains(port) else { throw SocketStreamError.invalidAddress("port \(port)") }
         if var tls {
             tls.role = .server
@@ -60,6 +69,8 @@ public final class StreamListener: Sendable {
             self.tls = nil
         }
         self.bufferSize = bufferSize
+        self.limits = limits
+        settingUp = SetupQueue(capacity: limits.maximumConnectionsSettingUp)
         let bound = try Self.bindBoth(port: UInt16(port), backlog: backlog)
         sockets = bound.sockets
         self.port = bound.port
@@ -84,12 +95,12 @@ public final class StreamListener: Sendable {
             return made
         }
         guard let sources else { return }
-        let tls = self.tls, bufferSize = self.bufferSize
+        let setup = ConnectionSetup(tls: tls, bufferSize: bufferSize, limits: limits, queue: settingUp)
         for (fd, source) in zip(sockets, sources) {
             let paused = PausableSource(source, queue: queue)
             // The handler holds its source until `stop()` cancels it (libdispatch then drops it).
             source.setEventHandler {
-                Self.drain(fd, source: paused, tls: tls, bufferSize: bufferSize, handler: handler)
+                Self.drain(fd, source: paused, setup: setup, handler: handler)
             }
             source.resume()
         }
@@ -124,8 +135,20 @@ public final class StreamListener: Sendable {
     // MARK: Private
 
     /// Accepts until nothing is pending (libdispatch may not signal again while some are).
-    private static func drain(_ fd: Int32, source: PausableSource, tls: TLSContext?,
-                              bufferSize: Int, handler: @Sendable (AcceptedConnection) -> Void) {
+    /// How the listener sets up what it accepts.
+    private struct ConnectionSetup: @unchecked Sendable {
+        // @unchecked: TLSContext is read-only after creation; the rest is Sendable.
+        let tls: TLSContext?
+        let bufferSize: Int
+        let limits: ConnectionLimits
+        let queue: SetupQueue
+    }
+
+    /// Connections accepted and still setting up (their handshake or first byte pending).
+    public var connectionsSettingUp: Int { settingUp.count }
+
+    private static func drain(_ fd: Int32, source: PausableSource, setup: ConnectionSetup,
+                              handler: @Sendable (AcceptedConnection) -> Void) {
         while true {
             var storage = sockaddr_storage()
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
@@ -155,8 +178,12 @@ public final class StreamListener: Sendable {
                 close(client)   // not a TCP socket we can use (it may already be reset)
                 continue
             }
-            let connection = SocketConnection(origin: .accepted(fd: client, tls: tls), bufferSize: bufferSize)
-            handler(AcceptedConnection(streams: connection.makePair(), remoteAddress: remote))
+            let connection = SocketConnection(origin: .accepted(fd: client, tls: setup.tls, limits: setup.limits),
+                                              bufferSize: setup.bufferSize)
+            connection.pump.onSetUpEnded = setup.queue.admit(connection.pump)
+            let streams = connection.makePair()
+            connection.startAccepted()
+            handler(AcceptedConnection(streams: streams, remoteAddress: remote))
         }
     }
 
