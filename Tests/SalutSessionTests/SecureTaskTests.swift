@@ -177,3 +177,27 @@ final class SecureTaskTests: SalutTestCase {
         XCTAssertNotNil(refused)
     }
 }
+
+final class SecureTaskTimeoutTests: SalutTestCase {
+    func testAPeerThatNeverAnswersTheHandshakeFailsTheTaskAtTheSessionsBound() async throws {
+        // A plain listener whose connections are held and never answered.
+        let listener = try StreamListener(port: 0, limits: ConnectionLimits(handshakeTimeout: nil, firstByteTimeout: nil))
+        defer { listener.stop() }
+        let held = Locked<[AcceptedConnection]>([])
+        listener.accept { connection in held.withLock { $0.append(connection) } }
+        defer { held.withLock { $0.removeAll() } }
+        var configuration = PeerSessionConfiguration.ephemeral
+        configuration.trustPolicy = .acceptAny
+        configuration.timeoutIntervalForTLSHandshake = 0.3
+        let session = PeerSession(configuration: configuration, delegate: nil)
+        let task = session.streamTask(withHostName: "127.0.0.1", port: Int(listener.port))
+        task.resume()
+        do {
+            try await withDeadline(10, "the handshake bound") { try await task.secureConnection() }
+            XCTFail("a handshake nobody answered succeeded")
+        } catch {
+            XCTAssertEqual(error as? PeerSessionError, .connection(.limitExceeded("the TLS handshake did not finish within 0.3 s")))
+        }
+        task.cancel()
+    }
+}
