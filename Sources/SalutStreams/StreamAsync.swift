@@ -101,6 +101,18 @@ extension BoundStreamPair {
         if case .failed(let error) = gate.current { throw error }
     }
 
+    /// Closes the output stream and returns once everything written to it has been handed to
+    /// the network and this side's end of the data has been sent (TLS close_notify, then the
+    /// TCP half-close): what a tool that uploads must wait for before it says it is done. For a
+    /// bound pair it closes the output and returns at once.
+    /// - Throws: the ``SocketStreamError`` of a connection that failed before its output was
+    ///   all sent (the peer reset it, for example): some of the bytes may not have reached it.
+    public func finishSending() async throws {
+        output.close()
+        guard let connection else { return }
+        if let error = await connection.sendingEnded() { throw error }
+    }
+
     /// The connection behind socket streams (nil for a bound pair).
     var connection: SocketConnection? { (input as? BoundInputStream)?.connection }
 

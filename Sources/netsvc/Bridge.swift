@@ -60,6 +60,71 @@ enum Bridge {
             }
         }
     }
+
+    /// Copies `fd` into the pair's output until `fd` ends, then half-closes and returns once
+    /// every byte has been handed to the network.
+    /// - Throws: ``UploadFailure`` when the connection failed first (not all of it reached the
+    ///   peer).
+    static func upload(from fd: Int32, to pair: BoundStreamPair) async throws {
+        let written = await withCheckedContinuation { continuation in
+            copy(from: fd, to: pair.output) { continuation.resume(returning: $0) }
+        }
+        do {
+            try await pair.finishSending()
+        } catch {
+            throw UploadFailure(reason: "\(error)")
+        }
+        if !written { throw UploadFailure(reason: pair.output.streamError.map { "\($0)" } ?? "the connection closed") }
+    }
+}
+
+/// Bytes meant for the peer did not all reach it.
+struct UploadFailure: Error, CustomStringConvertible {
+    var reason: String
+    var description: String { "not all of the input reached the peer: \(reason)" }
+}
+
+/// Standard input and output, lent to one connection at a time (`publish --listen` without
+/// `--exec`), in the order the connections ask; the others wait their turn (their bytes are
+/// buffered meanwhile, up to the stream buffer, then TCP holds the peer back).
+actor StdioTurns {
+    private var busy = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+    private let input = SharedStandardInput()
+
+    /// Bridges `connection` to stdin/stdout once it is its turn, until the peer's data ends.
+    func serve(_ connection: AcceptedConnection, peer: String,
+               report: @Sendable (String, String, Int?, String?) -> Void) async {
+        await takeTurn()
+        defer { endTurn() }
+        guard !Task.isCancelled else { return }
+        report("connected", peer, nil, nil)
+        input.attach(connection.output)
+        var failure: String?
+        await withTaskCancellationHandler {
+            do { try await Bridge.drain(connection.input, to: 1) } catch { failure = "\(error)" }
+        } onCancel: {
+            connection.input.close()
+            connection.output.close()
+        }
+        input.detach()
+        do {
+            try await connection.streams.finishSending()
+        } catch {
+            failure = failure ?? "\(UploadFailure(reason: "\(error)"))"
+        }
+        connection.input.close()
+        report("disconnected", peer, nil, failure)
+    }
+
+    private func takeTurn() async {
+        guard busy else { busy = true; return }
+        await withCheckedContinuation { waiting.append($0) }
+    }
+
+    private func endTurn() {
+        if waiting.isEmpty { busy = false } else { waiting.removeFirst().resume() }
+    }
 }
 
 /// Standard input shared by the connections `publish --listen` serves one at a time: a single

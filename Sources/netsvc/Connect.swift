@@ -32,7 +32,11 @@ struct Connect: AsyncParsableCommand {
             Resolves the service, connects (IPv6 and IPv4, Happy Eyeballs), then copies stdin to
             the service and the service's answer to stdout. At the end of stdin the sending side
             is closed (a half-close), and netsvc exits once the service closes its side.
-            Exit codes: 0 done, 1 not found, refused or TLS refused, 2 usage, 3 no avahi-daemon.
+            Exit code 0 means all of stdin was handed to the network and the connection ended
+            cleanly (the service closed its side after ours), with all of the service's answer
+            on stdout. Exit codes: 0 done, 1 not found, refused, TLS refused, or the connection
+            failed before both directions were done (the message says which), 2 usage,
+            3 no avahi-daemon.
 
             Examples:
               echo hello | netsvc connect "Echo" _echo._tcp
@@ -52,8 +56,17 @@ struct Connect: AsyncParsableCommand {
             try await requireDaemon()
             let service = target.service
             let pair = try await service.connect(tls: tls, resolveTimeout: timeout.value)
-            Bridge.copy(from: 0, to: pair.output)
-            try await Bridge.drain(pair.input, to: 1)
+            async let upload: Void = Bridge.upload(from: 0, to: pair)
+            var failures: [String] = []
+            do { try await Bridge.drain(pair.input, to: 1) } catch { failures.append("receiving: \(error)") }
+            do { try await upload } catch { failures.append("sending: \(error)") }
+            pair.input.close()
+            if !failures.isEmpty {
+                note("connection to \"\(Terminal.escaped(target.name))\" failed: " + failures.joined(separator: "; "))
+                throw ExitCode.failure
+            }
+        } catch let exit as ExitCode {
+            throw exit
         } catch {
             throw fail(error)
         }

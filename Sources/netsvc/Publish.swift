@@ -12,9 +12,16 @@ struct Publish: AsyncParsableCommand {
 
             With --listen, netsvc itself listens on PORT (0 picks a free one) on IPv4 and IPv6,
             publishes that port, and serves each connection: by default it bridges the
-            connection to its own stdin/stdout, one connection at a time; with --exec it runs
-            CMD (through /bin/sh) for each connection, connected to the child's stdin/stdout.
-            The child finds the peer's address in NETSVC_PEER.
+            connection to its own stdin/stdout, one connection at a time (the others wait their
+            turn); with --exec it runs CMD (through /bin/sh) for each connection, connected to
+            the child's stdin/stdout. The child finds the peer's address in NETSVC_PEER.
+
+            Every peer is bounded: it has --handshake-timeout seconds from connecting to finish
+            the TLS handshake and to send its first byte (unless the service speaks first), and
+            is cut after --idle-timeout seconds with nothing moving. At most --max-connections
+            are served (or wait their turn) at once; more are refused and noted on stderr. When
+            a connection fails, or netsvc is stopped, its child gets SIGTERM, then SIGKILL 2 s
+            later. Connection events go to stderr (or stdout with --json).
 
             Examples:
               netsvc publish "My Site" _http._tcp 8080 path=/index.html
@@ -59,9 +66,23 @@ struct Publish: AsyncParsableCommand {
     @Option(help: ArgumentHelp("With --listen: the PEM private key of --tls-cert.", valueName: "FILE"))
     var tlsKey: String?
 
+    @Option(help: ArgumentHelp("With --listen: connections served at once, 1 to 10000; more are refused.", valueName: "N"))
+    var maxConnections: Int = 64
+
+    @Option(help: ArgumentHelp("With --listen: seconds a peer has to finish the TLS handshake and send its first byte (0.001 to 3600).",
+                               valueName: "SECONDS"))
+    var handshakeTimeout: Seconds = 10
+
+    @Option(help: ArgumentHelp("With --listen: seconds a connection may stay idle, nothing moving either way, before it is cut (0.001 to 3600).",
+                               valueName: "SECONDS"))
+    var idleTimeout: Seconds = 300
+
     func validate() throws {
         if !listen && (exec != nil || tlsCert != nil || tlsKey != nil) {
             throw ValidationError("--exec, --tls-cert and --tls-key need --listen")
+        }
+        if !(1...10000).contains(maxConnections) {
+            throw ValidationError("--max-connections \(maxConnections) is outside 1…10000")
         }
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
         if !listen && port == 0 { throw ValidationError("port 0 needs --listen (a published service must name its port)") }
@@ -82,8 +103,11 @@ struct Publish: AsyncParsableCommand {
             let ad: ServiceAdvertisement
             if listen {
                 let tls = tlsCert.map { TLSConfiguration.server(certificateChainFile: $0, privateKeyFile: tlsKey!) }
+                let limits = ConnectionLimits(handshakeTimeout: handshakeTimeout.value, firstByteTimeout: handshakeTimeout.value,
+                                              idleTimeout: idleTimeout.value)
+                ResourceLimits.allowManyDescriptors()
                 ad = try await ServiceAdvertisement.listen(name: name, type: type, domain: domain, port: port,
-                                                           txtRecord: record, subtypes: subtypes, tls: tls,
+                                                           txtRecord: record, subtypes: subtypes, tls: tls, limits: limits,
                                                            allowRename: !noRename)
             } else {
                 ad = try await ServiceAdvertisement.publish(name: name, type: type, domain: domain, port: port,
@@ -96,14 +120,29 @@ struct Publish: AsyncParsableCommand {
             } else {
                 emit("published \"\(Terminal.escaped(ad.name))\" \(type) port \(finalPort)" + (listen ? " (listening)" : ""))
             }
-            let server = listen ? Task { await ConnectionServer(command: exec, json: json).serve(ad.connections) } : nil
+            let server = listen ? ConnectionServer(command: exec, json: json, maxConnections: maxConnections) : nil
+            let serving = server.map { server in Task { await server.serve(ad.connections) } }
             let signal = await Self.waitForTermination()
-            server?.cancel()
             await ad.withdraw()
+            if let serving {
+                // Every connection ends; children get SIGTERM, then SIGKILL after the grace.
+                serving.cancel()
+                await Self.wait(for: serving, seconds: ConnectionServer.grace + 1)
+            }
             try await Task.sleep(nanoseconds: 100_000_000)   // let the goodbye packets leave
             if json { printJSON(["event": "withdrawn", "name": ad.name, "signal": signal]) }
         } catch {
             throw fail(error)
+        }
+    }
+
+    /// Waits for `task` to finish, at most `seconds`.
+    static func wait(for task: Task<Void, Never>, seconds: Double) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await task.value }
+            group.addTask { try? await Task.sleep(nanoseconds: UInt64(seconds * 1e9)) }
+            await group.next()
+            group.cancelAll()
         }
     }
 

@@ -2,81 +2,162 @@ import Foundation
 import Glibc
 import Salut
 
-/// Serves the connections of `publish --listen`: bridged to netsvc's stdin/stdout one at a time,
-/// or each to its own child process (`--exec`).
+/// Serves the connections of `publish --listen`, each in a task of its own: bridged to
+/// netsvc's stdin/stdout (one connection at a time, in the order they are ready), or each to
+/// its own child process (`--exec`). At most `maxConnections` are served or waiting at once;
+/// more are refused (closed at once) with a note on stderr. Cancelling `serve` ends every
+/// connection and child.
 struct ConnectionServer: Sendable {
     /// The shell command to run per connection; nil bridges stdin/stdout.
     let command: String?
     let json: Bool
+    let maxConnections: Int
+    /// Seconds a child has after SIGTERM before SIGKILL.
+    static let grace: Double = 2
+    private var grace: Double { Self.grace }
 
     func serve(_ connections: AsyncStream<AcceptedConnection>) async {
-        let stdin = command == nil ? SharedStandardInput() : nil
-        for await connection in connections {
-            let peer = connection.remoteAddress?.description ?? "unknown"
-            do {
-                try await connection.streams.open()
-            } catch {
-                note("connection from \(peer) failed: \(error)")
-                continue
+        let stdio = command == nil ? StdioTurns() : nil
+        let active = ActiveCount()
+        await withDiscardingTaskGroup { group in
+            for await connection in connections {
+                let peer = connection.remoteAddress?.description ?? "unknown"
+                group.addTask {
+                    // Connections still in their handshake are bounded by the listener (its
+                    // time limits, and its cap on connections setting up); a slot is taken
+                    // once the connection is ready.
+                    do {
+                        try await connection.streams.open()
+                    } catch {
+                        connection.input.close()
+                        connection.output.close()
+                        if !(error is CancellationError) { report("failed", peer, reason: "\(error)") }
+                        return
+                    }
+                    guard active.enter(limit: maxConnections) else {
+                        connection.input.close()
+                        connection.output.close()
+                        report("refused", peer, reason: "\(maxConnections) connections already (--max-connections)")
+                        return
+                    }
+                    defer { active.leave() }
+                    if let command {
+                        await runChild(command, for: connection, peer: peer)
+                    } else if let stdio {
+                        await stdio.serve(connection, peer: peer) { report($0, $1, status: $2, reason: $3) }
+                    }
+                }
             }
-            report("connected", peer)
-            if let command {
-                Task { await runChild(command, for: connection, peer: peer) }
-            } else if let stdin {
-                stdin.attach(connection.output)
-                do { try await Bridge.drain(connection.input, to: 1) } catch { note("connection from \(peer): \(error)") }
-                stdin.detach()
-                connection.output.close()
-                connection.input.close()
-                report("disconnected", peer)
-            }
+            group.cancelAll()
         }
     }
 
-    /// Runs `command` with the connection as its stdin/stdout; closes the connection when the
-    /// child's output ends.
+    /// Runs `command` with the connection as its stdin/stdout. When the connection fails, or
+    /// the server stops, the child's pipes are closed and it gets SIGTERM, then SIGKILL.
     private func runChild(_ command: String, for connection: AcceptedConnection, peer: String) async {
-        let child = Process()
-        // `env --default-signal`: a child started from a libdispatch thread would otherwise
-        // inherit that thread's blocked signals.
-        child.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        child.arguments = ["--default-signal", "/bin/sh", "-c", command]
-        var environment = ProcessInfo.processInfo.environment
-        environment["NETSVC_PEER"] = peer
-        child.environment = environment
-        let toChild = Pipe(), fromChild = Pipe()
-        child.standardInput = toChild
-        child.standardOutput = fromChild
+        let child: Child
         do {
-            try child.run()
+            child = try Child(command: command, environment: ["NETSVC_PEER": peer])
         } catch {
-            note("cannot run \(command): \(error)")
-            connection.output.close()
             connection.input.close()
+            connection.output.close()
+            report("failed", peer, reason: "\(error)")
             return
         }
-        let childInput = toChild.fileHandleForWriting.fileDescriptor
-        Bridge.copy(from: connection.input, to: childInput) { _ in try? toChild.fileHandleForWriting.close() }
-        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            Bridge.copy(from: fromChild.fileHandleForReading.fileDescriptor, to: connection.output) { _ in done.resume() }
+        report("connected", peer)
+        let failure = FirstFailure()
+        await withTaskCancellationHandler {
+            await withDiscardingTaskGroup { group in
+                // The peer's bytes → the child's stdin; the end of them closes its stdin.
+                group.addTask {
+                    do {
+                        for try await chunk in connection.input.chunks { try await child.input.write(chunk) }
+                    } catch is PipeEnd.Closed {
+                        // The command does not read (more of) its input: stop reading the peer.
+                    } catch {
+                        failure.record("\(error)")
+                        child.terminate(grace: grace)
+                    }
+                    child.input.close()
+                    connection.input.close()
+                }
+                // The child's stdout → the peer; its end is our half-close.
+                group.addTask {
+                    do {
+                        while true {
+                            let chunk = try await child.output.read()
+                            if chunk.isEmpty { break }
+                            try await connection.output.write(chunk)
+                        }
+                        try await connection.streams.finishSending()
+                    } catch {
+                        failure.record("\(error)")
+                        child.terminate(grace: grace)
+                    }
+                    child.output.close()
+                }
+            }
+        } onCancel: {
+            child.terminate(grace: grace)
         }
-        while child.isRunning { try? await Task.sleep(nanoseconds: 20_000_000) }
         connection.input.close()
-        report("disconnected", peer, status: Int(child.terminationStatus))
+        connection.output.close()
+        let status = await child.exited()
+        report("disconnected", peer, status: Int(status), reason: failure.first)
     }
 
-    private func report(_ event: String, _ peer: String, status: Int? = nil) {
+    private func report(_ event: String, _ peer: String, status: Int? = nil, reason: String? = nil) {
         if json {
             var object: [String: Any] = ["event": event, "peer": peer]
             if let status { object["status"] = status }
+            if let reason { object["reason"] = reason }
             printJSON(object)
         } else {
-            note("\(event) \(peer)" + (status.map { " (exit \($0))" } ?? ""))
+            let details = [status.map { "exit \($0)" }, reason].compactMap { $0 }.joined(separator: "; ")
+            note("\(event) \(peer)" + (details.isEmpty ? "" : " (\(details))"))
+        }
+    }
+}
+
+/// Status lines go to stderr: stdout may be carrying a connection's bytes.
+func note(_ line: String) {
+    FileHandle.standardError.write(Data("netsvc: \(line)\n".utf8))
+}
+
+/// How many connections are being served or wait for their turn.
+final class ActiveCount: Sendable {
+    private let count = Locked(0)
+
+    /// Counts one more; false (and counts nothing) at `limit`.
+    func enter(limit: Int) -> Bool {
+        count.withLock { value in
+            guard value < limit else { return false }
+            value += 1
+            return true
         }
     }
 
-    /// Status lines go to stderr: stdout may be carrying the connection's bytes.
-    private func note(_ line: String) {
-        FileHandle.standardError.write(Data("netsvc: \(line)\n".utf8))
+    func leave() { count.withLock { $0 -= 1 } }
+}
+
+/// The first failure of a connection's two directions, for its report.
+final class FirstFailure: Sendable {
+    private let value = Locked<String?>(nil)
+    func record(_ reason: String) { value.withLock { if $0 == nil { $0 = reason } } }
+    var first: String? { value.value }
+}
+
+/// The process's resource limits.
+enum ResourceLimits {
+    /// Raises the soft limit on open descriptors to the hard limit: each `--exec` connection
+    /// holds a socket and two pipe ends, and the usual soft limit of 1,024 would stop a
+    /// server at a few hundred connections.
+    static func allowManyDescriptors() {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
+        limit.rlim_cur = limit.rlim_max
+        if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) != 0 {
+            note("cannot raise the descriptor limit: \(String(cString: strerror(errno)))")
+        }
     }
 }

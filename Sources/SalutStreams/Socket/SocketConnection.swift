@@ -27,6 +27,9 @@ final class SocketConnection: @unchecked Sendable {
         var unopenedFD: Int32?
         var observer: (@Sendable (ConnectionEvent) -> Void)?
         var socketOptions = SocketOptions()
+        /// How sending ended (nil inside: all sent), once it has; and who waits to know.
+        var sendingOutcome: SocketStreamError??
+        var sendingWaiters: [CheckedContinuation<SocketStreamError?, Never>] = []
     }
 
     /// The connection's serial queue (pump, Happy Eyeballs). Every connection's queue targets the
@@ -78,6 +81,7 @@ final class SocketConnection: @unchecked Sendable {
         outbound.readerChanged = { [weak pump] in pump?.outboundChanged() }
         outbound.writerChanged = { weakOutput.value?.refresh() }
         pump.onFailure = { [weak self] error in self?.broke(error) }
+        pump.onSendingEnded = { [weak self] error in self?.sendingEnded(error) }
         return BoundStreamPair(input: input, output: output)
     }
 
@@ -186,7 +190,8 @@ final class SocketConnection: @unchecked Sendable {
         }
         input?.connectionSettled()
         output?.connectionSettled()
-        if case .failure = result {
+        if case .failure(let error) = result {
+            sendingEnded(error)
             // Nothing will ever arrive or leave: waits on the buffers end (with the error the
             // streams already have).
             inbound.closeWriter()
@@ -202,6 +207,30 @@ final class SocketConnection: @unchecked Sendable {
     /// it is accepted, whatever its user does meanwhile.
     func startAccepted() {
         gate.requestOpen()
+    }
+
+    /// How the output ended: nil once every byte written and our end of the data were sent,
+    /// or the error that stopped it. Suspends until then.
+    func sendingEnded() async -> SocketStreamError? {
+        await withCheckedContinuation { continuation in
+            let outcome = state.withLock { state -> SocketStreamError?? in
+                if let outcome = state.sendingOutcome { return outcome }
+                state.sendingWaiters.append(continuation)
+                return nil
+            }
+            if let outcome { continuation.resume(returning: outcome) }
+        }
+    }
+
+    /// Records how the output ended (the first report counts) and wakes whoever waits.
+    private func sendingEnded(_ error: SocketStreamError?) {
+        let waiters = state.withLock { state -> [CheckedContinuation<SocketStreamError?, Never>] in
+            guard state.sendingOutcome == nil else { return [] }
+            state.sendingOutcome = .some(error)
+            defer { state.sendingWaiters = [] }
+            return state.sendingWaiters
+        }
+        for waiter in waiters { waiter.resume(returning: error) }
     }
 
     /// The connection broke after it was made.

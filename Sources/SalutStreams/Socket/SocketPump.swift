@@ -80,6 +80,9 @@ final class SocketPump: @unchecked Sendable {
     private static let scratchSize = 64 * 1024
     /// Called (on the queue) when the connection breaks after it was reported ready.
     var onFailure: (@Sendable (SocketStreamError) -> Void)?
+    /// Called once (on the queue) when the output is done: nil once everything was sent and our
+    /// end of the data went out, or the error that stopped it.
+    var onSendingEnded: (@Sendable (SocketStreamError?) -> Void)?
     /// Called once (on the queue) when the connection's set-up ends: it is set up (see
     /// ``ConnectionDeadlines``), or it ended before that. Set before `run`.
     var onSetUpEnded: (@Sendable () -> Void)?
@@ -299,8 +302,13 @@ final class SocketPump: @unchecked Sendable {
             guard let tls = transport as? TLSConnection else { return machine.closeNotifySent(.ended) }
             return machine.closeNotifySent(tls.sendCloseNotify())
         case .finishSending:
-            guard let transport else { return machine.sendingFinished(.ended) }
-            return machine.sendingFinished(transport.finishSending())
+            let outcome = transport?.finishSending() ?? .ended
+            switch outcome {
+            case .moved, .ended: sendingEnded(nil)
+            case .failed(let error): sendingEnded(error)
+            case .wouldBlock, .needsOtherDirection: break
+            }
+            return machine.sendingFinished(outcome)
         case .peekAtSocket:
             return machine.peeked(peek())
         case .endInbound:
@@ -322,6 +330,7 @@ final class SocketPump: @unchecked Sendable {
             // The streams learn the error before their buffers end, so a reader woken by the
             // end sees the failure, never a clean end of data.
             if breaks { onFailure?(error) }
+            sendingEnded(error)
             failPendingRequests(error)
             inbound.closeWriter()
             outbound.closeReader()
@@ -483,6 +492,7 @@ final class SocketPump: @unchecked Sendable {
         timer = nil
         deadlines = nil
         setUpEnded()
+        sendingEnded(.connectionLost("the connection ended before its output was sent"))
         queue.async { self.keepAlive = nil }   // after the current handler has returned
     }
 }
@@ -493,6 +503,13 @@ extension SocketPump {
     /// Bytes moved (or the peer ended its data): the first byte ends the set-up.
     private func carried() {
         if deadlines?.carried(at: .now) == true { setUpEnded() }
+    }
+
+    /// Tells, once, how the output ended.
+    private func sendingEnded(_ error: SocketStreamError?) {
+        let told = onSendingEnded
+        onSendingEnded = nil
+        told?(error)
     }
 
     /// Tells the listener, once, that this connection no longer counts as setting up.
