@@ -93,16 +93,27 @@ actor StdioTurns {
     private let input = SharedStandardInput()
 
     /// Bridges `connection` to stdin/stdout once it is its turn, until the peer's data ends.
-    func serve(_ connection: AcceptedConnection, peer: String,
+    /// `spoke` is told when the peer's first bytes (or end) arrive; `evicted` says whether the
+    /// connection was ended to make room for another.
+    func serve(_ connection: AcceptedConnection, peer: String, spoke: @escaping @Sendable () -> Void, evicted: EvictionMark,
                report: @Sendable (String, String, Int?, String?) -> Void) async {
+        // Whether the peer has spoken is known only once it is read; while it waits its turn,
+        // look at the buffer.
+        let watcher = Task {
+            while !Task.isCancelled {
+                if connection.input.hasBytesAvailable || connection.input.streamStatus != .open { return spoke() }
+                try? await Task.sleep(nanoseconds: 50_000_000)
+            }
+        }
+        defer { watcher.cancel() }
         await takeTurn()
         defer { endTurn() }
-        guard !Task.isCancelled else { return }
+        guard !Task.isCancelled, !evicted.isSet else { return }
         report("connected", peer, nil, nil)
         input.attach(connection.output)
         var failure: String?
         await withTaskCancellationHandler {
-            do { try await Bridge.drain(connection.input, to: 1) } catch { failure = "\(error)" }
+            do { try await Bridge.drain(connection.input, to: 1) } catch { failure = evicted.isSet ? ConnectionServer.evictionReason : "\(error)" }
         } onCancel: {
             connection.input.close()
             connection.output.close()

@@ -18,7 +18,7 @@ struct ConnectionServer: Sendable {
 
     func serve(_ connections: AsyncStream<AcceptedConnection>) async {
         let stdio = command == nil ? StdioTurns() : nil
-        let active = ActiveCount()
+        let active = ActiveConnections(limit: maxConnections)
         await withDiscardingTaskGroup { group in
             for await connection in connections {
                 let peer = connection.remoteAddress?.description ?? "unknown"
@@ -34,17 +34,26 @@ struct ConnectionServer: Sendable {
                         if !(error is CancellationError) { report("failed", peer, reason: "\(error)") }
                         return
                     }
-                    guard active.enter(limit: maxConnections) else {
+                    let evicted = EvictionMark()
+                    let evict: @Sendable () -> Void = {
+                        evicted.set()
+                        connection.input.close()
+                        connection.output.close()
+                    }
+                    guard let id = active.enter(evict: evict) else {
                         connection.input.close()
                         connection.output.close()
                         report("refused", peer, reason: "\(maxConnections) connections already (--max-connections)")
                         return
                     }
-                    defer { active.leave() }
+                    defer { active.leave(id) }
+                    let spoke: @Sendable () -> Void = { active.spoke(id) }
                     if let command {
-                        await runChild(command, for: connection, peer: peer)
+                        await runChild(command, for: connection, peer: peer, spoke: spoke, evicted: evicted)
                     } else if let stdio {
-                        await stdio.serve(connection, peer: peer) { report($0, $1, status: $2, reason: $3) }
+                        await stdio.serve(connection, peer: peer, spoke: spoke, evicted: evicted) {
+                            report($0, $1, status: $2, reason: $3)
+                        }
                     }
                 }
             }
@@ -54,7 +63,8 @@ struct ConnectionServer: Sendable {
 
     /// Runs `command` with the connection as its stdin/stdout. When the connection fails, or
     /// the server stops, the child's pipes are closed and it gets SIGTERM, then SIGKILL.
-    private func runChild(_ command: String, for connection: AcceptedConnection, peer: String) async {
+    private func runChild(_ command: String, for connection: AcceptedConnection, peer: String,
+                          spoke: @escaping @Sendable () -> Void, evicted: EvictionMark) async {
         let child: Child
         do {
             child = try Child(command: command, environment: ["NETSVC_PEER": peer])
@@ -71,11 +81,16 @@ struct ConnectionServer: Sendable {
                 // The peer's bytes → the child's stdin; the end of them closes its stdin.
                 group.addTask {
                     do {
-                        for try await chunk in connection.input.chunks { try await child.input.write(chunk) }
+                        var first = true
+                        for try await chunk in connection.input.chunks {
+                            if first { spoke(); first = false }
+                            try await child.input.write(chunk)
+                        }
+                        spoke()   // the end of its data counts too
                     } catch is PipeEnd.Closed {
                         // The command does not read (more of) its input: stop reading the peer.
                     } catch {
-                        failure.record("\(error)")
+                        failure.record(evicted.isSet ? Self.evictionReason : "\(error)")
                         child.terminate(grace: grace)
                     }
                     child.input.close()
@@ -91,7 +106,7 @@ struct ConnectionServer: Sendable {
                         }
                         try await connection.streams.finishSending()
                     } catch {
-                        failure.record("\(error)")
+                        failure.record(evicted.isSet ? Self.evictionReason : "\(error)")
                         child.terminate(grace: grace)
                     }
                     child.output.close()
@@ -105,6 +120,9 @@ struct ConnectionServer: Sendable {
         let status = await child.exited()
         report("disconnected", peer, status: Int(status), reason: failure.first)
     }
+
+    /// Why an evicted connection ended.
+    static let evictionReason = "made room for a new connection: its peer had sent nothing (--max-connections)"
 
     private func report(_ event: String, _ peer: String, status: Int? = nil, reason: String? = nil) {
         if json {
@@ -124,20 +142,58 @@ func note(_ line: String) {
     FileHandle.standardError.write(Data("netsvc: \(line)\n".utf8))
 }
 
-/// How many connections are being served or wait for their turn.
-final class ActiveCount: Sendable {
-    private let count = Locked(0)
+/// The connections being served (or waiting for their turn), at most `limit`. At the limit a
+/// new connection takes the place of the oldest one whose peer has not sent anything yet (not
+/// a byte, not even the end of its data); when every peer has spoken, it is refused. So a
+/// flood of peers that connect and say nothing cannot keep out one that talks.
+final class ActiveConnections: Sendable {
+    private struct Entry {
+        let id: UInt64
+        var spoke = false
+        let evict: @Sendable () -> Void
+    }
 
-    /// Counts one more; false (and counts nothing) at `limit`.
-    func enter(limit: Int) -> Bool {
-        count.withLock { value in
-            guard value < limit else { return false }
-            value += 1
-            return true
+    private let limit: Int
+    private let state = Locked<(next: UInt64, entries: [Entry])>((0, []))
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// Admits a connection (`evict` ends it if it must make room later); its id, or nil when
+    /// it is refused.
+    func enter(evict: @escaping @Sendable () -> Void) -> UInt64? {
+        let (id, victim) = state.withLock { state -> (UInt64?, Entry?) in
+            var victim: Entry?
+            if state.entries.count >= limit {
+                guard let index = state.entries.firstIndex(where: { !$0.spoke }) else { return (nil, nil) }
+                victim = state.entries.remove(at: index)
+            }
+            state.next += 1
+            state.entries.append(Entry(id: state.next, evict: evict))
+            return (state.next, victim)
+        }
+        victim?.evict()
+        return id
+    }
+
+    /// The peer of connection `id` sent something.
+    func spoke(_ id: UInt64) {
+        state.withLock { state in
+            if let index = state.entries.firstIndex(where: { $0.id == id }) { state.entries[index].spoke = true }
         }
     }
 
-    func leave() { count.withLock { $0 -= 1 } }
+    func leave(_ id: UInt64) {
+        state.withLock { state in state.entries.removeAll { $0.id == id } }
+    }
+}
+
+/// Set when a connection was ended to make room for another (read from anywhere).
+final class EvictionMark: Sendable {
+    private let value = Locked(false)
+    func set() { value.withLock { $0 = true } }
+    var isSet: Bool { value.value }
 }
 
 /// The first failure of a connection's two directions, for its report.
