@@ -17,6 +17,8 @@ extension DiscoveryContext {
     ///
     /// Returns once the first address has come and `settle` seconds more have passed for the
     /// other family. Addresses have port 0; IPv6 link-local ones carry their scope id.
+    /// A `timeout` or `settle` that is not a positive number (NaN, 0, negative) takes its
+    /// default; at most a billion seconds are waited.
     /// - Throws: ``DiscoveryError/timedOut`` or ``DiscoveryError/notFound`` when no address comes
     ///   within `timeout` seconds; ``DiscoveryError/invalidHostName(_:)`` for a malformed name.
     public func addresses(ofHost hostName: String, family: AddressFamily = .any,

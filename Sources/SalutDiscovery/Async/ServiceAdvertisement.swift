@@ -43,7 +43,8 @@ public final class ServiceAdvertisement: Sendable {
     ///   - type: `_name._tcp`/`_name._udp`, or `_sub._sub._name._tcp` to add a subtype.
     ///   - port: the port the service listens on.
     ///   - allowRename: pick an alternative name on collision (true) or fail (false).
-    ///   - timeout: how long to wait for the daemon to establish the service.
+    ///   - timeout: how long to wait for the daemon to establish the service, in seconds. NaN,
+    ///     zero or a negative value takes the default (10 s); at most a billion seconds are waited.
     /// - Throws: ``DiscoveryError/collision(name:)`` when the name is taken and renaming is not
     ///   allowed; ``DiscoveryError/timedOut`` when it is not established in time (for example
     ///   because no daemon runs); validation errors for bad input.
@@ -114,7 +115,7 @@ public final class ServiceAdvertisement: Sendable {
             }
         }
         operation.start()
-        context.queue.asyncAfter(deadline: .now() + timeout) { waiter.fail(.timedOut) }
+        context.queue.asyncAfter(deadline: .now() + OperationLimit.clampedSeconds(timeout, default: 10)) { waiter.fail(.timedOut) }
         do {
             _ = try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { waiter.set($0) }

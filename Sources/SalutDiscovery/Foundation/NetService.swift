@@ -229,7 +229,9 @@ open class NetService: NSObject, @unchecked Sendable {
     /// Resolves the service: fills `hostName`, `port`, `addresses` and the TXT record, and calls
     /// `netServiceDidResolveAddress` each time addresses arrive. If nothing resolves within
     /// `timeout` seconds the delegate hears `didNotResolve` with `timeoutError`; otherwise
-    /// resolving stops at the timeout and the delegate hears `netServiceDidStop`.
+    /// resolving stops at the timeout and the delegate hears `netServiceDidStop`. A NaN timeout
+    /// takes the default (5 s), zero or a negative one ends the attempt at once, and at most a
+    /// billion seconds are waited.
     open func resolve(withTimeout timeout: TimeInterval) {
         let snapshot = state.value
         guard snapshot.resolver == nil else { return report(.activityInProgress, publishing: false) }
@@ -249,7 +251,7 @@ open class NetService: NSObject, @unchecked Sendable {
         }
         call { $0.netServiceWillResolve(self) }
         operation.start()
-        context.queue.asyncAfter(deadline: .now() + max(0, timeout)) { [weak self] in
+        context.queue.asyncAfter(deadline: .now() + (timeout.isNaN ? 5 : min(max(0, timeout), 1e9))) { [weak self] in
             self?.resolveTimedOut(generation)
         }
     }
