@@ -177,6 +177,7 @@ open class NetService: NSObject, @unchecked Sendable {
         do {
             try ServiceNames.checkName(snapshot.name, allowEmpty: true)
             let txt = try snapshot.txtData.map { try TXTRecord(parsing: $0) } ?? TXTRecord()
+            try txt.validateForPublishing()
             request = .init(name: snapshot.name, type: try ServiceNames.parseType(type),
                             domain: try ServiceNames.normaliseDomain(domain),
                             port: try ServiceNames.checkPort(snapshot.port), txt: txt,
@@ -323,10 +324,12 @@ open class NetService: NSObject, @unchecked Sendable {
     }
 
     /// Sets the TXT record (wire format, as made by ``data(fromTXTRecord:)``); while published,
-    /// the live record is updated. Returns false, changing nothing, when the data is malformed.
+    /// the live record is updated. Returns false, changing nothing, when the data is malformed
+    /// or larger than ``TXTRecord/maximumPublishedSize``.
     @discardableResult
     open func setTXTRecord(_ recordData: Data?) -> Bool {
-        guard let record = try? recordData.map({ try TXTRecord(parsing: $0) }) ?? TXTRecord() else { return false }
+        guard let record = try? recordData.map({ try TXTRecord(parsing: $0) }) ?? TXTRecord(),
+              (try? record.validateForPublishing()) != nil else { return false }
         let registration = state.withLock { state -> RegisterOperation? in
             state.txtData = recordData
             return state.registration
