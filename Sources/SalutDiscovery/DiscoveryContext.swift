@@ -1,6 +1,7 @@
 import CAvahi
 import Dispatch
 import Foundation
+import SalutStreams
 
 /// The state of a ``DiscoveryContext``'s connection to the avahi-daemon.
 public enum ConnectionState: Sendable, Equatable {
@@ -94,7 +95,8 @@ public final class DiscoveryContext: @unchecked Sendable {
     }
 
     /// Waits until the daemon answers, then returns its version and this host's names.
-    /// - Parameter timeout: how long to wait for the daemon, in seconds.
+    /// - Parameter timeout: how long to wait for the daemon, in seconds. NaN, zero or a negative
+    ///   value takes the default (5 s); at most a billion seconds are waited.
     /// - Throws: ``DiscoveryError/daemonUnavailable(_:)`` when no daemon is running by then.
     public func daemonInfo(timeout: TimeInterval = 5) async throws -> DaemonInfo {
         try await whenRunning(timeout: timeout) { client in
@@ -122,9 +124,10 @@ public final class DiscoveryContext: @unchecked Sendable {
                 queue.async {
                     let op = RunningWaiter(context: self, waiter: waiter, body: body)
                     self.attach(op)
-                    self.queue.asyncAfter(deadline: .now() + timeout) {
+                    let seconds = OperationLimit.clampedSeconds(timeout, default: 5)
+                    self.queue.asyncAfter(deadline: .now() + seconds) {
                         self.detach(op)
-                        waiter.fail(.daemonUnavailable("no answer within \(timeout) s"))
+                        waiter.fail(.daemonUnavailable("no answer within \(seconds) s"))
                     }
                 }
             }

@@ -24,8 +24,9 @@ public enum DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible 
     case invalidServiceName(String, reason: String)
     /// A domain that is not a valid DNS domain name.
     case invalidDomain(String)
-    /// A host name that is not a valid DNS host name.
-    case invalidHostName(String)
+    /// A host name that cannot be looked up (an IP address, a name without a domain, an empty
+    /// or overlong label); the reason says which.
+    case invalidHostName(String, reason: String)
     /// A port outside 0...65535 (or 0 where a real port is required).
     case invalidPort(Int)
     /// A TXT record that cannot be encoded or decoded; the reason says which part.
@@ -47,9 +48,27 @@ public enum DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible 
         case Int32(AVAHI_ERR_NO_DAEMON), Int32(AVAHI_ERR_DISCONNECTED):
             self = .daemonUnavailable(Self.avahiMessage(code))
         case Int32(AVAHI_ERR_INVALID_SERVICE_TYPE), Int32(AVAHI_ERR_INVALID_SERVICE_SUBTYPE):
-            self = .invalidServiceType("", reason: Self.avahiMessage(code))
+            self = .invalidServiceType("", reason: Self.refused(code))
+        case Int32(AVAHI_ERR_INVALID_SERVICE_NAME): self = .invalidServiceName("", reason: Self.refused(code))
+        case Int32(AVAHI_ERR_INVALID_HOST_NAME): self = .invalidHostName("", reason: Self.refused(code))
+        case Int32(AVAHI_ERR_INVALID_DOMAIN_NAME): self = .invalidDomain("")
         default: self = .avahi(code: code, message: Self.avahiMessage(code))
         }
+    }
+
+    /// The same error with the name, host or domain it is about filled in where Avahi's bare
+    /// error number left it empty.
+    func naming(service: String? = nil, host: String? = nil, domain: String? = nil) -> DiscoveryError {
+        switch self {
+        case .invalidServiceName("", let reason) where service != nil: return .invalidServiceName(service!, reason: reason)
+        case .invalidHostName("", let reason) where host != nil: return .invalidHostName(host!, reason: reason)
+        case .invalidDomain("") where domain != nil: return .invalidDomain(domain!)
+        default: return self
+        }
+    }
+
+    private static func refused(_ code: Int32) -> String {
+        "avahi-daemon refused it (\(avahiMessage(code)), Avahi error \(code))"
     }
 
     static func avahiMessage(_ code: Int32) -> String {
@@ -68,10 +87,11 @@ public enum DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible 
         case .notFound: return "not found"
         case .cancelled: return "cancelled"
         case .activityInProgress: return "another operation is in progress on this object"
-        case .invalidServiceType(let type, let reason): return "invalid service type \"\(type)\": \(reason)"
-        case .invalidServiceName(let name, let reason): return "invalid service name \"\(name)\": \(reason)"
-        case .invalidDomain(let domain): return "invalid domain \"\(domain)\""
-        case .invalidHostName(let host): return "invalid host name \"\(host)\""
+        case .invalidServiceType(let type, let reason): return "invalid service type\(Self.quoted(type)): \(reason)"
+        case .invalidServiceName(let name, let reason): return "invalid service name\(Self.quoted(name)): \(reason)"
+        case .invalidDomain(let domain):
+            return domain.isEmpty ? "invalid domain (refused by avahi-daemon)" : "invalid domain \"\(domain)\""
+        case .invalidHostName(let host, let reason): return "invalid host name\(Self.quoted(host)): \(reason)"
         case .invalidPort(let port): return "invalid port \(port): must be 0...65535"
         case .invalidTXTRecord(let reason): return "invalid TXT record: \(reason)"
         case .avahi(let code, let message): return "\(message) (Avahi error \(code))"
@@ -79,4 +99,9 @@ public enum DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible 
         case .unknownInterface(let name): return "no network interface named \"\(name)\""
         }
     }
+}
+
+extension DiscoveryError {
+    /// ` "text"`, or nothing for empty text (Avahi's errors do not say which name they refused).
+    fileprivate static func quoted(_ text: String) -> String { text.isEmpty ? "" : " \"\(text)\"" }
 }

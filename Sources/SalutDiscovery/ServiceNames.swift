@@ -1,3 +1,5 @@
+import Glibc
+
 /// Validation and normalisation of DNS-SD names, so that bad input is a clear error before it
 /// reaches the daemon.
 enum ServiceNames {
@@ -71,6 +73,39 @@ enum ServiceNames {
             }
         }
         return domain
+    }
+
+    /// Checks a host name to look up, as Avahi would before refusing it with a bare error
+    /// number: at most 253 bytes, at least two labels (`myhost.local`, not `myhost`) of 1 to 63
+    /// bytes each, no backslash (Avahi reads one as an escape) and not an IP address. Returns the
+    /// name without a trailing dot.
+    static func checkHostName(_ raw: String) throws -> String {
+        let name = raw.hasSuffix(".") ? String(raw.dropLast()) : raw
+        func bad(_ reason: String) -> DiscoveryError { .invalidHostName(raw, reason: reason) }
+        guard !name.isEmpty else { throw bad("the name is empty") }
+        guard name.utf8.count <= 253 else { throw bad("\(name.utf8.count) bytes; at most 253 fit") }
+        if isIPAddress(name) {
+            throw bad("that is an IP address; look up a name such as myhost.local")
+        }
+        let labels = name.split(separator: ".", omittingEmptySubsequences: false)
+        guard labels.allSatisfy({ (1...63).contains($0.utf8.count) }) else {
+            throw bad("each dot-separated label must be 1 to 63 bytes")
+        }
+        guard labels.count >= 2 else { throw bad("give the full name with its domain, for example \(name).local") }
+        guard !name.contains("\\") else { throw bad("a host name cannot contain a backslash") }
+        guard !name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
+            throw bad("a host name cannot contain control characters")
+        }
+        return name
+    }
+
+    /// Whether `text` is an IPv4 or IPv6 address (`[…]` and a `%scope` allowed).
+    static func isIPAddress(_ text: String) -> Bool {
+        var bare = Substring(text)
+        if bare.hasPrefix("["), bare.hasSuffix("]") { bare = bare.dropFirst().dropLast() }
+        if let percent = bare.firstIndex(of: "%") { bare = bare[..<percent] }
+        var v4 = in_addr(), v6 = in6_addr()
+        return inet_pton(AF_INET, String(bare), &v4) == 1 || inet_pton(AF_INET6, String(bare), &v6) == 1
     }
 
     /// Checks a port number.

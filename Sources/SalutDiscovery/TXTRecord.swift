@@ -2,12 +2,34 @@ import Foundation
 
 /// A DNS-SD TXT record: an ordered list of `key=value` attributes (RFC 6763 §6).
 ///
-/// Keys are printable ASCII without `=`, compared case-insensitively on lookup; values are raw
-/// bytes. A key with no `=` at all is a boolean attribute (`value == nil`); `key=` has an empty
-/// value. Each encoded attribute is at most 255 bytes. Building a record validates every entry
-/// and throws ``DiscoveryError/invalidTXTRecord(reason:)``; decoding data from the network never
-/// throws in the lenient form (``init(parsingLeniently:)``), skipping what is malformed.
+/// Keys are printable ASCII without `=` and case-insensitive (RFC 6763 §6.4): `Path` and `path`
+/// name the same attribute, so a record holds each key once whatever its case. ``set(_:to:)``
+/// replaces an attribute whose key differs only in case, ``add(_:_:)`` refuses it, and
+/// lookups ignore case. Values are raw bytes. A key with no `=` at all is a boolean attribute
+/// (`value == nil`); `key=` has an empty value. Each encoded attribute is at most 255 bytes.
+/// Building a record validates every entry and throws ``DiscoveryError/invalidTXTRecord(reason:)``;
+/// decoding data from the network never throws in the lenient form (``init(parsingLeniently:)``),
+/// skipping what is malformed.
+///
+/// Size: a record of any size up to 65,535 bytes can be built and parsed, but publishing checks
+/// the whole record against ``maximumPublishedSize`` (what one mDNS packet can carry); RFC 6763
+/// §6.2 recommends staying under ``recommendedMaximumSize``.
 public struct TXTRecord: Sendable, Hashable, CustomStringConvertible {
+    /// The largest record, in wire bytes (``size``), that Salut publishes: 8,800 bytes.
+    ///
+    /// An mDNS packet, IP and UDP headers included, is at most 9,000 bytes (RFC 6762 §17), and
+    /// the TXT record must share it with an IPv6 and UDP header (48 bytes), the DNS header (12),
+    /// the record's own name (up to 93 bytes for a 63-byte instance name in `local`) and its
+    /// type, class, TTL and length (10). Larger records are refused with
+    /// ``DiscoveryError/invalidTXTRecord(reason:)`` rather than published where peers cannot
+    /// receive them.
+    public static let maximumPublishedSize = 8_800
+
+    /// The size RFC 6763 §6.2 advises staying under (1,300 bytes), so that the record fits in
+    /// one Ethernet packet with the service's other records. Larger records work on most
+    /// networks but are not recommended.
+    public static let recommendedMaximumSize = 1_300
+
     /// One attribute.
     public struct Entry: Sendable, Hashable {
         /// The key as written (lookups ignore case).
@@ -22,17 +44,19 @@ public struct TXTRecord: Sendable, Hashable, CustomStringConvertible {
     /// An empty record.
     public init() {}
 
-    /// A record from string values, in key order. Throws when a key or value does not fit.
+    /// A record from string values, in key order. Throws when a key or value does not fit, or
+    /// when two keys differ only in case (`a` and `A`: keys are case-insensitive).
     public init(_ attributes: [String: String]) throws {
         for key in attributes.keys.sorted() {
-            try set(key, to: Data(attributes[key]!.utf8))
+            try add(key, Data(attributes[key]!.utf8))
         }
     }
 
-    /// A record from raw values (nil value: boolean attribute), in key order.
+    /// A record from raw values (nil value: boolean attribute), in key order. Throws as
+    /// ``init(_:)``.
     public init(data attributes: [String: Data?]) throws {
         for key in attributes.keys.sorted() {
-            try set(key, to: attributes[key]!)
+            try add(key, attributes[key]!)
         }
     }
 
@@ -87,7 +111,8 @@ public struct TXTRecord: Sendable, Hashable, CustomStringConvertible {
         self[key].flatMap { String(data: $0, encoding: .utf8) }
     }
 
-    /// Sets (replacing any same-named attribute in place) or adds an attribute.
+    /// Sets an attribute: replaces, in place, the one whose key equals `key` ignoring case (the
+    /// record then spells the key as `key` does), or else appends it.
     /// - Throws: ``DiscoveryError/invalidTXTRecord(reason:)`` for an empty key, a key holding
     ///   `=` or non-printable-ASCII characters, or an attribute over 255 bytes.
     public mutating func set(_ key: String, to value: Data?) throws {
@@ -98,6 +123,37 @@ public struct TXTRecord: Sendable, Hashable, CustomStringConvertible {
         } else {
             entries.append(entry)
         }
+    }
+
+    /// Appends an attribute whose key is not in the record yet, in any case.
+    /// - Throws: ``DiscoveryError/invalidTXTRecord(reason:)`` when the record already has `key`
+    ///   or a key that differs from it only in case (the reason names both), and for a key or
+    ///   value that does not fit, as ``set(_:to:)``.
+    public mutating func add(_ key: String, _ value: Data?) throws {
+        try Self.validate(key: key, value: value)
+        if let existing = entries.first(where: { $0.key.caseInsensitiveCompare(key) == .orderedSame }) {
+            throw DiscoveryError.invalidTXTRecord(reason: existing.key == key ? "key \"\(key)\" appears twice"
+                : "keys \"\(existing.key)\" and \"\(key)\" are the same key (TXT keys are case-insensitive, RFC 6763 §6.4)")
+        }
+        entries.append(Entry(key: key, value: value))
+    }
+
+    /// Checks that the record can be published: at most ``maximumPublishedSize`` bytes in all.
+    /// Publishing (``ServiceAdvertisement``, ``NetService``) makes this check itself.
+    /// - Throws: ``DiscoveryError/invalidTXTRecord(reason:)`` naming the size and the limit.
+    public func validateForPublishing() throws {
+        let size = self.size
+        guard size <= Self.maximumPublishedSize else {
+            throw DiscoveryError.invalidTXTRecord(
+                reason: "the record is \(size) bytes; at most \(Self.maximumPublishedSize) fit in one mDNS packet "
+                    + "(RFC 6762 §17), and RFC 6763 §6.2 advises under \(Self.recommendedMaximumSize)")
+        }
+    }
+
+    /// The size of the record on the wire, in bytes: each attribute and its length byte (0 for
+    /// an empty record, which goes out as a single empty string).
+    public var size: Int {
+        entries.reduce(0) { $0 + 1 + $1.key.utf8.count + ($1.value.map { $0.count + 1 } ?? 0) }
     }
 
     /// Removes the attribute named `key` (any case), if present.

@@ -53,6 +53,15 @@ struct Browse: AsyncParsableCommand {
     func validate() throws {
         if ipv4 && ipv6 { throw ValidationError("--ipv4 and --ipv6 exclude each other") }
         if all == (type != nil) { throw ValidationError(all ? "give a TYPE or --all, not both" : "give a service TYPE, or --all") }
+        if let type { try Input.requireUTF8(type, "the service type") }
+        try Input.requireUTF8(domain, "--domain")
+        try Input.check {   // the type, domain and interface, before the daemon is contacted
+            if let type {
+                _ = try ServiceBrowser(type: type, domain: domain, interface: interface, family: family)
+            } else {
+                _ = try ServiceBrowser.serviceTypes(domain: domain, interface: interface, family: family)
+            }
+        }
     }
 
     private var family: DiscoveryContext.AddressFamily { ipv4 ? .ipv4 : ipv6 ? .ipv6 : .any }

@@ -24,6 +24,8 @@ struct Lookup: AsyncParsableCommand {
 
     func validate() throws {
         if ipv4 && ipv6 { throw ValidationError("--ipv4 and --ipv6 exclude each other") }
+        try Input.requireUTF8(host, "the host name")
+        try Input.check { try DiscoveryContext.validate(hostName: host) }
     }
 
     func run() async throws {

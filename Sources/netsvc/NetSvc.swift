@@ -78,7 +78,7 @@ func fail(_ error: any Error) -> ExitCode {
         message = "\(error)"
         code = .failure
     }
-    FileHandle.standardError.write(Data("netsvc: \(message)\n".utf8))
+    FileHandle.standardError.write(Data("netsvc: \(Terminal.escaped(message))\n".utf8))
     return code
 }
 
@@ -97,10 +97,22 @@ func emit(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
 
-/// Prints one JSON object per line.
+/// Prints one JSON object per line. Strings keep their exact value; besides the C0 controls
+/// that JSON itself escapes, DEL, the C1 controls, the line and paragraph separators and the
+/// bidirectional overrides are written as `\uXXXX` too, so a line printed on a terminal cannot
+/// drive it.
 func printJSON(_ object: [String: Any]) {
     guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
-    FileHandle.standardOutput.write(data + Data("\n".utf8))
+    var line = ""
+    for scalar in String(decoding: data, as: UTF8.self).unicodeScalars {
+        switch scalar.value {
+        case 0x7F...0x9F, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069:
+            line += String(format: "\\u%04x", scalar.value)   // only inside strings: JSON's syntax is ASCII
+        default:
+            line.unicodeScalars.append(scalar)
+        }
+    }
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
 
 /// TXT attributes for JSON: UTF-8 text where it is text, else `base64:` and the bytes.
@@ -127,4 +139,12 @@ struct ServiceArguments: ParsableArguments {
     var domain = "local"
 
     var service: DiscoveredService { DiscoveredService(name: name, type: type, domain: domain) }
+
+    /// The name, type and domain are checked here, before the daemon is contacted.
+    func validate() throws {
+        try Input.requireUTF8(name, "the service name")
+        try Input.requireUTF8(type, "the service type")
+        try Input.requireUTF8(domain, "--domain")
+        try Input.check { try service.validate() }
+    }
 }

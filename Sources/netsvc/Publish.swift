@@ -87,18 +87,13 @@ struct Publish: AsyncParsableCommand {
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
         if !listen && port == 0 { throw ValidationError("port 0 needs --listen (a published service must name its port)") }
         if !(0...65535).contains(port) { throw ValidationError("port \(port) is outside 0…65535") }
+        try validateInput()
     }
 
     func run() async throws {
         do {
-            var record = TXTRecord()
-            for item in txt {
-                if let eq = item.firstIndex(of: "=") {
-                    try record.set(String(item[..<eq]), to: Data(item[item.index(after: eq)...].utf8))
-                } else {
-                    try record.set(item, to: nil)
-                }
-            }
+            let record = try txtRecord()
+            Self.warnIfLarge(record)
             try await requireDaemon()
             let ad: ServiceAdvertisement
             if listen {

@@ -71,7 +71,7 @@ final class AsyncDiscoveryTests: XCTestCase {
             var values: [String] = []
             for await record in try service.txtRecordUpdates() {
                 values.append(record.string(for: "n") ?? "?")
-                if values == ["1"] { ad.updateTXTRecord(try TXTRecord(["n": "2"])) }
+                if values == ["1"] { try ad.updateTXTRecord(TXTRecord(["n": "2"])) }
                 if values.last == "2" { break }
             }
             return values

@@ -63,6 +63,14 @@ extension DiscoveredService {
         }
     }
 
+    /// Checks the name (1 to 63 bytes), type and domain as resolving, monitoring and connecting
+    /// do before they ask the daemon, without asking it; for validating input early.
+    /// - Throws: ``DiscoveryError/invalidServiceName(_:reason:)``,
+    ///   ``DiscoveryError/invalidServiceType(_:reason:)`` or ``DiscoveryError/invalidDomain(_:)``.
+    public func validate() throws {
+        _ = try validatedForLookup()
+    }
+
     /// The service with its type reduced to the base type and its domain normalised, after
     /// checking all three.
     func validatedForLookup() throws -> DiscoveredService {

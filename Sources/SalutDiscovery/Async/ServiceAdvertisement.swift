@@ -43,10 +43,13 @@ public final class ServiceAdvertisement: Sendable {
     ///   - type: `_name._tcp`/`_name._udp`, or `_sub._sub._name._tcp` to add a subtype.
     ///   - port: the port the service listens on.
     ///   - allowRename: pick an alternative name on collision (true) or fail (false).
-    ///   - timeout: how long to wait for the daemon to establish the service.
+    ///   - timeout: how long to wait for the daemon to establish the service, in seconds. NaN,
+    ///     zero or a negative value takes the default (10 s); at most a billion seconds are waited.
     /// - Throws: ``DiscoveryError/collision(name:)`` when the name is taken and renaming is not
     ///   allowed; ``DiscoveryError/timedOut`` when it is not established in time (for example
-    ///   because no daemon runs); validation errors for bad input.
+    ///   because no daemon runs); validation errors for bad input, as
+    ///   ``validate(name:type:domain:port:txtRecord:subtypes:)`` (a TXT record over
+    ///   ``TXTRecord/maximumPublishedSize`` included).
     public static func publish(
         name: String, type: String, domain: String = "local", port: Int,
         txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], allowRename: Bool = true,
@@ -94,18 +97,39 @@ public final class ServiceAdvertisement: Sendable {
         return listener.connections
     }
 
-    private static func publish(
-        name: String, type: String, domain: String, port: Int, txtRecord: TXTRecord, subtypes: [String],
-        allowRename: Bool, timeout: TimeInterval, context: DiscoveryContext, listener: StreamListener?
-    ) async throws -> ServiceAdvertisement {
+    /// Checks what ``publish(name:type:domain:port:txtRecord:subtypes:allowRename:timeout:context:)``
+    /// checks before it asks the daemon, without asking it: the name (empty for the host's name,
+    /// at most 63 bytes), the type and each subtype, the domain, the port, and the TXT record's
+    /// size (``TXTRecord/validateForPublishing()``). For validating input early, as a form or a
+    /// command line does.
+    /// - Throws: the ``DiscoveryError`` validation case for the first problem found.
+    public static func validate(name: String, type: String, domain: String = "local", port: Int,
+                                txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = []) throws {
+        _ = try request(name: name, type: type, domain: domain, port: port, txtRecord: txtRecord, subtypes: subtypes,
+                        allowRename: true)
+    }
+
+    /// The checked registration request.
+    private static func request(name: String, type: String, domain: String, port: Int, txtRecord: TXTRecord,
+                                subtypes: [String], allowRename: Bool) throws -> RegisterOperation.Request {
         try ServiceNames.checkName(name, allowEmpty: true)
         let parsed = try ServiceNames.parseType(type)
         for subtype in subtypes {   // each must make a valid `_sub._sub._name._tcp`
             _ = try ServiceNames.parseType("\(subtype)._sub.\(parsed.base)")
         }
-        let request = RegisterOperation.Request(
-            name: name, type: parsed, domain: try ServiceNames.normaliseDomain(domain),
-            port: try ServiceNames.checkPort(port), txt: txtRecord, allowRename: allowRename, extraSubtypes: subtypes)
+        let domain = try ServiceNames.normaliseDomain(domain)
+        let port = try ServiceNames.checkPort(port)
+        try txtRecord.validateForPublishing()
+        return RegisterOperation.Request(name: name, type: parsed, domain: domain, port: port, txt: txtRecord,
+                                         allowRename: allowRename, extraSubtypes: subtypes)
+    }
+
+    private static func publish(
+        name: String, type: String, domain: String, port: Int, txtRecord: TXTRecord, subtypes: [String],
+        allowRename: Bool, timeout: TimeInterval, context: DiscoveryContext, listener: StreamListener?
+    ) async throws -> ServiceAdvertisement {
+        let request = try request(name: name, type: type, domain: domain, port: port, txtRecord: txtRecord,
+                                  subtypes: subtypes, allowRename: allowRename)
         let waiter = OneShot<String>()
         let current = Locked(name)
         let operation = RegisterOperation(context: context, request: request) { event in
@@ -118,7 +142,7 @@ public final class ServiceAdvertisement: Sendable {
             }
         }
         operation.start()
-        context.queue.asyncAfter(deadline: .now() + timeout) { waiter.fail(.timedOut) }
+        context.queue.asyncAfter(deadline: .now() + OperationLimit.clampedSeconds(timeout, default: 10)) { waiter.fail(.timedOut) }
         do {
             _ = try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { waiter.set($0) }
@@ -134,7 +158,10 @@ public final class ServiceAdvertisement: Sendable {
     }
 
     /// Replaces the published TXT record; peers monitoring it see the change.
-    public func updateTXTRecord(_ txtRecord: TXTRecord) {
+    /// - Throws: ``DiscoveryError/invalidTXTRecord(reason:)`` for a record over
+    ///   ``TXTRecord/maximumPublishedSize``; the published record is then unchanged.
+    public func updateTXTRecord(_ txtRecord: TXTRecord) throws {
+        try txtRecord.validateForPublishing()
         operation.updateTXT(txtRecord)
     }
 

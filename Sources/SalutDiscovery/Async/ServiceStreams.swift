@@ -12,7 +12,8 @@ extension DiscoveredService {
     ///   - tls: TLS to run on the connection, or nil for plain TCP.
     ///   - bufferSize: bytes buffered in each direction.
     ///   - resolveTimeout: how long resolving may take before the streams fail with
-    ///     ``SocketStreamError/nameNotFound(_:detail:)``.
+    ///     ``SocketStreamError/nameNotFound(_:detail:)``; NaN, zero or a negative value takes
+    ///     the default (5 s), and at most a billion seconds are waited.
     public func streams(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,
                         resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared) -> BoundStreamPair {
         SocketStreams.pair(toHost: description, port: 0, bufferSize: bufferSize, tls: tls,
@@ -39,7 +40,8 @@ extension DiscoveredService {
 
     /// Resolves the service, connects, and returns the open streams.
     /// - Throws: a ``SocketStreamError``: ``SocketStreamError/nameNotFound(_:detail:)`` when the
-    ///   service does not resolve, connection and TLS failures as for any host.
+    ///   service does not resolve, connection and TLS failures as for any host. `resolveTimeout`
+    ///   is taken as by ``streams(tls:bufferSize:resolveTimeout:context:)``.
     public func connect(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,
                         resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared) async throws -> BoundStreamPair {
         let pair = streams(tls: tls, bufferSize: bufferSize, resolveTimeout: resolveTimeout, context: context)

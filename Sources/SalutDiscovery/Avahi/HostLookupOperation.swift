@@ -39,7 +39,7 @@ final class HostLookupOperation: QueueOperation, @unchecked Sendable {
             if let resolver { resolvers.append(resolver) } else { failures += 1 }
         }
         if failures == protocols.count {
-            deliver(.failure(DiscoveryError(avahiCode: avahi_client_errno(client))))
+            deliver(.failure(DiscoveryError(avahiCode: avahi_client_errno(client)).naming(host: hostName)))
         }
     }
 

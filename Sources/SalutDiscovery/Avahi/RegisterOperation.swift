@@ -103,7 +103,7 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
                 request.domain, "\(subtype)._sub.\(request.type.base)")
         }
         if result >= 0 { result = avahi_entry_group_commit(group) }
-        if result < 0 { fail(DiscoveryError(avahiCode: result)) }
+        if result < 0 { fail(DiscoveryError(avahiCode: result).naming(service: request.name, domain: request.domain)) }
     }
 
     private func groupChanged(_ state: AvahiEntryGroupState) {

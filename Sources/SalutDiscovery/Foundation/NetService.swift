@@ -188,6 +188,7 @@ open class NetService: NSObject, @unchecked Sendable {
         do {
             try ServiceNames.checkName(snapshot.name, allowEmpty: true)
             let txt = try snapshot.txtData.map { try TXTRecord(parsing: $0) } ?? TXTRecord()
+            try txt.validateForPublishing()
             request = .init(name: snapshot.name, type: try ServiceNames.parseType(type),
                             domain: try ServiceNames.normaliseDomain(domain),
                             port: try ServiceNames.checkPort(snapshot.port), txt: txt,
@@ -240,7 +241,9 @@ open class NetService: NSObject, @unchecked Sendable {
     /// Resolves the service: fills `hostName`, `port`, `addresses` and the TXT record, and calls
     /// `netServiceDidResolveAddress` each time addresses arrive. If nothing resolves within
     /// `timeout` seconds the delegate hears `didNotResolve` with `timeoutError`; otherwise
-    /// resolving stops at the timeout and the delegate hears `netServiceDidStop`.
+    /// resolving stops at the timeout and the delegate hears `netServiceDidStop`. A NaN timeout
+    /// takes the default (5 s), zero or a negative one ends the attempt at once, and at most a
+    /// billion seconds are waited.
     open func resolve(withTimeout timeout: TimeInterval) {
         let snapshot = state.value
         guard snapshot.resolver == nil else { return report(.activityInProgress, publishing: false) }
@@ -260,7 +263,7 @@ open class NetService: NSObject, @unchecked Sendable {
         }
         call { $0.netServiceWillResolve(self) }
         operation.start()
-        context.queue.asyncAfter(deadline: .now() + max(0, timeout)) { [weak self] in
+        context.queue.asyncAfter(deadline: .now() + (timeout.isNaN ? 5 : min(max(0, timeout), 1e9))) { [weak self] in
             self?.resolveTimedOut(generation)
         }
     }
@@ -332,10 +335,12 @@ open class NetService: NSObject, @unchecked Sendable {
     }
 
     /// Sets the TXT record (wire format, as made by ``data(fromTXTRecord:)``); while published,
-    /// the live record is updated. Returns false, changing nothing, when the data is malformed.
+    /// the live record is updated. Returns false, changing nothing, when the data is malformed
+    /// or larger than ``TXTRecord/maximumPublishedSize``.
     @discardableResult
     open func setTXTRecord(_ recordData: Data?) -> Bool {
-        guard let record = try? recordData.map({ try TXTRecord(parsing: $0) }) ?? TXTRecord() else { return false }
+        guard let record = try? recordData.map({ try TXTRecord(parsing: $0) }) ?? TXTRecord(),
+              (try? record.validateForPublishing()) != nil else { return false }
         let registration = state.withLock { state -> RegisterOperation? in
             state.txtData = recordData
             return state.registration
