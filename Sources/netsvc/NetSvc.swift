@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Glibc
 import Salut
 
 /// `netsvc`: publish, browse, resolve and look up DNS-SD services from the command line.
@@ -32,6 +33,11 @@ struct NetSvc: AsyncParsableCommand {
     /// ArgumentParser's own entry point, except that usage errors exit 2 (as documented) instead
     /// of sysexits' 64.
     static func main() async {
+        // A write to a pipe whose reader is gone (an --exec child that exited, `| head`) is an
+        // EPIPE error to handle, not a signal that kills netsvc. Sockets use MSG_NOSIGNAL.
+        var ignore = sigaction()
+        ignore.__sigaction_handler.sa_handler = SIG_IGN
+        if sigaction(SIGPIPE, &ignore, nil) != 0 { note("cannot ignore SIGPIPE: \(String(cString: strerror(errno)))") }
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? AsyncParsableCommand {

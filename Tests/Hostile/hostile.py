@@ -145,10 +145,7 @@ def good(args):
                 context.check_hostname = False
                 s = context.wrap_socket(s)
             s.sendall(message)
-            if args.tls:
-                s = s.unwrap()   # close_notify: the service sees the end of our data
-            s.shutdown(socket.SHUT_WR)
-            while True:
+            while len(answer) < len(message):
                 data = s.recv(4096)
                 if not data:
                     break
