@@ -118,7 +118,14 @@ actor StdioTurns {
             connection.input.close()
             connection.output.close()
         }
-        input.detach()
+        // Detaching may wait for bytes being written to this connection: not on the pool.
+        let stdin = input
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            Thread.detachNewThread {
+                stdin.detach()
+                done.resume()
+            }
+        }
         do {
             try await connection.streams.finishSending()
         } catch {
