@@ -79,5 +79,81 @@ final class NetsvcStreamTests: XCTestCase {
         XCTAssertEqual(try shell("\(netsvc) publish X _x._tcp 80 --exec cat").0, 2, "--exec without --listen")
         XCTAssertEqual(try shell("\(netsvc) publish X _x._tcp 0 --listen --tls-cert c.pem").0, 2, "cert without key")
         XCTAssertEqual(try shell("\(netsvc) connect X _x._tcp --pin nothex").0, 2, "a malformed pin")
+        XCTAssertEqual(try shell("\(netsvc) publish X _x._tcp 0 --listen --max-connections 0").0, 2, "no connections at all")
+        XCTAssertEqual(try shell("\(netsvc) publish X _x._tcp 0 --listen --idle-timeout nan").0, 2, "a NaN idle bound")
+    }
+
+    func testConnectExitsNonZeroWhenNotAllOfItsInputReachedTheService() throws {
+        let type = uniqueType("u")
+        // The service reads 10 bytes, answers, and goes away: most of the upload never arrives.
+        let publisher = try listeningPublisher(["Short", type, "0", "--exec", "head -c 10"])
+        defer { publisher.stop() }
+        let input = temporaryFile("big")
+        defer { try? FileManager.default.removeItem(atPath: input) }
+        // More than loopback's socket buffers hold, so the upload cannot all be out of our hands.
+        XCTAssertTrue(FileManager.default.createFile(atPath: input, contents: payload(32 << 20)))
+        let (code, message) = try shell("\(netsvc) connect Short \(type) < \(input) > /dev/null")
+        XCTAssertEqual(code, 1, message)
+        XCTAssertTrue(message.contains("connection to \"Short\" failed: "), message)
+        XCTAssertTrue(message.contains("sending:") || message.contains("receiving:"), "says which direction: \(message)")
+    }
+
+    func testAChildHasOnlyItsOwnThreeDescriptors() throws {
+        let type = uniqueType("d")
+        let publisher = try listeningPublisher(["Fds", type, "0", "--exec", "ls /proc/$$/fd"])
+        defer { publisher.stop() }
+        let (code, text) = try shell("\(netsvc) connect Fds \(type) < /dev/null")
+        XCTAssertEqual(code, 0, text)
+        XCTAssertEqual(text.split(separator: "\n").sorted(), ["0", "1", "2"], "the shell's descriptors: \(text)")
+    }
+
+    func testAChildThatIgnoresSIGTERMIsKilledWhenItsPeerGoesAway() throws {
+        let type = uniqueType("k")
+        let marker = temporaryFile("pid")
+        defer { try? FileManager.default.removeItem(atPath: marker) }
+        // The shell ignores SIGTERM and so does its `sleep`; only SIGKILL ends them.
+        let publisher = try listeningPublisher(["Stubborn", type, "0", "--exec", "trap '' TERM; echo $$ > \(marker); sleep 300"])
+        defer { publisher.stop() }
+        let client = try Foreign([netsvc, "connect", "Stubborn", type])
+        let deadline = Date().addingTimeInterval(10)
+        var pid: Int32?
+        while pid == nil && Date() < deadline {
+            pid = (try? String(contentsOfFile: marker, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            if pid == nil { Thread.sleep(forTimeInterval: 0.02) }
+        }
+        let child = try XCTUnwrap(pid, "the child never started")
+        kill(client.process.processIdentifier, SIGKILL)   // the peer vanishes (its kernel resets the connection)
+        XCTAssertTrue(publisher.waitForOutput(containing: "disconnected", seconds: 15), publisher.output)
+        XCTAssertNotEqual(kill(child, 0), 0, "the child outlived its connection")
+        XCTAssertTrue(publisher.output.contains("exit 137"), "SIGKILL after the grace: \(publisher.output)")
+    }
+
+    func testMaxConnectionsRefusesANewcomerWhenEveryPeerHasSpoken() throws {
+        let type = uniqueType("m")
+        let publisher = try listeningPublisher(["One", type, "0", "--exec", "cat", "--max-connections", "1"])
+        defer { publisher.stop() }
+        let first = try Foreign([netsvc, "connect", "One", type])
+        defer { first.stop() }
+        first.write("first\n")
+        XCTAssertTrue(first.waitForOutput(containing: "first", seconds: 10), first.output)
+        let (code, text) = try shell("echo second | \(netsvc) connect One \(type)")
+        XCTAssertEqual(code, 1, "refused: \(text)")
+        XCTAssertTrue(publisher.waitForOutput(containing: "refused", seconds: 10), publisher.output)
+        first.write("still served\n")
+        XCTAssertTrue(first.waitForOutput(containing: "still served", seconds: 10), first.output)
+    }
+
+    func testMaxConnectionsMakesRoomByEndingAPeerThatSaidNothing() throws {
+        let type = uniqueType("r")
+        let publisher = try listeningPublisher(["Room", type, "0", "--exec", "cat", "--max-connections", "1"])
+        defer { publisher.stop() }
+        let silent = try Foreign([netsvc, "connect", "Room", type])   // connects, says nothing
+        defer { silent.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "connected", seconds: 10), publisher.output)
+        let (code, text) = try shell("echo talker | \(netsvc) connect Room \(type)")
+        XCTAssertEqual(code, 0, text)
+        XCTAssertEqual(text, "talker\n")
+        XCTAssertTrue(silent.waitForExit(seconds: 10), "the silent peer was ended to make room")
+        XCTAssertTrue(publisher.output.contains("made room"), publisher.output)
     }
 }
