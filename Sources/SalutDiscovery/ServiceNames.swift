@@ -1,17 +1,17 @@
 /// Validation and normalisation of DNS-SD names, so that bad input is a clear error before it
-/// reaches the daemon.
-enum ServiceNames {
+/// reaches the daemon. `package` for the fuzz checks (`Fuzz/FuzzChecks`).
+package enum ServiceNames {
     /// A service type split into its base type (`_http._tcp`) and optional subtype label
     /// (`_printer` from `_printer._sub._http._tcp`).
-    struct ParsedType: Sendable, Hashable {
-        var base: String
-        var subtype: String?
+    package struct ParsedType: Sendable, Hashable {
+        package var base: String
+        package var subtype: String?
         /// The form Avahi browses: `_printer._sub._http._tcp` or `_http._tcp`.
-        var browseType: String { subtype.map { "\($0)._sub.\(base)" } ?? base }
+        package var browseType: String { subtype.map { "\($0)._sub.\(base)" } ?? base }
     }
 
     /// Parses `_name._tcp`, `_name._udp` (trailing dot allowed) or `_sub._sub._name._tcp`.
-    static func parseType(_ raw: String) throws -> ParsedType {
+    package static func parseType(_ raw: String) throws -> ParsedType {
         let type = raw.hasSuffix(".") ? String(raw.dropLast()) : raw
         let labels = type.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
         func bad(_ reason: String) -> DiscoveryError { .invalidServiceType(raw, reason: reason) }
@@ -46,7 +46,7 @@ enum ServiceNames {
 
     /// Checks an instance name: at most 63 bytes of UTF-8, no NUL. Empty is allowed only where
     /// `allowEmpty` (publishing uses the host's name then).
-    static func checkName(_ name: String, allowEmpty: Bool) throws {
+    package static func checkName(_ name: String, allowEmpty: Bool) throws {
         if name.isEmpty {
             guard allowEmpty else { throw DiscoveryError.invalidServiceName(name, reason: "the name is empty") }
             return
@@ -59,7 +59,7 @@ enum ServiceNames {
 
     /// Normalises a domain for Avahi: "" and "local." become "local"; others are checked label by
     /// label (1 to 63 bytes each, 253 in all, no spaces or control characters).
-    static func normaliseDomain(_ raw: String) throws -> String {
+    package static func normaliseDomain(_ raw: String) throws -> String {
         var domain = raw
         if domain.hasSuffix(".") { domain.removeLast() }
         if domain.isEmpty { return "local" }
@@ -74,7 +74,7 @@ enum ServiceNames {
     }
 
     /// Checks a port number.
-    static func checkPort(_ port: Int) throws -> UInt16 {
+    package static func checkPort(_ port: Int) throws -> UInt16 {
         guard (0...65535).contains(port) else { throw DiscoveryError.invalidPort(port) }
         return UInt16(port)
     }
