@@ -22,9 +22,10 @@ package enum ServiceNames {
         case 4 where labels[1] == "_sub":
             subtype = labels[0]
             baseLabels = Array(labels[2...])
-            guard let sub = subtype, sub.hasPrefix("_"), (2...63).contains(sub.utf8.count),
+            // At least 3 bytes: Avahi refuses a shorter label in a service type.
+            guard let sub = subtype, sub.hasPrefix("_"), (3...63).contains(sub.utf8.count),
                   sub.dropFirst().allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
-                throw bad("the subtype must be '_' and 1 to 62 letters, digits, '-' or '_' (for example _printer)")
+                throw bad("the subtype must be '_' and 2 to 62 letters, digits, '-' or '_' (for example _printer)")
             }
         default:
             throw bad("expected _name._tcp or _name._udp (optionally _subtype._sub._name._tcp)")
@@ -33,7 +34,8 @@ package enum ServiceNames {
         guard proto == "_tcp" || proto == "_udp" else { throw bad("the protocol must be _tcp or _udp") }
         guard service.hasPrefix("_") else { throw bad("the service name must start with '_'") }
         let name = service.dropFirst()
-        guard (1...15).contains(name.count) else { throw bad("the service name must be 1 to 15 characters") }
+        // RFC 6335 allows one character, but Avahi refuses a type label shorter than 3 bytes.
+        guard (2...15).contains(name.count) else { throw bad("the service name must be 2 to 15 characters") }
         guard name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }) else {
             throw bad("the service name may hold only letters, digits and '-'")
         }
@@ -58,7 +60,8 @@ package enum ServiceNames {
     }
 
     /// Normalises a domain for Avahi: "" and "local." become "local"; others are checked label by
-    /// label (1 to 63 bytes each, 253 in all, no spaces or control characters).
+    /// label (1 to 63 bytes each, 253 in all, no spaces or control characters), and must be a
+    /// domain Avahi reads (where `\` escapes `.`, `\` or a three-digit byte value).
     package static func normaliseDomain(_ raw: String) throws -> String {
         var domain = raw
         if domain.hasSuffix(".") { domain.removeLast() }
@@ -70,6 +73,7 @@ package enum ServiceNames {
                 throw DiscoveryError.invalidDomain(raw)
             }
         }
+        guard AvahiValues.isValidDomain(domain) else { throw DiscoveryError.invalidDomain(raw) }
         return domain
     }
 

@@ -56,6 +56,12 @@ package enum AvahiValues {
         }
     }
 
+    /// Whether Avahi reads `domain` as a domain name (its escapes well formed, each label 1 to 63
+    /// bytes once unescaped, and UTF-8).
+    static func isValidDomain(_ domain: String) -> Bool {
+        avahi_is_valid_domain_name(domain) != 0
+    }
+
     static func string(_ text: UnsafePointer<CChar>?) -> String {
         text.map { String(cString: $0) } ?? ""
     }
