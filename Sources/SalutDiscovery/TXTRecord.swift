@@ -82,9 +82,10 @@ public struct TXTRecord: Sendable, Hashable, CustomStringConvertible {
         entries.contains { Self.sameKey($0.key, key) }
     }
 
-    /// The value for `key` as UTF-8 text, or nil when absent, boolean, or not UTF-8.
+    /// The value for `key` as UTF-8 text, or nil when absent, boolean, or not UTF-8. Every byte
+    /// counts: a leading byte-order mark stays (`String(data:encoding:)` would drop it).
     public func string(for key: String) -> String? {
-        self[key].flatMap { String(data: $0, encoding: .utf8) }
+        self[key].flatMap { String(validating: $0, as: UTF8.self) }
     }
 
     /// Sets (replacing any same-named attribute in place) or adds an attribute.
