@@ -86,10 +86,19 @@ let package = Package(
             path: "Benchmarks/ConnectionsBench"
         ),
 
+        // Fuzzing (Scripts/fuzz, libFuzzer): the property checks, shared by the fuzz targets and
+        // the tests that replay the committed inputs; each target, built without the fuzzer, is a
+        // replayer of input files.
+        .systemLibrary(name: "CLibFuzzer", path: "Fuzz/CLibFuzzer"),
+        .target(name: "FuzzChecks", dependencies: ["SalutDiscovery", "SalutStreams", "CAvahi", "CLibFuzzer"], path: "Fuzz/FuzzChecks"),
+        .executableTarget(name: "FuzzTXTRecord", dependencies: ["FuzzChecks"], path: "Fuzz/FuzzTXTRecord"),
+        .executableTarget(name: "FuzzServiceNames", dependencies: ["FuzzChecks"], path: "Fuzz/FuzzServiceNames"),
+        .executableTarget(name: "FuzzBoundPair", dependencies: ["FuzzChecks"], path: "Fuzz/FuzzBoundPair"),
+
         // Child processes, deadlines and certificates shared by the test targets.
         .target(name: "SalutTestSupport", path: "Tests/SalutTestSupport"),
-        .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut", "SalutTestSupport"]),
-        .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams", "SalutTestSupport"]),
+        .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut", "SalutTestSupport", "FuzzChecks"]),
+        .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams", "SalutTestSupport", "FuzzChecks"]),
         .testTarget(name: "SalutSessionTests", dependencies: ["SalutSession", "SalutTestSupport"]),
         .testTarget(name: "LabTests", dependencies: ["Salut", "SalutTestSupport"]),
     ]

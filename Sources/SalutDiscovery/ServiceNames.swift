@@ -1,19 +1,19 @@
 import Glibc
 
 /// Validation and normalisation of DNS-SD names, so that bad input is a clear error before it
-/// reaches the daemon.
-enum ServiceNames {
+/// reaches the daemon. `package` for the fuzz checks (`Fuzz/FuzzChecks`).
+package enum ServiceNames {
     /// A service type split into its base type (`_http._tcp`) and optional subtype label
     /// (`_printer` from `_printer._sub._http._tcp`).
-    struct ParsedType: Sendable, Hashable {
-        var base: String
-        var subtype: String?
+    package struct ParsedType: Sendable, Hashable {
+        package var base: String
+        package var subtype: String?
         /// The form Avahi browses: `_printer._sub._http._tcp` or `_http._tcp`.
-        var browseType: String { subtype.map { "\($0)._sub.\(base)" } ?? base }
+        package var browseType: String { subtype.map { "\($0)._sub.\(base)" } ?? base }
     }
 
     /// Parses `_name._tcp`, `_name._udp` (trailing dot allowed) or `_sub._sub._name._tcp`.
-    static func parseType(_ raw: String) throws -> ParsedType {
+    package static func parseType(_ raw: String) throws -> ParsedType {
         let type = raw.hasSuffix(".") ? String(raw.dropLast()) : raw
         let labels = type.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
         func bad(_ reason: String) -> DiscoveryError { .invalidServiceType(raw, reason: reason) }
@@ -24,9 +24,10 @@ enum ServiceNames {
         case 4 where labels[1] == "_sub":
             subtype = labels[0]
             baseLabels = Array(labels[2...])
-            guard let sub = subtype, sub.hasPrefix("_"), (2...63).contains(sub.utf8.count),
+            // At least 3 bytes: Avahi refuses a shorter label in a service type.
+            guard let sub = subtype, sub.hasPrefix("_"), (3...63).contains(sub.utf8.count),
                   sub.dropFirst().allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
-                throw bad("the subtype must be '_' and 1 to 62 letters, digits, '-' or '_' (for example _printer)")
+                throw bad("the subtype must be '_' and 2 to 62 letters, digits, '-' or '_' (for example _printer)")
             }
         default:
             throw bad("expected _name._tcp or _name._udp (optionally _subtype._sub._name._tcp)")
@@ -35,7 +36,8 @@ enum ServiceNames {
         guard proto == "_tcp" || proto == "_udp" else { throw bad("the protocol must be _tcp or _udp") }
         guard service.hasPrefix("_") else { throw bad("the service name must start with '_'") }
         let name = service.dropFirst()
-        guard (1...15).contains(name.count) else { throw bad("the service name must be 1 to 15 characters") }
+        // RFC 6335 allows one character, but Avahi refuses a type label shorter than 3 bytes.
+        guard (2...15).contains(name.count) else { throw bad("the service name must be 2 to 15 characters") }
         guard name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }) else {
             throw bad("the service name may hold only letters, digits and '-'")
         }
@@ -48,7 +50,7 @@ enum ServiceNames {
 
     /// Checks an instance name: at most 63 bytes of UTF-8, no NUL. Empty is allowed only where
     /// `allowEmpty` (publishing uses the host's name then).
-    static func checkName(_ name: String, allowEmpty: Bool) throws {
+    package static func checkName(_ name: String, allowEmpty: Bool) throws {
         if name.isEmpty {
             guard allowEmpty else { throw DiscoveryError.invalidServiceName(name, reason: "the name is empty") }
             return
@@ -60,8 +62,9 @@ enum ServiceNames {
     }
 
     /// Normalises a domain for Avahi: "" and "local." become "local"; others are checked label by
-    /// label (1 to 63 bytes each, 253 in all, no spaces or control characters).
-    static func normaliseDomain(_ raw: String) throws -> String {
+    /// label (1 to 63 bytes each, 253 in all, no spaces or control characters), and must be a
+    /// domain Avahi reads (where `\` escapes `.`, `\` or a three-digit byte value).
+    package static func normaliseDomain(_ raw: String) throws -> String {
         var domain = raw
         if domain.hasSuffix(".") { domain.removeLast() }
         if domain.isEmpty { return "local" }
@@ -72,6 +75,7 @@ enum ServiceNames {
                 throw DiscoveryError.invalidDomain(raw)
             }
         }
+        guard AvahiValues.isValidDomain(domain) else { throw DiscoveryError.invalidDomain(raw) }
         return domain
     }
 
@@ -109,7 +113,7 @@ enum ServiceNames {
     }
 
     /// Checks a port number.
-    static func checkPort(_ port: Int) throws -> UInt16 {
+    package static func checkPort(_ port: Int) throws -> UInt16 {
         guard (0...65535).contains(port) else { throw DiscoveryError.invalidPort(port) }
         return UInt16(port)
     }

@@ -2,7 +2,7 @@ import Foundation
 
 /// A DNS-SD TXT record: an ordered list of `key=value` attributes (RFC 6763 §6).
 ///
-/// Keys are printable ASCII without `=` and case-insensitive (RFC 6763 §6.4): `Path` and `path`
+/// Keys are printable ASCII without `=` and case-insensitive in ASCII (RFC 6763 §6.4): `Path` and `path`
 /// name the same attribute, so a record holds each key once whatever its case. ``set(_:to:)``
 /// replaces an attribute whose key differs only in case, ``add(_:_:)`` refuses it, and
 /// lookups ignore case. Values are raw bytes. A key with no `=` at all is a boolean attribute
@@ -98,17 +98,18 @@ public struct TXTRecord: Sendable, Hashable, CustomStringConvertible {
 
     /// The value for `key` (any case): nil when absent or boolean; check ``contains(_:)`` to tell.
     public subscript(key: String) -> Data? {
-        entries.first { $0.key.caseInsensitiveCompare(key) == .orderedSame }?.value
+        entries.first { Self.sameKey($0.key, key) }?.value
     }
 
     /// Whether the record has `key` (any case), with or without a value.
     public func contains(_ key: String) -> Bool {
-        entries.contains { $0.key.caseInsensitiveCompare(key) == .orderedSame }
+        entries.contains { Self.sameKey($0.key, key) }
     }
 
-    /// The value for `key` as UTF-8 text, or nil when absent, boolean, or not UTF-8.
+    /// The value for `key` as UTF-8 text, or nil when absent, boolean, or not UTF-8. Every byte
+    /// counts: a leading byte-order mark stays (`String(data:encoding:)` would drop it).
     public func string(for key: String) -> String? {
-        self[key].flatMap { String(data: $0, encoding: .utf8) }
+        self[key].flatMap { String(validating: $0, as: UTF8.self) }
     }
 
     /// Sets an attribute: replaces, in place, the one whose key equals `key` ignoring case (the
@@ -118,7 +119,7 @@ public struct TXTRecord: Sendable, Hashable, CustomStringConvertible {
     public mutating func set(_ key: String, to value: Data?) throws {
         try Self.validate(key: key, value: value)
         let entry = Entry(key: key, value: value)
-        if let index = entries.firstIndex(where: { $0.key.caseInsensitiveCompare(key) == .orderedSame }) {
+        if let index = entries.firstIndex(where: { Self.sameKey($0.key, key) }) {
             entries[index] = entry
         } else {
             entries.append(entry)
@@ -131,7 +132,7 @@ public struct TXTRecord: Sendable, Hashable, CustomStringConvertible {
     ///   value that does not fit, as ``set(_:to:)``.
     public mutating func add(_ key: String, _ value: Data?) throws {
         try Self.validate(key: key, value: value)
-        if let existing = entries.first(where: { $0.key.caseInsensitiveCompare(key) == .orderedSame }) {
+        if let existing = entries.first(where: { Self.sameKey($0.key, key) }) {
             throw DiscoveryError.invalidTXTRecord(reason: existing.key == key ? "key \"\(key)\" appears twice"
                 : "keys \"\(existing.key)\" and \"\(key)\" are the same key (TXT keys are case-insensitive, RFC 6763 §6.4)")
         }
@@ -158,7 +159,7 @@ public struct TXTRecord: Sendable, Hashable, CustomStringConvertible {
 
     /// Removes the attribute named `key` (any case), if present.
     public mutating func remove(_ key: String) {
-        entries.removeAll { $0.key.caseInsensitiveCompare(key) == .orderedSame }
+        entries.removeAll { Self.sameKey($0.key, key) }
     }
 
     /// The wire format: each attribute as a length byte and `key[=value]`. An empty record
@@ -195,6 +196,14 @@ public struct TXTRecord: Sendable, Hashable, CustomStringConvertible {
     }
 
     // MARK: Private
+
+    /// Whether two keys are the same ignoring ASCII case only (RFC 6763 §6.4): Foundation's
+    /// case-insensitive comparison folds Unicode too, so that looking up or removing "ß" or "K"
+    /// (the Kelvin sign) would find the attribute "ss" or "k".
+    private static func sameKey(_ a: String, _ b: String) -> Bool {
+        func lower(_ byte: UInt8) -> UInt8 { (0x41...0x5A).contains(byte) ? byte | 0x20 : byte }
+        return a.utf8.count == b.utf8.count && zip(a.utf8, b.utf8).allSatisfy { lower($0) == lower($1) }
+    }
 
     private static func encode(_ entry: Entry) -> [UInt8] {
         var bytes = Array(entry.key.utf8)

@@ -33,13 +33,13 @@ final class NetsvcTests: XCTestCase {
         // Without a daemon: a bad timeout must still be exit 2 (checked first), never a trap or a hang.
         let noDaemon = ["env", "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent"]
         for bad in ["nan", "inf", "-1", "0", "1e20", "1e300", "soon"] {
-            for command in [["resolve", "x", "_x._tcp"], ["lookup", "x.local"], ["connect", "x", "_x._tcp"], ["domains"]] {
+            for command in [["resolve", "x", "_xy._tcp"], ["lookup", "x.local"], ["connect", "x", "_xy._tcp"], ["domains"]] {
                 let (code, out) = try run(command + ["--timeout", bad], environment: noDaemon)
                 XCTAssertEqual(code, 2, "\(command) --timeout \(bad): \(out)")
                 XCTAssertTrue(out.contains("--timeout"), out)
             }
         }
-        let (code, out) = try run(["resolve", "x", "_x._tcp", "--timeout=-1"], environment: noDaemon)
+        let (code, out) = try run(["resolve", "x", "_xy._tcp", "--timeout=-1"], environment: noDaemon)
         XCTAssertEqual(code, 2, out)
     }
 
@@ -50,7 +50,7 @@ final class NetsvcTests: XCTestCase {
     }
 
     func testNoDaemonExits3WithAHint() throws {
-        let (code, out) = try run(["resolve", "x", "_x._tcp"], environment: ["env", "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent"])
+        let (code, out) = try run(["resolve", "x", "_xy._tcp"], environment: ["env", "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent"])
         XCTAssertEqual(code, 3, out)
         XCTAssertTrue(out.contains("avahi-sandbox start"), out)
     }

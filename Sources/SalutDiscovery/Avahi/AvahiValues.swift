@@ -2,8 +2,9 @@ import CAvahi
 import Foundation
 import SalutStreams
 
-/// Conversions between Avahi's C values and Salut's Swift ones. Call on the context's queue.
-enum AvahiValues {
+/// Conversions between Avahi's C values and Salut's Swift ones. Call on the context's queue (the
+/// TXT conversions touch no shared state and are `package` for the fuzz checks).
+package enum AvahiValues {
     /// Builds an `AvahiStringList` that Avahi publishes with the record's attributes in order
     /// (Avahi's parser of the wire format gives exactly that). The caller frees it with
     /// `avahi_string_list_free`. Nil for an empty record (Avahi's empty list).
@@ -11,7 +12,7 @@ enum AvahiValues {
     /// Avahi's own helpers disagree about list order (`avahi_string_list_serialize` reverses the
     /// list it is given), so the order here was settled on the wire: a packet capture, and
     /// `AsyncDiscoveryTests.testTXTOrderOnTheWire`, which reads the raw TXT rdata.
-    static func stringList(_ txt: TXTRecord) -> UnsafeMutablePointer<AvahiStringList>? {
+    package static func stringList(_ txt: TXTRecord) -> UnsafeMutablePointer<AvahiStringList>? {
         let wire = txt.data
         guard !wire.isEmpty else { return nil }
         var list: UnsafeMutablePointer<AvahiStringList>?
@@ -23,7 +24,7 @@ enum AvahiValues {
 
     /// Reads an `AvahiStringList` handed to a resolver callback (head first is wire order) as a
     /// TXT record, leniently.
-    static func txtRecord(_ list: UnsafeMutablePointer<AvahiStringList>?) -> TXTRecord {
+    package static func txtRecord(_ list: UnsafeMutablePointer<AvahiStringList>?) -> TXTRecord {
         var data = Data()
         var node = list
         while let current = node {
@@ -53,6 +54,12 @@ enum AvahiValues {
         default:
             return nil
         }
+    }
+
+    /// Whether Avahi reads `domain` as a domain name (its escapes well formed, each label 1 to 63
+    /// bytes once unescaped, and UTF-8).
+    static func isValidDomain(_ domain: String) -> Bool {
+        avahi_is_valid_domain_name(domain) != 0
     }
 
     static func string(_ text: UnsafePointer<CChar>?) -> String {
