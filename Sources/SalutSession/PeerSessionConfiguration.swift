@@ -34,7 +34,7 @@ public struct PeerSessionConfiguration: Sendable {
     /// counted from the call; the trust decision that follows is not counted. A peer that
     /// accepts the connection and then never answers fails the task with a
     /// ``PeerSessionError/connection(_:)`` error (``SocketStreamError/limitExceeded(_:)``).
-    /// Default 10; 0 or less means no bound.
+    /// Default 10; NaN, zero or a negative value take the default.
     public var timeoutIntervalForTLSHandshake: TimeInterval = 10
 
     /// The oldest TLS version to negotiate (TLS 1.2 by default).

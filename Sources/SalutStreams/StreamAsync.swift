@@ -102,15 +102,55 @@ extension BoundStreamPair {
     }
 
     /// Closes the output stream and returns once everything written to it has been handed to
-    /// the network and this side's end of the data has been sent (TLS close_notify, then the
-    /// TCP half-close): what a tool that uploads must wait for before it says it is done. For a
+    /// the kernel and this side's end of the data has been queued behind it (TLS close_notify,
+    /// then the TCP half-close): what a tool that uploads must wait for before it says it is
+    /// done. (Whether the peer's application read it all, only its answer can tell.) For a
     /// bound pair it closes the output and returns at once.
     /// - Throws: the ``SocketStreamError`` of a connection that failed before its output was
-    ///   all sent (the peer reset it, for example): some of the bytes may not have reached it.
+    ///   all sent (the peer reset it, for example: some of the bytes may not have reached it);
+    ///   ``StreamFailure/notOpen`` for socket streams that were never opened; `CancellationError`
+    ///   when the calling task is cancelled first (the streams are then closed).
     public func finishSending() async throws {
+        guard let connection else { return output.close() }
+        if let gate = connection.gate, case .idle = gate.current {
+            output.close()
+            throw StreamFailure.notOpen
+        }
         output.close()
-        guard let connection else { return }
-        if let error = await connection.sendingEnded() { throw error }
+        let outcome = await withTaskCancellationHandler {
+            await connection.sendingEnded()
+        } onCancel: {
+            connection.stopWaitingForSending()
+        }
+        if Task.isCancelled, outcome == .cancelled {
+            input.close()
+            throw CancellationError()
+        }
+        if let outcome { throw outcome }
+    }
+
+    /// Suspends until the output has ended: nil once everything written was sent (after
+    /// ``finishSending()`` or a close), or the error that ended the connection (a reset, a
+    /// limit). Returns nil at once for a bound pair.
+    package func outputEnded() async -> SocketStreamError? {
+        guard let connection else { return nil }
+        return await connection.sendingEnded()
+    }
+
+    /// Waits until the input has bytes to read, or has ended (for Salut's own streams; returns
+    /// at once for others).
+    package func waitUntilReadable() async {
+        guard let bound = input as? BoundInputStream else { return }
+        await bound.buffer.readable()
+    }
+
+    /// Closes the connection with a reset (RST) instead of an orderly end, so the peer sees a
+    /// refusal rather than an empty answer; the streams fail with `error`. For socket streams
+    /// only (a bound pair is just closed).
+    package func reset(_ error: SocketStreamError = .cancelled) {
+        connection?.pump.reset(error)
+        input.close()
+        output.close()
     }
 
     /// The connection behind socket streams (nil for a bound pair).

@@ -61,20 +61,112 @@ enum Bridge {
         }
     }
 
-    /// Copies `fd` into the pair's output until `fd` ends, then half-closes and returns once
-    /// every byte has been handed to the network.
-    /// - Throws: ``UploadFailure`` when the connection failed first (not all of it reached the
-    ///   peer).
-    static func upload(from fd: Int32, to pair: BoundStreamPair) async throws {
-        let written = await withCheckedContinuation { continuation in
-            copy(from: fd, to: pair.output) { continuation.resume(returning: $0) }
+}
+
+/// `netsvc connect`'s upload: standard input copied to the connection on a thread of its own
+/// (a blocking read of stdin must not hold a pool thread), with what it is doing visible, so
+/// that the end of the service's side can be told apart from a lost upload.
+final class StandardInputUpload: @unchecked Sendable {
+    // @unchecked: `phase` and `moved` are guarded by `lock`; the stream is written by the
+    // upload's own thread only.
+
+    enum Phase: Equatable {
+        /// Waiting for standard input.
+        case reading
+        /// Handing bytes to the connection (which may be waiting for the peer to read).
+        case writing
+        /// Standard input ended and all of it was written (true), or the connection failed.
+        case finished(Bool)
+    }
+
+    private let lock = NSLock()
+    private var phase = Phase.reading
+    private var moved = 0
+
+    init(to output: OutputStream) {
+        let stream = UncheckedOutput(output)
+        Thread.detachNewThread { self.run(stream.output) }
+    }
+
+    private var state: (phase: Phase, moved: Int) { lock.withLock { (phase, moved) } }
+
+    private func set(_ phase: Phase, moved count: Int = 0) {
+        lock.withLock {
+            self.phase = phase
+            moved += count
         }
+    }
+
+    private func run(_ output: OutputStream) {
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let n = read(0, &buffer, buffer.count)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 {
+                output.close()   // the half-close: the service sees the end of our data
+                return set(.finished(n == 0))
+            }
+            set(.writing)
+            var offset = 0
+            while offset < n {
+                let written = buffer.withUnsafeBufferPointer { output.write($0.baseAddress! + offset, maxLength: n - offset) }
+                if written <= 0 { return set(.finished(false)) }
+                offset += written
+                set(.writing, moved: written)
+            }
+            set(.reading)
+        }
+    }
+
+    /// How the upload ended, once the service's side has ended (or failed): nil when nothing
+    /// was lost, else why not all of the input reached the service.
+    ///
+    /// If standard input is idle (nothing waiting to be read), the service ended the session
+    /// with nothing of ours pending: the upload is closed, and that is a clean end. Otherwise
+    /// the rest of the input is sent while the service still takes it, and it is a failure if
+    /// the connection breaks or nothing moves for `stall` seconds.
+    func outcome(of pair: BoundStreamPair, stall: Double = 30) async -> String? {
+        var lastMoved = -1
+        var stalledSince = Date()
+        while true {
+            let now = state
+            switch now.phase {
+            case .finished(let complete):
+                let closed = await Self.finishSending(pair)
+                guard complete else { return closed ?? Self.describe(pair.output.streamError) }
+                return closed
+            case .reading where !Self.standardInputHasMore():
+                return await Self.finishSending(pair)
+            case .reading, .writing:
+                if now.moved != lastMoved {
+                    lastMoved = now.moved
+                    stalledSince = Date()
+                } else if -stalledSince.timeIntervalSinceNow > stall {
+                    pair.output.close()
+                    return "the service took nothing for \(Int(stall)) s"
+                }
+                try? await Task.sleep(nanoseconds: 20_000_000)
+            }
+        }
+    }
+
+    private static func finishSending(_ pair: BoundStreamPair) async -> String? {
         do {
             try await pair.finishSending()
+            return nil
         } catch {
-            throw UploadFailure(reason: "\(error)")
+            return "\(error)"
         }
-        if !written { throw UploadFailure(reason: pair.output.streamError.map { "\($0)" } ?? "the connection closed") }
+    }
+
+    private static func describe(_ error: (any Error)?) -> String {
+        error.map { "\($0)" } ?? "the connection closed"
+    }
+
+    /// Whether standard input has bytes (or its end) waiting to be read.
+    private static func standardInputHasMore() -> Bool {
+        var entry = pollfd(fd: 0, events: Int16(POLLIN), revents: 0)
+        return poll(&entry, 1, 0) > 0
     }
 }
 
@@ -97,13 +189,11 @@ actor StdioTurns {
     /// connection was ended to make room for another.
     func serve(_ connection: AcceptedConnection, peer: String, spoke: @escaping @Sendable () -> Void, evicted: EvictionMark,
                report: @Sendable (String, String, Int?, String?) -> Void) async {
-        // Whether the peer has spoken is known only once it is read; while it waits its turn,
-        // look at the buffer.
+        // Whether the peer has spoken is known once its first bytes (or its end) are buffered,
+        // even while it waits for its turn.
         let watcher = Task {
-            while !Task.isCancelled {
-                if connection.input.hasBytesAvailable || connection.input.streamStatus != .open { return spoke() }
-                try? await Task.sleep(nanoseconds: 50_000_000)
-            }
+            await connection.streams.waitUntilReadable()
+            if !Task.isCancelled { spoke() }
         }
         defer { watcher.cancel() }
         await takeTurn()

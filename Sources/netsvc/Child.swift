@@ -152,9 +152,9 @@ final class Child: @unchecked Sendable {
         source.resume()
     }
 
-    /// Sends `number` to the child's process group unless it has been reaped (checked under
-    /// the lock that reaping takes, so a reaped id, which may be reused, is never signalled).
-    /// False when it had been reaped.
+    /// Sends `number` to the child's process group unless the shell has been reaped (checked
+    /// under the lock that reaping takes, so a reaped id, which may be reused, is never
+    /// signalled). False when it had been reaped.
     private func signal(_ number: Int32) -> Bool {
         lock.withLock {
             guard status == nil else { return false }
@@ -163,14 +163,22 @@ final class Child: @unchecked Sendable {
         }
     }
 
+    /// Once the shell has exited: ends what it left running in its process group (a command
+    /// started with `&` would otherwise outlive the connection, and hold its pipes open), then
+    /// reaps it. While it is an unreaped zombie its id, and so its group's, cannot be reused.
     private func reap() {
-        var raw: Int32 = 0
         lock.lock()
         guard status == nil else { return lock.unlock() }
-        let result = waitpid(pid, &raw, WNOHANG)
-        guard result == pid || (result < 0 && errno == ECHILD) else { return lock.unlock() }   // still running
-        // WIFEXITED / WEXITSTATUS / WTERMSIG, which Swift does not import (they are macros).
-        let code: Int32 = (raw & 0x7f) == 0 ? (raw >> 8) & 0xff : 128 + (raw & 0x7f)
+        var info = siginfo_t()
+        let looked = waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT)
+        let exited = looked == 0 && info._sifields._sigchld.si_pid == pid
+        guard exited || (looked < 0 && errno == ECHILD) else { return lock.unlock() }   // still running
+        if exited { _ = Glibc.kill(-pid, SIGKILL) }   // ESRCH: nothing left in the group
+        var raw: Int32 = 0
+        let reaped = waitpid(pid, &raw, 0)
+        // WIFEXITED / WEXITSTATUS / WTERMSIG are macros Swift does not import. -1: the status
+        // is unknown (someone else reaped it).
+        let code: Int32 = reaped != pid ? -1 : (raw & 0x7f) == 0 ? (raw >> 8) & 0xff : 128 + (raw & 0x7f)
         status = code
         let woken = waiters
         waiters = []

@@ -32,9 +32,11 @@ struct Connect: AsyncParsableCommand {
             Resolves the service, connects (IPv6 and IPv4, Happy Eyeballs), then copies stdin to
             the service and the service's answer to stdout. At the end of stdin the sending side
             is closed (a half-close), and netsvc exits once the service closes its side.
-            Exit code 0 means all of stdin was handed to the network and the connection ended
-            cleanly (the service closed its side after ours), with all of the service's answer
-            on stdout. Exit codes: 0 done, 1 not found, refused, TLS refused, or the connection
+            Exit code 0 means the service's answer ended cleanly and is all on stdout, and all
+            of stdin that was read was handed to the network. When the service ends its side
+            while stdin still has bytes waiting, the rest is still sent while the service takes
+            it; if the service goes away instead (or takes nothing for 30 s), that is a failure.
+            When stdin is idle (a terminal nobody types into), netsvc exits with the service. Exit codes: 0 done, 1 not found, refused, TLS refused, or the connection
             failed before both directions were done (the message says which), 2 usage,
             3 no avahi-daemon.
 
@@ -56,10 +58,10 @@ struct Connect: AsyncParsableCommand {
             try await requireDaemon()
             let service = target.service
             let pair = try await service.connect(tls: tls, resolveTimeout: timeout.value)
-            async let upload: Void = Bridge.upload(from: 0, to: pair)
+            let upload = StandardInputUpload(to: pair.output)
             var failures: [String] = []
             do { try await Bridge.drain(pair.input, to: 1) } catch { failures.append("receiving: \(error)") }
-            do { try await upload } catch { failures.append("sending: \(error)") }
+            if let lost = await upload.outcome(of: pair) { failures.append("sending: \(UploadFailure(reason: lost))") }
             pair.input.close()
             if !failures.isEmpty {
                 note("connection to \"\(Terminal.escaped(target.name))\" failed: " + failures.joined(separator: "; "))

@@ -82,7 +82,7 @@ extension Publish {
     /// Warns on stderr when the record is larger than RFC 6763 §6.2 advises.
     static func warnIfLarge(_ record: TXTRecord) {
         guard record.size > TXTRecord.recommendedMaximumSize else { return }
-        FileHandle.standardError.write(Data(("netsvc: warning: the TXT record is \(record.size) bytes; RFC 6763 §6.2 "
-            + "advises under \(TXTRecord.recommendedMaximumSize) so that it fits in one packet\n").utf8))
+        Output.standardError("netsvc: warning: the TXT record is \(record.size) bytes; RFC 6763 §6.2 "
+            + "advises under \(TXTRecord.recommendedMaximumSize) so that it fits in one packet\n")
     }
 }

@@ -48,7 +48,7 @@ struct NetSvc: AsyncParsableCommand {
         } catch {
             let code = exitCode(for: error)
             if code == .validationFailure {
-                FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
+                Output.standardError(fullMessage(for: error) + "\n")
                 Foundation.exit(ExitStatus.usage.rawValue)
             }
             exit(withError: error)
@@ -84,7 +84,7 @@ func fail(_ error: any Error) -> ExitCode {
         message = "\(error)"
         code = .failure
     }
-    FileHandle.standardError.write(Data("netsvc: \(Terminal.escaped(message))\n".utf8))
+    Output.standardError("netsvc: \(Terminal.escaped(message))\n")
     return code
 }
 
@@ -100,7 +100,7 @@ func requireDaemon() async throws {
 /// Writes one line to stdout at once (unbuffered), so scripts and pipes see each event as it
 /// happens.
 func emit(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    Output.standardOutput(line + "\n")
 }
 
 /// Prints one JSON object per line. Strings keep their exact value; besides the C0 controls
@@ -118,7 +118,7 @@ func printJSON(_ object: [String: Any]) {
             line.unicodeScalars.append(scalar)
         }
     }
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    Output.standardOutput(line + "\n")
 }
 
 /// TXT attributes for JSON: UTF-8 text where it is text, else `base64:` and the bytes.

@@ -7,8 +7,9 @@ import Glibc
 /// Each end has one user (one task reads it, or one task writes it); ``close()`` may come from
 /// anywhere, once or more, and wakes a waiting user.
 final class PipeEnd: @unchecked Sendable {
-    // @unchecked: `waiter`, `watching` and `closed` are guarded by `lock`; `fd` is read-only
-    // (closed only by the source's cancel handler, after which nothing uses it).
+    // @unchecked: `waiter`, `watching` and `closed` are guarded by `lock`, and every call on
+    // `fd` is made under it after checking `closed` (the source's cancel handler closes `fd`
+    // only after `close()` has set `closed`).
 
     enum Direction { case reading, writing }
 
@@ -44,19 +45,35 @@ final class PipeEnd: @unchecked Sendable {
 
     deinit { close() }
 
+    /// What one non-blocking call did.
+    private enum Attempt { case done(Int), wait, closed, failed(Int32) }
+
+    /// Runs one non-blocking `read`/`write` on the descriptor, unless the end is closed: the
+    /// check and the call happen under the lock that `close()` takes, so no call ever reaches a
+    /// descriptor that was closed (and whose number may already be someone else's).
+    private func attempt(_ call: (Int32) -> Int) -> Attempt {
+        lock.lock(); defer { lock.unlock() }
+        guard !closed else { return .closed }
+        while true {
+            let n = call(fd)
+            if n >= 0 { return .done(n) }
+            if errno == EINTR { continue }
+            return errno == EAGAIN ? .wait : .failed(errno)
+        }
+    }
+
     /// Reads what is there (at most `limit` bytes), waiting until something is; empty at the
     /// end of the data or once closed.
     /// - Throws: `POSIXError` when reading fails.
     func read(upTo limit: Int = 64 * 1024) async throws -> Data {
         var buffer = Data(count: limit)
         while true {
-            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, limit) }
-            if n >= 0 { return buffer.prefix(n) }
-            switch errno {
-            case EINTR: continue
-            case EAGAIN: guard await readiness() else { return Data() }
-            case EBADF: return Data()   // closed meanwhile
-            default: throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+            let outcome = buffer.withUnsafeMutableBytes { raw in attempt { Glibc.read($0, raw.baseAddress!, limit) } }
+            switch outcome {
+            case .done(let n): return buffer.prefix(n)
+            case .closed: return Data()
+            case .wait: guard await readiness() else { return Data() }
+            case .failed(let code): throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
             }
         }
     }
@@ -67,13 +84,13 @@ final class PipeEnd: @unchecked Sendable {
     func write(_ data: Data) async throws {
         var offset = 0
         while offset < data.count {
-            let n = data.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, data.count - offset) }
-            if n > 0 { offset += n; continue }
-            switch errno {
-            case EINTR: continue
-            case EAGAIN: guard await readiness() else { throw Closed(description: "the pipe was closed") }
-            case EPIPE: throw Closed(description: "the command stopped reading its input")
-            default: throw Closed(description: String(cString: strerror(errno)))
+            let outcome = data.withUnsafeBytes { raw in attempt { Glibc.write($0, raw.baseAddress! + offset, data.count - offset) } }
+            switch outcome {
+            case .done(let n): offset += n
+            case .closed: throw Closed(description: "the pipe was closed")
+            case .wait: guard await readiness() else { throw Closed(description: "the pipe was closed") }
+            case .failed(EPIPE): throw Closed(description: "the command stopped reading its input")
+            case .failed(let code): throw Closed(description: String(cString: strerror(code)))
             }
         }
     }

@@ -131,13 +131,18 @@ struct Publish: AsyncParsableCommand {
         }
     }
 
-    /// Waits for `task` to finish, at most `seconds`.
+    /// Waits for `task` to finish, at most `seconds` (the task is left to itself after that:
+    /// the process is about to exit).
     static func wait(for task: Task<Void, Never>, seconds: Double) async {
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await task.value }
-            group.addTask { try? await Task.sleep(nanoseconds: UInt64(seconds * 1e9)) }
-            await group.next()
-            group.cancelAll()
+        let once = OnceFlag()
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            Task {
+                await task.value
+                if once.claim() { done.resume() }
+            }
+            DispatchQueue.global().asyncAfter(deadline: .now() + seconds) {
+                if once.claim() { done.resume() }
+            }
         }
     }
 

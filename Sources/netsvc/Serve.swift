@@ -5,9 +5,10 @@ import Salut
 
 /// Serves the connections of `publish --listen`, each in a task of its own: bridged to
 /// netsvc's stdin/stdout (one connection at a time, in the order they are ready), or each to
-/// its own child process (`--exec`). At most `maxConnections` are served or waiting at once;
-/// more are refused (closed at once) with a note on stderr. Cancelling `serve` ends every
-/// connection and child.
+/// its own child process (`--exec`). At most `maxConnections` are served or waiting at once:
+/// a newcomer takes the place of the oldest one whose peer has sent nothing, or is refused.
+/// Refused and evicted peers get a reset (RST), so they see an error rather than an empty
+/// answer; each is noted. Cancelling `serve` ends every connection and child.
 struct ConnectionServer: Sendable {
     /// The shell command to run per connection; nil bridges stdin/stdout.
     let command: String?
@@ -38,12 +39,10 @@ struct ConnectionServer: Sendable {
                     let evicted = EvictionMark()
                     let evict: @Sendable () -> Void = {
                         evicted.set()
-                        connection.input.close()
-                        connection.output.close()
+                        connection.streams.reset(.limitExceeded(Self.evictionReason))
                     }
                     guard let id = active.enter(evict: evict) else {
-                        connection.input.close()
-                        connection.output.close()
+                        connection.streams.reset(.limitExceeded("refused: \(maxConnections) connections already"))
                         report("refused", peer, reason: "\(maxConnections) connections already (--max-connections)")
                         return
                     }
@@ -88,6 +87,13 @@ struct ConnectionServer: Sendable {
                             try await child.input.write(chunk)
                         }
                         spoke()   // the end of its data counts too
+                        child.input.close()
+                        // The peer may wait for the answer, or be gone: only the output (or a
+                        // limit, such as the idle bound) tells. A failure ends the child.
+                        if let error = await connection.streams.outputEnded() {
+                            failure.record(evicted.isSet ? Self.evictionReason : "\(error)")
+                            child.terminate(grace: grace)
+                        }
                     } catch is PipeEnd.Closed {
                         // The command does not read (more of) its input: stop reading the peer.
                     } catch {
@@ -140,7 +146,7 @@ struct ConnectionServer: Sendable {
 
 /// Status lines go to stderr: stdout may be carrying a connection's bytes.
 func note(_ line: String) {
-    FileHandle.standardError.write(Data("netsvc: \(line)\n".utf8))
+    Output.standardError("netsvc: \(line)\n")
 }
 
 /// The connections being served (or waiting for their turn), at most `limit`. At the limit a

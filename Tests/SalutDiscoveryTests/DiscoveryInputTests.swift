@@ -97,7 +97,7 @@ final class DiscoveryInputTests: XCTestCase {
         let tooBig = DiscoveryError.invalidTXTRecord(reason: "the record is 8801 bytes; at most 8800 fit in one mDNS packet "
             + "(RFC 6762 §17), and RFC 6763 §6.2 advises under 1300")
         XCTAssertThrowsError(try record.validateForPublishing()) { XCTAssertEqual($0 as? DiscoveryError, tooBig) }
-        XCTAssertThrowsError(try ServiceAdvertisement.validate(name: "Big", type: "_x._tcp", port: 1, txtRecord: record)) {
+        XCTAssertThrowsError(try ServiceAdvertisement.validate(name: "Big", type: "_xy._tcp", port: 1, txtRecord: record)) {
             XCTAssertEqual($0 as? DiscoveryError, tooBig)
         }
         do {

@@ -27,8 +27,8 @@ final class NetsvcInputTests: XCTestCase {
         let (_, top) = try run([netsvc, "--help"])
         let commands = ["browse", "publish", "resolve", "lookup", "connect", "monitor", "domains"]
         XCTAssertTrue(commands.allSatisfy { top.contains($0) }, top)
-        let arguments = ["resolve": ["x", "_x._tcp"], "lookup": ["x.local"], "connect": ["x", "_x._tcp"],
-                         "monitor": ["x", "_x._tcp"], "browse": ["_x._tcp"], "publish": ["x", "_x._tcp", "1"], "domains": []]
+        let arguments = ["resolve": ["x", "_xy._tcp"], "lookup": ["x.local"], "connect": ["x", "_xy._tcp"],
+                         "monitor": ["x", "_xy._tcp"], "browse": ["_xy._tcp"], "publish": ["x", "_xy._tcp", "1"], "domains": []]
         var timed: [String] = []
         for command in commands {
             guard try run([netsvc, command, "--help"]).output.contains("--timeout") else { continue }
@@ -50,12 +50,12 @@ final class NetsvcInputTests: XCTestCase {
             (["lookup", "myhost"], "give the full name with its domain, for example myhost.local"),
             (["lookup", "a..local"], "each dot-separated label must be 1 to 63 bytes"),
             (["resolve", "x", "not-a-type"], "invalid service type \"not-a-type\""),
-            (["resolve", "", "_x._tcp"], "invalid service name: the name is empty"),
-            (["monitor", "x", "_x._tcp", "--domain", "a..b"], "invalid domain \"a..b\""),
-            (["connect", String(repeating: "n", count: 64), "_x._tcp"], "64 bytes of UTF-8; at most 63 fit"),
+            (["resolve", "", "_xy._tcp"], "invalid service name: the name is empty"),
+            (["monitor", "x", "_xy._tcp", "--domain", "a..b"], "invalid domain \"a..b\""),
+            (["connect", String(repeating: "n", count: 64), "_xy._tcp"], "64 bytes of UTF-8; at most 63 fit"),
             (["browse", "_x"], "invalid service type \"_x\""),
-            (["browse", "_x._tcp", "--interface", "nosuch0"], "no network interface named \"nosuch0\""),
-            (["publish", "x", "_x._tcp", "1", "--subtype", "bad subtype"], "invalid service type"),
+            (["browse", "_xy._tcp", "--interface", "nosuch0"], "no network interface named \"nosuch0\""),
+            (["publish", "x", "_xy._tcp", "1", "--subtype", "bad subtype"], "invalid service type"),
         ]
         for (arguments, message) in cases {
             let (code, out) = try run(noDaemon + [netsvc] + arguments)
@@ -68,14 +68,14 @@ final class NetsvcInputTests: XCTestCase {
     func testOversizedTXTRecordIsAUsageErrorThatSaysTheSizeAndTheLimit() throws {
         // 300 attributes of 246 bytes: 74,100 bytes with their length bytes (Avahi said "Invalid record").
         let huge = (1...300).map { "k\(String(format: "%03d", $0))=" + String(repeating: "x", count: 241) }
-        let (code, out) = try run(noDaemon + [netsvc, "publish", "Big", "_x._tcp", "1"] + huge)
+        let (code, out) = try run(noDaemon + [netsvc, "publish", "Big", "_xy._tcp", "1"] + huge)
         XCTAssertEqual(code, 2, out)
         XCTAssertTrue(out.contains("invalid TXT record: the record is 74100 bytes; at most 8800 fit in one mDNS packet"), out)
 
         // One byte over the limit: 35 attributes of 250 bytes (8,785 with their length bytes) and
         // one of 15 (16).
         let limit = (1...35).map { "k\(String(format: "%02d", $0))=" + String(repeating: "x", count: 246) }
-        let (overCode, over) = try run(noDaemon + [netsvc, "publish", "Big", "_x._tcp", "1"] + limit + ["last=" + String(repeating: "y", count: 10)])
+        let (overCode, over) = try run(noDaemon + [netsvc, "publish", "Big", "_xy._tcp", "1"] + limit + ["last=" + String(repeating: "y", count: 10)])
         XCTAssertEqual(overCode, 2, over)
         XCTAssertTrue(over.contains("the record is 8801 bytes; at most 8800"), over)
     }
@@ -94,23 +94,23 @@ final class NetsvcInputTests: XCTestCase {
     }
 
     func testDuplicateTXTKeysInAnyCaseAreAUsageErrorNamingBoth() throws {
-        let (code, out) = try run(noDaemon + [netsvc, "publish", "x", "_x._tcp", "1", "a=1", "Path=/", "PATH=/b"])
+        let (code, out) = try run(noDaemon + [netsvc, "publish", "x", "_xy._tcp", "1", "a=1", "Path=/", "PATH=/b"])
         XCTAssertEqual(code, 2, out)
         XCTAssertTrue(out.contains("keys \"Path\" and \"PATH\" are the same key (TXT keys are case-insensitive"), out)
-        let (same, sameOut) = try run(noDaemon + [netsvc, "publish", "x", "_x._tcp", "1", "flag", "flag=1"])
+        let (same, sameOut) = try run(noDaemon + [netsvc, "publish", "x", "_xy._tcp", "1", "flag", "flag=1"])
         XCTAssertEqual(same, 2, sameOut)
         XCTAssertTrue(sameOut.contains("key \"flag\" appears twice"), sameOut)
     }
 
     func testArgumentsThatAreNotUTF8AreRefusedNotRepaired() throws {
         let cases: [(String, String)] = [
-            ("publish \"$(printf 'Bad\\377')\" _x._tcp 1", "the service name is not valid UTF-8: \"Bad\\xFF\""),
-            ("resolve \"$(printf '\\377')\" _x._tcp", "the service name is not valid UTF-8: \"\\xFF\""),
-            ("connect \"$(printf 'a\\300b')\" _x._tcp", "the service name is not valid UTF-8: \"a\\xC0b\""),
-            ("monitor x _x._tcp --domain \"$(printf 'lo\\377cal')\"", "--domain is not valid UTF-8: \"lo\\xFFcal\""),
+            ("publish \"$(printf 'Bad\\377')\" _xy._tcp 1", "the service name is not valid UTF-8: \"Bad\\xFF\""),
+            ("resolve \"$(printf '\\377')\" _xy._tcp", "the service name is not valid UTF-8: \"\\xFF\""),
+            ("connect \"$(printf 'a\\300b')\" _xy._tcp", "the service name is not valid UTF-8: \"a\\xC0b\""),
+            ("monitor x _xy._tcp --domain \"$(printf 'lo\\377cal')\"", "--domain is not valid UTF-8: \"lo\\xFFcal\""),
             ("lookup \"$(printf 'host\\377.local')\"", "the host name is not valid UTF-8: \"host\\xFF.local\""),
-            ("publish x _x._tcp 1 \"$(printf 'k=\\376')\"", "a TXT attribute is not valid UTF-8: \"k=\\xFE\""),
-            ("browse _x._tcp --domain=\"$(printf '\\377')\"", "--domain is not valid UTF-8: \"--domain=\\xFF\""),
+            ("publish x _xy._tcp 1 \"$(printf 'k=\\376')\"", "a TXT attribute is not valid UTF-8: \"k=\\xFE\""),
+            ("browse _xy._tcp --domain=\"$(printf '\\377')\"", "--domain is not valid UTF-8: \"--domain=\\xFF\""),
         ]
         for (words, message) in cases {
             let (code, out) = try runShell(words)

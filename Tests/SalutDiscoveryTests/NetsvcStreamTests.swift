@@ -75,12 +75,12 @@ final class NetsvcStreamTests: XCTestCase {
     }
 
     func testListenOptionsAreCheckedAsUsageErrors() throws {
-        XCTAssertEqual(try shell("\(netsvc) publish X _x._tcp 0").0, 2, "port 0 without --listen")
-        XCTAssertEqual(try shell("\(netsvc) publish X _x._tcp 80 --exec cat").0, 2, "--exec without --listen")
-        XCTAssertEqual(try shell("\(netsvc) publish X _x._tcp 0 --listen --tls-cert c.pem").0, 2, "cert without key")
-        XCTAssertEqual(try shell("\(netsvc) connect X _x._tcp --pin nothex").0, 2, "a malformed pin")
-        XCTAssertEqual(try shell("\(netsvc) publish X _x._tcp 0 --listen --max-connections 0").0, 2, "no connections at all")
-        XCTAssertEqual(try shell("\(netsvc) publish X _x._tcp 0 --listen --idle-timeout nan").0, 2, "a NaN idle bound")
+        XCTAssertEqual(try shell("\(netsvc) publish X _xy._tcp 0").0, 2, "port 0 without --listen")
+        XCTAssertEqual(try shell("\(netsvc) publish X _xy._tcp 80 --exec cat").0, 2, "--exec without --listen")
+        XCTAssertEqual(try shell("\(netsvc) publish X _xy._tcp 0 --listen --tls-cert c.pem").0, 2, "cert without key")
+        XCTAssertEqual(try shell("\(netsvc) connect X _xy._tcp --pin nothex").0, 2, "a malformed pin")
+        XCTAssertEqual(try shell("\(netsvc) publish X _xy._tcp 0 --listen --max-connections 0").0, 2, "no connections at all")
+        XCTAssertEqual(try shell("\(netsvc) publish X _xy._tcp 0 --listen --idle-timeout nan").0, 2, "a NaN idle bound")
     }
 
     func testConnectExitsNonZeroWhenNotAllOfItsInputReachedTheService() throws {
@@ -112,7 +112,8 @@ final class NetsvcStreamTests: XCTestCase {
         let marker = temporaryFile("pid")
         defer { try? FileManager.default.removeItem(atPath: marker) }
         // The shell ignores SIGTERM and so does its `sleep`; only SIGKILL ends them.
-        let publisher = try listeningPublisher(["Stubborn", type, "0", "--exec", "trap '' TERM; echo $$ > \(marker); sleep 300"])
+        let publisher = try listeningPublisher(["Stubborn", type, "0", "--idle-timeout", "1",
+                                                "--exec", "trap '' TERM; echo $$ > \(marker); sleep 300"])
         defer { publisher.stop() }
         let client = try Foreign([netsvc, "connect", "Stubborn", type])
         let deadline = Date().addingTimeInterval(10)

@@ -15,7 +15,8 @@ final class ConnectionDeadlinesTests: XCTestCase {
     }
 
     func testAHandshakeDoneThenSilenceIsCutAtTheFirstByteBoundCountedFromTheStart() {
-        var deadlines = ConnectionDeadlines(handshake: .seconds(10), firstByte: .seconds(10), idle: nil, secure: true, now: start)
+        var deadlines = ConnectionDeadlines(handshake: .seconds(10), firstByte: .seconds(10), idle: .seconds(60), secure: true, now: start)
+        XCTAssertEqual(deadlines.nextCheck, at(10), "no idle bound during the handshake")
         XCTAssertFalse(deadlines.handshakeFinished(at: at(1)))
         XCTAssertFalse(deadlines.isSetUp)
         XCTAssertEqual(deadlines.nextCheck, at(10))
@@ -39,9 +40,9 @@ final class ConnectionDeadlinesTests: XCTestCase {
         XCTAssertNil(deadlines.nextCheck)
     }
 
-    func testTheIdleBoundCountsFromTheLastByteOnceSetUp() {
+    func testTheIdleBoundCountsFromTheStartAndThenFromTheLastByte() {
         var deadlines = ConnectionDeadlines(handshake: nil, firstByte: nil, idle: .seconds(30), secure: false, now: start)
-        XCTAssertNil(deadlines.nextCheck, "no idle bound before the set-up")
+        XCTAssertEqual(deadlines.nextCheck, at(30), "a peer that never says anything is idle too")
         _ = deadlines.carried(at: at(1))
         XCTAssertEqual(deadlines.nextCheck, at(31))
         _ = deadlines.carried(at: at(20))
@@ -61,9 +62,10 @@ final class ConnectionDeadlinesTests: XCTestCase {
         XCTAssertNil(deadlines.nextCheck)
     }
 
-    func testTimeoutsThatMeanNoBound() {
-        for seconds in [nil, 0, -1, .nan] as [TimeInterval?] {
-            XCTAssertNil(ConnectionLimits.duration(seconds), "\(String(describing: seconds))")
+    func testOnlyNilMeansNoBoundAndBadValuesTakeTheDefault() {
+        XCTAssertNil(ConnectionLimits.duration(nil))
+        for seconds in [0, -1, .nan] as [TimeInterval] {
+            XCTAssertEqual(ConnectionLimits.duration(seconds), .seconds(10), "\(seconds)")
         }
         XCTAssertEqual(ConnectionLimits.duration(.infinity), .seconds(1_000_000_000))
         XCTAssertEqual(ConnectionLimits.duration(0.25), .milliseconds(250))

@@ -52,8 +52,10 @@ final class PlainTransport: ByteTransport {
     }
 
     func finishSending() -> TransferOutcome {
-        // ENOTCONN: the peer already reset; the read side reports that.
-        _ = shutdown(fd, Int32(SHUT_WR))
+        guard shutdown(fd, Int32(SHUT_WR)) == 0 else {
+            // ENOTCONN: the peer already reset; what was written may not have reached it.
+            return .failed(.connectionLost("the half-close failed: \(String(cString: strerror(errno)))"))
+        }
         return .ended
     }
 }

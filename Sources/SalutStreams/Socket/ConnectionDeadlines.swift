@@ -63,7 +63,7 @@ struct ConnectionDeadlines: Equatable {
 
     /// The next instant at which a bound may have passed (nil: none can).
     var nextCheck: Instant? {
-        let idleDeadline = isSetUp ? idleLimit.map { lastActivity + $0 } : nil
+        let idleDeadline = handshaking ? nil : idleLimit.map { lastActivity + $0 }
         return [handshakeDeadline, firstByteDeadline, idleDeadline].lazy.compactMap { $0 }.min()
     }
 
@@ -75,7 +75,7 @@ struct ConnectionDeadlines: Equatable {
         if let firstByteDeadline, now >= firstByteDeadline, let limit = firstByteLimit {
             return .limitExceeded("no data within \(Self.seconds(limit)) of connecting")
         }
-        if isSetUp, let idleLimit, now >= lastActivity + idleLimit {
+        if !handshaking, let idleLimit, now >= lastActivity + idleLimit {
             return .limitExceeded("idle for \(Self.seconds(idleLimit))")
         }
         return nil

@@ -32,8 +32,13 @@ final class ConnectionGate: @unchecked Sendable {
         return state
     }
 
+    /// Settles the gate; a failure is final (a late success never undoes it).
     func settle(_ outcome: State) {
         condition.lock()
+        if case .failed = state {
+            condition.unlock()
+            return
+        }
         state = outcome
         condition.broadcast()
         let resumed = waiters.values

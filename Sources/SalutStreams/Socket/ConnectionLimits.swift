@@ -12,45 +12,56 @@ import Foundation
 ///
 /// A connection cut by a limit fails with ``SocketStreamError/limitExceeded(_:)``; its streams
 /// report that error (or, if they were never opened, the connection is simply closed).
-/// Timeouts are in seconds; `nil`, zero, a negative value or NaN means no bound, and values
-/// above a billion seconds count as a billion.
+/// Timeouts are in seconds; `nil` means no bound. A value that is not a usable bound (NaN, zero,
+/// negative) takes the default instead, so a bad setting never turns a bound off; values above
+/// a billion seconds count as a billion.
 public struct ConnectionLimits: Sendable, Hashable {
+    /// The default handshake and first-byte bound: 10 s.
+    public static let defaultSetUpTimeout: TimeInterval = 10
+    /// The default cap on connections setting up at once: 64.
+    public static let defaultMaximumConnectionsSettingUp = 64
+
     /// Seconds an accepted TLS connection has, from the moment it is accepted, to finish its
-    /// handshake (and the trust decision). Default 10.
-    public var handshakeTimeout: TimeInterval? = 10
+    /// handshake (the trust decision that follows is not counted). Default 10.
+    public var handshakeTimeout: TimeInterval?
 
     /// Seconds an accepted connection has, from the moment it is accepted, to carry its first
     /// byte: the peer's first byte (or the end of its data), or one written by this side. A
     /// server that speaks first is therefore never cut by it. Default 10; set `nil` for a
     /// protocol whose clients may stay silent while the server has nothing to say.
-    public var firstByteTimeout: TimeInterval? = 10
+    public var firstByteTimeout: TimeInterval?
 
-    /// Seconds a connection may go with no byte moving either way before it is cut; counted
-    /// once the connection is set up. Default `nil` (no bound).
+    /// Seconds a connection may go with no byte moving either way before it is cut, counted
+    /// from the accept (after the handshake, with TLS) and from each byte after. Default `nil`
+    /// (no bound).
     public var idleTimeout: TimeInterval?
 
-    /// How many accepted connections may be in their set-up (the handshake and the first byte
+    /// How many accepted connections may be setting up (the handshake and the first byte
     /// above) at once. When one more arrives, the connection that has been setting up longest
     /// is cut to make room: a flood of silent peers cannot keep a prompt one out. The listener
     /// keeps accepting meanwhile. Default 64; values below 1 count as 1.
-    public var maximumConnectionsSettingUp: Int = 64
+    public var maximumConnectionsSettingUp: Int
 
-    /// The defaults: 10 s for the handshake and the first byte, no idle bound, 64 connections
-    /// setting up at once.
-    public init() {}
-
-    /// Limits with the given values; the ones left out keep their defaults.
-    public init(handshakeTimeout: TimeInterval? = 10, firstByteTimeout: TimeInterval? = 10, idleTimeout: TimeInterval? = nil,
-                maximumConnectionsSettingUp: Int = 64) {
+    /// Limits with the given values; those left out keep their defaults (10 s for the
+    /// handshake and the first byte, no idle bound, 64 connections setting up at once).
+    public init(handshakeTimeout: TimeInterval? = defaultSetUpTimeout, firstByteTimeout: TimeInterval? = defaultSetUpTimeout,
+                idleTimeout: TimeInterval? = nil, maximumConnectionsSettingUp: Int = defaultMaximumConnectionsSettingUp) {
         self.handshakeTimeout = handshakeTimeout
         self.firstByteTimeout = firstByteTimeout
         self.idleTimeout = idleTimeout
         self.maximumConnectionsSettingUp = maximumConnectionsSettingUp
     }
 
-    /// A timeout as a duration, or nil for no bound (nil, NaN, zero or negative).
-    static func duration(_ seconds: TimeInterval?) -> Duration? {
-        guard let seconds, !seconds.isNaN, seconds > 0 else { return nil }
-        return .milliseconds(Int64(min(seconds, 1e9) * 1000))
+    /// A timeout as a duration: nil for no bound; NaN, zero or negative give `fallback`.
+    static func duration(_ seconds: TimeInterval?, default fallback: TimeInterval = defaultSetUpTimeout) -> Duration? {
+        guard let seconds else { return nil }
+        let usable = seconds.isNaN || seconds <= 0 ? fallback : min(seconds, 1e9)
+        return .milliseconds(Int64(usable * 1000))
+    }
+
+    /// The deadlines of a connection starting now with these limits.
+    func deadlines(secure: Bool, now: ContinuousClock.Instant) -> ConnectionDeadlines {
+        ConnectionDeadlines(handshake: Self.duration(handshakeTimeout), firstByte: Self.duration(firstByteTimeout),
+                            idle: Self.duration(idleTimeout), secure: secure, now: now)
     }
 }

@@ -222,6 +222,16 @@ final class SocketConnection: @unchecked Sendable {
         }
     }
 
+    /// Wakes whoever waits in ``sendingEnded()`` with `.cancelled` (their task was cancelled);
+    /// how the output really ends is still recorded when it does.
+    func stopWaitingForSending() {
+        let waiters = state.withLock { state -> [CheckedContinuation<SocketStreamError?, Never>] in
+            defer { state.sendingWaiters = [] }
+            return state.sendingWaiters
+        }
+        for waiter in waiters { waiter.resume(returning: .cancelled) }
+    }
+
     /// Records how the output ended (the first report counts) and wakes whoever waits.
     private func sendingEnded(_ error: SocketStreamError?) {
         let waiters = state.withLock { state -> [CheckedContinuation<SocketStreamError?, Never>] in

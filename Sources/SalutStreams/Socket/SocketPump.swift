@@ -117,11 +117,7 @@ final class SocketPump: @unchecked Sendable {
         self.fd = fd
         keepAlive = self
         pendingReady = ready
-        if let limits {
-            deadlines = ConnectionDeadlines(
-                handshake: ConnectionLimits.duration(limits.handshakeTimeout), firstByte: ConnectionLimits.duration(limits.firstByteTimeout),
-                idle: ConnectionLimits.duration(limits.idleTimeout), secure: security != nil, now: .now)
-        }
+        deadlines = limits?.deadlines(secure: security != nil, now: .now)
         details.localAddress = SocketAddress.of(fd, peer: false)
         details.remoteAddress = SocketAddress.of(fd, peer: true)
         details.socketPriority = SocketOptions.read(fd, level: SOL_SOCKET, name: SO_PRIORITY)
@@ -163,12 +159,18 @@ final class SocketPump: @unchecked Sendable {
             self.pendingReady = done
             self.upgradeSetup = security
             self.upgradePreface = preface ?? Data()
-            let limit = ConnectionLimits.duration(handshakeTimeout)
-            if self.deadlines == nil, limit != nil {
-                self.deadlines = ConnectionDeadlines(handshake: limit, firstByte: nil, idle: nil, secure: false, now: .now)
+            self.handle { machine in
+                let actions = machine.startTLS()
+                // The bound runs once the change is under way (a refused one arms nothing).
+                if !actions.contains(where: { if case .rejectChange = $0 { true } else { false } }) {
+                    let limit = ConnectionLimits.duration(handshakeTimeout)
+                    if self.deadlines == nil, limit != nil {
+                        self.deadlines = ConnectionDeadlines(handshake: limit, firstByte: nil, idle: nil, secure: false, now: .now)
+                    }
+                    self.deadlines?.handshakeStarted(at: .now, limit: limit)
+                }
+                return actions
             }
-            self.deadlines?.handshakeStarted(at: .now, limit: limit)
-            self.handle { $0.startTLS() }
         }
     }
 
@@ -247,9 +249,25 @@ final class SocketPump: @unchecked Sendable {
         queue.async { self.handle { $0.abandoned() } }
     }
 
-    /// Cuts the connection with `error` (a listener making room for a new connection).
-    func cut(_ error: SocketStreamError) {
-        queue.async { self.handle { $0.failed(error) } }
+    /// Cuts the connection with `error` if it is still setting up (a listener making room for
+    /// a new connection; one that finished meanwhile is left alone).
+    func cutIfSettingUp(_ error: SocketStreamError) {
+        queue.async {
+            guard self.onSetUpEnded != nil else { return }
+            self.handle { $0.failed(error) }
+        }
+    }
+
+    /// Ends the connection with a reset (RST) rather than a close: its peer sees a refusal,
+    /// not an empty answer. Whoever waits on the streams gets `error`.
+    func reset(_ error: SocketStreamError) {
+        queue.async {
+            guard !self.machine.isClosed, self.fd >= 0 else { return }
+            var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+            // Should this fail, the close that follows is an orderly one: still an end.
+            _ = setsockopt(self.fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+            self.handle { $0.failed(error) }
+        }
     }
 
     // MARK: The shell
@@ -328,8 +346,14 @@ final class SocketPump: @unchecked Sendable {
             return []
         case .fail(let error, _, let breaks):
             // The streams learn the error before their buffers end, so a reader woken by the
-            // end sees the failure, never a clean end of data.
-            if breaks { onFailure?(error) }
+            // end sees the failure, never a clean end of data. A ready report not yet delivered
+            // (the connection failed in the step that made it ready) becomes the failure.
+            if let report = readyReport {
+                readyReport = nil
+                report.callback(.failure(error))
+            } else if breaks {
+                onFailure?(error)
+            }
             sendingEnded(error)
             failPendingRequests(error)
             inbound.closeWriter()

@@ -244,12 +244,18 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
                 switch SSL_get_error(ssl, result) {
                 case SSL_ERROR_WANT_WRITE: return .wouldBlock
                 case SSL_ERROR_WANT_READ: return .needsOtherDirection
-                default: break   // the peer is gone; the TCP half-close below still applies
+                default:
+                    // The peer is gone: no close_notify went out, and maybe not all the data.
+                    sentCloseNotify = true
+                    _ = shutdown(SSL_get_fd(ssl), Int32(SHUT_WR))   // best effort; already failed
+                    return .failed(.connectionLost("the TLS close_notify could not be sent"))
                 }
             }
             sentCloseNotify = true
         }
-        _ = shutdown(SSL_get_fd(ssl), Int32(SHUT_WR))
+        guard shutdown(SSL_get_fd(ssl), Int32(SHUT_WR)) == 0 else {
+            return .failed(.connectionLost("the half-close failed: \(String(cString: strerror(errno)))"))
+        }
         return .ended
     }
 
