@@ -5,10 +5,10 @@ import Glibc
 /// A shell command run for one connection (`publish --listen --exec`): `/bin/sh -c CMD` started
 /// with `posix_spawn`, in a process group of its own, with every signal at its default and
 /// unblocked, no descriptor of netsvc's but a pipe for its standard input, one for its standard
-/// output, and netsvc's standard error. Its exit is watched through a pidfd (no thread waits),
-/// and it is always reaped.
+/// output, and netsvc's standard error. Its exit is watched through a pidfd in the
+/// ``PipePoller`` (no thread of its own), and it is always reaped.
 final class Child: @unchecked Sendable {
-    // @unchecked: `status`, `waiters` and `exitSource` are guarded by `lock`; the pipe ends
+    // @unchecked: `status`, `waiters` and `exitTimer` are guarded by `lock`; the pipe ends
     // are thread-safe.
 
     /// Why a command could not be started.
@@ -24,7 +24,7 @@ final class Child: @unchecked Sendable {
     private let lock = NSLock()
     private var status: Int32?
     private var waiters: [CheckedContinuation<Int32, Never>] = []
-    private var exitSource: (any DispatchSourceProtocol)?
+    private var exitTimer: (any DispatchSourceTimer)?
 
     /// Starts `command` with `environment` added to netsvc's own.
     /// - Throws: ``SpawnError`` when a pipe cannot be made or the shell cannot be started.
@@ -133,23 +133,24 @@ final class Child: @unchecked Sendable {
         while waitpid(pid, &raw, 0) < 0 && errno == EINTR {}
     }
 
-    /// Watches for the exit through a pidfd (readable once the process has exited); without
-    /// pidfd_open, polls `waitpid` every 50 ms.
+    /// Watches for the exit through a pidfd (readable once the process has exited), in the
+    /// ``PipePoller``; without pidfd_open, polls `waitpid` every 50 ms.
     private func watchExit() {
         let pidfd = Self.pidfdOpen.map { $0(pid, 0) } ?? -1
-        let source: any DispatchSourceProtocol
-        if pidfd >= 0 {
-            let made = DispatchSource.makeReadSource(fileDescriptor: pidfd, queue: .global())
-            made.setCancelHandler { close(pidfd) }
-            source = made
-        } else {
-            let made = DispatchSource.makeTimerSource(queue: .global())
-            made.schedule(deadline: .now() + .milliseconds(50), repeating: .milliseconds(50))
-            source = made
+        guard pidfd >= 0 else {
+            let timer = DispatchSource.makeTimerSource(queue: .global())
+            timer.schedule(deadline: .now() + .milliseconds(50), repeating: .milliseconds(50))
+            timer.setEventHandler { [weak self] in _ = self?.reap() }
+            lock.withLock { exitTimer = timer }
+            return timer.resume()
         }
-        source.setEventHandler { [weak self] in self?.reap() }
-        lock.withLock { exitSource = source }
-        source.resume()
+        waitForExit(pidfd)
+    }
+
+    private func waitForExit(_ pidfd: Int32) {
+        PipePoller.shared.wait(for: pidfd, writing: false) { [self] _ in
+            if reap() { _ = Glibc.close(pidfd) } else { waitForExit(pidfd) }
+        }
     }
 
     /// Sends `number` to the child's process group unless the shell has been reaped (checked
@@ -166,13 +167,15 @@ final class Child: @unchecked Sendable {
     /// Once the shell has exited: ends what it left running in its process group (a command
     /// started with `&` would otherwise outlive the connection, and hold its pipes open), then
     /// reaps it. While it is an unreaped zombie its id, and so its group's, cannot be reused.
-    private func reap() {
+    /// True once the child is reaped.
+    @discardableResult
+    private func reap() -> Bool {
         lock.lock()
-        guard status == nil else { return lock.unlock() }
+        guard status == nil else { lock.unlock(); return true }
         var info = siginfo_t()
         let looked = waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT)
         let exited = looked == 0 && info._sifields._sigchld.si_pid == pid
-        guard exited || (looked < 0 && errno == ECHILD) else { return lock.unlock() }   // still running
+        guard exited || (looked < 0 && errno == ECHILD) else { lock.unlock(); return false }   // still running
         if exited { _ = Glibc.kill(-pid, SIGKILL) }   // ESRCH: nothing left in the group
         var raw: Int32 = 0
         let reaped = waitpid(pid, &raw, 0)
@@ -182,11 +185,12 @@ final class Child: @unchecked Sendable {
         status = code
         let woken = waiters
         waiters = []
-        let source = exitSource
-        exitSource = nil
+        let timer = exitTimer
+        exitTimer = nil
         lock.unlock()
-        source?.cancel()
+        timer?.cancel()
         for waiter in woken { waiter.resume(returning: code) }
+        return true
     }
 
     /// A pipe whose ends are close-on-exec (the child gets its two ends through dup2 only).

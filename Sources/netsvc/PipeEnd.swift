@@ -2,14 +2,13 @@ import Dispatch
 import Foundation
 import Glibc
 
-/// One end of a pipe to a child process, made non-blocking, read or written asynchronously: a
-/// dispatch source wakes the waiting task when the pipe is ready, so no thread waits on it.
+/// One end of a pipe to a child process, made non-blocking, read or written asynchronously:
+/// ``PipePoller`` wakes the waiting task when the pipe is ready, so no thread waits on it.
 /// Each end has one user (one task reads it, or one task writes it); ``close()`` may come from
 /// anywhere, once or more, and wakes a waiting user.
 final class PipeEnd: @unchecked Sendable {
-    // @unchecked: `waiter`, `watching` and `closed` are guarded by `lock`, and every call on
-    // `fd` is made under it after checking `closed` (the source's cancel handler closes `fd`
-    // only after `close()` has set `closed`).
+    // @unchecked: `closed` is guarded by `lock`, and every call on `fd`, its close included,
+    // is made under it after checking `closed`: no call reaches a closed descriptor.
 
     enum Direction { case reading, writing }
 
@@ -19,10 +18,8 @@ final class PipeEnd: @unchecked Sendable {
     }
 
     private let fd: Int32
-    private let source: any DispatchSourceProtocol
+    private let direction: Direction
     private let lock = NSLock()
-    private var waiter: CheckedContinuation<Bool, Never>?
-    private var watching = false
     private var closed = false
 
     /// Takes ownership of `fd` (closed here if it cannot be made non-blocking).
@@ -35,12 +32,7 @@ final class PipeEnd: @unchecked Sendable {
             throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
         }
         self.fd = fd
-        let queue = DispatchQueue.global()
-        source = direction == .reading
-            ? DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-            : DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler { [weak self] in self?.ready() }
-        source.setCancelHandler { _ = Glibc.close(fd) }
+        self.direction = direction
     }
 
     deinit { close() }
@@ -101,13 +93,9 @@ final class PipeEnd: @unchecked Sendable {
         lock.lock()
         guard !closed else { return lock.unlock() }
         closed = true
-        let woken = waiter
-        waiter = nil
-        let suspended = !watching
+        PipePoller.shared.forget(fd)
+        _ = Glibc.close(fd)   // EINTR or EIO: the descriptor is released all the same
         lock.unlock()
-        source.cancel()
-        if suspended { source.resume() }   // a suspended source never runs its cancel handler
-        woken?.resume(returning: false)
     }
 
     /// Waits until the pipe is ready; false when it was closed instead.
@@ -118,21 +106,8 @@ final class PipeEnd: @unchecked Sendable {
                 lock.unlock()
                 return continuation.resume(returning: false)
             }
-            waiter = continuation
-            watching = true
+            PipePoller.shared.wait(for: fd, writing: direction == .writing) { continuation.resume(returning: $0) }
             lock.unlock()
-            source.resume()
         }
-    }
-
-    private func ready() {
-        lock.lock()
-        guard watching, !closed else { return lock.unlock() }
-        watching = false
-        source.suspend()
-        let woken = waiter
-        waiter = nil
-        lock.unlock()
-        woken?.resume(returning: true)
     }
 }
