@@ -34,6 +34,7 @@ struct ConnectionServer: Sendable {
                         connection.input.close()
                         connection.output.close()
                         if !(error is CancellationError) { report("failed", peer, reason: "\(error)") }
+                        if active.isEmpty { Memory.returnFreedPagesSoon() }
                         return
                     }
                     let evicted = EvictionMark()
@@ -41,7 +42,8 @@ struct ConnectionServer: Sendable {
                         evicted.set()
                         connection.streams.reset(.limitExceeded(Self.evictionReason))
                     }
-                    guard let id = active.enter(evict: evict) else {
+                    let input = UncheckedInput(connection.input)
+                    guard let id = active.enter(hasBuffered: { input.input.hasBytesAvailable }, evict: evict) else {
                         connection.streams.reset(.limitExceeded("refused: \(maxConnections) connections already"))
                         report("refused", peer, reason: "\(maxConnections) connections already (--max-connections)")
                         return
@@ -157,6 +159,10 @@ final class ActiveConnections: Sendable {
     private struct Entry {
         let id: UInt64
         var spoke = false
+        /// Whether the peer has sent something that is still buffered (not read by the
+        /// connection's task yet): asked at eviction time, so a prompt peer of a busy server is
+        /// not taken for a silent one.
+        let hasBuffered: @Sendable () -> Bool
         let evict: @Sendable () -> Void
     }
 
@@ -169,15 +175,15 @@ final class ActiveConnections: Sendable {
 
     /// Admits a connection (`evict` ends it if it must make room later); its id, or nil when
     /// it is refused.
-    func enter(evict: @escaping @Sendable () -> Void) -> UInt64? {
+    func enter(hasBuffered: @escaping @Sendable () -> Bool, evict: @escaping @Sendable () -> Void) -> UInt64? {
         let (id, victim) = state.withLock { state -> (UInt64?, Entry?) in
             var victim: Entry?
             if state.entries.count >= limit {
-                guard let index = state.entries.firstIndex(where: { !$0.spoke }) else { return (nil, nil) }
+                guard let index = state.entries.firstIndex(where: { !$0.spoke && !$0.hasBuffered() }) else { return (nil, nil) }
                 victim = state.entries.remove(at: index)
             }
             state.next += 1
-            state.entries.append(Entry(id: state.next, evict: evict))
+            state.entries.append(Entry(id: state.next, hasBuffered: hasBuffered, evict: evict))
             return (state.next, victim)
         }
         victim?.evict()
@@ -190,6 +196,9 @@ final class ActiveConnections: Sendable {
             if let index = state.entries.firstIndex(where: { $0.id == id }) { state.entries[index].spoke = true }
         }
     }
+
+    /// Whether no connection is being served.
+    var isEmpty: Bool { state.withLock { $0.entries.isEmpty } }
 
     func leave(_ id: UInt64) {
         let idle = state.withLock { state in
