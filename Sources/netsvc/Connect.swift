@@ -60,7 +60,13 @@ struct Connect: AsyncParsableCommand {
             let pair = try await service.connect(tls: tls, resolveTimeout: timeout.value)
             let upload = StandardInputUpload(to: pair.output)
             var failures: [String] = []
-            do { try await Bridge.drain(pair.input, to: 1) } catch { failures.append("receiving: \(error)") }
+            do {
+                try await Bridge.drain(pair.input, to: 1)
+            } catch let error as POSIXError where error.code == .EPIPE {
+                Output.endAsBrokenPipe()   // stdout's reader is gone (`netsvc connect … | head -1`)
+            } catch {
+                failures.append("receiving: \(error)")
+            }
             if let lost = await upload.outcome(of: pair) { failures.append("sending: \(UploadFailure(reason: lost))") }
             pair.input.close()
             if !failures.isEmpty {

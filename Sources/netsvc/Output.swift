@@ -9,6 +9,11 @@ enum Output {
     /// ends as a program killed by SIGPIPE does: quietly, with the status shells expect.
     static func standardOutput(_ text: String) {
         guard write(Data(text.utf8), to: 1) == EPIPE else { return }
+        endAsBrokenPipe()
+    }
+
+    /// Ends netsvc as SIGPIPE would have (stdout's reader is gone; there is no one to tell).
+    static func endAsBrokenPipe() -> Never {
         signal(SIGPIPE, SIG_DFL)
         raise(SIGPIPE)
         exit(128 + SIGPIPE)   // not reached

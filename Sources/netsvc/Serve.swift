@@ -93,13 +93,13 @@ struct ConnectionServer: Sendable {
                         // The peer may wait for the answer, or be gone: only the output (or a
                         // limit, such as the idle bound) tells. A failure ends the child.
                         if let error = await connection.streams.outputEnded() {
-                            failure.record(evicted.isSet ? Self.evictionReason : "\(error)")
+                            failure.record(Self.reason(for: error, evicted: evicted))
                             child.terminate(grace: grace)
                         }
                     } catch is PipeEnd.Closed {
                         // The command does not read (more of) its input: stop reading the peer.
                     } catch {
-                        failure.record(evicted.isSet ? Self.evictionReason : "\(error)")
+                        failure.record(Self.reason(for: error, evicted: evicted))
                         child.terminate(grace: grace)
                     }
                     child.input.close()
@@ -115,7 +115,7 @@ struct ConnectionServer: Sendable {
                         }
                         try await connection.streams.finishSending()
                     } catch {
-                        failure.record(evicted.isSet ? Self.evictionReason : "\(error)")
+                        failure.record(Self.reason(for: error, evicted: evicted))
                         child.terminate(grace: grace)
                     }
                     child.output.close()
@@ -128,6 +128,13 @@ struct ConnectionServer: Sendable {
         connection.output.close()
         let status = await child.exited()
         report("disconnected", peer, status: Int(status), reason: failure.first)
+    }
+
+    /// What ended a connection, for its report.
+    static func reason(for error: any Error, evicted: EvictionMark) -> String {
+        if evicted.isSet { return evictionReason }
+        if error is CancellationError { return "netsvc is stopping" }
+        return "\(error)"
     }
 
     /// Why an evicted connection ended.
