@@ -111,8 +111,9 @@ public enum TXTRecordChecks {
         try checkSurvivesEncoding(record, "the built record")
     }
 
-    /// `init(data:)` from up to four attributes: the same as setting them in key order, and
-    /// throws exactly when one of them is invalid.
+    /// `init(data:)` from up to four attributes: the same as adding them in key order, and
+    /// throws exactly when one of them is invalid or two keys differ only in ASCII case (TXT
+    /// keys are case-insensitive, so such a dictionary names one key twice).
     static func checkDictionaryInit(_ reader: inout ByteReader) throws(PropertyViolation) {
         var attributes: [String: Data?] = [:]
         for _ in 0..<Int(reader.byte() % 5) {
@@ -124,6 +125,8 @@ public enum TXTRecordChecks {
         for key in attributes.keys.sorted() {
             do { try expected.set(key, to: attributes[key]!) } catch { valid = false }
         }
+        let folded = Set(attributes.keys.map { String($0.unicodeScalars.map { $0.isASCII ? Character($0).lowercased() : String($0) }.joined()) })
+        if folded.count < attributes.count { valid = false }
         do {
             let record = try TXTRecord(data: attributes)
             try require(valid && record == expected, "init(data:) gave \(record); setting in key order gives \(valid ? "\(expected)" : "an error")")

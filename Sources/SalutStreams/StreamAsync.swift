@@ -159,7 +159,9 @@ extension BoundStreamPair {
     /// Addresses and TLS details once a socket connection is ready.
     package var connectionDetails: ConnectionDetails? { connection?.details }
 
-    /// Watches the steps of making the connection (for metrics); set before opening.
+    /// Watches the steps of making the connection (for metrics); set before opening. (An
+    /// accepted connection has started before its handler sees it: only its later events are
+    /// seen.)
     package func observeConnection(_ observer: @escaping @Sendable (ConnectionEvent) -> Void) {
         connection?.state.withLock { $0.observer = observer }
     }

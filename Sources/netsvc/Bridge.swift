@@ -292,7 +292,11 @@ final class SharedStandardInput: @unchecked Sendable {
             var offset = 0
             while offset < n {
                 let written = buffer.withUnsafeBufferPointer { target.output.write($0.baseAddress! + offset, maxLength: n - offset) }
-                if written <= 0 { break }   // that connection went away; the rest is dropped
+                if written <= 0 {
+                    // That connection went away mid-write: say what it did not get.
+                    note("\(n - offset) bytes of standard input were not delivered: the connection ended first")
+                    break
+                }
                 offset += written
             }
             condition.lock()

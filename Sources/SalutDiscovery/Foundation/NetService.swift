@@ -128,8 +128,10 @@ open class NetService: NSObject, @unchecked Sendable {
     /// Bounds on the connections an auto-listening service accepts (Salut addition): how long
     /// a peer has for the TLS handshake and its first byte (10 s each by default), an optional
     /// idle bound, and how many connections may be setting up at once. Set before
-    /// `publish(options: .listenForConnections)`. A connection cut by a bound before it reached
-    /// the delegate is closed; one already handed over reports the error on its streams.
+    /// `publish(options: .listenForConnections)`. Every accepted connection reaches the
+    /// delegate at once, and its bounds run from the accept: one cut by a bound reports the
+    /// error on its streams (``SocketStreamError/limitExceeded(_:)``) when they are opened or
+    /// read.
     public var listenerLimits: ConnectionLimits {
         get { state.value.listenerLimits }
         set { state.withLock { $0.listenerLimits = newValue } }
