@@ -9,9 +9,12 @@ let package = Package(
         .library(name: "SalutDiscovery", targets: ["SalutDiscovery"]),
         .library(name: "SalutSession", targets: ["SalutSession"]),
         .executable(name: "netsvc", targets: ["netsvc"]),
+        .executable(name: "peerxfer", targets: ["peerxfer"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         // System-library shims: the only places that name C headers.
@@ -38,6 +41,26 @@ let package = Package(
                 "Salut",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
+        ),
+        // peerxfer: the peer-to-peer file-transfer tool. Its protocol, inbox and transfer logic
+        // are a library (tested without the command line); the tool is a thin shell over it.
+        .target(
+            name: "PeerTransferCore",
+            dependencies: [
+                "Salut",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Examples/PeerTransfer/Core"
+        ),
+        .executableTarget(
+            name: "peerxfer",
+            dependencies: [
+                "PeerTransferCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Examples/PeerTransfer/Tool"
         ),
         .executableTarget(
             name: "salut-demo",
@@ -100,6 +123,7 @@ let package = Package(
         .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut", "SalutTestSupport", "FuzzChecks"]),
         .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams", "SalutTestSupport", "FuzzChecks"]),
         .testTarget(name: "SalutSessionTests", dependencies: ["SalutSession", "SalutTestSupport"]),
+        .testTarget(name: "PeerTransferTests", dependencies: ["PeerTransferCore", "SalutTestSupport"]),
         .testTarget(name: "LabTests", dependencies: ["Salut", "SalutTestSupport"]),
     ]
 )

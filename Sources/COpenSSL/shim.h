@@ -8,6 +8,8 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <openssl/sha.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>

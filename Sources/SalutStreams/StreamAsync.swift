@@ -156,6 +156,15 @@ extension BoundStreamPair {
     /// The connection behind socket streams (nil for a bound pair).
     var connection: SocketConnection? { (input as? BoundInputStream)?.connection }
 
+    /// What the TLS peer presented and how the handshake went (its certificate's and public
+    /// key's SHA-256, the protocol version, the cipher suite), once the streams are open over
+    /// TLS; nil before then and for plain or bound streams. A server that asks for client
+    /// certificates without pinning learns here who connected.
+    public var peerTrust: TLSPeerTrust? { connection?.details?.tls }
+
+    /// The peer's address once a socket connection is ready (nil for a bound pair).
+    public var remoteAddress: SocketAddress? { connection?.details?.remoteAddress }
+
     /// Addresses and TLS details once a socket connection is ready.
     package var connectionDetails: ConnectionDetails? { connection?.details }
 

@@ -181,7 +181,7 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         return Array(digest.prefix(Int(length)))
     }
 
-    private static func publicKeyDigest(_ certificate: OpaquePointer) -> [UInt8] {
+    static func publicKeyDigest(_ certificate: OpaquePointer) -> [UInt8] {
         guard let key = X509_get_X509_PUBKEY(certificate) else { return [] }
         let size = i2d_X509_PUBKEY(key, nil)
         guard size > 0 else { return [] }

@@ -1,0 +1,56 @@
+import Foundation
+import SalutStreams
+
+/// SHA-256 over open files, read in large blocks with pread(2).
+enum FileHashing {
+    static let blockSize = 1 << 20
+
+    /// Feeds the first `length` bytes of `fd` to `hasher`.
+    /// - Throws: ``PeerTransferError/runtime(_:)`` when the file is shorter or a read fails.
+    static func feed(_ fd: Int32, length: UInt64, from start: UInt64 = 0, to hasher: SHA256Hasher) throws {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: blockSize, alignment: 16)
+        defer { buffer.deallocate() }
+        var offset = start
+        let end = start + length
+        while offset < end {
+            let want = Int(min(UInt64(blockSize), end - offset))
+            let n = pread(fd, buffer.baseAddress!, want, off_t(offset))
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else {
+                throw PeerTransferError.runtime(n == 0 ? "the file is shorter than expected" : "read failed: \(String(cString: strerror(errno)))")
+            }
+            hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+            offset += UInt64(n)
+        }
+    }
+
+    /// SHA-256 of the first `length` bytes of `fd`.
+    static func digest(of fd: Int32, length: UInt64) throws -> SHA256Digest {
+        let hasher = SHA256Hasher()
+        try feed(fd, length: length, to: hasher)
+        return hasher.finish()
+    }
+
+    /// SHA-256 of each whole `chunkSize` chunk of the first `length` bytes of `fd`.
+    static func chunkDigests(of fd: Int32, length: UInt64, chunkSize: Int) throws -> [SHA256Digest] {
+        var digests: [SHA256Digest] = []
+        var offset: UInt64 = 0
+        while offset + UInt64(chunkSize) <= length {
+            let hasher = SHA256Hasher()
+            try feed(fd, length: UInt64(chunkSize), from: offset, to: hasher)
+            digests.append(hasher.finish())
+            offset += UInt64(chunkSize)
+        }
+        return digests
+    }
+
+    /// SHA-256 of the file at `path`.
+    static func digest(ofFile path: String) throws -> SHA256Digest {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw PeerTransferError.runtime("cannot open \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw PeerTransferError.runtime("cannot stat \(path): \(String(cString: strerror(errno)))") }
+        return try digest(of: fd, length: UInt64(info.st_size))
+    }
+}

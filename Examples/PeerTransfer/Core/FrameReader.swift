@@ -1,0 +1,64 @@
+import Foundation
+import Synchronization
+import SalutStreams
+
+/// Reads frames from a connection's input (owned by one task).
+struct FrameReader {
+    private var decoder = FrameDecoder()
+    private var chunks: StreamChunks.Iterator
+
+    init(_ input: InputStream) {
+        chunks = input.chunks(ofSize: 256 * 1024).makeAsyncIterator()
+    }
+
+    /// The next frame; nil when the peer ended the stream cleanly between frames.
+    /// - Throws: the connection's error (a TLS stream cut without close_notify among them),
+    ///   ``PeerTransferError/protocolViolation(_:)`` for a stream ending inside a frame or a
+    ///   bad frame, ``PeerTransferError/limit(_:)`` for an oversized one.
+    mutating func next() async throws -> Frame? {
+        while true {
+            if let frame = try decoder.next() { return frame }
+            guard let bytes = try await chunks.next() else {
+                if decoder.bufferedCount > 0 {
+                    throw PeerTransferError.protocolViolation("the connection ended inside a message")
+                }
+                return nil
+            }
+            decoder.append(bytes)
+        }
+    }
+}
+
+/// The last moment a connection made progress, and a watchdog that resets it when it stops
+/// moving for longer than its bound: every wait on a peer is bounded, the reads and writes in
+/// the middle of a transfer included.
+final class ProgressWatchdog: Sendable {
+    private struct State {
+        var lastProgress: ContinuousClock.Instant
+        var bound: Duration
+    }
+    private let state: Mutex<State>
+
+    init(bound: Duration) {
+        state = Mutex(State(lastProgress: .now, bound: bound))
+    }
+
+    /// Records progress.
+    func touch() { state.withLock { $0.lastProgress = .now } }
+
+    /// Records progress and sets a new bound from now on (a longer one while a person decides).
+    func touch(bound: Duration) { state.withLock { $0 = State(lastProgress: .now, bound: bound) } }
+
+    /// Watches `pair` until the calling task is cancelled; resets the connection (its streams
+    /// then fail with ``SocketStreamError/limitExceeded(_:)``) after `bound` without progress.
+    func watch(_ pair: BoundStreamPair, what: String) async {
+        while !Task.isCancelled {
+            let (deadline, bound) = state.withLock { ($0.lastProgress + $0.bound, $0.bound) }
+            if deadline <= .now {
+                pair.reset(.limitExceeded("no progress \(what) for \(bound)"))
+                return
+            }
+            try? await Task.sleep(until: deadline, clock: .continuous)
+        }
+    }
+}

@@ -1,0 +1,225 @@
+import Foundation
+import SalutStreams
+
+/// The folder received files land in. Every operation walks from the inbox's own descriptor
+/// with `openat(…, O_NOFOLLOW)`, so no path, and no symlink planted inside the inbox, can lead
+/// a write outside it.
+final class Inbox: @unchecked Sendable {
+    // @unchecked: `root` is set once and only read; the descriptor calls are thread-safe.
+    let path: String
+    private let root: Int32
+
+    /// Opens the inbox folder, creating it (mode 0700) if it does not exist.
+    /// - Throws: ``PeerTransferError/runtime(_:)`` when it cannot be created or opened.
+    init(path: String) throws {
+        self.path = path
+        if mkdir(path, 0o700) != 0 && errno != EEXIST {
+            throw PeerTransferError.runtime("cannot create the inbox \(path): \(String(cString: strerror(errno)))")
+        }
+        root = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard root >= 0 else {
+            throw PeerTransferError.runtime("cannot open the inbox \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    deinit { close(root) }
+
+    /// Bytes free for an unprivileged writer on the inbox's file system.
+    func freeBytes() throws -> UInt64 {
+        var info = statvfs()
+        guard fstatvfs(root, &info) == 0 else {
+            throw PeerTransferError.runtime("cannot read the free space of \(path): \(String(cString: strerror(errno)))")
+        }
+        return UInt64(info.f_bavail) * UInt64(info.f_frsize)
+    }
+
+    /// A descriptor for the folder `components` below the inbox (the caller closes it),
+    /// created on the way when `create` is true; nil when it does not exist and `create` is false.
+    /// - Throws: ``PeerTransferError/unsafePath(_:)`` when a component is a symlink or not a
+    ///   folder; ``PeerTransferError/runtime(_:)`` for other failures.
+    func openDirectory(_ components: [String], create: Bool, mode: mode_t = 0o755) throws -> Int32? {
+        var current = dup(root)
+        guard current >= 0 else { throw PeerTransferError.runtime("dup: \(String(cString: strerror(errno)))") }
+        for (depth, component) in components.enumerated() {
+            var next = openat(current, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            if next < 0 && errno == ENOENT && create {
+                if mkdirat(current, component, mode) != 0 && errno != EEXIST {
+                    let reason = String(cString: strerror(errno))
+                    close(current)
+                    throw errno == ENOSPC || errno == EDQUOT
+                        ? PeerTransferError.noSpace("no space for the folder \(Self.shown(components.prefix(depth + 1)))")
+                        : PeerTransferError.runtime("cannot create \(Self.shown(components.prefix(depth + 1))): \(reason)")
+                }
+                next = openat(current, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            }
+            let failure = errno
+            close(current)
+            guard next >= 0 else {
+                let where_ = Self.shown(components.prefix(depth + 1))
+                switch failure {
+                case ENOENT where !create: return nil
+                case ELOOP, ENOTDIR:
+                    throw PeerTransferError.unsafePath("\(where_) in the inbox is a symlink or not a folder; nothing is written through it")
+                default:
+                    throw PeerTransferError.runtime("cannot open \(where_): \(String(cString: strerror(failure)))")
+                }
+            }
+            current = next
+        }
+        return current
+    }
+
+    /// True when the inbox holds `path` as a regular file of `size` bytes whose SHA-256 is
+    /// `sha256`: a file an earlier transfer already delivered.
+    func holdsVerified(_ path: RelativePath, size: UInt64, sha256: String) -> Bool {
+        guard let directory = try? openDirectory(path.parent, create: false) else { return false }
+        defer { close(directory) }
+        let fd = openat(directory, path.name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, UInt64(info.st_size) == size else { return false }
+        guard let digest = try? FileHashing.digest(of: fd, length: size) else { return false }
+        return digest.hex == sha256
+    }
+
+    /// SHA-256 of each whole chunk of the part file for `path` (empty when there is none).
+    func partChunkDigests(_ path: RelativePath, chunkSize: Int) -> [SHA256Digest] {
+        guard let directory = try? openDirectory(path.parent, create: false) else { return [] }
+        defer { close(directory) }
+        let fd = openat(directory, path.name + TransferLimits.partSuffix, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return [] }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return [] }
+        return (try? FileHashing.chunkDigests(of: fd, length: UInt64(info.st_size), chunkSize: chunkSize)) ?? []
+    }
+
+    /// Bytes already in the part file for `path` (0 when there is none).
+    func partSize(_ path: RelativePath) -> UInt64 {
+        guard let directory = try? openDirectory(path.parent, create: false) else { return 0 }
+        defer { close(directory) }
+        var info = stat()
+        guard fstatat(directory, path.name + TransferLimits.partSuffix, &info, AT_SYMLINK_NOFOLLOW) == 0 else { return 0 }
+        return UInt64(info.st_size)
+    }
+
+    /// Opens (creating) the part file for `path`, creating its folders.
+    func openPart(_ path: RelativePath) throws -> PartFile {
+        guard let directory = try openDirectory(path.parent, create: true) else {
+            throw PeerTransferError.runtime("cannot create the folder of \(path)")
+        }
+        let name = path.name + TransferLimits.partSuffix
+        let fd = openat(directory, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            let failure = errno
+            close(directory)
+            if failure == ELOOP {
+                throw PeerTransferError.unsafePath("\(Terminal.escape(path.description))\(TransferLimits.partSuffix) is a symlink; nothing is written through it")
+            }
+            throw PeerTransferError.runtime("cannot open \(Terminal.escape(path.description))\(TransferLimits.partSuffix): \(String(cString: strerror(failure)))")
+        }
+        return PartFile(directory: directory, fd: fd, path: path)
+    }
+
+    private static func shown<C: Collection>(_ components: C) -> String where C.Element == String {
+        "\"" + Terminal.escape(components.joined(separator: "/")) + "\""
+    }
+}
+
+/// A file being received: `NAME.peerxfer-part` in its folder, renamed when verified.
+final class PartFile {
+    let path: RelativePath
+    private let directory: Int32
+    private let fd: Int32
+    private var closed = false
+
+    init(directory: Int32, fd: Int32, path: RelativePath) {
+        self.directory = directory
+        self.fd = fd
+        self.path = path
+    }
+
+    deinit { closeFiles() }
+
+    func closeFiles() {
+        guard !closed else { return }
+        closed = true
+        close(fd)
+        close(directory)
+    }
+
+    /// Cuts the file to `offset` bytes and feeds those bytes to `hasher`.
+    /// - Throws: ``PeerTransferError/runtime(_:)`` when the file is shorter or cannot be read.
+    func keepPrefix(_ offset: UInt64, feeding hasher: SHA256Hasher) throws {
+        guard ftruncate(fd, off_t(offset)) == 0 else { throw ioError("ftruncate") }
+        try FileHashing.feed(fd, length: offset, to: hasher)
+    }
+
+    /// Writes all of `data` at `offset`.
+    /// - Throws: ``PeerTransferError/noSpace(_:)`` when the disk is full, otherwise
+    ///   ``PeerTransferError/runtime(_:)``.
+    func write(_ data: Data, at offset: UInt64) throws {
+        try data.withUnsafeBytes { raw in
+            var done = 0
+            while done < raw.count {
+                let n = pwrite(fd, raw.baseAddress! + done, raw.count - done, off_t(offset) + off_t(done))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    if errno == ENOSPC || errno == EDQUOT {
+                        throw PeerTransferError.noSpace("the inbox's disk is full (writing \(Terminal.escape(path.description)))")
+                    }
+                    throw ioError("pwrite")
+                }
+                done += n
+            }
+        }
+    }
+
+    /// Syncs the file, applies `mode` and `modified`, and gives it its final name: the offered
+    /// one, or `name (1).ext`, `name (2).ext`… when that is taken (never replacing a file).
+    /// - Returns: the path it was stored under.
+    func publish(mode: UInt32, modified: Double) throws -> String {
+        guard fsync(fd) == 0 else { throw ioError("fsync") }
+        guard fchmod(fd, mode_t(mode & 0o777)) == 0 else { throw ioError("fchmod") }
+        if modified.isFinite {
+            let seconds = modified.rounded(.down)
+            var times = [timespec(tv_sec: time(nil), tv_nsec: 0),
+                         timespec(tv_sec: Int(seconds), tv_nsec: Int((modified - seconds) * 1e9))]
+            guard futimens(fd, &times) == 0 else { throw ioError("futimens") }
+        }
+        let partName = path.name + TransferLimits.partSuffix
+        for attempt in 0..<10_000 {
+            let candidate = attempt == 0 ? path.name : Self.numbered(path.name, attempt)
+            // link(2) refuses to replace an existing name: no file is ever overwritten.
+            if linkat(directory, partName, directory, candidate, 0) == 0 {
+                guard unlinkat(directory, partName, 0) == 0 else { throw ioError("unlinkat") }
+                guard fsync(directory) == 0 else { throw ioError("fsync of the folder") }
+                return (path.parent + [candidate]).joined(separator: "/")
+            }
+            guard errno == EEXIST else { throw ioError("linkat") }
+        }
+        throw PeerTransferError.runtime("no free name for \(Terminal.escape(path.description)) after 10,000 tries")
+    }
+
+    /// Removes the part file (after a failed verification).
+    func discard() {
+        _ = unlinkat(directory, path.name + TransferLimits.partSuffix, 0)
+    }
+
+    /// `report (2).pdf` for `report.pdf`; `archive (2).tar` keeps only the last extension.
+    static func numbered(_ name: String, _ number: Int) -> String {
+        if let dot = name.lastIndex(of: "."), dot != name.startIndex {
+            let stem = name[..<dot], ext = name[dot...]
+            let suffix = " (\(number))"
+            let room = TransferLimits.maximumNameBytes - suffix.utf8.count - ext.utf8.count
+            return String(stem.utf8.prefix(room)).map { $0 + suffix + ext } ?? "\(number)\(ext)"
+        }
+        let suffix = " (\(number))"
+        return (String(name.utf8.prefix(TransferLimits.maximumNameBytes - suffix.utf8.count)) ?? "file") + suffix
+    }
+
+    private func ioError(_ call: String) -> PeerTransferError {
+        PeerTransferError.runtime("\(call) on \(Terminal.escape(path.description)): \(String(cString: strerror(errno)))")
+    }
+}

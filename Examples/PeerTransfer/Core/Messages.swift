@@ -1,0 +1,89 @@
+import Foundation
+
+/// The first message each way: who is speaking and which protocol version.
+struct Hello: Codable, Sendable, Equatable {
+    var protocolVersion: Int
+    var device: String
+    var name: String
+}
+
+/// One file or folder offered by a sender.
+public struct ManifestEntry: Codable, Sendable, Hashable {
+    /// A file's bytes, or a folder (possibly empty).
+    public enum Kind: String, Codable, Sendable { case file, directory }
+
+    /// The path relative to the receiver's inbox, `/`-separated.
+    public var path: String
+    public var kind: Kind
+    /// Bytes (0 for folders).
+    public var size: UInt64
+    /// Permission bits (only the 0o777 part is applied).
+    public var mode: UInt32
+    /// Modification time, seconds since 1970.
+    public var modified: Double
+    /// SHA-256 of the whole file, lower-case hex (empty for folders).
+    public var sha256: String
+
+    /// Makes an entry; see each property.
+    public init(path: String, kind: Kind, size: UInt64, mode: UInt32, modified: Double, sha256: String) {
+        self.path = path
+        self.kind = kind
+        self.size = size
+        self.mode = mode
+        self.modified = modified
+        self.sha256 = sha256
+    }
+}
+
+/// What the sender offers.
+public struct Manifest: Codable, Sendable, Equatable {
+    /// Bytes per chunk (``TransferLimits/chunkSize``).
+    public var chunkSize: Int
+    public var entries: [ManifestEntry]
+
+    /// Total bytes of the files.
+    public var totalBytes: UInt64 { entries.reduce(0) { $0 + $1.size } }
+    /// How many entries are files.
+    public var fileCount: Int { entries.filter { $0.kind == .file }.count }
+}
+
+/// The receiver's decision, entry by entry, with what it already has of each accepted file.
+struct Answer: Codable, Sendable, Equatable {
+    struct Entry: Codable, Sendable, Equatable {
+        var index: Int
+        /// SHA-256 of each whole chunk of the part file already on disk, in order: the sender
+        /// resumes after the longest prefix that matches its own chunks.
+        var have: [String]
+        /// True when the inbox already holds this file, verified: nothing is sent.
+        var complete: Bool
+    }
+
+    /// The accepted entries; every other entry is declined.
+    var accepted: [Entry]
+    /// Why some or all were declined, for the sender's user.
+    var reason: String?
+}
+
+/// The receiver's word on one file.
+struct FileResult: Codable, Sendable, Equatable {
+    var index: Int
+    var verified: Bool
+    /// The name it was stored under (differs from the offered path when that name was taken).
+    var storedAs: String?
+    var error: String?
+}
+
+/// The end of the sender's data.
+struct Done: Codable, Sendable, Equatable {}
+
+/// The receiver's last word.
+struct Summary: Codable, Sendable, Equatable {
+    var verified: Int
+    var failed: Int
+}
+
+/// A failure that ends the connection.
+struct Failure: Codable, Sendable, Equatable {
+    var code: String
+    var message: String
+}

@@ -1,0 +1,119 @@
+import Foundation
+import SalutStreams
+
+/// A peerxfer configuration folder: this device's identity (key, certificate, id) and what it
+/// knows of other peers.
+///
+/// ```
+/// CONFIG/identity/certificate.pem, key.pem (0600)
+/// CONFIG/device.json        this device's id
+/// CONFIG/known-peers.json   pinned keys and trusted senders
+/// CONFIG/status.json        what the daemon is doing (written by `serve`)
+/// ```
+public struct PeerConfiguration: Sendable {
+    /// The folder.
+    public let directory: String
+    /// This device's TLS identity, made on first use.
+    public let identity: TLSIdentity
+    /// This device's id (a random UUID made on first use), published in the TXT record.
+    public let deviceID: String
+
+    /// `$XDG_CONFIG_HOME/peerxfer`, or `~/.config/peerxfer`.
+    public static var defaultDirectory: String {
+        let environment = ProcessInfo.processInfo.environment
+        if let base = environment["XDG_CONFIG_HOME"], base.hasPrefix("/") {
+            return (base as NSString).appendingPathComponent("peerxfer")
+        }
+        let home = environment["HOME"] ?? NSHomeDirectory()
+        return (home as NSString).appendingPathComponent(".config/peerxfer")
+    }
+
+    /// Opens `directory`, creating it (0700), the identity and the device id if missing.
+    /// - Throws: ``PeerTransferError/runtime(_:)`` when the folder or identity cannot be made or read.
+    public init(directory: String) throws {
+        self.directory = directory
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+            let host = ProcessInfo.processInfo.hostName
+            identity = try TLSIdentity.loadOrCreate(directory: (directory as NSString).appendingPathComponent("identity"),
+                                                    commonName: "peerxfer \(host)")
+        } catch let error as PeerTransferError {
+            throw error
+        } catch {
+            throw PeerTransferError.runtime("cannot set up the configuration folder \(directory): \(error)")
+        }
+        let deviceFile = (directory as NSString).appendingPathComponent("device.json")
+        if let data = FileManager.default.contents(atPath: deviceFile),
+           let device = try? JSONDecoder().decode([String: String].self, from: data), let id = device["id"], !id.isEmpty {
+            deviceID = id
+        } else {
+            deviceID = UUID().uuidString.lowercased()
+            try AtomicFile.write(try JSONEncoder().encode(["id": deviceID]), to: deviceFile, mode: 0o600)
+        }
+    }
+
+    /// The file of pinned and trusted keys.
+    public var knownPeersFile: String { (directory as NSString).appendingPathComponent("known-peers.json") }
+    /// The daemon's status file.
+    public var statusFile: String { (directory as NSString).appendingPathComponent("status.json") }
+}
+
+/// Keys this device has met: the key each receiver name had when first sent to (trust on
+/// first use), and the senders trusted to deliver under `--accept known`.
+public struct KnownPeers: Codable, Sendable, Equatable {
+    /// Receiver name → the SHA-256 of its public key when first met.
+    public var pins: [String: String] = [:]
+    /// Trusted key SHA-256 → a label (the name it was trusted under).
+    public var trusted: [String: String] = [:]
+
+    public init() {}
+
+    /// Reads `path`; an absent file is an empty book.
+    /// - Throws: ``PeerTransferError/runtime(_:)`` when the file exists but cannot be read.
+    public static func load(from path: String) throws -> KnownPeers {
+        guard FileManager.default.fileExists(atPath: path) else { return KnownPeers() }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw PeerTransferError.runtime("cannot read \(path)")
+        }
+        do {
+            return try JSONDecoder().decode(KnownPeers.self, from: data)
+        } catch {
+            throw PeerTransferError.runtime("\(path) is not a valid known-peers file: \(error)")
+        }
+    }
+
+    /// Writes the book to `path` atomically (mode 0600).
+    public func save(to path: String) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try AtomicFile.write(try encoder.encode(self), to: path, mode: 0o600)
+    }
+}
+
+/// Whole-file replacement that never leaves a half-written file.
+enum AtomicFile {
+    /// Writes `data` to a temporary file beside `path`, syncs it, and renames it over `path`.
+    /// - Throws: ``PeerTransferError/runtime(_:)`` naming the failing call.
+    static func write(_ data: Data, to path: String, mode: mode_t) throws {
+        let temporary = path + ".\(getpid()).new"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw PeerTransferError.runtime("cannot write \(temporary): \(String(cString: strerror(errno)))") }
+        var failure: String?
+        data.withUnsafeBytes { raw in
+            var done = 0
+            while done < raw.count {
+                let n = Glibc.write(fd, raw.baseAddress! + done, raw.count - done)
+                if n < 0 { if errno == EINTR { continue }; failure = "write: \(String(cString: strerror(errno)))"; return }
+                done += n
+            }
+        }
+        if failure == nil && fsync(fd) != 0 { failure = "fsync: \(String(cString: strerror(errno)))" }
+        if close(fd) != 0 && failure == nil { failure = "close: \(String(cString: strerror(errno)))" }
+        if failure == nil && rename(temporary, path) != 0 { failure = "rename: \(String(cString: strerror(errno)))" }
+        if let failure {
+            unlink(temporary)
+            throw PeerTransferError.runtime("cannot write \(path): \(failure)")
+        }
+    }
+}

@@ -1,0 +1,215 @@
+import Foundation
+import Logging
+import SalutStreams
+
+/// Which offers a receiver takes.
+public enum AcceptPolicy: Sendable {
+    /// Every offer from any sender (for scripts and tests).
+    case all
+    /// Offers from senders whose key is trusted (`peerxfer trust`); others are refused with a
+    /// trust failure.
+    case known
+    /// Each offer is put to `judge`, which returns the indexes of the entries to accept (empty
+    /// declines).
+    case ask(@Sendable (IncomingOffer) async -> Set<Int>)
+}
+
+/// An offer as a receiver's policy sees it.
+public struct IncomingOffer: Sendable {
+    /// The sender's name as it introduced itself (escaped for printing).
+    public var senderName: String
+    /// The SHA-256 of the sender's public key.
+    public var senderKey: String
+    /// True when that key is trusted here.
+    public var senderTrusted: Bool
+    /// What is offered.
+    public var manifest: Manifest
+}
+
+/// What a receiver reports about its transfers, for logs and `peerxfer status`.
+public enum ReceiveEvent: Sendable {
+    case offered(id: Int, sender: String, files: Int, bytes: UInt64)
+    case progress(id: Int, bytes: UInt64)
+    case fileVerified(id: Int, storedAs: String)
+    case fileFailed(id: Int, path: String, reason: String)
+    case ended(id: Int, verified: Int, failed: Int, error: PeerTransferError?)
+}
+
+/// Receives one transfer on an accepted connection: drives a ``ReceiverStateMachine`` with
+/// the frames read, and performs its actions on the inbox.
+struct Receiver {
+    let id: Int
+    let inbox: Inbox
+    let policy: AcceptPolicy
+    let hello: Hello
+    let trusted: @Sendable (String) -> Bool
+    let events: @Sendable (ReceiveEvent) -> Void
+    let logger: Logger
+    /// How long the sender may make no progress before the connection is dropped.
+    var idleBound: Duration = .seconds(60)
+
+    /// Runs the exchange to its end; never throws (failures are sent to the peer, logged and
+    /// reported as events).
+    func run(_ pair: BoundStreamPair) async {
+        let watchdog = ProgressWatchdog(bound: idleBound)
+        let watching = Task { await watchdog.watch(pair, what: "from the sender") }
+        defer { watching.cancel() }
+        var machine = ReceiverStateMachine(hello: hello)
+        var files: [Int: PartFile] = [:]
+        var hashers: [Int: SHA256Hasher] = [:]
+        var manifest: Manifest?
+        var senderKey = ""
+        var senderName = "?"
+        var received: UInt64 = 0
+        var outcome: PeerTransferError?
+        defer {
+            for file in files.values { file.closeFiles() }
+        }
+        do {
+            try await pair.open()
+            senderKey = pair.peerTrust?.publicKeySHA256 ?? ""
+            var reader = FrameReader(pair.input)
+            var pending: [ReceiverStateMachine.Action] = []
+            loop: while true {
+                if pending.isEmpty {
+                    guard let frame = try await reader.next() else {
+                        outcome = machine.connectionEnded()
+                        break loop
+                    }
+                    watchdog.touch()
+                    if frame.kind == .hello, let peer = try? frame.decode(Hello.self) {
+                        senderName = Terminal.escape(String(peer.name.prefix(100)))
+                        if case .known = policy, !trusted(senderKey) {
+                            let failure = PeerTransferError.trust("this receiver takes files only from known senders, and the key \(senderKey) is not trusted here (on the receiver: peerxfer trust \(senderKey))")
+                            try await send(.message(.failure, Failure(code: failure.wireCode, message: failure.message)), on: pair)
+                            outcome = failure
+                            break loop
+                        }
+                    }
+                    pending = machine.received(frame)
+                    continue
+                }
+                let action = pending.removeFirst()
+                switch action {
+                case .reply(let frame):
+                    try await send(frame, on: pair)
+                case .decide(let offered, let paths):
+                    manifest = offered
+                    events(.offered(id: id, sender: senderName, files: offered.fileCount, bytes: offered.totalBytes))
+                    logger.info("offer from \(senderName) (key \(senderKey.prefix(16))…): \(offered.fileCount) files, \(offered.totalBytes) bytes")
+                    switch await decide(offered, paths, senderName: senderName, senderKey: senderKey) {
+                    case .success(let answer): pending += machine.decided(answer)
+                    case .failure(let error): pending += machine.refused(error)
+                    }
+                case .makeDirectory(let index):
+                    let path = try RelativePath(validating: manifest!.entries[index].path)
+                    if let fd = try inbox.openDirectory(path.components, create: true) { close(fd) }
+                case .openFile(let index, let offset):
+                    let path = try RelativePath(validating: manifest!.entries[index].path)
+                    let file = try inbox.openPart(path)
+                    let hasher = SHA256Hasher()
+                    try file.keepPrefix(offset, feeding: hasher)
+                    files[index] = file
+                    hashers[index] = hasher
+                case .write(let index, let offset, let data):
+                    try files[index]!.write(data, at: offset)
+                    hashers[index]!.update(data)
+                    received += UInt64(data.count)
+                    events(.progress(id: id, bytes: received))
+                case .finishFile(let index):
+                    let entry = manifest!.entries[index]
+                    let file = files.removeValue(forKey: index)!
+                    let digest = hashers.removeValue(forKey: index)!.finish()
+                    var result = FileResult(index: index, verified: false, storedAs: nil, error: nil)
+                    if digest.hex == entry.sha256 {
+                        do {
+                            result.storedAs = try file.publish(mode: entry.mode, modified: entry.modified)
+                            result.verified = true
+                            events(.fileVerified(id: id, storedAs: result.storedAs!))
+                        } catch let error as PeerTransferError {
+                            result.error = error.message
+                        }
+                    } else {
+                        file.discard()
+                        result.error = "its SHA-256 is \(digest.hex), not the \(entry.sha256) offered; the part file was removed"
+                    }
+                    if let error = result.error {
+                        events(.fileFailed(id: id, path: Terminal.escape(entry.path), reason: error))
+                        logger.warning("\(Terminal.escape(entry.path)) from \(senderName) failed: \(error)")
+                    }
+                    file.closeFiles()
+                    pending += machine.fileFinished(result)
+                case .fail(let error, let tellPeer):
+                    outcome = error
+                    if tellPeer {
+                        try? await send(.message(.failure, Failure(code: error.wireCode, message: error.message)), on: pair)
+                        try? await pair.finishSending()
+                    }
+                    break loop
+                case .close:
+                    break loop
+                }
+            }
+            if outcome == nil {
+                try await pair.finishSending()
+            }
+        } catch let error as PeerTransferError {
+            outcome = error
+            try? await send(.message(.failure, Failure(code: error.wireCode, message: error.message)), on: pair)
+            try? await pair.finishSending()
+        } catch {
+            outcome = .runtime("the connection failed: \(error)")
+        }
+        pair.input.close()
+        pair.output.close()
+        let summary = machine.summaryCounts
+        if let outcome {
+            logger.warning("transfer from \(senderName) ended: \(outcome.message)")
+        } else {
+            logger.info("transfer from \(senderName) complete: \(summary.verified) verified, \(summary.failed) failed")
+        }
+        events(.ended(id: id, verified: summary.verified, failed: summary.failed, error: outcome))
+    }
+
+    private func send(_ frame: Frame, on pair: BoundStreamPair) async throws {
+        try await pair.output.write(frame.encoded)
+    }
+
+    /// The policy's answer, with what the inbox already has, after a free-space check.
+    private func decide(_ manifest: Manifest, _ paths: [RelativePath], senderName: String,
+                        senderKey: String) async -> Result<Answer, PeerTransferError> {
+        var chosen: Set<Int>
+        switch policy {
+        case .all, .known:
+            chosen = Set(manifest.entries.indices)
+        case .ask(let judge):
+            chosen = await judge(IncomingOffer(senderName: senderName, senderKey: senderKey,
+                                               senderTrusted: trusted(senderKey), manifest: manifest))
+        }
+        chosen = chosen.filter { manifest.entries.indices.contains($0) }
+        if chosen.isEmpty { return .success(Answer(accepted: [], reason: "the receiver declined the transfer")) }
+        // A folder is needed by every accepted entry below it.
+        var accepted: [Answer.Entry] = []
+        var needed: UInt64 = 0
+        for index in chosen.sorted() {
+            let entry = manifest.entries[index], path = paths[index]
+            guard entry.kind == .file else {
+                accepted.append(Answer.Entry(index: index, have: [], complete: false))
+                continue
+            }
+            if inbox.holdsVerified(path, size: entry.size, sha256: entry.sha256) {
+                accepted.append(Answer.Entry(index: index, have: [], complete: true))
+                continue
+            }
+            let have = inbox.partChunkDigests(path, chunkSize: manifest.chunkSize)
+            needed += entry.size - min(entry.size, UInt64(have.count) * UInt64(manifest.chunkSize))
+            accepted.append(Answer.Entry(index: index, have: have.map(\.hex), complete: false))
+        }
+        if let free = try? inbox.freeBytes(), needed > free {
+            return .failure(.noSpace("the receiver has \(free) bytes free and the transfer needs \(needed)"))
+        }
+        let declined = manifest.entries.count - accepted.count
+        return .success(Answer(accepted: accepted,
+                               reason: declined > 0 ? "the receiver declined \(declined) of \(manifest.entries.count) entries" : nil))
+    }
+}

@@ -1,0 +1,121 @@
+import Foundation
+import Logging
+import Salut
+import Synchronization
+
+/// A peerxfer receiver on the network: publishes `_peerxfer._tcp` (with the protocol version,
+/// the device id and the key's fingerprint in its TXT record), listens with TLS 1.3 asking each
+/// sender for its certificate, and receives up to ``TransferLimits/maximumConcurrentTransfers``
+/// transfers at once into the inbox.
+public final class ReceiverService: Sendable {
+    private let advertisement: ServiceAdvertisement
+    private let inbox: Inbox
+    private let policy: AcceptPolicy
+    private let hello: Hello
+    private let configuration: PeerConfiguration
+    private let logger: Logger
+    private let events: @Sendable (ReceiveEvent) -> Void
+    private let active = Mutex(0)
+    private let nextID = Mutex(0)
+
+    /// The name the service is published under (differs from the one asked for after a
+    /// collision).
+    public var name: String { advertisement.name }
+    /// The port it listens on.
+    public var port: UInt16 { advertisement.listener?.port ?? 0 }
+    /// The inbox folder.
+    public var inboxPath: String { inbox.path }
+
+    /// Opens the inbox, listens and publishes.
+    /// - Throws: ``PeerTransferError/runtime(_:)`` when the inbox cannot be opened or the
+    ///   service cannot be published (no avahi-daemon, port taken).
+    public static func start(name: String, inbox inboxPath: String, configuration: PeerConfiguration,
+                             policy: AcceptPolicy, port: Int = 0, logger: Logger,
+                             events: @escaping @Sendable (ReceiveEvent) -> Void = { _ in }) async throws -> ReceiverService {
+        let inbox = try Inbox(path: inboxPath)
+        var tls = TLSConfiguration.server(certificateChainFile: configuration.identity.certificateFile,
+                                          privateKeyFile: configuration.identity.privateKeyFile)
+        tls.requiresClientCertificate = true
+        tls.validatesCertificateChain = false   // senders are self-signed; their key is judged by the policy
+        tls.minimumVersion = .v1_3
+        let txt: TXTRecord
+        do {
+            txt = try TXTRecord(["v": "\(TransferLimits.protocolVersion)", "id": configuration.deviceID,
+                                 "fp": configuration.identity.publicKeySHA256])
+        } catch {
+            throw PeerTransferError.runtime("cannot make the TXT record: \(error)")
+        }
+        var limits = ConnectionLimits()
+        limits.maximumConnectionsSettingUp = 16
+        let advertisement: ServiceAdvertisement
+        do {
+            advertisement = try await ServiceAdvertisement.listen(name: name, type: TransferLimits.serviceType, port: port,
+                                                                  txtRecord: txt, tls: tls, limits: limits)
+        } catch {
+            throw PeerTransferError.runtime("cannot publish \"\(name)\": \(error)")
+        }
+        let hello = Hello(protocolVersion: TransferLimits.protocolVersion, device: configuration.deviceID, name: advertisement.name)
+        return ReceiverService(advertisement: advertisement, inbox: inbox, policy: policy, hello: hello,
+                               configuration: configuration, logger: logger, events: events)
+    }
+
+    private init(advertisement: ServiceAdvertisement, inbox: Inbox, policy: AcceptPolicy, hello: Hello,
+                 configuration: PeerConfiguration, logger: Logger, events: @escaping @Sendable (ReceiveEvent) -> Void) {
+        self.advertisement = advertisement
+        self.inbox = inbox
+        self.policy = policy
+        self.hello = hello
+        self.configuration = configuration
+        self.logger = logger
+        self.events = events
+    }
+
+    /// Receives until the calling task is cancelled, then withdraws the service and waits for
+    /// the transfers in progress to end (their part files stay, to be resumed).
+    public func run() async {
+        let knownFile = configuration.knownPeersFile
+        let trusted: @Sendable (String) -> Bool = { key in
+            (try? KnownPeers.load(from: knownFile))?.trusted[key] != nil
+        }
+        // A discarding group: a daemon's finished transfers must not pile up as results.
+        await withDiscardingTaskGroup { group in
+            group.addTask { [advertisement] in
+                // Cancellation of run() ends the accept loop by withdrawing the service.
+                await withTaskCancellationHandler {
+                    while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
+                } onCancel: {
+                    advertisement.cancel()
+                }
+            }
+            for await connection in advertisement.connections {
+                let admitted = active.withLock { count -> Bool in
+                    guard count < TransferLimits.maximumConcurrentTransfers else { return false }
+                    count += 1
+                    return true
+                }
+                guard admitted else {
+                    logger.warning("refused a connection from \(connection.remoteAddress.map { "\($0)" } ?? "?"): \(TransferLimits.maximumConcurrentTransfers) transfers already running")
+                    group.addTask { await Self.refuseBusy(connection.streams) }
+                    continue
+                }
+                let id = nextID.withLock { $0 += 1; return $0 }
+                let receiver = Receiver(id: id, inbox: inbox, policy: policy, hello: hello, trusted: trusted,
+                                        events: events, logger: logger)
+                group.addTask { [self] in
+                    await receiver.run(connection.streams)
+                    active.withLock { $0 -= 1 }
+                }
+            }
+            group.cancelAll()
+        }
+    }
+
+    private static func refuseBusy(_ pair: BoundStreamPair) async {
+        let failure = Failure(code: "busy", message: "the receiver is busy with \(TransferLimits.maximumConcurrentTransfers) transfers; try again later")
+        try? await pair.open()
+        try? await pair.output.write(Frame.message(.failure, failure).encoded)
+        try? await pair.finishSending()
+        pair.input.close()
+    }
+}
+

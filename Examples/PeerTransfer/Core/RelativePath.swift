@@ -1,0 +1,103 @@
+import Foundation
+
+/// A path a manifest may carry: relative, inside the inbox, storable on Linux.
+public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
+    /// The path's components, none empty, `.` or `..`.
+    public let components: [String]
+
+    /// Checks `text` against the protocol's rules.
+    /// - Throws: ``PeerTransferError/unsafePath(_:)`` saying what is wrong: empty, absolute,
+    ///   `.`/`..` components, NUL or other control characters, over-long names or paths, too
+    ///   deep, or a name ending in the part-file suffix.
+    public init(validating text: String) throws {
+        func refuse(_ why: String) -> PeerTransferError {
+            PeerTransferError.unsafePath("the path \"\(Terminal.escape(String(text.prefix(200))))\" \(why)")
+        }
+        guard !text.isEmpty else { throw refuse("is empty") }
+        guard text.utf8.count <= TransferLimits.maximumPathBytes else {
+            throw refuse("is longer than \(TransferLimits.maximumPathBytes) bytes")
+        }
+        guard !text.hasPrefix("/") else { throw refuse("is absolute") }
+        guard !text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f }) else {
+            throw refuse("contains NUL or another control character")
+        }
+        let parts = text.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard parts.count <= TransferLimits.maximumDepth else {
+            throw refuse("is deeper than \(TransferLimits.maximumDepth) folders")
+        }
+        for part in parts {
+            guard !part.isEmpty else { throw refuse("has an empty component") }
+            guard part != "." && part != ".." else { throw refuse("has a \"\(part)\" component") }
+            guard part.utf8.count <= TransferLimits.maximumNameBytes else {
+                throw refuse("has a name longer than \(TransferLimits.maximumNameBytes) bytes")
+            }
+            guard !part.hasSuffix(TransferLimits.partSuffix) else {
+                throw refuse("ends in \(TransferLimits.partSuffix), which the inbox keeps for files still arriving")
+            }
+        }
+        components = parts
+    }
+
+    public var description: String { components.joined(separator: "/") }
+
+    /// The last component.
+    public var name: String { components[components.count - 1] }
+    /// The components before the last.
+    public var parent: [String] { Array(components.dropLast()) }
+}
+
+extension Manifest {
+    /// Checks the whole manifest: the chunk size, the count, every path, sizes, digests, and no
+    /// path given twice (compared as the file system would).
+    /// - Throws: ``PeerTransferError/limit(_:)``, ``PeerTransferError/unsafePath(_:)`` or
+    ///   ``PeerTransferError/protocolViolation(_:)`` for the first problem.
+    func validate() throws -> [RelativePath] {
+        guard chunkSize == TransferLimits.chunkSize else {
+            throw PeerTransferError.protocolViolation("a chunk size of \(chunkSize) bytes (this receiver uses \(TransferLimits.chunkSize))")
+        }
+        guard entries.count <= TransferLimits.maximumEntries else {
+            throw PeerTransferError.limit("\(entries.count) entries offered (the limit is \(TransferLimits.maximumEntries))")
+        }
+        var seen = Set<String>()
+        var paths: [RelativePath] = []
+        paths.reserveCapacity(entries.count)
+        for entry in entries {
+            let path = try RelativePath(validating: entry.path)
+            guard seen.insert(path.description).inserted else {
+                throw PeerTransferError.protocolViolation("the path \"\(Terminal.escape(entry.path))\" is offered twice")
+            }
+            switch entry.kind {
+            case .file:
+                guard entry.size <= TransferLimits.maximumFileSize else {
+                    throw PeerTransferError.limit("\"\(Terminal.escape(entry.path))\" is \(entry.size) bytes (the limit is 1 TiB)")
+                }
+                guard SHA256DigestText.isValid(entry.sha256) else {
+                    throw PeerTransferError.protocolViolation("\"\(Terminal.escape(entry.path))\" has no valid SHA-256")
+                }
+            case .directory:
+                guard entry.size == 0 else {
+                    throw PeerTransferError.protocolViolation("the folder \"\(Terminal.escape(entry.path))\" has a size")
+                }
+            }
+            paths.append(path)
+        }
+        // A file may not sit where another entry needs a folder.
+        let files = Set(zip(entries, paths).filter { $0.0.kind == .file }.map { $0.1.description })
+        for path in paths {
+            var prefix = ""
+            for component in path.parent {
+                prefix = prefix.isEmpty ? component : prefix + "/" + component
+                if files.contains(prefix) {
+                    throw PeerTransferError.protocolViolation("\"\(Terminal.escape(prefix))\" is offered as a file and as a folder")
+                }
+            }
+        }
+        return paths
+    }
+}
+
+enum SHA256DigestText {
+    static func isValid(_ text: String) -> Bool {
+        text.utf8.count == 64 && text.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
+    }
+}

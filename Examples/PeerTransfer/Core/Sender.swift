@@ -1,0 +1,298 @@
+import Foundation
+import Salut
+import Synchronization
+
+/// What a sender reports as a transfer goes on.
+public enum SendEvent: Sendable {
+    /// Looking for the receiver by name.
+    case resolving(name: String)
+    /// Connected over TLS to the receiver whose key is `key`; `firstUse` when it was pinned now.
+    case connected(name: String, key: String, firstUse: Bool)
+    /// The receiver answered: entries accepted, declined, files it already had, and the bytes
+    /// this run will send (after resuming).
+    case answered(accepted: Int, declined: Int, alreadyThere: Int, bytesToSend: UInt64, reason: String?)
+    /// A file starts (at `offset` when resuming).
+    case fileStarted(index: Int, path: String, size: UInt64, offset: UInt64)
+    /// Bytes handed to the connection so far in this run, of `total`.
+    case progress(sent: UInt64, total: UInt64)
+    /// The receiver verified a file and stored it as `storedAs`.
+    case fileVerified(index: Int, path: String, storedAs: String)
+    /// A file did not arrive verified.
+    case fileFailed(index: Int, path: String, reason: String)
+}
+
+/// How a transfer ended (when it did not throw).
+public struct SendReport: Sendable {
+    /// Files the receiver verified (already present ones included).
+    public var verified: Int
+    /// Paths of files that failed, with why.
+    public var failed: [String]
+    /// Paths the receiver declined.
+    public var declined: [String]
+    /// File bytes sent in this run.
+    public var bytesSent: UInt64
+    /// File bytes not sent because the receiver had them (resumed or already there).
+    public var bytesSkipped: UInt64
+}
+
+/// Sends a ``TransferPlan`` to a peerxfer receiver found by name.
+public struct Sender: Sendable {
+    /// This device's configuration (identity, pins).
+    public var configuration: PeerConfiguration
+    /// This device's name, as the receiver is told.
+    public var displayName: String
+    /// How long to look for the receiver before giving up with a peer-not-found error.
+    public var findTimeout: TimeInterval = 10
+    /// How long the receiver may make no progress (while a person decides, 150 s).
+    public var idleBound: Duration = .seconds(60)
+
+    /// A sender with this device's `configuration`.
+    public init(configuration: PeerConfiguration, displayName: String) {
+        self.configuration = configuration
+        self.displayName = displayName
+    }
+
+    /// Finds the receiver `name`, checks its key, offers the plan, and sends what it accepts.
+    /// - Returns: what was verified, failed and declined; it throws for failures that end the
+    ///   whole transfer.
+    /// - Throws: ``PeerTransferError``: `peerNotFound` (not visible in time), `trust` (key
+    ///   changed, spoofed, or the receiver does not know us), `declined` (nothing accepted),
+    ///   `runtime`/`protocolViolation` for failures on the way.
+    public func send(_ plan: TransferPlan, to name: String,
+                     events: @escaping @Sendable (SendEvent) -> Void = { _ in }) async throws -> SendReport {
+        events(.resolving(name: name))
+        let service = DiscoveredService(name: name, type: TransferLimits.serviceType)
+        let resolved: ResolvedService
+        do {
+            resolved = try await service.resolve(timeout: findTimeout)
+        } catch {
+            throw PeerTransferError.peerNotFound("no peerxfer receiver named \"\(Terminal.escape(name))\" was found within \(Int(findTimeout)) s (\(error))")
+        }
+        let key = try Self.advertisedKey(resolved, name: name)
+        var known = try KnownPeers.load(from: configuration.knownPeersFile)
+        let firstUse: Bool
+        if let pinned = known.pins[name] {
+            guard pinned == key else {
+                throw PeerTransferError.trust("""
+                    the receiver "\(Terminal.escape(name))" now advertises the key \(key), but its key was \(pinned) when first met; \
+                    someone may be impersonating it. If it really got a new key, run: peerxfer untrust "\(Terminal.escape(name))"
+                    """)
+            }
+            firstUse = false
+        } else {
+            firstUse = true
+        }
+
+        var tls = TLSConfiguration(role: .client, pinnedSHA256: [key],
+                                   certificateChainFile: configuration.identity.certificateFile,
+                                   privateKeyFile: configuration.identity.privateKeyFile, minimumVersion: .v1_3)
+        tls.peerName = nil
+        let pair: BoundStreamPair
+        do {
+            pair = try await service.connect(tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout)
+        } catch SocketStreamError.tls(let failure) {
+            if case .pinMismatch(let presented) = failure {
+                throw PeerTransferError.trust("the receiver \"\(Terminal.escape(name))\" presented a certificate (\(presented)) whose key is not the one it advertises (\(key)); refused before sending anything")
+            }
+            throw PeerTransferError.trust("TLS with \"\(Terminal.escape(name))\" failed: \(failure)")
+        } catch {
+            throw PeerTransferError.runtime("cannot connect to \"\(Terminal.escape(name))\": \(error)")
+        }
+        defer {
+            pair.input.close()
+            pair.output.close()
+        }
+        if firstUse {
+            known.pins[name] = key
+            try known.save(to: configuration.knownPeersFile)
+        }
+        events(.connected(name: name, key: key, firstUse: firstUse))
+
+        let watchdog = ProgressWatchdog(bound: .seconds(150))
+        let watching = Task { await watchdog.watch(pair, what: "from the receiver") }
+        defer { watching.cancel() }
+        do {
+            return try await exchange(plan, over: pair, watchdog: watchdog, events: events)
+        } catch let error as PeerTransferError {
+            throw error
+        } catch let error as SocketStreamError {
+            throw PeerTransferError.runtime("the connection to \"\(Terminal.escape(name))\" failed: \(error)")
+        } catch {
+            throw PeerTransferError.runtime("the transfer to \"\(Terminal.escape(name))\" failed: \(error)")
+        }
+    }
+
+    /// The `fp` the receiver advertises, checked.
+    static func advertisedKey(_ resolved: ResolvedService, name: String) throws -> String {
+        guard let version = resolved.txtRecord.string(for: "v"),
+              version.split(separator: ",").contains(where: { Int($0) == TransferLimits.protocolVersion }) else {
+            throw PeerTransferError.protocolViolation("\"\(Terminal.escape(name))\" does not speak peerxfer protocol \(TransferLimits.protocolVersion) (it advertises v=\(Terminal.escape(resolved.txtRecord.string(for: "v") ?? "nothing")))")
+        }
+        guard let key = resolved.txtRecord.string(for: "fp")?.lowercased(), SHA256DigestText.isValid(key) else {
+            throw PeerTransferError.trust("\"\(Terminal.escape(name))\" advertises no valid key fingerprint (fp); refused")
+        }
+        return key
+    }
+
+    private func exchange(_ plan: TransferPlan, over pair: BoundStreamPair, watchdog: ProgressWatchdog,
+                          events: @escaping @Sendable (SendEvent) -> Void) async throws -> SendReport {
+        var reader = FrameReader(pair.input)
+        let output = pair.output
+        try await output.write(Frame.message(.hello, Hello(protocolVersion: TransferLimits.protocolVersion,
+                                                           device: configuration.deviceID, name: displayName)).encoded)
+        let peerHello = try await Self.expect(.hello, Hello.self, from: &reader)
+        guard peerHello.protocolVersion == TransferLimits.protocolVersion else {
+            throw PeerTransferError.protocolViolation("the receiver speaks protocol \(peerHello.protocolVersion), not \(TransferLimits.protocolVersion)")
+        }
+        try await output.write(Frame.message(.manifest, plan.manifest).encoded)
+        let answer = try await Self.expect(.answer, Answer.self, from: &reader)
+        watchdog.touch(bound: idleBound)
+
+        let entries = plan.manifest.entries
+        var acceptedIndexes = Set<Int>()
+        var toSend: [(index: Int, offset: UInt64)] = []
+        var bytesSkipped: UInt64 = 0
+        var alreadyThere = 0
+        for accepted in answer.accepted where entries.indices.contains(accepted.index) {
+            acceptedIndexes.insert(accepted.index)
+            let entry = entries[accepted.index]
+            guard entry.kind == .file else { continue }
+            if accepted.complete {
+                alreadyThere += 1
+                bytesSkipped += entry.size
+                continue
+            }
+            let offset = try Self.resumeOffset(source: plan.sources[accepted.index]!, have: accepted.have,
+                                               chunkSize: plan.manifest.chunkSize, size: entry.size)
+            bytesSkipped += offset
+            toSend.append((accepted.index, offset))
+        }
+        let declined = entries.indices.filter { !acceptedIndexes.contains($0) }.map { entries[$0].path }
+        let total = toSend.reduce(UInt64(0)) { $0 + entries[$1.index].size - $1.offset }
+        events(.answered(accepted: acceptedIndexes.count, declined: declined.count, alreadyThere: alreadyThere,
+                         bytesToSend: total, reason: answer.reason.map(Terminal.escape)))
+
+        // The receiver's verdicts arrive while we send: a task reads them.
+        let results = Task { [reader] in
+            var reader = reader
+            return try await Self.collectResults(from: &reader, entries: entries, watchdog: watchdog, events: events)
+        }
+        var sent: UInt64 = 0
+        do {
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: plan.manifest.chunkSize, alignment: 16)
+            defer { buffer.deallocate() }
+            for (index, start) in toSend {
+                let entry = entries[index]
+                events(.fileStarted(index: index, path: entry.path, size: entry.size, offset: start))
+                let fd = open(plan.sources[index]!, O_RDONLY | O_CLOEXEC)
+                guard fd >= 0 else {
+                    throw PeerTransferError.runtime("cannot open \(plan.sources[index]!): \(String(cString: strerror(errno)))")
+                }
+                defer { close(fd) }
+                var offset = start
+                while offset < entry.size {
+                    let length = Int(min(UInt64(plan.manifest.chunkSize), entry.size - offset))
+                    try Self.readFully(fd, into: buffer, count: length, at: offset, path: plan.sources[index]!)
+                    let wire = ChunkFrame.encoded(index: UInt32(index), offset: offset,
+                                                  data: UnsafeRawBufferPointer(rebasing: buffer[0..<length]))
+                    try await output.write(wire)
+                    watchdog.touch()
+                    offset += UInt64(length)
+                    sent += UInt64(length)
+                    events(.progress(sent: sent, total: total))
+                }
+            }
+            try await output.write(Frame.message(.done, Done()).encoded)
+        } catch {
+            // The receiver's reason, when it sent one, says more than our broken write.
+            results.cancel()
+            if case .failure(let receiverError as PeerTransferError) = await results.result { throw receiverError }
+            throw error
+        }
+        let outcome = try await results.value
+        try await pair.finishSending()
+        return SendReport(verified: outcome.verified, failed: outcome.failed, declined: declined,
+                          bytesSent: sent, bytesSkipped: bytesSkipped)
+    }
+
+    private static func collectResults(from reader: inout FrameReader, entries: [ManifestEntry], watchdog: ProgressWatchdog,
+                                       events: @Sendable (SendEvent) -> Void) async throws -> (verified: Int, failed: [String]) {
+        var verified = 0
+        var failed: [String] = []
+        while let frame = try await reader.next() {
+            watchdog.touch()
+            switch frame.kind {
+            case .fileResult:
+                let result = try frame.decode(FileResult.self)
+                guard entries.indices.contains(result.index) else {
+                    throw PeerTransferError.protocolViolation("a result for entry \(result.index), which was not offered")
+                }
+                let path = entries[result.index].path
+                if result.verified {
+                    verified += 1
+                    events(.fileVerified(index: result.index, path: path,
+                                         storedAs: Terminal.escape(result.storedAs ?? path)))
+                } else {
+                    let reason = Terminal.escape(result.error ?? "not verified")
+                    failed.append("\(path): \(reason)")
+                    events(.fileFailed(index: result.index, path: path, reason: reason))
+                }
+            case .summary:
+                _ = try frame.decode(Summary.self)
+                return (verified, failed)
+            case .failure:
+                let failure = try frame.decode(Failure.self)
+                throw PeerTransferError.fromWire(code: failure.code, message: failure.message)
+            default:
+                throw PeerTransferError.protocolViolation("an unexpected \(frame.kind) message from the receiver")
+            }
+        }
+        throw PeerTransferError.runtime("the receiver closed the connection before its summary")
+    }
+
+    /// Reads the next frame, which must be `kind` (a failure frame becomes its error).
+    static func expect<M: Decodable>(_ kind: Frame.Kind, _ type: M.Type, from reader: inout FrameReader) async throws -> M {
+        guard let frame = try await reader.next() else {
+            throw PeerTransferError.runtime("the receiver closed the connection (waiting for its \(kind))")
+        }
+        if frame.kind == .failure {
+            let failure = try frame.decode(Failure.self)
+            throw PeerTransferError.fromWire(code: failure.code, message: failure.message)
+        }
+        guard frame.kind == kind else {
+            throw PeerTransferError.protocolViolation("the receiver sent \(frame.kind) where \(kind) was due")
+        }
+        return try frame.decode(type)
+    }
+
+    /// Where to resume: after the longest run of the receiver's chunk digests that match ours.
+    static func resumeOffset(source: String, have: [String], chunkSize: Int, size: UInt64) throws -> UInt64 {
+        guard !have.isEmpty else { return 0 }
+        let fd = open(source, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw PeerTransferError.runtime("cannot open \(source): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var offset: UInt64 = 0
+        for digest in have {
+            guard offset + UInt64(chunkSize) <= size else { break }
+            let hasher = SHA256Hasher()
+            try FileHashing.feed(fd, length: UInt64(chunkSize), from: offset, to: hasher)
+            guard hasher.finish().hex == digest else { break }
+            offset += UInt64(chunkSize)
+        }
+        return offset
+    }
+
+    private static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, count: Int, at offset: UInt64,
+                                  path: String) throws {
+        var done = 0
+        while done < count {
+            let n = pread(fd, buffer.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else {
+                throw PeerTransferError.runtime(n == 0 ? "\(path) became shorter while it was being sent"
+                                                       : "cannot read \(path): \(String(cString: strerror(errno)))")
+            }
+            done += n
+        }
+    }
+}

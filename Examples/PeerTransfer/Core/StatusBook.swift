@@ -1,0 +1,130 @@
+import Foundation
+import Synchronization
+
+/// What a daemon is doing, as `peerxfer status` reads it from the configuration folder.
+public struct DaemonStatus: Codable, Sendable, Equatable {
+    /// One transfer the daemon received or is receiving.
+    public struct Transfer: Codable, Sendable, Equatable {
+        public var id: Int
+        public var direction: String
+        public var peer: String
+        public var files: Int
+        public var bytes: UInt64
+        public var bytesReceived: UInt64
+        public var verified: Int
+        public var failed: Int
+        /// `receiving`, `done` or `failed`.
+        public var state: String
+        public var error: String?
+        public var started: Double
+        public var ended: Double?
+    }
+
+    public var name: String
+    public var port: UInt16
+    public var inbox: String
+    public var key: String
+    public var pid: Int32
+    public var running: Bool
+    public var updated: Double
+    /// The most recent transfers, newest last (at most 50).
+    public var transfers: [Transfer]
+
+    /// Reads the status file at `path`; nil when there is none.
+    /// - Throws: ``PeerTransferError/runtime(_:)`` when it exists but is not a status file.
+    public static func load(from path: String) throws -> DaemonStatus? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        do {
+            return try JSONDecoder().decode(DaemonStatus.self, from: data)
+        } catch {
+            throw PeerTransferError.runtime("\(path) is not a peerxfer status file: \(error)")
+        }
+    }
+
+    /// True when the daemon that wrote this is still alive.
+    public var daemonAlive: Bool { running && kill(pid, 0) == 0 }
+}
+
+/// Keeps the daemon's status and writes it to the status file on every change (progress at
+/// most twice a second).
+public final class StatusBook: Sendable {
+    private struct State {
+        var status = DaemonStatus(name: "", port: 0, inbox: "", key: "", pid: getpid(), running: false, updated: 0, transfers: [])
+        var lastWrite = ContinuousClock.Instant.now
+    }
+    private let file: String
+    private let state = Mutex(State())
+
+    /// A book written to `file`.
+    public init(file: String) {
+        self.file = file
+    }
+
+    /// The daemon is up.
+    public func started(name: String, port: UInt16, inbox: String, key: String) {
+        update(force: true) {
+            $0.name = name
+            $0.port = port
+            $0.inbox = inbox
+            $0.key = key
+            $0.running = true
+        }
+    }
+
+    /// The daemon stopped.
+    public func stopped() {
+        update(force: true) { $0.running = false }
+    }
+
+    /// Records a receiver's event.
+    public func record(_ event: ReceiveEvent) {
+        switch event {
+        case .offered(let id, let sender, let files, let bytes):
+            update(force: true) {
+                $0.transfers.append(.init(id: id, direction: "in", peer: sender, files: files, bytes: bytes, bytesReceived: 0,
+                                          verified: 0, failed: 0, state: "receiving", error: nil,
+                                          started: Date().timeIntervalSince1970, ended: nil))
+                if $0.transfers.count > 50 { $0.transfers.removeFirst($0.transfers.count - 50) }
+            }
+        case .progress(let id, let bytes):
+            update(force: false) { status in status.modify(id) { $0.bytesReceived = bytes } }
+        case .fileVerified(let id, _):
+            update(force: true) { status in status.modify(id) { $0.verified += 1 } }
+        case .fileFailed(let id, _, _):
+            update(force: true) { status in status.modify(id) { $0.failed += 1 } }
+        case .ended(let id, let verified, let failed, let error):
+            update(force: true) { status in
+                status.modify(id) {
+                    $0.verified = verified
+                    $0.failed = failed
+                    $0.state = error == nil && failed == 0 ? "done" : "failed"
+                    $0.error = error?.message
+                    $0.ended = Date().timeIntervalSince1970
+                }
+            }
+        }
+    }
+
+    private func update(force: Bool, _ change: (inout DaemonStatus) -> Void) {
+        // Written under the lock: one writer at a time for the temporary file, and the file
+        // never goes back to an older state.
+        state.withLock { state in
+            change(&state.status)
+            let now = ContinuousClock.Instant.now
+            guard force || now - state.lastWrite >= .milliseconds(500) else { return }
+            state.lastWrite = now
+            state.status.updated = Date().timeIntervalSince1970
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            // A status file that cannot be written only costs `peerxfer status` its view.
+            if let data = try? encoder.encode(state.status) { try? AtomicFile.write(data, to: file, mode: 0o600) }
+        }
+    }
+}
+
+extension DaemonStatus {
+    fileprivate mutating func modify(_ id: Int, _ change: (inout Transfer) -> Void) {
+        guard let index = transfers.lastIndex(where: { $0.id == id }) else { return }
+        change(&transfers[index])
+    }
+}

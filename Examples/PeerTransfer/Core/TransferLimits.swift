@@ -1,0 +1,28 @@
+/// The protocol's fixed sizes and bounds (docs/peerxfer-protocol.md).
+public enum TransferLimits {
+    /// The protocol version this build speaks.
+    public static let protocolVersion = 1
+    /// The DNS-SD service type peerxfer daemons publish.
+    public static let serviceType = "_peerxfer._tcp"
+    /// File data travels in chunks of this size (the last one of a file may be shorter); resume
+    /// compares SHA-256 digests of whole chunks.
+    public static let chunkSize = 1 << 20
+    /// The largest control message (JSON) a peer may send.
+    public static let maximumControlMessage = 16 << 20
+    /// The largest chunk frame: the header and one chunk.
+    public static let maximumChunkFrame = chunkSize + 64
+    /// Entries (files and folders) in one manifest.
+    public static let maximumEntries = 100_000
+    /// Bytes in one relative path (UTF-8).
+    public static let maximumPathBytes = 4_096
+    /// Bytes in one path component (what Linux file systems allow).
+    public static let maximumNameBytes = 255
+    /// Folders deep a path may go.
+    public static let maximumDepth = 64
+    /// The largest file a manifest may announce (1 TiB).
+    public static let maximumFileSize: UInt64 = 1 << 40
+    /// Transfers one daemon receives at once; more are refused with a "busy" failure.
+    public static let maximumConcurrentTransfers = 8
+    /// The suffix of a file still arriving.
+    public static let partSuffix = ".peerxfer-part"
+}

@@ -1,0 +1,85 @@
+import ArgumentParser
+import Foundation
+import Glibc
+import PeerTransferCore
+
+/// `peerxfer`: send files to another machine on the LAN, verified and resumable.
+@main
+struct PeerXfer: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "peerxfer",
+        abstract: "Send files and folders to peerxfer daemons on the LAN over TLS 1.3, verified by SHA-256 and resumable.",
+        discussion: """
+            A receiver runs `peerxfer serve`; it publishes itself by DNS-SD with the fingerprint of its key. A sender finds it by name, checks that the key it connects to is the one advertised (and, after the first transfer, the one it met then), offers a manifest, and sends what the receiver accepts. Files arrive as NAME.peerxfer-part and get their name only once their SHA-256 matches. Run the same `send` again after an interruption and only what is missing is sent.
+
+            Exit codes:
+              0  every file was verified by the receiver
+              1  runtime error (I/O, connection lost, a file failed verification)
+              2  usage error (bad arguments)
+              3  the receiver was not found in time
+              5  declined by the receiver (all or part of the offer)
+              6  trust failure (key changed or not the advertised one; unknown sender under --accept known)
+
+            Examples:
+              peerxfer serve --name Kitchen --inbox ~/Inbox --accept known
+              peerxfer peers
+              peerxfer send photos/ report.pdf --to Kitchen
+              peerxfer trust Kitchen
+              peerxfer status --follow
+            """,
+        subcommands: [Serve.self, Send.self, Peers.self, Status.self, Trust.self, Untrust.self]
+    )
+
+    /// ArgumentParser's entry point, except that usage errors exit 2 (as documented) instead of
+    /// sysexits' 64, and our own errors exit with their documented codes.
+    static func main() async {
+        var ignore = sigaction()
+        ignore.__sigaction_handler.sa_handler = SIG_IGN
+        if sigaction(SIGPIPE, &ignore, nil) != 0 { printError("cannot ignore SIGPIPE: \(String(cString: strerror(errno)))") }
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch let error as PeerTransferError {
+            printError("peerxfer: \(error.message)")
+            Foundation.exit(error.exitCode)
+        } catch {
+            if exitCode(for: error) == .validationFailure {
+                printError(fullMessage(for: error))
+                Foundation.exit(2)
+            }
+            exit(withError: error)
+        }
+    }
+}
+
+/// Options every subcommand that touches the configuration takes.
+struct ConfigOptions: ParsableArguments {
+    @Option(name: .customLong("config"), help: ArgumentHelp(
+        "The configuration folder: this device's key and certificate, pinned and trusted peers.",
+        discussion: "Default: $XDG_CONFIG_HOME/peerxfer, or ~/.config/peerxfer.", valueName: "dir"))
+    var directory: String?
+
+    func load() throws -> PeerConfiguration {
+        try PeerConfiguration(directory: directory ?? PeerConfiguration.defaultDirectory)
+    }
+}
+
+/// A line on standard error.
+func printError(_ line: String) {
+    FileHandle.standardError.write(Data((line + "\n").utf8))
+}
+
+/// A line on standard output, flushed (scripts and tests read it as it comes).
+func printLine(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+/// One JSON object on a line of standard output.
+func printJSON(_ object: [String: Any]) {
+    guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
+    printLine(String(decoding: data, as: UTF8.self))
+}

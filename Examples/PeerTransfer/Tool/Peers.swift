@@ -1,0 +1,78 @@
+import ArgumentParser
+import Foundation
+import PeerTransferCore
+import Salut
+
+/// `peerxfer peers`: the receivers visible on the LAN.
+struct Peers: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the peerxfer receivers visible on the LAN, with their keys and whether they are pinned or trusted."
+    )
+
+    @OptionGroup var config: ConfigOptions
+
+    @Option(help: ArgumentHelp("Seconds to look.", valueName: "seconds"))
+    var timeout: Double = 3
+
+    @Flag(help: "One JSON object per receiver.")
+    var json = false
+
+    func validate() throws {
+        guard timeout.isFinite, timeout > 0, timeout <= 3_600 else { throw ValidationError("--timeout must be above 0 and at most 3600 seconds") }
+    }
+
+    func run() async throws {
+        let configuration = try config.load()
+        let known = try KnownPeers.load(from: configuration.knownPeersFile)
+        let found = try await PeerDirectory.look(for: .seconds(timeout))
+        if found.isEmpty && !json { printError("no peerxfer receivers seen in \(timeout) s") }
+        for peer in found {
+            let pinned = known.pins[peer.name]
+            let status = pinned == nil ? "new" : (pinned == peer.key ? "pinned" : "KEY CHANGED")
+            let trusted = known.trusted[peer.key] != nil
+            if json {
+                printJSON(["name": Terminal.escape(peer.name), "host": Terminal.escape(peer.host), "port": Int(peer.port),
+                           "key": peer.key, "pin": status, "trusted": trusted])
+            } else {
+                printLine("\(Terminal.escape(peer.name))\t\(Terminal.escape(peer.host)):\(peer.port)\tkey \(peer.key.isEmpty ? "(none)" : String(peer.key.prefix(16)) + "…")\t\(status)\(trusted ? ", trusted" : "")")
+            }
+        }
+    }
+}
+
+/// Finding receivers by browsing.
+enum PeerDirectory {
+    struct Peer {
+        var name: String
+        var host: String
+        var port: UInt16
+        var key: String
+    }
+
+    /// The receivers seen within `duration`, resolved, sorted by name.
+    static func look(for duration: Duration) async throws -> [Peer] {
+        let names: Set<DiscoveredService> = await withTaskGroup(of: Set<DiscoveredService>.self) { group in
+            group.addTask {
+                var seen = Set<DiscoveredService>()
+                do {
+                    for try await update in try ServiceBrowser(type: TransferLimits.serviceType) {
+                        seen = update.services
+                        if Task.isCancelled { break }
+                    }
+                } catch {}
+                return seen
+            }
+            // The browse runs until the deadline; its last view is the answer.
+            try? await Task.sleep(for: duration)
+            group.cancelAll()
+            return await group.next() ?? []
+        }
+        var peers: [Peer] = []
+        for service in names.sorted(by: { $0.name < $1.name }) {
+            guard let resolved = try? await service.resolve(timeout: 3) else { continue }
+            let key = resolved.txtRecord.string(for: "fp") ?? ""
+            peers.append(Peer(name: service.name, host: resolved.hostName, port: resolved.port, key: key))
+        }
+        return peers
+    }
+}

@@ -1,0 +1,150 @@
+import Foundation
+import PeerTransferCore
+import Synchronization
+
+/// Shows a transfer's progress: a redrawn line on a terminal (standard error), or JSON lines
+/// on standard output for scripts.
+final class ProgressDisplay: Sendable {
+    private struct State {
+        var started = ContinuousClock.Instant.now
+        var lastDraw = ContinuousClock.Instant.now - .seconds(1)
+        var currentFile = ""
+        var filesDone = 0
+        var filesTotal = 0
+        var sent: UInt64 = 0
+        var total: UInt64 = 0
+        var fileSize: UInt64 = 0
+        var fileStart: UInt64 = 0
+        var fileStartSent: UInt64 = 0
+        var lineShown = false
+    }
+    private let json: Bool
+    private let state = Mutex(State())
+
+    init(json: Bool) {
+        self.json = json
+    }
+
+    func note(_ text: String) {
+        if !json { printError(text) }
+    }
+
+    func skipped(_ text: String) {
+        if json { printJSON(["event": "skipped", "path": Terminal.escape(text)]) } else { printError("skipped \(Terminal.escape(text))") }
+    }
+
+    func show(_ event: SendEvent, plan: TransferPlan) {
+        switch event {
+        case .resolving(let name):
+            if json { printJSON(["event": "resolving", "peer": name]) } else { printError("looking for \"\(Terminal.escape(name))\"…") }
+        case .connected(let name, let key, let firstUse):
+            if json {
+                printJSON(["event": "connected", "peer": name, "key": key, "firstUse": firstUse])
+            } else {
+                printError("connected to \"\(Terminal.escape(name))\" (key \(key.prefix(16))…\(firstUse ? ", first use: pinned" : ", matches its pin"))")
+            }
+        case .answered(let accepted, let declined, let there, let bytes, let reason):
+            state.withLock {
+                $0.total = bytes
+                $0.filesTotal = plan.manifest.fileCount
+                $0.started = .now
+            }
+            if json {
+                var object: [String: Any] = ["event": "answered", "accepted": accepted, "declined": declined,
+                                             "alreadyThere": there, "bytesToSend": bytes]
+                if let reason { object["reason"] = reason }
+                printJSON(object)
+            } else {
+                var line = "accepted \(accepted) of \(plan.manifest.entries.count) entries; \(Self.bytes(bytes)) to send"
+                if there > 0 { line += ", \(there) files already there" }
+                if let reason, declined > 0 { line += " (\(reason))" }
+                printError(line)
+            }
+        case .fileStarted(_, let path, let size, let offset):
+            state.withLock {
+                $0.currentFile = path
+                $0.fileSize = size
+                $0.fileStart = offset
+                $0.fileStartSent = $0.sent
+            }
+            if json {
+                printJSON(["event": "file", "path": Terminal.escape(path), "size": size, "resumeAt": offset])
+            }
+        case .progress(let sent, let total):
+            let line: String? = state.withLock { state in
+                state.sent = sent
+                state.total = total
+                let now = ContinuousClock.Instant.now
+                guard now - state.lastDraw >= .milliseconds(json ? 1000 : 100) || sent == total else { return nil }
+                state.lastDraw = now
+                return json ? "" : Self.line(state)
+            }
+            guard let line else { return }
+            if json {
+                printJSON(["event": "progress", "sent": sent, "total": total])
+            } else {
+                FileHandle.standardError.write(Data(("\r\u{1b}[K" + line).utf8))
+                state.withLock { $0.lineShown = true }
+            }
+        case .fileVerified(_, let path, let storedAs):
+            state.withLock { $0.filesDone += 1 }
+            if json {
+                printJSON(["event": "verified", "path": Terminal.escape(path), "storedAs": storedAs])
+            }
+        case .fileFailed(_, let path, let reason):
+            if json {
+                printJSON(["event": "failed", "path": Terminal.escape(path), "reason": reason])
+            } else {
+                clearLine()
+                printError("FAILED \(Terminal.escape(path)): \(reason)")
+            }
+        }
+    }
+
+    func finish(_ report: SendReport) {
+        let seconds = state.withLock { Double(($0.started.duration(to: .now)).components.seconds) + Double(($0.started.duration(to: .now)).components.attoseconds) / 1e18 }
+        if json {
+            printJSON(["event": "done", "verified": report.verified, "failed": report.failed.count,
+                       "declined": report.declined.count, "bytesSent": report.bytesSent, "bytesSkipped": report.bytesSkipped,
+                       "seconds": (seconds * 1000).rounded() / 1000])
+        } else {
+            clearLine()
+            let rate = seconds > 0 ? Double(report.bytesSent) / seconds : 0
+            printError("done: \(report.verified) files verified, \(report.failed.count) failed, \(report.declined.count) declined; sent \(Self.bytes(report.bytesSent)) in \(String(format: "%.1f", seconds)) s (\(Self.bytes(UInt64(rate)))/s)\(report.bytesSkipped > 0 ? ", \(Self.bytes(report.bytesSkipped)) not needed again" : "")")
+        }
+    }
+
+    private func clearLine() {
+        let shown = state.withLock { state -> Bool in
+            defer { state.lineShown = false }
+            return state.lineShown
+        }
+        if shown { FileHandle.standardError.write(Data("\r\u{1b}[K".utf8)) }
+    }
+
+    private static func line(_ state: State) -> String {
+        let elapsed = state.started.duration(to: .now)
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let rate = seconds > 0.05 ? Double(state.sent) / seconds : 0
+        let fraction = state.total > 0 ? Double(state.sent) / Double(state.total) : 1
+        let width = 24
+        let filled = Int(fraction * Double(width))
+        let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
+        let eta = rate > 0 ? Self.duration(Double(state.total - state.sent) / rate) : "--:--"
+        let fileDone = state.fileStart + (state.sent - state.fileStartSent)
+        let filePercent = state.fileSize > 0 ? Int(Double(fileDone) / Double(state.fileSize) * 100) : 100
+        let name = Terminal.escape(String(state.currentFile.suffix(40)))
+        return "[\(bar)] \(Int(fraction * 100))% \(bytes(state.sent))/\(bytes(state.total)) \(bytes(UInt64(rate)))/s ETA \(eta) · \(name) \(filePercent)% (\(state.filesDone + 1)/\(state.filesTotal))"
+    }
+
+    static func bytes(_ count: UInt64) -> String {
+        ByteCountFormatter.string(fromByteCount: Int64(clamping: count), countStyle: .binary)
+    }
+
+    private static func duration(_ seconds: Double) -> String {
+        guard seconds.isFinite else { return "--:--" }
+        let total = Int(seconds.rounded())
+        return total >= 3600 ? String(format: "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60)
+                             : String(format: "%d:%02d", total / 60, total % 60)
+    }
+}

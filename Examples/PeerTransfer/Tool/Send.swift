@@ -1,0 +1,54 @@
+import ArgumentParser
+import Foundation
+import PeerTransferCore
+
+/// `peerxfer send`: offer files to a receiver and send what it accepts.
+struct Send: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Send files and folders to a peerxfer receiver found by name.",
+        discussion: """
+            Each PATH lands in the receiver's inbox under its last component; folders go with everything in them (symlinks are not followed and are listed as skipped). On a terminal a progress line shows bytes, rate and time left; otherwise (or with --json) each event is a JSON object on its own line of standard output.
+
+            The first time a receiver is met its key is pinned; a later key change is refused (exit 6) until `peerxfer untrust NAME`. Interrupted? Run the same command again: files the receiver has are not sent again, and a file cut half way resumes after the last chunk that verifies on the receiver's disk.
+            """
+    )
+
+    @Argument(help: ArgumentHelp("Files and folders to send.", valueName: "path"))
+    var paths: [String]
+
+    @Option(help: ArgumentHelp("The receiver's name, as `peerxfer peers` lists it.", valueName: "name"))
+    var to: String
+
+    @OptionGroup var config: ConfigOptions
+
+    @Option(help: ArgumentHelp("Seconds to look for the receiver before giving up with exit 3.", valueName: "seconds"))
+    var wait: Double = 10
+
+    @Flag(help: "Report progress as JSON lines even on a terminal.")
+    var json = false
+
+    func validate() throws {
+        guard !paths.isEmpty else { throw ValidationError("give at least one file or folder to send") }
+        guard wait.isFinite, wait > 0, wait <= 86_400 else { throw ValidationError("--wait must be a number of seconds above 0, at most 86400") }
+        guard !to.isEmpty else { throw ValidationError("--to needs a receiver name") }
+    }
+
+    func run() async throws {
+        let configuration = try config.load()
+        let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1)
+        display.note("preparing \(paths.count == 1 ? paths[0] : "\(paths.count) paths") (hashing)…")
+        let plan = try TransferPlan.make(paths: paths)
+        for skipped in plan.skipped { display.skipped(skipped) }
+        var sender = Sender(configuration: configuration,
+                            displayName: ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer")
+        sender.findTimeout = wait
+        let report = try await sender.send(plan, to: to, events: { display.show($0, plan: plan) })
+        display.finish(report)
+        if !report.failed.isEmpty {
+            throw PeerTransferError.fileFailed("\(report.failed.count) file(s) failed verification: \(report.failed.prefix(5).joined(separator: "; "))")
+        }
+        if !report.declined.isEmpty {
+            throw PeerTransferError.declined("the receiver declined \(report.declined.count) of \(plan.manifest.entries.count) entries")
+        }
+    }
+}

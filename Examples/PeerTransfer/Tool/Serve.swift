@@ -1,0 +1,157 @@
+import ArgumentParser
+import Foundation
+import Logging
+import PeerTransferCore
+import ServiceLifecycle
+
+/// `peerxfer serve`: the receiving daemon, in the foreground.
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Receive files: publish this device and take transfers into the inbox.",
+        discussion: """
+            Runs in the foreground until SIGINT or SIGTERM, then withdraws the service and lets transfers in progress stop (their part files stay and the senders resume them). For systemd, see Examples/PeerTransfer/peerxfer.service.
+
+            --accept ask puts each offer to the person at this terminal (y/N, 120 s), or, with --hook, to a command: it runs under `sh -c` with PEERXFER_SENDER, PEERXFER_KEY, PEERXFER_TRUSTED (yes/no), PEERXFER_FILES and PEERXFER_BYTES set and the offered paths on its standard input, one per line; exit status 0 accepts the whole offer, anything else declines it. With neither a terminal nor a hook, offers are declined.
+            """
+    )
+
+    @Option(help: ArgumentHelp("The name to publish (another is picked if it is taken).", valueName: "name"))
+    var name: String = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer"
+
+    @Option(help: ArgumentHelp("Where received files land (created if missing).", valueName: "dir"))
+    var inbox: String = (NSHomeDirectory() as NSString).appendingPathComponent("peerxfer-inbox")
+
+    @OptionGroup var config: ConfigOptions
+
+    @Option(help: ArgumentHelp("Which offers to take: ask, known (only senders trusted with `peerxfer trust`) or all.", valueName: "policy"))
+    var accept: AcceptMode = .ask
+
+    @Option(help: ArgumentHelp("For --accept ask: a command that decides each offer (see above).", valueName: "command"))
+    var hook: String?
+
+    @Option(help: ArgumentHelp("The TCP port to listen on (0: one the system picks).", valueName: "port"))
+    var port: Int = 0
+
+    enum AcceptMode: String, ExpressibleByArgument, CaseIterable {
+        case ask, known, all
+    }
+
+    func validate() throws {
+        guard (0...65_535).contains(port) else { throw ValidationError("--port must be 0…65535, not \(port)") }
+        guard !name.isEmpty, name.utf8.count <= 63 else { throw ValidationError("--name must be 1 to 63 bytes") }
+        if hook != nil && accept != .ask { throw ValidationError("--hook applies only to --accept ask") }
+    }
+
+    func run() async throws {
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = ProcessInfo.processInfo.environment["PEERXFER_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+            return handler
+        }
+        let logger = Logger(label: "peerxfer")
+        let configuration = try config.load()
+        let policy: AcceptPolicy
+        switch accept {
+        case .all: policy = .all
+        case .known: policy = .known
+        case .ask: policy = .ask(OfferJudge(hook: hook, logger: logger).judge)
+        }
+        let status = StatusBook(file: configuration.statusFile)
+        let service = try await ReceiverService.start(name: name, inbox: inbox, configuration: configuration, policy: policy,
+                                                      port: port, logger: logger, events: { status.record($0) })
+        status.started(name: service.name, port: service.port, inbox: service.inboxPath,
+                       key: configuration.identity.publicKeySHA256)
+        printLine("serving \"\(service.name)\" on port \(service.port), inbox \(service.inboxPath), key \(configuration.identity.publicKeySHA256)")
+        let group = ServiceGroup(services: [ReceiverLifecycle(service: service)],
+                                 gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        try await group.run()
+        status.stopped()
+        logger.info("stopped")
+    }
+}
+
+/// The receiver as a swift-service-lifecycle service: runs until graceful shutdown.
+struct ReceiverLifecycle: Service {
+    let service: ReceiverService
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown { [service] in await service.run() }
+    }
+}
+
+/// Puts offers to a person or a hook, one at a time.
+struct OfferJudge: Sendable {
+    let hook: String?
+    let logger: Logger
+    private static let turn = AsyncTurn()
+
+    func judge(_ offer: IncomingOffer) async -> Set<Int> {
+        await Self.turn.take()
+        defer { Task { await Self.turn.release() } }
+        let all = Set(offer.manifest.entries.indices)
+        let size = ByteCountFormatter.string(fromByteCount: Int64(clamping: offer.manifest.totalBytes), countStyle: .file)
+        if let hook {
+            return await runHook(hook, offer: offer, size: size) ? all : []
+        }
+        guard isatty(0) == 1 else {
+            logger.warning("declined an offer from \(offer.senderName): --accept ask has no terminal and no --hook")
+            return []
+        }
+        let question = "Accept \(offer.manifest.fileCount) files (\(size)) from \(offer.senderName) [key \(offer.senderKey.prefix(16))…\(offer.senderTrusted ? ", trusted" : "")]? [y/N] "
+        FileHandle.standardError.write(Data(question.utf8))
+        let answer = await Task.detached { () -> String? in
+            var poller = pollfd(fd: 0, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 120_000) == 1 else { return nil }
+            return readLine()
+        }.value
+        return answer?.lowercased().hasPrefix("y") == true ? all : []
+    }
+
+    private func runHook(_ command: String, offer: IncomingOffer, size: String) async -> Bool {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", command]
+        var environment = ProcessInfo.processInfo.environment
+        environment["PEERXFER_SENDER"] = offer.senderName
+        environment["PEERXFER_KEY"] = offer.senderKey
+        environment["PEERXFER_TRUSTED"] = offer.senderTrusted ? "yes" : "no"
+        environment["PEERXFER_FILES"] = "\(offer.manifest.fileCount)"
+        environment["PEERXFER_BYTES"] = "\(offer.manifest.totalBytes)"
+        process.environment = environment
+        let input = Pipe()
+        process.standardInput = input
+        do {
+            try process.run()
+        } catch {
+            logger.error("the accept hook could not start: \(error)")
+            return false
+        }
+        let listing = offer.manifest.entries.map { Terminal.escape($0.path) }.joined(separator: "\n") + "\n"
+        try? input.fileHandleForWriting.write(contentsOf: Data(listing.utf8))
+        try? input.fileHandleForWriting.close()
+        let pid = process.processIdentifier
+        let killer = Task {
+            try await Task.sleep(for: .seconds(120))
+            kill(pid, SIGKILL)
+        }
+        let status = await Task.detached { process.waitUntilExit(); return process.terminationStatus }.value
+        killer.cancel()
+        logger.info("the accept hook \(status == 0 ? "accepted" : "declined (status \(status))") the offer from \(offer.senderName)")
+        return status == 0 && process.terminationReason == .exit
+    }
+}
+
+/// A turn at the terminal: one question at a time.
+actor AsyncTurn {
+    private var busy = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    func take() async {
+        if !busy { busy = true; return }
+        await withCheckedContinuation { waiting.append($0) }
+    }
+
+    func release() {
+        if waiting.isEmpty { busy = false } else { waiting.removeFirst().resume() }
+    }
+}

@@ -1,0 +1,55 @@
+import ArgumentParser
+import Foundation
+import PeerTransferCore
+
+/// `peerxfer status`: what the local daemon is doing.
+struct Status: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show the local daemon's state and its recent transfers (from the configuration folder)."
+    )
+
+    @OptionGroup var config: ConfigOptions
+
+    @Flag(help: "The status as one JSON object.")
+    var json = false
+
+    @Flag(help: "Show it again each time it changes, until interrupted.")
+    var follow = false
+
+    func run() async throws {
+        let directory = config.directory ?? PeerConfiguration.defaultDirectory
+        let file = (directory as NSString).appendingPathComponent("status.json")
+        var last: DaemonStatus?
+        repeat {
+            let status = try DaemonStatus.load(from: file)
+            if status != last || last == nil {
+                show(status)
+                last = status
+            }
+            if follow { try await Task.sleep(for: .milliseconds(500)) }
+        } while follow
+    }
+
+    private func show(_ status: DaemonStatus?) {
+        guard let status else {
+            if json { printJSON(["running": false]) } else { printLine("no daemon has run with this configuration (peerxfer serve)") }
+            return
+        }
+        if json {
+            if let data = try? JSONEncoder().encode(status), var object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] {
+                object["running"] = status.daemonAlive
+                printJSON(object)
+            }
+            return
+        }
+        printLine(status.daemonAlive
+                  ? "serving \"\(Terminal.escape(status.name))\" on port \(status.port), inbox \(status.inbox), pid \(status.pid)"
+                  : "not running (last seen as \"\(Terminal.escape(status.name))\")")
+        printLine("key \(status.key)")
+        if status.transfers.isEmpty { printLine("no transfers yet") }
+        for transfer in status.transfers {
+            let progress = transfer.bytes > 0 ? " \(transfer.bytesReceived * 100 / transfer.bytes)%" : ""
+            printLine("#\(transfer.id) \(transfer.direction) from \(Terminal.escape(transfer.peer)): \(transfer.state)\(transfer.state == "receiving" ? progress : ""), \(transfer.verified)/\(transfer.files) files verified\(transfer.failed > 0 ? ", \(transfer.failed) failed" : "")\(transfer.error.map { " (\(Terminal.escape($0)))" } ?? "")")
+        }
+    }
+}

@@ -1,0 +1,78 @@
+import ArgumentParser
+import Foundation
+import PeerTransferCore
+import Salut
+
+/// `peerxfer trust`: trust a peer's key.
+struct Trust: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Trust a peer: by name (its advertised key is looked up and pinned) or by key fingerprint.",
+        discussion: "A trusted key may deliver to `serve --accept known`. Trusting a name also pins its key for sending."
+    )
+
+    @Argument(help: ArgumentHelp("A receiver's name, or a key's SHA-256 (64 hex digits, as `serve` and `peers` print it).", valueName: "name-or-fingerprint"))
+    var peer: String
+
+    @OptionGroup var config: ConfigOptions
+
+    func run() async throws {
+        let configuration = try config.load()
+        var known = try KnownPeers.load(from: configuration.knownPeersFile)
+        let fingerprint = peer.lowercased().filter { $0 != ":" }
+        if fingerprint.count == 64, fingerprint.allSatisfy(\.isHexDigit) {
+            known.trusted[fingerprint] = known.trusted[fingerprint] ?? "(by fingerprint)"
+            try known.save(to: configuration.knownPeersFile)
+            printLine("trusted key \(fingerprint)")
+            return
+        }
+        let resolved: ResolvedService
+        do {
+            resolved = try await DiscoveredService(name: peer, type: TransferLimits.serviceType).resolve(timeout: 5)
+        } catch {
+            throw PeerTransferError.peerNotFound("no receiver named \"\(Terminal.escape(peer))\" was found (\(error)); give its key fingerprint instead")
+        }
+        guard let key = resolved.txtRecord.string(for: "fp")?.lowercased(), key.count == 64, key.allSatisfy(\.isHexDigit) else {
+            throw PeerTransferError.trust("\"\(Terminal.escape(peer))\" advertises no key fingerprint")
+        }
+        if let pinned = known.pins[peer], pinned != key {
+            throw PeerTransferError.trust("\"\(Terminal.escape(peer))\" advertises \(key) but was pinned with \(pinned); run `peerxfer untrust \"\(Terminal.escape(peer))\"` first if the change is expected")
+        }
+        known.pins[peer] = key
+        known.trusted[key] = peer
+        try known.save(to: configuration.knownPeersFile)
+        printLine("trusted \"\(Terminal.escape(peer))\" with key \(key)")
+    }
+}
+
+/// `peerxfer untrust`: forget a peer's pin and trust.
+struct Untrust: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Forget a peer: its pinned key (so a new key is accepted on next use) and its trust."
+    )
+
+    @Argument(help: ArgumentHelp("A name or a key fingerprint.", valueName: "name-or-fingerprint"))
+    var peer: String
+
+    @OptionGroup var config: ConfigOptions
+
+    func run() async throws {
+        let configuration = try config.load()
+        var known = try KnownPeers.load(from: configuration.knownPeersFile)
+        let fingerprint = peer.lowercased().filter { $0 != ":" }
+        var removed = 0
+        if let key = known.pins.removeValue(forKey: peer) {
+            removed += 1
+            if known.trusted[key] == peer { known.trusted[key] = nil }
+        }
+        if known.trusted.removeValue(forKey: fingerprint) != nil { removed += 1 }
+        for (key, label) in known.trusted where label == peer {
+            known.trusted[key] = nil
+            removed += 1
+        }
+        guard removed > 0 else {
+            throw PeerTransferError.usage("\"\(Terminal.escape(peer))\" is neither pinned nor trusted here")
+        }
+        try known.save(to: configuration.knownPeersFile)
+        printLine("forgot \"\(Terminal.escape(peer))\"")
+    }
+}

@@ -1,0 +1,167 @@
+import COpenSSL
+import Foundation
+
+/// A TLS identity on disk: a private key and its certificate, as PEM files.
+///
+/// Peer-to-peer tools have no certificate authority: each device makes its own key and a
+/// self-signed certificate once, publishes the SHA-256 of its public key (in a TXT record, for
+/// example), and peers pin that fingerprint (``TLSConfiguration/pinnedSHA256``).
+///
+/// ```swift
+/// let identity = try TLSIdentity.loadOrCreate(directory: configDirectory, commonName: "kitchen")
+/// let server = TLSConfiguration.server(certificateChainFile: identity.certificateFile,
+///                                      privateKeyFile: identity.privateKeyFile)
+/// print(identity.publicKeySHA256)
+/// ```
+public struct TLSIdentity: Sendable, Hashable {
+    /// The PEM file holding the certificate.
+    public let certificateFile: String
+    /// The PEM file holding the private key (readable by its owner only when Salut made it).
+    public let privateKeyFile: String
+    /// SHA-256 of the certificate's SubjectPublicKeyInfo, lower-case hex: what a peer pins.
+    public let publicKeySHA256: String
+
+    /// Reads the identity in `certificateFile` and `privateKeyFile`.
+    /// - Throws: ``TLSError/cannotLoad(file:reason:)`` when either file cannot be read or parsed,
+    ///   or the key does not belong to the certificate.
+    public init(certificateFile: String, privateKeyFile: String) throws {
+        let certificate = try Self.readCertificate(certificateFile)
+        defer { X509_free(certificate) }
+        let key = try Self.readPrivateKey(privateKeyFile)
+        defer { EVP_PKEY_free(key) }
+        guard X509_check_private_key(certificate, key) == 1 else {
+            ERR_clear_error()
+            throw TLSError.cannotLoad(file: privateKeyFile, reason: "the key does not belong to the certificate in \(certificateFile)")
+        }
+        self.certificateFile = certificateFile
+        self.privateKeyFile = privateKeyFile
+        self.publicKeySHA256 = Fingerprint.hex(TLSConnection.publicKeyDigest(certificate))
+    }
+
+    /// The identity kept in `directory` as `certificate.pem` and `key.pem`, made on first use:
+    /// an Ed25519 key and a self-signed certificate for `commonName`, valid for 100 years. The
+    /// directory is created (mode 0700) if missing; the key file is written with mode 0600 and
+    /// both files appear atomically, so an interrupted first run leaves no half identity.
+    /// - Throws: ``TLSError/cannotLoad(file:reason:)`` when an existing identity cannot be read
+    ///   or a new one cannot be written (the reason says which system call failed and why).
+    public static func loadOrCreate(directory: String, commonName: String) throws -> TLSIdentity {
+        let certificateFile = (directory as NSString).appendingPathComponent("certificate.pem")
+        let keyFile = (directory as NSString).appendingPathComponent("key.pem")
+        if FileManager.default.fileExists(atPath: certificateFile) || FileManager.default.fileExists(atPath: keyFile) {
+            return try TLSIdentity(certificateFile: certificateFile, privateKeyFile: keyFile)
+        }
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw TLSError.cannotLoad(file: directory, reason: "cannot create the directory: \(error.localizedDescription)")
+        }
+        let (keyPEM, certificatePEM) = try makeSelfSigned(commonName: commonName)
+        // The key first: a certificate without its key would be read as a broken identity.
+        try writeAtomically(keyPEM, to: keyFile, mode: 0o600)
+        try writeAtomically(certificatePEM, to: certificateFile, mode: 0o644)
+        return try TLSIdentity(certificateFile: certificateFile, privateKeyFile: keyFile)
+    }
+
+    /// The SHA-256 of the public key in a PEM certificate file, lower-case hex.
+    /// - Throws: ``TLSError/cannotLoad(file:reason:)`` when the file is not a readable certificate.
+    public static func publicKeySHA256(ofCertificateFile path: String) throws -> String {
+        let certificate = try readCertificate(path)
+        defer { X509_free(certificate) }
+        return Fingerprint.hex(TLSConnection.publicKeyDigest(certificate))
+    }
+
+    // MARK: OpenSSL
+
+    private static func readCertificate(_ path: String) throws -> OpaquePointer {
+        guard let file = fopen(path, "r") else {
+            throw TLSError.cannotLoad(file: path, reason: String(cString: strerror(errno)))
+        }
+        defer { fclose(file) }
+        guard let certificate = PEM_read_X509(file, nil, nil, nil) else {
+            throw TLSError.cannotLoad(file: path, reason: "not a PEM certificate: \(OpenSSLErrors.drain())")
+        }
+        return certificate
+    }
+
+    private static func readPrivateKey(_ path: String) throws -> OpaquePointer {
+        guard let file = fopen(path, "r") else {
+            throw TLSError.cannotLoad(file: path, reason: String(cString: strerror(errno)))
+        }
+        defer { fclose(file) }
+        guard let key = PEM_read_PrivateKey(file, nil, nil, nil) else {
+            throw TLSError.cannotLoad(file: path, reason: "not a PEM private key: \(OpenSSLErrors.drain())")
+        }
+        return key
+    }
+
+    /// A new Ed25519 key and a self-signed certificate for it, both as PEM.
+    private static func makeSelfSigned(commonName: String) throws -> (key: Data, certificate: Data) {
+        func failure(_ step: String) -> TLSError {
+            TLSError.cannotLoad(file: "(new identity)", reason: "\(step) failed: \(OpenSSLErrors.drain())")
+        }
+        guard let keyContext = EVP_PKEY_CTX_new_id(EVP_PKEY_ED25519, nil) else { throw failure("EVP_PKEY_CTX_new_id") }
+        defer { EVP_PKEY_CTX_free(keyContext) }
+        var generated: OpaquePointer?
+        guard EVP_PKEY_keygen_init(keyContext) == 1, EVP_PKEY_keygen(keyContext, &generated) == 1, let key = generated else {
+            throw failure("Ed25519 key generation")
+        }
+        defer { EVP_PKEY_free(key) }
+        guard let certificate = X509_new() else { throw failure("X509_new") }
+        defer { X509_free(certificate) }
+        var serial: UInt64 = 0
+        guard RAND_bytes(&serial, 8) == 1 else { throw failure("RAND_bytes") }
+        let name = String(commonName.utf8.prefix(64)) ?? "peer"
+        guard X509_set_version(certificate, 2) == 1,
+              ASN1_INTEGER_set_uint64(X509_get_serialNumber(certificate), serial & 0x7fff_ffff_ffff_ffff) == 1,
+              X509_gmtime_adj(X509_getm_notBefore(certificate), -86_400) != nil,
+              X509_time_adj_ex(X509_getm_notAfter(certificate), 36_500, 0, nil) != nil,
+              X509_set_pubkey(certificate, key) == 1,
+              let subject = X509_get_subject_name(certificate),
+              X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_UTF8, name, -1, -1, 0) == 1,
+              X509_set_issuer_name(certificate, subject) == 1,
+              X509_sign(certificate, key, nil) > 0 else {
+            throw failure("building the certificate")
+        }
+        return (try pem { PEM_write_bio_PrivateKey($0, key, nil, nil, 0, nil, nil) },
+                try pem { PEM_write_bio_X509($0, certificate) })
+    }
+
+    /// What `write` puts in a memory BIO.
+    private static func pem(_ write: (OpaquePointer) -> Int32) throws -> Data {
+        guard let bio = BIO_new(BIO_s_mem()) else { throw TLSError.cannotLoad(file: "(new identity)", reason: "BIO_new failed") }
+        defer { BIO_free(bio) }
+        guard write(bio) == 1 else {
+            throw TLSError.cannotLoad(file: "(new identity)", reason: "PEM encoding failed: \(OpenSSLErrors.drain())")
+        }
+        var bytes: UnsafeMutablePointer<CChar>?
+        let count = BIO_ctrl(bio, BIO_CTRL_INFO, 0, &bytes)
+        guard count > 0, let bytes else { throw TLSError.cannotLoad(file: "(new identity)", reason: "empty PEM") }
+        return Data(bytes: bytes, count: count)
+    }
+
+    /// Writes `data` to a temporary file beside `path` with `mode`, syncs it, and renames it
+    /// over `path`.
+    private static func writeAtomically(_ data: Data, to path: String, mode: mode_t) throws {
+        let temporary = path + ".new"
+        unlink(temporary)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw TLSError.cannotLoad(file: temporary, reason: "open: \(String(cString: strerror(errno)))") }
+        var failed: String?
+        data.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if n < 0 { if errno == EINTR { continue }; failed = "write: \(String(cString: strerror(errno)))"; return }
+                offset += n
+            }
+        }
+        if failed == nil, fsync(fd) != 0 { failed = "fsync: \(String(cString: strerror(errno)))" }
+        if close(fd) != 0, failed == nil { failed = "close: \(String(cString: strerror(errno)))" }
+        if failed == nil, rename(temporary, path) != 0 { failed = "rename: \(String(cString: strerror(errno)))" }
+        if let failed {
+            unlink(temporary)
+            throw TLSError.cannotLoad(file: path, reason: failed)
+        }
+    }
+}
