@@ -123,7 +123,7 @@ let package = Package(
         .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut", "SalutTestSupport", "FuzzChecks"]),
         .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams", "SalutTestSupport", "FuzzChecks"]),
         .testTarget(name: "SalutSessionTests", dependencies: ["SalutSession", "SalutTestSupport"]),
-        .testTarget(name: "PeerTransferTests", dependencies: ["PeerTransferCore", "SalutTestSupport"]),
+        .testTarget(name: "PeerTransferTests", dependencies: ["PeerTransferCore", "Salut", "SalutTestSupport"]),
         .testTarget(name: "LabTests", dependencies: ["Salut", "SalutTestSupport"]),
     ]
 )

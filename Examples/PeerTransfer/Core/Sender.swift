@@ -203,6 +203,9 @@ public struct Sender: Sendable {
                 }
             }
             try await output.write(Frame.message(.done, Done()).encoded)
+            // Nothing more to send: our end of the data (close_notify, then FIN) goes out
+            // behind the done message, and the receiver's verdicts still come in.
+            try await pair.finishSending()
         } catch {
             // The receiver's reason, when it sent one, says more than our broken write.
             results.cancel()
@@ -210,7 +213,6 @@ public struct Sender: Sendable {
             throw error
         }
         let outcome = try await results.value
-        try await pair.finishSending()
         return SendReport(verified: outcome.verified, failed: outcome.failed, declined: declined,
                           bytesSent: sent, bytesSkipped: bytesSkipped)
     }

@@ -27,7 +27,7 @@ struct PeerXfer: AsyncParsableCommand {
               peerxfer trust Kitchen
               peerxfer status --follow
             """,
-        subcommands: [Serve.self, Send.self, Peers.self, Status.self, Trust.self, Untrust.self]
+        subcommands: [Serve.self, Send.self, Peers.self, Status.self, Trust.self, Untrust.self, Identity.self]
     )
 
     /// ArgumentParser's entry point, except that usage errors exit 2 (as documented) instead of
@@ -80,6 +80,6 @@ func printLine(_ line: String) {
 
 /// One JSON object on a line of standard output.
 func printJSON(_ object: [String: Any]) {
-    guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
+    guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else { return }
     printLine(String(decoding: data, as: UTF8.self))
 }

@@ -11,7 +11,7 @@ struct Serve: AsyncParsableCommand {
         discussion: """
             Runs in the foreground until SIGINT or SIGTERM, then withdraws the service and lets transfers in progress stop (their part files stay and the senders resume them). For systemd, see Examples/PeerTransfer/peerxfer.service.
 
-            --accept ask puts each offer to the person at this terminal (y/N, 120 s), or, with --hook, to a command: it runs under `sh -c` with PEERXFER_SENDER, PEERXFER_KEY, PEERXFER_TRUSTED (yes/no), PEERXFER_FILES and PEERXFER_BYTES set and the offered paths on its standard input, one per line; exit status 0 accepts the whole offer, anything else declines it. With neither a terminal nor a hook, offers are declined.
+            --accept ask puts each offer to the person at this terminal (y/N, 120 s), or, with --hook, to a command: it runs under `sh -c` with PEERXFER_SENDER, PEERXFER_KEY, PEERXFER_TRUSTED (yes/no), PEERXFER_FILES and PEERXFER_BYTES set and the offered paths on its standard input, one per line (escaped as they would be shown); exit status 0 accepts the offer (only the paths it prints on its standard output, one per line, when it prints any), anything else declines it. With neither a terminal nor a hook, offers are declined.
             """
     )
 
@@ -89,10 +89,10 @@ struct OfferJudge: Sendable {
         await Self.turn.take()
         defer { Task { await Self.turn.release() } }
         let all = Set(offer.manifest.entries.indices)
-        let size = ByteCountFormatter.string(fromByteCount: Int64(clamping: offer.manifest.totalBytes), countStyle: .file)
         if let hook {
-            return await runHook(hook, offer: offer, size: size) ? all : []
+            return await runHook(hook, offer: offer)
         }
+        let size = ByteCountFormatter.string(fromByteCount: Int64(clamping: offer.manifest.totalBytes), countStyle: .file)
         guard isatty(0) == 1 else {
             logger.warning("declined an offer from \(offer.senderName): --accept ask has no terminal and no --hook")
             return []
@@ -107,7 +107,9 @@ struct OfferJudge: Sendable {
         return answer?.lowercased().hasPrefix("y") == true ? all : []
     }
 
-    private func runHook(_ command: String, offer: IncomingOffer, size: String) async -> Bool {
+    /// The entries the hook accepts: all when it exits 0 printing nothing, those whose paths
+    /// it prints when it exits 0 printing some, none otherwise (or after 120 s).
+    private func runHook(_ command: String, offer: IncomingOffer) async -> Set<Int> {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
         process.arguments = ["-c", command]
@@ -118,17 +120,23 @@ struct OfferJudge: Sendable {
         environment["PEERXFER_FILES"] = "\(offer.manifest.fileCount)"
         environment["PEERXFER_BYTES"] = "\(offer.manifest.totalBytes)"
         process.environment = environment
-        let input = Pipe()
+        let input = Pipe(), output = Pipe()
         process.standardInput = input
+        process.standardOutput = output
         do {
             try process.run()
         } catch {
             logger.error("the accept hook could not start: \(error)")
-            return false
+            return []
         }
+        let printed = Task.detached { output.fileHandleForReading.readDataToEndOfFile() }
         let listing = offer.manifest.entries.map { Terminal.escape($0.path) }.joined(separator: "\n") + "\n"
-        try? input.fileHandleForWriting.write(contentsOf: Data(listing.utf8))
-        try? input.fileHandleForWriting.close()
+        // Written off this task: a hook that does not read its input must not block the daemon
+        // (and one that exits early only makes this write fail with EPIPE).
+        let writing = Task.detached {
+            try? input.fileHandleForWriting.write(contentsOf: Data(listing.utf8))
+            try? input.fileHandleForWriting.close()
+        }
         let pid = process.processIdentifier
         let killer = Task {
             try await Task.sleep(for: .seconds(120))
@@ -136,8 +144,18 @@ struct OfferJudge: Sendable {
         }
         let status = await Task.detached { process.waitUntilExit(); return process.terminationStatus }.value
         killer.cancel()
-        logger.info("the accept hook \(status == 0 ? "accepted" : "declined (status \(status))") the offer from \(offer.senderName)")
-        return status == 0 && process.terminationReason == .exit
+        await writing.value
+        let lines = Set(String(decoding: await printed.value.prefix(16 << 20), as: UTF8.self)
+            .split(separator: "\n").map(String.init).filter { !$0.isEmpty })
+        guard status == 0 && process.terminationReason == .exit else {
+            logger.info("the accept hook declined the offer from \(offer.senderName) (status \(status))")
+            return []
+        }
+        let entries = offer.manifest.entries
+        let chosen = lines.isEmpty ? Set(entries.indices)
+                                   : Set(entries.indices.filter { lines.contains(Terminal.escape(entries[$0].path)) })
+        logger.info("the accept hook accepted \(chosen.count) of \(entries.count) entries from \(offer.senderName)")
+        return chosen
     }
 }
 

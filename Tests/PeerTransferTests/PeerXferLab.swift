@@ -1,0 +1,86 @@
+import Foundation
+import SalutTestSupport
+import XCTest
+
+/// Daemons and senders of the real `peerxfer` binary, each with its own configuration folder
+/// and inbox under one temporary folder, against the real avahi-daemon.
+final class PeerXferLab: @unchecked Sendable {
+    // @unchecked: used from the test's thread only; the Foreign processes are thread-safe.
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let binary = root.appendingPathComponent(".build/debug/peerxfer").path
+
+    let directory: String
+    private var daemons: [Foreign] = []
+
+    init() throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("peerxfer-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    }
+
+    deinit {
+        for daemon in daemons { daemon.stop() }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    func path(_ relative: String) -> String { (directory as NSString).appendingPathComponent(relative) }
+
+    /// A unique service name (mDNS caches outlive a test).
+    static func uniqueName(_ base: String) -> String { "\(base) \(UUID().uuidString.prefix(6))" }
+
+    /// Starts `peerxfer serve` and waits for its "serving" line.
+    @discardableResult
+    func serve(name: String, config: String, inbox: String, accept: String = "all", extra: [String] = []) throws -> Foreign {
+        let daemon = try Foreign([Self.binary, "serve", "--name", name, "--config", path(config), "--inbox", inbox,
+                                  "--accept", accept] + extra)
+        daemons.append(daemon)
+        guard daemon.waitForOutput(containing: "serving", seconds: 20) else {
+            throw DeadlineExceeded(what: "peerxfer serve (output: \(daemon.output))", seconds: 20)
+        }
+        return daemon
+    }
+
+    /// Runs `peerxfer ARGS` to its end (at most `seconds`) and returns its status and output.
+    func run(_ arguments: [String], seconds: Double = 60) throws -> (status: Int32, output: String) {
+        let process = try Foreign([Self.binary] + arguments)
+        let output = process.finish(seconds: seconds)
+        return (process.process.terminationStatus, output)
+    }
+
+    /// `peerxfer send PATHS --to NAME --config CONFIG --json`.
+    func send(_ paths: [String], to name: String, config: String, seconds: Double = 60) throws -> (status: Int32, output: String) {
+        try run(["send"] + paths + ["--to", name, "--config", path(config), "--json"], seconds: seconds)
+    }
+
+    /// The key a daemon printed on its "serving" line.
+    static func key(of daemon: Foreign) -> String {
+        guard let range = daemon.output.range(of: "key ") else { return "" }
+        return String(daemon.output[range.upperBound...].prefix(64))
+    }
+
+    /// Writes `count` pseudo-random bytes (seeded, so reruns write the same file).
+    func makeFile(_ relative: String, size count: Int, seed: UInt64 = 1) throws {
+        let url = URL(fileURLWithPath: path(relative))
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        var state = seed &* 0x9E37_79B9_7F4A_7C15 | 1
+        var data = Data(count: count)
+        data.withUnsafeMutableBytes { raw in
+            let words = raw.bindMemory(to: UInt64.self)
+            for i in 0..<words.count {
+                state ^= state << 13; state ^= state >> 7; state ^= state << 17
+                words[i] = state
+            }
+            for i in (words.count * 8)..<count { raw[i] = UInt8(truncatingIfNeeded: i) }
+        }
+        try data.write(to: url)
+    }
+
+    static func sameContents(_ a: String, _ b: String) -> Bool {
+        guard let x = FileManager.default.contents(atPath: a), let y = FileManager.default.contents(atPath: b) else { return false }
+        return x == y
+    }
+
+    /// Every path under `folder`, relative, sorted.
+    static func listing(_ folder: String) -> [String] {
+        ((FileManager.default.enumerator(atPath: folder)?.allObjects as? [String]) ?? []).sorted()
+    }
+}

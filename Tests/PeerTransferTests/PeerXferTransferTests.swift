@@ -1,0 +1,253 @@
+import Foundation
+import SalutTestSupport
+import XCTest
+
+/// Two real `peerxfer` daemons and senders on loopback, against the real avahi-daemon: what a
+/// user sees in the inbox and in the exit status.
+final class PeerXferTransferTests: XCTestCase {
+    private let chunk = 1 << 20
+
+    /// JSON lines of a sender's output, by event.
+    private func events(_ output: String, _ name: String) -> [[String: Any]] {
+        output.split(separator: "\n").compactMap {
+            guard let object = try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] else { return nil }
+            return object["event"] as? String == name ? object : nil
+        }
+    }
+
+    private func done(_ output: String) -> [String: Any] { events(output, "done").last ?? [:] }
+
+    func testATreeArrivesVerifiedWithEmptyFoldersUnicodeNamesModesAndTimes() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Tree")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        try lab.makeFile("src/tree/ünï cödé/файл.bin", size: 3 * chunk + 17)
+        try lab.makeFile("src/tree/small.txt", size: 5)
+        try lab.makeFile("src/tree/zero", size: 0)
+        try FileManager.default.createDirectory(atPath: lab.path("src/tree/empty/nested"), withIntermediateDirectories: true)
+        chmod(lab.path("src/tree/small.txt"), 0o640)
+        var times = [timespec(tv_sec: 1_600_000_000, tv_nsec: 0), timespec(tv_sec: 1_600_000_000, tv_nsec: 0)]
+        XCTAssertEqual(utimensat(AT_FDCWD, lab.path("src/tree/small.txt"), &times, 0), 0)
+        let (status, output) = try lab.send([lab.path("src/tree")], to: name, config: "sender")
+        XCTAssertEqual(status, 0, output)
+        XCTAssertEqual(done(output)["verified"] as? Int, 3, output)
+        XCTAssertEqual(PeerXferLab.listing(lab.path("inbox/tree")), PeerXferLab.listing(lab.path("src/tree")))
+        for file in ["ünï cödé/файл.bin", "small.txt", "zero"] {
+            XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/tree/\(file)"), lab.path("inbox/tree/\(file)")), file)
+        }
+        let attributes = try FileManager.default.attributesOfItem(atPath: lab.path("inbox/tree/small.txt"))
+        XCTAssertEqual(attributes[.posixPermissions] as? Int, 0o640)
+        XCTAssertEqual((attributes[.modificationDate] as? Date)?.timeIntervalSince1970, 1_600_000_000)
+        XCTAssertFalse(PeerXferLab.listing(lab.path("inbox")).contains { $0.hasSuffix(".peerxfer-part") })
+
+        // The same command again sends nothing; a different file under a taken name gets a number.
+        let (again, againOutput) = try lab.send([lab.path("src/tree")], to: name, config: "sender")
+        XCTAssertEqual(again, 0, againOutput)
+        XCTAssertEqual(done(againOutput)["bytesSent"] as? Int, 0, againOutput)
+        try lab.makeFile("other/small.txt", size: 9, seed: 7)
+        try FileManager.default.createDirectory(atPath: lab.path("other/tree"), withIntermediateDirectories: true)
+        try FileManager.default.moveItem(atPath: lab.path("other/small.txt"), toPath: lab.path("other/tree/small.txt"))
+        let (renamed, renamedOutput) = try lab.send([lab.path("other/tree")], to: name, config: "sender")
+        XCTAssertEqual(renamed, 0, renamedOutput)
+        XCTAssertEqual(events(renamedOutput, "verified").first?["storedAs"] as? String, "tree/small (1).txt", renamedOutput)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/tree/small.txt"), lab.path("inbox/tree/small.txt")),
+                      "the first file must not be overwritten")
+    }
+
+    func testResumeAfterTheSenderIsKilledSendsOnlyWhatIsMissing() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Resume")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        let size = 256 * chunk + 123
+        try lab.makeFile("src/big.bin", size: size)
+        let part = lab.path("inbox/big.bin.peerxfer-part")
+        let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/big.bin"), "--to", name,
+                                  "--config", lab.path("sender"), "--json"])
+        // Kill it once the receiver holds a few chunks (and long before the end).
+        let deadline = Date().addingTimeInterval(30)
+        var seen: UInt64 = 0
+        while Date() < deadline {
+            let attributes = try? FileManager.default.attributesOfItem(atPath: part)
+            seen = (attributes?[.size] as? UInt64) ?? 0
+            if seen >= UInt64(4 * chunk) { break }
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        kill(sender.process.processIdentifier, SIGKILL)
+        XCTAssertTrue(sender.waitForExit(seconds: 10))
+        XCTAssertGreaterThanOrEqual(seen, UInt64(4 * chunk), "the part file never grew: \(sender.output)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/big.bin")), "killed too late: the file was complete")
+
+        let (status, output) = try lab.send([lab.path("src/big.bin")], to: name, config: "sender")
+        XCTAssertEqual(status, 0, output)
+        let report = done(output)
+        let sent = report["bytesSent"] as? Int ?? -1, skipped = report["bytesSkipped"] as? Int ?? -1
+        XCTAssertEqual(sent + skipped, size, output)
+        XCTAssertGreaterThanOrEqual(skipped, Int(seen) / chunk * chunk, "resumed before what the receiver had: \(output)")
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/big.bin"), lab.path("inbox/big.bin")))
+    }
+
+    func testResumeAfterTheReceiverIsKilled() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Crash")
+        let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        let size = 256 * chunk
+        try lab.makeFile("src/big.bin", size: size, seed: 3)
+        let part = lab.path("inbox/big.bin.peerxfer-part")
+        let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/big.bin"), "--to", name,
+                                  "--config", lab.path("sender"), "--json"])
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, ((try? FileManager.default.attributesOfItem(atPath: part))?[.size] as? UInt64 ?? 0) < UInt64(4 * chunk) {
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        kill(daemon.process.processIdentifier, SIGKILL)
+        XCTAssertTrue(sender.waitForExit(seconds: 90), "the sender must notice the receiver is gone")
+        XCTAssertNotEqual(sender.process.terminationStatus, 0, sender.output)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/big.bin")))
+
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        let (status, output) = try lab.send([lab.path("src/big.bin")], to: name, config: "sender")
+        XCTAssertEqual(status, 0, output)
+        XCTAssertGreaterThan(done(output)["bytesSkipped"] as? Int ?? 0, 0, output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/big.bin"), lab.path("inbox/big.bin")))
+    }
+
+    func testACorruptedPartFileIsDetectedAndRepaired() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Repair")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        try lab.makeFile("src/data.bin", size: 4 * chunk + 5, seed: 9)
+        // What an interrupted transfer left, with one byte of its second chunk gone bad on disk.
+        var partial = FileManager.default.contents(atPath: lab.path("src/data.bin"))!.prefix(3 * chunk)
+        partial[chunk + chunk / 2] ^= 0xff
+        try FileManager.default.createDirectory(atPath: lab.path("inbox"), withIntermediateDirectories: true)
+        try Data(partial).write(to: URL(fileURLWithPath: lab.path("inbox/data.bin.peerxfer-part")))
+        let (status, output) = try lab.send([lab.path("src/data.bin")], to: name, config: "sender")
+        XCTAssertEqual(status, 0, output)
+        XCTAssertEqual(done(output)["bytesSkipped"] as? Int, chunk, "only the first chunk verifies: \(output)")
+        XCTAssertEqual(done(output)["bytesSent"] as? Int, 3 * chunk + 5, output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/data.bin"), lab.path("inbox/data.bin")))
+    }
+
+    func testDeclinedAndPartlyAcceptedOffersExit5() throws {
+        let lab = try PeerXferLab()
+        let declining = PeerXferLab.uniqueName("Declines")
+        try lab.serve(name: declining, config: "r1", inbox: lab.path("inbox1"), accept: "ask", extra: ["--hook", "cat >/dev/null; exit 1"])
+        try lab.makeFile("src/keep.txt", size: 10)
+        try lab.makeFile("src/skip.txt", size: 10, seed: 2)
+        let (status, output) = try lab.send([lab.path("src/keep.txt"), lab.path("src/skip.txt")], to: declining, config: "sender")
+        XCTAssertEqual(status, 5, output)
+        XCTAssertTrue(output.contains("declined"), output)
+        XCTAssertEqual(PeerXferLab.listing(lab.path("inbox1")), [])
+
+        let choosy = PeerXferLab.uniqueName("Choosy")
+        try lab.serve(name: choosy, config: "r2", inbox: lab.path("inbox2"), accept: "ask", extra: ["--hook", "grep keep"])
+        let (partly, partlyOutput) = try lab.send([lab.path("src/keep.txt"), lab.path("src/skip.txt")], to: choosy, config: "sender")
+        XCTAssertEqual(partly, 5, partlyOutput)
+        XCTAssertEqual(PeerXferLab.listing(lab.path("inbox2")), ["keep.txt"])
+        XCTAssertTrue(partlyOutput.contains("declined 1 of 2"), partlyOutput)
+    }
+
+    func testUnknownSendersAreRefusedUnderKnownUntilTrusted() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Known")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"), accept: "known")
+        try lab.makeFile("src/a.txt", size: 100)
+        let (status, output) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
+        XCTAssertEqual(status, 6, output)
+        XCTAssertTrue(output.contains("not trusted"), output)
+        XCTAssertEqual(PeerXferLab.listing(lab.path("inbox")), [])
+
+        let (_, identity) = try lab.run(["identity", "--config", lab.path("sender"), "--json"])
+        let key = (try JSONSerialization.jsonObject(with: Data(identity.utf8)) as? [String: Any])?["key"] as? String ?? ""
+        XCTAssertEqual(key.count, 64, identity)
+        XCTAssertEqual(try lab.run(["trust", key, "--config", lab.path("receiver")]).status, 0)
+        let (trusted, trustedOutput) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
+        XCTAssertEqual(trusted, 0, trustedOutput)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/a.txt"), lab.path("inbox/a.txt")))
+    }
+
+    func testAChangedKeyForAKnownNameIsRefusedUntilUntrusted() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Pinned")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        try lab.makeFile("src/a.txt", size: 100)
+        // The sender met a receiver of that name with another key before.
+        try FileManager.default.createDirectory(atPath: lab.path("sender"), withIntermediateDirectories: true)
+        let old = String(repeating: "ab", count: 32)
+        try Data("{\"pins\":{\"\(name)\":\"\(old)\"},\"trusted\":{}}".utf8).write(to: URL(fileURLWithPath: lab.path("sender/known-peers.json")))
+        let (status, output) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
+        XCTAssertEqual(status, 6, output)
+        XCTAssertTrue(output.contains(old) && output.contains("impersonating"), output)
+        XCTAssertEqual(PeerXferLab.listing(lab.path("inbox")), [])
+        XCTAssertEqual(try lab.run(["untrust", name, "--config", lab.path("sender")]).status, 0)
+        XCTAssertEqual(try lab.send([lab.path("src/a.txt")], to: name, config: "sender").status, 0)
+    }
+
+    func testASpoofedServiceWithAnotherKeyIsRefusedBeforeAnyMetadata() throws {
+        let lab = try PeerXferLab()
+        let real = PeerXferLab.uniqueName("Real")
+        let daemon = try lab.serve(name: real, config: "receiver", inbox: lab.path("inbox"))
+        let port = daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        XCTAssertGreaterThan(port, 0)
+        // Someone publishes a service that points at the real daemon but advertises their key.
+        let spoofName = PeerXferLab.uniqueName("Spoof")
+        let forged = String(repeating: "cd", count: 32)
+        let spoof = try Foreign(["avahi-publish", "-s", spoofName, "_peerxfer._tcp", "\(port)", "v=1", "fp=\(forged)"])
+        defer { spoof.stop() }
+        XCTAssertTrue(spoof.waitForOutput(containing: "Established", seconds: 10), spoof.output)
+        try lab.makeFile("src/secret.txt", size: 100)
+        let (status, output) = try lab.send([lab.path("src/secret.txt")], to: spoofName, config: "sender")
+        XCTAssertEqual(status, 6, output)
+        XCTAssertTrue(output.contains("not the one it advertises"), output)
+        XCTAssertFalse(daemon.output.contains("offer from"), "metadata reached the receiver: \(daemon.output)")
+        let pins = (try? String(contentsOfFile: lab.path("sender/known-peers.json"), encoding: .utf8)) ?? ""
+        XCTAssertFalse(pins.contains(forged), "a refused key must not be pinned")
+    }
+
+    func testAReceiverThatIsNotThereExits3() throws {
+        let lab = try PeerXferLab()
+        try lab.makeFile("src/a.txt", size: 1)
+        let started = Date()
+        let (status, output) = try lab.run(["send", lab.path("src/a.txt"), "--to", PeerXferLab.uniqueName("Nobody"),
+                                            "--config", lab.path("sender"), "--wait", "1"])
+        XCTAssertEqual(status, 3, output)
+        XCTAssertTrue(output.contains("was found within 1 s"), output)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 15, "--wait must bound the search")
+    }
+
+    func testAFullDiskIsRefusedBeforeAcceptingAndLeavesNothing() throws {
+        let lab = try PeerXferLab()
+        let inbox = lab.path("small-inbox")
+        try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
+        let mounter = try Foreign(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", inbox])
+        XCTAssertTrue(mounter.waitForExit(seconds: 10))
+        guard mounter.process.terminationStatus == 0 else {
+            throw XCTSkip("cannot mount a tmpfs here: \(mounter.output)")
+        }
+        defer {
+            let unmounter = try? Foreign(["umount", inbox])
+            _ = unmounter?.waitForExit(seconds: 10)
+        }
+        let name = PeerXferLab.uniqueName("Full")
+        try lab.serve(name: name, config: "receiver", inbox: inbox)
+        try lab.makeFile("src/big.bin", size: 4 * chunk)
+        let (status, output) = try lab.send([lab.path("src/big.bin")], to: name, config: "sender")
+        XCTAssertEqual(status, 1, output)
+        XCTAssertTrue(output.contains("bytes free"), output)
+        XCTAssertEqual(PeerXferLab.listing(inbox), [])
+    }
+
+    func testUsageErrorsExit2AndHelpTeachesTheExitCodes() throws {
+        let lab = try PeerXferLab()
+        let (help, helpOutput) = try lab.run(["--help"])
+        XCTAssertEqual(help, 0)
+        for text in ["Exit codes", "3  the receiver was not found", "6  trust failure", "Examples"] {
+            XCTAssertTrue(helpOutput.contains(text), "--help lacks \(text): \(helpOutput)")
+        }
+        XCTAssertEqual(try lab.run(["send", "--to", "x"]).status, 2, "no paths")
+        XCTAssertEqual(try lab.run(["send", lab.path("missing"), "--to", "x", "--config", lab.path("c")]).status, 2, "missing path")
+        XCTAssertEqual(try lab.run(["serve", "--port", "70000"]).status, 2)
+        XCTAssertEqual(try lab.run(["serve", "--accept", "maybe"]).status, 2)
+        XCTAssertEqual(try lab.run(["no-such-command"]).status, 2)
+    }
+}
