@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""A hand-written hostile peerxfer sender, for the receiver's hostile-client tests.
+
+It speaks just enough of the protocol (docs/peerxfer-protocol.md) over TLS 1.3 with a client
+certificate to put one kind of bad input in front of a `peerxfer serve`, then prints one JSON
+line: the frames the receiver sent back (kind and decoded JSON) and whether it closed the
+connection within --wait seconds.
+
+    peerxfer_hostile.py MODE PORT --cert C --key K [--wait S]
+
+Modes: traversal, absolute, nul, control, symlink (path "link/evil.txt"), huge-frame, garbage,
+bad-chunk, version, flood (a chunk for a file announced as 1 byte, 1 MiB long), silent.
+"""
+import argparse
+import hashlib
+import json
+import socket
+import ssl
+import struct
+import sys
+import time
+
+HELLO, MANIFEST, ANSWER, CHUNK, RESULT, DONE, SUMMARY, FAILURE = 1, 2, 3, 4, 5, 6, 7, 0x7F
+CHUNK_SIZE = 1 << 20
+
+
+def frame(kind, payload):
+    return bytes([kind]) + struct.pack(">I", len(payload)) + payload
+
+
+def message(kind, obj):
+    return frame(kind, json.dumps(obj).encode())
+
+
+def entry(path, data=b"evil"):
+    return {"path": path, "kind": "file", "size": len(data), "mode": 0o644, "modified": 0,
+            "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def hello(version=1):
+    return message(HELLO, {"protocolVersion": version, "device": "hostile", "name": "Hostile \x1b[31mPeer"})
+
+
+def manifest(*entries):
+    return message(MANIFEST, {"chunkSize": CHUNK_SIZE, "entries": list(entries)})
+
+
+def chunk(index, offset, data):
+    return frame(CHUNK, struct.pack(">IQ", index, offset) + data)
+
+
+def read_frames(tls, wait):
+    """Frames until the peer closes or `wait` seconds pass; and whether it closed."""
+    buffer, frames, closed = b"", [], False
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        tls.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            data = tls.recv(65536)
+        except socket.timeout:
+            break
+        except (ssl.SSLError, OSError) as error:
+            closed = True
+            frames.append({"kind": "error", "detail": str(error)})
+            break
+        if not data:
+            closed = True
+            break
+        buffer += data
+        while len(buffer) >= 5:
+            kind, length = buffer[0], struct.unpack(">I", buffer[1:5])[0]
+            if len(buffer) < 5 + length:
+                break
+            payload, buffer = buffer[5:5 + length], buffer[5 + length:]
+            try:
+                decoded = json.loads(payload) if kind != CHUNK else None
+            except ValueError:
+                decoded = None
+            frames.append({"kind": kind, "json": decoded})
+    return frames, closed
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode")
+    parser.add_argument("port", type=int)
+    parser.add_argument("--cert", required=True)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--wait", type=float, default=10)
+    args = parser.parse_args()
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    context.load_cert_chain(args.cert, args.key)
+    raw = socket.create_connection(("127.0.0.1", args.port), timeout=10)
+    tls = context.wrap_socket(raw, server_hostname="peerxfer")
+
+    mode = args.mode
+    if mode == "traversal":
+        tls.sendall(hello() + manifest(entry("../escape.txt")))
+    elif mode == "absolute":
+        tls.sendall(hello() + manifest(entry("/tmp/peerxfer-absolute.txt")))
+    elif mode == "nul":
+        tls.sendall(hello() + manifest(entry("a\u0000b")))
+    elif mode == "control":
+        tls.sendall(hello() + manifest(entry("esc\x1b[2Jape")))
+    elif mode == "symlink":
+        tls.sendall(hello() + manifest(entry("link/evil.txt")))
+        frames, _ = read_frames(tls, 5)   # the answer (the path itself is well-formed)
+        tls.sendall(chunk(0, 0, b"evil"))
+        more, closed = read_frames(tls, args.wait)
+        print(json.dumps({"frames": frames + more, "closed": closed}), flush=True)
+        return
+    elif mode == "huge-frame":
+        tls.sendall(hello() + bytes([MANIFEST]) + struct.pack(">I", 0x7FFFFFFF) + b"{" * 1000)
+    elif mode == "garbage":
+        tls.sendall(b"\x42" * 4096)
+    elif mode == "version":
+        tls.sendall(hello(version=99))
+    elif mode == "bad-chunk":
+        tls.sendall(hello() + manifest(entry("fine.txt")))
+        read_frames(tls, 5)
+        tls.sendall(chunk(0, 4096, b"evil"))
+    elif mode == "flood":
+        tls.sendall(hello() + manifest(entry("one.txt", b"x")))
+        read_frames(tls, 5)
+        tls.sendall(chunk(0, 0, b"x" * CHUNK_SIZE))
+    elif mode == "silent":
+        pass
+    else:
+        sys.exit("unknown mode " + mode)
+    frames, closed = read_frames(tls, args.wait)
+    print(json.dumps({"frames": frames, "closed": closed}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

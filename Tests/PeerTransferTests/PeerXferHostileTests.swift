@@ -1,0 +1,84 @@
+import Foundation
+import SalutTestSupport
+import XCTest
+
+/// A hand-written hostile sender (Tests/Hostile/peerxfer_hostile.py, Python's ssl) against a
+/// real `peerxfer serve`: bad paths, oversized and malformed frames, lies about sizes, and
+/// silence. The receiver must refuse each with a typed failure, write nothing outside its
+/// inbox (nor under a wrong name inside it), and keep serving good senders.
+final class PeerXferHostileTests: XCTestCase {
+    private static let script = PeerXferLab.root.appendingPathComponent("Tests/Hostile/peerxfer_hostile.py").path
+
+    private struct Outcome {
+        var failureCodes: [String]
+        var messages: [String]
+        var closed: Bool
+        var raw: String
+    }
+
+    private func attack(_ mode: String, port: Int, certificate: TestCertificate, wait: Double = 10) throws -> Outcome {
+        let client = try Foreign(["python3", Self.script, mode, "\(port)", "--cert", certificate.certificateFile,
+                                  "--key", certificate.keyFile, "--wait", "\(wait)"])
+        let output = client.finish(seconds: wait + 30)
+        guard let line = output.split(separator: "\n").last(where: { $0.hasPrefix("{") }),
+              let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+              let frames = object["frames"] as? [[String: Any]] else {
+            XCTFail("\(mode): no report from the hostile client: \(output)")
+            return Outcome(failureCodes: [], messages: [], closed: false, raw: output)
+        }
+        let failures = frames.filter { $0["kind"] as? Int == 0x7f }.compactMap { $0["json"] as? [String: Any] }
+        return Outcome(failureCodes: failures.compactMap { $0["code"] as? String },
+                       messages: failures.compactMap { $0["message"] as? String },
+                       closed: object["closed"] as? Bool ?? false, raw: output)
+    }
+
+    func testBadPathsBadFramesAndLiesAreRefusedAndNothingLeavesTheInbox() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Hostile")
+        let inbox = lab.path("inbox")
+        let outside = lab.path("outside")
+        try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        // A symlink inside the inbox that leads out of it.
+        try FileManager.default.createSymbolicLink(atPath: inbox + "/link", withDestinationPath: outside)
+        let daemon = try lab.serve(name: name, config: "receiver", inbox: inbox)
+        let port = daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        let certificate = try TestCertificate.make()
+
+        let expectations: [(mode: String, code: String, text: String)] = [
+            ("traversal", "path", "\"..\" component"),
+            ("absolute", "path", "is absolute"),
+            ("nul", "path", "control character"),
+            ("control", "path", "control character"),
+            ("symlink", "path", "symlink"),
+            ("huge-frame", "limit", "the limit is"),
+            ("garbage", "protocol", "unknown message kind"),
+            ("version", "protocol", "version 99"),
+            ("bad-chunk", "protocol", "chunks of"),
+            ("flood", "protocol", "chunks of"),
+        ]
+        for (mode, code, text) in expectations {
+            let outcome = try attack(mode, port: port, certificate: certificate)
+            XCTAssertEqual(outcome.failureCodes, [code], "\(mode): \(outcome.raw)")
+            XCTAssertTrue(outcome.messages.contains { $0.contains(text) }, "\(mode): \(outcome.messages)")
+            XCTAssertFalse(outcome.messages.joined().contains("\u{1b}"), "\(mode): raw escapes sent back")
+            XCTAssertTrue(outcome.closed, "\(mode): the receiver must close the connection")
+        }
+        XCTAssertEqual(PeerXferLab.listing(outside), [], "something was written outside the inbox")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: "/tmp/peerxfer-absolute.txt"))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("escape.txt")))
+        XCTAssertEqual(PeerXferLab.listing(inbox).filter { !$0.hasPrefix("link") }, [],
+                       "no file may appear in the inbox from a refused offer")
+        XCTAssertFalse(daemon.output.contains("\u{1b}"), "the daemon's log must escape the peer's name")
+
+        // A peer that completes the handshake and says nothing is dropped by the first-byte bound.
+        let silent = try attack("silent", port: port, certificate: certificate, wait: 20)
+        XCTAssertTrue(silent.closed, "a silent peer must be cut: \(silent.raw)")
+
+        // And after all that, a good sender is served.
+        try lab.makeFile("src/good.txt", size: 1000)
+        let (status, output) = try lab.send([lab.path("src/good.txt")], to: name, config: "sender")
+        XCTAssertEqual(status, 0, output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/good.txt"), inbox + "/good.txt"))
+    }
+}
