@@ -24,6 +24,25 @@ final class Inbox: @unchecked Sendable {
 
     deinit { close(root) }
 
+    /// Writes everything written to the inbox's file system to disk (syncfs(2)): one call makes
+    /// a whole batch of received files durable before they get their names.
+    func syncData() throws {
+        guard let syncfs = Self.syncfs else {
+            sync()   // no syncfs in this libc: the whole system, which includes the inbox
+            return
+        }
+        guard syncfs(root) == 0 else {
+            throw PeerTransferError.runtime("syncfs on the inbox \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// glibc's syncfs(2), looked up at run time (Swift's Glibc module leaves out _GNU_SOURCE
+    /// declarations).
+    private static let syncfs: (@convention(c) (Int32) -> Int32)? = {
+        guard let symbol = dlsym(nil, "syncfs") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (Int32) -> Int32).self)
+    }()
+
     /// Bytes free for an unprivileged writer on the inbox's file system.
     func freeBytes() throws -> UInt64 {
         var info = statvfs()
@@ -142,10 +161,12 @@ final class PartFile {
 
     deinit { closeFiles() }
 
+    private var dataClosed = false
+
     func closeFiles() {
         guard !closed else { return }
         closed = true
-        close(fd)
+        if !dataClosed { close(fd) }
         close(directory)
     }
 
@@ -176,11 +197,9 @@ final class PartFile {
         }
     }
 
-    /// Syncs the file, applies `mode` and `modified`, and gives it its final name: the offered
-    /// one, or `name (1).ext`, `name (2).ext`… when that is taken (never replacing a file).
-    /// - Returns: the path it was stored under.
-    func publish(mode: UInt32, modified: Double) throws -> String {
-        guard fsync(fd) == 0 else { throw ioError("fsync") }
+    /// Applies `mode` and `modified` and closes the data descriptor: the file is complete and
+    /// verified, and waits for ``publish()`` (after its data is on disk, see ``Inbox/syncData()``).
+    func finishWriting(mode: UInt32, modified: Double) throws {
         guard fchmod(fd, mode_t(mode & 0o777)) == 0 else { throw ioError("fchmod") }
         if modified.isFinite {
             let seconds = modified.rounded(.down)
@@ -188,18 +207,31 @@ final class PartFile {
                          timespec(tv_sec: Int(seconds), tv_nsec: Int((modified - seconds) * 1e9))]
             guard futimens(fd, &times) == 0 else { throw ioError("futimens") }
         }
+        if !closed { close(fd) }
+        dataClosed = true
+    }
+
+    /// Gives the verified file its final name: the offered one, or `name (1).ext`,
+    /// `name (2).ext`… when that is taken (never replacing a file). Call once its data is on
+    /// disk; the folder is synced by ``syncFolder()``.
+    /// - Returns: the path it was stored under.
+    func publish() throws -> String {
         let partName = path.name + TransferLimits.partSuffix
         for attempt in 0..<10_000 {
             let candidate = attempt == 0 ? path.name : Self.numbered(path.name, attempt)
             // link(2) refuses to replace an existing name: no file is ever overwritten.
             if linkat(directory, partName, directory, candidate, 0) == 0 {
                 guard unlinkat(directory, partName, 0) == 0 else { throw ioError("unlinkat") }
-                guard fsync(directory) == 0 else { throw ioError("fsync of the folder") }
                 return (path.parent + [candidate]).joined(separator: "/")
             }
             guard errno == EEXIST else { throw ioError("linkat") }
         }
         throw PeerTransferError.runtime("no free name for \(Terminal.escape(path.description)) after 10,000 tries")
+    }
+
+    /// Makes the names given in this file's folder durable.
+    func syncFolder() throws {
+        guard fsync(directory) == 0 else { throw ioError("fsync of the folder") }
     }
 
     /// Removes the part file (after a failed verification).

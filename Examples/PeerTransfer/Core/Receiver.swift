@@ -38,6 +38,11 @@ public enum ReceiveEvent: Sendable {
 /// Receives one transfer on an accepted connection: drives a ``ReceiverStateMachine`` with
 /// the frames read, and performs its actions on the inbox.
 struct Receiver {
+    /// Verified files named together after one syncfs(2): at most this many…
+    static let batchFiles = 64
+    /// …or this many bytes.
+    static let batchBytes: UInt64 = 256 << 20
+
     let id: Int
     let inbox: Inbox
     let policy: AcceptPolicy
@@ -62,13 +67,51 @@ struct Receiver {
         var senderName = "?"
         var received: UInt64 = 0
         var outcome: PeerTransferError?
+        // Verified files wait here for one syncfs(2) per batch, then get their names.
+        var publishing: [(index: Int, file: PartFile)] = []
+        var publishingBytes: UInt64 = 0
         defer {
             for file in files.values { file.closeFiles() }
         }
+
+        /// Makes the batch durable (one syncfs), names its files, syncs their folders, and
+        /// returns the machine's actions for their results.
+        func publishBatch() throws -> [ReceiverStateMachine.Action] {
+            guard !publishing.isEmpty else { return [] }
+            defer {
+                for (_, file) in publishing { file.closeFiles() }
+                publishing = []
+                publishingBytes = 0
+            }
+            try inbox.syncData()
+            var results: [FileResult] = []
+            var folders: [String: PartFile] = [:]
+            for (index, file) in publishing {
+                var result = FileResult(index: index, verified: false, storedAs: nil, error: nil)
+                do {
+                    result.storedAs = try file.publish()
+                    result.verified = true
+                    folders[file.path.parent.joined(separator: "/")] = file
+                    events(.fileVerified(id: id, storedAs: result.storedAs!))
+                } catch let error as PeerTransferError {
+                    result.error = error.message
+                    events(.fileFailed(id: id, path: Terminal.escape(file.path.description), reason: error.message))
+                }
+                results.append(result)
+            }
+            for file in folders.values { try file.syncFolder() }
+            return results.flatMap { machine.fileFinished($0) }
+        }
+
+        func fileFailed(_ index: Int, _ entry: ManifestEntry, _ reason: String) -> [ReceiverStateMachine.Action] {
+            events(.fileFailed(id: id, path: Terminal.escape(entry.path), reason: reason))
+            logger.warning("\(Terminal.escape(entry.path)) from \(senderName) failed: \(reason)")
+            return machine.fileFinished(FileResult(index: index, verified: false, storedAs: nil, error: reason))
+        }
+        var reader = FrameReader(pair.input)
         do {
             try await pair.open()
             senderKey = pair.peerTrust?.publicKeySHA256 ?? ""
-            var reader = FrameReader(pair.input)
             var pending: [ReceiverStateMachine.Action] = []
             loop: while true {
                 if pending.isEmpty {
@@ -86,7 +129,11 @@ struct Receiver {
                             break loop
                         }
                     }
-                    pending = machine.received(frame)
+                    if frame.kind == .done {
+                        // The results of every file go before the summary.
+                        pending = try publishBatch()
+                    }
+                    pending += machine.received(frame)
                     continue
                 }
                 let action = pending.removeFirst()
@@ -120,25 +167,23 @@ struct Receiver {
                     let entry = manifest!.entries[index]
                     let file = files.removeValue(forKey: index)!
                     let digest = hashers.removeValue(forKey: index)!.finish()
-                    var result = FileResult(index: index, verified: false, storedAs: nil, error: nil)
                     if digest.hex == entry.sha256 {
                         do {
-                            result.storedAs = try file.publish(mode: entry.mode, modified: entry.modified)
-                            result.verified = true
-                            events(.fileVerified(id: id, storedAs: result.storedAs!))
+                            try file.finishWriting(mode: entry.mode, modified: entry.modified)
+                            publishing.append((index, file))
+                            publishingBytes += entry.size
                         } catch let error as PeerTransferError {
-                            result.error = error.message
+                            file.closeFiles()
+                            pending += fileFailed(index, entry, error.message)
                         }
                     } else {
                         file.discard()
-                        result.error = "its SHA-256 is \(digest.hex), not the \(entry.sha256) offered; the part file was removed"
+                        file.closeFiles()
+                        pending += fileFailed(index, entry, "its SHA-256 is \(digest.hex), not the \(entry.sha256) offered; the part file was removed")
                     }
-                    if let error = result.error {
-                        events(.fileFailed(id: id, path: Terminal.escape(entry.path), reason: error))
-                        logger.warning("\(Terminal.escape(entry.path)) from \(senderName) failed: \(error)")
+                    if publishing.count >= Self.batchFiles || publishingBytes >= Self.batchBytes {
+                        pending += try publishBatch()
                     }
-                    file.closeFiles()
-                    pending += machine.fileFinished(result)
                 case .fail(let error, let tellPeer):
                     outcome = error
                     if tellPeer {
@@ -152,6 +197,10 @@ struct Receiver {
             }
             if outcome == nil {
                 try await pair.finishSending()
+                // A clean close: the sender's end of the data too, briefly (it sent all it had).
+                watchdog.touch(bound: .seconds(5))
+                // (Its bytes no longer matter: the exchange is complete either way.)
+                while case .some(.some) = try? await reader.next() {}
             }
         } catch let error as PeerTransferError {
             outcome = error
@@ -160,6 +209,8 @@ struct Receiver {
         } catch {
             outcome = .runtime("the connection failed: \(error)")
         }
+        // Files verified before a failure still get their names (their results cannot be sent).
+        if !publishing.isEmpty { _ = try? publishBatch() }
         pair.input.close()
         pair.output.close()
         let summary = machine.summaryCounts
