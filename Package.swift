@@ -56,6 +56,7 @@ let package = Package(
             name: "peerxfer",
             dependencies: [
                 "PeerTransferCore",
+                "Salut",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -48,6 +48,9 @@ open class PeerSession: NSObject, @unchecked Sendable {
     }
     private var tlsContext: SharedTLSContext?
 
+    /// The background session's state (nil for other sessions).
+    let background: BackgroundSessionState?
+
     private let lock = NSLock()
     private let isShared: Bool
     private var delegateObject: (any PeerSessionDelegate)?
@@ -87,8 +90,28 @@ open class PeerSession: NSObject, @unchecked Sendable {
         trustStore = TrustStore(file: configuration.isEphemeral ? nil : configuration.trustStoreURL)
         discoveryContext = context
         resolver = context.addressResolver
+        if let identifier = configuration.identifier, let directory = configuration.backgroundStateDirectory {
+            // A folder that cannot be made leaves a session whose upload tasks fail at once.
+            background = try? BackgroundSessionState(identifier: identifier, directory: directory,
+                                                     wantsToRun: configuration.runsBackgroundTasks)
+        } else {
+            background = nil
+        }
         super.init()
+        if let background, background.runsTasks {
+            adoptQueuedTasks()
+            deliverToDelegate { delegate in
+                (delegate as? PeerSessionUploadDelegate)?.peerSessionDidFinishEvents(forBackgroundSession: self)
+            }
+            background.watch { [weak self] in self?.adoptQueuedTasks() }
+        } else {
+            viewQueuedTasks()
+        }
     }
+
+    /// True when this process runs the background session's tasks; false when it only queues
+    /// them for another process (and for sessions that are not background sessions).
+    public var runsBackgroundTasks: Bool { background?.runsTasks ?? false }
 
     /// The delegate, until the session is invalidated.
     public var delegate: (any PeerSessionDelegate)? { lock.withLock { delegateObject } }
@@ -112,6 +135,17 @@ open class PeerSession: NSObject, @unchecked Sendable {
         let trim = { (text: String) in text.hasSuffix(".") ? String(text.dropLast()) : text }
         let domain = trim(service.domain)
         return streamTask(with: DiscoveredService(name: service.name, type: trim(service.type), domain: domain.isEmpty ? "local" : domain))
+    }
+
+    /// Registers a task reloaded from disk under its old identifier (later ones count on).
+    func registerKeeping<T: PeerSessionTask>(_ identifier: Int, _ make: (Int) -> T) -> T {
+        lock.lock()
+        let id = tasks[identifier] == nil && identifier > 0 ? identifier : nextIdentifier
+        nextIdentifier = max(nextIdentifier, id + 1)
+        let task = make(id)
+        tasks[id] = task
+        lock.unlock()
+        return task
     }
 
     /// Registers a new task; after invalidation the task is born completed with
@@ -165,6 +199,7 @@ open class PeerSession: NSObject, @unchecked Sendable {
             return !invalidated
         }
         guard first else { return }
+        background?.stopWatching()
         deliverToDelegate { delegate in delegate.peerSession(self, didBecomeInvalidWithError: nil) }
         deliver { self.lock.withLock { self.delegateObject = nil } }
     }

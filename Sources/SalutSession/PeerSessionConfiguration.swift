@@ -23,6 +23,39 @@ public struct PeerSessionConfiguration: Sendable {
     /// True for ``ephemeral``.
     public let isEphemeral: Bool
 
+    /// A background session: its upload tasks are kept on disk (in ``backgroundStateDirectory``),
+    /// survive a crash or a restart of the process, wait for their service to be visible,
+    /// retry after a lost connection and resume. Re-creating a session with the same
+    /// identifier lists its tasks again (``PeerSession/allTasks``) and delivers the events
+    /// that no delegate heard, then ``PeerSessionUploadDelegate/peerSessionDidFinishEvents(forBackgroundSession:)``.
+    ///
+    /// One process at a time runs a background session's tasks (it holds a lock in the state
+    /// folder); a session made with the same identifier in another process, or with
+    /// ``runsBackgroundTasks`` false, only queues tasks for it.
+    public static func background(withIdentifier identifier: String) -> PeerSessionConfiguration {
+        var configuration = PeerSessionConfiguration(isEphemeral: false)
+        configuration.identifier = identifier
+        configuration.backgroundStateDirectory = defaultBackgroundDirectory(identifier)
+        return configuration
+    }
+
+    /// The background session's identifier (nil for other sessions).
+    public private(set) var identifier: String?
+    /// Where a background session keeps its tasks. Defaults to
+    /// `$XDG_STATE_HOME/salut/background/IDENTIFIER` (or `~/.local/state/salut/background/…`).
+    public var backgroundStateDirectory: URL?
+    /// False: this process only queues background tasks for the process that runs them (a
+    /// command that hands work to a daemon). Default true.
+    public var runsBackgroundTasks = true
+    /// How a background session's upload tasks deliver their body (required for them).
+    public var uploadProtocol: (any PeerUploadProtocol)?
+    /// How many attempts a background upload makes before it fails (the first included).
+    /// Default 10.
+    public var maximumAttempts = 10
+    /// Seconds before the first retry; each later one waits twice as long, up to a minute.
+    /// Default 1.
+    public var retryDelay: TimeInterval = 1
+
     /// Seconds a task may sit idle (nothing read or written while an operation waits) before
     /// it fails with ``PeerSessionError/timedOut(_:)``. Default 60.
     public var timeoutIntervalForRequest: TimeInterval = 60
@@ -63,6 +96,14 @@ public struct PeerSessionConfiguration: Sendable {
     init(isEphemeral: Bool) {
         self.isEphemeral = isEphemeral
         trustStoreURL = isEphemeral ? nil : Self.defaultTrustStore
+    }
+
+    static func defaultBackgroundDirectory(_ identifier: String) -> URL {
+        let environment = ProcessInfo.processInfo.environment
+        let base = environment["XDG_STATE_HOME"].map { URL(fileURLWithPath: $0) }
+            ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".local/state")
+        let safe = identifier.map { $0.isLetter || $0.isNumber || $0 == "." || $0 == "-" || $0 == "_" ? $0 : "_" }
+        return base.appendingPathComponent("salut/background").appendingPathComponent(String(safe))
     }
 
     static var defaultTrustStore: URL {

@@ -65,6 +65,8 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
         get { lock.lock(); defer { lock.unlock() }; return _description }
         set { lock.lock(); _description = newValue; lock.unlock() }
     }
+    /// The description, for subclasses that already hold `lock`.
+    var taskDescriptionUnlocked: String? { _description }
     /// 0 (lowest) … 1 (highest); values outside are clamped.
     public var priority: Float {
         get { lock.lock(); defer { lock.unlock() }; return _priority }
@@ -174,8 +176,11 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
         lock.unlock()
         waiters.forEach { $0.resume() }
         finishWork()
-        session.taskCompleted(self, error: error, metrics: metrics.finish(sent: counts.0, received: counts.1))
+        session.taskCompleted(self, error: error, metrics: completedMetrics(metrics.finish(sent: counts.0, received: counts.1)))
     }
+
+    /// The metrics the delegate hears at completion; subclasses add what they know.
+    func completedMetrics(_ metrics: PeerTaskMetrics) -> PeerTaskMetrics { metrics }
 
     func add(sent moreSent: Int, received moreReceived: Int) {
         lock.lock()

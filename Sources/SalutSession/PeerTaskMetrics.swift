@@ -8,6 +8,10 @@ public struct PeerTaskMetrics: Sendable {
     public var taskInterval: DateInterval
     /// One entry per connection the task made (stream tasks make one).
     public var transactionMetrics: [PeerTransactionMetrics]
+    /// For background upload tasks: the waits for the service and between attempts.
+    public var waits: [PeerTaskWait] = []
+    /// For background upload tasks: how many attempts were made (1 for other tasks).
+    public var attempts: Int = 1
 }
 
 /// Timestamps and facts about one connection, like `URLSessionTaskTransactionMetrics`. A date

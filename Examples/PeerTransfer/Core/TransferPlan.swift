@@ -16,6 +16,7 @@ public struct TransferPlan: Sendable {
     ///   with the same last component, or names the protocol cannot carry;
     ///   ``PeerTransferError/limit(_:)`` beyond the protocol's limits;
     ///   ``PeerTransferError/runtime(_:)`` when a file cannot be read.
+    /// With `hashing` false the digests are left as zeros (to check the paths only).
     public static func make(paths: [String], hashing: Bool = true) throws -> TransferPlan {
         var plan = TransferPlan(manifest: Manifest(chunkSize: TransferLimits.chunkSize, entries: []), sources: [], skipped: [])
         var roots = Set<String>()
@@ -30,7 +31,7 @@ public struct TransferPlan: Sendable {
             guard roots.insert(rootName).inserted else {
                 throw PeerTransferError.usage("two arguments are named \"\(rootName)\"; they would land on the same path")
             }
-            try plan.add(url.path, as: rootName, info: info)
+            try plan.add(url.path, as: rootName, info: info, hashing: hashing)
             guard plan.manifest.entries.count <= TransferLimits.maximumEntries else {
                 throw PeerTransferError.limit("more than \(TransferLimits.maximumEntries) files and folders")
             }
@@ -43,14 +44,14 @@ public struct TransferPlan: Sendable {
         return plan
     }
 
-    private mutating func add(_ path: String, as relative: String, info: stat) throws {
+    private mutating func add(_ path: String, as relative: String, info: stat, hashing: Bool) throws {
         let kind = info.st_mode & S_IFMT
         let modified = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
         switch kind {
         case S_IFREG:
-            let digest = try FileHashing.digest(ofFile: path)
+            let digest = hashing ? try FileHashing.digest(ofFile: path).hex : String(repeating: "0", count: 64)
             manifest.entries.append(ManifestEntry(path: relative, kind: .file, size: UInt64(info.st_size),
-                                                  mode: UInt32(info.st_mode & 0o777), modified: modified, sha256: digest.hex))
+                                                  mode: UInt32(info.st_mode & 0o777), modified: modified, sha256: digest))
             sources.append(path)
         case S_IFDIR:
             manifest.entries.append(ManifestEntry(path: relative, kind: .directory, size: 0,
@@ -69,7 +70,7 @@ public struct TransferPlan: Sendable {
                     skipped.append("\(childPath): \(String(cString: strerror(errno)))")
                     continue
                 }
-                try add(childPath, as: relative + "/" + child, info: childInfo)
+                try add(childPath, as: relative + "/" + child, info: childInfo, hashing: hashing)
                 guard manifest.entries.count <= TransferLimits.maximumEntries else {
                     throw PeerTransferError.limit("more than \(TransferLimits.maximumEntries) files and folders")
                 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import PeerTransferCore
+import Salut
 
 /// `peerxfer send`: offer files to a receiver and send what it accepts.
 struct Send: AsyncParsableCommand {
@@ -27,6 +28,9 @@ struct Send: AsyncParsableCommand {
     @Flag(help: "Report progress as JSON lines even on a terminal.")
     var json = false
 
+    @Flag(help: "Hand the transfer to the local daemon (`peerxfer serve` with the same --config) and return; it delivers when the receiver is (or becomes) reachable, retrying and resuming. `peerxfer status` shows the queue.")
+    var background = false
+
     func validate() throws {
         guard !paths.isEmpty else { throw ValidationError("give at least one file or folder to send") }
         guard wait.isFinite, wait > 0, wait <= 86_400 else { throw ValidationError("--wait must be a number of seconds above 0, at most 86400") }
@@ -35,6 +39,7 @@ struct Send: AsyncParsableCommand {
 
     func run() async throws {
         let configuration = try config.load()
+        if background { return try queue(configuration) }
         let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1)
         display.note("preparing \(paths.count == 1 ? paths[0] : "\(paths.count) paths") (hashing)…")
         let plan = try TransferPlan.make(paths: paths)
@@ -49,6 +54,29 @@ struct Send: AsyncParsableCommand {
         }
         if !report.declined.isEmpty {
             throw PeerTransferError.declined("the receiver declined \(report.declined.count) of \(plan.manifest.entries.count) entries")
+        }
+    }
+
+    /// Queues one background upload per path for the daemon.
+    private func queue(_ configuration: PeerConfiguration) throws {
+        // The same checks as a foreground send, now, while the user is here to see them.
+        _ = try TransferPlan.make(paths: paths, hashing: false)
+        let session = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer"))
+        let service = DiscoveredService(name: to, type: TransferLimits.serviceType)
+        for path in paths {
+            let url = URL(fileURLWithPath: path).standardizedFileURL
+            let task = session.uploadTask(to: service, fromFile: url)
+            task.taskDescription = url.path
+            task.resume()
+            if json {
+                printJSON(["event": "queued", "path": url.path, "peer": to, "task": task.persistentIdentifier])
+            } else {
+                printLine("queued \(url.path) for \"\(Terminal.escape(to))\" (task \(task.persistentIdentifier.prefix(8)))")
+            }
+        }
+        let status = try? DaemonStatus.load(from: configuration.statusFile)
+        if status?.daemonAlive != true {
+            printError("note: no peerxfer daemon runs with this configuration; the queue is delivered when `peerxfer serve --config \(configuration.directory)` starts")
         }
     }
 }

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import PeerTransferCore
+import Salut
 import ServiceLifecycle
 
 /// `peerxfer serve`: the receiving daemon, in the foreground.
@@ -61,10 +62,18 @@ struct Serve: AsyncParsableCommand {
                                                       port: port, logger: logger, events: { status.record($0) })
         status.started(name: service.name, port: service.port, inbox: service.inboxPath,
                        key: configuration.identity.publicKeySHA256)
+        // The user's own background session: it sends what `send --background` queued.
+        let displayName = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer"
+        let background = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: true, displayName: displayName),
+                                     delegate: BackgroundSendLog(logger: logger))
+        if !background.runsBackgroundTasks {
+            logger.warning("another peerxfer serve runs this configuration's background queue; this one only receives")
+        }
         printLine("serving \"\(service.name)\" on port \(service.port), inbox \(service.inboxPath), key \(configuration.identity.publicKeySHA256)")
         let group = ServiceGroup(services: [ReceiverLifecycle(service: service)],
                                  gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         try await group.run()
+        background.invalidateAndCancel()
         status.stopped()
         logger.info("stopped")
     }

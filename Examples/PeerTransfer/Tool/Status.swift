@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import PeerTransferCore
+import Salut
 
 /// `peerxfer status`: what the local daemon is doing.
 struct Status: AsyncParsableCommand {
@@ -30,6 +31,15 @@ struct Status: AsyncParsableCommand {
         } while follow
     }
 
+    /// The background sends queued or in progress, as their records say.
+    private func backgroundQueue() -> [String] {
+        guard let configuration = try? config.load() else { return [] }
+        let session = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer"))
+        return session.allTasks.compactMap { $0 as? PeerUploadTask }.map { task in
+            "\(task.taskDescription ?? "?") → \"\(Terminal.escape(task.service.name))\": \(task.recordedPhase), \(task.attempts) attempt(s)\(task.recordedError.map { "; last error: \(Terminal.escape($0))" } ?? "")"
+        }
+    }
+
     private func show(_ status: DaemonStatus?) {
         guard let status else {
             if json { printJSON(["running": false]) } else { printLine("no daemon has run with this configuration (peerxfer serve)") }
@@ -46,6 +56,9 @@ struct Status: AsyncParsableCommand {
                   ? "serving \"\(Terminal.escape(status.name))\" on port \(status.port), inbox \(status.inbox), pid \(status.pid)"
                   : "not running (last seen as \"\(Terminal.escape(status.name))\")")
         printLine("key \(status.key)")
+        let queue = backgroundQueue()
+        printLine(queue.isEmpty ? "background queue: empty" : "background queue:")
+        for line in queue { printLine("  \(line)") }
         if status.transfers.isEmpty { printLine("no transfers yet") }
         for transfer in status.transfers {
             let progress = transfer.bytes > 0 ? " \(transfer.bytesReceived * 100 / transfer.bytes)%" : ""

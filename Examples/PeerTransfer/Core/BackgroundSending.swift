@@ -1,0 +1,90 @@
+import Foundation
+import Logging
+import Salut
+
+/// peerxfer's protocol as a background session's upload protocol: the daemon's background
+/// session delivers what `peerxfer send --background` queued, with the same checks (key pinned,
+/// resume from what the receiver verified) as a foreground send.
+public struct PeerTransferUpload: PeerUploadProtocol {
+    let configuration: PeerConfiguration
+    let displayName: String
+
+    /// An upload protocol sending as this device.
+    public init(configuration: PeerConfiguration, displayName: String) {
+        self.configuration = configuration
+        self.displayName = displayName
+    }
+
+    public func upload(_ body: PeerUploadBody, to service: ResolvedService, context: PeerUploadContext) async throws {
+        guard case .file(let url) = body else {
+            throw PeerTransferError.usage("peerxfer sends files and folders, not data or streams")
+        }
+        let plan = try TransferPlan.make(paths: [url.path])
+        var sender = Sender(configuration: configuration, displayName: displayName)
+        sender.findTimeout = 10
+        let total = Int64(clamping: plan.manifest.totalBytes)
+        let report = try await sender.send(plan, to: service.service.name, events: { event in
+            if case .progress(let sent, _) = event { context.reportProgress(sent: Int64(clamping: sent), total: total) }
+        })
+        if !report.failed.isEmpty {
+            throw PeerTransferError.fileFailed("\(report.failed.count) file(s) failed verification: \(report.failed.prefix(3).joined(separator: "; "))")
+        }
+        if !report.declined.isEmpty {
+            throw PeerTransferError.declined("the receiver declined \(report.declined.count) entries")
+        }
+    }
+
+    /// Trust failures, refusals and bad input will not pass by waiting; the rest may.
+    public func isRetryable(_ error: any Error) -> Bool {
+        if error is CancellationError { return false }
+        if let transfer = error as? PeerTransferError {
+            return !(transfer.isTrustFailure || transfer.isDeclined || transfer.exitCode == 2)
+        }
+        return true
+    }
+}
+
+extension PeerConfiguration {
+    /// The configuration of this device's background session (its folder is
+    /// `CONFIG/background`). `runsTasks`: true for the daemon, false for `send --background`.
+    public func backgroundSessionConfiguration(runsTasks: Bool, displayName: String) -> PeerSessionConfiguration {
+        var session = PeerSessionConfiguration.background(withIdentifier: "peerxfer")
+        session.backgroundStateDirectory = URL(fileURLWithPath: (directory as NSString).appendingPathComponent("background"))
+        session.runsBackgroundTasks = runsTasks
+        session.uploadProtocol = PeerTransferUpload(configuration: self, displayName: displayName)
+        if let attempts = ProcessInfo.processInfo.environment["PEERXFER_MAX_ATTEMPTS"].flatMap(Int.init), attempts > 0 {
+            session.maximumAttempts = attempts
+        }
+        if let delay = ProcessInfo.processInfo.environment["PEERXFER_RETRY_DELAY"].flatMap(Double.init), delay > 0, delay.isFinite {
+            session.retryDelay = delay
+        }
+        return session
+    }
+}
+
+/// The daemon's delegate for its background session: logs each event.
+public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Sendable {
+    // @unchecked: only the logger, which is thread-safe; calls arrive one at a time.
+    private let logger: Logger
+
+    public init(logger: Logger) {
+        self.logger = logger
+    }
+
+    public func peerSession(_ session: PeerSession, task: PeerUploadTask, isWaiting phase: PeerUploadTask.Phase) {
+        logger.info("background send #\(task.taskIdentifier) to \(Terminal.escape(task.service.name)): \(phase)")
+    }
+
+    public func peerSession(_ session: PeerSession, task: PeerSessionTask, didCompleteWithError error: (any Error)?) {
+        guard let upload = task as? PeerUploadTask else { return }
+        if let error {
+            logger.warning("background send #\(task.taskIdentifier) to \(Terminal.escape(upload.service.name)) failed: \(error)")
+        } else {
+            logger.info("background send #\(task.taskIdentifier) to \(Terminal.escape(upload.service.name)) delivered and verified (\(upload.attempts) attempt(s))")
+        }
+    }
+
+    public func peerSessionDidFinishEvents(forBackgroundSession session: PeerSession) {
+        logger.debug("background session: earlier events delivered")
+    }
+}

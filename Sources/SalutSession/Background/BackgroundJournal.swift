@@ -1,0 +1,140 @@
+import Foundation
+
+/// What a background session keeps of each upload task on disk, one JSON file per task.
+struct BackgroundTaskRecord: Codable, Sendable, Equatable {
+    enum BodyKind: String, Codable, Sendable { case file, data, stream }
+    enum Outcome: String, Codable, Sendable { case pending, succeeded, failed }
+
+    var id: String
+    var taskIdentifier: Int
+    var serviceName: String
+    var serviceType: String
+    var serviceDomain: String
+    var bodyKind: BodyKind
+    /// The file to send (file bodies).
+    var filePath: String?
+    var taskDescription: String?
+    var created: Date
+    var deadline: Date
+    var attempts: Int
+    /// The phase, for people and for `allTasks` after a relaunch.
+    var phase: String
+    var checkpoint: Data?
+    var outcome: Outcome
+    var error: String?
+    var bytesSent: Int64
+    var bytesExpected: Int64
+    /// Waits for the service and for retries, as metrics report them.
+    var waits: [PeerTaskWait]
+}
+
+/// The background session's state folder: a record per task, written whole and atomically
+/// (temporary file, fsync, rename, fsync of the folder), so a crash at any point leaves each
+/// record either as it was or as it became. No record depends on another, so there is nothing
+/// a transaction across records would add (which is why this is files, not SQLite).
+final class BackgroundJournal: Sendable {
+    let directory: URL
+    private var tasksDirectory: URL { directory.appendingPathComponent("tasks") }
+    private var bodiesDirectory: URL { directory.appendingPathComponent("bodies") }
+
+    /// Opens (creating, mode 0700) the folder.
+    /// - Throws: ``PeerSessionError/transferFailed(_:)`` when it cannot be created.
+    init(directory: URL) throws {
+        self.directory = directory
+        do {
+            for folder in [directory, directory.appendingPathComponent("tasks"), directory.appendingPathComponent("bodies")] {
+                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true,
+                                                        attributes: [.posixPermissions: 0o700])
+            }
+        } catch {
+            throw PeerSessionError.transferFailed("cannot create the background session folder \(directory.path): \(error.localizedDescription)")
+        }
+    }
+
+    /// Every readable record; unreadable ones are set aside as `NAME.corrupt` (and left out).
+    func records() -> [BackgroundTaskRecord] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: tasksDirectory.path)) ?? []
+        let decoder = JSONDecoder()
+        var records: [BackgroundTaskRecord] = []
+        for name in names where name.hasSuffix(".json") {
+            let url = tasksDirectory.appendingPathComponent(name)
+            if let data = try? Data(contentsOf: url), let record = try? decoder.decode(BackgroundTaskRecord.self, from: data) {
+                records.append(record)
+            } else {
+                _ = rename(url.path, url.path + ".corrupt")
+            }
+        }
+        return records.sorted { $0.taskIdentifier < $1.taskIdentifier }
+    }
+
+    /// Writes `record` atomically.
+    /// - Throws: ``PeerSessionError/transferFailed(_:)`` naming the failing call.
+    func save(_ record: BackgroundTaskRecord) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        try Self.writeAtomically(try encoder.encode(record), to: tasksDirectory.appendingPathComponent(record.id + ".json"))
+    }
+
+    /// Removes a record and its stored body.
+    func remove(_ id: String) {
+        unlink(tasksDirectory.appendingPathComponent(id + ".json").path)
+        unlink(bodiesDirectory.appendingPathComponent(id).path)
+    }
+
+    /// Stores a data body for task `id`.
+    func saveBody(_ data: Data, for id: String) throws {
+        try Self.writeAtomically(data, to: bodiesDirectory.appendingPathComponent(id))
+    }
+
+    /// The stored data body of task `id`.
+    func body(for id: String) -> Data? {
+        try? Data(contentsOf: bodiesDirectory.appendingPathComponent(id))
+    }
+
+    static func writeAtomically(_ data: Data, to url: URL) throws {
+        let temporary = url.path + ".\(getpid()).\(UInt32.random(in: 0...UInt32.max)).new"
+        func failure(_ call: String) -> PeerSessionError {
+            PeerSessionError.transferFailed("cannot write \(url.path): \(call): \(String(cString: strerror(errno)))")
+        }
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw failure("open") }
+        var failed: PeerSessionError?
+        data.withUnsafeBytes { raw in
+            var done = 0
+            while done < raw.count {
+                let n = write(fd, raw.baseAddress! + done, raw.count - done)
+                if n < 0 { if errno == EINTR { continue }; failed = failure("write"); return }
+                done += n
+            }
+        }
+        if failed == nil && fsync(fd) != 0 { failed = failure("fsync") }
+        if close(fd) != 0 && failed == nil { failed = failure("close") }
+        if failed == nil && rename(temporary, url.path) != 0 { failed = failure("rename") }
+        if let failed {
+            unlink(temporary)
+            throw failed
+        }
+        let folder = open(url.deletingLastPathComponent().path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if folder >= 0 {
+            defer { close(folder) }
+            guard fsync(folder) == 0 else { throw failure("fsync of the folder") }
+        }
+    }
+}
+
+/// Who runs a background session's tasks: the one process holding the folder's lock. Other
+/// processes that open the session queue tasks for it and wake it through a datagram socket.
+final class BackgroundRunnerLock: Sendable {
+    private let fd: Int32
+    /// True when this process holds the lock (and runs the tasks).
+    let isHeld: Bool
+
+    init(directory: URL, tryToHold: Bool) {
+        fd = open(directory.appendingPathComponent("runner.lock").path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        isHeld = tryToHold && fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0
+    }
+
+    deinit {
+        if fd >= 0 { close(fd) }   // closing releases the lock
+    }
+}

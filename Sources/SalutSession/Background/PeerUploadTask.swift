@@ -1,0 +1,364 @@
+import Foundation
+import SalutDiscovery
+import SalutStreams
+
+/// A background upload to a service found by name (a background session's task, like a
+/// `URLSessionUploadTask` in a background `URLSession`): it waits while the service is not
+/// visible, connects when it appears, and after a lost connection waits and tries again,
+/// resuming, until it succeeds, the retries run out (``PeerSessionConfiguration/maximumAttempts``)
+/// or the give-up deadline passes (``PeerSessionConfiguration/timeoutIntervalForResource``).
+/// Its record is kept on disk: after a crash or a restart, re-creating the session with the
+/// same identifier lists it again and carries on.
+open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
+    // @unchecked: mutable state is guarded by the inherited `lock`; the driver runs on one
+    // Swift task at a time.
+
+    /// Where the task is in its life.
+    public enum Phase: Sendable, Equatable, CustomStringConvertible {
+        /// Created, not resumed.
+        case notStarted
+        /// Handed to the process that runs this background session (this process only queues).
+        case queuedWithRunner
+        /// Waiting for the service to become visible in discovery.
+        case waitingForService
+        /// Transferring: attempt 1, 2…
+        case transferring(attempt: Int)
+        /// An attempt failed; the next one starts at `until` (after the service is seen again).
+        case waitingToRetry(attempt: Int, until: Date)
+        /// Done (see `error`).
+        case completed
+
+        public var description: String {
+            switch self {
+            case .notStarted: return "not started"
+            case .queuedWithRunner: return "queued"
+            case .waitingForService: return "waiting for the service"
+            case .transferring(let attempt): return "transferring (attempt \(attempt))"
+            case .waitingToRetry(let attempt, let until):
+                return "waiting to retry after attempt \(attempt) (until \(ISO8601DateFormatter().string(from: until)))"
+            case .completed: return "completed"
+            }
+        }
+    }
+
+    /// The service the body goes to.
+    public let service: DiscoveredService
+    /// What is sent.
+    public let body: PeerUploadBody
+    private let background: BackgroundSessionState
+    private var record: BackgroundTaskRecord
+    private var _phase: Phase = .notStarted
+    private var driver: Task<Void, Never>?
+    private var freshStream: InputStream?
+    /// A view, in a process that only queues, of a task another process runs.
+    private let isSnapshot: Bool
+
+    init(session: PeerSession, identifier: Int, background: BackgroundSessionState, record: BackgroundTaskRecord,
+         body: PeerUploadBody, reloaded: Bool = false, snapshot: Bool = false) {
+        isSnapshot = snapshot
+        self.service = DiscoveredService(name: record.serviceName, type: record.serviceType, domain: record.serviceDomain)
+        self.body = body
+        self.background = background
+        self.record = record
+        // A reloaded stream task has no stream yet: the delegate gives one before the attempt.
+        if case .stream(let stream) = body, !reloaded { freshStream = stream }
+        super.init(session: session, identifier: identifier)
+        self.taskDescription = record.taskDescription
+        if record.bytesExpected >= 0 { countOfBytesExpectedToSend = record.bytesExpected }
+        countOfBytesExpectedToReceive = 0
+    }
+
+    /// Where the task is now.
+    public var phase: Phase { lock.withLock { _phase } }
+    /// Attempts made so far (by this process and, for a reloaded task, earlier ones).
+    public var attempts: Int { lock.withLock { record.attempts } }
+    /// The waits so far: for the service, and between attempts.
+    public var waits: [PeerTaskWait] { lock.withLock { record.waits } }
+    /// The task's id in the session's state folder (stable across relaunches).
+    public var persistentIdentifier: String { record.id }
+    /// The phase as last written to disk: for a task that another process runs, what that
+    /// process last recorded.
+    public var recordedPhase: String { lock.withLock { record.phase } }
+    /// The last attempt's error, as recorded.
+    public var recordedError: String? { lock.withLock { record.error } }
+
+    // MARK: Life cycle
+
+    override func startWork() {
+        super.startWork()
+        if isSnapshot { return }
+        lock.withLock { record.taskDescription = taskDescriptionUnlocked }
+        guard background.runsTasks else {
+            lock.withLock { _phase = .queuedWithRunner }
+            persist()   // the runner's watcher sees the record and takes the task over
+            return
+        }
+        let driver = Task.detached { [self] in await self.drive() }
+        lock.withLock { self.driver = driver }
+    }
+
+    override func cancelWork() {
+        if isSnapshot { return complete(with: PeerSessionError.cancelled) }   // the runner's task goes on
+        let driver = lock.withLock { self.driver }
+        if let driver {
+            driver.cancel()   // the driver completes the task as cancelled
+        } else {
+            background.journal.remove(record.id)
+            complete(with: PeerSessionError.cancelled)
+        }
+    }
+
+    override func finishWork() {
+        lock.withLock {
+            _phase = .completed
+            driver = nil
+            freshStream = nil
+        }
+        super.finishWork()
+    }
+
+    // MARK: For the upload protocol
+
+    func checkpointSaved(_ checkpoint: Data) {
+        lock.withLock { record.checkpoint = checkpoint }
+        persist()
+    }
+
+    func uploadProgressed(sent: Int64, total: Int64) {
+        let (previous, changedTotal) = lock.withLock { () -> (Int64, Bool) in
+            let previous = record.bytesSent
+            record.bytesSent = sent
+            defer { record.bytesExpected = total }
+            return (previous, record.bytesExpected != total)
+        }
+        if changedTotal { countOfBytesExpectedToSend = total }
+        if sent > previous { add(sent: Int(sent - previous), received: 0) }
+    }
+
+    // MARK: The driver
+
+    /// Runs the state machine's actions until the task completes.
+    private func drive() async {
+        let configuration = session.configuration
+        var machine = lock.withLock {
+            BackgroundUploadStateMachine(attempts: record.attempts, maximumAttempts: configuration.maximumAttempts,
+                                         deadline: record.deadline, retryDelay: configuration.retryDelay,
+                                         maximumRetryDelay: max(configuration.retryDelay, 60), bodyIsStream: record.bodyKind == .stream,
+                                         hasFreshStream: freshStream != nil)
+        }
+        var resolved: ResolvedService?
+        var actions = machine.start(now: Date())
+        while !actions.isEmpty {
+            let action = actions.removeFirst()
+            switch action {
+            case .persist:
+                update(from: machine)
+                persist()
+            case .waitForService(let until):
+                if Task.isCancelled { actions += machine.cancelled(); continue }
+                resolved = await waitForService(until: until)
+                if Task.isCancelled {
+                    actions += machine.cancelled()
+                } else if resolved != nil {
+                    actions += machine.serviceVisible(now: Date())
+                } else {
+                    actions += machine.deadlinePassed()
+                }
+            case .requestNewBodyStream:
+                let stream = await newBodyStream()
+                lock.withLock { freshStream = stream }
+                actions += Task.isCancelled ? machine.cancelled() : machine.bodyStreamProvided(stream != nil)
+            case .startAttempt(let attempt):
+                guard let resolved, let uploader = configuration.uploadProtocol else {
+                    actions += machine.attemptFailed("the session has no upload protocol (PeerSessionConfiguration.uploadProtocol)",
+                                                     retryable: false, now: Date())
+                    continue
+                }
+                let body = currentBody()
+                let context = PeerUploadContext(task: self, attempt: attempt, checkpoint: lock.withLock { record.checkpoint })
+                do {
+                    try await uploader.upload(body, to: resolved, context: context)
+                    actions += Task.isCancelled ? machine.cancelled() : machine.attemptSucceeded()
+                } catch {
+                    lock.withLock { record.error = "\(error)" }
+                    actions += Task.isCancelled ? machine.cancelled()
+                        : machine.attemptFailed("\(error)", retryable: uploader.isRetryable(error), now: Date())
+                }
+            case .sleep(let until):
+                beginWait(.retryDelay)
+                try? await Task.sleep(for: .seconds(max(0, until.timeIntervalSinceNow)))
+                endWait()
+                actions += Task.isCancelled ? machine.cancelled() : machine.retryDelayEnded(now: Date())
+            case .complete(let failure):
+                finish(failure)
+            }
+        }
+    }
+
+    /// The body for an attempt: the file, the stored data, or the fresh stream.
+    private func currentBody() -> PeerUploadBody {
+        switch record.bodyKind {
+        case .file: return .file(URL(fileURLWithPath: record.filePath ?? ""))
+        case .data: return .data(background.journal.body(for: record.id) ?? Data())
+        case .stream:
+            let stream = lock.withLock { () -> InputStream? in
+                defer { freshStream = nil }
+                return freshStream
+            }
+            return .stream(stream ?? InputStream(data: Data()))
+        }
+    }
+
+    /// Resolves the service, or waits (watching discovery) until it is visible and resolves;
+    /// nil when `until` passes or the task is cancelled.
+    private func waitForService(until deadline: Date) async -> ResolvedService? {
+        let context = session.discoveryContext
+        let service = self.service
+        if let resolved = try? await service.resolve(timeout: 2, context: context) { return resolved }
+        beginWait(.serviceNotVisible)
+        defer { endWait() }
+        return await withTaskGroup(of: ResolvedService?.self) { group in
+            group.addTask {
+                while !Task.isCancelled {
+                    do {
+                        for try await update in try ServiceBrowser(type: service.type, domain: service.domain, context: context)
+                        where update.services.contains(where: { $0.name == service.name }) {
+                            if let resolved = try? await service.resolve(timeout: 5, context: context) { return resolved }
+                        }
+                    } catch {}
+                    // The daemon went away (or the browse ended): look again shortly.
+                    try? await Task.sleep(for: .seconds(2))
+                }
+                return nil
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(max(0, deadline.timeIntervalSinceNow)))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+    }
+
+    /// Asks the delegate for a fresh stream; nil when it has none (or is not an upload delegate).
+    private func newBodyStream() async -> InputStream? {
+        let answered = OnceFlag()
+        let answer = await withCheckedContinuation { (continuation: CheckedContinuation<SendableStream?, Never>) in
+            let reply: @Sendable (InputStream?) -> Void = { stream in
+                if answered.claim() { continuation.resume(returning: stream.map(SendableStream.init)) }
+            }
+            session.deliverToDelegate(orElse: { reply(nil) }) { delegate in
+                guard let uploadDelegate = delegate as? PeerSessionUploadDelegate else { return reply(nil) }
+                uploadDelegate.peerSession(self.session, task: self, needNewBodyStream: reply)
+            }
+        }
+        return answer?.stream
+    }
+
+    private func beginWait(_ reason: PeerTaskWait.Reason) {
+        let phase = lock.withLock { () -> Phase in
+            record.waits.append(PeerTaskWait(reason: reason, start: Date(), end: nil))
+            return _phase
+        }
+        persist()
+        session.deliverToDelegate { delegate in
+            (delegate as? PeerSessionUploadDelegate)?.peerSession(self.session, task: self, isWaiting: phase)
+        }
+    }
+
+    private func endWait() {
+        lock.withLock {
+            if let last = record.waits.indices.last, record.waits[last].end == nil { record.waits[last].end = Date() }
+        }
+        persist()
+    }
+
+    private func update(from machine: BackgroundUploadStateMachine) {
+        lock.withLock {
+            record.attempts = machine.attempts
+            switch machine.phase {
+            case .notStarted: _phase = .notStarted
+            case .waitingForService, .awaitingBodyStream: _phase = .waitingForService
+            case .transferring(let attempt): _phase = .transferring(attempt: attempt)
+            case .waitingToRetry(let attempt, let until): _phase = .waitingToRetry(attempt: attempt, until: until)
+            case .finished: _phase = .completed
+            }
+            record.phase = _phase.description
+        }
+    }
+
+    private func finish(_ failure: BackgroundUploadStateMachine.Failure?) {
+        let error: PeerSessionError?
+        switch failure {
+        case nil: error = nil
+        case .cancelled?: error = .cancelled
+        case .deadline?: error = .timedOut("resource")
+        case .noBodyStream?: error = .transferFailed("a retry needed the body again and the delegate gave no new body stream")
+        case .failed(let reason, let attempts, let retryable)?:
+            error = .transferFailed(retryable ? "gave up after \(attempts) attempts; the last failed with: \(reason)" : reason)
+        }
+        lock.withLock {
+            record.outcome = error == nil ? .succeeded : .failed
+            record.error = error?.description
+        }
+        if error == .cancelled {
+            background.journal.remove(record.id)
+        } else {
+            persist()
+        }
+        complete(with: error)
+        // Once the delegate has heard of it, the record has served its purpose.
+        let journal = background.journal, id = record.id
+        session.deliver { journal.remove(id) }
+    }
+
+    /// Shows the task as handed to the runner.
+    func markQueued() {
+        lock.withLock { _phase = .queuedWithRunner }
+    }
+
+    /// Completes a task reloaded from a finished record: its events were not delivered before.
+    func completeFromRecord(_ record: BackgroundTaskRecord) {
+        lock.withLock { _phase = .completed }
+        complete(with: record.outcome == .succeeded ? nil : PeerSessionError.transferFailed(record.error ?? "failed"))
+        let journal = background.journal, id = record.id
+        session.deliver { journal.remove(id) }
+    }
+
+    private func persist() {
+        let snapshot = lock.withLock { record }
+        // A record that cannot be written costs only the crash safety of this task.
+        try? background.journal.save(snapshot)
+    }
+
+    /// Metrics carry the waits.
+    override func completedMetrics(_ metrics: PeerTaskMetrics) -> PeerTaskMetrics {
+        var metrics = metrics
+        lock.withLock {
+            metrics.waits = record.waits
+            metrics.attempts = record.attempts
+        }
+        return metrics
+    }
+}
+
+/// A flag that lets one caller through.
+final class OnceFlag: @unchecked Sendable {
+    // @unchecked: `done` is guarded by `lock`.
+    private let lock = NSLock()
+    private var done = false
+
+    func claim() -> Bool {
+        lock.withLock {
+            defer { done = true }
+            return !done
+        }
+    }
+}
+
+/// A stream passed from the delegate to the attempt that reads it (one owner at a time).
+struct SendableStream: @unchecked Sendable {
+    // @unchecked: handed over once; only the attempt reads it afterwards.
+    let stream: InputStream
+}
