@@ -1,0 +1,290 @@
+import Foundation
+import SalutDiscovery
+@testable import SalutSession
+import SalutStreams
+import SalutTestSupport
+import XCTest
+
+/// A toy upload protocol: send the whole body, end the data, and expect the byte count back.
+struct CountingUpload: PeerUploadProtocol {
+    func upload(_ body: PeerUploadBody, to service: ResolvedService, context: PeerUploadContext) async throws {
+        let bytes: Data
+        switch body {
+        case .data(let data): bytes = data
+        case .file(let url): bytes = try Data(contentsOf: url)
+        case .stream(let stream):
+            var collected = Data()
+            for try await chunk in stream.chunks { collected.append(chunk) }
+            bytes = collected
+        }
+        let pair = try await service.service.connect(resolveTimeout: 5)
+        defer { pair.input.close(); pair.output.close() }
+        try await pair.output.write(bytes)
+        try await pair.finishSending()
+        var answer = Data()
+        for try await chunk in pair.input.chunks { answer.append(chunk) }
+        guard String(decoding: answer, as: UTF8.self) == "\(bytes.count)" else {
+            throw PeerSessionError.transferFailed("the receiver counted \(String(decoding: answer, as: UTF8.self)), not \(bytes.count)")
+        }
+        context.reportProgress(sent: Int64(bytes.count), total: Int64(bytes.count))
+    }
+}
+
+/// A published service that counts what each connection sends, after cutting the first
+/// `failures` connections as soon as they arrive.
+final class CountingReceiver: @unchecked Sendable {
+    // @unchecked: `received` and `cuts` are guarded by `lock`.
+    let advertisement: ServiceAdvertisement
+    private let lock = NSLock()
+    private var received: [Data] = []
+    private var cutsLeft: Int
+
+    init(name: String, type: String, failures: Int = 0) async throws {
+        cutsLeft = failures
+        advertisement = try await ServiceAdvertisement.listen(name: name, type: type, allowRename: false)
+        Task { [self] in
+            for await connection in advertisement.connections {
+                let cut = lock.withLock { () -> Bool in
+                    defer { cutsLeft = max(0, cutsLeft - 1) }
+                    return cutsLeft > 0
+                }
+                Task {
+                    if cut { return connection.streams.reset(.connectionLost("cut by the test")) }
+                    try await connection.streams.open()
+                    var data = Data()
+                    for try await chunk in connection.input.chunks { data.append(chunk) }
+                    self.lock.withLock { self.received.append(data) }
+                    try await connection.output.write(Data("\(data.count)".utf8))
+                    try await connection.streams.finishSending()
+                }
+            }
+        }
+    }
+
+    var deliveries: [Data] { lock.withLock { received } }
+
+    func stop() { advertisement.cancel() }
+}
+
+/// Records background-upload delegate calls and answers new-body-stream requests.
+final class UploadDelegate: PeerSessionUploadDelegate, @unchecked Sendable {
+    // @unchecked: everything is guarded by `lock`.
+    private let lock = NSLock()
+    private var log: [String] = []
+    private var waiters: [(String, CheckedContinuation<Void, Never>)] = []
+    private var completions: [Int: String] = [:]
+    private var collected: [Int: PeerTaskMetrics] = [:]
+    /// What to hand out when asked for a fresh stream (nil: none).
+    var freshBody: Data?
+
+    var events: [String] { lock.withLock { log } }
+    func outcome(of task: PeerSessionTask) -> String? { lock.withLock { completions[task.taskIdentifier] } }
+    func metrics(of task: PeerSessionTask) -> PeerTaskMetrics? { lock.withLock { collected[task.taskIdentifier] } }
+
+    private func record(_ event: String) {
+        let ready = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
+            log.append(event)
+            let ready = waiters.filter { event.hasPrefix($0.0) }.map(\.1)
+            waiters.removeAll { event.hasPrefix($0.0) }
+            return ready
+        }
+        ready.forEach { $0.resume() }
+    }
+
+    func wait(for prefix: String, seconds: Double = 30) async throws {
+        try await withDeadline(seconds, "delegate event \(prefix)") {
+            await withCheckedContinuation { continuation in
+                let done = self.lock.withLock { () -> Bool in
+                    if self.log.contains(where: { $0.hasPrefix(prefix) }) { return true }
+                    self.waiters.append((prefix, continuation))
+                    return false
+                }
+                if done { continuation.resume() }
+            }
+        }
+    }
+
+    func peerSession(_ session: PeerSession, task: PeerUploadTask, needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void) {
+        let body = lock.withLock { freshBody }
+        record("needNewBodyStream \(task.taskIdentifier)")
+        completionHandler(body.map { InputStream(data: $0) })
+    }
+
+    func peerSession(_ session: PeerSession, task: PeerUploadTask, isWaiting phase: PeerUploadTask.Phase) {
+        record("waiting \(task.taskIdentifier) \(phase)")
+    }
+
+    func peerSession(_ session: PeerSession, task: PeerSessionTask, didFinishCollecting metrics: PeerTaskMetrics) {
+        lock.withLock { collected[task.taskIdentifier] = metrics }
+    }
+
+    func peerSession(_ session: PeerSession, task: PeerSessionTask, didCompleteWithError error: (any Error)?) {
+        lock.withLock { completions[task.taskIdentifier] = error.map { "\($0)" } ?? "ok" }
+        record("complete \(task.taskIdentifier)")
+    }
+
+    func peerSessionDidFinishEvents(forBackgroundSession session: PeerSession) {
+        record("finishedEvents")
+    }
+}
+
+/// Background sessions against the real avahi-daemon: waiting for a service, retrying after a
+/// lost connection, fresh body streams, the give-up deadline, and tasks that outlive the
+/// session that made them.
+final class BackgroundSessionTests: XCTestCase {
+    private var folders: [URL] = []
+
+    override func tearDown() {
+        for folder in folders { try? FileManager.default.removeItem(at: folder) }
+        super.tearDown()
+    }
+
+    private func configuration(_ tweak: (inout PeerSessionConfiguration) -> Void = { _ in }) -> PeerSessionConfiguration {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("salut-bg-\(UUID().uuidString.prefix(8))")
+        folders.append(folder)
+        var configuration = PeerSessionConfiguration.background(withIdentifier: "test")
+        configuration.backgroundStateDirectory = folder
+        configuration.uploadProtocol = CountingUpload()
+        configuration.retryDelay = 0.05
+        tweak(&configuration)
+        return configuration
+    }
+
+    private func uniqueType() -> String { "_b\(String(UInt32.random(in: 0..<UInt32.max), radix: 36))._tcp" }
+
+    private static func recordCount(_ configuration: PeerSessionConfiguration) -> Int {
+        let tasks = configuration.backgroundStateDirectory!.appendingPathComponent("tasks")
+        return ((try? FileManager.default.contentsOfDirectory(atPath: tasks.path)) ?? []).filter { $0.hasSuffix(".json") }.count
+    }
+
+    func testAnUploadWaitsForItsServiceThenDeliversAndForgetsItsRecord() async throws {
+        let type = uniqueType()
+        let delegate = UploadDelegate()
+        let configuration = configuration()
+        let session = PeerSession(configuration: configuration, delegate: delegate)
+        defer { session.invalidateAndCancel() }
+        XCTAssertTrue(session.runsBackgroundTasks)
+        let body = Data("background bytes".utf8)
+        let task = session.uploadTask(to: DiscoveredService(name: "Later", type: type), from: body)
+        task.resume()
+        try await delegate.wait(for: "waiting \(task.taskIdentifier) waiting for the service")
+        XCTAssertEqual(task.phase, .waitingForService)
+        XCTAssertEqual(Self.recordCount(configuration), 1, "the waiting task is on disk")
+        XCTAssertEqual(session.allTasks.map(\.taskIdentifier), [task.taskIdentifier])
+
+        let receiver = try await CountingReceiver(name: "Later", type: type)
+        defer { receiver.stop() }
+        try await delegate.wait(for: "complete \(task.taskIdentifier)")
+        XCTAssertEqual(delegate.outcome(of: task), "ok")
+        XCTAssertEqual(receiver.deliveries, [body])
+        XCTAssertEqual(task.countOfBytesSent, Int64(body.count))
+        let metrics = try XCTUnwrap(delegate.metrics(of: task))
+        XCTAssertEqual(metrics.attempts, 1)
+        XCTAssertEqual(metrics.waits.first?.reason, .serviceNotVisible)
+        XCTAssertNotNil(metrics.waits.first?.end, "the wait ended when the service appeared")
+        try await withDeadline(5, "the record is removed once delivered") {
+            while Self.recordCount(configuration) > 0 { try await Task.sleep(for: .milliseconds(10)) }
+        }
+    }
+
+    func testALostConnectionIsRetriedWithAFreshBodyStream() async throws {
+        let type = uniqueType()
+        let receiver = try await CountingReceiver(name: "Flaky", type: type, failures: 1)
+        defer { receiver.stop() }
+        let delegate = UploadDelegate()
+        let body = Data(repeating: 7, count: 100_000)
+        delegate.freshBody = body
+        let session = PeerSession(configuration: configuration(), delegate: delegate)
+        defer { session.invalidateAndCancel() }
+        let task = session.uploadTask(to: DiscoveredService(name: "Flaky", type: type), fromStream: InputStream(data: body))
+        task.resume()
+        try await delegate.wait(for: "complete \(task.taskIdentifier)")
+        XCTAssertEqual(delegate.outcome(of: task), "ok")
+        XCTAssertEqual(task.attempts, 2)
+        XCTAssertEqual(delegate.events.filter { $0.hasPrefix("needNewBodyStream") }.count, 1)
+        XCTAssertEqual(receiver.deliveries, [body])
+        XCTAssertEqual(delegate.metrics(of: task)?.waits.map(\.reason), [.retryDelay])
+    }
+
+    func testWithoutAFreshBodyStreamTheTaskFailsSayingSo() async throws {
+        let type = uniqueType()
+        let receiver = try await CountingReceiver(name: "Cut", type: type, failures: 1)
+        defer { receiver.stop() }
+        let delegate = UploadDelegate()
+        let session = PeerSession(configuration: configuration(), delegate: delegate)
+        defer { session.invalidateAndCancel() }
+        let task = session.uploadTask(to: DiscoveredService(name: "Cut", type: type), fromStream: InputStream(data: Data("x".utf8)))
+        task.resume()
+        try await delegate.wait(for: "complete \(task.taskIdentifier)")
+        XCTAssertTrue(delegate.outcome(of: task)?.contains("no new body stream") == true, "\(String(describing: delegate.outcome(of: task)))")
+    }
+
+    func testRetriesRunOutAndTheErrorNamesTheLastFailure() async throws {
+        let type = uniqueType()
+        let receiver = try await CountingReceiver(name: "Broken", type: type, failures: 1000)
+        defer { receiver.stop() }
+        let delegate = UploadDelegate()
+        let session = PeerSession(configuration: configuration { $0.maximumAttempts = 3 }, delegate: delegate)
+        defer { session.invalidateAndCancel() }
+        let task = session.uploadTask(to: DiscoveredService(name: "Broken", type: type), from: Data("x".utf8))
+        task.resume()
+        try await delegate.wait(for: "complete \(task.taskIdentifier)")
+        let outcome = delegate.outcome(of: task) ?? ""
+        XCTAssertTrue(outcome.contains("gave up after 3 attempts"), outcome)
+        XCTAssertEqual(delegate.metrics(of: task)?.attempts, 3)
+    }
+
+    func testTheGiveUpDeadlineEndsAWaitForAServiceThatNeverComes() async throws {
+        let delegate = UploadDelegate()
+        let session = PeerSession(configuration: configuration { $0.timeoutIntervalForResource = 1 }, delegate: delegate)
+        defer { session.invalidateAndCancel() }
+        let task = session.uploadTask(to: DiscoveredService(name: "Never", type: uniqueType()), from: Data("x".utf8))
+        task.resume()
+        try await delegate.wait(for: "complete \(task.taskIdentifier)", seconds: 20)
+        XCTAssertEqual(delegate.outcome(of: task), PeerSessionError.timedOut("resource").description)
+    }
+
+    func testQueuedTasksAreRunByTheRunnerAndMissedEventsAreDeliveredFirst() async throws {
+        let type = uniqueType()
+        let configuration = configuration()
+        // Another process queues a task (this session does not run tasks).
+        var queuing = configuration
+        queuing.runsBackgroundTasks = false
+        let client = PeerSession(configuration: queuing)
+        XCTAssertFalse(client.runsBackgroundTasks)
+        let queued = client.uploadTask(to: DiscoveredService(name: "Queued", type: type), from: Data("queued".utf8))
+        queued.taskDescription = "queued by another process"
+        queued.resume()
+        XCTAssertEqual(queued.phase, .queuedWithRunner)
+        // And a runner that died just after a task completed, before its delegate heard of it.
+        var finished = BackgroundTaskRecord.fresh(service: DiscoveredService(name: "Done", type: type), kind: .data, filePath: nil,
+                                                  identifier: 41, deadline: Date().addingTimeInterval(60))
+        finished.outcome = .succeeded
+        try BackgroundJournal(directory: configuration.backgroundStateDirectory!).save(finished)
+
+        let receiver = try await CountingReceiver(name: "Queued", type: type)
+        defer { receiver.stop() }
+        let delegate = UploadDelegate()
+        let runner = PeerSession(configuration: configuration, delegate: delegate)
+        defer { runner.invalidateAndCancel() }
+        XCTAssertTrue(runner.runsBackgroundTasks)
+        let adopted = runner.allTasks.compactMap { $0 as? PeerUploadTask }
+        XCTAssertEqual(adopted.map(\.taskDescription), ["queued by another process"], "the runner lists the queued task")
+        try await delegate.wait(for: "finishedEvents")
+        let beforeFinish = delegate.events.prefix { $0 != "finishedEvents" }
+        XCTAssertTrue(beforeFinish.contains("complete 41"), "the missed completion comes first: \(delegate.events)")
+        try await delegate.wait(for: "complete \(adopted[0].taskIdentifier)")
+        XCTAssertEqual(delegate.outcome(of: adopted[0]), "ok")
+        XCTAssertEqual(receiver.deliveries, [Data("queued".utf8)])
+        _ = client
+    }
+
+    func testUploadTasksOnAnOrdinarySessionFailClearly() async throws {
+        let delegate = UploadDelegate()
+        let session = PeerSession(configuration: .ephemeral, delegate: delegate)
+        defer { session.invalidateAndCancel() }
+        let task = session.uploadTask(to: DiscoveredService(name: "x", type: "_xy._tcp"), from: Data())
+        try await delegate.wait(for: "complete \(task.taskIdentifier)")
+        XCTAssertTrue(delegate.outcome(of: task)?.contains("background session") == true)
+    }
+}
