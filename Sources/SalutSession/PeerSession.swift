@@ -162,9 +162,13 @@ open class PeerSession: NSObject, @unchecked Sendable {
         return task
     }
 
-    /// Every task that has not completed.
+    /// Every task that has not completed. In a process that only queues for a background
+    /// session's runner, also views of the tasks the runner has pending (their phase is
+    /// ``PeerUploadTask/Phase/queuedWithRunner``; ``PeerUploadTask/recordedPhase`` says what
+    /// the runner last recorded).
     public var allTasks: [PeerSessionTask] {
-        lock.withLock { tasks.values.sorted { $0.taskIdentifier < $1.taskIdentifier } }
+        let own = lock.withLock { Array(tasks.values) }
+        return (own + (background?.snapshots ?? [])).sorted { $0.taskIdentifier < $1.taskIdentifier }
     }
 
     // MARK: Invalidation
@@ -200,6 +204,7 @@ open class PeerSession: NSObject, @unchecked Sendable {
         }
         guard first else { return }
         background?.stopWatching()
+        background?.dropSnapshots()
         deliverToDelegate { delegate in delegate.peerSession(self, didBecomeInvalidWithError: nil) }
         deliver { self.lock.withLock { self.delegateObject = nil } }
     }

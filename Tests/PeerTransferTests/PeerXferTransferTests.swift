@@ -250,4 +250,30 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(try lab.run(["serve", "--accept", "maybe"]).status, 2)
         XCTAssertEqual(try lab.run(["no-such-command"]).status, 2)
     }
+
+    func testABackgroundSendSurvivesItsDaemonsSIGKILLAndIsDeliveredWhenTheReceiverComesUp() throws {
+        let lab = try PeerXferLab()
+        let outbox = PeerXferLab.uniqueName("Outbox")
+        let receiverName = PeerXferLab.uniqueName("Later")
+        try lab.makeFile("src/queued.bin", size: 3 * chunk + 1, seed: 5)
+        let daemon = try lab.serve(name: outbox, config: "sender", inbox: lab.path("sender-inbox"))
+        let (queued, queuedOutput) = try lab.run(["send", lab.path("src/queued.bin"), "--to", receiverName,
+                                                  "--config", lab.path("sender"), "--background"])
+        XCTAssertEqual(queued, 0, queuedOutput)
+        XCTAssertTrue(queuedOutput.contains("queued"), queuedOutput)
+        XCTAssertTrue(daemon.waitForOutput(containing: "waiting for the service", seconds: 20), daemon.output)
+
+        // The daemon dies while it waits; the queue is on disk, and a new daemon takes it over.
+        kill(daemon.process.processIdentifier, SIGKILL)
+        XCTAssertTrue(daemon.waitForExit(seconds: 10))
+        let (_, status) = try lab.run(["status", "--config", lab.path("sender")])
+        XCTAssertTrue(status.contains("queued.bin") && status.contains("waiting for the service"), status)
+        let restarted = try lab.serve(name: outbox, config: "sender", inbox: lab.path("sender-inbox"))
+
+        try lab.serve(name: receiverName, config: "receiver", inbox: lab.path("inbox"))
+        XCTAssertTrue(restarted.waitForOutput(containing: "delivered and verified", seconds: 60), restarted.output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/queued.bin"), lab.path("inbox/queued.bin")))
+        let (_, after) = try lab.run(["status", "--config", lab.path("sender")])
+        XCTAssertTrue(after.contains("background queue: empty"), after)
+    }
 }

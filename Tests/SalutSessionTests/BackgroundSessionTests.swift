@@ -131,7 +131,7 @@ final class UploadDelegate: PeerSessionUploadDelegate, @unchecked Sendable {
 /// Background sessions against the real avahi-daemon: waiting for a service, retrying after a
 /// lost connection, fresh body streams, the give-up deadline, and tasks that outlive the
 /// session that made them.
-final class BackgroundSessionTests: XCTestCase {
+final class BackgroundSessionTests: SalutTestCase {
     private var folders: [URL] = []
 
     override func tearDown() {
@@ -256,6 +256,9 @@ final class BackgroundSessionTests: XCTestCase {
         queued.taskDescription = "queued by another process"
         queued.resume()
         XCTAssertEqual(queued.phase, .queuedWithRunner)
+        XCTAssertEqual(queued.state, .completed, "handed over: this process's part is done")
+        XCTAssertNil(queued.error)
+        client.finishTasksAndInvalidate()
         // And a runner that died just after a task completed, before its delegate heard of it.
         var finished = BackgroundTaskRecord.fresh(service: DiscoveredService(name: "Done", type: type), kind: .data, filePath: nil,
                                                   identifier: 41, deadline: Date().addingTimeInterval(60))
@@ -276,7 +279,26 @@ final class BackgroundSessionTests: XCTestCase {
         try await delegate.wait(for: "complete \(adopted[0].taskIdentifier)")
         XCTAssertEqual(delegate.outcome(of: adopted[0]), "ok")
         XCTAssertEqual(receiver.deliveries, [Data("queued".utf8)])
-        _ = client
+    }
+
+    func testAProcessThatOnlyQueuesListsWhatTheRunnerHasPending() async throws {
+        let configuration = configuration()
+        let delegate = UploadDelegate()
+        let runner = PeerSession(configuration: configuration, delegate: delegate)
+        defer { runner.invalidateAndCancel() }
+        let task = runner.uploadTask(to: DiscoveredService(name: "Absent", type: uniqueType()), from: Data("x".utf8))
+        task.taskDescription = "waiting one"
+        task.resume()
+        try await delegate.wait(for: "waiting \(task.taskIdentifier)")
+        var viewing = configuration
+        viewing.runsBackgroundTasks = false
+        let viewer = PeerSession(configuration: viewing)
+        defer { viewer.finishTasksAndInvalidate() }
+        let views = viewer.allTasks.compactMap { $0 as? PeerUploadTask }
+        XCTAssertEqual(views.map(\.taskDescription), ["waiting one"])
+        XCTAssertEqual(views.first?.phase, .queuedWithRunner)
+        XCTAssertEqual(views.first?.recordedPhase, "waiting for the service")
+        XCTAssertEqual(views.first?.persistentIdentifier, task.persistentIdentifier)
     }
 
     func testUploadTasksOnAnOrdinarySessionFailClearly() async throws {

@@ -1,9 +1,10 @@
 import Foundation
 @testable import SalutSession
+import SalutTestSupport
 import XCTest
 
 /// A background upload's life, event by event, on a fake clock.
-final class BackgroundUploadStateMachineTests: XCTestCase {
+final class BackgroundUploadStateMachineTests: SalutTestCase {
     private let t0 = Date(timeIntervalSince1970: 1_000_000)
     private func machine(attempts: Int = 3, stream: Bool = false, fresh: Bool = true, deadline: TimeInterval = 3600) -> BackgroundUploadStateMachine {
         BackgroundUploadStateMachine(maximumAttempts: attempts, deadline: t0.addingTimeInterval(deadline), retryDelay: 1,

@@ -144,7 +144,11 @@ struct Receiver {
                     manifest = offered
                     events(.offered(id: id, sender: senderName, files: offered.fileCount, bytes: offered.totalBytes))
                     logger.info("offer from \(senderName) (key \(senderKey.prefix(16))…): \(offered.fileCount) files, \(offered.totalBytes) bytes")
-                    switch await decide(offered, paths, senderName: senderName, senderKey: senderKey) {
+                    // A person or a hook may take up to 120 s; the sender waits 150 s.
+                    watchdog.touch(bound: .seconds(150))
+                    let decision = await decide(offered, paths, senderName: senderName, senderKey: senderKey)
+                    watchdog.touch(bound: idleBound)
+                    switch decision {
                     case .success(let answer): pending += machine.decided(answer)
                     case .failure(let error): pending += machine.refused(error)
                     }

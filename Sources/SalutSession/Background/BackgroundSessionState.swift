@@ -13,6 +13,16 @@ final class BackgroundSessionState: @unchecked Sendable {
     private var watcher: TaskFolderWatcher?
     /// Records this process has a task object for.
     private var known = Set<String>()
+    /// In a process that only queues: views of the tasks the runner has (not the session's
+    /// own tasks: they never complete here).
+    private var views: [PeerUploadTask] = []
+
+    var snapshots: [PeerUploadTask] { lock.withLock { views } }
+
+    func addSnapshot(_ task: PeerUploadTask) { lock.withLock { views.append(task) } }
+
+    /// Lets go of the views (they hold the session).
+    func dropSnapshots() { lock.withLock { views = [] } }
 
     /// True when this process runs the session's tasks.
     var runsTasks: Bool { runnerLock.isHeld }
@@ -129,11 +139,10 @@ extension PeerSession {
     func viewQueuedTasks() {
         guard let background, !background.runsTasks else { return }
         for record in background.journal.records() where record.outcome == .pending && background.adopt(record.id) {
-            let task = registerKeeping(record.taskIdentifier) { identifier in
-                PeerUploadTask(session: self, identifier: identifier, background: background, record: record,
-                               body: .file(URL(fileURLWithPath: record.filePath ?? "")), reloaded: true, snapshot: true)
-            }
+            let task = PeerUploadTask(session: self, identifier: record.taskIdentifier, background: background, record: record,
+                                      body: .file(URL(fileURLWithPath: record.filePath ?? "")), reloaded: true, snapshot: true)
             task.markQueued()
+            background.addSnapshot(task)
         }
     }
 }

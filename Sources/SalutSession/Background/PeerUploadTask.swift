@@ -17,7 +17,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     public enum Phase: Sendable, Equatable, CustomStringConvertible {
         /// Created, not resumed.
         case notStarted
-        /// Handed to the process that runs this background session (this process only queues).
+        /// Handed to the process that runs this background session: this process only queues,
+        /// and its task completes (without error) as soon as the record is written; the
+        /// runner's session reports the delivery.
         case queuedWithRunner
         /// Waiting for the service to become visible in discovery.
         case waitingForService
@@ -91,6 +93,8 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         guard background.runsTasks else {
             lock.withLock { _phase = .queuedWithRunner }
             persist()   // the runner's watcher sees the record and takes the task over
+            // Handed over: this process's part is done (the runner's session reports delivery).
+            complete(with: nil)
             return
         }
         let driver = Task.detached { [self] in await self.drive() }
@@ -110,7 +114,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
 
     override func finishWork() {
         lock.withLock {
-            _phase = .completed
+            if _phase != .queuedWithRunner { _phase = .completed }
             driver = nil
             freshStream = nil
         }
