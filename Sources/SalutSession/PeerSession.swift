@@ -171,6 +171,13 @@ open class PeerSession: NSObject, @unchecked Sendable {
         return (own + (background?.snapshots ?? [])).sorted { $0.taskIdentifier < $1.taskIdentifier }
     }
 
+    /// ``allTasks``, handed to `completionHandler` on the delegate queue (Foundation's
+    /// `getAllTasks(completionHandler:)`): after a relaunch, a background session's tasks.
+    public func getAllTasks(completionHandler: @escaping @Sendable ([PeerSessionTask]) -> Void) {
+        let current = allTasks
+        deliver { completionHandler(current) }
+    }
+
     // MARK: Invalidation
 
     /// Lets running tasks finish, refuses new ones, then tells the delegate

@@ -206,6 +206,31 @@ final class BackgroundSessionTests: SalutTestCase {
         XCTAssertEqual(delegate.metrics(of: task)?.waits.map(\.reason), [.retryDelay])
     }
 
+    func testAServiceThatDisappearsAndComesBackGetsTheUploadOnTheNextAttempt() async throws {
+        let type = uniqueType()
+        let broken = try await CountingReceiver(name: "Comes Back", type: type, failures: 1000)
+        let delegate = UploadDelegate()
+        let session = PeerSession(configuration: configuration { $0.retryDelay = 0.5 }, delegate: delegate)
+        defer { session.invalidateAndCancel() }
+        let body = Data("second time lucky".utf8)
+        let task = session.uploadTask(to: DiscoveredService(name: "Comes Back", type: type), from: body)
+        task.resume()
+        // The first attempt's connection is cut; the service then goes away altogether.
+        try await delegate.wait(for: "waiting \(task.taskIdentifier) waiting to retry")
+        await broken.advertisement.withdraw()
+        try await delegate.wait(for: "waiting \(task.taskIdentifier) waiting for the service")
+        XCTAssertEqual(task.phase, .waitingForService)
+        let back = try await CountingReceiver(name: "Comes Back", type: type)
+        defer { back.stop() }
+        try await delegate.wait(for: "complete \(task.taskIdentifier)")
+        XCTAssertEqual(delegate.outcome(of: task), "ok")
+        XCTAssertEqual(back.deliveries, [body])
+        let metrics = try XCTUnwrap(delegate.metrics(of: task))
+        XCTAssertGreaterThanOrEqual(metrics.attempts, 2)
+        XCTAssertEqual(Set(metrics.waits.map(\.reason)), [.retryDelay, .serviceNotVisible])
+        XCTAssertTrue(metrics.waits.allSatisfy { $0.end != nil })
+    }
+
     func testWithoutAFreshBodyStreamTheTaskFailsSayingSo() async throws {
         let type = uniqueType()
         let receiver = try await CountingReceiver(name: "Cut", type: type, failures: 1)

@@ -66,9 +66,12 @@ extension PeerConfiguration {
 public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Sendable {
     // @unchecked: only the logger, which is thread-safe; calls arrive one at a time.
     private let logger: Logger
+    private let status: StatusBook?
 
-    public init(logger: Logger) {
+    /// A log that also records ended sends in `status` (for `peerxfer status`).
+    public init(logger: Logger, status: StatusBook? = nil) {
         self.logger = logger
+        self.status = status
     }
 
     public func peerSession(_ session: PeerSession, task: PeerUploadTask, isWaiting phase: PeerUploadTask.Phase) {
@@ -77,6 +80,9 @@ public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Send
 
     public func peerSession(_ session: PeerSession, task: PeerSessionTask, didCompleteWithError error: (any Error)?) {
         guard let upload = task as? PeerUploadTask else { return }
+        status?.recordOutbound(peer: Terminal.escape(upload.service.name), path: upload.taskDescription ?? "?",
+                               bytes: UInt64(max(0, upload.countOfBytesSent)), started: Date(),
+                               error: error.map { "\($0)" })
         if let error {
             logger.warning("background send #\(task.taskIdentifier) to \(Terminal.escape(upload.service.name)) failed: \(error)")
         } else {

@@ -105,6 +105,18 @@ public final class StatusBook: Sendable {
         }
     }
 
+    /// Records a background send that ended (delivered, or failed for good).
+    public func recordOutbound(peer: String, path: String, bytes: UInt64, started: Date, error: String?) {
+        update(force: true) {
+            let id = ($0.transfers.map(\.id).max() ?? 0) + 1
+            $0.transfers.append(.init(id: id, direction: "out", peer: peer, files: 1, bytes: bytes, bytesReceived: bytes,
+                                      verified: error == nil ? 1 : 0, failed: error == nil ? 0 : 1,
+                                      state: error == nil ? "done" : "failed", error: error,
+                                      started: started.timeIntervalSince1970, ended: Date().timeIntervalSince1970))
+            if $0.transfers.count > 50 { $0.transfers.removeFirst($0.transfers.count - 50) }
+        }
+    }
+
     private func update(force: Bool, _ change: (inout DaemonStatus) -> Void) {
         // Written under the lock: one writer at a time for the temporary file, and the file
         // never goes back to an older state.
@@ -124,7 +136,7 @@ public final class StatusBook: Sendable {
 
 extension DaemonStatus {
     fileprivate mutating func modify(_ id: Int, _ change: (inout Transfer) -> Void) {
-        guard let index = transfers.lastIndex(where: { $0.id == id }) else { return }
+        guard let index = transfers.lastIndex(where: { $0.id == id && $0.direction == "in" }) else { return }
         change(&transfers[index])
     }
 }

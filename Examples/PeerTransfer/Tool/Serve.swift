@@ -65,7 +65,7 @@ struct Serve: AsyncParsableCommand {
         // The user's own background session: it sends what `send --background` queued.
         let displayName = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer"
         let background = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: true, displayName: displayName),
-                                     delegate: BackgroundSendLog(logger: logger))
+                                     delegate: BackgroundSendLog(logger: logger, status: status))
         if !background.runsBackgroundTasks {
             logger.warning("another peerxfer serve runs this configuration's background queue; this one only receives")
         }
