@@ -55,6 +55,9 @@ public final class DiscoveryContext: @unchecked Sendable {
     private var operations: [ObjectIdentifier: any AvahiOperation] = [:]
     private var watchers: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
     private var retry: DispatchWorkItem?
+    /// Set by `deinit`: freeing the client may call back into the context (a last state
+    /// change), and nothing may then keep a reference to it (`queue.async { self… }` would).
+    private var closing = false
 
     /// Makes a context with its own connection to the daemon. The connection starts at once.
     /// - Parameter label: a name for the context's dispatch queue, shown in debuggers.
@@ -67,6 +70,7 @@ public final class DiscoveryContext: @unchecked Sendable {
     deinit {
         // No other reference exists, so nothing else can be using the client now.
         retry?.cancel()
+        closing = true
         if let client { avahi_client_free(client) }
         for watcher in watchers.values { watcher.finish() }
     }
@@ -188,6 +192,7 @@ public final class DiscoveryContext: @unchecked Sendable {
     }
 
     private func clientChanged(_ client: OpaquePointer, _ state: AvahiClientState) {
+        guard !closing else { return }
         switch state {
         case AVAHI_CLIENT_S_RUNNING:
             guard current != .running else { return }
