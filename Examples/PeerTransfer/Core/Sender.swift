@@ -154,7 +154,8 @@ public struct Sender: Sendable {
         var bytesSkipped: UInt64 = 0
         var alreadyThere = 0
         for accepted in answer.accepted where entries.indices.contains(accepted.index) {
-            acceptedIndexes.insert(accepted.index)
+            // An index given twice is taken once.
+            guard acceptedIndexes.insert(accepted.index).inserted else { continue }
             let entry = entries[accepted.index]
             guard entry.kind == .file else { continue }
             if accepted.complete {
@@ -173,9 +174,10 @@ public struct Sender: Sendable {
                          bytesToSend: total, reason: answer.reason.map(Terminal.escape)))
 
         // The receiver's verdicts arrive while we send: a task reads them.
-        let results = Task { [reader] in
+        let results = Task { [reader, acceptedIndexes] in
             var reader = reader
-            return try await Self.collectResults(from: &reader, entries: entries, watchdog: watchdog, events: events)
+            return try await Self.collectResults(from: &reader, entries: entries, accepted: acceptedIndexes,
+                                                 watchdog: watchdog, events: events)
         }
         var sent: UInt64 = 0
         do {
@@ -215,21 +217,33 @@ public struct Sender: Sendable {
             throw error
         }
         let outcome = try await results.value
-        return SendReport(verified: outcome.verified, failed: outcome.failed, declined: declined,
+        // Every accepted file must have a verdict: a summary that skips some is no proof.
+        let acceptedFiles = acceptedIndexes.filter { entries[$0].kind == .file }.count
+        let unconfirmed = acceptedFiles - outcome.verified - outcome.failed.count
+        var failed = outcome.failed
+        if unconfirmed > 0 {
+            failed.append("\(unconfirmed) accepted file(s): the receiver ended without saying they were verified")
+        }
+        return SendReport(verified: outcome.verified, failed: failed, declined: declined,
                           bytesSent: sent, bytesSkipped: bytesSkipped)
     }
 
-    private static func collectResults(from reader: inout FrameReader, entries: [ManifestEntry], watchdog: ProgressWatchdog,
+    private static func collectResults(from reader: inout FrameReader, entries: [ManifestEntry], accepted: Set<Int>,
+                                       watchdog: ProgressWatchdog,
                                        events: @Sendable (SendEvent) -> Void) async throws -> (verified: Int, failed: [String]) {
         var verified = 0
         var failed: [String] = []
+        var answered = Set<Int>()
         while let frame = try await reader.next() {
             watchdog.touch()
             switch frame.kind {
             case .fileResult:
                 let result = try frame.decode(FileResult.self)
-                guard entries.indices.contains(result.index) else {
-                    throw PeerTransferError.protocolViolation("a result for entry \(result.index), which was not offered")
+                guard accepted.contains(result.index), entries[result.index].kind == .file else {
+                    throw PeerTransferError.protocolViolation("a result for entry \(result.index), which is not an accepted file")
+                }
+                guard answered.insert(result.index).inserted else {
+                    throw PeerTransferError.protocolViolation("a second result for entry \(result.index)")
                 }
                 let path = entries[result.index].path
                 if result.verified {
