@@ -1,5 +1,6 @@
 import Foundation
 import SalutStreams
+import Synchronization
 
 /// SHA-256 over open files, read in large blocks with pread(2).
 enum FileHashing {
@@ -52,5 +53,47 @@ enum FileHashing {
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw PeerTransferError.runtime("cannot stat \(path): \(String(cString: strerror(errno)))") }
         return try digest(of: fd, length: UInt64(info.st_size))
+    }
+}
+
+/// SHA-256 fed on its own queue, so that a receiver hashes a chunk while it writes the next:
+/// the two run on both cores instead of one after the other. At most `limit` bytes wait to
+/// be hashed; past that, ``update(_:)`` waits for the hasher to catch up.
+///
+/// `@unchecked Sendable`: the wrapped `SHA256Hasher` is touched only on `queue` (a serial
+/// queue), and the count of waiting bytes only under its mutex.
+final class BackgroundHasher: @unchecked Sendable {
+    private let hasher: SHA256Hasher
+    private let queue = DispatchQueue(label: "peerxfer.hash")
+    private let waiting = Mutex(0)
+    private let limit: Int
+
+    /// Continues `hasher` (which may already hold a prefix) on a queue of its own.
+    init(continuing hasher: SHA256Hasher, limit: Int = 16 << 20) {
+        self.hasher = hasher
+        self.limit = limit
+    }
+
+    /// Queues `data` to be hashed after everything queued before it.
+    func update(_ data: Data) async {
+        let count = data.count
+        let behind = waiting.withLock { waiting -> Bool in
+            waiting += count
+            return waiting > limit
+        }
+        queue.async { [self] in
+            hasher.update(data)
+            waiting.withLock { $0 -= count }
+        }
+        if behind {
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in queue.async { done.resume() } }
+        }
+    }
+
+    /// The digest of everything queued.
+    func finish() async -> SHA256Digest {
+        await withCheckedContinuation { done in
+            queue.async { [self] in done.resume(returning: hasher.finish()) }
+        }
     }
 }

@@ -93,9 +93,10 @@ public struct KnownPeers: Codable, Sendable, Equatable {
 
 /// Whole-file replacement that never leaves a half-written file.
 enum AtomicFile {
-    /// Writes `data` to a temporary file beside `path`, syncs it, and renames it over `path`.
+    /// Writes `data` to a temporary file beside `path`, syncs it (unless `durable` is false:
+    /// a view that is rewritten often and may be lost in a crash), and renames it over `path`.
     /// - Throws: ``PeerTransferError/runtime(_:)`` naming the failing call.
-    static func write(_ data: Data, to path: String, mode: mode_t) throws {
+    static func write(_ data: Data, to path: String, mode: mode_t, durable: Bool = true) throws {
         let temporary = path + ".\(getpid()).new"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
         guard fd >= 0 else { throw PeerTransferError.runtime("cannot write \(temporary): \(String(cString: strerror(errno)))") }
@@ -108,7 +109,7 @@ enum AtomicFile {
                 done += n
             }
         }
-        if failure == nil && fsync(fd) != 0 { failure = "fsync: \(String(cString: strerror(errno)))" }
+        if failure == nil && durable && fsync(fd) != 0 { failure = "fsync: \(String(cString: strerror(errno)))" }
         if close(fd) != 0 && failure == nil { failure = "close: \(String(cString: strerror(errno)))" }
         if failure == nil && rename(temporary, path) != 0 { failure = "rename: \(String(cString: strerror(errno)))" }
         if let failure {

@@ -39,7 +39,7 @@ public enum ReceiveEvent: Sendable {
 /// the frames read, and performs its actions on the inbox.
 struct Receiver {
     /// Verified files named together after one syncfs(2): at most this many…
-    static let batchFiles = 64
+    static let batchFiles = 1024
     /// …or this many bytes.
     static let batchBytes: UInt64 = 256 << 20
 
@@ -61,7 +61,7 @@ struct Receiver {
         defer { watching.cancel() }
         var machine = ReceiverStateMachine(hello: hello)
         var files: [Int: PartFile] = [:]
-        var hashers: [Int: SHA256Hasher] = [:]
+        var hashers: [Int: BackgroundHasher] = [:]
         var manifest: Manifest?
         var senderKey = ""
         var senderName = "?"
@@ -161,16 +161,17 @@ struct Receiver {
                     let hasher = SHA256Hasher()
                     try file.keepPrefix(offset, feeding: hasher)
                     files[index] = file
-                    hashers[index] = hasher
+                    hashers[index] = BackgroundHasher(continuing: hasher)
                 case .write(let index, let offset, let data):
+                    // Hashed on the hasher's queue while this task writes.
+                    await hashers[index]!.update(data)
                     try files[index]!.write(data, at: offset)
-                    hashers[index]!.update(data)
                     received += UInt64(data.count)
                     events(.progress(id: id, bytes: received))
                 case .finishFile(let index):
                     let entry = manifest!.entries[index]
                     let file = files.removeValue(forKey: index)!
-                    let digest = hashers.removeValue(forKey: index)!.finish()
+                    let digest = await hashers.removeValue(forKey: index)!.finish()
                     if digest.hex == entry.sha256 {
                         do {
                             try file.finishWriting(mode: entry.mode, modified: entry.modified)

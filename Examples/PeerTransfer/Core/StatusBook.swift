@@ -45,19 +45,29 @@ public struct DaemonStatus: Codable, Sendable, Equatable {
     public var daemonAlive: Bool { running && kill(pid, 0) == 0 }
 }
 
-/// Keeps the daemon's status and writes it to the status file on every change (progress at
-/// most twice a second).
+/// Keeps the daemon's status and writes it to the status file: at once when a transfer starts
+/// or ends and when the daemon starts or stops; progress and per-file counts at most twice a
+/// second.
 public final class StatusBook: Sendable {
     private struct State {
         var status = DaemonStatus(name: "", port: 0, inbox: "", key: "", pid: getpid(), running: false, updated: 0, transfers: [])
         var lastWrite = ContinuousClock.Instant.now
+        /// A write of the latest status is queued and has not started.
+        var writeQueued = false
     }
     private let file: String
     private let state = Mutex(State())
+    /// Writes the file, off the receivers' paths: a slow disk delays the view, not a transfer.
+    private let writer = DispatchQueue(label: "peerxfer.status")
 
     /// A book written to `file`.
     public init(file: String) {
         self.file = file
+    }
+
+    /// Waits until the status file holds every change recorded so far.
+    public func flush() {
+        writer.sync {}
     }
 
     /// The daemon is up.
@@ -89,9 +99,11 @@ public final class StatusBook: Sendable {
         case .progress(let id, let bytes):
             update(force: false) { status in status.modify(id) { $0.bytesReceived = bytes } }
         case .fileVerified(let id, _):
-            update(force: true) { status in status.modify(id) { $0.verified += 1 } }
+            // Per-file counts go out with the next throttled write (10,000 small files must
+            // not mean 10,000 status files): the transfer's end is always written.
+            update(force: false) { status in status.modify(id) { $0.verified += 1 } }
         case .fileFailed(let id, _, _):
-            update(force: true) { status in status.modify(id) { $0.failed += 1 } }
+            update(force: false) { status in status.modify(id) { $0.failed += 1 } }
         case .ended(let id, let verified, let failed, let error):
             update(force: true) { status in
                 status.modify(id) {
@@ -118,18 +130,27 @@ public final class StatusBook: Sendable {
     }
 
     private func update(force: Bool, _ change: (inout DaemonStatus) -> Void) {
-        // Written under the lock: one writer at a time for the temporary file, and the file
-        // never goes back to an older state.
-        state.withLock { state in
+        let queue = state.withLock { state -> Bool in
             change(&state.status)
             let now = ContinuousClock.Instant.now
-            guard force || now - state.lastWrite >= .milliseconds(500) else { return }
+            guard force || now - state.lastWrite >= .milliseconds(500) else { return false }
             state.lastWrite = now
-            state.status.updated = Date().timeIntervalSince1970
+            defer { state.writeQueued = true }
+            return !state.writeQueued
+        }
+        guard queue else { return }
+        writer.async { [self] in
+            // The latest status when the write starts: changes made while it waited ride along.
+            let status = state.withLock { state -> DaemonStatus in
+                state.writeQueued = false
+                state.status.updated = Date().timeIntervalSince1970
+                return state.status
+            }
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            // A status file that cannot be written only costs `peerxfer status` its view.
-            if let data = try? encoder.encode(state.status) { try? AtomicFile.write(data, to: file, mode: 0o600) }
+            // A view, rewritten often: renamed into place whole, not synced to disk. One that
+            // cannot be written only costs `peerxfer status` its view.
+            if let data = try? encoder.encode(status) { try? AtomicFile.write(data, to: file, mode: 0o600, durable: false) }
         }
     }
 }

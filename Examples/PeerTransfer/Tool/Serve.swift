@@ -75,6 +75,7 @@ struct Serve: AsyncParsableCommand {
         try await group.run()
         background.invalidateAndCancel()
         status.stopped()
+        status.flush()
         logger.info("stopped")
     }
 }
