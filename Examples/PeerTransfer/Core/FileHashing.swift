@@ -45,37 +45,50 @@ enum FileHashing {
         return digests
     }
 
-    /// SHA-256 of the file at `path`.
-    static func digest(ofFile path: String) throws -> SHA256Digest {
+    /// SHA-256 of the first `length` bytes of the file at `path` (the size the manifest
+    /// announces, which is what the sender will send).
+    /// - Throws: ``PeerTransferError/runtime(_:)`` when it cannot be opened or read, or is
+    ///   shorter than `length` now.
+    static func digest(ofFile path: String, length: UInt64) throws -> SHA256Digest {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw PeerTransferError.runtime("cannot open \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0 else { throw PeerTransferError.runtime("cannot stat \(path): \(String(cString: strerror(errno)))") }
-        return try digest(of: fd, length: UInt64(info.st_size))
+        do {
+            return try digest(of: fd, length: length)
+        } catch let error as PeerTransferError {
+            throw PeerTransferError.runtime("\(path): \(error.message)")
+        }
     }
 }
 
 /// SHA-256 fed on its own queue, so that a receiver hashes a chunk while it writes the next:
 /// the two run on both cores instead of one after the other. At most `limit` bytes wait to
-/// be hashed; past that, ``update(_:)`` waits for the hasher to catch up.
+/// be hashed; past that, ``update(_:)`` waits for the hasher to catch up. A small file is
+/// hashed inline instead: for it, two hops between threads cost more than they save.
 ///
 /// `@unchecked Sendable`: the wrapped `SHA256Hasher` is touched only on `queue` (a serial
-/// queue), and the count of waiting bytes only under its mutex.
+/// queue), or, inline, only by the one task that owns this hasher; the count of waiting
+/// bytes only under its mutex.
 final class BackgroundHasher: @unchecked Sendable {
+    /// Files up to this size are hashed inline.
+    static let inlineLimit: UInt64 = 4 << 20
+
     private let hasher: SHA256Hasher
-    private let queue = DispatchQueue(label: "peerxfer.hash")
+    private let queue: DispatchQueue?
     private let waiting = Mutex(0)
     private let limit: Int
 
-    /// Continues `hasher` (which may already hold a prefix) on a queue of its own.
-    init(continuing hasher: SHA256Hasher, limit: Int = 16 << 20) {
+    /// Continues `hasher` (which may already hold a prefix) for a file of `size` bytes: on a
+    /// queue of its own when the file is large, inline otherwise.
+    init(continuing hasher: SHA256Hasher, size: UInt64, limit: Int = 16 << 20) {
         self.hasher = hasher
+        self.queue = size > Self.inlineLimit ? DispatchQueue(label: "peerxfer.hash") : nil
         self.limit = limit
     }
 
-    /// Queues `data` to be hashed after everything queued before it.
+    /// Hashes `data` after everything before it (queued, or at once inline).
     func update(_ data: Data) async {
+        guard let queue else { return hasher.update(data) }
         let count = data.count
         let behind = waiting.withLock { waiting -> Bool in
             waiting += count
@@ -90,9 +103,10 @@ final class BackgroundHasher: @unchecked Sendable {
         }
     }
 
-    /// The digest of everything queued.
+    /// The digest of everything given.
     func finish() async -> SHA256Digest {
-        await withCheckedContinuation { done in
+        guard let queue else { return hasher.finish() }
+        return await withCheckedContinuation { done in
             queue.async { [self] in done.resume(returning: hasher.finish()) }
         }
     }

@@ -161,7 +161,7 @@ struct Receiver {
                     let hasher = SHA256Hasher()
                     try file.keepPrefix(offset, feeding: hasher)
                     files[index] = file
-                    hashers[index] = BackgroundHasher(continuing: hasher)
+                    hashers[index] = BackgroundHasher(continuing: hasher, size: manifest!.entries[index].size)
                 case .write(let index, let offset, let data):
                     // Hashed on the hasher's queue while this task writes.
                     await hashers[index]!.update(data)

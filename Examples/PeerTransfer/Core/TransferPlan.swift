@@ -1,5 +1,6 @@
 import Foundation
 import SalutStreams
+import Synchronization
 
 /// What a sender offers: the manifest, and where each file's bytes come from.
 public struct TransferPlan: Sendable {
@@ -11,7 +12,7 @@ public struct TransferPlan: Sendable {
     public var skipped: [String]
 
     /// Walks `paths` (files and folders; each lands in the receiver's inbox under its last
-    /// component) and hashes every file.
+    /// component) and hashes every file (see ``hashed()``).
     /// - Throws: ``PeerTransferError/usage(_:)`` for a path that does not exist, two arguments
     ///   with the same last component, or names the protocol cannot carry;
     ///   ``PeerTransferError/limit(_:)`` beyond the protocol's limits;
@@ -31,7 +32,7 @@ public struct TransferPlan: Sendable {
             guard roots.insert(rootName).inserted else {
                 throw PeerTransferError.usage("two arguments are named \"\(rootName)\"; they would land on the same path")
             }
-            try plan.add(url.path, as: rootName, info: info, hashing: hashing)
+            try plan.add(url.path, as: rootName, info: info)
             guard plan.manifest.entries.count <= TransferLimits.maximumEntries else {
                 throw PeerTransferError.limit("more than \(TransferLimits.maximumEntries) files and folders")
             }
@@ -41,17 +42,54 @@ public struct TransferPlan: Sendable {
         } catch let error as PeerTransferError {
             throw PeerTransferError.usage(error.message)
         }
+        return hashing ? try plan.hashed() : plan
+    }
+
+    /// The plan with every file's SHA-256 filled in, files hashed on all cores at once.
+    /// - Throws: ``PeerTransferError/runtime(_:)`` when a file cannot be read (the first such
+    ///   failure; the other files are then not hashed).
+    public func hashed() throws -> TransferPlan {
+        let files = manifest.entries.indices.filter { manifest.entries[$0].kind == .file }
+        struct Progress {
+            var next = 0
+            var digests: [Int: String] = [:]
+            var failure: PeerTransferError?
+        }
+        let progress = Mutex(Progress())
+        let workers = min(files.count, max(1, ProcessInfo.processInfo.activeProcessorCount))
+        DispatchQueue.concurrentPerform(iterations: workers) { _ in
+            while true {
+                let taken = progress.withLock { state -> Int? in
+                    guard state.failure == nil, state.next < files.count else { return nil }
+                    defer { state.next += 1 }
+                    return files[state.next]
+                }
+                guard let index = taken else { return }
+                do {
+                    let digest = try FileHashing.digest(ofFile: sources[index]!, length: manifest.entries[index].size).hex
+                    progress.withLock { $0.digests[index] = digest }
+                } catch {
+                    let failure = error as? PeerTransferError ?? .runtime("\(sources[index]!): \(error)")
+                    progress.withLock { $0.failure = $0.failure ?? failure }
+                }
+            }
+        }
+        var plan = self
+        try progress.withLock { state in
+            if let failure = state.failure { throw failure }
+            for (index, digest) in state.digests { plan.manifest.entries[index].sha256 = digest }
+        }
         return plan
     }
 
-    private mutating func add(_ path: String, as relative: String, info: stat, hashing: Bool) throws {
+    private mutating func add(_ path: String, as relative: String, info: stat) throws {
         let kind = info.st_mode & S_IFMT
         let modified = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
         switch kind {
         case S_IFREG:
-            let digest = hashing ? try FileHashing.digest(ofFile: path).hex : String(repeating: "0", count: 64)
             manifest.entries.append(ManifestEntry(path: relative, kind: .file, size: UInt64(info.st_size),
-                                                  mode: UInt32(info.st_mode & 0o777), modified: modified, sha256: digest))
+                                                  mode: UInt32(info.st_mode & 0o777), modified: modified,
+                                                  sha256: String(repeating: "0", count: 64)))
             sources.append(path)
         case S_IFDIR:
             manifest.entries.append(ManifestEntry(path: relative, kind: .directory, size: 0,
@@ -70,7 +108,7 @@ public struct TransferPlan: Sendable {
                     skipped.append("\(childPath): \(String(cString: strerror(errno)))")
                     continue
                 }
-                try add(childPath, as: relative + "/" + child, info: childInfo, hashing: hashing)
+                try add(childPath, as: relative + "/" + child, info: childInfo)
                 guard manifest.entries.count <= TransferLimits.maximumEntries else {
                     throw PeerTransferError.limit("more than \(TransferLimits.maximumEntries) files and folders")
                 }
