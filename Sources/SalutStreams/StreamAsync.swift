@@ -21,23 +21,10 @@ public struct StreamChunks: AsyncSequence {
         ///   the bytes stay for the next read), the stream's error, or ``StreamFailure/notOpen``
         ///   when it was closed.
         public mutating func next() async throws -> Data? {
-            if stream.streamStatus == .notOpen { stream.open() }
-            var chunk = Data(count: chunkSize)
-            let n: Int
-            if let bound = stream as? BoundInputStream {
-                await bound.events.settled(bound, gate: bound.gate, then: bound.refresh)
-                await bound.buffer.readable()
-                try Task.checkCancellation()
-                n = chunk.withUnsafeMutableBytes { raw in
-                    bound.readWithoutBlocking(raw.bindMemory(to: UInt8.self).baseAddress!, maxLength: chunkSize)
-                }
-            } else {
-                n = chunk.withUnsafeMutableBytes { stream.read($0.bindMemory(to: UInt8.self).baseAddress!, maxLength: chunkSize) }
-            }
-            if n < 0 { throw stream.streamError ?? StreamFailure.notOpen }
-            if n == 0 { return nil }
-            chunk.count = n
-            return chunk
+            let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
+            defer { scratch.deallocate() }
+            let n = try await stream.read(into: scratch)
+            return n == 0 ? nil : Data(UnsafeRawBufferPointer(rebasing: scratch[0..<n]))
         }
     }
 }
@@ -49,6 +36,30 @@ extension InputStream {
 
     /// The stream's bytes as chunks of up to `size` bytes (at least 1).
     public func chunks(ofSize size: Int) -> StreamChunks { StreamChunks(stream: self, chunkSize: max(1, size)) }
+
+    /// Reads up to `buffer.count` bytes into `buffer`, suspending (not blocking a thread, for
+    /// Salut's own streams) while nothing is available; other streams are read with their
+    /// blocking `read`. Opens the stream if it is not open yet. The buffer is the caller's
+    /// and is not kept: a reader can reuse one buffer for every read, with no allocation.
+    /// - Returns: the number of bytes read, at least 1; 0 at the end of the data.
+    /// - Throws: `CancellationError` when the calling task is cancelled (nothing is read then:
+    ///   the bytes stay for the next read), the stream's error, or ``StreamFailure/notOpen``
+    ///   when it was closed.
+    public func read(into buffer: UnsafeMutableRawBufferPointer) async throws -> Int {
+        if streamStatus == .notOpen { open() }
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
+        let n: Int
+        if let bound = self as? BoundInputStream {
+            await bound.events.settled(bound, gate: bound.gate, then: bound.refresh)
+            await bound.buffer.readable()
+            try Task.checkCancellation()
+            n = bound.readWithoutBlocking(base.assumingMemoryBound(to: UInt8.self), maxLength: buffer.count)
+        } else {
+            n = read(base.assumingMemoryBound(to: UInt8.self), maxLength: buffer.count)
+        }
+        if n < 0 { throw streamError ?? StreamFailure.notOpen }
+        return n
+    }
 }
 
 extension OutputStream {

@@ -36,6 +36,42 @@ final class StreamCancellationTests: SalutTestCase {
         XCTAssertEqual(bytes(pair.input, max: 8), [9, 8, 7], "the stream still works for the next reader")
     }
 
+    func testReadIntoACallersBufferWaitsForBytesEndsWithZeroAndHonoursCancellation() async throws {
+        let pair = BoundStreamPair(bufferSize: 16)
+        pair.input.open(); pair.output.open()
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 4, alignment: 1)
+        defer { scratch.deallocate() }
+        // Waits for bytes, then returns what fits in the buffer; the rest stays for the next read.
+        let reader = Task { () -> [UInt8] in
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4, alignment: 1)
+            defer { buffer.deallocate() }
+            let count = try await pair.input.read(into: buffer)
+            return Array(buffer[0..<count])
+        }
+        XCTAssertEqual(write(pair.output, [1, 2, 3, 4, 5, 6]), 6)
+        let first = try await withDeadline(5, "the read returns") { try await reader.value }
+        XCTAssertEqual(first, [1, 2, 3, 4])
+        let second = try await pair.input.read(into: scratch)
+        XCTAssertEqual(second, 2)
+        XCTAssertEqual(Array(scratch[0..<2]), [5, 6])
+        // A cancelled read throws and takes nothing.
+        let waiting = Task { () -> Int in
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4, alignment: 1)
+            defer { buffer.deallocate() }
+            return try await pair.input.read(into: buffer)
+        }
+        waiting.cancel()
+        let outcome = try await withDeadline(5, "the cancelled read returns") { await waiting.result }
+        XCTAssertThrowsError(try outcome.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }
+        XCTAssertEqual(write(pair.output, [7]), 1)
+        pair.output.close()
+        let last = try await pair.input.read(into: scratch)
+        XCTAssertEqual(last, 1)
+        XCTAssertEqual(scratch[0], 7)
+        let end = try await pair.input.read(into: scratch)
+        XCTAssertEqual(end, 0, "the end of the data")
+    }
+
     func testCancelledOpenGivesUpAHandshakeThePeerNeverAnswers() async throws {
         // A TCP listener that accepts (kernel backlog) but never speaks TLS.
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

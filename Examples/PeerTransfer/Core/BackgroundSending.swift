@@ -19,7 +19,7 @@ public struct PeerTransferUpload: PeerUploadProtocol {
         guard case .file(let url) = body else {
             throw PeerTransferError.usage("peerxfer sends files and folders, not data or streams")
         }
-        let plan = try TransferPlan.make(paths: [url.path])
+        let plan = try await TransferPlan.prepare(paths: [url.path])
         var sender = Sender(configuration: configuration, displayName: displayName)
         sender.findTimeout = 10
         let total = Int64(clamping: plan.manifest.totalBytes)

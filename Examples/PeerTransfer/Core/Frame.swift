@@ -52,6 +52,11 @@ struct FrameDecoder {
 
     /// Adds received bytes.
     mutating func append(_ bytes: Data) {
+        bytes.withUnsafeBytes { append($0) }
+    }
+
+    /// Adds received bytes from a buffer the caller keeps.
+    mutating func append(_ bytes: UnsafeRawBufferPointer) {
         if start > 0 && start == buffer.count {
             buffer.removeAll(keepingCapacity: true)
             start = 0
@@ -59,7 +64,7 @@ struct FrameDecoder {
             buffer.removeSubrange(buffer.startIndex..<buffer.startIndex + start)
             start = 0
         }
-        buffer.append(bytes)
+        buffer.append(contentsOf: bytes)
     }
 
     /// The next complete frame, or nil when more bytes are needed.

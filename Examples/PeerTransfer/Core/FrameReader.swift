@@ -4,11 +4,14 @@ import SalutStreams
 
 /// Reads frames from a connection's input (owned by one task).
 struct FrameReader {
+    /// Bytes taken from the connection at a time.
+    static let readSize = 256 * 1024
+
     private var decoder = FrameDecoder()
-    private var chunks: StreamChunks.Iterator
+    private let input: InputStream
 
     init(_ input: InputStream) {
-        chunks = input.chunks(ofSize: 256 * 1024).makeAsyncIterator()
+        self.input = input
     }
 
     /// The next frame; nil when the peer ended the stream cleanly between frames.
@@ -18,13 +21,18 @@ struct FrameReader {
     mutating func next() async throws -> Frame? {
         while true {
             if let frame = try decoder.next() { return frame }
-            guard let bytes = try await chunks.next() else {
+            // Read straight into scratch space and append from there: one copy per byte,
+            // no zero-filled Data per read.
+            let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.readSize, alignment: 16)
+            defer { scratch.deallocate() }
+            let count = try await input.read(into: scratch)
+            guard count > 0 else {
                 if decoder.bufferedCount > 0 {
                     throw PeerTransferError.protocolViolation("the connection ended inside a message")
                 }
                 return nil
             }
-            decoder.append(bytes)
+            decoder.append(UnsafeRawBufferPointer(rebasing: scratch[0..<count]))
         }
     }
 }

@@ -60,8 +60,7 @@ struct Receiver {
         let watching = Task { await watchdog.watch(pair, what: "from the sender") }
         defer { watching.cancel() }
         var machine = ReceiverStateMachine(hello: hello)
-        var files: [Int: PartFile] = [:]
-        var hashers: [Int: BackgroundHasher] = [:]
+        var sinks: [Int: FileSink] = [:]
         var manifest: Manifest?
         var senderKey = ""
         var senderName = "?"
@@ -71,7 +70,7 @@ struct Receiver {
         var publishing: [(index: Int, file: PartFile)] = []
         var publishingBytes: UInt64 = 0
         defer {
-            for file in files.values { file.closeFiles() }
+            for sink in sinks.values { sink.file.closeFiles() }
         }
 
         /// Makes the batch durable (one syncfs), names its files, syncs their folders, and
@@ -160,18 +159,23 @@ struct Receiver {
                     let file = try inbox.openPart(path)
                     let hasher = SHA256Hasher()
                     try file.keepPrefix(offset, feeding: hasher)
-                    files[index] = file
-                    hashers[index] = BackgroundHasher(continuing: hasher, size: manifest!.entries[index].size)
+                    sinks[index] = FileSink(file: file, continuing: hasher, size: manifest!.entries[index].size)
                 case .write(let index, let offset, let data):
-                    // Hashed on the hasher's queue while this task writes.
-                    await hashers[index]!.update(data)
-                    try files[index]!.write(data, at: offset)
+                    // Written and hashed on the sink's queues while this task reads on.
+                    try await sinks[index]!.append(data, at: offset)
                     received += UInt64(data.count)
                     events(.progress(id: id, bytes: received))
                 case .finishFile(let index):
                     let entry = manifest!.entries[index]
-                    let file = files.removeValue(forKey: index)!
-                    let digest = await hashers.removeValue(forKey: index)!.finish()
+                    let sink = sinks.removeValue(forKey: index)!
+                    let file = sink.file
+                    let digest: SHA256Digest
+                    do {
+                        digest = try await sink.finish()
+                    } catch {
+                        file.closeFiles()
+                        throw error
+                    }
                     if digest.hex == entry.sha256 {
                         do {
                             try file.finishWriting(mode: entry.mode, modified: entry.modified)
@@ -214,6 +218,8 @@ struct Receiver {
         } catch {
             outcome = .runtime("the connection failed: \(error)")
         }
+        // Writes still queued for files left unfinished end before their descriptors close.
+        for sink in sinks.values { await sink.drain() }
         // Files verified before a failure still get their names (their results cannot be sent).
         if !publishing.isEmpty { _ = try? publishBatch() }
         pair.input.close()

@@ -60,6 +60,16 @@ public struct Sender: Sendable {
     ///   `runtime`/`protocolViolation` for failures on the way.
     public func send(_ plan: TransferPlan, to name: String,
                      events: @escaping @Sendable (SendEvent) -> Void = { _ in }) async throws -> SendReport {
+        try await send(preparing: { plan }, to: name, events: events)
+    }
+
+    /// Like ``send(_:to:events:)``, with the plan made by `preparing` while the receiver is
+    /// looked for (hashing and the DNS-SD lookup overlap; the connection is made once the
+    /// plan is ready, so no receiver waits on a sender that is still hashing).
+    /// - Throws: what `preparing` throws, or what ``send(_:to:events:)`` throws.
+    public func send(preparing: @escaping @Sendable () async throws -> TransferPlan, to name: String,
+                     events: @escaping @Sendable (SendEvent) -> Void = { _ in }) async throws -> SendReport {
+        async let prepared = preparing()
         events(.resolving(name: name))
         let service = DiscoveredService(name: name, type: TransferLimits.serviceType)
         let resolved: ResolvedService
@@ -68,6 +78,7 @@ public struct Sender: Sendable {
         } catch {
             throw PeerTransferError.peerNotFound("no peerxfer receiver named \"\(Terminal.escape(name))\" was found within \(Int(findTimeout)) s (\(error))")
         }
+        let plan = try await prepared
         let key = try Self.advertisedKey(resolved, name: name)
         var known = try KnownPeers.load(from: configuration.knownPeersFile)
         let firstUse: Bool

@@ -45,6 +45,15 @@ public struct TransferPlan: Sendable {
         return hashing ? try plan.hashed() : plan
     }
 
+    /// ``make(paths:hashing:)`` on a thread outside Swift's cooperative pool: hashing a large
+    /// tree takes seconds of blocking reads, which must not hold up a daemon's other tasks.
+    /// - Throws: what ``make(paths:hashing:)`` throws.
+    public static func prepare(paths: [String]) async throws -> TransferPlan {
+        try await withCheckedThrowingContinuation { done in
+            DispatchQueue.global().async { done.resume(with: Result { try make(paths: paths) }) }
+        }
+    }
+
     /// The plan with every file's SHA-256 filled in, files hashed on all cores at once.
     /// - Throws: ``PeerTransferError/runtime(_:)`` when a file cannot be read (the first such
     ///   failure; the other files are then not hashed).

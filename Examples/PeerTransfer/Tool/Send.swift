@@ -41,19 +41,22 @@ struct Send: AsyncParsableCommand {
         let configuration = try config.load()
         if background { return try queue(configuration) }
         let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1)
+        // The paths are checked at once (a typo fails before anything else); the files are
+        // hashed while the receiver is looked for.
+        let outline = try TransferPlan.make(paths: paths, hashing: false)
+        for skipped in outline.skipped { display.skipped(skipped) }
         display.note("preparing \(paths.count == 1 ? paths[0] : "\(paths.count) paths") (hashing)…")
-        let plan = try TransferPlan.make(paths: paths)
-        for skipped in plan.skipped { display.skipped(skipped) }
         var sender = Sender(configuration: configuration,
                             displayName: ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer")
         sender.findTimeout = wait
-        let report = try await sender.send(plan, to: to, events: { display.show($0, plan: plan) })
+        let report = try await sender.send(preparing: { [paths] in try await TransferPlan.prepare(paths: paths) }, to: to,
+                                           events: { display.show($0, plan: outline) })
         display.finish(report)
         if !report.failed.isEmpty {
             throw PeerTransferError.fileFailed("\(report.failed.count) file(s) failed verification: \(report.failed.prefix(5).joined(separator: "; "))")
         }
         if !report.declined.isEmpty {
-            throw PeerTransferError.declined("the receiver declined \(report.declined.count) of \(plan.manifest.entries.count) entries")
+            throw PeerTransferError.declined("the receiver declined \(report.declined.count) of \(outline.manifest.entries.count) entries")
         }
     }
 

@@ -1,0 +1,143 @@
+import Foundation
+import SalutStreams
+import XCTest
+@testable import PeerTransferCore
+
+/// The pieces that make transfers fast give the same answers as the plain ways they replace.
+final class FastPathTests: XCTestCase {
+    private var folder = ""
+
+    override func setUpWithError() throws {
+        folder = FileManager.default.temporaryDirectory.appendingPathComponent("px-fast-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+    }
+
+    override func tearDown() {
+        try? FileManager.default.removeItem(atPath: folder)
+    }
+
+    private func randomData(_ count: Int, seed: UInt64) -> Data {
+        var state = seed
+        return Data((0..<count).map { _ in
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return UInt8(truncatingIfNeeded: state >> 33)
+        })
+    }
+
+    func testLargeFilesHashedOnTwoThreadsGiveTheSameDigestAsOnePass() throws {
+        let data = randomData(9 * FileHashing.blockSize + 12_345, seed: 1)
+        let path = folder + "/big.bin"
+        try data.write(to: URL(fileURLWithPath: path))
+        XCTAssertEqual(try FileHashing.digest(ofFile: path, length: UInt64(data.count)), SHA256Hasher.hash(data))
+        // A prefix, as a resume hashes it.
+        XCTAssertEqual(try FileHashing.digest(ofFile: path, length: UInt64(6 * FileHashing.blockSize)),
+                       SHA256Hasher.hash(data.prefix(6 * FileHashing.blockSize)))
+        // A file that became shorter than announced is an error, not a digest of less.
+        XCTAssertThrowsError(try FileHashing.digest(ofFile: path, length: UInt64(data.count + 1))) { error in
+            XCTAssertTrue("\(error)".contains("shorter"), "\(error)")
+        }
+    }
+
+    func testAPlanHashesEveryFileOfATreeOnAllCores() throws {
+        var expected: [String: String] = [:]
+        for i in 0..<40 {
+            let data = randomData(i == 7 ? 5 * FileHashing.blockSize : 1_000 + i * 97, seed: UInt64(i))
+            let relative = "tree/d\(i % 4)/f\(i).bin"
+            try FileManager.default.createDirectory(atPath: folder + "/tree/d\(i % 4)", withIntermediateDirectories: true)
+            try data.write(to: URL(fileURLWithPath: folder + "/" + relative))
+            expected[relative] = SHA256Hasher.hash(data).hex
+        }
+        let plan = try TransferPlan.make(paths: [folder + "/tree"])
+        let files = plan.manifest.entries.filter { $0.kind == .file }
+        XCTAssertEqual(files.count, 40)
+        for entry in files { XCTAssertEqual(entry.sha256, expected[entry.path], entry.path) }
+        // An unreadable file fails the plan with its name.
+        let locked = folder + "/tree/d1/f1.bin"
+        chmod(locked, 0)
+        defer { chmod(locked, 0o644) }
+        if getuid() == 0 { return }   // root reads it anyway
+        XCTAssertThrowsError(try TransferPlan.make(paths: [folder + "/tree"])) { error in
+            XCTAssertTrue("\(error)".contains("f1.bin"), "\(error)")
+        }
+    }
+
+    func testASinkWritesAndHashesLargeAndSmallFilesAlike() async throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        for (name, size) in [("small.bin", 100_000), ("large.bin", 6 * TransferLimits.chunkSize + 5)] {
+            let data = randomData(size, seed: UInt64(size))
+            let file = try inbox.openPart(try RelativePath(validating: name))
+            let sink = FileSink(file: file, continuing: SHA256Hasher(), size: UInt64(size), limit: 2 * TransferLimits.chunkSize)
+            var offset = 0
+            while offset < size {
+                let piece = data[offset..<min(size, offset + TransferLimits.chunkSize)]
+                try await sink.append(Data(piece), at: UInt64(offset))
+                offset += piece.count
+            }
+            let digest = try await sink.finish()
+            XCTAssertEqual(digest, SHA256Hasher.hash(data), name)
+            try file.finishWriting(mode: 0o644, modified: 0)
+            file.closeFiles()
+            let written = try Data(contentsOf: URL(fileURLWithPath: folder + "/inbox/" + name + TransferLimits.partSuffix))
+            XCTAssertEqual(written, data, name)
+        }
+    }
+
+    func testADiskThatFillsUnderTheSinksQueueFailsTheFileAsNoSpace() async throws {
+        let inbox = folder + "/small-disk"
+        try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
+        let mount = Process()
+        mount.executableURL = URL(fileURLWithPath: "/bin/mount")
+        mount.arguments = ["-t", "tmpfs", "-o", "size=6m", "tmpfs", inbox]
+        try mount.run()
+        mount.waitUntilExit()
+        guard mount.terminationStatus == 0 else { throw XCTSkip("cannot mount a tmpfs here") }
+        defer {
+            let unmount = Process()
+            unmount.executableURL = URL(fileURLWithPath: "/bin/umount")
+            unmount.arguments = [inbox]
+            try? unmount.run()
+            unmount.waitUntilExit()
+        }
+        let file = try Inbox(path: inbox).openPart(try RelativePath(validating: "too-big.bin"))
+        defer { file.closeFiles() }
+        let size = 12 * TransferLimits.chunkSize
+        let sink = FileSink(file: file, continuing: SHA256Hasher(), size: UInt64(size))
+        let chunk = randomData(TransferLimits.chunkSize, seed: 9)
+        var failure: Error?
+        do {
+            for offset in stride(from: 0, to: size, by: chunk.count) {
+                try await sink.append(chunk, at: UInt64(offset))
+            }
+            _ = try await sink.finish()
+        } catch {
+            failure = error
+        }
+        guard let failure = failure as? PeerTransferError else { return XCTFail("no error for a full disk: \(String(describing: failure))") }
+        XCTAssertEqual(failure.wireCode, PeerTransferError.noSpace("").wireCode, "\(failure)")
+        XCTAssertTrue(failure.message.contains("full"), failure.message)
+    }
+
+    func testJSONLinesParseBackToWhatWasPrinted() throws {
+        let object: [String: Any] = [
+            "event": "verified", "path": "a \"quoted\"\\ name\n\t\u{01}\u{7f} ünï 🎉", "size": UInt64(1) << 40,
+            "count": -3, "ok": true, "no": false, "seconds": 1.25, "list": ["x", "y"], "nested": ["k": 1],
+            "missing": Optional<String>.none as Any, "present": Optional("here") as Any, "nan": Double.nan,
+        ]
+        let line = JSONLine.object(object)
+        XCTAssertFalse(line.contains("\n"))
+        let parsed = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        XCTAssertEqual(parsed["path"] as? String, object["path"] as? String)
+        XCTAssertEqual((parsed["size"] as? NSNumber)?.uint64Value, UInt64(1) << 40)
+        XCTAssertEqual(parsed["count"] as? Int, -3)
+        XCTAssertEqual(parsed["ok"] as? Bool, true)
+        XCTAssertEqual(parsed["no"] as? Bool, false)
+        XCTAssertEqual(parsed["seconds"] as? Double, 1.25)
+        XCTAssertEqual(parsed["list"] as? [String], ["x", "y"])
+        XCTAssertEqual((parsed["nested"] as? [String: Any])?["k"] as? Int, 1)
+        XCTAssertTrue(parsed["missing"] is NSNull)
+        XCTAssertEqual(parsed["present"] as? String, "here")
+        XCTAssertTrue(parsed["nan"] is NSNull)
+        // Keys come sorted, as before.
+        XCTAssertTrue(line.hasPrefix("{\"count\":-3,\"event\":"), line)
+    }
+}
