@@ -224,7 +224,9 @@ final class PartFile {
     /// Applies `mode` and `modified` and closes the data descriptor: the file is complete and
     /// verified, and waits for ``publish()`` (after its data is on disk, see ``Inbox/syncData()``).
     func finishWriting(mode: UInt32, modified: Double) throws {
-        startWriteBack()
+        // The tail of a large file goes to disk now; small files wait for the batch's syncfs,
+        // which writes them together (one request each would cost more than it overlaps).
+        if written >= Self.writeBackStep { startWriteBack() }
         guard fchmod(fd, mode_t(mode & 0o777)) == 0 else { throw ioError("fchmod") }
         if modified.isFinite {
             let seconds = modified.rounded(.down)

@@ -49,7 +49,7 @@ public struct PeerConfiguration: Sendable {
             deviceID = id
         } else {
             deviceID = UUID().uuidString.lowercased()
-            try AtomicFile.write(try JSONEncoder().encode(["id": deviceID]), to: deviceFile, mode: 0o600)
+            try ConfigFile.write(try JSONEncoder().encode(["id": deviceID]), to: deviceFile, mode: 0o600)
         }
     }
 
@@ -87,34 +87,18 @@ public struct KnownPeers: Codable, Sendable, Equatable {
     public func save(to path: String) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        try AtomicFile.write(try encoder.encode(self), to: path, mode: 0o600)
+        try ConfigFile.write(try encoder.encode(self), to: path, mode: 0o600)
     }
 }
 
-/// Whole-file replacement that never leaves a half-written file.
-enum AtomicFile {
-    /// Writes `data` to a temporary file beside `path`, syncs it (unless `durable` is false:
-    /// a view that is rewritten often and may be lost in a crash), and renames it over `path`.
-    /// - Throws: ``PeerTransferError/runtime(_:)`` naming the failing call.
+/// Configuration and status files, replaced whole (SalutStreams' `AtomicFile`), failures as
+/// ``PeerTransferError/runtime(_:)``.
+enum ConfigFile {
     static func write(_ data: Data, to path: String, mode: mode_t, durable: Bool = true) throws {
-        let temporary = path + ".\(getpid()).new"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw PeerTransferError.runtime("cannot write \(temporary): \(String(cString: strerror(errno)))") }
-        var failure: String?
-        data.withUnsafeBytes { raw in
-            var done = 0
-            while done < raw.count {
-                let n = Glibc.write(fd, raw.baseAddress! + done, raw.count - done)
-                if n < 0 { if errno == EINTR { continue }; failure = "write: \(String(cString: strerror(errno)))"; return }
-                done += n
-            }
-        }
-        if failure == nil && durable && fsync(fd) != 0 { failure = "fsync: \(String(cString: strerror(errno)))" }
-        if close(fd) != 0 && failure == nil { failure = "close: \(String(cString: strerror(errno)))" }
-        if failure == nil && rename(temporary, path) != 0 { failure = "rename: \(String(cString: strerror(errno)))" }
-        if let failure {
-            unlink(temporary)
-            throw PeerTransferError.runtime("cannot write \(path): \(failure)")
+        do {
+            try AtomicFile.write(data, to: path, mode: mode, durable: durable)
+        } catch let failure as AtomicFile.Failure {
+            throw PeerTransferError.runtime(failure.description)
         }
     }
 }

@@ -150,7 +150,7 @@ public final class StatusBook: Sendable {
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             // A view, rewritten often: renamed into place whole, not synced to disk. One that
             // cannot be written only costs `peerxfer status` its view.
-            if let data = try? encoder.encode(status) { try? AtomicFile.write(data, to: file, mode: 0o600, durable: false) }
+            if let data = try? encoder.encode(status) { try? ConfigFile.write(data, to: file, mode: 0o600, durable: false) }
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import SalutStreams
 
 /// What a background session keeps of each upload task on disk, one JSON file per task.
 struct BackgroundTaskRecord: Codable, Sendable, Equatable {
@@ -91,33 +92,12 @@ final class BackgroundJournal: Sendable {
         try? Data(contentsOf: bodiesDirectory.appendingPathComponent(id))
     }
 
+    /// ``AtomicFile/write(_:to:mode:durable:)`` at mode 0600, its failure as a ``PeerSessionError``.
     static func writeAtomically(_ data: Data, to url: URL) throws {
-        let temporary = url.path + ".\(getpid()).\(UInt32.random(in: 0...UInt32.max)).new"
-        func failure(_ call: String) -> PeerSessionError {
-            PeerSessionError.transferFailed("cannot write \(url.path): \(call): \(String(cString: strerror(errno)))")
-        }
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw failure("open") }
-        var failed: PeerSessionError?
-        data.withUnsafeBytes { raw in
-            var done = 0
-            while done < raw.count {
-                let n = write(fd, raw.baseAddress! + done, raw.count - done)
-                if n < 0 { if errno == EINTR { continue }; failed = failure("write"); return }
-                done += n
-            }
-        }
-        if failed == nil && fsync(fd) != 0 { failed = failure("fsync") }
-        if close(fd) != 0 && failed == nil { failed = failure("close") }
-        if failed == nil && rename(temporary, url.path) != 0 { failed = failure("rename") }
-        if let failed {
-            unlink(temporary)
-            throw failed
-        }
-        let folder = open(url.deletingLastPathComponent().path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if folder >= 0 {
-            defer { close(folder) }
-            guard fsync(folder) == 0 else { throw failure("fsync of the folder") }
+        do {
+            try AtomicFile.write(data, to: url.path, mode: 0o600)
+        } catch let failure as AtomicFile.Failure {
+            throw PeerSessionError.transferFailed(failure.description)
         }
     }
 }

@@ -140,28 +140,12 @@ public struct TLSIdentity: Sendable, Hashable {
         return Data(bytes: bytes, count: count)
     }
 
-    /// Writes `data` to a temporary file beside `path` with `mode`, syncs it, and renames it
-    /// over `path`.
+    /// ``AtomicFile/write(_:to:mode:durable:)``, its failure as a ``TLSError``.
     private static func writeAtomically(_ data: Data, to path: String, mode: mode_t) throws {
-        let temporary = path + ".new"
-        unlink(temporary)
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw TLSError.cannotLoad(file: temporary, reason: "open: \(String(cString: strerror(errno)))") }
-        var failed: String?
-        data.withUnsafeBytes { raw in
-            var offset = 0
-            while offset < raw.count {
-                let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
-                if n < 0 { if errno == EINTR { continue }; failed = "write: \(String(cString: strerror(errno)))"; return }
-                offset += n
-            }
-        }
-        if failed == nil, fsync(fd) != 0 { failed = "fsync: \(String(cString: strerror(errno)))" }
-        if close(fd) != 0, failed == nil { failed = "close: \(String(cString: strerror(errno)))" }
-        if failed == nil, rename(temporary, path) != 0 { failed = "rename: \(String(cString: strerror(errno)))" }
-        if let failed {
-            unlink(temporary)
-            throw TLSError.cannotLoad(file: path, reason: failed)
+        do {
+            try AtomicFile.write(data, to: path, mode: mode)
+        } catch let failure as AtomicFile.Failure {
+            throw TLSError.cannotLoad(file: path, reason: "\(failure.call): \(failure.reason)")
         }
     }
 }
