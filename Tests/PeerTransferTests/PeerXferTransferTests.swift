@@ -276,4 +276,32 @@ final class PeerXferTransferTests: XCTestCase {
         let (_, after) = try lab.run(["status", "--config", lab.path("sender")])
         XCTAssertTrue(after.contains("background queue: empty"), after)
     }
+
+    func testCancelTakesAQueuedBackgroundSendOffTheDaemonsQueue() throws {
+        let lab = try PeerXferLab()
+        let outbox = PeerXferLab.uniqueName("Outbox")
+        try lab.makeFile("src/unwanted.bin", size: 1000, seed: 6)
+        let daemon = try lab.serve(name: outbox, config: "sender", inbox: lab.path("sender-inbox"))
+        let (queued, queuedOutput) = try lab.run(["send", lab.path("src/unwanted.bin"), "--to", PeerXferLab.uniqueName("Nobody"),
+                                                  "--config", lab.path("sender"), "--background"])
+        XCTAssertEqual(queued, 0, queuedOutput)
+        XCTAssertTrue(daemon.waitForOutput(containing: "waiting for the service", seconds: 20), daemon.output)
+        let (_, listed) = try lab.run(["status", "--config", lab.path("sender")])
+        let id = try XCTUnwrap(listed.split(separator: "\n").first { $0.contains("unwanted.bin") }?
+            .split(separator: " ").dropFirst().first.map { String($0.dropLast()) }, listed)
+
+        // Wrong ids and arguments: usage errors (2) or not found (1), and nothing is cancelled.
+        XCTAssertEqual(try lab.run(["cancel", "--config", lab.path("sender")]).status, 2)
+        XCTAssertEqual(try lab.run(["cancel", "zz-not-hex", "--config", lab.path("sender")]).status, 2)
+        XCTAssertEqual(try lab.run(["cancel", "0000ffff", "--config", lab.path("sender")]).status, 1)
+
+        let (cancelled, output) = try lab.run(["cancel", id, "--config", lab.path("sender")])
+        XCTAssertEqual(cancelled, 0, output)
+        XCTAssertTrue(output.contains("cancelled") && output.contains("unwanted.bin"), output)
+        // The daemon hears of it and ends the send; the queue is empty.
+        XCTAssertTrue(daemon.waitForOutput(containing: "failed", seconds: 20), daemon.output)
+        let (_, after) = try lab.run(["status", "--config", lab.path("sender")])
+        XCTAssertTrue(after.contains("background queue: empty"), after)
+        XCTAssertEqual(try lab.run(["cancel", id, "--config", lab.path("sender")]).status, 1, "already gone")
+    }
 }

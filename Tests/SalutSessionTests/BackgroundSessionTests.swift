@@ -326,6 +326,29 @@ final class BackgroundSessionTests: SalutTestCase {
         XCTAssertEqual(views.first?.persistentIdentifier, task.persistentIdentifier)
     }
 
+    func testCancellingAViewInAProcessThatOnlyQueuesCancelsTheRunnersTask() async throws {
+        let configuration = configuration()
+        let delegate = UploadDelegate()
+        let runner = PeerSession(configuration: configuration, delegate: delegate)
+        defer { runner.invalidateAndCancel() }
+        let task = runner.uploadTask(to: DiscoveredService(name: "Never", type: uniqueType()), from: Data("x".utf8))
+        task.resume()
+        try await delegate.wait(for: "waiting \(task.taskIdentifier)")
+        var viewing = configuration
+        viewing.runsBackgroundTasks = false
+        let viewer = PeerSession(configuration: viewing)
+        defer { viewer.finishTasksAndInvalidate() }
+        let view = try XCTUnwrap(viewer.allTasks.compactMap { $0 as? PeerUploadTask }.first)
+        view.cancel()
+        // The runner hears of it through its folder watcher and cancels the real task.
+        try await delegate.wait(for: "complete \(task.taskIdentifier)")
+        XCTAssertEqual(delegate.outcome(of: task), "\(PeerSessionError.cancelled)")
+        XCTAssertEqual(task.state, .completed)
+        let journal = try BackgroundJournal(directory: configuration.backgroundStateDirectory!)
+        XCTAssertTrue(journal.records().allSatisfy { $0.outcome != .pending }, "nothing is left pending")
+        XCTAssertEqual(journal.cancelRequests(), [], "the request is consumed")
+    }
+
     func testUploadTasksOnAnOrdinarySessionFailClearly() async throws {
         let delegate = UploadDelegate()
         let session = PeerSession(configuration: .ephemeral, delegate: delegate)

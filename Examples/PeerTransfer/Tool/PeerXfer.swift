@@ -27,7 +27,7 @@ struct PeerXfer: AsyncParsableCommand {
               peerxfer trust Kitchen
               peerxfer status --follow
             """,
-        subcommands: [Serve.self, Send.self, Peers.self, Status.self, Trust.self, Untrust.self, Identity.self]
+        subcommands: [Serve.self, Send.self, Peers.self, Status.self, Cancel.self, Trust.self, Untrust.self, Identity.self]
     )
 
     /// ArgumentParser's entry point, except that usage errors exit 2 (as documented) instead of

@@ -36,7 +36,7 @@ struct Status: AsyncParsableCommand {
         guard let configuration = try? config.load() else { return [] }
         let session = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer"))
         return session.allTasks.compactMap { $0 as? PeerUploadTask }.map { task in
-            "\(task.taskDescription ?? "?") → \"\(Terminal.escape(task.service.name))\": \(task.recordedPhase), \(task.attempts) attempt(s)\(task.recordedError.map { "; last error: \(Terminal.escape($0))" } ?? "")"
+            "task \(task.persistentIdentifier.prefix(8)): \(task.taskDescription ?? "?") → \"\(Terminal.escape(task.service.name))\": \(task.recordedPhase), \(task.attempts) attempt(s)\(task.recordedError.map { "; last error: \(Terminal.escape($0))" } ?? "")"
         }
     }
 
@@ -46,9 +46,13 @@ struct Status: AsyncParsableCommand {
             return
         }
         if json {
+            // Through JSONSerialization both ways: its numbers come back as NSNumber, which
+            // JSONLine's Swift-typed switch is not meant for.
             if let data = try? JSONEncoder().encode(status), var object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] {
                 object["running"] = status.daemonAlive
-                printJSON(object)
+                if let line = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) {
+                    printLine(String(decoding: line, as: UTF8.self))
+                }
             }
             return
         }

@@ -76,10 +76,34 @@ final class BackgroundJournal: Sendable {
         try Self.writeAtomically(try encoder.encode(record), to: tasksDirectory.appendingPathComponent(record.id + ".json"))
     }
 
-    /// Removes a record and its stored body.
+    /// Removes a record, its stored body and any cancel request for it.
     func remove(_ id: String) {
         unlink(tasksDirectory.appendingPathComponent(id + ".json").path)
         unlink(bodiesDirectory.appendingPathComponent(id).path)
+        clearCancelRequest(id)
+    }
+
+    /// Asks the runner (another process) to cancel task `id`: an empty `ID.cancel` file in the
+    /// tasks folder, which the runner's watcher sees.
+    /// - Throws: ``PeerSessionError/transferFailed(_:)`` when the file cannot be made.
+    func requestCancel(_ id: String) throws {
+        let path = tasksDirectory.appendingPathComponent(id + ".cancel").path
+        let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            throw PeerSessionError.transferFailed("cannot ask the runner to cancel \(id): \(path): \(String(cString: strerror(errno)))")
+        }
+        close(fd)
+    }
+
+    /// The tasks another process asked the runner to cancel.
+    func cancelRequests() -> [String] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: tasksDirectory.path)) ?? []
+        return names.filter { $0.hasSuffix(".cancel") }.map { String($0.dropLast(".cancel".count)) }
+    }
+
+    /// Forgets the cancel request for `id` (done, or its task is gone).
+    func clearCancelRequest(_ id: String) {
+        unlink(tasksDirectory.appendingPathComponent(id + ".cancel").path)
     }
 
     /// Stores a data body for task `id`.

@@ -129,6 +129,15 @@ extension PeerSession {
                 task.completeFromRecord(record)
             }
         }
+        // Cancels asked for by processes that only queue.
+        let requests = background.journal.cancelRequests()
+        if !requests.isEmpty {
+            let uploads = allTasks.compactMap { $0 as? PeerUploadTask }
+            for id in requests {
+                uploads.first { $0.persistentIdentifier == id }?.cancel()
+                background.journal.clearCancelRequest(id)
+            }
+        }
         return delivered
     }
 }

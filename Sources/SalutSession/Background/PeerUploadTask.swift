@@ -102,7 +102,12 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     }
 
     override func cancelWork() {
-        if isSnapshot { return complete(with: PeerSessionError.cancelled) }   // the runner's task goes on
+        if isSnapshot {
+            // A view of the runner's task: the runner is asked to cancel it (its watcher sees
+            // the request), and the view ends here.
+            try? background.journal.requestCancel(record.id)
+            return complete(with: PeerSessionError.cancelled)
+        }
         let driver = lock.withLock { self.driver }
         if let driver {
             driver.cancel()   // the driver completes the task as cancelled
