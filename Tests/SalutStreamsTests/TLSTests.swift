@@ -119,6 +119,50 @@ final class TLSTests: SalutTestCase {
         pair.input.close(); pair.output.close()
     }
 
+    func testTLSAskedForRightAfterOpenStartsOnTheOpenConnectionAsOnApple() async throws {
+        let key = Stream.PropertyKey(kCFStreamPropertySSLSettings as String)
+        let settings = [kCFStreamSSLPeerName as String: "localhost",
+                        SalutSSLSettingsKey.pinnedSHA256: [certificate.publicKeySHA256]] as NSDictionary
+        // The order Apple tutorials use (level, then settings), and the settings alone.
+        for levelFirst in [true, false] {
+            let (server, port) = try reversingServer(certificate)
+            defer { server.stop() }
+            let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
+            pair.input.open()
+            pair.output.open()
+            if levelFirst {
+                XCTAssertTrue(pair.input.setProperty(StreamSocketSecurityLevel.negotiatedSSL.rawValue as NSString,
+                                                     forKey: .socketSecurityLevelKey))
+                XCTAssertTrue(pair.output.setProperty(StreamSocketSecurityLevel.negotiatedSSL.rawValue as NSString,
+                                                      forKey: .socketSecurityLevelKey), "the same on the other stream")
+            }
+            XCTAssertTrue(pair.input.setProperty(settings, forKey: key))
+            try await pair.output.write(Data("over tls\n".utf8))
+            let answer = try await withDeadline(20, "answer") { try await readBytes(pair.input, count: 9) }
+            XCTAssertEqual(String(decoding: answer, as: UTF8.self), "slt revo\n", "levelFirst \(levelFirst)")
+            XCTAssertEqual(pair.input.property(forKey: .salutTLSProtocolVersion) as? String, "TLSv1.3")
+            XCTAssertEqual(pair.input.property(forKey: .socketSecurityLevelKey) as? String,
+                           StreamSocketSecurityLevel.negotiatedSSL.rawValue)
+            pair.input.close(); pair.output.close()
+        }
+    }
+
+    func testTLSAskedForAfterBytesWentInTheClearFailsLoudly() async throws {
+        let (server, port) = try reversingServer(certificate)
+        defer { server.stop() }
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
+        try await withDeadline(20, "open") { try await pair.open() }
+        try await pair.output.write(Data("plain\n".utf8))
+        XCTAssertFalse(pair.output.setProperty(StreamSocketSecurityLevel.negotiatedSSL.rawValue as NSString,
+                                               forKey: .socketSecurityLevelKey))
+        // Never carried on in the clear: both streams fail and say why.
+        XCTAssertEqual(pair.output.streamStatus, .error)
+        XCTAssertEqual(pair.input.streamStatus, .error)
+        XCTAssertTrue("\(pair.output.streamError.map { "\($0)" } ?? "none")".contains("in the clear"),
+                      "\(String(describing: pair.output.streamError))")
+        XCTAssertEqual(pair.output.write([1], maxLength: 1), -1)
+    }
+
     func testOldProtocolOnlyServerFailsTheHandshake() async throws {
         let (server, port) = try reversingServer(certificate, extra: ["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0"])
         defer { server.stop() }

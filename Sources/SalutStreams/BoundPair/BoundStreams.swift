@@ -71,7 +71,9 @@ final class BoundInputStream: InputStream {
         guard status == .open || status == .atEnd || failedWithBytesLeft else { return -1 }
         guard len > 0 else { return 0 }
         events.consumed(.hasBytesAvailable)
+        connection?.startPendingUpgrade()   // TLS asked for after opening starts before any read
         let n = self.buffer.read(into: buffer, maxLength: len, blocking: blocking) ?? 0
+        if n > 0 { connection?.carriedBytes.store(true, ordering: .releasing) }
         if n == 0 && self.buffer.writerClosed {
             // A failure ends the buffer too: woken by that end, report the failure.
             if events.streamStatus == .error { return -1 }
@@ -204,6 +206,10 @@ final class BoundOutputStream: OutputStream {
         guard events.streamStatus == .open else { return -1 }
         guard length > 0 else { return 0 }
         events.consumed(.hasSpaceAvailable)
+        // TLS asked for after opening starts before this byte leaves; asked for from now on,
+        // it comes too late.
+        connection?.startPendingUpgrade()
+        connection?.carriedBytes.store(true, ordering: .releasing)
         if let pump = connection?.pump {
             while true {
                 switch pump.sendDirectly(from: buffer, length: length) {

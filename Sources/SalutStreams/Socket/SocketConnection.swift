@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Glibc
+import Synchronization
 
 /// One TCP connection behind a socket stream pair: the buffers, the pump, the gate that holds
 /// the streams in `opening`, the properties set on the streams, and how the connection is made
@@ -27,6 +28,17 @@ final class SocketConnection: @unchecked Sendable {
         var unopenedFD: Int32?
         var observer: (@Sendable (ConnectionEvent) -> Void)?
         var socketOptions = SocketOptions()
+        /// The pump has been given the socket: TLS asked for from now on is an upgrade of the
+        /// open connection, no longer part of setting it up.
+        var pumpStarted = false
+        /// The name TLS checks the certificate against, once dialled.
+        var dialledHost: String?
+        /// TLS was asked for through the properties after `open()`.
+        var tlsRequestedAfterOpen = false
+        /// Asked for on the open connection by the security level alone: it starts when the SSL
+        /// settings follow, at the application's first read or write, or after a short grace
+        /// period, whichever comes first.
+        var pendingUpgrade = false
         /// How sending ended (nil inside: all sent), once it has; and who waits to know.
         var sendingOutcome: SocketStreamError??
         var sendingWaiters: [CheckedContinuation<SocketStreamError?, Never>] = []
@@ -42,6 +54,9 @@ final class SocketConnection: @unchecked Sendable {
     let pump: SocketPump
     private(set) var gate: ConnectionGate!
     let state: Locked<State>
+    /// Set by the streams when the application has read or written a byte: TLS can no longer
+    /// start on the connection after that (it would follow bytes that went in the clear).
+    let carriedBytes = Atomic<Bool>(false)
     private weak var input: BoundInputStream?
     private weak var output: BoundOutputStream?
     private let origin: Origin
@@ -102,7 +117,10 @@ final class SocketConnection: @unchecked Sendable {
             }
             Task.detached { await self.dial(host: host, port: port, timeout: timeout, resolver: resolver) }
         case .accepted(let fd, let context, let limits):
-            state.withLock { $0.unopenedFD = nil }
+            state.withLock {
+                $0.unopenedFD = nil
+                $0.pumpStarted = true
+            }
             let security = context.map { SecuritySetup(context: $0, dialledHost: nil, evaluator: state.value.evaluator) }
             queue.async {
                 self.notify(.secureConnectStart, when: security != nil)
@@ -158,6 +176,23 @@ final class SocketConnection: @unchecked Sendable {
             switch result {
             case .success(let fd):
                 self.notify(.connectEnd)
+                // TLS asked for while the connection was being made (set after `open()`) starts
+                // with it: from here on, asking for it is an upgrade of the open connection.
+                let late = self.state.withLock { state -> TLSConfiguration? in
+                    state.pumpStarted = true
+                    state.dialledHost = hostName ?? host
+                    return security == nil ? state.tls : nil
+                }
+                var security = security
+                if let late {
+                    do {
+                        security = SecuritySetup(context: try TLSContext(late), dialledHost: hostName ?? host,
+                                                 evaluator: self.state.value.evaluator)
+                    } catch {
+                        close(fd)
+                        return self.settle(.failure(.tls(error as? TLSError ?? .invalidConfiguration("\(error)"))))
+                    }
+                }
                 self.notify(.secureConnectStart, when: security != nil)
                 // A server that accepts and then never answers the ClientHello must not hold
                 // the streams in `opening` for ever.
@@ -270,6 +305,96 @@ final class SocketConnection: @unchecked Sendable {
     }
 
     // MARK: Upgrading
+
+    /// How long TLS asked for by the security level alone waits for the SSL settings that
+    /// Apple code often sets next, before the handshake starts without them.
+    static let upgradeGracePeriod: DispatchTimeInterval = .milliseconds(20)
+
+    /// TLS asked for through the streams' properties after `open()`: Apple starts the
+    /// handshake on the open socket when it is asked for before the first byte. Before the
+    /// socket is up, the request becomes part of setting it up; once up and before any byte
+    /// went either way, the connection is upgraded; after that it is refused loudly: the
+    /// streams fail with an error and the connection is reset, never left carrying on in the
+    /// clear. `sslSettings` is nil for the security level, the dictionary for the settings.
+    /// - Returns: false when refused (after bytes went: the streams have failed), or for
+    ///   settings that come after TLS has started.
+    func requestTLSAfterOpening(_ configuration: TLSConfiguration, level: StreamSocketSecurityLevel,
+                                sslSettings: [String: Any]?) -> Bool {
+        enum Decision { case accepted, refused, tooLate, pending, upgrade(TLSConfiguration, String?, TLSTrustEvaluator?) }
+        let isSettings = sslSettings != nil
+        let decision = state.withLock { state -> Decision in
+            func apply() {
+                if let sslSettings {
+                    state.sslSettings = sslSettings
+                    state.tls = configuration
+                    if state.securityLevel == .none { state.securityLevel = .negotiatedSSL }
+                } else {
+                    if state.securityLevel == .none { state.securityLevel = level }
+                    if state.tls == nil { state.tls = configuration }
+                }
+                state.tlsRequestedAfterOpen = true
+            }
+            if state.securityLevel != .none && !state.tlsRequestedAfterOpen {
+                // TLS from the start: its settings were fixed when connecting began.
+                return isSettings ? .refused : .accepted
+            }
+            if !state.pumpStarted {
+                apply()   // taken up when the socket is connected
+                return .accepted
+            }
+            if state.pendingUpgrade {
+                guard isSettings else { return .accepted }
+                apply()
+                state.pendingUpgrade = false
+                return .upgrade(state.tls!, state.dialledHost, state.evaluator)
+            }
+            if state.tlsRequestedAfterOpen { return isSettings ? .refused : .accepted }   // under way
+            if carriedBytes.load(ordering: .acquiring) || inbound.snapshot.available > 0 { return .tooLate }
+            apply()
+            if isSettings { return .upgrade(state.tls!, state.dialledHost, state.evaluator) }
+            state.pendingUpgrade = true
+            return .pending
+        }
+        switch decision {
+        case .accepted:
+            return true
+        case .refused:
+            return false
+        case .tooLate:
+            let error = SocketStreamError.tls(.invalidConfiguration(
+                "TLS was asked for after bytes had gone over the connection in the clear; the connection is closed rather than carried on unencrypted"))
+            pump.reset(error)
+            broke(error)
+            return false
+        case .pending:
+            queue.asyncAfter(deadline: .now() + Self.upgradeGracePeriod) { [weak self] in self?.startPendingUpgrade() }
+            return true
+        case .upgrade(let configuration, let host, let evaluator):
+            upgrade(configuration, host: host, evaluator: evaluator)
+            return true
+        }
+    }
+
+    /// Starts TLS asked for by the security level alone, if it has not started: called before
+    /// the application's first read or write, and when the grace period ends.
+    func startPendingUpgrade() {
+        let go = state.withLock { state -> (TLSConfiguration, String?, TLSTrustEvaluator?)? in
+            guard state.pendingUpgrade, let tls = state.tls else { return nil }
+            state.pendingUpgrade = false
+            return (tls, state.dialledHost, state.evaluator)
+        }
+        if let (configuration, host, evaluator) = go { upgrade(configuration, host: host, evaluator: evaluator) }
+    }
+
+    private func upgrade(_ configuration: TLSConfiguration, host: String?, evaluator: TLSTrustEvaluator?) {
+        startTLS(configuration, evaluator: evaluator, dialledHost: host) { [weak self] result in
+            // A change that could not start leaves no plaintext connection behind either.
+            if case .failure(let error) = result, let self {
+                self.pump.reset(error)
+                self.broke(error)
+            }
+        }
+    }
 
     /// Starts TLS on an open plain connection once everything written so far has been sent.
     func startTLS(_ configuration: TLSConfiguration, evaluator: TLSTrustEvaluator?, dialledHost: String?, preface: Data? = nil,

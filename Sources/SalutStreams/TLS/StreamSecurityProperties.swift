@@ -136,10 +136,37 @@ extension SocketConnection {
     }
 
     /// `Stream.setProperty(_:forKey:)` for socket streams: the security level and the SSL
-    /// settings, before the connection starts. False (nothing changed) for a bad value, an
-    /// unknown key, or once connecting has begun.
+    /// settings. Before opening they configure the connection; after it, asking for TLS starts
+    /// it on the open connection if no byte has gone either way yet, and fails the streams
+    /// otherwise (see ``requestTLSAfterOpening(_:level:sslSettings:)``). False (nothing changed)
+    /// for a bad value, an unknown key, turning TLS off or changing its settings after opening.
     func setProperty(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool {
-        guard case .idle = gate.current else { return false }
+        switch gate.current {
+        case .idle: return setPropertyBeforeOpening(property, forKey: key)
+        case .failed: return false
+        case .connecting, .connected: break
+        }
+        switch key {
+        case .socketSecurityLevelKey:
+            let raw = (property as? NSString).map { String(describing: $0) } ?? (property as? String)
+            guard let raw else { return false }
+            let level = StreamSocketSecurityLevel(rawValue: raw)
+            guard level != .none, (try? TLSConfiguration.check(level: level)) != nil else { return false }
+            let settings = state.value.sslSettings
+            guard let configuration = settings.map({ try? TLSConfiguration(sslSettings: $0) }) ?? TLSConfiguration.client else {
+                return false
+            }
+            return requestTLSAfterOpening(configuration, level: level, sslSettings: nil)
+        case Stream.PropertyKey(rawValue: kCFStreamPropertySSLSettings):
+            guard let settings = Self.dictionary(property),
+                  let configuration = try? TLSConfiguration(sslSettings: settings) else { return false }
+            return requestTLSAfterOpening(configuration, level: .negotiatedSSL, sslSettings: settings)
+        default:
+            return false
+        }
+    }
+
+    private func setPropertyBeforeOpening(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool {
         switch key {
         case .socketSecurityLevelKey:
             let raw = (property as? NSString).map { String(describing: $0) } ?? (property as? String)
