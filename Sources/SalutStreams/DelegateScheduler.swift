@@ -7,14 +7,31 @@ import Synchronization
 /// By default that is the main run loop in the default mode, served through the main dispatch
 /// queue, which both `RunLoop.main.run()` and `dispatchMain()` drain, as on macOS. For another
 /// run loop (`schedule(in:forMode:)`), calls are queued in order and drained by a block the run
-/// loop performs (`perform(inModes:block:)`, which also wakes it, from any thread). Not a
-/// zero-interval `Timer`: swift-corelibs-foundation leaks each block-based timer. An object removed from every
-/// run loop delivers nothing, as Apple documents.
+/// loop performs (`perform(inModes:block:)`), and the run loop is woken for it. While scheduled
+/// there, the object keeps that run loop running, as a scheduled stream or service does on
+/// Apple's systems: a source is attached in that mode, so `RunLoop.current.run()` on a worker
+/// thread waits for events instead of returning at once (nothing else being attached); removing
+/// the object from the run loop (or closing a stream, see ``removeFromAll()``) detaches it, and
+/// `run()` returns once nothing else keeps the loop. Not a `Timer`: swift-corelibs-foundation
+/// leaks each block-based timer. An object removed from every run loop delivers nothing, as
+/// Apple documents.
 package final class DelegateScheduler: @unchecked Sendable {
     // @unchecked: `loops` and `pending` are only touched while `lock` is held; run loops are
-    // only used through `add(_:forMode:)`, which CoreFoundation makes safe from any thread.
+    // only used through CoreFoundation calls that are safe from any thread (adding and removing
+    // a source, performing a block, stopping a run to wake it).
 
-    private struct Target { var runLoop: RunLoop; var mode: RunLoop.Mode }
+    /// The source that keeps a run loop waiting while an object is scheduled in it; it is
+    /// never signalled (deliveries go through `perform`).
+    private final class KeepAlive: RunLoop._Source {}
+
+    private struct Target {
+        var runLoop: RunLoop
+        var mode: RunLoop.Mode
+        /// Nil for the main run loop's default and common modes, served by the main queue.
+        var keepAlive: KeepAlive?
+
+        var isMainQueue: Bool { runLoop === RunLoop.main && (mode == .default || mode == .common) }
+    }
 
     private let lock = NSLock()
     private var loops: [Target]
@@ -25,8 +42,12 @@ package final class DelegateScheduler: @unchecked Sendable {
     /// - Parameter onMainRunLoop: start scheduled in the main run loop's default mode (services
     ///   and browsers), or in no run loop at all (streams, which Apple leaves unscheduled).
     package init(onMainRunLoop: Bool = true) {
-        loops = onMainRunLoop ? [Target(runLoop: .main, mode: .default)] : []
+        loops = onMainRunLoop ? [Target(runLoop: .main, mode: .default, keepAlive: nil)] : []
         scheduled = Atomic(onMainRunLoop)
+    }
+
+    deinit {
+        for target in loops { Self.detach(target) }
     }
 
     /// Whether the object is scheduled in any run loop (lock-free).
@@ -37,22 +58,53 @@ package final class DelegateScheduler: @unchecked Sendable {
     package func schedule(in runLoop: RunLoop, forMode mode: RunLoop.Mode) {
         lock.lock(); defer { lock.unlock() }
         if !loops.contains(where: { $0.runLoop === runLoop && $0.mode == mode }) {
-            loops.append(Target(runLoop: runLoop, mode: mode))
+            var target = Target(runLoop: runLoop, mode: mode, keepAlive: nil)
+            if !target.isMainQueue {
+                let keepAlive = KeepAlive()
+                runLoop._add(keepAlive, forMode: mode)
+                target.keepAlive = keepAlive
+            }
+            loops.append(target)
         }
         scheduled.store(true, ordering: .releasing)
     }
 
     package func remove(from runLoop: RunLoop, forMode mode: RunLoop.Mode) {
-        lock.lock(); defer { lock.unlock() }
+        lock.lock()
+        let removed = loops.filter { $0.runLoop === runLoop && $0.mode == mode }
         loops.removeAll { $0.runLoop === runLoop && $0.mode == mode }
         scheduled.store(!loops.isEmpty, ordering: .releasing)
+        lock.unlock()
+        for target in removed { Self.detach(target) }
     }
 
-    /// Runs `call` on the scheduled run loop, after every call delivered before it.
+    /// Leaves every run loop (a closed stream: it delivers nothing more, and no longer keeps a
+    /// run loop running).
+    package func removeFromAll() {
+        lock.lock()
+        let removed = loops
+        loops = []
+        pending = []
+        scheduled.store(false, ordering: .releasing)
+        lock.unlock()
+        for target in removed { Self.detach(target) }
+    }
+
+    /// Takes the keep-alive source off the target's run loop and wakes it, so that a `run()`
+    /// with nothing else to wait for returns.
+    private static func detach(_ target: Target) {
+        guard let keepAlive = target.keepAlive else { return }
+        target.runLoop._remove(keepAlive, for: target.mode)
+        target.runLoop._stop()
+    }
+
+    /// Runs `call` on the scheduled run loop (the one scheduled last, when there are several:
+    /// code that schedules an object on a worker thread's run loop wants its events there),
+    /// after every call delivered before it.
     package func deliver(_ call: @escaping @Sendable () -> Void) {
         lock.lock()
-        guard let target = loops.first else { lock.unlock(); return }
-        if target.runLoop === RunLoop.main && (target.mode == .default || target.mode == .common) {
+        guard let target = loops.last else { lock.unlock(); return }
+        if target.isMainQueue {
             lock.unlock()
             DispatchQueue.main.async(execute: call)
             return
@@ -61,14 +113,24 @@ package final class DelegateScheduler: @unchecked Sendable {
         let mustWake = pending.count == 1
         lock.unlock()
         guard mustWake else { return }
-        target.runLoop.perform(inModes: [target.mode]) { [weak self] in self?.drain() }
+        // The block runs on the target's thread, whose current run loop is the target.
+        target.runLoop.perform(inModes: [target.mode]) { [weak self] in self?.drain(on: RunLoop.current) }
+        // A block alone does not wake a run loop waiting for its sources: ending the current
+        // wait does (`run()` and `run(until:)` go on waiting after it; `run(mode:before:)`
+        // returns, as it does after any input it handled).
+        target.runLoop._stop()
     }
 
-    private func drain() {
+    private func drain(on runLoop: RunLoop) {
         lock.lock()
         let calls = pending
         pending = []
         lock.unlock()
         for call in calls { call() }
+        // Removed from this run loop meanwhile (by one of these calls, or before they ran): the
+        // loop may have nothing left to wait for, but it only notices on waking, and this block
+        // was its last reason to: wake it once more, so that `run()` can return.
+        let stillHere = lock.withLock { loops.contains { $0.runLoop === runLoop } }
+        if !stillHere { runLoop._stop() }
     }
 }

@@ -288,6 +288,41 @@ final class NetServiceTests: XCTestCase {
         service.stop()
     }
 
+    func testABrowserScheduledOnAWorkerThreadKeepsRunGoingUntilItIsRemoved() throws {
+        let type = uniqueType() + "."
+        let service = NetService(domain: "", type: type, name: "Worker Found Me", port: 9)
+        service.publish()
+        defer { service.stop() }
+        // Apple-platform code as it is written: a delegate class, a thread that schedules the
+        // browser in its own run loop and runs it, and leaves when the delegate is done.
+        final class Finder: NSObject, NetServiceBrowserDelegate, @unchecked Sendable {
+            // @unchecked: written on the worker thread, read after it signalled.
+            var found: [String] = []
+            var events: [String] = []
+            func netServiceBrowserWillSearch(_ browser: NetServiceBrowser) { events.append("willSearch") }
+            func netServiceBrowser(_ browser: NetServiceBrowser, didFind service: NetService, moreComing: Bool) {
+                found.append(service.name)
+                guard service.name == "Worker Found Me" else { return }
+                browser.stop()
+                browser.remove(from: .current, forMode: .default)   // nothing keeps the loop now
+            }
+        }
+        let finder = Finder()
+        let finished = DispatchSemaphore(value: 0)
+        let worker = Thread {
+            let browser = NetServiceBrowser()
+            browser.delegate = finder
+            browser.schedule(in: .current, forMode: .default)
+            browser.searchForServices(ofType: type, inDomain: "local.")
+            RunLoop.current.run()
+            finished.signal()
+        }
+        worker.start()
+        XCTAssertEqual(finished.wait(timeout: .now() + 15), .success, "run() kept going until the browser was removed: \(finder.events) \(finder.found)")
+        XCTAssertEqual(finder.events.first, "willSearch")
+        XCTAssertTrue(finder.found.contains("Worker Found Me"), "\(finder.found)")
+    }
+
     func testTXTHelpersRoundTripAndRejectWhatDoesNotFit() throws {
         let dict: [String: Data] = ["a": Data("1".utf8), "empty": Data(), "bin": Data([0, 255, 10])]
         let data = NetService.data(fromTXTRecord: dict)

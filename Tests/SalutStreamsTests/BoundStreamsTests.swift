@@ -244,3 +244,91 @@ struct UncheckedBox<T>: @unchecked Sendable {
     let value: T
     init(_ value: T) { self.value = value }
 }
+
+/// Written the way Apple-platform code is: a delegate class on a worker thread that schedules
+/// its streams in `RunLoop.current` and calls `run()`.
+private final class WorkerThreadEcho: NSObject, StreamDelegate {
+    let input: InputStream
+    let output: OutputStream
+    let message: [UInt8]
+    var received: [UInt8] = []
+    var sent = 0
+
+    init(input: InputStream, output: OutputStream, message: String) {
+        self.input = input
+        self.output = output
+        self.message = Array(message.utf8)
+    }
+
+    func stream(_ aStream: Stream, handle eventCode: Stream.Event) {
+        switch eventCode {
+        case .hasSpaceAvailable where aStream === output && sent < message.count:
+            let n = message[sent...].withUnsafeBufferPointer { output.write($0.baseAddress!, maxLength: $0.count) }
+            if n > 0 { sent += n }
+            if sent == message.count { output.close() }
+        case .hasBytesAvailable:
+            var buffer = [UInt8](repeating: 0, count: 64)
+            let n = input.read(&buffer, maxLength: buffer.count)
+            if n > 0 { received += buffer[0..<n] }
+        case .endEncountered:
+            input.close()
+        default:
+            break
+        }
+    }
+}
+
+final class WorkerRunLoopTests: XCTestCase {
+    func testStreamsScheduledOnAWorkerThreadKeepItsRunLoopRunningUntilTheyClose() {
+        let finished = DispatchSemaphore(value: 0)
+        let outcome = Locked<(received: String, seconds: Double)>(("", 0))
+        let thread = Thread {
+            var input: InputStream?
+            var output: OutputStream?
+            Stream.getBoundStreams(withBufferSize: 8, inputStream: &input, outputStream: &output)
+            let echo = WorkerThreadEcho(input: input!, output: output!, message: "hello from a worker run loop")
+            input!.delegate = echo
+            output!.delegate = echo
+            input!.schedule(in: .current, forMode: .default)
+            output!.schedule(in: .current, forMode: .default)
+            input!.open()
+            output!.open()
+            let start = Date()
+            RunLoop.current.run()   // on Apple's systems: returns once both streams are closed
+            let received = String(decoding: echo.received, as: UTF8.self), seconds = Date().timeIntervalSince(start)
+            outcome.withLock { $0 = (received, seconds) }
+            finished.signal()
+        }
+        thread.start()
+        XCTAssertEqual(finished.wait(timeout: .now() + 10), .success, "run() returns once both streams are closed")
+        XCTAssertEqual(outcome.value.received, "hello from a worker run loop", "every event came while run() ran")
+    }
+
+    func testRemovingAStreamFromTheRunLoopLetsRunReturn() {
+        let finished = DispatchSemaphore(value: 0)
+        let events = Locked<[Stream.Event]>([])
+        final class Log: NSObject, StreamDelegate {
+            let events: Locked<[Stream.Event]>
+            init(_ events: Locked<[Stream.Event]>) { self.events = events }
+            func stream(_ aStream: Stream, handle eventCode: Stream.Event) {
+                events.withLock { $0.append(eventCode) }
+                // Done with it: off the run loop, still open.
+                if eventCode == .openCompleted { aStream.remove(from: .current, forMode: .default) }
+            }
+        }
+        let thread = Thread {
+            let pair = BoundStreamPair(bufferSize: 8)
+            let log = Log(events)
+            pair.input.delegate = log
+            pair.input.schedule(in: .current, forMode: .default)
+            pair.input.open()
+            RunLoop.current.run()
+            pair.input.close()
+            finished.signal()
+        }
+        thread.start()
+        XCTAssertEqual(finished.wait(timeout: .now() + 10), .success, "run() returns once the stream is removed")
+        XCTAssertEqual(events.value, [.openCompleted])
+    }
+}
+

@@ -47,6 +47,7 @@ final class BoundInputStream: InputStream {
     override func close() {
         guard events.streamStatus != .closed else { return }
         events.set(.closed)
+        events.scheduler.removeFromAll()   // as on Apple's systems: a closed stream keeps no run loop
         buffer.closeReader()
         connection?.streamClosed()
     }
@@ -184,6 +185,7 @@ final class BoundOutputStream: OutputStream {
     override func close() {
         guard events.streamStatus != .closed else { return }
         events.set(.closed)
+        events.scheduler.removeFromAll()   // as on Apple's systems: a closed stream keeps no run loop
         buffer.closeWriter()
         connection?.streamClosed()
     }
