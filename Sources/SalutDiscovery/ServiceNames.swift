@@ -12,8 +12,15 @@ package enum ServiceNames {
         package var browseType: String { subtype.map { "\($0)._sub.\(base)" } ?? base }
     }
 
+    /// The longest service name (after its '_') RFC 6335 allows; longer ones fit in a DNS
+    /// label and mDNSResponder and avahi-daemon take them on `.local`.
+    package static let standardServiceNameLength = 15
+
     /// Parses `_name._tcp`, `_name._udp` (trailing dot allowed) or `_sub._sub._name._tcp`.
-    package static func parseType(_ raw: String) throws -> ParsedType {
+    /// A service name over 15 characters (RFC 6335's limit) is taken in `domain` "local", as
+    /// mDNSResponder and avahi-daemon take it, and refused in any other domain, as
+    /// mDNSResponder refuses it.
+    package static func parseType(_ raw: String, domain: String = "local") throws -> ParsedType {
         let type = raw.hasSuffix(".") ? String(raw.dropLast()) : raw
         let labels = type.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
         func bad(_ reason: String) -> DiscoveryError { .invalidServiceType(raw, reason: reason) }
@@ -36,8 +43,14 @@ package enum ServiceNames {
         guard proto == "_tcp" || proto == "_udp" else { throw bad("the protocol must be _tcp or _udp") }
         guard service.hasPrefix("_") else { throw bad("the service name must start with '_'") }
         let name = service.dropFirst()
-        // RFC 6335 allows one character, but Avahi refuses a type label shorter than 3 bytes.
-        guard (2...15).contains(name.count) else { throw bad("the service name must be 2 to 15 characters") }
+        // RFC 6335 allows one character, but Avahi refuses a type label shorter than 3 bytes;
+        // the label ('_' and the name) fits in 63 bytes.
+        let local = ["", "local", "local."].contains(domain.lowercased())
+        guard name.count >= 2, name.count <= (local ? 62 : standardServiceNameLength) else {
+            throw bad(name.count >= 2 && name.count <= 62
+                      ? "the service name must be at most 15 characters outside .local (it has \(name.count))"
+                      : "the service name must be 2 to 15 characters (up to 62 on .local)")
+        }
         guard name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }) else {
             throw bad("the service name may hold only letters, digits and '-'")
         }

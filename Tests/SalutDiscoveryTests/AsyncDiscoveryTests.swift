@@ -117,7 +117,13 @@ final class AsyncDiscoveryTests: XCTestCase {
         XCTAssertThrowsError(try ServiceBrowser(type: "http._tcp")) { error in
             guard case DiscoveryError.invalidServiceType = error else { return XCTFail("\(error)") }
         }
-        XCTAssertThrowsError(try ServiceBrowser(type: "_waytoolongservicename._tcp"))
+        // Over RFC 6335's 15 characters: taken on .local (as mDNSResponder and Avahi take it),
+        // refused elsewhere (as mDNSResponder refuses it); a label over 63 bytes never fits.
+        XCTAssertNoThrow(try ServiceBrowser(type: "_waytoolongservicename._tcp"))
+        XCTAssertThrowsError(try ServiceBrowser(type: "_waytoolongservicename._tcp", domain: "example.org")) { error in
+            XCTAssertTrue("\(error)".contains("outside .local"), "\(error)")
+        }
+        XCTAssertThrowsError(try ServiceBrowser(type: "_" + String(repeating: "a", count: 63) + "._tcp"))
         XCTAssertThrowsError(try ServiceBrowser(type: "_http._sctp"))
         XCTAssertThrowsError(try ServiceBrowser(type: "_http._tcp", domain: "bad..domain"))
         for (name, port) in [(String(repeating: "x", count: 64), 1), ("ok", 70000), ("ok", -1)] {

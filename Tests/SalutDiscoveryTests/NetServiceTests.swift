@@ -323,6 +323,42 @@ final class NetServiceTests: XCTestCase {
         XCTAssertTrue(finder.found.contains("Worker Found Me"), "\(finder.found)")
     }
 
+    func testAServiceTypeLongerThanFifteenCharactersWorksOnLocalAsWithMDNSResponder() throws {
+        // Apple code uses such types (mDNSResponder logs and takes them on .local).
+        let type = "_salutlongtype\(UInt32.random(in: 100_000...999_999))._tcp."
+        final class Publisher: NSObject, NetServiceDelegate, @unchecked Sendable {
+            // @unchecked: written on the main run loop, read after the expectation.
+            var error: [String: NSNumber]?
+            let published: XCTestExpectation
+            init(_ published: XCTestExpectation) { self.published = published }
+            func netServiceDidPublish(_ sender: NetService) { published.fulfill() }
+            func netService(_ sender: NetService, didNotPublish errorDict: [String: NSNumber]) {
+                error = errorDict
+                published.fulfill()
+            }
+        }
+        let published = expectation(description: "published")
+        let publisher = Publisher(published)
+        let service = NetService(domain: "local.", type: type, name: "LongType", port: 4242)
+        service.delegate = publisher
+        service.publish()
+        defer { service.stop() }
+        wait(for: [published], timeout: 10)
+        XCTAssertNil(publisher.error)
+        // Avahi's own browser sees it.
+        let browse = try Foreign(["avahi-browse", "-pt", String(type.dropLast())])
+        XCTAssertTrue(browse.waitForOutput(containing: "LongType", seconds: 10), browse.output)
+        browse.stop()
+        // Outside .local it is refused, with the code mDNSResponder uses for a bad argument.
+        let remote = NetService(domain: "example.org.", type: type, name: "LongType", port: 4242)
+        let refused = expectation(description: "refused")
+        let refuser = Publisher(refused)
+        remote.delegate = refuser
+        remote.publish()
+        wait(for: [refused], timeout: 10)
+        XCTAssertEqual(refuser.error?[NetService.errorCode]?.intValue, NetService.ErrorCode.badArgumentError.rawValue)
+    }
+
     func testTXTHelpersRoundTripAndRejectWhatDoesNotFit() throws {
         let dict: [String: Data] = ["a": Data("1".utf8), "empty": Data(), "bin": Data([0, 255, 10])]
         let data = NetService.data(fromTXTRecord: dict)

@@ -75,7 +75,7 @@ extension DiscoveredService {
     /// checking all three.
     func validatedForLookup() throws -> DiscoveredService {
         try ServiceNames.checkName(name, allowEmpty: false)
-        let parsed = try ServiceNames.parseType(type)
+        let parsed = try ServiceNames.parseType(type, domain: domain)
         return DiscoveredService(name: name, type: parsed.base, domain: try ServiceNames.normaliseDomain(domain))
     }
 }

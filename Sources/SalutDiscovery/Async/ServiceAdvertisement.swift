@@ -113,9 +113,9 @@ public final class ServiceAdvertisement: Sendable {
     private static func request(name: String, type: String, domain: String, port: Int, txtRecord: TXTRecord,
                                 subtypes: [String], allowRename: Bool) throws -> RegisterOperation.Request {
         try ServiceNames.checkName(name, allowEmpty: true)
-        let parsed = try ServiceNames.parseType(type)
+        let parsed = try ServiceNames.parseType(type, domain: domain)
         for subtype in subtypes {   // each must make a valid `_sub._sub._name._tcp`
-            _ = try ServiceNames.parseType("\(subtype)._sub.\(parsed.base)")
+            _ = try ServiceNames.parseType("\(subtype)._sub.\(parsed.base)", domain: domain)
         }
         let domain = try ServiceNames.normaliseDomain(domain)
         let port = try ServiceNames.checkPort(port)

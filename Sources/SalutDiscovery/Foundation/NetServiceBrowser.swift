@@ -62,7 +62,7 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
             if bare.lowercased() == "_services._dns-sd._udp" {
                 target = .serviceTypes(domain: domain)
             } else {
-                target = .services(type: try ServiceNames.parseType(type).browseType, domain: domain)
+                target = .services(type: try ServiceNames.parseType(type, domain: domain).browseType, domain: domain)
             }
         } catch {
             return notSearch(error as? DiscoveryError ?? .invalidServiceType(type, reason: "\(error)"))
