@@ -204,6 +204,18 @@ open class PeerSession: NSObject, @unchecked Sendable {
         if done { becomeInvalid() }
     }
 
+    /// For the process that runs a background session and is stopping (a daemon told to quit):
+    /// stops its upload tasks without ending them. Their records stay pending on disk, so the
+    /// next runner with this identifier adopts and resumes them, as a system daemon carries on
+    /// with a background `URLSession`'s tasks when the app goes away. Here each task object
+    /// completes with ``PeerSessionError/sessionInvalidated``; then the session is invalidated
+    /// as by ``invalidateAndCancel()``. On other sessions, the same as ``invalidateAndCancel()``.
+    public func invalidateLeavingBackgroundTasks() {
+        background?.leave()
+        background?.stopWatching()
+        invalidateAndCancel()
+    }
+
     private func becomeInvalid() {
         let first = lock.withLock { () -> Bool in
             defer { invalidated = true }

@@ -304,4 +304,21 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(after.contains("background queue: empty"), after)
         XCTAssertEqual(try lab.run(["cancel", id, "--config", lab.path("sender")]).status, 1, "already gone")
     }
+
+    func testStoppingTheDaemonWithSIGTERMKeepsTheBackgroundQueue() throws {
+        let lab = try PeerXferLab()
+        let outbox = PeerXferLab.uniqueName("Outbox")
+        try lab.makeFile("src/kept.bin", size: 1000, seed: 8)
+        let daemon = try lab.serve(name: outbox, config: "sender", inbox: lab.path("sender-inbox"))
+        let (queued, queuedOutput) = try lab.run(["send", lab.path("src/kept.bin"), "--to", PeerXferLab.uniqueName("Away"),
+                                                  "--config", lab.path("sender"), "--background"])
+        XCTAssertEqual(queued, 0, queuedOutput)
+        XCTAssertTrue(daemon.waitForOutput(containing: "waiting for the service", seconds: 20), daemon.output)
+        // `systemctl stop`, a reboot: a stop, not a cancel.
+        kill(daemon.process.processIdentifier, SIGTERM)
+        XCTAssertTrue(daemon.waitForExit(seconds: 20), daemon.output)
+        let (_, status) = try lab.run(["status", "--config", lab.path("sender")])
+        XCTAssertTrue(status.contains("kept.bin"), status)
+        XCTAssertFalse(status.contains("background queue: empty"), status)
+    }
 }

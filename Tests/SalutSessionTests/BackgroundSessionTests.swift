@@ -349,6 +349,26 @@ final class BackgroundSessionTests: SalutTestCase {
         XCTAssertEqual(journal.cancelRequests(), [], "the request is consumed")
     }
 
+    func testARunnerThatStopsLeavesItsTasksQueuedForTheNextOne() async throws {
+        let configuration = configuration()
+        let delegate = UploadDelegate()
+        let runner = PeerSession(configuration: configuration, delegate: delegate)
+        let task = runner.uploadTask(to: DiscoveredService(name: "Later", type: uniqueType()), from: Data("kept".utf8))
+        task.taskDescription = "kept across a stop"
+        task.resume()
+        try await delegate.wait(for: "waiting \(task.taskIdentifier)")
+        // A daemon told to stop (SIGTERM): not a cancel.
+        runner.invalidateLeavingBackgroundTasks()
+        try await delegate.wait(for: "complete \(task.taskIdentifier)")
+        XCTAssertEqual(delegate.outcome(of: task), "\(PeerSessionError.sessionInvalidated)")
+        let journal = try BackgroundJournal(directory: configuration.backgroundStateDirectory!)
+        XCTAssertEqual(journal.records().map(\.outcome), [.pending], "the record stays queued")
+        // The next runner adopts it.
+        let next = PeerSession(configuration: configuration, delegate: UploadDelegate())
+        defer { next.invalidateAndCancel() }
+        XCTAssertEqual(next.allTasks.compactMap { ($0 as? PeerUploadTask)?.taskDescription }, ["kept across a stop"])
+    }
+
     func testUploadTasksOnAnOrdinarySessionFailClearly() async throws {
         let delegate = UploadDelegate()
         let session = PeerSession(configuration: .ephemeral, delegate: delegate)

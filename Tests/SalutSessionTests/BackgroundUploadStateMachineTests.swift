@@ -98,4 +98,15 @@ final class BackgroundUploadStateMachineTests: SalutTestCase {
         XCTAssertEqual(m.serviceVisible(now: t0), [.persist, .startAttempt(3)])
         XCTAssertEqual(m.attemptFailed("lost", retryable: true, now: t0), [.persist, .complete(.failed("lost", attempts: 3, retryable: true))])
     }
+
+    func testARunnerThatDiedDuringTheLastAllowedAttemptDoesNotTryAgain() {
+        // Restarted after a crash in attempt 3 of 3 (a crash that would repeat): it ends at once.
+        var m = BackgroundUploadStateMachine(attempts: 3, maximumAttempts: 3, deadline: t0.addingTimeInterval(60), retryDelay: 1,
+                                             maximumRetryDelay: 60, bodyIsStream: false, hasFreshStream: false)
+        let actions = m.start(now: t0)
+        guard case .complete(.failed(let reason, let attempts, _))? = actions.last else { return XCTFail("\(actions)") }
+        XCTAssertEqual(attempts, 3)
+        XCTAssertTrue(reason.contains("attempt 3"), reason)
+        XCTAssertTrue(m.isFinished)
+    }
 }

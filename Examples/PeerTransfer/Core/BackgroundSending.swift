@@ -80,6 +80,10 @@ public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Send
 
     public func peerSession(_ session: PeerSession, task: PeerSessionTask, didCompleteWithError error: (any Error)?) {
         guard let upload = task as? PeerUploadTask else { return }
+        if (error as? PeerSessionError) == .sessionInvalidated {
+            logger.info("background send #\(task.taskIdentifier) to \(Terminal.escape(upload.service.name)) stays queued for the next start")
+            return
+        }
         status?.recordOutbound(peer: Terminal.escape(upload.service.name), path: upload.taskDescription ?? "?",
                                bytes: UInt64(max(0, upload.countOfBytesSent)), started: Date(),
                                error: error.map { "\($0)" })

@@ -73,7 +73,8 @@ struct Serve: AsyncParsableCommand {
         let group = ServiceGroup(services: [ReceiverLifecycle(service: service)],
                                  gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         try await group.run()
-        background.invalidateAndCancel()
+        // Queued sends stay queued for the next start (a stop is not a cancel).
+        background.invalidateLeavingBackgroundTasks()
         status.stopped()
         status.flush()
         logger.info("stopped")

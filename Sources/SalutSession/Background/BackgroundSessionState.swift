@@ -13,6 +13,15 @@ final class BackgroundSessionState: @unchecked Sendable {
     private var watcher: TaskFolderWatcher?
     /// Records this process has a task object for.
     private var known = Set<String>()
+    /// The runner is going away (its process is stopping): tasks it stops stay pending on
+    /// disk for the next runner instead of ending as cancelled.
+    private var leaving = false
+
+    /// True once ``leave()`` was called.
+    var isLeaving: Bool { lock.withLock { leaving } }
+
+    /// From now on, a task stopped by this process is left pending for the next runner.
+    func leave() { lock.withLock { leaving = true } }
     /// In a process that only queues: views of the tasks the runner has (not the session's
     /// own tasks: they never complete here).
     private var views: [PeerUploadTask] = []

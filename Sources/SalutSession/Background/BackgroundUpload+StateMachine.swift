@@ -72,6 +72,12 @@ struct BackgroundUploadStateMachine: Sendable {
     mutating func start(now: Date) -> [Action] {
         guard phase == .notStarted else { return [] }
         if now >= deadline { return finish(.deadline) }
+        // Every attempt already made (a runner that died during its last one, restarted):
+        // another would pass the limit, and a crash that repeats must not loop for ever.
+        if attempts >= maximumAttempts {
+            return finish(.failed("the process running it ended during attempt \(attempts), the last one allowed",
+                                  attempts: attempts, retryable: true))
+        }
         phase = .waitingForService(attempt: attempts + 1)
         return [.persist, .waitForService(until: deadline)]
     }

@@ -110,7 +110,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         }
         let driver = lock.withLock { self.driver }
         if let driver {
-            driver.cancel()   // the driver completes the task as cancelled
+            driver.cancel()   // the driver completes the task as cancelled (or left, see finish)
+        } else if background.isLeaving {
+            complete(with: PeerSessionError.sessionInvalidated)   // the record stays for the next runner
         } else {
             background.journal.remove(record.id)
             complete(with: PeerSessionError.cancelled)
@@ -298,6 +300,12 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     }
 
     private func finish(_ failure: BackgroundUploadStateMachine.Failure?) {
+        if case .cancelled? = failure, background.isLeaving {
+            // Stopped because this runner is going away: the record stays pending as last
+            // written, for the next runner to adopt; only this process's object ends.
+            lock.withLock { _phase = .completed }
+            return complete(with: PeerSessionError.sessionInvalidated)
+        }
         let error: PeerSessionError?
         switch failure {
         case nil: error = nil
