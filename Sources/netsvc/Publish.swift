@@ -2,6 +2,7 @@ import ArgumentParser
 import Dispatch
 import Foundation
 import Salut
+import SalutStreams
 
 struct Publish: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -90,7 +91,7 @@ struct Publish: AsyncParsableCommand {
                 let tls = tlsCert.map { TLSConfiguration.server(certificateChainFile: $0, privateKeyFile: tlsKey!) }
                 let limits = ConnectionLimits(handshakeTimeout: handshakeTimeout.value, firstByteTimeout: handshakeTimeout.value,
                                               idleTimeout: idleTimeout.value)
-                ResourceLimits.allowManyDescriptors()
+                if let problem = DescriptorLimit.raiseToHardLimit() { note(problem) }
                 ad = try await ServiceAdvertisement.listen(name: name, type: type, domain: domain, port: port,
                                                            txtRecord: record, subtypes: subtypes, tls: tls, limits: limits,
                                                            allowRename: !noRename)

@@ -249,17 +249,3 @@ final class FirstFailure: Sendable {
     var first: String? { value.value }
 }
 
-/// The process's resource limits.
-enum ResourceLimits {
-    /// Raises the soft limit on open descriptors to the hard limit: each `--exec` connection
-    /// holds a socket and two pipe ends, and the usual soft limit of 1,024 would stop a
-    /// server at a few hundred connections.
-    static func allowManyDescriptors() {
-        var limit = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < limit.rlim_max else { return }
-        limit.rlim_cur = limit.rlim_max
-        if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) != 0 {
-            note("cannot raise the descriptor limit: \(String(cString: strerror(errno)))")
-        }
-    }
-}

@@ -127,6 +127,18 @@ def main():
         tls.sendall(hello() + manifest(entry("one.txt", b"x")))
         read_frames(tls, 5)
         tls.sendall(chunk(0, 0, b"x" * CHUNK_SIZE))
+    elif mode == "bogus-mtime":
+        # An empty file (complete at once) whose time no file system holds.
+        bogus = {"path": "when.txt", "kind": "file", "size": 0, "mode": 0o644, "modified": 1e300,
+                 "sha256": hashlib.sha256(b"").hexdigest()}
+        tls.sendall(hello() + message(MANIFEST, {"chunkSize": CHUNK_SIZE, "entries": [bogus]}))
+        read_frames(tls, 5)
+        tls.sendall(message(DONE, {}))
+    elif mode == "interleave":
+        big = b"y" * (2 * CHUNK_SIZE)
+        tls.sendall(hello() + manifest(entry("first.bin", big), entry("second.bin", big)))
+        read_frames(tls, 5)
+        tls.sendall(chunk(0, 0, big[:CHUNK_SIZE]) + chunk(1, 0, big[:CHUNK_SIZE]))
     elif mode == "silent":
         pass
     else:

@@ -56,6 +56,7 @@ final class PeerXferHostileTests: XCTestCase {
             ("version", "protocol", "version 99"),
             ("bad-chunk", "protocol", "chunks of"),
             ("flood", "protocol", "chunks of"),
+            ("interleave", "protocol", "one after another"),
         ]
         for (mode, code, text) in expectations {
             let outcome = try attack(mode, port: port, certificate: certificate)
@@ -67,9 +68,16 @@ final class PeerXferHostileTests: XCTestCase {
         XCTAssertEqual(PeerXferLab.listing(outside), [], "something was written outside the inbox")
         XCTAssertFalse(FileManager.default.fileExists(atPath: "/tmp/peerxfer-absolute.txt"))
         XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("escape.txt")))
-        XCTAssertEqual(PeerXferLab.listing(inbox).filter { !$0.hasPrefix("link") }, [],
+        // (A part file of a half-sent accepted offer may stay, for a resume; never a final name.)
+        XCTAssertEqual(PeerXferLab.listing(inbox).filter { !$0.hasPrefix("link") && !$0.hasSuffix(".peerxfer-part") }, [],
                        "no file may appear in the inbox from a refused offer")
         XCTAssertFalse(daemon.output.contains("\u{1b}"), "the daemon's log must escape the peer's name")
+
+        // A time no file system holds (1e300) is left out, not a crash: the file arrives.
+        let bogus = try attack("bogus-mtime", port: port, certificate: certificate)
+        XCTAssertEqual(bogus.failureCodes, [], bogus.raw)
+        XCTAssertTrue(bogus.raw.contains("\"verified\": true"), bogus.raw)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: inbox + "/when.txt"))
 
         // A peer that completes the handshake and says nothing is dropped by the first-byte bound.
         let silent = try attack("silent", port: port, certificate: certificate, wait: 20)

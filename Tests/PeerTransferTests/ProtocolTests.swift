@@ -85,6 +85,15 @@ final class ProtocolTests: XCTestCase {
         let numbered = PartFile.numbered(long, 12)
         XCTAssertLessThanOrEqual(numbered.utf8.count, 255)
         XCTAssertTrue(numbered.hasSuffix(" (12).txt"), numbered)
+        // An extension too long to keep whole (the name is taken, so a number is due): cut,
+        // never a crash, and always a valid name.
+        let longExtension = "a." + String(repeating: "é", count: 126)   // 254 bytes
+        let cut = PartFile.numbered(longExtension, 3)
+        XCTAssertLessThanOrEqual(cut.utf8.count, TransferLimits.maximumNameBytes)
+        XCTAssertTrue(cut.hasSuffix(" (3)"), cut)
+        XCTAssertNoThrow(try RelativePath(validating: cut))
+        let wide = String(repeating: "é", count: 127) + ".x"   // 256 bytes, multi-byte cut
+        XCTAssertLessThanOrEqual(PartFile.numbered(wide, 12).utf8.count, TransferLimits.maximumNameBytes)
     }
 
     func testTerminalEscapingDefusesControlAndBidiCharacters() {

@@ -97,6 +97,18 @@ final class ReceiverStateMachineTests: XCTestCase {
         isFailure(resumed.received(chunkFrame(0, 2 * chunk, chunk)), containing: "already complete")
     }
 
+    func testFilesComeOneAfterAnotherSoAReceiverHoldsOneOpenFile() {
+        var machine = machineAtDecision([file("a", 2 * chunk), file("b", 2 * chunk), file("c", 10)])
+        _ = machine.decided(Answer(accepted: [0, 1, 2].map { .init(index: $0, have: [], complete: false) }, reason: nil))
+        XCTAssertEqual(machine.received(chunkFrame(0, 0, chunk)).first, .openFile(index: 0, offset: 0))
+        // A second file started while the first is half way: refused (each would hold a file open).
+        var interleaving = machine
+        isFailure(interleaving.received(chunkFrame(1, 0, chunk)), containing: "one after another")
+        // Once the first is complete, the next may start.
+        XCTAssertEqual(machine.received(chunkFrame(0, chunk, chunk)).last, .finishFile(index: 0))
+        XCTAssertEqual(machine.received(chunkFrame(2, 0, 10)).first, .openFile(index: 2, offset: 0))
+    }
+
     func testDoneBeforeTheEndFailsTheUnfinishedFilesAndEndsWithASummary() {
         var machine = machineAtDecision([file("a", 2 * chunk), file("b", 5)])
         _ = machine.decided(Answer(accepted: [.init(index: 0, have: [], complete: false), .init(index: 1, have: [], complete: true)],

@@ -63,9 +63,10 @@ final class Inbox: @unchecked Sendable {
             var next = openat(current, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             if next < 0 && errno == ENOENT && create {
                 if mkdirat(current, component, mode) != 0 && errno != EEXIST {
-                    let reason = String(cString: strerror(errno))
+                    let failure = errno
+                    let reason = String(cString: strerror(failure))
                     close(current)
-                    throw errno == ENOSPC || errno == EDQUOT
+                    throw failure == ENOSPC || failure == EDQUOT
                         ? PeerTransferError.noSpace("no space for the folder \(Self.shown(components.prefix(depth + 1)))")
                         : PeerTransferError.runtime("cannot create \(Self.shown(components.prefix(depth + 1))): \(reason)")
                 }
@@ -138,7 +139,7 @@ final class Inbox: @unchecked Sendable {
             }
             throw PeerTransferError.runtime("cannot open \(Terminal.escape(path.description))\(TransferLimits.partSuffix): \(String(cString: strerror(failure)))")
         }
-        return PartFile(directory: directory, fd: fd, path: path)
+        return PartFile(inbox: self, directory: directory, fd: fd, path: path)
     }
 
     private static func shown<C: Collection>(_ components: C) -> String where C.Element == String {
@@ -147,13 +148,19 @@ final class Inbox: @unchecked Sendable {
 }
 
 /// A file being received: `NAME.peerxfer-part` in its folder, renamed when verified.
+///
+/// While it is written it holds two descriptors, its own and its folder's; once written
+/// (``finishWriting(mode:modified:)``) it holds none: a batch of verified files waiting for
+/// their names costs no descriptors, and the folder is opened again, from the inbox's root as
+/// every path is, to name them.
 final class PartFile {
     let path: RelativePath
-    private let directory: Int32
-    private let fd: Int32
-    private var closed = false
+    private let inbox: Inbox
+    private var directory: Int32
+    private var fd: Int32
 
-    init(directory: Int32, fd: Int32, path: RelativePath) {
+    init(inbox: Inbox, directory: Int32, fd: Int32, path: RelativePath) {
+        self.inbox = inbox
         self.directory = directory
         self.fd = fd
         self.path = path
@@ -161,13 +168,20 @@ final class PartFile {
 
     deinit { closeFiles() }
 
-    private var dataClosed = false
-
+    /// Closes whatever descriptor is still open.
     func closeFiles() {
-        guard !closed else { return }
-        closed = true
-        if !dataClosed { close(fd) }
-        close(directory)
+        if fd >= 0 { close(fd); fd = -1 }
+        if directory >= 0 { close(directory); directory = -1 }
+    }
+
+    /// The file's folder: the one still open, or opened again from the inbox's root.
+    private func withFolder<T>(_ body: (Int32) throws -> T) throws -> T {
+        if directory >= 0 { return try body(directory) }
+        guard let folder = try inbox.openDirectory(path.parent, create: false) else {
+            throw PeerTransferError.runtime("the folder of \(Terminal.escape(path.description)) went away before it got its name")
+        }
+        defer { close(folder) }
+        return try body(folder)
     }
 
     /// Cuts the file to `offset` bytes and feeds those bytes to `hasher`.
@@ -228,14 +242,15 @@ final class PartFile {
         // which writes them together (one request each would cost more than it overlaps).
         if written >= Self.writeBackStep { startWriteBack() }
         guard fchmod(fd, mode_t(mode & 0o777)) == 0 else { throw ioError("fchmod") }
-        if modified.isFinite {
+        // A time from the network: applied only when it is one a file system can hold (a
+        // bogus one, NaN or 1e300, is left out rather than trapping in the conversion).
+        if modified.isFinite, abs(modified) < 1e11 {
             let seconds = modified.rounded(.down)
             var times = [timespec(tv_sec: time(nil), tv_nsec: 0),
                          timespec(tv_sec: Int(seconds), tv_nsec: Int((modified - seconds) * 1e9))]
             guard futimens(fd, &times) == 0 else { throw ioError("futimens") }
         }
-        if !closed { close(fd) }
-        dataClosed = true
+        closeFiles()
     }
 
     /// Gives the verified file its final name: the offered one, or `name (1).ext`,
@@ -244,38 +259,57 @@ final class PartFile {
     /// - Returns: the path it was stored under.
     func publish() throws -> String {
         let partName = path.name + TransferLimits.partSuffix
-        for attempt in 0..<10_000 {
-            let candidate = attempt == 0 ? path.name : Self.numbered(path.name, attempt)
-            // link(2) refuses to replace an existing name: no file is ever overwritten.
-            if linkat(directory, partName, directory, candidate, 0) == 0 {
-                guard unlinkat(directory, partName, 0) == 0 else { throw ioError("unlinkat") }
-                return (path.parent + [candidate]).joined(separator: "/")
+        return try withFolder { folder in
+            for attempt in 0..<10_000 {
+                let candidate = attempt == 0 ? path.name : Self.numbered(path.name, attempt)
+                // link(2) refuses to replace an existing name: no file is ever overwritten.
+                if linkat(folder, partName, folder, candidate, 0) == 0 {
+                    guard unlinkat(folder, partName, 0) == 0 else { throw ioError("unlinkat") }
+                    return (path.parent + [candidate]).joined(separator: "/")
+                }
+                guard errno == EEXIST else { throw ioError("linkat") }
             }
-            guard errno == EEXIST else { throw ioError("linkat") }
+            throw PeerTransferError.runtime("no free name for \(Terminal.escape(path.description)) after 10,000 tries")
         }
-        throw PeerTransferError.runtime("no free name for \(Terminal.escape(path.description)) after 10,000 tries")
     }
 
     /// Makes the names given in this file's folder durable.
     func syncFolder() throws {
-        guard fsync(directory) == 0 else { throw ioError("fsync of the folder") }
+        try withFolder { folder in
+            guard fsync(folder) == 0 else { throw ioError("fsync of the folder") }
+        }
     }
 
     /// Removes the part file (after a failed verification).
     func discard() {
-        _ = unlinkat(directory, path.name + TransferLimits.partSuffix, 0)
+        // Best effort: a part file left behind is verified chunk by chunk on the next offer.
+        _ = try? withFolder { folder in unlinkat(folder, path.name + TransferLimits.partSuffix, 0) }
     }
 
-    /// `report (2).pdf` for `report.pdf`; `archive (2).tar` keeps only the last extension.
+    /// `report (2).pdf` for `report.pdf`; `archive (2).tar` keeps only the last extension. The
+    /// result fits in a file name (255 bytes), cut at a character boundary; an extension too
+    /// long to keep whole is cut like the rest of the name.
     static func numbered(_ name: String, _ number: Int) -> String {
-        if let dot = name.lastIndex(of: "."), dot != name.startIndex {
-            let stem = name[..<dot], ext = name[dot...]
-            let suffix = " (\(number))"
-            let room = TransferLimits.maximumNameBytes - suffix.utf8.count - ext.utf8.count
-            return String(stem.utf8.prefix(room)).map { $0 + suffix + ext } ?? "\(number)\(ext)"
-        }
         let suffix = " (\(number))"
-        return (String(name.utf8.prefix(TransferLimits.maximumNameBytes - suffix.utf8.count)) ?? "file") + suffix
+        let limit = TransferLimits.maximumNameBytes
+        if let dot = name.lastIndex(of: "."), dot != name.startIndex {
+            let ext = String(name[dot...])
+            let room = limit - suffix.utf8.count - ext.utf8.count
+            if room >= 1 { return leading(String(name[..<dot]), bytes: room) + suffix + ext }
+        }
+        return leading(name, bytes: limit - suffix.utf8.count) + suffix
+    }
+
+    /// The longest start of `text` that fits in `bytes` bytes of UTF-8, whole characters only.
+    private static func leading(_ text: String, bytes: Int) -> String {
+        var kept = "", used = 0
+        for character in text {
+            let size = character.utf8.count
+            guard used + size <= bytes else { break }
+            kept.append(character)
+            used += size
+        }
+        return kept
     }
 
     private func ioError(_ call: String) -> PeerTransferError {

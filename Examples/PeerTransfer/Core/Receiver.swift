@@ -39,7 +39,7 @@ public enum ReceiveEvent: Sendable {
 /// the frames read, and performs its actions on the inbox.
 struct Receiver {
     /// Verified files named together after one syncfs(2): at most this many…
-    static let batchFiles = 1024
+    static let batchFiles = 1024   // (they hold no descriptors while they wait)
     /// …or this many bytes.
     static let batchBytes: UInt64 = 256 << 20
 

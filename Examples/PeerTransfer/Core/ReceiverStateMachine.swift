@@ -57,6 +57,9 @@ struct ReceiverStateMachine {
     /// change would copy the whole dictionary (an enum payload is changed by copying it out
     /// and back): with 10,000 files, that made every chunk cost O(files).
     private var open: [Int: FileState] = [:]
+    /// The file whose chunks are arriving (started, not yet complete): files come one after
+    /// another, so a receiver holds one open file per connection, whatever the sender sends.
+    private var inProgress: Int?
     private let hello: Hello
 
     /// A machine that answers the sender's hello with `hello`.
@@ -206,15 +209,20 @@ struct ReceiverStateMachine {
                 throw PeerTransferError.protocolViolation("entry \(index) skipped from byte \(next) to \(chunk.offset)")
             }
         } else {
+            if let current = inProgress, current != index {
+                throw PeerTransferError.protocolViolation("entry \(index) started before entry \(current) was complete (files go one after another)")
+            }
             guard chunk.offset <= file.resumeLimit else {
                 throw PeerTransferError.protocolViolation("entry \(index) resumed at \(chunk.offset), past the \(file.resumeLimit) bytes the receiver has")
             }
             actions.append(.openFile(index: index, offset: chunk.offset))
+            inProgress = index
         }
         actions.append(.write(index: index, offset: chunk.offset, data: chunk.data))
         file.next = chunk.offset + UInt64(chunk.data.count)
         if file.next == file.size {
             file.finishing = true
+            inProgress = nil
             actions.append(.finishFile(index: index))
         }
         open[index] = file

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import PeerTransferCore
 import Salut
+import SalutStreams
 import ServiceLifecycle
 
 /// `peerxfer serve`: the receiving daemon, in the foreground.
@@ -50,6 +51,8 @@ struct Serve: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "peerxfer")
+        // Part files, folders and connections: room beyond the usual soft limit of 1,024.
+        if let problem = DescriptorLimit.raiseToHardLimit() { logger.warning("\(problem)") }
         let configuration = try config.load()
         let policy: AcceptPolicy
         switch accept {
