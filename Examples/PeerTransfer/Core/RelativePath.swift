@@ -96,8 +96,10 @@ extension Manifest {
     }
 }
 
-enum SHA256DigestText {
-    static func isValid(_ text: String) -> Bool {
+/// The text form of a SHA-256 digest, as peerxfer writes and checks it.
+public enum SHA256DigestText {
+    /// True for 64 lowercase hexadecimal digits.
+    public static func isValid(_ text: String) -> Bool {
         text.utf8.count == 64 && text.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
     }
 }

@@ -70,7 +70,10 @@ enum PeerDirectory {
         var peers: [Peer] = []
         for service in names.sorted(by: { $0.name < $1.name }) {
             guard let resolved = try? await service.resolve(timeout: 3) else { continue }
-            let key = resolved.txtRecord.string(for: "fp") ?? ""
+            // From the network: only a well-formed fingerprint is shown (and compared), lowercased
+            // as the sender compares it; anything else reads as no key.
+            let advertised = resolved.txtRecord.string(for: "fp")?.lowercased() ?? ""
+            let key = SHA256DigestText.isValid(advertised) ? advertised : ""
             peers.append(Peer(name: service.name, host: resolved.hostName, port: resolved.port, key: key))
         }
         return peers

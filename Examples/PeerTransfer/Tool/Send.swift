@@ -45,6 +45,9 @@ struct Send: AsyncParsableCommand {
         // hashed while the receiver is looked for.
         let outline = try TransferPlan.make(paths: paths, hashing: false)
         for skipped in outline.skipped { display.skipped(skipped) }
+        guard !outline.manifest.entries.isEmpty else {
+            throw PeerTransferError.usage("nothing to send: every path was left out (\(outline.skipped.map(Terminal.escape).joined(separator: "; ")))")
+        }
         display.note("preparing \(paths.count == 1 ? paths[0] : "\(paths.count) paths") (hashing)…")
         var sender = Sender(configuration: configuration,
                             displayName: ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer")
@@ -71,6 +74,9 @@ struct Send: AsyncParsableCommand {
             let task = session.uploadTask(to: service, fromFile: url)
             task.taskDescription = url.path
             task.resume()
+            if let error = task.error {
+                throw PeerTransferError.runtime("\(url.path) was not queued: \(error)")
+            }
             if json {
                 printJSON(["event": "queued", "path": url.path, "peer": to, "task": task.persistentIdentifier])
             } else {

@@ -35,6 +35,8 @@ struct Status: AsyncParsableCommand {
     private func backgroundQueue() -> [String] {
         guard let configuration = try? config.load() else { return [] }
         let session = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer"))
+        // One per redraw under --follow: let go of it (its views and its lock file) each time.
+        defer { session.finishTasksAndInvalidate() }
         return session.allTasks.compactMap { $0 as? PeerUploadTask }.map { task in
             "task \(task.persistentIdentifier.prefix(8)): \(task.taskDescription ?? "?") → \"\(Terminal.escape(task.service.name))\": \(task.recordedPhase), \(task.attempts) attempt(s)\(task.recordedError.map { "; last error: \(Terminal.escape($0))" } ?? "")"
         }

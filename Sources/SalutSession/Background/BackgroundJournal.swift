@@ -52,14 +52,17 @@ final class BackgroundJournal: Sendable {
         }
     }
 
-    /// Every readable record; unreadable ones are set aside as `NAME.corrupt` (and left out).
+    /// Every readable record. One that was read but does not decode is set aside as
+    /// `NAME.corrupt` (and left out); one that cannot be read now (out of descriptors, say) is
+    /// only left out, never set aside.
     func records() -> [BackgroundTaskRecord] {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: tasksDirectory.path)) ?? []
         let decoder = JSONDecoder()
         var records: [BackgroundTaskRecord] = []
         for name in names where name.hasSuffix(".json") {
             let url = tasksDirectory.appendingPathComponent(name)
-            if let data = try? Data(contentsOf: url), let record = try? decoder.decode(BackgroundTaskRecord.self, from: data) {
+            guard let data = try? Data(contentsOf: url) else { continue }
+            if let record = try? decoder.decode(BackgroundTaskRecord.self, from: data) {
                 records.append(record)
             } else {
                 _ = rename(url.path, url.path + ".corrupt")

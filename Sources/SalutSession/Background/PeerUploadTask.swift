@@ -49,8 +49,14 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     public let body: PeerUploadBody
     private let background: BackgroundSessionState
     private var record: BackgroundTaskRecord
+    /// The record's parts that never change, readable without the lock.
+    private let recordID: String
+    private let bodyKind: BackgroundTaskRecord.BodyKind
+    private let filePath: String?
     private var _phase: Phase = .notStarted
     private var driver: Task<Void, Never>?
+    /// Cancelled before its driver was made: it is never made.
+    private var cancelledBeforeDriving = false
     private var freshStream: InputStream?
     /// A view, in a process that only queues, of a task another process runs.
     private let isSnapshot: Bool
@@ -62,6 +68,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         self.body = body
         self.background = background
         self.record = record
+        recordID = record.id
+        bodyKind = record.bodyKind
+        filePath = record.filePath
         // A reloaded stream task has no stream yet: the delegate gives one before the attempt.
         if case .stream(let stream) = body, !reloaded { freshStream = stream }
         super.init(session: session, identifier: identifier)
@@ -77,7 +86,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     /// The waits so far: for the service, and between attempts.
     public var waits: [PeerTaskWait] { lock.withLock { record.waits } }
     /// The task's id in the session's state folder (stable across relaunches).
-    public var persistentIdentifier: String { record.id }
+    public var persistentIdentifier: String { recordID }
     /// The phase as last written to disk: for a task that another process runs, what that
     /// process last recorded.
     public var recordedPhase: String { lock.withLock { record.phase } }
@@ -92,29 +101,43 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         lock.withLock { record.taskDescription = taskDescriptionUnlocked }
         guard background.runsTasks else {
             lock.withLock { _phase = .queuedWithRunner }
-            persist()   // the runner's watcher sees the record and takes the task over
+            // The runner's watcher sees the record and takes the task over; a record that could
+            // not be written is a task nobody will run: say so, never "queued".
+            do {
+                try background.journal.save(lock.withLock { record })
+            } catch {
+                lock.withLock { _phase = .completed }
+                return complete(with: error as? PeerSessionError ?? .transferFailed("\(error)"))
+            }
             // Handed over: this process's part is done (the runner's session reports delivery).
             complete(with: nil)
             return
         }
-        let driver = Task.detached { [self] in await self.drive() }
-        lock.withLock { self.driver = driver }
+        // Made under the lock that `cancelWork` reads it under: a cancel is either seen by the
+        // driver or seen here, never lost between the two.
+        lock.withLock {
+            guard !cancelledBeforeDriving else { return }
+            driver = Task.detached { [self] in await self.drive() }
+        }
     }
 
     override func cancelWork() {
         if isSnapshot {
             // A view of the runner's task: the runner is asked to cancel it (its watcher sees
             // the request), and the view ends here.
-            try? background.journal.requestCancel(record.id)
+            try? background.journal.requestCancel(recordID)
             return complete(with: PeerSessionError.cancelled)
         }
-        let driver = lock.withLock { self.driver }
+        let driver = lock.withLock { () -> Task<Void, Never>? in
+            if self.driver == nil { cancelledBeforeDriving = true }
+            return self.driver
+        }
         if let driver {
             driver.cancel()   // the driver completes the task as cancelled (or left, see finish)
         } else if background.isLeaving {
             complete(with: PeerSessionError.sessionInvalidated)   // the record stays for the next runner
         } else {
-            background.journal.remove(record.id)
+            background.journal.remove(recordID)
             complete(with: PeerSessionError.cancelled)
         }
     }
@@ -154,7 +177,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         var machine = lock.withLock {
             BackgroundUploadStateMachine(attempts: record.attempts, maximumAttempts: configuration.maximumAttempts,
                                          deadline: record.deadline, retryDelay: configuration.retryDelay,
-                                         maximumRetryDelay: max(configuration.retryDelay, 60), bodyIsStream: record.bodyKind == .stream,
+                                         maximumRetryDelay: max(configuration.retryDelay, 60), bodyIsStream: bodyKind == .stream,
                                          hasFreshStream: freshStream != nil)
         }
         var resolved: ResolvedService?
@@ -208,9 +231,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
 
     /// The body for an attempt: the file, the stored data, or the fresh stream.
     private func currentBody() -> PeerUploadBody {
-        switch record.bodyKind {
-        case .file: return .file(URL(fileURLWithPath: record.filePath ?? ""))
-        case .data: return .data(background.journal.body(for: record.id) ?? Data())
+        switch bodyKind {
+        case .file: return .file(URL(fileURLWithPath: filePath ?? ""))
+        case .data: return .data(background.journal.body(for: recordID) ?? Data())
         case .stream:
             let stream = lock.withLock { () -> InputStream? in
                 defer { freshStream = nil }
@@ -320,13 +343,13 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
             record.error = error?.description
         }
         if error == .cancelled {
-            background.journal.remove(record.id)
+            background.journal.remove(recordID)
         } else {
             persist()
         }
         complete(with: error)
         // Once the delegate has heard of it, the record has served its purpose.
-        let journal = background.journal, id = record.id
+        let journal = background.journal, id = recordID
         session.deliver { journal.remove(id) }
     }
 
@@ -339,7 +362,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     func completeFromRecord(_ record: BackgroundTaskRecord) {
         lock.withLock { _phase = .completed }
         complete(with: record.outcome == .succeeded ? nil : PeerSessionError.transferFailed(record.error ?? "failed"))
-        let journal = background.journal, id = record.id
+        let journal = background.journal, id = recordID
         session.deliver { journal.remove(id) }
     }
 
