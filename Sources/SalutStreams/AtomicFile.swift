@@ -16,8 +16,9 @@ package enum AtomicFile {
 
     /// Replaces the file at `path` with `data`, created with `mode`. With `durable` false the
     /// syncs are left out: for a view rewritten often, which a crash may lose but never tear.
-    /// - Throws: ``Failure`` naming the failing call; the target is then unchanged and the
-    ///   temporary file removed.
+    /// - Throws: ``Failure`` naming the failing call. Up to the rename the target is unchanged
+    ///   and the temporary file removed; a failure to sync the folder after it (durable writes
+    ///   only) leaves the new contents in place, not yet known to be on disk.
     package static func write(_ data: Data, to path: String, mode: mode_t, durable: Bool = true) throws {
         let temporary = path + ".\(getpid()).\(UInt32.random(in: 0...UInt32.max)).new"
         func failure(_ call: String) -> Failure {

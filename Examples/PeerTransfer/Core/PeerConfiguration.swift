@@ -9,6 +9,7 @@ import SalutStreams
 /// CONFIG/device.json        this device's id
 /// CONFIG/known-peers.json   pinned keys and trusted senders
 /// CONFIG/status.json        what the daemon is doing (written by `serve`)
+/// CONFIG/background/        the background session: queued sends (`send --background`)
 /// ```
 public struct PeerConfiguration: Sendable {
     /// The folder.

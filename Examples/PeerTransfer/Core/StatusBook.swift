@@ -65,7 +65,8 @@ public final class StatusBook: Sendable {
         self.file = file
     }
 
-    /// Waits until the status file holds every change recorded so far.
+    /// Waits until every write queued so far is done (a change held back by the twice-a-second
+    /// throttle is not one of them; the daemon's last change, `stopped()`, always is).
     public func flush() {
         writer.sync {}
     }

@@ -130,7 +130,8 @@ final class BackgroundJournal: Sendable {
 }
 
 /// Who runs a background session's tasks: the one process holding the folder's lock. Other
-/// processes that open the session queue tasks for it and wake it through a datagram socket.
+/// processes that open the session queue tasks for it, which the runner sees through inotify
+/// (`TaskFolderWatcher`).
 final class BackgroundRunnerLock: Sendable {
     private let fd: Int32
     /// True when this process holds the lock (and runs the tasks).
