@@ -114,6 +114,16 @@ final class ProtocolTests: XCTestCase {
         XCTAssertNil(SHA256Digest(hex: "+a" + String(repeating: "0", count: 62)))
     }
 
+    func testAFirstRunCutBetweenKeyAndCertificateGetsAWholeIdentityNextTime() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("px-half-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let first = try TLSIdentity.loadOrCreate(directory: directory, commonName: "test")
+        // As if the process died after writing the key and before the certificate.
+        try FileManager.default.removeItem(atPath: first.certificateFile)
+        let again = try TLSIdentity.loadOrCreate(directory: directory, commonName: "test")
+        XCTAssertEqual(try TLSIdentity.publicKeySHA256(ofCertificateFile: again.certificateFile), again.publicKeySHA256)
+    }
+
     func testIdentityIsMadeOnceWithAPrivateKeyFileAndAStableFingerprint() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("px-identity-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: directory) }

@@ -40,14 +40,17 @@ public struct TLSIdentity: Sendable, Hashable {
 
     /// The identity kept in `directory` as `certificate.pem` and `key.pem`, made on first use:
     /// an Ed25519 key and a self-signed certificate for `commonName`, valid for 100 years. The
-    /// directory is created (mode 0700) if missing; the key file is written with mode 0600 and
-    /// both files appear atomically, so an interrupted first run leaves no half identity.
+    /// directory is created (mode 0700) if missing; the key file is written with mode 0600, each
+    /// file appears atomically, and the certificate last: a first run interrupted between the
+    /// two leaves a key without a certificate, which was never shown to anyone, so the next run
+    /// makes a new identity in its place.
     /// - Throws: ``TLSError/cannotLoad(file:reason:)`` when an existing identity cannot be read
     ///   or a new one cannot be written (the reason says which system call failed and why).
     public static func loadOrCreate(directory: String, commonName: String) throws -> TLSIdentity {
         let certificateFile = (directory as NSString).appendingPathComponent("certificate.pem")
         let keyFile = (directory as NSString).appendingPathComponent("key.pem")
-        if FileManager.default.fileExists(atPath: certificateFile) || FileManager.default.fileExists(atPath: keyFile) {
+        // The certificate is written last: once it exists, the identity is complete.
+        if FileManager.default.fileExists(atPath: certificateFile) {
             return try TLSIdentity(certificateFile: certificateFile, privateKeyFile: keyFile)
         }
         do {
