@@ -79,8 +79,8 @@ public enum DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible 
     public var description: String {
         switch self {
         case .daemonUnavailable(let detail):
-            return "avahi-daemon is not available (\(detail)); start it with "
-                + "'Scripts/avahi-sandbox start' or your distribution's service manager"
+            return "avahi-daemon is not available (\(detail)); start it with your system's service manager "
+                + "(for example: sudo systemctl start avahi-daemon)"
         case .collision(let name):
             return name.isEmpty ? "name collision" : "the name \"\(name)\" is already in use"
         case .timedOut: return "timed out"

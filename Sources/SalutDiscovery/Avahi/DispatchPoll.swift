@@ -11,7 +11,7 @@ import Glibc
 /// library. Nothing polls or sleeps.
 ///
 /// The `AvahiPoll` table lives in memory owned by this object and must outlive every client made
-/// with it; `AvahiConnection` keeps its poll for as long as the process runs.
+/// with it; the `DiscoveryContext` that made it keeps it for as long as the context lives.
 final class DispatchPoll: @unchecked Sendable {
     // @unchecked: `table` is written once in init; watches and timeouts are touched only on `queue`.
 
