@@ -279,13 +279,7 @@ final class PeerXferTransferTests: XCTestCase {
 
     func testCancelTakesAQueuedBackgroundSendOffTheDaemonsQueue() throws {
         let lab = try PeerXferLab()
-        let outbox = PeerXferLab.uniqueName("Outbox")
-        try lab.makeFile("src/unwanted.bin", size: 1000, seed: 6)
-        let daemon = try lab.serve(name: outbox, config: "sender", inbox: lab.path("sender-inbox"))
-        let (queued, queuedOutput) = try lab.run(["send", lab.path("src/unwanted.bin"), "--to", PeerXferLab.uniqueName("Nobody"),
-                                                  "--config", lab.path("sender"), "--background"])
-        XCTAssertEqual(queued, 0, queuedOutput)
-        XCTAssertTrue(daemon.waitForOutput(containing: "waiting for the service", seconds: 20), daemon.output)
+        let daemon = try daemonWaitingWithAQueuedSend("unwanted.bin", in: lab)
         let (_, listed) = try lab.run(["status", "--config", lab.path("sender")])
         let id = try XCTUnwrap(listed.split(separator: "\n").first { $0.contains("unwanted.bin") }?
             .split(separator: " ").dropFirst().first.map { String($0.dropLast()) }, listed)
@@ -307,18 +301,24 @@ final class PeerXferTransferTests: XCTestCase {
 
     func testStoppingTheDaemonWithSIGTERMKeepsTheBackgroundQueue() throws {
         let lab = try PeerXferLab()
-        let outbox = PeerXferLab.uniqueName("Outbox")
-        try lab.makeFile("src/kept.bin", size: 1000, seed: 8)
-        let daemon = try lab.serve(name: outbox, config: "sender", inbox: lab.path("sender-inbox"))
-        let (queued, queuedOutput) = try lab.run(["send", lab.path("src/kept.bin"), "--to", PeerXferLab.uniqueName("Away"),
-                                                  "--config", lab.path("sender"), "--background"])
-        XCTAssertEqual(queued, 0, queuedOutput)
-        XCTAssertTrue(daemon.waitForOutput(containing: "waiting for the service", seconds: 20), daemon.output)
+        let daemon = try daemonWaitingWithAQueuedSend("kept.bin", in: lab)
         // `systemctl stop`, a reboot: a stop, not a cancel.
         kill(daemon.process.processIdentifier, SIGTERM)
         XCTAssertTrue(daemon.waitForExit(seconds: 20), daemon.output)
         let (_, status) = try lab.run(["status", "--config", lab.path("sender")])
         XCTAssertTrue(status.contains("kept.bin"), status)
         XCTAssertFalse(status.contains("background queue: empty"), status)
+    }
+
+    /// A daemon (config "sender") with `file` queued by `send --background` for a receiver that
+    /// is not there, once the daemon says it waits for it.
+    private func daemonWaitingWithAQueuedSend(_ file: String, in lab: PeerXferLab) throws -> Foreign {
+        try lab.makeFile("src/" + file, size: 1000, seed: 6)
+        let daemon = try lab.serve(name: PeerXferLab.uniqueName("Outbox"), config: "sender", inbox: lab.path("sender-inbox"))
+        let (queued, output) = try lab.run(["send", lab.path("src/" + file), "--to", PeerXferLab.uniqueName("Away"),
+                                            "--config", lab.path("sender"), "--background"])
+        XCTAssertEqual(queued, 0, output)
+        XCTAssertTrue(daemon.waitForOutput(containing: "waiting for the service", seconds: 20), daemon.output)
+        return daemon
     }
 }

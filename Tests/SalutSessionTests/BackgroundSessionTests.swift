@@ -307,18 +307,8 @@ final class BackgroundSessionTests: SalutTestCase {
     }
 
     func testAProcessThatOnlyQueuesListsWhatTheRunnerHasPending() async throws {
-        let configuration = configuration()
-        let delegate = UploadDelegate()
-        let runner = PeerSession(configuration: configuration, delegate: delegate)
-        defer { runner.invalidateAndCancel() }
-        let task = runner.uploadTask(to: DiscoveredService(name: "Absent", type: uniqueType()), from: Data("x".utf8))
-        task.taskDescription = "waiting one"
-        task.resume()
-        try await delegate.wait(for: "waiting \(task.taskIdentifier)")
-        var viewing = configuration
-        viewing.runsBackgroundTasks = false
-        let viewer = PeerSession(configuration: viewing)
-        defer { viewer.finishTasksAndInvalidate() }
+        let (runner, _, task, viewer) = try await runnerWaitingAndAViewer(description: "waiting one")
+        defer { runner.invalidateAndCancel(); viewer.finishTasksAndInvalidate() }
         let views = viewer.allTasks.compactMap { $0 as? PeerUploadTask }
         XCTAssertEqual(views.map(\.taskDescription), ["waiting one"])
         XCTAssertEqual(views.first?.phase, .queuedWithRunner)
@@ -327,17 +317,9 @@ final class BackgroundSessionTests: SalutTestCase {
     }
 
     func testCancellingAViewInAProcessThatOnlyQueuesCancelsTheRunnersTask() async throws {
-        let configuration = configuration()
-        let delegate = UploadDelegate()
-        let runner = PeerSession(configuration: configuration, delegate: delegate)
-        defer { runner.invalidateAndCancel() }
-        let task = runner.uploadTask(to: DiscoveredService(name: "Never", type: uniqueType()), from: Data("x".utf8))
-        task.resume()
-        try await delegate.wait(for: "waiting \(task.taskIdentifier)")
-        var viewing = configuration
-        viewing.runsBackgroundTasks = false
-        let viewer = PeerSession(configuration: viewing)
-        defer { viewer.finishTasksAndInvalidate() }
+        let (runner, delegate, task, viewer) = try await runnerWaitingAndAViewer(description: nil)
+        defer { runner.invalidateAndCancel(); viewer.finishTasksAndInvalidate() }
+        let configuration = runner.configuration
         let view = try XCTUnwrap(viewer.allTasks.compactMap { $0 as? PeerUploadTask }.first)
         view.cancel()
         // The runner hears of it through its folder watcher and cancels the real task.
@@ -367,6 +349,22 @@ final class BackgroundSessionTests: SalutTestCase {
         let next = PeerSession(configuration: configuration, delegate: UploadDelegate())
         defer { next.invalidateAndCancel() }
         XCTAssertEqual(next.allTasks.compactMap { ($0 as? PeerUploadTask)?.taskDescription }, ["kept across a stop"])
+    }
+
+    /// A runner whose one upload task waits for a service that is not there, and a session on
+    /// the same state folder in a process-like role that only queues (it sees views).
+    private func runnerWaitingAndAViewer(description: String?) async throws
+        -> (runner: PeerSession, delegate: UploadDelegate, task: PeerUploadTask, viewer: PeerSession) {
+        let configuration = configuration()
+        let delegate = UploadDelegate()
+        let runner = PeerSession(configuration: configuration, delegate: delegate)
+        let task = runner.uploadTask(to: DiscoveredService(name: "Absent", type: uniqueType()), from: Data("x".utf8))
+        task.taskDescription = description
+        task.resume()
+        try await delegate.wait(for: "waiting \(task.taskIdentifier)")
+        var viewing = configuration
+        viewing.runsBackgroundTasks = false
+        return (runner, delegate, task, PeerSession(configuration: viewing))
     }
 
     func testUploadTasksOnAnOrdinarySessionFailClearly() async throws {
