@@ -251,6 +251,28 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(try lab.run(["no-such-command"]).status, 2)
     }
 
+    func testSendsQueuedBeforeAnyDaemonRanAreListedAndCancellable() throws {
+        let lab = try PeerXferLab()
+        try lab.makeFile("src/early.bin", size: 100)
+        let (queued, output) = try lab.run(["send", lab.path("src/early.bin"), "--to", "Later", "--config", lab.path("fresh"), "--background"])
+        XCTAssertEqual(queued, 0, output)
+        let (_, status) = try lab.run(["status", "--config", lab.path("fresh")])
+        XCTAssertTrue(status.contains("no daemon has run") && status.contains("early.bin"), status)
+        XCTAssertEqual(try lab.run(["cancel", "--all", "--config", lab.path("fresh")]).status, 0)
+    }
+
+    func testWithoutAvahiDaemonTheToolSaysSoInsteadOfNotFound() throws {
+        let lab = try PeerXferLab()
+        try lab.makeFile("src/a.txt", size: 10)
+        let noBus = ["env", "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent"]
+        for arguments in [["peers"], ["send", lab.path("src/a.txt"), "--to", "Anyone", "--config", lab.path("c")]] {
+            let process = try Foreign(noBus + [PeerXferLab.binary] + arguments)
+            let output = process.finish(seconds: 30)
+            XCTAssertEqual(process.process.terminationStatus, 1, "\(arguments): \(output)")
+            XCTAssertTrue(output.contains("avahi-daemon"), "\(arguments): \(output)")
+        }
+    }
+
     func testABackgroundSendSurvivesItsDaemonsSIGKILLAndIsDeliveredWhenTheReceiverComesUp() throws {
         let lab = try PeerXferLab()
         let outbox = PeerXferLab.uniqueName("Outbox")

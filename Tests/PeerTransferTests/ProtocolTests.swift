@@ -72,6 +72,13 @@ final class ProtocolTests: XCTestCase {
         bad.sha256 = "not-a-digest"
         XCTAssertThrowsError(try manifest([bad]).validate())
         XCTAssertThrowsError(try Manifest(chunkSize: 4096, entries: [file("x")]).validate())
+        // A file name the part file's suffix would push past 255 bytes: refused up front, with
+        // the limit, instead of failing after the answer; 241 bytes still fit.
+        XCTAssertThrowsError(try manifest([file(String(repeating: "n", count: 242))]).validate()) {
+            XCTAssertTrue("\($0)".contains("at most 241"), "\($0)")
+        }
+        XCTAssertNoThrow(try manifest([file(String(repeating: "n", count: 241))]).validate())
+        XCTAssertNoThrow(try manifest([folder(String(repeating: "n", count: 255))]).validate(), "folders have no part file")
         let tooMany = (0...TransferLimits.maximumEntries).map { folder("d\($0)") }
         XCTAssertThrowsError(try manifest(tooMany).validate()) { XCTAssertTrue("\($0)".contains("entries offered"), "\($0)") }
     }
@@ -101,6 +108,9 @@ final class ProtocolTests: XCTestCase {
         XCTAssertEqual(Terminal.escape("evil\u{202e}fdp.exe"), "evil\\u{202e}fdp.exe")
         XCTAssertEqual(Terminal.escape("\u{9b}31m"), "\\x9b31m")
         XCTAssertEqual(Terminal.escape("ünï cödé"), "ünï cödé")
+        // A backslash in the text is doubled: "\x9b" typed as text never reads as U+009B.
+        XCTAssertEqual(Terminal.escape("ok\\x9b"), "ok\\\\x9b")
+        XCTAssertNotEqual(Terminal.escape("ok\\x9b"), Terminal.escape("ok\u{9b}"))
     }
 
     func testSHA256HasherMatchesKnownDigestsAcrossPieces() {

@@ -94,7 +94,9 @@ final class Inbox: @unchecked Sendable {
     func holdsVerified(_ path: RelativePath, size: UInt64, sha256: String) -> Bool {
         guard let directory = try? openDirectory(path.parent, create: false) else { return false }
         defer { close(directory) }
-        let fd = openat(directory, path.name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        // O_NONBLOCK: a FIFO planted under the name must not hang the daemon (regular files
+        // ignore the flag).
+        let fd = openat(directory, path.name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return false }
         defer { close(fd) }
         var info = stat()
@@ -107,11 +109,14 @@ final class Inbox: @unchecked Sendable {
     func partChunkDigests(_ path: RelativePath, chunkSize: Int) -> [SHA256Digest] {
         guard let directory = try? openDirectory(path.parent, create: false) else { return [] }
         defer { close(directory) }
-        let fd = openat(directory, path.name + TransferLimits.partSuffix, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        let fd = openat(directory, path.name + TransferLimits.partSuffix, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return [] }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return [] }
+        // Only a plain part file of our own counts: not a FIFO or device, not a hard link to a
+        // file elsewhere, not one another transfer is writing now (it holds the lock).
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_nlink == 1,
+              flock(fd, LOCK_SH | LOCK_NB) == 0 else { return [] }
         return (try? FileHashing.chunkDigests(of: fd, length: UInt64(info.st_size), chunkSize: chunkSize)) ?? []
     }
 
@@ -130,7 +135,8 @@ final class Inbox: @unchecked Sendable {
             throw PeerTransferError.runtime("cannot create the folder of \(path)")
         }
         let name = path.name + TransferLimits.partSuffix
-        let fd = openat(directory, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        // O_NONBLOCK: opening a planted FIFO must not block (it is refused just below).
+        let fd = openat(directory, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             let failure = errno
             close(directory)
@@ -138,6 +144,23 @@ final class Inbox: @unchecked Sendable {
                 throw PeerTransferError.unsafePath("\(Terminal.escape(path.description))\(TransferLimits.partSuffix) is a symlink; nothing is written through it")
             }
             throw PeerTransferError.runtime("cannot open \(Terminal.escape(path.description))\(TransferLimits.partSuffix): \(String(cString: strerror(failure)))")
+        }
+        var info = stat()
+        let statted = fstat(fd, &info) == 0
+        // A hard link would make the writes land in a file outside the inbox; anything but a
+        // regular file (a FIFO, a device) is not a part file.
+        guard statted, (info.st_mode & S_IFMT) == S_IFREG, info.st_nlink == 1 else {
+            close(fd)
+            close(directory)
+            throw PeerTransferError.unsafePath("\(Terminal.escape(path.description))\(TransferLimits.partSuffix) is not a plain file of its own (a hard link, a FIFO or a device); nothing is written to it")
+        }
+        // One writer per part file: a second transfer of the same path (another sender, or an
+        // attacker racing a sender) must not write into a file this one will verify and name.
+        // The lock lasts until the file is named or given up.
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            close(fd)
+            close(directory)
+            throw PeerTransferError.runtime("another transfer is receiving \(Terminal.escape(path.description)) right now; try again when it is done")
         }
         return PartFile(inbox: self, directory: directory, fd: fd, path: path)
     }
@@ -149,10 +172,10 @@ final class Inbox: @unchecked Sendable {
 
 /// A file being received: `NAME.peerxfer-part` in its folder, renamed when verified.
 ///
-/// While it is written it holds two descriptors, its own and its folder's; once written
-/// (``finishWriting(mode:modified:)``) it holds none: a batch of verified files waiting for
-/// their names costs no descriptors, and the folder is opened again, from the inbox's root as
-/// every path is, to name them.
+/// While it is written it holds two descriptors, its own (with an exclusive `flock`: one writer
+/// per part file) and its folder's; once written (``finishWriting(mode:modified:)``) only its
+/// own, still locked until it is named: the folder is opened again, from the inbox's root as
+/// every path is, to name it.
 final class PartFile {
     let path: RelativePath
     private let inbox: Inbox
@@ -250,7 +273,9 @@ final class PartFile {
                          timespec(tv_sec: Int(seconds), tv_nsec: Int((modified - seconds) * 1e9))]
             guard futimens(fd, &times) == 0 else { throw ioError("futimens") }
         }
-        closeFiles()
+        // The folder's descriptor goes; the file's own stays open, holding the lock that keeps
+        // other transfers from reopening (and truncating) the verified bytes before they are named.
+        if directory >= 0 { close(directory); directory = -1 }
     }
 
     /// Gives the verified file its final name: the offered one, or `name (1).ext`,

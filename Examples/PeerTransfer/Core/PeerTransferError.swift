@@ -89,8 +89,9 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
 /// Making strings from the network safe to print.
 public enum Terminal {
     /// `text` with control characters (C0, DEL, C1), bidirectional overrides and invalid
-    /// sequences replaced by visible escapes, so that a peer's name or path cannot move the
-    /// cursor, recolour the terminal or reorder what is shown.
+    /// sequences replaced by visible escapes, and backslashes doubled (so an escape in the
+    /// output always stands for one character), so that a peer's name or path cannot move the
+    /// cursor, recolour the terminal, reorder what is shown or pass for another name.
     public static func escape(_ text: String) -> String {
         var out = ""
         out.reserveCapacity(text.utf8.count)
@@ -98,6 +99,10 @@ public enum Terminal {
             switch scalar.value {
             case 0x00..<0x20, 0x7f, 0x80..<0xa0:
                 out += String(format: "\\x%02x", scalar.value)
+            case 0x5c:
+                // A backslash is doubled, so that a name holding "\x9b" as text never reads
+                // the same as one holding the character U+009B.
+                out += "\\\\"
             case 0x200e, 0x200f, 0x202a...0x202e, 0x2066...0x2069:
                 out += String(format: "\\u{%04x}", scalar.value)
             default:

@@ -74,6 +74,11 @@ extension Manifest {
                 guard SHA256DigestText.isValid(entry.sha256) else {
                     throw PeerTransferError.protocolViolation("\"\(Terminal.escape(entry.path))\" has no valid SHA-256")
                 }
+                // It arrives as NAME.peerxfer-part first, which must fit in a file name too.
+                let room = TransferLimits.maximumNameBytes - TransferLimits.partSuffix.utf8.count
+                guard path.name.utf8.count <= room else {
+                    throw PeerTransferError.unsafePath("\"\(Terminal.escape(entry.path))\" has a file name of \(path.name.utf8.count) bytes; at most \(room) can be received (the part file's suffix must fit in 255)")
+                }
             case .directory:
                 guard entry.size == 0 else {
                     throw PeerTransferError.protocolViolation("the folder \"\(Terminal.escape(entry.path))\" has a size")

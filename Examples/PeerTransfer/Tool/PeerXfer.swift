@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Glibc
 import PeerTransferCore
+import Salut
 
 /// `peerxfer`: send files to another machine on the LAN, verified and resumable.
 @main
@@ -65,6 +66,17 @@ struct ConfigOptions: ParsableArguments {
 
     func load() throws -> PeerConfiguration {
         try PeerConfiguration(directory: directory ?? PeerConfiguration.defaultDirectory)
+    }
+}
+
+/// Checks that avahi-daemon answers, so that a missing daemon is said as such (exit 1), not
+/// taken for a receiver that is not there.
+/// - Throws: ``PeerTransferError/runtime(_:)`` naming the daemon and how to start it.
+func requireDiscoveryDaemon() async throws {
+    do {
+        _ = try await DiscoveryContext.shared.daemonInfo(timeout: 3)
+    } catch {
+        throw PeerTransferError.runtime("avahi-daemon does not answer on the D-Bus system bus within 3 s, and peerxfer finds peers through it; start it with your system's service manager (for example: sudo systemctl start avahi-daemon)")
     }
 }
 

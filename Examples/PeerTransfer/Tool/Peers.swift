@@ -22,6 +22,7 @@ struct Peers: AsyncParsableCommand {
     }
 
     func run() async throws {
+        try await requireDiscoveryDaemon()
         let configuration = try config.load()
         let known = try KnownPeers.load(from: configuration.knownPeersFile)
         let found = try await PeerDirectory.look(for: .seconds(timeout))

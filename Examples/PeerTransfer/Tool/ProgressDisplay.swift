@@ -110,7 +110,7 @@ final class ProgressDisplay: Sendable {
         } else {
             clearLine()
             let rate = seconds > 0 ? Double(report.bytesSent) / seconds : 0
-            printError("done: \(report.verified) files verified, \(report.failed.count) failed, \(report.declined.count) declined; sent \(Self.bytes(report.bytesSent)) in \(String(format: "%.1f", seconds)) s (\(Self.bytes(UInt64(rate)))/s)\(report.bytesSkipped > 0 ? ", \(Self.bytes(report.bytesSkipped)) not needed again" : "")")
+            printError("done: \(report.verified) file\(report.verified == 1 ? "" : "s") verified, \(report.failed.count) failed, \(report.declined.count) declined; sent \(Self.bytes(report.bytesSent)) in \(String(format: "%.1f", seconds)) s (\(Self.bytes(UInt64(rate)))/s)\(report.bytesSkipped > 0 ? ", \(Self.bytes(report.bytesSkipped)) not needed again" : "")")
         }
     }
 
@@ -138,7 +138,8 @@ final class ProgressDisplay: Sendable {
     }
 
     static func bytes(_ count: UInt64) -> String {
-        ByteCountFormatter.string(fromByteCount: Int64(clamping: count), countStyle: .binary)
+        // (ByteCountFormatter writes 0 as "Zero KB".)
+        count == 0 ? "0 bytes" : ByteCountFormatter.string(fromByteCount: Int64(clamping: count), countStyle: .binary)
     }
 
     private static func duration(_ seconds: Double) -> String {

@@ -48,6 +48,7 @@ struct Send: AsyncParsableCommand {
         guard !outline.manifest.entries.isEmpty else {
             throw PeerTransferError.usage("nothing to send: every path was left out (\(outline.skipped.map(Terminal.escape).joined(separator: "; ")))")
         }
+        try await requireDiscoveryDaemon()   // after the usage checks: bad arguments are exit 2 either way
         display.note("preparing \(paths.count == 1 ? paths[0] : "\(paths.count) paths") (hashing)…")
         var sender = Sender(configuration: configuration,
                             displayName: ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer")

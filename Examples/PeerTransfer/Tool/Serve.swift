@@ -51,6 +51,7 @@ struct Serve: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "peerxfer")
+        try await requireDiscoveryDaemon()
         // Part files, folders and connections: room beyond the usual soft limit of 1,024.
         if let problem = DescriptorLimit.raiseToHardLimit() { logger.warning("\(problem)") }
         let configuration = try config.load()

@@ -44,7 +44,15 @@ struct Status: AsyncParsableCommand {
 
     private func show(_ status: DaemonStatus?) {
         guard let status else {
-            if json { printJSON(["running": false]) } else { printLine("no daemon has run with this configuration (peerxfer serve)") }
+            if json {
+                printJSON(["running": false])
+            } else {
+                printLine("no daemon has run with this configuration (peerxfer serve)")
+                // Sends queued before any daemon ran are still there (and can be cancelled).
+                let queue = backgroundQueue()
+                if !queue.isEmpty { printLine("background queue (delivered once a daemon runs):") }
+                for line in queue { printLine("  \(line)") }
+            }
             return
         }
         if json {

@@ -1,0 +1,63 @@
+import Foundation
+import Glibc
+import SalutStreams
+import XCTest
+@testable import PeerTransferCore
+
+/// What the inbox refuses to write through, whoever planted it, and who may write a part file.
+final class InboxTests: XCTestCase {
+    private var folder = ""
+
+    override func setUpWithError() throws {
+        folder = FileManager.default.temporaryDirectory.appendingPathComponent("px-inbox-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: folder + "/inbox", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: folder + "/outside", withIntermediateDirectories: true)
+    }
+
+    override func tearDown() {
+        try? FileManager.default.removeItem(atPath: folder)
+    }
+
+    func testTwoTransfersOfOnePathNeverWriteTheSamePartFile() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        let path = try RelativePath(validating: "shared.bin")
+        let first = try inbox.openPart(path)
+        XCTAssertThrowsError(try inbox.openPart(path)) { error in
+            XCTAssertTrue("\(error)".contains("another transfer is receiving"), "\(error)")
+        }
+        // Its chunk digests are not offered to another sender while it is being written.
+        try first.write(Data(count: 2 * TransferLimits.chunkSize), at: 0)
+        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: TransferLimits.chunkSize), [])
+        // Verified and waiting for its name, it still holds the lock.
+        try first.finishWriting(mode: 0o644, modified: 0)
+        XCTAssertThrowsError(try inbox.openPart(path))
+        XCTAssertEqual(try first.publish(), "shared.bin")
+        first.closeFiles()
+        XCTAssertNoThrow(try inbox.openPart(try RelativePath(validating: "shared.bin")).closeFiles())
+    }
+
+    func testAPartFilePlantedAsAHardLinkToAFileOutsideIsNotWrittenThrough() throws {
+        let target = folder + "/outside/precious.txt"
+        try Data("precious".utf8).write(to: URL(fileURLWithPath: target))
+        XCTAssertEqual(link(target, folder + "/inbox/x.txt" + TransferLimits.partSuffix), 0)
+        let inbox = try Inbox(path: folder + "/inbox")
+        let path = try RelativePath(validating: "x.txt")
+        XCTAssertThrowsError(try inbox.openPart(path)) { error in
+            XCTAssertTrue("\(error)".contains("hard link"), "\(error)")
+        }
+        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: 4), [], "its digests are not offered either")
+        XCTAssertEqual(try String(contentsOfFile: target, encoding: .utf8), "precious")
+    }
+
+    func testAFIFOPlantedInTheInboxNeverBlocksTheDaemon() throws {
+        XCTAssertEqual(mkfifo(folder + "/inbox/pipe.txt", 0o644), 0)
+        XCTAssertEqual(mkfifo(folder + "/inbox/pipe2.txt" + TransferLimits.partSuffix, 0o644), 0)
+        let inbox = try Inbox(path: folder + "/inbox")
+        // Each of these would block for ever on a FIFO opened for reading without O_NONBLOCK.
+        XCTAssertFalse(inbox.holdsVerified(try RelativePath(validating: "pipe.txt"), size: 0, sha256: ""))
+        XCTAssertEqual(inbox.partChunkDigests(try RelativePath(validating: "pipe2.txt"), chunkSize: 4), [])
+        XCTAssertThrowsError(try inbox.openPart(try RelativePath(validating: "pipe2.txt"))) { error in
+            XCTAssertTrue("\(error)".contains("FIFO"), "\(error)")
+        }
+    }
+}
