@@ -14,7 +14,10 @@ final class BoundBuffer: @unchecked Sendable {
 
     let capacity: Int
     private let condition = NSCondition()
-    private var storage: UnsafeMutableRawBufferPointer
+    /// With `allocatesLazily`, allocated by the writer on its first byte (under the lock): a
+    /// connection whose bytes all go straight to the socket, or that stays idle, never pays
+    /// for it.
+    private var storage: UnsafeMutableRawBufferPointer?
     private var head = 0          // index of the first unread byte
     private var count = 0 { didSet { published.store(count, ordering: .releasing) } }   // unread bytes
     /// `count`, readable without the lock: a blocked side spins on it briefly before sleeping,
@@ -34,13 +37,16 @@ final class BoundBuffer: @unchecked Sendable {
     /// Called (lock released) after anything that may make writing possible or fail it.
     var writerChanged: (@Sendable () -> Void)?
 
-    init(capacity: Int) {
+    /// - Parameter allocatesLazily: leave the storage unallocated until the first byte is
+    ///   written (a socket connection's buffers: most of its bytes go straight to the socket).
+    ///   A bound pair allocates at once, on the thread that makes it.
+    init(capacity: Int, allocatesLazily: Bool = false) {
         precondition(capacity > 0)
         self.capacity = capacity
-        storage = .allocate(byteCount: capacity, alignment: 16)
+        if !allocatesLazily { storage = .allocate(byteCount: capacity, alignment: 16) }
     }
 
-    deinit { storage.deallocate() }
+    deinit { storage?.deallocate() }
 
     struct Snapshot {
         var available: Int
@@ -81,6 +87,7 @@ final class BoundBuffer: @unchecked Sendable {
         }
         let n = min(count, maxLength)
         let start = head
+        let storage = self.storage   // not nil once there is a byte to read
         condition.unlock()
         // One reader and one writer: the bytes [head, head + count) belong to the reader until
         // it gives them back below, so they are copied without holding the lock.
@@ -88,7 +95,7 @@ final class BoundBuffer: @unchecked Sendable {
         while copied < n {
             let from = (start + copied) % capacity
             let run = min(n - copied, capacity - from)
-            UnsafeMutableRawPointer(buffer + copied).copyMemory(from: storage.baseAddress! + from, byteCount: run)
+            UnsafeMutableRawPointer(buffer + copied).copyMemory(from: storage!.baseAddress! + from, byteCount: run)
             copied += run
         }
         guard n > 0 else { return 0 }
@@ -164,6 +171,8 @@ final class BoundBuffer: @unchecked Sendable {
         guard !isReaderClosed, !isWriterClosed else { condition.unlock(); return .readerGone }
         let n = min(capacity - count, length)
         let tail = (head + count) % capacity
+        if n > 0, self.storage == nil { self.storage = .allocate(byteCount: capacity, alignment: 16) }
+        let storage = self.storage
         condition.unlock()
         // The free region after the unread bytes belongs to the writer until it publishes the
         // new count below, so it is filled without holding the lock.
@@ -171,7 +180,7 @@ final class BoundBuffer: @unchecked Sendable {
         while copied < n {
             let to = (tail + copied) % capacity
             let run = min(n - copied, capacity - to)
-            (storage.baseAddress! + to).copyMemory(from: UnsafeRawPointer(buffer + copied), byteCount: run)
+            (storage!.baseAddress! + to).copyMemory(from: UnsafeRawPointer(buffer + copied), byteCount: run)
             copied += run
         }
         guard n > 0 else { return .wrote(0) }

@@ -148,7 +148,9 @@ final class HappyEyeballs: @unchecked Sendable {
         // look once, and skip the source and the event it would take.
         var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
         if result == 0 || poll(&entry, 1, 0) == 1 {
-            let error = Self.pendingError(fd)
+            // Writable with no error or hang-up is connected; otherwise `SO_ERROR` says why not.
+            let clean = result == 0 || entry.revents & Int16(POLLERR | POLLHUP) == 0
+            let error = clean ? 0 : Self.pendingError(fd)
             if error == 0 {
                 settledAtOnce[id] = fd
                 return machine.attemptConnected(id)
@@ -192,7 +194,10 @@ final class HappyEyeballs: @unchecked Sendable {
         settledAtOnce = [:]
         let completion = self.completion
         self.completion = nil
-        queue.async { self.keepAlive = nil }
+        // Whoever called this holds the connector for the rest of the call, so it can let go
+        // of itself here: no extra block on the queue, which a caller about to `queue.sync`
+        // (the first direct write) would otherwise wait behind, on another thread's wake-up.
+        keepAlive = nil
         completion?(result)
     }
 }

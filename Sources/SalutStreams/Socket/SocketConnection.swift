@@ -63,8 +63,8 @@ final class SocketConnection: @unchecked Sendable {
 
     init(origin: Origin, bufferSize: Int, tls: TLSConfiguration? = nil) {
         self.origin = origin
-        inbound = BoundBuffer(capacity: max(1, bufferSize))
-        outbound = BoundBuffer(capacity: max(1, bufferSize))
+        inbound = BoundBuffer(capacity: max(1, bufferSize), allocatesLazily: true)
+        outbound = BoundBuffer(capacity: max(1, bufferSize), allocatesLazily: true)
         pump = SocketPump(queue: queue, inbound: inbound, outbound: outbound)
         var initial = State()
         initial.tls = tls
@@ -198,7 +198,8 @@ final class SocketConnection: @unchecked Sendable {
                 // the streams in `opening` for ever.
                 let limits = security == nil ? nil : ConnectionLimits(handshakeTimeout: Self.dialledHandshakeTimeout,
                                                                       firstByteTimeout: nil)
-                self.pump.run(fd, security: security, limits: limits) { self.ready($0) }
+                let setsTraffic = socketOptions.trafficClass != nil || socketOptions.priority != nil
+                self.pump.run(fd, security: security, limits: limits, readsTrafficOptions: setsTraffic) { self.ready($0) }
             case .failure(let error):
                 self.settle(.failure(error))
             }

@@ -160,7 +160,9 @@ struct SocketPumpStateMachine {
             return [.stepHandshake]
         }
         state = .flowing(Flow(security: .plain, input: .reading, output: .sending))
-        return [.reportReady, .receive, .send]
+        // No receive yet: watching for readability registers the socket with epoll, which
+        // reports bytes already there, so a first look would only cost a system call.
+        return [.reportReady, .send]
     }
 
     /// What the last handshake step did (OpenSSL's answer, as `TLSConnection` gives it).

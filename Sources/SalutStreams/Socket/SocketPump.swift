@@ -10,7 +10,8 @@ package struct ConnectionDetails: Sendable, Hashable {
     package var remoteAddress: SocketAddress?
     /// The peer's certificate and the negotiated TLS version and cipher, when TLS is on.
     package var tls: TLSPeerTrust?
-    /// `SO_PRIORITY` and `IP_TOS`/`IPV6_TCLASS` as read back from the connected socket.
+    /// `SO_PRIORITY` and `IP_TOS`/`IPV6_TCLASS` as read back from the connected socket, when
+    /// the connection set either (nil otherwise: the system's defaults apply).
     package var socketPriority: Int32?
     package var trafficClass: Int32?
 }
@@ -68,6 +69,7 @@ final class SocketPump: @unchecked Sendable {
     private var reader: DispatchSourceRead?
     private var writer: DispatchSourceWrite?
     private var watching: (read: Bool, write: Bool) = (false, false)
+    private var readerWasResumed = false
     /// Itself, from `run` until released: the sources hold the pump weakly.
     private var keepAlive: SocketPump?
     /// Bytes taken from `outbound` and not yet sent: `outScratch[sendFrom..<sendTo]`. Both
@@ -110,8 +112,9 @@ final class SocketPump: @unchecked Sendable {
     /// Starts on a connected socket. Call on the queue. `ready` is called once: at once for a
     /// plain connection, after the handshake and the trust decision with TLS, or with the error.
     /// `limits` bound the handshake, the first byte and silence (see ``ConnectionDeadlines``),
-    /// counted from now.
-    func run(_ fd: Int32, security: SecuritySetup?, limits: ConnectionLimits? = nil,
+    /// counted from now. `readsTrafficOptions`: read the priority and traffic class back into
+    /// the details (two system calls, spent only when the connection set them).
+    func run(_ fd: Int32, security: SecuritySetup?, limits: ConnectionLimits? = nil, readsTrafficOptions: Bool = false,
              ready: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue))
         self.fd = fd
@@ -120,10 +123,12 @@ final class SocketPump: @unchecked Sendable {
         deadlines = limits?.deadlines(secure: security != nil, now: .now)
         details.localAddress = SocketAddress.of(fd, peer: false)
         details.remoteAddress = SocketAddress.of(fd, peer: true)
-        details.socketPriority = SocketOptions.read(fd, level: SOL_SOCKET, name: SO_PRIORITY)
-        details.trafficClass = details.localAddress?.isIPv6 == true
-            ? SocketOptions.read(fd, level: Int32(IPPROTO_IPV6), name: IPV6_TCLASS)
-            : SocketOptions.read(fd, level: Int32(IPPROTO_IP), name: IP_TOS)
+        if readsTrafficOptions {
+            details.socketPriority = SocketOptions.read(fd, level: SOL_SOCKET, name: SO_PRIORITY)
+            details.trafficClass = details.localAddress?.isIPv6 == true
+                ? SocketOptions.read(fd, level: Int32(IPPROTO_IPV6), name: IPV6_TCLASS)
+                : SocketOptions.read(fd, level: Int32(IPPROTO_IP), name: IP_TOS)
+        }
         let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
         let write = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
         // The descriptor is closed only after both sources are done with it.
@@ -486,7 +491,15 @@ final class SocketPump: @unchecked Sendable {
         let wanted = (read: machine.wantsReadable, write: machine.wantsWritable)
         var resumedReading = false
         if wanted.read != watching.read {
-            if wanted.read { reader.resume(); resumedReading = true } else { reader.suspend() }
+            if wanted.read {
+                reader.resume()
+                // A source resumed for the first time is registered with epoll, which reports
+                // what is already there: only a resume after a pause needs the extra look.
+                resumedReading = readerWasResumed
+                readerWasResumed = true
+            } else {
+                reader.suspend()
+            }
         }
         if wanted.write != watching.write {
             if wanted.write { writer.resume() } else { writer.suspend() }
