@@ -2,7 +2,7 @@ import Foundation
 import Synchronization
 
 /// Delivers an Apple-style object's delegate calls (services, browsers, streams) on the run
-/// loop it is scheduled in.
+/// loop it is scheduled in, or on a dispatch queue (streams: `CFReadStreamSetDispatchQueue`).
 ///
 /// By default that is the main run loop in the default mode, served through the main dispatch
 /// queue, which both `RunLoop.main.run()` and `dispatchMain()` drain, as on macOS. For another
@@ -16,7 +16,7 @@ import Synchronization
 /// leaks each block-based timer. An object removed from every run loop delivers nothing, as
 /// Apple documents.
 package final class DelegateScheduler: @unchecked Sendable {
-    // @unchecked: `loops` and `pending` are only touched while `lock` is held; run loops are
+    // @unchecked: `loops`, `queue` and `pending` are only touched while `lock` is held; run loops are
     // only used through CoreFoundation calls that are safe from any thread (adding and removing
     // a source, performing a block, stopping a run to wake it).
 
@@ -35,6 +35,9 @@ package final class DelegateScheduler: @unchecked Sendable {
 
     private let lock = NSLock()
     private var loops: [Target]
+    /// Where calls go instead of a run loop (`CFReadStreamSetDispatchQueue`): a serial queue
+    /// of ours targeting the one given, so that calls keep their order even on a concurrent one.
+    private var queue: DispatchQueue?
     private var pending: [@Sendable () -> Void] = []
     /// Mirrors `!loops.isEmpty` without the lock, for hot paths that only need to know.
     private let scheduled: Atomic<Bool>
@@ -57,6 +60,7 @@ package final class DelegateScheduler: @unchecked Sendable {
 
     package func schedule(in runLoop: RunLoop, forMode mode: RunLoop.Mode) {
         lock.lock(); defer { lock.unlock() }
+        queue = nil   // as on Apple's systems: a run loop replaces a dispatch queue
         if !loops.contains(where: { $0.runLoop === runLoop && $0.mode == mode }) {
             var target = Target(runLoop: runLoop, mode: mode, keepAlive: nil)
             if !target.isMainQueue {
@@ -73,17 +77,30 @@ package final class DelegateScheduler: @unchecked Sendable {
         lock.lock()
         let removed = loops.filter { $0.runLoop === runLoop && $0.mode == mode }
         loops.removeAll { $0.runLoop === runLoop && $0.mode == mode }
-        scheduled.store(!loops.isEmpty, ordering: .releasing)
+        scheduled.store(!loops.isEmpty || queue != nil, ordering: .releasing)
         lock.unlock()
         for target in removed { Self.detach(target) }
     }
 
-    /// Leaves every run loop (a closed stream: it delivers nothing more, and no longer keeps a
-    /// run loop running).
+    /// Delivers calls on `target` from now on, instead of any run loop (which the object
+    /// leaves, as Apple's `CFReadStreamSetDispatchQueue` does); nil stops delivering there.
+    package func setDispatchQueue(_ target: DispatchQueue?) {
+        lock.lock()
+        let removed = target == nil ? [] : loops
+        if target != nil { loops = [] }
+        queue = target.map { DispatchQueue(label: "salut.delegate-calls", target: $0) }
+        scheduled.store(!loops.isEmpty || queue != nil, ordering: .releasing)
+        lock.unlock()
+        for target in removed { Self.detach(target) }
+    }
+
+    /// Leaves every run loop and dispatch queue (a closed stream: it delivers nothing more, and
+    /// no longer keeps a run loop running).
     package func removeFromAll() {
         lock.lock()
         let removed = loops
         loops = []
+        queue = nil
         pending = []
         scheduled.store(false, ordering: .releasing)
         lock.unlock()
@@ -103,6 +120,11 @@ package final class DelegateScheduler: @unchecked Sendable {
     /// after every call delivered before it.
     package func deliver(_ call: @escaping @Sendable () -> Void) {
         lock.lock()
+        if let queue {
+            lock.unlock()
+            queue.async(execute: call)
+            return
+        }
         guard let target = loops.last else { lock.unlock(); return }
         if target.isMainQueue {
             lock.unlock()

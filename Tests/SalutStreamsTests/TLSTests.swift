@@ -120,9 +120,9 @@ final class TLSTests: SalutTestCase {
     }
 
     func testTLSAskedForRightAfterOpenStartsOnTheOpenConnectionAsOnApple() async throws {
-        let key = Stream.PropertyKey(kCFStreamPropertySSLSettings as String)
-        let settings = [kCFStreamSSLPeerName as String: "localhost",
-                        SalutSSLSettingsKey.pinnedSHA256: [certificate.publicKeySHA256]] as NSDictionary
+        // Apple's spellings exactly: Swift values for `setProperty`, the CF key cast with `as`.
+        let settings: [String: Any] = [kCFStreamSSLPeerName as String: "localhost",
+                                       SalutSSLSettingsKey.pinnedSHA256: [certificate.publicKeySHA256]]
         // The order Apple tutorials use (level, then settings), and the settings alone.
         for levelFirst in [true, false] {
             let (server, port) = try reversingServer(certificate)
@@ -131,12 +131,11 @@ final class TLSTests: SalutTestCase {
             pair.input.open()
             pair.output.open()
             if levelFirst {
-                XCTAssertTrue(pair.input.setProperty(StreamSocketSecurityLevel.negotiatedSSL.rawValue as NSString,
-                                                     forKey: .socketSecurityLevelKey))
-                XCTAssertTrue(pair.output.setProperty(StreamSocketSecurityLevel.negotiatedSSL.rawValue as NSString,
-                                                      forKey: .socketSecurityLevelKey), "the same on the other stream")
+                XCTAssertTrue(pair.input.setProperty(StreamSocketSecurityLevel.negotiatedSSL, forKey: .socketSecurityLevelKey))
+                XCTAssertTrue(pair.output.setProperty(StreamSocketSecurityLevel.negotiatedSSL, forKey: .socketSecurityLevelKey),
+                              "the same on the other stream")
             }
-            XCTAssertTrue(pair.input.setProperty(settings, forKey: key))
+            XCTAssertTrue(pair.input.setProperty(settings, forKey: kCFStreamPropertySSLSettings as Stream.PropertyKey))
             try await pair.output.write(Data("over tls\n".utf8))
             let answer = try await withDeadline(20, "answer") { try await readBytes(pair.input, count: 9) }
             XCTAssertEqual(String(decoding: answer, as: UTF8.self), "slt revo\n", "levelFirst \(levelFirst)")

@@ -104,6 +104,14 @@ final class BoundInputStream: InputStream {
         events.scheduler.remove(from: aRunLoop, forMode: mode)
     }
 
+    /// Delivers delegate calls on `queue` instead of a run loop (see
+    /// `CFReadStreamSetDispatchQueue`).
+    func setDispatchQueue(_ queue: DispatchQueue?) {
+        guard events.streamStatus != .closed else { return }
+        events.scheduler.setDispatchQueue(queue)
+        refresh()
+    }
+
     /// Socket streams answer the security level, SSL settings and, once connected, Salut's TLS
     /// and address properties; bound pairs have none.
     override func property(forKey key: Stream.PropertyKey) -> AnyObject? {
@@ -257,6 +265,14 @@ final class BoundOutputStream: OutputStream {
 
     override func remove(from aRunLoop: RunLoop, forMode mode: RunLoop.Mode) {
         events.scheduler.remove(from: aRunLoop, forMode: mode)
+    }
+
+    /// Delivers delegate calls on `queue` instead of a run loop (see
+    /// `CFReadStreamSetDispatchQueue`).
+    func setDispatchQueue(_ queue: DispatchQueue?) {
+        guard events.streamStatus != .closed else { return }
+        events.scheduler.setDispatchQueue(queue)
+        refresh()
     }
 
     /// Socket streams answer the security level, SSL settings and, once connected, Salut's TLS

@@ -91,7 +91,8 @@ final class StreamEvents: @unchecked Sendable {
 
 /// Carries a stream into a delivery closure.
 struct UncheckedStream: @unchecked Sendable {
-    // @unchecked: the stream is only used on the run loop its delegate calls are delivered on.
+    // @unchecked: the stream is only used where its delegate calls are delivered (its run loop
+    // or dispatch queue), one call after another.
     let stream: Stream
     init(_ stream: Stream) { self.stream = stream }
 }

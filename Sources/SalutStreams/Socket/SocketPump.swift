@@ -67,7 +67,10 @@ final class SocketPump: @unchecked Sendable {
     private var pendingDowngrade: (@Sendable (Result<Void, SocketStreamError>) -> Void)?
     private var details = ConnectionDetails()
     private var reader: DispatchSourceRead?
+    /// Made the first time the machine waits for room in the socket: most connections never
+    /// fill it, and their writes go straight out.
     private var writer: DispatchSourceWrite?
+    private var closer: DescriptorCloser?
     private var watching: (read: Bool, write: Bool) = (false, false)
     private var readerWasResumed = false
     /// Itself, from `run` until released: the sources hold the pump weakly.
@@ -130,15 +133,12 @@ final class SocketPump: @unchecked Sendable {
                 : SocketOptions.read(fd, level: Int32(IPPROTO_IP), name: IP_TOS)
         }
         let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        let write = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-        // The descriptor is closed only after both sources are done with it.
-        let closer = DescriptorCloser(fd: fd, users: 2)
+        // The descriptor is closed only after every source is done with it.
+        let closer = DescriptorCloser(fd: fd, users: 1)
         read.setEventHandler { [weak self] in self?.handle { $0.socketReadable() } }
-        write.setEventHandler { [weak self] in self?.handle { $0.socketWritable() } }
         read.setCancelHandler { closer.release() }
-        write.setCancelHandler { closer.release() }
-        reader = read       // created suspended; `watch` resumes them as the machine wants
-        writer = write
+        reader = read       // created suspended; `watch` resumes it as the machine wants
+        self.closer = closer
         if let security {
             upgradeSetup = security
             handle { $0.start(secure: true) }
@@ -487,7 +487,7 @@ final class SocketPump: @unchecked Sendable {
     /// Suspends or resumes the sources to match the machine; true when reading was just
     /// resumed (the caller then looks at the socket once).
     private func watch() -> Bool {
-        guard let reader, let writer else { return false }
+        guard let reader else { return false }
         let wanted = (read: machine.wantsReadable, write: machine.wantsWritable)
         var resumedReading = false
         if wanted.read != watching.read {
@@ -502,10 +502,22 @@ final class SocketPump: @unchecked Sendable {
             }
         }
         if wanted.write != watching.write {
-            if wanted.write { writer.resume() } else { writer.suspend() }
+            if wanted.write { makeWriter().resume() } else { writer?.suspend() }
         }
         watching = wanted
         return resumedReading
+    }
+
+    /// The write source, made on first need (suspended, as sources are made).
+    private func makeWriter() -> DispatchSourceWrite {
+        if let writer { return writer }
+        let write = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+        let closer = self.closer
+        closer?.addUser()
+        write.setEventHandler { [weak self] in self?.handle { $0.socketWritable() } }
+        write.setCancelHandler { closer?.release() }
+        writer = write
+        return write
     }
 
     /// Both directions are done or the connection failed: cancel the sources (the last cancel
@@ -522,6 +534,7 @@ final class SocketPump: @unchecked Sendable {
         }
         reader = nil
         writer = nil
+        closer = nil
         watching = (false, false)
         transport = nil
         pendingTLS = nil
@@ -600,6 +613,13 @@ final class DescriptorCloser: @unchecked Sendable {
     init(fd: Int32, users: Int) {
         self.fd = fd
         self.users = users
+    }
+
+    /// One more source uses the descriptor (before that source is resumed).
+    func addUser() {
+        lock.lock()
+        users += 1
+        lock.unlock()
     }
 
     func release() {

@@ -1,11 +1,14 @@
 import Foundation
 
 // Apple's SSL-settings property and dictionary keys. On Apple platforms they are CFString
-// constants; here they are Strings with the same values, so `kCFStreamSSLPeerName as String`
-// and `Stream.PropertyKey(kCFStreamPropertySSLSettings as String)` compile unchanged.
+// constants. Here the property is an NSString, so that both `kCFStreamPropertySSLSettings as
+// Stream.PropertyKey` and `Stream.PropertyKey(kCFStreamPropertySSLSettings as String)` compile
+// unchanged (see StreamPropertySpellings.swift), and the dictionary keys are Strings with the
+// same values, so `kCFStreamSSLPeerName as String` does.
 
-/// The stream property holding an SSL-settings dictionary (set before opening).
-public let kCFStreamPropertySSLSettings = "kCFStreamPropertySSLSettings"
+/// The stream property holding an SSL-settings dictionary (set before opening). Computed: an
+/// NSString is not `Sendable`, so a stored global one could not be shared between threads.
+public var kCFStreamPropertySSLSettings: NSString { NSString(string: "kCFStreamPropertySSLSettings") }
 /// Settings key: the name the peer's certificate must carry (a String), or `NSNull()` to skip
 /// the name check. Defaults to the host that was dialled.
 public let kCFStreamSSLPeerName = "kCFStreamSSLPeerName"
@@ -118,13 +121,18 @@ extension TLSConfiguration {
     }
 }
 
+extension Stream.PropertyKey {
+    /// `kCFStreamPropertySSLSettings` as a key.
+    static let sslSettings = Stream.PropertyKey(rawValue: kCFStreamPropertySSLSettings as String)
+}
+
 extension SocketConnection {
     /// `Stream.property(forKey:)` for socket streams.
     func property(forKey key: Stream.PropertyKey) -> AnyObject? {
         let current = state.value
         switch key {
         case .socketSecurityLevelKey: return current.securityLevel.rawValue as NSString
-        case Stream.PropertyKey(rawValue: kCFStreamPropertySSLSettings):
+        case Stream.PropertyKey.sslSettings:
             return current.sslSettings.map { NSDictionary(dictionary: $0) }
         case .salutTLSProtocolVersion: return current.details?.tls.map { $0.protocolVersion as NSString }
         case .salutTLSCipherSuite: return current.details?.tls.map { $0.cipherSuite as NSString }
@@ -157,7 +165,7 @@ extension SocketConnection {
                 return false
             }
             return requestTLSAfterOpening(configuration, level: level, sslSettings: nil)
-        case Stream.PropertyKey(rawValue: kCFStreamPropertySSLSettings):
+        case Stream.PropertyKey.sslSettings:
             guard let settings = Self.dictionary(property),
                   let configuration = try? TLSConfiguration(sslSettings: settings) else { return false }
             return requestTLSAfterOpening(configuration, level: .negotiatedSSL, sslSettings: settings)
@@ -182,7 +190,7 @@ extension SocketConnection {
                 }
                 return true
             }
-        case Stream.PropertyKey(rawValue: kCFStreamPropertySSLSettings):
+        case Stream.PropertyKey.sslSettings:
             guard let settings = Self.dictionary(property),
                   let configuration = try? TLSConfiguration(sslSettings: settings) else { return false }
             state.withLock { state in
