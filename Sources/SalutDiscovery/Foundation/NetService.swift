@@ -16,9 +16,13 @@ import SalutStreams
 /// and hands accepted connections to the delegate; `getInputStream(_:outputStream:)` resolves
 /// and connects. Errors are reported through the delegate with `NetService.ErrorCode` values;
 /// ``lastError`` keeps the typed Swift error.
+///
+/// Sendable, as Apple code expects (services travel between threads, queues and delegates): all
+/// of the class's own state is behind a lock. A subclass inherits that promise unchecked, so a
+/// subclass that adds mutable stored properties must guard them itself.
 open class NetService: NSObject, @unchecked Sendable {
     // @unchecked: every mutable property lives in `state`, a lock-protected box; delegate calls
-    // are made on the scheduled run loop by `scheduler`.
+    // are made on the scheduled run loop by `scheduler`. (Subclasses: see the type's comment.)
 
     /// Apple's publish options.
     public struct Options: OptionSet, Sendable {
@@ -67,12 +71,19 @@ open class NetService: NSObject, @unchecked Sendable {
         var listener: StreamListener?
         var listenerTLS: TLSConfiguration?
         var listenerLimits = ConnectionLimits()
+        /// `getInputStream` was called: Apple documents that the service makes no more delegate
+        /// calls after it.
+        var delegateCallsEnded = false
     }
 
-    /// The service type as given, for example `_http._tcp.`.
-    public let type: String
-    /// The domain as given, for example `local.` (empty means the default domain).
-    public let domain: String
+    private let givenType: String
+    private let givenDomain: String
+    /// The service type as given, for example `_http._tcp.`. Open, as Apple declares it: a
+    /// subclass may override it, and publishing, resolving and connecting use the override.
+    open var type: String { givenType }
+    /// The domain as given, for example `local.` (empty means the default domain). Open, as
+    /// Apple declares it.
+    open var domain: String { givenDomain }
     let context: DiscoveryContext
     private let state: Locked<State>
     private let scheduler = DelegateScheduler()
@@ -84,8 +95,8 @@ open class NetService: NSObject, @unchecked Sendable {
     ///   - name: the instance name; `""` for this host's name.
     ///   - port: the port the service listens on (0 with `.listenForConnections` picks one).
     public init(domain: String, type: String, name: String, port: Int32) {
-        self.domain = domain
-        self.type = type
+        self.givenDomain = domain
+        self.givenType = type
         self.context = .shared
         self.state = Locked(State(name: name, port: Int(port)))
         super.init()
@@ -234,8 +245,9 @@ open class NetService: NSObject, @unchecked Sendable {
 
     // MARK: Resolving
 
-    /// Resolves with a 5-second timeout (Apple deprecated this form; prefer
-    /// ``resolve(withTimeout:)``).
+    /// Resolves with a 5-second timeout. Deprecated, as Apple deprecated it: use
+    /// ``resolve(withTimeout:)``.
+    @available(*, deprecated, message: "Use resolve(withTimeout:) instead, as on Apple's systems.")
     open func resolve() {
         resolve(withTimeout: 5)
     }
@@ -356,6 +368,42 @@ open class NetService: NSObject, @unchecked Sendable {
         state.value.txtData
     }
 
+    /// The TXT record as one string, its entries separated by `"\u{1}"` (Apple's form before
+    /// TXT record data; deprecated there, as here). Nil when there is no record.
+    @available(*, deprecated, message: "Use txtRecordData() instead, as on Apple's systems.")
+    open func protocolSpecificInformation() -> String? {
+        guard let data = txtRecordData() else { return nil }
+        var entries: [String] = []
+        var index = data.startIndex
+        while index < data.endIndex {
+            let length = Int(data[index])
+            let start = data.index(after: index)
+            guard let end = data.index(start, offsetBy: length, limitedBy: data.endIndex) else { break }   // cut short
+            if length > 0 { entries.append(String(decoding: data[start..<end], as: UTF8.self)) }
+            index = end
+        }
+        return entries.joined(separator: "\u{1}")
+    }
+
+    /// Sets the TXT record from one string, its entries separated by `"\u{1}"` (Apple's
+    /// deprecated form; see ``setTXTRecord(_:)``, which this calls). An entry over 255 bytes
+    /// leaves the record unchanged.
+    @available(*, deprecated, message: "Use setTXTRecord(_:) instead, as on Apple's systems.")
+    open func setProtocolSpecificInformation(_ specificInformation: String?) {
+        guard let specificInformation else {
+            setTXTRecord(nil)
+            return
+        }
+        var data = Data()
+        for entry in specificInformation.split(separator: "\u{1}", omittingEmptySubsequences: true) {
+            let bytes = Array(entry.utf8)
+            guard bytes.count <= 255 else { return }
+            data.append(UInt8(bytes.count))
+            data.append(contentsOf: bytes)
+        }
+        setTXTRecord(data)
+    }
+
     /// Decodes TXT data into a dictionary (boolean attributes map to empty data). Malformed
     /// strings are skipped; the first of two equal keys wins.
     open class func dictionary(fromTXTRecord txtData: Data) -> [String: Data] {
@@ -371,7 +419,9 @@ open class NetService: NSObject, @unchecked Sendable {
 
     // MARK: Streams
 
-    /// Makes unopened streams to the service and returns true. Opening either one connects:
+    /// Makes unopened streams to the service and returns true. As Apple documents, the service
+    /// makes no more delegate calls once this has been called (even those already on their way
+    /// to the run loop). Opening either one connects:
     /// to the addresses already resolved, or else after resolving the service through the
     /// avahi-daemon. Failures (not found, refused, TLS) arrive as the streams' `errorOccurred`
     /// with a `SocketStreamError`. TLS can be turned on with the streams' security properties
@@ -379,6 +429,7 @@ open class NetService: NSObject, @unchecked Sendable {
     /// cannot be looked up.
     open func getInputStream(_ inputStream: UnsafeMutablePointer<InputStream?>?,
                              outputStream: UnsafeMutablePointer<OutputStream?>?) -> Bool {
+        state.withLock { $0.delegateCallsEnded = true }
         guard let target = try? DiscoveredService(name: name, type: type, domain: domain).validatedForLookup() else {
             inputStream?.pointee = nil
             outputStream?.pointee = nil
@@ -400,10 +451,12 @@ open class NetService: NSObject, @unchecked Sendable {
 
     // MARK: Delegate plumbing
 
-    /// Calls the delegate on the scheduled run loop (reading it there, as Apple does).
+    /// Calls the delegate on the scheduled run loop (reading it there, as Apple does), unless
+    /// `getInputStream` has been called since.
     func call(_ body: @escaping @Sendable (any NetServiceDelegate) -> Void) {
         scheduler.deliver { [self] in
-            if let delegate = self.delegate { body(delegate) }
+            let (delegate, ended) = state.withLock { ($0.delegate, $0.delegateCallsEnded) }
+            if !ended, let delegate { body(delegate) }
         }
     }
 
