@@ -30,7 +30,7 @@ let package = Package(
             providers: [.apt(["libssl-dev"])]
         ),
 
-        .target(name: "SalutStreams", dependencies: ["COpenSSL"]),
+        .target(name: "SalutStreams", dependencies: ["COpenSSL", .product(name: "Logging", package: "swift-log")]),
         .target(name: "SalutDiscovery", dependencies: ["CAvahi", "SalutStreams"]),
         .target(name: "SalutSession", dependencies: ["SalutStreams", "SalutDiscovery"]),
         .target(name: "Salut", dependencies: ["SalutStreams", "SalutDiscovery", "SalutSession"]),
@@ -121,7 +121,8 @@ let package = Package(
 
         // Child processes, deadlines and certificates shared by the test targets.
         .target(name: "SalutTestSupport", path: "Tests/SalutTestSupport"),
-        .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut", "SalutTestSupport", "FuzzChecks"]),
+        .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut", "SalutTestSupport", "FuzzChecks",
+                                                       .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams", "SalutTestSupport", "FuzzChecks"]),
         .testTarget(name: "SalutSessionTests", dependencies: ["SalutSession", "SalutTestSupport"]),
         .testTarget(name: "PeerTransferTests", dependencies: ["PeerTransferCore", "Salut", "SalutTestSupport"]),

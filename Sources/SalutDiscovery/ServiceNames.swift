@@ -1,4 +1,6 @@
 import Glibc
+import SalutStreams
+import Synchronization
 
 /// Validation and normalisation of DNS-SD names, so that bad input is a clear error before it
 /// reaches the daemon. `package` for the fuzz checks (`Fuzz/FuzzChecks`).
@@ -15,6 +17,9 @@ package enum ServiceNames {
     /// The longest service name (after its '_') RFC 6335 allows; longer ones fit in a DNS
     /// label and mDNSResponder and avahi-daemon take them on `.local`.
     package static let standardServiceNameLength = 15
+
+    /// Long types already logged: a warning once per type and process, not per call.
+    private static let warnedLongTypes = Mutex<Set<String>>([])
 
     /// Parses `_name._tcp`, `_name._udp` (trailing dot allowed) or `_sub._sub._name._tcp`.
     /// A service name over 15 characters (RFC 6335's limit) is taken in `domain` "local", as
@@ -57,6 +62,13 @@ package enum ServiceNames {
         guard name.contains(where: { $0.isLetter }), name.first != "-", name.last != "-",
               !name.contains("--") else {
             throw bad("the service name needs a letter and no leading, trailing or double '-'")
+        }
+        let logger = SalutLogging.logger
+        if name.count > standardServiceNameLength, logger.logLevel <= .warning,
+           warnedLongTypes.withLock({ $0.insert(type).inserted }) {
+            // Taken, as mDNSResponder takes it on .local, and logged (once per type, by a logger
+            // that shows warnings), as it logs it.
+            logger.warning("service type \(type): its service name has \(name.count) characters; RFC 6335 allows 15, and DNS-SD software that keeps to that may refuse the type")
         }
         return ParsedType(base: baseLabels.joined(separator: "."), subtype: subtype)
     }

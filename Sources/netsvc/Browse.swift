@@ -66,6 +66,8 @@ struct Browse: AsyncParsableCommand {
 
     private var family: DiscoveryContext.AddressFamily { ipv4 ? .ipv4 : ipv6 ? .ipv6 : .any }
 
+    @OptionGroup var logging: LoggingOptions
+
     func run() async throws {
         do {
             try await requireDaemon()
@@ -180,3 +182,5 @@ struct BrowsePrinter: Sendable {
         return true
     }
 }
+
+extension Browse: LogLevelCommand {}

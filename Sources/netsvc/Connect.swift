@@ -43,6 +43,8 @@ struct Connect: AsyncParsableCommand {
 
     @OptionGroup var tlsOptions: ClientTLSOptions
 
+    @OptionGroup var logging: LoggingOptions
+
     func run() async throws {
         let tls = try tlsOptions.configuration()
         do {
@@ -71,3 +73,5 @@ struct Connect: AsyncParsableCommand {
         }
     }
 }
+
+extension Connect: LogLevelCommand {}

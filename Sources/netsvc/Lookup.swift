@@ -28,6 +28,8 @@ struct Lookup: AsyncParsableCommand {
         try Input.check { try DiscoveryContext.validate(hostName: host) }
     }
 
+    @OptionGroup var logging: LoggingOptions
+
     func run() async throws {
         do {
             try await requireDaemon()
@@ -40,3 +42,5 @@ struct Lookup: AsyncParsableCommand {
         }
     }
 }
+
+extension Lookup: LogLevelCommand {}

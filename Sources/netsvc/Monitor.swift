@@ -18,6 +18,8 @@ struct Monitor: AsyncParsableCommand {
     @Flag(help: "Write one JSON object per line.")
     var json = false
 
+    @OptionGroup var logging: LoggingOptions
+
     func run() async throws {
         do {
             try await requireDaemon()
@@ -56,6 +58,8 @@ struct Domains: AsyncParsableCommand {
     @Option(help: "Seconds to wait for the network's answers (0.001 to 3600).")
     var timeout: Seconds = 3
 
+    @OptionGroup var logging: LoggingOptions
+
     func run() async throws {
         do {
             try await requireDaemon()
@@ -86,3 +90,7 @@ struct Domains: AsyncParsableCommand {
         }
     }
 }
+
+extension Monitor: LogLevelCommand {}
+
+extension Domains: LogLevelCommand {}

@@ -39,6 +39,9 @@ struct NetSvc: AsyncParsableCommand {
         ignore.__sigaction_handler.sa_handler = SIG_IGN
         if sigaction(SIGPIPE, &ignore, nil) != 0 { note("cannot ignore SIGPIPE: \(String(cString: strerror(errno)))") }
         do {
+            // The log level is read from the arguments on their own: the parsed command is
+            // handed whole to its `run`.
+            (try? parseAsRoot() as? LogLevelCommand)?.logging.apply()
             var command = try parseAsRoot()
             if var asyncCommand = command as? AsyncParsableCommand {
                 try await asyncCommand.run()

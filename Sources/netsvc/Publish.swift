@@ -81,6 +81,8 @@ struct Publish: AsyncParsableCommand {
         try validateInput()
     }
 
+    @OptionGroup var logging: LoggingOptions
+
     func run() async throws {
         do {
             let record = try txtRecord()
@@ -174,3 +176,5 @@ enum SignalSources {
     nonisolated(unsafe) private static var kept: [DispatchSourceSignal] = []
     static func keep(_ sources: [DispatchSourceSignal]) { kept.append(contentsOf: sources) }
 }
+
+extension Publish: LogLevelCommand {}

@@ -20,6 +20,8 @@ struct Resolve: AsyncParsableCommand {
     @Flag(help: "Write one JSON object.")
     var json = false
 
+    @OptionGroup var logging: LoggingOptions
+
     func run() async throws {
         do {
             try await requireDaemon()
@@ -40,3 +42,5 @@ struct Resolve: AsyncParsableCommand {
         }
     }
 }
+
+extension Resolve: LogLevelCommand {}

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Salut
 import SalutTestSupport
 import XCTest
@@ -100,5 +101,43 @@ final class AppleDeclarationsTests: XCTestCase {
         XCTAssertEqual(service.protocolSpecificInformation(), "txtvers=1\u{1}name=Salut\u{1}flag", "an entry over 255 bytes changes nothing")
         service.setProtocolSpecificInformation(nil)
         XCTAssertNil(service.protocolSpecificInformation())
+    }
+
+    func testALongServiceTypeIsTakenOnLocalAndLoggedAsAWarning() {
+        let captured = CapturedLog()
+        let previous = SalutLogging.logger
+        SalutLogging.logger = Logger(label: "test") { _ in captured }
+        defer { SalutLogging.logger = previous }
+        final class Delegate: NetServiceDelegateObject, @unchecked Sendable {
+            let published: XCTestExpectation
+            init(_ published: XCTestExpectation) { self.published = published }
+            override func netServiceDidPublish(_ sender: NetService) { published.fulfill() }
+        }
+        let type = "_salutwarnlongtype\(UInt32.random(in: 100_000...999_999))._tcp."
+        let service = NetService(domain: "local.", type: type, name: "Warned", port: 4242)
+        let delegate = Delegate(expectation(description: "published"))
+        service.delegate = delegate
+        service.publish()
+        defer { service.stop() }
+        wait(for: [delegate.published], timeout: 10)
+        let warnings = captured.messages.filter { $0.level == .warning }
+        XCTAssertTrue(warnings.contains { $0.text.contains(String(type.dropLast())) && $0.text.contains("RFC 6335") }, "\(captured.messages)")
+    }
+}
+
+/// A log handler that keeps what it is given (for tests of what the library logs).
+final class CapturedLog: LogHandler, @unchecked Sendable {
+    // @unchecked: `stored` is guarded by `lock`; the handler's own settings are set once.
+    private let lock = NSLock()
+    private var stored: [(level: Logger.Level, text: String)] = []
+    var logLevel: Logger.Level = .trace
+    var metadata: Logger.Metadata = [:]
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+    var messages: [(level: Logger.Level, text: String)] { lock.withLock { stored } }
+    func log(event: LogEvent) {
+        lock.withLock { stored.append((event.level, event.message.description)) }
     }
 }

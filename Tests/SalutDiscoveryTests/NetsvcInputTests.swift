@@ -43,6 +43,20 @@ final class NetsvcInputTests: XCTestCase {
         XCTAssertEqual(Set(timed), ["resolve", "lookup", "connect", "domains"])
     }
 
+    func testALongServiceTypeIsWarnedAboutOnceAndLogLevelSilencesIt() throws {
+        let type = "_salutlongwarn\(UInt32.random(in: 100_000...999_999))._tcp"
+        let (code, out) = try run([netsvc, "resolve", "Nobody", type, "--timeout", "0.5"])
+        XCTAssertEqual(code, 1, "taken, then not found: \(out)")
+        XCTAssertEqual(out.components(separatedBy: "netsvc: warning: service type \(type)").count - 1, 1, "one warning: \(out)")
+        XCTAssertTrue(out.contains("RFC 6335 allows 15"), out)
+        let (quietCode, quiet) = try run([netsvc, "resolve", "Nobody", type, "--timeout", "0.5", "--log-level", "error"])
+        XCTAssertEqual(quietCode, 1, quiet)
+        XCTAssertFalse(quiet.contains("warning"), quiet)
+        let (badCode, bad) = try run(noDaemon + [netsvc, "resolve", "Nobody", type, "--log-level", "loud"])
+        XCTAssertEqual(badCode, 2, bad)
+        XCTAssertTrue(bad.contains("--log-level"), bad)
+    }
+
     func testUsageErrorsAreExit2EvenWithoutADaemon() throws {
         let cases: [([String], String)] = [
             (["lookup", "127.0.0.1"], "invalid host name \"127.0.0.1\": that is an IP address"),
