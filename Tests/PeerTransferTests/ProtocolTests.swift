@@ -48,11 +48,14 @@ final class ProtocolTests: XCTestCase {
             ("esc\u{1b}[31m", "control"), (String(repeating: "n", count: 256), "longer than 255"),
             (Array(repeating: "d", count: 65).joined(separator: "/"), "deeper"),
             (String(repeating: "abcdefgh/", count: 460) + "x", "longer than 4096"), ("x.peerxfer-part", "part"),
+            ("csi\u{9b}31m", "control"), ("del\u{7f}", "control"), ("invoice\u{202E}fdp.exe", "bidirectional"),
+            ("dir\u{2067}/x", "bidirectional"), ("mark\u{200F}", "bidirectional"),
         ]
         for (path, why) in refused {
             XCTAssertThrowsError(try RelativePath(validating: path), path) { error in
                 XCTAssertTrue("\(error)".contains(why), "\(path): \(error)")
-                XCTAssertFalse("\(error)".contains("\u{1b}"), "the error must not carry raw escapes")
+                XCTAssertFalse("\(error)".unicodeScalars.contains { $0.value == 0x1b || $0.value == 0x9b || $0.value == 0x202e },
+                               "the error must not carry raw escapes or overrides")
             }
         }
         for path in ["a", "ünï cödé/файл.txt", "a b/c..d/.hidden", String(repeating: "n", count: 255)] {

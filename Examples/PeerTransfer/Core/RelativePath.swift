@@ -7,8 +7,8 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
 
     /// Checks `text` against the protocol's rules.
     /// - Throws: ``PeerTransferError/unsafePath(_:)`` saying what is wrong: empty, absolute,
-    ///   `.`/`..` components, NUL or other control characters, over-long names or paths, too
-    ///   deep, or a name ending in the part-file suffix.
+    ///   `.`/`..` components, NUL or other control characters (C0, DEL, C1), bidirectional
+    ///   controls, over-long names or paths, too deep, or a name ending in the part-file suffix.
     public init(validating text: String) throws {
         func refuse(_ why: String) -> PeerTransferError {
             PeerTransferError.unsafePath("the path \"\(Terminal.escape(String(text.prefix(200))))\" \(why)")
@@ -18,8 +18,13 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
             throw refuse("is longer than \(TransferLimits.maximumPathBytes) bytes")
         }
         guard !text.hasPrefix("/") else { throw refuse("is absolute") }
-        guard !text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f }) else {
+        guard !text.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7f...0x9f).contains($0.value) }) else {
             throw refuse("contains NUL or another control character")
+        }
+        // Stored, a direction override makes "invoice‮fdp.exe" show as "invoiceexe.pdf" in a
+        // file manager: a name that lies about its type.
+        guard !text.unicodeScalars.contains(where: { Self.directionControls.contains($0.value) }) else {
+            throw refuse("contains a bidirectional control character, which can disguise a file's name")
         }
         let parts = text.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
         guard parts.count <= TransferLimits.maximumDepth else {
@@ -37,6 +42,10 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
         }
         components = parts
     }
+
+    /// Unicode's bidirectional marks, embeddings, overrides and isolates.
+    private static let directionControls: Set<UInt32> = [0x061c, 0x200e, 0x200f, 0x202a, 0x202b, 0x202c, 0x202d, 0x202e,
+                                                         0x2066, 0x2067, 0x2068, 0x2069]
 
     public var description: String { components.joined(separator: "/") }
 
