@@ -258,7 +258,22 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(queued, 0, output)
         let (_, status) = try lab.run(["status", "--config", lab.path("fresh")])
         XCTAssertTrue(status.contains("no daemon has run") && status.contains("early.bin"), status)
-        XCTAssertEqual(try lab.run(["cancel", "--all", "--config", lab.path("fresh")]).status, 0)
+        let (_, json) = try lab.run(["status", "--json", "--config", lab.path("fresh")])
+        let object = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any]
+        let queue = object?["queue"] as? [[String: Any]]
+        XCTAssertEqual(queue?.count, 1, json)
+        XCTAssertEqual(queue?.first?["service"] as? String, "Later", json)
+        XCTAssertEqual(queue?.first?["cancelRequested"] as? Bool, false, json)
+
+        let (cancelled, said) = try lab.run(["cancel", "--all", "--config", lab.path("fresh")])
+        XCTAssertEqual(cancelled, 0, said)
+        XCTAssertTrue(said.hasPrefix("cancelled "), said)
+        // No daemon has acted on it yet: asking again says so instead of "cancelled" twice.
+        let (again, saidAgain) = try lab.run(["cancel", "--all", "--config", lab.path("fresh")])
+        XCTAssertEqual(again, 0, saidAgain)
+        XCTAssertTrue(saidAgain.contains("already cancelled"), saidAgain)
+        let (_, after) = try lab.run(["status", "--config", lab.path("fresh")])
+        XCTAssertTrue(after.contains("cancelled (the daemon drops it when it starts)"), after)
     }
 
     func testWithoutAvahiDaemonTheToolSaysSoInsteadOfNotFound() throws {

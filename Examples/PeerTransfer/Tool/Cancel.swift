@@ -50,8 +50,14 @@ struct Cancel: AsyncParsableCommand {
             }
         }
         for task in chosen {
+            let what = "\(task.taskDescription ?? "?") for \"\(Terminal.escape(task.service.name))\" (task \(task.persistentIdentifier.prefix(8)))"
+            if task.isCancellationRequested {
+                // Asked before, and no daemon has run since to act on it.
+                printLine("already cancelled: \(what); the daemon drops it when it starts")
+                continue
+            }
             task.cancel()
-            printLine("cancelled \(task.taskDescription ?? "?") for \"\(Terminal.escape(task.service.name))\" (task \(task.persistentIdentifier.prefix(8)))")
+            printLine("cancelled \(what)")
         }
         if chosen.isEmpty { printLine("the background queue is empty") }
     }

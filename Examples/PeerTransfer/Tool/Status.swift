@@ -31,27 +31,58 @@ struct Status: AsyncParsableCommand {
         } while follow
     }
 
+    /// One background send, as its record says.
+    private struct QueuedSend {
+        var id: String
+        var what: String
+        var service: String
+        var phase: String
+        var attempts: Int
+        var lastError: String?
+        var cancelRequested: Bool
+
+        var line: String {
+            let state = cancelRequested ? "cancelled (the daemon drops it when it starts)" : "\(phase), \(attempts) attempt(s)"
+            return "task \(id.prefix(8)): \(Terminal.escape(what)) → \"\(Terminal.escape(service))\": \(state)\(lastError.map { "; last error: \(Terminal.escape($0))" } ?? "")"
+        }
+
+        var object: [String: Any] {
+            var object: [String: Any] = ["id": id, "description": what, "service": service, "phase": phase,
+                                         "attempts": attempts, "cancelRequested": cancelRequested]
+            if let lastError { object["lastError"] = lastError }
+            return object
+        }
+    }
+
     /// The background sends queued or in progress, as their records say.
-    private func backgroundQueue() -> [String] {
+    private func backgroundQueue() -> [QueuedSend] {
         guard let configuration = try? config.load() else { return [] }
         let session = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer"))
         // One per redraw under --follow: let go of it (its views and its lock file) each time.
         defer { session.finishTasksAndInvalidate() }
         return session.allTasks.compactMap { $0 as? PeerUploadTask }.map { task in
-            "task \(task.persistentIdentifier.prefix(8)): \(task.taskDescription ?? "?") → \"\(Terminal.escape(task.service.name))\": \(task.recordedPhase), \(task.attempts) attempt(s)\(task.recordedError.map { "; last error: \(Terminal.escape($0))" } ?? "")"
+            QueuedSend(id: task.persistentIdentifier, what: task.taskDescription ?? "?", service: task.service.name,
+                       phase: task.recordedPhase, attempts: task.attempts, lastError: task.recordedError,
+                       cancelRequested: task.isCancellationRequested)
+        }
+    }
+
+    private func printObject(_ object: [String: Any]) {
+        if let line = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) {
+            printLine(String(decoding: line, as: UTF8.self))
         }
     }
 
     private func show(_ status: DaemonStatus?) {
         guard let status else {
+            // Sends queued before any daemon ran are still there (and can be cancelled).
+            let queue = backgroundQueue()
             if json {
-                printJSON(["running": false])
+                printObject(["running": false, "queue": queue.map(\.object)])
             } else {
                 printLine("no daemon has run with this configuration (peerxfer serve)")
-                // Sends queued before any daemon ran are still there (and can be cancelled).
-                let queue = backgroundQueue()
                 if !queue.isEmpty { printLine("background queue (delivered once a daemon runs):") }
-                for line in queue { printLine("  \(line)") }
+                for send in queue { printLine("  \(send.line)") }
             }
             return
         }
@@ -60,9 +91,8 @@ struct Status: AsyncParsableCommand {
             // JSONLine's Swift-typed switch is not meant for.
             if let data = try? JSONEncoder().encode(status), var object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] {
                 object["running"] = status.daemonAlive
-                if let line = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) {
-                    printLine(String(decoding: line, as: UTF8.self))
-                }
+                object["queue"] = backgroundQueue().map(\.object)
+                printObject(object)
             }
             return
         }
@@ -72,7 +102,7 @@ struct Status: AsyncParsableCommand {
         printLine("key \(status.key)")
         let queue = backgroundQueue()
         printLine(queue.isEmpty ? "background queue: empty" : "background queue:")
-        for line in queue { printLine("  \(line)") }
+        for send in queue { printLine("  \(send.line)") }
         if status.transfers.isEmpty { printLine("no transfers yet") }
         for transfer in status.transfers {
             let progress = transfer.bytes > 0 ? " \(transfer.bytesReceived * 100 / transfer.bytes)%" : ""

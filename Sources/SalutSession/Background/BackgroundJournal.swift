@@ -98,6 +98,11 @@ final class BackgroundJournal: Sendable {
         close(fd)
     }
 
+    /// Whether a cancel request for `id` waits for the runner.
+    func hasCancelRequest(_ id: String) -> Bool {
+        access(tasksDirectory.appendingPathComponent(id + ".cancel").path, F_OK) == 0
+    }
+
     /// The tasks another process asked the runner to cancel.
     func cancelRequests() -> [String] {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: tasksDirectory.path)) ?? []

@@ -92,6 +92,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     public var recordedPhase: String { lock.withLock { record.phase } }
     /// The last attempt's error, as recorded.
     public var recordedError: String? { lock.withLock { record.error } }
+    /// Whether a process has asked the runner to cancel this task and the runner has not done
+    /// it yet (it may not be running: it drops the task when it starts).
+    public var isCancellationRequested: Bool { background.journal.hasCancelRequest(recordID) }
 
     // MARK: Life cycle
 
