@@ -276,6 +276,23 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(after.contains("cancelled (the daemon drops it when it starts)"), after)
     }
 
+    func testPeersListsReceiversAndMarksThisDevicesOwnDaemon() throws {
+        let lab = try PeerXferLab()
+        let own = PeerXferLab.uniqueName("Own")
+        let other = PeerXferLab.uniqueName("Other")
+        try lab.serve(name: own, config: "mine", inbox: lab.path("mine-inbox"))
+        try lab.serve(name: other, config: "theirs", inbox: lab.path("their-inbox"))
+        let (status, output) = try lab.run(["peers", "--config", lab.path("mine"), "--json", "--timeout", "2"])
+        XCTAssertEqual(status, 0, output)
+        let peers = output.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        let byName = Dictionary(peers.compactMap { peer in (peer["name"] as? String).map { ($0, peer) } }) { first, _ in first }
+        XCTAssertEqual(byName[own]?["pin"] as? String, "this device", output)
+        XCTAssertEqual(byName[other]?["pin"] as? String, "new", output)
+        XCTAssertEqual((byName[other]?["key"] as? String)?.count, 64, output)
+    }
+
     func testWithoutAvahiDaemonTheToolSaysSoInsteadOfNotFound() throws {
         let lab = try PeerXferLab()
         try lab.makeFile("src/a.txt", size: 10)

@@ -27,9 +27,12 @@ struct Peers: AsyncParsableCommand {
         let known = try KnownPeers.load(from: configuration.knownPeersFile)
         let found = try await PeerDirectory.look(for: .seconds(timeout))
         if found.isEmpty && !json { printError("no peerxfer receivers seen in \(timeout) s") }
+        let ownKey = configuration.identity.publicKeySHA256.lowercased()
         for peer in found {
             let pinned = known.pins[peer.name]
-            let status = pinned == nil ? "new" : (pinned == peer.key ? "pinned" : "KEY CHANGED")
+            // The daemon of this very configuration is on the LAN too: say so rather than
+            // offer it as a peer to send to.
+            let status = peer.key == ownKey ? "this device" : pinned == nil ? "new" : (pinned == peer.key ? "pinned" : "KEY CHANGED")
             let trusted = known.trusted[peer.key] != nil
             if json {
                 printJSON(["name": Terminal.escape(peer.name), "host": Terminal.escape(peer.host), "port": Int(peer.port),
