@@ -21,7 +21,7 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
         guard !text.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7f...0x9f).contains($0.value) }) else {
             throw refuse("contains NUL or another control character")
         }
-        // Stored, a direction override makes "invoice‮fdp.exe" show as "invoiceexe.pdf" in a
+        // Stored, a direction override makes "invoice<U+202E>fdp.exe" show as "invoiceexe.pdf" in a
         // file manager: a name that lies about its type.
         guard !text.unicodeScalars.contains(where: { Self.directionControls.contains($0.value) }) else {
             throw refuse("contains a bidirectional control character, which can disguise a file's name")
