@@ -63,6 +63,22 @@ final class ProtocolTests: XCTestCase {
         }
     }
 
+    func testADeepManifestWithDistinctFolderChainsIsChecked() throws {
+        // 1,000 paths of 63 folders of 63 bytes each (4 MiB), every folder chain distinct: the
+        // check numbers each folder once instead of rebuilding every prefix of every path.
+        let digest = String(repeating: "a", count: 64)
+        let entries = (0..<1_000).map { index -> ManifestEntry in
+            let folders = (0..<63).map { level in String(format: "%05d", index) + String(repeating: "f", count: 56) + String(format: "%02d", level) }
+            return ManifestEntry(path: folders.joined(separator: "/") + "/x", kind: .file, size: 1, mode: 0o644, modified: 0, sha256: digest)
+        }
+        let manifest = Manifest(chunkSize: TransferLimits.chunkSize, entries: entries)
+        XCTAssertEqual(try manifest.validate().count, 1_000)
+        var clash = manifest
+        clash.entries.append(ManifestEntry(path: entries[7].path.components(separatedBy: "/").prefix(30).joined(separator: "/"),
+                                           kind: .file, size: 1, mode: 0o644, modified: 0, sha256: digest))
+        XCTAssertThrowsError(try clash.validate()) { XCTAssertTrue("\($0)".contains("as a file and as a folder"), "\($0)") }
+    }
+
     func testManifestChecksDuplicatesFilesUnderFilesAndDigests() {
         func manifest(_ entries: [ManifestEntry]) -> Manifest { Manifest(chunkSize: TransferLimits.chunkSize, entries: entries) }
         let digest = String(repeating: "a", count: 64)
@@ -71,6 +87,8 @@ final class ProtocolTests: XCTestCase {
         XCTAssertNoThrow(try manifest([folder("d"), file("d/x"), folder("d/empty")]).validate())
         XCTAssertThrowsError(try manifest([file("x"), file("x")]).validate()) { XCTAssertTrue("\($0)".contains("twice"), "\($0)") }
         XCTAssertThrowsError(try manifest([file("x"), file("x/y")]).validate()) { XCTAssertTrue("\($0)".contains("as a file and as a folder"), "\($0)") }
+        XCTAssertThrowsError(try manifest([file("a/b/c/d"), file("a/b")]).validate()) { XCTAssertTrue("\($0)".contains("\"a/b\" is offered as a file and as a folder"), "\($0)") }
+        XCTAssertNoThrow(try manifest([file("a/b-c"), file("a/b/c"), file("ab/c"), folder("a/b")]).validate(), "near names are not clashes")
         var bad = file("y")
         bad.sha256 = "not-a-digest"
         XCTAssertThrowsError(try manifest([bad]).validate())

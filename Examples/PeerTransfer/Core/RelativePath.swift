@@ -95,18 +95,39 @@ extension Manifest {
             }
             paths.append(path)
         }
-        // A file may not sit where another entry needs a folder.
-        let files = Set(zip(entries, paths).filter { $0.0.kind == .file }.map { $0.1.description })
-        for path in paths {
-            var prefix = ""
-            for component in path.parent {
-                prefix = prefix.isEmpty ? component : prefix + "/" + component
-                if files.contains(prefix) {
-                    throw PeerTransferError.protocolViolation("\"\(Terminal.escape(prefix))\" is offered as a file and as a folder")
-                }
-            }
-        }
+        try Self.checkNoFileIsAFolder(entries: entries, paths: paths)
         return paths
+    }
+
+    /// A file may not sit where another entry needs a folder. Each folder is numbered once, by
+    /// its parent's number and its name, so the work grows with the manifest's size, not with
+    /// its paths' depth times their length (a manifest of deep, long paths would otherwise keep
+    /// a core busy for seconds).
+    private static func checkNoFileIsAFolder(entries: [ManifestEntry], paths: [RelativePath]) throws {
+        struct Node: Hashable {
+            var parent: Int
+            var name: String
+        }
+        var numbers: [Node: Int] = [:]
+        var folders = Set<Int>()
+        var files: [Int: String] = [:]
+        func number(_ node: Node) -> Int {
+            if let known = numbers[node] { return known }
+            let new = numbers.count + 1
+            numbers[node] = new
+            return new
+        }
+        for (entry, path) in zip(entries, paths) {
+            var parent = 0
+            for component in path.components.dropLast() {
+                parent = number(Node(parent: parent, name: component))
+                folders.insert(parent)
+            }
+            if entry.kind == .file { files[number(Node(parent: parent, name: path.name))] = entry.path }
+        }
+        if let clash = files.first(where: { folders.contains($0.key) }) {
+            throw PeerTransferError.protocolViolation("\"\(Terminal.escape(clash.value))\" is offered as a file and as a folder")
+        }
     }
 }
 
