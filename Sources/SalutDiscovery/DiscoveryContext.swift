@@ -228,6 +228,12 @@ public final class DiscoveryContext: @unchecked Sendable {
     private func set(_ state: ConnectionState) {
         guard state != current else { return }
         current = state
+        switch state {
+        case .running: SalutLogging.logger.debug("avahi-daemon: running")
+        case .connecting: SalutLogging.logger.debug("avahi-daemon: waiting for it on the system bus")
+        case .registeringHostName: SalutLogging.logger.debug("avahi-daemon: registering this host's name")
+        case .failed(let error): SalutLogging.logger.warning("avahi-daemon: unreachable (\(error)); retrying every second")
+        }
         for watcher in watchers.values { watcher.yield(state) }
     }
 }

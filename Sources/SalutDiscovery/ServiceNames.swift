@@ -63,14 +63,19 @@ package enum ServiceNames {
               !name.contains("--") else {
             throw bad("the service name needs a letter and no leading, trailing or double '-'")
         }
-        let logger = SalutLogging.logger
-        if name.count > standardServiceNameLength, logger.logLevel <= .warning,
-           warnedLongTypes.withLock({ $0.insert(type).inserted }) {
-            // Taken, as mDNSResponder takes it on .local, and logged (once per type, by a logger
-            // that shows warnings), as it logs it.
-            logger.warning("service type \(type): its service name has \(name.count) characters; RFC 6335 allows 15, and DNS-SD software that keeps to that may refuse the type")
+        if name.count > standardServiceNameLength {
+            warnLong(type, characters: name.count)
         }
         return ParsedType(base: baseLabels.joined(separator: "."), subtype: subtype)
+    }
+
+    /// A long type is taken, as mDNSResponder takes it on .local, and logged, as it logs it:
+    /// once per type, by a logger that shows warnings (one that does not leaves the type to be
+    /// warned about when logging is turned on).
+    private static func warnLong(_ type: String, characters: Int) {
+        let logger = SalutLogging.logger
+        guard logger.logLevel <= .warning, warnedLongTypes.withLock({ $0.insert(type.lowercased()).inserted }) else { return }
+        logger.warning("service type \(type): its service name has \(characters) characters; RFC 6335 allows 15, and DNS-SD software that keeps to that may refuse the type")
     }
 
     /// Checks an instance name: at most 63 bytes of UTF-8, no NUL. Empty is allowed only where

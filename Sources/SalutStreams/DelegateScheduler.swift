@@ -4,10 +4,13 @@ import Synchronization
 /// Delivers an Apple-style object's delegate calls (services, browsers, streams) on the run
 /// loop it is scheduled in, or on a dispatch queue (streams: `CFReadStreamSetDispatchQueue`).
 ///
-/// By default that is the main run loop in the default mode, served through the main dispatch
-/// queue, which both `RunLoop.main.run()` and `dispatchMain()` drain, as on macOS. For another
-/// run loop (`schedule(in:forMode:)`), calls are queued in order and drained by a block the run
-/// loop performs (`perform(inModes:block:)`), and the run loop is woken for it. While scheduled
+/// Calls wait in order in one list, and one drain at a time makes them on the current target:
+/// by default the main run loop in the default mode, served through the main dispatch queue,
+/// which both `RunLoop.main.run()` and `dispatchMain()` drain, as on macOS; for another run loop
+/// (`schedule(in:forMode:)`), a block the run loop performs (`perform(inModes:block:)`), the run
+/// loop being woken for it; for a dispatch queue, a block on it (so calls keep their order and
+/// never overlap, even on a concurrent queue). When the target changes, the calls still waiting
+/// go to the new one; closing a stream drops them. While scheduled
 /// there, the object keeps that run loop running, as a scheduled stream or service does on
 /// Apple's systems: a source is attached in that mode, so `RunLoop.current.run()` on a worker
 /// thread waits for events instead of returning at once (nothing else being attached); removing
@@ -16,9 +19,10 @@ import Synchronization
 /// leaks each block-based timer. An object removed from every run loop delivers nothing, as
 /// Apple documents.
 package final class DelegateScheduler: @unchecked Sendable {
-    // @unchecked: `loops`, `queue` and `pending` are only touched while `lock` is held; run loops are
-    // only used through CoreFoundation calls that are safe from any thread (adding and removing
-    // a source, performing a block, stopping a run to wake it).
+    // @unchecked: `loops`, `queue`, `pending`, `generation` and `draining` are only touched
+    // while `lock` is held; run loops are only used through CoreFoundation calls that are safe
+    // from any thread (adding and removing a source, performing a block, stopping a run to wake
+    // it).
 
     /// The source that keeps a run loop waiting while an object is scheduled in it; it is
     /// never signalled (deliveries go through `perform`).
@@ -35,12 +39,26 @@ package final class DelegateScheduler: @unchecked Sendable {
 
     private let lock = NSLock()
     private var loops: [Target]
-    /// Where calls go instead of a run loop (`CFReadStreamSetDispatchQueue`): a serial queue
-    /// of ours targeting the one given, so that calls keep their order even on a concurrent one.
+    /// Where calls go instead of a run loop (`CFReadStreamSetDispatchQueue`).
     private var queue: DispatchQueue?
+    /// Calls not yet made, in order. One drain at a time makes them, on the current target.
     private var pending: [@Sendable () -> Void] = []
-    /// Mirrors `!loops.isEmpty` without the lock, for hot paths that only need to know.
+    /// Bumped whenever the target changes: a drain started for an earlier target stops before
+    /// its next call, and the calls left go to the new target's drain. (A call already under way
+    /// when the target changes finishes where it started.)
+    private var generation = 0
+    /// A drain for the current generation is on its way or running.
+    private var draining = false
+    /// Mirrors whether there is a run loop or queue to deliver to, without the lock, for hot
+    /// paths that only need to know.
     private let scheduled: Atomic<Bool>
+
+    /// Where the calls go now.
+    private enum Destination {
+        case mainQueue
+        case queue(DispatchQueue)
+        case runLoop(RunLoop, RunLoop.Mode)
+    }
 
     /// - Parameter onMainRunLoop: start scheduled in the main run loop's default mode (services
     ///   and browsers), or in no run loop at all (streams, which Apple leaves unscheduled).
@@ -53,57 +71,63 @@ package final class DelegateScheduler: @unchecked Sendable {
         for target in loops { Self.detach(target) }
     }
 
-    /// Whether the object is scheduled in any run loop (lock-free).
+    /// Whether the object has a run loop or a dispatch queue to deliver to (lock-free).
     package var isScheduled: Bool {
         scheduled.load(ordering: .acquiring)
     }
 
     package func schedule(in runLoop: RunLoop, forMode mode: RunLoop.Mode) {
-        lock.lock(); defer { lock.unlock() }
-        queue = nil   // as on Apple's systems: a run loop replaces a dispatch queue
-        if !loops.contains(where: { $0.runLoop === runLoop && $0.mode == mode }) {
-            var target = Target(runLoop: runLoop, mode: mode, keepAlive: nil)
-            if !target.isMainQueue {
-                let keepAlive = KeepAlive()
-                runLoop._add(keepAlive, forMode: mode)
-                target.keepAlive = keepAlive
+        let restart = lock.withLock { () -> (Destination, Int)? in
+            queue = nil   // as on Apple's systems: a run loop replaces a dispatch queue
+            if !loops.contains(where: { $0.runLoop === runLoop && $0.mode == mode }) {
+                var target = Target(runLoop: runLoop, mode: mode, keepAlive: nil)
+                if !target.isMainQueue {
+                    let keepAlive = KeepAlive()
+                    runLoop._add(keepAlive, forMode: mode)
+                    target.keepAlive = keepAlive
+                }
+                loops.append(target)
             }
-            loops.append(target)
+            return retargeted()
         }
-        scheduled.store(true, ordering: .releasing)
+        if let restart { startDrain(restart.0, generation: restart.1) }
     }
 
     package func remove(from runLoop: RunLoop, forMode mode: RunLoop.Mode) {
-        lock.lock()
-        let removed = loops.filter { $0.runLoop === runLoop && $0.mode == mode }
-        loops.removeAll { $0.runLoop === runLoop && $0.mode == mode }
-        scheduled.store(!loops.isEmpty || queue != nil, ordering: .releasing)
-        lock.unlock()
+        let (removed, restart) = lock.withLock { () -> ([Target], (Destination, Int)?) in
+            let removed = loops.filter { $0.runLoop === runLoop && $0.mode == mode }
+            loops.removeAll { $0.runLoop === runLoop && $0.mode == mode }
+            return (removed, retargeted())
+        }
         for target in removed { Self.detach(target) }
+        if let restart { startDrain(restart.0, generation: restart.1) }
     }
 
-    /// Delivers calls on `target` from now on, instead of any run loop (which the object
-    /// leaves, as Apple's `CFReadStreamSetDispatchQueue` does); nil stops delivering there.
+    /// Delivers calls on `target` from now on, in order, one after another, instead of any run
+    /// loop (which the object leaves, as Apple's `CFReadStreamSetDispatchQueue` does); nil
+    /// stops delivering there (calls wait until the object is scheduled again).
     package func setDispatchQueue(_ target: DispatchQueue?) {
-        lock.lock()
-        let removed = target == nil ? [] : loops
-        if target != nil { loops = [] }
-        queue = target.map { DispatchQueue(label: "salut.delegate-calls", target: $0) }
-        scheduled.store(!loops.isEmpty || queue != nil, ordering: .releasing)
-        lock.unlock()
+        let (removed, restart) = lock.withLock { () -> ([Target], (Destination, Int)?) in
+            let removed = target == nil ? [] : loops
+            if target != nil { loops = [] }
+            queue = target
+            return (removed, retargeted())
+        }
         for target in removed { Self.detach(target) }
+        if let restart { startDrain(restart.0, generation: restart.1) }
     }
 
-    /// Leaves every run loop and dispatch queue (a closed stream: it delivers nothing more, and
-    /// no longer keeps a run loop running).
+    /// Leaves every run loop and dispatch queue (a closed stream: it delivers nothing more, not
+    /// even calls already on their way, and no longer keeps a run loop running).
     package func removeFromAll() {
-        lock.lock()
-        let removed = loops
-        loops = []
-        queue = nil
-        pending = []
-        scheduled.store(false, ordering: .releasing)
-        lock.unlock()
+        let removed = lock.withLock { () -> [Target] in
+            let removed = loops
+            loops = []
+            queue = nil
+            pending = []
+            _ = retargeted()
+            return removed
+        }
         for target in removed { Self.detach(target) }
     }
 
@@ -115,44 +139,70 @@ package final class DelegateScheduler: @unchecked Sendable {
         target.runLoop._stop()
     }
 
-    /// Runs `call` on the scheduled run loop (the one scheduled last, when there are several:
-    /// code that schedules an object on a worker thread's run loop wants its events there),
-    /// after every call delivered before it.
-    package func deliver(_ call: @escaping @Sendable () -> Void) {
-        lock.lock()
-        if let queue {
-            lock.unlock()
-            queue.async(execute: call)
-            return
-        }
-        guard let target = loops.last else { lock.unlock(); return }
-        if target.isMainQueue {
-            lock.unlock()
-            DispatchQueue.main.async(execute: call)
-            return
-        }
-        pending.append(call)
-        let mustWake = pending.count == 1
-        lock.unlock()
-        guard mustWake else { return }
-        // The block runs on the target's thread, whose current run loop is the target.
-        target.runLoop.perform(inModes: [target.mode]) { [weak self] in self?.drain(on: RunLoop.current) }
-        // A block alone does not wake a run loop waiting for its sources: ending the current
-        // wait does (`run()` and `run(until:)` go on waiting after it; `run(mode:before:)`
-        // returns, as it does after any input it handled).
-        target.runLoop._stop()
+    /// The current destination: the dispatch queue, else the run loop scheduled last (code that
+    /// schedules an object on a worker thread's run loop wants its events there). Lock held.
+    private var destination: Destination? {
+        if let queue { return .queue(queue) }
+        guard let target = loops.last else { return nil }
+        return target.isMainQueue ? .mainQueue : .runLoop(target.runLoop, target.mode)
     }
 
-    private func drain(on runLoop: RunLoop) {
-        lock.lock()
-        let calls = pending
-        pending = []
-        lock.unlock()
-        for call in calls { call() }
+    /// The target changed (lock held): a new generation, and the drain to start for the calls
+    /// waiting, if there are any and somewhere to make them.
+    private func retargeted() -> (Destination, Int)? {
+        generation += 1
+        draining = false
+        scheduled.store(destination != nil, ordering: .releasing)
+        guard !pending.isEmpty, let destination else { return nil }
+        draining = true
+        return (destination, generation)
+    }
+
+    /// Makes `call` on the current destination, after every call delivered before it; nothing
+    /// when the object is scheduled nowhere.
+    package func deliver(_ call: @escaping @Sendable () -> Void) {
+        let start = lock.withLock { () -> (Destination, Int)? in
+            guard let destination else { return nil }
+            pending.append(call)
+            guard !draining else { return nil }
+            draining = true
+            return (destination, generation)
+        }
+        if let start { startDrain(start.0, generation: start.1) }
+    }
+
+    private func startDrain(_ destination: Destination, generation: Int) {
+        switch destination {
+        case .mainQueue:
+            DispatchQueue.main.async { [weak self] in self?.drain(generation, on: nil) }
+        case .queue(let queue):
+            queue.async { [weak self] in self?.drain(generation, on: nil) }
+        case .runLoop(let runLoop, let mode):
+            // The block runs on the target's thread, whose current run loop is the target.
+            runLoop.perform(inModes: [mode]) { [weak self] in self?.drain(generation, on: RunLoop.current) }
+            // A block alone does not wake a run loop waiting for its sources: ending the current
+            // wait does (`run()` and `run(until:)` go on waiting after it; `run(mode:before:)`
+            // returns, as it does after any input it handled).
+            runLoop._stop()
+        }
+    }
+
+    /// Makes the waiting calls one by one while `generation` is current.
+    private func drain(_ generation: Int, on runLoop: RunLoop?) {
+        while true {
+            let call = lock.withLock { () -> (@Sendable () -> Void)? in
+                guard generation == self.generation, !pending.isEmpty else {
+                    if generation == self.generation { draining = false }
+                    return nil
+                }
+                return pending.removeFirst()
+            }
+            guard let call else { break }
+            call()
+        }
         // Removed from this run loop meanwhile (by one of these calls, or before they ran): the
         // loop may have nothing left to wait for, but it only notices on waking, and this block
         // was its last reason to: wake it once more, so that `run()` can return.
-        let stillHere = lock.withLock { loops.contains { $0.runLoop === runLoop } }
-        if !stillHere { runLoop._stop() }
+        if let runLoop, !lock.withLock({ loops.contains { $0.runLoop === runLoop } }) { runLoop._stop() }
     }
 }

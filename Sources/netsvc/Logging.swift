@@ -2,9 +2,11 @@ import ArgumentParser
 import Logging
 import Salut
 
-/// `--log-level` and `--verbose`, taken by every subcommand: what Salut's libraries log (the
-/// daemon connection, registrations, unusual input such as long service types) goes to stderr
-/// as `netsvc: <level>: <message>`, escaped for the terminal.
+/// `--log-level` and `--verbose`, taken by every subcommand: what Salut's libraries log goes to
+/// stderr as `netsvc: <level>: <message>`, escaped for the terminal. Warnings (a long service
+/// type, an unreachable daemon) by default; `info` adds publications, `notice` name collisions
+/// and refused TLS peers, `debug` the daemon's state, failed connection attempts and trusted
+/// TLS peers.
 struct LoggingOptions: ParsableArguments {
     @Option(name: .customLong("log-level"),
             help: ArgumentHelp("How much of Salut's log to show on stderr: trace, debug, info, notice, warning, error or critical.",

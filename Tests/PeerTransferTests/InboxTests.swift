@@ -18,6 +18,19 @@ final class InboxTests: XCTestCase {
         try? FileManager.default.removeItem(atPath: folder)
     }
 
+    func testFreeSpaceIsPromisedToOneTransferAtATime() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        let free = try inbox.freeBytes()
+        let most = free / 10 * 6   // each of two transfers fits alone; not both
+        try inbox.promise(most)
+        XCTAssertThrowsError(try inbox.promise(most)) { error in
+            XCTAssertTrue("\(error)".contains("promised to transfers under way"), "\(error)")
+        }
+        inbox.keptPromise(most)   // the first transfer ended (or wrote it all)
+        XCTAssertNoThrow(try inbox.promise(most), "free again once the promise is kept")
+        inbox.keptPromise(most)
+    }
+
     func testTwoTransfersOfOnePathNeverWriteTheSamePartFile() throws {
         let inbox = try Inbox(path: folder + "/inbox")
         let path = try RelativePath(validating: "shared.bin")

@@ -112,8 +112,55 @@ final class DispatchQueueEventsTests: XCTestCase {
         queue.sync {}   // anything already queued has run
         XCTAssertEqual(log.events(of: input!), [.openCompleted], "nothing after the queue was taken away")
 
-        input!.setDelegateQueue(queue)   // the Swift spelling; bytes waiting are announced at once
+        input!.setDelegateQueue(queue)   // Salut's spelling; bytes waiting are announced at once
         XCTAssertEqual(log.wait(for: input!, count: 2), [.openCompleted, .hasBytesAvailable])
+
+        input!.close(); output!.close()
+    }
+
+    func testScheduledInARunLoopTheStreamLeavesTheQueue() throws {
+        /// Notes on which thread's run loop, or which queue, each event arrived.
+        final class Probe: NSObject, StreamDelegate, @unchecked Sendable {
+            // @unchecked: `queueEvents` is guarded by `lock`; the expectations are thread-safe.
+            let lock = NSLock()
+            var queueEvents: [Stream.Event] = []
+            let queueKey = DispatchSpecificKey<Bool>()
+            let worker: RunLoop
+            let opened: XCTestExpectation
+            let onWorker: XCTestExpectation
+            init(worker: RunLoop, opened: XCTestExpectation, onWorker: XCTestExpectation) {
+                self.worker = worker
+                self.opened = opened
+                self.onWorker = onWorker
+            }
+            func stream(_ aStream: Stream, handle eventCode: Stream.Event) {
+                if DispatchQueue.getSpecific(key: queueKey) == true {
+                    lock.withLock { queueEvents.append(eventCode) }
+                    if eventCode == .openCompleted { opened.fulfill() }
+                } else if RunLoop.current === worker, eventCode == .hasBytesAvailable {
+                    onWorker.fulfill()
+                }
+            }
+        }
+        let worker = RunLoopThread()
+        defer { worker.stop() }
+        let queue = DispatchQueue(label: "events")
+        let probe = Probe(worker: worker.runLoop, opened: expectation(description: "opened on the queue"),
+                          onWorker: expectation(description: "bytes announced on the worker's run loop"))
+        queue.setSpecific(key: probe.queueKey, value: true)
+        var input: InputStream?
+        var output: OutputStream?
+        Stream.getBoundStreams(withBufferSize: 64, inputStream: &input, outputStream: &output)
+        input!.delegate = probe
+        CFReadStreamSetDispatchQueue(input, queue)
+        input!.open(); output!.open()
+        wait(for: [probe.opened], timeout: 10)
+
+        input!.schedule(in: worker.runLoop, forMode: .default)   // leaves the queue
+        XCTAssertEqual(write(output!, [7]), 1)
+        wait(for: [probe.onWorker], timeout: 10)
+        queue.sync {}
+        XCTAssertEqual(probe.lock.withLock { probe.queueEvents }, [.openCompleted], "nothing more on the queue")
         input!.close(); output!.close()
     }
 }

@@ -1,13 +1,18 @@
 import Foundation
 import SalutStreams
+import Synchronization
 
 /// The folder received files land in. Every operation walks from the inbox's own descriptor
 /// with `openat(…, O_NOFOLLOW)`, so no path, and no symlink planted inside the inbox, can lead
 /// a write outside it.
 final class Inbox: @unchecked Sendable {
-    // @unchecked: `root` is set once and only read; the descriptor calls are thread-safe.
+    // @unchecked: `root` is set once and only read; the descriptor calls are thread-safe;
+    // `promised` is a Mutex.
     let path: String
     private let root: Int32
+    /// Bytes that accepted transfers still have to write: free space is promised to one
+    /// transfer at a time, so that two offers that each fit do not together fill the disk.
+    private let promised = Mutex<UInt64>(0)
 
     /// Opens the inbox folder, creating it (mode 0700) if it does not exist.
     /// - Throws: ``PeerTransferError/runtime(_:)`` when it cannot be created or opened.
@@ -50,6 +55,30 @@ final class Inbox: @unchecked Sendable {
             throw PeerTransferError.runtime("cannot read the free space of \(path): \(String(cString: strerror(errno)))")
         }
         return UInt64(info.f_bavail) * UInt64(info.f_frsize)
+    }
+
+    /// Promises `bytes` of the free space to a transfer, if that much is free beyond what
+    /// transfers under way were promised; give it back with ``keptPromise(_:)`` as the bytes
+    /// are written and for what is left when the transfer ends.
+    /// - Throws: ``PeerTransferError/noSpace(_:)`` when it does not fit, saying how much is
+    ///   free and promised; ``PeerTransferError/runtime(_:)`` when the free space cannot be read.
+    func promise(_ bytes: UInt64) throws {
+        try promised.withLock { promised in
+            let free = try freeBytes()
+            let available = free - min(free, promised)
+            guard bytes <= available else {
+                throw PeerTransferError.noSpace(promised > 0
+                    ? "the receiver has \(free) bytes free, \(promised) of them promised to transfers under way, and this transfer needs \(bytes)"
+                    : "the receiver has \(free) bytes free and the transfer needs \(bytes)")
+            }
+            promised += bytes
+        }
+    }
+
+    /// Takes back `bytes` of a promise: written (the free space now counts them) or no longer
+    /// needed.
+    func keptPromise(_ bytes: UInt64) {
+        promised.withLock { $0 -= min($0, bytes) }
     }
 
     /// A descriptor for the folder `components` below the inbox (the caller closes it),
@@ -117,6 +146,10 @@ final class Inbox: @unchecked Sendable {
         // file elsewhere, not one another transfer is writing now (it holds the lock).
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_nlink == 1,
               flock(fd, LOCK_SH | LOCK_NB) == 0 else { return [] }
+        // Only a probe: held while hashing (seconds for a large file), the lock would make a
+        // transfer that opens this part file meanwhile fail. The digests are a hint; the whole
+        // file is checked again before it gets its name.
+        _ = flock(fd, LOCK_UN)   // closing the descriptor below releases it anyway
         return (try? FileHashing.chunkDigests(of: fd, length: UInt64(info.st_size), chunkSize: chunkSize)) ?? []
     }
 

@@ -65,6 +65,9 @@ struct Receiver {
         var senderKey = ""
         var senderName = "?"
         var received: UInt64 = 0
+        // Free space promised to this transfer and not yet written; given back at the end.
+        var promised: UInt64 = 0
+        defer { inbox.keptPromise(promised) }
         var outcome: PeerTransferError?
         // Verified files wait here for one syncfs(2) per batch, then get their names.
         var publishing: [(index: Int, file: PartFile)] = []
@@ -148,8 +151,11 @@ struct Receiver {
                     let decision = await decide(offered, paths, senderName: senderName, senderKey: senderKey)
                     watchdog.touch(bound: idleBound)
                     switch decision {
-                    case .success(let answer): pending += machine.decided(answer)
-                    case .failure(let error): pending += machine.refused(error)
+                    case .success(let decided):
+                        promised = decided.promised
+                        pending += machine.decided(decided.answer)
+                    case .failure(let error):
+                        pending += machine.refused(error)
                     }
                 case .makeDirectory(let index):
                     let path = try RelativePath(validating: manifest!.entries[index].path)
@@ -164,6 +170,9 @@ struct Receiver {
                     // Written and hashed on the sink's queues while this task reads on.
                     try await sinks[index]!.append(data, at: offset)
                     received += UInt64(data.count)
+                    let kept = min(promised, UInt64(data.count))
+                    inbox.keptPromise(kept)
+                    promised -= kept
                     events(.progress(id: id, bytes: received))
                 case .finishFile(let index):
                     let entry = manifest!.entries[index]
@@ -205,8 +214,10 @@ struct Receiver {
                 }
             }
             if outcome == nil {
-                // The summary is out and every file has its verdict: a sender that closed first
-                // (its half-close failing here, ENOTCONN) does not make a done transfer failed.
+                // The summary is out and every file has its verdict and its name: what is on
+                // this disk is done. Ending our side can still fail (a sender that closed first
+                // makes it ENOTCONN, a reset ECONNRESET); either way the sender learns its
+                // results from the summary or, missing it, sends again and finds them complete.
                 try? await pair.finishSending()
                 // A clean close: the sender's end of the data too, briefly (it sent all it had).
                 watchdog.touch(bound: .seconds(5))
@@ -239,9 +250,10 @@ struct Receiver {
         try await pair.output.write(frame.encoded)
     }
 
-    /// The policy's answer, with what the inbox already has, after a free-space check.
+    /// The policy's answer, with what the inbox already has, and the bytes of free space
+    /// promised to the transfer (see ``Inbox/promise(_:)``).
     private func decide(_ manifest: Manifest, _ paths: [RelativePath], senderName: String,
-                        senderKey: String) async -> Result<Answer, PeerTransferError> {
+                        senderKey: String) async -> Result<(answer: Answer, promised: UInt64), PeerTransferError> {
         var chosen: Set<Int>
         switch policy {
         case .all, .known:
@@ -251,7 +263,7 @@ struct Receiver {
                                                senderTrusted: trusted(senderKey), manifest: manifest))
         }
         chosen = chosen.filter { manifest.entries.indices.contains($0) }
-        if chosen.isEmpty { return .success(Answer(accepted: [], reason: "the receiver declined the transfer")) }
+        if chosen.isEmpty { return .success((Answer(accepted: [], reason: "the receiver declined the transfer"), 0)) }
         // A folder is needed by every accepted entry below it.
         var accepted: [Answer.Entry] = []
         var needed: UInt64 = 0
@@ -269,11 +281,16 @@ struct Receiver {
             needed += entry.size - min(entry.size, UInt64(have.count) * UInt64(manifest.chunkSize))
             accepted.append(Answer.Entry(index: index, have: have.map(\.hex), complete: false))
         }
-        if let free = try? inbox.freeBytes(), needed > free {
-            return .failure(.noSpace("the receiver has \(free) bytes free and the transfer needs \(needed)"))
+        do {
+            try inbox.promise(needed)
+        } catch let error as PeerTransferError {
+            return .failure(error)
+        } catch {
+            return .failure(.runtime("\(error)"))
         }
         let declined = manifest.entries.count - accepted.count
-        return .success(Answer(accepted: accepted,
-                               reason: declined > 0 ? "the receiver declined \(declined) of \(manifest.entries.count) entries" : nil))
+        return .success((Answer(accepted: accepted,
+                                reason: declined > 0 ? "the receiver declined \(declined) of \(manifest.entries.count) entries" : nil),
+                         needed))
     }
 }

@@ -1,4 +1,5 @@
 import CAvahi
+import SalutStreams
 import Foundation
 
 /// Publishes one service (with optional subtype and TXT record) through an Avahi entry group.
@@ -110,6 +111,7 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
         guard !stopped else { return }
         switch state {
         case AVAHI_ENTRY_GROUP_ESTABLISHED:
+            SalutLogging.logger.info("published \"\(request.name)\" \(request.type.browseType) in \(request.domain) on port \(request.port)")
             deliver(.published(name: request.name))
         case AVAHI_ENTRY_GROUP_COLLISION:
             collided()
@@ -122,10 +124,14 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
     }
 
     private func collided() {
-        guard request.allowRename else { return fail(.collision(name: request.name)) }
+        guard request.allowRename else {
+            SalutLogging.logger.notice("\"\(request.name)\" \(request.type.browseType): the name is taken on the network; not renamed")
+            return fail(.collision(name: request.name))
+        }
         guard let next = avahi_alternative_service_name(request.name) else {
             return fail(.avahi(code: Int32(AVAHI_ERR_NO_MEMORY), message: "no alternative name"))
         }
+        SalutLogging.logger.notice("\"\(request.name)\" \(request.type.browseType): the name is taken on the network; trying \"\(String(cString: next))\"")
         request.name = String(cString: next)
         avahi_free(next)
         if let group { avahi_entry_group_reset(group) }

@@ -8,6 +8,10 @@ import SalutStreams
 /// removed when it is gone from the last. Browsing `_services._dns-sd._udp.` lists service types
 /// the way Apple does: each as a `NetService` named like `_http` with type `_tcp.local.`.
 /// `includesPeerToPeer` is accepted and ignored on Linux.
+///
+/// Sendable, as Apple code expects: all of the class's own state is behind a lock. A subclass
+/// inherits that promise unchecked, so a subclass that adds mutable stored properties must
+/// guard them itself.
 open class NetServiceBrowser: NSObject, @unchecked Sendable {
     // @unchecked: every mutable property lives in `state`, a lock-protected box; delegate calls
     // are made on the scheduled run loop by `scheduler`.

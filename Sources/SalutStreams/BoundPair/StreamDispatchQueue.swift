@@ -6,9 +6,11 @@ import Foundation
 // `OutputStream`. swift-corelibs-foundation has neither; these take the same arguments, so such
 // code compiles and runs unchanged.
 
-/// Delivers the input stream's delegate calls on `queue` from now on, in order, instead of on
-/// any run loop (the stream leaves the run loops it was scheduled in, as on Apple's systems;
-/// scheduling it in a run loop later leaves the queue). Nil stops delivery on the queue.
+/// Delivers the input stream's delegate calls on `queue` from now on, in order and one after
+/// another (even on a concurrent queue), instead of on any run loop (the stream leaves the run
+/// loops it was scheduled in, as on Apple's systems; scheduling it in a run loop later leaves
+/// the queue, and calls not yet made go there). Nil stops delivery on the queue: calls wait
+/// until the stream is scheduled again.
 ///
 /// Works on the streams Salut makes (`Stream.getStreamsToHost`, `Stream.getBoundStreams`,
 /// `SocketStreams`, listeners, discovered services); for any other stream nothing happens.
@@ -24,9 +26,10 @@ public func CFWriteStreamSetDispatchQueue(_ stream: OutputStream?, _ queue: Disp
 }
 
 extension Stream {
-    /// Delivers this stream's delegate calls on `queue` instead of a run loop: the Swift
-    /// spelling of `CFReadStreamSetDispatchQueue`/`CFWriteStreamSetDispatchQueue`, for the
-    /// streams Salut makes (any other stream is left as it is).
+    /// Delivers this stream's delegate calls on `queue` instead of a run loop, as
+    /// `CFReadStreamSetDispatchQueue`/`CFWriteStreamSetDispatchQueue` do, for the streams Salut
+    /// makes (any other stream is left as it is). Salut's own spelling: code that must also
+    /// build on Apple's systems calls the CF functions, which both have.
     public func setDelegateQueue(_ queue: DispatchQueue?) {
         if let input = self as? BoundInputStream { input.setDispatchQueue(queue) }
         if let output = self as? BoundOutputStream { output.setDispatchQueue(queue) }

@@ -5,7 +5,8 @@ import Foundation
 /// Events follow Apple's rules: each is posted when its condition becomes true, and
 /// `hasBytesAvailable` / `hasSpaceAvailable` are posted again only after the client has read or
 /// written (so a delegate that does not read is not called in a loop). Events go to the delegate
-/// on the run loop the stream is scheduled in; an unscheduled stream posts nothing.
+/// on the run loop the stream is scheduled in, or on its dispatch queue; a stream with neither
+/// posts nothing.
 final class StreamEvents: @unchecked Sendable {
     // @unchecked: mutable state is guarded by `lock`; delegate calls go through `scheduler`.
 

@@ -34,8 +34,18 @@ extension Stream {
     }
 }
 
+extension Stream.PropertyKey {
+    /// A key from an `NSString` constant: `Stream.PropertyKey(kCFStreamPropertySSLSettings)`,
+    /// as Salut's README wrote it before `kCFStreamPropertySSLSettings` became an `NSString`.
+    public init(_ key: NSString) {
+        self.init(rawValue: String(describing: key))
+    }
+}
+
 /// `kCFStreamPropertySSLSettings as Stream.PropertyKey` compiles on Apple's systems because the
-/// key type bridges from `NSString` there; this gives it the same bridge here. (Should a later
+/// key type bridges from `NSString` there; this gives it the same bridge here. Like any public
+/// conformance, it holds in every module that imports Salut: there, as on Apple's systems, an
+/// `NSString` also casts with `as? Stream.PropertyKey`. (Should a later
 /// swift-corelibs-foundation declare it too, this conformance is the one to remove.)
 extension Stream.PropertyKey: @retroactive _ObjectiveCBridgeable {
     public typealias _ObjectiveCType = NSString

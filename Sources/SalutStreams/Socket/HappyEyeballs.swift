@@ -109,6 +109,7 @@ final class HappyEyeballs: @unchecked Sendable {
             stopTimers()
             attempt.source.cancel()   // finish follows from its cancel handler
         case .fail(let error):
+            SalutLogging.logger.debug("connecting failed: \(error)")
             finish(.failure(error))
         }
         return []
@@ -142,6 +143,7 @@ final class HappyEyeballs: @unchecked Sendable {
         let code = errno
         guard result == 0 || code == EINPROGRESS else {
             close(fd)
+            SalutLogging.logger.debug("connecting to \(address) failed: \(String(cString: strerror(code)))")
             return machine.attemptFailed(id, .connect(errno: code, target: "\(address)"))
         }
         // On loopback (and often on a fast LAN) the handshake is over when `connect` returns:
@@ -156,6 +158,7 @@ final class HappyEyeballs: @unchecked Sendable {
                 return machine.attemptConnected(id)
             }
             close(fd)
+            SalutLogging.logger.debug("connecting to \(address) failed: \(String(cString: strerror(error)))")
             return machine.attemptFailed(id, .connect(errno: error, target: "\(address)"))
         }
         let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
@@ -178,6 +181,7 @@ final class HappyEyeballs: @unchecked Sendable {
         let code = Self.pendingError(attempt.fd)
         if code == 0 { return perform(machine.attemptConnected(id)) }
         attempts.removeValue(forKey: id)?.source.cancel()
+        SalutLogging.logger.debug("connecting to \(address) failed: \(String(cString: strerror(code)))")
         perform(machine.attemptFailed(id, .connect(errno: code, target: "\(address)")))
     }
 

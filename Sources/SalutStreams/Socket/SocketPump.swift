@@ -145,6 +145,9 @@ final class SocketPump: @unchecked Sendable {
         } else {
             transport = PlainTransport(fd: fd)
             handle { $0.start(secure: false) }
+            // The first look at the socket waits for the read source, so an input stream
+            // closed before the pump started (its news reached an idle machine) is told now.
+            if inbound.snapshot.readerClosed { handle { $0.inboundChanged(readerClosed: true) } }
         }
     }
 
@@ -402,6 +405,11 @@ final class SocketPump: @unchecked Sendable {
         pendingTrust = trust
         let failure = trust.policyFailure ?? .rejectedByEvaluator
         guard let evaluator = setup.evaluator else {
+            if let refusal = trust.policyFailure {
+                SalutLogging.logger.notice("TLS peer \(details.remoteAddress.map { "\($0)" } ?? "?") refused (key SHA-256 \(trust.publicKeySHA256)): \(refusal)")
+            } else {
+                SalutLogging.logger.debug("TLS peer \(details.remoteAddress.map { "\($0)" } ?? "?") trusted (key SHA-256 \(trust.publicKeySHA256), \(trust.protocolVersion))")
+            }
             return machine.trustDecided(accepted: trust.policyFailure == nil, failure: failure)
         }
         evaluator(trust) { [weak self] accepted in
