@@ -63,19 +63,20 @@ package enum ServiceNames {
               !name.contains("--") else {
             throw bad("the service name needs a letter and no leading, trailing or double '-'")
         }
-        if name.count > standardServiceNameLength {
-            warnLong(type, characters: name.count)
-        }
         return ParsedType(base: baseLabels.joined(separator: "."), subtype: subtype)
     }
 
-    /// A long type is taken, as mDNSResponder takes it on .local, and logged, as it logs it:
-    /// once per type, by a logger that shows warnings (one that does not leaves the type to be
-    /// warned about when logging is turned on).
-    private static func warnLong(_ type: String, characters: Int) {
+    /// Logs a warning when the application publishes or browses a type whose service name is
+    /// longer than RFC 6335's 15 characters: taken, as mDNSResponder takes it on .local, and
+    /// logged, as it logs it. Once per type, by a logger that shows warnings (one that does not
+    /// leaves the type to be warned about when logging is turned on). Not for types that come
+    /// from the network (a found service being resolved): the application did not choose them.
+    package static func noteIfLong(_ parsed: ParsedType) {
+        let service = parsed.base.split(separator: ".").first.map { $0.dropFirst() } ?? ""
+        guard service.count > standardServiceNameLength else { return }
         let logger = SalutLogging.logger
-        guard logger.logLevel <= .warning, warnedLongTypes.withLock({ $0.insert(type.lowercased()).inserted }) else { return }
-        logger.warning("service type \(type): its service name has \(characters) characters; RFC 6335 allows 15, and DNS-SD software that keeps to that may refuse the type")
+        guard logger.logLevel <= .warning, warnedLongTypes.withLock({ $0.insert(parsed.base.lowercased()).inserted }) else { return }
+        logger.warning("service type \(parsed.base): its service name has \(service.count) characters; RFC 6335 allows 15, and DNS-SD software that keeps to that may refuse the type")
     }
 
     /// Checks an instance name: at most 63 bytes of UTF-8, no NUL. Empty is allowed only where

@@ -18,6 +18,42 @@ final class InboxTests: XCTestCase {
         try? FileManager.default.removeItem(atPath: folder)
     }
 
+    func testAFileRenamedOverAVerifiedPartFileIsNeverPublishedInItsPlace() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        let path = try RelativePath(validating: "report.txt")
+        let part = try inbox.openPart(path)
+        try part.write(Data("the verified bytes".utf8), at: 0)
+        try part.finishWriting(mode: 0o644, modified: 0)
+        // Between verification and naming, someone renames their own file over the part file.
+        let partPath = folder + "/inbox/report.txt" + TransferLimits.partSuffix
+        try Data("EVIL".utf8).write(to: URL(fileURLWithPath: folder + "/outside/evil"))
+        XCTAssertEqual(rename(folder + "/outside/evil", partPath), 0)
+        XCTAssertThrowsError(try part.publish()) { error in
+            XCTAssertTrue("\(error)".contains("replaced or removed after it was verified"), "\(error)")
+        }
+        part.closeFiles()
+        XCTAssertFalse(FileManager.default.fileExists(atPath: folder + "/inbox/report.txt"), "nothing is published in its place")
+        XCTAssertEqual(try String(contentsOfFile: partPath, encoding: .utf8), "EVIL", "someone else's file is left where it was")
+
+        // Or moves the part file aside and plants a symlink under its name: the verified file
+        // itself gets the name, and the symlink is left alone.
+        let second = try inbox.openPart(try RelativePath(validating: "b.txt"))
+        try second.write(Data("b".utf8), at: 0)
+        try second.finishWriting(mode: 0o644, modified: 0)
+        let secondPart = folder + "/inbox/b.txt" + TransferLimits.partSuffix
+        XCTAssertEqual(rename(secondPart, folder + "/inbox/moved-aside"), 0)
+        XCTAssertEqual(symlink(folder + "/outside/target", secondPart), 0)
+        XCTAssertEqual(try second.publish(), "b.txt")
+        second.closeFiles()
+        var info = stat()
+        XCTAssertEqual(lstat(folder + "/inbox/b.txt", &info), 0)
+        XCTAssertEqual(info.st_mode & S_IFMT, S_IFREG, "the name is the verified file, not the planted symlink")
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/b.txt", encoding: .utf8), "b")
+        XCTAssertEqual(lstat(secondPart, &info), 0)
+        XCTAssertEqual(info.st_mode & S_IFMT, S_IFLNK, "the planted symlink is not removed as if it were the part file")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: folder + "/outside/target"), "nothing was written through it")
+    }
+
     func testFreeSpaceIsPromisedToOneTransferAtATime() throws {
         let inbox = try Inbox(path: folder + "/inbox")
         let free = try inbox.freeBytes()

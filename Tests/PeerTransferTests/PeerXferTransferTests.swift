@@ -128,6 +128,23 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/data.bin"), lab.path("inbox/data.bin")))
     }
 
+    func testSomethingPlantedWherePartFileGoesFailsThatFileAloneAndTheRestArrive() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Planted")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        try lab.makeFile("src/t/a.txt", size: 100)
+        try lab.makeFile("src/t/bad.txt", size: 100, seed: 2)
+        try lab.makeFile("src/t/z.txt", size: 100, seed: 3)
+        try FileManager.default.createDirectory(atPath: lab.path("inbox/t"), withIntermediateDirectories: true)
+        XCTAssertEqual(mkfifo(lab.path("inbox/t/bad.txt.peerxfer-part"), 0o644), 0)
+        let (status, output) = try lab.send([lab.path("src/t")], to: name, config: "sender")
+        XCTAssertEqual(status, 1, "one file failed: \(output)")
+        XCTAssertTrue(output.contains("bad.txt") && output.contains("FIFO"), output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/t/a.txt"), lab.path("inbox/t/a.txt")), output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/t/z.txt"), lab.path("inbox/t/z.txt")), output)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/t/bad.txt")))
+    }
+
     func testDeclinedAndPartlyAcceptedOffersExit5() throws {
         let lab = try PeerXferLab()
         let declining = PeerXferLab.uniqueName("Declines")

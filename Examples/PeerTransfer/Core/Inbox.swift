@@ -317,15 +317,30 @@ final class PartFile {
     /// - Returns: the path it was stored under.
     func publish() throws -> String {
         let partName = path.name + TransferLimits.partSuffix
+        var own = stat()
+        guard fd >= 0, fstat(fd, &own) == 0 else { throw ioError("fstat") }
         return try withFolder { folder in
             for attempt in 0..<10_000 {
                 let candidate = attempt == 0 ? path.name : Self.numbered(path.name, attempt)
-                // link(2) refuses to replace an existing name: no file is ever overwritten.
-                if linkat(folder, partName, folder, candidate, 0) == 0 {
-                    guard unlinkat(folder, partName, 0) == 0 else { throw ioError("unlinkat") }
+                // link(2) refuses to replace an existing name: no file is ever overwritten. The
+                // name is linked to the open, verified file itself (through /proc), not to
+                // whatever the part file's name points at by now: a file renamed over it
+                // after verification is never published in its place.
+                if linkat(AT_FDCWD, "/proc/self/fd/\(fd)", folder, candidate, AT_SYMLINK_FOLLOW) == 0 {
+                    // The part name goes only if it is still this file's.
+                    var named = stat()
+                    if fstatat(folder, partName, &named, AT_SYMLINK_NOFOLLOW) == 0,
+                       named.st_dev == own.st_dev, named.st_ino == own.st_ino {
+                        guard unlinkat(folder, partName, 0) == 0 else { throw ioError("unlinkat") }
+                    }
                     return (path.parent + [candidate]).joined(separator: "/")
                 }
-                guard errno == EEXIST else { throw ioError("linkat") }
+                if errno == ENOENT {
+                    // The verified file has no name left: someone replaced or removed its part
+                    // file. Linux links no file without a name; nothing is published for it.
+                    throw PeerTransferError.unsafePath("the part file of \(Terminal.escape(path.description)) was replaced or removed after it was verified; nothing is published in its place")
+                }
+                guard errno == EEXIST else { throw ioError("linkat of the verified file") }
             }
             throw PeerTransferError.runtime("no free name for \(Terminal.escape(path.description)) after 10,000 tries")
         }

@@ -61,6 +61,8 @@ struct Receiver {
         defer { watching.cancel() }
         var machine = ReceiverStateMachine(hello: hello)
         var sinks: [Int: FileSink] = [:]
+        // Files whose part file could not be opened, and why: they fail alone.
+        var unreceivable: [Int: String] = [:]
         var manifest: Manifest?
         var senderKey = ""
         var senderName = "?"
@@ -162,13 +164,26 @@ struct Receiver {
                     if let fd = try inbox.openDirectory(path.components, create: true) { close(fd) }
                 case .openFile(let index, let offset):
                     let path = try RelativePath(validating: manifest!.entries[index].path)
-                    let file = try inbox.openPart(path)
-                    let hasher = SHA256Hasher()
-                    try file.keepPrefix(offset, feeding: hasher)
-                    sinks[index] = FileSink(file: file, continuing: hasher, size: manifest!.entries[index].size)
+                    do {
+                        let file = try inbox.openPart(path)
+                        let hasher = SHA256Hasher()
+                        do {
+                            try file.keepPrefix(offset, feeding: hasher)
+                        } catch {
+                            file.closeFiles()
+                            throw error
+                        }
+                        sinks[index] = FileSink(file: file, continuing: hasher, size: manifest!.entries[index].size)
+                    } catch let error as PeerTransferError {
+                        // This file cannot be received (something planted where its part file
+                        // goes, another transfer writing it): its bytes are read and dropped,
+                        // and it fails alone when it ends; the other files go on.
+                        unreceivable[index] = error.message
+                    }
                 case .write(let index, let offset, let data):
+                    guard let sink = sinks[index] else { break }   // a file that fails alone
                     // Written and hashed on the sink's queues while this task reads on.
-                    try await sinks[index]!.append(data, at: offset)
+                    try await sink.append(data, at: offset)
                     received += UInt64(data.count)
                     let kept = min(promised, UInt64(data.count))
                     inbox.keptPromise(kept)
@@ -176,6 +191,10 @@ struct Receiver {
                     events(.progress(id: id, bytes: received))
                 case .finishFile(let index):
                     let entry = manifest!.entries[index]
+                    if let reason = unreceivable.removeValue(forKey: index) {
+                        pending += fileFailed(index, entry, reason)
+                        break
+                    }
                     let sink = sinks.removeValue(forKey: index)!
                     let file = sink.file
                     let digest: SHA256Digest

@@ -114,6 +114,7 @@ public final class ServiceAdvertisement: Sendable {
                                 subtypes: [String], allowRename: Bool) throws -> RegisterOperation.Request {
         try ServiceNames.checkName(name, allowEmpty: true)
         let parsed = try ServiceNames.parseType(type, domain: domain)
+        ServiceNames.noteIfLong(parsed)
         for subtype in subtypes {   // each must make a valid `_sub._sub._name._tcp`
             _ = try ServiceNames.parseType("\(subtype)._sub.\(parsed.base)", domain: domain)
         }

@@ -31,6 +31,7 @@ public struct ServiceBrowser: AsyncSequence, Sendable {
     public init(type: String, domain: String = "local", interface: String? = nil, family: DiscoveryContext.AddressFamily = .any,
                 includeLocal: Bool = true, context: DiscoveryContext = .shared) throws {
         let parsed = try ServiceNames.parseType(type, domain: domain)
+        ServiceNames.noteIfLong(parsed)
         self.init(context: context, target: .services(type: parsed.browseType, domain: try ServiceNames.normaliseDomain(domain)))
         filter = try Self.filter(interface: interface, family: family, includeLocal: includeLocal)
     }

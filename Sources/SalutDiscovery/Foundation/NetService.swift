@@ -202,7 +202,9 @@ open class NetService: NSObject, @unchecked Sendable {
             try ServiceNames.checkName(snapshot.name, allowEmpty: true)
             let txt = try snapshot.txtData.map { try TXTRecord(parsing: $0) } ?? TXTRecord()
             try txt.validateForPublishing()
-            request = .init(name: snapshot.name, type: try ServiceNames.parseType(type, domain: domain),
+            let parsedType = try ServiceNames.parseType(type, domain: domain)
+            ServiceNames.noteIfLong(parsedType)
+            request = .init(name: snapshot.name, type: parsedType,
                             domain: try ServiceNames.normaliseDomain(domain),
                             port: try ServiceNames.checkPort(snapshot.port), txt: txt,
                             allowRename: !options.contains(.noAutoRename))

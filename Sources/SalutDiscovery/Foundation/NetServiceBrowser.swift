@@ -66,7 +66,9 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
             if bare.lowercased() == "_services._dns-sd._udp" {
                 target = .serviceTypes(domain: domain)
             } else {
-                target = .services(type: try ServiceNames.parseType(type, domain: domain).browseType, domain: domain)
+                let parsed = try ServiceNames.parseType(type, domain: domain)
+                ServiceNames.noteIfLong(parsed)
+                target = .services(type: parsed.browseType, domain: domain)
             }
         } catch {
             return notSearch(error as? DiscoveryError ?? .invalidServiceType(type, reason: "\(error)"))
