@@ -68,8 +68,8 @@ package enum ServiceNames {
 
     /// Logs a warning when the application publishes or browses a type whose service name is
     /// longer than RFC 6335's 15 characters: taken, as mDNSResponder takes it on .local, and
-    /// logged, as it logs it. Once per type, by a logger that shows warnings (one that does not
-    /// leaves the type to be warned about when logging is turned on). Not for types that come
+    /// logged, as it logs it. Once per type, and only by a logger that shows warnings, so that a
+    /// type seen while logging is off is still warned about once it is on. Not for types that come
     /// from the network (a found service being resolved): the application did not choose them.
     package static func noteIfLong(_ parsed: ParsedType) {
         let service = parsed.base.split(separator: ".").first.map { $0.dropFirst() } ?? ""

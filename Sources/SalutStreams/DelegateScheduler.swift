@@ -19,7 +19,7 @@ import Synchronization
 /// leaks each block-based timer. An object removed from every run loop delivers nothing, as
 /// Apple documents.
 package final class DelegateScheduler: @unchecked Sendable {
-    // @unchecked: `loops`, `queue`, `pending`, `generation` and `draining` are only touched
+    // @unchecked: `loops`, `queue`, `pending`, `generation`, `draining` and `callUnderWay` are only touched
     // while `lock` is held; run loops are only used through CoreFoundation calls that are safe
     // from any thread (adding and removing a source, performing a block, stopping a run to wake
     // it).
@@ -44,11 +44,13 @@ package final class DelegateScheduler: @unchecked Sendable {
     /// Calls not yet made, in order. One drain at a time makes them, on the current target.
     private var pending: [@Sendable () -> Void] = []
     /// Bumped whenever the target changes: a drain started for an earlier target stops before
-    /// its next call, and the calls left go to the new target's drain. (A call already under way
-    /// when the target changes finishes where it started.)
+    /// its next call, and the calls left go to the new target's drain.
     private var generation = 0
     /// A drain for the current generation is on its way or running.
     private var draining = false
+    /// A call is being made now. A new target's drain is started only once it has returned
+    /// (by the drain that made it), so that two calls never overlap.
+    private var callUnderWay = false
     /// Mirrors whether there is a run loop or queue to deliver to, without the lock, for hot
     /// paths that only need to know.
     private let scheduled: Atomic<Bool>
@@ -58,6 +60,15 @@ package final class DelegateScheduler: @unchecked Sendable {
         case mainQueue
         case queue(DispatchQueue)
         case runLoop(RunLoop, RunLoop.Mode)
+
+        func isSame(as other: Destination?) -> Bool {
+            switch (self, other) {
+            case (.mainQueue, .mainQueue?): return true
+            case (.queue(let a), .queue(let b)?): return a === b
+            case (.runLoop(let a, let m), .runLoop(let b, let n)?): return a === b && m == n
+            default: return false
+            }
+        }
     }
 
     /// - Parameter onMainRunLoop: start scheduled in the main run loop's default mode (services
@@ -78,6 +89,7 @@ package final class DelegateScheduler: @unchecked Sendable {
 
     package func schedule(in runLoop: RunLoop, forMode mode: RunLoop.Mode) {
         let restart = lock.withLock { () -> (Destination, Int)? in
+            let before = destination
             queue = nil   // as on Apple's systems: a run loop replaces a dispatch queue
             if !loops.contains(where: { $0.runLoop === runLoop && $0.mode == mode }) {
                 var target = Target(runLoop: runLoop, mode: mode, keepAlive: nil)
@@ -88,16 +100,17 @@ package final class DelegateScheduler: @unchecked Sendable {
                 }
                 loops.append(target)
             }
-            return retargeted()
+            return retargeted(from: before)
         }
         if let restart { startDrain(restart.0, generation: restart.1) }
     }
 
     package func remove(from runLoop: RunLoop, forMode mode: RunLoop.Mode) {
         let (removed, restart) = lock.withLock { () -> ([Target], (Destination, Int)?) in
+            let before = destination
             let removed = loops.filter { $0.runLoop === runLoop && $0.mode == mode }
             loops.removeAll { $0.runLoop === runLoop && $0.mode == mode }
-            return (removed, retargeted())
+            return (removed, retargeted(from: before))
         }
         for target in removed { Self.detach(target) }
         if let restart { startDrain(restart.0, generation: restart.1) }
@@ -108,10 +121,11 @@ package final class DelegateScheduler: @unchecked Sendable {
     /// stops delivering there (calls wait until the object is scheduled again).
     package func setDispatchQueue(_ target: DispatchQueue?) {
         let (removed, restart) = lock.withLock { () -> ([Target], (Destination, Int)?) in
+            let before = destination
             let removed = target == nil ? [] : loops
             if target != nil { loops = [] }
             queue = target
-            return (removed, retargeted())
+            return (removed, retargeted(from: before))
         }
         for target in removed { Self.detach(target) }
         if let restart { startDrain(restart.0, generation: restart.1) }
@@ -123,9 +137,10 @@ package final class DelegateScheduler: @unchecked Sendable {
         let removed = lock.withLock { () -> [Target] in
             let removed = loops
             loops = []
+            let before = destination
             queue = nil
             pending = []
-            _ = retargeted()
+            _ = retargeted(from: before)
             return removed
         }
         for target in removed { Self.detach(target) }
@@ -147,15 +162,23 @@ package final class DelegateScheduler: @unchecked Sendable {
         return target.isMainQueue ? .mainQueue : .runLoop(target.runLoop, target.mode)
     }
 
-    /// The target changed (lock held): a new generation, and the drain to start for the calls
-    /// waiting, if there are any and somewhere to make them.
-    private func retargeted() -> (Destination, Int)? {
+    /// The target may have changed (lock held). If it did: a new generation, and the drain to
+    /// start for the calls waiting, unless a call is under way (its drain hands over when it
+    /// returns). Scheduled nowhere, the calls waiting are dropped, as Apple drops the events of
+    /// an unscheduled stream (they hold the object, which must be free to go).
+    private func retargeted(from before: Destination?) -> (Destination, Int)? {
+        let now = destination
+        scheduled.store(now != nil, ordering: .releasing)
+        if let now, now.isSame(as: before) { return nil }
         generation += 1
         draining = false
-        scheduled.store(destination != nil, ordering: .releasing)
-        guard !pending.isEmpty, let destination else { return nil }
+        guard let now else {
+            pending = []
+            return nil
+        }
+        guard !pending.isEmpty, !callUnderWay else { return nil }
         draining = true
-        return (destination, generation)
+        return (now, generation)
     }
 
     /// Makes `call` on the current destination, after every call delivered before it; nothing
@@ -164,7 +187,8 @@ package final class DelegateScheduler: @unchecked Sendable {
         let start = lock.withLock { () -> (Destination, Int)? in
             guard let destination else { return nil }
             pending.append(call)
-            guard !draining else { return nil }
+            // A call under way for an earlier target hands over to this one when it returns.
+            guard !draining, !callUnderWay else { return nil }
             draining = true
             return (destination, generation)
         }
@@ -187,22 +211,49 @@ package final class DelegateScheduler: @unchecked Sendable {
         }
     }
 
-    /// Makes the waiting calls one by one while `generation` is current.
+    /// Makes the calls that were waiting when it started, one by one, while `generation` is
+    /// current; then posts itself again if more came meanwhile, so that a busy stream never
+    /// holds its run loop or queue for longer than one batch. When the target changes under it,
+    /// it stops, and once its call under way has returned it starts the new target's drain.
     private func drain(_ generation: Int, on runLoop: RunLoop?) {
-        while true {
+        var batch = lock.withLock { generation == self.generation ? pending.count : 0 }
+        while batch > 0 {
             let call = lock.withLock { () -> (@Sendable () -> Void)? in
-                guard generation == self.generation, !pending.isEmpty else {
-                    if generation == self.generation { draining = false }
-                    return nil
-                }
+                guard generation == self.generation, !pending.isEmpty else { return nil }
+                callUnderWay = true
                 return pending.removeFirst()
             }
             guard let call else { break }
             call()
+            batch -= 1
+            let handOver = lock.withLock { () -> (Destination, Int)? in
+                callUnderWay = false
+                return generation == self.generation ? nil : startForCurrentGeneration()
+            }
+            if let handOver {
+                startDrain(handOver.0, generation: handOver.1)
+                return
+            }
         }
+        let next = lock.withLock { () -> (Destination, Int)? in
+            guard generation == self.generation else { return startForCurrentGeneration() }
+            guard !pending.isEmpty, let destination else {
+                draining = false
+                return nil
+            }
+            return (destination, generation)   // more came meanwhile: another batch, later
+        }
+        if let next { startDrain(next.0, generation: next.1) }
         // Removed from this run loop meanwhile (by one of these calls, or before they ran): the
         // loop may have nothing left to wait for, but it only notices on waking, and this block
         // was its last reason to: wake it once more, so that `run()` can return.
         if let runLoop, !lock.withLock({ loops.contains { $0.runLoop === runLoop } }) { runLoop._stop() }
+    }
+
+    /// The drain the current generation needs, if none is on its way and calls wait (lock held).
+    private func startForCurrentGeneration() -> (Destination, Int)? {
+        guard !draining, !callUnderWay, !pending.isEmpty, let destination else { return nil }
+        draining = true
+        return (destination, generation)
     }
 }

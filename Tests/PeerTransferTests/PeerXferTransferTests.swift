@@ -145,6 +145,22 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/t/bad.txt")))
     }
 
+    func testASymlinkPlantedWhereAFolderGoesFailsTheFilesBelowItAlone() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("PlantedFolder")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        try lab.makeFile("src/t/a.txt", size: 100)
+        try lab.makeFile("src/t/sub/b.txt", size: 100, seed: 2)
+        try FileManager.default.createDirectory(atPath: lab.path("inbox/t"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: lab.path("outside"), withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: lab.path("inbox/t/sub"), withDestinationPath: lab.path("outside"))
+        let (status, output) = try lab.send([lab.path("src/t")], to: name, config: "sender")
+        XCTAssertEqual(status, 1, "one file failed: \(output)")
+        XCTAssertTrue(output.contains("sub/b.txt") && output.contains("symlink"), output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/t/a.txt"), lab.path("inbox/t/a.txt")), output)
+        XCTAssertEqual(PeerXferLab.listing(lab.path("outside")), [], "nothing written through the symlink")
+    }
+
     func testDeclinedAndPartlyAcceptedOffersExit5() throws {
         let lab = try PeerXferLab()
         let declining = PeerXferLab.uniqueName("Declines")

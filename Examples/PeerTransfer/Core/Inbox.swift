@@ -67,9 +67,8 @@ final class Inbox: @unchecked Sendable {
             let free = try freeBytes()
             let available = free - min(free, promised)
             guard bytes <= available else {
-                throw PeerTransferError.noSpace(promised > 0
-                    ? "the receiver has \(free) bytes free, \(promised) of them promised to transfers under way, and this transfer needs \(bytes)"
-                    : "the receiver has \(free) bytes free and the transfer needs \(bytes)")
+                // What other transfers were promised is this receiver's business, not the peer's.
+                throw PeerTransferError.noSpace("the receiver has \(available) bytes free for this transfer, which needs \(bytes)")
             }
             promised += bytes
         }
@@ -193,7 +192,7 @@ final class Inbox: @unchecked Sendable {
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             close(fd)
             close(directory)
-            throw PeerTransferError.runtime("another transfer is receiving \(Terminal.escape(path.description)) right now; try again when it is done")
+            throw PeerTransferError.fileFailed("another transfer is receiving \(Terminal.escape(path.description)) right now; try again when it is done")
         }
         return PartFile(inbox: self, directory: directory, fd: fd, path: path)
     }

@@ -43,6 +43,11 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
     public var isTrustFailure: Bool { code == .trust }
     /// True for ``declined(_:)``.
     public var isDeclined: Bool { code == .declined }
+    /// True for ``unsafePath(_:)``: something about this path (or what was planted under it)
+    /// keeps it from being stored; other paths are not concerned.
+    public var isUnsafePath: Bool { code == .unsafePath }
+    /// True for ``fileFailed(_:)``: one file failed; the others are not concerned.
+    public var isFileLocal: Bool { code == .fileFailed }
 
     /// The tool's exit code: 2 usage, 3 peer not found, 5 declined, 6 trust, 1 anything else.
     public var exitCode: Int32 {

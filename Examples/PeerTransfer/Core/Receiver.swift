@@ -161,7 +161,13 @@ struct Receiver {
                     }
                 case .makeDirectory(let index):
                     let path = try RelativePath(validating: manifest!.entries[index].path)
-                    if let fd = try inbox.openDirectory(path.components, create: true) { close(fd) }
+                    do {
+                        if let fd = try inbox.openDirectory(path.components, create: true) { close(fd) }
+                    } catch let error as PeerTransferError where error.isUnsafePath {
+                        // A symlink (or file) planted where the folder goes: nothing is made
+                        // through it, and the files below it fail alone when they open.
+                        logger.warning("folder \(Terminal.escape(path.description)) from \(senderName) not made: \(error.message)")
+                    }
                 case .openFile(let index, let offset):
                     let path = try RelativePath(validating: manifest!.entries[index].path)
                     do {
@@ -174,10 +180,11 @@ struct Receiver {
                             throw error
                         }
                         sinks[index] = FileSink(file: file, continuing: hasher, size: manifest!.entries[index].size)
-                    } catch let error as PeerTransferError {
+                    } catch let error as PeerTransferError where error.isUnsafePath || error.isFileLocal {
                         // This file cannot be received (something planted where its part file
-                        // goes, another transfer writing it): its bytes are read and dropped,
-                        // and it fails alone when it ends; the other files go on.
+                        // or a folder of it goes, another transfer writing it): its bytes are
+                        // read and dropped, and it fails alone when it ends; the other files go
+                        // on. Anything else (no space, I/O errors) still ends the transfer.
                         unreceivable[index] = error.message
                     }
                 case .write(let index, let offset, let data):

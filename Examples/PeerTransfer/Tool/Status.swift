@@ -47,9 +47,10 @@ struct Status: AsyncParsableCommand {
         }
 
         var object: [String: Any] {
-            var object: [String: Any] = ["id": id, "description": what, "service": service, "phase": phase,
-                                         "attempts": attempts, "cancelRequested": cancelRequested]
-            if let lastError { object["lastError"] = lastError }
+            // Escaped as `peers --json` does: names may come from the network.
+            var object: [String: Any] = ["id": id, "description": Terminal.escape(what), "service": Terminal.escape(service),
+                                         "phase": phase, "attempts": attempts, "cancelRequested": cancelRequested]
+            if let lastError { object["lastError"] = Terminal.escape(lastError) }
             return object
         }
     }

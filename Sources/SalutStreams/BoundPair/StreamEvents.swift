@@ -86,15 +86,19 @@ final class StreamEvents: @unchecked Sendable {
         lock.unlock()
         guard due else { return }
         let target = UncheckedStream(stream)
-        scheduler.deliver { target.stream.delegate?.stream(target.stream, handle: event) }
+        scheduler.deliver {
+            guard let stream = target.stream else { return }   // let go meanwhile: nothing to tell
+            stream.delegate?.stream(stream, handle: event)
+        }
     }
 }
 
-/// Carries a stream into a delivery closure.
+/// Carries a stream into a delivery closure, weakly: a call waiting to be made must not keep
+/// the stream (and its connection) alive.
 struct UncheckedStream: @unchecked Sendable {
     // @unchecked: the stream is only used where its delegate calls are delivered (its run loop
     // or dispatch queue), one call after another.
-    let stream: Stream
+    weak var stream: Stream?
     init(_ stream: Stream) { self.stream = stream }
 }
 

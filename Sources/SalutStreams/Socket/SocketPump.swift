@@ -414,6 +414,9 @@ final class SocketPump: @unchecked Sendable {
         }
         evaluator(trust) { [weak self] accepted in
             guard let self else { return }
+            if !accepted {
+                SalutLogging.logger.notice("TLS peer (key SHA-256 \(trust.publicKeySHA256)) refused by the trust evaluator")
+            }
             self.queue.async { self.handle { $0.trustDecided(accepted: accepted, failure: failure) } }
         }
         return []
