@@ -3,41 +3,185 @@ import CAvahi
 /// An error from Salut's discovery layer: bad input caught before reaching Avahi, or a failure
 /// reported by the avahi-daemon.
 ///
-/// Every case carries enough to print a useful one-line message (`description`). The Apple-style
-/// API maps each case to a `NetService.ErrorCode` (see ``netServiceErrorCode``).
-public enum DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// No avahi-daemon answers on the D-Bus system bus.
-    case daemonUnavailable(String)
+/// Every error prints a useful one-line message (`description`). To act on the kind of failure,
+/// compare its ``code``; the name, host or domain it is about is in ``subject``:
+///
+/// ```swift
+/// do {
+///     try await advertisement.publish()
+/// } catch let error as DiscoveryError where error.code == .collision {
+///     print("\(error.subject ?? "the name") is taken")
+/// }
+/// ```
+///
+/// `DiscoveryError` is a struct, not an enum, so that new kinds of failure can be added in a minor
+/// release without breaking code that switches over ``code`` (such a `switch` needs a `default`).
+/// The Apple-style API maps each error to a `NetService.ErrorCode` (see ``netServiceErrorCode``).
+public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The kind of a ``DiscoveryError``. Compare it with the static members; new kinds may be
+    /// added in minor releases.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private let name: String
+        private init(_ name: String) { self.name = name }
+        /// The code's name, as written in Swift (for example `collision`).
+        public var description: String { name }
+
+        /// No avahi-daemon answers on the D-Bus system bus.
+        public static let daemonUnavailable = Code("daemonUnavailable")
+        /// The name is already taken on the network and renaming was not allowed.
+        public static let collision = Code("collision")
+        /// Nothing answered before the timeout.
+        public static let timedOut = Code("timedOut")
+        /// The service or host could not be found.
+        public static let notFound = Code("notFound")
+        /// The operation was cancelled.
+        public static let cancelled = Code("cancelled")
+        /// The object is busy with another operation.
+        public static let activityInProgress = Code("activityInProgress")
+        /// A malformed service type.
+        public static let invalidServiceType = Code("invalidServiceType")
+        /// A service instance name that is empty where it must not be, or too long.
+        public static let invalidServiceName = Code("invalidServiceName")
+        /// A domain that is not a valid DNS domain name.
+        public static let invalidDomain = Code("invalidDomain")
+        /// A host name that cannot be looked up.
+        public static let invalidHostName = Code("invalidHostName")
+        /// A port outside 0...65535, or 0 where a real port is required.
+        public static let invalidPort = Code("invalidPort")
+        /// A TXT record that cannot be encoded or decoded.
+        public static let invalidTXTRecord = Code("invalidTXTRecord")
+        /// Another failure the daemon reported (see ``DiscoveryError/avahiErrorNumber``).
+        public static let avahi = Code("avahi")
+        /// The listening socket of an auto-listening service could not be set up.
+        public static let listenFailed = Code("listenFailed")
+        /// No network interface has the given name.
+        public static let unknownInterface = Code("unknownInterface")
+    }
+
+    /// What happened, with what it is about: the readable message is made from it.
+    private enum Details: Hashable, Sendable {
+        case daemonUnavailable(String)
+        case collision(name: String)
+        case timedOut
+        case notFound
+        case cancelled
+        case activityInProgress
+        case invalidServiceType(String, reason: String)
+        case invalidServiceName(String, reason: String)
+        case invalidDomain(String)
+        case invalidHostName(String, reason: String)
+        case invalidPort(Int)
+        case invalidTXTRecord(reason: String)
+        case avahi(code: Int32, message: String)
+        case listenFailed(String)
+        case unknownInterface(String)
+    }
+
+    private let details: Details
+    private init(_ details: Details) { self.details = details }
+
+    // MARK: Making errors
+
+    /// No avahi-daemon answers on the D-Bus system bus; `detail` says what was tried.
+    public static func daemonUnavailable(_ detail: String) -> DiscoveryError { .init(.daemonUnavailable(detail)) }
     /// The name is already taken on the network and renaming was not allowed.
-    case collision(name: String)
+    public static func collision(name: String) -> DiscoveryError { .init(.collision(name: name)) }
     /// Nothing answered before the timeout.
-    case timedOut
+    public static let timedOut = DiscoveryError(.timedOut)
     /// The service or host could not be found.
-    case notFound
+    public static let notFound = DiscoveryError(.notFound)
     /// The operation was cancelled (by `stop()`, a cancelled task, or a released handle).
-    case cancelled
+    public static let cancelled = DiscoveryError(.cancelled)
     /// The object is busy with another operation (for example publishing while resolving).
-    case activityInProgress
+    public static let activityInProgress = DiscoveryError(.activityInProgress)
     /// A service type not of the form `_name._tcp` / `_name._udp` (with optional subtype).
-    case invalidServiceType(String, reason: String)
+    public static func invalidServiceType(_ type: String, reason: String) -> DiscoveryError {
+        .init(.invalidServiceType(type, reason: reason))
+    }
     /// A service instance name that is empty where it must not be, or longer than 63 bytes.
-    case invalidServiceName(String, reason: String)
+    public static func invalidServiceName(_ name: String, reason: String) -> DiscoveryError {
+        .init(.invalidServiceName(name, reason: reason))
+    }
     /// A domain that is not a valid DNS domain name.
-    case invalidDomain(String)
+    public static func invalidDomain(_ domain: String) -> DiscoveryError { .init(.invalidDomain(domain)) }
     /// A host name that cannot be looked up (an IP address, a name without a domain, an empty
     /// or overlong label); the reason says which.
-    case invalidHostName(String, reason: String)
+    public static func invalidHostName(_ host: String, reason: String) -> DiscoveryError {
+        .init(.invalidHostName(host, reason: reason))
+    }
     /// A port outside 0...65535 (or 0 where a real port is required).
-    case invalidPort(Int)
+    public static func invalidPort(_ port: Int) -> DiscoveryError { .init(.invalidPort(port)) }
     /// A TXT record that cannot be encoded or decoded; the reason says which part.
-    case invalidTXTRecord(reason: String)
+    public static func invalidTXTRecord(reason: String) -> DiscoveryError { .init(.invalidTXTRecord(reason: reason)) }
     /// Any other failure the daemon reported, with Avahi's error number and text.
-    case avahi(code: Int32, message: String)
+    public static func avahi(code: Int32, message: String) -> DiscoveryError { .init(.avahi(code: code, message: message)) }
     /// The listening socket of an auto-listening service could not be set up (the port is in
     /// use, or the TLS identity cannot be loaded), with the streams layer's reason.
-    case listenFailed(String)
+    public static func listenFailed(_ reason: String) -> DiscoveryError { .init(.listenFailed(reason)) }
     /// No network interface has this name.
-    case unknownInterface(String)
+    public static func unknownInterface(_ name: String) -> DiscoveryError { .init(.unknownInterface(name)) }
+
+    // MARK: Reading errors
+
+    /// The kind of failure.
+    public var code: Code {
+        switch details {
+        case .daemonUnavailable: .daemonUnavailable
+        case .collision: .collision
+        case .timedOut: .timedOut
+        case .notFound: .notFound
+        case .cancelled: .cancelled
+        case .activityInProgress: .activityInProgress
+        case .invalidServiceType: .invalidServiceType
+        case .invalidServiceName: .invalidServiceName
+        case .invalidDomain: .invalidDomain
+        case .invalidHostName: .invalidHostName
+        case .invalidPort: .invalidPort
+        case .invalidTXTRecord: .invalidTXTRecord
+        case .avahi: .avahi
+        case .listenFailed: .listenFailed
+        case .unknownInterface: .unknownInterface
+        }
+    }
+
+    /// What the error is about, when it names something: the taken or invalid service name, the
+    /// invalid service type, host name, domain or port, or the unknown interface. Nil when the
+    /// daemon refused without saying which name.
+    public var subject: String? {
+        let text: String
+        switch details {
+        case .collision(let name): text = name
+        case .invalidServiceType(let type, _): text = type
+        case .invalidServiceName(let name, _): text = name
+        case .invalidDomain(let domain): text = domain
+        case .invalidHostName(let host, _): text = host
+        case .invalidPort(let port): text = String(port)
+        case .unknownInterface(let name): text = name
+        default: return nil
+        }
+        return text.isEmpty ? nil : text
+    }
+
+    /// Why the input was refused or the operation failed, when more is known than the kind:
+    /// the rule an invalid name or type breaks, the daemon's or the streams layer's text.
+    public var reason: String? {
+        switch details {
+        case .daemonUnavailable(let detail): detail
+        case .invalidServiceType(_, let reason), .invalidServiceName(_, let reason), .invalidHostName(_, let reason),
+             .invalidTXTRecord(let reason):
+            reason
+        case .avahi(_, let message): message
+        case .listenFailed(let reason): reason
+        default: nil
+        }
+    }
+
+    /// Avahi's error number (`AVAHI_ERR_*`) for a failure the daemon reported that has no code of
+    /// its own (``Code-swift.struct/avahi``).
+    public var avahiErrorNumber: Int32? {
+        if case .avahi(let code, _) = details { return code }
+        return nil
+    }
 
     /// Maps an Avahi error number (`AVAHI_ERR_*`) to a discovery error.
     init(avahiCode code: Int32) {
@@ -59,7 +203,7 @@ public enum DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible 
     /// The same error with the name, host or domain it is about filled in where Avahi's bare
     /// error number left it empty.
     func naming(service: String? = nil, host: String? = nil, domain: String? = nil) -> DiscoveryError {
-        switch self {
+        switch details {
         case .invalidServiceName("", let reason) where service != nil: return .invalidServiceName(service!, reason: reason)
         case .invalidHostName("", let reason) where host != nil: return .invalidHostName(host!, reason: reason)
         case .invalidDomain("") where domain != nil: return .invalidDomain(domain!)
@@ -76,8 +220,9 @@ public enum DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible 
         return String(cString: text)
     }
 
+    /// A one-line message for people: what failed, about what, and why.
     public var description: String {
-        switch self {
+        switch details {
         case .daemonUnavailable(let detail):
             return "avahi-daemon is not available (\(detail)); start it with your system's service manager "
                 + "(for example: sudo systemctl start avahi-daemon)"
@@ -99,9 +244,7 @@ public enum DiscoveryError: Error, Sendable, Equatable, CustomStringConvertible 
         case .unknownInterface(let name): return "no network interface named \"\(name)\""
         }
     }
-}
 
-extension DiscoveryError {
     /// ` "text"`, or nothing for empty text (Avahi's errors do not say which name they refused).
-    fileprivate static func quoted(_ text: String) -> String { text.isEmpty ? "" : " \"\(text)\"" }
+    private static func quoted(_ text: String) -> String { text.isEmpty ? "" : " \"\(text)\"" }
 }

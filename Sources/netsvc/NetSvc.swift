@@ -74,7 +74,7 @@ func fail(_ error: any Error) -> ExitCode {
     switch error {
     case let error as DiscoveryError:
         message = error.description
-        switch error {
+        switch error.code {
         case .timedOut, .notFound: code = ExitStatus.notFound
         case .daemonUnavailable: code = ExitStatus.daemonUnavailable
         case .collision: code = ExitStatus.collision

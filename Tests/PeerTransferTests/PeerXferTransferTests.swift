@@ -324,6 +324,13 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(byName[own]?["pin"] as? String, "this device", output)
         XCTAssertEqual(byName[other]?["pin"] as? String, "new", output)
         XCTAssertEqual((byName[other]?["key"] as? String)?.count, 64, output)
+        XCTAssertFalse(output.contains("debug:"), "silent below warnings by default: \(output)")
+
+        // --log-level shows what Salut's libraries do on the way (the daemon's state, here).
+        let (verboseStatus, verbose) = try lab.run(["peers", "--config", lab.path("mine"), "--json", "--timeout", "1", "--log-level", "debug"])
+        XCTAssertEqual(verboseStatus, 0, verbose)
+        XCTAssertTrue(verbose.contains("peerxfer: debug: "), verbose)
+        XCTAssertEqual(try lab.run(["peers", "--log-level", "loud"]).status, 2)
     }
 
     func testWithoutAvahiDaemonTheToolSaysSoInsteadOfNotFound() throws {

@@ -76,7 +76,9 @@ final class DiscoveryInputTests: XCTestCase {
         XCTAssertEqual(record.entries.map(\.key), ["pAtH"])
         XCTAssertEqual(record.string(for: "PATH"), "/c")
         XCTAssertThrowsError(try TXTRecord(["a": "1", "A": "2"])) { error in
-            guard case .invalidTXTRecord(let reason)? = error as? DiscoveryError else { return XCTFail("\(error)") }
+            guard let error = error as? DiscoveryError, error.code == .invalidTXTRecord, let reason = error.reason else {
+                return XCTFail("\(error)")
+            }
             XCTAssertTrue(reason.contains("\"A\" and \"a\""), reason)
         }
         XCTAssertThrowsError(try TXTRecord(data: ["k": nil, "K": Data()]))

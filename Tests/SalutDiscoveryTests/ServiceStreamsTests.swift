@@ -125,7 +125,9 @@ final class ServiceStreamsTests: XCTestCase {
         service.publish(options: .listenForConnections)
         wait(for: [failed], timeout: 10)
         XCTAssertEqual(recorder.errors, [NetService.ErrorCode.unknownError.rawValue])
-        guard case .listenFailed(let reason) = service.lastError else { return XCTFail("\(String(describing: service.lastError))") }
+        guard let error = service.lastError, error.code == .listenFailed, let reason = error.reason else {
+            return XCTFail("\(String(describing: service.lastError))")
+        }
         XCTAssertTrue(reason.contains("Address already in use"), reason)
     }
 
@@ -158,7 +160,7 @@ final class ServiceStreamsTests: XCTestCase {
             _ = try await withDeadline(20, "failure") { try await missing.connect(resolveTimeout: 1) }
             XCTFail("connected to nothing")
         } catch let error as SocketStreamError {
-            guard case .nameNotFound(let name, _) = error else { return XCTFail("\(error)") }
+            guard error.code == .nameNotFound, let name = error.subject else { return XCTFail("\(error)") }
             XCTAssertEqual(name, missing.description)
         }
     }

@@ -120,7 +120,7 @@ final class StreamsToHostTests: XCTestCase {
         Stream.getStreamsToHost(withName: "no-such-host.invalid", port: 80, inputStream: &input, outputStream: &output)
         output!.open()
         XCTAssertEqual(output!.write([1], maxLength: 1), -1)
-        guard case .nameNotFound(let host, _)? = output!.streamError as? SocketStreamError else {
+        guard let error = output!.streamError as? SocketStreamError, error.code == .nameNotFound, let host = error.subject else {
             return XCTFail("expected nameNotFound, got \(String(describing: output!.streamError))")
         }
         XCTAssertEqual(host, "no-such-host.invalid")

@@ -67,7 +67,7 @@ final class SecureTaskTests: SalutTestCase {
             _ = try await exchange(session(.systemRoots, delegate: RecordingDelegate()))
             XCTFail("a self-signed peer passed the system roots")
         } catch {
-            guard case .connection(.tls) = error as? PeerSessionError else { return XCTFail("\(error)") }
+            XCTAssertEqual((error as? PeerSessionError)?.connectionError?.code, .tls, "\(error)")
         }
     }
 

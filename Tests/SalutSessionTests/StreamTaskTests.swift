@@ -56,7 +56,8 @@ final class StreamTaskTests: SalutTestCase {
         try await delegate.wait(for: "complete \(refused.taskIdentifier)")
         try await delegate.wait(for: "complete \(unknown.taskIdentifier)")
         XCTAssertEqual(refused.error as? PeerSessionError, .connection(.connectionRefused("127.0.0.1:9")))
-        guard case .connection(.nameNotFound(let host, _))? = unknown.error as? PeerSessionError else {
+        guard let failure = (unknown.error as? PeerSessionError)?.connectionError, failure.code == .nameNotFound,
+              let host = failure.subject else {
             return XCTFail("\(String(describing: unknown.error))")
         }
         XCTAssertEqual(host, "no-such-host.invalid")
@@ -141,7 +142,8 @@ final class StreamTaskTests: SalutTestCase {
         let impossible = onlyV4.streamTask(withHostName: "::1", port: server.port)
         impossible.resume()
         try await delegate.wait(for: "complete \(impossible.taskIdentifier)")
-        guard case .connection(.nameNotFound(_, let detail))? = impossible.error as? PeerSessionError else {
+        guard let failure = (impossible.error as? PeerSessionError)?.connectionError, failure.code == .nameNotFound,
+              let detail = failure.reason else {
             return XCTFail("\(String(describing: impossible.error))")
         }
         XCTAssertEqual(detail, "no IPv4 addresses")
@@ -208,7 +210,8 @@ final class StreamTaskTests: SalutTestCase {
         let failing = PeerSession(configuration: nowhere, delegate: delegate).streamTask(withHostName: "127.0.0.1", port: server.port)
         failing.resume()
         try await delegate.wait(for: "complete \(failing.taskIdentifier)")
-        guard case .connection(.system(let call, _, _))? = failing.error as? PeerSessionError else {
+        guard let failure = (failing.error as? PeerSessionError)?.connectionError, failure.code == .system,
+              let call = failure.systemCall else {
             return XCTFail("\(String(describing: failing.error))")
         }
         XCTAssertEqual(call, "setsockopt(SO_BINDTODEVICE nosuchif0)")

@@ -121,7 +121,7 @@ final class TransferTaskTests: SalutTestCase {
         let session = PeerSession(configuration: .ephemeral)
         defer { session.invalidateAndCancel() }
         XCTAssertThrowsError(try session.transferTask(withResumeData: Data("nope".utf8), transfer: ChunkedSend(payload: Data(), chunk: 1))) { error in
-            guard case .invalidResumeData = error as? PeerSessionError else { return XCTFail("\(error)") }
+            XCTAssertEqual((error as? PeerSessionError)?.code, .invalidResumeData, "\(error)")
         }
         let task = session.transferTask(withHostName: "127.0.0.1", port: 9, transfer: ChunkedSend(payload: Data(count: 10), chunk: 1))
         let data = await task.cancelByProducingResumeData()

@@ -138,7 +138,7 @@ final class ConnectionLimitsTests: SalutTestCase {
         }
         pair.input.close(); pair.output.close()
         XCTAssertEqual(outcomes.all.filter { $0 == nil }.count, 1)
-        XCTAssertTrue(outcomes.all.compactMap { $0 }.allSatisfy { if case .limitExceeded = $0 { true } else { false } })
+        XCTAssertTrue(outcomes.all.compactMap { $0 }.allSatisfy { $0.code == .limitExceeded })
     }
 
     func testADialledTLSHandshakeWithASilentServerIsBounded() async throws {

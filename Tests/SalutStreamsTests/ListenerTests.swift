@@ -53,7 +53,8 @@ final class ListenerTests: SalutTestCase {
         let first = try StreamListener(port: 0)
         defer { first.stop() }
         XCTAssertThrowsError(try StreamListener(port: Int(first.port))) { error in
-            guard case .system(let call, let code, _) = error as? SocketStreamError else { return XCTFail("\(error)") }
+            guard let error = error as? SocketStreamError, error.code == .system,
+                  let call = error.systemCall, let code = error.errorNumber else { return XCTFail("\(error)") }
             XCTAssertTrue(call.hasPrefix("bind"))
             XCTAssertEqual(code, EADDRINUSE)
         }

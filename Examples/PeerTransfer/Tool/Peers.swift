@@ -11,6 +11,8 @@ struct Peers: AsyncParsableCommand {
 
     @OptionGroup var config: ConfigOptions
 
+    @OptionGroup var logging: LoggingOptions
+
     @Option(help: ArgumentHelp("Seconds to look.", valueName: "seconds"))
     var timeout: Double = 3
 
@@ -22,6 +24,7 @@ struct Peers: AsyncParsableCommand {
     }
 
     func run() async throws {
+        logging.apply(default: .warning)
         try await requireDiscoveryDaemon()
         let configuration = try config.load()
         let known = try KnownPeers.load(from: configuration.knownPeersFile)

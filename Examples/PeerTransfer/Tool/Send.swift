@@ -22,6 +22,8 @@ struct Send: AsyncParsableCommand {
 
     @OptionGroup var config: ConfigOptions
 
+    @OptionGroup var logging: LoggingOptions
+
     @Option(help: ArgumentHelp("Seconds to look for the receiver before giving up with exit 3.", valueName: "seconds"))
     var wait: Double = 10
 
@@ -38,6 +40,7 @@ struct Send: AsyncParsableCommand {
     }
 
     func run() async throws {
+        logging.apply(default: .warning)
         let configuration = try config.load()
         if background { return try queue(configuration) }
         let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1)

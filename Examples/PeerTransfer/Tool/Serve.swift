@@ -25,6 +25,8 @@ struct Serve: AsyncParsableCommand {
 
     @OptionGroup var config: ConfigOptions
 
+    @OptionGroup var logging: LoggingOptions
+
     @Option(help: ArgumentHelp("Which offers to take: ask, known (only senders trusted with `peerxfer trust`) or all.", valueName: "policy"))
     var accept: AcceptMode = .ask
 
@@ -45,12 +47,7 @@ struct Serve: AsyncParsableCommand {
     }
 
     func run() async throws {
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = ProcessInfo.processInfo.environment["PEERXFER_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
-            return handler
-        }
-        let logger = Logger(label: "peerxfer")
+        let logger = logging.apply(default: .info, timestamps: true)
         try await requireDiscoveryDaemon()
         // Part files, folders and connections: room beyond the usual soft limit of 1,024.
         if let problem = DescriptorLimit.raiseToHardLimit() { logger.warning("\(problem)") }

@@ -476,7 +476,7 @@ open class NetService: NSObject, @unchecked Sendable {
 extension DiscoveryError {
     /// The closest `NetService.ErrorCode`.
     public var netServiceErrorCode: NetService.ErrorCode {
-        switch self {
+        switch code {
         case .collision: return .collisionError
         case .notFound: return .notFoundError
         case .activityInProgress: return .activityInProgress
@@ -486,7 +486,7 @@ extension DiscoveryError {
         case .cancelled: return .cancelledError
         case .timedOut: return .timeoutError
         case .daemonUnavailable: return .missingRequiredConfigurationError
-        case .avahi, .listenFailed: return .unknownError
+        default: return .unknownError
         }
     }
 

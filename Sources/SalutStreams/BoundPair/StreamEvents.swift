@@ -103,14 +103,26 @@ struct UncheckedStream: @unchecked Sendable {
 }
 
 /// Why a bound-pair stream operation failed.
-public enum StreamFailure: Error, Sendable, Equatable, CustomStringConvertible {
-    /// The reading end was closed, so nothing written can be delivered.
-    case readerClosed
-    /// The stream is not open (never opened, or already closed).
-    case notOpen
+///
+/// A struct rather than an enum, so that new kinds can be added in a minor release: compare it
+/// with the static members (`error == .readerClosed`).
+public struct StreamFailure: Error, Sendable, Hashable, CustomStringConvertible {
+    private enum Kind: Hashable, Sendable {
+        case readerClosed
+        case notOpen
+    }
 
+    private let kind: Kind
+    private init(_ kind: Kind) { self.kind = kind }
+
+    /// The reading end was closed, so nothing written can be delivered.
+    public static let readerClosed = StreamFailure(.readerClosed)
+    /// The stream is not open (never opened, or already closed).
+    public static let notOpen = StreamFailure(.notOpen)
+
+    /// A one-line message for people.
     public var description: String {
-        switch self {
+        switch kind {
         case .readerClosed: return "the reading end of the stream pair was closed"
         case .notOpen: return "the stream is not open"
         }

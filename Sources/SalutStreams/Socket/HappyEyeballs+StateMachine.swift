@@ -149,9 +149,9 @@ struct HappyEyeballsStateMachine {
         guard failures.count > 1 else { return failures.first?.error ?? .unreachable(target) }
         let detail = "\(target) (\(failureList))"
         let errors = failures.map(\.error)
-        if errors.contains(where: { if case .connectionRefused = $0 { true } else { false } }) { return .connectionRefused(detail) }
-        if errors.contains(where: { if case .unreachable = $0 { true } else { false } }) { return .unreachable(detail) }
-        if errors.contains(where: { if case .timedOut = $0 { true } else { false } }) { return .timedOut(detail) }
+        if errors.contains(where: { $0.code == .connectionRefused }) { return .connectionRefused(detail) }
+        if errors.contains(where: { $0.code == .unreachable }) { return .unreachable(detail) }
+        if errors.contains(where: { $0.code == .timedOut }) { return .timedOut(detail) }
         return errors.last!
     }
 }

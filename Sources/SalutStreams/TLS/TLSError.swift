@@ -1,34 +1,126 @@
 import Foundation
 
 /// Why a TLS connection could not be set up or broke, as a stream's `streamError` reports it
-/// (wrapped in ``SocketStreamError/tls(_:)``).
-public enum TLSError: Error, Sendable, Hashable, CustomStringConvertible {
+/// (inside a ``SocketStreamError`` whose ``SocketStreamError/tlsError`` it is).
+///
+/// Compare ``code`` to act on the kind of failure; `description` is a readable one-line message.
+/// `TLSError` is a struct, not an enum, so that new kinds can be added in a minor release without
+/// breaking code that switches over ``code`` (such a `switch` needs a `default`).
+public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The kind of a ``TLSError``. Compare it with the static members; new kinds may be added in
+    /// minor releases.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private let name: String
+        private init(_ name: String) { self.name = name }
+        /// The code's name, as written in Swift (for example `pinMismatch`).
+        public var description: String { name }
+
+        /// The configuration cannot work.
+        public static let invalidConfiguration = Code("invalidConfiguration")
+        /// A certificate, key or trust file could not be loaded.
+        public static let cannotLoad = Code("cannotLoad")
+        /// The handshake failed.
+        public static let handshakeFailed = Code("handshakeFailed")
+        /// The peer's certificate did not validate.
+        public static let untrustedPeer = Code("untrustedPeer")
+        /// The peer's certificate matched none of the pinned fingerprints.
+        public static let pinMismatch = Code("pinMismatch")
+        /// The peer sent no certificate where one was required.
+        public static let noPeerCertificate = Code("noPeerCertificate")
+        /// A trust evaluator rejected the peer.
+        public static let rejectedByEvaluator = Code("rejectedByEvaluator")
+        /// OpenSSL reported an error after the handshake.
+        public static let protocolError = Code("protocolError")
+        /// The connection ended without a TLS close_notify.
+        public static let closedWithoutCloseNotify = Code("closedWithoutCloseNotify")
+    }
+
+    private enum Details: Hashable, Sendable {
+        case invalidConfiguration(String)
+        case cannotLoad(file: String, reason: String)
+        case handshakeFailed(String)
+        case untrustedPeer(reason: String)
+        case pinMismatch(presented: String)
+        case noPeerCertificate
+        case rejectedByEvaluator
+        case protocolError(String)
+        case closedWithoutCloseNotify
+    }
+
+    private let details: Details
+    private init(_ details: Details) { self.details = details }
+
+    // MARK: Making errors
+
     /// The configuration cannot work (for example versions out of order, or a server without
     /// a certificate).
-    case invalidConfiguration(String)
+    public static func invalidConfiguration(_ why: String) -> TLSError { .init(.invalidConfiguration(why)) }
     /// A certificate, key or trust file could not be loaded.
-    case cannotLoad(file: String, reason: String)
+    public static func cannotLoad(file: String, reason: String) -> TLSError { .init(.cannotLoad(file: file, reason: reason)) }
     /// The handshake failed (protocol versions, ciphers, an alert from the peer, or a peer that
     /// does not speak TLS), with OpenSSL's reason.
-    case handshakeFailed(String)
+    public static func handshakeFailed(_ reason: String) -> TLSError { .init(.handshakeFailed(reason)) }
     /// The peer's certificate did not validate: the chain or the name is wrong. The reason is
     /// OpenSSL's (for example "self-signed certificate" or "hostname mismatch").
-    case untrustedPeer(reason: String)
+    public static func untrustedPeer(reason: String) -> TLSError { .init(.untrustedPeer(reason: reason)) }
     /// The peer's certificate matched none of the pinned fingerprints; `presented` is its
     /// certificate fingerprint (hex SHA-256).
-    case pinMismatch(presented: String)
+    public static func pinMismatch(presented: String) -> TLSError { .init(.pinMismatch(presented: presented)) }
     /// The peer sent no certificate where one was required.
-    case noPeerCertificate
+    public static let noPeerCertificate = TLSError(.noPeerCertificate)
     /// A trust evaluator (a session delegate, for example) rejected the peer.
-    case rejectedByEvaluator
+    public static let rejectedByEvaluator = TLSError(.rejectedByEvaluator)
     /// OpenSSL reported an error after the handshake.
-    case protocolError(String)
+    public static func protocolError(_ reason: String) -> TLSError { .init(.protocolError(reason)) }
     /// The peer's TCP connection ended without a TLS close_notify first: the data may have
     /// been cut short (by the peer, or by someone in between), so it is not a clean end.
-    case closedWithoutCloseNotify
+    public static let closedWithoutCloseNotify = TLSError(.closedWithoutCloseNotify)
 
+    // MARK: Reading errors
+
+    /// The kind of failure.
+    public var code: Code {
+        switch details {
+        case .invalidConfiguration: .invalidConfiguration
+        case .cannotLoad: .cannotLoad
+        case .handshakeFailed: .handshakeFailed
+        case .untrustedPeer: .untrustedPeer
+        case .pinMismatch: .pinMismatch
+        case .noPeerCertificate: .noPeerCertificate
+        case .rejectedByEvaluator: .rejectedByEvaluator
+        case .protocolError: .protocolError
+        case .closedWithoutCloseNotify: .closedWithoutCloseNotify
+        }
+    }
+
+    /// Why, in OpenSSL's or Salut's words, when more is known than the kind: what is wrong with
+    /// the configuration, why a file could not be loaded, why the handshake failed or the peer
+    /// was not trusted.
+    public var reason: String? {
+        switch details {
+        case .invalidConfiguration(let why): why
+        case .cannotLoad(_, let reason): reason
+        case .handshakeFailed(let reason), .untrustedPeer(let reason), .protocolError(let reason): reason
+        default: nil
+        }
+    }
+
+    /// The file that could not be loaded (``Code-swift.struct/cannotLoad``).
+    public var file: String? {
+        if case .cannotLoad(let file, _) = details { return file }
+        return nil
+    }
+
+    /// The fingerprint (hex SHA-256 of the certificate) the peer presented, when it matched no
+    /// pin (``Code-swift.struct/pinMismatch``): what to pin if the peer is the one you expect.
+    public var presentedFingerprint: String? {
+        if case .pinMismatch(let presented) = details { return presented }
+        return nil
+    }
+
+    /// A one-line message for people.
     public var description: String {
-        switch self {
+        switch details {
         case .invalidConfiguration(let why): return "invalid TLS configuration: \(why)"
         case .cannotLoad(let file, let reason): return "cannot load \(file): \(reason)"
         case .handshakeFailed(let reason): return "TLS handshake failed: \(reason)"
