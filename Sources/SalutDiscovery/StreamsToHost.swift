@@ -7,7 +7,7 @@ extension Stream {
     /// DNS name, or a `.local` name resolved through the avahi-daemon) when first opened.
     ///
     /// Addresses are tried the Happy Eyeballs way (IPv6 first, IPv4 250 ms later, first to connect
-    /// wins). Failures arrive as `errorOccurred` with a ``SocketStreamError`` as `streamError`.
+    /// wins). Failures arrive as `errorOccurred` with a `SocketStreamError` as `streamError`.
     public class func getStreamsToHost(withName hostname: String, port: Int,
                                        inputStream: UnsafeMutablePointer<InputStream?>?,
                                        outputStream: UnsafeMutablePointer<OutputStream?>?) {

@@ -66,7 +66,7 @@ public struct PeerSessionConfiguration: Sendable {
     /// Seconds the peer has for its part of a TLS handshake (`startSecureConnection()`),
     /// counted from the call; the trust decision that follows is not counted. A peer that
     /// accepts the connection and then never answers fails the task with a
-    /// ``PeerSessionError/connection(_:)`` error (``SocketStreamError/limitExceeded(_:)``).
+    /// ``PeerSessionError/connection(_:)`` error (`SocketStreamError.limitExceeded(_:)`).
     /// Default 10; NaN, zero or a negative value take the default.
     public var timeoutIntervalForTLSHandshake: TimeInterval = 10
 

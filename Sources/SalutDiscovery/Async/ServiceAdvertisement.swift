@@ -14,7 +14,7 @@ import SalutStreams
 public final class ServiceAdvertisement: Sendable {
     private let operation: RegisterOperation
     private let currentName: Locked<String>
-    /// The listening socket of an auto-listening service (see ``listen(name:type:domain:port:txtRecord:tls:allowRename:timeout:context:)``).
+    /// The listening socket of an auto-listening service (see ``listen(name:type:domain:port:txtRecord:subtypes:tls:limits:allowRename:timeout:context:)``).
     public let listener: StreamListener?
     /// The service type it was published with.
     public let type: String
@@ -41,10 +41,14 @@ public final class ServiceAdvertisement: Sendable {
     /// - Parameters:
     ///   - name: the instance name; empty for this host's name.
     ///   - type: `_name._tcp`/`_name._udp`, or `_sub._sub._name._tcp` to add a subtype.
+    ///   - domain: the domain to publish in (`local` for the link).
     ///   - port: the port the service listens on.
+    ///   - txtRecord: the service's TXT record (at most ``TXTRecord/maximumPublishedSize`` bytes).
+    ///   - subtypes: subtypes to publish the service under too (`_printer`, for example).
     ///   - allowRename: pick an alternative name on collision (true) or fail (false).
     ///   - timeout: how long to wait for the daemon to establish the service, in seconds. NaN,
     ///     zero or a negative value takes the default (10 s); at most a billion seconds are waited.
+    ///   - context: the connection to the avahi-daemon to publish through.
     /// - Throws: ``DiscoveryError/collision(name:)`` when the name is taken and renaming is not
     ///   allowed; ``DiscoveryError/timedOut`` when it is not established in time (for example
     ///   because no daemon runs); validation errors for bad input, as
@@ -63,11 +67,21 @@ public final class ServiceAdvertisement: Sendable {
     /// that port, and returns once it is established; accepted connections arrive in
     /// ``connections``. Withdrawing the service closes the listener.
     /// - Parameters:
+    ///   - name: the instance name; empty for this host's name.
+    ///   - type: `_name._tcp`/`_name._udp`, or `_sub._sub._name._tcp` to add a subtype.
+    ///   - domain: the domain to publish in (`local` for the link).
+    ///   - port: the port to listen on; 0 for one the system picks.
+    ///   - txtRecord: the service's TXT record (at most ``TXTRecord/maximumPublishedSize`` bytes).
+    ///   - subtypes: subtypes to publish the service under too.
     ///   - tls: a server configuration to run TLS on each accepted connection.
     ///   - limits: bounds on each accepted connection (handshake, first byte, idle) and on how
-    ///     many may be setting up at once; see ``ConnectionLimits``.
+    ///     many may be setting up at once; see `ConnectionLimits`.
+    ///   - allowRename: pick an alternative name on collision (true) or fail (false).
+    ///   - timeout: how long to wait for the daemon to establish the service, in seconds, taken
+    ///     as by ``publish(name:type:domain:port:txtRecord:subtypes:allowRename:timeout:context:)``.
+    ///   - context: the connection to the avahi-daemon to publish through.
     /// - Throws: ``DiscoveryError/listenFailed(_:)`` when the port cannot be bound or the TLS
-    ///   identity cannot be loaded; otherwise as ``publish(name:type:domain:port:txtRecord:allowRename:timeout:context:)``.
+    ///   identity cannot be loaded; otherwise as ``publish(name:type:domain:port:txtRecord:subtypes:allowRename:timeout:context:)``.
     public static func listen(
         name: String, type: String, domain: String = "local", port: Int = 0,
         txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], tls: TLSConfiguration? = nil,

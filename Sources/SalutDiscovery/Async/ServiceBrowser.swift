@@ -22,9 +22,12 @@ public struct ServiceBrowser: AsyncSequence, Sendable {
     /// Browses for instances of `type` (`_name._tcp`, `_name._udp`, or a subtype
     /// `_sub._sub._name._tcp`) in `domain`.
     /// - Parameters:
+    ///   - type: the service type to browse for.
+    ///   - domain: the domain to browse (`local` for the link).
     ///   - interface: only answers from this network interface (for example `eth0`); nil: all.
     ///   - family: only answers carried over IPv4 or over IPv6 mDNS; `.any`: both.
     ///   - includeLocal: false leaves out services published by this host.
+    ///   - context: the connection to the avahi-daemon to browse through.
     /// - Throws: ``DiscoveryError/invalidServiceType(_:reason:)``,
     ///   ``DiscoveryError/invalidDomain(_:)`` or ``DiscoveryError/unknownInterface(_:)`` for
     ///   malformed input.

@@ -12,8 +12,9 @@ extension DiscoveredService {
     ///   - tls: TLS to run on the connection, or nil for plain TCP.
     ///   - bufferSize: bytes buffered in each direction.
     ///   - resolveTimeout: how long resolving may take before the streams fail with
-    ///     ``SocketStreamError/nameNotFound(_:detail:)``; NaN, zero or a negative value takes
+    ///     `SocketStreamError.nameNotFound(_:detail:)`; NaN, zero or a negative value takes
     ///     the default (5 s), and at most a billion seconds are waited.
+    ///   - context: the connection to the avahi-daemon to resolve through.
     public func streams(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,
                         resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared) -> BoundStreamPair {
         SocketStreams.pair(toHost: description, port: 0, bufferSize: bufferSize, tls: tls,
@@ -21,7 +22,7 @@ extension DiscoveredService {
     }
 
     /// Resolves the service for a socket pair: its addresses (with the service's port) and its
-    /// host name, or ``SocketStreamError/nameNotFound(_:detail:)``.
+    /// host name, or `SocketStreamError.nameNotFound(_:detail:)`.
     package func targetResolver(timeout: TimeInterval, context: DiscoveryContext) -> TargetResolver {
         let service = self
         return { _, _ in
@@ -39,7 +40,7 @@ extension DiscoveredService {
     }
 
     /// Resolves the service, connects, and returns the open streams.
-    /// - Throws: a ``SocketStreamError``: ``SocketStreamError/nameNotFound(_:detail:)`` when the
+    /// - Throws: a `SocketStreamError`: `SocketStreamError.nameNotFound(_:detail:)` when the
     ///   service does not resolve, connection and TLS failures as for any host. `resolveTimeout`
     ///   is taken as by ``streams(tls:bufferSize:resolveTimeout:context:)``.
     public func connect(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,

@@ -141,7 +141,7 @@ open class NetService: NSObject, @unchecked Sendable {
     /// idle bound, and how many connections may be setting up at once. Set before
     /// `publish(options: .listenForConnections)`. Every accepted connection reaches the
     /// delegate at once, and its bounds run from the accept: one cut by a bound reports the
-    /// error on its streams (``SocketStreamError/limitExceeded(_:)``) when they are opened or
+    /// error on its streams (`SocketStreamError.limitExceeded(_:)`) when they are opened or
     /// read.
     public var listenerLimits: ConnectionLimits {
         get { state.value.listenerLimits }
