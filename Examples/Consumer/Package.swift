@@ -20,7 +20,7 @@ let package = Package(
         ),
         .testTarget(
             name: "HelloPeersTests",
-            dependencies: ["HelloPeersCore", .product(name: "SalutStreams", package: "Salut")]
+            dependencies: ["HelloPeersCore", .product(name: "Salut", package: "Salut"), .product(name: "SalutStreams", package: "Salut")]
         ),
     ]
 )

@@ -176,6 +176,12 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
         }
     }
 
+    /// The port that is out of range (``Code-swift.struct/invalidPort``).
+    public var port: Int? {
+        if case .invalidPort(let port) = details { return port }
+        return nil
+    }
+
     /// Avahi's error number (`AVAHI_ERR_*`) for a failure the daemon reported that has no code of
     /// its own (``Code-swift.struct/avahi``).
     public var avahiErrorNumber: Int32? {

@@ -39,7 +39,8 @@ final class TrustStore: @unchecked Sendable {
             try data.write(to: file, options: .atomic)
         } catch {
             // The decision stands for this process; the file is only memory across runs.
-            FileHandle.standardError.write(Data("salut: cannot save trusted peers to \(file.path): \(error)\n".utf8))
+            // A library does not write to the program's terminal: the log says it.
+            SalutLogging.logger.error("cannot save trusted peers to \(file.path): \(error)")
         }
     }
 }

@@ -10,8 +10,8 @@ import Synchronization
 /// (`schedule(in:forMode:)`), a block the run loop performs (`perform(inModes:block:)`), the run
 /// loop being woken for it; for a dispatch queue, a block on it (so calls keep their order and
 /// never overlap, even on a concurrent queue). When the target changes, the calls still waiting
-/// go to the new one; closing a stream drops them. While scheduled
-/// there, the object keeps that run loop running, as a scheduled stream or service does on
+/// go to the new one, and while the object is scheduled nowhere they wait for the next target;
+/// closing a stream drops them. While scheduled there, the object keeps that run loop running, as a scheduled stream or service does on
 /// Apple's systems: a source is attached in that mode, so `RunLoop.current.run()` on a worker
 /// thread waits for events instead of returning at once (nothing else being attached); removing
 /// the object from the run loop (or closing a stream, see ``removeFromAll()``) detaches it, and
@@ -164,19 +164,18 @@ package final class DelegateScheduler: @unchecked Sendable {
 
     /// The target may have changed (lock held). If it did: a new generation, and the drain to
     /// start for the calls waiting, unless a call is under way (its drain hands over when it
-    /// returns). Scheduled nowhere, the calls waiting are dropped, as Apple drops the events of
-    /// an unscheduled stream (they hold the object, which must be free to go).
+    /// returns). Scheduled nowhere, the calls waiting stay for the next target: code that moves
+    /// an object removes it from one run loop before scheduling it in the next, and an event
+    /// queued in between (a stream's `hasSpaceAvailable` after `openCompleted`) is not sent
+    /// again. (Waiting calls hold their objects weakly, so an object can still go.) Only
+    /// ``removeFromAll()`` (a closed stream) drops them.
     private func retargeted(from before: Destination?) -> (Destination, Int)? {
         let now = destination
         scheduled.store(now != nil, ordering: .releasing)
         if let now, now.isSame(as: before) { return nil }
         generation += 1
         draining = false
-        guard let now else {
-            pending = []
-            return nil
-        }
-        guard !pending.isEmpty, !callUnderWay else { return nil }
+        guard let now, !pending.isEmpty, !callUnderWay else { return nil }
         draining = true
         return (now, generation)
     }

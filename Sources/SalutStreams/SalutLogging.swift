@@ -13,8 +13,17 @@ import Synchronization
 /// SalutLogging.logger = logger
 /// ```
 ///
-/// Messages at `.warning` are things Salut accepts but that may not work everywhere (a service
-/// type longer than RFC 6335 allows, taken on `.local` as mDNSResponder takes it).
+/// What each level adds:
+/// - `.warning`: things Salut accepts but that may not work everywhere (a service type longer
+///   than RFC 6335 allows, taken on `.local` as mDNSResponder takes it), an unreachable daemon.
+/// - `.notice`: name collisions, TLS peers refused.
+/// - `.info`: services published.
+/// - `.debug`: the daemon's state, resolver results, failed connection attempts, TLS peers
+///   trusted.
+/// - `.trace`: each connection attempt (every address Happy Eyeballs tries).
+///
+/// Messages quote names from the network (service and host names): a handler that writes to a
+/// terminal should escape control characters.
 public enum SalutLogging {
     private static let current = Mutex(Logger(label: "salut", factory: { _ in SwiftLogNoOpLogHandler() }))
 

@@ -134,7 +134,9 @@ final class StandardInputUpload: @unchecked Sendable {
             case .finished(let complete):
                 let closed = await Self.finishSending(pair)
                 guard complete else { return closed ?? Self.describe(pair.output.streamError) }
-                return closed
+                // An empty standard input has nothing to lose: a service that closed first
+                // is not a failed upload.
+                return now.moved == 0 ? nil : closed
             case .reading where !Self.standardInputHasMore():
                 return await Self.finishSending(pair)
             case .reading, .writing:

@@ -16,8 +16,10 @@ enum Terminal {
     }
 
     /// A string that came from the network, made safe to print: control characters (C0, DEL,
-    /// C1, which is how escape sequences retitle or clear a terminal) and the bidirectional
-    /// overrides that can disguise text are shown as escapes (`\e`, `\n`, `\u{9B}`, …).
+    /// C1, which is how escape sequences retitle or clear a terminal), the bidirectional marks
+    /// and overrides, zero-width characters and line separators that can disguise text are
+    /// shown as escapes (`\e`, `\n`, `\u{9B}`, …), and a backslash is doubled so that an
+    /// escape always stands for one character.
     static func escaped(_ text: String) -> String {
         var out = ""
         for scalar in text.unicodeScalars {
@@ -26,7 +28,8 @@ enum Terminal {
             case 0x0A: out += "\\n"
             case 0x0D: out += "\\r"
             case 0x09: out += "\\t"
-            case 0x00..<0x20, 0x7F...0x9F, 0x202A...0x202E, 0x2066...0x2069:
+            case 0x5C: out += "\\\\"   // doubled: a name holding "\e" as text never reads as one holding ESC
+            case 0x00..<0x20, 0x7F...0x9F, 0x061C, 0x200B, 0x200E, 0x200F, 0x2028...0x202E, 0x2066...0x2069, 0xFEFF:
                 out += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
             default:
                 out.unicodeScalars.append(scalar)

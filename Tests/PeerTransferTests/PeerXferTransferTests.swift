@@ -180,6 +180,25 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(partlyOutput.contains("declined 1 of 2"), partlyOutput)
     }
 
+    func testAHookThatLeavesAChildRunningDecidesAtOnceAndTheChildIsEnded() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Hooked")
+        let marker = lab.path("child.pid")
+        // The hook accepts, leaving behind a child that holds its output open for 300 s.
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"), accept: "ask",
+                      extra: ["--hook", "sleep 300 & echo $! > \(marker); exit 0"])
+        try lab.makeFile("src/a.txt", size: 100)
+        let started = Date()
+        let (status, output) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
+        XCTAssertEqual(status, 0, output)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 60, "decided when the hook exited, not when its child did")
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/a.txt"), lab.path("inbox/a.txt")), output)
+        let child = try XCTUnwrap(Int32((try String(contentsOfFile: marker, encoding: .utf8)).trimmingCharacters(in: .whitespacesAndNewlines)))
+        let deadline = Date().addingTimeInterval(10)
+        while kill(child, 0) == 0 && Date() < deadline { usleep(20_000) }
+        XCTAssertNotEqual(kill(child, 0), 0, "the hook's leftover child was ended with its process group")
+    }
+
     func testUnknownSendersAreRefusedUnderKnownUntilTrusted() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Known")

@@ -16,6 +16,8 @@ final class DiscoveryErrorTests: XCTestCase {
         XCTAssertEqual(taken.code, .collision)
         XCTAssertEqual(taken.subject, "Printer")
         XCTAssertEqual(DiscoveryError.invalidPort(70000).subject, "70000")
+        XCTAssertEqual(DiscoveryError.invalidPort(70000).port, 70000)
+        XCTAssertNil(taken.port)
 
         let avahi = DiscoveryError.avahi(code: -26, message: "Not permitted")
         XCTAssertEqual(avahi.code, .avahi)
@@ -36,5 +38,26 @@ final class DiscoveryErrorTests: XCTestCase {
         XCTAssertEqual(DiscoveryError.invalidDomain("x").netServiceErrorCode, .badArgumentError)
         XCTAssertEqual(DiscoveryError.listenFailed("in use").netServiceErrorCode, .unknownError)
         XCTAssertEqual(DiscoveryError.daemonUnavailable("no bus").netServiceErrorCode, .missingRequiredConfigurationError)
+    }
+
+    func testCatchAndSwitchByKind() {
+        func fail(with error: DiscoveryError) throws { throw error }
+        var caught: [String] = []
+        do { try fail(with: .collision(name: "Kitchen")) } catch let error as DiscoveryError where error.code == .collision {
+            caught.append(error.subject ?? "?")
+        } catch { caught.append("other") }
+        XCTAssertEqual(caught, ["Kitchen"])
+
+        let error = DiscoveryError.notFound
+        switch error {
+        case .timedOut: XCTFail("not timed out")
+        case .notFound: break
+        default: XCTFail("\(error)")
+        }
+        switch error.code {
+        case .collision, .timedOut: XCTFail("\(error)")
+        case .notFound: break
+        default: XCTFail("\(error)")
+        }
     }
 }

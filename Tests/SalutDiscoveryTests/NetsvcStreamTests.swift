@@ -98,6 +98,19 @@ final class NetsvcStreamTests: XCTestCase {
         XCTAssertTrue(message.contains("sending:") || message.contains("receiving:"), "says which direction: \(message)")
     }
 
+    func testAnEmptyInputToAServiceThatClosesAtOnceIsACleanEnd() throws {
+        let type = uniqueType("e")
+        // The service ends the session before reading anything: with nothing to send, nothing
+        // was lost, however the closes cross on the wire.
+        let publisher = try listeningPublisher(["Brief", type, "0", "--exec", "echo bye"])
+        defer { publisher.stop() }
+        for round in 1...10 {
+            let (code, text) = try shell("\(netsvc) connect Brief \(type) < /dev/null")
+            XCTAssertEqual(code, 0, "round \(round): \(text)")
+            XCTAssertFalse(text.contains("not all of the input"), "round \(round): \(text)")
+        }
+    }
+
     func testAChildHasOnlyItsOwnThreeDescriptors() throws {
         let type = uniqueType("d")
         let publisher = try listeningPublisher(["Fds", type, "0", "--exec", "ls /proc/$$/fd"])

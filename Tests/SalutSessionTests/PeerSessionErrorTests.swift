@@ -1,9 +1,10 @@
 import SalutSession
 import SalutStreams
+import SalutTestSupport
 import XCTest
 
 /// `PeerSessionError` as a user's code meets it.
-final class PeerSessionErrorTests: XCTestCase {
+final class PeerSessionErrorTests: SalutTestCase {
     func testTheDeadlineAndTheConnectionsErrorAreReadable() {
         let late = PeerSessionError.timedOut("idle")
         XCTAssertEqual(late.code, .timedOut)

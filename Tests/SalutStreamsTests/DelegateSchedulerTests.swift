@@ -1,12 +1,13 @@
 import Dispatch
 import Foundation
 import SalutStreams
+import SalutTestSupport
 import Synchronization
 import XCTest
 
 /// The order, overlap and hand-over rules of delegate delivery, on dispatch queues (the run-loop
 /// side is tested through streams and services on worker threads).
-final class DelegateSchedulerTests: XCTestCase {
+final class DelegateSchedulerTests: SalutTestCase {
     func testCallsKeepTheirOrderAndNeverOverlapEvenOnAConcurrentQueue() {
         let scheduler = DelegateScheduler(onMainRunLoop: false)
         scheduler.setDispatchQueue(.global())
@@ -48,19 +49,87 @@ final class DelegateSchedulerTests: XCTestCase {
         XCTAssertTrue(made.withLock { $0.allSatisfy(\.1) }, "all on the new target")
     }
 
-    func testScheduledNowhereTheWaitingCallsAreDropped() {
+    func testScheduledNowhereTheWaitingCallsWaitForTheNextTarget() {
         let scheduler = DelegateScheduler(onMainRunLoop: false)
-        let queue = DispatchQueue(label: "held")
-        queue.suspend()
-        scheduler.setDispatchQueue(queue)
-        let made = Atomic<Int>(0)
-        scheduler.deliver { made.add(1, ordering: .relaxed) }
+        let held = DispatchQueue(label: "held")
+        held.suspend()
+        scheduler.setDispatchQueue(held)
+        let made = Mutex<[String]>([])
+        scheduler.deliver { made.withLock { $0.append("queued") } }
         scheduler.setDispatchQueue(nil)
         XCTAssertFalse(scheduler.isScheduled)
-        scheduler.deliver { made.add(1, ordering: .relaxed) }   // nowhere to go: not kept either
-        queue.resume()
-        queue.sync {}
-        XCTAssertEqual(made.load(ordering: .relaxed), 0)
+        scheduler.deliver { made.withLock { $0.append("sent nowhere") } }   // nowhere to go: not kept
+        held.resume()
+        held.sync {}
+        XCTAssertEqual(made.withLock { $0 }, [], "nothing is made while scheduled nowhere")
+        let next = DispatchQueue(label: "next")
+        scheduler.setDispatchQueue(next)
+        next.sync {}
+        XCTAssertEqual(made.withLock { $0 }, ["queued"], "the waiting call goes to the next target")
+    }
+
+    func testACallUnderWayOnTheOldTargetEndsBeforeTheNewTargetStarts() {
+        let scheduler = DelegateScheduler(onMainRunLoop: false)
+        let old = DispatchQueue(label: "old")
+        let new = DispatchQueue(label: "new")
+        scheduler.setDispatchQueue(old)
+        let entered = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let log = Mutex<[String]>([])
+        let done = DispatchSemaphore(value: 0)
+        scheduler.deliver {
+            log.withLock { $0.append("first begins") }
+            entered.signal()
+            release.wait()
+            log.withLock { $0.append("first ends") }
+        }
+        XCTAssertEqual(entered.wait(timeout: .now() + 10), .success)
+        scheduler.setDispatchQueue(new)   // while the first call is still running on `old`
+        scheduler.deliver {
+            log.withLock { $0.append("second") }
+            done.signal()
+        }
+        new.sync {}   // had the new target started at once, the second call would have run by now
+        XCTAssertEqual(log.withLock { $0 }, ["first begins"], "no overlap with the call under way")
+        release.signal()
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(log.withLock { $0 }, ["first begins", "first ends", "second"])
+    }
+
+    func testAStreamMovedToAnotherRunLoopFromItsDelegateGetsItsNextEventThere() {
+        /// Moves the stream from the run loop it is called on to `next` when it opens, as code
+        /// that hands a stream to a worker thread does, and notes where `hasSpaceAvailable` comes.
+        final class Mover: NSObject, StreamDelegate, @unchecked Sendable {
+            // @unchecked: `next` is set before the stream opens; the expectation is thread-safe.
+            let next: RunLoop
+            let spaceOnNext: XCTestExpectation
+            init(next: RunLoop, spaceOnNext: XCTestExpectation) {
+                self.next = next
+                self.spaceOnNext = spaceOnNext
+            }
+            func stream(_ aStream: Stream, handle eventCode: Stream.Event) {
+                if eventCode == .openCompleted, RunLoop.current !== next {
+                    aStream.remove(from: .current, forMode: .default)
+                    aStream.schedule(in: next, forMode: .default)
+                } else if eventCode == .hasSpaceAvailable, RunLoop.current === next {
+                    spaceOnNext.fulfill()
+                }
+            }
+        }
+        let first = RunLoopThread(), second = RunLoopThread()
+        defer { first.stop(); second.stop() }
+        var input: InputStream?
+        var output: OutputStream?
+        Stream.getBoundStreams(withBufferSize: 64, inputStream: &input, outputStream: &output)
+        let space = expectation(description: "hasSpaceAvailable on the second run loop")
+        let mover = Mover(next: second.runLoop, spaceOnNext: space)
+        output!.delegate = mover
+        output!.schedule(in: first.runLoop, forMode: .default)
+        input!.open()
+        output!.open()
+        wait(for: [space], timeout: 10)
+        input!.close()
+        output!.close()
     }
 
     func testABusyObjectLetsOtherWorkOnItsQueueRunBetweenBatches() {

@@ -1,9 +1,10 @@
 import Glibc
 import SalutStreams
+import SalutTestSupport
 import XCTest
 
 /// `SocketStreamError`, `TLSError` and `StreamFailure` as a user's code meets them.
-final class StreamErrorTests: XCTestCase {
+final class StreamErrorTests: SalutTestCase {
     func testATLSFailureIsReadThroughItsCodeAndCarriesTheFingerprint() {
         let error = SocketStreamError.tls(.pinMismatch(presented: "ab12"))
         XCTAssertEqual(error.code, .tls)
@@ -35,5 +36,11 @@ final class StreamErrorTests: XCTestCase {
         XCTAssertEqual(SocketStreamError.nameNotFound("x.invalid", detail: "no addresses").reason, "no addresses")
         XCTAssertEqual(StreamFailure.readerClosed, .readerClosed)
         XCTAssertNotEqual(StreamFailure.readerClosed, .notOpen)
+    }
+
+    func testBoundPairFailuresHaveACodeToo() {
+        XCTAssertEqual(StreamFailure.notOpen.code, .notOpen)
+        XCTAssertEqual(StreamFailure.Code.readerClosed.description, "readerClosed")
+        XCTAssertEqual(StreamFailure.readerClosed.description, "the reading end of the stream pair was closed")
     }
 }

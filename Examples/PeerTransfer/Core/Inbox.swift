@@ -61,7 +61,8 @@ final class Inbox: @unchecked Sendable {
     /// transfers under way were promised; give it back with ``keptPromise(_:)`` as the bytes
     /// are written and for what is left when the transfer ends.
     /// - Throws: ``PeerTransferError/noSpace(_:)`` when it does not fit, saying how much is
-    ///   free and promised; ``PeerTransferError/runtime(_:)`` when the free space cannot be read.
+    ///   needed and available for it (not what other transfers were promised);
+    ///   ``PeerTransferError/runtime(_:)`` when the free space cannot be read.
     func promise(_ bytes: UInt64) throws {
         try promised.withLock { promised in
             let free = try freeBytes()
@@ -83,7 +84,9 @@ final class Inbox: @unchecked Sendable {
     /// A descriptor for the folder `components` below the inbox (the caller closes it),
     /// created on the way when `create` is true; nil when it does not exist and `create` is false.
     /// - Throws: ``PeerTransferError/unsafePath(_:)`` when a component is a symlink or not a
-    ///   folder; ``PeerTransferError/runtime(_:)`` for other failures.
+    ///   folder; ``PeerTransferError/fileFailed(_:)`` when one cannot be opened or made for lack
+    ///   of permission (the files below it fail alone); ``PeerTransferError/noSpace(_:)``;
+    ///   ``PeerTransferError/runtime(_:)`` for other failures.
     func openDirectory(_ components: [String], create: Bool, mode: mode_t = 0o755) throws -> Int32? {
         var current = dup(root)
         guard current >= 0 else { throw PeerTransferError.runtime("dup: \(String(cString: strerror(errno)))") }
@@ -94,9 +97,13 @@ final class Inbox: @unchecked Sendable {
                     let failure = errno
                     let reason = String(cString: strerror(failure))
                     close(current)
-                    throw failure == ENOSPC || failure == EDQUOT
-                        ? PeerTransferError.noSpace("no space for the folder \(Self.shown(components.prefix(depth + 1)))")
-                        : PeerTransferError.runtime("cannot create \(Self.shown(components.prefix(depth + 1))): \(reason)")
+                    let shown = Self.shown(components.prefix(depth + 1))
+                    switch failure {
+                    case ENOSPC, EDQUOT: throw PeerTransferError.noSpace("no space for the folder \(shown)")
+                    case ENOTDIR: throw PeerTransferError.unsafePath("something in the way of the folder \(shown) is not a folder")
+                    case EACCES, EPERM: throw PeerTransferError.fileFailed("cannot create \(shown): \(reason)")
+                    default: throw PeerTransferError.runtime("cannot create \(shown): \(reason)")
+                    }
                 }
                 next = openat(current, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             }
@@ -108,6 +115,9 @@ final class Inbox: @unchecked Sendable {
                 case ENOENT where !create: return nil
                 case ELOOP, ENOTDIR:
                     throw PeerTransferError.unsafePath("\(where_) in the inbox is a symlink or not a folder; nothing is written through it")
+                case EACCES, EPERM:
+                    // This folder alone: the files below it fail, the others go on.
+                    throw PeerTransferError.fileFailed("cannot open \(where_): \(String(cString: strerror(failure)))")
                 default:
                     throw PeerTransferError.runtime("cannot open \(where_): \(String(cString: strerror(failure)))")
                 }
@@ -172,8 +182,16 @@ final class Inbox: @unchecked Sendable {
         guard fd >= 0 else {
             let failure = errno
             close(directory)
-            if failure == ELOOP {
-                throw PeerTransferError.unsafePath("\(Terminal.escape(path.description))\(TransferLimits.partSuffix) is a symlink; nothing is written through it")
+            let shown = "\(Terminal.escape(path.description))\(TransferLimits.partSuffix)"
+            switch failure {
+            case ELOOP:
+                throw PeerTransferError.unsafePath("\(shown) is a symlink; nothing is written through it")
+            case EISDIR, ENOTDIR, ENXIO:   // a folder, or a socket (ENXIO), where the part file goes
+                throw PeerTransferError.unsafePath("\(shown) is taken by something that is not a file")
+            case EACCES, EPERM, ETXTBSY, ENAMETOOLONG:
+                throw PeerTransferError.fileFailed("cannot open \(shown): \(String(cString: strerror(failure)))")
+            default:
+                break
             }
             throw PeerTransferError.runtime("cannot open \(Terminal.escape(path.description))\(TransferLimits.partSuffix): \(String(cString: strerror(failure)))")
         }
@@ -296,7 +314,9 @@ final class PartFile {
         // The tail of a large file goes to disk now; small files wait for the batch's syncfs,
         // which writes them together (one request each would cost more than it overlaps).
         if written >= Self.writeBackStep { startWriteBack() }
-        guard fchmod(fd, mode_t(mode & 0o777)) == 0 else { throw ioError("fchmod") }
+        // The sender's permission bits, but never writable by others than the owner (as a
+        // umask of 022 would make them): a file from the network is not for everyone to change.
+        guard fchmod(fd, mode_t(mode & 0o755)) == 0 else { throw ioError("fchmod") }
         // A time from the network: applied only when it is one a file system can hold (a
         // bogus one, NaN or 1e300, is left out rather than trapping in the conversion).
         if modified.isFinite, abs(modified) < 1e11 {

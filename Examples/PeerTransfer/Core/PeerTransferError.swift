@@ -46,8 +46,11 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
     /// True for ``unsafePath(_:)``: something about this path (or what was planted under it)
     /// keeps it from being stored; other paths are not concerned.
     public var isUnsafePath: Bool { code == .unsafePath }
-    /// True for ``fileFailed(_:)``: one file failed; the others are not concerned.
-    public var isFileLocal: Bool { code == .fileFailed }
+    /// True when the failure concerns one file only (``unsafePath(_:)``, or ``fileFailed(_:)``
+    /// for a file that cannot be opened or written where it goes): that file fails, and the
+    /// transfer goes on with the others. Anything else (no space, a broken connection, the
+    /// process out of descriptors) ends the transfer.
+    public var failsOneFileOnly: Bool { code == .unsafePath || code == .fileFailed }
 
     /// The tool's exit code: 2 usage, 3 peer not found, 5 declined, 6 trust, 1 anything else.
     public var exitCode: Int32 {
@@ -93,8 +96,8 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
 
 /// Making strings from the network safe to print.
 public enum Terminal {
-    /// `text` with control characters (C0, DEL, C1), bidirectional overrides and invalid
-    /// sequences replaced by visible escapes, and backslashes doubled (so an escape in the
+    /// `text` with control characters (C0, DEL, C1), bidirectional marks and overrides,
+    /// zero-width characters and line separators replaced by visible escapes, and backslashes doubled (so an escape in the
     /// output always stands for one character), so that a peer's name or path cannot move the
     /// cursor, recolour the terminal, reorder what is shown or pass for another name.
     public static func escape(_ text: String) -> String {
@@ -108,7 +111,10 @@ public enum Terminal {
                 // A backslash is doubled, so that a name holding "\x9b" as text never reads
                 // the same as one holding the character U+009B.
                 out += "\\\\"
-            case 0x200e, 0x200f, 0x202a...0x202e, 0x2066...0x2069:
+            case 0x061c, 0x200b, 0x200e, 0x200f, 0x2028, 0x2029, 0x202a...0x202e, 0x2066...0x2069, 0xfeff:
+                // Bidirectional marks and overrides, the zero-width space and byte-order mark, line or paragraph
+                // separators: invisible, or able to reorder or split what is shown (the zero-width
+                // joiners stay: Persian names and emoji need them).
                 out += String(format: "\\u{%04x}", scalar.value)
             default:
                 out.unicodeScalars.append(scalar)

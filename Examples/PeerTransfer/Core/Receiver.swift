@@ -125,7 +125,7 @@ struct Receiver {
                     }
                     watchdog.touch()
                     if frame.kind == .hello, let peer = try? frame.decode(Hello.self) {
-                        senderName = Terminal.escape(String(peer.name.prefix(100)))
+                        senderName = Terminal.escape(Self.shortened(peer.name, toBytes: 100))
                         if case .known = policy, !trusted(senderKey) {
                             let failure = PeerTransferError.trust("this receiver takes files only from known senders, and the key \(senderKey) is not trusted here (on the receiver: peerxfer trust \(senderKey))")
                             try await send(.message(.failure, Failure(code: failure.wireCode, message: failure.message)), on: pair)
@@ -180,7 +180,7 @@ struct Receiver {
                             throw error
                         }
                         sinks[index] = FileSink(file: file, continuing: hasher, size: manifest!.entries[index].size)
-                    } catch let error as PeerTransferError where error.isUnsafePath || error.isFileLocal {
+                    } catch let error as PeerTransferError where error.failsOneFileOnly {
                         // This file cannot be received (something planted where its part file
                         // or a folder of it goes, another transfer writing it): its bytes are
                         // read and dropped, and it fails alone when it ends; the other files go
@@ -295,6 +295,9 @@ struct Receiver {
         var needed: UInt64 = 0
         for index in chosen.sorted() {
             let entry = manifest.entries[index], path = paths[index]
+            // Every entry takes room of its own (an inode, a folder's block), whatever its size:
+            // counted so that many folders or empty files cannot fill the disk unpromised.
+            needed += Self.roomPerEntry
             guard entry.kind == .file else {
                 accepted.append(Answer.Entry(index: index, have: [], complete: false))
                 continue
@@ -318,5 +321,25 @@ struct Receiver {
         return .success((Answer(accepted: accepted,
                                 reason: declined > 0 ? "the receiver declined \(declined) of \(manifest.entries.count) entries" : nil),
                          needed))
+    }
+}
+
+extension Receiver {
+    /// The room promised for each accepted entry besides its bytes: one file-system block.
+    static let roomPerEntry: UInt64 = 4_096
+
+    /// `text` cut to at most `limit` bytes of UTF-8, at a character boundary (a name can be
+    /// one "character" of millions of combining marks, so characters are not the measure).
+    static func shortened(_ text: String, toBytes limit: Int) -> String {
+        guard text.utf8.count > limit else { return text }
+        var out = ""
+        var used = 0
+        for scalar in text.unicodeScalars {
+            let size = String(scalar).utf8.count
+            guard used + size <= limit else { break }
+            out.unicodeScalars.append(scalar)
+            used += size
+        }
+        return out
     }
 }

@@ -24,7 +24,7 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
         // Stored, a direction override makes "invoice<U+202E>fdp.exe" show as "invoiceexe.pdf" in a
         // file manager: a name that lies about its type.
         guard !text.unicodeScalars.contains(where: { Self.directionControls.contains($0.value) }) else {
-            throw refuse("contains a bidirectional control character, which can disguise a file's name")
+            throw refuse("contains a bidirectional control or invisible character, which can disguise a file's name")
         }
         let parts = text.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
         guard parts.count <= TransferLimits.maximumDepth else {
@@ -44,8 +44,12 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Unicode's bidirectional marks, embeddings, overrides and isolates.
+    /// Bidirectional marks and overrides, and the invisible characters that can make a name pass
+    /// for another or split a line (zero-width space, byte-order mark, line and paragraph
+    /// separators); the zero-width joiners stay (Persian names and emoji need them).
     private static let directionControls: Set<UInt32> = [0x061c, 0x200e, 0x200f, 0x202a, 0x202b, 0x202c, 0x202d, 0x202e,
-                                                         0x2066, 0x2067, 0x2068, 0x2069]
+                                                         0x2066, 0x2067, 0x2068, 0x2069,
+                                                         0x200b, 0xfeff, 0x2028, 0x2029]
 
     public var description: String { components.joined(separator: "/") }
 

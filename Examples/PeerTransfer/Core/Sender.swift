@@ -101,9 +101,9 @@ public struct Sender: Sendable {
         let pair: BoundStreamPair
         do {
             pair = try await service.connect(tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout)
-        } catch let error as SocketStreamError where error.tlsError != nil {
-            let failure = error.tlsError!
-            if let presented = failure.presentedFingerprint {
+        } catch let error as SocketStreamError where error.code == .tls {
+            let failure = error.tlsError.map { "\($0)" } ?? "\(error)"
+            if let presented = error.tlsError?.presentedFingerprint {
                 throw PeerTransferError.trust("the receiver \"\(Terminal.escape(name))\" presented a certificate (\(presented)) whose key is not the one it advertises (\(key)); refused before sending anything")
             }
             throw PeerTransferError.trust("TLS with \"\(Terminal.escape(name))\" failed: \(failure)")

@@ -82,12 +82,26 @@ func requireDiscoveryDaemon() async throws {
 
 /// A line on standard error.
 func printError(_ line: String) {
-    FileHandle.standardError.write(Data((line + "\n").utf8))
+    writeAll(line + "\n", to: 2)
 }
 
 /// A line on standard output, flushed (scripts and tests read it as it comes).
 func printLine(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    writeAll(line + "\n", to: 1)
+}
+
+/// Writes all of `text` to `fd`, going on after interrupted and partial writes. An error (a
+/// reader that went away, a closed descriptor) ends the write quietly: there is nowhere left to
+/// say so, and a broken stderr must not stop a daemon (`FileHandle.write` would trap).
+func writeAll(_ text: String, to fd: Int32) {
+    let bytes = Array(text.utf8)
+    var offset = 0
+    while offset < bytes.count {
+        let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+        if n > 0 { offset += n; continue }
+        if n < 0 && errno == EINTR { continue }
+        return
+    }
 }
 
 /// One JSON object on a line of standard output, keys sorted (see `JSONLine`).

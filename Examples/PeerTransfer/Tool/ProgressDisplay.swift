@@ -83,7 +83,7 @@ final class ProgressDisplay: Sendable {
             if json {
                 printJSON(["event": "progress", "sent": sent, "total": total])
             } else {
-                FileHandle.standardError.write(Data(("\r\u{1b}[K" + line).utf8))
+                writeAll(("\r\u{1b}[K" + line), to: 2)
                 state.withLock { $0.lineShown = true }
             }
         case .fileVerified(_, let path, let storedAs):
@@ -119,7 +119,7 @@ final class ProgressDisplay: Sendable {
             defer { state.lineShown = false }
             return state.lineShown
         }
-        if shown { FileHandle.standardError.write(Data("\r\u{1b}[K".utf8)) }
+        if shown { writeAll("\r\u{1b}[K", to: 2) }
     }
 
     private static func line(_ state: State) -> String {

@@ -13,7 +13,7 @@ struct Serve: AsyncParsableCommand {
         discussion: """
             Runs in the foreground until SIGINT or SIGTERM, then withdraws the service and lets transfers in progress stop (their part files stay and the senders resume them). For systemd, see Examples/PeerTransfer/peerxfer.service.
 
-            --accept ask puts each offer to the person at this terminal (y/N, 120 s), or, with --hook, to a command: it runs under `sh -c` with PEERXFER_SENDER, PEERXFER_KEY, PEERXFER_TRUSTED (yes/no), PEERXFER_FILES and PEERXFER_BYTES set and the offered paths on its standard input, one per line (escaped as they would be shown); exit status 0 accepts the offer (only the paths it prints on its standard output, one per line, when it prints any), anything else declines it. With neither a terminal nor a hook, offers are declined.
+            --accept ask puts each offer to the person at this terminal (y/N, 120 s), or, with --hook, to a command: it runs under `sh -c` with PEERXFER_SENDER, PEERXFER_KEY, PEERXFER_TRUSTED (yes/no), PEERXFER_FILES and PEERXFER_BYTES set and the offered paths on its standard input, one per line (escaped as they would be shown); exit status 0 accepts the offer (only the paths it prints on its standard output, one per line, when it prints any), anything else declines it. The hook has 120 s, in a process group of its own; once it exits, anything it left running in that group is killed. With neither a terminal nor a hook, offers are declined.
             """
     )
 
@@ -110,65 +110,48 @@ struct OfferJudge: Sendable {
             return []
         }
         let question = "Accept \(offer.manifest.fileCount) files (\(size)) from \(offer.senderName) [key \(offer.senderKey.prefix(16))…\(offer.senderTrusted ? ", trusted" : "")]? [y/N] "
-        FileHandle.standardError.write(Data(question.utf8))
-        let answer = await Task.detached { () -> String? in
-            var poller = pollfd(fd: 0, events: Int16(POLLIN), revents: 0)
-            guard poll(&poller, 1, 120_000) == 1 else { return nil }
-            return readLine()
-        }.value
+        writeAll(question, to: 2)
+        // Waited for on a thread of its own: the shared pool of async threads keeps serving
+        // other peers meanwhile.
+        let answer = await withCheckedContinuation { (continuation: CheckedContinuation<String?, Never>) in
+            Thread.detachNewThread {
+                var poller = pollfd(fd: 0, events: Int16(POLLIN), revents: 0)
+                continuation.resume(returning: poll(&poller, 1, 120_000) == 1 ? readLine() : nil)
+            }
+        }
         return answer?.lowercased().hasPrefix("y") == true ? all : []
     }
 
     /// The entries the hook accepts: all when it exits 0 printing nothing, those whose paths
     /// it prints when it exits 0 printing some, none otherwise (or after 120 s).
     private func runHook(_ command: String, offer: IncomingOffer) async -> Set<Int> {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", command]
         var environment = ProcessInfo.processInfo.environment
         environment["PEERXFER_SENDER"] = offer.senderName
         environment["PEERXFER_KEY"] = offer.senderKey
         environment["PEERXFER_TRUSTED"] = offer.senderTrusted ? "yes" : "no"
         environment["PEERXFER_FILES"] = "\(offer.manifest.fileCount)"
         environment["PEERXFER_BYTES"] = "\(offer.manifest.totalBytes)"
-        process.environment = environment
-        let input = Pipe(), output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        do {
-            try process.run()
-        } catch {
-            logger.error("the accept hook could not start: \(error)")
-            return []
-        }
-        let printed = Task.detached { output.fileHandleForReading.readDataToEndOfFile() }
         let listing = offer.manifest.entries.map { Terminal.escape($0.path) }.joined(separator: "\n") + "\n"
-        // Written off this task: a hook that does not read its input must not block the daemon
-        // (and one that exits early only makes this write fail with EPIPE).
-        let writing = Task.detached {
-            try? input.fileHandleForWriting.write(contentsOf: Data(listing.utf8))
-            try? input.fileHandleForWriting.close()
-        }
-        let pid = process.processIdentifier
-        let killer = Task {
-            try await Task.sleep(for: .seconds(120))
-            kill(pid, SIGKILL)
-        }
-        let status = await Task.detached { process.waitUntilExit(); return process.terminationStatus }.value
-        killer.cancel()
-        await writing.value
-        let lines = Set(String(decoding: await printed.value.prefix(16 << 20), as: UTF8.self)
-            .split(separator: "\n").map(String.init).filter { !$0.isEmpty })
-        guard status == 0 && process.terminationReason == .exit else {
-            logger.info("the accept hook declined the offer from \(offer.senderName) (status \(status))")
+        let outcome = await HookRunner.run(command, environment: environment, input: Data(listing.utf8), limit: Self.hookLimit)
+        if let failure = outcome.failure {
+            logger.error("the accept hook could not start: \(failure)")
             return []
         }
+        guard outcome.status == 0 else {
+            let how = outcome.status.map { "status \($0)" } ?? "killed, or out of its \(Int(Self.hookLimit)) s"
+            logger.info("the accept hook declined the offer from \(offer.senderName) (\(how))")
+            return []
+        }
+        let lines = Set(String(decoding: outcome.printed, as: UTF8.self).split(separator: "\n").map(String.init).filter { !$0.isEmpty })
         let entries = offer.manifest.entries
         let chosen = lines.isEmpty ? Set(entries.indices)
                                    : Set(entries.indices.filter { lines.contains(Terminal.escape(entries[$0].path)) })
         logger.info("the accept hook accepted \(chosen.count) of \(entries.count) entries from \(offer.senderName)")
         return chosen
     }
+
+    /// Seconds a hook has to decide.
+    static let hookLimit: TimeInterval = 120
 }
 
 /// A turn at the terminal: one question at a time.

@@ -73,6 +73,7 @@ final class ResolveOperation: QueueOperation, @unchecked Sendable {
         next.txtRecord = txt
         if let address, !next.addresses.contains(address) { next.addresses.append(address) }
         guard next != result else { return }
+        SalutLogging.logger.debug("resolved \"\(service.name)\" \(service.type): \(host) port \(port), \(next.addresses.count) address(es)\(address.map { ", new: \($0)" } ?? "")")
         result = next
         deliver(next)
     }

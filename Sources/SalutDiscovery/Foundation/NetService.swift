@@ -190,7 +190,7 @@ open class NetService: NSObject, @unchecked Sendable {
                 listener.accept { [weak self] connection in
                     guard let self else { return }
                     let streams = connection.streams
-                    self.call { $0.netService(self, didAcceptConnectionWith: streams.input, outputStream: streams.output) }
+                    self.call { $1.netService($0, didAcceptConnectionWith: streams.input, outputStream: streams.output) }
                 }
             } catch {
                 return report(.listenFailed("\(error)"), publishing: true)
@@ -219,7 +219,7 @@ open class NetService: NSObject, @unchecked Sendable {
             self?.registrationEvent(event)
         }
         state.withLock { $0.registration = operation; $0.publishedName = nil }
-        call { $0.netServiceWillPublish(self) }
+        call { $1.netServiceWillPublish($0) }
         operation.start()
     }
 
@@ -232,7 +232,7 @@ open class NetService: NSObject, @unchecked Sendable {
                 state.name = final
                 return true
             }
-            if isNew { call { $0.netServiceDidPublish(self) } }
+            if isNew { call { $1.netServiceDidPublish($0) } }
         case .failed(let error):
             let listener = state.withLock { state -> StreamListener? in
                 defer { state.registration = nil; state.listener = nil }
@@ -277,7 +277,7 @@ open class NetService: NSObject, @unchecked Sendable {
             state.resolveGeneration += 1
             return state.resolveGeneration
         }
-        call { $0.netServiceWillResolve(self) }
+        call { $1.netServiceWillResolve($0) }
         operation.start()
         context.queue.asyncAfter(deadline: .now() + (timeout.isNaN ? 5 : min(max(0, timeout), 1e9))) { [weak self] in
             self?.resolveTimedOut(generation)
@@ -293,7 +293,7 @@ open class NetService: NSObject, @unchecked Sendable {
             state.txtData = result.txtRecord.data
             return true
         }
-        if active { call { $0.netServiceDidResolveAddress(self) } }
+        if active { call { $1.netServiceDidResolveAddress($0) } }
     }
 
     private func resolveTimedOut(_ generation: Int) {
@@ -304,7 +304,7 @@ open class NetService: NSObject, @unchecked Sendable {
         }
         guard let operation else { return }
         operation.stop()
-        if found { call { $0.netServiceDidStop(self) } } else { report(.timedOut, publishing: false) }
+        if found { call { $1.netServiceDidStop($0) } } else { report(.timedOut, publishing: false) }
     }
 
     // MARK: Stopping
@@ -320,7 +320,7 @@ open class NetService: NSObject, @unchecked Sendable {
         listener?.stop()
         registration?.stop()
         resolver?.stop()
-        if registration != nil || resolver != nil { call { $0.netServiceDidStop(self) } }
+        if registration != nil || resolver != nil { call { $1.netServiceDidStop($0) } }
     }
 
     // MARK: TXT records
@@ -335,7 +335,7 @@ open class NetService: NSObject, @unchecked Sendable {
             guard let self else { return }
             let data = record.data
             self.state.withLock { $0.txtData = data }
-            self.call { $0.netService(self, didUpdateTXTRecord: data) }
+            self.call { $1.netService($0, didUpdateTXTRecord: data) }
         }
         state.withLock { $0.monitor = operation }
         operation.start()
@@ -454,11 +454,14 @@ open class NetService: NSObject, @unchecked Sendable {
     // MARK: Delegate plumbing
 
     /// Calls the delegate on the scheduled run loop (reading it there, as Apple does), unless
-    /// `getInputStream` has been called since.
-    func call(_ body: @escaping @Sendable (any NetServiceDelegate) -> Void) {
-        scheduler.deliver { [self] in
+    /// `getInputStream` has been called since. The call waiting holds the service weakly (a
+    /// service removed from its run loop and let go must not be kept by its own queued calls);
+    /// `body` gets it back with the delegate.
+    func call(_ body: @escaping @Sendable (NetService, any NetServiceDelegate) -> Void) {
+        scheduler.deliver { [weak self] in
+            guard let self else { return }
             let (delegate, ended) = state.withLock { ($0.delegate, $0.delegateCallsEnded) }
-            if !ended, let delegate { body(delegate) }
+            if !ended, let delegate { body(self, delegate) }
         }
     }
 
@@ -466,9 +469,9 @@ open class NetService: NSObject, @unchecked Sendable {
         state.withLock { $0.lastError = error }
         let info = error.errorDictionary
         if publishing {
-            call { $0.netService(self, didNotPublish: info) }
+            call { $1.netService($0, didNotPublish: info) }
         } else {
-            call { $0.netService(self, didNotResolve: info) }
+            call { $1.netService($0, didNotResolve: info) }
         }
     }
 }

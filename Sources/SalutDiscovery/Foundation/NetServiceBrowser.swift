@@ -94,7 +94,7 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
         }
         guard let operation else { return }
         operation.stop()
-        call { $0.netServiceBrowserDidStopSearch(self) }
+        call { $1.netServiceBrowserDidStopSearch($0) }
     }
 
     // MARK: Private
@@ -105,9 +105,9 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
             self?.handle(event, target: target)
         }
         state.withLock { $0.operation = operation }
-        call { $0.netServiceBrowserWillSearch(self) }
+        call { $1.netServiceBrowserWillSearch($0) }
         if case .domains = target {
-            call { $0.netServiceBrowser(self, didFindDomain: "local.", moreComing: false) }
+            call { $1.netServiceBrowser($0, didFindDomain: "local.", moreComing: false) }
         }
         operation.start()
     }
@@ -137,9 +137,9 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
             for (index, entry) in calls.enumerated() {
                 let more = index < calls.count - 1
                 if entry.found {
-                    call { $0.netServiceBrowser(self, didFind: entry.service, moreComing: more) }
+                    call { $1.netServiceBrowser($0, didFind: entry.service, moreComing: more) }
                 } else {
-                    call { $0.netServiceBrowser(self, didRemove: entry.service, moreComing: more) }
+                    call { $1.netServiceBrowser($0, didRemove: entry.service, moreComing: more) }
                 }
             }
         }
@@ -155,9 +155,9 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
         for (index, (found, name)) in names.enumerated() {
             let more = index < names.count - 1
             if found {
-                call { $0.netServiceBrowser(self, didFindDomain: name, moreComing: more) }
+                call { $1.netServiceBrowser($0, didFindDomain: name, moreComing: more) }
             } else {
-                call { $0.netServiceBrowser(self, didRemoveDomain: name, moreComing: more) }
+                call { $1.netServiceBrowser($0, didRemoveDomain: name, moreComing: more) }
             }
         }
     }
@@ -175,12 +175,15 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
 
     private func notSearch(_ error: DiscoveryError) {
         let info = error.errorDictionary
-        call { $0.netServiceBrowser(self, didNotSearch: info) }
+        call { $1.netServiceBrowser($0, didNotSearch: info) }
     }
 
-    private func call(_ body: @escaping @Sendable (any NetServiceBrowserDelegate) -> Void) {
-        scheduler.deliver { [self] in
-            if let delegate = self.delegate { body(delegate) }
+    /// Calls the delegate on the scheduled run loop; the call waiting holds the browser weakly
+    /// and hands it to `body` with the delegate.
+    private func call(_ body: @escaping @Sendable (NetServiceBrowser, any NetServiceBrowserDelegate) -> Void) {
+        scheduler.deliver { [weak self] in
+            guard let self, let delegate = self.delegate else { return }
+            body(self, delegate)
         }
     }
 }

@@ -70,9 +70,9 @@ final class StreamEvents: @unchecked Sendable {
         refresh()
     }
 
-    /// The client read or wrote: the matching event may be posted again.
+    /// The client read or wrote: the matching event may be posted again (also when the client
+    /// did so while the stream was scheduled nowhere: scheduled again, it hears of what is due).
     func consumed(_ event: Stream.Event) {
-        guard scheduler.isScheduled else { return }
         lock.lock(); waitingForClient.remove(event.rawValue); lock.unlock()
     }
 
@@ -105,24 +105,46 @@ struct UncheckedStream: @unchecked Sendable {
 /// Why a bound-pair stream operation failed.
 ///
 /// A struct rather than an enum, so that new kinds can be added in a minor release: compare it
-/// with the static members (`error == .readerClosed`).
+/// with the static members (`error == .readerClosed`) or its ``code``.
 public struct StreamFailure: Error, Sendable, Hashable, CustomStringConvertible {
-    private enum Kind: Hashable, Sendable {
+    /// The kind of a ``StreamFailure``. Compare it with the static members; new kinds may be
+    /// added in minor releases.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private let name: String
+        private init(_ name: String) { self.name = name }
+        /// The code's name, as written in Swift (for example `readerClosed`).
+        public var description: String { name }
+
+        /// The reading end was closed.
+        public static let readerClosed = Code("readerClosed")
+        /// The stream is not open.
+        public static let notOpen = Code("notOpen")
+    }
+
+    private enum Details: Hashable, Sendable {
         case readerClosed
         case notOpen
     }
 
-    private let kind: Kind
-    private init(_ kind: Kind) { self.kind = kind }
+    private let details: Details
+    private init(_ details: Details) { self.details = details }
 
     /// The reading end was closed, so nothing written can be delivered.
     public static let readerClosed = StreamFailure(.readerClosed)
     /// The stream is not open (never opened, or already closed).
     public static let notOpen = StreamFailure(.notOpen)
 
+    /// The kind of failure.
+    public var code: Code {
+        switch details {
+        case .readerClosed: .readerClosed
+        case .notOpen: .notOpen
+        }
+    }
+
     /// A one-line message for people.
     public var description: String {
-        switch kind {
+        switch details {
         case .readerClosed: return "the reading end of the stream pair was closed"
         case .notOpen: return "the stream is not open"
         }

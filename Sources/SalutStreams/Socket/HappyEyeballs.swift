@@ -127,6 +127,7 @@ final class HappyEyeballs: @unchecked Sendable {
     }
 
     private func begin(_ id: ID, _ address: SocketAddress) -> [HappyEyeballsStateMachine.Action] {
+        SalutLogging.logger.trace("connecting to \(address)")
         let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else {
             return machine.attemptFailed(id, .system(call: "socket", errno: errno, message: String(cString: strerror(errno))))

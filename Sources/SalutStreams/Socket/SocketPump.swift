@@ -404,18 +404,19 @@ final class SocketPump: @unchecked Sendable {
         let trust = tls.peerTrust()
         pendingTrust = trust
         let failure = trust.policyFailure ?? .rejectedByEvaluator
+        let peer = details.remoteAddress.map { "\($0)" } ?? "?"
         guard let evaluator = setup.evaluator else {
             if let refusal = trust.policyFailure {
-                SalutLogging.logger.notice("TLS peer \(details.remoteAddress.map { "\($0)" } ?? "?") refused (key SHA-256 \(trust.publicKeySHA256)): \(refusal)")
+                SalutLogging.logger.notice("TLS peer \(peer) refused (key SHA-256 \(trust.publicKeySHA256)): \(refusal)")
             } else {
-                SalutLogging.logger.debug("TLS peer \(details.remoteAddress.map { "\($0)" } ?? "?") trusted (key SHA-256 \(trust.publicKeySHA256), \(trust.protocolVersion))")
+                SalutLogging.logger.debug("TLS peer \(peer) trusted (key SHA-256 \(trust.publicKeySHA256), \(trust.protocolVersion))")
             }
             return machine.trustDecided(accepted: trust.policyFailure == nil, failure: failure)
         }
         evaluator(trust) { [weak self] accepted in
             guard let self else { return }
             if !accepted {
-                SalutLogging.logger.notice("TLS peer (key SHA-256 \(trust.publicKeySHA256)) refused by the trust evaluator")
+                SalutLogging.logger.notice("TLS peer \(peer) (key SHA-256 \(trust.publicKeySHA256)) refused by the trust evaluator")
             }
             self.queue.async { self.handle { $0.trustDecided(accepted: accepted, failure: failure) } }
         }
