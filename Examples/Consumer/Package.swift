@@ -1,7 +1,7 @@
 // swift-tools-version:6.0
 // A package that uses Salut the way an application does: from outside, through its products.
-// Here it depends on Salut by path (this repository); a real application names Salut's
-// repository URL and a version instead, and nothing else changes.
+// It depends on Salut by path (this repository): no release is tagged yet. Once one is, the
+// repository's URL and a version replace the path, and nothing else changes (see README.md).
 import PackageDescription
 
 let package = Package(

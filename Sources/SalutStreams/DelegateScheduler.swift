@@ -17,7 +17,7 @@ import Synchronization
 /// the object from the run loop (or closing a stream, see ``removeFromAll()``) detaches it, and
 /// `run()` returns once nothing else keeps the loop. Not a `Timer`: swift-corelibs-foundation
 /// leaks each block-based timer. An object removed from every run loop delivers nothing, as
-/// Apple documents.
+/// Apple documents, until it is scheduled again: then the calls that were waiting arrive.
 package final class DelegateScheduler: @unchecked Sendable {
     // @unchecked: `loops`, `queue`, `pending`, `generation`, `draining` and `callUnderWay` are only touched
     // while `lock` is held; run loops are only used through CoreFoundation calls that are safe

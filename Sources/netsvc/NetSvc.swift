@@ -27,6 +27,7 @@ struct NetSvc: AsyncParsableCommand {
               netsvc lookup myhost.local --ipv4
               netsvc domains
             """,
+        version: "0.1.0",   // the package's version (CHANGELOG.md)
         subcommands: [Browse.self, Publish.self, Resolve.self, Lookup.self, Connect.self, Monitor.self, Domains.self]
     )
 

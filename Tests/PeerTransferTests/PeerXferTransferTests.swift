@@ -301,6 +301,9 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(try lab.run(["serve", "--port", "70000"]).status, 2)
         XCTAssertEqual(try lab.run(["serve", "--accept", "maybe"]).status, 2)
         XCTAssertEqual(try lab.run(["no-such-command"]).status, 2)
+        let (versionStatus, version) = try lab.run(["--version"])
+        XCTAssertEqual(versionStatus, 0, version)
+        XCTAssertEqual(version.trimmingCharacters(in: .whitespacesAndNewlines), "0.1.0")
     }
 
     func testSendsQueuedBeforeAnyDaemonRanAreListedAndCancellable() throws {

@@ -20,6 +20,9 @@ final class NetsvcTests: XCTestCase {
         }
         let (_, top) = try run(["--help"])
         XCTAssertTrue(top.contains("Exit codes"), top)
+        let (versionCode, version) = try run(["--version"])
+        XCTAssertEqual(versionCode, 0, version)
+        XCTAssertEqual(version.trimmingCharacters(in: .whitespacesAndNewlines), "0.1.0")
     }
 
     func testUsageErrorsExit2() throws {

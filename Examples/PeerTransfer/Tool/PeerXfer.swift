@@ -28,6 +28,7 @@ struct PeerXfer: AsyncParsableCommand {
               peerxfer trust Kitchen
               peerxfer status --follow
             """,
+        version: "0.1.0",   // the package's version (CHANGELOG.md)
         subcommands: [Serve.self, Send.self, Peers.self, Status.self, Cancel.self, Trust.self, Untrust.self, Identity.self]
     )
 

@@ -28,6 +28,7 @@ final class HelloPeersTests: XCTestCase {
     /// README's error example, compiled here so that it stays true (not run: it publishes).
     func readmeErrorExample() async {
         do {
+            _ = try await DiscoveryContext.shared.daemonInfo(timeout: 3)   // no daemon: .daemonUnavailable now
             let ad = try await ServiceAdvertisement.publish(name: "Kitchen", type: "_demo._tcp", port: 7777,
                                                             allowRename: false)
             print("published as", ad.name)
