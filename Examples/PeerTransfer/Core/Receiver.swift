@@ -290,7 +290,29 @@ struct Receiver {
         }
         chosen = chosen.filter { manifest.entries.indices.contains($0) }
         if chosen.isEmpty { return .success((Answer(accepted: [], reason: "the receiver declined the transfer"), 0)) }
-        // A folder is needed by every accepted entry below it.
+        // What the inbox already holds is found by hashing files (earlier transfers' results and
+        // part files, up to the whole offer's size): on a thread of its own, so that the shared
+        // pool of async threads goes on serving other peers meanwhile.
+        let (accepted, needed) = await Self.onThreadOfItsOwn { [inbox, chosen] () -> ([Answer.Entry], UInt64) in
+            Self.whatIsHeld(manifest, paths, chosen: chosen, inbox: inbox)
+        }
+        do {
+            try inbox.promise(needed)
+        } catch let error as PeerTransferError {
+            return .failure(error)
+        } catch {
+            return .failure(.runtime("\(error)"))
+        }
+        let declined = manifest.entries.count - accepted.count
+        return .success((Answer(accepted: accepted,
+                                reason: declined > 0 ? "the receiver declined \(declined) of \(manifest.entries.count) entries" : nil),
+                         needed))
+    }
+
+    /// The answer's entries for the `chosen` ones (with what the inbox already holds of each)
+    /// and the bytes still to come. Blocking: it hashes files.
+    private static func whatIsHeld(_ manifest: Manifest, _ paths: [RelativePath], chosen: Set<Int>,
+                                   inbox: Inbox) -> ([Answer.Entry], UInt64) {
         var accepted: [Answer.Entry] = []
         var needed: UInt64 = 0
         for index in chosen.sorted() {
@@ -310,17 +332,14 @@ struct Receiver {
             needed += entry.size - min(entry.size, UInt64(have.count) * UInt64(manifest.chunkSize))
             accepted.append(Answer.Entry(index: index, have: have.map(\.hex), complete: false))
         }
-        do {
-            try inbox.promise(needed)
-        } catch let error as PeerTransferError {
-            return .failure(error)
-        } catch {
-            return .failure(.runtime("\(error)"))
+        return (accepted, needed)
+    }
+
+    /// Runs blocking `work` on a thread of its own and returns its result.
+    static func onThreadOfItsOwn<T: Sendable>(_ work: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: work()) }
         }
-        let declined = manifest.entries.count - accepted.count
-        return .success((Answer(accepted: accepted,
-                                reason: declined > 0 ? "the receiver declined \(declined) of \(manifest.entries.count) entries" : nil),
-                         needed))
     }
 }
 
