@@ -8,7 +8,7 @@ connection within --wait seconds.
 
     peerxfer_hostile.py MODE PORT --cert C --key K [--wait S]
 
-Modes: traversal, absolute, nul, control, symlink (path "link/evil.txt"), huge-frame, garbage,
+Modes: traversal, absolute, nul, control, symlink (path "link/evil.txt"), huge-frame, garbage, trickle,
 bad-chunk, version, flood (a chunk for a file announced as 1 byte, 1 MiB long), silent.
 """
 import argparse
@@ -141,6 +141,24 @@ def main():
         tls.sendall(chunk(0, 0, big[:CHUNK_SIZE]) + chunk(1, 0, big[:CHUNK_SIZE]))
     elif mode == "silent":
         pass
+    elif mode == "trickle":
+        # A 64 MiB offer, then one chunk a second: alive, but far too slow to ever finish.
+        size = 64 * CHUNK_SIZE
+        data = b"z" * size
+        tls.sendall(hello() + manifest(entry("slow.bin", data)))
+        frames, closed = read_frames(tls, 5)
+        offset = 0
+        deadline = time.monotonic() + args.wait
+        while not closed and offset < size and time.monotonic() < deadline:
+            try:
+                tls.sendall(chunk(0, offset, data[offset:offset + CHUNK_SIZE]))
+            except (ssl.SSLError, OSError):
+                break
+            offset += CHUNK_SIZE
+            more, closed = read_frames(tls, 1)
+            frames += more
+        print(json.dumps({"frames": frames, "closed": closed}), flush=True)
+        return
     else:
         sys.exit("unknown mode " + mode)
     frames, closed = read_frames(tls, args.wait)

@@ -93,4 +93,20 @@ final class PeerXferHostileTests: XCTestCase {
         XCTAssertEqual(status, 0, output)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/good.txt"), inbox + "/good.txt"))
     }
+
+    func testASenderThatTricklesIsCutOnceItFallsBehindTheMinimumRate() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Pace")
+        // 4 MB/s after 1 s: a 64 MiB offer must be done within about 18 s; one chunk a second
+        // (1 MiB/s) is far behind.
+        let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"),
+                                   extra: ["--minimum-rate", "4000000", "--slow-grace", "1"])
+        let port = daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        let certificate = try TestCertificate.make()
+        let outcome = try attack("trickle", port: port, certificate: certificate, wait: 60)
+        XCTAssertEqual(outcome.failureCodes, ["limit"], outcome.raw)
+        XCTAssertTrue(outcome.messages.contains { $0.contains("too slow") }, "\(outcome.messages)")
+        XCTAssertTrue(outcome.closed, "the receiver must close the connection: \(outcome.raw)")
+        XCTAssertEqual(try lab.run(["serve", "--slow-grace=-5"]).status, 2)
+    }
 }

@@ -52,6 +52,8 @@ struct Receiver {
     let logger: Logger
     /// How long the sender may make no progress before the connection is dropped.
     var idleBound: Duration = .seconds(60)
+    /// How slowly an accepted transfer may go before it is cut.
+    var pace = TransferPace()
 
     /// Runs the exchange to its end; never throws (failures are sent to the peer, logged and
     /// reported as events).
@@ -67,6 +69,8 @@ struct Receiver {
         var senderKey = ""
         var senderName = "?"
         var received: UInt64 = 0
+        // Once the offer is answered: when the transfer must be done (see `pace`).
+        var finishBy: ContinuousClock.Instant?
         // Free space promised to this transfer and not yet written; given back at the end.
         var promised: UInt64 = 0
         defer { inbox.keptPromise(promised) }
@@ -124,6 +128,7 @@ struct Receiver {
                         break loop
                     }
                     watchdog.touch()
+                    if let finishBy, ContinuousClock.now > finishBy { throw PeerTransferError.limit(pace.refusal) }
                     if frame.kind == .hello, let peer = try? frame.decode(Hello.self) {
                         senderName = Terminal.escape(Self.shortened(peer.name, toBytes: 100))
                         if case .known = policy, !trusted(senderKey) {
@@ -155,6 +160,7 @@ struct Receiver {
                     switch decision {
                     case .success(let decided):
                         promised = decided.promised
+                        finishBy = pace.deadline(for: decided.promised, from: .now)
                         pending += machine.decided(decided.answer)
                     case .failure(let error):
                         pending += machine.refused(error)

@@ -11,6 +11,7 @@ public final class ReceiverService: Sendable {
     private let advertisement: ServiceAdvertisement
     private let inbox: Inbox
     private let policy: AcceptPolicy
+    private let pace: TransferPace
     private let hello: Hello
     private let configuration: PeerConfiguration
     private let logger: Logger
@@ -30,7 +31,7 @@ public final class ReceiverService: Sendable {
     /// - Throws: ``PeerTransferError/runtime(_:)`` when the inbox cannot be opened or the
     ///   service cannot be published (no avahi-daemon, port taken).
     public static func start(name: String, inbox inboxPath: String, configuration: PeerConfiguration,
-                             policy: AcceptPolicy, port: Int = 0, logger: Logger,
+                             policy: AcceptPolicy, port: Int = 0, pace: TransferPace = TransferPace(), logger: Logger,
                              events: @escaping @Sendable (ReceiveEvent) -> Void = { _ in }) async throws -> ReceiverService {
         let inbox = try Inbox(path: inboxPath)
         var tls = TLSConfiguration.server(certificateChainFile: configuration.identity.certificateFile,
@@ -56,12 +57,14 @@ public final class ReceiverService: Sendable {
         }
         let hello = Hello(protocolVersion: TransferLimits.protocolVersion, device: configuration.deviceID, name: advertisement.name)
         return ReceiverService(advertisement: advertisement, inbox: inbox, policy: policy, hello: hello,
-                               configuration: configuration, logger: logger, events: events)
+                               configuration: configuration, pace: pace, logger: logger, events: events)
     }
 
     private init(advertisement: ServiceAdvertisement, inbox: Inbox, policy: AcceptPolicy, hello: Hello,
-                 configuration: PeerConfiguration, logger: Logger, events: @escaping @Sendable (ReceiveEvent) -> Void) {
+                 configuration: PeerConfiguration, pace: TransferPace, logger: Logger,
+                 events: @escaping @Sendable (ReceiveEvent) -> Void) {
         self.advertisement = advertisement
+        self.pace = pace
         self.inbox = inbox
         self.policy = policy
         self.hello = hello
@@ -99,8 +102,9 @@ public final class ReceiverService: Sendable {
                     continue
                 }
                 let id = nextID.withLock { $0 += 1; return $0 }
-                let receiver = Receiver(id: id, inbox: inbox, policy: policy, hello: hello, trusted: trusted,
+                var receiver = Receiver(id: id, inbox: inbox, policy: policy, hello: hello, trusted: trusted,
                                         events: events, logger: logger)
+                receiver.pace = pace
                 group.addTask { [self] in
                     await receiver.run(connection.streams)
                     active.withLock { $0 -= 1 }

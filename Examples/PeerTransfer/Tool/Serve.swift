@@ -36,6 +36,14 @@ struct Serve: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The TCP port to listen on (0: one the system picks).", valueName: "port"))
     var port: Int = 0
 
+    @Option(name: .customLong("minimum-rate"),
+            help: ArgumentHelp("Cut an accepted transfer that averages fewer bytes per second than this, counted after its first 120 s (0: never). Default 65536: far below any LAN, far above a sender that trickles data to hold its place.",
+                               valueName: "bytes"))
+    var minimumRate: UInt64 = 65_536
+
+    @Option(name: .customLong("slow-grace"), help: ArgumentHelp("Seconds before --minimum-rate counts.", visibility: .hidden))
+    var slowGrace: Double = 120
+
     enum AcceptMode: String, ExpressibleByArgument, CaseIterable {
         case ask, known, all
     }
@@ -44,6 +52,7 @@ struct Serve: AsyncParsableCommand {
         guard (0...65_535).contains(port) else { throw ValidationError("--port must be 0…65535, not \(port)") }
         guard !name.isEmpty, name.utf8.count <= 63 else { throw ValidationError("--name must be 1 to 63 bytes") }
         if hook != nil && accept != .ask { throw ValidationError("--hook applies only to --accept ask") }
+        guard slowGrace.isFinite, slowGrace >= 0, slowGrace <= 86_400 else { throw ValidationError("--slow-grace must be 0…86400 seconds") }
     }
 
     func run() async throws {
@@ -60,7 +69,8 @@ struct Serve: AsyncParsableCommand {
         }
         let status = StatusBook(file: configuration.statusFile)
         let service = try await ReceiverService.start(name: name, inbox: inbox, configuration: configuration, policy: policy,
-                                                      port: port, logger: logger, events: { status.record($0) })
+                                                      port: port, pace: TransferPace(minimumRate: minimumRate, grace: .seconds(slowGrace)),
+                                                      logger: logger, events: { status.record($0) })
         status.started(name: service.name, port: service.port, inbox: service.inboxPath,
                        key: configuration.identity.publicKeySHA256)
         // The user's own background session: it sends what `send --background` queued.
