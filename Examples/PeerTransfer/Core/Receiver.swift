@@ -299,7 +299,7 @@ struct Receiver {
         // What the inbox already holds is found by hashing files (earlier transfers' results and
         // part files, up to the whole offer's size): on a thread of its own, so that the shared
         // pool of async threads goes on serving other peers meanwhile.
-        let (accepted, needed) = await Self.onThreadOfItsOwn { [inbox, chosen] () -> ([Answer.Entry], UInt64) in
+        let (accepted, needed) = await onThreadOfItsOwn { [inbox, chosen] () -> ([Answer.Entry], UInt64) in
             Self.whatIsHeld(manifest, paths, chosen: chosen, inbox: inbox)
         }
         do {
@@ -339,13 +339,6 @@ struct Receiver {
             accepted.append(Answer.Entry(index: index, have: have.map(\.hex), complete: false))
         }
         return (accepted, needed)
-    }
-
-    /// Runs blocking `work` on a thread of its own and returns its result.
-    static func onThreadOfItsOwn<T: Sendable>(_ work: @escaping @Sendable () -> T) async -> T {
-        await withCheckedContinuation { continuation in
-            Thread.detachNewThread { continuation.resume(returning: work()) }
-        }
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import PeerTransferCore
 
 /// Runs `--accept ask --hook`'s command on a thread of its own, never on the shared pool of
 /// async threads (a hook that takes its time, or one whose background child keeps its output
@@ -23,13 +24,7 @@ enum HookRunner {
 
     /// Runs the hook and returns once it has ended (never later than `limit` plus a second).
     static func run(_ command: String, environment: [String: String], input: Data, limit: TimeInterval) async -> Outcome {
-        await withCheckedContinuation { continuation in
-            let thread = Thread {
-                continuation.resume(returning: runBlocking(command, environment: environment, input: input, limit: limit))
-            }
-            thread.name = "peerxfer hook"
-            thread.start()
-        }
+        await onThreadOfItsOwn { runBlocking(command, environment: environment, input: input, limit: limit) }
     }
 
     private static func runBlocking(_ command: String, environment: [String: String], input: Data, limit: TimeInterval) -> Outcome {

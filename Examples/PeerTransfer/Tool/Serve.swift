@@ -123,11 +123,9 @@ struct OfferJudge: Sendable {
         writeAll(question, to: 2)
         // Waited for on a thread of its own: the shared pool of async threads keeps serving
         // other peers meanwhile.
-        let answer = await withCheckedContinuation { (continuation: CheckedContinuation<String?, Never>) in
-            Thread.detachNewThread {
-                var poller = pollfd(fd: 0, events: Int16(POLLIN), revents: 0)
-                continuation.resume(returning: poll(&poller, 1, 120_000) == 1 ? readLine() : nil)
-            }
+        let answer = await onThreadOfItsOwn { () -> String? in
+            var poller = pollfd(fd: 0, events: Int16(POLLIN), revents: 0)
+            return poll(&poller, 1, 120_000) == 1 ? readLine() : nil
         }
         return answer?.lowercased().hasPrefix("y") == true ? all : []
     }
