@@ -55,6 +55,7 @@ extension BoundStreamPair {
             return result
         }
         let wanted = max(1, minimum)
+        stream.connection?.inputWanted()
         while result.data.count < wanted {
             let buffer = stream.buffer
             await buffer.readable(within: limit)

@@ -51,6 +51,7 @@ extension InputStream {
         let n: Int
         if let bound = self as? BoundInputStream {
             await bound.events.settled(bound, gate: bound.gate, then: bound.refresh)
+            bound.connection?.inputWanted()
             await bound.buffer.readable()
             try Task.checkCancellation()
             n = bound.readWithoutBlocking(base.assumingMemoryBound(to: UInt8.self), maxLength: buffer.count)
@@ -152,6 +153,7 @@ extension BoundStreamPair {
     /// at once for others).
     package func waitUntilReadable() async {
         guard let bound = input as? BoundInputStream else { return }
+        bound.connection?.inputWanted()
         await bound.buffer.readable()
     }
 

@@ -35,6 +35,59 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         XCTAssertEqual(machine.start(secure: false), [], "starts once")
     }
 
+    func testADormantInputWatchesNothingUntilTheInputIsWanted() {
+        var machine = Machine()
+        XCTAssertEqual(machine.start(secure: false, readsAtOnce: false), [.reportReady, .send])
+        XCTAssertFalse(machine.wantsReadable, "nobody uses the input: the socket is not watched for reading")
+        XCTAssertTrue(machine.allowsDirectSend, "writing does not wait for the input")
+        XCTAssertEqual(machine.socketReadable(), [], "a stray readiness event reads nothing")
+        XCTAssertEqual(machine.inboundChanged(readerClosed: false), [], "a read of the empty buffer is not a change")
+        XCTAssertEqual(machine.readingWanted(), [], "registration reports what is there: no look of its own")
+        XCTAssertTrue(machine.wantsReadable)
+        XCTAssertEqual(machine.socketReadable(), [.receive])
+        XCTAssertEqual(machine.readingWanted(), [], "only the first use changes anything")
+        XCTAssertTrue(machine.wantsReadable)
+    }
+
+    func testInputWantedIsIgnoredOutsideADormantFlow() {
+        var idle = Machine()
+        XCTAssertEqual(idle.readingWanted(), [], "before the start")
+        XCTAssertFalse(idle.wantsReadable)
+        var reading = plainFlow()
+        XCTAssertEqual(reading.readingWanted(), [])
+        _ = reading.inboundFull()
+        XCTAssertEqual(reading.readingWanted(), [], "a full buffer stays full")
+        XCTAssertFalse(reading.wantsReadable)
+        var shaking = Machine()
+        _ = shaking.start(secure: true, readsAtOnce: false)
+        XCTAssertEqual(shaking.readingWanted(), [])
+        XCTAssertEqual(shaking.handshakeStepped(.wantRead), [])
+        XCTAssertTrue(shaking.wantsReadable, "a handshake reads whatever the input does")
+    }
+
+    func testADormantInputClosedByItsReaderEndsWithoutReading() {
+        var machine = Machine()
+        _ = machine.start(secure: false, readsAtOnce: false)
+        XCTAssertEqual(machine.inboundChanged(readerClosed: true), [])
+        XCTAssertFalse(machine.wantsReadable)
+        XCTAssertEqual(machine.readingWanted(), [], "a closed input is not woken")
+        XCTAssertEqual(machine.nothingToSend(outputClosed: true), [.finishSending])
+        XCTAssertEqual(machine.sendingFinished(.moved(0)), [.release], "both directions done")
+    }
+
+    func testAnUpgradeWakesADormantInput() {
+        var machine = Machine()
+        _ = machine.start(secure: false, readsAtOnce: false)
+        _ = machine.nothingToSend(outputClosed: false)
+        XCTAssertEqual(machine.startTLS(), [.send])
+        XCTAssertFalse(machine.wantsReadable, "bytes after the upgrade belong to TLS")
+        _ = machine.nothingToSend(outputClosed: false)
+        _ = machine.prefaceSent(complete: true)
+        _ = machine.handshakeStepped(.done)
+        XCTAssertEqual(machine.trustDecided(accepted: true, failure: .rejectedByEvaluator), [.reportReady, .receive, .send])
+        XCTAssertTrue(machine.wantsReadable, "TLS reads: its records may carry alerts and tickets")
+    }
+
     func testReceivingLoopsUntilTheSocketIsEmptyOrTheBufferFull() {
         var machine = plainFlow()
         XCTAssertEqual(machine.received(.moved(10)), [.receive])

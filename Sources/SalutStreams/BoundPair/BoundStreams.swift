@@ -64,6 +64,7 @@ final class BoundInputStream: InputStream {
     }
 
     private func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength len: Int, blocking: Bool) -> Int {
+        connection?.inputWanted()
         if blocking, events.streamStatus == .opening { gate?.waitUntilSettled(); connectionSettled() }
         let status = events.streamStatus
         // After a connection failed, the bytes that arrived before the failure are still read;
@@ -91,11 +92,13 @@ final class BoundInputStream: InputStream {
     /// True when a read would not block: bytes are buffered, or the writer has closed (a read
     /// then returns 0).
     override var hasBytesAvailable: Bool {
+        connection?.inputWanted()
         let state = buffer.snapshot
         return state.available > 0 || state.writerClosed
     }
 
     override func schedule(in aRunLoop: RunLoop, forMode mode: RunLoop.Mode) {
+        connection?.inputWanted()
         events.scheduler.schedule(in: aRunLoop, forMode: mode)
         refresh()
     }
@@ -108,6 +111,7 @@ final class BoundInputStream: InputStream {
     /// `CFReadStreamSetDispatchQueue`).
     func setDispatchQueue(_ queue: DispatchQueue?) {
         guard events.streamStatus != .closed else { return }
+        if queue != nil { connection?.inputWanted() }
         events.scheduler.setDispatchQueue(queue)
         refresh()
     }

@@ -15,13 +15,15 @@ final class HappyEyeballs: @unchecked Sendable {
         // @unchecked: `handOver` is set on the queue before `source.cancel()`, and read by the
         // cancel handler, which runs on the same queue afterwards.
         let fd: Int32
+        let address: SocketAddress
         let source: DispatchSourceWrite
         /// For the winner: called with the descriptor once libdispatch is done with it. (A new
         /// source on a descriptor whose old source is not yet cancelled can be left unwatched:
         /// the pump would then never hear from the socket.)
         var handOver: ((Int32) -> Void)?
-        init(fd: Int32, source: DispatchSourceWrite) {
+        init(fd: Int32, address: SocketAddress, source: DispatchSourceWrite) {
             self.fd = fd
+            self.address = address
             self.source = source
             // A strong capture: libdispatch drops the handler (and this attempt) once it has run.
             source.setCancelHandler {
@@ -29,13 +31,19 @@ final class HappyEyeballs: @unchecked Sendable {
             }
         }
     }
-    /// An attempt that connected (or failed) within its `connect` call, watched by no source.
-    private var settledAtOnce: [ID: Int32] = [:]
+    /// An attempt that connected within its `connect` call, watched by no source.
+    private var settledAtOnce: [ID: Connected] = [:]
+
+    /// The winning socket, and the address it is connected to.
+    struct Connected: Sendable {
+        let fd: Int32
+        let address: SocketAddress
+    }
 
     private typealias ID = HappyEyeballsStateMachine.AttemptID
     private let queue: DispatchQueue
     private var machine: HappyEyeballsStateMachine
-    private var completion: (@Sendable (Result<Int32, SocketStreamError>) -> Void)?
+    private var completion: (@Sendable (Result<Connected, SocketStreamError>) -> Void)?
     private var attempts: [ID: Attempt] = [:]
     private var pacer: DispatchSourceTimer?
     private var deadline: DispatchSourceTimer?
@@ -50,7 +58,7 @@ final class HappyEyeballs: @unchecked Sendable {
     init(addresses: [SocketAddress], target: String, queue: DispatchQueue,
          attemptDelay: TimeInterval = 0.25, timeout: TimeInterval = 30,
          prepare: @escaping @Sendable (Int32, SocketAddress) throws -> Void = { _, _ in },
-         completion: @escaping @Sendable (Result<Int32, SocketStreamError>) -> Void) {
+         completion: @escaping @Sendable (Result<Connected, SocketStreamError>) -> Void) {
         self.prepare = prepare
         self.queue = queue
         self.completion = completion
@@ -98,14 +106,15 @@ final class HappyEyeballs: @unchecked Sendable {
             return begin(id, address)
         case .abandonAttempt(let id):
             attempts.removeValue(forKey: id)?.source.cancel()
-            if let fd = settledAtOnce.removeValue(forKey: id) { close(fd) }
+            if let settled = settledAtOnce.removeValue(forKey: id) { close(settled.fd) }
         case .succeed(let id):
-            if let fd = settledAtOnce.removeValue(forKey: id) {
-                finish(.success(fd))
+            if let settled = settledAtOnce.removeValue(forKey: id) {
+                finish(.success(settled))
                 break
             }
             guard let attempt = attempts.removeValue(forKey: id) else { break }
-            attempt.handOver = { [self] fd in finish(.success(fd)) }
+            let address = attempt.address
+            attempt.handOver = { [self] fd in finish(.success(Connected(fd: fd, address: address))) }
             stopTimers()
             attempt.source.cancel()   // finish follows from its cancel handler
         case .fail(let error):
@@ -155,7 +164,7 @@ final class HappyEyeballs: @unchecked Sendable {
             let clean = result == 0 || entry.revents & Int16(POLLERR | POLLHUP) == 0
             let error = clean ? 0 : Self.pendingError(fd)
             if error == 0 {
-                settledAtOnce[id] = fd
+                settledAtOnce[id] = Connected(fd: fd, address: address)
                 return machine.attemptConnected(id)
             }
             close(fd)
@@ -164,7 +173,7 @@ final class HappyEyeballs: @unchecked Sendable {
         }
         let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
         source.setEventHandler { [weak self] in self?.settled(id, address) }
-        attempts[id] = Attempt(fd: fd, source: source)
+        attempts[id] = Attempt(fd: fd, address: address, source: source)
         source.resume()
         return []
     }
@@ -191,11 +200,11 @@ final class HappyEyeballs: @unchecked Sendable {
         deadline?.cancel(); deadline = nil
     }
 
-    private func finish(_ result: Result<Int32, SocketStreamError>) {
+    private func finish(_ result: Result<Connected, SocketStreamError>) {
         stopTimers()
         for attempt in attempts.values { attempt.source.cancel() }
         attempts = [:]
-        for fd in settledAtOnce.values { close(fd) }
+        for settled in settledAtOnce.values { close(settled.fd) }
         settledAtOnce = [:]
         let completion = self.completion
         self.completion = nil

@@ -57,6 +57,9 @@ final class SocketConnection: @unchecked Sendable {
     /// Set by the streams when the application has read or written a byte: TLS can no longer
     /// start on the connection after that (it would follow bytes that went in the clear).
     let carriedBytes = Atomic<Bool>(false)
+    /// Set once the application uses its input stream (reads, asks for bytes, schedules it): a
+    /// dialled plain connection reads from the network only from then on.
+    private let inputUsed = Atomic<Bool>(false)
     private weak var input: BoundInputStream?
     private weak var output: BoundOutputStream?
     private let origin: Origin
@@ -98,6 +101,13 @@ final class SocketConnection: @unchecked Sendable {
         pump.onFailure = { [weak self] error in self?.broke(error) }
         pump.onSendingEnded = { [weak self] error in self?.sendingEnded(error) }
         return BoundStreamPair(input: input, output: output)
+    }
+
+    /// The application used its input stream: start reading from the network if the pump
+    /// waits for that (cheap after the first call: one atomic load).
+    func inputWanted() {
+        guard !inputUsed.load(ordering: .relaxed) else { return }
+        if !inputUsed.exchange(true, ordering: .acquiringAndReleasing) { pump.readingWanted() }
     }
 
     /// Details of the connection once it is ready (addresses, TLS).
@@ -174,7 +184,8 @@ final class SocketConnection: @unchecked Sendable {
         let connector = HappyEyeballs(addresses: addresses, target: target, queue: queue, timeout: timeout,
                                       prepare: { try socketOptions.apply(to: $0, for: $1) }) { result in
             switch result {
-            case .success(let fd):
+            case .success(let connected):
+                let fd = connected.fd
                 self.notify(.connectEnd)
                 // TLS asked for while the connection was being made (set after `open()`) starts
                 // with it: from here on, asking for it is an upgrade of the open connection.
@@ -199,7 +210,10 @@ final class SocketConnection: @unchecked Sendable {
                 let limits = security == nil ? nil : ConnectionLimits(handshakeTimeout: Self.dialledHandshakeTimeout,
                                                                       firstByteTimeout: nil)
                 let setsTraffic = socketOptions.trafficClass != nil || socketOptions.priority != nil
-                self.pump.run(fd, security: security, limits: limits, readsTrafficOptions: setsTraffic) { self.ready($0) }
+                // A plain connection reads once its input is used (a TLS handshake reads anyway).
+                let readsAtOnce = security != nil || self.inputUsed.load(ordering: .acquiring)
+                self.pump.run(fd, security: security, limits: limits, readsTrafficOptions: setsTraffic,
+                              readsAtOnce: readsAtOnce, remoteAddress: connected.address) { self.ready($0) }
             case .failure(let error):
                 self.settle(.failure(error))
             }
@@ -423,7 +437,7 @@ final class SocketConnection: @unchecked Sendable {
     // MARK: Observation
 
     private func notify(_ event: ConnectionEvent, when condition: Bool = true) {
-        guard condition, let observer = state.value.observer else { return }
+        guard condition, let observer = state.withLock({ $0.observer }) else { return }
         observer(event)
     }
 }

@@ -14,6 +14,11 @@ struct SocketPumpStateMachine {
     enum Input: Equatable {
         /// Watching for readability.
         case reading
+        /// Not watched until the application first uses its input stream (reads, asks whether
+        /// bytes are there, or schedules it): what arrives meanwhile waits in the socket, as it
+        /// does for an unscheduled CFStream on Apple's systems. Saves a dialled connection that
+        /// only writes the registration with epoll, a wake-up of another thread.
+        case dormant
         /// The buffer is full; waits for the user to read.
         case full
         /// TLS must write before it can read again.
@@ -152,14 +157,16 @@ struct SocketPumpStateMachine {
 
     // MARK: Starting
 
-    /// The socket is connected; `secure` starts a TLS handshake first.
-    mutating func start(secure: Bool) -> [Action] {
+    /// The socket is connected; `secure` starts a TLS handshake first. A plain connection
+    /// reads at once unless `readsAtOnce` is false: then its input stays ``Input/dormant``
+    /// until ``readingWanted()`` (a TLS handshake always reads).
+    mutating func start(secure: Bool, readsAtOnce: Bool = true) -> [Action] {
         guard state == .idle else { return [] }
         if secure {
             state = .handshaking(wait: .nothing, resuming: nil)
             return [.stepHandshake]
         }
-        state = .flowing(Flow(security: .plain, input: .reading, output: .sending))
+        state = .flowing(Flow(security: .plain, input: readsAtOnce ? .reading : .dormant, output: .sending))
         // No receive yet: watching for readability registers the socket with epoll, which
         // reports bytes already there, so a first look would only cost a system call.
         return [.reportReady, .send]
@@ -380,6 +387,15 @@ struct SocketPumpStateMachine {
     }
 
     // MARK: The user's side
+
+    /// The user started using the input stream: a dormant input starts reading. (No receive:
+    /// the shell registers the socket, and epoll reports what is already there.)
+    mutating func readingWanted() -> [Action] {
+        guard case .flowing(var flow) = state, flow.input == .dormant else { return [] }
+        flow.input = .reading
+        state = .flowing(flow)
+        return []
+    }
 
     /// The user read (room again) or closed the input stream.
     mutating func inboundChanged(readerClosed: Bool) -> [Action] {

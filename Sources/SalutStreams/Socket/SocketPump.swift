@@ -66,10 +66,12 @@ final class SocketPump: @unchecked Sendable {
     /// Told once when a return to plain bytes is done or has failed.
     private var pendingDowngrade: (@Sendable (Result<Void, SocketStreamError>) -> Void)?
     private var details = ConnectionDetails()
+    /// Made the first time the machine wants to read: a dormant connection never has one.
     private var reader: DispatchSourceRead?
     /// Made the first time the machine waits for room in the socket: most connections never
     /// fill it, and their writes go straight out.
     private var writer: DispatchSourceWrite?
+    /// Closes the descriptor once the pump and every source are done with it.
     private var closer: DescriptorCloser?
     private var watching: (read: Bool, write: Bool) = (false, false)
     private var readerWasResumed = false
@@ -116,8 +118,11 @@ final class SocketPump: @unchecked Sendable {
     /// plain connection, after the handshake and the trust decision with TLS, or with the error.
     /// `limits` bound the handshake, the first byte and silence (see ``ConnectionDeadlines``),
     /// counted from now. `readsTrafficOptions`: read the priority and traffic class back into
-    /// the details (two system calls, spent only when the connection set them).
+    /// the details (two system calls, spent only when the connection set them). `readsAtOnce`:
+    /// false leaves a plain connection without deadlines unread until ``readingWanted()``.
+    /// `remoteAddress`: where a dialled socket was connected (saves asking the system).
     func run(_ fd: Int32, security: SecuritySetup?, limits: ConnectionLimits? = nil, readsTrafficOptions: Bool = false,
+             readsAtOnce: Bool = true, remoteAddress: SocketAddress? = nil,
              ready: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
         dispatchPrecondition(condition: .onQueue(queue))
         self.fd = fd
@@ -125,26 +130,22 @@ final class SocketPump: @unchecked Sendable {
         pendingReady = ready
         deadlines = limits?.deadlines(secure: security != nil, now: .now)
         details.localAddress = SocketAddress.of(fd, peer: false)
-        details.remoteAddress = SocketAddress.of(fd, peer: true)
+        details.remoteAddress = remoteAddress ?? SocketAddress.of(fd, peer: true)
         if readsTrafficOptions {
             details.socketPriority = SocketOptions.read(fd, level: SOL_SOCKET, name: SO_PRIORITY)
             details.trafficClass = details.localAddress?.isIPv6 == true
                 ? SocketOptions.read(fd, level: Int32(IPPROTO_IPV6), name: IPV6_TCLASS)
                 : SocketOptions.read(fd, level: Int32(IPPROTO_IP), name: IP_TOS)
         }
-        let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        // The descriptor is closed only after every source is done with it.
-        let closer = DescriptorCloser(fd: fd, users: 1)
-        read.setEventHandler { [weak self] in self?.handle { $0.socketReadable() } }
-        read.setCancelHandler { closer.release() }
-        reader = read       // created suspended; `watch` resumes it as the machine wants
-        self.closer = closer
+        // The descriptor is closed only after the pump (its one user so far) and every
+        // source are done with it.
+        closer = DescriptorCloser(fd: fd, users: 1)
         if let security {
             upgradeSetup = security
             handle { $0.start(secure: true) }
         } else {
             transport = PlainTransport(fd: fd)
-            handle { $0.start(secure: false) }
+            handle { $0.start(secure: false, readsAtOnce: readsAtOnce || deadlines != nil) }
             // The first look at the socket waits for the read source, so an input stream
             // closed before the pump started (its news reached an idle machine) is told now.
             if inbound.snapshot.readerClosed { handle { $0.inboundChanged(readerClosed: true) } }
@@ -237,6 +238,11 @@ final class SocketPump: @unchecked Sendable {
                 return .useBuffer
             }
         }
+    }
+
+    /// The application started using its input stream (see ``SocketPumpStateMachine/Input/dormant``).
+    func readingWanted() {
+        queue.async { self.handle { $0.readingWanted() } }
     }
 
     /// The user read from the inbound buffer (room again) or closed the input stream.
@@ -499,18 +505,18 @@ final class SocketPump: @unchecked Sendable {
     /// Suspends or resumes the sources to match the machine; true when reading was just
     /// resumed (the caller then looks at the socket once).
     private func watch() -> Bool {
-        guard let reader else { return false }
+        guard closer != nil else { return false }   // released
         let wanted = (read: machine.wantsReadable, write: machine.wantsWritable)
         var resumedReading = false
         if wanted.read != watching.read {
             if wanted.read {
-                reader.resume()
+                makeReader().resume()
                 // A source resumed for the first time is registered with epoll, which reports
                 // what is already there: only a resume after a pause needs the extra look.
                 resumedReading = readerWasResumed
                 readerWasResumed = true
             } else {
-                reader.suspend()
+                reader?.suspend()
             }
         }
         if wanted.write != watching.write {
@@ -518,6 +524,18 @@ final class SocketPump: @unchecked Sendable {
         }
         watching = wanted
         return resumedReading
+    }
+
+    /// The read source, made on first need (suspended, as sources are made).
+    private func makeReader() -> DispatchSourceRead {
+        if let reader { return reader }
+        let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+        let closer = self.closer
+        closer?.addUser()
+        read.setEventHandler { [weak self] in self?.handle { $0.socketReadable() } }
+        read.setCancelHandler { closer?.release() }
+        reader = read
+        return read
     }
 
     /// The write source, made on first need (suspended, as sources are made).
@@ -546,6 +564,7 @@ final class SocketPump: @unchecked Sendable {
         }
         reader = nil
         writer = nil
+        closer?.release()   // the pump's own use; the last source's cancel handler may follow
         closer = nil
         watching = (false, false)
         transport = nil

@@ -1,0 +1,152 @@
+import Dispatch
+import Foundation
+import Glibc
+import SalutStreams
+import SalutTestSupport
+import XCTest
+
+/// A dialled plain connection reads from the network only once its input stream is used (read,
+/// asked for bytes, scheduled, or read through the async API): until then what the peer sends
+/// waits in the socket. Nothing may be lost by waiting: these tests have the peer send and
+/// close before the input is first used, then check that every byte and the end arrive.
+final class DormantInputTests: SalutTestCase {
+    /// A loopback server that accepts one connection, waits for `expect` bytes from the client,
+    /// answers `reply` and closes. Returns its port, and a semaphore signalled when it is done
+    /// (with what it received).
+    private func server(expect: Int, reply: [UInt8]) throws -> (port: Int, done: DispatchSemaphore, received: Box) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && listen(fd, 4) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard fd >= 0, bound else { throw POSIXError(.EADDRNOTAVAIL) }
+        let done = DispatchSemaphore(value: 0)
+        let received = Box()
+        Thread {
+            defer { close(fd); done.signal() }
+            var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&entry, 1, 10_000) == 1 else { return }
+            let client = accept(fd, nil, nil)
+            guard client >= 0 else { return }
+            defer { close(client) }
+            var timeout = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            var got: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 256)
+            while got.count < expect {
+                let n = recv(client, &chunk, chunk.count, 0)
+                if n <= 0 { break }
+                got += chunk[..<n]
+            }
+            received.set(got)
+            _ = reply.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        }.start()
+        return (Int(UInt16(bigEndian: address.sin_port)), done, received)
+    }
+
+    final class Box: @unchecked Sendable {
+        // @unchecked: `value` is guarded by `lock`.
+        private let lock = NSLock()
+        private var value: [UInt8] = []
+        func set(_ bytes: [UInt8]) { lock.withLock { value = bytes } }
+        var bytes: [UInt8] { lock.withLock { value } }
+    }
+
+    func testBytesAndTheEndSentBeforeTheFirstReadAllArrive() async throws {
+        let reply = Array("sent before anyone read\n".utf8)
+        let (port, done, received) = try server(expect: 4, reply: reply)
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
+        pair.input.open()
+        pair.output.open()
+        XCTAssertEqual(pair.output.write(Array("ping".utf8), maxLength: 4), 4, "writing does not wait for the input")
+        // The server has read the ping, answered and closed before the input is first used.
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "the server never got the ping")
+        XCTAssertEqual(received.bytes, Array("ping".utf8))
+        let got = try await withDeadline(10, "reading the answer") {
+            var got: [UInt8] = []
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 1)
+            defer { buffer.deallocate() }
+            while true {
+                let n = try await pair.input.read(into: buffer)
+                if n == 0 { return got }
+                got += buffer[..<n]
+            }
+        }
+        XCTAssertEqual(got, reply, "every byte, then the end of the data")
+        XCTAssertEqual(pair.input.streamStatus, .atEnd)
+        pair.input.close()
+        pair.output.close()
+    }
+
+    func testABlockingReadWakesTheInput() throws {
+        let reply = Array("answer".utf8)
+        let (port, done, _) = try server(expect: 1, reply: reply)
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
+        pair.input.open()
+        pair.output.open()
+        XCTAssertEqual(pair.output.write([0x21], maxLength: 1), 1)
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        // A blocking read on a thread of its own, bounded by the wait below.
+        let finished = DispatchSemaphore(value: 0)
+        let result = Box()
+        let input = pair.input
+        nonisolated(unsafe) let unsafeInput = input
+        Thread {
+            var got: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 64)
+            while true {
+                let n = unsafeInput.read(&buffer, maxLength: buffer.count)
+                if n <= 0 { break }
+                got += buffer[..<n]
+            }
+            result.set(got)
+            finished.signal()
+        }.start()
+        XCTAssertEqual(finished.wait(timeout: .now() + 10), .success, "a blocking read of a dormant input never returned")
+        XCTAssertEqual(result.bytes, reply)
+        pair.input.close()
+        pair.output.close()
+    }
+
+    func testAQueueSetAfterTheBytesArrivedGetsThemAsEvents() throws {
+        let reply = Array("events for bytes that waited".utf8)
+        let (port, done, _) = try server(expect: 1, reply: reply)
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
+        pair.input.open()
+        pair.output.open()
+        XCTAssertEqual(pair.output.write([0x21], maxLength: 1), 1)
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        let reader = EventReader()
+        pair.input.delegate = reader
+        CFReadStreamSetDispatchQueue(pair.input, reader.queue)
+        XCTAssertEqual(reader.ended.wait(timeout: .now() + 10), .success, "no end event for a dormant input given a queue")
+        XCTAssertEqual(reader.queue.sync { reader.received }, reply)
+        pair.input.close()
+        pair.output.close()
+    }
+}
+
+/// Reads whatever its stream's events announce, on its own queue, until the end.
+private final class EventReader: NSObject, StreamDelegate, @unchecked Sendable {
+    // @unchecked: `received` is used only on `queue`, where the delegate calls come.
+    let queue = DispatchQueue(label: "dormant-reader")
+    let ended = DispatchSemaphore(value: 0)
+    var received: [UInt8] = []
+
+    func stream(_ aStream: Stream, handle eventCode: Stream.Event) {
+        guard let input = aStream as? InputStream else { return }
+        switch eventCode {
+        case .hasBytesAvailable:
+            var buffer = [UInt8](repeating: 0, count: 64)
+            let n = input.read(&buffer, maxLength: buffer.count)
+            if n > 0 { received += buffer[..<n] }
+        case .endEncountered, .errorOccurred:
+            ended.signal()
+        default:
+            break
+        }
+    }
+}
