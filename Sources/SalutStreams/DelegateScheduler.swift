@@ -37,7 +37,7 @@ package final class DelegateScheduler: @unchecked Sendable {
         var isMainQueue: Bool { runLoop === RunLoop.main && (mode == .default || mode == .common) }
     }
 
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var loops: [Target]
     /// Where calls go instead of a run loop (`CFReadStreamSetDispatchQueue`).
     private var queue: DispatchQueue?

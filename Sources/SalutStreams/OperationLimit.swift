@@ -13,7 +13,7 @@ package final class OperationLimit: @unchecked Sendable {
     /// Why an operation must stop, if it must.
     package enum Ending: Sendable, Equatable { case deadlinePassed, cancelled }
 
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var ended: Ending?
     private var wake: (@Sendable () -> Void)?
     private var timer: DispatchSourceTimer?

@@ -3,17 +3,22 @@ import Glibc
 import Synchronization
 
 /// The fixed-capacity ring buffer that joins a bound stream pair, with everything both ends
-/// need to wait and to be told: a condition for blocking reads and writes, continuations for
+/// need to wait and to be told: a semaphore for a blocked reader or writer, continuations for
 /// async ones, and a callback to each end when its state may have changed.
 ///
 /// One reader and one writer may use it from different threads at once (not two readers or two
 /// writers: each side copies its bytes outside the lock, relying on being the only one).
 final class BoundBuffer: @unchecked Sendable {
-    // @unchecked: every mutable property is guarded by `condition` (an NSCondition, which is
-    // also the lock); callbacks are invoked with the lock released.
+    // @unchecked: every mutable property is guarded by `lock`; callbacks are invoked, and
+    // blocked threads sleep, with the lock released.
 
     let capacity: Int
-    private let condition = NSCondition()
+    private let lock = StateLock()
+    /// Where a blocked reader (writer) sleeps: made the first time one must (most buffers of a
+    /// socket connection never block a thread), then kept. A thread that wakes looks at the
+    /// buffer again, so a signal left over from an earlier wake-up costs one more look.
+    private var readerWake: DispatchSemaphore?
+    private var writerWake: DispatchSemaphore?
     /// With `allocatesLazily`, allocated by the writer on its first byte (under the lock): a
     /// connection whose bytes all go straight to the socket, or that stays idle, never pays
     /// for it.
@@ -57,19 +62,28 @@ final class BoundBuffer: @unchecked Sendable {
 
     /// Whether the writer has closed (read under the lock).
     var writerClosed: Bool {
-        condition.lock(); defer { condition.unlock() }
-        return isWriterClosed
+        lock.withLock { isWriterClosed }
     }
 
     /// Whether the reader has closed (read under the lock).
     var readerClosed: Bool {
-        condition.lock(); defer { condition.unlock() }
-        return isReaderClosed
+        lock.withLock { isReaderClosed }
     }
 
     var snapshot: Snapshot {
-        condition.lock(); defer { condition.unlock() }
-        return Snapshot(available: count, space: capacity - count, writerClosed: isWriterClosed, readerClosed: isReaderClosed)
+        lock.withLock { Snapshot(available: count, space: capacity - count, writerClosed: isWriterClosed, readerClosed: isReaderClosed) }
+    }
+
+    /// What a reader or writer does next, decided under the lock.
+    private enum Step {
+        /// Copy this many bytes at this index of the storage.
+        case copy(count: Int, at: Int, storage: UnsafeMutableRawBufferPointer?)
+        /// Nothing can move now and the caller does not block.
+        case wouldBlock
+        /// The other end has closed (writers only).
+        case closed
+        /// Sleep on this semaphore, then look again.
+        case sleep(DispatchSemaphore)
     }
 
     // MARK: Reading
@@ -78,17 +92,22 @@ final class BoundBuffer: @unchecked Sendable {
     /// read or the writer has closed. Returns 0 at the end of the data, nil when it would block.
     func read(into buffer: UnsafeMutablePointer<UInt8>, maxLength: Int, blocking: Bool) -> Int? {
         if blocking { spin { $0 > 0 } }
-        condition.lock()
-        while count == 0 && !isWriterClosed && !isReaderClosed {
-            guard blocking else { condition.unlock(); return nil }
-            blockedReaders += 1
-            condition.wait()
-            blockedReaders -= 1
+        var step: Step
+        while true {
+            step = lock.withLock { () -> Step in
+                if count > 0 || isWriterClosed || isReaderClosed {
+                    return .copy(count: min(count, maxLength), at: head, storage: self.storage)   // not nil once there is a byte
+                }
+                guard blocking else { return .wouldBlock }
+                blockedReaders += 1
+                if readerWake == nil { readerWake = DispatchSemaphore(value: 0) }
+                return .sleep(readerWake!)
+            }
+            guard case .sleep(let wake) = step else { break }
+            wake.wait()
+            lock.withLock { blockedReaders -= 1 }
         }
-        let n = min(count, maxLength)
-        let start = head
-        let storage = self.storage   // not nil once there is a byte to read
-        condition.unlock()
+        guard case .copy(let n, let start, let storage) = step else { return nil }
         // One reader and one writer: the bytes [head, head + count) belong to the reader until
         // it gives them back below, so they are copied without holding the lock.
         var copied = 0
@@ -99,12 +118,12 @@ final class BoundBuffer: @unchecked Sendable {
             copied += run
         }
         guard n > 0 else { return 0 }
-        condition.lock()
-        head = (start + n) % capacity
-        count -= n
-        let waiters = takeWriteWaiters()
-        if blockedWriters > 0 { condition.broadcast() }
-        condition.unlock()
+        let (waiters, writer) = lock.withLock { () -> ([CheckedContinuation<Void, Never>], DispatchSemaphore?) in
+            head = (start + n) % capacity
+            count -= n
+            return (takeWriteWaiters(), blockedWriters > 0 ? writerWake : nil)
+        }
+        writer?.signal()
         waiters.forEach { $0.resume() }
         writerChanged?()
         return n
@@ -134,23 +153,24 @@ final class BoundBuffer: @unchecked Sendable {
     }
 
     private func newWaiterID() -> UInt64 {
-        condition.lock(); defer { condition.unlock() }
-        nextWaiter += 1
-        return nextWaiter
+        lock.withLock {
+            nextWaiter += 1
+            return nextWaiter
+        }
     }
 
     /// Parks the continuation unless the wait is already over (ready, or cancelled).
     private func park(_ continuation: CheckedContinuation<Void, Never>, id: UInt64, reading: Bool) -> Bool {
-        condition.lock(); defer { condition.unlock() }
-        let ready = reading ? (count > 0 || isWriterClosed || isReaderClosed) : (count < capacity || isReaderClosed || isWriterClosed)
-        guard !ready, !Task.isCancelled else { return false }
-        if reading { readWaiters[id] = continuation } else { writeWaiters[id] = continuation }
-        return true
+        lock.withLock {
+            let ready = reading ? (count > 0 || isWriterClosed || isReaderClosed) : (count < capacity || isReaderClosed || isWriterClosed)
+            guard !ready, !Task.isCancelled else { return false }
+            if reading { readWaiters[id] = continuation } else { writeWaiters[id] = continuation }
+            return true
+        }
     }
 
     private func unpark(id: UInt64, reading: Bool) -> CheckedContinuation<Void, Never>? {
-        condition.lock(); defer { condition.unlock() }
-        return reading ? readWaiters.removeValue(forKey: id) : writeWaiters.removeValue(forKey: id)
+        lock.withLock { reading ? readWaiters.removeValue(forKey: id) : writeWaiters.removeValue(forKey: id) }
     }
 
     // MARK: Writing
@@ -161,19 +181,30 @@ final class BoundBuffer: @unchecked Sendable {
     /// room or the reader has closed.
     func write(from buffer: UnsafePointer<UInt8>, length: Int, blocking: Bool) -> WriteResult {
         if blocking { spin { $0 < self.capacity } }
-        condition.lock()
-        while count == capacity && !isReaderClosed && !isWriterClosed {
-            guard blocking else { condition.unlock(); return .wouldBlock }
-            blockedWriters += 1
-            condition.wait()
-            blockedWriters -= 1
+        var step: Step
+        while true {
+            step = lock.withLock { () -> Step in
+                if isReaderClosed || isWriterClosed { return .closed }
+                if count < capacity {
+                    let n = min(capacity - count, length)
+                    if n > 0, self.storage == nil { self.storage = .allocate(byteCount: capacity, alignment: 16) }
+                    return .copy(count: n, at: (head + count) % capacity, storage: self.storage)
+                }
+                guard blocking else { return .wouldBlock }
+                blockedWriters += 1
+                if writerWake == nil { writerWake = DispatchSemaphore(value: 0) }
+                return .sleep(writerWake!)
+            }
+            guard case .sleep(let wake) = step else { break }
+            wake.wait()
+            lock.withLock { blockedWriters -= 1 }
         }
-        guard !isReaderClosed, !isWriterClosed else { condition.unlock(); return .readerGone }
-        let n = min(capacity - count, length)
-        let tail = (head + count) % capacity
-        if n > 0, self.storage == nil { self.storage = .allocate(byteCount: capacity, alignment: 16) }
-        let storage = self.storage
-        condition.unlock()
+        let n: Int, tail: Int, storage: UnsafeMutableRawBufferPointer?
+        switch step {
+        case .copy(let count, let at, let buffer): (n, tail, storage) = (count, at, buffer)
+        case .closed: return .readerGone
+        case .wouldBlock, .sleep: return .wouldBlock
+        }
         // The free region after the unread bytes belongs to the writer until it publishes the
         // new count below, so it is filled without holding the lock.
         var copied = 0
@@ -184,11 +215,11 @@ final class BoundBuffer: @unchecked Sendable {
             copied += run
         }
         guard n > 0 else { return .wrote(0) }
-        condition.lock()
-        count += n
-        let waiters = takeReadWaiters()
-        if blockedReaders > 0 { condition.broadcast() }
-        condition.unlock()
+        let (waiters, reader) = lock.withLock { () -> ([CheckedContinuation<Void, Never>], DispatchSemaphore?) in
+            count += n
+            return (takeReadWaiters(), blockedReaders > 0 ? readerWake : nil)
+        }
+        reader?.signal()
         waiters.forEach { $0.resume() }
         readerChanged?()
         return .wrote(n)
@@ -199,7 +230,7 @@ final class BoundBuffer: @unchecked Sendable {
         await wait(reading: false, limit: limit)
     }
 
-    /// Waits briefly, without sleeping on the condition, until `ready(count)` holds (or gives
+    /// Waits briefly, without sleeping on a semaphore, until `ready(count)` holds (or gives
     /// up). Each round yields the processor: when the other side shares this core it runs at
     /// once (no futex wake-up needed), and when it runs on another core the yield returns at
     /// once and this side sees its progress within microseconds.
@@ -216,11 +247,14 @@ final class BoundBuffer: @unchecked Sendable {
     func closeReader() { close { $0.isReaderClosed = true } }
 
     private func close(_ mark: (BoundBuffer) -> Void) {
-        condition.lock()
-        mark(self)
-        let waiters = takeReadWaiters() + takeWriteWaiters()
-        condition.broadcast()
-        condition.unlock()
+        let (waiters, blocked) = lock.withLock { () -> ([CheckedContinuation<Void, Never>], [DispatchSemaphore]) in
+            mark(self)
+            var blocked: [DispatchSemaphore] = []
+            if blockedReaders > 0, let readerWake { blocked.append(readerWake) }
+            if blockedWriters > 0, let writerWake { blocked.append(writerWake) }
+            return (takeReadWaiters() + takeWriteWaiters(), blocked)
+        }
+        blocked.forEach { $0.signal() }
         waiters.forEach { $0.resume() }
         readerChanged?()
         writerChanged?()

@@ -10,28 +10,26 @@ import Foundation
 final class StreamEvents: @unchecked Sendable {
     // @unchecked: mutable state is guarded by `lock`; delegate calls go through `scheduler`.
 
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var status: Stream.Status = .notOpen
     private var error: (any Error)?
-    private var waitingForClient: Set<UInt> = []    // events posted and not yet consumed
-    private var posted: Set<UInt> = []               // one-shot events already posted
+    private var waitingForClient: Stream.Event = []   // events posted and not yet consumed
+    private var posted: Stream.Event = []             // one-shot events already posted
     let scheduler = DelegateScheduler(onMainRunLoop: false)
 
-    var streamStatus: Stream.Status { lock.lock(); defer { lock.unlock() }; return status }
-    var streamError: (any Error)? { lock.lock(); defer { lock.unlock() }; return error }
+    var streamStatus: Stream.Status { lock.withLock { status } }
+    var streamError: (any Error)? { lock.withLock { error } }
 
     /// Moves to `status` unless the stream is already closed or failed.
     func set(_ new: Stream.Status) {
-        lock.lock(); defer { lock.unlock() }
-        if status != .closed && status != .error { status = new }
+        lock.withLock { if status != .closed && status != .error { status = new } }
     }
 
     /// Records a failure: status `.error`, the error kept for `streamError`.
     func fail(_ failure: any Error) {
-        lock.lock()
-        let first = status != .error && status != .closed
-        if first { status = .error; error = failure }
-        lock.unlock()
+        lock.withLock {
+            if status != .error && status != .closed { status = .error; error = failure }
+        }
     }
 
     /// For a stream still `opening` behind a connection gate: suspends until the connection is
@@ -73,17 +71,18 @@ final class StreamEvents: @unchecked Sendable {
     /// The client read or wrote: the matching event may be posted again (also when the client
     /// did so while the stream was scheduled nowhere: scheduled again, it hears of what is due).
     func consumed(_ event: Stream.Event) {
-        lock.lock(); waitingForClient.remove(event.rawValue); lock.unlock()
+        lock.withLock { _ = waitingForClient.remove(event) }
     }
 
     /// Posts `event` to `stream`'s delegate if it is due. `once` events are posted at most once;
     /// others again only after `consumed(_:)`.
     func post(_ event: Stream.Event, to stream: Stream, once: Bool = false) {
         guard scheduler.isScheduled else { return }
-        lock.lock()
-        let due = once ? !posted.contains(event.rawValue) : !waitingForClient.contains(event.rawValue)
-        if due { if once { posted.insert(event.rawValue) } else { waitingForClient.insert(event.rawValue) } }
-        lock.unlock()
+        let due = lock.withLock {
+            let due = once ? !posted.contains(event) : !waitingForClient.contains(event)
+            if due { if once { posted.insert(event) } else { waitingForClient.insert(event) } }
+            return due
+        }
         guard due else { return }
         let target = UncheckedStream(stream)
         scheduler.deliver {

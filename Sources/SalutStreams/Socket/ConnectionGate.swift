@@ -1,17 +1,21 @@
+import Dispatch
 import Foundation
 
 /// Holds a socket stream pair in `opening` until its connection is made (or fails), and starts
 /// connecting when the first of the two streams is opened.
 final class ConnectionGate: @unchecked Sendable {
-    // @unchecked: `state` and `starter` are guarded by `condition`.
+    // @unchecked: every mutable property is guarded by `lock`.
 
     enum State { case idle, connecting, connected, failed(any Error) }
 
-    private let condition = NSCondition()
+    private let lock = StateLock()
     private var state: State = .idle
     private var starter: (@Sendable () -> Void)?
     private var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     private var nextWaiter: UInt64 = 0
+    /// Threads blocked in ``waitUntilSettled()``: a semaphore each, made only when a thread
+    /// must wait (most connections never have one).
+    private var blockedThreads: [DispatchSemaphore] = []
 
     init(starter: @escaping @Sendable () -> Void) {
         self.starter = starter
@@ -19,32 +23,29 @@ final class ConnectionGate: @unchecked Sendable {
 
     /// Called by a stream's `open()`: starts connecting the first time.
     func requestOpen() {
-        condition.lock()
-        let start = starter
-        starter = nil
-        if start != nil { state = .connecting }
-        condition.unlock()
+        let start = lock.withLock {
+            let start = starter
+            starter = nil
+            if start != nil { state = .connecting }
+            return start
+        }
         start?()
     }
 
     var current: State {
-        condition.lock(); defer { condition.unlock() }
-        return state
+        lock.withLock { state }
     }
 
     /// Settles the gate; a failure is final (a late success never undoes it).
     func settle(_ outcome: State) {
-        condition.lock()
-        if case .failed = state {
-            condition.unlock()
-            return
+        let (resumed, blocked) = lock.withLock { () -> ([CheckedContinuation<Void, Never>], [DispatchSemaphore]) in
+            if case .failed = state { return ([], []) }
+            state = outcome
+            defer { waiters = [:]; blockedThreads = [] }
+            return (Array(waiters.values), blockedThreads)
         }
-        state = outcome
-        condition.broadcast()
-        let resumed = waiters.values
-        waiters = [:]
-        condition.unlock()
         for waiter in resumed { waiter.resume() }
+        for thread in blocked { thread.signal() }
     }
 
     /// Suspends until connected or failed (returns at once when not connecting), or until the
@@ -53,33 +54,34 @@ final class ConnectionGate: @unchecked Sendable {
         let id = newWaiterID()
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                condition.lock()
-                if case .connecting = state, !Task.isCancelled {
+                let waits = lock.withLock {
+                    guard case .connecting = state, !Task.isCancelled else { return false }
                     waiters[id] = continuation
-                    condition.unlock()
-                } else {
-                    condition.unlock()
-                    continuation.resume()
+                    return true
                 }
+                if !waits { continuation.resume() }
             }
         } onCancel: {
-            condition.lock()
-            let waiter = waiters.removeValue(forKey: id)
-            condition.unlock()
+            let waiter = lock.withLock { waiters.removeValue(forKey: id) }
             waiter?.resume()
         }
     }
 
     private func newWaiterID() -> UInt64 {
-        condition.lock(); defer { condition.unlock() }
-        nextWaiter += 1
-        return nextWaiter
+        lock.withLock {
+            nextWaiter += 1
+            return nextWaiter
+        }
     }
 
     /// Blocks until connected or failed (for unscheduled streams read or written while opening).
     func waitUntilSettled() {
-        condition.lock()
-        while case .connecting = state { condition.wait() }
-        condition.unlock()
+        let semaphore = lock.withLock { () -> DispatchSemaphore? in
+            guard case .connecting = state else { return nil }
+            let semaphore = DispatchSemaphore(value: 0)
+            blockedThreads.append(semaphore)
+            return semaphore
+        }
+        semaphore?.wait()
     }
 }

@@ -38,7 +38,8 @@ struct HappyEyeballsStateMachine {
         case fail(SocketStreamError)
     }
 
-    let target: String
+    /// How errors name the destination.
+    let target: ConnectTarget
     let attemptDelay: Duration
     let timeout: Duration
     private(set) var state: State = .idle
@@ -47,7 +48,7 @@ struct HappyEyeballsStateMachine {
     private var nextID = 0
     private let addresses: [SocketAddress]
 
-    init(addresses: [SocketAddress], target: String, attemptDelay: Duration = .milliseconds(250), timeout: Duration = .seconds(30)) {
+    init(addresses: [SocketAddress], target: ConnectTarget, attemptDelay: Duration = .milliseconds(250), timeout: Duration = .seconds(30)) {
         self.addresses = Self.interleave(addresses)
         self.target = target
         self.attemptDelay = attemptDelay
@@ -71,7 +72,7 @@ struct HappyEyeballsStateMachine {
         guard state == .idle else { return [] }
         guard !addresses.isEmpty else {
             state = .finished
-            return [.fail(.unreachable(target))]
+            return [.fail(.unreachable(target.description))]
         }
         state = .connecting(inFlight: [:], remaining: addresses, pacerArmed: false)
         return [.startDeadline(timeout)] + beginNext()
@@ -108,7 +109,7 @@ struct HappyEyeballsStateMachine {
     mutating func deadlineReached() -> [Action] {
         guard case .connecting(let inFlight, _, _) = state else { return [] }
         state = .finished
-        var error = SocketStreamError.timedOut(target)
+        var error = SocketStreamError.timedOut(target.description)
         if !failures.isEmpty { error = .timedOut("\(target) (\(failureList))") }
         return inFlight.keys.sorted().map(Action.abandonAttempt) + [.fail(error)]
     }
@@ -146,12 +147,36 @@ struct HappyEyeballsStateMachine {
     /// that says most (refused, then unreachable, then timed out, then the last), naming every
     /// attempt and what happened to it.
     var combinedError: SocketStreamError {
-        guard failures.count > 1 else { return failures.first?.error ?? .unreachable(target) }
+        guard failures.count > 1 else { return failures.first?.error ?? .unreachable(target.description) }
         let detail = "\(target) (\(failureList))"
         let errors = failures.map(\.error)
         if errors.contains(where: { $0.code == .connectionRefused }) { return .connectionRefused(detail) }
         if errors.contains(where: { $0.code == .unreachable }) { return .unreachable(detail) }
         if errors.contains(where: { $0.code == .timedOut }) { return .timedOut(detail) }
         return errors.last!
+    }
+}
+
+/// Where a connection goes, as errors name it: `host:port`, an IPv6 literal in brackets, or the
+/// host alone when the resolver supplied the port (port 0). Built into text only when an error
+/// needs it: connecting that succeeds never pays for the string.
+struct ConnectTarget: CustomStringConvertible, ExpressibleByStringLiteral, Sendable {
+    let host: String
+    let port: Int
+
+    init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    /// A name used as it is (tests).
+    init(stringLiteral value: String) {
+        self.init(host: value, port: 0)
+    }
+
+    var description: String {
+        guard port != 0 else { return host }
+        let colon = host.utf8.contains(UInt8(ascii: ":")) && host.utf8.first != UInt8(ascii: "[")
+        return colon ? "[\(host)]:\(port)" : "\(host):\(port)"
     }
 }

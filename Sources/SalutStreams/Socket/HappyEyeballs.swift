@@ -55,7 +55,7 @@ final class HappyEyeballs: @unchecked Sendable {
     /// - Parameters:
     ///   - addresses: where to connect, in the resolver's order.
     ///   - target: how to name the destination in errors (`host:port`).
-    init(addresses: [SocketAddress], target: String, queue: DispatchQueue,
+    init(addresses: [SocketAddress], target: ConnectTarget, queue: DispatchQueue,
          attemptDelay: TimeInterval = 0.25, timeout: TimeInterval = 30,
          prepare: @escaping @Sendable (Int32, SocketAddress) throws -> Void = { _, _ in },
          completion: @escaping @Sendable (Result<Connected, SocketStreamError>) -> Void) {
@@ -63,8 +63,13 @@ final class HappyEyeballs: @unchecked Sendable {
         self.queue = queue
         self.completion = completion
         machine = HappyEyeballsStateMachine(addresses: addresses, target: target,
-                                            attemptDelay: .seconds(OperationLimit.clampedSeconds(attemptDelay, default: 0.25)),
-                                            timeout: .seconds(OperationLimit.clampedSeconds(timeout, default: 30)))
+                                            attemptDelay: Self.duration(OperationLimit.clampedSeconds(attemptDelay, default: 0.25)),
+                                            timeout: Self.duration(OperationLimit.clampedSeconds(timeout, default: 30)))
+    }
+
+    /// Whole microseconds (`Duration.seconds(Double)` scales through floating point, slowly).
+    private static func duration(_ seconds: TimeInterval) -> Duration {
+        .microseconds(Int64(seconds * 1_000_000))
     }
 
     /// Starts the first attempt. Call on the queue.

@@ -160,7 +160,7 @@ final class SocketConnection: @unchecked Sendable {
     private func connect(to resolved: [SocketAddress], host: String, port: Int, timeout: TimeInterval,
                          hostName: String? = nil, resolved wasResolved: Bool = false) {
         // Port 0 means the resolver supplied the port (a discovered service).
-        let target = port == 0 ? host : host.contains(":") && !host.hasPrefix("[") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        let target = ConnectTarget(host: host, port: port)
         let options = state.value
         let addresses = options.socketOptions.filter(resolved)
         let security: SecuritySetup?

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Glibc
+import Synchronization
 
 /// What is known about a connection once it is ready to carry bytes.
 package struct ConnectionDetails: Sendable, Hashable {
@@ -216,27 +217,33 @@ final class SocketPump: @unchecked Sendable {
         // Never from the queue itself (a trust evaluator or connection observer writing): that
         // would wait for itself. The buffered path is taken instead.
         guard DispatchQueue.getSpecific(key: Self.queueKey) != ObjectIdentifier(self) else { return .useBuffer }
-        return queue.sync {
-            guard machine.allowsDirectSend, let transport, sendFrom == sendTo, outbound.snapshot.available == 0 else {
-                return .useBuffer
-            }
-            switch transport.send(from: buffer, count: length) {
-            case .moved(let n):
-                if n > 0, deadlines != nil { carried() }
-                return .sent(n)
-            case .wouldBlock:
-                return .socketFull(fd: fd)
-            case .ended:
-                return .useBuffer
-            case .needsOtherDirection:
-                // TLS must read before it can write: the buffered copy of these bytes is sent
-                // (first, and at least as long) once the socket has been read.
-                handle { $0.directSendNeedsReadable() }
-                return .useBuffer
-            case .failed(let error):
-                handle { $0.directSendFailed(error) }
-                return .useBuffer
-            }
+        // The non-generic `sync` (the generic one wraps the block in closures of its own).
+        var outcome = DirectSend.useBuffer
+        queue.sync { outcome = sendDirectlyOnQueue(from: buffer, length: length) }
+        return outcome
+    }
+
+    /// `sendDirectly` on the queue.
+    private func sendDirectlyOnQueue(from buffer: UnsafeRawPointer, length: Int) -> DirectSend {
+        guard machine.allowsDirectSend, let transport, sendFrom == sendTo, outbound.snapshot.available == 0 else {
+            return .useBuffer
+        }
+        switch transport.send(from: buffer, count: length) {
+        case .moved(let n):
+            if n > 0, deadlines != nil { carried() }
+            return .sent(n)
+        case .wouldBlock:
+            return .socketFull(fd: fd)
+        case .ended:
+            return .useBuffer
+        case .needsOtherDirection:
+            // TLS must read before it can write: the buffered copy of these bytes is sent
+            // (first, and at least as long) once the socket has been read.
+            handle { $0.directSendNeedsReadable() }
+            return .useBuffer
+        case .failed(let error):
+            handle { $0.directSendFailed(error) }
+            return .useBuffer
         }
     }
 
@@ -634,30 +641,23 @@ extension SocketPump {
     }
 }
 
-/// Closes a descriptor once every dispatch source using it has been cancelled.
-final class DescriptorCloser: @unchecked Sendable {
-    // @unchecked: `users` is guarded by `lock`.
-    private let lock = NSLock()
+/// Closes a descriptor once the pump and every dispatch source using it are done with it.
+final class DescriptorCloser: Sendable {
     private let fd: Int32
-    private var users: Int
+    private let users: Atomic<Int>
 
     init(fd: Int32, users: Int) {
         self.fd = fd
-        self.users = users
+        self.users = Atomic(users)
     }
 
     /// One more source uses the descriptor (before that source is resumed).
     func addUser() {
-        lock.lock()
-        users += 1
-        lock.unlock()
+        users.add(1, ordering: .relaxed)
     }
 
+    /// A user is done; the last one closes the descriptor.
     func release() {
-        lock.lock()
-        users -= 1
-        let last = users == 0
-        lock.unlock()
-        if last { close(fd) }
+        if users.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { close(fd) }
     }
 }
