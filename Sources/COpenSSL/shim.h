@@ -10,6 +10,7 @@
 #include <openssl/sha.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
+#include <openssl/hmac.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>

@@ -56,6 +56,21 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
         public static let listenFailed = Code("listenFailed")
         /// No network interface has the given name.
         public static let unknownInterface = Code("unknownInterface")
+        /// A TSIG key that cannot be used: unreadable file, no key, an unsupported algorithm.
+        public static let invalidKey = Code("invalidKey")
+        /// The DNS server refused the update (`REFUSED`: the zone does not allow it).
+        public static let updateRefused = Code("updateRefused")
+        /// The DNS server is not authoritative for the zone, or did not accept the key
+        /// (`NOTAUTH`, `NOTZONE`).
+        public static let notAuthorized = Code("notAuthorized")
+        /// The DNS server refused the signature: `BADSIG` (wrong secret), `BADKEY` (unknown
+        /// key) or `BADTIME` (clocks too far apart); or its answer's signature was wrong.
+        public static let signatureRejected = Code("signatureRejected")
+        /// No DNS server answered (none found, unreachable, or silent until the timeout).
+        public static let serverUnreachable = Code("serverUnreachable")
+        /// The DNS server answered with another failure (see ``DiscoveryError/reason``), or an
+        /// answer that could not be read.
+        public static let dnsFailure = Code("dnsFailure")
     }
 
     /// What happened, with what it is about: the readable message is made from it.
@@ -75,6 +90,12 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
         case avahi(code: Int32, message: String)
         case listenFailed(String)
         case unknownInterface(String)
+        case invalidKey(String)
+        case updateRefused(zone: String, detail: String)
+        case notAuthorized(zone: String, detail: String)
+        case signatureRejected(String)
+        case serverUnreachable(String)
+        case dnsFailure(String)
     }
 
     private let details: Details
@@ -120,6 +141,18 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
     public static func listenFailed(_ reason: String) -> DiscoveryError { .init(.listenFailed(reason)) }
     /// No network interface has this name.
     public static func unknownInterface(_ name: String) -> DiscoveryError { .init(.unknownInterface(name)) }
+    /// A TSIG key that cannot be used; the reason says why (and which file).
+    public static func invalidKey(_ reason: String) -> DiscoveryError { .init(.invalidKey(reason)) }
+    /// The server for `zone` answered `REFUSED`.
+    public static func updateRefused(zone: String, detail: String) -> DiscoveryError { .init(.updateRefused(zone: zone, detail: detail)) }
+    /// The server for `zone` answered `NOTAUTH` or `NOTZONE`.
+    public static func notAuthorized(zone: String, detail: String) -> DiscoveryError { .init(.notAuthorized(zone: zone, detail: detail)) }
+    /// The server refused the signature (`BADSIG`, `BADKEY`, `BADTIME`), or its own did not verify.
+    public static func signatureRejected(_ reason: String) -> DiscoveryError { .init(.signatureRejected(reason)) }
+    /// No DNS server answered; the reason says which server and what was tried.
+    public static func serverUnreachable(_ reason: String) -> DiscoveryError { .init(.serverUnreachable(reason)) }
+    /// Another DNS failure, or an answer that could not be read.
+    public static func dnsFailure(_ reason: String) -> DiscoveryError { .init(.dnsFailure(reason)) }
 
     // MARK: Reading errors
 
@@ -141,6 +174,12 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
         case .avahi: .avahi
         case .listenFailed: .listenFailed
         case .unknownInterface: .unknownInterface
+        case .invalidKey: .invalidKey
+        case .updateRefused: .updateRefused
+        case .notAuthorized: .notAuthorized
+        case .signatureRejected: .signatureRejected
+        case .serverUnreachable: .serverUnreachable
+        case .dnsFailure: .dnsFailure
         }
     }
 
@@ -157,6 +196,7 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
         case .invalidHostName(let host, _): text = host
         case .invalidPort(let port): text = String(port)
         case .unknownInterface(let name): text = name
+        case .updateRefused(let zone, _), .notAuthorized(let zone, _): text = zone
         default: return nil
         }
         return text.isEmpty ? nil : text
@@ -172,6 +212,8 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
             reason
         case .avahi(_, let message): message
         case .listenFailed(let reason): reason
+        case .invalidKey(let reason), .signatureRejected(let reason), .serverUnreachable(let reason), .dnsFailure(let reason): reason
+        case .updateRefused(_, let detail), .notAuthorized(_, let detail): detail
         default: nil
         }
     }
@@ -248,6 +290,12 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
         case .avahi(let code, let message): return "\(message) (Avahi error \(code))"
         case .listenFailed(let reason): return "cannot listen for connections: \(reason)"
         case .unknownInterface(let name): return "no network interface named \"\(name)\""
+        case .invalidKey(let reason): return "cannot use the TSIG key: \(reason)"
+        case .updateRefused(let zone, let detail): return "the DNS server refused the update of \(zone) (\(detail))"
+        case .notAuthorized(let zone, let detail): return "the DNS server does not accept updates of \(zone) from this key (\(detail))"
+        case .signatureRejected(let reason): return "the DNS server rejected the signature: \(reason)"
+        case .serverUnreachable(let reason): return "no DNS server answered: \(reason)"
+        case .dnsFailure(let reason): return "DNS failure: \(reason)"
         }
     }
 

@@ -15,7 +15,7 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
     public var data: Data { withBytes { Data($0) } }
 
     /// Calls `body` with the raw `sockaddr` bytes.
-    func withBytes<T>(_ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
+    package func withBytes<T>(_ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T {
         try withUnsafeBytes(of: storage) { try body(UnsafeRawBufferPointer(rebasing: $0.prefix(length))) }
     }
 
@@ -154,7 +154,7 @@ extension SocketAddress {
 extension SocketAddress {
     /// The address a numeric host names (`198.18.0.1`, `::1`, `[fe80::1%lab0]`), or nil when
     /// `host` is a name that needs a resolver. An unknown scope interface is nil too.
-    static func literal(_ host: String, port: UInt16) -> SocketAddress? {
+    package static func literal(_ host: String, port: UInt16) -> SocketAddress? {
         var text = host
         if text.hasPrefix("["), text.hasSuffix("]") { text = String(text.dropFirst().dropLast()) }
         var v4 = in_addr()

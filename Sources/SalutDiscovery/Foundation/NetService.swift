@@ -488,7 +488,7 @@ extension DiscoveryError {
             return .badArgumentError
         case .cancelled: return .cancelledError
         case .timedOut: return .timeoutError
-        case .daemonUnavailable: return .missingRequiredConfigurationError
+        case .daemonUnavailable, .invalidKey, .notAuthorized, .signatureRejected: return .missingRequiredConfigurationError
         default: return .unknownError
         }
     }

@@ -1,0 +1,129 @@
+import Foundation
+
+/// A TSIG key (RFC 8945): the name a DNS server knows a shared secret by, and the secret, with
+/// which Salut signs the DNS updates that publish services in a wide-area domain.
+///
+/// Keys come from a file in the format BIND's `tsig-keygen` writes, never from the command
+/// line (where other users can read them in the process list):
+///
+/// ```
+/// key "salut-publisher" {
+///     algorithm hmac-sha256;
+///     secret "Zm9vYmFyYmF6cXV4...";
+/// };
+/// ```
+///
+/// Only `hmac-sha256` is supported. The secret is never printed: ``description`` shows the
+/// name and algorithm only.
+public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible {
+    /// The key's name, as the server's configuration names it (`salut-publisher.`).
+    public let name: String
+    /// The MAC algorithm (always `hmac-sha256`).
+    public let algorithm: String
+    let secret: [UInt8]
+    let wireName: DNSName
+
+    /// A key from its name and secret.
+    /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code/invalidKey``) when the name is not a
+    ///   valid DNS name or the secret is empty.
+    public init(name: String, secret: [UInt8]) throws {
+        do {
+            wireName = try DNSName(parsing: name)
+        } catch {
+            throw DiscoveryError.invalidKey("the key name \"\(name)\" is \(error)")
+        }
+        guard !wireName.labels.isEmpty else { throw DiscoveryError.invalidKey("the key has no name") }
+        guard !secret.isEmpty else { throw DiscoveryError.invalidKey("the key's secret is empty") }
+        self.name = wireName.description
+        self.algorithm = "hmac-sha256"
+        self.secret = secret
+    }
+
+    /// Reads the first key of a file in BIND's format (`tsig-keygen`, `named.conf`).
+    /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code/invalidKey``) naming the file and
+    ///   what is wrong: unreadable, no key, an algorithm other than `hmac-sha256`, a secret that
+    ///   is not base64.
+    public init(contentsOfFile path: String) throws {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw DiscoveryError.invalidKey("cannot read the key file \(path)")
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw DiscoveryError.invalidKey("the key file \(path) is not text")
+        }
+        do {
+            self = try Self(parsing: text)
+        } catch let error as DiscoveryError {
+            throw DiscoveryError.invalidKey("\(path): \(error.reason ?? "\(error)")")
+        }
+    }
+
+    /// Reads the first `key` statement of BIND configuration text.
+    /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code/invalidKey``) saying what is wrong.
+    public init(parsing text: String) throws {
+        let tokens = Self.tokens(of: text)
+        guard let start = tokens.firstIndex(of: "key"), start + 2 < tokens.count, tokens[start + 2] == "{" else {
+            throw DiscoveryError.invalidKey("no `key \"NAME\" { … };` statement (as tsig-keygen writes)")
+        }
+        let name = tokens[start + 1]
+        var algorithm: String?
+        var secret: String?
+        var index = start + 3
+        while index < tokens.count, tokens[index] != "}" {
+            let word = tokens[index]
+            let value = index + 1 < tokens.count ? tokens[index + 1] : ""
+            switch word {
+            case "algorithm": algorithm = value.lowercased(); index += 2
+            case "secret": secret = value; index += 2
+            default: index += 1
+            }
+        }
+        guard let algorithm else { throw DiscoveryError.invalidKey("the key \(name) names no algorithm") }
+        guard algorithm == "hmac-sha256" else {
+            throw DiscoveryError.invalidKey("the key \(name) uses \(algorithm); Salut signs with hmac-sha256 only (tsig-keygen -a hmac-sha256)")
+        }
+        guard let secret, let bytes = Data(base64Encoded: secret) else {
+            throw DiscoveryError.invalidKey("the key \(name) has no secret in base64")
+        }
+        try self.init(name: name, secret: Array(bytes))
+    }
+
+    public var description: String { "TSIG key \(name) (\(algorithm))" }
+
+    /// Words, quoted strings (without their quotes) and the punctuation `{`, `}` and `;` of BIND
+    /// configuration, with `#`, `//` and `/* */` comments left out.
+    private static func tokens(of text: String) -> [String] {
+        var tokens: [String] = []
+        var characters = Array(text)[...]
+        var word = ""
+        func flush() { if !word.isEmpty { tokens.append(word); word = "" } }
+        while let character = characters.popFirst() {
+            switch character {
+            case "#":
+                flush()
+                while let next = characters.first, next != "\n" { characters.removeFirst() }
+            case "/" where characters.first == "/":
+                flush()
+                while let next = characters.first, next != "\n" { characters.removeFirst() }
+            case "/" where characters.first == "*":
+                flush()
+                characters.removeFirst()
+                while !characters.isEmpty, !(characters.first == "*" && characters.dropFirst().first == "/") { characters.removeFirst() }
+                characters = characters.dropFirst(2)
+            case "\"":
+                flush()
+                var quoted = ""
+                while let next = characters.popFirst(), next != "\"" { quoted.append(next) }
+                tokens.append(quoted)
+            case "{", "}", ";":
+                flush()
+                tokens.append(String(character))
+            case _ where character.isWhitespace:
+                flush()
+            default:
+                word.append(character)
+            }
+        }
+        flush()
+        return tokens
+    }
+}

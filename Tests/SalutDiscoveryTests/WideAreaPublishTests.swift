@@ -1,0 +1,136 @@
+import Foundation
+@testable import SalutDiscovery
+import SalutStreams
+import SalutTestSupport
+import XCTest
+
+/// Publishing in a unicast DNS zone through a real BIND 9 (`Scripts/dns-server`, on loopback):
+/// what Salut writes is read back with BIND's own `dig`.
+final class WideAreaPublishTests: SalutTestCase {
+    private var directory = ""
+    private var port = 0
+    private var nameServer: SocketAddress { SocketAddress.literal("127.0.0.1", port: UInt16(port))! }
+
+    override func setUpWithError() throws {
+        try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: "/usr/sbin/named"), "BIND 9 is not installed (Scripts/bootstrap installs it)")
+        directory = NSTemporaryDirectory() + "salut-dns-\(UUID().uuidString.prefix(8))"
+        port = freeLoopbackPort()
+        let started = try Foreign([Self.script, "start", directory, "127.0.0.1", String(port)])
+        XCTAssertTrue(started.waitForExit(seconds: 30), "dns-server did not finish starting")
+        XCTAssertTrue(started.output.contains("serving home.arpa"), started.output)
+    }
+
+    override func tearDownWithError() throws {
+        guard !directory.isEmpty else { return }
+        _ = try Foreign([Self.script, "stop", directory]).waitForExit(seconds: 15)
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    private static var script: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Scripts/dns-server").path
+    }
+
+    private var key: SalutTSIGKey { get throws { try SalutTSIGKey(contentsOfFile: directory + "/salut-publisher.key") } }
+
+    /// `dig +short` of NAME TYPE at the test server.
+    private func dig(_ name: String, _ type: String) throws -> [String] {
+        let out = try Foreign(["dig", "+short", "+time=2", "+tries=1", "-p", String(port), "@127.0.0.1", name, type]).finish()
+        return out.split(separator: "\n").map(String.init).filter { !$0.hasPrefix(";") }
+    }
+
+    /// Every name in the zone and its records, from a zone transfer (`dig AXFR`), minus the
+    /// records the zone starts with.
+    private func zoneContents() throws -> [String] {
+        let out = try Foreign(["dig", "+noall", "+answer", "+time=2", "-p", String(port), "@127.0.0.1", "home.arpa", "AXFR"]).finish()
+        return out.split(separator: "\n").map { $0.split(whereSeparator: { $0 == " " || $0 == "\t" }).joined(separator: " ") }
+            .filter { line in !["SOA", "NS"].contains(line.split(separator: " ").dropFirst(3).first.map(String.init) ?? "")
+                && !line.hasPrefix("ns.home.arpa.") && !line.contains("._dns-sd._udp.") && !line.hasPrefix("_dns-update.") && !line.isEmpty }
+            .sorted()
+    }
+
+    private func publisher(_ name: String, key: SalutTSIGKey? = nil, renames: Bool = true, txt: [String] = ["path=/"]) throws -> WideAreaPublisher {
+        try WideAreaPublisher(name: name, type: "_http._tcp", subtypes: ["_printer"], domain: "home.arpa", port: 8080,
+                              txt: txt.map { Array($0.utf8) }, host: "salut-test",
+                              addresses: [SocketAddress.literal("198.18.0.1", port: 0)!], key: try key ?? self.key,
+                              nameServer: nameServer, renames: renames)
+    }
+
+    func testAServiceIsPublishedFoundByItsSRVChangedAndRemoved() async throws {
+        let service = try publisher("Lab Printer")
+        let registered = try await withDeadline(20, "publishing") { try await service.publish() }
+        XCTAssertEqual(registered, "Lab Printer")
+        let server = await service.serverAddress
+        XCTAssertEqual(server?.port, UInt16(port), "the primary was found through _dns-update._udp's SRV")
+
+        XCTAssertEqual(try dig("_http._tcp.home.arpa", "PTR"), [#"Lab\032Printer._http._tcp.home.arpa."#])
+        XCTAssertEqual(try dig("_printer._sub._http._tcp.home.arpa", "PTR"), [#"Lab\032Printer._http._tcp.home.arpa."#])
+        XCTAssertEqual(try dig("Lab Printer._http._tcp.home.arpa", "SRV"), ["0 0 8080 salut-test.home.arpa."])
+        XCTAssertEqual(try dig("Lab Printer._http._tcp.home.arpa", "TXT"), [#""path=/""#])
+        XCTAssertEqual(try dig("salut-test.home.arpa", "A"), ["198.18.0.1"])
+        let contents = try zoneContents()
+        XCTAssertEqual(contents.count, 5, "exactly the records written, nothing else:\n\(contents.joined(separator: "\n"))")
+
+        try await withDeadline(20, "changing the TXT record") { try await service.updateText([Array("path=/v2".utf8), Array("x=1".utf8)]) }
+        XCTAssertEqual(try dig("Lab Printer._http._tcp.home.arpa", "TXT"), [#""path=/v2" "x=1""#])
+
+        try await withDeadline(20, "removing") { try await service.stop() }
+        XCTAssertEqual(try dig("_http._tcp.home.arpa", "PTR"), [])
+        XCTAssertEqual(try dig("Lab Printer._http._tcp.home.arpa", "SRV"), [])
+        XCTAssertEqual(try zoneContents(), [], "nothing of the service is left")
+    }
+
+    func testATakenNameIsRenamedOrRefused() async throws {
+        let first = try publisher("Shared Name")
+        let second = try publisher("Shared Name")
+        let third = try publisher("Shared Name", renames: false)
+        try await withDeadline(20, "the first") { _ = try await first.publish() }
+        let renamed = try await withDeadline(20, "the second") { try await second.publish() }
+        XCTAssertEqual(renamed, "Shared Name (2)")
+        XCTAssertEqual(Set(try dig("_http._tcp.home.arpa", "PTR")),
+                       [#"Shared\032Name._http._tcp.home.arpa."#, #"Shared\032Name\032\(2\)._http._tcp.home.arpa."#], "as dig writes them")
+        do {
+            _ = try await withDeadline(20, "the third") { try await third.publish() }
+            XCTFail("a taken name with renaming off was published")
+        } catch let error as DiscoveryError {
+            XCTAssertEqual(error.code, .collision)
+            XCTAssertEqual(error.subject, "Shared Name")
+        }
+        try await first.stop()
+        XCTAssertEqual(try dig("_http._tcp.home.arpa", "PTR"), [#"Shared\032Name\032\(2\)._http._tcp.home.arpa."#],
+                       "removing one instance leaves the other's PTR")
+        try await second.stop()
+    }
+
+    func testAWrongSecretAnUnknownKeyAndAnotherZoneAreClearErrors() async throws {
+        let wrongSecret = try SalutTSIGKey(name: "salut-publisher", secret: Array("not the secret".utf8))
+        await assertFails(try publisher("Bad Secret", key: wrongSecret), code: .signatureRejected, mentioning: "BADSIG")
+        let unknown = try SalutTSIGKey(name: "nobody", secret: Array("whatever".utf8))
+        await assertFails(try publisher("Bad Key", key: unknown), code: .signatureRejected, mentioning: "BADKEY")
+        let elsewhere = try WideAreaPublisher(name: "X", type: "_http._tcp", domain: "example.arpa", port: 1, txt: [], host: "h",
+                                              addresses: [], key: try key, server: nameServer)
+        await assertFails(elsewhere, code: .notAuthorized, mentioning: "NOTAUTH")
+        XCTAssertEqual(try zoneContents(), [], "nothing was written")
+    }
+
+    func testNoServerIsAClearError() async throws {
+        let silent = SocketAddress.literal("127.0.0.1", port: UInt16(freeLoopbackPort()))!
+        let service = try WideAreaPublisher(name: "X", type: "_http._tcp", domain: "home.arpa", port: 1, txt: [], host: "h",
+                                            addresses: [], key: try key, server: silent)
+        await assertFails(service, code: .serverUnreachable, mentioning: "127.0.0.1")
+    }
+
+    private func assertFails(_ service: @autoclosure () throws -> WideAreaPublisher, code: DiscoveryError.Code, mentioning text: String,
+                             file: StaticString = #filePath, line: UInt = #line) async {
+        do {
+            let service = try service()
+            _ = try await withDeadline(30, "publishing") { try await service.publish() }
+            XCTFail("published", file: file, line: line)
+        } catch let error as DiscoveryError {
+            XCTAssertEqual(error.code, code, "\(error)", file: file, line: line)
+            XCTAssertTrue("\(error)".contains(text), "\(error)", file: file, line: line)
+        } catch {
+            XCTFail("\(error)", file: file, line: line)
+        }
+    }
+}
