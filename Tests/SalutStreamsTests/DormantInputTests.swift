@@ -150,3 +150,65 @@ private final class EventReader: NSObject, StreamDelegate, @unchecked Sendable {
         }
     }
 }
+
+extension DormantInputTests {
+    func testHasBytesAvailableAsTheFirstUseSeesWhatIsAlreadyThere() throws {
+        let reply = Array("waiting in the socket".utf8)
+        let (port, done, _) = try server(expect: 1, reply: reply)
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
+        pair.input.open()
+        pair.output.open()
+        XCTAssertEqual(pair.output.write([0x21], maxLength: 1), 1)
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        // The reply and the end are in the socket before anything looked at the input.
+        var entry = pollfd(fd: -1, events: 0, revents: 0)
+        _ = poll(&entry, 0, 100)   // a moment for loopback to deliver the FIN (no waiting on Salut)
+        XCTAssertTrue(pair.input.hasBytesAvailable, "the first look finds the bytes already in the socket")
+        var buffer = [UInt8](repeating: 0, count: 64)
+        var got: [UInt8] = []
+        while pair.input.hasBytesAvailable {
+            let n = pair.input.read(&buffer, maxLength: buffer.count)
+            if n <= 0 { break }
+            got += buffer[..<n]
+        }
+        XCTAssertEqual(got, reply, "a loop on hasBytesAvailable reads it all")
+        pair.input.close()
+        pair.output.close()
+    }
+
+    func testAWriterThatNeverReadsLetsTheSocketGoWhenBothEndsHaveClosed() throws {
+        let (port, done, _) = try server(expect: 2, reply: [])
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
+        pair.input.open()
+        pair.output.open()
+        XCTAssertEqual(pair.output.write([0x68, 0x69], maxLength: 2), 2)
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "the server got the bytes and closed")
+        let local = pair.output.property(forKey: .salutLocalAddress) as? String
+        let localPort = try XCTUnwrap(local?.split(separator: ":").last.flatMap { UInt16($0) }, "the connection's local port")
+        pair.output.close()
+        // The input stream is still open and was never used: the peer's end must still let the
+        // connection go.
+        let deadline = Date().addingTimeInterval(10)
+        while holdsSocket(boundTo: localPort), Date() < deadline {
+            var entry = pollfd(fd: -1, events: 0, revents: 0)
+            _ = poll(&entry, 0, 20)
+        }
+        XCTAssertFalse(holdsSocket(boundTo: localPort), "the socket stayed open while the unused input stream was held")
+        XCTAssertEqual(pair.input.streamStatus, .open, "the input stream itself is untouched")
+        pair.input.close()
+    }
+
+    /// Whether one of this process's descriptors is a socket bound to `port` on this end.
+    private func holdsSocket(boundTo port: UInt16) -> Bool {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        for fd in names.compactMap(Int32.init) {
+            var address = sockaddr_in()
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let named = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) == 0 }
+            }
+            if named, address.sin_family == sa_family_t(AF_INET), UInt16(bigEndian: address.sin_port) == port { return true }
+        }
+        return false
+    }
+}

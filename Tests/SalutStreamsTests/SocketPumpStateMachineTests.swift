@@ -42,7 +42,7 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         XCTAssertTrue(machine.allowsDirectSend, "writing does not wait for the input")
         XCTAssertEqual(machine.socketReadable(), [], "a stray readiness event reads nothing")
         XCTAssertEqual(machine.inboundChanged(readerClosed: false), [], "a read of the empty buffer is not a change")
-        XCTAssertEqual(machine.readingWanted(), [], "registration reports what is there: no look of its own")
+        XCTAssertEqual(machine.readingWanted(), [.receive], "a look at once: what waits in the socket is buffered for the caller")
         XCTAssertTrue(machine.wantsReadable)
         XCTAssertEqual(machine.socketReadable(), [.receive])
         XCTAssertEqual(machine.readingWanted(), [], "only the first use changes anything")
@@ -73,6 +73,15 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         XCTAssertEqual(machine.readingWanted(), [], "a closed input is not woken")
         XCTAssertEqual(machine.nothingToSend(outputClosed: true), [.finishSending])
         XCTAssertEqual(machine.sendingFinished(.moved(0)), [.release], "both directions done")
+    }
+
+    func testAFinishedOutputWakesADormantInputSoThePeersEndIsSeen() {
+        var machine = Machine()
+        _ = machine.start(secure: false, readsAtOnce: false)
+        XCTAssertEqual(machine.nothingToSend(outputClosed: true), [.finishSending])
+        XCTAssertEqual(machine.sendingFinished(.moved(0)), [.receive], "our half-close is sent: read until the peer's end")
+        XCTAssertTrue(machine.wantsReadable)
+        XCTAssertEqual(machine.received(.ended), [.endInbound, .release], "both directions over: released, the input stream still open")
     }
 
     func testAnUpgradeWakesADormantInput() {

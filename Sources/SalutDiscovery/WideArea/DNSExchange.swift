@@ -16,7 +16,7 @@ struct DNSExchange: Sendable {
     var attempts = 3
 
     /// The answer to `message` (whose first two bytes are its ID).
-    /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code/serverUnreachable``) when no answer
+    /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code-swift.struct/serverUnreachable``) when no answer
     ///   came, saying from where and after how long.
     func send(_ message: [UInt8]) async throws -> [UInt8] {
         try await withCheckedThrowingContinuation { continuation in

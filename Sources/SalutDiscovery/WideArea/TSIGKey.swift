@@ -24,7 +24,7 @@ public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible {
     let wireName: DNSName
 
     /// A key from its name and secret.
-    /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code/invalidKey``) when the name is not a
+    /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code-swift.struct/invalidKey``) when the name is not a
     ///   valid DNS name or the secret is empty.
     public init(name: String, secret: [UInt8]) throws {
         do {
@@ -40,7 +40,7 @@ public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Reads the first key of a file in BIND's format (`tsig-keygen`, `named.conf`).
-    /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code/invalidKey``) naming the file and
+    /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code-swift.struct/invalidKey``) naming the file and
     ///   what is wrong: unreadable, no key, an algorithm other than `hmac-sha256`, a secret that
     ///   is not base64.
     public init(contentsOfFile path: String) throws {
@@ -58,7 +58,7 @@ public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Reads the first `key` statement of BIND configuration text.
-    /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code/invalidKey``) saying what is wrong.
+    /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code-swift.struct/invalidKey``) saying what is wrong.
     public init(parsing text: String) throws {
         let tokens = Self.tokens(of: text)
         guard let start = tokens.firstIndex(of: "key"), start + 2 < tokens.count, tokens[start + 2] == "{" else {

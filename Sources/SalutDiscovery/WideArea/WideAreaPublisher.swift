@@ -46,10 +46,10 @@ package actor WideAreaPublisher {
 
     /// Adds the service's records to the zone.
     /// - Returns: the instance name it was registered under.
-    /// - Throws: ``DiscoveryError``: ``DiscoveryError/Code/collision`` (the name is taken and
-    ///   renaming is off), ``DiscoveryError/Code/signatureRejected``,
-    ///   ``DiscoveryError/Code/notAuthorized``, ``DiscoveryError/Code/updateRefused``,
-    ///   ``DiscoveryError/Code/serverUnreachable``, or ``DiscoveryError/Code/dnsFailure``.
+    /// - Throws: ``DiscoveryError``: ``DiscoveryError/Code-swift.struct/collision`` (the name is taken and
+    ///   renaming is off), ``DiscoveryError/Code-swift.struct/signatureRejected``,
+    ///   ``DiscoveryError/Code-swift.struct/notAuthorized``, ``DiscoveryError/Code-swift.struct/updateRefused``,
+    ///   ``DiscoveryError/Code-swift.struct/serverUnreachable``, or ``DiscoveryError/Code-swift.struct/dnsFailure``.
     @discardableResult
     package func publish() async throws -> String {
         let exchange = try await primary()
@@ -195,7 +195,7 @@ struct WideAreaServerFinder: Sendable {
     let nameServer: SocketAddress
 
     /// The address to send updates to.
-    /// - Throws: ``DiscoveryError/Code/serverUnreachable`` when the name server does not
+    /// - Throws: ``DiscoveryError/Code-swift.struct/serverUnreachable`` when the name server does not
     ///   answer or names no server.
     func primary(of zone: DNSName) async throws -> SocketAddress {
         let exchange = DNSExchange(server: nameServer)

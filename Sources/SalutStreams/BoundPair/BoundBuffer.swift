@@ -249,9 +249,11 @@ final class BoundBuffer: @unchecked Sendable {
     private func close(_ mark: (BoundBuffer) -> Void) {
         let (waiters, blocked) = lock.withLock { () -> ([CheckedContinuation<Void, Never>], [DispatchSemaphore]) in
             mark(self)
+            // Every blocked thread wakes (one per side, unless the stream is misused by two
+            // threads at once: they must not sleep for ever either).
             var blocked: [DispatchSemaphore] = []
-            if blockedReaders > 0, let readerWake { blocked.append(readerWake) }
-            if blockedWriters > 0, let writerWake { blocked.append(writerWake) }
+            if let readerWake { blocked += Array(repeating: readerWake, count: blockedReaders) }
+            if let writerWake { blocked += Array(repeating: writerWake, count: blockedWriters) }
             return (takeReadWaiters() + takeWriteWaiters(), blocked)
         }
         blocked.forEach { $0.signal() }

@@ -212,8 +212,12 @@ final class SocketConnection: @unchecked Sendable {
                 let setsTraffic = socketOptions.trafficClass != nil || socketOptions.priority != nil
                 // A plain connection reads once its input is used (a TLS handshake reads anyway).
                 let readsAtOnce = security != nil || self.inputUsed.load(ordering: .acquiring)
+                // The address dialled is the peer's, except that the kernel fills in the scope of
+                // a link-local IPv6 address dialled without one (bound to an interface).
+                let address = connected.address
+                let known = address.isIPv6 && address.scopeID == 0 && address.rawBytes.starts(with: [0xFE]) ? nil : address
                 self.pump.run(fd, security: security, limits: limits, readsTrafficOptions: setsTraffic,
-                              readsAtOnce: readsAtOnce, remoteAddress: connected.address) { self.ready($0) }
+                              readsAtOnce: readsAtOnce, remoteAddress: known) { self.ready($0) }
             case .failure(let error):
                 self.settle(.failure(error))
             }

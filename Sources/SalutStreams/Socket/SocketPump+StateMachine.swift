@@ -388,13 +388,14 @@ struct SocketPumpStateMachine {
 
     // MARK: The user's side
 
-    /// The user started using the input stream: a dormant input starts reading. (No receive:
-    /// the shell registers the socket, and epoll reports what is already there.)
+    /// The user started using the input stream: a dormant input starts reading, with a look at
+    /// once, so that what already waits in the socket (bytes, the end) is in the buffer when the
+    /// call that woke it (`hasBytesAvailable`, a read) looks.
     mutating func readingWanted() -> [Action] {
         guard case .flowing(var flow) = state, flow.input == .dormant else { return [] }
         flow.input = .reading
         state = .flowing(flow)
-        return []
+        return [.receive]
     }
 
     /// The user read (room again) or closed the input stream.
@@ -527,9 +528,18 @@ struct SocketPumpStateMachine {
 
     /// Stores `flow`, releasing the connection when both directions are done.
     private mutating func settle(_ flow: Flow, _ actions: [Action]) -> [Action] {
+        var flow = flow
         if flow.input == .ended && flow.output == .finished {
             state = .closed
             return actions + [.release]
+        }
+        // Our direction is over but nobody has used the input: read it now, so that the peer's
+        // end (or reset) is seen and the connection can end without waiting for the input
+        // stream to be closed.
+        if flow.output == .finished && flow.input == .dormant {
+            flow.input = .reading
+            state = .flowing(flow)
+            return actions + [.receive]
         }
         state = .flowing(flow)
         return actions

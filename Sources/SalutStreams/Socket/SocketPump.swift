@@ -247,9 +247,16 @@ final class SocketPump: @unchecked Sendable {
         }
     }
 
-    /// The application started using its input stream (see ``SocketPumpStateMachine/Input/dormant``).
+    /// The application started using its input stream (see ``SocketPumpStateMachine/Input/dormant``):
+    /// done before returning, so that what already waits in the socket is in the buffer for the
+    /// caller's next look. From the queue itself (a trust evaluator or observer), it follows the
+    /// current handler instead.
     func readingWanted() {
-        queue.async { self.handle { $0.readingWanted() } }
+        if DispatchQueue.getSpecific(key: Self.queueKey) == ObjectIdentifier(self) {
+            queue.async { self.handle { $0.readingWanted() } }
+        } else {
+            queue.sync { handle { $0.readingWanted() } }
+        }
     }
 
     /// The user read from the inbound buffer (room again) or closed the input stream.
