@@ -113,6 +113,32 @@ final class WideAreaPublishTests: SalutTestCase {
         XCTAssertEqual(try zoneContents(), [], "nothing was written")
     }
 
+    func testServiceAdvertisementPublishesInAWideAreaDomain() async throws {
+        let settings = WideAreaPublishing(key: try key, nameServer: nameServer, hostName: "ad-host",
+                                          addresses: [SocketAddress.literal("198.18.0.7", port: 0)!, SocketAddress.literal("2001:db8::7", port: 0)!])
+        let ad = try await withDeadline(20, "publishing") {
+            try await ServiceAdvertisement.publish(name: "Kitchen Display", type: "_display._sub._demo._tcp", domain: "home.arpa",
+                                                   port: 9000, txtRecord: try TXTRecord(["v": "1"]), wideArea: settings)
+        }
+        XCTAssertEqual(ad.name, "Kitchen Display")
+        XCTAssertEqual(ad.domain, "home.arpa")
+        XCTAssertEqual(try dig("_demo._tcp.home.arpa", "PTR"), [#"Kitchen\032Display._demo._tcp.home.arpa."#])
+        XCTAssertEqual(try dig("_display._sub._demo._tcp.home.arpa", "PTR"), [#"Kitchen\032Display._demo._tcp.home.arpa."#])
+        XCTAssertEqual(try dig("Kitchen Display._demo._tcp.home.arpa", "SRV"), ["0 0 9000 ad-host.home.arpa."])
+        XCTAssertEqual(try dig("Kitchen Display._demo._tcp.home.arpa", "TXT"), [#""v=1""#])
+        XCTAssertEqual(try dig("ad-host.home.arpa", "A"), ["198.18.0.7"])
+        XCTAssertEqual(try dig("ad-host.home.arpa", "AAAA"), ["2001:db8::7"])
+        await ad.withdraw()
+        XCTAssertEqual(try zoneContents(), [], "withdrawn: nothing left")
+
+        do {
+            _ = try await ServiceAdvertisement.publish(name: "X", type: "_demo._tcp", domain: "local", port: 1, wideArea: settings)
+            XCTFail("local with wideArea was accepted")
+        } catch let error as DiscoveryError {
+            XCTAssertEqual(error.code, .invalidDomain)
+        }
+    }
+
     func testNoServerIsAClearError() async throws {
         let silent = SocketAddress.literal("127.0.0.1", port: UInt16(freeLoopbackPort()))!
         let service = try WideAreaPublisher(name: "X", type: "_http._tcp", domain: "home.arpa", port: 1, txt: [], host: "h",

@@ -13,7 +13,9 @@ final class DormantInputTests: SalutTestCase {
     /// A loopback server that accepts one connection, waits for `expect` bytes from the client,
     /// answers `reply` and closes. Returns its port, and a semaphore signalled when it is done
     /// (with what it received).
-    private func server(expect: Int, reply: [UInt8]) throws -> (port: Int, done: DispatchSemaphore, received: Box) {
+    /// With `holdOpen`, `done` is signalled once the reply is sent, and the server then reads
+    /// until the client's end before it closes.
+    private func server(expect: Int, reply: [UInt8], holdOpen: Bool = false) throws -> (port: Int, done: DispatchSemaphore, received: Box) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -43,6 +45,10 @@ final class DormantInputTests: SalutTestCase {
             }
             received.set(got)
             _ = reply.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if holdOpen {
+                done.signal()
+                while recv(client, &chunk, chunk.count, 0) > 0 {}
+            }
         }.start()
         return (Int(UInt16(bigEndian: address.sin_port)), done, received)
     }
@@ -210,5 +216,21 @@ extension DormantInputTests {
             if named, address.sin_family == sa_family_t(AF_INET), UInt16(bigEndian: address.sin_port) == port { return true }
         }
         return false
+    }
+}
+
+extension DormantInputTests {
+    func testTLSAskedForAfterThePeerSpokeInTheClearIsRefusedEvenUnread() async throws {
+        let banner = Array("220 plaintext banner\r\n".utf8)
+        let (port, done, _) = try server(expect: 0, reply: banner, holdOpen: true)
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
+        try await withDeadline(10, "opening") { try await pair.open() }
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "the server sent its banner")
+        var entry = pollfd(fd: -1, events: 0, revents: 0)
+        _ = poll(&entry, 0, 100)   // a moment for loopback to deliver it (nothing of Salut's is waited on)
+        let accepted = pair.input.setProperty([kCFStreamSSLValidatesCertificateChain as String: false] as NSDictionary,
+                                              forKey: kCFStreamPropertySSLSettings as Stream.PropertyKey)
+        XCTAssertFalse(accepted, "TLS after the peer's plain bytes is refused, read or not")
+        XCTAssertTrue("\(pair.input.streamError.map { "\($0)" } ?? "")".contains("clear"), "\(String(describing: pair.input.streamError))")
     }
 }

@@ -12,7 +12,13 @@ import SalutStreams
 /// The service is withdrawn by ``cancel()`` or when the handle is released. It is registered
 /// again by itself after the daemon restarts.
 public final class ServiceAdvertisement: Sendable {
-    private let operation: RegisterOperation
+    /// Who keeps the service published: the avahi-daemon (on the link), or Salut's own signed
+    /// DNS updates (a wide-area domain).
+    private enum Backend: Sendable {
+        case link(RegisterOperation)
+        case wideArea(WideAreaPublisher)
+    }
+    private let backend: Backend
     private let currentName: Locked<String>
     /// The listening socket of an auto-listening service (see ``listen(name:type:domain:port:txtRecord:subtypes:tls:limits:allowRename:timeout:context:)``).
     public let listener: StreamListener?
@@ -24,8 +30,8 @@ public final class ServiceAdvertisement: Sendable {
     /// The name the service is published under now (the final one after any rename).
     public var name: String { currentName.value }
 
-    private init(operation: RegisterOperation, name: Locked<String>, type: String, domain: String, listener: StreamListener?) {
-        self.operation = operation
+    private init(backend: Backend, name: Locked<String>, type: String, domain: String, listener: StreamListener?) {
+        self.backend = backend
         self.listener = listener
         self.currentName = name
         self.type = type
@@ -33,8 +39,15 @@ public final class ServiceAdvertisement: Sendable {
     }
 
     deinit {
-        operation.stop()
+        stopBackend()
         listener?.stop()
+    }
+
+    private func stopBackend() {
+        switch backend {
+        case .link(let operation): operation.stop()
+        case .wideArea(let publisher): Task { try? await publisher.stop() }
+        }
     }
 
     /// Publishes a service and returns once it is established on the network.
@@ -61,6 +74,61 @@ public final class ServiceAdvertisement: Sendable {
     ) async throws -> ServiceAdvertisement {
         try await publish(name: name, type: type, domain: domain, port: port, txtRecord: txtRecord, subtypes: subtypes,
                           allowRename: allowRename, timeout: timeout, context: context, listener: nil)
+    }
+
+    /// Publishes a service in a wide-area domain (a unicast DNS zone) with signed DNS updates,
+    /// and returns once the zone's primary server has accepted it. The records are refreshed
+    /// while the handle lives and removed by ``withdraw()``, ``cancel()`` or its release.
+    /// - Parameters:
+    ///   - name: the instance name; empty for this host's name.
+    ///   - type: `_name._tcp`/`_name._udp`, or `_sub._sub._name._tcp` to add a subtype.
+    ///   - domain: the zone to publish in (not `local`).
+    ///   - port: the port the service listens on.
+    ///   - txtRecord: the service's TXT record.
+    ///   - subtypes: subtypes to publish the service under too.
+    ///   - allowRename: on a name taken in the zone, publish as `Name (2)`, `Name (3)`… (true)
+    ///     or fail (false).
+    ///   - wideArea: the key, and optionally the name server, host name and addresses.
+    /// - Throws: ``DiscoveryError``: validation errors for bad input; ``DiscoveryError/Code-swift.struct/collision``;
+    ///   ``DiscoveryError/Code-swift.struct/signatureRejected`` (BADSIG, BADKEY, BADTIME),
+    ///   ``DiscoveryError/Code-swift.struct/notAuthorized``, ``DiscoveryError/Code-swift.struct/updateRefused``,
+    ///   ``DiscoveryError/Code-swift.struct/serverUnreachable`` or ``DiscoveryError/Code-swift.struct/dnsFailure``
+    ///   from the server.
+    public static func publish(
+        name: String, type: String, domain: String, port: Int,
+        txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], allowRename: Bool = true,
+        wideArea: WideAreaPublishing
+    ) async throws -> ServiceAdvertisement {
+        let request = try request(name: name, type: type, domain: domain, port: port, txtRecord: txtRecord,
+                                  subtypes: subtypes, allowRename: allowRename)
+        guard request.domain.lowercased() != "local" else {
+            throw DiscoveryError.invalidDomain("local (publish on the link without wideArea:)")
+        }
+        let host = wideArea.hostName ?? WideAreaPublishing.localHostName()
+        let instance = name.isEmpty ? host : name
+        let addresses = wideArea.addresses ?? WideAreaPublishing.localAddresses()
+        let publisher = try WideAreaPublisher(
+            name: instance, type: request.type.base, subtypes: (request.type.subtype.map { [$0] } ?? []) + subtypes,
+            domain: request.domain, port: UInt16(request.port), txt: Self.strings(of: txtRecord), host: host,
+            addresses: addresses, key: wideArea.key, nameServer: wideArea.nameServer, renames: allowRename,
+            ttl: wideArea.ttl, lease: wideArea.lease)
+        let final = try await publisher.publish()
+        return ServiceAdvertisement(backend: .wideArea(publisher), name: Locked(final), type: request.type.browseType,
+                                    domain: request.domain, listener: nil)
+    }
+
+    /// A TXT record's strings, as DNS carries them.
+    private static func strings(of record: TXTRecord) -> [[UInt8]] {
+        let bytes = [UInt8](record.data)
+        var strings: [[UInt8]] = []
+        var index = 0
+        while index < bytes.count {
+            let length = Int(bytes[index])
+            guard index + 1 + length <= bytes.count else { break }
+            strings.append(Array(bytes[index + 1 ..< index + 1 + length]))
+            index += 1 + length
+        }
+        return strings.filter { !$0.isEmpty }
     }
 
     /// Listens on `port` (0: one the system picks) on IPv4 and IPv6, publishes the service on
@@ -168,7 +236,7 @@ public final class ServiceAdvertisement: Sendable {
             operation.stop()
             throw error
         }
-        return ServiceAdvertisement(operation: operation, name: current, type: request.type.browseType,
+        return ServiceAdvertisement(backend: .link(operation), name: current, type: request.type.browseType,
                                     domain: request.domain, listener: listener)
     }
 
@@ -177,19 +245,36 @@ public final class ServiceAdvertisement: Sendable {
     ///   ``TXTRecord/maximumPublishedSize``; the published record is then unchanged.
     public func updateTXTRecord(_ txtRecord: TXTRecord) throws {
         try txtRecord.validateForPublishing()
-        operation.updateTXT(txtRecord)
+        switch backend {
+        case .link(let operation): operation.updateTXT(txtRecord)
+        case .wideArea(let publisher):
+            let strings = Self.strings(of: txtRecord)
+            Task {
+                do { try await publisher.updateText(strings) } catch {
+                    SalutLogging.logger.warning("updating the TXT record of \(self.name) failed: \(error)")
+                }
+            }
+        }
     }
 
-    /// Withdraws the service now (the daemon is told shortly after this returns).
+    /// Withdraws the service now (the daemon, or the zone's server, is told shortly after this
+    /// returns).
     public func cancel() {
-        operation.stop()
+        stopBackend()
         listener?.stop()
     }
 
-    /// Withdraws the service and returns once the daemon has been told, so that peers see it go
-    /// even if the process exits right after.
+    /// Withdraws the service and returns once the daemon (or the zone's server) has been told, so
+    /// that peers see it go even if the process exits right after. A wide-area removal the
+    /// server refuses is logged.
     public func withdraw() async {
         listener?.stop()
-        await operation.stopAndWait()
+        switch backend {
+        case .link(let operation): await operation.stopAndWait()
+        case .wideArea(let publisher):
+            do { try await publisher.stop() } catch {
+                SalutLogging.logger.warning("removing \(self.name) from \(self.domain) failed: \(error)")
+            }
+        }
     }
 }

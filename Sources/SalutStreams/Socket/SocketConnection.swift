@@ -215,7 +215,8 @@ final class SocketConnection: @unchecked Sendable {
                 // The address dialled is the peer's, except that the kernel fills in the scope of
                 // a link-local IPv6 address dialled without one (bound to an interface).
                 let address = connected.address
-                let known = address.isIPv6 && address.scopeID == 0 && address.rawBytes.starts(with: [0xFE]) ? nil : address
+                let linkLocal = address.isIPv6 && address.rawBytes[0] == 0xFE && address.rawBytes[1] & 0xC0 == 0x80
+                let known = linkLocal && address.scopeID == 0 ? nil : address
                 self.pump.run(fd, security: security, limits: limits, readsTrafficOptions: setsTraffic,
                               readsAtOnce: readsAtOnce, remoteAddress: known) { self.ready($0) }
             case .failure(let error):
@@ -341,6 +342,10 @@ final class SocketConnection: @unchecked Sendable {
                                 sslSettings: [String: Any]?) -> Bool {
         enum Decision { case accepted, refused, tooLate, pending, upgrade(TLSConfiguration, String?, TLSTrustEvaluator?) }
         let isSettings = sslSettings != nil
+        // Bytes the peer already sent in the clear make TLS too late even when nobody has read
+        // them: a dormant input looks at the socket now (outside the lock: waking it takes the
+        // pump's queue), so that they are in the buffer for the check below.
+        inputWanted()
         let decision = state.withLock { state -> Decision in
             func apply() {
                 if let sslSettings {
