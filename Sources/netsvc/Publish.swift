@@ -33,8 +33,16 @@ struct Publish: AsyncParsableCommand {
     @Argument(help: "TXT attributes as KEY=VALUE, or KEY alone for a boolean attribute.")
     var txt: [String] = []
 
-    @Option(help: "The domain.")
+    @Option(help: "The domain: local (the link, through avahi-daemon), or a wide-area DNS zone such as home.arpa (needs --tsig-key).")
     var domain = "local"
+
+    @Option(help: ArgumentHelp("Publish in the wide-area --domain by DNS updates signed with this TSIG key (a file in BIND's tsig-keygen format; never give a secret on the command line).",
+                               valueName: "FILE"))
+    var tsigKey: String?
+
+    @Option(help: ArgumentHelp("With --tsig-key: the name server to ask for the zone's primary, as ADDRESS or ADDRESS:PORT ([ADDRESS]:PORT for IPv6); default: /etc/resolv.conf.",
+                               valueName: "ADDRESS"))
+    var dnsServer: String?
 
     @Flag(help: "Fail (exit 4) instead of renaming on a name collision.")
     var noRename = false
@@ -78,6 +86,15 @@ struct Publish: AsyncParsableCommand {
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
         if !listen && port == 0 { throw ValidationError("port 0 needs --listen (a published service must name its port)") }
         if !(0...65535).contains(port) { throw ValidationError("port \(port) is outside 0…65535") }
+        let local = domain.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: ".")) == "local"
+        if local && tsigKey != nil { throw ValidationError("--tsig-key is for a wide-area --domain; local is published through avahi-daemon") }
+        if !local && tsigKey == nil {
+            throw ValidationError("publishing in \(domain) needs --tsig-key FILE (avahi-daemon publishes only in local)")
+        }
+        if dnsServer != nil && tsigKey == nil { throw ValidationError("--dns-server goes with --tsig-key") }
+        if let dnsServer, Self.nameServer(dnsServer) == nil {
+            throw ValidationError("--dns-server \(dnsServer) is not an IP address, ADDRESS:PORT or [IPv6]:PORT")
+        }
         try validateInput()
     }
 
@@ -87,9 +104,23 @@ struct Publish: AsyncParsableCommand {
         do {
             let record = try txtRecord()
             Self.warnIfLarge(record)
-            try await requireDaemon()
+            let wideArea = try tsigKey.map { path in
+                WideAreaPublishing(key: try SalutTSIGKey(contentsOfFile: path), nameServer: dnsServer.flatMap(Self.nameServer))
+            }
+            if wideArea == nil { try await requireDaemon() }
             let ad: ServiceAdvertisement
-            if listen {
+            if let wideArea {
+                if listen, let problem = DescriptorLimit.raiseToHardLimit() { note(problem) }
+                let tls = tlsCert.map { TLSConfiguration.server(certificateChainFile: $0, privateKeyFile: tlsKey!) }
+                let limits = ConnectionLimits(handshakeTimeout: handshakeTimeout.value, firstByteTimeout: handshakeTimeout.value,
+                                              idleTimeout: idleTimeout.value)
+                ad = listen
+                    ? try await ServiceAdvertisement.listen(name: name, type: type, domain: domain, port: port, txtRecord: record,
+                                                            subtypes: subtypes, tls: tls, limits: limits, allowRename: !noRename,
+                                                            wideArea: wideArea)
+                    : try await ServiceAdvertisement.publish(name: name, type: type, domain: domain, port: port, txtRecord: record,
+                                                             subtypes: subtypes, allowRename: !noRename, wideArea: wideArea)
+            } else if listen {
                 let tls = tlsCert.map { TLSConfiguration.server(certificateChainFile: $0, privateKeyFile: tlsKey!) }
                 let limits = ConnectionLimits(handshakeTimeout: handshakeTimeout.value, firstByteTimeout: handshakeTimeout.value,
                                               idleTimeout: idleTimeout.value)
@@ -155,6 +186,15 @@ struct Publish: AsyncParsableCommand {
             }
             SignalSources.keep(sources)
         }
+    }
+}
+
+extension Publish {
+    /// `ADDRESS`, `ADDRESS:PORT` or `[IPv6]:PORT` (port 53 when not given).
+    static func nameServer(_ text: String) -> SocketAddress? {
+        if let address = SocketAddress.literal(text, port: 53) { return address }
+        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else { return nil }
+        return SocketAddress.literal(String(text[..<colon]), port: port)
     }
 }
 

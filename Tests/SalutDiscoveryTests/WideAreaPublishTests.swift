@@ -139,6 +139,30 @@ final class WideAreaPublishTests: SalutTestCase {
         }
     }
 
+    func testNetsvcPublishesInAWideAreaDomainUntilStopped() throws {
+        let publish = try Foreign([NetsvcTests.netsvc, "publish", "From netsvc", "_demo._tcp", "4242", "k=v", "--domain", "home.arpa",
+                                   "--tsig-key", directory + "/salut-publisher.key", "--dns-server", "127.0.0.1:\(port)"])
+        XCTAssertTrue(publish.waitForOutput(containing: "published", seconds: 20), publish.output)
+        XCTAssertEqual(try dig("From netsvc._demo._tcp.home.arpa", "TXT"), [#""k=v""#])
+        XCTAssertEqual(try dig("From netsvc._demo._tcp.home.arpa", "SRV").first?.hasPrefix("0 0 4242 "), true)
+        publish.process.terminate()
+        XCTAssertTrue(publish.waitForExit(seconds: 15), "netsvc did not exit on SIGTERM")
+        XCTAssertEqual(publish.process.terminationStatus, 0, publish.output)
+        XCTAssertEqual(try dig("_demo._tcp.home.arpa", "PTR"), [], "SIGTERM withdrew the service from the zone")
+
+        let badKey = directory + "/wrong.key"
+        try #"key "salut-publisher" { algorithm hmac-sha256; secret "d3Jvbmcgc2VjcmV0"; };"#.write(toFile: badKey, atomically: true, encoding: .utf8)
+        let refused = try Foreign([NetsvcTests.netsvc, "publish", "X", "_demo._tcp", "1", "--domain", "home.arpa",
+                                   "--tsig-key", badKey, "--dns-server", "127.0.0.1:\(port)"])
+        XCTAssertTrue(refused.waitForExit(seconds: 20))
+        XCTAssertEqual(refused.process.terminationStatus, 1)
+        XCTAssertTrue(refused.output.contains("BADSIG"), refused.output)
+        let usage = try Foreign([NetsvcTests.netsvc, "publish", "X", "_demo._tcp", "1", "--domain", "home.arpa"])
+        XCTAssertTrue(usage.waitForExit(seconds: 20))
+        XCTAssertEqual(usage.process.terminationStatus, 2)
+        XCTAssertTrue(usage.output.contains("--tsig-key"), usage.output)
+    }
+
     func testNoServerIsAClearError() async throws {
         let silent = SocketAddress.literal("127.0.0.1", port: UInt16(freeLoopbackPort()))!
         let service = try WideAreaPublisher(name: "X", type: "_http._tcp", domain: "home.arpa", port: 1, txt: [], host: "h",

@@ -99,6 +99,50 @@ public final class ServiceAdvertisement: Sendable {
         txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], allowRename: Bool = true,
         wideArea: WideAreaPublishing
     ) async throws -> ServiceAdvertisement {
+        try await publish(name: name, type: type, domain: domain, port: port, txtRecord: txtRecord, subtypes: subtypes,
+                          allowRename: allowRename, wideArea: wideArea, listener: nil)
+    }
+
+    /// Listens on `port` (0: one the system picks) on IPv4 and IPv6 and publishes the service on
+    /// that port in a wide-area domain, as ``publish(name:type:domain:port:txtRecord:subtypes:allowRename:wideArea:)``
+    /// does; accepted connections arrive in ``connections``.
+    /// - Parameters:
+    ///   - name: the instance name; empty for this host's name.
+    ///   - type: `_name._tcp`/`_name._udp`, or `_sub._sub._name._tcp` to add a subtype.
+    ///   - domain: the zone to publish in (not `local`).
+    ///   - port: the port to listen on; 0 for one the system picks.
+    ///   - txtRecord: the service's TXT record.
+    ///   - subtypes: subtypes to publish the service under too.
+    ///   - tls: a server configuration to run TLS on each accepted connection.
+    ///   - limits: bounds on each accepted connection; see `ConnectionLimits`.
+    ///   - allowRename: on a name taken in the zone, publish as `Name (2)`… (true) or fail (false).
+    ///   - wideArea: the key, and optionally the name server, host name and addresses.
+    /// - Throws: ``DiscoveryError/listenFailed(_:)`` when the port cannot be bound or the TLS
+    ///   identity cannot be loaded; otherwise as ``publish(name:type:domain:port:txtRecord:subtypes:allowRename:wideArea:)``.
+    public static func listen(
+        name: String, type: String, domain: String, port: Int = 0,
+        txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], tls: TLSConfiguration? = nil,
+        limits: ConnectionLimits = ConnectionLimits(), allowRename: Bool = true, wideArea: WideAreaPublishing
+    ) async throws -> ServiceAdvertisement {
+        let listener: StreamListener
+        do {
+            listener = try StreamListener(port: port, tls: tls, limits: limits)
+        } catch {
+            throw DiscoveryError.listenFailed("\(error)")
+        }
+        do {
+            return try await publish(name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
+                                     subtypes: subtypes, allowRename: allowRename, wideArea: wideArea, listener: listener)
+        } catch {
+            listener.stop()
+            throw error
+        }
+    }
+
+    private static func publish(
+        name: String, type: String, domain: String, port: Int, txtRecord: TXTRecord, subtypes: [String],
+        allowRename: Bool, wideArea: WideAreaPublishing, listener: StreamListener?
+    ) async throws -> ServiceAdvertisement {
         let request = try request(name: name, type: type, domain: domain, port: port, txtRecord: txtRecord,
                                   subtypes: subtypes, allowRename: allowRename)
         guard request.domain.lowercased() != "local" else {
@@ -114,7 +158,7 @@ public final class ServiceAdvertisement: Sendable {
             ttl: wideArea.ttl, lease: wideArea.lease)
         let final = try await publisher.publish()
         return ServiceAdvertisement(backend: .wideArea(publisher), name: Locked(final), type: request.type.browseType,
-                                    domain: request.domain, listener: nil)
+                                    domain: request.domain, listener: listener)
     }
 
     /// A TXT record's strings, as DNS carries them.
