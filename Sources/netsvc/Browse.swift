@@ -18,6 +18,11 @@ struct Browse: AsyncParsableCommand {
               netsvc browse _http._tcp --resolve --terminate --json
               netsvc browse --all --terminate
               netsvc browse _ipp._tcp --interface eth1 --ipv4 --ignore-local
+              netsvc browse _http._tcp --domain home.arpa --dns-server 198.18.1.53 --resolve
+
+            With --dns-server, a wide-area --domain is browsed with unicast DNS queries to that
+            name server (PTR, then SRV, TXT and addresses), asked again when the records' TTL
+            runs out; the interface column says "dns".
             """)
 
     @Argument(help: "The service type, for example _http._tcp (omit with --all).")
@@ -50,8 +55,21 @@ struct Browse: AsyncParsableCommand {
     @Flag(help: "Leave out services published by this host.")
     var ignoreLocal = false
 
+    @Option(help: ArgumentHelp("Browse the wide-area --domain by unicast DNS queries to this name server (ADDRESS, ADDRESS:PORT or [IPv6]:PORT) instead of through avahi-daemon.",
+                               valueName: "ADDRESS"))
+    var dnsServer: String?
+
     func validate() throws {
         if ipv4 && ipv6 { throw ValidationError("--ipv4 and --ipv6 exclude each other") }
+        if let dnsServer {
+            guard Publish.nameServer(dnsServer) != nil else {
+                throw ValidationError("--dns-server \(dnsServer) is not an IP address, ADDRESS:PORT or [IPv6]:PORT")
+            }
+            if all || interface != nil || ignoreLocal { throw ValidationError("--dns-server browses one TYPE; --all, --interface and --ignore-local are for the link") }
+            if domain.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: ".")) == "local" {
+                throw ValidationError("--dns-server is for a wide-area --domain (local is browsed through avahi-daemon)")
+            }
+        }
         if all == (type != nil) { throw ValidationError(all ? "give a TYPE or --all, not both" : "give a service TYPE, or --all") }
         if let type { try Input.requireUTF8(type, "the service type") }
         try Input.requireUTF8(domain, "--domain")
@@ -70,6 +88,9 @@ struct Browse: AsyncParsableCommand {
 
     func run() async throws {
         do {
+            if let dnsServer, let type, let server = Publish.nameServer(dnsServer) {
+                return try await browseUnicast(type: type, server: server)
+            }
             try await requireDaemon()
             let printer = BrowsePrinter(json: json, resolve: resolve, family: family, interface: interface)
             if let type {
@@ -125,6 +146,56 @@ struct Browse: AsyncParsableCommand {
             }
             if terminate && typesComplete && complete.isSuperset(of: started) { return }
         }
+    }
+}
+
+extension Browse {
+    /// Lists the type's instances in a wide-area domain by unicast queries, again at each TTL.
+    private func browseUnicast(type: String, server: SocketAddress) async throws {
+        let browser = try UnicastBrowser(type: type, domain: domain, nameServer: server)
+        var known: Set<String> = []
+        while true {
+            let (names, ttl) = try await browser.instances()
+            let changes = UnicastBrowser.Changes(from: known, to: names)
+            for name in changes.added {
+                var resolved: UnicastBrowser.Instance?
+                if resolve { resolved = try? await browser.resolve(name) }
+                report("add", name, type: type, resolved: resolved)
+            }
+            for name in changes.removed { report("remove", name, type: type, resolved: nil) }
+            known = names
+            if terminate { return }
+            try await Task.sleep(for: UnicastBrowser.pollInterval(ttl: ttl))
+        }
+    }
+
+    private func report(_ event: String, _ name: String, type: String, resolved: UnicastBrowser.Instance?) {
+        let addresses = resolved?.addresses.filter { family == .ipv4 ? !$0.isIPv6 : family == .ipv6 ? $0.isIPv6 : true } ?? []
+        let txt = resolved.map { Self.text(of: $0.txt) } ?? ""
+        if json {
+            var object: [String: Any] = ["event": event, "name": name, "type": type, "domain": domain, "interface": "dns", "protocol": ""]
+            if let resolved {
+                object["host"] = resolved.host
+                object["port"] = Int(resolved.port)
+                object["addresses"] = addresses.map(\.host)
+                object["txt"] = resolved.txt.map { String(decoding: $0, as: UTF8.self) }
+            }
+            printJSON(object)
+        } else {
+            let sign = event == "add" ? Terminal.green("+") : Terminal.red("-")
+            var line = "\(sign) \(Terminal.bold(Terminal.pad(Terminal.escaped(name), 32))) \(Terminal.pad(Terminal.escaped(type), 24))"
+                + " \(Terminal.pad(Terminal.escaped(domain), 8)) \(Terminal.pad("dns", 8)) \(Terminal.pad("", 4))"
+            if let resolved {
+                line += "  \(Terminal.escaped(resolved.host)):\(resolved.port)  \(addresses.map(\.host).joined(separator: ","))"
+                if !txt.isEmpty { line += "  " + Terminal.dim(Terminal.escaped(txt)) }
+            }
+            emit(line)
+        }
+    }
+
+    /// TXT strings as `a=1 b=2`.
+    private static func text(of strings: [[UInt8]]) -> String {
+        strings.map { String(decoding: $0, as: UTF8.self) }.joined(separator: " ")
     }
 }
 

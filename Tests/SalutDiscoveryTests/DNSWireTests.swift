@@ -153,4 +153,14 @@ final class DNSWireTests: SalutTestCase {
                       "only this service's PTRs and addresses, one record each")
         XCTAssertEqual(try updates.renamed("Lab Printer (2)").instance, try DNSName(parsing: #"Lab Printer (2)._ipp._tcp.home.arpa"#))
     }
+
+    func testBrowseChangesAreTheDifferenceOfTwoLooks() {
+        let changes = UnicastBrowser.Changes(from: ["A", "B"], to: ["B", "C", "D"])
+        XCTAssertEqual(changes.added, ["C", "D"])
+        XCTAssertEqual(changes.removed, ["A"])
+        XCTAssertEqual(UnicastBrowser.Changes(from: ["A"], to: ["A"]), UnicastBrowser.Changes(from: [], to: []))
+        XCTAssertEqual(UnicastBrowser.pollInterval(ttl: 0), .seconds(1))
+        XCTAssertEqual(UnicastBrowser.pollInterval(ttl: 120), .seconds(120))
+        XCTAssertEqual(UnicastBrowser.pollInterval(ttl: 86_400), .seconds(3600))
+    }
 }

@@ -163,6 +163,31 @@ final class WideAreaPublishTests: SalutTestCase {
         XCTAssertTrue(usage.output.contains("--tsig-key"), usage.output)
     }
 
+    func testNetsvcBrowsesAWideAreaDomainAndFollowsChanges() async throws {
+        let first = try WideAreaPublisher(name: "Browse One", type: "_http._tcp", domain: "home.arpa", port: 8081,
+                                          txt: [Array("k=1".utf8)], host: "one", addresses: [SocketAddress.literal("198.18.0.11", port: 0)!],
+                                          key: try key, nameServer: nameServer, ttl: 1)
+        try await withDeadline(20, "publishing") { _ = try await first.publish() }
+        let once = try Foreign([NetsvcTests.netsvc, "browse", "_http._tcp", "--domain", "home.arpa", "--dns-server", "127.0.0.1:\(port)",
+                                "--resolve", "--terminate", "--json"]).finish()
+        XCTAssertTrue(once.contains(#""name":"Browse One""#), once)
+        XCTAssertTrue(once.contains(#""port":8081"#), once)
+        XCTAssertTrue(once.contains("198.18.0.11"), once)
+        XCTAssertTrue(once.contains(#""k=1""#), once)
+
+        let follow = try Foreign([NetsvcTests.netsvc, "browse", "_http._tcp", "--domain", "home.arpa", "--dns-server", "127.0.0.1:\(port)"])
+        defer { follow.stop() }
+        XCTAssertTrue(follow.waitForOutput(containing: "Browse One", seconds: 10), follow.output)
+        let second = try WideAreaPublisher(name: "Browse Two", type: "_http._tcp", domain: "home.arpa", port: 8082, txt: [],
+                                           host: "two", addresses: [], key: try key, nameServer: nameServer, ttl: 1)
+        try await withDeadline(20, "publishing") { _ = try await second.publish() }
+        XCTAssertTrue(follow.waitForOutput(containing: "Browse Two", seconds: 10), "a new service is seen at the next TTL: \(follow.output)")
+        try await first.stop()
+        XCTAssertTrue(follow.waitForOutput(containing: "- ", seconds: 10), "a removed service is reported: \(follow.output)")
+        XCTAssertTrue(follow.output.split(separator: "\n").contains { $0.contains("Browse One") && $0.contains("-") }, follow.output)
+        try await second.stop()
+    }
+
     func testNoServerIsAClearError() async throws {
         let silent = SocketAddress.literal("127.0.0.1", port: UInt16(freeLoopbackPort()))!
         let service = try WideAreaPublisher(name: "X", type: "_http._tcp", domain: "home.arpa", port: 1, txt: [], host: "h",

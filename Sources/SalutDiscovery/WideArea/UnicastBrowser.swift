@@ -1,0 +1,97 @@
+import Foundation
+import SalutStreams
+
+/// Browses a service type in a wide-area domain with ordinary unicast DNS queries (RFC 6763
+/// §4): the PTR records of `_type._tcp.<domain>` name the instances, each resolved through its
+/// SRV, TXT and address records. Unicast DNS pushes nothing, so the list is asked for again when
+/// its records' TTL runs out (at least every second, at most every hour).
+package struct UnicastBrowser: Sendable {
+    /// A service found, resolved.
+    package struct Instance: Sendable, Hashable {
+        package var name: String
+        package var host: String
+        package var port: UInt16
+        package var txt: [[UInt8]]
+        package var addresses: [SocketAddress]
+    }
+
+    /// What changed between two looks at the list (pure: tested without a server).
+    package struct Changes: Sendable, Equatable {
+        package var added: [String] = []
+        package var removed: [String] = []
+
+        package init(from old: Set<String>, to new: Set<String>) {
+            added = new.subtracting(old).sorted()
+            removed = old.subtracting(new).sorted()
+        }
+    }
+
+    let nameServer: SocketAddress
+    let serviceType: DNSName
+
+    /// - Throws: ``DiscoveryError`` when the type and domain do not make a DNS name.
+    package init(type: String, domain: String, nameServer: SocketAddress) throws {
+        self.nameServer = nameServer
+        do {
+            serviceType = try DNSName(parsing: type).appending(try DNSName(parsing: domain))
+        } catch {
+            throw DiscoveryError.invalidDomain("\(type).\(domain) (\(error))")
+        }
+    }
+
+    /// The instance names listed now, and how long the answer may be kept (seconds).
+    /// - Throws: ``DiscoveryError/Code-swift.struct/serverUnreachable`` when the name server
+    ///   does not answer; ``DiscoveryError/Code-swift.struct/dnsFailure`` for an error answer
+    ///   other than "no such name".
+    package func instances() async throws -> (names: Set<String>, ttl: UInt32) {
+        let records = try await ask(serviceType, DNSType.pointer)
+        var names: Set<String> = []
+        for record in records {
+            // Only instances of this type: a PTR pointing elsewhere is ignored.
+            guard let target = record.target, target.labels.count == serviceType.labels.count + 1,
+                  target.isWithin(serviceType) else { continue }
+            names.insert(String(decoding: target.labels[0], as: UTF8.self))
+        }
+        return (names, records.map(\.ttl).min() ?? 60)
+    }
+
+    /// Resolves one instance: its SRV (host and port), TXT and the host's addresses.
+    /// - Throws: ``DiscoveryError/Code-swift.struct/notFound`` when it has no SRV record;
+    ///   otherwise as ``instances()``.
+    package func resolve(_ name: String) async throws -> Instance {
+        let instance: DNSName
+        do { instance = try serviceType.prepending(Array(name.utf8)) } catch { throw DiscoveryError.notFound }
+        guard let srv = try await ask(instance, DNSType.service).compactMap(\.service).first else { throw DiscoveryError.notFound }
+        let txt = try await ask(instance, DNSType.text).compactMap(\.strings).first ?? []
+        var addresses: [SocketAddress] = []
+        for type in [DNSType.ipv4Address, DNSType.ipv6Address] {
+            for record in try await ask(srv.target, type) {
+                if record.data.count == 4 { addresses.append(SocketAddress(ipv4: record.data, port: srv.port)) }
+                if record.data.count == 16 { addresses.append(SocketAddress(ipv6: record.data, port: srv.port)) }
+            }
+        }
+        var host = srv.target.description
+        if host.hasSuffix(".") { host.removeLast() }
+        return Instance(name: name, host: host, port: srv.port, txt: txt, addresses: addresses)
+    }
+
+    /// How long to wait before looking again at a list whose records live `ttl` seconds.
+    package static func pollInterval(ttl: UInt32) -> Duration {
+        .seconds(Int(min(max(ttl, 1), 3600)))
+    }
+
+    private func ask(_ name: DNSName, _ type: UInt16) async throws -> [DNSRecord] {
+        var query = DNSMessage(id: .random(in: 0 ... .max), opcode: DNSMessage.query, recursionDesired: true)
+        query.questions = [DNSQuestion(name: name, type: type)]
+        let bytes = try await DNSExchange(server: nameServer).send(query.encoded())
+        let answer: DNSMessage
+        do { answer = try DNSMessage(decoding: bytes) } catch {
+            throw DiscoveryError.dnsFailure("\(nameServer) sent an answer that cannot be read: \(error)")
+        }
+        switch answer.rcode {
+        case DNSResponseCode.noError: return answer.answers.filter { $0.type == type && $0.name == name }
+        case DNSResponseCode.nameError: return []
+        default: throw DiscoveryError.dnsFailure("\(nameServer) answered \(DNSResponseCode.name(answer.rcode)) for \(name)")
+        }
+    }
+}
