@@ -51,6 +51,10 @@ final class LabWideAreaTests: XCTestCase {
         XCTAssertTrue(avahi.contains("=;n/a;n/a;\(escaped);\(type);home.arpa;"), avahi)
         XCTAssertTrue(avahi.contains("198.18.1.10"), avahi)
 
+        // Salut's ServiceBrowser through that same avahi-daemon path.
+        let viaAvahi = try b1.run([Self.netsvc, "browse", type, "--domain", "home.arpa", "--resolve", "--terminate"], timeout: 30)
+        XCTAssertTrue(viaAvahi.contains(name) && viaAvahi.contains("198.18.1.10"), viaAvahi)
+
         // mDNS does not cross the router: on B's own link the service is not there.
         let link = try b1.run([Self.netsvc, "browse", type, "--terminate"])
         XCTAssertFalse(link.contains(name), "multicast crossed the router: \(link)")
