@@ -107,6 +107,12 @@ let package = Package(
         ),
 
         .executableTarget(
+            name: "wide-area-bench",
+            dependencies: ["SalutDiscovery", "SalutStreams"],
+            path: "Benchmarks/WideAreaBench"
+        ),
+
+        .executableTarget(
             name: "connections-bench",
             dependencies: ["SalutStreams", "SalutDiscovery"],
             path: "Benchmarks/ConnectionsBench"

@@ -154,8 +154,19 @@ extension Browse {
     private func browseUnicast(type: String, server: SocketAddress) async throws {
         let browser = try UnicastBrowser(type: type, domain: domain, nameServer: server)
         var known: Set<String> = []
+        var failures = 0
         while true {
-            let (names, ttl) = try await browser.instances()
+            let names: Set<String>, ttl: UInt32
+            do {
+                (names, ttl) = try await browser.instances()
+                failures = 0
+            } catch let error as DiscoveryError where error.code == .serverUnreachable && !terminate {
+                // A live browse outlasts a silent server: try again, less and less often.
+                failures += 1
+                note("\(error); trying again")
+                try await Task.sleep(for: .seconds(min(60, 1 << min(failures, 6))))
+                continue
+            }
             let changes = UnicastBrowser.Changes(from: known, to: names)
             for name in changes.added {
                 var resolved: UnicastBrowser.Instance?

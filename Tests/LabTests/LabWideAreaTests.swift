@@ -8,7 +8,12 @@ import XCTest
 /// subnet B, where mDNS cannot reach.
 final class LabWideAreaTests: XCTestCase {
     static let netsvc = LabHost.packageRoot.appendingPathComponent(".build/debug/netsvc").path
-    static let key = (ProcessInfo.processInfo.environment["SALUT_LAB_DNS_DIR"] ?? "/tmp/salut-lab-dns") + "/salut-publisher.key"
+    /// The TSIG key of the lab's DNS server: `lan-lab up-routed` records its folder.
+    static var key: String {
+        let state = ProcessInfo.processInfo.environment["SALUT_LAB_DIR"] ?? "/run/salut-lab"
+        let folder = (try? String(contentsOfFile: state + "/dns-dir", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
+        return folder + "/salut-publisher.key"
+    }
 
     override func setUpWithError() throws {
         guard ProcessInfo.processInfo.environment["SALUT_ROUTED_LAB"] == "1" else {
@@ -75,7 +80,8 @@ final class LabWideAreaTests: XCTestCase {
         XCTAssertTrue(publisher.waitForExit(seconds: 15))
         let after = try b1.run([Self.netsvc, "browse", type, "--domain", "home.arpa", "--dns-server", "198.18.2.1", "--terminate"])
         XCTAssertFalse(after.contains(name), after)
-        XCTAssertEqual(try zoneFromB(), [], "nothing left in the zone")
+        let left = try zoneFromB()
+        XCTAssertTrue(left.allSatisfy { $0.contains(" IN A ") }, "only the host's address is left: \(left)")
     }
 
     func testAWrongKeyFromSubnetAIsRefusedAndWritesNothing() throws {
@@ -86,6 +92,7 @@ final class LabWideAreaTests: XCTestCase {
         XCTAssertTrue(job.waitForExit(seconds: 30), job.output)
         XCTAssertEqual(job.process.terminationStatus, 1)
         XCTAssertTrue(job.output.contains("BADSIG"), job.output)
-        XCTAssertEqual(try zoneFromB(), [])
+        let zone = try zoneFromB()
+        XCTAssertFalse(zone.contains { $0.contains("Refused") }, "nothing of the refused service was written: \(zone)")
     }
 }

@@ -150,7 +150,8 @@ final class DNSWireTests: SalutTestCase {
         XCTAssertTrue(remove.answers.isEmpty)
         XCTAssertEqual(remove.authorities.first, DNSRecord(name: instance, type: DNSType.any, recordClass: DNSClass.any, ttl: 0, data: []))
         XCTAssertTrue(remove.authorities.dropFirst().allSatisfy { $0.recordClass == DNSClass.none && $0.ttl == 0 },
-                      "only this service's PTRs and addresses, one record each")
+                      "only this service's PTRs, one record each")
+        XCTAssertFalse(remove.authorities.contains { $0.type == DNSType.ipv4Address }, "the host's addresses are the host's: they stay")
         XCTAssertEqual(try updates.renamed("Lab Printer (2)").instance, try DNSName(parsing: #"Lab Printer (2)._ipp._tcp.home.arpa"#))
     }
 
@@ -162,5 +163,16 @@ final class DNSWireTests: SalutTestCase {
         XCTAssertEqual(UnicastBrowser.pollInterval(ttl: 0), .seconds(1))
         XCTAssertEqual(UnicastBrowser.pollInterval(ttl: 120), .seconds(120))
         XCTAssertEqual(UnicastBrowser.pollInterval(ttl: 86_400), .seconds(3600))
+    }
+
+    func testTheLeaseAServerGrantsIsReadFromItsAnswer() {
+        var answer = DNSMessage(id: 1, opcode: DNSMessage.update)
+        XCTAssertNil(WideAreaPublisher.grantedLease(in: answer), "no OPT: nothing granted")
+        // OPT with an unknown option (code 10, 2 bytes), then Update Lease 1800 s and key lease 3600 s.
+        let options: [UInt8] = [0, 10, 0, 2, 0xAA, 0xBB, 0, 2, 0, 8, 0, 0, 0x07, 0x08, 0, 0, 0x0E, 0x10]
+        answer.additionals = [DNSRecord(name: .root, type: DNSType.options, recordClass: 1232, ttl: 0, data: options)]
+        XCTAssertEqual(WideAreaPublisher.grantedLease(in: answer), 1800)
+        answer.additionals[0].data = [0, 2, 0, 8, 0, 0]   // cut short
+        XCTAssertNil(WideAreaPublisher.grantedLease(in: answer))
     }
 }

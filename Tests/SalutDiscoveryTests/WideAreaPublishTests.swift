@@ -77,7 +77,8 @@ final class WideAreaPublishTests: SalutTestCase {
         try await withDeadline(20, "removing") { try await service.stop() }
         XCTAssertEqual(try dig("_http._tcp.home.arpa", "PTR"), [])
         XCTAssertEqual(try dig("Lab Printer._http._tcp.home.arpa", "SRV"), [])
-        XCTAssertEqual(try zoneContents(), [], "nothing of the service is left")
+        XCTAssertEqual(try zoneContents(), ["salut-test.home.arpa. 120 IN A 198.18.0.1"],
+                       "nothing of the service is left; the host's address stays (other services of the host use it)")
     }
 
     func testATakenNameIsRenamedOrRefused() async throws {
@@ -128,8 +129,19 @@ final class WideAreaPublishTests: SalutTestCase {
         XCTAssertEqual(try dig("Kitchen Display._demo._tcp.home.arpa", "TXT"), [#""v=1""#])
         XCTAssertEqual(try dig("ad-host.home.arpa", "A"), ["198.18.0.7"])
         XCTAssertEqual(try dig("ad-host.home.arpa", "AAAA"), ["2001:db8::7"])
+        // Two changes asked for at once, without waiting: they reach the server in that order,
+        // and the removal after them.
+        try ad.updateTXTRecord(try TXTRecord(["v": "2"]))
+        try ad.updateTXTRecord(try TXTRecord(["v": "3"]))
+        let deadline = Date().addingTimeInterval(10)
+        while try dig("Kitchen Display._demo._tcp.home.arpa", "TXT") != [#""v=3""#], Date() < deadline {
+            var entry = pollfd(fd: -1, events: 0, revents: 0)
+            _ = poll(&entry, 0, 50)
+        }
+        XCTAssertEqual(try dig("Kitchen Display._demo._tcp.home.arpa", "TXT"), [#""v=3""#], "the last change wins, alone")
         await ad.withdraw()
-        XCTAssertEqual(try zoneContents(), [], "withdrawn: nothing left")
+        XCTAssertEqual(try zoneContents(), ["ad-host.home.arpa. 120 IN A 198.18.0.7", "ad-host.home.arpa. 120 IN AAAA 2001:db8::7"],
+                       "withdrawn: only the host's addresses are left")
 
         do {
             _ = try await ServiceAdvertisement.publish(name: "X", type: "_demo._tcp", domain: "local", port: 1, wideArea: settings)

@@ -292,12 +292,8 @@ public final class ServiceAdvertisement: Sendable {
         switch backend {
         case .link(let operation): operation.updateTXT(txtRecord)
         case .wideArea(let publisher):
-            let strings = Self.strings(of: txtRecord)
-            Task {
-                do { try await publisher.updateText(strings) } catch {
-                    SalutLogging.logger.warning("updating the TXT record of \(self.name) failed: \(error)")
-                }
-            }
+            // In the order asked for, after whatever the publisher is already sending.
+            publisher.requestText(Self.strings(of: txtRecord))
         }
     }
 

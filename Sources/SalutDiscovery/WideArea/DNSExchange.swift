@@ -19,6 +19,13 @@ struct DNSExchange: Sendable {
     /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code-swift.struct/serverUnreachable``) when no answer
     ///   came, saying from where and after how long.
     func send(_ message: [UInt8]) async throws -> [UInt8] {
+        try await exchange(message).answer
+    }
+
+    /// The answer, and whether the message was sent more than once before it came (a server
+    /// may then have acted on an earlier copy: an update's prerequisite can fail on our own
+    /// first copy).
+    func exchange(_ message: [UInt8]) async throws -> (answer: [UInt8], retransmitted: Bool) {
         try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
                 continuation.resume(with: Result { try self.sendNow(message) })
@@ -26,20 +33,21 @@ struct DNSExchange: Sendable {
         }
     }
 
-    func sendNow(_ message: [UInt8]) throws -> [UInt8] {
+    func sendNow(_ message: [UInt8]) throws -> (answer: [UInt8], retransmitted: Bool) {
         if message.count <= 512 {
-            let answer = try overUDP(message)
+            let (answer, retransmitted) = try overUDP(message)
             // TC: the answer did not fit; ask again over TCP.
-            guard answer.count >= 3, answer[2] & 0x02 != 0 else { return answer }
+            guard answer.count >= 3, answer[2] & 0x02 != 0 else { return (answer, retransmitted) }
+            return (try overTCP(message), true)
         }
-        return try overTCP(message)
+        return (try overTCP(message), false)
     }
 
-    private func overUDP(_ message: [UInt8]) throws -> [UInt8] {
+    private func overUDP(_ message: [UInt8]) throws -> (answer: [UInt8], retransmitted: Bool) {
         let fd = try openSocket(type: SOCK_DGRAM)
         defer { close(fd) }
         var buffer = [UInt8](repeating: 0, count: 65_535)
-        for _ in 0..<max(1, attempts) {
+        for attempt in 0..<max(1, attempts) {
             let sent = message.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             guard sent == message.count else { throw failure("sending to \(server) failed: \(String(cString: strerror(errno)))") }
             let deadline = ContinuousClock.now + attemptTimeout
@@ -56,7 +64,7 @@ struct DNSExchange: Sendable {
                 }
                 // Only an answer to this message counts (same ID, QR set); anything else is dropped.
                 if received >= 12, buffer[0] == message[0], buffer[1] == message[1], buffer[2] & 0x80 != 0 {
-                    return Array(buffer[..<received])
+                    return (Array(buffer[..<received]), attempt > 0)
                 }
             }
         }

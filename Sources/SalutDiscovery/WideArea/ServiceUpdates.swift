@@ -70,13 +70,14 @@ struct ServiceUpdates: Sendable, Equatable {
         return (message, changed)
     }
 
-    /// Removes what ``registration(id:)`` added: the PTRs (this instance's only: other services
-    /// of the type stay), every record at the instance's name, and this host's addresses.
+    /// Removes what ``registration(id:)`` added, except the host's addresses: the PTRs (this
+    /// instance's only: other services of the type stay) and every record at the instance's
+    /// name. The host's A and AAAA records are the host's, shared by every service it
+    /// publishes, so they stay (each registration adds them again).
     func removal(id: UInt16) -> DNSMessage {
         var message = header(id: id, withLease: false)
         var deletions = [DNSRecord.pointer(serviceType, to: instance, ttl: 0)]
         deletions += subtypes.map { DNSRecord.pointer($0, to: instance, ttl: 0) }
-        deletions += addresses.map { DNSRecord.address(host, bytes: $0, ttl: 0) }
         for index in deletions.indices { deletions[index].recordClass = DNSClass.none }
         deletions.insert(DNSRecord(name: instance, type: DNSType.any, recordClass: DNSClass.any, ttl: 0, data: []), at: 0)
         message.authorities = deletions

@@ -15,7 +15,7 @@ import Foundation
 ///
 /// Only `hmac-sha256` is supported. The secret is never printed: ``description`` shows the
 /// name and algorithm only.
-public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible {
+public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible, CustomReflectable {
     /// The key's name, as the server's configuration names it (`salut-publisher.`).
     public let name: String
     /// The MAC algorithm (always `hmac-sha256`).
@@ -88,6 +88,9 @@ public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible {
     }
 
     public var description: String { "TSIG key \(name) (\(algorithm))" }
+
+    /// What `dump` and debuggers show: the name and algorithm, never the secret.
+    public var customMirror: Mirror { Mirror(self, children: ["name": name, "algorithm": algorithm]) }
 
     /// Words, quoted strings (without their quotes) and the punctuation `{`, `}` and `;` of BIND
     /// configuration, with `#`, `//` and `/* */` comments left out.

@@ -14,14 +14,22 @@ package actor WideAreaPublisher {
     private let nameServer: SocketAddress?
     private let renames: Bool
     private let baseName: String
-    private var server: DNSExchange?
+    /// The primary when given (tests, `server:`); otherwise looked up once into `foundPrimaries`.
+    private let server: DNSExchange?
+    private var foundPrimaries: [DNSExchange]?
     private var refresher: Task<Void, Never>?
     private var published = false
+    /// The last operation asked for (see `serially`).
+    private var tail: Task<Void, Never>?
+    /// The lease the server granted in its last answer, if it said.
+    private var grantedLease: UInt32?
+    /// TXT records asked for by `requestText`, newest last.
+    private let requestedText = Locked<(version: Int, text: [[UInt8]])>((0, []))
 
     /// The instance name the service has in the zone (after any rename).
     package var registeredName: String { String(decoding: updates.instance.labels[0], as: UTF8.self) }
-    /// The zone's primary server, once found.
-    package var serverAddress: SocketAddress? { server?.server }
+    /// The zone's primary server, once found (its first address).
+    package var serverAddress: SocketAddress? { (server.map { [$0] } ?? foundPrimaries)?.first?.server }
 
     /// - Parameters:
     ///   - host: the host name the SRV record names (in the zone unless it ends in it already).
@@ -52,16 +60,72 @@ package actor WideAreaPublisher {
     ///   ``DiscoveryError/Code-swift.struct/serverUnreachable``, or ``DiscoveryError/Code-swift.struct/dnsFailure``.
     @discardableResult
     package func publish() async throws -> String {
-        let exchange = try await primary()
+        try await serially { try await self.register() }
+    }
+
+    /// Replaces the TXT record, after whatever the publisher is already telling the server.
+    /// - Throws: as ``publish()``.
+    package func updateText(_ txt: [[UInt8]]) async throws {
+        try await serially { try await self.changeText(to: txt) }
+    }
+
+    /// Asks for the TXT record to become `txt` without waiting (for callers that cannot wait):
+    /// requests apply in the order they were made, a later one replacing an earlier one not yet
+    /// sent; a failure is logged.
+    package nonisolated func requestText(_ txt: [[UInt8]]) {
+        let version = requestedText.withLock { state -> Int in
+            state.version += 1
+            state.text = txt
+            return state.version
+        }
+        Task {
+            do { try await self.applyRequestedText(upTo: version) } catch {
+                SalutLogging.logger.warning("changing the TXT record failed: \(error)")
+            }
+        }
+    }
+
+    /// Removes the service's records from the zone and stops refreshing them, after whatever the
+    /// publisher is already telling the server (so nothing it sends lands after the removal).
+    /// - Throws: as ``publish()`` (the refresh is stopped either way).
+    package func stop() async throws {
+        refresher?.cancel()
+        refresher = nil
+        try await serially { try await self.remove() }
+    }
+
+    // MARK: One operation at a time
+
+    /// Runs `operation` after every operation asked for before it has finished, so that a
+    /// refresh, a TXT change and the removal reach the server in the order they were made.
+    private func serially<T: Sendable>(_ operation: @escaping @Sendable () async throws -> T) async throws -> T {
+        let previous = tail
+        let task = Task { () async throws -> T in
+            await previous?.value
+            return try await operation()
+        }
+        tail = Task { _ = try? await task.value }
+        return try await task.value
+    }
+
+    private func register() async throws -> String {
+        guard !published else { return registeredName }
         var attempt = 1
         while true {
-            let answer = try await send(updates.registration(id: .random(in: 0 ... .max)), to: exchange)
+            let (answer, exchange, retransmitted) = try await sendToPrimary(updates.registration(id: .random(in: 0 ... .max)))
             switch answer {
             case DNSResponseCode.noError:
                 published = true
                 startRefreshing()
                 return registeredName
             case DNSResponseCode.nameExists:
+                // Our own registration, if an earlier answer was lost and the retransmission
+                // found the name taken by it: then it is published, not taken.
+                if retransmitted, try await holdsOurService(via: exchange) {
+                    published = true
+                    startRefreshing()
+                    return registeredName
+                }
                 guard renames, attempt < 100 else { throw DiscoveryError.collision(name: registeredName) }
                 attempt += 1
                 updates = try renamedUpdates("\(baseName) (\(attempt))")
@@ -71,37 +135,57 @@ package actor WideAreaPublisher {
         }
     }
 
-    /// Replaces the TXT record.
-    /// - Throws: as ``publish()``.
-    package func updateText(_ txt: [[UInt8]]) async throws {
+    private func changeText(to txt: [[UInt8]]) async throws {
         let (message, changed) = updates.changingText(to: txt, id: .random(in: 0 ... .max))
         if published {
-            let answer = try await send(message, to: try await primary())
+            let (answer, _, _) = try await sendToPrimary(message)
             guard answer == DNSResponseCode.noError else { throw failure(answer) }
         }
         updates = changed
     }
 
-    /// Removes the service's records from the zone and stops refreshing them.
-    /// - Throws: as ``publish()`` (the refresh is stopped either way).
-    package func stop() async throws {
-        refresher?.cancel()
-        refresher = nil
+    private func applyRequestedText(upTo version: Int) async throws {
+        try await serially {
+            guard let text = self.requestedText.withLock({ $0.version == version ? $0.text : nil }) else { return }   // a later request replaces it
+            try await self.changeText(to: text)
+        }
+    }
+
+    private func remove() async throws {
         guard published else { return }
         published = false
-        let answer = try await send(updates.removal(id: .random(in: 0 ... .max)), to: try await primary())
+        let (answer, _, _) = try await sendToPrimary(updates.removal(id: .random(in: 0 ... .max)))
         guard answer == DNSResponseCode.noError else { throw failure(answer) }
     }
 
     // MARK: Talking to the server
 
-    /// Signs `message`, sends it, checks the signed answer; returns its response code.
-    private func send(_ message: DNSMessage, to exchange: DNSExchange) async throws -> UInt16 {
+    /// Signs `message`, sends it to the zone's primary (each of its addresses in turn until one
+    /// answers), checks the signed answer; returns its response code, the server that gave it,
+    /// and whether the message had to be sent more than once.
+    private func sendToPrimary(_ message: DNSMessage) async throws -> (UInt16, DNSExchange, Bool) {
+        let candidates = try await primaries()
+        var lastError: (any Error)?
+        for exchange in candidates {
+            do {
+                let (rcode, retransmitted) = try await send(message, to: exchange)
+                return (rcode, exchange, retransmitted)
+            } catch let error as DiscoveryError where error.code == .serverUnreachable {
+                lastError = error
+            }
+        }
+        throw lastError ?? DiscoveryError.serverUnreachable("no address for the primary of \(updates.zone)")
+    }
+
+    /// Signs `message`, sends it, checks the signed answer; returns its response code. A lease
+    /// the server grants (RFC 9664) sets the refresh interval.
+    private func send(_ message: DNSMessage, to exchange: DNSExchange) async throws -> (UInt16, Bool) {
         let (bytes, mac) = signer.sign(message, at: Self.now())
-        let answer = try await exchange.send(bytes)
+        let (answer, retransmitted) = try await exchange.exchange(bytes)
         do {
             let verified = try signer.verify(answer: answer, requestMAC: mac, at: Self.now())
-            return verified.rcode
+            if let granted = Self.grantedLease(in: verified) { grantedLease = granted }
+            return (verified.rcode, retransmitted)
         } catch let failure as TSIGFailure {
             throw Self.describe(failure, zone: updates.zone.description)
         } catch {
@@ -109,30 +193,65 @@ package actor WideAreaPublisher {
         }
     }
 
-    /// The zone's primary server: given, or looked up once.
-    private func primary() async throws -> DNSExchange {
-        if let server { return server }
-        let found = try await WideAreaServerFinder(nameServer: nameServer ?? Self.systemNameServer()).primary(of: updates.zone)
-        let exchange = DNSExchange(server: found)
-        server = exchange
-        return exchange
+    /// The lease in an answer's Update Lease option, if it has one.
+    static func grantedLease(in answer: DNSMessage) -> UInt32? {
+        guard let options = answer.additionals.first(where: { $0.type == DNSType.options })?.data else { return nil }
+        var index = 0
+        while index + 4 <= options.count {
+            let code = UInt16(options[index]) << 8 | UInt16(options[index + 1])
+            let length = Int(options[index + 2]) << 8 | Int(options[index + 3])
+            guard index + 4 + length <= options.count else { return nil }
+            if code == 2, length >= 4 {
+                let value = options[index + 4 ..< index + 8].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+                return value
+            }
+            index += 4 + length
+        }
+        return nil
+    }
+
+    /// Whether the instance's SRV at the server is the one this publisher writes (same port and
+    /// host): an earlier registration of ours, not another publisher's.
+    private func holdsOurService(via exchange: DNSExchange) async throws -> Bool {
+        var query = DNSMessage(id: .random(in: 0 ... .max), opcode: DNSMessage.query)
+        query.questions = [DNSQuestion(name: updates.instance, type: DNSType.service)]
+        guard let answer = try? DNSMessage(decoding: try await exchange.send(query.encoded())) else { return false }
+        let ours = updates.additions().first { $0.type == DNSType.service }
+        return answer.answers.contains { $0.type == DNSType.service && $0.name == updates.instance && $0.data == ours?.data }
+    }
+
+    /// The zone's primary server, each of its addresses: given, or looked up once.
+    private func primaries() async throws -> [DNSExchange] {
+        if let server { return [server] }
+        if let found = foundPrimaries { return found }
+        let addresses = try await WideAreaServerFinder(nameServer: nameServer ?? Self.systemNameServer()).primaries(of: updates.zone)
+        let exchanges = addresses.map { DNSExchange(server: $0) }
+        foundPrimaries = exchanges
+        return exchanges
     }
 
     private func startRefreshing() {
-        guard refresher == nil, let lease = updates.lease else { return }
+        guard refresher == nil, updates.lease != nil else { return }
         refresher = Task { [weak self] in
             while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(max(30, Int(lease) / 2)))
+                guard let interval = await self?.refreshInterval else { return }
+                try? await Task.sleep(for: interval)
                 guard !Task.isCancelled, let self else { return }
-                await self.refresh()
+                try? await self.serially { await self.refresh() }
             }
         }
     }
 
+    /// Half the lease the server granted (or, if it said nothing, the one asked for), at least
+    /// 30 s.
+    private var refreshInterval: Duration {
+        .seconds(max(30, Int(grantedLease ?? updates.lease ?? 3600) / 2))
+    }
+
     private func refresh() async {
-        guard published, let server else { return }
+        guard published else { return }
         do {
-            let answer = try await send(updates.refresh(id: .random(in: 0 ... .max)), to: server)
+            let (answer, _, _) = try await sendToPrimary(updates.refresh(id: .random(in: 0 ... .max)))
             if answer != DNSResponseCode.noError {
                 SalutLogging.logger.warning("refreshing \(updates.instance) failed: \(DNSResponseCode.name(answer))")
             }
@@ -194,31 +313,36 @@ package actor WideAreaPublisher {
 struct WideAreaServerFinder: Sendable {
     let nameServer: SocketAddress
 
-    /// The address to send updates to.
+    /// The addresses to send updates to, in the order to try them.
     /// - Throws: ``DiscoveryError/Code-swift.struct/serverUnreachable`` when the name server does not
     ///   answer or names no server.
-    func primary(of zone: DNSName) async throws -> SocketAddress {
+    func primaries(of zone: DNSName) async throws -> [SocketAddress] {
         let exchange = DNSExchange(server: nameServer)
-        if let srvName = try? DNSName(labels: [Array("_dns-update".utf8), Array("_udp".utf8)]).appending(zone),
-           let srv = try await ask(exchange, srvName, DNSType.service).compactMap(\.service).first,
-           let address = try await address(of: srv.target, via: exchange, port: srv.port) {
-            return address
+        if let srvName = try? DNSName(labels: [Array("_dns-update".utf8), Array("_udp".utf8)]).appending(zone) {
+            // The SRV records of that very name, lowest priority first.
+            let records = try await ask(exchange, srvName, DNSType.service).filter { $0.name == srvName }
+            for srv in records.compactMap(\.service).sorted(by: { $0.priority < $1.priority }) {
+                let found = try await addresses(of: srv.target, via: exchange, port: srv.port)
+                if !found.isEmpty { return found }
+            }
         }
-        if let soa = try await ask(exchange, zone, DNSType.startOfAuthority).compactMap(\.primaryServer).first,
-           let address = try await address(of: soa, via: exchange, port: 53) {
-            return address
+        if let soa = try await ask(exchange, zone, DNSType.startOfAuthority).first(where: { $0.name == zone })?.primaryServer {
+            let found = try await addresses(of: soa, via: exchange, port: 53)
+            if !found.isEmpty { return found }
         }
         throw DiscoveryError.serverUnreachable("\(nameServer) names no server for \(zone) (no _dns-update._udp SRV, no SOA)")
     }
 
-    private func address(of host: DNSName, via exchange: DNSExchange, port: UInt16) async throws -> SocketAddress? {
-        for type in [DNSType.ipv6Address, DNSType.ipv4Address] {
-            for record in try await ask(exchange, host, type) where record.type == type && record.name == host {
-                if record.data.count == 4 { return SocketAddress(ipv4: record.data, port: port) }
-                if record.data.count == 16 { return SocketAddress(ipv6: record.data, port: port) }
+    /// Every address of `host`, IPv4 first (an IPv6 address may have no route here).
+    private func addresses(of host: DNSName, via exchange: DNSExchange, port: UInt16) async throws -> [SocketAddress] {
+        var out: [SocketAddress] = []
+        for type in [DNSType.ipv4Address, DNSType.ipv6Address] {
+            for record in try await ask(exchange, host, type) where record.name == host {
+                if record.data.count == 4 { out.append(SocketAddress(ipv4: record.data, port: port)) }
+                if record.data.count == 16 { out.append(SocketAddress(ipv6: record.data, port: port)) }
             }
         }
-        return nil
+        return out
     }
 
     private func ask(_ exchange: DNSExchange, _ name: DNSName, _ type: UInt16) async throws -> [DNSRecord] {

@@ -70,12 +70,14 @@ public struct WideAreaPublishing: Sendable {
         while let current = node {
             defer { node = current.pointee.ifa_next }
             let flags = Int32(current.pointee.ifa_flags)
-            guard flags & Int32(IFF_UP) != 0, flags & Int32(IFF_LOOPBACK) == 0,
+            guard flags & Int32(IFF_UP) != 0, flags & Int32(IFF_RUNNING) != 0, flags & Int32(IFF_LOOPBACK) == 0,
                   let raw = current.pointee.ifa_addr else { continue }
             let family = Int32(raw.pointee.sa_family)
             let length = family == AF_INET ? MemoryLayout<sockaddr_in>.size : family == AF_INET6 ? MemoryLayout<sockaddr_in6>.size : 0
             guard length > 0, let address = SocketAddress(Data(bytes: raw, count: length)) else { continue }
-            if address.isIPv6, address.rawBytes[0] == 0xFE, address.rawBytes[1] & 0xC0 == 0x80 { continue }   // link-local
+            // Link-local addresses (fe80::/10, 169.254/16) mean nothing on another link.
+            if address.isIPv6, address.rawBytes[0] == 0xFE, address.rawBytes[1] & 0xC0 == 0x80 { continue }
+            if !address.isIPv6, address.rawBytes[0] == 169, address.rawBytes[1] == 254 { continue }
             if !out.contains(address) { out.append(address) }
         }
         return out
