@@ -31,24 +31,25 @@ let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingL
 let script = root.appendingPathComponent("Scripts/dns-server").path
 let port = 5399
 
+/// Runs `command` through /bin/sh (posix_spawn and waitpid), its input and output through
+/// files: a daemon it starts (named) keeps what it inherits, so neither a pipe nor Foundation's
+/// `Process` (which waited for ever here under top-level await) can tell when it is done.
 @discardableResult
 func shell(_ command: String, input: String? = nil) -> (status: Int32, output: String) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: "/bin/sh")
-    process.arguments = ["-c", command]
-    let out = Pipe()
-    process.standardOutput = out
-    process.standardError = out
-    let inPipe = Pipe()
-    if input != nil { process.standardInput = inPipe }
-    do { try process.run() } catch { return (127, "\(error)") }
-    if let input {
-        inPipe.fileHandleForWriting.write(Data(input.utf8))
-        try? inPipe.fileHandleForWriting.close()
-    }
-    let data = out.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    let scratch = NSTemporaryDirectory() + "wide-area-bench-\(UUID().uuidString)"
+    defer { try? FileManager.default.removeItem(atPath: scratch + ".in"); try? FileManager.default.removeItem(atPath: scratch + ".out") }
+    var redirect = " >'\(scratch).out' 2>&1"
+    redirect += input == nil ? " </dev/null" : " <'\(scratch).in'"
+    if let input { try? input.write(toFile: scratch + ".in", atomically: true, encoding: .utf8) }
+    let arguments = ["/bin/sh", "-c", "{ \(command) ; }" + redirect]
+    var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var pid: pid_t = 0
+    guard posix_spawn(&pid, "/bin/sh", nil, nil, &argv, environ) == 0 else { return (127, "posix_spawn failed") }
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    let output = (try? String(contentsOfFile: scratch + ".out", encoding: .utf8)) ?? ""
+    return ((status >> 8) & 0xFF, output)
 }
 
 func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
@@ -111,7 +112,7 @@ func baseline(_ directory: String, type: String) -> (register: Double, browse: D
     let file = directory + "/queries.txt"
     try? queries.write(toFile: file, atomically: true, encoding: .utf8)
     let browseStart = now()
-    let answers = shell("dig +noall +answer +tries=1 -p \(port) @127.0.0.1 -f '\(file)' | grep -c 'IN PTR'")
+    let answers = shell("dig +noall +answer +tries=1 -p \(port) @127.0.0.1 -f '\(file)' | grep -cw PTR")
     let browsed = now() - browseStart
     precondition(Int(answers.output.trimmingCharacters(in: .whitespacesAndNewlines)) == services, "dig listed \(answers.output)")
     return (registered, browsed)
