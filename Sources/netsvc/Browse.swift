@@ -22,7 +22,8 @@ struct Browse: AsyncParsableCommand {
 
             With --dns-server, a wide-area --domain is browsed with unicast DNS queries to that
             name server (PTR, then SRV, TXT and addresses), asked again when the records' TTL
-            runs out; the interface column says "dns".
+            runs out; the interface column says "dns" (JSON: "interface":"dns",
+            "protocol":"unicast"), the rest is as on the link.
             """)
 
     @Argument(help: "The service type, for example _http._tcp (omit with --all).")
@@ -182,31 +183,29 @@ extension Browse {
 
     private func report(_ event: String, _ name: String, type: String, resolved: UnicastBrowser.Instance?) {
         let addresses = resolved?.addresses.filter { family == .ipv4 ? !$0.isIPv6 : family == .ipv6 ? $0.isIPv6 : true } ?? []
-        let txt = resolved.map { Self.text(of: $0.txt) } ?? ""
+        // The same TXT shapes as on the link (an object in JSON, binary values as base64).
+        let record = resolved.map { TXTRecord(parsingLeniently: Data($0.txt.flatMap { [UInt8($0.count)] + $0 })) }
         if json {
-            var object: [String: Any] = ["event": event, "name": name, "type": type, "domain": domain, "interface": "dns", "protocol": ""]
-            if let resolved {
+            var object: [String: Any] = ["event": event, "name": name, "type": type, "domain": domain, "interface": "dns", "protocol": "unicast"]
+            if let resolved, let record {
                 object["host"] = resolved.host
                 object["port"] = Int(resolved.port)
                 object["addresses"] = addresses.map(\.host)
-                object["txt"] = resolved.txt.map { String(decoding: $0, as: UTF8.self) }
+                object["txt"] = jsonTXT(record)
             }
             printJSON(object)
         } else {
             let sign = event == "add" ? Terminal.green("+") : Terminal.red("-")
             var line = "\(sign) \(Terminal.bold(Terminal.pad(Terminal.escaped(name), 32))) \(Terminal.pad(Terminal.escaped(type), 24))"
                 + " \(Terminal.pad(Terminal.escaped(domain), 8)) \(Terminal.pad("dns", 8)) \(Terminal.pad("", 4))"
-            if let resolved {
+            if let resolved, let record {
                 line += "  \(Terminal.escaped(resolved.host)):\(resolved.port)  \(addresses.map(\.host).joined(separator: ","))"
-                if !txt.isEmpty { line += "  " + Terminal.dim(Terminal.escaped(txt)) }
+                if !record.entries.isEmpty { line += "  " + Terminal.dim(Terminal.escaped(record.description)) }
+            } else if resolve && event == "add" {
+                line += "  (not resolved)"
             }
             emit(line)
         }
-    }
-
-    /// TXT strings as `a=1 b=2`.
-    private static func text(of strings: [[UInt8]]) -> String {
-        strings.map { String(decoding: $0, as: UTF8.self) }.joined(separator: " ")
     }
 }
 

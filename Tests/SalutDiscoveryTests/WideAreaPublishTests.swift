@@ -111,6 +111,9 @@ final class WideAreaPublishTests: SalutTestCase {
         let elsewhere = try WideAreaPublisher(name: "X", type: "_http._tcp", domain: "example.arpa", port: 1, txt: [], host: "h",
                                               addresses: [], key: try key, server: nameServer)
         await assertFails(elsewhere, code: .notAuthorized, mentioning: "NOTAUTH")
+        let notServed = try WideAreaPublisher(name: "X", type: "_http._tcp", domain: "example.arpa", port: 1, txt: [], host: "h",
+                                              addresses: [], key: try key, nameServer: nameServer)
+        await assertFails(notServed, code: .notAuthorized, mentioning: "does not serve")
         XCTAssertEqual(try zoneContents(), [], "nothing was written")
     }
 
@@ -185,7 +188,17 @@ final class WideAreaPublishTests: SalutTestCase {
         XCTAssertTrue(once.contains(#""name":"Browse One""#), once)
         XCTAssertTrue(once.contains(#""port":8081"#), once)
         XCTAssertTrue(once.contains("198.18.0.11"), once)
-        XCTAssertTrue(once.contains(#""k=1""#), once)
+        XCTAssertTrue(once.contains(#""txt":{"k":"1"}"#), "TXT as on the link: \(once)")
+        XCTAssertTrue(once.contains(#""protocol":"unicast""#), once)
+
+        let subtype = try WideAreaPublisher(name: "Browse Sub", type: "_http._tcp", subtypes: ["_printer"], domain: "home.arpa", port: 8083,
+                                            txt: [], host: "one", addresses: [], key: try key, nameServer: nameServer, ttl: 1)
+        try await withDeadline(20, "publishing") { _ = try await subtype.publish() }
+        let bySubtype = try Foreign([NetsvcTests.netsvc, "browse", "_printer._sub._http._tcp", "--domain", "home.arpa",
+                                     "--dns-server", "127.0.0.1:\(port)", "--resolve", "--terminate"]).finish()
+        XCTAssertTrue(bySubtype.contains("Browse Sub") && bySubtype.contains(":8083"), "a subtype lists its instances: \(bySubtype)")
+        XCTAssertFalse(bySubtype.contains("Browse One"), bySubtype)
+        try await subtype.stop()
 
         let follow = try Foreign([NetsvcTests.netsvc, "browse", "_http._tcp", "--domain", "home.arpa", "--dns-server", "127.0.0.1:\(port)"])
         defer { follow.stop() }

@@ -27,13 +27,20 @@ package struct UnicastBrowser: Sendable {
     }
 
     let nameServer: SocketAddress
+    /// The name whose PTRs are listed (`_printer._sub._http._tcp.zone` for a subtype).
     let serviceType: DNSName
+    /// The type the instances are under (`_http._tcp.zone`, also for a subtype).
+    let baseType: DNSName
 
     /// - Throws: ``DiscoveryError`` when the type and domain do not make a DNS name.
     package init(type: String, domain: String, nameServer: SocketAddress) throws {
         self.nameServer = nameServer
         do {
             serviceType = try DNSName(parsing: type).appending(try DNSName(parsing: domain))
+            // `_sub._sub._name._tcp`: instances are `Name._name._tcp`.
+            let labels = serviceType.labels
+            let isSubtype = labels.count > 2 && labels[1].elementsEqual("_sub".utf8)
+            baseType = isSubtype ? try DNSName(labels: Array(labels.dropFirst(2))) : serviceType
         } catch {
             throw DiscoveryError.invalidDomain("\(type).\(domain) (\(error))")
         }
@@ -48,8 +55,8 @@ package struct UnicastBrowser: Sendable {
         var names: Set<String> = []
         for record in records {
             // Only instances of this type: a PTR pointing elsewhere is ignored.
-            guard let target = record.target, target.labels.count == serviceType.labels.count + 1,
-                  target.isWithin(serviceType) else { continue }
+            guard let target = record.target, target.labels.count == baseType.labels.count + 1,
+                  target.isWithin(baseType) else { continue }
             names.insert(String(decoding: target.labels[0], as: UTF8.self))
         }
         return (names, records.map(\.ttl).min() ?? 60)
@@ -60,7 +67,7 @@ package struct UnicastBrowser: Sendable {
     ///   otherwise as ``instances()``.
     package func resolve(_ name: String) async throws -> Instance {
         let instance: DNSName
-        do { instance = try serviceType.prepending(Array(name.utf8)) } catch { throw DiscoveryError.notFound }
+        do { instance = try baseType.prepending(Array(name.utf8)) } catch { throw DiscoveryError.notFound }
         guard let srv = try await ask(instance, DNSType.service).compactMap(\.service).first else { throw DiscoveryError.notFound }
         let txt = try await ask(instance, DNSType.text).compactMap(\.strings).first ?? []
         var addresses: [SocketAddress] = []

@@ -312,6 +312,14 @@ package actor WideAreaPublisher {
 /// Finds a zone's primary server the DNS-SD way, asking one name server.
 struct WideAreaServerFinder: Sendable {
     let nameServer: SocketAddress
+    /// A refusal (REFUSED, NOTAUTH) seen while looking: the name server does not serve the zone.
+    private let refusals = Locked<UInt16?>(nil)
+    private var lastRefusal: UInt16? {
+        get { refusals.value }
+        nonmutating set { refusals.withLock { $0 = newValue } }
+    }
+
+    init(nameServer: SocketAddress) { self.nameServer = nameServer }
 
     /// The addresses to send updates to, in the order to try them.
     /// - Throws: ``DiscoveryError/Code-swift.struct/serverUnreachable`` when the name server does not
@@ -329,6 +337,10 @@ struct WideAreaServerFinder: Sendable {
         if let soa = try await ask(exchange, zone, DNSType.startOfAuthority).first(where: { $0.name == zone })?.primaryServer {
             let found = try await addresses(of: soa, via: exchange, port: 53)
             if !found.isEmpty { return found }
+        }
+        if let refusal = lastRefusal {
+            throw DiscoveryError.notAuthorized(zone: zone.description,
+                                               detail: "\(nameServer) answered \(DNSResponseCode.name(refusal)) when asked for the zone's server: it does not serve \(zone)")
         }
         throw DiscoveryError.serverUnreachable("\(nameServer) names no server for \(zone) (no _dns-update._udp SRV, no SOA)")
     }
@@ -349,7 +361,11 @@ struct WideAreaServerFinder: Sendable {
         var query = DNSMessage(id: .random(in: 0 ... .max), opcode: DNSMessage.query, recursionDesired: true)
         query.questions = [DNSQuestion(name: name, type: type)]
         let bytes = try await exchange.send(query.encoded())
-        guard let answer = try? DNSMessage(decoding: bytes), answer.rcode == DNSResponseCode.noError else { return [] }
+        guard let answer = try? DNSMessage(decoding: bytes) else { return [] }
+        if answer.rcode == DNSResponseCode.refused || answer.rcode == DNSResponseCode.notAuthoritative {
+            lastRefusal = answer.rcode
+        }
+        guard answer.rcode == DNSResponseCode.noError else { return [] }
         return answer.answers.filter { $0.type == type }
     }
 }
