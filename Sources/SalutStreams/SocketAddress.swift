@@ -69,6 +69,13 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
     /// Whether this is an IPv6 address.
     public var isIPv6: Bool { family == AF_INET6 }
 
+    /// Whether this is an IPv6 link-local address (`fe80::/10`), meaningful on one link only.
+    package var isIPv6LinkLocal: Bool {
+        guard isIPv6 else { return false }
+        let bytes = rawBytes
+        return bytes[0] == 0xFE && bytes[1] & 0xC0 == 0x80
+    }
+
     /// The port, in host byte order.
     public var port: UInt16 {
         withBytes { raw in

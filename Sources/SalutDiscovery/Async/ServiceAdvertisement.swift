@@ -124,18 +124,9 @@ public final class ServiceAdvertisement: Sendable {
         txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], tls: TLSConfiguration? = nil,
         limits: ConnectionLimits = ConnectionLimits(), allowRename: Bool = true, wideArea: WideAreaPublishing
     ) async throws -> ServiceAdvertisement {
-        let listener: StreamListener
-        do {
-            listener = try StreamListener(port: port, tls: tls, limits: limits)
-        } catch {
-            throw DiscoveryError.listenFailed("\(error)")
-        }
-        do {
-            return try await publish(name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
-                                     subtypes: subtypes, allowRename: allowRename, wideArea: wideArea, listener: listener)
-        } catch {
-            listener.stop()
-            throw error
+        try await listening(port: port, tls: tls, limits: limits) { listener in
+            try await publish(name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
+                              subtypes: subtypes, allowRename: allowRename, wideArea: wideArea, listener: listener)
         }
     }
 
@@ -163,16 +154,7 @@ public final class ServiceAdvertisement: Sendable {
 
     /// A TXT record's strings, as DNS carries them.
     private static func strings(of record: TXTRecord) -> [[UInt8]] {
-        let bytes = [UInt8](record.data)
-        var strings: [[UInt8]] = []
-        var index = 0
-        while index < bytes.count {
-            let length = Int(bytes[index])
-            guard index + 1 + length <= bytes.count else { break }
-            strings.append(Array(bytes[index + 1 ..< index + 1 + length]))
-            index += 1 + length
-        }
-        return strings.filter { !$0.isEmpty }
+        (DNSRecord.strings(inTextData: [UInt8](record.data)) ?? []).filter { !$0.isEmpty }
     }
 
     /// Listens on `port` (0: one the system picks) on IPv4 and IPv6, publishes the service on
@@ -200,6 +182,18 @@ public final class ServiceAdvertisement: Sendable {
         limits: ConnectionLimits = ConnectionLimits(),
         allowRename: Bool = true, timeout: TimeInterval = 10, context: DiscoveryContext = .shared
     ) async throws -> ServiceAdvertisement {
+        try await listening(port: port, tls: tls, limits: limits) { listener in
+            try await publish(name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
+                              subtypes: subtypes, allowRename: allowRename, timeout: timeout, context: context,
+                              listener: listener)
+        }
+    }
+
+    /// Makes the listener, then publishes with it; the listener stops if publishing fails.
+    /// - Throws: ``DiscoveryError/listenFailed(_:)`` when the listener cannot be made, or what
+    ///   `publish` throws.
+    private static func listening(port: Int, tls: TLSConfiguration?, limits: ConnectionLimits,
+                                  _ publish: (StreamListener) async throws -> ServiceAdvertisement) async throws -> ServiceAdvertisement {
         let listener: StreamListener
         do {
             listener = try StreamListener(port: port, tls: tls, limits: limits)
@@ -207,9 +201,7 @@ public final class ServiceAdvertisement: Sendable {
             throw DiscoveryError.listenFailed("\(error)")
         }
         do {
-            return try await publish(name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
-                                     subtypes: subtypes, allowRename: allowRename, timeout: timeout, context: context,
-                                     listener: listener)
+            return try await publish(listener)
         } catch {
             listener.stop()
             throw error

@@ -22,6 +22,18 @@ struct DNSExchange: Sendable {
         try await exchange(message).answer
     }
 
+    /// Asks the server for `type` records of `name` (an ordinary query) and reads its answer.
+    /// - Throws: as ``send(_:)``; ``DiscoveryError/Code-swift.struct/dnsFailure`` when the answer
+    ///   cannot be read.
+    func query(_ name: DNSName, _ type: UInt16) async throws -> DNSMessage {
+        var query = DNSMessage(id: .random(in: 0 ... .max), opcode: DNSMessage.query, recursionDesired: true)
+        query.questions = [DNSQuestion(name: name, type: type)]
+        let bytes = try await send(query.encoded())
+        do { return try DNSMessage(decoding: bytes) } catch {
+            throw DiscoveryError.dnsFailure("\(server) sent an answer that cannot be read: \(error)")
+        }
+    }
+
     /// The answer, and whether the message was sent more than once before it came (a server
     /// may then have acted on an earlier copy: an update's prerequisite can fail on our own
     /// first copy).

@@ -151,6 +151,11 @@ struct DNSRecord: Sendable, Equatable {
     /// A TXT record's strings.
     var strings: [[UInt8]]? {
         guard type == DNSType.text else { return nil }
+        return Self.strings(inTextData: data)
+    }
+
+    /// The length-prefixed strings of TXT data (RFC 1035 §3.3.14); nil when one runs past the end.
+    static func strings(inTextData data: [UInt8]) -> [[UInt8]]? {
         var strings: [[UInt8]] = []
         var index = 0
         while index < data.count {

@@ -88,13 +88,7 @@ package struct UnicastBrowser: Sendable {
     }
 
     private func ask(_ name: DNSName, _ type: UInt16) async throws -> [DNSRecord] {
-        var query = DNSMessage(id: .random(in: 0 ... .max), opcode: DNSMessage.query, recursionDesired: true)
-        query.questions = [DNSQuestion(name: name, type: type)]
-        let bytes = try await DNSExchange(server: nameServer).send(query.encoded())
-        let answer: DNSMessage
-        do { answer = try DNSMessage(decoding: bytes) } catch {
-            throw DiscoveryError.dnsFailure("\(nameServer) sent an answer that cannot be read: \(error)")
-        }
+        let answer = try await DNSExchange(server: nameServer).query(name, type)
         switch answer.rcode {
         case DNSResponseCode.noError: return answer.answers.filter { $0.type == type && $0.name == name }
         case DNSResponseCode.nameError: return []

@@ -213,9 +213,7 @@ package actor WideAreaPublisher {
     /// Whether the instance's SRV at the server is the one this publisher writes (same port and
     /// host): an earlier registration of ours, not another publisher's.
     private func holdsOurService(via exchange: DNSExchange) async throws -> Bool {
-        var query = DNSMessage(id: .random(in: 0 ... .max), opcode: DNSMessage.query)
-        query.questions = [DNSQuestion(name: updates.instance, type: DNSType.service)]
-        guard let answer = try? DNSMessage(decoding: try await exchange.send(query.encoded())) else { return false }
+        guard let answer = try? await exchange.query(updates.instance, DNSType.service) else { return false }
         let ours = updates.additions().first { $0.type == DNSType.service }
         return answer.answers.contains { $0.type == DNSType.service && $0.name == updates.instance && $0.data == ours?.data }
     }
@@ -358,10 +356,10 @@ struct WideAreaServerFinder: Sendable {
     }
 
     private func ask(_ exchange: DNSExchange, _ name: DNSName, _ type: UInt16) async throws -> [DNSRecord] {
-        var query = DNSMessage(id: .random(in: 0 ... .max), opcode: DNSMessage.query, recursionDesired: true)
-        query.questions = [DNSQuestion(name: name, type: type)]
-        let bytes = try await exchange.send(query.encoded())
-        guard let answer = try? DNSMessage(decoding: bytes) else { return [] }
+        let answer: DNSMessage
+        do { answer = try await exchange.query(name, type) } catch let error as DiscoveryError where error.code == .dnsFailure {
+            return []   // an answer that cannot be read names no server
+        }
         if answer.rcode == DNSResponseCode.refused || answer.rcode == DNSResponseCode.notAuthoritative {
             lastRefusal = answer.rcode
         }

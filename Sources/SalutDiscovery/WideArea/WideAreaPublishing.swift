@@ -76,7 +76,7 @@ public struct WideAreaPublishing: Sendable {
             let length = family == AF_INET ? MemoryLayout<sockaddr_in>.size : family == AF_INET6 ? MemoryLayout<sockaddr_in6>.size : 0
             guard length > 0, let address = SocketAddress(Data(bytes: raw, count: length)) else { continue }
             // Link-local addresses (fe80::/10, 169.254/16) mean nothing on another link.
-            if address.isIPv6, address.rawBytes[0] == 0xFE, address.rawBytes[1] & 0xC0 == 0x80 { continue }
+            if address.isIPv6LinkLocal { continue }
             if !address.isIPv6, address.rawBytes[0] == 169, address.rawBytes[1] == 254 { continue }
             if !out.contains(address) { out.append(address) }
         }

@@ -215,8 +215,7 @@ final class SocketConnection: @unchecked Sendable {
                 // The address dialled is the peer's, except that the kernel fills in the scope of
                 // a link-local IPv6 address dialled without one (bound to an interface).
                 let address = connected.address
-                let linkLocal = address.isIPv6 && address.rawBytes[0] == 0xFE && address.rawBytes[1] & 0xC0 == 0x80
-                let known = linkLocal && address.scopeID == 0 ? nil : address
+                let known = address.isIPv6LinkLocal && address.scopeID == 0 ? nil : address
                 self.pump.run(fd, security: security, limits: limits, readsTrafficOptions: setsTraffic,
                               readsAtOnce: readsAtOnce, remoteAddress: known) { self.ready($0) }
             case .failure(let error):
