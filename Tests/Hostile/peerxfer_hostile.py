@@ -20,7 +20,7 @@ import struct
 import sys
 import time
 
-HELLO, MANIFEST, ANSWER, CHUNK, RESULT, DONE, SUMMARY, FAILURE = 1, 2, 3, 4, 5, 6, 7, 0x7F
+HELLO, MANIFEST, ANSWER, CHUNK, RESULT, DONE, SUMMARY, FILE_END, FAILURE = 1, 2, 3, 4, 5, 6, 7, 8, 0x7F
 CHUNK_SIZE = 1 << 20
 
 
@@ -33,11 +33,10 @@ def message(kind, obj):
 
 
 def entry(path, data=b"evil"):
-    return {"path": path, "kind": "file", "size": len(data), "mode": 0o644, "modified": 0,
-            "sha256": hashlib.sha256(data).hexdigest()}
+    return {"path": path, "kind": "file", "size": len(data), "mode": 0o644, "modified": 0}
 
 
-def hello(version=1):
+def hello(version=2):
     return message(HELLO, {"protocolVersion": version, "device": "hostile", "name": "Hostile \x1b[31mPeer"})
 
 
@@ -47,6 +46,10 @@ def manifest(*entries):
 
 def chunk(index, offset, data):
     return frame(CHUNK, struct.pack(">IQ", index, offset) + data)
+
+
+def file_end(index, data):
+    return frame(FILE_END, struct.pack(">I", index) + hashlib.sha256(data).digest())
 
 
 def read_frames(tls, wait):
@@ -109,7 +112,7 @@ def main():
     elif mode == "symlink":
         tls.sendall(hello() + manifest(entry("link/evil.txt")))
         frames, _ = read_frames(tls, 5)   # the answer (the path itself is well-formed)
-        tls.sendall(chunk(0, 0, b"evil"))
+        tls.sendall(chunk(0, 0, b"evil") + file_end(0, b"evil"))
         more, closed = read_frames(tls, args.wait)
         print(json.dumps({"frames": frames + more, "closed": closed}), flush=True)
         return
@@ -128,12 +131,11 @@ def main():
         read_frames(tls, 5)
         tls.sendall(chunk(0, 0, b"x" * CHUNK_SIZE))
     elif mode == "bogus-mtime":
-        # An empty file (complete at once) whose time no file system holds.
-        bogus = {"path": "when.txt", "kind": "file", "size": 0, "mode": 0o644, "modified": 1e300,
-                 "sha256": hashlib.sha256(b"").hexdigest()}
+        # An empty file (no chunks, only its end) whose time no file system holds.
+        bogus = {"path": "when.txt", "kind": "file", "size": 0, "mode": 0o644, "modified": 1e300}
         tls.sendall(hello() + message(MANIFEST, {"chunkSize": CHUNK_SIZE, "entries": [bogus]}))
         read_frames(tls, 5)
-        tls.sendall(message(DONE, {}))
+        tls.sendall(file_end(0, b"") + message(DONE, {}))
     elif mode == "interleave":
         big = b"y" * (2 * CHUNK_SIZE)
         tls.sendall(hello() + manifest(entry("first.bin", big), entry("second.bin", big)))

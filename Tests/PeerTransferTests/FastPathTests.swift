@@ -38,19 +38,19 @@ final class FastPathTests: XCTestCase {
         }
     }
 
-    func testAPlanHashesEveryFileOfATreeOnAllCores() throws {
+    func testAPlanListsEveryFileOfATreeAndRefusesAnUnreadableOne() throws {
         var expected: [String: String] = [:]
         for i in 0..<40 {
             let data = randomData(i == 7 ? 5 * FileHashing.blockSize : 1_000 + i * 97, seed: UInt64(i))
             let relative = "tree/d\(i % 4)/f\(i).bin"
             try FileManager.default.createDirectory(atPath: folder + "/tree/d\(i % 4)", withIntermediateDirectories: true)
             try data.write(to: URL(fileURLWithPath: folder + "/" + relative))
-            expected[relative] = SHA256Hasher.hash(data).hex
+            expected[relative] = "\(data.count)"
         }
         let plan = try TransferPlan.make(paths: [folder + "/tree"])
         let files = plan.manifest.entries.filter { $0.kind == .file }
         XCTAssertEqual(files.count, 40)
-        for entry in files { XCTAssertEqual(entry.sha256, expected[entry.path], entry.path) }
+        for entry in files { XCTAssertEqual("\(entry.size)", expected[entry.path], entry.path) }
         // An unreadable file fails the plan with its name.
         let locked = folder + "/tree/d1/f1.bin"
         chmod(locked, 0)

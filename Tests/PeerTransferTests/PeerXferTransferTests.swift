@@ -52,6 +52,15 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(events(renamedOutput, "verified").first?["storedAs"] as? String, "tree/small (1).txt", renamedOutput)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/tree/small.txt"), lab.path("inbox/tree/small.txt")),
                       "the first file must not be overwritten")
+        // Same name, same size, other bytes: the receiver's digest of its file does not match
+        // the sender's, so the file is sent and lands under the next number.
+        try FileManager.default.createDirectory(atPath: lab.path("third/tree"), withIntermediateDirectories: true)
+        try Data([1, 2, 3, 4, 5]).write(to: URL(fileURLWithPath: lab.path("third/tree/small.txt")))
+        let (third, thirdOutput) = try lab.send([lab.path("third/tree")], to: name, config: "sender")
+        XCTAssertEqual(third, 0, thirdOutput)
+        XCTAssertEqual(done(thirdOutput)["bytesSent"] as? Int, 5, thirdOutput)
+        XCTAssertEqual(events(thirdOutput, "verified").first?["storedAs"] as? String, "tree/small (2).txt", thirdOutput)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("third/tree/small.txt"), lab.path("inbox/tree/small (2).txt")))
     }
 
     func testResumeAfterTheSenderIsKilledSendsOnlyWhatIsMissing() throws {
@@ -244,7 +253,7 @@ final class PeerXferTransferTests: XCTestCase {
         // Someone publishes a service that points at the real daemon but advertises their key.
         let spoofName = PeerXferLab.uniqueName("Spoof")
         let forged = String(repeating: "cd", count: 32)
-        let spoof = try Foreign(["avahi-publish", "-s", spoofName, "_peerxfer._tcp", "\(port)", "v=1", "fp=\(forged)"])
+        let spoof = try Foreign(["avahi-publish", "-s", spoofName, "_peerxfer._tcp", "\(port)", "v=2", "fp=\(forged)"])
         defer { spoof.stop() }
         XCTAssertTrue(spoof.waitForOutput(containing: "Established", seconds: 10), spoof.output)
         try lab.makeFile("src/secret.txt", size: 100)

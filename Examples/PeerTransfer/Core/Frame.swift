@@ -1,10 +1,11 @@
 import Foundation
+import Synchronization
 
 /// One message on a peerxfer connection: a kind byte, a 4-byte big-endian payload length, and
 /// the payload (JSON for control messages, a binary header and file bytes for chunks).
 struct Frame: Sendable, Equatable {
     enum Kind: UInt8, Sendable {
-        case hello = 1, manifest = 2, answer = 3, chunk = 4, fileResult = 5, done = 6, summary = 7
+        case hello = 1, manifest = 2, answer = 3, chunk = 4, fileResult = 5, done = 6, summary = 7, fileEnd = 8
         case failure = 0x7f
     }
 
@@ -42,13 +43,29 @@ struct Frame: Sendable, Equatable {
 }
 
 /// Splits received bytes into frames, refusing unknown kinds and oversized payloads before
-/// buffering them. A pure value: feed bytes, take frames.
+/// buffering them. A pure value: feed bytes, take frames. A chunk's payload goes into memory of
+/// its own (see ``ChunkMemory``) as soon as its header is in; the rest of it can then be read
+/// straight into that memory (``directSpace``), without passing through the buffer.
 struct FrameDecoder {
     private var buffer = Data()
     private var start = 0
+    /// The chunk whose payload is arriving, and how many of its bytes are in.
+    private var partial: (kind: Frame.Kind, memory: ChunkMemory, filled: Int)?
 
     /// Bytes received and not yet taken as frames.
-    var bufferedCount: Int { buffer.count - start }
+    var bufferedCount: Int { buffer.count - start + (partial?.filled ?? 0) }
+
+    /// Where the rest of the current chunk's payload goes, when one is arriving: a reader may
+    /// fill it directly and then call ``directlyFilled(_:)``.
+    var directSpace: UnsafeMutableRawBufferPointer? {
+        guard let partial else { return nil }
+        return UnsafeMutableRawBufferPointer(rebasing: partial.memory.payload[partial.filled...])
+    }
+
+    /// `count` bytes were written into ``directSpace``.
+    mutating func directlyFilled(_ count: Int) {
+        partial!.filled += count
+    }
 
     /// Adds received bytes.
     mutating func append(_ bytes: Data) {
@@ -57,6 +74,14 @@ struct FrameDecoder {
 
     /// Adds received bytes from a buffer the caller keeps.
     mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        var bytes = bytes
+        if let space = directSpace {
+            let taken = min(space.count, bytes.count)
+            space.baseAddress!.copyMemory(from: bytes.baseAddress!, byteCount: taken)
+            partial!.filled += taken
+            bytes = UnsafeRawBufferPointer(rebasing: bytes[taken...])
+            if bytes.isEmpty { return }
+        }
         if start > 0 && start == buffer.count {
             buffer.removeAll(keepingCapacity: true)
             start = 0
@@ -71,20 +96,99 @@ struct FrameDecoder {
     /// - Throws: ``PeerTransferError/protocolViolation(_:)`` for an unknown kind,
     ///   ``PeerTransferError/limit(_:)`` for a payload over the kind's limit.
     mutating func next() throws -> Frame? {
-        guard bufferedCount >= 5 else { return nil }
+        if let current = partial {
+            guard current.filled == current.memory.payload.count else { return nil }
+            partial = nil
+            return Frame(kind: current.kind, payload: current.memory.handedOver())
+        }
+        let waiting = buffer.count - start
+        guard waiting >= 5 else { return nil }
         let base = buffer.startIndex + start
         guard let kind = Frame.Kind(rawValue: buffer[base]) else {
             throw PeerTransferError.protocolViolation("unknown message kind \(buffer[base])")
         }
         let length = buffer[base + 1..<base + 5].reduce(0) { $0 << 8 | Int($1) }
-        let limit = kind == .chunk ? TransferLimits.maximumChunkFrame : TransferLimits.maximumControlMessage
+        let limit = switch kind {
+        case .chunk: TransferLimits.maximumChunkFrame
+        case .fileEnd: FileEnd.size
+        default: TransferLimits.maximumControlMessage
+        }
         guard length <= limit else {
             throw PeerTransferError.limit("a \(kind) message of \(length) bytes (the limit is \(limit))")
         }
-        guard bufferedCount >= 5 + length else { return nil }
+        if kind == .chunk && length > ChunkFrame.headerSize {
+            // Its own memory now; what has arrived of it moves there, the rest may go there
+            // directly.
+            let memory = ChunkMemory(payloadSize: length)
+            let have = min(waiting - 5, length)
+            buffer.withUnsafeBytes { bytes in
+                memory.payload.baseAddress!.copyMemory(from: bytes.baseAddress! + start + 5, byteCount: have)
+            }
+            start += 5 + have
+            partial = (kind, memory, have)
+            return try next()
+        }
+        guard waiting >= 5 + length else { return nil }
         let payload = Data(buffer[base + 5..<base + 5 + length])
         start += 5 + length
         return Frame(kind: kind, payload: payload)
+    }
+}
+
+/// Memory for one chunk frame's payload, placed so that the file bytes after its 12-byte
+/// header start on a ``ChunkFrame/dataAlignment`` boundary (as direct I/O needs), and taken
+/// from a small pool: a receiver goes through a megabyte of it per chunk, and fresh memory
+/// each time would cost a page fault and a zeroed page every 4 KiB.
+///
+/// `@unchecked Sendable`: the memory is written by the one decoder that owns it, then handed
+/// over, once, to a `Data` that only reads it and gives it back to the pool when released.
+final class ChunkMemory: @unchecked Sendable {
+    /// Bytes before the payload, so that its data starts on the boundary.
+    private static let lead = ChunkFrame.dataAlignment - ChunkFrame.headerSize
+    private static let capacity = lead + TransferLimits.maximumChunkFrame
+    /// Blocks kept for reuse (their addresses), at most ``poolLimit``.
+    private static let pool = Mutex<[Int]>([])
+    private static let poolLimit = 48
+
+    /// Where the payload goes.
+    let payload: UnsafeMutableRawBufferPointer
+    private var block: UnsafeMutableRawPointer?
+
+    init(payloadSize: Int) {
+        precondition(payloadSize <= TransferLimits.maximumChunkFrame)
+        let block = Self.pool.withLock { $0.popLast() }.flatMap(UnsafeMutableRawPointer.init(bitPattern:)) ?? Self.allocate()
+        self.block = block
+        payload = UnsafeMutableRawBufferPointer(start: block + Self.lead, count: payloadSize)
+    }
+
+    deinit {
+        if let block { Self.giveBack(block) }
+    }
+
+    /// The payload as `Data`, which gives the memory back to the pool when it goes.
+    func handedOver() -> Data {
+        let handed = block!
+        block = nil
+        return Data(bytesNoCopy: handed + Self.lead, count: payload.count,
+                    deallocator: .custom { start, _ in ChunkMemory.giveBack(start - ChunkMemory.lead) })
+    }
+
+    private static func allocate() -> UnsafeMutableRawPointer {
+        var block: UnsafeMutableRawPointer?
+        guard posix_memalign(&block, ChunkFrame.dataAlignment, capacity) == 0, let block else {
+            fatalError("out of memory for a \(capacity)-byte chunk buffer")
+        }
+        return block
+    }
+
+    private static func giveBack(_ block: UnsafeMutableRawPointer) {
+        let address = Int(bitPattern: block)
+        let kept = pool.withLock { blocks -> Bool in
+            guard blocks.count < poolLimit else { return false }
+            blocks.append(address)
+            return true
+        }
+        if !kept { free(block) }
     }
 }
 
@@ -104,6 +208,15 @@ struct ChunkFrame: Equatable {
         return Frame(kind: .chunk, payload: payload)
     }
 
+    /// Writes a chunk frame's 17 bytes of header (kind, length, index, offset) at the start of
+    /// `buffer`, for `length` bytes of data that follow it there.
+    static func writeHeader(into buffer: UnsafeMutableRawBufferPointer, index: UInt32, offset: UInt64, length: Int) {
+        buffer[0] = Frame.Kind.chunk.rawValue
+        buffer.storeBytes(of: UInt32(headerSize + length).bigEndian, toByteOffset: 1, as: UInt32.self)
+        buffer.storeBytes(of: index.bigEndian, toByteOffset: 5, as: UInt32.self)
+        buffer.storeBytes(of: offset.bigEndian, toByteOffset: 9, as: UInt64.self)
+    }
+
     /// The wire bytes of a chunk frame for `data` (one copy, no intermediate frame).
     static func encoded(index: UInt32, offset: UInt64, data: UnsafeRawBufferPointer) -> Data {
         var wire = Data(capacity: 5 + headerSize + data.count)
@@ -114,6 +227,10 @@ struct ChunkFrame: Equatable {
         wire.append(contentsOf: data)
         return wire
     }
+
+    /// Where a chunk's file bytes start in a receiver's memory: on a boundary this wide, as
+    /// direct I/O (O_DIRECT) needs, so they can be written to disk without the page cache.
+    static let dataAlignment = 4096
 
     init(index: UInt32, offset: UInt64, data: Data) {
         self.index = index
@@ -132,5 +249,62 @@ struct ChunkFrame: Equatable {
         index = payload[base..<base + 4].reduce(0) { $0 << 8 | UInt32($1) }
         offset = payload[base + 4..<base + 12].reduce(0) { $0 << 8 | UInt64($1) }
         data = payload[(base + 12)...]
+    }
+}
+
+/// The end of one file's bytes: which entry, and the SHA-256 of the whole file as the sender
+/// read it while sending (a digest of 32 zero bytes withdraws the file: it changed while it
+/// was being read). Binary: the entry index (u32, big end), then the 32 bytes of the digest.
+struct FileEnd: Equatable {
+    static let size = 4 + 32
+
+    var index: UInt32
+    /// The digest, lower-case hex.
+    var sha256: String
+
+    /// The digest that withdraws a file.
+    static let withdrawn = String(repeating: "0", count: 64)
+
+    var frame: Frame {
+        var payload = Data(capacity: Self.size)
+        withUnsafeBytes(of: index.bigEndian) { payload.append(contentsOf: $0) }
+        var hex = sha256.utf8.makeIterator()
+        while let high = hex.next(), let low = hex.next() {
+            payload.append(UInt8(Self.nibble(high) << 4 | Self.nibble(low)))
+        }
+        return Frame(kind: .fileEnd, payload: payload)
+    }
+
+    init(index: UInt32, sha256: String) {
+        self.index = index
+        self.sha256 = sha256
+    }
+
+    /// - Throws: ``PeerTransferError/protocolViolation(_:)`` when the payload is not exactly
+    ///   an index and a digest.
+    init(_ frame: Frame) throws {
+        let payload = frame.payload
+        guard payload.count == Self.size else {
+            throw PeerTransferError.protocolViolation("a fileEnd message of \(payload.count) bytes (it is \(Self.size))")
+        }
+        let base = payload.startIndex
+        index = payload[base..<base + 4].reduce(0) { $0 << 8 | UInt32($1) }
+        let digits = Array("0123456789abcdef".utf8)
+        var hex: [UInt8] = []
+        hex.reserveCapacity(64)
+        for byte in payload[(base + 4)...] {
+            hex.append(digits[Int(byte >> 4)])
+            hex.append(digits[Int(byte & 0xf)])
+        }
+        sha256 = String(decoding: hex, as: UTF8.self)
+    }
+
+    private static func nibble(_ digit: UInt8) -> UInt8 {
+        switch digit {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): digit - UInt8(ascii: "A") + 10
+        default: 0
+        }
     }
 }

@@ -9,6 +9,7 @@ struct FrameReader {
 
     private var decoder = FrameDecoder()
     private let input: InputStream
+    private let scratch = Scratch()
 
     init(_ input: InputStream) {
         self.input = input
@@ -21,19 +22,31 @@ struct FrameReader {
     mutating func next() async throws -> Frame? {
         while true {
             if let frame = try decoder.next() { return frame }
-            // Read straight into scratch space and append from there: one copy per byte,
-            // no zero-filled Data per read.
-            let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.readSize, alignment: 16)
-            defer { scratch.deallocate() }
-            let count = try await input.read(into: scratch)
+            // A chunk's payload is read straight into its own memory; anything else into
+            // scratch space and appended from there (no zero-filled Data per read).
+            let direct = decoder.directSpace
+            let count = try await input.read(into: direct ?? scratch.bytes)
             guard count > 0 else {
                 if decoder.bufferedCount > 0 {
                     throw PeerTransferError.protocolViolation("the connection ended inside a message")
                 }
                 return nil
             }
-            decoder.append(UnsafeRawBufferPointer(rebasing: scratch[0..<count]))
+            if direct != nil {
+                decoder.directlyFilled(count)
+            } else {
+                decoder.append(UnsafeRawBufferPointer(rebasing: scratch.bytes[0..<count]))
+            }
         }
+    }
+
+    /// The reader's scratch space, allocated once (a fresh 256 KiB per read cost an mmap and
+    /// its page faults).
+    ///
+    /// `@unchecked Sendable`: used only by the task that owns the reader, one read at a time.
+    private final class Scratch: @unchecked Sendable {
+        let bytes = UnsafeMutableRawBufferPointer.allocate(byteCount: FrameReader.readSize, alignment: 16)
+        deinit { bytes.deallocate() }
     }
 }
 

@@ -21,17 +21,15 @@ public struct ManifestEntry: Codable, Sendable, Hashable {
     public var mode: UInt32
     /// Modification time, seconds since 1970.
     public var modified: Double
-    /// SHA-256 of the whole file, lower-case hex (empty for folders).
-    public var sha256: String
 
-    /// Makes an entry; see each property.
-    public init(path: String, kind: Kind, size: UInt64, mode: UInt32, modified: Double, sha256: String) {
+    /// Makes an entry; see each property. (A file's SHA-256 is not here: the sender computes it
+    /// while it sends the bytes, and sends it after them in a `fileEnd` message.)
+    public init(path: String, kind: Kind, size: UInt64, mode: UInt32, modified: Double) {
         self.path = path
         self.kind = kind
         self.size = size
         self.mode = mode
         self.modified = modified
-        self.sha256 = sha256
     }
 }
 
@@ -54,8 +52,16 @@ struct Answer: Codable, Sendable, Equatable {
         /// SHA-256 of each whole chunk of the part file already on disk, in order: the sender
         /// resumes after the longest prefix that matches its own chunks.
         var have: [String]
-        /// True when the inbox already holds this file, verified: nothing is sent.
-        var complete: Bool
+        /// The SHA-256 of the file the inbox already holds under this entry's name with this
+        /// entry's size, if any: a sender whose file has that digest sends no bytes for it,
+        /// only its `fileEnd`.
+        var existing: String?
+
+        init(index: Int, have: [String] = [], existing: String? = nil) {
+            self.index = index
+            self.have = have
+            self.existing = existing
+        }
     }
 
     /// The accepted entries; every other entry is declined.

@@ -185,7 +185,9 @@ struct Receiver {
                             file.closeFiles()
                             throw error
                         }
-                        sinks[index] = FileSink(file: file, continuing: hasher, size: manifest!.entries[index].size)
+                        let size = manifest!.entries[index].size
+                        if size > FileSink.inlineLimit { file.writeDirectly() }
+                        sinks[index] = FileSink(file: file, continuing: hasher, size: size)
                     } catch let error as PeerTransferError where error.failsOneFileOnly {
                         // This file cannot be received (something planted where its part file
                         // or a folder of it goes, another transfer writing it): its bytes are
@@ -202,7 +204,7 @@ struct Receiver {
                     inbox.keptPromise(kept)
                     promised -= kept
                     events(.progress(id: id, bytes: received))
-                case .finishFile(let index):
+                case .finishFile(let index, let offered):
                     let entry = manifest!.entries[index]
                     if let reason = unreceivable.removeValue(forKey: index) {
                         pending += fileFailed(index, entry, reason)
@@ -217,7 +219,11 @@ struct Receiver {
                         file.closeFiles()
                         throw error
                     }
-                    if digest.hex == entry.sha256 {
+                    if offered == FileEnd.withdrawn {
+                        file.discard()
+                        file.closeFiles()
+                        pending += fileFailed(index, entry, ReceiverStateMachine.withdrawnReason)
+                    } else if digest.hex == offered {
                         do {
                             try file.finishWriting(mode: entry.mode, modified: entry.modified)
                             publishing.append((index, file))
@@ -229,7 +235,7 @@ struct Receiver {
                     } else {
                         file.discard()
                         file.closeFiles()
-                        pending += fileFailed(index, entry, "its SHA-256 is \(digest.hex), not the \(entry.sha256) offered; the part file was removed")
+                        pending += fileFailed(index, entry, "its SHA-256 is \(digest.hex), not the \(Terminal.escape(offered)) the sender read; the part file was removed")
                     }
                     if publishing.count >= Self.batchFiles || publishingBytes >= Self.batchBytes {
                         pending += try publishBatch()
@@ -327,16 +333,19 @@ struct Receiver {
             // counted so that many folders or empty files cannot fill the disk unpromised.
             needed += Self.roomPerEntry
             guard entry.kind == .file else {
-                accepted.append(Answer.Entry(index: index, have: [], complete: false))
+                accepted.append(Answer.Entry(index: index))
                 continue
             }
-            if inbox.holdsVerified(path, size: entry.size, sha256: entry.sha256) {
-                accepted.append(Answer.Entry(index: index, have: [], complete: true))
+            // A file already here with this size is most likely this one again (a transfer
+            // sent a second time): its bytes are not counted as needed. Should the sender's
+            // differ after all, a disk that fills up fails the transfer cleanly then.
+            if let existing = inbox.digest(ofFile: path, size: entry.size) {
+                accepted.append(Answer.Entry(index: index, existing: existing.hex))
                 continue
             }
             let have = inbox.partChunkDigests(path, chunkSize: manifest.chunkSize)
             needed += entry.size - min(entry.size, UInt64(have.count) * UInt64(manifest.chunkSize))
-            accepted.append(Answer.Entry(index: index, have: have.map(\.hex), complete: false))
+            accepted.append(Answer.Entry(index: index, have: have.map(\.hex)))
         }
         return (accepted, needed)
     }

@@ -15,9 +15,9 @@ struct ReceiverStateMachine {
         case openFile(index: Int, offset: UInt64)
         /// Write these bytes of entry `index` at `offset`.
         case write(index: Int, offset: UInt64, data: Data)
-        /// Every byte of entry `index` is in: verify it and give it its name, then call
-        /// ``fileFinished(_:)``.
-        case finishFile(index: Int)
+        /// Every byte of entry `index` is in, and the sender says its SHA-256 is `sha256`:
+        /// verify it and give it its name, then call ``fileFinished(_:)``.
+        case finishFile(index: Int, sha256: String)
         /// Create the (possibly empty) folder of entry `index`.
         case makeDirectory(index: Int)
         /// Close the connection over this error, first sending it to the sender as a failure
@@ -33,6 +33,8 @@ struct ReceiverStateMachine {
         var next: UInt64?
         /// How far the sender may resume: the whole chunks the receiver reported having.
         var resumeLimit: UInt64
+        /// The digest of the file already in the inbox under this name, as the answer said.
+        var existing: String?
         var finishing = false
     }
 
@@ -95,6 +97,10 @@ struct ReceiverStateMachine {
                 let actions = try chunk(ChunkFrame(frame), in: &receiving)
                 state = .receiving(receiving)
                 return actions
+            case (.receiving(var receiving), .fileEnd):
+                let actions = try fileEnd(FileEnd(frame), in: &receiving)
+                state = .receiving(receiving)
+                return actions
             case (.receiving(var receiving), .done):
                 guard !receiving.senderDone else { throw PeerTransferError.protocolViolation("a second done message") }
                 _ = try frame.decode(Done.self)
@@ -129,7 +135,7 @@ struct ReceiverStateMachine {
         if answer.accepted.isEmpty {
             return fail(.declined(answer.reason ?? "the receiver declined the transfer"))
         }
-        var receiving = Receiving(manifest: manifest, paths: paths)
+        let receiving = Receiving(manifest: manifest, paths: paths)
         var actions: [Action] = [.reply(.message(.answer, answer))]
         for entry in answer.accepted {
             guard manifest.entries.indices.contains(entry.index) else { continue }
@@ -137,19 +143,9 @@ struct ReceiverStateMachine {
             switch offered.kind {
             case .directory:
                 actions.append(.makeDirectory(index: entry.index))
-            case .file where entry.complete:
-                receiving.verified += 1
-                actions.append(.reply(.message(.fileResult, FileResult(index: entry.index, verified: true,
-                                                                        storedAs: paths[entry.index].description, error: nil))))
             case .file:
                 let limit = min(UInt64(entry.have.count) * UInt64(manifest.chunkSize), offered.size)
-                var file = FileState(size: offered.size, next: nil, resumeLimit: limit)
-                if offered.size == 0 {
-                    file.next = 0
-                    file.finishing = true
-                    actions += [.openFile(index: entry.index, offset: 0), .finishFile(index: entry.index)]
-                }
-                open[entry.index] = file
+                open[entry.index] = FileState(size: offered.size, next: nil, resumeLimit: limit, existing: entry.existing)
             }
         }
         state = .receiving(receiving)
@@ -220,14 +216,64 @@ struct ReceiverStateMachine {
         }
         actions.append(.write(index: index, offset: chunk.offset, data: chunk.data))
         file.next = chunk.offset + UInt64(chunk.data.count)
-        if file.next == file.size {
-            file.finishing = true
-            inProgress = nil
-            actions.append(.finishFile(index: index))
-        }
         open[index] = file
         return actions
     }
+
+    /// The sender ended entry `end.index`: after all of its bytes, or, for a file the inbox
+    /// already holds with the same digest (or an empty one), with no bytes at all.
+    private mutating func fileEnd(_ end: FileEnd, in receiving: inout Receiving) throws -> [Action] {
+        let index = Int(end.index)
+        guard !receiving.senderDone else { throw PeerTransferError.protocolViolation("a fileEnd after the done message") }
+        guard var file = open[index], !file.finishing else {
+            throw PeerTransferError.protocolViolation("the end of entry \(index), which is not accepted or already ended")
+        }
+        var actions: [Action] = []
+        if end.sha256 == FileEnd.withdrawn {
+            // The sender takes the file back, at any point of it: it fails alone.
+            if let current = inProgress, current != index {
+                throw PeerTransferError.protocolViolation("entry \(index) ended before entry \(current) was complete (files go one after another)")
+            }
+            inProgress = nil
+            guard file.next != nil else {
+                open[index] = nil
+                receiving.failed += 1
+                return [.reply(.message(.fileResult, FileResult(index: index, verified: false, storedAs: nil,
+                                                                error: Self.withdrawnReason)))]
+            }
+            file.finishing = true
+            open[index] = file
+            return [.finishFile(index: index, sha256: end.sha256)]
+        }
+        if let next = file.next {
+            guard next == file.size else {
+                throw PeerTransferError.protocolViolation("entry \(index) ended at byte \(next) of \(file.size)")
+            }
+        } else {
+            if let current = inProgress, current != index {
+                throw PeerTransferError.protocolViolation("entry \(index) ended before entry \(current) was complete (files go one after another)")
+            }
+            if let existing = file.existing, existing == end.sha256 {
+                // The inbox already holds this very file under its name: nothing to write.
+                open[index] = nil
+                receiving.verified += 1
+                return [.reply(.message(.fileResult, FileResult(index: index, verified: true,
+                                                                storedAs: receiving.paths[index].description, error: nil)))]
+            }
+            guard file.size == 0 else {
+                throw PeerTransferError.protocolViolation("entry \(index) ended before its first byte (it is \(file.size) bytes)")
+            }
+            file.next = 0
+            actions.append(.openFile(index: index, offset: 0))
+        }
+        file.finishing = true
+        inProgress = nil
+        open[index] = file
+        return actions + [.finishFile(index: index, sha256: end.sha256)]
+    }
+
+    /// Why a file the sender withdrew failed.
+    static let withdrawnReason = "the file changed while the sender read it, so the sender withdrew it; nothing of it was kept"
 
     /// The summary and the end, once the sender is done and no file is being finished.
     private mutating func endIfSettled() -> [Action] {

@@ -84,9 +84,6 @@ extension Manifest {
                 guard entry.size <= TransferLimits.maximumFileSize else {
                     throw PeerTransferError.limit("\"\(Terminal.escape(entry.path))\" is \(entry.size) bytes (the limit is 1 TiB)")
                 }
-                guard SHA256DigestText.isValid(entry.sha256) else {
-                    throw PeerTransferError.protocolViolation("\"\(Terminal.escape(entry.path))\" has no valid SHA-256")
-                }
                 // It arrives as NAME.peerxfer-part first, which must fit in a file name too.
                 let room = TransferLimits.maximumNameBytes - TransferLimits.partSuffix.utf8.count
                 guard path.name.utf8.count <= room else {

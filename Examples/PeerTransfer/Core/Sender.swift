@@ -64,8 +64,8 @@ public struct Sender: Sendable {
     }
 
     /// Like ``send(_:to:events:)``, with the plan made by `preparing` while the receiver is
-    /// looked for (hashing and the DNS-SD lookup overlap; the connection is made once the
-    /// plan is ready, so no receiver waits on a sender that is still hashing).
+    /// looked for (walking a large tree and the DNS-SD lookup overlap; the connection is made
+    /// once the plan is ready, so no receiver waits on a sender that is still walking).
     /// - Throws: what `preparing` throws, or what ``send(_:to:events:)`` throws.
     public func send(preparing: @escaping @Sendable () async throws -> TransferPlan, to name: String,
                      events: @escaping @Sendable (SendEvent) -> Void = { _ in }) async throws -> SendReport {
@@ -161,27 +161,16 @@ public struct Sender: Sendable {
         watchdog.touch(bound: idleBound)
 
         let entries = plan.manifest.entries
-        var acceptedIndexes = Set<Int>()
-        var toSend: [(index: Int, offset: UInt64)] = []
-        var bytesSkipped: UInt64 = 0
-        var alreadyThere = 0
-        for accepted in answer.accepted where entries.indices.contains(accepted.index) {
-            // An index given twice is taken once.
-            guard acceptedIndexes.insert(accepted.index).inserted else { continue }
-            let entry = entries[accepted.index]
-            guard entry.kind == .file else { continue }
-            if accepted.complete {
-                alreadyThere += 1
-                bytesSkipped += entry.size
-                continue
-            }
-            let offset = try Self.resumeOffset(source: plan.sources[accepted.index]!, have: accepted.have,
-                                               chunkSize: plan.manifest.chunkSize, size: entry.size)
-            bytesSkipped += offset
-            toSend.append((accepted.index, offset))
-        }
+        // What to send of each accepted file, found on a thread of its own (it hashes what
+        // the receiver already has: part files to resume, files already in its inbox).
+        let outgoing = try await onThreadOfItsOwn { () -> Result<[Outgoing], Error> in
+            Result { try Self.outgoing(plan, answer: answer) }
+        }.get()
+        let acceptedIndexes = Set(answer.accepted.map(\.index).filter { entries.indices.contains($0) })
         let declined = entries.indices.filter { !acceptedIndexes.contains($0) }.map { entries[$0].path }
-        let total = toSend.reduce(UInt64(0)) { $0 + entries[$1.index].size - $1.offset }
+        let alreadyThere = outgoing.filter { $0.unchanged != nil }.count
+        let bytesSkipped = outgoing.reduce(UInt64(0)) { $0 + ($1.unchanged != nil ? entries[$1.index].size : $1.offset) }
+        let total = outgoing.reduce(UInt64(0)) { $0 + ($1.unchanged != nil ? 0 : entries[$1.index].size - $1.offset) }
         events(.answered(accepted: acceptedIndexes.count, declined: declined.count, alreadyThere: alreadyThere,
                          bytesToSend: total, reason: answer.reason.map(Terminal.escape)))
 
@@ -193,28 +182,52 @@ public struct Sender: Sendable {
         }
         var sent: UInt64 = 0
         do {
-            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: plan.manifest.chunkSize, alignment: 16)
+            // One buffer for every chunk: the frame's header, then the file's bytes read
+            // straight behind it (the stream copies them out before `write` returns).
+            let headerSize = 5 + ChunkFrame.headerSize
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: headerSize + plan.manifest.chunkSize, alignment: 16)
             defer { buffer.deallocate() }
-            for (index, start) in toSend {
-                let entry = entries[index]
-                events(.fileStarted(index: index, path: entry.path, size: entry.size, offset: start))
-                let fd = open(plan.sources[index]!, O_RDONLY | O_CLOEXEC)
+            for item in outgoing {
+                let entry = entries[item.index]
+                if let digest = item.unchanged {
+                    try await output.write(FileEnd(index: UInt32(item.index), sha256: digest).frame.encoded)
+                    continue
+                }
+                let source = plan.sources[item.index]!
+                events(.fileStarted(index: item.index, path: entry.path, size: entry.size, offset: item.offset))
+                let fd = open(source, O_RDONLY | O_CLOEXEC)
                 guard fd >= 0 else {
-                    throw PeerTransferError.runtime("cannot open \(plan.sources[index]!): \(String(cString: strerror(errno)))")
+                    throw PeerTransferError.runtime("cannot open \(source): \(String(cString: strerror(errno)))")
                 }
                 defer { close(fd) }
-                var offset = start
-                while offset < entry.size {
+                // The file must still be the one the plan listed (size and time), and stay so
+                // while it is read; otherwise it is withdrawn (below).
+                let before = Self.identity(of: fd)
+                var changed = before == nil || before![0] != Int(entry.size) || Self.modified(before!) != entry.modified
+                var offset = item.offset
+                while offset < entry.size && !changed {
                     let length = Int(min(UInt64(plan.manifest.chunkSize), entry.size - offset))
-                    try Self.readFully(fd, into: buffer, count: length, at: offset, path: plan.sources[index]!)
-                    let wire = ChunkFrame.encoded(index: UInt32(index), offset: offset,
-                                                  data: UnsafeRawBufferPointer(rebasing: buffer[0..<length]))
+                    let data = UnsafeMutableRawBufferPointer(rebasing: buffer[headerSize..<headerSize + length])
+                    do {
+                        try Self.readFully(fd, into: data, count: length, at: offset, path: source)
+                    } catch let error as PeerTransferError where error.message.hasSuffix("became shorter while it was being sent") {
+                        changed = true
+                        break
+                    }
+                    item.hasher.update(UnsafeRawBufferPointer(data))
+                    ChunkFrame.writeHeader(into: buffer, index: UInt32(item.index), offset: offset, length: length)
+                    let wire = Data(bytesNoCopy: buffer.baseAddress!, count: headerSize + length, deallocator: .none)
                     try await output.write(wire)
                     watchdog.touch()
                     offset += UInt64(length)
                     sent += UInt64(length)
                     events(.progress(sent: sent, total: total))
                 }
+                // A file that changed while it was read may be torn (some old bytes, some new):
+                // it is withdrawn rather than delivered as something it never was.
+                if Self.identity(of: fd) != before { changed = true }
+                let digest = changed ? FileEnd.withdrawn : item.hasher.finish().hex
+                try await output.write(FileEnd(index: UInt32(item.index), sha256: digest).frame.encoded)
             }
             try await output.write(Frame.message(.done, Done()).encoded)
             // Nothing more to send: our end of the data (close_notify, then FIN) goes out
@@ -295,21 +308,71 @@ public struct Sender: Sendable {
         return try frame.decode(type)
     }
 
-    /// Where to resume: after the longest run of the receiver's chunk digests that match ours.
-    static func resumeOffset(source: String, have: [String], chunkSize: Int, size: UInt64) throws -> UInt64 {
-        guard !have.isEmpty else { return 0 }
+    /// What the sender sends of one accepted file.
+    struct Outgoing: @unchecked Sendable {
+        var index: Int
+        /// Where sending starts (after what the receiver already has).
+        var offset: UInt64
+        /// The SHA-256 so far: the first `offset` bytes are in it.
+        var hasher: SHA256Hasher
+        /// Set when the receiver already holds this very file: only its end is sent.
+        var unchanged: String?
+    }
+
+    /// For each accepted file of `answer`: where to resume, or that the receiver has it.
+    /// Blocking: it hashes files. (`@unchecked Sendable` above: an `Outgoing` is handed from
+    /// the thread that made it to the sending task once, and used there only.)
+    static func outgoing(_ plan: TransferPlan, answer: Answer) throws -> [Outgoing] {
+        let entries = plan.manifest.entries
+        var taken = Set<Int>()
+        var outgoing: [Outgoing] = []
+        for accepted in answer.accepted.sorted(by: { $0.index < $1.index }) where entries.indices.contains(accepted.index) {
+            // An index given twice is taken once.
+            guard taken.insert(accepted.index).inserted, entries[accepted.index].kind == .file else { continue }
+            let entry = entries[accepted.index], source = plan.sources[accepted.index]!
+            if let existing = accepted.existing,
+               try FileHashing.digest(ofFile: source, length: entry.size).hex == existing {
+                outgoing.append(Outgoing(index: accepted.index, offset: entry.size, hasher: SHA256Hasher(), unchanged: existing))
+                continue
+            }
+            let (offset, hasher) = try resumePoint(source: source, have: accepted.have,
+                                                   chunkSize: plan.manifest.chunkSize, size: entry.size)
+            outgoing.append(Outgoing(index: accepted.index, offset: offset, hasher: hasher))
+        }
+        return outgoing
+    }
+
+    /// Where to resume: after the longest run of the receiver's chunk digests that match ours;
+    /// and a hasher holding the bytes before it.
+    static func resumePoint(source: String, have: [String], chunkSize: Int, size: UInt64) throws -> (UInt64, SHA256Hasher) {
+        let whole = SHA256Hasher()
+        guard !have.isEmpty else { return (0, whole) }
         let fd = open(source, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw PeerTransferError.runtime("cannot open \(source): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
+        defer { buffer.deallocate() }
         var offset: UInt64 = 0
         for digest in have {
             guard offset + UInt64(chunkSize) <= size else { break }
-            let hasher = SHA256Hasher()
-            try FileHashing.feed(fd, length: UInt64(chunkSize), from: offset, to: hasher)
-            guard hasher.finish().hex == digest else { break }
+            try readFully(fd, into: buffer, count: chunkSize, at: offset, path: source)
+            guard SHA256Hasher.hash(UnsafeRawBufferPointer(buffer)).hex == digest else { break }
+            whole.update(UnsafeRawBufferPointer(buffer))
             offset += UInt64(chunkSize)
         }
-        return offset
+        return (offset, whole)
+    }
+
+    /// The modification time in `identity`, as ``TransferPlan`` writes it in the manifest.
+    private static func modified(_ identity: [Int]) -> Double {
+        Double(identity[1]) + Double(identity[2]) / 1e9
+    }
+
+    /// What says a file changed: its size and modification and change times.
+    private static func identity(of fd: Int32) -> [Int]? {
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return nil }
+        return [Int(info.st_size), info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_ctim.tv_sec, info.st_ctim.tv_nsec]
     }
 
     private static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, count: Int, at offset: UInt64,

@@ -1,7 +1,7 @@
 /// The protocol's fixed sizes and bounds (docs/peerxfer-protocol.md).
 public enum TransferLimits {
     /// The protocol version this build speaks.
-    public static let protocolVersion = 1
+    public static let protocolVersion = 2
     /// The DNS-SD service type peerxfer daemons publish.
     public static let serviceType = "_peerxfer._tcp"
     /// File data travels in chunks of this size (the last one of a file may be shorter); resume

@@ -1,6 +1,5 @@
 import Foundation
 import SalutStreams
-import Synchronization
 
 /// What a sender offers: the manifest, and where each file's bytes come from.
 public struct TransferPlan: Sendable {
@@ -12,13 +11,12 @@ public struct TransferPlan: Sendable {
     public var skipped: [String]
 
     /// Walks `paths` (files and folders; each lands in the receiver's inbox under its last
-    /// component) and hashes every file (see ``hashed()``).
+    /// component). Files are hashed later, as they are sent.
     /// - Throws: ``PeerTransferError/usage(_:)`` for a path that does not exist, two arguments
     ///   with the same last component, or names the protocol cannot carry;
     ///   ``PeerTransferError/limit(_:)`` beyond the protocol's limits;
-    ///   ``PeerTransferError/runtime(_:)`` when a file cannot be read.
-    /// With `hashing` false the digests are left as zeros (to check the paths only).
-    public static func make(paths: [String], hashing: Bool = true) throws -> TransferPlan {
+    ///   ``PeerTransferError/runtime(_:)`` when a file cannot be opened for reading.
+    public static func make(paths: [String]) throws -> TransferPlan {
         var plan = TransferPlan(manifest: Manifest(chunkSize: TransferLimits.chunkSize, entries: []), sources: [], skipped: [])
         var roots = Set<String>()
         for argument in paths {
@@ -42,53 +40,14 @@ public struct TransferPlan: Sendable {
         } catch let error as PeerTransferError {
             throw PeerTransferError.usage(error.message)
         }
-        return hashing ? try plan.hashed() : plan
-    }
-
-    /// ``make(paths:hashing:)`` on a thread outside Swift's cooperative pool: hashing a large
-    /// tree takes seconds of blocking reads, which must not hold up a daemon's other tasks.
-    /// - Throws: what ``make(paths:hashing:)`` throws.
-    public static func prepare(paths: [String]) async throws -> TransferPlan {
-        try await withCheckedThrowingContinuation { done in
-            DispatchQueue.global().async { done.resume(with: Result { try make(paths: paths) }) }
-        }
-    }
-
-    /// The plan with every file's SHA-256 filled in, files hashed on all cores at once.
-    /// - Throws: ``PeerTransferError/runtime(_:)`` when a file cannot be read (the first such
-    ///   failure; the other files are then not hashed).
-    public func hashed() throws -> TransferPlan {
-        let files = manifest.entries.indices.filter { manifest.entries[$0].kind == .file }
-        struct Progress {
-            var next = 0
-            var digests: [Int: String] = [:]
-            var failure: PeerTransferError?
-        }
-        let progress = Mutex(Progress())
-        let workers = min(files.count, max(1, ProcessInfo.processInfo.activeProcessorCount))
-        DispatchQueue.concurrentPerform(iterations: workers) { _ in
-            while true {
-                let taken = progress.withLock { state -> Int? in
-                    guard state.failure == nil, state.next < files.count else { return nil }
-                    defer { state.next += 1 }
-                    return files[state.next]
-                }
-                guard let index = taken else { return }
-                do {
-                    let digest = try FileHashing.digest(ofFile: sources[index]!, length: manifest.entries[index].size).hex
-                    progress.withLock { $0.digests[index] = digest }
-                } catch {
-                    let failure = error as? PeerTransferError ?? .runtime("\(sources[index]!): \(error)")
-                    progress.withLock { $0.failure = $0.failure ?? failure }
-                }
-            }
-        }
-        var plan = self
-        try progress.withLock { state in
-            if let failure = state.failure { throw failure }
-            for (index, digest) in state.digests { plan.manifest.entries[index].sha256 = digest }
-        }
         return plan
+    }
+
+    /// ``make(paths:)`` on a thread outside Swift's cooperative pool: walking a large tree
+    /// takes blocking calls, which must not hold up a daemon's other tasks.
+    /// - Throws: what ``make(paths:)`` throws.
+    public static func prepare(paths: [String]) async throws -> TransferPlan {
+        try await onThreadOfItsOwn { Result { try make(paths: paths) } }.get()
     }
 
     private mutating func add(_ path: String, as relative: String, info: stat) throws {
@@ -96,13 +55,16 @@ public struct TransferPlan: Sendable {
         let modified = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
         switch kind {
         case S_IFREG:
+            // Unreadable files fail the plan now, with their names, not the transfer half way.
+            let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+            guard fd >= 0 else { throw PeerTransferError.runtime("cannot read \(path): \(String(cString: strerror(errno)))") }
+            close(fd)
             manifest.entries.append(ManifestEntry(path: relative, kind: .file, size: UInt64(info.st_size),
-                                                  mode: UInt32(info.st_mode & 0o777), modified: modified,
-                                                  sha256: String(repeating: "0", count: 64)))
+                                                  mode: UInt32(info.st_mode & 0o777), modified: modified))
             sources.append(path)
         case S_IFDIR:
             manifest.entries.append(ManifestEntry(path: relative, kind: .directory, size: 0,
-                                                  mode: UInt32(info.st_mode & 0o777), modified: modified, sha256: ""))
+                                                  mode: UInt32(info.st_mode & 0o777), modified: modified))
             sources.append(nil)
             let children: [String]
             do {

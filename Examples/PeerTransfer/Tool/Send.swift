@@ -44,20 +44,18 @@ struct Send: AsyncParsableCommand {
         let configuration = try config.load()
         if background { return try queue(configuration) }
         let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1)
-        // The paths are checked at once (a typo fails before anything else); the files are
-        // hashed while the receiver is looked for.
-        let outline = try TransferPlan.make(paths: paths, hashing: false)
+        // The paths are checked at once (a typo fails before anything else); each file is
+        // hashed as it is sent.
+        let outline = try TransferPlan.make(paths: paths)
         for skipped in outline.skipped { display.skipped(skipped) }
         guard !outline.manifest.entries.isEmpty else {
             throw PeerTransferError.usage("nothing to send: every path was left out (\(outline.skipped.map(Terminal.escape).joined(separator: "; ")))")
         }
         try await requireDiscoveryDaemon()   // after the usage checks: bad arguments are exit 2 either way
-        display.note("preparing \(paths.count == 1 ? paths[0] : "\(paths.count) paths") (hashing)…")
         var sender = Sender(configuration: configuration,
                             displayName: ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer")
         sender.findTimeout = wait
-        let report = try await sender.send(preparing: { [paths] in try await TransferPlan.prepare(paths: paths) }, to: to,
-                                           events: { display.show($0, plan: outline) })
+        let report = try await sender.send(outline, to: to, events: { display.show($0, plan: outline) })
         display.finish(report)
         if !report.failed.isEmpty {
             throw PeerTransferError.fileFailed("\(report.failed.count) file(s) failed verification: \(report.failed.prefix(5).joined(separator: "; "))")
@@ -70,7 +68,7 @@ struct Send: AsyncParsableCommand {
     /// Queues one background upload per path for the daemon.
     private func queue(_ configuration: PeerConfiguration) throws {
         // The same checks as a foreground send, now, while the user is here to see them.
-        _ = try TransferPlan.make(paths: paths, hashing: false)
+        _ = try TransferPlan.make(paths: paths)
         let session = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer"))
         let service = DiscoveredService(name: to, type: TransferLimits.serviceType)
         for path in paths {

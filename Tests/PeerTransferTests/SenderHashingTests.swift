@@ -1,0 +1,58 @@
+import Foundation
+import SalutStreams
+import SalutTestSupport
+import XCTest
+@testable import PeerTransferCore
+
+/// Protocol version 2's sender hashes each file while it sends it: what the receiver keeps is
+/// exactly what was read, and a file that changes meanwhile is withdrawn, not delivered torn.
+final class SenderHashingTests: XCTestCase {
+    private let chunk = TransferLimits.chunkSize
+
+    func testAFileThatChangesWhileItIsSentIsWithdrawnAndNothingIsDelivered() async throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Changing")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        try lab.makeFile("src/moving.bin", size: 3 * chunk + 5)
+        try lab.makeFile("src/still.txt", size: 700, seed: 3)
+        let plan = try TransferPlan.make(paths: [lab.path("src/moving.bin"), lab.path("src/still.txt")])
+        let sender = Sender(configuration: try PeerConfiguration(directory: lab.path("sender")), displayName: "test")
+        let moving = lab.path("src/moving.bin")
+        // The file grows as soon as its sending starts: its size and times change under the read.
+        let report = try await sender.send(plan, to: name) { event in
+            guard case .fileStarted(_, let path, _, _) = event, path == "moving.bin" else { return }
+            let handle = FileHandle(forWritingAtPath: moving)!
+            handle.seekToEndOfFile()
+            handle.write(Data("appended while it was being sent".utf8))
+            handle.closeFile()
+        }
+        XCTAssertEqual(report.verified, 1, "\(report)")
+        XCTAssertEqual(report.failed.count, 1, "\(report)")
+        XCTAssertTrue(report.failed.first?.hasPrefix("moving.bin: the file changed while the sender read it") == true, "\(report)")
+        XCTAssertEqual(PeerXferLab.listing(lab.path("inbox")), ["still.txt"], "neither the torn file nor its part file stays")
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/still.txt"), lab.path("inbox/still.txt")))
+
+        // Sent again, unchanged now, it arrives whole.
+        let again = try await sender.send(try TransferPlan.make(paths: [moving]), to: name)
+        XCTAssertEqual(again.verified, 1, "\(again)")
+        XCTAssertTrue(PeerXferLab.sameContents(moving, lab.path("inbox/moving.bin")))
+    }
+
+    func testAResumeHashesThePartItSkipsSoTheWholeFileIsVerified() throws {
+        // The receiver's part file holds the first two chunks: the sender sends from there, and
+        // its digest covers all of the file (the part it skipped hashed from its own copy).
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("px-resume-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        var bytes = Data(count: 3 * chunk + 11)
+        for i in stride(from: 0, to: bytes.count, by: 4093) { bytes[i] = UInt8(truncatingIfNeeded: i / 4093) }
+        let source = folder + "/f.bin"
+        try bytes.write(to: URL(fileURLWithPath: source))
+        let have = [SHA256Hasher.hash(bytes[0..<chunk]).hex, SHA256Hasher.hash(bytes[chunk..<2 * chunk]).hex,
+                    String(repeating: "0", count: 64)]
+        let (offset, hasher) = try Sender.resumePoint(source: source, have: have, chunkSize: chunk, size: UInt64(bytes.count))
+        XCTAssertEqual(offset, UInt64(2 * chunk), "resumes after the chunks that match, not the one that does not")
+        hasher.update(bytes[(2 * chunk)...])
+        XCTAssertEqual(hasher.finish(), SHA256Hasher.hash(bytes))
+    }
+}
