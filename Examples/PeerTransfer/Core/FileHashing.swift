@@ -55,9 +55,10 @@ enum FileHashing {
 
     /// One block for the hashing thread.
     ///
-    /// `@unchecked Sendable`: `feed` hands the hasher to the hashing thread until it has
-    /// waited for every job, and reuses a block's buffer only after that block's job signalled.
-    private struct HashJob: @unchecked Sendable {
+    /// `@unchecked Sendable`: `feed` (and ``HashPipeline``) hand the hasher to the hashing
+    /// thread until they have waited for every job, and reuse a block's buffer only after that
+    /// block's job is done.
+    struct HashJob: @unchecked Sendable {
         let hasher: SHA256Hasher
         let bytes: UnsafeRawBufferPointer
         func run() { hasher.update(bytes) }
@@ -110,5 +111,54 @@ enum FileHashing {
         } catch let error as PeerTransferError {
             throw PeerTransferError.runtime("\(path): \(error.message)")
         }
+    }
+}
+
+/// Hashes blocks on a queue of its own while the caller reads and sends the next ones: the
+/// sender's SHA-256 of a file costs its sending path no time.
+///
+/// `@unchecked Sendable`: a hasher is fed only on `queue`, in the order of ``submit(_:to:)``;
+/// the caller leaves each block's memory alone until ``settle(toAtMost:)`` says its job ran
+/// (and waits for every job, with ``drain()``, before freeing that memory); the count of jobs
+/// and the one waiting task live behind the mutex.
+final class HashPipeline: @unchecked Sendable {
+    private struct State {
+        var inFlight = 0
+        var waiting: (limit: Int, continuation: CheckedContinuation<Void, Never>)?
+    }
+    private let queue = DispatchQueue(label: "peerxfer.send-hash")
+    private let state = Mutex(State())
+
+    /// Feeds `bytes` to `hasher` on the pipeline's queue, after everything submitted before.
+    func submit(_ bytes: UnsafeRawBufferPointer, to hasher: SHA256Hasher) {
+        state.withLock { $0.inFlight += 1 }
+        let job = FileHashing.HashJob(hasher: hasher, bytes: bytes)
+        queue.async { [self] in
+            job.run()
+            let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+                state.inFlight -= 1
+                guard let waiting = state.waiting, state.inFlight <= waiting.limit else { return nil }
+                state.waiting = nil
+                return waiting.continuation
+            }
+            waiter?.resume()
+        }
+    }
+
+    /// Returns once at most `limit` submitted jobs have not run yet (one task waits at a time).
+    func settle(toAtMost limit: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state -> Bool in
+                guard state.inFlight > limit else { return true }
+                state.waiting = (limit, continuation)
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    /// Blocks until every submitted job has run (for a clean-up that cannot suspend).
+    func drain() {
+        queue.sync {}
     }
 }

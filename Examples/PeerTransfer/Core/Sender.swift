@@ -182,11 +182,18 @@ public struct Sender: Sendable {
         }
         var sent: UInt64 = 0
         do {
-            // One buffer for every chunk: the frame's header, then the file's bytes read
-            // straight behind it (the stream copies them out before `write` returns).
+            // A few chunk slots, each the frame's header with the file's bytes read straight
+            // behind it. The stream copies a frame out before `write` returns; the hashing
+            // queue reads a slot's bytes meanwhile, so a slot is reused only once its hash ran.
             let headerSize = 5 + ChunkFrame.headerSize
-            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: headerSize + plan.manifest.chunkSize, alignment: 16)
-            defer { buffer.deallocate() }
+            let slotSize = headerSize + plan.manifest.chunkSize, slots = 3
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: slots * slotSize, alignment: 16)
+            let hashing = HashPipeline()
+            defer {
+                hashing.drain()
+                buffer.deallocate()
+            }
+            var slot = 0
             for item in outgoing {
                 let entry = entries[item.index]
                 if let digest = item.unchanged {
@@ -207,16 +214,19 @@ public struct Sender: Sendable {
                 var offset = item.offset
                 while offset < entry.size && !changed {
                     let length = Int(min(UInt64(plan.manifest.chunkSize), entry.size - offset))
-                    let data = UnsafeMutableRawBufferPointer(rebasing: buffer[headerSize..<headerSize + length])
+                    await hashing.settle(toAtMost: slots - 1)
+                    let frame = UnsafeMutableRawBufferPointer(rebasing: buffer[slot * slotSize..<(slot + 1) * slotSize])
+                    slot = (slot + 1) % slots
+                    let data = UnsafeMutableRawBufferPointer(rebasing: frame[headerSize..<headerSize + length])
                     do {
                         try Self.readFully(fd, into: data, count: length, at: offset, path: source)
                     } catch let error as PeerTransferError where error.message.hasSuffix("became shorter while it was being sent") {
                         changed = true
                         break
                     }
-                    item.hasher.update(UnsafeRawBufferPointer(data))
-                    ChunkFrame.writeHeader(into: buffer, index: UInt32(item.index), offset: offset, length: length)
-                    let wire = Data(bytesNoCopy: buffer.baseAddress!, count: headerSize + length, deallocator: .none)
+                    hashing.submit(UnsafeRawBufferPointer(data), to: item.hasher)
+                    ChunkFrame.writeHeader(into: frame, index: UInt32(item.index), offset: offset, length: length)
+                    let wire = Data(bytesNoCopy: frame.baseAddress!, count: headerSize + length, deallocator: .none)
                     try await output.write(wire)
                     watchdog.touch()
                     offset += UInt64(length)
@@ -226,6 +236,7 @@ public struct Sender: Sendable {
                 // A file that changed while it was read may be torn (some old bytes, some new):
                 // it is withdrawn rather than delivered as something it never was.
                 if Self.identity(of: fd) != before { changed = true }
+                await hashing.settle(toAtMost: 0)
                 let digest = changed ? FileEnd.withdrawn : item.hasher.finish().hex
                 try await output.write(FileEnd(index: UInt32(item.index), sha256: digest).frame.encoded)
             }
