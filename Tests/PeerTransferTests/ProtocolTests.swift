@@ -48,6 +48,11 @@ final class ProtocolTests: XCTestCase {
         unknown.append(Data([0x42, 0, 0, 0, 0]))
         XCTAssertThrowsError(try unknown.next()) { XCTAssertTrue("\($0)".contains("unknown message kind 66"), "\($0)") }
         XCTAssertThrowsError(try ChunkFrame(Frame(kind: .chunk, payload: Data([1, 2, 3]))))
+        // A connection that ends right after a chunk's header ended inside a message.
+        var headerOnly = FrameDecoder()
+        headerOnly.append(Data([Frame.Kind.chunk.rawValue, 0, 0, 1, 0]))
+        XCTAssertNil(try headerOnly.next())
+        XCTAssertGreaterThan(headerOnly.bufferedCount, 0)
         var longEnd = FrameDecoder()
         longEnd.append(Data([Frame.Kind.fileEnd.rawValue, 0, 0, 0, 37]))   // a fileEnd is 36 bytes
         XCTAssertThrowsError(try longEnd.next()) { XCTAssertTrue("\($0)".contains("limit"), "\($0)") }

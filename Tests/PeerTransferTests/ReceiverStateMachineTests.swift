@@ -72,7 +72,8 @@ final class ReceiverStateMachineTests: XCTestCase {
         }
         var same = receiving()
         XCTAssertEqual(same.received(endFrame(0, held)),
-                       [.reply(.message(.fileResult, FileResult(index: 0, verified: true, storedAs: "same", error: nil)))])
+                       [.alreadyHeld(index: 0),
+                        .reply(.message(.fileResult, FileResult(index: 0, verified: true, storedAs: "same", error: nil)))])
         // Another digest with no bytes sent: the file ended before its first byte.
         var different = receiving()
         isFailure(different.received(endFrame(0)), containing: "before its first byte")

@@ -1,6 +1,7 @@
 import Foundation
 import SalutStreams
 import SalutTestSupport
+import Synchronization
 import XCTest
 @testable import PeerTransferCore
 
@@ -18,12 +19,14 @@ final class SenderHashingTests: XCTestCase {
         let plan = try TransferPlan.make(paths: [lab.path("src/moving.bin"), lab.path("src/still.txt")])
         let sender = Sender(configuration: try PeerConfiguration(directory: lab.path("sender")), displayName: "test")
         let moving = lab.path("src/moving.bin")
-        // The file grows as soon as its sending starts: its size and times change under the read.
+        // The file is rewritten in place once its first chunk is out: its times change under
+        // the read, and its part file on the receiver holds a chunk of the old bytes.
+        let touched = ManagedAtomicFlag()
         let report = try await sender.send(plan, to: name) { event in
-            guard case .fileStarted(_, let path, _, _) = event, path == "moving.bin" else { return }
+            guard case .progress = event, touched.setOnce() else { return }
             let handle = FileHandle(forWritingAtPath: moving)!
-            handle.seekToEndOfFile()
-            handle.write(Data("appended while it was being sent".utf8))
+            handle.seek(toFileOffset: UInt64(2 * TransferLimits.chunkSize))
+            handle.write(Data("rewritten while it was being sent".utf8))
             handle.closeFile()
         }
         XCTAssertEqual(report.verified, 1, "\(report)")
@@ -54,5 +57,26 @@ final class SenderHashingTests: XCTestCase {
         XCTAssertEqual(offset, UInt64(2 * chunk), "resumes after the chunks that match, not the one that does not")
         hasher.update(bytes[(2 * chunk)...])
         XCTAssertEqual(hasher.finish(), SHA256Hasher.hash(bytes))
+
+        // A part file that holds the whole file (the sender died before the file's end): the
+        // last chunk is sent again, so that the file ends with a chunk and then its end.
+        let whole = bytes[0..<(3 * chunk)]
+        let exact = folder + "/exact.bin"
+        try Data(whole).write(to: URL(fileURLWithPath: exact))
+        let all = (0..<3).map { SHA256Hasher.hash(whole[($0 * chunk)..<(($0 + 1) * chunk)]).hex }
+        let (resumeAt, _) = try Sender.resumePoint(source: exact, have: all, chunkSize: chunk, size: UInt64(3 * chunk))
+        XCTAssertEqual(resumeAt, UInt64(2 * chunk))
+    }
+}
+
+/// Set once, from any thread.
+private final class ManagedAtomicFlag: Sendable {
+    private let flag = Mutex(false)
+    /// True the first time only.
+    func setOnce() -> Bool {
+        flag.withLock { set in
+            defer { set = true }
+            return !set
+        }
     }
 }

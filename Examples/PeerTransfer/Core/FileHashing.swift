@@ -150,6 +150,7 @@ final class HashPipeline: @unchecked Sendable {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let now = state.withLock { state -> Bool in
                 guard state.inFlight > limit else { return true }
+                precondition(state.waiting == nil, "one task waits on a HashPipeline at a time")
                 state.waiting = (limit, continuation)
                 return false
             }

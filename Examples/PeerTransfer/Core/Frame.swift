@@ -43,17 +43,19 @@ struct Frame: Sendable, Equatable {
 }
 
 /// Splits received bytes into frames, refusing unknown kinds and oversized payloads before
-/// buffering them. A pure value: feed bytes, take frames. A chunk's payload goes into memory of
-/// its own (see ``ChunkMemory``) as soon as its header is in; the rest of it can then be read
-/// straight into that memory (``directSpace``), without passing through the buffer.
+/// buffering them. Feed bytes, take frames; no I/O. A chunk's payload goes into memory of its
+/// own (see ``ChunkMemory``) as soon as its header is in; the rest of it can then be read
+/// straight into that memory (``directSpace``), without passing through the buffer. While a
+/// chunk is arriving the decoder shares that memory with its copies: one owner uses it (the
+/// reader of one connection); it is copied only between frames.
 struct FrameDecoder {
     private var buffer = Data()
     private var start = 0
     /// The chunk whose payload is arriving, and how many of its bytes are in.
     private var partial: (kind: Frame.Kind, memory: ChunkMemory, filled: Int)?
 
-    /// Bytes received and not yet taken as frames.
-    var bufferedCount: Int { buffer.count - start + (partial?.filled ?? 0) }
+    /// Bytes received and not yet taken as frames (a chunk arriving counts its header too).
+    var bufferedCount: Int { buffer.count - start + (partial.map { 5 + $0.filled } ?? 0) }
 
     /// Where the rest of the current chunk's payload goes, when one is arriving: a reader may
     /// fill it directly and then call ``directlyFilled(_:)``.
@@ -74,6 +76,7 @@ struct FrameDecoder {
 
     /// Adds received bytes from a buffer the caller keeps.
     mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        guard !bytes.isEmpty else { return }
         var bytes = bytes
         if let space = directSpace {
             let taken = min(space.count, bytes.count)

@@ -319,12 +319,14 @@ final class PartFile {
         if flags >= 0 { _ = fcntl(fd, F_SETFL, flags & ~Self.directIOFlag) }
     }
 
-    /// O_DIRECT, which Swift's Glibc module leaves out (it is behind _GNU_SOURCE): 0o40000 on
-    /// x86-64, 0o200000 on the ARM and PowerPC ports.
-    #if arch(x86_64) || arch(i386)
-    private static let directIOFlag: Int32 = 0o40000
-    #else
+    /// O_DIRECT, which Swift's Glibc module leaves out (it is behind _GNU_SOURCE): Linux's
+    /// generic value (x86, RISC-V, s390x), and the ports that differ from it.
+    #if arch(arm64) || arch(arm)
     private static let directIOFlag: Int32 = 0o200000
+    #elseif arch(powerpc64le) || arch(powerpc64)
+    private static let directIOFlag: Int32 = 0o400000
+    #else
+    private static let directIOFlag: Int32 = 0o40000
     #endif
 
     /// True when `bytes` at `offset` can be written with O_DIRECT: address, offset and length

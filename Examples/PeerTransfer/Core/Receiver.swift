@@ -127,7 +127,7 @@ struct Receiver {
                         outcome = machine.connectionEnded()
                         break loop
                     }
-                    watchdog.touch()
+                    watchdog.touch(bound: idleBound)
                     if let finishBy, ContinuousClock.now > finishBy { throw PeerTransferError.limit(pace.refusal) }
                     if frame.kind == .hello, let peer = try? frame.decode(Hello.self) {
                         senderName = Terminal.escape(Self.shortened(peer.name, toBytes: 100))
@@ -161,6 +161,9 @@ struct Receiver {
                     case .success(let decided):
                         promised = decided.promised
                         finishBy = pace.deadline(for: decided.promised, from: .now)
+                        // The sender may first hash what this inbox already holds.
+                        watchdog.touch(bound: idleBound + TransferLimits.hashingAllowance(
+                            for: decided.answer, chunkSize: offered.chunkSize, sizes: offered.entries.map(\.size)))
                         pending += machine.decided(decided.answer)
                     case .failure(let error):
                         pending += machine.refused(error)
@@ -195,6 +198,10 @@ struct Receiver {
                         // on. Anything else (no space, I/O errors) still ends the transfer.
                         unreceivable[index] = error.message
                     }
+                case .alreadyHeld(let index):
+                    let kept = min(promised, manifest!.entries[index].size)
+                    inbox.keptPromise(kept)
+                    promised -= kept
                 case .write(let index, let offset, let data):
                     guard let sink = sinks[index] else { break }   // a file that fails alone
                     // Written and hashed on the sink's queues while this task reads on.
@@ -336,10 +343,10 @@ struct Receiver {
                 accepted.append(Answer.Entry(index: index))
                 continue
             }
-            // A file already here with this size is most likely this one again (a transfer
-            // sent a second time): its bytes are not counted as needed. Should the sender's
-            // differ after all, a disk that fills up fails the transfer cleanly then.
             if let existing = inbox.digest(ofFile: path, size: entry.size) {
+                // Promised all the same (the sender's file may differ after all, and then it
+                // comes whole); given back as soon as the sender says it is the same.
+                needed += entry.size
                 accepted.append(Answer.Entry(index: index, existing: existing.hex))
                 continue
             }

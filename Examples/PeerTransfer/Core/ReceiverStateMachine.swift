@@ -20,6 +20,9 @@ struct ReceiverStateMachine {
         case finishFile(index: Int, sha256: String)
         /// Create the (possibly empty) folder of entry `index`.
         case makeDirectory(index: Int)
+        /// Entry `index` is already in the inbox: none of its bytes will be written (the free
+        /// space promised for it can be given back).
+        case alreadyHeld(index: Int)
         /// Close the connection over this error, first sending it to the sender as a failure
         /// frame when `tellPeer` (not when the sender itself gave up).
         case fail(PeerTransferError, tellPeer: Bool)
@@ -257,7 +260,8 @@ struct ReceiverStateMachine {
                 // The inbox already holds this very file under its name: nothing to write.
                 open[index] = nil
                 receiving.verified += 1
-                return [.reply(.message(.fileResult, FileResult(index: index, verified: true,
+                return [.alreadyHeld(index: index),
+                        .reply(.message(.fileResult, FileResult(index: index, verified: true,
                                                                 storedAs: receiving.paths[index].description, error: nil)))]
             }
             guard file.size == 0 else {

@@ -162,10 +162,13 @@ public struct Sender: Sendable {
 
         let entries = plan.manifest.entries
         // What to send of each accepted file, found on a thread of its own (it hashes what
-        // the receiver already has: part files to resume, files already in its inbox).
-        let outgoing = try await onThreadOfItsOwn { () -> Result<[Outgoing], Error> in
-            Result { try Self.outgoing(plan, answer: answer) }
-        }.get()
+        // the receiver already has: part files to resume, files already in its inbox). That
+        // may take a while before the first frame: the receiver allows for it (see
+        // `TransferLimits.hashingAllowance`), and so does this side.
+        watchdog.touch(bound: idleBound + TransferLimits.hashingAllowance(for: answer, chunkSize: plan.manifest.chunkSize,
+                                                                          sizes: entries.map(\.size)))
+        let outgoing = await onThreadOfItsOwn { Self.outgoing(plan, answer: answer) }
+        watchdog.touch(bound: idleBound)
         let acceptedIndexes = Set(answer.accepted.map(\.index).filter { entries.indices.contains($0) })
         let declined = entries.indices.filter { !acceptedIndexes.contains($0) }.map { entries[$0].path }
         let alreadyThere = outgoing.filter { $0.unchanged != nil }.count
@@ -200,6 +203,11 @@ public struct Sender: Sendable {
                     try await output.write(FileEnd(index: UInt32(item.index), sha256: digest).frame.encoded)
                     continue
                 }
+                if item.withdrawn {
+                    // It could not be read up to the receiver's part (it shrank, or went).
+                    try await output.write(FileEnd(index: UInt32(item.index), sha256: FileEnd.withdrawn).frame.encoded)
+                    continue
+                }
                 let source = plan.sources[item.index]!
                 events(.fileStarted(index: item.index, path: entry.path, size: entry.size, offset: item.offset))
                 let fd = open(source, O_RDONLY | O_CLOEXEC)
@@ -220,7 +228,7 @@ public struct Sender: Sendable {
                     let data = UnsafeMutableRawBufferPointer(rebasing: frame[headerSize..<headerSize + length])
                     do {
                         try Self.readFully(fd, into: data, count: length, at: offset, path: source)
-                    } catch let error as PeerTransferError where error.message.hasSuffix("became shorter while it was being sent") {
+                    } catch is FileShrank {
                         changed = true
                         break
                     }
@@ -320,6 +328,10 @@ public struct Sender: Sendable {
     }
 
     /// What the sender sends of one accepted file.
+    ///
+    /// `@unchecked Sendable`: an `Outgoing` is handed from the thread that made it to the
+    /// sending task once; from then on its hasher is fed only through that task's
+    /// ``HashPipeline`` (one queue) and finished by the task after the pipeline settled.
     struct Outgoing: @unchecked Sendable {
         var index: Int
         /// Where sending starts (after what the receiver already has).
@@ -328,12 +340,14 @@ public struct Sender: Sendable {
         var hasher: SHA256Hasher
         /// Set when the receiver already holds this very file: only its end is sent.
         var unchanged: String?
+        /// Set when the file can no longer be read as listed: it is withdrawn.
+        var withdrawn = false
     }
 
-    /// For each accepted file of `answer`: where to resume, or that the receiver has it.
-    /// Blocking: it hashes files. (`@unchecked Sendable` above: an `Outgoing` is handed from
-    /// the thread that made it to the sending task once, and used there only.)
-    static func outgoing(_ plan: TransferPlan, answer: Answer) throws -> [Outgoing] {
+    /// For each accepted file of `answer`, in index order: where to resume, that the receiver
+    /// already has it, or that it must be withdrawn (it shrank or cannot be read any more).
+    /// Blocking: it hashes files.
+    static func outgoing(_ plan: TransferPlan, answer: Answer) -> [Outgoing] {
         let entries = plan.manifest.entries
         var taken = Set<Int>()
         var outgoing: [Outgoing] = []
@@ -341,20 +355,25 @@ public struct Sender: Sendable {
             // An index given twice is taken once.
             guard taken.insert(accepted.index).inserted, entries[accepted.index].kind == .file else { continue }
             let entry = entries[accepted.index], source = plan.sources[accepted.index]!
-            if let existing = accepted.existing,
-               try FileHashing.digest(ofFile: source, length: entry.size).hex == existing {
-                outgoing.append(Outgoing(index: accepted.index, offset: entry.size, hasher: SHA256Hasher(), unchanged: existing))
-                continue
+            do {
+                if let existing = accepted.existing,
+                   try FileHashing.digest(ofFile: source, length: entry.size).hex == existing {
+                    outgoing.append(Outgoing(index: accepted.index, offset: entry.size, hasher: SHA256Hasher(), unchanged: existing))
+                    continue
+                }
+                let (offset, hasher) = try resumePoint(source: source, have: accepted.have,
+                                                       chunkSize: plan.manifest.chunkSize, size: entry.size)
+                outgoing.append(Outgoing(index: accepted.index, offset: offset, hasher: hasher))
+            } catch {
+                outgoing.append(Outgoing(index: accepted.index, offset: 0, hasher: SHA256Hasher(), withdrawn: true))
             }
-            let (offset, hasher) = try resumePoint(source: source, have: accepted.have,
-                                                   chunkSize: plan.manifest.chunkSize, size: entry.size)
-            outgoing.append(Outgoing(index: accepted.index, offset: offset, hasher: hasher))
         }
         return outgoing
     }
 
-    /// Where to resume: after the longest run of the receiver's chunk digests that match ours;
-    /// and a hasher holding the bytes before it.
+    /// Where to resume: after the longest run of the receiver's chunk digests that match ours,
+    /// but before the file's last chunk, which is always sent (a file ends with a chunk, then
+    /// its `fileEnd`); and a hasher holding the bytes before it.
     static func resumePoint(source: String, have: [String], chunkSize: Int, size: UInt64) throws -> (UInt64, SHA256Hasher) {
         let whole = SHA256Hasher()
         guard !have.isEmpty else { return (0, whole) }
@@ -365,7 +384,7 @@ public struct Sender: Sendable {
         defer { buffer.deallocate() }
         var offset: UInt64 = 0
         for digest in have {
-            guard offset + UInt64(chunkSize) <= size else { break }
+            guard offset + UInt64(chunkSize) < size else { break }
             try readFully(fd, into: buffer, count: chunkSize, at: offset, path: source)
             guard SHA256Hasher.hash(UnsafeRawBufferPointer(buffer)).hex == digest else { break }
             whole.update(UnsafeRawBufferPointer(buffer))
@@ -386,16 +405,17 @@ public struct Sender: Sendable {
         return [Int(info.st_size), info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_ctim.tv_sec, info.st_ctim.tv_nsec]
     }
 
+    /// The file ended before the bytes the plan listed.
+    struct FileShrank: Error {}
+
     private static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, count: Int, at offset: UInt64,
                                   path: String) throws {
         var done = 0
         while done < count {
             let n = pread(fd, buffer.baseAddress! + done, count - done, off_t(offset) + off_t(done))
             if n < 0 && errno == EINTR { continue }
-            guard n > 0 else {
-                throw PeerTransferError.runtime(n == 0 ? "\(path) became shorter while it was being sent"
-                                                       : "cannot read \(path): \(String(cString: strerror(errno)))")
-            }
+            if n == 0 { throw FileShrank() }
+            guard n > 0 else { throw PeerTransferError.runtime("cannot read \(path): \(String(cString: strerror(errno)))") }
             done += n
         }
     }

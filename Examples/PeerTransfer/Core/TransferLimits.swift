@@ -25,4 +25,16 @@ public enum TransferLimits {
     public static let maximumConcurrentTransfers = 8
     /// The suffix of a file still arriving.
     public static let partSuffix = ".peerxfer-part"
+
+    /// Extra time both ends allow, after the answer, for the sender to hash what the receiver
+    /// already holds (the files it called `existing`, the chunks of part files) before its
+    /// first frame: those bytes at 100 MiB/s, well below any disk's reading speed.
+    static func hashingAllowance(for answer: Answer, chunkSize: Int, sizes: [UInt64]) -> Duration {
+        var bytes: UInt64 = 0
+        for entry in answer.accepted where sizes.indices.contains(entry.index) {
+            if entry.existing != nil { bytes += sizes[entry.index] }
+            bytes += UInt64(entry.have.count) * UInt64(chunkSize)
+        }
+        return .seconds(bytes / (100 << 20))
+    }
 }
