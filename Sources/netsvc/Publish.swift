@@ -86,8 +86,12 @@ struct Publish: AsyncParsableCommand {
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
         if !listen && port == 0 { throw ValidationError("port 0 needs --listen (a published service must name its port)") }
         if !(0...65535).contains(port) { throw ValidationError("port \(port) is outside 0…65535") }
-        let local = domain.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: ".")) == "local"
+        let bare = domain.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "."))
+        let local = bare == "local"
         if local && tsigKey != nil { throw ValidationError("--tsig-key is for a wide-area --domain; local is published through avahi-daemon") }
+        if bare.hasSuffix(".local") {
+            throw ValidationError("\(domain) is under local, which is multicast DNS on the link, not a zone a name server holds; publish in local, or in a unicast zone such as home.arpa with --tsig-key")
+        }
         if !local && tsigKey == nil {
             throw ValidationError("publishing in \(domain) needs --tsig-key FILE (avahi-daemon publishes only in local)")
         }
@@ -105,7 +109,8 @@ struct Publish: AsyncParsableCommand {
             let record = try txtRecord()
             Self.warnIfLarge(record)
             let wideArea = try tsigKey.map { path in
-                WideAreaPublishing(key: try SalutTSIGKey(contentsOfFile: path), nameServer: dnsServer.flatMap(Self.nameServer))
+                if let warning = Self.exposure(ofKeyFile: path) { note(warning) }
+                return WideAreaPublishing(key: try SalutTSIGKey(contentsOfFile: path), nameServer: dnsServer.flatMap(Self.nameServer))
             }
             if wideArea == nil { try await requireDaemon() }
             let ad: ServiceAdvertisement
@@ -142,11 +147,20 @@ struct Publish: AsyncParsableCommand {
             let server = listen ? ConnectionServer(command: exec, json: json, maxConnections: maxConnections) : nil
             let serving = server.map { server in Task { await server.serve(ad.connections) } }
             let signal = await Self.waitForTermination()
-            await ad.withdraw()
+            var removal: (any Error)?
+            if wideArea != nil {
+                do { try await ad.withdrawReportingFailure() } catch { removal = error }
+            } else {
+                await ad.withdraw()
+            }
             if let serving {
                 // Every connection ends; children get SIGTERM, then SIGKILL after the grace.
                 serving.cancel()
                 await Self.wait(for: serving, seconds: ConnectionServer.grace + 1)
+            }
+            if let removal {
+                // The exit status must not say "done" while the records may still be there.
+                throw NotWithdrawn(name: ad.name, domain: domain, reason: "\(removal)")
             }
             try await Task.sleep(nanoseconds: 100_000_000)   // let the goodbye packets leave
             if json { printJSON(["event": "withdrawn", "name": ad.name, "signal": signal]) }
@@ -189,11 +203,29 @@ struct Publish: AsyncParsableCommand {
     }
 }
 
+/// A wide-area service whose removal the zone's server did not confirm.
+struct NotWithdrawn: Error, CustomStringConvertible {
+    var name: String
+    var domain: String
+    var reason: String
+    var description: String {
+        "\"\(name)\" may still be listed in \(domain): removing it failed (\(reason)); its records go when their update lease runs out, or remove them with nsupdate (docs/wide-area.md)"
+    }
+}
+
 extension Publish {
+    /// A warning when the key file can be read by others than its owner (a TSIG secret lets
+    /// whoever holds it change the zone); nil when it cannot.
+    static func exposure(ofKeyFile path: String) -> String? {
+        var info = stat()
+        guard stat(path, &info) == 0, info.st_mode & 0o077 != 0 else { return nil }
+        return "warning: the key file \(path) can be read by others (mode \(String(info.st_mode & 0o777, radix: 8))); anyone who reads it can change the zone: chmod 600 \(path)"
+    }
+
     /// `ADDRESS`, `ADDRESS:PORT` or `[IPv6]:PORT` (port 53 when not given).
     static func nameServer(_ text: String) -> SocketAddress? {
         if let address = SocketAddress.literal(text, port: 53) { return address }
-        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else { return nil }
+        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]), port != 0 else { return nil }
         return SocketAddress.literal(String(text[..<colon]), port: port)
     }
 }

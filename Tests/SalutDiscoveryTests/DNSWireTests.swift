@@ -122,6 +122,11 @@ final class DNSWireTests: SalutTestCase {
         }
         XCTAssertThrowsError(try SalutTSIGKey(parsing: #"key "k" { algorithm hmac-sha256; secret "not base64!"; };"#))
         XCTAssertThrowsError(try SalutTSIGKey(parsing: "nothing here"))
+        // Two keys: which one would sign is a guess, so neither does.
+        XCTAssertThrowsError(try SalutTSIGKey(parsing: #"""
+            key "first" { algorithm hmac-sha256; secret "c2VjcmV0"; };
+            key "second" { algorithm hmac-sha256; secret "c2VjcmV0"; };
+            """#)) { XCTAssertTrue("\($0)".contains("2 keys (first., second.)") || "\($0)".contains("2 keys (first, second)"), "\($0)") }
         XCTAssertThrowsError(try SalutTSIGKey(contentsOfFile: "/nonexistent/key")) { XCTAssertTrue("\($0)".contains("/nonexistent/key")) }
     }
 

@@ -176,6 +176,32 @@ final class WideAreaPublishTests: SalutTestCase {
         XCTAssertTrue(usage.waitForExit(seconds: 20))
         XCTAssertEqual(usage.process.terminationStatus, 2)
         XCTAssertTrue(usage.output.contains("--tsig-key"), usage.output)
+        // Usage errors: port 0 of a name server, and a zone under local (multicast, no server).
+        for (arguments, text) in [(["--domain", "home.arpa", "--dns-server", "127.0.0.1:0"], "--dns-server 127.0.0.1:0"),
+                                  (["--domain", "office.local"], "under local")] {
+            let wrong = try Foreign([NetsvcTests.netsvc, "publish", "X", "_demo._tcp", "1", "--tsig-key",
+                                     directory + "/salut-publisher.key"] + arguments)
+            XCTAssertTrue(wrong.waitForExit(seconds: 20))
+            XCTAssertEqual(wrong.process.terminationStatus, 2, wrong.output)
+            XCTAssertTrue(wrong.output.contains(text), wrong.output)
+        }
+    }
+
+    func testNetsvcSaysSoAndFailsWhenTheRemovalIsNotConfirmed() throws {
+        // A key others can read is published with, and warned about.
+        let exposed = directory + "/exposed.key"
+        try FileManager.default.copyItem(atPath: directory + "/salut-publisher.key", toPath: exposed)
+        XCTAssertEqual(chmod(exposed, 0o644), 0)
+        let publish = try Foreign([NetsvcTests.netsvc, "publish", "Orphan", "_demo._tcp", "4242", "--domain", "home.arpa",
+                                   "--tsig-key", exposed, "--dns-server", "127.0.0.1:\(port)"])
+        XCTAssertTrue(publish.waitForOutput(containing: "published", seconds: 20), publish.output)
+        XCTAssertTrue(publish.output.contains("can be read by others (mode 644)"), publish.output)
+        // The server goes away before the service is withdrawn: the removal cannot be confirmed.
+        XCTAssertTrue(try Foreign([Self.script, "stop", directory]).waitForExit(seconds: 15))
+        publish.process.terminate()
+        XCTAssertTrue(publish.waitForExit(seconds: 40), "netsvc did not exit on SIGTERM")
+        XCTAssertEqual(publish.process.terminationStatus, 1, publish.output)
+        XCTAssertTrue(publish.output.contains("\"Orphan\" may still be listed in home.arpa"), publish.output)
     }
 
     func testNetsvcBrowsesAWideAreaDomainAndFollowsChanges() async throws {

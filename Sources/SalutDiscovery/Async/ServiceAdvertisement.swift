@@ -298,15 +298,22 @@ public final class ServiceAdvertisement: Sendable {
 
     /// Withdraws the service and returns once the daemon (or the zone's server) has been told, so
     /// that peers see it go even if the process exits right after. A wide-area removal the
-    /// server refuses is logged.
+    /// server refuses is logged (``withdrawReportingFailure()`` throws it instead).
     public func withdraw() async {
+        do { try await withdrawReportingFailure() } catch {
+            SalutLogging.logger.warning("removing \(self.name) from \(self.domain) failed: \(error)")
+        }
+    }
+
+    /// Withdraws the service like ``withdraw()``, and throws when a wide-area removal was not
+    /// confirmed: the records may then stay in the zone until their update lease runs out.
+    /// - Throws: ``DiscoveryError`` from the zone's server (refused, not authorized, a
+    ///   rejected signature) or ``DiscoveryError/Code-swift.struct/serverUnreachable``.
+    public func withdrawReportingFailure() async throws {
         listener?.stop()
         switch backend {
         case .link(let operation): await operation.stopAndWait()
-        case .wideArea(let publisher):
-            do { try await publisher.stop() } catch {
-                SalutLogging.logger.warning("removing \(self.name) from \(self.domain) failed: \(error)")
-            }
+        case .wideArea(let publisher): try await publisher.stop()
         }
     }
 }

@@ -39,10 +39,11 @@ public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible, CustomR
         self.secret = secret
     }
 
-    /// Reads the first key of a file in BIND's format (`tsig-keygen`, `named.conf`).
+    /// Reads the key of a file in BIND's format (`tsig-keygen`, `named.conf`), which must hold
+    /// exactly one.
     /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code-swift.struct/invalidKey``) naming the file and
-    ///   what is wrong: unreadable, no key, an algorithm other than `hmac-sha256`, a secret that
-    ///   is not base64.
+    ///   what is wrong: unreadable, no key or more than one, an algorithm other than
+    ///   `hmac-sha256`, a secret that is not base64.
     public init(contentsOfFile path: String) throws {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw DiscoveryError.invalidKey("cannot read the key file \(path)")
@@ -57,12 +58,18 @@ public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible, CustomR
         }
     }
 
-    /// Reads the first `key` statement of BIND configuration text.
+    /// Reads the `key` statement of BIND configuration text, which must hold exactly one (with
+    /// several, which one signs would be a guess).
     /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code-swift.struct/invalidKey``) saying what is wrong.
     public init(parsing text: String) throws {
         let tokens = Self.tokens(of: text)
-        guard let start = tokens.firstIndex(of: "key"), start + 2 < tokens.count, tokens[start + 2] == "{" else {
+        let statements = tokens.indices.filter { tokens[$0] == "key" && $0 + 2 < tokens.count && tokens[$0 + 2] == "{" }
+        guard let start = statements.first else {
             throw DiscoveryError.invalidKey("no `key \"NAME\" { … };` statement (as tsig-keygen writes)")
+        }
+        guard statements.count == 1 else {
+            let names = statements.map { tokens[$0 + 1] }.joined(separator: ", ")
+            throw DiscoveryError.invalidKey("\(statements.count) keys (\(names)); give a file with only the one to sign with (tsig-keygen -a hmac-sha256 NAME > FILE)")
         }
         let name = tokens[start + 1]
         var algorithm: String?
