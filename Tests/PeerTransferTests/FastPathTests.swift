@@ -75,7 +75,7 @@ final class FastPathTests: XCTestCase {
             }
             let digest = try await sink.finish()
             XCTAssertEqual(digest, SHA256Hasher.hash(data), name)
-            try file.finishWriting(mode: 0o644, modified: 0)
+            try file.finishWriting(mode: 0o644, modified: 0, deliveredBy: "k")
             file.closeFiles()
             let written = try Data(contentsOf: URL(fileURLWithPath: folder + "/inbox/" + name + TransferLimits.partSuffix))
             XCTAssertEqual(written, data, name)

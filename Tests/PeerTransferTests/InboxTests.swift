@@ -23,7 +23,7 @@ final class InboxTests: XCTestCase {
         let path = try RelativePath(validating: "report.txt")
         let part = try inbox.openPart(path)
         try part.write(Data("the verified bytes".utf8), at: 0)
-        try part.finishWriting(mode: 0o644, modified: 0)
+        try part.finishWriting(mode: 0o644, modified: 0, deliveredBy: "k")
         // Between verification and naming, someone renames their own file over the part file.
         let partPath = folder + "/inbox/report.txt" + TransferLimits.partSuffix
         try Data("EVIL".utf8).write(to: URL(fileURLWithPath: folder + "/outside/evil"))
@@ -39,7 +39,7 @@ final class InboxTests: XCTestCase {
         // itself gets the name, and the symlink is left alone.
         let second = try inbox.openPart(try RelativePath(validating: "b.txt"))
         try second.write(Data("b".utf8), at: 0)
-        try second.finishWriting(mode: 0o644, modified: 0)
+        try second.finishWriting(mode: 0o644, modified: 0, deliveredBy: "k")
         let secondPart = folder + "/inbox/b.txt" + TransferLimits.partSuffix
         XCTAssertEqual(rename(secondPart, folder + "/inbox/moved-aside"), 0)
         XCTAssertEqual(symlink(folder + "/outside/target", secondPart), 0)
@@ -83,7 +83,7 @@ final class InboxTests: XCTestCase {
         try first.write(Data(count: 2 * TransferLimits.chunkSize), at: 0)
         XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: TransferLimits.chunkSize), [])
         // Verified and waiting for its name, it still holds the lock.
-        try first.finishWriting(mode: 0o644, modified: 0)
+        try first.finishWriting(mode: 0o644, modified: 0, deliveredBy: "k")
         XCTAssertThrowsError(try inbox.openPart(path))
         XCTAssertEqual(try first.publish(), "shared.bin")
         first.closeFiles()
@@ -108,7 +108,7 @@ final class InboxTests: XCTestCase {
         XCTAssertEqual(mkfifo(folder + "/inbox/pipe2.txt" + TransferLimits.partSuffix, 0o644), 0)
         let inbox = try Inbox(path: folder + "/inbox")
         // Each of these would block for ever on a FIFO opened for reading without O_NONBLOCK.
-        XCTAssertNil(inbox.digest(ofFile: try RelativePath(validating: "pipe.txt"), size: 0))
+        XCTAssertNil(inbox.digest(ofFile: try RelativePath(validating: "pipe.txt"), size: 0, deliveredBy: "k"))
         XCTAssertEqual(inbox.partChunkDigests(try RelativePath(validating: "pipe2.txt"), chunkSize: 4), [])
         XCTAssertThrowsError(try inbox.openPart(try RelativePath(validating: "pipe2.txt"))) { error in
             XCTAssertTrue("\(error)".contains("FIFO"), "\(error)")

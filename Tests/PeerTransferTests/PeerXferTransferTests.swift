@@ -61,6 +61,12 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(done(thirdOutput)["bytesSent"] as? Int, 5, thirdOutput)
         XCTAssertEqual(events(thirdOutput, "verified").first?["storedAs"] as? String, "tree/small (2).txt", thirdOutput)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("third/tree/small.txt"), lab.path("inbox/tree/small (2).txt")))
+        // Another sender (another key) is not told the digests of files it did not deliver:
+        // the same tree from it is sent whole and lands under new names.
+        let (stranger, strangerOutput) = try lab.send([lab.path("src/tree")], to: name, config: "stranger")
+        XCTAssertEqual(stranger, 0, strangerOutput)
+        XCTAssertEqual(done(strangerOutput)["bytesSent"] as? Int, 3 * chunk + 17 + 5, strangerOutput)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/tree/ünï cödé/файл.bin"), lab.path("inbox/tree/ünï cödé/файл (1).bin")))
     }
 
     func testResumeAfterTheSenderIsKilledSendsOnlyWhatIsMissing() throws {

@@ -79,7 +79,8 @@ final class ProgressWatchdog: Sendable {
                 pair.reset(.limitExceeded("no progress \(what) for \(bound)"))
                 return
             }
-            try? await Task.sleep(until: deadline, clock: .continuous)
+            // At most a second at a time: a bound made shorter meanwhile counts at once.
+            try? await Task.sleep(until: min(deadline, .now + .seconds(1)), clock: .continuous)
         }
     }
 }

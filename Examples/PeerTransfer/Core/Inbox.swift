@@ -129,7 +129,12 @@ final class Inbox: @unchecked Sendable {
 
     /// The SHA-256 of the regular file the inbox holds at `path`, when it is `size` bytes long
     /// (nil otherwise): maybe a file an earlier transfer already delivered.
-    func digest(ofFile path: RelativePath, size: UInt64) -> SHA256Digest? {
+    ///
+    /// Only a file that the sender with key `sender` delivered counts (see
+    /// ``PartFile/finishWriting(mode:modified:deliveredBy:)``): offering anyone the digest of any
+    /// file would let a peer learn what others sent (a short file's digest gives its bytes away
+    /// to a few guesses).
+    func digest(ofFile path: RelativePath, size: UInt64, deliveredBy sender: String) -> SHA256Digest? {
         guard let directory = try? openDirectory(path.parent, create: false) else { return nil }
         defer { close(directory) }
         // O_NONBLOCK: a FIFO planted under the name must not hang the daemon (regular files
@@ -138,7 +143,8 @@ final class Inbox: @unchecked Sendable {
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, UInt64(info.st_size) == size else { return nil }
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, UInt64(info.st_size) == size,
+              PartFile.deliverer(of: fd) == sender, !sender.isEmpty else { return nil }
         return try? FileHashing.digest(of: fd, length: size)
     }
 
@@ -361,7 +367,14 @@ final class PartFile {
 
     /// Applies `mode` and `modified` and closes the data descriptor: the file is complete and
     /// verified, and waits for ``publish()`` (after its data is on disk, see ``Inbox/syncData()``).
-    func finishWriting(mode: UInt32, modified: Double) throws {
+    func finishWriting(mode: UInt32, modified: Double, deliveredBy sender: String) throws {
+        // Who delivered it, for a later offer of the same file by the same sender (best effort:
+        // where the file system keeps no extended attributes, such an offer sends it again).
+        if let setAttribute = Self.setAttribute {
+            _ = sender.utf8CString.withUnsafeBufferPointer { key in
+                setAttribute(fd, Self.delivererAttribute, key.baseAddress, key.count - 1, 0)
+            }
+        }
         // The tail of a large file goes to disk now; small files wait for the batch's syncfs,
         // which writes them together (one request each would cost more than it overlaps).
         if written >= Self.writeBackStep { startWriteBack() }
@@ -415,6 +428,29 @@ final class PartFile {
             throw PeerTransferError.runtime("no free name for \(Terminal.escape(path.description)) after 10,000 tries")
         }
     }
+
+    /// The extended attribute that holds the key of the sender that delivered a file.
+    static let delivererAttribute = "user.peerxfer.sender"
+
+    /// The key of the sender that delivered the open file `fd`, if recorded.
+    static func deliverer(of fd: Int32) -> String? {
+        guard let getAttribute else { return nil }
+        var bytes = [UInt8](repeating: 0, count: 128)
+        let count = bytes.withUnsafeMutableBytes { getAttribute(fd, delivererAttribute, $0.baseAddress, $0.count) }
+        guard count > 0 else { return nil }
+        return String(decoding: bytes[0..<count], as: UTF8.self)
+    }
+
+    /// glibc's fsetxattr(2) and fgetxattr(2), looked up at run time (Swift's Glibc module
+    /// leaves out sys/xattr.h).
+    private static let setAttribute: (@convention(c) (Int32, UnsafePointer<CChar>?, UnsafeRawPointer?, Int, Int32) -> Int32)? = {
+        guard let symbol = dlsym(nil, "fsetxattr") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (Int32, UnsafePointer<CChar>?, UnsafeRawPointer?, Int, Int32) -> Int32).self)
+    }()
+    private static let getAttribute: (@convention(c) (Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?, Int) -> Int)? = {
+        guard let symbol = dlsym(nil, "fgetxattr") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?, Int) -> Int).self)
+    }()
 
     /// Makes the names given in this file's folder durable.
     func syncFolder() throws {

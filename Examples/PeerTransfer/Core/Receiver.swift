@@ -69,8 +69,12 @@ struct Receiver {
         var senderKey = ""
         var senderName = "?"
         var received: UInt64 = 0
-        // Once the offer is answered: when the transfer must be done (see `pace`).
-        var finishBy: ContinuousClock.Instant?
+        // Once the offer is answered: since when, and the file bytes received or found already
+        // there since (see `pace`).
+        var answeredAt: ContinuousClock.Instant?
+        var progress: UInt64 = 0
+        // Files offered as already here: promised room only once their bytes start coming.
+        var heldFiles = Set<Int>()
         // Free space promised to this transfer and not yet written; given back at the end.
         var promised: UInt64 = 0
         defer { inbox.keptPromise(promised) }
@@ -128,7 +132,9 @@ struct Receiver {
                         break loop
                     }
                     watchdog.touch(bound: idleBound)
-                    if let finishBy, ContinuousClock.now > finishBy { throw PeerTransferError.limit(pace.refusal) }
+                    if let answeredAt, pace.isTooSlow(bytes: progress, since: answeredAt, now: .now) {
+                        throw PeerTransferError.limit(pace.refusal)
+                    }
                     if frame.kind == .hello, let peer = try? frame.decode(Hello.self) {
                         senderName = Terminal.escape(Self.shortened(peer.name, toBytes: 100))
                         if case .known = policy, !trusted(senderKey) {
@@ -160,7 +166,8 @@ struct Receiver {
                     switch decision {
                     case .success(let decided):
                         promised = decided.promised
-                        finishBy = pace.deadline(for: decided.promised, from: .now)
+                        heldFiles = decided.held
+                        answeredAt = .now
                         // The sender may first hash what this inbox already holds.
                         watchdog.touch(bound: idleBound + TransferLimits.hashingAllowance(
                             for: decided.answer, chunkSize: offered.chunkSize, sizes: offered.entries.map(\.size)))
@@ -178,6 +185,12 @@ struct Receiver {
                         logger.warning("folder \(Terminal.escape(path.description)) from \(senderName) not made: \(error.message)")
                     }
                 case .openFile(let index, let offset):
+                    if heldFiles.remove(index) != nil {
+                        // The sender's file differs from the one here after all: it comes whole.
+                        let size = manifest!.entries[index].size
+                        try inbox.promise(size)
+                        promised += size
+                    }
                     let path = try RelativePath(validating: manifest!.entries[index].path)
                     do {
                         let file = try inbox.openPart(path)
@@ -199,14 +212,13 @@ struct Receiver {
                         unreceivable[index] = error.message
                     }
                 case .alreadyHeld(let index):
-                    let kept = min(promised, manifest!.entries[index].size)
-                    inbox.keptPromise(kept)
-                    promised -= kept
+                    progress += manifest!.entries[index].size
                 case .write(let index, let offset, let data):
                     guard let sink = sinks[index] else { break }   // a file that fails alone
                     // Written and hashed on the sink's queues while this task reads on.
                     try await sink.append(data, at: offset)
                     received += UInt64(data.count)
+                    progress += UInt64(data.count)
                     let kept = min(promised, UInt64(data.count))
                     inbox.keptPromise(kept)
                     promised -= kept
@@ -232,7 +244,7 @@ struct Receiver {
                         pending += fileFailed(index, entry, ReceiverStateMachine.withdrawnReason)
                     } else if digest.hex == offered {
                         do {
-                            try file.finishWriting(mode: entry.mode, modified: entry.modified)
+                            try file.finishWriting(mode: entry.mode, modified: entry.modified, deliveredBy: senderKey)
                             publishing.append((index, file))
                             publishingBytes += entry.size
                         } catch let error as PeerTransferError {
@@ -298,7 +310,7 @@ struct Receiver {
     /// The policy's answer, with what the inbox already has, and the bytes of free space
     /// promised to the transfer (see ``Inbox/promise(_:)``).
     private func decide(_ manifest: Manifest, _ paths: [RelativePath], senderName: String,
-                        senderKey: String) async -> Result<(answer: Answer, promised: UInt64), PeerTransferError> {
+                        senderKey: String) async -> Result<(answer: Answer, promised: UInt64, held: Set<Int>), PeerTransferError> {
         var chosen: Set<Int>
         switch policy {
         case .all, .known:
@@ -308,12 +320,12 @@ struct Receiver {
                                                senderTrusted: trusted(senderKey), manifest: manifest))
         }
         chosen = chosen.filter { manifest.entries.indices.contains($0) }
-        if chosen.isEmpty { return .success((Answer(accepted: [], reason: "the receiver declined the transfer"), 0)) }
+        if chosen.isEmpty { return .success((Answer(accepted: [], reason: "the receiver declined the transfer"), 0, [])) }
         // What the inbox already holds is found by hashing files (earlier transfers' results and
         // part files, up to the whole offer's size): on a thread of its own, so that the shared
         // pool of async threads goes on serving other peers meanwhile.
-        let (accepted, needed) = await onThreadOfItsOwn { [inbox, chosen] () -> ([Answer.Entry], UInt64) in
-            Self.whatIsHeld(manifest, paths, chosen: chosen, inbox: inbox)
+        let (accepted, needed, held) = await onThreadOfItsOwn { [inbox, chosen] () -> ([Answer.Entry], UInt64, Set<Int>) in
+            Self.whatIsHeld(manifest, paths, chosen: chosen, inbox: inbox, senderKey: senderKey)
         }
         do {
             try inbox.promise(needed)
@@ -325,15 +337,17 @@ struct Receiver {
         let declined = manifest.entries.count - accepted.count
         return .success((Answer(accepted: accepted,
                                 reason: declined > 0 ? "the receiver declined \(declined) of \(manifest.entries.count) entries" : nil),
-                         needed))
+                         needed, held))
     }
 
-    /// The answer's entries for the `chosen` ones (with what the inbox already holds of each)
-    /// and the bytes still to come. Blocking: it hashes files.
+    /// The answer's entries for the `chosen` ones (with what the inbox already holds of each),
+    /// the bytes still to come, and the files offered as `existing` (whose room is promised only
+    /// if their bytes come). Blocking: it hashes files.
     private static func whatIsHeld(_ manifest: Manifest, _ paths: [RelativePath], chosen: Set<Int>,
-                                   inbox: Inbox) -> ([Answer.Entry], UInt64) {
+                                   inbox: Inbox, senderKey: String) -> ([Answer.Entry], UInt64, Set<Int>) {
         var accepted: [Answer.Entry] = []
         var needed: UInt64 = 0
+        var held = Set<Int>()
         for index in chosen.sorted() {
             let entry = manifest.entries[index], path = paths[index]
             // Every entry takes room of its own (an inode, a folder's block), whatever its size:
@@ -343,10 +357,10 @@ struct Receiver {
                 accepted.append(Answer.Entry(index: index))
                 continue
             }
-            if let existing = inbox.digest(ofFile: path, size: entry.size) {
-                // Promised all the same (the sender's file may differ after all, and then it
-                // comes whole); given back as soon as the sender says it is the same.
-                needed += entry.size
+            if let existing = inbox.digest(ofFile: path, size: entry.size, deliveredBy: senderKey) {
+                // Not promised now: a transfer sent again needs no room for it. Should the
+                // sender's file differ after all, its room is promised when its bytes start.
+                held.insert(index)
                 accepted.append(Answer.Entry(index: index, existing: existing.hex))
                 continue
             }
@@ -354,7 +368,7 @@ struct Receiver {
             needed += entry.size - min(entry.size, UInt64(have.count) * UInt64(manifest.chunkSize))
             accepted.append(Answer.Entry(index: index, have: have.map(\.hex)))
         }
-        return (accepted, needed)
+        return (accepted, needed, held)
     }
 }
 

@@ -29,11 +29,15 @@ public enum TransferLimits {
     /// Extra time both ends allow, after the answer, for the sender to hash what the receiver
     /// already holds (the files it called `existing`, the chunks of part files) before its
     /// first frame: those bytes at 100 MiB/s, well below any disk's reading speed.
+    /// Each index counts once, for no more than its file's size: an answer that lists an
+    /// index many times, or more chunk digests than the file has, buys no more time.
     static func hashingAllowance(for answer: Answer, chunkSize: Int, sizes: [UInt64]) -> Duration {
         var bytes: UInt64 = 0
-        for entry in answer.accepted where sizes.indices.contains(entry.index) {
-            if entry.existing != nil { bytes += sizes[entry.index] }
-            bytes += UInt64(entry.have.count) * UInt64(chunkSize)
+        var counted = Set<Int>()
+        for entry in answer.accepted where sizes.indices.contains(entry.index) && counted.insert(entry.index).inserted {
+            let size = sizes[entry.index]
+            if entry.existing != nil { bytes += size }
+            bytes += min(size, UInt64(min(entry.have.count, Int(UInt32.max))) * UInt64(chunkSize))
         }
         return .seconds(bytes / (100 << 20))
     }

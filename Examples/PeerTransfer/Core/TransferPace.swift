@@ -1,7 +1,8 @@
-/// The slowest a receiver lets an accepted transfer go: it must be done within `grace` plus the
-/// time its promised bytes take at `minimumRate`. A sender that trickles data to keep its slot
-/// and the free space promised to it is cut with a ``PeerTransferError/limit(_:)``; silence
-/// alone is cut earlier by the idle bound.
+/// The slowest a receiver lets an accepted transfer go: once `grace` has passed since the
+/// answer, the file bytes it has received (or found already there) must average `minimumRate`
+/// over the time past the grace. A sender that trickles data, or sends frames without file
+/// bytes, to keep its slot and the free space promised to it is cut with a
+/// ``PeerTransferError/limit(_:)``; silence alone is cut earlier by the idle bound.
 public struct TransferPace: Sendable {
     /// Bytes per second the transfer must average; 0: no bound.
     public var minimumRate: UInt64
@@ -14,10 +15,14 @@ public struct TransferPace: Sendable {
         self.grace = grace
     }
 
-    /// When a transfer of `bytes` answered at `start` must be done, or nil without a bound.
-    func deadline(for bytes: UInt64, from start: ContinuousClock.Instant) -> ContinuousClock.Instant? {
-        guard minimumRate > 0 else { return nil }
-        return start + grace + .seconds(Double(bytes) / Double(minimumRate))
+    /// True when a transfer answered at `start` that has moved `bytes` of file data by `now`
+    /// goes too slowly to keep.
+    func isTooSlow(bytes: UInt64, since start: ContinuousClock.Instant, now: ContinuousClock.Instant) -> Bool {
+        guard minimumRate > 0 else { return false }
+        let past = now - start - grace
+        guard past > .zero else { return false }
+        let seconds = Double(past.components.seconds) + Double(past.components.attoseconds) / 1e18
+        return Double(bytes) < Double(minimumRate) * seconds
     }
 
     /// What the sender is told when its transfer is cut.
