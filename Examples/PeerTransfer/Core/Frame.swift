@@ -220,16 +220,6 @@ struct ChunkFrame: Equatable {
         buffer.storeBytes(of: offset.bigEndian, toByteOffset: 9, as: UInt64.self)
     }
 
-    /// The wire bytes of a chunk frame for `data` (one copy, no intermediate frame).
-    static func encoded(index: UInt32, offset: UInt64, data: UnsafeRawBufferPointer) -> Data {
-        var wire = Data(capacity: 5 + headerSize + data.count)
-        wire.append(Frame.Kind.chunk.rawValue)
-        withUnsafeBytes(of: UInt32(headerSize + data.count).bigEndian) { wire.append(contentsOf: $0) }
-        withUnsafeBytes(of: index.bigEndian) { wire.append(contentsOf: $0) }
-        withUnsafeBytes(of: offset.bigEndian) { wire.append(contentsOf: $0) }
-        wire.append(contentsOf: data)
-        return wire
-    }
 
     /// Where a chunk's file bytes start in a receiver's memory: on a boundary this wide, as
     /// direct I/O (O_DIRECT) needs, so they can be written to disk without the page cache.

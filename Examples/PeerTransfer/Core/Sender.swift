@@ -218,7 +218,7 @@ public struct Sender: Sendable {
                 // The file must still be the one the plan listed (size and time), and stay so
                 // while it is read; otherwise it is withdrawn (below).
                 let before = Self.identity(of: fd)
-                var changed = before == nil || before![0] != Int(entry.size) || Self.modified(before!) != entry.modified
+                var changed = before.map { $0.size != entry.size || $0.modified != entry.modified } ?? true
                 var offset = item.offset
                 while offset < entry.size && !changed {
                     let length = Int(min(UInt64(plan.manifest.chunkSize), entry.size - offset))
@@ -393,16 +393,21 @@ public struct Sender: Sendable {
         return (offset, whole)
     }
 
-    /// The modification time in `identity`, as ``TransferPlan`` writes it in the manifest.
-    private static func modified(_ identity: [Int]) -> Double {
-        Double(identity[1]) + Double(identity[2]) / 1e9
+    /// What says a file changed: its size and its modification and change times (exactly),
+    /// and the modification time as the manifest has it.
+    private struct Identity: Equatable {
+        var size: UInt64
+        var modified: Double
+        var times: [Int]
+
+        static func == (a: Identity, b: Identity) -> Bool { a.size == b.size && a.times == b.times }
     }
 
-    /// What says a file changed: its size and modification and change times.
-    private static func identity(of fd: Int32) -> [Int]? {
+    private static func identity(of fd: Int32) -> Identity? {
         var info = stat()
         guard fstat(fd, &info) == 0 else { return nil }
-        return [Int(info.st_size), info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_ctim.tv_sec, info.st_ctim.tv_nsec]
+        return Identity(size: UInt64(info.st_size), modified: TransferPlan.modificationTime(info),
+                        times: [info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_ctim.tv_sec, info.st_ctim.tv_nsec])
     }
 
     /// The file ended before the bytes the plan listed.

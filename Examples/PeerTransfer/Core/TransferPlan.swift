@@ -50,9 +50,15 @@ public struct TransferPlan: Sendable {
         try await onThreadOfItsOwn { Result { try make(paths: paths) } }.get()
     }
 
+    /// A file's modification time as the manifest carries it (seconds since 1970); the sender
+    /// compares it again when it opens the file, so both sides compute it here.
+    static func modificationTime(_ info: stat) -> Double {
+        Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
+    }
+
     private mutating func add(_ path: String, as relative: String, info: stat) throws {
         let kind = info.st_mode & S_IFMT
-        let modified = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
+        let modified = Self.modificationTime(info)
         switch kind {
         case S_IFREG:
             // Unreadable files fail the plan now, with their names, not the transfer half way.
