@@ -31,8 +31,10 @@ let package = Package(
             pkgConfig: "openssl",
             providers: [.apt(["libssl-dev"])]
         ),
+        // Linux headers Glibc's module lacks (epoll); no library to link.
+        .systemLibrary(name: "CLinux"),
 
-        .target(name: "SalutStreams", dependencies: ["COpenSSL", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "SalutStreams", dependencies: ["COpenSSL", "CLinux", .product(name: "Logging", package: "swift-log")]),
         .target(name: "SalutDiscovery", dependencies: ["CAvahi", "SalutStreams"]),
         .target(name: "SalutSession", dependencies: ["SalutStreams", "SalutDiscovery"]),
         .target(name: "Salut", dependencies: ["SalutStreams", "SalutDiscovery", "SalutSession"]),

@@ -4,34 +4,24 @@ import Glibc
 
 /// Connects a non-blocking TCP socket to the first of several addresses that answers, the
 /// Happy Eyeballs way (RFC 8305). The decisions are ``HappyEyeballsStateMachine``'s; this shell
-/// opens the sockets, watches them with dispatch write sources and runs the two timers (pacing
+/// opens the sockets, watches them in the ``ReadinessLoop`` and runs the two timers (pacing
 /// and the overall deadline), all on `queue`.
 final class HappyEyeballs: @unchecked Sendable {
     // @unchecked: every mutable property is used only on `queue`.
 
-    /// One connection attempt. Its descriptor is closed by the source's cancel handler (libdispatch
-    /// must be done with a descriptor before it is closed), unless the attempt won.
-    private final class Attempt: @unchecked Sendable {
-        // @unchecked: `handOver` is set on the queue before `source.cancel()`, and read by the
-        // cancel handler, which runs on the same queue afterwards.
+    /// One connection attempt: its socket and the watch that waits for it to become writable.
+    private struct Attempt {
         let fd: Int32
         let address: SocketAddress
-        let source: DispatchSourceWrite
-        /// For the winner: called with the descriptor once libdispatch is done with it. (A new
-        /// source on a descriptor whose old source is not yet cancelled can be left unwatched:
-        /// the pump would then never hear from the socket.)
-        var handOver: ((Int32) -> Void)?
-        init(fd: Int32, address: SocketAddress, source: DispatchSourceWrite) {
-            self.fd = fd
-            self.address = address
-            self.source = source
-            // A strong capture: libdispatch drops the handler (and this attempt) once it has run.
-            source.setCancelHandler {
-                if let handOver = self.handOver { handOver(self.fd) } else { close(self.fd) }
-            }
+        let watch: ReadinessWatch
+
+        /// Stops watching and closes the socket (the attempt lost or failed).
+        func abandon() {
+            watch.cancel()
+            close(fd)
         }
     }
-    /// An attempt that connected within its `connect` call, watched by no source.
+    /// An attempt that connected within its `connect` call, never watched.
     private var settledAtOnce: [ID: Connected] = [:]
 
     /// The winning socket, and the address it is connected to.
@@ -47,7 +37,7 @@ final class HappyEyeballs: @unchecked Sendable {
     private var attempts: [ID: Attempt] = [:]
     private var pacer: DispatchSourceTimer?
     private var deadline: DispatchSourceTimer?
-    /// Keeps the connector alive while it works (its sources hold it only weakly).
+    /// Keeps the connector alive while it works (its watches hold it only weakly).
     private var keepAlive: HappyEyeballs?
     /// Applied to each new socket before it connects (socket options).
     private let prepare: @Sendable (Int32, SocketAddress) throws -> Void
@@ -110,7 +100,7 @@ final class HappyEyeballs: @unchecked Sendable {
         case .beginAttempt(let id, let address):
             return begin(id, address)
         case .abandonAttempt(let id):
-            attempts.removeValue(forKey: id)?.source.cancel()
+            attempts.removeValue(forKey: id)?.abandon()
             if let settled = settledAtOnce.removeValue(forKey: id) { close(settled.fd) }
         case .succeed(let id):
             if let settled = settledAtOnce.removeValue(forKey: id) {
@@ -118,10 +108,10 @@ final class HappyEyeballs: @unchecked Sendable {
                 break
             }
             guard let attempt = attempts.removeValue(forKey: id) else { break }
-            let address = attempt.address
-            attempt.handOver = { [self] fd in finish(.success(Connected(fd: fd, address: address))) }
-            stopTimers()
-            attempt.source.cancel()   // finish follows from its cancel handler
+            // From `cancel`'s return the loop is done with the descriptor: the pump can watch
+            // it afresh.
+            attempt.watch.cancel()
+            finish(.success(Connected(fd: attempt.fd, address: attempt.address)))
         case .fail(let error):
             SalutLogging.logger.debug("connecting failed: \(error)")
             finish(.failure(error))
@@ -162,7 +152,7 @@ final class HappyEyeballs: @unchecked Sendable {
             return machine.attemptFailed(id, .connect(errno: code, target: "\(address)"))
         }
         // On loopback (and often on a fast LAN) the handshake is over when `connect` returns:
-        // look once, and skip the source and the event it would take.
+        // look once, and skip the watch and the event it would wait for.
         var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
         if result == 0 || poll(&entry, 1, 0) == 1 {
             // Writable with no error or hang-up is connected; otherwise `SO_ERROR` says why not.
@@ -176,10 +166,18 @@ final class HappyEyeballs: @unchecked Sendable {
             SalutLogging.logger.debug("connecting to \(address) failed: \(String(cString: strerror(error)))")
             return machine.attemptFailed(id, .connect(errno: error, target: "\(address)"))
         }
-        let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler { [weak self] in self?.settled(id, address) }
-        attempts[id] = Attempt(fd: fd, address: address, source: source)
-        source.resume()
+        do {
+            let watch = try ReadinessWatch(fd: fd, queue: queue) { [weak self] ready in
+                self?.settled(id, address, ready)
+            }
+            attempts[id] = Attempt(fd: fd, address: address, watch: watch)
+            try watch.want(.writable)
+        } catch {
+            attempts.removeValue(forKey: id)?.watch.cancel()
+            close(fd)
+            let failure = error as? SocketStreamError ?? .system(call: "epoll_ctl", errno: 0, message: "\(error)")
+            return machine.attemptFailed(id, failure)
+        }
         return []
     }
 
@@ -191,11 +189,18 @@ final class HappyEyeballs: @unchecked Sendable {
     }
 
     /// The attempt's socket became writable: connected, or failed (`SO_ERROR` says which).
-    private func settled(_ id: ID, _ address: SocketAddress) {
+    private func settled(_ id: ID, _ address: SocketAddress, _ ready: Result<Readiness, SocketStreamError>) {
         guard let attempt = attempts[id] else { return }
+        if case .failure(let error) = ready {
+            attempts.removeValue(forKey: id)?.abandon()
+            return perform(machine.attemptFailed(id, error))
+        }
         let code = Self.pendingError(attempt.fd)
-        if code == 0 { return perform(machine.attemptConnected(id)) }
-        attempts.removeValue(forKey: id)?.source.cancel()
+        if code == 0 {
+            _ = try? attempt.watch.want([])   // heard: no more events while the machine decides
+            return perform(machine.attemptConnected(id))
+        }
+        attempts.removeValue(forKey: id)?.abandon()
         SalutLogging.logger.debug("connecting to \(address) failed: \(String(cString: strerror(code)))")
         perform(machine.attemptFailed(id, .connect(errno: code, target: "\(address)")))
     }
@@ -207,7 +212,7 @@ final class HappyEyeballs: @unchecked Sendable {
 
     private func finish(_ result: Result<Connected, SocketStreamError>) {
         stopTimers()
-        for attempt in attempts.values { attempt.source.cancel() }
+        for attempt in attempts.values { attempt.abandon() }
         attempts = [:]
         for settled in settledAtOnce.values { close(settled.fd) }
         settledAtOnce = [:]

@@ -27,13 +27,13 @@ struct SecuritySetup: @unchecked Sendable {
 }
 
 /// Moves bytes between a connected non-blocking socket and the two buffers behind a socket
-/// stream pair, driven by libdispatch sources on one serial queue: no thread per connection.
+/// stream pair, driven by the ``ReadinessLoop`` on one serial queue: no thread per connection.
 ///
 /// This is the I/O shell around ``SocketPumpStateMachine``, which makes every decision: the
 /// shell turns socket readiness and the user's reads, writes and closes into the machine's
 /// events, performs the actions it returns (receive, send, handshake steps, half-close,
-/// release), reports their outcomes back as events, and suspends or resumes the two dispatch
-/// sources to match what the machine wants to watch.
+/// release), reports their outcomes back as events, and tells the socket's ``ReadinessWatch``
+/// what the machine wants to hear of.
 ///
 /// Inbound, the pump is the buffer's writer: it reads from the socket only as much as the buffer
 /// has room for (backpressure reaches the peer through TCP). Outbound, it is the reader: it sends
@@ -61,22 +61,21 @@ final class SocketPump: @unchecked Sendable {
     private var upgradePreface = Data()
     /// Told once when the connection (or an upgrade) is ready or has failed.
     private var pendingReady: (@Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void)?
-    /// A ready report waiting for the end of the current `handle` (after the sources are set):
+    /// A ready report waiting for the end of the current `handle` (after the watch is set):
     /// whoever it wakes finds the queue free.
     private var readyReport: (callback: @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void, details: ConnectionDetails)?
     /// Told once when a return to plain bytes is done or has failed.
     private var pendingDowngrade: (@Sendable (Result<Void, SocketStreamError>) -> Void)?
     private var details = ConnectionDetails()
-    /// Made the first time the machine wants to read: a dormant connection never has one.
-    private var reader: DispatchSourceRead?
-    /// Made the first time the machine waits for room in the socket: most connections never
-    /// fill it, and their writes go straight out.
-    private var writer: DispatchSourceWrite?
-    /// Closes the descriptor once the pump and every source are done with it.
-    private var closer: DescriptorCloser?
-    private var watching: (read: Bool, write: Bool) = (false, false)
+    /// The socket's watch in the ``ReadinessLoop``, made the first time the machine wants to
+    /// hear from the socket: a dormant connection, and one whose writes all go straight out,
+    /// never has one.
+    private var watcher: ReadinessWatch?
+    /// Whether the descriptor is still the pump's (until ``release()`` closes it).
+    private var holdsDescriptor = false
+    private var watching: Readiness = []
     private var readerWasResumed = false
-    /// Itself, from `run` until released: the sources hold the pump weakly.
+    /// Itself, from `run` until released: the watch holds the pump weakly.
     private var keepAlive: SocketPump?
     /// Bytes taken from `outbound` and not yet sent: `outScratch[sendFrom..<sendTo]`. Both
     /// scratch buffers are allocated on first use and never zeroed, so an idle connection costs
@@ -138,16 +137,14 @@ final class SocketPump: @unchecked Sendable {
                 ? SocketOptions.read(fd, level: Int32(IPPROTO_IPV6), name: IPV6_TCLASS)
                 : SocketOptions.read(fd, level: Int32(IPPROTO_IP), name: IP_TOS)
         }
-        // The descriptor is closed only after the pump (its one user so far) and every
-        // source are done with it.
-        closer = DescriptorCloser(fd: fd, users: 1)
+        holdsDescriptor = true
         if let security {
             upgradeSetup = security
             handle { $0.start(secure: true) }
         } else {
             transport = PlainTransport(fd: fd)
             handle { $0.start(secure: false, readsAtOnce: readsAtOnce || deadlines != nil) }
-            // The first look at the socket waits for the read source, so an input stream
+            // The first look at the socket waits for its watch, so an input stream
             // closed before the pump started (its news reached an idle machine) is told now.
             if inbound.snapshot.readerClosed { handle { $0.inboundChanged(readerClosed: true) } }
         }
@@ -309,8 +306,8 @@ final class SocketPump: @unchecked Sendable {
                 let more = perform(action)
                 if !more.isEmpty { work = more[...] + work }
             }
-            // A source resumed after a pause may not fire for what arrived meanwhile (or for
-            // plaintext OpenSSL already holds): look once at once.
+            // Reading resumed after a pause: plaintext OpenSSL already holds makes the socket
+            // no more readable, so look once at once.
             guard watch() else { break }
             work = machine.socketReadable()[...]
         }
@@ -514,73 +511,55 @@ final class SocketPump: @unchecked Sendable {
         return .failed(.connectionLost(String(cString: strerror(errno))))
     }
 
-    // MARK: Sources
+    // MARK: Readiness
 
-    /// Suspends or resumes the sources to match the machine; true when reading was just
-    /// resumed (the caller then looks at the socket once).
+    /// Tells the socket's watch what the machine wants to hear of; true when reading was just
+    /// resumed after a pause (the caller then looks at the socket once).
     private func watch() -> Bool {
-        guard closer != nil else { return false }   // released
-        let wanted = (read: machine.wantsReadable, write: machine.wantsWritable)
-        var resumedReading = false
-        if wanted.read != watching.read {
-            if wanted.read {
-                makeReader().resume()
-                // A source resumed for the first time is registered with epoll, which reports
-                // what is already there: only a resume after a pause needs the extra look.
-                resumedReading = readerWasResumed
-                readerWasResumed = true
-            } else {
-                reader?.suspend()
-            }
-        }
-        if wanted.write != watching.write {
-            if wanted.write { makeWriter().resume() } else { writer?.suspend() }
-        }
+        guard holdsDescriptor else { return false }   // released
+        var wanted: Readiness = []
+        if machine.wantsReadable { wanted.insert(.readable) }
+        if machine.wantsWritable { wanted.insert(.writable) }
+        guard wanted != watching else { return false }
+        // Plaintext OpenSSL already holds makes the socket no more readable: after a pause,
+        // look once. (A new watch needs no look: epoll reports what is already there.)
+        let resumedReading = wanted.contains(.readable) && !watching.contains(.readable) && readerWasResumed
+        if wanted.contains(.readable) { readerWasResumed = true }
         watching = wanted
+        do {
+            if watcher == nil {
+                if wanted.isEmpty { return false }
+                watcher = try ReadinessWatch(fd: fd, queue: queue) { [weak self] ready in self?.socketReady(ready) }
+            }
+            try watcher?.want(wanted)
+        } catch let error as SocketStreamError {
+            queue.async { [self] in handle { $0.failed(error) } }
+            return false
+        } catch {
+            return false   // `want` and the watch throw only SocketStreamError
+        }
         return resumedReading
     }
 
-    /// The read source, made on first need (suspended, as sources are made).
-    private func makeReader() -> DispatchSourceRead {
-        if let reader { return reader }
-        let read = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        let closer = self.closer
-        closer?.addUser()
-        read.setEventHandler { [weak self] in self?.handle { $0.socketReadable() } }
-        read.setCancelHandler { closer?.release() }
-        reader = read
-        return read
+    /// The loop's news: tell the machine what became ready (or that the socket is lost).
+    private func socketReady(_ ready: Result<Readiness, SocketStreamError>) {
+        switch ready {
+        case .success(let ready):
+            if ready.contains(.readable) { handle { $0.socketReadable() } }
+            if ready.contains(.writable) { handle { $0.socketWritable() } }
+        case .failure(let error):
+            handle { $0.failed(error) }
+        }
     }
 
-    /// The write source, made on first need (suspended, as sources are made).
-    private func makeWriter() -> DispatchSourceWrite {
-        if let writer { return writer }
-        let write = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-        let closer = self.closer
-        closer?.addUser()
-        write.setEventHandler { [weak self] in self?.handle { $0.socketWritable() } }
-        write.setCancelHandler { closer?.release() }
-        writer = write
-        return write
-    }
-
-    /// Both directions are done or the connection failed: cancel the sources (the last cancel
-    /// handler closes the descriptor) and stop keeping the pump alive.
+    /// Both directions are done or the connection failed: stop watching, close the descriptor
+    /// and stop keeping the pump alive.
     private func release() {
-        // A dispatch source must be resumed to be cancelled cleanly.
-        if let reader {
-            if !watching.read { reader.resume() }
-            reader.cancel()
-        }
-        if let writer {
-            if !watching.write { writer.resume() }
-            writer.cancel()
-        }
-        reader = nil
-        writer = nil
-        closer?.release()   // the pump's own use; the last source's cancel handler may follow
-        closer = nil
-        watching = (false, false)
+        watcher?.cancel()   // from its return the loop is done with the descriptor
+        watcher = nil
+        if holdsDescriptor { close(fd) }
+        holdsDescriptor = false
+        watching = []
         transport = nil
         pendingTLS = nil
         timer?.cancel()
@@ -645,26 +624,5 @@ extension SocketPump {
         } else {
             armTimer()
         }
-    }
-}
-
-/// Closes a descriptor once the pump and every dispatch source using it are done with it.
-final class DescriptorCloser: Sendable {
-    private let fd: Int32
-    private let users: Atomic<Int>
-
-    init(fd: Int32, users: Int) {
-        self.fd = fd
-        self.users = Atomic(users)
-    }
-
-    /// One more source uses the descriptor (before that source is resumed).
-    func addUser() {
-        users.add(1, ordering: .relaxed)
-    }
-
-    /// A user is done; the last one closes the descriptor.
-    func release() {
-        if users.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { close(fd) }
     }
 }

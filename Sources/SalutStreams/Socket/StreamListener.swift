@@ -27,7 +27,7 @@ public struct AcceptedConnection: Sendable {
 /// }
 /// ```
 ///
-/// Accepting runs on libdispatch sources; no thread is used per connection. ``stop()`` (or
+/// Accepting runs on the process's ``ReadinessLoop``; no thread is used per connection. ``stop()`` (or
 /// releasing the listener) closes the listening sockets; accepted connections live on.
 public final class StreamListener: Sendable {
     /// The port listened on (the one picked by the system when 0 was asked for).
@@ -41,7 +41,8 @@ public final class StreamListener: Sendable {
     public let limits: ConnectionLimits
     private let settingUp: SetupQueue
     private let queue = DispatchQueue(label: "salut.listener", target: .global())
-    private let running: Locked<[DispatchSourceRead]?> = Locked(nil)
+    /// The listening sockets' watches, once accepting has started (nil again after `stop`).
+    private let running: Locked<[ReadinessWatch]?> = Locked(nil)
     private let stopped = Locked(false)
 
     /// Binds and listens.
@@ -84,25 +85,30 @@ public final class StreamListener: Sendable {
     public func accept(_ handler: @escaping @Sendable (AcceptedConnection) -> Void) {
         guard !stopped.value else { return }
         let queue = self.queue, sockets = self.sockets
-        let sources = running.withLock { current -> [DispatchSourceRead]? in
-            guard current == nil else { return nil }
-            let made = sockets.map { fd -> DispatchSourceRead in
-                let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-                source.setCancelHandler { close(fd) }
-                return source
+        let setup = ConnectionSetup(tls: tls, bufferSize: bufferSize, limits: limits, queue: settingUp)
+        running.withLock { current in
+            guard current == nil, !stopped.value else { return }
+            var made: [ReadinessWatch] = []
+            for fd in sockets {
+                let pausable = PausableWatch(queue: queue)
+                do {
+                    let watch = try ReadinessWatch(fd: fd, queue: queue) { ready in
+                        guard case .success = ready else {
+                            // epoll could not arm the socket again (kernel memory): try later.
+                            pausable.pause(for: 0.1)
+                            return
+                        }
+                        Self.drain(fd, pausable: pausable, setup: setup, handler: handler)
+                    }
+                    pausable.watch = watch
+                    try watch.want(.readable)
+                    made.append(watch)
+                } catch {
+                    // Only when the kernel is out of memory for epoll: this socket stays unheard.
+                    SalutLogging.logger.error("cannot watch listening socket \(fd): \(error)")
+                }
             }
             current = made
-            return made
-        }
-        guard let sources else { return }
-        let setup = ConnectionSetup(tls: tls, bufferSize: bufferSize, limits: limits, queue: settingUp)
-        for (fd, source) in zip(sockets, sources) {
-            let paused = PausableSource(source, queue: queue)
-            // The handler holds its source until `stop()` cancels it (libdispatch then drops it).
-            source.setEventHandler {
-                Self.drain(fd, source: paused, setup: setup, handler: handler)
-            }
-            source.resume()
         }
     }
 
@@ -121,20 +127,17 @@ public final class StreamListener: Sendable {
     /// already accepted are not affected.
     public func stop() {
         guard !stopped.exchange(true) else { return }
-        // Stop listening now (new connections are refused at once); the descriptors are closed
-        // when libdispatch is done with them.
+        // Stop listening now (new connections are refused at once) and stop watching; the
+        // descriptors are closed on the queue, after an accept loop that may be running.
         for fd in sockets { _ = shutdown(fd, Int32(SHUT_RDWR)) }
-        if let sources = running.exchange(nil) {
-            for source in sources { source.cancel() }
-        } else {
-            for fd in sockets { close(fd) }
-        }
+        for watch in running.exchange(nil) ?? [] { watch.cancel() }
+        let sockets = self.sockets
+        queue.async { for fd in sockets { close(fd) } }
         for continuation in ended.exchange([]) { continuation.finish() }
     }
 
     // MARK: Private
 
-    /// Accepts until nothing is pending (libdispatch may not signal again while some are).
     /// How the listener sets up what it accepts.
     private struct ConnectionSetup: @unchecked Sendable {
         // @unchecked: TLSContext is read-only after creation; the rest is Sendable.
@@ -147,7 +150,8 @@ public final class StreamListener: Sendable {
     /// Connections accepted and still setting up (their handshake or first byte pending).
     public var connectionsSettingUp: Int { settingUp.count }
 
-    private static func drain(_ fd: Int32, source: PausableSource, setup: ConnectionSetup,
+    /// Accepts until nothing is pending.
+    private static func drain(_ fd: Int32, pausable: PausableWatch, setup: ConnectionSetup,
                               handler: @Sendable (AcceptedConnection) -> Void) {
         while true {
             var storage = sockaddr_storage()
@@ -162,7 +166,7 @@ public final class StreamListener: Sendable {
                 case EINTR, ECONNABORTED, EPROTO: continue
                 case EMFILE, ENFILE, ENOBUFS, ENOMEM:
                     // Out of descriptors: pause instead of spinning on a pending connection.
-                    source.pause(for: 0.1)
+                    pausable.pause(for: 0.1)
                     return
                 default:
                     return   // EAGAIN: nothing more pending
@@ -239,18 +243,21 @@ public final class StreamListener: Sendable {
     }
 }
 
-/// A listening socket's read source that can be paused for a while (when descriptors run out).
-private final class PausableSource: @unchecked Sendable {
-    // @unchecked: used only on `queue`, the source's own queue.
-    private let source: DispatchSourceRead
+/// A listening socket's watch, which can be paused for a while (when descriptors run out).
+private final class PausableWatch: @unchecked Sendable {
+    // @unchecked: `watch` is set once, before the watch is armed, and is then only read on
+    // `queue`, where the watch's events are handled.
+    var watch: ReadinessWatch?
     private let queue: DispatchQueue
-    init(_ source: DispatchSourceRead, queue: DispatchQueue) {
-        self.source = source
+    init(queue: DispatchQueue) {
         self.queue = queue
     }
 
+    /// Hears nothing for `seconds`, then listens again (unless the watch was cancelled).
     func pause(for seconds: TimeInterval) {
-        source.suspend()
-        queue.asyncAfter(deadline: .now() + seconds) { self.source.resume() }
+        _ = try? watch?.want([])
+        queue.asyncAfter(deadline: .now() + seconds) { [self] in
+            do { try watch?.want(.readable) } catch { pause(for: seconds) }
+        }
     }
 }

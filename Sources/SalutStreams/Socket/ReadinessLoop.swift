@@ -1,0 +1,204 @@
+import Dispatch
+import Foundation
+import CLinux
+import Glibc
+
+/// Which kinds of readiness a ``ReadinessWatch`` waits for.
+struct Readiness: OptionSet, Sendable, Hashable {
+    let rawValue: UInt8
+    static let readable = Readiness(rawValue: 1)
+    static let writable = Readiness(rawValue: 2)
+}
+
+/// Socket readiness for the whole process: one epoll instance and one thread that waits on it,
+/// handing each event to the queue of the ``ReadinessWatch`` it belongs to.
+///
+/// Salut used libdispatch read and write sources for this. On Linux their epoll bookkeeping
+/// (one "muxnote" per descriptor, shared by its sources) can be corrupted when sources are set
+/// up and torn down quickly on many threads: the process dies in libdispatch ("source finalized
+/// twice", or a use after free), a crash this project hit under load and that is open upstream
+/// (swift-corelibs-libdispatch #949). This loop keeps its own books, which are simple enough to
+/// check: each watch has a number that is never reused, the thread finds watches by number under
+/// a lock, and a cancelled watch is out of both epoll and that table before `cancel` returns.
+///
+/// Every registration is `EPOLLONESHOT` and level-triggered: an event disarms the descriptor,
+/// and the watch arms it again, for what its owner wants then, after the owner has handled the
+/// event. So the loop never reports a descriptor whose last event is still waiting on its queue,
+/// and a descriptor nobody wants to hear from (a hung-up socket whose reader is paused, say)
+/// reports at most once instead of spinning.
+final class ReadinessLoop: Sendable {
+    /// The process's loop, started on first use; its thread and descriptor last as long as the
+    /// process, like libdispatch's own manager thread.
+    static let shared = ReadinessLoop()
+
+    private let epoll: Int32
+    private let watches = Locked<[UInt64: ReadinessWatch]>([:])
+    private let numbers = Locked<UInt64>(0)
+
+    private init() {
+        epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
+        precondition(epoll >= 0, "epoll_create1 failed: \(String(cString: strerror(errno)))")
+        let thread = Thread { [self] in run() }
+        thread.name = "salut.readiness"
+        thread.start()
+    }
+
+    /// Adds `watch` to the loop, disarmed.
+    /// - Throws: ``SocketStreamError/system(call:errno:message:)`` when epoll refuses the
+    ///   descriptor (too many watched, or not a kind epoll can watch).
+    fileprivate func register(_ watch: ReadinessWatch) throws -> UInt64 {
+        let number = numbers.withLock { value -> UInt64 in
+            value += 1
+            return value
+        }
+        watches.withLock { $0[number] = watch }
+        do {
+            try control(EPOLL_CTL_ADD, watch.fd, number: number, interest: [])
+        } catch {
+            watches.withLock { _ = $0.removeValue(forKey: number) }
+            throw error
+        }
+        return number
+    }
+
+    /// Arms (or, with an empty `interest`, disarms) a registered descriptor.
+    fileprivate func arm(_ fd: Int32, number: UInt64, interest: Readiness) throws {
+        try control(EPOLL_CTL_MOD, fd, number: number, interest: interest)
+    }
+
+    /// Takes a descriptor out of epoll and the watch out of the table: from the return, no event
+    /// of it is handed to its queue any more (one already handed over finds it cancelled).
+    fileprivate func remove(_ fd: Int32, number: UInt64) {
+        var unused = epoll_event()
+        if epoll_ctl(epoll, EPOLL_CTL_DEL, fd, &unused) != 0 {
+            // ENOENT/EBADF only if the owner broke its promise to cancel before closing.
+            SalutLogging.logger.error("epoll_ctl(DEL) of descriptor \(fd) failed: \(String(cString: strerror(errno)))")
+        }
+        watches.withLock { _ = $0.removeValue(forKey: number) }
+    }
+
+    private func control(_ operation: Int32, _ fd: Int32, number: UInt64, interest: Readiness) throws {
+        var event = epoll_event()
+        var flags = EPOLLONESHOT.rawValue
+        if interest.contains(.readable) { flags |= EPOLLIN.rawValue | EPOLLRDHUP.rawValue }
+        if interest.contains(.writable) { flags |= EPOLLOUT.rawValue }
+        event.events = flags
+        event.data.u64 = number
+        guard epoll_ctl(epoll, operation, fd, &event) == 0 else {
+            let code = errno
+            throw SocketStreamError.system(call: operation == EPOLL_CTL_ADD ? "epoll_ctl(ADD)" : "epoll_ctl(MOD)",
+                                           errno: code, message: String(cString: strerror(code)))
+        }
+    }
+
+    /// The loop's thread: waits, and hands each event to its watch.
+    private func run() {
+        let capacity = 64
+        let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
+        events.initialize(repeating: epoll_event(), count: capacity)
+        while true {
+            let count = epoll_wait(epoll, events, Int32(capacity), -1)
+            if count < 0 {
+                if errno == EINTR { continue }
+                fatalError("epoll_wait failed: \(String(cString: strerror(errno)))")
+            }
+            for index in 0..<Int(count) {
+                let event = events[index]
+                let number = event.data.u64
+                guard let watch = watches.withLock({ $0[number] }) else { continue }
+                watch.fired(event.events)
+            }
+        }
+    }
+}
+
+/// One descriptor watched by the ``ReadinessLoop``: its owner says what it wants to hear of
+/// (``want(_:)``), and `handler` is called on `queue` with what became ready, or with the error
+/// that stopped the watch (epoll refused to arm it again: the owner must give the socket up).
+///
+/// Call ``cancel()`` before closing the descriptor; from its return, `handler` is not called
+/// again, so the descriptor can be closed at once (no cancel handler to wait for).
+final class ReadinessWatch: @unchecked Sendable {
+    // @unchecked: `wanted`, `armed`, `number`, `handler` and `cancelled` are touched only while
+    // `lock` is held; `fd` and `queue` never change.
+    let fd: Int32
+    let queue: DispatchQueue
+    private let lock = StateLock()
+    private var handler: ((Result<Readiness, SocketStreamError>) -> Void)?
+    private var number: UInt64 = 0
+    /// What the owner wants to hear of.
+    private var wanted: Readiness = []
+    /// What epoll will report (empty: disarmed, after an event or by request).
+    private var armed: Readiness = []
+    private var cancelled = false
+
+    /// Starts watching `fd` for nothing yet: ``want(_:)`` says what.
+    /// - Throws: ``SocketStreamError/system(call:errno:message:)`` when epoll refuses it.
+    init(fd: Int32, queue: DispatchQueue, handler: @escaping (Result<Readiness, SocketStreamError>) -> Void) throws {
+        self.fd = fd
+        self.queue = queue
+        self.handler = handler
+        let number = try ReadinessLoop.shared.register(self)
+        lock.withLock { self.number = number }
+    }
+
+    /// Says what to hear of from now on (an empty set pauses the watch).
+    /// - Throws: ``SocketStreamError/system(call:errno:message:)`` when epoll refuses the change.
+    func want(_ interest: Readiness) throws {
+        try lock.withLock {
+            guard !cancelled else { return }
+            wanted = interest
+            guard armed != interest else { return }
+            armed = interest
+            try ReadinessLoop.shared.arm(fd, number: number, interest: interest)
+        }
+    }
+
+    /// Stops the watch for good; the descriptor may be closed once this returns.
+    func cancel() {
+        let number = lock.withLock { () -> UInt64? in
+            guard !cancelled else { return nil }
+            cancelled = true
+            handler = nil
+            return self.number
+        }
+        if let number { ReadinessLoop.shared.remove(fd, number: number) }
+    }
+
+    /// On the loop's thread: epoll reported `events` and disarmed the descriptor.
+    fileprivate func fired(_ events: UInt32) {
+        queue.async { self.deliver(events) }
+    }
+
+    /// On `queue`: tells the owner what it wanted and got, then arms again for what it wants
+    /// after that.
+    private func deliver(_ events: UInt32) {
+        let (handler, ready) = lock.withLock { () -> (((Result<Readiness, SocketStreamError>) -> Void)?, Readiness) in
+            guard !cancelled else { return (nil, []) }
+            armed = []
+            var ready: Readiness = []
+            let broken = events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0
+            if wanted.contains(.readable), broken || events & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue) != 0 {
+                ready.insert(.readable)
+            }
+            if wanted.contains(.writable), broken || events & EPOLLOUT.rawValue != 0 {
+                ready.insert(.writable)
+            }
+            return (self.handler, ready)
+        }
+        guard let handler else { return }
+        if !ready.isEmpty { handler(.success(ready)) }
+        do {
+            try lock.withLock {
+                guard !cancelled, armed != wanted else { return }
+                armed = wanted
+                try ReadinessLoop.shared.arm(fd, number: number, interest: wanted)
+            }
+        } catch let error as SocketStreamError {
+            // Only for want of kernel memory; unarmed, the socket would never be heard of again.
+            handler(.failure(error))
+        } catch {
+            handler(.failure(.system(call: "epoll_ctl(MOD)", errno: 0, message: "\(error)")))
+        }
+    }
+}
