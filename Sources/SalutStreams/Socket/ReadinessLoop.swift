@@ -23,9 +23,10 @@ struct Readiness: OptionSet, Sendable, Hashable {
 ///
 /// Every registration is `EPOLLONESHOT` and level-triggered: an event disarms the descriptor,
 /// and the watch arms it again, for what its owner wants then, after the owner has handled the
-/// event. So the loop never reports a descriptor whose last event is still waiting on its queue,
-/// and a descriptor nobody wants to hear from (a hung-up socket whose reader is paused, say)
-/// reports at most once instead of spinning.
+/// event (a ``ReadinessWatch/want(_:)`` meanwhile only records the wish). So the loop never
+/// reports a descriptor whose last event is still waiting on its queue, and a descriptor nobody
+/// wants to hear from (a hung-up socket whose reader is paused, say: epoll always reports errors
+/// and hang-ups) reports at most once instead of spinning.
 final class ReadinessLoop: Sendable {
     /// The process's loop, started on first use; its thread and descriptor last as long as the
     /// process, like libdispatch's own manager thread.
@@ -116,11 +117,13 @@ final class ReadinessLoop: Sendable {
 /// (``want(_:)``), and `handler` is called on `queue` with what became ready, or with the error
 /// that stopped the watch (epoll refused to arm it again: the owner must give the socket up).
 ///
-/// Call ``cancel()`` before closing the descriptor; from its return, `handler` is not called
-/// again, so the descriptor can be closed at once (no cancel handler to wait for).
+/// Call ``cancel()`` before closing the descriptor; from its return the loop is done with it and
+/// no new call of `handler` starts. A call already running on `queue` may still be using the
+/// descriptor: so cancel on `queue` and close at once (as the pump does), or close on `queue`
+/// after cancelling (as the listener does). A watch never cancelled stays in the loop.
 final class ReadinessWatch: @unchecked Sendable {
-    // @unchecked: `wanted`, `armed`, `number`, `handler` and `cancelled` are touched only while
-    // `lock` is held; `fd` and `queue` never change.
+    // @unchecked: `wanted`, `armed`, `delivering`, `number`, `handler` and `cancelled` are
+    // touched only while `lock` is held; `fd` and `queue` never change.
     let fd: Int32
     let queue: DispatchQueue
     private let lock = StateLock()
@@ -130,6 +133,8 @@ final class ReadinessWatch: @unchecked Sendable {
     private var wanted: Readiness = []
     /// What epoll will report (empty: disarmed, after an event or by request).
     private var armed: Readiness = []
+    /// An event is on its way to `queue`: the descriptor is disarmed, and `deliver` arms it.
+    private var delivering = false
     private var cancelled = false
 
     /// Starts watching `fd` for nothing yet: ``want(_:)`` says what.
@@ -148,9 +153,9 @@ final class ReadinessWatch: @unchecked Sendable {
         try lock.withLock {
             guard !cancelled else { return }
             wanted = interest
-            guard armed != interest else { return }
-            armed = interest
+            guard !delivering, armed != interest else { return }
             try ReadinessLoop.shared.arm(fd, number: number, interest: interest)
+            armed = interest
         }
     }
 
@@ -167,6 +172,7 @@ final class ReadinessWatch: @unchecked Sendable {
 
     /// On the loop's thread: epoll reported `events` and disarmed the descriptor.
     fileprivate func fired(_ events: UInt32) {
+        lock.withLock { delivering = true }
         queue.async { self.deliver(events) }
     }
 
@@ -175,6 +181,7 @@ final class ReadinessWatch: @unchecked Sendable {
     private func deliver(_ events: UInt32) {
         let (handler, ready) = lock.withLock { () -> (((Result<Readiness, SocketStreamError>) -> Void)?, Readiness) in
             guard !cancelled else { return (nil, []) }
+            delivering = false
             armed = []
             var ready: Readiness = []
             let broken = events & (EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0
@@ -190,12 +197,13 @@ final class ReadinessWatch: @unchecked Sendable {
         if !ready.isEmpty { handler(.success(ready)) }
         do {
             try lock.withLock {
-                guard !cancelled, armed != wanted else { return }
-                armed = wanted
+                guard !cancelled, !delivering, armed != wanted else { return }
                 try ReadinessLoop.shared.arm(fd, number: number, interest: wanted)
+                armed = wanted
             }
         } catch let error as SocketStreamError {
-            // Only for want of kernel memory; unarmed, the socket would never be heard of again.
+            // Kernel memory, or an owner that closed the descriptor before cancelling; unarmed,
+            // the socket would never be heard of again, so the owner must give it up.
             handler(.failure(error))
         } catch {
             handler(.failure(.system(call: "epoll_ctl(MOD)", errno: 0, message: "\(error)")))

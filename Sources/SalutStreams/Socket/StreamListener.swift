@@ -27,8 +27,9 @@ public struct AcceptedConnection: Sendable {
 /// }
 /// ```
 ///
-/// Accepting runs on the process's ``ReadinessLoop``; no thread is used per connection. ``stop()`` (or
-/// releasing the listener) closes the listening sockets; accepted connections live on.
+/// Accepting runs on the process's one socket-readiness thread; no thread is used per
+/// connection. ``stop()`` (or releasing the listener) closes the listening sockets; accepted
+/// connections live on.
 public final class StreamListener: Sendable {
     /// The port listened on (the one picked by the system when 0 was asked for).
     public let port: UInt16
@@ -88,11 +89,12 @@ public final class StreamListener: Sendable {
         let setup = ConnectionSetup(tls: tls, bufferSize: bufferSize, limits: limits, queue: settingUp)
         running.withLock { current in
             guard current == nil, !stopped.value else { return }
-            var made: [ReadinessWatch] = []
+            var watches: [ReadinessWatch] = []
             for fd in sockets {
                 let pausable = PausableWatch(queue: queue)
+                var watch: ReadinessWatch?
                 do {
-                    let watch = try ReadinessWatch(fd: fd, queue: queue) { ready in
+                    let made = try ReadinessWatch(fd: fd, queue: queue) { ready in
                         guard case .success = ready else {
                             // epoll could not arm the socket again (kernel memory): try later.
                             pausable.pause(for: 0.1)
@@ -100,15 +102,18 @@ public final class StreamListener: Sendable {
                         }
                         Self.drain(fd, pausable: pausable, setup: setup, handler: handler)
                     }
-                    pausable.watch = watch
-                    try watch.want(.readable)
-                    made.append(watch)
+                    watch = made
+                    pausable.watch = made
+                    try made.want(.readable)
                 } catch {
+                    watch?.cancel()
+                    watch = nil
                     // Only when the kernel is out of memory for epoll: this socket stays unheard.
                     SalutLogging.logger.error("cannot watch listening socket \(fd): \(error)")
                 }
+                if let watch { watches.append(watch) }
             }
-            current = made
+            current = watches
         }
     }
 
@@ -127,10 +132,11 @@ public final class StreamListener: Sendable {
     /// already accepted are not affected.
     public func stop() {
         guard !stopped.exchange(true) else { return }
-        // Stop listening now (new connections are refused at once) and stop watching; the
-        // descriptors are closed on the queue, after an accept loop that may be running.
-        for fd in sockets { _ = shutdown(fd, Int32(SHUT_RDWR)) }
+        // Stop watching (first: a shut-down listening socket reads as hung up), then stop
+        // listening now (new connections are refused at once); the descriptors are closed on
+        // the queue, after an accept loop that may be running.
         for watch in running.exchange(nil) ?? [] { watch.cancel() }
+        for fd in sockets { _ = shutdown(fd, Int32(SHUT_RDWR)) }
         let sockets = self.sockets
         queue.async { for fd in sockets { close(fd) } }
         for continuation in ended.exchange([]) { continuation.finish() }
@@ -168,8 +174,13 @@ public final class StreamListener: Sendable {
                     // Out of descriptors: pause instead of spinning on a pending connection.
                     pausable.pause(for: 0.1)
                     return
+                case EAGAIN:
+                    return   // nothing more pending
                 default:
-                    return   // EAGAIN: nothing more pending
+                    // Unexpected (the socket shut down under us, say): pause rather than spin
+                    // on a level-triggered report that stays.
+                    pausable.pause(for: 0.1)
+                    return
                 }
             }
             guard fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK) == 0,
