@@ -166,7 +166,7 @@ final class HappyEyeballs: @unchecked Sendable {
             SalutLogging.logger.debug("connecting to \(address) failed: \(String(cString: strerror(error)))")
             return machine.attemptFailed(id, .connect(errno: error, target: "\(address)"))
         }
-        do {
+        do throws(SocketStreamError) {
             let watch = try ReadinessWatch(fd: fd, queue: queue) { [weak self] ready in
                 self?.settled(id, address, ready)
             }
@@ -175,8 +175,7 @@ final class HappyEyeballs: @unchecked Sendable {
         } catch {
             attempts.removeValue(forKey: id)?.watch.cancel()
             close(fd)
-            let failure = error as? SocketStreamError ?? .system(call: "epoll_ctl", errno: 0, message: "\(error)")
-            return machine.attemptFailed(id, failure)
+            return machine.attemptFailed(id, error)
         }
         return []
     }

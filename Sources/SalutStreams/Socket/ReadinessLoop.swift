@@ -47,24 +47,23 @@ final class ReadinessLoop: Sendable {
     /// Adds `watch` to the loop, disarmed.
     /// - Throws: ``SocketStreamError/system(call:errno:message:)`` when epoll refuses the
     ///   descriptor (too many watched, or not a kind epoll can watch).
-    fileprivate func register(_ watch: ReadinessWatch) throws -> UInt64 {
+    fileprivate func register(_ watch: ReadinessWatch) throws(SocketStreamError) -> UInt64 {
         let number = numbers.withLock { value -> UInt64 in
             value += 1
             return value
         }
         watches.withLock { $0[number] = watch }
-        do {
-            try control(EPOLL_CTL_ADD, watch.fd, number: number, interest: [])
-        } catch {
+        if let failure = control(EPOLL_CTL_ADD, watch.fd, number: number, interest: []) {
             watches.withLock { _ = $0.removeValue(forKey: number) }
-            throw error
+            throw failure
         }
         return number
     }
 
-    /// Arms (or, with an empty `interest`, disarms) a registered descriptor.
-    fileprivate func arm(_ fd: Int32, number: UInt64, interest: Readiness) throws {
-        try control(EPOLL_CTL_MOD, fd, number: number, interest: interest)
+    /// Arms (or, with an empty `interest`, disarms) a registered descriptor; the error when
+    /// epoll refuses.
+    fileprivate func arm(_ fd: Int32, number: UInt64, interest: Readiness) -> SocketStreamError? {
+        control(EPOLL_CTL_MOD, fd, number: number, interest: interest)
     }
 
     /// Takes a descriptor out of epoll and the watch out of the table: from the return, no event
@@ -78,7 +77,8 @@ final class ReadinessLoop: Sendable {
         watches.withLock { _ = $0.removeValue(forKey: number) }
     }
 
-    private func control(_ operation: Int32, _ fd: Int32, number: UInt64, interest: Readiness) throws {
+    /// `epoll_ctl` with a one-shot event for `interest`; the error when it fails.
+    private func control(_ operation: Int32, _ fd: Int32, number: UInt64, interest: Readiness) -> SocketStreamError? {
         var event = epoll_event()
         var flags = EPOLLONESHOT.rawValue
         if interest.contains(.readable) { flags |= EPOLLIN.rawValue | EPOLLRDHUP.rawValue }
@@ -87,9 +87,10 @@ final class ReadinessLoop: Sendable {
         event.data.u64 = number
         guard epoll_ctl(epoll, operation, fd, &event) == 0 else {
             let code = errno
-            throw SocketStreamError.system(call: operation == EPOLL_CTL_ADD ? "epoll_ctl(ADD)" : "epoll_ctl(MOD)",
-                                           errno: code, message: String(cString: strerror(code)))
+            return .system(call: operation == EPOLL_CTL_ADD ? "epoll_ctl(ADD)" : "epoll_ctl(MOD)",
+                           errno: code, message: String(cString: strerror(code)))
         }
+        return nil
     }
 
     /// The loop's thread: waits, and hands each event to its watch.
@@ -139,7 +140,7 @@ final class ReadinessWatch: @unchecked Sendable {
 
     /// Starts watching `fd` for nothing yet: ``want(_:)`` says what.
     /// - Throws: ``SocketStreamError/system(call:errno:message:)`` when epoll refuses it.
-    init(fd: Int32, queue: DispatchQueue, handler: @escaping (Result<Readiness, SocketStreamError>) -> Void) throws {
+    init(fd: Int32, queue: DispatchQueue, handler: @escaping (Result<Readiness, SocketStreamError>) -> Void) throws(SocketStreamError) {
         self.fd = fd
         self.queue = queue
         self.handler = handler
@@ -149,14 +150,23 @@ final class ReadinessWatch: @unchecked Sendable {
 
     /// Says what to hear of from now on (an empty set pauses the watch).
     /// - Throws: ``SocketStreamError/system(call:errno:message:)`` when epoll refuses the change.
-    func want(_ interest: Readiness) throws {
-        try lock.withLock {
-            guard !cancelled else { return }
+    func want(_ interest: Readiness) throws(SocketStreamError) {
+        let failure = lock.withLock { () -> SocketStreamError? in
+            guard !cancelled else { return nil }
             wanted = interest
-            guard !delivering, armed != interest else { return }
-            try ReadinessLoop.shared.arm(fd, number: number, interest: interest)
-            armed = interest
+            return armForWanted()
         }
+        if let failure { throw failure }
+    }
+
+    /// Under `lock`: has epoll report what is wanted, unless it already does, the watch is
+    /// cancelled, or an event is on its way to `queue` (whose delivery arms afterwards). The
+    /// error when epoll refuses.
+    private func armForWanted() -> SocketStreamError? {
+        guard !cancelled, !delivering, armed != wanted else { return nil }
+        if let failure = ReadinessLoop.shared.arm(fd, number: number, interest: wanted) { return failure }
+        armed = wanted
+        return nil
     }
 
     /// Stops the watch for good; the descriptor may be closed once this returns.
@@ -195,18 +205,10 @@ final class ReadinessWatch: @unchecked Sendable {
         }
         guard let handler else { return }
         if !ready.isEmpty { handler(.success(ready)) }
-        do {
-            try lock.withLock {
-                guard !cancelled, !delivering, armed != wanted else { return }
-                try ReadinessLoop.shared.arm(fd, number: number, interest: wanted)
-                armed = wanted
-            }
-        } catch let error as SocketStreamError {
+        if let failure = lock.withLock({ armForWanted() }) {
             // Kernel memory, or an owner that closed the descriptor before cancelling; unarmed,
             // the socket would never be heard of again, so the owner must give it up.
-            handler(.failure(error))
-        } catch {
-            handler(.failure(.system(call: "epoll_ctl(MOD)", errno: 0, message: "\(error)")))
+            handler(.failure(failure))
         }
     }
 }

@@ -526,17 +526,15 @@ final class SocketPump: @unchecked Sendable {
         let resumedReading = wanted.contains(.readable) && !watching.contains(.readable) && readerWasResumed
         if wanted.contains(.readable) { readerWasResumed = true }
         watching = wanted
-        do {
+        do throws(SocketStreamError) {
             if watcher == nil {
                 if wanted.isEmpty { return false }
                 watcher = try ReadinessWatch(fd: fd, queue: queue) { [weak self] ready in self?.socketReady(ready) }
             }
             try watcher?.want(wanted)
-        } catch let error as SocketStreamError {
+        } catch {
             queue.async { [self] in handle { $0.failed(error) } }
             return false
-        } catch {
-            return false   // `want` and the watch throw only SocketStreamError
         }
         return resumedReading
     }
