@@ -93,4 +93,5 @@ static inline BIO *salut_BIO_new_socket_nosigpipe(int fd) {
 }
 // SSL_OP_* are built with a function-like macro, which Swift does not import.
 static const uint64_t salut_SSL_OP_NO_RENEGOTIATION = SSL_OP_NO_RENEGOTIATION;
+static const uint64_t salut_SSL_OP_CIPHER_SERVER_PREFERENCE = SSL_OP_CIPHER_SERVER_PREFERENCE;
 #endif

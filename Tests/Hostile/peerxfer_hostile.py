@@ -9,7 +9,8 @@ connection within --wait seconds.
     peerxfer_hostile.py MODE PORT --cert C --key K [--wait S]
 
 Modes: traversal, absolute, nul, control, symlink (path "link/evil.txt"), huge-frame, garbage, trickle,
-bad-chunk, version, flood (a chunk for a file announced as 1 byte, 1 MiB long), silent.
+bad-chunk, version, flood (a chunk for a file announced as 1 byte, 1 MiB long), silent,
+early-chunk (a chunk's header before the hello), big-hello (an 8 MiB hello).
 """
 import argparse
 import hashlib
@@ -118,6 +119,12 @@ def main():
         return
     elif mode == "huge-frame":
         tls.sendall(hello() + bytes([MANIFEST]) + struct.pack(">I", 0x7FFFFFFF) + b"{" * 1000)
+    elif mode == "early-chunk":
+        # A chunk's header before any hello, and only the start of its megabyte: it must be
+        # refused from the header, not held until the rest arrives.
+        tls.sendall(bytes([CHUNK]) + struct.pack(">I", CHUNK_SIZE + 12) + struct.pack(">IQ", 0, 0) + b"x" * 100)
+    elif mode == "big-hello":
+        tls.sendall(bytes([HELLO]) + struct.pack(">I", 8 << 20) + b"{" * 100)
     elif mode == "garbage":
         tls.sendall(b"\x42" * 4096)
     elif mode == "version":

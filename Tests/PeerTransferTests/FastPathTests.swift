@@ -65,7 +65,7 @@ final class FastPathTests: XCTestCase {
         let inbox = try Inbox(path: folder + "/inbox")
         for (name, size) in [("small.bin", 100_000), ("large.bin", 6 * TransferLimits.chunkSize + 5)] {
             let data = randomData(size, seed: UInt64(size))
-            let file = try inbox.openPart(try RelativePath(validating: name))
+            let file = try inbox.openPart(try RelativePath(validating: name), for: "k")
             let sink = FileSink(file: file, continuing: SHA256Hasher(), size: UInt64(size), limit: 2 * TransferLimits.chunkSize)
             var offset = 0
             while offset < size {
@@ -75,7 +75,7 @@ final class FastPathTests: XCTestCase {
             }
             let digest = try await sink.finish()
             XCTAssertEqual(digest, SHA256Hasher.hash(data), name)
-            try file.finishWriting(mode: 0o644, modified: 0, deliveredBy: "k")
+            try file.finishWriting(mode: 0o644, modified: 0)
             file.closeFiles()
             let written = try Data(contentsOf: URL(fileURLWithPath: folder + "/inbox/" + name + TransferLimits.partSuffix))
             XCTAssertEqual(written, data, name)
@@ -98,7 +98,7 @@ final class FastPathTests: XCTestCase {
             try? unmount.run()
             unmount.waitUntilExit()
         }
-        let file = try Inbox(path: inbox).openPart(try RelativePath(validating: "too-big.bin"))
+        let file = try Inbox(path: inbox).openPart(try RelativePath(validating: "too-big.bin"), for: "k")
         defer { file.closeFiles() }
         let size = 12 * TransferLimits.chunkSize
         let sink = FileSink(file: file, continuing: SHA256Hasher(), size: UInt64(size))

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import SalutStreams
+import Synchronization
 import XCTest
 @testable import PeerTransferCore
 
@@ -21,9 +22,9 @@ final class InboxTests: XCTestCase {
     func testAFileRenamedOverAVerifiedPartFileIsNeverPublishedInItsPlace() throws {
         let inbox = try Inbox(path: folder + "/inbox")
         let path = try RelativePath(validating: "report.txt")
-        let part = try inbox.openPart(path)
+        let part = try inbox.openPart(path, for: "k")
         try part.write(Data("the verified bytes".utf8), at: 0)
-        try part.finishWriting(mode: 0o644, modified: 0, deliveredBy: "k")
+        try part.finishWriting(mode: 0o644, modified: 0)
         // Between verification and naming, someone renames their own file over the part file.
         let partPath = folder + "/inbox/report.txt" + TransferLimits.partSuffix
         try Data("EVIL".utf8).write(to: URL(fileURLWithPath: folder + "/outside/evil"))
@@ -37,9 +38,9 @@ final class InboxTests: XCTestCase {
 
         // Or moves the part file aside and plants a symlink under its name: the verified file
         // itself gets the name, and the symlink is left alone.
-        let second = try inbox.openPart(try RelativePath(validating: "b.txt"))
+        let second = try inbox.openPart(try RelativePath(validating: "b.txt"), for: "k")
         try second.write(Data("b".utf8), at: 0)
-        try second.finishWriting(mode: 0o644, modified: 0, deliveredBy: "k")
+        try second.finishWriting(mode: 0o644, modified: 0)
         let secondPart = folder + "/inbox/b.txt" + TransferLimits.partSuffix
         XCTAssertEqual(rename(secondPart, folder + "/inbox/moved-aside"), 0)
         XCTAssertEqual(symlink(folder + "/outside/target", secondPart), 0)
@@ -75,19 +76,19 @@ final class InboxTests: XCTestCase {
     func testTwoTransfersOfOnePathNeverWriteTheSamePartFile() throws {
         let inbox = try Inbox(path: folder + "/inbox")
         let path = try RelativePath(validating: "shared.bin")
-        let first = try inbox.openPart(path)
-        XCTAssertThrowsError(try inbox.openPart(path)) { error in
+        let first = try inbox.openPart(path, for: "k")
+        XCTAssertThrowsError(try inbox.openPart(path, for: "k")) { error in
             XCTAssertTrue("\(error)".contains("another transfer is receiving"), "\(error)")
         }
         // Its chunk digests are not offered to another sender while it is being written.
         try first.write(Data(count: 2 * TransferLimits.chunkSize), at: 0)
-        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: TransferLimits.chunkSize), [])
+        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: TransferLimits.chunkSize, for: "k"), [])
         // Verified and waiting for its name, it still holds the lock.
-        try first.finishWriting(mode: 0o644, modified: 0, deliveredBy: "k")
-        XCTAssertThrowsError(try inbox.openPart(path))
+        try first.finishWriting(mode: 0o644, modified: 0)
+        XCTAssertThrowsError(try inbox.openPart(path, for: "k"))
         XCTAssertEqual(try first.publish(), "shared.bin")
         first.closeFiles()
-        XCTAssertNoThrow(try inbox.openPart(try RelativePath(validating: "shared.bin")).closeFiles())
+        XCTAssertNoThrow(try inbox.openPart(try RelativePath(validating: "shared.bin"), for: "k").closeFiles())
     }
 
     func testAPartFilePlantedAsAHardLinkToAFileOutsideIsNotWrittenThrough() throws {
@@ -96,10 +97,10 @@ final class InboxTests: XCTestCase {
         XCTAssertEqual(link(target, folder + "/inbox/x.txt" + TransferLimits.partSuffix), 0)
         let inbox = try Inbox(path: folder + "/inbox")
         let path = try RelativePath(validating: "x.txt")
-        XCTAssertThrowsError(try inbox.openPart(path)) { error in
+        XCTAssertThrowsError(try inbox.openPart(path, for: "k")) { error in
             XCTAssertTrue("\(error)".contains("hard link"), "\(error)")
         }
-        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: 4), [], "its digests are not offered either")
+        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: 4, for: "k"), [], "its digests are not offered either")
         XCTAssertEqual(try String(contentsOfFile: target, encoding: .utf8), "precious")
     }
 
@@ -109,9 +110,100 @@ final class InboxTests: XCTestCase {
         let inbox = try Inbox(path: folder + "/inbox")
         // Each of these would block for ever on a FIFO opened for reading without O_NONBLOCK.
         XCTAssertNil(inbox.digest(ofFile: try RelativePath(validating: "pipe.txt"), size: 0, deliveredBy: "k"))
-        XCTAssertEqual(inbox.partChunkDigests(try RelativePath(validating: "pipe2.txt"), chunkSize: 4), [])
-        XCTAssertThrowsError(try inbox.openPart(try RelativePath(validating: "pipe2.txt"))) { error in
+        XCTAssertEqual(inbox.partChunkDigests(try RelativePath(validating: "pipe2.txt"), chunkSize: 4, for: "k"), [])
+        XCTAssertThrowsError(try inbox.openPart(try RelativePath(validating: "pipe2.txt"), for: "k")) { error in
             XCTAssertTrue("\(error)".contains("FIFO"), "\(error)")
         }
+    }
+
+    func testTheDigestOfAnExistingFileIsHashedOnceUntilTheFileChanges() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        let path = try RelativePath(validating: "held.bin")
+        let part = try inbox.openPart(path, for: "k")
+        try part.write(Data(repeating: 7, count: 100_000), at: 0)
+        try part.finishWriting(mode: 0o644, modified: 0)
+        XCTAssertEqual(try part.publish(), "held.bin")
+        part.closeFiles()
+        let first = inbox.digest(ofFile: path, size: 100_000, deliveredBy: "k")
+        XCTAssertNotNil(first)
+        XCTAssertEqual(inbox.digest(ofFile: path, size: 100_000, deliveredBy: "k"), first)
+        XCTAssertEqual(inbox.digests.count, 1, "asked twice, remembered once")
+        XCTAssertNil(inbox.digest(ofFile: path, size: 100_000, deliveredBy: "someone else"), "never offered to another sender")
+        // The same size, other bytes, and the modification time put back: the change time
+        // moved, so the file is hashed again and the new digest is answered.
+        let fd = open(folder + "/inbox/held.bin", O_WRONLY)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        XCTAssertEqual(pwrite(fd, [UInt8(9)], 1, 500), 1)
+        var times = [timespec(tv_sec: 0, tv_nsec: 0), timespec(tv_sec: 0, tv_nsec: 0)]
+        XCTAssertEqual(futimens(fd, &times), 0)
+        close(fd)
+        let second = inbox.digest(ofFile: path, size: 100_000, deliveredBy: "k")
+        XCTAssertNotNil(second)
+        XCTAssertNotEqual(second, first, "a changed file must not be answered with its old digest")
+    }
+
+    func testManyAsksForOneDigestAtOnceHashOnce() {
+        let cache = DigestCache()
+        var info = stat()
+        info.st_ino = 42
+        info.st_size = 10
+        let key = DigestCache.Key(info)
+        let hashed = Mutex(0)
+        let answers = Mutex<[SHA256Digest?]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { i in
+            let digest = cache.digest(for: key) {
+                hashed.withLock { $0 += 1 }
+                // A slow hashing, as of a large file: the others ask meanwhile (and if one
+                // asked after it ended, it finds the digest remembered: one hashing either way).
+                Thread.sleep(forTimeInterval: 0.3)
+                return SHA256Hasher().finish()
+            }
+            answers.withLock { $0.append(digest) }
+        }
+        XCTAssertEqual(hashed.withLock { $0 }, 1, "one hashing for eight asks")
+        XCTAssertEqual(Set(answers.withLock { $0 }).count, 1)
+        XCTAssertNotNil(answers.withLock { $0 }.first ?? nil)
+        // A failed hashing is not remembered: the next ask tries again.
+        let other = DigestCache.Key({ var o = stat(); o.st_ino = 43; return o }())
+        XCTAssertNil(cache.digest(for: other) { nil })
+        XCTAssertNotNil(cache.digest(for: other) { SHA256Hasher().finish() })
+    }
+
+    func testAnotherSendersPartFileIsNeitherOfferedNorTouched() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        let path = try RelativePath(validating: "x.bin")
+        let partPath = folder + "/inbox/x.bin" + TransferLimits.partSuffix
+        let chunk = TransferLimits.chunkSize
+        // Sender A's transfer is cut after two chunks: its part file stays, for it to resume.
+        let fromA = try inbox.openPart(path, for: "A")
+        try fromA.write(Data(repeating: 0xA, count: 2 * chunk), at: 0)
+        fromA.closeFiles()
+        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: chunk, for: "A").count, 2)
+        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: chunk, for: "B"), [], "B learns nothing of A's file")
+
+        // B offers the same path, starts, and withdraws: A's part file is as it was.
+        let withdrawn = try inbox.openPart(path, for: "B")
+        try withdrawn.write(Data(repeating: 0xB, count: 100), at: 0)
+        withdrawn.discard()
+        withdrawn.closeFiles()
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: partPath)), Data(repeating: 0xA, count: 2 * chunk))
+
+        // B sends it whole while A resumes at the same time: both arrive, neither in the other's file.
+        let fromB = try inbox.openPart(path, for: "B")
+        let resumed = try inbox.openPart(path, for: "A")
+        try fromB.write(Data("B's copy".utf8), at: 0)
+        try fromB.finishWriting(mode: 0o644, modified: 0)
+        try resumed.keepPrefix(0, feeding: SHA256Hasher())   // A starts over (a new version of it)
+        try resumed.write(Data("A's copy".utf8), at: 0)
+        try resumed.finishWriting(mode: 0o644, modified: 0)
+        XCTAssertEqual(try fromB.publish(), "x.bin")
+        XCTAssertEqual(try resumed.publish(), "x (1).bin")
+        fromB.closeFiles()
+        resumed.closeFiles()
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/x.bin", encoding: .utf8), "B's copy")
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/x (1).bin", encoding: .utf8), "A's copy")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: partPath), "A's part file went once A's copy was named")
+        XCTAssertNotNil(inbox.digest(ofFile: path, size: 8, deliveredBy: "B"), "B delivered x.bin")
+        XCTAssertNil(inbox.digest(ofFile: path, size: 8, deliveredBy: "A"))
     }
 }

@@ -56,6 +56,9 @@ final class PeerXferHostileTests: XCTestCase {
             ("bad-chunk", "protocol", "chunks of"),
             ("flood", "protocol", "chunks of"),
             ("interleave", "protocol", "one after another"),
+            // Refused from the header: the rest of the frame never comes, and need not.
+            ("early-chunk", "protocol", "chunk message before the hello"),
+            ("big-hello", "limit", "before the hello"),
         ]
         for (mode, code, text) in expectations {
             let outcome = try attack(mode, port: port, certificate: certificate)
@@ -108,5 +111,28 @@ final class PeerXferHostileTests: XCTestCase {
         XCTAssertTrue(outcome.messages.contains { $0.contains("too slow") }, "\(outcome.messages)")
         XCTAssertTrue(outcome.closed, "the receiver must close the connection: \(outcome.raw)")
         XCTAssertEqual(try lab.run(["serve", "--slow-grace=-5"]).status, 2)
+    }
+
+    func testAReceiverThatCallsAFileVerifiedBeforeItsEndIsAProtocolFailure() throws {
+        // A lying receiver, published under its own key: it says the first file is verified
+        // right after its answer, before a byte of it could have been checked.
+        let lab = try PeerXferLab()
+        let certificate = try TestCertificate.make()
+        let script = PeerXferLab.root.appendingPathComponent("Tests/Hostile/peerxfer_fake_receiver.py").path
+        let fake = try Foreign(["python3", script, "early-result", "--cert", certificate.certificateFile,
+                                "--key", certificate.keyFile, "--wait", "60"])
+        defer { fake.stop() }
+        XCTAssertTrue(fake.waitForOutput(containing: "listening on ", seconds: 10), fake.output)
+        let port = fake.output.components(separatedBy: "listening on ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        let name = PeerXferLab.uniqueName("Liar")
+        let publisher = try Foreign(["avahi-publish", "-s", name, "_peerxfer._tcp", "\(port)", "v=2",
+                                     "fp=\(certificate.publicKeySHA256)"])
+        defer { publisher.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "Established", seconds: 10), publisher.output)
+        try lab.makeFile("src/a.bin", size: 3 << 20)
+        let (status, output) = try lab.send([lab.path("src/a.bin")], to: name, config: "sender")
+        XCTAssertEqual(status, 1, output)
+        XCTAssertTrue(output.contains("whose end was not sent yet"), output)
+        XCTAssertFalse(output.contains("\"event\":\"verified\""), "a lie must not be reported as a verified file: \(output)")
     }
 }

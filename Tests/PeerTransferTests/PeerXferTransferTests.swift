@@ -91,6 +91,17 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(sender.waitForExit(seconds: 10))
         XCTAssertGreaterThanOrEqual(seen, UInt64(4 * chunk), "the part file never grew: \(sender.output)")
         XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/big.bin")), "killed too late: the file was complete")
+        let left = (try FileManager.default.attributesOfItem(atPath: part))[.size] as? UInt64 ?? 0
+
+        // Meanwhile another sender sends a file of the same name: it is told nothing of the
+        // part file, sends all of its own, and leaves the part file to the first sender.
+        try lab.makeFile("other/big.bin", size: 3 * chunk + 1, seed: 5)
+        let (otherStatus, otherOutput) = try lab.send([lab.path("other/big.bin")], to: name, config: "other-sender")
+        XCTAssertEqual(otherStatus, 0, otherOutput)
+        XCTAssertEqual(done(otherOutput)["bytesSkipped"] as? Int, 0, otherOutput)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("other/big.bin"), lab.path("inbox/big.bin")))
+        XCTAssertEqual((try FileManager.default.attributesOfItem(atPath: part))[.size] as? UInt64, left,
+                       "another sender's transfer touched the part file")
 
         let (status, output) = try lab.send([lab.path("src/big.bin")], to: name, config: "sender")
         XCTAssertEqual(status, 0, output)
@@ -98,7 +109,7 @@ final class PeerXferTransferTests: XCTestCase {
         let sent = report["bytesSent"] as? Int ?? -1, skipped = report["bytesSkipped"] as? Int ?? -1
         XCTAssertEqual(sent + skipped, size, output)
         XCTAssertGreaterThanOrEqual(skipped, Int(seen) / chunk * chunk, "resumed before what the receiver had: \(output)")
-        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/big.bin"), lab.path("inbox/big.bin")))
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/big.bin"), lab.path("inbox/big (1).bin")))
     }
 
     func testResumeAfterTheReceiverIsKilled() throws {

@@ -226,4 +226,25 @@ final class ReceiverStateMachineTests: XCTestCase {
         guard case .fail(let error, tellPeer: false)? = actions.first else { return XCTFail("\(actions)") }
         XCTAssertFalse(error.message.contains("\u{1b}"))
     }
+
+    func testFramesNotDueYetAreRefusedFromTheirHeader() {
+        var machine = ReceiverStateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
+        XCTAssertNoThrow(try machine.admit(.hello, length: 200))
+        XCTAssertThrowsError(try machine.admit(.chunk, length: chunk + 12)) { error in
+            XCTAssertTrue((error as? PeerTransferError)?.message.contains("chunk message before the hello") == true, "\(error)")
+        }
+        XCTAssertThrowsError(try machine.admit(.hello, length: TransferLimits.maximumHello + 1)) { error in
+            XCTAssertEqual((error as? PeerTransferError)?.wireCode, "limit", "\(error)")
+        }
+        XCTAssertThrowsError(try machine.admit(.manifest, length: 10))
+        _ = machine.received(.message(.hello, Hello(protocolVersion: 2, device: "s", name: "S")))
+        XCTAssertNoThrow(try machine.admit(.manifest, length: TransferLimits.maximumControlMessage))
+        XCTAssertThrowsError(try machine.admit(.fileEnd, length: FileEnd.size))
+        machine = machineAtDecision([file("a", 10)])
+        XCTAssertThrowsError(try machine.admit(.chunk, length: 22), "no chunk before the answer")
+        XCTAssertNoThrow(try machine.admit(.failure, length: 100))
+        _ = machine.decided(Answer(accepted: [Answer.Entry(index: 0)], reason: nil))
+        XCTAssertNoThrow(try machine.admit(.chunk, length: 22))
+        XCTAssertNoThrow(try machine.admit(.done, length: 2))
+    }
 }

@@ -67,6 +67,27 @@ final class SenderHashingTests: XCTestCase {
         let (resumeAt, _) = try Sender.resumePoint(source: exact, have: all, chunkSize: chunk, size: UInt64(3 * chunk))
         XCTAssertEqual(resumeAt, UInt64(2 * chunk))
     }
+
+    func testTheHashPipelineHashesEverySlotBeforeItIsReusedAndInOrder() async throws {
+        // As the sender uses it: three slots, each refilled only once `settle` says its
+        // previous bytes were hashed. Were a slot refilled early, the digest would take in
+        // bytes of a later block and differ from the digest of the blocks in order.
+        let slots = 3, slotSize = 256 << 10, blocks = 40
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: slots * slotSize, alignment: 16)
+        defer { buffer.deallocate() }
+        let pipeline = HashPipeline()
+        let hasher = SHA256Hasher(), expected = SHA256Hasher()
+        for block in 0..<blocks {
+            await pipeline.settle(toAtMost: slots - 1)
+            let slot = UnsafeMutableRawBufferPointer(rebasing: buffer[(block % slots) * slotSize..<(block % slots + 1) * slotSize])
+            for i in 0..<slot.count { slot[i] = UInt8(truncatingIfNeeded: block &* 131 &+ i &* 7) }
+            expected.update(UnsafeRawBufferPointer(slot))
+            pipeline.submit(UnsafeRawBufferPointer(slot), to: hasher)
+        }
+        await pipeline.settle(toAtMost: 0)
+        XCTAssertEqual(hasher.finish(), expected.finish())
+        pipeline.drain()
+    }
 }
 
 /// Set once, from any thread.

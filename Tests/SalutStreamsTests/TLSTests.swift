@@ -328,6 +328,45 @@ final class TLSTests: SalutTestCase {
         XCTAssertTrue(refused == nil || refused!.isEmpty, "an anonymous client got data")
     }
 
+    func testCipherSuitesAskedForAreTheOnesNegotiated() async throws {
+        // Our client's order against an OpenSSL server (which follows the client's order).
+        let (server, port) = try reversingServer(certificate)
+        defer { server.stop() }
+        var tls = TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256])
+        tls.tls13CipherSuites = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384"
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port, tls: tls)
+        try await withDeadline(20, "open") { try await pair.open() }
+        try await pair.output.write(Data("ab\n".utf8))
+        _ = try await withDeadline(20, "answer") { try await readBytes(pair.input, count: 3) }
+        XCTAssertEqual(pair.input.property(forKey: .salutTLSCipherSuite) as? String, "TLS_AES_128_GCM_SHA256")
+        pair.input.close(); pair.output.close()
+
+        // Our server's order wins over an OpenSSL client's (which puts AES-256-GCM first).
+        var serverTLS = TLSConfiguration.server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+        serverTLS.tls13CipherSuites = "TLS_CHACHA20_POLY1305_SHA256:TLS_AES_256_GCM_SHA384"
+        let listener = try StreamListener(port: 0, tls: serverTLS)
+        defer { listener.stop() }
+        listener.accept { connection in
+            Task {
+                guard (try? await connection.streams.open()) != nil else { return }
+                try await connection.output.write(Data("ready\n".utf8))
+            }
+        }
+        let client = try Foreign(["openssl", "s_client", "-connect", "127.0.0.1:\(listener.port)",
+                                  "-CAfile", certificate.certificateFile])
+        defer { client.stop() }
+        XCTAssertTrue(client.waitForOutput(containing: "ready", seconds: 20), client.output)
+        XCTAssertTrue(client.output.contains("TLS_CHACHA20_POLY1305_SHA256"), client.output)
+
+        // Names OpenSSL does not know, or an empty entry, are configuration errors.
+        var unknown = TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256])
+        unknown.tls13CipherSuites = "TLS_NO_SUCH_SUITE"
+        let refused = await openError(SocketStreams.pair(toHost: "127.0.0.1", port: port, tls: unknown))
+        XCTAssertEqual(refused?.tlsError?.code, .invalidConfiguration, "\(String(describing: refused))")
+        unknown.tls13CipherSuites = "TLS_AES_128_GCM_SHA256::TLS_AES_256_GCM_SHA384"
+        XCTAssertThrowsError(try unknown.validate())
+    }
+
     func testBadServerConfigurationsAreTypedErrors() {
         XCTAssertThrowsError(try StreamListener(port: 0, tls: TLSConfiguration(role: .server))) { error in
             XCTAssertEqual((error as? SocketStreamError)?.tlsError?.code, .invalidConfiguration, "\(error)")

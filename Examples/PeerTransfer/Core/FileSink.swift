@@ -5,7 +5,8 @@ import Synchronization
 /// Where a receiver's chunks for one file go: written to the part file on one queue and
 /// hashed on another, so that reading the connection, writing and hashing run on all cores
 /// at once instead of one after the other in the receiving task. At most `limit` bytes wait
-/// on each queue; past that, ``append(_:at:)`` waits for them to catch up. A small file is
+/// on each queue; past that, ``append(_:at:)`` waits until half as many wait, while the
+/// queues go on working (so neither runs dry while the task reads the next chunks). A small file is
 /// written and hashed inline: for it, hops between threads cost more than they save.
 ///
 /// `@unchecked Sendable`: the part file is written only on `writeQueue` and the hasher fed
@@ -19,6 +20,18 @@ final class FileSink: @unchecked Sendable {
     private struct State {
         var waiting = 0
         var failure: PeerTransferError?
+        /// The task waiting for the queues to catch up, resumed once `waiting` is at most the
+        /// limit again (they keep working meanwhile: no bubble in the pipeline, as a full drain
+        /// made).
+        var catchingUp: CheckedContinuation<Void, Never>?
+
+        /// Counts `count` bytes done on one queue; returns the task to resume, if any.
+        mutating func done(_ count: Int, limit: Int) -> CheckedContinuation<Void, Never>? {
+            waiting -= count
+            guard waiting <= limit, let waiter = catchingUp else { return nil }
+            catchingUp = nil
+            return waiter
+        }
     }
 
     let file: PartFile
@@ -61,15 +74,27 @@ final class FileSink: @unchecked Sendable {
                 failure = error as? PeerTransferError ?? .runtime("writing \(file.path): \(error)")
             }
             state.withLock {
-                $0.waiting -= count
                 if $0.failure == nil { $0.failure = failure }
-            }
+                return $0.done(count, limit: limit)
+            }?.resume()
         }
         hashQueue.async { [self] in
             hasher.update(data)
-            state.withLock { $0.waiting -= count }
+            state.withLock { $0.done(count, limit: limit) }?.resume()
         }
-        if behind { await drain() }
+        if behind { await catchUp() }
+    }
+
+    /// Returns once at most `limit` bytes wait on the two queues together.
+    private func catchUp() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state -> Bool in
+                guard state.waiting > limit else { return true }
+                state.catchingUp = continuation
+                return false
+            }
+            if now { continuation.resume() }
+        }
     }
 
     /// Returns once everything given so far is written and hashed.

@@ -95,10 +95,11 @@ struct FrameDecoder {
         buffer.append(contentsOf: bytes)
     }
 
-    /// The next complete frame, or nil when more bytes are needed.
+    /// The next complete frame, or nil when more bytes are needed. `admit` judges each frame
+    /// from its header, before its payload is kept, and throws to refuse it.
     /// - Throws: ``PeerTransferError/protocolViolation(_:)`` for an unknown kind,
-    ///   ``PeerTransferError/limit(_:)`` for a payload over the kind's limit.
-    mutating func next() throws -> Frame? {
+    ///   ``PeerTransferError/limit(_:)`` for a payload over the kind's limit; what `admit` throws.
+    mutating func next(admitting admit: (Frame.Kind, Int) throws -> Void = { _, _ in }) throws -> Frame? {
         if let current = partial {
             guard current.filled == current.memory.payload.count else { return nil }
             partial = nil
@@ -119,6 +120,7 @@ struct FrameDecoder {
         guard length <= limit else {
             throw PeerTransferError.limit("a \(kind) message of \(length) bytes (the limit is \(limit))")
         }
+        try admit(kind, length)
         if kind == .chunk && length > ChunkFrame.headerSize {
             // Its own memory now; what has arrived of it moves there, the rest may go there
             // directly.
@@ -129,7 +131,7 @@ struct FrameDecoder {
             }
             start += 5 + have
             partial = (kind, memory, have)
-            return try next()
+            return try next(admitting: admit)
         }
         guard waiting >= 5 + length else { return nil }
         let payload = Data(buffer[base + 5..<base + 5 + length])

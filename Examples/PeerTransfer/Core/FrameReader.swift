@@ -15,13 +15,14 @@ struct FrameReader {
         self.input = input
     }
 
-    /// The next frame; nil when the peer ended the stream cleanly between frames.
+    /// The next frame; nil when the peer ended the stream cleanly between frames. `admit`
+    /// judges each frame from its header (kind and payload length), before its payload is read.
     /// - Throws: the connection's error (a TLS stream cut without close_notify among them),
     ///   ``PeerTransferError/protocolViolation(_:)`` for a stream ending inside a frame or a
-    ///   bad frame, ``PeerTransferError/limit(_:)`` for an oversized one.
-    mutating func next() async throws -> Frame? {
+    ///   bad frame, ``PeerTransferError/limit(_:)`` for an oversized one; what `admit` throws.
+    mutating func next(admitting admit: (Frame.Kind, Int) throws -> Void = { _, _ in }) async throws -> Frame? {
         while true {
-            if let frame = try decoder.next() { return frame }
+            if let frame = try decoder.next(admitting: admit) { return frame }
             // A chunk's payload is read straight into its own memory; anything else into
             // scratch space and appended from there (no zero-filled Data per read).
             let direct = decoder.directSpace

@@ -13,6 +13,8 @@ final class Inbox: @unchecked Sendable {
     /// Bytes that accepted transfers still have to write: free space is promised to one
     /// transfer at a time, so that two offers that each fit do not together fill the disk.
     private let promised = Mutex<UInt64>(0)
+    /// Digests of delivered files, for `existing` offers (see ``digest(ofFile:size:deliveredBy:)``).
+    let digests = DigestCache()
 
     /// Opens the inbox folder, creating it (mode 0700) if it does not exist.
     /// - Throws: ``PeerTransferError/runtime(_:)`` when it cannot be created or opened.
@@ -145,11 +147,12 @@ final class Inbox: @unchecked Sendable {
         var info = stat()
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, UInt64(info.st_size) == size,
               PartFile.deliverer(of: fd) == sender, !sender.isEmpty else { return nil }
-        return try? FileHashing.digest(of: fd, length: size)
+        return digests.digest(for: DigestCache.Key(info)) { try? FileHashing.digest(of: fd, length: size) }
     }
 
-    /// SHA-256 of each whole chunk of the part file for `path` (empty when there is none).
-    func partChunkDigests(_ path: RelativePath, chunkSize: Int) -> [SHA256Digest] {
+    /// SHA-256 of each whole chunk of the part file for `path` (empty when there is none, or
+    /// when another sender wrote it: its digests would tell this one about someone else's file).
+    func partChunkDigests(_ path: RelativePath, chunkSize: Int, for sender: String) -> [SHA256Digest] {
         guard let directory = try? openDirectory(path.parent, create: false) else { return [] }
         defer { close(directory) }
         let fd = openat(directory, path.name + TransferLimits.partSuffix, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
@@ -159,7 +162,7 @@ final class Inbox: @unchecked Sendable {
         // Only a plain part file of our own counts: not a FIFO or device, not a hard link to a
         // file elsewhere, not one another transfer is writing now (it holds the lock).
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_nlink == 1,
-              flock(fd, LOCK_SH | LOCK_NB) == 0 else { return [] }
+              PartFile.mayResume(fd, sender: sender), flock(fd, LOCK_SH | LOCK_NB) == 0 else { return [] }
         // Only a probe: held while hashing (seconds for a large file), the lock would make a
         // transfer that opens this part file meanwhile fail. The digests are a hint; the whole
         // file is checked again before it gets its name.
@@ -167,17 +170,15 @@ final class Inbox: @unchecked Sendable {
         return (try? FileHashing.chunkDigests(of: fd, length: UInt64(info.st_size), chunkSize: chunkSize)) ?? []
     }
 
-    /// Bytes already in the part file for `path` (0 when there is none).
-    func partSize(_ path: RelativePath) -> UInt64 {
-        guard let directory = try? openDirectory(path.parent, create: false) else { return 0 }
-        defer { close(directory) }
-        var info = stat()
-        guard fstatat(directory, path.name + TransferLimits.partSuffix, &info, AT_SYMLINK_NOFOLLOW) == 0 else { return 0 }
-        return UInt64(info.st_size)
-    }
-
-    /// Opens (creating) the part file for `path`, creating its folders.
-    func openPart(_ path: RelativePath) throws -> PartFile {
+    /// Opens (creating) the part file for `path`, creating its folders, for the transfer from
+    /// `sender` (whose key the file records).
+    ///
+    /// A part file that another sender's interrupted transfer left, or that another sender's
+    /// transfer is writing now, is left alone for it: this transfer's copy is written to a file
+    /// without a name in the same folder (`O_TMPFILE`), named like any other once verified,
+    /// and not resumable should this transfer be cut too. Without that, any peer could offer the
+    /// same path and discard someone else's progress.
+    func openPart(_ path: RelativePath, for sender: String) throws -> PartFile {
         guard let directory = try openDirectory(path.parent, create: true) else {
             throw PeerTransferError.runtime("cannot create the folder of \(path)")
         }
@@ -212,12 +213,33 @@ final class Inbox: @unchecked Sendable {
         // One writer per part file: a second transfer of the same path (another sender, or an
         // attacker racing a sender) must not write into a file this one will verify and name.
         // The lock lasts until the file is named or given up.
-        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+        let locked = flock(fd, LOCK_EX | LOCK_NB) == 0
+        if !PartFile.mayResume(fd, sender: sender, size: UInt64(info.st_size)) {
+            // Another sender's: kept for it, whether its transfer is going on or may resume.
+            close(fd)
+            return try openUnnamedPart(path, in: directory, for: sender)
+        }
+        guard locked else {
             close(fd)
             close(directory)
             throw PeerTransferError.fileFailed("another transfer is receiving \(Terminal.escape(path.description)) right now; try again when it is done")
         }
-        return PartFile(inbox: self, directory: directory, fd: fd, path: path)
+        let file = PartFile(inbox: self, directory: directory, fd: fd, path: path, named: true)
+        file.recordSender(sender)
+        return file
+    }
+
+    /// A part file without a name (`O_TMPFILE`) in `directory`, which it takes over.
+    private func openUnnamedPart(_ path: RelativePath, in directory: Int32, for sender: String) throws -> PartFile {
+        let fd = openat(directory, ".", PartFile.unnamedFileFlags | O_RDWR | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            let failure = errno
+            close(directory)
+            throw PeerTransferError.fileFailed("\(Terminal.escape(path.description))\(TransferLimits.partSuffix) holds another sender's interrupted transfer, and this file system has no unnamed files to receive a second copy beside it (\(String(cString: strerror(failure))))")
+        }
+        let file = PartFile(inbox: self, directory: directory, fd: fd, path: path, named: false)
+        file.recordSender(sender)
+        return file
     }
 
     private static func shown<C: Collection>(_ components: C) -> String where C.Element == String {
@@ -237,11 +259,16 @@ final class PartFile {
     private var directory: Int32
     private var fd: Int32
 
-    init(inbox: Inbox, directory: Int32, fd: Int32, path: RelativePath) {
+    /// False for a file without a name (another sender's part file holds the name): nothing
+    /// is ever removed or unlinked under the part name for it.
+    private let named: Bool
+
+    init(inbox: Inbox, directory: Int32, fd: Int32, path: RelativePath, named: Bool) {
         self.inbox = inbox
         self.directory = directory
         self.fd = fd
         self.path = path
+        self.named = named
     }
 
     deinit { closeFiles() }
@@ -367,14 +394,7 @@ final class PartFile {
 
     /// Applies `mode` and `modified` and closes the data descriptor: the file is complete and
     /// verified, and waits for ``publish()`` (after its data is on disk, see ``Inbox/syncData()``).
-    func finishWriting(mode: UInt32, modified: Double, deliveredBy sender: String) throws {
-        // Who delivered it, for a later offer of the same file by the same sender (best effort:
-        // where the file system keeps no extended attributes, such an offer sends it again).
-        if let setAttribute = Self.setAttribute {
-            _ = sender.utf8CString.withUnsafeBufferPointer { key in
-                setAttribute(fd, Self.delivererAttribute, key.baseAddress, key.count - 1, 0)
-            }
-        }
+    func finishWriting(mode: UInt32, modified: Double) throws {
         // The tail of a large file goes to disk now; small files wait for the batch's syncfs,
         // which writes them together (one request each would cost more than it overlaps).
         if written >= Self.writeBackStep { startWriteBack() }
@@ -411,9 +431,7 @@ final class PartFile {
                 // after verification is never published in its place.
                 if linkat(AT_FDCWD, "/proc/self/fd/\(fd)", folder, candidate, AT_SYMLINK_FOLLOW) == 0 {
                     // The part name goes only if it is still this file's.
-                    var named = stat()
-                    if fstatat(folder, partName, &named, AT_SYMLINK_NOFOLLOW) == 0,
-                       named.st_dev == own.st_dev, named.st_ino == own.st_ino {
+                    if ownsName(partName, in: folder, own) {
                         guard unlinkat(folder, partName, 0) == 0 else { throw ioError("unlinkat") }
                     }
                     return (path.parent + [candidate]).joined(separator: "/")
@@ -459,11 +477,50 @@ final class PartFile {
         }
     }
 
-    /// Removes the part file (after a failed verification).
+    /// Removes the part file (after a failed verification or a withdrawal), if the part name is
+    /// still this file's: never another sender's part file, nor whatever was renamed over it.
     func discard() {
+        var own = stat()
+        guard fd >= 0, fstat(fd, &own) == 0 else { return }
         // Best effort: a part file left behind is verified chunk by chunk on the next offer.
-        _ = try? withFolder { folder in unlinkat(folder, path.name + TransferLimits.partSuffix, 0) }
+        let partName = path.name + TransferLimits.partSuffix
+        _ = try? withFolder { folder in
+            if ownsName(partName, in: folder, own) { _ = unlinkat(folder, partName, 0) }
+        }
     }
+
+    /// True when `name` in `folder` is this very file (`own` is its fstat): a named part file
+    /// whose name was not replaced meanwhile.
+    private func ownsName(_ name: String, in folder: Int32, _ own: stat) -> Bool {
+        guard named else { return false }
+        var current = stat()
+        return fstatat(folder, name, &current, AT_SYMLINK_NOFOLLOW) == 0
+            && current.st_dev == own.st_dev && current.st_ino == own.st_ino
+    }
+
+    /// Records `sender` as the file's writer (and, once it is named, its deliverer: see
+    /// ``Inbox/digest(ofFile:size:deliveredBy:)``). Best effort: where the file system keeps no
+    /// extended attributes, part files are not told apart by sender and delivered files are
+    /// never offered as `existing`.
+    func recordSender(_ sender: String) {
+        guard let setAttribute = Self.setAttribute, Self.deliverer(of: fd) != sender else { return }
+        _ = sender.utf8CString.withUnsafeBufferPointer { key in
+            setAttribute(fd, Self.delivererAttribute, key.baseAddress, key.count - 1, 0)
+        }
+    }
+
+    /// True when the transfer from `sender` may resume (or take over) the part file `fd` of
+    /// `size` bytes: it is empty, or it records no writer (made before writers were recorded,
+    /// or on a file system without extended attributes), or `sender` wrote it.
+    static func mayResume(_ fd: Int32, sender: String, size: UInt64? = nil) -> Bool {
+        if size == 0 { return true }
+        guard let writer = deliverer(of: fd) else { return true }
+        return writer == sender
+    }
+
+    /// `O_TMPFILE` (which includes `O_DIRECTORY`), left out by Swift's Glibc module: its own
+    /// bit is the same on every architecture Swift runs on (only Alpha, PA-RISC and SPARC differ).
+    static let unnamedFileFlags: Int32 = 0o20000000 | O_DIRECTORY
 
     /// `report (2).pdf` for `report.pdf`; `archive (2).tar` keeps only the last extension. The
     /// result fits in a file name (255 bytes), cut at a character boundary; an extension too

@@ -127,7 +127,9 @@ struct Receiver {
             var pending: [ReceiverStateMachine.Action] = []
             loop: while true {
                 if pending.isEmpty {
-                    guard let frame = try await reader.next() else {
+                    guard let frame = try await reader.next(admitting: { kind, length in
+                        try machine.admit(kind, length: length)
+                    }) else {
                         outcome = machine.connectionEnded()
                         break loop
                     }
@@ -193,7 +195,7 @@ struct Receiver {
                     }
                     let path = try RelativePath(validating: manifest!.entries[index].path)
                     do {
-                        let file = try inbox.openPart(path)
+                        let file = try inbox.openPart(path, for: senderKey)
                         let hasher = SHA256Hasher()
                         do {
                             try file.keepPrefix(offset, feeding: hasher)
@@ -244,7 +246,7 @@ struct Receiver {
                         pending += fileFailed(index, entry, ReceiverStateMachine.withdrawnReason)
                     } else if digest.hex == offered {
                         do {
-                            try file.finishWriting(mode: entry.mode, modified: entry.modified, deliveredBy: senderKey)
+                            try file.finishWriting(mode: entry.mode, modified: entry.modified)
                             publishing.append((index, file))
                             publishingBytes += entry.size
                         } catch let error as PeerTransferError {
@@ -364,7 +366,7 @@ struct Receiver {
                 accepted.append(Answer.Entry(index: index, existing: existing.hex))
                 continue
             }
-            let have = inbox.partChunkDigests(path, chunkSize: manifest.chunkSize)
+            let have = inbox.partChunkDigests(path, chunkSize: manifest.chunkSize, for: senderKey)
             needed += entry.size - min(entry.size, UInt64(have.count) * UInt64(manifest.chunkSize))
             accepted.append(Answer.Entry(index: index, have: have.map(\.hex)))
         }

@@ -39,6 +39,7 @@ public final class ReceiverService: Sendable {
         tls.requiresClientCertificate = true
         tls.validatesCertificateChain = false   // senders are self-signed; their key is judged by the policy
         tls.minimumVersion = .v1_3
+        tls.tls13CipherSuites = TransferLimits.cipherSuites
         let txt: TXTRecord
         do {
             txt = try TXTRecord(["v": "\(TransferLimits.protocolVersion)", "id": configuration.deviceID,

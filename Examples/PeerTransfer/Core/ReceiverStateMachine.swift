@@ -78,6 +78,30 @@ struct ReceiverStateMachine {
         return false
     }
 
+    /// Whether a frame of `kind` and `length` bytes may come now, judged from its header alone,
+    /// before any of its payload is kept: before the offer is answered only a hello, then a
+    /// manifest, and a failure are due (before the hello, at most
+    /// ``TransferLimits/maximumHello`` bytes), so a peer cannot make the receiver hold a
+    /// megabyte chunk, or 16 MiB of anything, before it said who it is.
+    /// - Throws: ``PeerTransferError/protocolViolation(_:)`` for a kind not due now,
+    ///   ``PeerTransferError/limit(_:)`` for a hello over its limit.
+    func admit(_ kind: Frame.Kind, length: Int) throws {
+        let due: [Frame.Kind]
+        switch state {
+        case .awaitingHello:
+            due = [.hello, .failure]
+            if due.contains(kind) && length > TransferLimits.maximumHello {
+                throw PeerTransferError.limit("a \(kind) message of \(length) bytes before the hello (the limit is \(TransferLimits.maximumHello))")
+            }
+        case .awaitingManifest: due = [.manifest, .failure]
+        case .deciding: due = [.failure]
+        case .receiving, .finished: return   // judged whole, by received(_:)
+        }
+        guard due.contains(kind) else {
+            throw PeerTransferError.protocolViolation("an unexpected \(kind) message \(stateName)")
+        }
+    }
+
     // MARK: Events
 
     /// A frame arrived from the sender.

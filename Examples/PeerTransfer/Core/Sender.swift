@@ -98,6 +98,7 @@ public struct Sender: Sendable {
                                    certificateChainFile: configuration.identity.certificateFile,
                                    privateKeyFile: configuration.identity.privateKeyFile, minimumVersion: .v1_3)
         tls.peerName = nil
+        tls.tls13CipherSuites = TransferLimits.cipherSuites
         let pair: BoundStreamPair
         do {
             pair = try await service.connect(tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout)
@@ -178,10 +179,13 @@ public struct Sender: Sendable {
                          bytesToSend: total, reason: answer.reason.map(Terminal.escape)))
 
         // The receiver's verdicts arrive while we send: a task reads them.
+        // Files whose fileEnd is on its way: a verdict on any other is a lie (the receiver
+        // cannot have checked a digest it was not sent).
+        let ended = EndedFiles()
         let results = Task { [reader, acceptedIndexes] in
             var reader = reader
             return try await Self.collectResults(from: &reader, entries: entries, accepted: acceptedIndexes,
-                                                 watchdog: watchdog, events: events)
+                                                 ended: ended, watchdog: watchdog, events: events)
         }
         var sent: UInt64 = 0
         do {
@@ -200,11 +204,13 @@ public struct Sender: Sendable {
             for item in outgoing {
                 let entry = entries[item.index]
                 if let digest = item.unchanged {
+                    ended.insert(item.index)
                     try await output.write(FileEnd(index: UInt32(item.index), sha256: digest).frame.encoded)
                     continue
                 }
                 if item.withdrawn {
                     // It could not be read up to the receiver's part (it shrank, or went).
+                    ended.insert(item.index)
                     try await output.write(FileEnd(index: UInt32(item.index), sha256: FileEnd.withdrawn).frame.encoded)
                     continue
                 }
@@ -246,6 +252,7 @@ public struct Sender: Sendable {
                 if Self.identity(of: fd) != before { changed = true }
                 await hashing.settle(toAtMost: 0)
                 let digest = changed ? FileEnd.withdrawn : item.hasher.finish().hex
+                ended.insert(item.index)
                 try await output.write(FileEnd(index: UInt32(item.index), sha256: digest).frame.encoded)
             }
             try await output.write(Frame.message(.done, Done()).encoded)
@@ -273,7 +280,7 @@ public struct Sender: Sendable {
     }
 
     private static func collectResults(from reader: inout FrameReader, entries: [ManifestEntry], accepted: Set<Int>,
-                                       watchdog: ProgressWatchdog,
+                                       ended: EndedFiles, watchdog: ProgressWatchdog,
                                        events: @Sendable (SendEvent) -> Void) async throws -> (verified: Int, failed: [String]) {
         var verified = 0
         var failed: [String] = []
@@ -285,6 +292,9 @@ public struct Sender: Sendable {
                 let result = try frame.decode(FileResult.self)
                 guard accepted.contains(result.index), entries[result.index].kind == .file else {
                     throw PeerTransferError.protocolViolation("a result for entry \(result.index), which is not an accepted file")
+                }
+                guard ended.contains(result.index) else {
+                    throw PeerTransferError.protocolViolation("a result for entry \(result.index), whose end was not sent yet")
                 }
                 guard answered.insert(result.index).inserted else {
                     throw PeerTransferError.protocolViolation("a second result for entry \(result.index)")
@@ -325,6 +335,14 @@ public struct Sender: Sendable {
             throw PeerTransferError.protocolViolation("the receiver sent \(frame.kind) where \(kind) was due")
         }
         return try frame.decode(type)
+    }
+
+    /// The indexes of the files whose `fileEnd` the sending task has started to send, read by
+    /// the task that collects the receiver's verdicts.
+    final class EndedFiles: Sendable {
+        private let indexes = Mutex(Set<Int>())
+        func insert(_ index: Int) { _ = indexes.withLock { $0.insert(index) } }
+        func contains(_ index: Int) -> Bool { indexes.withLock { $0.contains(index) } }
     }
 
     /// What the sender sends of one accepted file.

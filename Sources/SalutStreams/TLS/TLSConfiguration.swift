@@ -77,6 +77,13 @@ public struct TLSConfiguration: Sendable, Hashable {
     public var minimumVersion: Version
     /// The newest version to negotiate (nil: the newest OpenSSL supports).
     public var maximumVersion: Version?
+    /// The TLS 1.3 cipher suites to offer, most wanted first, in OpenSSL's colon-separated
+    /// spelling (`"TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384"`); nil keeps OpenSSL's
+    /// list, which puts AES-256-GCM first. A server that sets it chooses by its own order
+    /// rather than the client's. AES-128-GCM costs about 40 % less processor time per byte
+    /// than AES-256-GCM on processors with AES instructions, which matters for bulk transfers.
+    /// An unknown name fails the connection with ``TLSError/invalidConfiguration(_:)``.
+    public var tls13CipherSuites: String?
 
     /// Makes a configuration; see each property for what it means.
     public init(role: Role = .client, peerName: String? = nil, validatesCertificateChain: Bool = true,
@@ -116,6 +123,10 @@ public struct TLSConfiguration: Sendable, Hashable {
         }
         if (certificateChainFile == nil) != (privateKeyFile == nil) {
             throw TLSError.invalidConfiguration("a certificate needs its private key, and a key its certificate")
+        }
+        if let suites = tls13CipherSuites,
+           suites.isEmpty || suites.split(separator: ":", omittingEmptySubsequences: false).contains(where: \.isEmpty) {
+            throw TLSError.invalidConfiguration("TLS 1.3 cipher suites \"\(suites)\" must be names separated by single colons")
         }
         for pin in pinnedSHA256 where Fingerprint.decode(pin) == nil {
             throw TLSError.invalidConfiguration("pin \"\(pin)\" is not a SHA-256 fingerprint (64 hex digits or 44 base64 characters)")

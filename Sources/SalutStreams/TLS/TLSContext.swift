@@ -32,6 +32,14 @@ final class TLSContext: @unchecked Sendable {
         // move between calls.
         _ = salut_SSL_CTX_set_mode(context, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
         _ = SSL_CTX_set_options(context, salut_SSL_OP_NO_RENEGOTIATION)
+        if let suites = configuration.tls13CipherSuites {
+            guard SSL_CTX_set_ciphersuites(context, suites) == 1 else {
+                throw TLSError.invalidConfiguration("OpenSSL refused the TLS 1.3 cipher suites \"\(suites)\": \(OpenSSLErrors.drain())")
+            }
+            if configuration.role == .server {
+                _ = SSL_CTX_set_options(context, salut_SSL_OP_CIPHER_SERVER_PREFERENCE)
+            }
+        }
 
         switch configuration.trustRoots {
         case .system:

@@ -1,0 +1,105 @@
+import Foundation
+import SalutStreams
+import Synchronization
+
+/// The SHA-256 of files the receiver offers as `existing`, remembered by the file's identity
+/// and times, and computed once when several transfers ask for the same file at once.
+///
+/// Without it, every offer of a large file that the inbox already holds re-read and re-hashed
+/// that file before the answer: a peer offering one such file over and over, on every
+/// connection the daemon admits, kept all of them busy hashing. A file whose bytes change
+/// gets a new change time (`st_ctime`, which no unprivileged call can set back), so a
+/// remembered digest is only used for the very same bytes.
+final class DigestCache: Sendable {
+    /// What identifies a file's contents: device, inode, size, and the modification and change
+    /// times to the nanosecond.
+    struct Key: Hashable, Sendable {
+        var device: UInt64
+        var inode: UInt64
+        var size: UInt64
+        var modified: [Int]
+        var changed: [Int]
+
+        init(_ info: stat) {
+            device = UInt64(info.st_dev)
+            inode = UInt64(info.st_ino)
+            size = UInt64(info.st_size)
+            modified = [info.st_mtim.tv_sec, info.st_mtim.tv_nsec]
+            changed = [info.st_ctim.tv_sec, info.st_ctim.tv_nsec]
+        }
+    }
+
+    /// One hashing in progress: others asking for the same key wait for it.
+    ///
+    /// `@unchecked Sendable`: `digest` is written once, by the thread that hashes, before
+    /// `group.leave()`; others read it only after `group.wait()` returned.
+    private final class Flight: @unchecked Sendable {
+        let group = DispatchGroup()
+        var digest: SHA256Digest?
+    }
+
+    private enum Entry {
+        case known(SHA256Digest)
+        case hashing(Flight)
+    }
+
+    private let entries = Mutex<[Key: Entry]>([:])
+    private let capacity: Int
+
+    /// A cache of at most `capacity` digests (when full, half of them are forgotten).
+    init(capacity: Int = 4_096) {
+        self.capacity = capacity
+    }
+
+    /// The digest for `key`: remembered, or waited for while another thread computes it, or
+    /// computed by `hash` now (on the calling thread, which it blocks). A failed `hash` is not
+    /// remembered.
+    func digest(for key: Key, hash: () -> SHA256Digest?) -> SHA256Digest? {
+        enum Step { case known(SHA256Digest), wait(Flight), compute(Flight) }
+        let step = entries.withLock { entries -> Step in
+            switch entries[key] {
+            case .known(let digest)?: return .known(digest)
+            case .hashing(let flight)?: return .wait(flight)
+            case nil:
+                let flight = Flight()
+                flight.group.enter()
+                entries[key] = .hashing(flight)
+                return .compute(flight)
+            }
+        }
+        switch step {
+        case .known(let digest):
+            return digest
+        case .wait(let flight):
+            flight.group.wait()
+            return flight.digest
+        case .compute(let flight):
+            let digest = hash()
+            flight.digest = digest
+            entries.withLock { entries in
+                if let digest {
+                    if entries.count >= capacity { forgetHalf(&entries) }
+                    entries[key] = .known(digest)
+                } else {
+                    entries[key] = nil
+                }
+            }
+            flight.group.leave()
+            return digest
+        }
+    }
+
+    /// How many digests are remembered (for tests).
+    var count: Int {
+        entries.withLock { $0.values.count { if case .known = $0 { true } else { false } } }
+    }
+
+    /// Forgets half of the remembered digests (which half matters only for how often a file is
+    /// hashed again, never for what is answered).
+    private func forgetHalf(_ entries: inout [Key: Entry]) {
+        let known = entries.compactMap { key, entry -> Key? in
+            if case .known = entry { return key } else { return nil }
+        }
+        for key in known.prefix(max(1, known.count / 2)) { entries[key] = nil }
+    }
+}
