@@ -92,6 +92,13 @@ package enum ServiceNames {
         guard !name.utf8.contains(0) else { throw DiscoveryError.invalidServiceName(name, reason: "contains a NUL byte") }
     }
 
+    /// True for a domain that mDNS serves on the link (`local` and names under it), as opposed
+    /// to a wide-area domain in unicast DNS. `domain` as ``normaliseDomain(_:)`` returns it.
+    package static func isOnTheLink(_ domain: String) -> Bool {
+        let lowered = domain.lowercased()
+        return lowered == "local" || lowered.hasSuffix(".local")
+    }
+
     /// Normalises a domain for Avahi: "" and "local." become "local"; others are checked label by
     /// label (1 to 63 bytes each, 253 in all, no spaces or control characters), and must be a
     /// domain Avahi reads (where `\` escapes `.`, `\` or a three-digit byte value).

@@ -67,7 +67,7 @@ struct Browse: AsyncParsableCommand {
                 throw ValidationError("--dns-server \(dnsServer) is not an IP address, ADDRESS:PORT or [IPv6]:PORT")
             }
             if all || interface != nil || ignoreLocal { throw ValidationError("--dns-server browses one TYPE; --all, --interface and --ignore-local are for the link") }
-            if domain.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: ".")) == "local" {
+            if (try? ServiceNames.normaliseDomain(domain)).map(ServiceNames.isOnTheLink) ?? false {
                 throw ValidationError("--dns-server is for a wide-area --domain (local is browsed through avahi-daemon)")
             }
         }
@@ -151,56 +151,55 @@ struct Browse: AsyncParsableCommand {
 }
 
 extension Browse {
-    /// Lists the type's instances in a wide-area domain by unicast queries, again at each TTL.
+    /// Lists the type's instances in a wide-area domain by unicast queries, again at each TTL
+    /// (`ServiceBrowser(type:domain:wideArea:)`).
     private func browseUnicast(type: String, server: SocketAddress) async throws {
-        let browser = try UnicastBrowser(type: type, domain: domain, nameServer: server)
-        var known: Set<String> = []
+        let wideArea = WideAreaBrowsing(nameServer: server)
         var failures = 0
         while true {
-            let names: Set<String>, ttl: UInt32
             do {
-                (names, ttl) = try await browser.instances()
-                failures = 0
+                for try await update in try ServiceBrowser(type: type, domain: domain, wideArea: wideArea) {
+                    for change in update.changes {
+                        switch change {
+                        case .added(let service):
+                            let resolved = resolve ? try? await service.resolve(wideArea: wideArea) : nil
+                            report("add", service.name, type: type, resolved: resolved)
+                        case .removed(let service):
+                            report("remove", service.name, type: type, resolved: nil)
+                        }
+                    }
+                    if terminate { return }
+                }
+                return
             } catch let error as DiscoveryError where error.code == .serverUnreachable && !terminate {
-                // A live browse outlasts a silent server: try again, less and less often.
+                // Only the first look ends the browse; a live one outlasts a silent server:
+                // try again, less and less often.
                 failures += 1
                 note("\(error); trying again")
                 try await Task.sleep(for: .seconds(min(60, 1 << min(failures, 6))))
-                continue
             }
-            let changes = UnicastBrowser.Changes(from: known, to: names)
-            for name in changes.added {
-                var resolved: UnicastBrowser.Instance?
-                if resolve { resolved = try? await browser.resolve(name) }
-                report("add", name, type: type, resolved: resolved)
-            }
-            for name in changes.removed { report("remove", name, type: type, resolved: nil) }
-            known = names
-            if terminate { return }
-            try await Task.sleep(for: UnicastBrowser.pollInterval(ttl: ttl))
         }
     }
 
-    private func report(_ event: String, _ name: String, type: String, resolved: UnicastBrowser.Instance?) {
+    private func report(_ event: String, _ name: String, type: String, resolved: ResolvedService?) {
         let addresses = resolved?.addresses.filter { family == .ipv4 ? !$0.isIPv6 : family == .ipv6 ? $0.isIPv6 : true } ?? []
         // The same TXT shapes as on the link (an object in JSON, binary values as base64).
-        let record = resolved.map { TXTRecord(parsingLeniently: Data($0.txt.flatMap { [UInt8($0.count)] + $0 })) }
         if json {
             var object: [String: Any] = ["event": event, "name": name, "type": type, "domain": domain, "interface": "dns", "protocol": "unicast"]
-            if let resolved, let record {
-                object["host"] = resolved.host
+            if let resolved {
+                object["host"] = resolved.hostName
                 object["port"] = Int(resolved.port)
                 object["addresses"] = addresses.map(\.host)
-                object["txt"] = jsonTXT(record)
+                object["txt"] = jsonTXT(resolved.txtRecord)
             }
             printJSON(object)
         } else {
             let sign = event == "add" ? Terminal.green("+") : Terminal.red("-")
             var line = "\(sign) \(Terminal.bold(Terminal.pad(Terminal.escaped(name), 32))) \(Terminal.pad(Terminal.escaped(type), 24))"
                 + " \(Terminal.pad(Terminal.escaped(domain), 8)) \(Terminal.pad("dns", 8)) \(Terminal.pad("", 4))"
-            if let resolved, let record {
-                line += "  \(Terminal.escaped(resolved.host)):\(resolved.port)  \(addresses.map(\.host).joined(separator: ","))"
-                if !record.entries.isEmpty { line += "  " + Terminal.dim(Terminal.escaped(record.description)) }
+            if let resolved {
+                line += "  \(Terminal.escaped(resolved.hostName)):\(resolved.port)  \(addresses.map(\.host).joined(separator: ","))"
+                if !resolved.txtRecord.entries.isEmpty { line += "  " + Terminal.dim(Terminal.escaped(resolved.txtRecord.description)) }
             } else if resolve && event == "add" {
                 line += "  (not resolved)"
             }

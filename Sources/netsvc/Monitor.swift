@@ -9,8 +9,13 @@ struct Monitor: AsyncParsableCommand {
             Each line is the whole record (KEY=VALUE, in wire order); --json writes
             {"event":"txt","name":…,"type":…,"domain":…,"txt":{…}} per change.
 
-            Example:
+            With --dns-server, a service in a wide-area --domain is watched with unicast DNS
+            queries to that server (asked again at the record's TTL: a change shows within
+            one TTL, 120 s for what netsvc publishes); a record that is gone prints (empty).
+
+            Examples:
               netsvc monitor "Living Room" _airplay._tcp --json
+              netsvc monitor "Lab Printer" _ipp._tcp --domain home.arpa --dns-server 198.18.1.53
             """)
 
     @OptionGroup var target: ServiceArguments
@@ -18,13 +23,34 @@ struct Monitor: AsyncParsableCommand {
     @Flag(help: "Write one JSON object per line.")
     var json = false
 
+    @Option(name: .customLong("dns-server"), help: ArgumentHelp(
+        "Watch a wide-area --domain by unicast DNS queries to this server (ADDRESS, ADDRESS:PORT or [IPv6]:PORT).",
+        valueName: "address"))
+    var dnsServer: String?
+
     @OptionGroup var logging: LoggingOptions
+
+    func validate() throws {
+        guard let dnsServer else { return }
+        guard Publish.nameServer(dnsServer) != nil else {
+            throw ValidationError("--dns-server \(dnsServer) is not an IP address, ADDRESS:PORT or [IPv6]:PORT")
+        }
+        if (try? ServiceNames.normaliseDomain(target.domain)).map(ServiceNames.isOnTheLink) ?? false {
+            throw ValidationError("--dns-server is for a wide-area --domain (local is watched through avahi-daemon)")
+        }
+    }
 
     func run() async throws {
         do {
-            try await requireDaemon()
             let service = target.service
-            for try await record in try service.txtRecordUpdates() {
+            let updates: AsyncStream<TXTRecord>
+            if let dnsServer, let server = Publish.nameServer(dnsServer) {
+                updates = try service.txtRecordUpdates(wideArea: WideAreaBrowsing(nameServer: server))
+            } else {
+                try await requireDaemon()
+                updates = try service.txtRecordUpdates()
+            }
+            for await record in updates {
                 if json {
                     printJSON(["event": "txt", "name": target.name, "type": target.type, "domain": target.domain, "txt": jsonTXT(record)])
                 } else {

@@ -160,6 +160,34 @@ final class DNSWireTests: SalutTestCase {
         XCTAssertEqual(try updates.renamed("Lab Printer (2)").instance, try DNSName(parsing: #"Lab Printer (2)._ipp._tcp.home.arpa"#))
     }
 
+    func testAUnicastBrowseReportsChangesWaitsAtTheTTLAndOutlastsASilentServer() {
+        var state = UnicastBrowseState(type: "_http._tcp", domain: "home.arpa")
+        func service(_ name: String) -> DiscoveredService { DiscoveredService(name: name, type: "_http._tcp", domain: "home.arpa") }
+        func step(_ look: Result<(names: Set<String>, ttl: UInt32), any Error>) -> String {
+            switch state.looked(look) {
+            case .report(let update, let ttl): return "report \(update.changes) \(update.services.count) \(update.isComplete) \(ttl)"
+            case .wait(let ttl): return "wait \(ttl)"
+            case .retry(let after): return "retry \(after)"
+            case .fail(let error): return "fail \((error as? DiscoveryError)?.code.description ?? "?")"
+            }
+        }
+        let silent = DiscoveryError.serverUnreachable("no answer")
+        // A first look that fails ends the browse (nothing was ever listed).
+        var fresh = UnicastBrowseState(type: "_http._tcp", domain: "home.arpa")
+        guard case .fail = fresh.looked(.failure(silent)) else { return XCTFail("the first failure must end the browse") }
+        // The first look is reported even when empty; later ones only when something changed.
+        XCTAssertEqual(step(.success(([], 30))), "report [] 0 true 30")
+        XCTAssertEqual(step(.success((["A"], 30))), "report \([BrowseChange.added(service("A"))]) 1 true 30")
+        XCTAssertEqual(step(.success((["A"], 20))), "wait 20")
+        // Later failures keep the list and back off: 2, 4, 8 … 60 s.
+        XCTAssertEqual(step(.failure(silent)), "retry 2.0 seconds")
+        XCTAssertEqual(step(.failure(silent)), "retry 4.0 seconds")
+        for _ in 0..<6 { _ = step(.failure(silent)) }
+        XCTAssertEqual(step(.failure(silent)), "retry 60.0 seconds")
+        XCTAssertEqual(step(.success((["B"], 10))), "report \([BrowseChange.added(service("B")), .removed(service("A"))]) 1 true 10")
+        XCTAssertEqual(step(.failure(silent)), "retry 2.0 seconds", "a success resets the back-off")
+    }
+
     func testBrowseChangesAreTheDifferenceOfTwoLooks() {
         let changes = UnicastBrowser.Changes(from: ["A", "B"], to: ["B", "C", "D"])
         XCTAssertEqual(changes.added, ["C", "D"])

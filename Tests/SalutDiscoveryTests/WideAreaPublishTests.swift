@@ -239,6 +239,92 @@ final class WideAreaPublishTests: SalutTestCase {
         try await second.stop()
     }
 
+    func testServiceBrowserResolveAndTXTMonitorOverUnicastFollowChanges() async throws {
+        let dns = WideAreaBrowsing(nameServer: nameServer)
+        let first = try WideAreaPublisher(name: "Uni One", type: "_http._tcp", domain: "home.arpa", port: 8091,
+                                          txt: [Array("k=1".utf8)], host: "uni", addresses: [SocketAddress.literal("198.18.0.21", port: 0)!],
+                                          key: try key, nameServer: nameServer, ttl: 1)
+        try await withDeadline(20, "publishing") { _ = try await first.publish() }
+        let one = DiscoveredService(name: "Uni One", type: "_http._tcp", domain: "home.arpa")
+        let resolved = try await withDeadline(20, "resolve") { try await one.resolve(wideArea: dns) }
+        XCTAssertEqual(resolved.hostName, "uni.home.arpa")
+        XCTAssertEqual(resolved.port, 8091)
+        XCTAssertEqual(resolved.txtRecord.string(for: "k"), "1")
+        XCTAssertEqual(resolved.addresses.map(\.host), ["198.18.0.21"])
+
+        // The TXT record now, then its change (asked again at its TTL of 1 s).
+        let texts = try await withDeadline(30, "TXT changes") {
+            var values: [String?] = []
+            for await record in try one.txtRecordUpdates(wideArea: dns) {
+                values.append(record.string(for: "k"))
+                if values.count == 2 { break }
+                try await first.updateText([Array("k=2".utf8)])
+            }
+            return values
+        }
+        XCTAssertEqual(texts, ["1", "2"])
+
+        // What is there, then a service that comes and one that goes, at the next looks.
+        let second = try WideAreaPublisher(name: "Uni Two", type: "_http._tcp", domain: "home.arpa", port: 8092, txt: [],
+                                           host: "uni", addresses: [], key: try key, nameServer: nameServer, ttl: 1)
+        let two = DiscoveredService(name: "Uni Two", type: "_http._tcp", domain: "home.arpa")
+        let seen = try await withDeadline(40, "browse") {
+            var seen: [(changes: [BrowseChange], services: Set<DiscoveredService>, complete: Bool)] = []
+            for try await update in try ServiceBrowser(type: "_http._tcp", domain: "home.arpa", wideArea: dns) {
+                seen.append((update.changes, update.services, update.isComplete))
+                switch seen.count {
+                case 1: _ = try await second.publish()
+                case 2: try await first.stop()
+                default: return seen
+                }
+            }
+            return seen
+        }
+        XCTAssertEqual(seen.map(\.changes), [[.added(one)], [.added(two)], [.removed(one)]])
+        XCTAssertEqual(seen.map(\.services), [[one], [one, two], [two]])
+        XCTAssertEqual(seen.map(\.complete), [true, true, true])
+        try await second.stop()
+
+        // The link is not browsed this way; a silent server fails the first look.
+        XCTAssertThrowsError(try ServiceBrowser(type: "_http._tcp", domain: "local", wideArea: dns)) { error in
+            XCTAssertEqual((error as? DiscoveryError)?.code, .invalidDomain, "\(error)")
+        }
+        let silent = WideAreaBrowsing(nameServer: SocketAddress.literal("127.0.0.1", port: UInt16(freeLoopbackPort()))!)
+        do {
+            _ = try await withDeadline(40, "silent server") {
+                for try await update in try ServiceBrowser(type: "_http._tcp", domain: "home.arpa", wideArea: silent) { return update.services }
+                return []
+            }
+            XCTFail("a silent server gave a list")
+        } catch let error as DiscoveryError {
+            XCTAssertEqual(error.code, .serverUnreachable, "\(error)")
+        }
+        do {
+            _ = try await withDeadline(40, "silent resolve") { try await one.resolve(wideArea: silent, timeout: 2) }
+            XCTFail("a silent server resolved")
+        } catch let error as DiscoveryError {
+            XCTAssertTrue([.timedOut, .serverUnreachable].contains(error.code), "\(error)")
+        }
+    }
+
+    func testNetsvcMonitorFollowsAWideAreaTXTRecord() async throws {
+        let service = try WideAreaPublisher(name: "Watched", type: "_http._tcp", domain: "home.arpa", port: 8093,
+                                            txt: [Array("state=idle".utf8)], host: "w", addresses: [], key: try key,
+                                            nameServer: nameServer, ttl: 1)
+        try await withDeadline(20, "publishing") { _ = try await service.publish() }
+        let monitor = try Foreign([NetsvcTests.netsvc, "monitor", "Watched", "_http._tcp", "--domain", "home.arpa",
+                                   "--dns-server", "127.0.0.1:\(port)", "--json"])
+        defer { monitor.stop() }
+        XCTAssertTrue(monitor.waitForOutput(containing: #""state":"idle""#, seconds: 15), monitor.output)
+        try await service.updateText([Array("state=printing".utf8)])
+        XCTAssertTrue(monitor.waitForOutput(containing: #""state":"printing""#, seconds: 15), monitor.output)
+        try await service.stop()
+        XCTAssertTrue(monitor.waitForOutput(containing: #""txt":{}"#, seconds: 15), "a removed record prints empty: \(monitor.output)")
+        let local = try Foreign([NetsvcTests.netsvc, "monitor", "X", "_http._tcp", "--dns-server", "127.0.0.1"])
+        XCTAssertTrue(local.waitForExit(seconds: 10))
+        XCTAssertEqual(local.process.terminationStatus, 2, local.output)
+    }
+
     func testNoServerIsAClearError() async throws {
         let silent = SocketAddress.literal("127.0.0.1", port: UInt16(freeLoopbackPort()))!
         let service = try WideAreaPublisher(name: "X", type: "_http._tcp", domain: "home.arpa", port: 1, txt: [], host: "h",

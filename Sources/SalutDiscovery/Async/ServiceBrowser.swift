@@ -12,12 +12,16 @@ import Glibc
 ///
 /// Each iteration starts its own Avahi browser; cancelling the consuming task (or leaving the
 /// loop) stops it. Daemon restarts are invisible except as removals followed by re-additions.
+/// A wide-area domain can also be browsed without Avahi, by unicast DNS queries
+/// (``init(type:domain:wideArea:context:)``).
 public struct ServiceBrowser: AsyncSequence, Sendable {
     public typealias Element = BrowseUpdate
 
     let context: DiscoveryContext
     let target: BrowseOperation.Target
     var filter = BrowseOperation.Filter()
+    /// Set when a wide-area domain is browsed with Salut's own unicast queries.
+    var unicast: WideAreaBrowsing?
 
     /// Browses for instances of `type` (`_name._tcp`, `_name._udp`, or a subtype
     /// `_sub._sub._name._tcp`) in `domain`.
@@ -75,7 +79,10 @@ public struct ServiceBrowser: AsyncSequence, Sendable {
 
     /// The updates; the sequence throws when the daemon reports a browse failure.
     public func makeAsyncIterator() -> AsyncThrowingStream<BrowseUpdate, any Error>.Iterator {
-        AsyncThrowingStream<BrowseUpdate, any Error> { continuation in
+        if let unicast, case .services(let type, let domain) = target {
+            return unicastUpdates(unicast, type: type, domain: domain).makeAsyncIterator()
+        }
+        return AsyncThrowingStream<BrowseUpdate, any Error> { continuation in
             let operation = BrowseOperation(context: context, target: target, filter: filter) { event in
                 switch event {
                 case .update(let update): continuation.yield(update)

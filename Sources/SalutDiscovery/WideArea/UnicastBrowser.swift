@@ -82,6 +82,16 @@ package struct UnicastBrowser: Sendable {
         return Instance(name: name, host: host, port: srv.port, txt: txt, addresses: addresses)
     }
 
+    /// The TXT record's strings of one instance (empty when it has none), and how long they
+    /// may be kept (seconds).
+    /// - Throws: as ``instances()``.
+    package func text(of name: String) async throws -> (strings: [[UInt8]], ttl: UInt32) {
+        let instance: DNSName
+        do { instance = try baseType.prepending(Array(name.utf8)) } catch { throw DiscoveryError.notFound }
+        let records = try await ask(instance, DNSType.text)
+        return (records.compactMap(\.strings).first ?? [], records.map(\.ttl).min() ?? 60)
+    }
+
     /// How long to wait before looking again at a list whose records live `ttl` seconds.
     package static func pollInterval(ttl: UInt32) -> Duration {
         .seconds(Int(min(max(ttl, 1), 3600)))

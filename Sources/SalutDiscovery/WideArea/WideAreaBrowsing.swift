@@ -1,0 +1,233 @@
+import Foundation
+import SalutStreams
+
+/// How to browse and resolve services in a wide-area domain with Salut's own unicast DNS
+/// queries (RFC 6763 over ordinary DNS), rather than through avahi-daemon.
+///
+/// avahi-daemon browses a wide-area domain only when it is configured for it and the zone's
+/// server answers on port 53 of a `/etc/resolv.conf` server; this path needs neither:
+///
+/// ```swift
+/// let dns = WideAreaBrowsing(nameServer: SocketAddress.literal("198.18.2.1", port: 53))
+/// for try await update in try ServiceBrowser(type: "_ipp._tcp", domain: "home.arpa", wideArea: dns) {
+///     for case .added(let printer) in update.changes {
+///         let resolved = try await printer.resolve(wideArea: dns)
+///         print(printer.name, resolved.hostName, resolved.port)
+///     }
+/// }
+/// ```
+///
+/// Unicast DNS pushes nothing: a browser asks for the list again when its records' TTL runs
+/// out, and a TXT monitor for the TXT record again at its TTL (at least every second, at most
+/// every ``longestPollInterval``). A change shows up within one TTL (120 s for what Salut
+/// publishes, unless the publisher set another).
+public struct WideAreaBrowsing: Sendable {
+    /// The name server to ask; nil for the first `nameserver` of `/etc/resolv.conf` (port 53).
+    public var nameServer: SocketAddress?
+    /// The longest wait between two looks, whatever the records' TTL says.
+    public var longestPollInterval: Duration
+
+    /// - Parameters:
+    ///   - nameServer: the name server to ask (nil: the first of `/etc/resolv.conf`).
+    ///   - longestPollInterval: the longest wait between two looks (at least one second).
+    public init(nameServer: SocketAddress? = nil, longestPollInterval: Duration = .seconds(3600)) {
+        self.nameServer = nameServer
+        self.longestPollInterval = max(.seconds(1), longestPollInterval)
+    }
+
+    /// The name server to ask.
+    /// - Throws: ``DiscoveryError/Code-swift.struct/serverUnreachable`` when none is given and
+    ///   `/etc/resolv.conf` names none.
+    func server() throws -> SocketAddress {
+        try nameServer ?? WideAreaPublisher.systemNameServer()
+    }
+
+    /// How long to wait before looking again at records that live `ttl` seconds.
+    func pollInterval(ttl: UInt32) -> Duration {
+        min(UnicastBrowser.pollInterval(ttl: ttl), longestPollInterval)
+    }
+
+    /// A unicast browser for `type` in `domain`, which must not be on the link.
+    /// - Throws: ``DiscoveryError/invalidDomain(_:)`` for `local` or a malformed domain; what
+    ///   ``server()`` throws.
+    func browser(type: String, domain: String) throws -> UnicastBrowser {
+        let normalised = try ServiceNames.normaliseDomain(domain)
+        guard !ServiceNames.isOnTheLink(normalised) else {
+            throw DiscoveryError.invalidDomain("\(domain) (a link-local domain is browsed through avahi-daemon, without wideArea:)")
+        }
+        return try UnicastBrowser(type: type, domain: normalised, nameServer: server())
+    }
+}
+
+extension ServiceBrowser {
+    /// Browses for instances of `type` in the wide-area `domain` with unicast DNS queries to
+    /// `wideArea`'s name server: the first update lists what is there now (``BrowseUpdate/isComplete``
+    /// is true in every update), each later one what changed since the look before. Updates
+    /// carry no sightings (no interface saw them).
+    ///
+    /// A first look that fails ends the sequence with its error
+    /// (``DiscoveryError/Code-swift.struct/serverUnreachable`` when the name server does not
+    /// answer, ``DiscoveryError/Code-swift.struct/dnsFailure`` for an error answer); a later one
+    /// is tried again, less and less often (up to once a minute), the list staying as it was.
+    /// - Throws: ``DiscoveryError/invalidServiceType(_:reason:)`` or
+    ///   ``DiscoveryError/invalidDomain(_:)`` (also for `local`) for malformed input.
+    public init(type: String, domain: String, wideArea: WideAreaBrowsing, context: DiscoveryContext = .shared) throws {
+        let parsed = try ServiceNames.parseType(type, domain: domain)
+        let normalised = try ServiceNames.normaliseDomain(domain)
+        guard !ServiceNames.isOnTheLink(normalised) else {
+            throw DiscoveryError.invalidDomain("\(domain) (a link-local domain is browsed through avahi-daemon, without wideArea:)")
+        }
+        self.init(context: context, target: .services(type: parsed.browseType, domain: normalised))
+        unicast = wideArea
+    }
+
+    /// The unicast browse: a task that looks at the list at each TTL and yields the changes.
+    func unicastUpdates(_ wideArea: WideAreaBrowsing, type: String, domain: String) -> AsyncThrowingStream<BrowseUpdate, any Error> {
+        AsyncThrowingStream { continuation in
+            let looking = Task {
+                do {
+                    let browser = try wideArea.browser(type: type, domain: domain)
+                    var state = UnicastBrowseState(type: type, domain: domain)
+                    while true {
+                        let look: Result<(names: Set<String>, ttl: UInt32), any Error>
+                        do { look = .success(try await browser.instances()) } catch { look = .failure(error) }
+                        switch state.looked(look) {
+                        case .report(let update, let ttl):
+                            continuation.yield(update)
+                            try await Task.sleep(for: wideArea.pollInterval(ttl: ttl))
+                        case .wait(let ttl):
+                            try await Task.sleep(for: wideArea.pollInterval(ttl: ttl))
+                        case .retry(let after):
+                            try await Task.sleep(for: after)
+                        case .fail(let error):
+                            throw error
+                        }
+                    }
+                } catch is CancellationError {
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in looking.cancel() }
+        }
+    }
+}
+
+/// A unicast browse between looks at the list: what was listed, and how many looks in a row
+/// failed. Pure: each look's outcome in, the next step out (tested without a server).
+struct UnicastBrowseState {
+    enum Step {
+        /// Yield this update, then look again after the records' TTL.
+        case report(BrowseUpdate, ttl: UInt32)
+        /// Nothing changed: look again after the records' TTL.
+        case wait(ttl: UInt32)
+        /// The look failed after an earlier one succeeded: the list stays, look again after this long.
+        case retry(after: Duration)
+        /// The very first look failed: the browse ends with this error.
+        case fail(any Error)
+    }
+
+    let type: String
+    let domain: String
+    private var known: Set<String>?
+    private var failures = 0
+
+    init(type: String, domain: String) {
+        self.type = type
+        self.domain = domain
+    }
+
+    /// One look's outcome: the names listed and their TTL, or why it failed.
+    mutating func looked(_ look: Result<(names: Set<String>, ttl: UInt32), any Error>) -> Step {
+        let listed: (names: Set<String>, ttl: UInt32)
+        switch look {
+        case .failure(let error):
+            guard known != nil, !(error is CancellationError) else { return .fail(error) }
+            failures += 1
+            return .retry(after: .seconds(min(60, 1 << min(failures, 6))))
+        case .success(let outcome):
+            listed = outcome
+        }
+        failures = 0
+        let first = known == nil
+        let changes = UnicastBrowser.Changes(from: known ?? [], to: listed.names)
+        known = listed.names
+        guard first || !changes.added.isEmpty || !changes.removed.isEmpty else { return .wait(ttl: listed.ttl) }
+        let update = BrowseUpdate(changes: changes.added.map { .added(service($0)) } + changes.removed.map { .removed(service($0)) },
+                                  services: Set(listed.names.map(service)), isComplete: true)
+        return .report(update, ttl: listed.ttl)
+    }
+
+    private func service(_ name: String) -> DiscoveredService {
+        DiscoveredService(name: name, type: type, domain: domain)
+    }
+}
+
+extension DiscoveredService {
+    /// Resolves the service in its wide-area domain with unicast DNS queries to `wideArea`'s
+    /// name server: its SRV (host and port), TXT, and the host's A and AAAA records.
+    /// - Throws: ``DiscoveryError/notFound`` when it has no SRV record;
+    ///   ``DiscoveryError/timedOut`` when the answers take longer than `timeout` seconds;
+    ///   ``DiscoveryError/Code-swift.struct/serverUnreachable`` or
+    ///   ``DiscoveryError/Code-swift.struct/dnsFailure`` when the server does not answer or
+    ///   answers with an error; a validation error for a malformed name, type or domain
+    ///   (`local` among them).
+    public func resolve(wideArea: WideAreaBrowsing, timeout: TimeInterval = 10) async throws -> ResolvedService {
+        let target = try validatedForLookup()
+        let browser = try wideArea.browser(type: target.type, domain: target.domain)
+        let instance = try await Self.withTimeout(OperationLimit.clampedSeconds(timeout, default: 10)) {
+            try await browser.resolve(target.name)
+        }
+        return ResolvedService(service: target, hostName: instance.host, port: instance.port,
+                               txtRecord: TXTRecord(parsingLeniently: Data(instance.txt.flatMap { [UInt8($0.count)] + $0 })),
+                               addresses: instance.addresses)
+    }
+
+    /// The service's TXT record in its wide-area domain now, and again each time it changes, as
+    /// seen by asking `wideArea`'s name server at the record's TTL, until the consuming task stops
+    /// iterating. A look that fails (no answer) is retried less and less often, up to once a
+    /// minute; a record that is gone yields an empty TXT record.
+    /// - Throws: a validation error for a malformed name, type or domain (`local` among them).
+    public func txtRecordUpdates(wideArea: WideAreaBrowsing) throws -> AsyncStream<TXTRecord> {
+        let target = try validatedForLookup()
+        let browser = try wideArea.browser(type: target.type, domain: target.domain)
+        return AsyncStream { continuation in
+            let watching = Task {
+                var last: [[UInt8]]?
+                var failures = 0
+                while !Task.isCancelled {
+                    let wait: Duration
+                    if let (strings, ttl) = try? await browser.text(of: target.name) {
+                        failures = 0
+                        if strings != last {
+                            last = strings
+                            continuation.yield(TXTRecord(parsingLeniently: Data(strings.flatMap { [UInt8($0.count)] + $0 })))
+                        }
+                        wait = wideArea.pollInterval(ttl: ttl)
+                    } else {
+                        failures += 1
+                        wait = .seconds(min(60, 1 << min(failures, 6)))
+                    }
+                    do { try await Task.sleep(for: wait) } catch { break }
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in watching.cancel() }
+        }
+    }
+
+    /// `body`'s result, or ``DiscoveryError/timedOut`` after `seconds`.
+    private static func withTimeout<T: Sendable>(_ seconds: TimeInterval, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let value = first else { throw DiscoveryError.timedOut }
+            return value
+        }
+    }
+}
