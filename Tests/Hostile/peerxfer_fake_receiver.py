@@ -9,7 +9,8 @@ with avahi-publish under the key of --cert, so the sender finds and trusts it.
     peerxfer_fake_receiver.py MODE --cert C --key K [--wait S]
 
 Modes:
-  early-result   says file 0 is verified right after the answer, before its end was sent
+  early-result   says file 0 is verified right after the answer, before its end was sent,
+                 then reads nothing more
 """
 import argparse
 import json
@@ -76,6 +77,11 @@ def main():
         tls.sendall(message(ANSWER, {"accepted": [{"index": i, "have": []} for i in range(len(entries))]}))
         if args.mode == "early-result":
             tls.sendall(message(RESULT, {"index": 0, "verified": True, "storedAs": entries[0]["path"], "error": None}))
+            # Then it reads nothing more: a file larger than every buffer on the way cannot
+            # have been sent to its end, whatever the timing, so the verdict is a lie the sender
+            # must catch by itself (and end the transfer). The test stops this process.
+            while time.monotonic() < deadline:
+                time.sleep(0.1)
         while time.monotonic() < deadline:
             kind, _ = frames.next(deadline)
             if kind is None:

@@ -124,6 +124,10 @@ final class InboxTests: XCTestCase {
         try part.finishWriting(mode: 0o644, modified: 0)
         XCTAssertEqual(try part.publish(), "held.bin")
         part.closeFiles()
+        // A digest is remembered only once the file's change time lies past the kernel's
+        // timestamp granularity (a later write must be sure to move it).
+        let settle = DigestCache.settleTime.components
+        Thread.sleep(forTimeInterval: Double(settle.seconds) + Double(settle.attoseconds) / 1e18 + 0.01)
         let first = inbox.digest(ofFile: path, size: 100_000, deliveredBy: "k")
         XCTAssertNotNil(first)
         XCTAssertEqual(inbox.digest(ofFile: path, size: 100_000, deliveredBy: "k"), first)
@@ -156,7 +160,7 @@ final class InboxTests: XCTestCase {
                 // A slow hashing, as of a large file: the others ask meanwhile (and if one
                 // asked after it ended, it finds the digest remembered: one hashing either way).
                 Thread.sleep(forTimeInterval: 0.3)
-                return SHA256Hasher().finish()
+                return (SHA256Hasher().finish(), true)
             }
             answers.withLock { $0.append(digest) }
         }
@@ -166,7 +170,8 @@ final class InboxTests: XCTestCase {
         // A failed hashing is not remembered: the next ask tries again.
         let other = DigestCache.Key({ var o = stat(); o.st_ino = 43; return o }())
         XCTAssertNil(cache.digest(for: other) { nil })
-        XCTAssertNotNil(cache.digest(for: other) { SHA256Hasher().finish() })
+        XCTAssertNotNil(cache.digest(for: other) { (SHA256Hasher().finish(), false) })
+        XCTAssertEqual(cache.count, 1, "a digest the hasher says not to remember is answered, not kept")
     }
 
     func testAnotherSendersPartFileIsNeitherOfferedNorTouched() throws {
@@ -176,6 +181,12 @@ final class InboxTests: XCTestCase {
         let chunk = TransferLimits.chunkSize
         // Sender A's transfer is cut after two chunks: its part file stays, for it to resume.
         let fromA = try inbox.openPart(path, for: "A")
+        // While A's part file is still empty (and locked), B's transfer of the path gets a copy
+        // of its own rather than an error.
+        let early = try inbox.openPart(path, for: "B")
+        try early.write(Data("B early".utf8), at: 0)
+        early.discard()
+        early.closeFiles()
         try fromA.write(Data(repeating: 0xA, count: 2 * chunk), at: 0)
         fromA.closeFiles()
         XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: chunk, for: "A").count, 2)
@@ -205,5 +216,13 @@ final class InboxTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: partPath), "A's part file went once A's copy was named")
         XCTAssertNotNil(inbox.digest(ofFile: path, size: 8, deliveredBy: "B"), "B delivered x.bin")
         XCTAssertNil(inbox.digest(ofFile: path, size: 8, deliveredBy: "A"))
+    }
+
+    func testAFileSystemWithoutExtendedAttributesIsToldApart() {
+        let proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        XCTAssertGreaterThanOrEqual(proc, 0)
+        defer { close(proc) }
+        XCTAssertFalse(PartFile.keepsAttributes(proc), "procfs keeps no user attributes")
+        XCTAssertTrue((try? Inbox(path: folder + "/inbox"))?.recordsSenders ?? false, "this test folder's file system does")
     }
 }

@@ -129,9 +129,13 @@ final class PeerXferHostileTests: XCTestCase {
                                      "fp=\(certificate.publicKeySHA256)"])
         defer { publisher.stop() }
         XCTAssertTrue(publisher.waitForOutput(containing: "Established", seconds: 10), publisher.output)
-        try lab.makeFile("src/a.bin", size: 3 << 20)
+        // Larger than every buffer between the two (the connection's 4 MiB, the sockets'): its
+        // end cannot have been sent, whatever the timing, as the liar reads nothing more.
+        try lab.makeFile("src/a.bin", size: 64 << 20)
+        let started = Date()
         let (status, output) = try lab.send([lab.path("src/a.bin")], to: name, config: "sender")
         XCTAssertEqual(status, 1, output)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 30, "the sender must end at the lie, not at the idle bound")
         XCTAssertTrue(output.contains("whose end was not sent yet"), output)
         XCTAssertFalse(output.contains("\"event\":\"verified\""), "a lie must not be reported as a verified file: \(output)")
     }

@@ -363,8 +363,10 @@ final class TLSTests: SalutTestCase {
         unknown.tls13CipherSuites = "TLS_NO_SUCH_SUITE"
         let refused = await openError(SocketStreams.pair(toHost: "127.0.0.1", port: port, tls: unknown))
         XCTAssertEqual(refused?.tlsError?.code, .invalidConfiguration, "\(String(describing: refused))")
-        unknown.tls13CipherSuites = "TLS_AES_128_GCM_SHA256::TLS_AES_256_GCM_SHA384"
-        XCTAssertThrowsError(try unknown.validate())
+        for bad in ["TLS_AES_128_GCM_SHA256::TLS_AES_256_GCM_SHA384", "TLS_AES_128_GCM_SHA256:TLS_BOGUS", ""] {
+            unknown.tls13CipherSuites = bad
+            XCTAssertThrowsError(try unknown.validate(), bad)   // OpenSSL alone would drop TLS_BOGUS silently
+        }
     }
 
     func testBadServerConfigurationsAreTypedErrors() {

@@ -9,7 +9,10 @@ import Synchronization
 /// that file before the answer: a peer offering one such file over and over, on every
 /// connection the daemon admits, kept all of them busy hashing. A file whose bytes change
 /// gets a new change time (`st_ctime`, which no unprivileged call can set back), so a
-/// remembered digest is only used for the very same bytes.
+/// remembered digest is only used for the very same bytes. Two cautions make that hold:
+/// a digest is remembered only when the file's key is the same after hashing as before, and
+/// only once the change time lies further back than the kernel's timestamp granularity (before
+/// Linux 6.13, a write within the same clock tick as the last change keeps the same ctime).
 final class DigestCache: Sendable {
     /// What identifies a file's contents: device, inode, size, and the modification and change
     /// times to the nanosecond.
@@ -20,6 +23,7 @@ final class DigestCache: Sendable {
         var modified: [Int]
         var changed: [Int]
 
+        /// The key of the file whose fstat is `info`.
         init(_ info: stat) {
             device = UInt64(info.st_dev)
             inode = UInt64(info.st_ino)
@@ -51,10 +55,27 @@ final class DigestCache: Sendable {
         self.capacity = capacity
     }
 
+    /// How far back a change time must lie for a digest to be remembered: twice the coarse
+    /// clock's resolution, which file timestamps are taken from on kernels before 6.13.
+    static let settleTime: Duration = {
+        var resolution = timespec()
+        guard clock_getres(CLOCK_REALTIME_COARSE, &resolution) == 0 else { return .milliseconds(20) }
+        return .seconds(resolution.tv_sec) * 2 + .nanoseconds(resolution.tv_nsec) * 2
+    }()
+
+    /// True when `info`'s change time lies further back than ``settleTime``: a later change of
+    /// the file is sure to give it another change time.
+    static func isSettled(_ info: stat) -> Bool {
+        var now = timespec()
+        guard clock_gettime(CLOCK_REALTIME, &now) == 0 else { return false }
+        let age = Duration.seconds(now.tv_sec - info.st_ctim.tv_sec) + .nanoseconds(now.tv_nsec - info.st_ctim.tv_nsec)
+        return age > settleTime
+    }
+
     /// The digest for `key`: remembered, or waited for while another thread computes it, or
-    /// computed by `hash` now (on the calling thread, which it blocks). A failed `hash` is not
-    /// remembered.
-    func digest(for key: Key, hash: () -> SHA256Digest?) -> SHA256Digest? {
+    /// computed by `hash` now (on the calling thread, which it blocks). `hash` also says
+    /// whether its digest may be remembered; a failed `hash` (nil) is not.
+    func digest(for key: Key, hash: () -> (digest: SHA256Digest, remember: Bool)?) -> SHA256Digest? {
         enum Step { case known(SHA256Digest), wait(Flight), compute(Flight) }
         let step = entries.withLock { entries -> Step in
             switch entries[key] {
@@ -74,18 +95,18 @@ final class DigestCache: Sendable {
             flight.group.wait()
             return flight.digest
         case .compute(let flight):
-            let digest = hash()
-            flight.digest = digest
+            let outcome = hash()
+            flight.digest = outcome?.digest
             entries.withLock { entries in
-                if let digest {
+                if let outcome, outcome.remember {
                     if entries.count >= capacity { forgetHalf(&entries) }
-                    entries[key] = .known(digest)
+                    entries[key] = .known(outcome.digest)
                 } else {
                     entries[key] = nil
                 }
             }
             flight.group.leave()
-            return digest
+            return outcome?.digest
         }
     }
 

@@ -7,7 +7,7 @@ import Synchronization
 /// a write outside it.
 final class Inbox: @unchecked Sendable {
     // @unchecked: `root` is set once and only read; the descriptor calls are thread-safe;
-    // `promised` is a Mutex.
+    // `promised` is a Mutex; `digests` is Sendable (its own Mutex).
     let path: String
     private let root: Int32
     /// Bytes that accepted transfers still have to write: free space is promised to one
@@ -30,6 +30,11 @@ final class Inbox: @unchecked Sendable {
     }
 
     deinit { close(root) }
+
+    /// False when the inbox's file system keeps no user extended attributes: then part files
+    /// are not told apart by sender (any sender may resume or discard another's) and no file is
+    /// ever offered as `existing`.
+    var recordsSenders: Bool { PartFile.keepsAttributes(root) }
 
     /// Writes everything written to the inbox's file system to disk (syncfs(2)): one call makes
     /// a whole batch of received files durable before they get their names.
@@ -133,7 +138,7 @@ final class Inbox: @unchecked Sendable {
     /// (nil otherwise): maybe a file an earlier transfer already delivered.
     ///
     /// Only a file that the sender with key `sender` delivered counts (see
-    /// ``PartFile/finishWriting(mode:modified:deliveredBy:)``): offering anyone the digest of any
+    /// ``PartFile/recordSender(_:)``): offering anyone the digest of any
     /// file would let a peer learn what others sent (a short file's digest gives its bytes away
     /// to a few guesses).
     func digest(ofFile path: RelativePath, size: UInt64, deliveredBy sender: String) -> SHA256Digest? {
@@ -147,7 +152,14 @@ final class Inbox: @unchecked Sendable {
         var info = stat()
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, UInt64(info.st_size) == size,
               PartFile.deliverer(of: fd) == sender, !sender.isEmpty else { return nil }
-        return digests.digest(for: DigestCache.Key(info)) { try? FileHashing.digest(of: fd, length: size) }
+        let key = DigestCache.Key(info)
+        return digests.digest(for: key) {
+            guard let digest = try? FileHashing.digest(of: fd, length: size) else { return nil }
+            // Remembered only for bytes that did not change while they were read.
+            var after = stat()
+            let unchanged = fstat(fd, &after) == 0 && DigestCache.Key(after) == key
+            return (digest, unchanged && DigestCache.isSettled(info))
+        }
     }
 
     /// SHA-256 of each whole chunk of the part file for `path` (empty when there is none, or
@@ -210,17 +222,20 @@ final class Inbox: @unchecked Sendable {
             close(directory)
             throw PeerTransferError.unsafePath("\(Terminal.escape(path.description))\(TransferLimits.partSuffix) is not a plain file of its own (a hard link, a FIFO or a device); nothing is written to it")
         }
-        // One writer per part file: a second transfer of the same path (another sender, or an
-        // attacker racing a sender) must not write into a file this one will verify and name.
-        // The lock lasts until the file is named or given up.
-        let locked = flock(fd, LOCK_EX | LOCK_NB) == 0
-        if !PartFile.mayResume(fd, sender: sender, size: UInt64(info.st_size)) {
-            // Another sender's: kept for it, whether its transfer is going on or may resume.
+        // Another sender's part file (waiting for it to resume, or being written by it) is left
+        // alone, unlocked: this transfer's copy goes to a file without a name.
+        guard PartFile.mayResume(fd, sender: sender, info: info) else {
             close(fd)
             return try openUnnamedPart(path, in: directory, for: sender)
         }
-        guard locked else {
+        // One writer per part file: a second transfer of the same path must not write into a
+        // file this one will verify and name. The lock lasts until the file is named or given up.
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            // Held by another transfer: this same sender racing itself fails this file; any
+            // other (the part file recorded no writer yet) gets a copy of its own.
+            let writer = PartFile.deliverer(of: fd)
             close(fd)
+            guard writer == sender else { return try openUnnamedPart(path, in: directory, for: sender) }
             close(directory)
             throw PeerTransferError.fileFailed("another transfer is receiving \(Terminal.escape(path.description)) right now; try again when it is done")
         }
@@ -235,7 +250,15 @@ final class Inbox: @unchecked Sendable {
         guard fd >= 0 else {
             let failure = errno
             close(directory)
-            throw PeerTransferError.fileFailed("\(Terminal.escape(path.description))\(TransferLimits.partSuffix) holds another sender's interrupted transfer, and this file system has no unnamed files to receive a second copy beside it (\(String(cString: strerror(failure))))")
+            let reason = String(cString: strerror(failure))
+            switch failure {
+            case ENOSPC, EDQUOT:
+                throw PeerTransferError.noSpace("the inbox's disk is full (receiving \(Terminal.escape(path.description)))")
+            case EOPNOTSUPP, EISDIR, EINVAL, EACCES, EPERM:
+                throw PeerTransferError.fileFailed("\(Terminal.escape(path.description))\(TransferLimits.partSuffix) belongs to another sender's transfer, and this file system cannot hold a second copy beside it without a name (\(reason))")
+            default:
+                throw PeerTransferError.runtime("cannot make a file in the folder of \(Terminal.escape(path.description)): \(reason)")
+            }
         }
         let file = PartFile(inbox: self, directory: directory, fd: fd, path: path, named: false)
         file.recordSender(sender)
@@ -247,12 +270,14 @@ final class Inbox: @unchecked Sendable {
     }
 }
 
-/// A file being received: `NAME.peerxfer-part` in its folder, renamed when verified.
+/// A file being received: `NAME.peerxfer-part` in its folder, linked under its final name
+/// when verified; or, when another sender's part file holds that name, a file without a name
+/// (`O_TMPFILE`) in the same folder, linked the same way (and never resumable).
 ///
-/// While it is written it holds two descriptors, its own (with an exclusive `flock`: one writer
-/// per part file) and its folder's; once written (``finishWriting(mode:modified:)``) only its
-/// own, still locked until it is named: the folder is opened again, from the inbox's root as
-/// every path is, to name it.
+/// While it is written it holds two descriptors, its own (a named one with an exclusive
+/// `flock`: one writer per part file) and its folder's; once written
+/// (``finishWriting(mode:modified:)``) only its own, still locked until it is named: the
+/// folder is opened again, from the inbox's root as every path is, to name it.
 final class PartFile {
     let path: RelativePath
     private let inbox: Inbox
@@ -290,8 +315,16 @@ final class PartFile {
     }
 
     /// Cuts the file to `offset` bytes and feeds those bytes to `hasher`.
-    /// - Throws: ``PeerTransferError/runtime(_:)`` when the file is shorter or cannot be read.
+    /// - Throws: ``PeerTransferError/fileFailed(_:)`` when the file is shorter than `offset`
+    ///   (that file alone fails); ``PeerTransferError/runtime(_:)`` when it cannot be read.
     func keepPrefix(_ offset: UInt64, feeding hasher: SHA256Hasher) throws {
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw ioError("fstat") }
+        // Cutting a shorter file "back" would lengthen it with zeros, which would then be
+        // taken for the sender's bytes.
+        guard UInt64(info.st_size) >= offset else {
+            throw PeerTransferError.fileFailed("the part file of \(Terminal.escape(path.description)) holds \(info.st_size) bytes, fewer than the \(offset) to resume after (it changed since the answer); send it again")
+        }
         guard ftruncate(fd, off_t(offset)) == 0 else { throw ioError("ftruncate") }
         try FileHashing.feed(fd, length: offset, to: hasher)
     }
@@ -447,6 +480,13 @@ final class PartFile {
         }
     }
 
+    /// True unless the file system of `fd` refuses user extended attributes (ENOTSUP).
+    static func keepsAttributes(_ fd: Int32) -> Bool {
+        guard let getAttribute else { return false }
+        var byte: UInt8 = 0
+        return getAttribute(fd, delivererAttribute, &byte, 1) >= 0 || errno != ENOTSUP
+    }
+
     /// The extended attribute that holds the key of the sender that delivered a file.
     static let delivererAttribute = "user.peerxfer.sender"
 
@@ -509,11 +549,19 @@ final class PartFile {
         }
     }
 
-    /// True when the transfer from `sender` may resume (or take over) the part file `fd` of
-    /// `size` bytes: it is empty, or it records no writer (made before writers were recorded,
-    /// or on a file system without extended attributes), or `sender` wrote it.
-    static func mayResume(_ fd: Int32, sender: String, size: UInt64? = nil) -> Bool {
-        if size == 0 { return true }
+    /// A part file left this long without a write is abandoned: any sender's transfer may take
+    /// it over (its own sender, back after that long, starts over).
+    static let abandonedAfter: TimeInterval = 7 * 24 * 3600
+
+    /// True when the transfer from `sender` may resume (or take over) the part file `fd`
+    /// (`info` is its fstat, when known): it is empty, or it records no writer (made before
+    /// writers were recorded, or on a file system without extended attributes), or `sender`
+    /// wrote it, or it was abandoned (no write for ``abandonedAfter``).
+    static func mayResume(_ fd: Int32, sender: String, info: stat? = nil) -> Bool {
+        if let info {
+            if info.st_size == 0 { return true }
+            if Double(time(nil) - info.st_mtim.tv_sec) > abandonedAfter { return true }
+        }
         guard let writer = deliverer(of: fd) else { return true }
         return writer == sender
     }

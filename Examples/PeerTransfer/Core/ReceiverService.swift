@@ -34,6 +34,9 @@ public final class ReceiverService: Sendable {
                              policy: AcceptPolicy, port: Int = 0, pace: TransferPace = TransferPace(), logger: Logger,
                              events: @escaping @Sendable (ReceiveEvent) -> Void = { _ in }) async throws -> ReceiverService {
         let inbox = try Inbox(path: inboxPath)
+        if !inbox.recordsSenders {
+            logger.warning("the inbox's file system keeps no extended attributes: part files cannot be told apart by sender (any peer may resume or discard another's interrupted file), and files sent again are sent whole")
+        }
         var tls = TLSConfiguration.server(certificateChainFile: configuration.identity.certificateFile,
                                           privateKeyFile: configuration.identity.privateKeyFile)
         tls.requiresClientCertificate = true

@@ -184,8 +184,15 @@ public struct Sender: Sendable {
         let ended = EndedFiles()
         let results = Task { [reader, acceptedIndexes] in
             var reader = reader
-            return try await Self.collectResults(from: &reader, entries: entries, accepted: acceptedIndexes,
-                                                 ended: ended, watchdog: watchdog, events: events)
+            do {
+                return try await Self.collectResults(from: &reader, entries: entries, accepted: acceptedIndexes,
+                                                     ended: ended, watchdog: watchdog, events: events)
+            } catch {
+                // A receiver that failed the transfer, or broke the protocol, is sent nothing
+                // more: the sending below ends at once, and reports this error.
+                pair.reset()
+                throw error
+            }
         }
         var sent: UInt64 = 0
         do {
@@ -341,7 +348,9 @@ public struct Sender: Sendable {
     /// the task that collects the receiver's verdicts.
     final class EndedFiles: Sendable {
         private let indexes = Mutex(Set<Int>())
+        /// Records that the `fileEnd` of entry `index` is about to be sent.
         func insert(_ index: Int) { _ = indexes.withLock { $0.insert(index) } }
+        /// True once the `fileEnd` of entry `index` was recorded.
         func contains(_ index: Int) -> Bool { indexes.withLock { $0.contains(index) } }
     }
 

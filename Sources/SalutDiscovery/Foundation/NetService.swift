@@ -71,6 +71,10 @@ open class NetService: NSObject, @unchecked Sendable {
         var listener: StreamListener?
         var listenerTLS: TLSConfiguration?
         var listenerLimits = ConnectionLimits()
+        var wideArea: WideAreaPublishing?
+        /// A wide-area publication on its way to the zone's server, then the published one.
+        var wideAreaPublishing: Task<Void, Never>?
+        var wideAreaAdvertisement: ServiceAdvertisement?
         /// `getInputStream` was called: Apple documents that the service makes no more delegate
         /// calls after it.
         var delegateCallsEnded = false
@@ -148,6 +152,21 @@ open class NetService: NSObject, @unchecked Sendable {
         set { state.withLock { $0.listenerLimits = newValue } }
     }
 
+    /// How to publish in a wide-area domain (Salut addition): the TSIG key that signs the DNS
+    /// updates, and optionally the name server, host name and addresses. Set before
+    /// `publish()` on a service whose ``domain`` is a unicast DNS zone (`home.arpa.`): the
+    /// service is then registered in that zone by signed DNS updates, as
+    /// `ServiceAdvertisement.publish(…, wideArea:)` does, since avahi-daemon cannot publish
+    /// outside `.local`. ``stop()`` removes the records; `setTXTRecord(_:)` changes them.
+    /// Ignored for `local.` (and an empty domain). A failure reaches
+    /// `netService(_:didNotPublish:)` with the closest error code (`collisionError` for a
+    /// taken name with `.noAutoRename`, `badArgumentError` for bad input, `unknownError` for
+    /// the server's refusals), and ``lastError`` says what the server answered.
+    public var wideAreaPublishing: WideAreaPublishing? {
+        get { state.value.wideArea }
+        set { state.withLock { $0.wideArea = newValue } }
+    }
+
     /// The typed Swift error behind the last `didNotPublish`/`didNotResolve` (Salut addition).
     public var lastError: DiscoveryError? { state.value.lastError }
 
@@ -181,7 +200,8 @@ open class NetService: NSObject, @unchecked Sendable {
     /// unopened stream pair. A port that cannot be bound is reported as `unknownError` with
     /// ``lastError`` ``DiscoveryError/listenFailed(_:)``. ``stop()`` closes the listener.
     open func publish(options: Options = []) {
-        guard state.value.registration == nil else { return report(.activityInProgress, publishing: true) }
+        let busy = state.withLock { $0.registration != nil || $0.wideAreaPublishing != nil || $0.wideAreaAdvertisement != nil }
+        guard !busy else { return report(.activityInProgress, publishing: true) }
         if options.contains(.listenForConnections) {
             do {
                 let settings = state.value
@@ -215,6 +235,9 @@ open class NetService: NSObject, @unchecked Sendable {
             }?.stop()
             return report(error as? DiscoveryError ?? .invalidTXTRecord(reason: "\(error)"), publishing: true)
         }
+        if let wideArea = snapshot.wideArea, !ServiceNames.isOnTheLink(request.domain) {
+            return publishWideArea(request, wideArea: wideArea)
+        }
         let operation = RegisterOperation(context: context, request: request) { [weak self] event in
             self?.registrationEvent(event)
         }
@@ -242,6 +265,50 @@ open class NetService: NSObject, @unchecked Sendable {
             report(error, publishing: true)
         case .withdrawn:
             break
+        }
+    }
+
+    /// Publishes `request` in its wide-area zone: `willPublish` now, then `didPublish` (with the
+    /// final name) or `didNotPublish` once the zone's server answered.
+    private func publishWideArea(_ request: RegisterOperation.Request, wideArea: WideAreaPublishing) {
+        // willPublish goes first; the task starts under the lock, so that it finds itself
+        // recorded as wanted however soon it ends.
+        call { $1.netServiceWillPublish($0) }
+        state.withLock { state in
+            state.publishedName = nil
+            state.wideAreaPublishing = publishingTask(request, wideArea: wideArea)
+        }
+    }
+
+    private func publishingTask(_ request: RegisterOperation.Request, wideArea: WideAreaPublishing) -> Task<Void, Never> {
+        Task { [weak self, request] in
+            do {
+                let advertisement = try await ServiceAdvertisement.publish(
+                    name: request.name, type: request.type.browseType, domain: request.domain, port: Int(request.port),
+                    txtRecord: request.txt, allowRename: request.allowRename, wideArea: wideArea)
+                guard let self else { return await advertisement.withdraw() }
+                // Kept only while this publication is still wanted (no stop() meanwhile).
+                let kept = self.state.withLock { state -> Bool in
+                    guard state.wideAreaPublishing != nil else { return false }
+                    state.wideAreaPublishing = nil
+                    state.wideAreaAdvertisement = advertisement
+                    state.publishedName = advertisement.name
+                    state.name = advertisement.name
+                    return true
+                }
+                if kept { self.call { $1.netServiceDidPublish($0) } } else { await advertisement.withdraw() }
+            } catch {
+                guard let self else { return }
+                // Reported only while still wanted: after stop(), the delegate heard didStop.
+                let (wanted, listener) = self.state.withLock { state -> (Bool, StreamListener?) in
+                    guard state.wideAreaPublishing != nil else { return (false, nil) }
+                    defer { state.wideAreaPublishing = nil; state.listener = nil }
+                    return (true, state.listener)
+                }
+                guard wanted else { return }
+                listener?.stop()
+                self.report(error as? DiscoveryError ?? .dnsFailure("\(error)"), publishing: true)
+            }
         }
     }
 
@@ -313,14 +380,21 @@ open class NetService: NSObject, @unchecked Sendable {
     /// listener is closed) and resolving; the delegate hears `netServiceDidStop` when something
     /// was running.
     open func stop() {
-        let (registration, resolver, listener) = state.withLock { state -> (RegisterOperation?, ResolveOperation?, StreamListener?) in
-            defer { state.registration = nil; state.resolver = nil; state.publishedName = nil; state.listener = nil }
-            return (state.registration, state.resolver, state.listener)
+        let (registration, resolver, listener, pending, advertisement) = state.withLock {
+            state -> (RegisterOperation?, ResolveOperation?, StreamListener?, Task<Void, Never>?, ServiceAdvertisement?) in
+            defer {
+                state.registration = nil; state.resolver = nil; state.publishedName = nil; state.listener = nil
+                state.wideAreaPublishing = nil; state.wideAreaAdvertisement = nil
+            }
+            return (state.registration, state.resolver, state.listener, state.wideAreaPublishing, state.wideAreaAdvertisement)
         }
         listener?.stop()
         registration?.stop()
         resolver?.stop()
-        if registration != nil || resolver != nil { call { $1.netServiceDidStop($0) } }
+        // A wide-area publication still on its way is withdrawn once the server answered it
+        // (its task finds it no longer wanted); a published one is removed now.
+        advertisement?.cancel()
+        if registration != nil || resolver != nil || pending != nil || advertisement != nil { call { $1.netServiceDidStop($0) } }
     }
 
     // MARK: TXT records
@@ -357,11 +431,12 @@ open class NetService: NSObject, @unchecked Sendable {
     open func setTXTRecord(_ recordData: Data?) -> Bool {
         guard let record = try? recordData.map({ try TXTRecord(parsing: $0) }) ?? TXTRecord(),
               (try? record.validateForPublishing()) != nil else { return false }
-        let registration = state.withLock { state -> RegisterOperation? in
+        let (registration, advertisement) = state.withLock { state -> (RegisterOperation?, ServiceAdvertisement?) in
             state.txtData = recordData
-            return state.registration
+            return (state.registration, state.wideAreaAdvertisement)
         }
         registration?.updateTXT(record)
+        try? advertisement?.updateTXTRecord(record)
         return true
     }
 
