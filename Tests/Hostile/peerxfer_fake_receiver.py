@@ -9,11 +9,15 @@ with avahi-publish under the key of --cert, so the sender finds and trusts it.
     peerxfer_fake_receiver.py MODE --cert C --key K [--wait S]
 
 Modes:
-  early-result   says file 0 is verified right after the answer, before its end was sent,
-                 then reads nothing more
+  early-result        says file 0 is verified right after the answer, before its end was sent,
+                      then reads nothing more
+  withdrawn-verified  prints "got manifest", answers once the file --go names exists (the test
+                      changes the offered file meanwhile, so the sender withdraws it), then
+                      says file 0 is verified after its (withdrawing) end
 """
 import argparse
 import json
+import os
 import socket
 import ssl
 import struct
@@ -50,7 +54,8 @@ class Frames:
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["early-result"])
+    parser.add_argument("mode", choices=["early-result", "withdrawn-verified"])
+    parser.add_argument("--go", help="withdrawn-verified: answer once this file exists")
     parser.add_argument("--cert", required=True)
     parser.add_argument("--key", required=True)
     parser.add_argument("--wait", type=float, default=30)
@@ -74,6 +79,10 @@ def main():
         kind, manifest = frames.next(deadline)
         seen.append(kind)
         entries = manifest["entries"]
+        if args.mode == "withdrawn-verified":
+            print("got manifest", flush=True)
+            while not os.path.exists(args.go) and time.monotonic() < deadline:
+                time.sleep(0.05)
         tls.sendall(message(ANSWER, {"accepted": [{"index": i, "have": []} for i in range(len(entries))]}))
         if args.mode == "early-result":
             tls.sendall(message(RESULT, {"index": 0, "verified": True, "storedAs": entries[0]["path"], "error": None}))
@@ -87,6 +96,8 @@ def main():
             if kind is None:
                 break
             seen.append(kind)
+            if kind == FILE_END and args.mode == "withdrawn-verified":
+                tls.sendall(message(RESULT, {"index": 0, "verified": True, "storedAs": entries[0]["path"], "error": None}))
     except (OSError, ssl.SSLError, ValueError) as error:
         seen.append(f"error: {error}")
     print(json.dumps({"frames": [k for k in seen if k != CHUNK], "chunks": seen.count(CHUNK)}), flush=True)

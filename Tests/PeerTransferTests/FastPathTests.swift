@@ -77,7 +77,7 @@ final class FastPathTests: XCTestCase {
             XCTAssertEqual(digest, SHA256Hasher.hash(data), name)
             try file.finishWriting(mode: 0o644, modified: 0)
             file.closeFiles()
-            let written = try Data(contentsOf: URL(fileURLWithPath: folder + "/inbox/" + name + TransferLimits.partSuffix))
+            let written = try Data(contentsOf: URL(fileURLWithPath: folder + "/inbox/" + TransferLimits.partName(of: name, from: "k")))
             XCTAssertEqual(written, data, name)
         }
     }

@@ -26,7 +26,7 @@ final class InboxTests: XCTestCase {
         try part.write(Data("the verified bytes".utf8), at: 0)
         try part.finishWriting(mode: 0o644, modified: 0)
         // Between verification and naming, someone renames their own file over the part file.
-        let partPath = folder + "/inbox/report.txt" + TransferLimits.partSuffix
+        let partPath = folder + "/inbox/" + TransferLimits.partName(of: "report.txt", from: "k")
         try Data("EVIL".utf8).write(to: URL(fileURLWithPath: folder + "/outside/evil"))
         XCTAssertEqual(rename(folder + "/outside/evil", partPath), 0)
         XCTAssertThrowsError(try part.publish()) { error in
@@ -41,7 +41,7 @@ final class InboxTests: XCTestCase {
         let second = try inbox.openPart(try RelativePath(validating: "b.txt"), for: "k")
         try second.write(Data("b".utf8), at: 0)
         try second.finishWriting(mode: 0o644, modified: 0)
-        let secondPart = folder + "/inbox/b.txt" + TransferLimits.partSuffix
+        let secondPart = folder + "/inbox/" + TransferLimits.partName(of: "b.txt", from: "k")
         XCTAssertEqual(rename(secondPart, folder + "/inbox/moved-aside"), 0)
         XCTAssertEqual(symlink(folder + "/outside/target", secondPart), 0)
         XCTAssertEqual(try second.publish(), "b.txt")
@@ -94,7 +94,7 @@ final class InboxTests: XCTestCase {
     func testAPartFilePlantedAsAHardLinkToAFileOutsideIsNotWrittenThrough() throws {
         let target = folder + "/outside/precious.txt"
         try Data("precious".utf8).write(to: URL(fileURLWithPath: target))
-        XCTAssertEqual(link(target, folder + "/inbox/x.txt" + TransferLimits.partSuffix), 0)
+        XCTAssertEqual(link(target, folder + "/inbox/" + TransferLimits.partName(of: "x.txt", from: "k")), 0)
         let inbox = try Inbox(path: folder + "/inbox")
         let path = try RelativePath(validating: "x.txt")
         XCTAssertThrowsError(try inbox.openPart(path, for: "k")) { error in
@@ -106,7 +106,7 @@ final class InboxTests: XCTestCase {
 
     func testAFIFOPlantedInTheInboxNeverBlocksTheDaemon() throws {
         XCTAssertEqual(mkfifo(folder + "/inbox/pipe.txt", 0o644), 0)
-        XCTAssertEqual(mkfifo(folder + "/inbox/pipe2.txt" + TransferLimits.partSuffix, 0o644), 0)
+        XCTAssertEqual(mkfifo(folder + "/inbox/" + TransferLimits.partName(of: "pipe2.txt", from: "k"), 0o644), 0)
         let inbox = try Inbox(path: folder + "/inbox")
         // Each of these would block for ever on a FIFO opened for reading without O_NONBLOCK.
         XCTAssertNil(inbox.digest(ofFile: try RelativePath(validating: "pipe.txt"), size: 0, deliveredBy: "k"))
@@ -174,34 +174,35 @@ final class InboxTests: XCTestCase {
         XCTAssertEqual(cache.count, 1, "a digest the hasher says not to remember is answered, not kept")
     }
 
-    func testAnotherSendersPartFileIsNeitherOfferedNorTouched() throws {
+    func testEachSenderHasAPartFileOfItsOwnThatNoOtherSeesOrTouches() throws {
         let inbox = try Inbox(path: folder + "/inbox")
         let path = try RelativePath(validating: "x.bin")
-        let partPath = folder + "/inbox/x.bin" + TransferLimits.partSuffix
+        let a = String(repeating: "a", count: 64), b = String(repeating: "b", count: 64)
+        let partOfA = folder + "/inbox/" + TransferLimits.partName(of: "x.bin", from: a)
+        XCTAssertEqual(TransferLimits.partName(of: "x.bin", from: a), "x.bin.aaaaaaaaaaaa.peerxfer-part")
         let chunk = TransferLimits.chunkSize
         // Sender A's transfer is cut after two chunks: its part file stays, for it to resume.
-        let fromA = try inbox.openPart(path, for: "A")
-        // While A's part file is still empty (and locked), B's transfer of the path gets a copy
-        // of its own rather than an error.
-        let early = try inbox.openPart(path, for: "B")
+        let fromA = try inbox.openPart(path, for: a)
+        // While A's part file is still empty (and locked), B's transfer of the path goes on.
+        let early = try inbox.openPart(path, for: b)
         try early.write(Data("B early".utf8), at: 0)
         early.discard()
         early.closeFiles()
         try fromA.write(Data(repeating: 0xA, count: 2 * chunk), at: 0)
         fromA.closeFiles()
-        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: chunk, for: "A").count, 2)
-        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: chunk, for: "B"), [], "B learns nothing of A's file")
+        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: chunk, for: a).count, 2)
+        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: chunk, for: b), [], "B learns nothing of A's file")
 
         // B offers the same path, starts, and withdraws: A's part file is as it was.
-        let withdrawn = try inbox.openPart(path, for: "B")
+        let withdrawn = try inbox.openPart(path, for: b)
         try withdrawn.write(Data(repeating: 0xB, count: 100), at: 0)
         withdrawn.discard()
         withdrawn.closeFiles()
-        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: partPath)), Data(repeating: 0xA, count: 2 * chunk))
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: partOfA)), Data(repeating: 0xA, count: 2 * chunk))
 
         // B sends it whole while A resumes at the same time: both arrive, neither in the other's file.
-        let fromB = try inbox.openPart(path, for: "B")
-        let resumed = try inbox.openPart(path, for: "A")
+        let fromB = try inbox.openPart(path, for: b)
+        let resumed = try inbox.openPart(path, for: a)
         try fromB.write(Data("B's copy".utf8), at: 0)
         try fromB.finishWriting(mode: 0o644, modified: 0)
         try resumed.keepPrefix(0, feeding: SHA256Hasher())   // A starts over (a new version of it)
@@ -213,9 +214,31 @@ final class InboxTests: XCTestCase {
         resumed.closeFiles()
         XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/x.bin", encoding: .utf8), "B's copy")
         XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/x (1).bin", encoding: .utf8), "A's copy")
-        XCTAssertFalse(FileManager.default.fileExists(atPath: partPath), "A's part file went once A's copy was named")
-        XCTAssertNotNil(inbox.digest(ofFile: path, size: 8, deliveredBy: "B"), "B delivered x.bin")
-        XCTAssertNil(inbox.digest(ofFile: path, size: 8, deliveredBy: "A"))
+        XCTAssertEqual(PeerXferLab.listing(folder + "/inbox"), ["x (1).bin", "x.bin"], "no part file is left")
+        XCTAssertNotNil(inbox.digest(ofFile: path, size: 8, deliveredBy: b), "B delivered x.bin")
+        XCTAssertNil(inbox.digest(ofFile: path, size: 8, deliveredBy: a))
+    }
+
+    func testTwoKeysThatBeginAlikeStillNeverShareAPartFile() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        let path = try RelativePath(validating: "y.bin")
+        let first = String(repeating: "c", count: 64), second = String(repeating: "c", count: 12) + String(repeating: "d", count: 52)
+        XCTAssertEqual(TransferLimits.partName(of: "y.bin", from: first), TransferLimits.partName(of: "y.bin", from: second))
+        let cut = try inbox.openPart(path, for: first)
+        try cut.write(Data(repeating: 1, count: 4096), at: 0)
+        cut.closeFiles()
+        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: 1024, for: second), [], "the recorded key tells them apart")
+        // The second key's copy goes to a file without a name; the first's part file stays.
+        let other = try inbox.openPart(path, for: second)
+        XCTAssertNil(other.partName)
+        try other.write(Data("second".utf8), at: 0)
+        other.discard()
+        try other.finishWriting(mode: 0o644, modified: 0)
+        XCTAssertEqual(try other.publish(), "y.bin")
+        other.closeFiles()
+        let part = folder + "/inbox/" + TransferLimits.partName(of: "y.bin", from: first)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: part)), Data(repeating: 1, count: 4096))
+        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: 1024, for: first).count, 4)
     }
 
     func testAFileSystemWithoutExtendedAttributesIsToldApart() {
@@ -224,5 +247,21 @@ final class InboxTests: XCTestCase {
         defer { close(proc) }
         XCTAssertFalse(PartFile.keepsAttributes(proc), "procfs keeps no user attributes")
         XCTAssertTrue((try? Inbox(path: folder + "/inbox"))?.recordsSenders ?? false, "this test folder's file system does")
+    }
+
+    func testAPeerThatTookEveryNumberedNameCannotKeepAFileOut() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        let path = try RelativePath(validating: "r.txt")
+        for number in 0..<PartFile.numberedNames {
+            let name = number == 0 ? "r.txt" : PartFile.numbered("r.txt", number)
+            XCTAssertTrue(FileManager.default.createFile(atPath: folder + "/inbox/" + name, contents: nil))
+        }
+        let part = try inbox.openPart(path, for: "k")
+        try part.write(Data("mine".utf8), at: 0)
+        try part.finishWriting(mode: 0o644, modified: 0)
+        let stored = try part.publish()
+        part.closeFiles()
+        XCTAssertTrue(stored.hasPrefix("r (") && stored.hasSuffix(").txt") && stored.count == "r (12345678).txt".count, stored)
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/" + stored, encoding: .utf8), "mine")
     }
 }

@@ -139,4 +139,34 @@ final class PeerXferHostileTests: XCTestCase {
         XCTAssertTrue(output.contains("whose end was not sent yet"), output)
         XCTAssertFalse(output.contains("\"event\":\"verified\""), "a lie must not be reported as a verified file: \(output)")
     }
+
+    func testAReceiverThatCallsAWithdrawnFileVerifiedIsAProtocolFailure() throws {
+        let lab = try PeerXferLab()
+        let certificate = try TestCertificate.make()
+        let script = PeerXferLab.root.appendingPathComponent("Tests/Hostile/peerxfer_fake_receiver.py").path
+        let go = lab.path("go")
+        let fake = try Foreign(["python3", script, "withdrawn-verified", "--go", go, "--cert", certificate.certificateFile,
+                                "--key", certificate.keyFile, "--wait", "60"])
+        defer { fake.stop() }
+        XCTAssertTrue(fake.waitForOutput(containing: "listening on ", seconds: 10), fake.output)
+        let port = fake.output.components(separatedBy: "listening on ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        let name = PeerXferLab.uniqueName("Withdrawn")
+        let publisher = try Foreign(["avahi-publish", "-s", name, "_peerxfer._tcp", "\(port)", "v=2",
+                                     "fp=\(certificate.publicKeySHA256)"])
+        defer { publisher.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "Established", seconds: 10), publisher.output)
+        try lab.makeFile("src/a.bin", size: 1000)
+        let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/a.bin"), "--to", name,
+                                  "--config", lab.path("sender"), "--json"])
+        // Once offered, the file changes: the sender withdraws it instead of sending it.
+        XCTAssertTrue(fake.waitForOutput(containing: "got manifest", seconds: 30), fake.output)
+        try lab.makeFile("src/a.bin", size: 1000, seed: 7)
+        var times = [timespec(tv_sec: 1_000_000, tv_nsec: 0), timespec(tv_sec: 1_000_000, tv_nsec: 0)]
+        XCTAssertEqual(utimensat(AT_FDCWD, lab.path("src/a.bin"), &times, 0), 0)
+        XCTAssertTrue(FileManager.default.createFile(atPath: go, contents: nil))
+        let output = sender.finish(seconds: 60)
+        XCTAssertEqual(sender.process.terminationStatus, 1, output)
+        XCTAssertTrue(output.contains("though this sender withdrew it"), output)
+        XCTAssertFalse(output.contains("\"event\":\"verified\""), output)
+    }
 }

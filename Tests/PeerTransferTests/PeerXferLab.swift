@@ -1,4 +1,5 @@
 import Foundation
+@testable import PeerTransferCore
 import SalutTestSupport
 import XCTest
 
@@ -49,6 +50,23 @@ final class PeerXferLab: @unchecked Sendable {
     /// `peerxfer send PATHS --to NAME --config CONFIG --json`.
     func send(_ paths: [String], to name: String, config: String, seconds: Double = 60) throws -> (status: Int32, output: String) {
         try run(["send"] + paths + ["--to", name, "--config", path(config), "--json"], seconds: seconds)
+    }
+
+    /// The key of the configuration `config` (made now if it has none), from `peerxfer identity`.
+    func key(ofConfig config: String) throws -> String {
+        let (status, output) = try run(["identity", "--config", path(config), "--json"])
+        guard status == 0, let range = output.range(of: "\"key\":\"") else {
+            throw NSError(domain: "PeerXferLab", code: 1, userInfo: [NSLocalizedDescriptionKey: "identity failed: \(output)"])
+        }
+        return String(output[range.upperBound...].prefix(64))
+    }
+
+    /// Where the sender of configuration `config` sends `file` (a path relative to the lab,
+    /// in a receiver's inbox) while it arrives: its part file.
+    func partPath(_ file: String, sentWith config: String) throws -> String {
+        let url = URL(fileURLWithPath: path(file))
+        return url.deletingLastPathComponent()
+            .appendingPathComponent(TransferLimits.partName(of: url.lastPathComponent, from: try key(ofConfig: config))).path
     }
 
     /// The key a daemon printed on its "serving" line.

@@ -75,7 +75,7 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
         let size = 256 * chunk + 123
         try lab.makeFile("src/big.bin", size: size)
-        let part = lab.path("inbox/big.bin.peerxfer-part")
+        let part = try lab.partPath("inbox/big.bin", sentWith: "sender")
         let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/big.bin"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
         // Kill it once the receiver holds a few chunks (and long before the end).
@@ -118,7 +118,7 @@ final class PeerXferTransferTests: XCTestCase {
         let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
         let size = 256 * chunk
         try lab.makeFile("src/big.bin", size: size, seed: 3)
-        let part = lab.path("inbox/big.bin.peerxfer-part")
+        let part = try lab.partPath("inbox/big.bin", sentWith: "sender")
         let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/big.bin"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
         let deadline = Date().addingTimeInterval(30)
@@ -146,7 +146,7 @@ final class PeerXferTransferTests: XCTestCase {
         var partial = FileManager.default.contents(atPath: lab.path("src/data.bin"))!.prefix(3 * chunk)
         partial[chunk + chunk / 2] ^= 0xff
         try FileManager.default.createDirectory(atPath: lab.path("inbox"), withIntermediateDirectories: true)
-        try Data(partial).write(to: URL(fileURLWithPath: lab.path("inbox/data.bin.peerxfer-part")))
+        try Data(partial).write(to: URL(fileURLWithPath: try lab.partPath("inbox/data.bin", sentWith: "sender")))
         let (status, output) = try lab.send([lab.path("src/data.bin")], to: name, config: "sender")
         XCTAssertEqual(status, 0, output)
         XCTAssertEqual(done(output)["bytesSkipped"] as? Int, chunk, "only the first chunk verifies: \(output)")
@@ -162,7 +162,7 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.makeFile("src/t/bad.txt", size: 100, seed: 2)
         try lab.makeFile("src/t/z.txt", size: 100, seed: 3)
         try FileManager.default.createDirectory(atPath: lab.path("inbox/t"), withIntermediateDirectories: true)
-        XCTAssertEqual(mkfifo(lab.path("inbox/t/bad.txt.peerxfer-part"), 0o644), 0)
+        XCTAssertEqual(mkfifo(try lab.partPath("inbox/t/bad.txt", sentWith: "sender"), 0o644), 0)
         let (status, output) = try lab.send([lab.path("src/t")], to: name, config: "sender")
         XCTAssertEqual(status, 1, "one file failed: \(output)")
         XCTAssertTrue(output.contains("bad.txt") && output.contains("FIFO"), output)

@@ -64,7 +64,7 @@ final class ProtocolTests: XCTestCase {
             ("a//b", "empty component"), ("a/", "empty component"), ("nul\u{0}byte", "control"), ("bell\u{7}", "control"),
             ("esc\u{1b}[31m", "control"), (String(repeating: "n", count: 256), "longer than 255"),
             (Array(repeating: "d", count: 65).joined(separator: "/"), "deeper"),
-            (String(repeating: "abcdefgh/", count: 460) + "x", "longer than 4096"), ("x.peerxfer-part", "part"),
+            (String(repeating: "abcdefgh/", count: 460) + "x", "longer than 4096"), ("x.peerxfer-part", "part"), ("victim\u{0600}.peerxfer-part", "part"),
             ("csi\u{9b}31m", "control"), ("del\u{7f}", "control"), ("invoice\u{202E}fdp.exe", "bidirectional"),
             ("dir\u{2067}/x", "bidirectional"), ("mark\u{200F}", "bidirectional"),
         ]
@@ -105,12 +105,12 @@ final class ProtocolTests: XCTestCase {
         XCTAssertThrowsError(try manifest([file("a/b/c/d"), file("a/b")]).validate()) { XCTAssertTrue("\($0)".contains("\"a/b\" is offered as a file and as a folder"), "\($0)") }
         XCTAssertNoThrow(try manifest([file("a/b-c"), file("a/b/c"), file("ab/c"), folder("a/b")]).validate(), "near names are not clashes")
         XCTAssertThrowsError(try Manifest(chunkSize: 4096, entries: [file("x")]).validate())
-        // A file name the part file's suffix would push past 255 bytes: refused up front, with
-        // the limit, instead of failing after the answer; 241 bytes still fit.
-        XCTAssertThrowsError(try manifest([file(String(repeating: "n", count: 242))]).validate()) {
-            XCTAssertTrue("\($0)".contains("at most 241"), "\($0)")
+        // A file name the part file's sender tag and suffix would push past 255 bytes: refused
+        // up front, with the limit, instead of failing after the answer; 228 bytes still fit.
+        XCTAssertThrowsError(try manifest([file(String(repeating: "n", count: 229))]).validate()) {
+            XCTAssertTrue("\($0)".contains("at most 228"), "\($0)")
         }
-        XCTAssertNoThrow(try manifest([file(String(repeating: "n", count: 241))]).validate())
+        XCTAssertNoThrow(try manifest([file(String(repeating: "n", count: 228))]).validate())
         XCTAssertNoThrow(try manifest([folder(String(repeating: "n", count: 255))]).validate(), "folders have no part file")
         let tooMany = (0...TransferLimits.maximumEntries).map { folder("d\($0)") }
         XCTAssertThrowsError(try manifest(tooMany).validate()) { XCTAssertTrue("\($0)".contains("entries offered"), "\($0)") }

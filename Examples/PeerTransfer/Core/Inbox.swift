@@ -162,12 +162,12 @@ final class Inbox: @unchecked Sendable {
         }
     }
 
-    /// SHA-256 of each whole chunk of the part file for `path` (empty when there is none, or
-    /// when another sender wrote it: its digests would tell this one about someone else's file).
+    /// SHA-256 of each whole chunk of `sender`'s part file for `path` (empty when there is none,
+    /// or when another sender wrote it: its digests would tell this one about someone else's file).
     func partChunkDigests(_ path: RelativePath, chunkSize: Int, for sender: String) -> [SHA256Digest] {
         guard let directory = try? openDirectory(path.parent, create: false) else { return [] }
         defer { close(directory) }
-        let fd = openat(directory, path.name + TransferLimits.partSuffix, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        let fd = openat(directory, TransferLimits.partName(of: path.name, from: sender), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return [] }
         defer { close(fd) }
         var info = stat()
@@ -185,22 +185,23 @@ final class Inbox: @unchecked Sendable {
     /// Opens (creating) the part file for `path`, creating its folders, for the transfer from
     /// `sender` (whose key the file records).
     ///
-    /// A part file that another sender's interrupted transfer left, or that another sender's
-    /// transfer is writing now, is left alone for it: this transfer's copy is written to a file
-    /// without a name in the same folder (`O_TMPFILE`), named like any other once verified,
-    /// and not resumable should this transfer be cut too. Without that, any peer could offer the
-    /// same path and discard someone else's progress.
+    /// Each sender has a part file of its own for a path, `NAME.<12 hex of its key>.peerxfer-part`,
+    /// so no peer can offer the same path and discard, resume or learn of someone else's
+    /// progress. Should the name still hold another sender's part file (two keys that begin
+    /// alike, which the recorded key tells apart), that file is left alone: this transfer's copy
+    /// is written to a file without a name in the same folder (`O_TMPFILE`), named like any
+    /// other once verified, and not resumable should this transfer be cut too.
     func openPart(_ path: RelativePath, for sender: String) throws -> PartFile {
         guard let directory = try openDirectory(path.parent, create: true) else {
             throw PeerTransferError.runtime("cannot create the folder of \(path)")
         }
-        let name = path.name + TransferLimits.partSuffix
+        let name = TransferLimits.partName(of: path.name, from: sender)
+        let shown = Terminal.escape((path.parent + [name]).joined(separator: "/"))
         // O_NONBLOCK: opening a planted FIFO must not block (it is refused just below).
         let fd = openat(directory, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             let failure = errno
             close(directory)
-            let shown = "\(Terminal.escape(path.description))\(TransferLimits.partSuffix)"
             switch failure {
             case ELOOP:
                 throw PeerTransferError.unsafePath("\(shown) is a symlink; nothing is written through it")
@@ -211,7 +212,7 @@ final class Inbox: @unchecked Sendable {
             default:
                 break
             }
-            throw PeerTransferError.runtime("cannot open \(Terminal.escape(path.description))\(TransferLimits.partSuffix): \(String(cString: strerror(failure)))")
+            throw PeerTransferError.runtime("cannot open \(shown): \(String(cString: strerror(failure)))")
         }
         var info = stat()
         let statted = fstat(fd, &info) == 0
@@ -220,7 +221,7 @@ final class Inbox: @unchecked Sendable {
         guard statted, (info.st_mode & S_IFMT) == S_IFREG, info.st_nlink == 1 else {
             close(fd)
             close(directory)
-            throw PeerTransferError.unsafePath("\(Terminal.escape(path.description))\(TransferLimits.partSuffix) is not a plain file of its own (a hard link, a FIFO or a device); nothing is written to it")
+            throw PeerTransferError.unsafePath("\(shown) is not a plain file of its own (a hard link, a FIFO or a device); nothing is written to it")
         }
         // Another sender's part file (waiting for it to resume, or being written by it) is left
         // alone, unlocked: this transfer's copy goes to a file without a name.
@@ -239,7 +240,7 @@ final class Inbox: @unchecked Sendable {
             close(directory)
             throw PeerTransferError.fileFailed("another transfer is receiving \(Terminal.escape(path.description)) right now; try again when it is done")
         }
-        let file = PartFile(inbox: self, directory: directory, fd: fd, path: path, named: true)
+        let file = PartFile(inbox: self, directory: directory, fd: fd, path: path, partName: name)
         file.recordSender(sender)
         return file
     }
@@ -255,12 +256,12 @@ final class Inbox: @unchecked Sendable {
             case ENOSPC, EDQUOT:
                 throw PeerTransferError.noSpace("the inbox's disk is full (receiving \(Terminal.escape(path.description)))")
             case EOPNOTSUPP, EISDIR, EINVAL, EACCES, EPERM:
-                throw PeerTransferError.fileFailed("\(Terminal.escape(path.description))\(TransferLimits.partSuffix) belongs to another sender's transfer, and this file system cannot hold a second copy beside it without a name (\(reason))")
+                throw PeerTransferError.fileFailed("the part file for \(Terminal.escape(path.description)) belongs to another sender's transfer, and this file system cannot hold a second copy beside it without a name (\(reason))")
             default:
                 throw PeerTransferError.runtime("cannot make a file in the folder of \(Terminal.escape(path.description)): \(reason)")
             }
         }
-        let file = PartFile(inbox: self, directory: directory, fd: fd, path: path, named: false)
+        let file = PartFile(inbox: self, directory: directory, fd: fd, path: path, partName: nil)
         file.recordSender(sender)
         return file
     }
@@ -284,16 +285,17 @@ final class PartFile {
     private var directory: Int32
     private var fd: Int32
 
-    /// False for a file without a name (another sender's part file holds the name): nothing
-    /// is ever removed or unlinked under the part name for it.
-    private let named: Bool
+    /// The part file's name in its folder (`NAME.<sender>.peerxfer-part`); nil for a file
+    /// without a name (another sender's part file holds that name): nothing is ever removed
+    /// under a part name for it.
+    let partName: String?
 
-    init(inbox: Inbox, directory: Int32, fd: Int32, path: RelativePath, named: Bool) {
+    init(inbox: Inbox, directory: Int32, fd: Int32, path: RelativePath, partName: String?) {
         self.inbox = inbox
         self.directory = directory
         self.fd = fd
         self.path = path
-        self.named = named
+        self.partName = partName
     }
 
     deinit { closeFiles() }
@@ -447,24 +449,30 @@ final class PartFile {
         if directory >= 0 { close(directory); directory = -1 }
     }
 
+    /// Numbered names tried before random ones (`name (3f09a1c2).ext`): a peer that took
+    /// every numbered name must not keep a file from arriving.
+    static let numberedNames = 1_000
+
     /// Gives the verified file its final name: the offered one, or `name (1).ext`,
-    /// `name (2).ext`… when that is taken (never replacing a file). Call once its data is on
-    /// disk; the folder is synced by ``syncFolder()``.
+    /// `name (2).ext`… when that is taken, up to ``numberedNames``, then a name with a random
+    /// number (never replacing a file). Call once its data is on disk; the folder is synced by
+    /// ``syncFolder()``.
     /// - Returns: the path it was stored under.
     func publish() throws -> String {
-        let partName = path.name + TransferLimits.partSuffix
         var own = stat()
         guard fd >= 0, fstat(fd, &own) == 0 else { throw ioError("fstat") }
         return try withFolder { folder in
-            for attempt in 0..<10_000 {
-                let candidate = attempt == 0 ? path.name : Self.numbered(path.name, attempt)
+            for attempt in 0..<(Self.numberedNames + 64) {
+                let candidate = attempt == 0 ? path.name
+                    : attempt < Self.numberedNames ? Self.numbered(path.name, attempt)
+                    : Self.labelled(path.name, String(UInt32.random(in: 0x1000_0000...UInt32.max), radix: 16))
                 // link(2) refuses to replace an existing name: no file is ever overwritten. The
                 // name is linked to the open, verified file itself (through /proc), not to
                 // whatever the part file's name points at by now: a file renamed over it
                 // after verification is never published in its place.
                 if linkat(AT_FDCWD, "/proc/self/fd/\(fd)", folder, candidate, AT_SYMLINK_FOLLOW) == 0 {
                     // The part name goes only if it is still this file's.
-                    if ownsName(partName, in: folder, own) {
+                    if let partName, ownsName(partName, in: folder, own) {
                         guard unlinkat(folder, partName, 0) == 0 else { throw ioError("unlinkat") }
                     }
                     return (path.parent + [candidate]).joined(separator: "/")
@@ -476,7 +484,7 @@ final class PartFile {
                 }
                 guard errno == EEXIST else { throw ioError("linkat of the verified file") }
             }
-            throw PeerTransferError.runtime("no free name for \(Terminal.escape(path.description)) after 10,000 tries")
+            throw PeerTransferError.runtime("no free name for \(Terminal.escape(path.description)) after \(Self.numberedNames) numbered and 64 random tries")
         }
     }
 
@@ -523,7 +531,7 @@ final class PartFile {
         var own = stat()
         guard fd >= 0, fstat(fd, &own) == 0 else { return }
         // Best effort: a part file left behind is verified chunk by chunk on the next offer.
-        let partName = path.name + TransferLimits.partSuffix
+        guard let partName else { return }
         _ = try? withFolder { folder in
             if ownsName(partName, in: folder, own) { _ = unlinkat(folder, partName, 0) }
         }
@@ -532,7 +540,6 @@ final class PartFile {
     /// True when `name` in `folder` is this very file (`own` is its fstat): a named part file
     /// whose name was not replaced meanwhile.
     private func ownsName(_ name: String, in folder: Int32, _ own: stat) -> Bool {
-        guard named else { return false }
         var current = stat()
         return fstatat(folder, name, &current, AT_SYMLINK_NOFOLLOW) == 0
             && current.st_dev == own.st_dev && current.st_ino == own.st_ino
@@ -574,7 +581,12 @@ final class PartFile {
     /// result fits in a file name (255 bytes), cut at a character boundary; an extension too
     /// long to keep whole is cut like the rest of the name.
     static func numbered(_ name: String, _ number: Int) -> String {
-        let suffix = " (\(number))"
+        labelled(name, "\(number)")
+    }
+
+    /// `name (label).ext`, within the length limit (as ``numbered(_:_:)``).
+    static func labelled(_ name: String, _ label: String) -> String {
+        let suffix = " (\(label))"
         let limit = TransferLimits.maximumNameBytes
         if let dot = name.lastIndex(of: "."), dot != name.startIndex {
             let ext = String(name[dot...])

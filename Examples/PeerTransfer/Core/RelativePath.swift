@@ -36,7 +36,9 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
             guard part.utf8.count <= TransferLimits.maximumNameBytes else {
                 throw refuse("has a name longer than \(TransferLimits.maximumNameBytes) bytes")
             }
-            guard !part.hasSuffix(TransferLimits.partSuffix) else {
+            // Compared as bytes: a character such as U+0600 joins the dot after it into one
+            // grapheme, which would hide the suffix from a comparison of characters.
+            guard !part.utf8.reversed().starts(with: TransferLimits.partSuffix.utf8.reversed()) else {
                 throw refuse("ends in \(TransferLimits.partSuffix), which the inbox keeps for files still arriving")
             }
         }
@@ -84,10 +86,10 @@ extension Manifest {
                 guard entry.size <= TransferLimits.maximumFileSize else {
                     throw PeerTransferError.limit("\"\(Terminal.escape(entry.path))\" is \(entry.size) bytes (the limit is 1 TiB)")
                 }
-                // It arrives as NAME.peerxfer-part first, which must fit in a file name too.
-                let room = TransferLimits.maximumNameBytes - TransferLimits.partSuffix.utf8.count
+                // It arrives as NAME.<sender>.peerxfer-part first, which must fit in a file name too.
+                let room = TransferLimits.maximumReceivedNameBytes
                 guard path.name.utf8.count <= room else {
-                    throw PeerTransferError.unsafePath("\"\(Terminal.escape(entry.path))\" has a file name of \(path.name.utf8.count) bytes; at most \(room) can be received (the part file's suffix must fit in 255)")
+                    throw PeerTransferError.unsafePath("\"\(Terminal.escape(entry.path))\" has a file name of \(path.name.utf8.count) bytes; at most \(room) can be received (the part file's name, NAME.<sender>.peerxfer-part, must fit in 255)")
                 }
             case .directory:
                 guard entry.size == 0 else {

@@ -217,7 +217,7 @@ public struct Sender: Sendable {
                 }
                 if item.withdrawn {
                     // It could not be read up to the receiver's part (it shrank, or went).
-                    ended.insert(item.index)
+                    ended.insert(item.index, withdrawn: true)
                     try await output.write(FileEnd(index: UInt32(item.index), sha256: FileEnd.withdrawn).frame.encoded)
                     continue
                 }
@@ -259,7 +259,7 @@ public struct Sender: Sendable {
                 if Self.identity(of: fd) != before { changed = true }
                 await hashing.settle(toAtMost: 0)
                 let digest = changed ? FileEnd.withdrawn : item.hasher.finish().hex
-                ended.insert(item.index)
+                ended.insert(item.index, withdrawn: changed)
                 try await output.write(FileEnd(index: UInt32(item.index), sha256: digest).frame.encoded)
             }
             try await output.write(Frame.message(.done, Done()).encoded)
@@ -302,6 +302,9 @@ public struct Sender: Sendable {
                 }
                 guard ended.contains(result.index) else {
                     throw PeerTransferError.protocolViolation("a result for entry \(result.index), whose end was not sent yet")
+                }
+                guard !(result.verified && ended.withdrew(result.index)) else {
+                    throw PeerTransferError.protocolViolation("entry \(result.index) reported verified, though this sender withdrew it")
                 }
                 guard answered.insert(result.index).inserted else {
                     throw PeerTransferError.protocolViolation("a second result for entry \(result.index)")
@@ -347,11 +350,14 @@ public struct Sender: Sendable {
     /// The indexes of the files whose `fileEnd` the sending task has started to send, read by
     /// the task that collects the receiver's verdicts.
     final class EndedFiles: Sendable {
-        private let indexes = Mutex(Set<Int>())
-        /// Records that the `fileEnd` of entry `index` is about to be sent.
-        func insert(_ index: Int) { _ = indexes.withLock { $0.insert(index) } }
+        private let ends = Mutex([Int: Bool]())
+        /// Records that the `fileEnd` of entry `index` is about to be sent, withdrawing the file
+        /// when `withdrawn`.
+        func insert(_ index: Int, withdrawn: Bool = false) { ends.withLock { $0[index] = withdrawn } }
         /// True once the `fileEnd` of entry `index` was recorded.
-        func contains(_ index: Int) -> Bool { indexes.withLock { $0.contains(index) } }
+        func contains(_ index: Int) -> Bool { ends.withLock { $0[index] != nil } }
+        /// True when the `fileEnd` of entry `index` withdrew the file.
+        func withdrew(_ index: Int) -> Bool { ends.withLock { $0[index] == true } }
     }
 
     /// What the sender sends of one accepted file.

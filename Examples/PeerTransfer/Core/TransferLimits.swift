@@ -32,6 +32,18 @@ public enum TransferLimits {
     static let cipherSuites = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
     /// The suffix of a file still arriving.
     public static let partSuffix = ".peerxfer-part"
+    /// Hex digits of the sender's key in a part file's name (`NAME.<12 hex>.peerxfer-part`):
+    /// each sender has a part file of its own for a path.
+    static let partTagDigits = 12
+    /// The longest file name that can be received: its part file's name must fit in 255 bytes.
+    static let maximumReceivedNameBytes = maximumNameBytes - partSuffix.utf8.count - partTagDigits - 1
+
+    /// The name of the part file in which `sender` (its key, as hex) sends the file `name`.
+    static func partName(of name: String, from sender: String) -> String {
+        let tag = String(sender.lowercased().unicodeScalars.filter { ("0"..."9").contains($0) || ("a"..."f").contains($0) }
+            .prefix(partTagDigits).map(Character.init))
+        return name + "." + (tag.isEmpty ? "unknown" : tag) + partSuffix
+    }
 
     /// Extra time both ends allow, after the answer, for the sender to hash what the receiver
     /// already holds (the files it called `existing`, the chunks of part files) before its
