@@ -325,6 +325,52 @@ final class WideAreaPublishTests: SalutTestCase {
         XCTAssertEqual(local.process.terminationStatus, 2, local.output)
     }
 
+    func testNetServicePublishesInAWideAreaDomainAsOnApple() throws {
+        let service = NetService(domain: "home.arpa.", type: "_http._tcp.", name: "Apple Wide", port: 8096)
+        XCTAssertTrue(service.setTXTRecord(NetService.data(fromTXTRecord: ["v": Data("1".utf8)])))
+        service.wideAreaPublishing = WideAreaPublishing(key: try key, nameServer: nameServer, hostName: "apple-host",
+                                                        addresses: [SocketAddress.literal("198.18.0.31", port: 0)!])
+        let recorder = ServiceRecorder()
+        service.delegate = recorder
+        let published = recorder.expect("didPublish", self)
+        service.publish()
+        wait(for: [published], timeout: 20)
+        XCTAssertEqual(recorder.events.prefix(2), ["willPublish", "didPublish"])
+        XCTAssertEqual(service.name, "Apple Wide")
+        XCTAssertEqual(try dig("Apple Wide._http._tcp.home.arpa", "SRV"), ["0 0 8096 apple-host.home.arpa."])
+        XCTAssertEqual(try dig("Apple Wide._http._tcp.home.arpa", "TXT"), [#""v=1""#])
+        XCTAssertEqual(try dig("apple-host.home.arpa", "A"), ["198.18.0.31"])
+
+        // A live TXT change reaches the zone.
+        XCTAssertTrue(service.setTXTRecord(NetService.data(fromTXTRecord: ["v": Data("2".utf8)])))
+        let deadline = Date().addingTimeInterval(10)
+        while try dig("Apple Wide._http._tcp.home.arpa", "TXT") != [#""v=2""#], Date() < deadline {
+            RunLoop.current.run(until: Date().addingTimeInterval(0.05))
+        }
+        XCTAssertEqual(try dig("Apple Wide._http._tcp.home.arpa", "TXT"), [#""v=2""#])
+
+        // The same name again, with .noAutoRename: a collision, as on the link.
+        let twin = NetService(domain: "home.arpa.", type: "_http._tcp.", name: "Apple Wide", port: 8097)
+        twin.wideAreaPublishing = service.wideAreaPublishing
+        let twinRecorder = ServiceRecorder()
+        twin.delegate = twinRecorder
+        let refused = twinRecorder.expect("didNotPublish", self)
+        twin.publish(options: .noAutoRename)
+        wait(for: [refused], timeout: 20)
+        XCTAssertEqual(twinRecorder.errors, [NetService.ErrorCode.collisionError.rawValue])
+        XCTAssertEqual(twin.lastError?.code, .collision)
+
+        // stop() removes the records.
+        let stopped = recorder.expect("didStop", self)
+        service.stop()
+        wait(for: [stopped], timeout: 10)
+        let gone = Date().addingTimeInterval(10)
+        while try !dig("Apple Wide._http._tcp.home.arpa", "SRV").isEmpty, Date() < gone {
+            RunLoop.current.run(until: Date().addingTimeInterval(0.05))
+        }
+        XCTAssertEqual(try dig("Apple Wide._http._tcp.home.arpa", "SRV"), [], "stop() withdraws the records")
+    }
+
     func testNoServerIsAClearError() async throws {
         let silent = SocketAddress.literal("127.0.0.1", port: UInt16(freeLoopbackPort()))!
         let service = try WideAreaPublisher(name: "X", type: "_http._tcp", domain: "home.arpa", port: 1, txt: [], host: "h",
