@@ -51,7 +51,16 @@ extension Publish {
     /// repeat, in any case (`a=1 A=2`: TXT keys are case-insensitive), are a usage error.
     func txtRecord() throws -> TXTRecord {
         var record = TXTRecord()
-        for item in txt {
+        var items = txt
+        if let txtFile {
+            // One KEY=VALUE (or KEY) a line; blank lines and lines starting with # are skipped.
+            guard let text = try? String(contentsOfFile: txtFile, encoding: .utf8) else {
+                throw ValidationError("--txt-file \(txtFile): cannot be read as UTF-8 text")
+            }
+            items += text.split(separator: "\n", omittingEmptySubsequences: true).map(String.init)
+                .filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty && !$0.hasPrefix("#") }
+        }
+        for item in items {
             try Input.requireUTF8(item, "a TXT attribute")
             try Input.check {
                 if let eq = item.firstIndex(of: "=") {

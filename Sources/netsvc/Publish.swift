@@ -19,6 +19,7 @@ struct Publish: AsyncParsableCommand {
               netsvc publish "Echo" _echo._tcp 0 --listen --exec cat
               netsvc publish "Inbox" _drop._tcp 0 --listen > received.bin
               netsvc publish "Secure" _echo._tcp 0 --listen --exec cat --tls-cert c.pem --tls-key k.pem
+              netsvc publish "Printer" _ipp._tcp 631 --txt-file status.txt   # then: kill -HUP <pid>
             """)
 
     @Argument(help: "The instance name (\"\" for this host's name).")
@@ -32,6 +33,10 @@ struct Publish: AsyncParsableCommand {
 
     @Argument(help: "TXT attributes as KEY=VALUE, or KEY alone for a boolean attribute.")
     var txt: [String] = []
+
+    @Option(help: ArgumentHelp("More TXT attributes, one KEY=VALUE a line (# starts a comment line); read again on SIGHUP, and the published record changed to match.",
+                               valueName: "FILE"))
+    var txtFile: String?
 
     @Option(help: "The domain: local (the link, through avahi-daemon), or a wide-area DNS zone such as home.arpa (needs --tsig-key).")
     var domain = "local"
@@ -146,6 +151,7 @@ struct Publish: AsyncParsableCommand {
             }
             let server = listen ? ConnectionServer(command: exec, json: json, maxConnections: maxConnections) : nil
             let serving = server.map { server in Task { await server.serve(ad.connections) } }
+            if txtFile != nil { reloadTXTOnHangUp(ad) }
             let signal = await Self.waitForTermination()
             var removal: (any Error)?
             if wideArea != nil {
@@ -184,6 +190,30 @@ struct Publish: AsyncParsableCommand {
         }
     }
 
+    /// On each SIGHUP, reads the TXT record again (arguments and --txt-file) and changes the
+    /// published one; a record that cannot be read or published is reported and the old one
+    /// stays.
+    private func reloadTXTOnHangUp(_ ad: ServiceAdvertisement) {
+        signal(SIGHUP, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .main)
+        let command = self
+        source.setEventHandler {
+            do {
+                let record = try command.txtRecord()
+                try ad.updateTXTRecord(record)
+                if command.json {
+                    printJSON(["event": "txt", "name": ad.name, "txt": jsonTXT(record)])
+                } else {
+                    emit("TXT record of \"\(Terminal.escaped(ad.name))\" changed: \(Terminal.escaped(record.description))")
+                }
+            } catch {
+                note("the TXT record was not changed: \(error)")
+            }
+        }
+        source.resume()
+        SignalSources.keep([source])
+    }
+
     /// Suspends until SIGINT or SIGTERM arrives; returns its name.
     static func waitForTermination() async -> String {
         await withCheckedContinuation { continuation in
@@ -214,19 +244,14 @@ struct NotWithdrawn: Error, CustomStringConvertible {
 }
 
 extension Publish {
-    /// A warning when the key file can be read by others than its owner (a TSIG secret lets
-    /// whoever holds it change the zone); nil when it cannot.
+    /// A warning when the key file can be read by others than its owner; nil when it cannot.
     static func exposure(ofKeyFile path: String) -> String? {
-        var info = stat()
-        guard stat(path, &info) == 0, info.st_mode & 0o077 != 0 else { return nil }
-        return "warning: the key file \(path) can be read by others (mode \(String(info.st_mode & 0o777, radix: 8))); anyone who reads it can change the zone: chmod 600 \(path)"
+        SalutTSIGKey.exposureWarning(forFile: path).map { "warning: \($0)" }
     }
 
     /// `ADDRESS`, `ADDRESS:PORT` or `[IPv6]:PORT` (port 53 when not given).
     static func nameServer(_ text: String) -> SocketAddress? {
-        if let address = SocketAddress.literal(text, port: 53) { return address }
-        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]), port != 0 else { return nil }
-        return SocketAddress.literal(String(text[..<colon]), port: port)
+        WideAreaBrowsing.nameServerAddress(text)
     }
 }
 

@@ -371,6 +371,31 @@ final class WideAreaPublishTests: SalutTestCase {
         XCTAssertEqual(try dig("Apple Wide._http._tcp.home.arpa", "SRV"), [], "stop() withdraws the records")
     }
 
+    func testNetsvcChangesThePublishedTXTRecordOnSIGHUP() throws {
+        let file = directory + "/status.txt"
+        try "# the printer's state\nstate=idle\n".write(toFile: file, atomically: true, encoding: .utf8)
+        let publish = try Foreign([NetsvcTests.netsvc, "publish", "Hup", "_demo._tcp", "4243", "v=1", "--txt-file", file,
+                                   "--domain", "home.arpa", "--tsig-key", directory + "/salut-publisher.key",
+                                   "--dns-server", "127.0.0.1:\(port)"])
+        defer { publish.stop() }
+        XCTAssertTrue(publish.waitForOutput(containing: "published", seconds: 20), publish.output)
+        XCTAssertEqual(try dig("Hup._demo._tcp.home.arpa", "TXT"), [#""v=1" "state=idle""#])
+        try "state=printing\n".write(toFile: file, atomically: true, encoding: .utf8)
+        XCTAssertEqual(kill(publish.process.processIdentifier, SIGHUP), 0)
+        XCTAssertTrue(publish.waitForOutput(containing: "changed", seconds: 10), publish.output)
+        let deadline = Date().addingTimeInterval(10)
+        while try dig("Hup._demo._tcp.home.arpa", "TXT") != [#""v=1" "state=printing""#], Date() < deadline {
+            var entry = pollfd(fd: -1, events: 0, revents: 0)
+            _ = poll(&entry, 0, 50)
+        }
+        XCTAssertEqual(try dig("Hup._demo._tcp.home.arpa", "TXT"), [#""v=1" "state=printing""#])
+        // A file that cannot be read keeps the record as it was, and says so.
+        try FileManager.default.removeItem(atPath: file)
+        XCTAssertEqual(kill(publish.process.processIdentifier, SIGHUP), 0)
+        XCTAssertTrue(publish.waitForOutput(containing: "not changed", seconds: 10), publish.output)
+        XCTAssertEqual(try dig("Hup._demo._tcp.home.arpa", "TXT"), [#""v=1" "state=printing""#])
+    }
+
     func testNoServerIsAClearError() async throws {
         let silent = SocketAddress.literal("127.0.0.1", port: UInt16(freeLoopbackPort()))!
         let service = try WideAreaPublisher(name: "X", type: "_http._tcp", domain: "home.arpa", port: 1, txt: [], host: "h",

@@ -27,11 +27,13 @@ public final class ReceiverService: Sendable {
     /// The inbox folder.
     public var inboxPath: String { inbox.path }
 
-    /// Opens the inbox, listens and publishes.
+    /// Opens the inbox, listens and publishes: on the link, or with `wideArea` in the
+    /// wide-area `domain` (signed DNS updates).
     /// - Throws: ``PeerTransferError/runtime(_:)`` when the inbox cannot be opened or the
     ///   service cannot be published (no avahi-daemon, port taken).
     public static func start(name: String, inbox inboxPath: String, configuration: PeerConfiguration,
-                             policy: AcceptPolicy, port: Int = 0, pace: TransferPace = TransferPace(), logger: Logger,
+                             policy: AcceptPolicy, port: Int = 0, pace: TransferPace = TransferPace(),
+                             domain: String = "local", wideArea: WideAreaPublishing? = nil, logger: Logger,
                              events: @escaping @Sendable (ReceiveEvent) -> Void = { _ in }) async throws -> ReceiverService {
         let inbox = try Inbox(path: inboxPath)
         if !inbox.recordsSenders {
@@ -54,8 +56,14 @@ public final class ReceiverService: Sendable {
         limits.maximumConnectionsSettingUp = 16
         let advertisement: ServiceAdvertisement
         do {
-            advertisement = try await ServiceAdvertisement.listen(name: name, type: TransferLimits.serviceType, port: port,
-                                                                  txtRecord: txt, tls: tls, limits: limits)
+            if let wideArea {
+                advertisement = try await ServiceAdvertisement.listen(name: name, type: TransferLimits.serviceType, domain: domain,
+                                                                      port: port, txtRecord: txt, tls: tls, limits: limits,
+                                                                      wideArea: wideArea)
+            } else {
+                advertisement = try await ServiceAdvertisement.listen(name: name, type: TransferLimits.serviceType, port: port,
+                                                                      txtRecord: txt, tls: tls, limits: limits)
+            }
         } catch {
             throw PeerTransferError.runtime("cannot publish \"\(name)\": \(error)")
         }

@@ -45,6 +45,11 @@ public struct Sender: Sendable {
     public var findTimeout: TimeInterval = 10
     /// How long the receiver may make no progress (while a person decides, 150 s).
     public var idleBound: Duration = .seconds(60)
+    /// The DNS-SD domain the receiver is published in: `local` (the link), or a wide-area zone.
+    public var domain = "local"
+    /// For a wide-area ``domain``: find the receiver with unicast DNS queries to this name
+    /// server; nil finds it through avahi-daemon (which must be set up for the domain).
+    public var wideArea: WideAreaBrowsing?
 
     /// A sender with this device's `configuration`.
     public init(configuration: PeerConfiguration, displayName: String) {
@@ -71,12 +76,17 @@ public struct Sender: Sendable {
                      events: @escaping @Sendable (SendEvent) -> Void = { _ in }) async throws -> SendReport {
         async let prepared = preparing()
         events(.resolving(name: name))
-        let service = DiscoveredService(name: name, type: TransferLimits.serviceType)
+        let service = DiscoveredService(name: name, type: TransferLimits.serviceType, domain: domain)
         let resolved: ResolvedService
         do {
-            resolved = try await service.resolve(timeout: findTimeout)
+            if let wideArea {
+                resolved = try await service.resolve(wideArea: wideArea, timeout: findTimeout)
+            } else {
+                resolved = try await service.resolve(timeout: findTimeout)
+            }
         } catch {
-            throw PeerTransferError.peerNotFound("no peerxfer receiver named \"\(Terminal.escape(name))\" was found within \(Int(findTimeout)) s (\(error))")
+            let place = ["local", "local.", ""].contains(domain.lowercased()) ? "" : " in \(Terminal.escape(domain))"
+            throw PeerTransferError.peerNotFound("no peerxfer receiver named \"\(Terminal.escape(name))\"\(place) was found within \(Int(findTimeout)) s (\(error))")
         }
         let plan = try await prepared
         let key = try Self.advertisedKey(resolved, name: name)
@@ -101,7 +111,11 @@ public struct Sender: Sendable {
         tls.tls13CipherSuites = TransferLimits.cipherSuites
         let pair: BoundStreamPair
         do {
-            pair = try await service.connect(tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout)
+            if let wideArea {
+                pair = try await service.connect(tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout, wideArea: wideArea)
+            } else {
+                pair = try await service.connect(tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout)
+            }
         } catch let error as SocketStreamError where error.code == .tls {
             let failure = error.tlsError.map { "\($0)" } ?? "\(error)"
             if let presented = error.tlsError?.presentedFingerprint {

@@ -70,6 +70,38 @@ struct ConfigOptions: ParsableArguments {
     }
 }
 
+/// Where peers are published and found: the link, or a wide-area DNS zone.
+struct DomainOptions: ParsableArguments {
+    @Option(help: ArgumentHelp(
+        "The DNS-SD domain: local (the link, through avahi-daemon), or a wide-area DNS zone such as home.arpa, for peers on other subnets.",
+        valueName: "domain"))
+    var domain = "local"
+
+    @Option(name: .customLong("dns-server"), help: ArgumentHelp(
+        "For a wide-area --domain: the name server to ask (ADDRESS, ADDRESS:PORT or [IPv6]:PORT).",
+        discussion: "send: peers are then found by unicast DNS queries to it instead of through avahi-daemon; serve: it is asked for the zone's primary (default: /etc/resolv.conf).",
+        valueName: "address"))
+    var dnsServer: String?
+
+    /// True for the link (`local`, `local.`).
+    var isLink: Bool { ["local", "local."].contains(domain.lowercased()) }
+
+    /// The name server --dns-server names.
+    var nameServer: SocketAddress? { dnsServer.flatMap(WideAreaBrowsing.nameServerAddress) }
+
+    /// Checks the options together.
+    func check() throws {
+        guard !domain.isEmpty else { throw ValidationError("--domain needs a domain, such as local or home.arpa") }
+        if !isLink && domain.lowercased().hasSuffix(".local") {
+            throw ValidationError("\(domain) is under local, which is multicast DNS on the link, not a zone a name server holds")
+        }
+        if let dnsServer {
+            guard nameServer != nil else { throw ValidationError("--dns-server \(dnsServer) is not an IP address, ADDRESS:PORT or [IPv6]:PORT") }
+            if isLink { throw ValidationError("--dns-server is for a wide-area --domain (local is reached through avahi-daemon)") }
+        }
+    }
+}
+
 /// Checks that avahi-daemon answers, so that a missing daemon is said as such (exit 1), not
 /// taken for a receiver that is not there.
 /// - Throws: ``PeerTransferError/runtime(_:)`` naming the daemon and how to start it.

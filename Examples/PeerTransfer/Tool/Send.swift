@@ -11,6 +11,9 @@ struct Send: AsyncParsableCommand {
             Each PATH lands in the receiver's inbox under its last component; folders go with everything in them (symlinks are not followed and are listed as skipped). On a terminal a progress line shows bytes, rate and time left; otherwise (or with --json) each event is a JSON object on its own line of standard output.
 
             The first time a receiver is met its key is pinned; a later key change is refused (exit 6) until `peerxfer untrust NAME`. Interrupted? Run the same command again: files the receiver has are not sent again, and a file cut half way resumes after the last chunk that verifies on the receiver's disk.
+
+            A receiver on another subnet, published in a wide-area zone (`serve --domain home.arpa --tsig-key FILE`), is found with --domain: through avahi-daemon when it is set up for that domain, or with --dns-server by asking that name server directly:
+              peerxfer send photos --to "Office PC" --domain home.arpa --dns-server 198.18.2.1
             """
     )
 
@@ -21,6 +24,8 @@ struct Send: AsyncParsableCommand {
     var to: String
 
     @OptionGroup var config: ConfigOptions
+
+    @OptionGroup var place: DomainOptions
 
     @OptionGroup var logging: LoggingOptions
 
@@ -37,6 +42,10 @@ struct Send: AsyncParsableCommand {
         guard !paths.isEmpty else { throw ValidationError("give at least one file or folder to send") }
         guard wait.isFinite, wait > 0, wait <= 86_400 else { throw ValidationError("--wait must be a number of seconds above 0, at most 86400") }
         guard !to.isEmpty else { throw ValidationError("--to needs a receiver name") }
+        try place.check()
+        if background && !place.isLink {
+            throw ValidationError("--background sends to receivers on the link only; send to \(place.domain) in the foreground")
+        }
     }
 
     func run() async throws {
@@ -51,10 +60,13 @@ struct Send: AsyncParsableCommand {
         guard !outline.manifest.entries.isEmpty else {
             throw PeerTransferError.usage("nothing to send: every path was left out (\(outline.skipped.map(Terminal.escape).joined(separator: "; ")))")
         }
-        try await requireDiscoveryDaemon()   // after the usage checks: bad arguments are exit 2 either way
+        // After the usage checks: bad arguments are exit 2 either way. Unicast DNS needs no daemon.
+        if place.nameServer == nil { try await requireDiscoveryDaemon() }
         var sender = Sender(configuration: configuration,
                             displayName: ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer")
         sender.findTimeout = wait
+        sender.domain = place.domain
+        sender.wideArea = place.nameServer.map { WideAreaBrowsing(nameServer: $0) }
         let report = try await sender.send(outline, to: to, events: { display.show($0, plan: outline) })
         display.finish(report)
         if !report.failed.isEmpty {

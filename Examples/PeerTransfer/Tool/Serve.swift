@@ -13,6 +13,8 @@ struct Serve: AsyncParsableCommand {
         discussion: """
             Runs in the foreground until SIGINT or SIGTERM, then withdraws the service and lets transfers in progress stop (their part files stay and the senders resume them). For systemd, see Examples/PeerTransfer/peerxfer.service.
 
+            For senders on other subnets, publish in a wide-area DNS zone whose server takes signed updates (docs/wide-area.md): --domain home.arpa --tsig-key FILE [--dns-server ADDRESS].
+
             --accept ask puts each offer to the person at this terminal (y/N, 120 s), or, with --hook, to a command: it runs under `sh -c` with PEERXFER_SENDER, PEERXFER_KEY, PEERXFER_TRUSTED (yes/no), PEERXFER_FILES and PEERXFER_BYTES set and the offered paths on its standard input, one per line (escaped as they would be shown); exit status 0 accepts the offer (only the paths it prints on its standard output, one per line, when it prints any), anything else declines it. The hook has 120 s, in a process group of its own; once it exits, anything it left running in that group is killed. With neither a terminal nor a hook, offers are declined.
             """
     )
@@ -24,6 +26,13 @@ struct Serve: AsyncParsableCommand {
     var inbox: String = (NSHomeDirectory() as NSString).appendingPathComponent("peerxfer-inbox")
 
     @OptionGroup var config: ConfigOptions
+
+    @OptionGroup var place: DomainOptions
+
+    @Option(name: .customLong("tsig-key"), help: ArgumentHelp(
+        "For a wide-area --domain: publish there by DNS updates signed with this TSIG key (a file in BIND's tsig-keygen format; never give a secret on the command line).",
+        valueName: "file"))
+    var tsigKey: String?
 
     @OptionGroup var logging: LoggingOptions
 
@@ -53,6 +62,11 @@ struct Serve: AsyncParsableCommand {
         guard !name.isEmpty, name.utf8.count <= 63 else { throw ValidationError("--name must be 1 to 63 bytes") }
         if hook != nil && accept != .ask { throw ValidationError("--hook applies only to --accept ask") }
         guard slowGrace.isFinite, slowGrace >= 0, slowGrace <= 86_400 else { throw ValidationError("--slow-grace must be 0…86400 seconds") }
+        try place.check()
+        if place.isLink && tsigKey != nil { throw ValidationError("--tsig-key is for a wide-area --domain; local is published through avahi-daemon") }
+        if !place.isLink && tsigKey == nil {
+            throw ValidationError("publishing in \(place.domain) needs --tsig-key FILE (avahi-daemon publishes only in local)")
+        }
     }
 
     func run() async throws {
@@ -67,9 +81,21 @@ struct Serve: AsyncParsableCommand {
         case .known: policy = .known
         case .ask: policy = .ask(OfferJudge(hook: hook, logger: logger).judge)
         }
+        let wideArea: WideAreaPublishing?
+        if let tsigKey {
+            if let warning = SalutTSIGKey.exposureWarning(forFile: tsigKey) { logger.warning("\(warning)") }
+            do {
+                wideArea = WideAreaPublishing(key: try SalutTSIGKey(contentsOfFile: tsigKey), nameServer: place.nameServer)
+            } catch {
+                throw PeerTransferError.usage("--tsig-key \(Terminal.escape(tsigKey)): \(error)")
+            }
+        } else {
+            wideArea = nil
+        }
         let status = StatusBook(file: configuration.statusFile)
         let service = try await ReceiverService.start(name: name, inbox: inbox, configuration: configuration, policy: policy,
                                                       port: port, pace: TransferPace(minimumRate: minimumRate, grace: .seconds(slowGrace)),
+                                                      domain: place.domain, wideArea: wideArea,
                                                       logger: logger, events: { status.record($0) })
         status.started(name: service.name, port: service.port, inbox: service.inboxPath,
                        key: configuration.identity.publicKeySHA256)

@@ -49,4 +49,32 @@ extension DiscoveredService {
         try await pair.open()
         return pair
     }
+
+    /// Unopened streams to the service in its wide-area domain: opening either one resolves it
+    /// with unicast DNS queries to `wideArea`'s name server (as ``resolve(wideArea:timeout:)``)
+    /// and connects to its addresses the Happy Eyeballs way; TLS as in
+    /// ``streams(tls:bufferSize:resolveTimeout:context:)``.
+    public func streams(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024, resolveTimeout: TimeInterval = 10,
+                        wideArea: WideAreaBrowsing) -> BoundStreamPair {
+        let service = self
+        return SocketStreams.pair(toHost: description, port: 0, bufferSize: bufferSize, tls: tls, targetResolver: { _, _ in
+            do {
+                let resolved = try await service.resolve(wideArea: wideArea, timeout: resolveTimeout)
+                return (resolved.addresses, resolved.hostName)
+            } catch {
+                throw SocketStreamError.nameNotFound(service.description, detail: "\(error)")
+            }
+        })
+    }
+
+    /// Resolves the service in its wide-area domain by unicast DNS, connects, and returns the
+    /// open streams.
+    /// - Throws: a `SocketStreamError`: `SocketStreamError.nameNotFound(_:detail:)` when the
+    ///   service does not resolve (the detail says why), connection and TLS failures as for any host.
+    public func connect(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024, resolveTimeout: TimeInterval = 10,
+                        wideArea: WideAreaBrowsing) async throws -> BoundStreamPair {
+        let pair = streams(tls: tls, bufferSize: bufferSize, resolveTimeout: resolveTimeout, wideArea: wideArea)
+        try await pair.open()
+        return pair
+    }
 }

@@ -39,6 +39,15 @@ public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible, CustomR
         self.secret = secret
     }
 
+    /// A sentence saying that the key file at `path` can be read by others than its owner (a
+    /// TSIG secret lets whoever holds it change the zone), and how to fix it; nil when it
+    /// cannot, or cannot be examined.
+    public static func exposureWarning(forFile path: String) -> String? {
+        var info = stat()
+        guard stat(path, &info) == 0, info.st_mode & 0o077 != 0 else { return nil }
+        return "the key file \(path) can be read by others (mode \(String(info.st_mode & 0o777, radix: 8))); anyone who reads it can change the zone: chmod 600 \(path)"
+    }
+
     /// Reads the key of a file in BIND's format (`tsig-keygen`, `named.conf`), which must hold
     /// exactly one.
     /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code-swift.struct/invalidKey``) naming the file and

@@ -35,6 +35,14 @@ public struct WideAreaBrowsing: Sendable {
         self.longestPollInterval = max(.seconds(1), longestPollInterval)
     }
 
+    /// A name server's address as people write it: `ADDRESS` (port 53), `ADDRESS:PORT` or
+    /// `[IPv6]:PORT`; nil when `text` is none of these (or names port 0).
+    public static func nameServerAddress(_ text: String) -> SocketAddress? {
+        if let address = SocketAddress.literal(text, port: 53) { return address }
+        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]), port != 0 else { return nil }
+        return SocketAddress.literal(String(text[..<colon]), port: port)
+    }
+
     /// The name server to ask.
     /// - Throws: ``DiscoveryError/Code-swift.struct/serverUnreachable`` when none is given and
     ///   `/etc/resolv.conf` names none.
