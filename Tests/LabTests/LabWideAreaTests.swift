@@ -1,4 +1,5 @@
 import Foundation
+import Salut
 import SalutTestSupport
 import XCTest
 
@@ -94,5 +95,106 @@ final class LabWideAreaTests: XCTestCase {
         XCTAssertTrue(job.output.contains("BADSIG"), job.output)
         let zone = try zoneFromB()
         XCTAssertFalse(zone.contains { $0.contains("Refused") }, "nothing of the refused service was written: \(zone)")
+    }
+
+    func testATXTChangeAndTheRemovalOnSubnetAReachSubnetB() throws {
+        let type = "_wt\(UUID().uuidString.prefix(6).lowercased())._tcp"
+        let folder = NSTemporaryDirectory() + "salut-lab-txt-\(UUID().uuidString.prefix(6))"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let file = folder + "/status.txt"
+        try "state=idle\n".write(toFile: file, atomically: true, encoding: .utf8)
+        let publisher = try a1.start([Self.netsvc, "publish", "Status Board", type, "7070", "--txt-file", file,
+                                      "--domain", "home.arpa", "--tsig-key", Self.key])
+        defer { publisher.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "published", seconds: 20), publisher.output)
+
+        // B looks by unicast DNS: the record's TTL (120 s) is longer than this test, so B asks
+        // again until the change shows rather than waiting for a monitor's next look.
+        let first = try b1.run([Self.netsvc, "browse", type, "--domain", "home.arpa", "--dns-server", "198.18.2.1",
+                                "--resolve", "--terminate", "--json"])
+        XCTAssertTrue(first.contains(#""txt":{"state":"idle"}"#), first)
+        try "state=printing\n".write(toFile: file, atomically: true, encoding: .utf8)
+        XCTAssertEqual(kill(publisher.process.processIdentifier, SIGHUP), 0)
+        XCTAssertTrue(publisher.waitForOutput(containing: "changed", seconds: 10), publisher.output)
+        var seen = ""
+        let deadline = Date().addingTimeInterval(15)
+        repeat {
+            seen = try b1.run([Self.netsvc, "browse", type, "--domain", "home.arpa", "--dns-server", "198.18.2.1",
+                               "--resolve", "--terminate", "--json"])
+        } while !seen.contains(#""state":"printing""#) && Date() < deadline
+        XCTAssertTrue(seen.contains(#""txt":{"state":"printing"}"#), "the change reached subnet B: \(seen)")
+
+        // Withdrawn on A: gone for B, and the zone keeps only the host's address.
+        publisher.stop()
+        XCTAssertTrue(publisher.waitForExit(seconds: 15))
+        let after = try b1.run([Self.netsvc, "browse", type, "--domain", "home.arpa", "--dns-server", "198.18.2.1", "--terminate", "--json"])
+        XCTAssertFalse(after.contains("Status Board"), after)
+        XCTAssertTrue(try zoneFromB().allSatisfy { $0.contains(" IN A ") }, "only the host's address is left")
+    }
+
+    func testPeerxferSendsAcrossTheSubnetsByBothPaths() throws {
+        let peerxfer = LabHost.packageRoot.appendingPathComponent(".build/debug/peerxfer").path
+        let folder = NSTemporaryDirectory() + "salut-lab-px-\(UUID().uuidString.prefix(6))"
+        try FileManager.default.createDirectory(atPath: folder + "/out", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        var data = Data(count: 3 << 20)
+        data.withUnsafeMutableBytes { raw in for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 7 &+ i >> 11) } }
+        try data.write(to: URL(fileURLWithPath: folder + "/out/report.bin"))
+        try Data("via avahi\n".utf8).write(to: URL(fileURLWithPath: folder + "/out/note.txt"))
+        let name = "Inbox \(UUID().uuidString.prefix(4))"
+        let receiver = try a1.start([peerxfer, "serve", "--name", name, "--inbox", folder + "/inbox", "--config", folder + "/a1",
+                                     "--accept", "all", "--domain", "home.arpa", "--tsig-key", Self.key])
+        defer { receiver.stop() }
+        XCTAssertTrue(receiver.waitForOutput(containing: "serving", seconds: 30), receiver.output)
+
+        // From B by unicast DNS to the router's server: found, key checked, sent, verified.
+        let unicast = try b1.run([peerxfer, "send", folder + "/out/report.bin", "--to", name, "--domain", "home.arpa",
+                                  "--dns-server", "198.18.2.1", "--config", folder + "/b1", "--json", "--wait", "15"], timeout: 60)
+        XCTAssertTrue(unicast.contains("\"event\":\"done\"") && unicast.contains("\"verified\":1"), unicast)
+        XCTAssertEqual(FileManager.default.contents(atPath: folder + "/inbox/report.bin"), data)
+        // And through B's avahi-daemon, set up to browse home.arpa wide-area.
+        let avahi = try b1.run([peerxfer, "send", folder + "/out/note.txt", "--to", name, "--domain", "home.arpa",
+                                "--config", folder + "/b1", "--json", "--wait", "30"], timeout: 60)
+        XCTAssertTrue(avahi.contains("\"verified\":1"), avahi)
+        XCTAssertEqual(FileManager.default.contents(atPath: folder + "/inbox/note.txt"), Data("via avahi\n".utf8))
+        // On B's own link, mDNS finds no such receiver: it is only in the zone.
+        let link = try b1.run([peerxfer, "send", folder + "/out/note.txt", "--to", name, "--config", folder + "/b1", "--wait", "2"],
+                              timeout: 30)
+        XCTAssertTrue(link.contains("was found within 2 s"), link)
+    }
+
+    func testAPeerSessionStreamTaskOnSubnetBReachesAServiceOnSubnetAByName() throws {
+        let type = "_ws\(UUID().uuidString.prefix(6).lowercased())._tcp"
+        let publisher = try a1.start([Self.netsvc, "publish", "Session Across", type, "0", "--listen",
+                                      "--exec", "echo hello-from-a1; cat", "--domain", "home.arpa", "--tsig-key", Self.key])
+        defer { publisher.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "(listening)", seconds: 20), publisher.output)
+        // The session runs on b1: this very test binary, run there for the half below.
+        let tests = LabHost.packageRoot.appendingPathComponent(".build/debug/SalutPackageTests.xctest").path
+        let inner = try b1.run(["env", "SALUT_LAB_INNER=b1", "SALUT_LAB_TYPE=\(type)", tests,
+                                "LabTests.LabWideAreaTests/testStreamTaskByNameFromInsideB1"], timeout: 90)
+        XCTAssertTrue(inner.contains("stream task reached: hello-from-a1"), inner)
+        XCTAssertTrue(inner.contains("Executed 1 test, with 0 failures"), inner)
+    }
+
+    /// The half of the test above that runs inside b1 (skipped anywhere else): a PeerSession
+    /// stream task to the service by name in home.arpa, resolved through b1's avahi-daemon's
+    /// wide-area path, across the router.
+    func testStreamTaskByNameFromInsideB1() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        guard environment["SALUT_LAB_INNER"] == "b1", let type = environment["SALUT_LAB_TYPE"] else {
+            throw XCTSkip("runs inside b1, started by testAPeerSessionStreamTaskOnSubnetBReachesAServiceOnSubnetAByName")
+        }
+        let session = PeerSession(configuration: .ephemeral)
+        defer { session.invalidateAndCancel() }
+        let task = session.streamTask(with: DiscoveredService(name: "Session Across", type: type, domain: "home.arpa"))
+        task.resume()
+        let (greeting, _) = try await task.readData(ofMinLength: 14, maxLength: 14, timeout: 30)
+        try await task.write(Data("echo me\n".utf8), timeout: 10)
+        let (echo, _) = try await task.readData(ofMinLength: 8, maxLength: 8, timeout: 10)
+        XCTAssertEqual(echo, Data("echo me\n".utf8))
+        print("stream task reached: \(String(decoding: greeting.prefix(13), as: UTF8.self))")
+        task.cancel()
     }
 }
