@@ -111,7 +111,8 @@ let package = Package(
         .executableTarget(
             name: "wide-area-bench",
             dependencies: ["SalutDiscovery", "SalutStreams"],
-            path: "Benchmarks/WideAreaBench"
+            path: "Benchmarks/WideAreaBench",
+            exclude: ["lab-visible"]   // the across-the-lab figure, a script of its own
         ),
 
         .executableTarget(

@@ -188,6 +188,18 @@ final class DNSWireTests: SalutTestCase {
         XCTAssertEqual(step(.failure(silent)), "retry 2.0 seconds", "a success resets the back-off")
     }
 
+    func testAnOPTRecordExtendsTheResponseCode() throws {
+        var answer = DNSMessage(id: 7, opcode: DNSMessage.update)
+        answer.flags |= 0x8000
+        XCTAssertEqual(answer.rcode, DNSResponseCode.noError)
+        // EDNS(0): the OPT record's TTL carries the upper 8 bits of the code; 1 there is 16, BADVERS.
+        answer.additionals = [DNSRecord(name: .root, type: DNSType.options, recordClass: 1232, ttl: 1 << 24, data: [])]
+        let decoded = try DNSMessage(decoding: answer.encoded())
+        XCTAssertEqual(decoded.rcode, 16)
+        XCTAssertEqual(DNSResponseCode.messageName(decoded.rcode), "BADVERS")
+        XCTAssertEqual(DNSResponseCode.name(16), "BADSIG", "in a TSIG record's error field, 16 is BADSIG")
+    }
+
     func testBrowseChangesAreTheDifferenceOfTwoLooks() {
         let changes = UnicastBrowser.Changes(from: ["A", "B"], to: ["B", "C", "D"])
         XCTAssertEqual(changes.added, ["C", "D"])

@@ -396,6 +396,33 @@ final class WideAreaPublishTests: SalutTestCase {
         XCTAssertEqual(try dig("Hup._demo._tcp.home.arpa", "TXT"), [#""v=1" "state=printing""#])
     }
 
+    func testTheRemovalAfterAnUnansweredRegistrationRemovesOnlyOurOwnRecords() async throws {
+        let ours = try publisher("Kept Or Not")
+        try await withDeadline(20, "publishing") { _ = try await ours.publish() }
+        let signer = TSIG(key: try key)
+        let server = nameServer
+        @Sendable func send(_ message: DNSMessage) async throws -> UInt16 {
+            let (bytes, mac) = signer.sign(message, at: UInt64(Date().timeIntervalSince1970))
+            let (answer, _) = try await DNSExchange(server: server).exchange(bytes)
+            return try signer.verify(answer: answer, requestMAC: mac, at: UInt64(Date().timeIntervalSince1970)).rcode
+        }
+        // Another service of the same name (another port): its conditional removal finds
+        // someone else's SRV, and the server changes nothing.
+        let other = try ServiceUpdates(name: "Kept Or Not", type: "_http._tcp", subtypes: ["_printer"], zone: "home.arpa",
+                                       host: "salut-test", addresses: [], port: 9999, txt: [])
+        let refused = try await withDeadline(20, "removal") { try await send(other.removalIfOurs(id: 1)) }
+        XCTAssertEqual(DNSResponseCode.name(refused), "NXRRSET")
+        XCTAssertEqual(try dig("Kept Or Not._http._tcp.home.arpa", "SRV"), ["0 0 8080 salut-test.home.arpa."])
+        // The same service's: its records go, PTRs and all.
+        let same = try ServiceUpdates(name: "Kept Or Not", type: "_http._tcp", subtypes: ["_printer"], zone: "home.arpa",
+                                      host: "salut-test", addresses: [], port: 8080, txt: [])
+        let removed = try await withDeadline(20, "removal") { try await send(same.removalIfOurs(id: 2)) }
+        XCTAssertEqual(removed, DNSResponseCode.noError)
+        XCTAssertEqual(try dig("Kept Or Not._http._tcp.home.arpa", "SRV"), [])
+        XCTAssertEqual(try dig("_http._tcp.home.arpa", "PTR"), [])
+        XCTAssertEqual(try dig("_printer._sub._http._tcp.home.arpa", "PTR"), [])
+    }
+
     func testNoServerIsAClearError() async throws {
         let silent = SocketAddress.literal("127.0.0.1", port: UInt16(freeLoopbackPort()))!
         let service = try WideAreaPublisher(name: "X", type: "_http._tcp", domain: "home.arpa", port: 1, txt: [], host: "h",

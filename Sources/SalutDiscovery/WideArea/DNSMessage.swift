@@ -27,8 +27,13 @@ struct DNSMessage: Sendable, Equatable {
     var isResponse: Bool { flags & 0x8000 != 0 }
     var opcode: UInt16 { flags >> 11 & 0xF }
     var isTruncated: Bool { flags & 0x0200 != 0 }
-    /// The response code of the header (the low 4 bits; an OPT record can extend it).
-    var rcode: UInt16 { flags & 0xF }
+    /// The response code: the header's 4 bits, extended by the 8 bits an EDNS(0) OPT record
+    /// carries in the top of its TTL (RFC 6891 §6.1.3), as BADVERS (16) or BADCOOKIE (23) are.
+    var rcode: UInt16 {
+        let low = flags & 0xF
+        guard let options = additionals.first(where: { $0.type == DNSType.options }) else { return low }
+        return UInt16(options.ttl >> 24) << 4 | low
+    }
 
     /// The wire form.
     func encoded() -> [UInt8] {
@@ -215,6 +220,13 @@ enum DNSResponseCode {
     static let badSignature: UInt16 = 16
     static let badKey: UInt16 = 17
     static let badTime: UInt16 = 18
+    static let badCookie: UInt16 = 23
+
+    /// The mnemonic of a message's response code (``DNSMessage/rcode``, OPT-extended), where 16
+    /// is BADVERS; ``name(_:)`` names TSIG errors, where 16 is BADSIG.
+    static func messageName(_ code: UInt16) -> String {
+        code == 16 ? "BADVERS" : name(code)
+    }
 
     /// The mnemonic RFCs and `dig` use (`REFUSED`, `NOTAUTH`, …).
     static func name(_ code: UInt16) -> String {
@@ -233,6 +245,7 @@ enum DNSResponseCode {
         case badSignature: "BADSIG"
         case badKey: "BADKEY"
         case badTime: "BADTIME"
+        case badCookie: "BADCOOKIE"
         default: "RCODE\(code)"
         }
     }

@@ -84,6 +84,17 @@ struct ServiceUpdates: Sendable, Equatable {
         return message
     }
 
+    /// ``removal(id:)`` on condition that the instance's SRV record is exactly the one this
+    /// service writes (RFC 2136 §2.4.2, "RRset exists, value dependent"): the server answers
+    /// NXRRSET and changes nothing when it is another's, or absent. For a registration whose
+    /// answer was lost: it removes what that registration wrote, if it was applied, and never
+    /// another publisher's records under the name.
+    func removalIfOurs(id: UInt16) -> DNSMessage {
+        var message = removal(id: id)
+        message.answers = [.service(instance, port: port, target: host, ttl: 0)]
+        return message
+    }
+
     /// The same service under another instance name (after a collision).
     func renamed(_ name: String) throws(DNSWireError) -> ServiceUpdates {
         try ServiceUpdates(copying: self, instance: serviceType.prepending(Array(name.utf8)))

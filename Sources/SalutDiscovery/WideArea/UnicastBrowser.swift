@@ -102,7 +102,7 @@ package struct UnicastBrowser: Sendable {
         switch answer.rcode {
         case DNSResponseCode.noError: return answer.answers.filter { $0.type == type && $0.name == name }
         case DNSResponseCode.nameError: return []
-        default: throw DiscoveryError.dnsFailure("\(nameServer) answered \(DNSResponseCode.name(answer.rcode)) for \(name)")
+        default: throw DiscoveryError.dnsFailure("\(nameServer) answered \(DNSResponseCode.messageName(answer.rcode)) for \(name)")
         }
     }
 }

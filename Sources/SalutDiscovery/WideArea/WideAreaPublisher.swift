@@ -112,7 +112,13 @@ package actor WideAreaPublisher {
         guard !published else { return registeredName }
         var attempt = 1
         while true {
-            let (answer, exchange, retransmitted) = try await sendToPrimary(updates.registration(id: .random(in: 0 ... .max)))
+            let (answer, exchange, retransmitted): (UInt16, DNSExchange, Bool)
+            do {
+                (answer, exchange, retransmitted) = try await sendToPrimary(updates.registration(id: .random(in: 0 ... .max)))
+            } catch let error as DiscoveryError where error.code == .serverUnreachable {
+                await removeIfAppliedUnanswered()
+                throw error
+            }
             switch answer {
             case DNSResponseCode.noError:
                 published = true
@@ -132,6 +138,22 @@ package actor WideAreaPublisher {
             default:
                 throw failure(answer)
             }
+        }
+    }
+
+    /// After a registration that was sent and never answered: the server may have applied it,
+    /// and nobody would remove those records. Removes them, on condition that the instance's SRV
+    /// record is the one this service writes (never another publisher's), once; a failure is
+    /// logged (the records then stay until their lease ends, where the server honours leases).
+    private func removeIfAppliedUnanswered() async {
+        guard server != nil || foundPrimaries != nil else { return }   // nothing was sent
+        do {
+            let (answer, _, _) = try await sendToPrimary(updates.removalIfOurs(id: .random(in: 0 ... .max)))
+            if answer == DNSResponseCode.noError {
+                SalutLogging.logger.notice("\(updates.instance): removed what an unanswered registration had written")
+            }
+        } catch {
+            SalutLogging.logger.warning("\(updates.instance): a registration went unanswered, and removing what it may have written failed: \(error)")
         }
     }
 
@@ -251,7 +273,7 @@ package actor WideAreaPublisher {
         do {
             let (answer, _, _) = try await sendToPrimary(updates.refresh(id: .random(in: 0 ... .max)))
             if answer != DNSResponseCode.noError {
-                SalutLogging.logger.warning("refreshing \(updates.instance) failed: \(DNSResponseCode.name(answer))")
+                SalutLogging.logger.warning("refreshing \(updates.instance) failed: \(DNSResponseCode.messageName(answer))")
             }
         } catch {
             SalutLogging.logger.warning("refreshing \(updates.instance) failed: \(error)")
@@ -268,7 +290,7 @@ package actor WideAreaPublisher {
         case DNSResponseCode.refused: return .updateRefused(zone: zone, detail: "REFUSED: the zone's update policy does not allow it")
         case DNSResponseCode.notAuthoritative, DNSResponseCode.notZone:
             return .notAuthorized(zone: zone, detail: DNSResponseCode.name(rcode))
-        default: return .dnsFailure("the server answered \(DNSResponseCode.name(rcode)) for \(zone)")
+        default: return .dnsFailure("the server answered \(DNSResponseCode.messageName(rcode)) for \(zone)")
         }
     }
 
@@ -283,9 +305,9 @@ package actor WideAreaPublisher {
         case .refusedByServer(let code):
             return .signatureRejected(DNSResponseCode.name(code))
         case .unsigned(let rcode):
-            if rcode == DNSResponseCode.refused { return .updateRefused(zone: zone, detail: "REFUSED, unsigned") }
-            if rcode == DNSResponseCode.notAuthoritative { return .notAuthorized(zone: zone, detail: "NOTAUTH, unsigned") }
-            return .signatureRejected("the server's answer (\(DNSResponseCode.name(rcode))) is not signed")
+            if rcode == DNSResponseCode.refused { return .updateRefused(zone: zone, detail: "REFUSED, in an answer not signed with the key (it may not come from the server)") }
+            if rcode == DNSResponseCode.notAuthoritative { return .notAuthorized(zone: zone, detail: "NOTAUTH, in an answer not signed with the key (it may not come from the server)") }
+            return .signatureRejected("the server's answer (\(DNSResponseCode.messageName(rcode))) is not signed")
         case .otherKey(let what): return .signatureRejected("the answer is signed with another key (\(what))")
         case .badMAC: return .signatureRejected("the answer's signature does not verify")
         case .badTime(let skew): return .signatureRejected("the answer was signed \(skew) s away from this machine's clock")
@@ -338,7 +360,7 @@ struct WideAreaServerFinder: Sendable {
         }
         if let refusal = lastRefusal {
             throw DiscoveryError.notAuthorized(zone: zone.description,
-                                               detail: "\(nameServer) answered \(DNSResponseCode.name(refusal)) when asked for the zone's server: it does not serve \(zone)")
+                                               detail: "\(nameServer) answered \(DNSResponseCode.messageName(refusal)) when asked for the zone's server: it does not serve \(zone)")
         }
         throw DiscoveryError.serverUnreachable("\(nameServer) names no server for \(zone) (no _dns-update._udp SRV, no SOA)")
     }
