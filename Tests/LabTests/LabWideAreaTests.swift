@@ -176,6 +176,49 @@ final class LabWideAreaTests: XCTestCase {
                                 "LabTests.LabWideAreaTests/testStreamTaskByNameFromInsideB1"], timeout: 90)
         XCTAssertTrue(inner.contains("stream task reached: hello-from-a1"), inner)
         XCTAssertTrue(inner.contains("Executed 1 test, with 0 failures"), inner)
+        // Apple's NetServiceBrowser on b1 lists the domain, finds the service in it and resolves it.
+        let apple = try b1.run(["env", "SALUT_LAB_INNER=b1", "SALUT_LAB_TYPE=\(type)", tests,
+                                "LabTests.LabWideAreaTests/testNetServiceBrowserFromInsideB1"], timeout: 90)
+        XCTAssertTrue(apple.contains("NetServiceBrowser found: Session Across"), apple)
+        XCTAssertTrue(apple.contains("Executed 1 test, with 0 failures"), apple)
+        // And netsvc lists the domain the network announces (b._dns-sd._udp in the zone).
+        XCTAssertTrue(try b1.run([Self.netsvc, "domains"]).split(separator: "\n").contains("home.arpa"))
+    }
+
+    /// Run inside b1 by the test above: Apple's `NetServiceBrowser` lists `home.arpa` among the
+    /// browsable domains, finds the service in it, and `NetService` resolves it to subnet A.
+    func testNetServiceBrowserFromInsideB1() throws {
+        let environment = ProcessInfo.processInfo.environment
+        guard environment["SALUT_LAB_INNER"] == "b1", let type = environment["SALUT_LAB_TYPE"] else {
+            throw XCTSkip("runs inside b1, started by testAPeerSessionStreamTaskOnSubnetBReachesAServiceOnSubnetAByName")
+        }
+        let loop = RunLoopThread()
+        defer { loop.stop() }
+        let heard = BrowserHeard()
+        let domains = NetServiceBrowser()
+        domains.delegate = heard
+        domains.schedule(in: loop.runLoop, forMode: .default)
+        domains.searchForBrowsableDomains()
+        XCTAssertTrue(heard.wait { $0.domains.contains("home.arpa.") }, "domains: \(heard.snapshot.domains)")
+        domains.stop()
+
+        let browser = NetServiceBrowser()
+        browser.delegate = heard
+        browser.schedule(in: loop.runLoop, forMode: .default)
+        browser.searchForServices(ofType: type + ".", inDomain: "home.arpa.")
+        XCTAssertTrue(heard.wait { $0.services.contains { $0.name == "Session Across" } }, "services: \(heard.snapshot.services.map(\.name))")
+        browser.stop()
+        let found = try XCTUnwrap(heard.snapshot.services.first { $0.name == "Session Across" })
+        XCTAssertEqual(found.domain, "home.arpa.")
+        let resolver = ResolveHeard()
+        found.delegate = resolver
+        found.schedule(in: loop.runLoop, forMode: .default)
+        found.resolve(withTimeout: 15)
+        XCTAssertTrue(resolver.wait(), "not resolved")
+        let addresses = (found.addresses ?? []).compactMap(SocketAddress.init).map(\.host)
+        XCTAssertTrue(addresses.contains("198.18.1.10"), "\(addresses)")
+        print("NetServiceBrowser found: \(found.name) at \(addresses.joined(separator: ","))")
+        found.stop()
     }
 
     /// The half of the test above that runs inside b1 (skipped anywhere else): a PeerSession
@@ -197,4 +240,38 @@ final class LabWideAreaTests: XCTestCase {
         print("stream task reached: \(String(decoding: greeting.prefix(13), as: UTF8.self))")
         task.cancel()
     }
+}
+
+/// What a NetServiceBrowser's delegate heard (from the browser's run loop thread).
+private final class BrowserHeard: NSObject, NetServiceBrowserDelegate, @unchecked Sendable {
+    // @unchecked: everything is behind `lock`.
+    struct Snapshot { var domains: [String] = []; var services: [NetService] = [] }
+    private let lock = NSLock()
+    private var heard = Snapshot()
+    var snapshot: Snapshot { lock.withLock { heard } }
+
+    func netServiceBrowser(_ browser: NetServiceBrowser, didFindDomain domainString: String, moreComing: Bool) {
+        lock.withLock { heard.domains.append(domainString) }
+    }
+    func netServiceBrowser(_ browser: NetServiceBrowser, didFind service: NetService, moreComing: Bool) {
+        lock.withLock { heard.services.append(service) }
+    }
+
+    /// Waits (at most 30 s) until `predicate` holds for what was heard.
+    func wait(until predicate: (Snapshot) -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            if predicate(snapshot) { return true }
+            usleep(20_000)
+        }
+        return predicate(snapshot)
+    }
+}
+
+/// Whether a NetService resolved (from its run loop thread).
+private final class ResolveHeard: NSObject, NetServiceDelegate, @unchecked Sendable {
+    // @unchecked: `resolved` is a semaphore.
+    private let resolved = DispatchSemaphore(value: 0)
+    func netServiceDidResolveAddress(_ sender: NetService) { resolved.signal() }
+    func wait() -> Bool { resolved.wait(timeout: .now() + 30) == .success }
 }
