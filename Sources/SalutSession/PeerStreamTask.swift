@@ -165,8 +165,10 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
     public func closeWrite() {
         enqueue(on: writes) { pair in
             guard let pair else { return }
-            pair.output.close()
+            // Told before the end of the data leaves: the peer's answer to it (its own end, so
+            // readClosedFor) can then never reach the delegate first.
             self.reportWriteClosed()
+            pair.output.close()
             self.completeIfClosed()
         }
     }

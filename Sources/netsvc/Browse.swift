@@ -176,7 +176,7 @@ extension Browse {
                 // try again, less and less often.
                 failures += 1
                 note("\(error); trying again")
-                try await Task.sleep(for: .seconds(min(60, 1 << min(failures, 6))))
+                try await Task.sleep(for: WideAreaBrowsing.backOff(afterFailures: failures))
             }
         }
     }

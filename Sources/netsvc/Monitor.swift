@@ -43,14 +43,21 @@ struct Monitor: AsyncParsableCommand {
     func run() async throws {
         do {
             let service = target.service
-            let updates: AsyncStream<TXTRecord>
+            let updates: AsyncThrowingStream<TXTRecord, any Error>
             if let dnsServer, let server = Publish.nameServer(dnsServer) {
                 updates = try service.txtRecordUpdates(wideArea: WideAreaBrowsing(nameServer: server))
             } else {
                 try await requireDaemon()
-                updates = try service.txtRecordUpdates()
+                let link = try service.txtRecordUpdates()
+                updates = AsyncThrowingStream { continuation in
+                    let relay = Task {
+                        for await record in link { continuation.yield(record) }
+                        continuation.finish()
+                    }
+                    continuation.onTermination = { _ in relay.cancel() }
+                }
             }
-            for await record in updates {
+            for try await record in updates {
                 if json {
                     printJSON(["event": "txt", "name": target.name, "type": target.type, "domain": target.domain, "txt": jsonTXT(record)])
                 } else {

@@ -110,6 +110,9 @@ struct Publish: AsyncParsableCommand {
     @OptionGroup var logging: LoggingOptions
 
     func run() async throws {
+        // From the start, so that a SIGHUP sent early neither kills netsvc nor is lost: it is
+        // applied once the service is published.
+        let reloads = txtFile == nil ? nil : TXTReloads(command: self)
         do {
             let record = try txtRecord()
             Self.warnIfLarge(record)
@@ -151,7 +154,7 @@ struct Publish: AsyncParsableCommand {
             }
             let server = listen ? ConnectionServer(command: exec, json: json, maxConnections: maxConnections) : nil
             let serving = server.map { server in Task { await server.serve(ad.connections) } }
-            if txtFile != nil { reloadTXTOnHangUp(ad) }
+            reloads?.published(ad)
             let signal = await Self.waitForTermination()
             var removal: (any Error)?
             if wideArea != nil {
@@ -190,30 +193,6 @@ struct Publish: AsyncParsableCommand {
         }
     }
 
-    /// On each SIGHUP, reads the TXT record again (arguments and --txt-file) and changes the
-    /// published one; a record that cannot be read or published is reported and the old one
-    /// stays.
-    private func reloadTXTOnHangUp(_ ad: ServiceAdvertisement) {
-        signal(SIGHUP, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .main)
-        let command = self
-        source.setEventHandler {
-            do {
-                let record = try command.txtRecord()
-                try ad.updateTXTRecord(record)
-                if command.json {
-                    printJSON(["event": "txt", "name": ad.name, "txt": jsonTXT(record)])
-                } else {
-                    emit("TXT record of \"\(Terminal.escaped(ad.name))\" changed: \(Terminal.escaped(record.description))")
-                }
-            } catch {
-                note("the TXT record was not changed: \(error)")
-            }
-        }
-        source.resume()
-        SignalSources.keep([source])
-    }
-
     /// Suspends until SIGINT or SIGTERM arrives; returns its name.
     static func waitForTermination() async -> String {
         await withCheckedContinuation { continuation in
@@ -229,6 +208,59 @@ struct Publish: AsyncParsableCommand {
                 sources.append(source)
             }
             SignalSources.keep(sources)
+        }
+    }
+}
+
+/// `publish --txt-file`: on each SIGHUP, the TXT record is read again (arguments and file) and
+/// the published one changed to match, one change at a time; a SIGHUP before the service is
+/// published is applied once it is. A record that cannot be read or published is reported, and
+/// the old one stays.
+final class TXTReloads: @unchecked Sendable {
+    // @unchecked: `advertisement` and `pending` are touched only on the main queue (the signal
+    // source's queue, and `published(_:)` hops there).
+    private let command: Publish
+    private var advertisement: ServiceAdvertisement?
+    private var pending = false
+    private var changing = false
+
+    init(command: Publish) {
+        self.command = command
+        signal(SIGHUP, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .main)
+        source.setEventHandler { [self] in hangUp() }
+        source.resume()
+        SignalSources.keep([source])
+    }
+
+    /// The service is published: a SIGHUP that came before is applied now.
+    func published(_ ad: ServiceAdvertisement) {
+        DispatchQueue.main.async { [self] in
+            advertisement = ad
+            if pending { hangUp() }
+        }
+    }
+
+    private func hangUp() {
+        pending = true
+        guard let ad = advertisement, !changing else { return }
+        pending = false
+        changing = true
+        let command = self.command
+        Task { @MainActor [self] in
+            do {
+                let record = try command.txtRecord()
+                try await ad.changeTXTRecord(to: record)
+                if command.json {
+                    printJSON(["event": "txt", "name": ad.name, "txt": jsonTXT(record)])
+                } else {
+                    emit("TXT record of \"\(Terminal.escaped(ad.name))\" changed: \(Terminal.escaped(record.description))")
+                }
+            } catch {
+                note("the TXT record was not changed: \(error)")
+            }
+            changing = false
+            if pending { hangUp() }
         }
     }
 }

@@ -113,22 +113,28 @@ final class PeerXferHostileTests: XCTestCase {
         XCTAssertEqual(try lab.run(["serve", "--slow-grace=-5"]).status, 2)
     }
 
-    func testAReceiverThatCallsAFileVerifiedBeforeItsEndIsAProtocolFailure() throws {
-        // A lying receiver, published under its own key: it says the first file is verified
-        // right after its answer, before a byte of it could have been checked.
-        let lab = try PeerXferLab()
+    /// A lying receiver (Tests/Hostile/peerxfer_fake_receiver.py with `arguments`), published
+    /// under its own key with avahi-publish, so that a sender finds and trusts it.
+    private func fakeReceiver(_ arguments: [String]) throws -> (fake: Foreign, publisher: Foreign, name: String) {
         let certificate = try TestCertificate.make()
         let script = PeerXferLab.root.appendingPathComponent("Tests/Hostile/peerxfer_fake_receiver.py").path
-        let fake = try Foreign(["python3", script, "early-result", "--cert", certificate.certificateFile,
-                                "--key", certificate.keyFile, "--wait", "60"])
-        defer { fake.stop() }
+        let fake = try Foreign(["python3", script] + arguments + ["--cert", certificate.certificateFile,
+                                                                   "--key", certificate.keyFile, "--wait", "60"])
         XCTAssertTrue(fake.waitForOutput(containing: "listening on ", seconds: 10), fake.output)
         let port = fake.output.components(separatedBy: "listening on ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
         let name = PeerXferLab.uniqueName("Liar")
         let publisher = try Foreign(["avahi-publish", "-s", name, "_peerxfer._tcp", "\(port)", "v=2",
                                      "fp=\(certificate.publicKeySHA256)"])
-        defer { publisher.stop() }
         XCTAssertTrue(publisher.waitForOutput(containing: "Established", seconds: 10), publisher.output)
+        return (fake, publisher, name)
+    }
+
+    func testAReceiverThatCallsAFileVerifiedBeforeItsEndIsAProtocolFailure() throws {
+        // A lying receiver, published under its own key: it says the first file is verified
+        // right after its answer, before a byte of it could have been checked.
+        let lab = try PeerXferLab()
+        let (fake, publisher, name) = try fakeReceiver(["early-result"])
+        defer { fake.stop(); publisher.stop() }
         // Larger than every buffer between the two (the connection's 4 MiB, the sockets'): its
         // end cannot have been sent, whatever the timing, as the liar reads nothing more.
         try lab.makeFile("src/a.bin", size: 64 << 20)
@@ -142,19 +148,9 @@ final class PeerXferHostileTests: XCTestCase {
 
     func testAReceiverThatCallsAWithdrawnFileVerifiedIsAProtocolFailure() throws {
         let lab = try PeerXferLab()
-        let certificate = try TestCertificate.make()
-        let script = PeerXferLab.root.appendingPathComponent("Tests/Hostile/peerxfer_fake_receiver.py").path
         let go = lab.path("go")
-        let fake = try Foreign(["python3", script, "withdrawn-verified", "--go", go, "--cert", certificate.certificateFile,
-                                "--key", certificate.keyFile, "--wait", "60"])
-        defer { fake.stop() }
-        XCTAssertTrue(fake.waitForOutput(containing: "listening on ", seconds: 10), fake.output)
-        let port = fake.output.components(separatedBy: "listening on ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
-        let name = PeerXferLab.uniqueName("Withdrawn")
-        let publisher = try Foreign(["avahi-publish", "-s", name, "_peerxfer._tcp", "\(port)", "v=2",
-                                     "fp=\(certificate.publicKeySHA256)"])
-        defer { publisher.stop() }
-        XCTAssertTrue(publisher.waitForOutput(containing: "Established", seconds: 10), publisher.output)
+        let (fake, publisher, name) = try fakeReceiver(["withdrawn-verified", "--go", go])
+        defer { fake.stop(); publisher.stop() }
         try lab.makeFile("src/a.bin", size: 1000)
         let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/a.bin"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])

@@ -255,7 +255,7 @@ final class WideAreaPublishTests: SalutTestCase {
         // The TXT record now, then its change (asked again at its TTL of 1 s).
         let texts = try await withDeadline(30, "TXT changes") {
             var values: [String?] = []
-            for await record in try one.txtRecordUpdates(wideArea: dns) {
+            for try await record in try one.txtRecordUpdates(wideArea: dns) {
                 values.append(record.string(for: "k"))
                 if values.count == 2 { break }
                 try await first.updateText([Array("k=2".utf8)])
@@ -323,6 +323,11 @@ final class WideAreaPublishTests: SalutTestCase {
         let local = try Foreign([NetsvcTests.netsvc, "monitor", "X", "_http._tcp", "--dns-server", "127.0.0.1"])
         XCTAssertTrue(local.waitForExit(seconds: 10))
         XCTAssertEqual(local.process.terminationStatus, 2, local.output)
+        // A name server that never answers: the first look fails, and so does netsvc (1).
+        let silent = try Foreign([NetsvcTests.netsvc, "monitor", "Watched", "_http._tcp", "--domain", "home.arpa",
+                                  "--dns-server", "127.0.0.1:\(freeLoopbackPort())"])
+        XCTAssertTrue(silent.waitForExit(seconds: 30), "a silent server must not hang the monitor: \(silent.output)")
+        XCTAssertEqual(silent.process.terminationStatus, 1, silent.output)
     }
 
     func testNetServicePublishesInAWideAreaDomainAsOnApple() throws {
@@ -421,6 +426,38 @@ final class WideAreaPublishTests: SalutTestCase {
         XCTAssertEqual(try dig("Kept Or Not._http._tcp.home.arpa", "SRV"), [])
         XCTAssertEqual(try dig("_http._tcp.home.arpa", "PTR"), [])
         XCTAssertEqual(try dig("_printer._sub._http._tcp.home.arpa", "PTR"), [])
+    }
+
+    func testARegistrationWhoseAnswersAreLostLeavesNothingInTheZone() async throws {
+        // A relay that passes every message on to BIND and never brings an answer back: BIND
+        // applies the registration, and the publisher hears nothing.
+        let relay = try Foreign(["python3", "-c", """
+            import socket, sys
+            inbound = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); inbound.bind(("127.0.0.1", 0))
+            print(inbound.getsockname()[1], flush=True)
+            upstream = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            while True:
+                data, _ = inbound.recvfrom(65535); upstream.sendto(data, ("127.0.0.1", \(port)))
+                if len(data) > 3 and (data[2] >> 3) & 15 == 5: print("update", data[0] * 256 + data[1], flush=True)
+            """])
+        defer { relay.stop() }
+        XCTAssertTrue(relay.waitForOutput(containing: "\n", seconds: 10), relay.output)
+        let relayPort = UInt16(relay.output.split(separator: "\n").first ?? "") ?? 0
+        let service = try WideAreaPublisher(name: "Unanswered", type: "_http._tcp", domain: "home.arpa", port: 8181, txt: [],
+                                            host: "lost", addresses: [], key: try key,
+                                            server: SocketAddress.literal("127.0.0.1", port: relayPort)!)
+        do {
+            _ = try await withDeadline(60, "publishing") { try await service.publish() }
+            XCTFail("published without an answer")
+        } catch let error as DiscoveryError {
+            XCTAssertEqual(error.code, .serverUnreachable, "\(error)")
+        }
+        // The registration reached BIND, and so did the conditional removal that followed it
+        // (two updates, each sent again for want of an answer); nothing of it is left.
+        let updates = Set(relay.output.split(separator: "\n").filter { $0.hasPrefix("update ") })
+        XCTAssertEqual(updates.count, 2, relay.output)
+        XCTAssertEqual(try dig("Unanswered._http._tcp.home.arpa", "SRV"), [], "an unanswered registration left its records")
+        XCTAssertEqual(try dig("_http._tcp.home.arpa", "PTR").filter { $0.contains("Unanswered") }, [])
     }
 
     func testNoServerIsAClearError() async throws {

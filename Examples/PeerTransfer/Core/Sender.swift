@@ -78,25 +78,29 @@ public struct Sender: Sendable {
         events(.resolving(name: name))
         let service = DiscoveredService(name: name, type: TransferLimits.serviceType, domain: domain)
         let resolved: ResolvedService
+        let onTheLink = ["local", "local.", ""].contains(domain.lowercased())
         do {
             if let wideArea {
-                resolved = try await service.resolve(wideArea: wideArea, timeout: findTimeout)
+                resolved = try await Self.resolve(service, wideArea: wideArea, within: findTimeout)
             } else {
                 resolved = try await service.resolve(timeout: findTimeout)
             }
         } catch {
-            let place = ["local", "local.", ""].contains(domain.lowercased()) ? "" : " in \(Terminal.escape(domain))"
+            let place = onTheLink ? "" : " in \(Terminal.escape(domain))"
             throw PeerTransferError.peerNotFound("no peerxfer receiver named \"\(Terminal.escape(name))\"\(place) was found within \(Int(findTimeout)) s (\(error))")
         }
+        // Pinned by name on the link, by name and domain in a zone: "Office" on the link and
+        // "Office" in home.arpa are two receivers.
+        let pinName = onTheLink ? name : name + "." + (domain.hasSuffix(".") ? String(domain.dropLast()) : domain)
         let plan = try await prepared
         let key = try Self.advertisedKey(resolved, name: name)
         var known = try KnownPeers.load(from: configuration.knownPeersFile)
         let firstUse: Bool
-        if let pinned = known.pins[name] {
+        if let pinned = known.pins[pinName] {
             guard pinned == key else {
                 throw PeerTransferError.trust("""
                     the receiver "\(Terminal.escape(name))" now advertises the key \(key), but its key was \(pinned) when first met; \
-                    someone may be impersonating it. If it really got a new key, run: peerxfer untrust "\(Terminal.escape(name))"
+                    someone may be impersonating it. If it really got a new key, run: peerxfer untrust "\(Terminal.escape(pinName))"
                     """)
             }
             firstUse = false
@@ -130,7 +134,7 @@ public struct Sender: Sendable {
             pair.output.close()
         }
         if firstUse {
-            known.pins[name] = key
+            known.pins[pinName] = key
             try known.save(to: configuration.knownPeersFile)
         }
         events(.connected(name: name, key: key, firstUse: firstUse))
@@ -146,6 +150,20 @@ public struct Sender: Sendable {
             throw PeerTransferError.runtime("the connection to \"\(Terminal.escape(name))\" failed: \(error)")
         } catch {
             throw PeerTransferError.runtime("the transfer to \"\(Terminal.escape(name))\" failed: \(error)")
+        }
+    }
+
+    /// Resolves `service` by unicast DNS, looking again every second while it is not in the zone
+    /// yet, until `seconds` have passed (as the link's resolve waits for an answer).
+    static func resolve(_ service: DiscoveredService, wideArea: WideAreaBrowsing, within seconds: TimeInterval) async throws -> ResolvedService {
+        let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        while true {
+            let left = Double((deadline - .now).components.seconds) + Double((deadline - .now).components.attoseconds) / 1e18
+            do {
+                return try await service.resolve(wideArea: wideArea, timeout: max(0.1, left))
+            } catch let error as DiscoveryError where error.code == .notFound && ContinuousClock.now + .seconds(1) < deadline {
+                try await Task.sleep(for: .seconds(1))
+            }
         }
     }
 

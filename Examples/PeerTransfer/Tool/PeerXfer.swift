@@ -83,8 +83,11 @@ struct DomainOptions: ParsableArguments {
         valueName: "address"))
     var dnsServer: String?
 
+    /// The domain without a final dot, in lower case.
+    private var bare: String { domain.hasSuffix(".") ? String(domain.lowercased().dropLast()) : domain.lowercased() }
+
     /// True for the link (`local`, `local.`).
-    var isLink: Bool { ["local", "local."].contains(domain.lowercased()) }
+    var isLink: Bool { bare == "local" }
 
     /// The name server --dns-server names.
     var nameServer: SocketAddress? { dnsServer.flatMap(WideAreaBrowsing.nameServerAddress) }
@@ -92,7 +95,7 @@ struct DomainOptions: ParsableArguments {
     /// Checks the options together.
     func check() throws {
         guard !domain.isEmpty else { throw ValidationError("--domain needs a domain, such as local or home.arpa") }
-        if !isLink && domain.lowercased().hasSuffix(".local") {
+        if !isLink && bare.hasSuffix(".local") {
             throw ValidationError("\(domain) is under local, which is multicast DNS on the link, not a zone a name server holds")
         }
         if let dnsServer {

@@ -87,7 +87,7 @@ struct Serve: AsyncParsableCommand {
             do {
                 wideArea = WideAreaPublishing(key: try SalutTSIGKey(contentsOfFile: tsigKey), nameServer: place.nameServer)
             } catch {
-                throw PeerTransferError.usage("--tsig-key \(Terminal.escape(tsigKey)): \(error)")
+                throw PeerTransferError.runtime("--tsig-key \(Terminal.escape(tsigKey)): \(error)")
             }
         } else {
             wideArea = nil

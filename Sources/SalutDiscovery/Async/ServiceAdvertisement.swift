@@ -289,6 +289,21 @@ public final class ServiceAdvertisement: Sendable {
         }
     }
 
+    /// Replaces the published TXT record, like ``updateTXTRecord(_:)``, and returns once the
+    /// change is made: handed to the daemon on the link, or accepted by the zone's server (after
+    /// whatever the publisher was already telling it).
+    /// - Throws: ``DiscoveryError/invalidTXTRecord(reason:)`` for a record over
+    ///   ``TXTRecord/maximumPublishedSize``; for a wide-area service, the server's refusal or
+    ///   ``DiscoveryError/Code-swift.struct/serverUnreachable``. The published record is then
+    ///   unchanged.
+    public func changeTXTRecord(to txtRecord: TXTRecord) async throws {
+        try txtRecord.validateForPublishing()
+        switch backend {
+        case .link(let operation): operation.updateTXT(txtRecord)
+        case .wideArea(let publisher): try await publisher.updateText(Self.strings(of: txtRecord))
+        }
+    }
+
     /// Withdraws the service now (the daemon, or the zone's server, is told shortly after this
     /// returns).
     public func cancel() {

@@ -75,6 +75,9 @@ open class NetService: NSObject, @unchecked Sendable {
         /// A wide-area publication on its way to the zone's server, then the published one.
         var wideAreaPublishing: Task<Void, Never>?
         var wideAreaAdvertisement: ServiceAdvertisement?
+        /// Counts wide-area publications: a task acts only while the pending one is its own
+        /// (after publish, stop, publish, the first task must not take the second's place).
+        var wideAreaGeneration = 0
         /// `getInputStream` was called: Apple documents that the service makes no more delegate
         /// calls after it.
         var delegateCallsEnded = false
@@ -160,8 +163,10 @@ open class NetService: NSObject, @unchecked Sendable {
     /// outside `.local`. ``stop()`` removes the records; `setTXTRecord(_:)` changes them.
     /// Ignored for `local.` (and an empty domain). A failure reaches
     /// `netService(_:didNotPublish:)` with the closest error code (`collisionError` for a
-    /// taken name with `.noAutoRename`, `badArgumentError` for bad input, `unknownError` for
-    /// the server's refusals), and ``lastError`` says what the server answered.
+    /// taken name with `.noAutoRename`, `badArgumentError` for bad input,
+    /// `missingRequiredConfigurationError` for a refused signature, an unknown key or a server
+    /// that is not the zone's, `unknownError` for other refusals), and ``lastError`` says what
+    /// the server answered.
     public var wideAreaPublishing: WideAreaPublishing? {
         get { state.value.wideArea }
         set { state.withLock { $0.wideArea = newValue } }
@@ -276,32 +281,38 @@ open class NetService: NSObject, @unchecked Sendable {
         call { $1.netServiceWillPublish($0) }
         state.withLock { state in
             state.publishedName = nil
-            state.wideAreaPublishing = publishingTask(request, wideArea: wideArea)
+            state.wideAreaGeneration += 1
+            state.wideAreaPublishing = publishingTask(request, wideArea: wideArea, generation: state.wideAreaGeneration)
         }
     }
 
-    private func publishingTask(_ request: RegisterOperation.Request, wideArea: WideAreaPublishing) -> Task<Void, Never> {
+    private func publishingTask(_ request: RegisterOperation.Request, wideArea: WideAreaPublishing,
+                                generation: Int) -> Task<Void, Never> {
         Task { [weak self, request] in
             do {
                 let advertisement = try await ServiceAdvertisement.publish(
                     name: request.name, type: request.type.browseType, domain: request.domain, port: Int(request.port),
                     txtRecord: request.txt, allowRename: request.allowRename, wideArea: wideArea)
                 guard let self else { return await advertisement.withdraw() }
-                // Kept only while this publication is still wanted (no stop() meanwhile).
-                let kept = self.state.withLock { state -> Bool in
-                    guard state.wideAreaPublishing != nil else { return false }
+                // Kept only while this very publication is still wanted (no stop() meanwhile);
+                // a TXT record set while it was on its way goes to the zone now.
+                let (kept, latestTXT) = self.state.withLock { state -> (Bool, Data?) in
+                    guard state.wideAreaPublishing != nil, state.wideAreaGeneration == generation else { return (false, nil) }
                     state.wideAreaPublishing = nil
                     state.wideAreaAdvertisement = advertisement
                     state.publishedName = advertisement.name
                     state.name = advertisement.name
-                    return true
+                    return (true, state.txtData)
                 }
-                if kept { self.call { $1.netServiceDidPublish($0) } } else { await advertisement.withdraw() }
+                guard kept else { return await advertisement.withdraw() }
+                let latest = (try? latestTXT.map { try TXTRecord(parsing: $0) } ?? TXTRecord()) ?? request.txt
+                if latest != request.txt { try? advertisement.updateTXTRecord(latest) }
+                self.call { $1.netServiceDidPublish($0) }
             } catch {
                 guard let self else { return }
                 // Reported only while still wanted: after stop(), the delegate heard didStop.
                 let (wanted, listener) = self.state.withLock { state -> (Bool, StreamListener?) in
-                    guard state.wideAreaPublishing != nil else { return (false, nil) }
+                    guard state.wideAreaPublishing != nil, state.wideAreaGeneration == generation else { return (false, nil) }
                     defer { state.wideAreaPublishing = nil; state.listener = nil }
                     return (true, state.listener)
                 }

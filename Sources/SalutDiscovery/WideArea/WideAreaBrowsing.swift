@@ -8,7 +8,7 @@ import SalutStreams
 /// server answers on port 53 of a `/etc/resolv.conf` server; this path needs neither:
 ///
 /// ```swift
-/// let dns = WideAreaBrowsing(nameServer: SocketAddress.literal("198.18.2.1", port: 53))
+/// let dns = WideAreaBrowsing(nameServer: WideAreaBrowsing.nameServerAddress("198.18.2.1"))
 /// for try await update in try ServiceBrowser(type: "_ipp._tcp", domain: "home.arpa", wideArea: dns) {
 ///     for case .added(let printer) in update.changes {
 ///         let resolved = try await printer.resolve(wideArea: dns)
@@ -50,20 +50,33 @@ public struct WideAreaBrowsing: Sendable {
         try nameServer ?? WideAreaPublisher.systemNameServer()
     }
 
-    /// How long to wait before looking again at records that live `ttl` seconds.
+    /// How long to wait before looking again at records that live `ttl` seconds (at least a
+    /// second, whatever ``longestPollInterval`` was set to).
     func pollInterval(ttl: UInt32) -> Duration {
-        min(UnicastBrowser.pollInterval(ttl: ttl), longestPollInterval)
+        max(.seconds(1), min(UnicastBrowser.pollInterval(ttl: ttl), longestPollInterval))
+    }
+
+    /// How long to wait after `failures` looks in a row found no answer: 2, 4, 8 … 60 s.
+    package static func backOff(afterFailures failures: Int) -> Duration {
+        .seconds(min(60, 1 << min(max(failures, 1), 6)))
     }
 
     /// A unicast browser for `type` in `domain`, which must not be on the link.
     /// - Throws: ``DiscoveryError/invalidDomain(_:)`` for `local` or a malformed domain; what
     ///   ``server()`` throws.
     func browser(type: String, domain: String) throws -> UnicastBrowser {
+        try UnicastBrowser(type: type, domain: Self.wideAreaDomain(domain), nameServer: server())
+    }
+
+    /// `domain` normalised, which must not be on the link.
+    /// - Throws: ``DiscoveryError/invalidDomain(_:)`` for `local`, a name under it, or a
+    ///   malformed domain.
+    static func wideAreaDomain(_ domain: String) throws -> String {
         let normalised = try ServiceNames.normaliseDomain(domain)
         guard !ServiceNames.isOnTheLink(normalised) else {
             throw DiscoveryError.invalidDomain("\(domain) (a link-local domain is browsed through avahi-daemon, without wideArea:)")
         }
-        return try UnicastBrowser(type: type, domain: normalised, nameServer: server())
+        return normalised
     }
 }
 
@@ -81,11 +94,7 @@ extension ServiceBrowser {
     ///   ``DiscoveryError/invalidDomain(_:)`` (also for `local`) for malformed input.
     public init(type: String, domain: String, wideArea: WideAreaBrowsing, context: DiscoveryContext = .shared) throws {
         let parsed = try ServiceNames.parseType(type, domain: domain)
-        let normalised = try ServiceNames.normaliseDomain(domain)
-        guard !ServiceNames.isOnTheLink(normalised) else {
-            throw DiscoveryError.invalidDomain("\(domain) (a link-local domain is browsed through avahi-daemon, without wideArea:)")
-        }
-        self.init(context: context, target: .services(type: parsed.browseType, domain: normalised))
+        self.init(context: context, target: .services(type: parsed.browseType, domain: try WideAreaBrowsing.wideAreaDomain(domain)))
         unicast = wideArea
     }
 
@@ -153,7 +162,7 @@ struct UnicastBrowseState {
         case .failure(let error):
             guard known != nil, !(error is CancellationError) else { return .fail(error) }
             failures += 1
-            return .retry(after: .seconds(min(60, 1 << min(failures, 6))))
+            return .retry(after: WideAreaBrowsing.backOff(afterFailures: failures))
         case .success(let outcome):
             listed = outcome
         }
@@ -169,6 +178,13 @@ struct UnicastBrowseState {
 
     private func service(_ name: String) -> DiscoveredService {
         DiscoveredService(name: name, type: type, domain: domain)
+    }
+}
+
+extension TXTRecord {
+    /// The record made of a TXT resource record's strings, as unicast DNS carries them.
+    init(dnsStrings strings: [[UInt8]]) {
+        self.init(parsingLeniently: Data(strings.flatMap { [UInt8(min($0.count, 255))] + $0.prefix(255) }))
     }
 }
 
@@ -188,38 +204,45 @@ extension DiscoveredService {
             try await browser.resolve(target.name)
         }
         return ResolvedService(service: target, hostName: instance.host, port: instance.port,
-                               txtRecord: TXTRecord(parsingLeniently: Data(instance.txt.flatMap { [UInt8($0.count)] + $0 })),
+                               txtRecord: TXTRecord(dnsStrings: instance.txt),
                                addresses: instance.addresses)
     }
 
     /// The service's TXT record in its wide-area domain now, and again each time it changes, as
     /// seen by asking `wideArea`'s name server at the record's TTL, until the consuming task stops
-    /// iterating. A look that fails (no answer) is retried less and less often, up to once a
-    /// minute; a record that is gone yields an empty TXT record.
+    /// iterating. A record that is gone yields an empty TXT record. A first look that fails ends
+    /// the sequence with its error; a later one is tried again, less and less often (up to
+    /// once a minute).
     /// - Throws: a validation error for a malformed name, type or domain (`local` among them).
-    public func txtRecordUpdates(wideArea: WideAreaBrowsing) throws -> AsyncStream<TXTRecord> {
+    public func txtRecordUpdates(wideArea: WideAreaBrowsing) throws -> AsyncThrowingStream<TXTRecord, any Error> {
         let target = try validatedForLookup()
         let browser = try wideArea.browser(type: target.type, domain: target.domain)
-        return AsyncStream { continuation in
+        return AsyncThrowingStream { continuation in
             let watching = Task {
                 var last: [[UInt8]]?
                 var failures = 0
-                while !Task.isCancelled {
-                    let wait: Duration
-                    if let (strings, ttl) = try? await browser.text(of: target.name) {
-                        failures = 0
-                        if strings != last {
-                            last = strings
-                            continuation.yield(TXTRecord(parsingLeniently: Data(strings.flatMap { [UInt8($0.count)] + $0 })))
+                do {
+                    while true {
+                        let wait: Duration
+                        do {
+                            let (strings, ttl) = try await browser.text(of: target.name)
+                            failures = 0
+                            if strings != last {
+                                last = strings
+                                continuation.yield(TXTRecord(dnsStrings: strings))
+                            }
+                            wait = wideArea.pollInterval(ttl: ttl)
+                        } catch where last != nil && !(error is CancellationError) {
+                            failures += 1
+                            wait = WideAreaBrowsing.backOff(afterFailures: failures)
                         }
-                        wait = wideArea.pollInterval(ttl: ttl)
-                    } else {
-                        failures += 1
-                        wait = .seconds(min(60, 1 << min(failures, 6)))
+                        try await Task.sleep(for: wait)
                     }
-                    do { try await Task.sleep(for: wait) } catch { break }
+                } catch is CancellationError {
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
                 }
-                continuation.finish()
             }
             continuation.onTermination = { _ in watching.cancel() }
         }
