@@ -51,26 +51,44 @@ extension Publish {
     /// repeat, in any case (`a=1 A=2`: TXT keys are case-insensitive), are a usage error.
     func txtRecord() throws -> TXTRecord {
         var record = TXTRecord()
-        var items = txt
+        for item in txt { try Self.add(item, to: &record) }
         if let txtFile {
-            // One KEY=VALUE (or KEY) a line; blank lines and lines starting with # are skipped.
-            guard let text = try? String(contentsOfFile: txtFile, encoding: .utf8) else {
-                throw ValidationError("--txt-file \(txtFile): cannot be read as UTF-8 text")
+            // One KEY=VALUE (or KEY) a line, without the spaces around it; blank lines and lines
+            // starting with # are skipped.
+            let shown = Terminal.escaped(txtFile)
+            guard access(txtFile, R_OK) == 0 else {
+                throw ValidationError("--txt-file \(shown): \(String(cString: strerror(errno)))")
             }
-            items += text.split(separator: "\n", omittingEmptySubsequences: true).map(String.init)
-                .filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty && !$0.hasPrefix("#") }
-        }
-        for item in items {
-            try Input.requireUTF8(item, "a TXT attribute")
-            try Input.check {
-                if let eq = item.firstIndex(of: "=") {
-                    try record.add(String(item[..<eq]), Data(item[item.index(after: eq)...].utf8))
-                } else {
-                    try record.add(item, nil)
+            var isFolder: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: txtFile, isDirectory: &isFolder), !isFolder.boolValue else {
+                throw ValidationError("--txt-file \(shown) is a folder; give a file of KEY=VALUE lines")
+            }
+            guard let data = FileManager.default.contents(atPath: txtFile), let text = String(data: data, encoding: .utf8) else {
+                throw ValidationError("--txt-file \(shown) is not UTF-8 text")
+            }
+            for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                let item = line.trimmingCharacters(in: .whitespaces)
+                guard !item.isEmpty, !item.hasPrefix("#") else { continue }
+                do {
+                    try Self.add(item, to: &record)
+                } catch let error as ValidationError {
+                    throw ValidationError("--txt-file \(shown), line \(number + 1): \(error.message)")
                 }
             }
         }
         return record
+    }
+
+    /// Adds `KEY=VALUE` (or `KEY`, a boolean attribute) to `record`.
+    private static func add(_ item: String, to record: inout TXTRecord) throws {
+        try Input.requireUTF8(item, "a TXT attribute")
+        try Input.check {
+            if let eq = item.firstIndex(of: "=") {
+                try record.add(String(item[..<eq]), Data(item[item.index(after: eq)...].utf8))
+            } else {
+                try record.add(item, nil)
+            }
+        }
     }
 
     /// Everything `publish` checks before it asks the daemon: UTF-8 arguments, the name, type,

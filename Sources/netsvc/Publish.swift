@@ -6,7 +6,7 @@ import SalutStreams
 
 struct Publish: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Publish a service until interrupted (SIGINT or SIGTERM withdraws it).",
+        abstract: "Publish a service until interrupted (SIGINT, SIGTERM or SIGHUP withdraws it).",
         discussion: """
             Prints the final name, which differs from NAME after a collision unless --no-rename is given (then it exits 4).
 
@@ -34,7 +34,7 @@ struct Publish: AsyncParsableCommand {
     @Argument(help: "TXT attributes as KEY=VALUE, or KEY alone for a boolean attribute.")
     var txt: [String] = []
 
-    @Option(help: ArgumentHelp("More TXT attributes, one KEY=VALUE a line (# starts a comment line); read again on SIGHUP, and the published record changed to match.",
+    @Option(help: ArgumentHelp("More TXT attributes, one KEY=VALUE (or KEY alone) a line, # starting a comment line; read again on SIGHUP and the published record changed to match (a file that cannot be read or published then keeps the old record).",
                                valueName: "FILE"))
     var txtFile: String?
 
@@ -155,7 +155,9 @@ struct Publish: AsyncParsableCommand {
             let server = listen ? ConnectionServer(command: exec, json: json, maxConnections: maxConnections) : nil
             let serving = server.map { server in Task { await server.serve(ad.connections) } }
             reloads?.published(ad)
-            let signal = await Self.waitForTermination()
+            // Without --txt-file, a SIGHUP (a closed terminal) withdraws the service as SIGTERM
+            // does, rather than killing netsvc with its records left in the zone.
+            let signal = await Self.waitForTermination(hangUpEnds: txtFile == nil)
             var removal: (any Error)?
             if wideArea != nil {
                 do { try await ad.withdrawReportingFailure() } catch { removal = error }
@@ -193,12 +195,13 @@ struct Publish: AsyncParsableCommand {
         }
     }
 
-    /// Suspends until SIGINT or SIGTERM arrives; returns its name.
-    static func waitForTermination() async -> String {
+    /// Suspends until SIGINT or SIGTERM (or, with `hangUpEnds`, SIGHUP) arrives; returns its name.
+    static func waitForTermination(hangUpEnds: Bool = false) async -> String {
         await withCheckedContinuation { continuation in
             let once = OnceFlag()
             var sources: [DispatchSourceSignal] = []
-            for (number, label) in [(SIGINT, "SIGINT"), (SIGTERM, "SIGTERM")] {
+            let ending = [(SIGINT, "SIGINT"), (SIGTERM, "SIGTERM")] + (hangUpEnds ? [(SIGHUP, "SIGHUP")] : [])
+            for (number, label) in ending {
                 signal(number, SIG_IGN)
                 let source = DispatchSource.makeSignalSource(signal: number, queue: .main)
                 source.setEventHandler {

@@ -282,6 +282,17 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertFalse(pins.contains(forged), "a refused key must not be pinned")
     }
 
+    func testAHangUpStopsTheDaemonGracefully() throws {
+        // A closed terminal sends SIGHUP: the daemon withdraws and stops, as for SIGTERM.
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("HangUp")
+        let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        XCTAssertEqual(kill(daemon.process.processIdentifier, SIGHUP), 0)
+        XCTAssertTrue(daemon.waitForExit(seconds: 20), daemon.output)
+        XCTAssertEqual(daemon.process.terminationStatus, 0, daemon.output)
+        XCTAssertTrue(daemon.output.contains("stopped"), daemon.output)
+    }
+
     func testAReceiverThatIsNotThereExits3() throws {
         let lab = try PeerXferLab()
         try lab.makeFile("src/a.txt", size: 1)

@@ -394,11 +394,25 @@ final class WideAreaPublishTests: SalutTestCase {
             _ = poll(&entry, 0, 50)
         }
         XCTAssertEqual(try dig("Hup._demo._tcp.home.arpa", "TXT"), [#""v=1" "state=printing""#])
-        // A file that cannot be read keeps the record as it was, and says so.
+        // A bad line is named by its number; the record stays as it was.
+        try "state=printing\n=no key\n".write(toFile: file, atomically: true, encoding: .utf8)
+        XCTAssertEqual(kill(publish.process.processIdentifier, SIGHUP), 0)
+        XCTAssertTrue(publish.waitForOutput(containing: "line 2", seconds: 10), publish.output)
+        // A file that cannot be read keeps the record as it was, and says why.
         try FileManager.default.removeItem(atPath: file)
         XCTAssertEqual(kill(publish.process.processIdentifier, SIGHUP), 0)
-        XCTAssertTrue(publish.waitForOutput(containing: "not changed", seconds: 10), publish.output)
+        XCTAssertTrue(publish.waitForOutput(containing: "No such file", seconds: 10), publish.output)
         XCTAssertEqual(try dig("Hup._demo._tcp.home.arpa", "TXT"), [#""v=1" "state=printing""#])
+
+        // Without --txt-file, SIGHUP (a closed terminal) withdraws the service like SIGTERM.
+        let plain = try Foreign([NetsvcTests.netsvc, "publish", "Hung Up", "_demo._tcp", "4244", "--domain", "home.arpa",
+                                 "--tsig-key", directory + "/salut-publisher.key", "--dns-server", "127.0.0.1:\(port)"])
+        XCTAssertTrue(plain.waitForOutput(containing: "published", seconds: 20), plain.output)
+        XCTAssertEqual(try dig("Hung Up._demo._tcp.home.arpa", "SRV"), ["0 0 4244 " + WideAreaPublishing.localHostName().lowercased() + ".home.arpa."])
+        XCTAssertEqual(kill(plain.process.processIdentifier, SIGHUP), 0)
+        XCTAssertTrue(plain.waitForExit(seconds: 20), plain.output)
+        XCTAssertEqual(plain.process.terminationStatus, 0, "a withdrawal, not a death by the signal: \(plain.output)")
+        XCTAssertEqual(try dig("Hung Up._demo._tcp.home.arpa", "SRV"), [], "the records went with the hang-up")
     }
 
     func testTheRemovalAfterAnUnansweredRegistrationRemovesOnlyOurOwnRecords() async throws {

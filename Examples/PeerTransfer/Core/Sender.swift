@@ -85,6 +85,9 @@ public struct Sender: Sendable {
             } else {
                 resolved = try await service.resolve(timeout: findTimeout)
             }
+        } catch let error as DiscoveryError where ![.notFound, .timedOut, .cancelled].contains(error.code) {
+            // The name server failed (no answer, a refusal): not a receiver that is not there.
+            throw PeerTransferError.runtime("cannot look for \"\(Terminal.escape(name))\" in \(Terminal.escape(domain)): \(error)")
         } catch {
             let place = onTheLink ? "" : " in \(Terminal.escape(domain))"
             throw PeerTransferError.peerNotFound("no peerxfer receiver named \"\(Terminal.escape(name))\"\(place) was found within \(Int(findTimeout)) s (\(error))")

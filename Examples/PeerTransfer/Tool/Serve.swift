@@ -11,7 +11,7 @@ struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Receive files: publish this device and take transfers into the inbox.",
         discussion: """
-            Runs in the foreground until SIGINT or SIGTERM, then withdraws the service and lets transfers in progress stop (their part files stay and the senders resume them). For systemd, see Examples/PeerTransfer/peerxfer.service.
+            Runs in the foreground until SIGINT, SIGTERM or SIGHUP (a closed terminal), then withdraws the service and lets transfers in progress stop (their part files stay and the senders resume them). For systemd, see Examples/PeerTransfer/peerxfer.service.
 
             For senders on other subnets, publish in a wide-area DNS zone whose server takes signed updates (docs/wide-area.md): --domain home.arpa --tsig-key FILE [--dns-server ADDRESS].
 
@@ -87,7 +87,7 @@ struct Serve: AsyncParsableCommand {
             do {
                 wideArea = WideAreaPublishing(key: try SalutTSIGKey(contentsOfFile: tsigKey), nameServer: place.nameServer)
             } catch {
-                throw PeerTransferError.runtime("--tsig-key \(Terminal.escape(tsigKey)): \(error)")
+                throw PeerTransferError.runtime("--tsig-key: \(error)")
             }
         } else {
             wideArea = nil
@@ -108,7 +108,7 @@ struct Serve: AsyncParsableCommand {
         }
         printLine("serving \"\(service.name)\" on port \(service.port), inbox \(service.inboxPath), key \(configuration.identity.publicKeySHA256)")
         let group = ServiceGroup(services: [ReceiverLifecycle(service: service)],
-                                 gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+                                 gracefulShutdownSignals: [.sigterm, .sigint, .sighup], logger: logger)
         try await group.run()
         // Queued sends stay queued for the next start (a stop is not a cancel).
         background.invalidateLeavingBackgroundTasks()

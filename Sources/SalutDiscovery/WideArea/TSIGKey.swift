@@ -55,7 +55,8 @@ public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible, CustomR
     ///   `hmac-sha256`, a secret that is not base64.
     public init(contentsOfFile path: String) throws {
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw DiscoveryError.invalidKey("cannot read the key file \(path)")
+            let reason = access(path, R_OK) == 0 ? "it is not a readable file" : String(cString: strerror(errno))
+            throw DiscoveryError.invalidKey("cannot read the key file \(path): \(reason)")
         }
         guard let text = String(data: data, encoding: .utf8) else {
             throw DiscoveryError.invalidKey("the key file \(path) is not text")
