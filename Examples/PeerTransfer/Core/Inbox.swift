@@ -271,9 +271,10 @@ final class Inbox: @unchecked Sendable {
     }
 }
 
-/// A file being received: `NAME.peerxfer-part` in its folder, linked under its final name
-/// when verified; or, when another sender's part file holds that name, a file without a name
-/// (`O_TMPFILE`) in the same folder, linked the same way (and never resumable).
+/// A file being received: its sender's part file `NAME.<12 hex of its key>.peerxfer-part` in
+/// its folder, linked under its final name when verified; or, when another sender's part file
+/// holds that name (two keys that begin alike), a file without a name (`O_TMPFILE`) in the same
+/// folder, linked the same way (and never resumable).
 ///
 /// While it is written it holds two descriptors, its own (a named one with an exclusive
 /// `flock`: one writer per part file) and its folder's; once written
