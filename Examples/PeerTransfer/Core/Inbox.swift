@@ -90,11 +90,24 @@ final class Inbox: @unchecked Sendable {
 
     /// A descriptor for the folder `components` below the inbox (the caller closes it),
     /// created on the way when `create` is true; nil when it does not exist and `create` is false.
+    /// With a `cache` (one per task), the folder it holds is reused when it is the one asked
+    /// for, and the folder found is kept there for the next call.
     /// - Throws: ``PeerTransferError/unsafePath(_:)`` when a component is a symlink or not a
     ///   folder; ``PeerTransferError/fileFailed(_:)`` when one cannot be opened or made for lack
     ///   of permission (the files below it fail alone); ``PeerTransferError/noSpace(_:)``;
     ///   ``PeerTransferError/runtime(_:)`` for other failures.
-    func openDirectory(_ components: [String], create: Bool, mode: mode_t = 0o755) throws -> Int32? {
+    func openDirectory(_ components: [String], create: Bool, mode: mode_t = 0o755,
+                       cache: FolderCache? = nil) throws -> Int32? {
+        if let cache {
+            switch cache.lookUp(components, creating: create) {
+            case .open(let fd): return fd
+            case .missing: return nil
+            case .unknown: break
+            }
+            let fd = try openDirectory(components, create: create, mode: mode)
+            cache.remember(components, fd)
+            return fd
+        }
         var current = dup(root)
         guard current >= 0 else { throw PeerTransferError.runtime("dup: \(String(cString: strerror(errno)))") }
         for (depth, component) in components.enumerated() {
@@ -141,8 +154,9 @@ final class Inbox: @unchecked Sendable {
     /// ``PartFile/recordSender(_:)``): offering anyone the digest of any
     /// file would let a peer learn what others sent (a short file's digest gives its bytes away
     /// to a few guesses).
-    func digest(ofFile path: RelativePath, size: UInt64, deliveredBy sender: String) -> SHA256Digest? {
-        guard let directory = try? openDirectory(path.parent, create: false) else { return nil }
+    func digest(ofFile path: RelativePath, size: UInt64, deliveredBy sender: String,
+                cache: FolderCache? = nil) -> SHA256Digest? {
+        guard let directory = try? openDirectory(path.parent, create: false, cache: cache) else { return nil }
         defer { close(directory) }
         // O_NONBLOCK: a FIFO planted under the name must not hang the daemon (regular files
         // ignore the flag).
@@ -164,8 +178,9 @@ final class Inbox: @unchecked Sendable {
 
     /// SHA-256 of each whole chunk of `sender`'s part file for `path` (empty when there is none,
     /// or when another sender wrote it: its digests would tell this one about someone else's file).
-    func partChunkDigests(_ path: RelativePath, chunkSize: Int, for sender: String) -> [SHA256Digest] {
-        guard let directory = try? openDirectory(path.parent, create: false) else { return [] }
+    func partChunkDigests(_ path: RelativePath, chunkSize: Int, for sender: String,
+                          cache: FolderCache? = nil) -> [SHA256Digest] {
+        guard let directory = try? openDirectory(path.parent, create: false, cache: cache) else { return [] }
         defer { close(directory) }
         let fd = openat(directory, TransferLimits.partName(of: path.name, from: sender), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return [] }
@@ -191,8 +206,8 @@ final class Inbox: @unchecked Sendable {
     /// alike, which the recorded key tells apart), that file is left alone: this transfer's copy
     /// is written to a file without a name in the same folder (`O_TMPFILE`), named like any
     /// other once verified, and not resumable should this transfer be cut too.
-    func openPart(_ path: RelativePath, for sender: String) throws -> PartFile {
-        guard let directory = try openDirectory(path.parent, create: true) else {
+    func openPart(_ path: RelativePath, for sender: String, cache: FolderCache? = nil) throws -> PartFile {
+        guard let directory = try openDirectory(path.parent, create: true, cache: cache) else {
             throw PeerTransferError.runtime("cannot create the folder of \(path)")
         }
         let name = TransferLimits.partName(of: path.name, from: sender)
@@ -308,9 +323,9 @@ final class PartFile {
     }
 
     /// The file's folder: the one still open, or opened again from the inbox's root.
-    private func withFolder<T>(_ body: (Int32) throws -> T) throws -> T {
+    private func withFolder<T>(cache: FolderCache? = nil, _ body: (Int32) throws -> T) throws -> T {
         if directory >= 0 { return try body(directory) }
-        guard let folder = try inbox.openDirectory(path.parent, create: false) else {
+        guard let folder = try inbox.openDirectory(path.parent, create: false, cache: cache) else {
             throw PeerTransferError.runtime("the folder of \(Terminal.escape(path.description)) went away before it got its name")
         }
         defer { close(folder) }
@@ -328,7 +343,9 @@ final class PartFile {
         guard UInt64(info.st_size) >= offset else {
             throw PeerTransferError.fileFailed("the part file of \(Terminal.escape(path.description)) holds \(info.st_size) bytes, fewer than the \(offset) to resume after (it changed since the answer); send it again")
         }
-        guard ftruncate(fd, off_t(offset)) == 0 else { throw ioError("ftruncate") }
+        if UInt64(info.st_size) > offset {
+            guard ftruncate(fd, off_t(offset)) == 0 else { throw ioError("ftruncate") }
+        }
         try FileHashing.feed(fd, length: offset, to: hasher)
     }
 
@@ -459,10 +476,10 @@ final class PartFile {
     /// number (never replacing a file). Call once its data is on disk; the folder is synced by
     /// ``syncFolder()``.
     /// - Returns: the path it was stored under.
-    func publish() throws -> String {
+    func publish(cache: FolderCache? = nil) throws -> String {
         var own = stat()
         guard fd >= 0, fstat(fd, &own) == 0 else { throw ioError("fstat") }
-        return try withFolder { folder in
+        return try withFolder(cache: cache) { folder in
             for attempt in 0..<(Self.numberedNames + 64) {
                 let candidate = attempt == 0 ? path.name
                     : attempt < Self.numberedNames ? Self.numbered(path.name, attempt)
@@ -520,8 +537,8 @@ final class PartFile {
     }()
 
     /// Makes the names given in this file's folder durable.
-    func syncFolder() throws {
-        try withFolder { folder in
+    func syncFolder(cache: FolderCache? = nil) throws {
+        try withFolder(cache: cache) { folder in
             guard fsync(folder) == 0 else { throw ioError("fsync of the folder") }
         }
     }

@@ -35,6 +35,10 @@ public enum JSONLine {
 
     /// A JSON string: quotes, backslashes and control characters escaped, the rest as is.
     public static func string(_ text: String) -> String {
+        // Most names need no escape: they are taken whole.
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5c || $0 == 0x7f }) {
+            return "\"" + text + "\""
+        }
         var out = "\""
         out.unicodeScalars.reserveCapacity(text.unicodeScalars.count + 2)
         for scalar in text.unicodeScalars {

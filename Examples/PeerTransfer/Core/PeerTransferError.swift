@@ -101,6 +101,8 @@ public enum Terminal {
     /// output always stands for one character), so that a peer's name or path cannot move the
     /// cursor, recolour the terminal, reorder what is shown or pass for another name.
     public static func escape(_ text: String) -> String {
+        // Printable ASCII but the backslash is shown as it is (none of the marks below is ASCII).
+        if text.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7f && $0 != 0x5c }) { return text }
         var out = ""
         out.reserveCapacity(text.utf8.count)
         for scalar in text.unicodeScalars {

@@ -38,11 +38,6 @@ public enum ReceiveEvent: Sendable {
 /// Receives one transfer on an accepted connection: drives a ``ReceiverStateMachine`` with
 /// the frames read, and performs its actions on the inbox.
 struct Receiver {
-    /// Verified files named together after one syncfs(2): at most this many…
-    static let batchFiles = 256   // (each holds its locked descriptor while it waits)
-    /// …or this many bytes.
-    static let batchBytes: UInt64 = 256 << 20
-
     let id: Int
     let inbox: Inbox
     let policy: AcceptPolicy
@@ -79,40 +74,45 @@ struct Receiver {
         var promised: UInt64 = 0
         defer { inbox.keptPromise(promised) }
         var outcome: PeerTransferError?
-        // Verified files wait here for one syncfs(2) per batch, then get their names.
-        var publishing: [(index: Int, file: PartFile)] = []
-        var publishingBytes: UInt64 = 0
+        // Verified files wait here for one syncfs(2) per batch, then get their names on a
+        // thread of their own while this task receives on; one batch is published at a time
+        // (so results keep their order, and at most two batches hold descriptors).
+        var verified = VerifiedBatch()
+        var publishing: Task<[FileResult], any Error>?
+        // Each folder of a tree is walked to once, not once per file.
+        let folders = FolderCache()
         defer {
             for sink in sinks.values { sink.file.closeFiles() }
         }
 
-        /// Makes the batch durable (one syncfs), names its files, syncs their folders, and
-        /// returns the machine's actions for their results.
-        func publishBatch() throws -> [ReceiverStateMachine.Action] {
-            guard !publishing.isEmpty else { return [] }
-            defer {
-                for (_, file) in publishing { file.closeFiles() }
-                publishing = []
-                publishingBytes = 0
+        /// Waits for the batch being published; returns the machine's actions for its results.
+        func collectPublished() async throws -> [ReceiverStateMachine.Action] {
+            guard let batch = publishing else { return [] }
+            publishing = nil
+            return try await batch.value.flatMap { machine.fileFinished($0) }
+        }
+
+        /// Starts publishing the verified files (after the batch before them is done); returns
+        /// the machine's actions for that earlier batch's results.
+        func publishVerified() async throws -> [ReceiverStateMachine.Action] {
+            guard !verified.isEmpty else { return [] }
+            let actions = try await collectPublished()
+            let batch = verified
+            verified = VerifiedBatch()
+            publishing = Task { [inbox, id, events] in
+                try await onThreadOfItsOwn {
+                    Result {
+                        try batch.publish(in: inbox) { result, file in
+                            if let storedAs = result.storedAs, result.verified {
+                                events(.fileVerified(id: id, storedAs: storedAs))
+                            } else {
+                                events(.fileFailed(id: id, path: Terminal.escape(file.path.description), reason: result.error ?? "not named"))
+                            }
+                        }
+                    }
+                }.get()
             }
-            try inbox.syncData()
-            var results: [FileResult] = []
-            var folders: [String: PartFile] = [:]
-            for (index, file) in publishing {
-                var result = FileResult(index: index, verified: false, storedAs: nil, error: nil)
-                do {
-                    result.storedAs = try file.publish()
-                    result.verified = true
-                    folders[file.path.parent.joined(separator: "/")] = file
-                    events(.fileVerified(id: id, storedAs: result.storedAs!))
-                } catch let error as PeerTransferError {
-                    result.error = error.message
-                    events(.fileFailed(id: id, path: Terminal.escape(file.path.description), reason: error.message))
-                }
-                results.append(result)
-            }
-            for file in folders.values { try file.syncFolder() }
-            return results.flatMap { machine.fileFinished($0) }
+            return actions
         }
 
         func fileFailed(_ index: Int, _ entry: ManifestEntry, _ reason: String) -> [ReceiverStateMachine.Action] {
@@ -148,7 +148,8 @@ struct Receiver {
                     }
                     if frame.kind == .done {
                         // The results of every file go before the summary.
-                        pending = try publishBatch()
+                        pending = try await publishVerified()
+                        pending += try await collectPublished()
                     }
                     pending += machine.received(frame)
                     continue
@@ -180,7 +181,7 @@ struct Receiver {
                 case .makeDirectory(let index):
                     let path = try RelativePath(validating: manifest!.entries[index].path)
                     do {
-                        if let fd = try inbox.openDirectory(path.components, create: true) { close(fd) }
+                        if let fd = try inbox.openDirectory(path.components, create: true, cache: folders) { close(fd) }
                     } catch let error as PeerTransferError where error.isUnsafePath {
                         // A symlink (or file) planted where the folder goes: nothing is made
                         // through it, and the files below it fail alone when they open.
@@ -195,7 +196,7 @@ struct Receiver {
                     }
                     let path = try RelativePath(validating: manifest!.entries[index].path)
                     do {
-                        let file = try inbox.openPart(path, for: senderKey)
+                        let file = try inbox.openPart(path, for: senderKey, cache: folders)
                         let hasher = SHA256Hasher()
                         do {
                             try file.keepPrefix(offset, feeding: hasher)
@@ -247,8 +248,7 @@ struct Receiver {
                     } else if digest.hex == offered {
                         do {
                             try file.finishWriting(mode: entry.mode, modified: entry.modified)
-                            publishing.append((index, file))
-                            publishingBytes += entry.size
+                            verified.append(index, file, size: entry.size)
                         } catch let error as PeerTransferError {
                             file.closeFiles()
                             pending += fileFailed(index, entry, error.message)
@@ -258,8 +258,8 @@ struct Receiver {
                         file.closeFiles()
                         pending += fileFailed(index, entry, "its SHA-256 is \(digest.hex), not the \(Terminal.escape(offered)) the sender read; the part file was removed")
                     }
-                    if publishing.count >= Self.batchFiles || publishingBytes >= Self.batchBytes {
-                        pending += try publishBatch()
+                    if verified.isFull {
+                        pending += try await publishVerified()
                     }
                 case .fail(let error, let tellPeer):
                     outcome = error
@@ -293,7 +293,8 @@ struct Receiver {
         // Writes still queued for files left unfinished end before their descriptors close.
         for sink in sinks.values { await sink.drain() }
         // Files verified before a failure still get their names (their results cannot be sent).
-        if !publishing.isEmpty { _ = try? publishBatch() }
+        _ = try? await publishVerified()
+        _ = try? await collectPublished()
         pair.input.close()
         pair.output.close()
         let summary = machine.summaryCounts
@@ -350,6 +351,8 @@ struct Receiver {
         var accepted: [Answer.Entry] = []
         var needed: UInt64 = 0
         var held = Set<Int>()
+        // Each folder is looked up once (the offer's entries come folder by folder).
+        let folders = FolderCache()
         for index in chosen.sorted() {
             let entry = manifest.entries[index], path = paths[index]
             // Every entry takes room of its own (an inode, a folder's block), whatever its size:
@@ -359,14 +362,14 @@ struct Receiver {
                 accepted.append(Answer.Entry(index: index))
                 continue
             }
-            if let existing = inbox.digest(ofFile: path, size: entry.size, deliveredBy: senderKey) {
+            if let existing = inbox.digest(ofFile: path, size: entry.size, deliveredBy: senderKey, cache: folders) {
                 // Not promised now: a transfer sent again needs no room for it. Should the
                 // sender's file differ after all, its room is promised when its bytes start.
                 held.insert(index)
                 accepted.append(Answer.Entry(index: index, existing: existing.hex))
                 continue
             }
-            let have = inbox.partChunkDigests(path, chunkSize: manifest.chunkSize, for: senderKey)
+            let have = inbox.partChunkDigests(path, chunkSize: manifest.chunkSize, for: senderKey, cache: folders)
             needed += entry.size - min(entry.size, UInt64(have.count) * UInt64(manifest.chunkSize))
             accepted.append(Answer.Entry(index: index, have: have.map(\.hex)))
         }

@@ -86,9 +86,12 @@ public struct Sender: Sendable {
                 resolved = try await service.resolve(timeout: findTimeout)
             }
         } catch let error as DiscoveryError where ![.notFound, .timedOut, .cancelled].contains(error.code) {
+            // A plan that cannot be made says so first (bad arguments are the user's to fix).
+            _ = try await prepared
             // The name server failed (no answer, a refusal): not a receiver that is not there.
             throw PeerTransferError.runtime("cannot look for \"\(Terminal.escape(name))\" in \(Terminal.escape(domain)): \(error)")
         } catch {
+            _ = try await prepared
             let place = onTheLink ? "" : " in \(Terminal.escape(domain))"
             throw PeerTransferError.peerNotFound("no peerxfer receiver named \"\(Terminal.escape(name))\"\(place) was found within \(Int(findTimeout)) s (\(error))")
         }
@@ -280,7 +283,13 @@ public struct Sender: Sendable {
                         changed = true
                         break
                     }
-                    hashing.submit(UnsafeRawBufferPointer(data), to: item.hasher)
+                    if offset == item.offset && offset + UInt64(length) == entry.size {
+                        // The whole file in one chunk: hashed here, as a hop to the hashing
+                        // queue and back would cost more than it overlaps.
+                        item.hasher.update(UnsafeRawBufferPointer(data))
+                    } else {
+                        hashing.submit(UnsafeRawBufferPointer(data), to: item.hasher)
+                    }
                     ChunkFrame.writeHeader(into: frame, index: UInt32(item.index), offset: offset, length: length)
                     let wire = Data(bytesNoCopy: frame.baseAddress!, count: headerSize + length, deallocator: .none)
                     try await output.write(wire)

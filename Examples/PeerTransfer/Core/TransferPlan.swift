@@ -18,7 +18,28 @@ public struct TransferPlan: Sendable {
     ///   ``PeerTransferError/runtime(_:)`` when a file cannot be opened for reading.
     public static func make(paths: [String]) throws -> TransferPlan {
         var plan = TransferPlan(manifest: Manifest(chunkSize: TransferLimits.chunkSize, entries: []), sources: [], skipped: [])
+        for argument in try checkArguments(paths) {
+            try plan.add(argument.path, as: argument.name, info: argument.info)
+            guard plan.manifest.entries.count <= TransferLimits.maximumEntries else {
+                throw PeerTransferError.limit("more than \(TransferLimits.maximumEntries) files and folders")
+            }
+        }
+        do {
+            _ = try plan.manifest.validate()
+        } catch let error as PeerTransferError {
+            throw PeerTransferError.usage(error.message)
+        }
+        return plan
+    }
+
+    /// Checks the arguments themselves, without walking any folder (a typo fails at once):
+    /// each exists, is not the root, and no two share a last component.
+    /// - Returns: each argument's absolute path, the name it lands under, and its `lstat`.
+    /// - Throws: ``PeerTransferError/usage(_:)`` for the first bad argument.
+    @discardableResult
+    public static func checkArguments(_ paths: [String]) throws -> [(path: String, name: String, info: stat)] {
         var roots = Set<String>()
+        var checked: [(path: String, name: String, info: stat)] = []
         for argument in paths {
             let url = URL(fileURLWithPath: argument).standardizedFileURL
             var info = stat()
@@ -30,17 +51,9 @@ public struct TransferPlan: Sendable {
             guard roots.insert(rootName).inserted else {
                 throw PeerTransferError.usage("two arguments are named \"\(rootName)\"; they would land on the same path")
             }
-            try plan.add(url.path, as: rootName, info: info)
-            guard plan.manifest.entries.count <= TransferLimits.maximumEntries else {
-                throw PeerTransferError.limit("more than \(TransferLimits.maximumEntries) files and folders")
-            }
+            checked.append((url.path, rootName, info))
         }
-        do {
-            _ = try plan.manifest.validate()
-        } catch let error as PeerTransferError {
-            throw PeerTransferError.usage(error.message)
-        }
-        return plan
+        return checked
     }
 
     /// ``make(paths:)`` on a thread outside Swift's cooperative pool: walking a large tree

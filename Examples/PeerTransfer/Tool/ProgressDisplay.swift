@@ -11,6 +11,7 @@ final class ProgressDisplay: Sendable {
         var currentFile = ""
         var filesDone = 0
         var filesTotal = 0
+        var entriesTotal = 0
         var sent: UInt64 = 0
         var total: UInt64 = 0
         var fileSize: UInt64 = 0
@@ -33,7 +34,19 @@ final class ProgressDisplay: Sendable {
         if json { printJSON(["event": "skipped", "path": Terminal.escape(text)]) } else { printError("skipped \(Terminal.escape(text))") }
     }
 
-    func show(_ event: SendEvent, plan: TransferPlan) {
+    /// Records what will be offered, and lists what was left out of it.
+    func planned(_ plan: TransferPlan) {
+        state.withLock {
+            $0.filesTotal = plan.manifest.fileCount
+            $0.entriesTotal = plan.manifest.entries.count
+        }
+        for skipped in plan.skipped { self.skipped(skipped) }
+    }
+
+    /// The entries offered, as recorded by ``planned(_:)``.
+    var entriesTotal: Int { state.withLock { $0.entriesTotal } }
+
+    func show(_ event: SendEvent) {
         switch event {
         case .resolving(let name):
             if json { printJSON(["event": "resolving", "peer": name]) } else { printError("looking for \"\(Terminal.escape(name))\"…") }
@@ -46,7 +59,6 @@ final class ProgressDisplay: Sendable {
         case .answered(let accepted, let declined, let there, let bytes, let reason):
             state.withLock {
                 $0.total = bytes
-                $0.filesTotal = plan.manifest.fileCount
                 $0.started = .now
             }
             if json {
@@ -55,7 +67,7 @@ final class ProgressDisplay: Sendable {
                 if let reason { object["reason"] = reason }
                 printJSON(object)
             } else {
-                var line = "accepted \(accepted) of \(plan.manifest.entries.count) entries; \(Self.bytes(bytes)) to send"
+                var line = "accepted \(accepted) of \(entriesTotal) entries; \(Self.bytes(bytes)) to send"
                 if there > 0 { line += ", \(there) files already there" }
                 if let reason, declined > 0 { line += " (\(reason))" }
                 printError(line)

@@ -53,13 +53,9 @@ struct Send: AsyncParsableCommand {
         let configuration = try config.load()
         if background { return try queue(configuration) }
         let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1)
-        // The paths are checked at once (a typo fails before anything else); each file is
-        // hashed as it is sent.
-        let outline = try TransferPlan.make(paths: paths)
-        for skipped in outline.skipped { display.skipped(skipped) }
-        guard !outline.manifest.entries.isEmpty else {
-            throw PeerTransferError.usage("nothing to send: every path was left out (\(outline.skipped.map(Terminal.escape).joined(separator: "; ")))")
-        }
+        // The arguments are checked at once (a typo fails before anything else); their folders
+        // are walked while the receiver is looked for, and each file is hashed as it is sent.
+        try TransferPlan.checkArguments(paths)
         // After the usage checks: bad arguments are exit 2 either way. Unicast DNS needs no daemon.
         if place.nameServer == nil { try await requireDiscoveryDaemon() }
         var sender = Sender(configuration: configuration,
@@ -67,13 +63,20 @@ struct Send: AsyncParsableCommand {
         sender.findTimeout = wait
         sender.domain = place.domain
         sender.wideArea = place.nameServer.map { WideAreaBrowsing(nameServer: $0) }
-        let report = try await sender.send(outline, to: to, events: { display.show($0, plan: outline) })
+        let report = try await sender.send(preparing: { [paths] in
+            let plan = try await TransferPlan.prepare(paths: paths)
+            display.planned(plan)
+            guard !plan.manifest.entries.isEmpty else {
+                throw PeerTransferError.usage("nothing to send: every path was left out (\(plan.skipped.map(Terminal.escape).joined(separator: "; ")))")
+            }
+            return plan
+        }, to: to, events: { display.show($0) })
         display.finish(report)
         if !report.failed.isEmpty {
             throw PeerTransferError.fileFailed("\(report.failed.count) file(s) failed verification: \(report.failed.prefix(5).joined(separator: "; "))")
         }
         if !report.declined.isEmpty {
-            throw PeerTransferError.declined("the receiver declined \(report.declined.count) of \(outline.manifest.entries.count) entries")
+            throw PeerTransferError.declined("the receiver declined \(report.declined.count) of \(display.entriesTotal) entries")
         }
     }
 

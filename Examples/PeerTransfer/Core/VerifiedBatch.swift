@@ -1,0 +1,59 @@
+import Foundation
+
+/// Verified files waiting for their names: made durable together by one syncfs(2), then
+/// named, then their folders synced. The receiver publishes a batch on a thread of its own
+/// while its task goes on receiving the next files, so the disk's flush does not stall the
+/// connection.
+///
+/// `@unchecked Sendable`: the receiving task hands a batch over whole and touches none of its
+/// files afterwards; the publishing thread owns them (and closes them) until it returns.
+struct VerifiedBatch: @unchecked Sendable {
+    /// Verified files named together: at most this many (each holds its locked descriptor
+    /// while it waits)…
+    static let maximumFiles = 256
+    /// …or this many bytes.
+    static let maximumBytes: UInt64 = 256 << 20
+
+    private(set) var files: [(index: Int, file: PartFile)] = []
+    private(set) var bytes: UInt64 = 0
+
+    var isEmpty: Bool { files.isEmpty }
+
+    /// True once the batch should be published before more files join it.
+    var isFull: Bool { files.count >= Self.maximumFiles || bytes >= Self.maximumBytes }
+
+    /// Adds the verified (and written) `file`, entry `index` of `size` bytes.
+    mutating func append(_ index: Int, _ file: PartFile, size: UInt64) {
+        files.append((index, file))
+        bytes += size
+    }
+
+    /// Makes the batch's data durable (one syncfs), names each file, then syncs the folders
+    /// that got names; closes every file. Blocking.
+    /// - Parameter named: told of each file's result as it is named (or fails to be).
+    /// - Returns: each file's result, in the batch's order.
+    /// - Throws: ``PeerTransferError/runtime(_:)`` when the data or a folder cannot be synced
+    ///   (the transfer ends on it); a file that cannot be named fails alone, in its result.
+    func publish(in inbox: Inbox, named: (FileResult, PartFile) -> Void) throws -> [FileResult] {
+        defer { for (_, file) in files { file.closeFiles() } }
+        try inbox.syncData()
+        let cache = FolderCache()
+        var results: [FileResult] = []
+        // One named file per folder, to sync that folder through.
+        var folders: [String: PartFile] = [:]
+        for (index, file) in files {
+            var result = FileResult(index: index, verified: false, storedAs: nil, error: nil)
+            do {
+                result.storedAs = try file.publish(cache: cache)
+                result.verified = true
+                folders[file.path.parent.joined(separator: "/")] = file
+            } catch let error as PeerTransferError {
+                result.error = error.message
+            }
+            named(result, file)
+            results.append(result)
+        }
+        for file in folders.values { try file.syncFolder(cache: cache) }
+        return results
+    }
+}
