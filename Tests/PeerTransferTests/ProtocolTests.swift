@@ -146,6 +146,95 @@ final class ProtocolTests: XCTestCase {
         XCTAssertNotEqual(Terminal.escape("ok\\x9b"), Terminal.escape("ok\u{9b}"))
     }
 
+    func testAPartFileIsTaggedWithTheSendersFirstHexDigits() {
+        XCTAssertEqual(TransferLimits.partName(of: "x.bin", from: "ABCDEF0123456789abcdef"), "x.bin.abcdef012345.peerxfer-part")
+        XCTAssertEqual(TransferLimits.partName(of: "x.bin", from: "zz12-q3"), "x.bin.123.peerxfer-part")
+        XCTAssertEqual(TransferLimits.partName(of: "x.bin", from: "k"), "x.bin.unknown.peerxfer-part")
+    }
+
+    func testPlainASCIINamesAreShownAsTheyAre() {
+        XCTAssertEqual(Terminal.escape("small/d000/f00001.bin"), "small/d000/f00001.bin")
+        XCTAssertEqual(Terminal.escape("a\u{7f}b"), "a\\x7fb")
+        XCTAssertEqual(JSONLine.string("plain name.txt"), "\"plain name.txt\"")
+        XCTAssertEqual(JSONLine.string("q\"b\\\u{7f}"), "\"q\\\"b\\\\\\u007f\"")
+    }
+
+    /// The hand-written JSON of the large and frequent messages reads back as what was sent,
+    /// whatever their strings hold, and as what JSONEncoder's text reads back as.
+    func testHandWrittenMessagesDecodeToWhatWasSent() throws {
+        let odd = ["plain.txt", "q\"uote", "back\\slash", "new\nline", "ctl\u{01}\u{1f}\u{7f}", "ünï 😀 \u{202e}", ""]
+        let results = odd.enumerated().map { FileResult(index: $0.offset, verified: $0.offset % 2 == 0, storedAs: $0.element,
+                                                        error: $0.offset % 3 == 0 ? nil : "failed: " + $0.element) }
+            + [FileResult(index: Int.max, verified: true, storedAs: nil, error: nil)]
+        let answer = Answer(accepted: [Answer.Entry(index: 0), Answer.Entry(index: 7, have: ["ab", "cd"]),
+                                       Answer.Entry(index: 9, existing: "ef")], reason: odd[3])
+        let noReason = Answer(accepted: [], reason: nil)
+        let times: [Double] = [0, 1_732_545_600.123_456_7, -1.5, 1e-7, 1e16, 99_999_999_999.999]
+        let manifest = Manifest(chunkSize: TransferLimits.chunkSize, entries: odd.enumerated().map {
+            ManifestEntry(path: $0.element, kind: $0.offset % 2 == 0 ? .file : .directory, size: $0.offset == 0 ? UInt64.max : UInt64($0.offset),
+                          mode: 0o644, modified: times[$0.offset % times.count])
+        })
+        func check<M: Codable & Equatable & HandWrittenJSON>(_ message: M, _ kind: Frame.Kind) throws {
+            let frame = Frame.message(kind, message)
+            XCTAssertEqual(frame.payload, Data(message.json.utf8), "the hand-written text is what goes out")
+            XCTAssertEqual(try frame.decode(M.self), message)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys]
+            XCTAssertEqual(try JSONDecoder().decode(M.self, from: encoder.encode(message)), try frame.decode(M.self))
+        }
+        for result in results { try check(result, .fileResult) }
+        try check(answer, .answer)
+        try check(noReason, .answer)
+        try check(manifest, .manifest)
+    }
+
+    /// The hand-read shapes are read without JSONDecoder, and whatever they accept JSONDecoder
+    /// reads as the same value: hundreds of damaged messages, each read both ways.
+    func testHandReadMessagesAgreeWithJSONDecoderEvenWhenDamaged() throws {
+        let manifest = Manifest(chunkSize: TransferLimits.chunkSize, entries: [
+            ManifestEntry(path: "a/b c.txt", kind: .file, size: 1234, mode: 0o644, modified: 1_732_545_600.123_456_7),
+            ManifestEntry(path: "ünï/😀", kind: .directory, size: 0, mode: 0o755, modified: -2.5e-7),
+            ManifestEntry(path: "z", kind: .file, size: 0, mode: 0, modified: 0),
+        ])
+        let result = FileResult(index: 42, verified: true, storedAs: "a/b (1).txt", error: nil)
+        let failed = FileResult(index: 7, verified: false, storedAs: nil, error: "its SHA-256 differs")
+        XCTAssertEqual(Manifest.quickly(from: Data(manifest.json.utf8)), manifest, "read by hand")
+        XCTAssertEqual(Manifest.quickly(from: Data(Manifest(chunkSize: 5, entries: []).json.utf8)), Manifest(chunkSize: 5, entries: []))
+        XCTAssertEqual(FileResult.quickly(from: Data(result.json.utf8)), result)
+        XCTAssertEqual(FileResult.quickly(from: Data(failed.json.utf8)), failed)
+        XCTAssertNil(FileResult.quickly(from: Data(#"{"index":1,"storedAs":"q\"x","verified":true}"#.utf8)), "escapes go to JSONDecoder")
+        XCTAssertNil(FileResult.quickly(from: Data(#"{ "index":1,"verified":true}"#.utf8)), "so does whitespace")
+        XCTAssertNil(FileResult.quickly(from: Data(#"{"index":01,"verified":true}"#.utf8)))
+
+        var generator = SystemRandomNumberGenerator()
+        var acceptedDamaged = 0
+        for sample in [Data(manifest.json.utf8), Data(result.json.utf8), Data(failed.json.utf8)] {
+            for _ in 0..<400 {
+                var bytes = [UInt8](sample)
+                for _ in 0..<Int.random(in: 1...3, using: &generator) {
+                    let at = Int.random(in: 0..<bytes.count, using: &generator)
+                    let byte = "0123456789-+.eE\"{}[],:\\ tfa\u{00}\u{ff}".utf8.randomElement(using: &generator)!
+                    switch Int.random(in: 0..<3, using: &generator) {
+                    case 0: bytes[at] = byte
+                    case 1: bytes.insert(byte, at: at)
+                    default: if bytes.count > 1 { bytes.remove(at: at) }
+                    }
+                }
+                let damaged = Data(bytes)
+                if let quick = Manifest.quickly(from: damaged) {
+                    acceptedDamaged += 1
+                    XCTAssertEqual(try? JSONDecoder().decode(Manifest.self, from: damaged), quick, String(decoding: damaged, as: UTF8.self))
+                }
+                if let quick = FileResult.quickly(from: damaged) {
+                    acceptedDamaged += 1
+                    XCTAssertEqual(try? JSONDecoder().decode(FileResult.self, from: damaged), quick, String(decoding: damaged, as: UTF8.self))
+                }
+            }
+        }
+        // Some damage leaves a valid message (a digit for another): those are compared too.
+        XCTAssertGreaterThan(acceptedDamaged, 0)
+    }
+
     func testSHA256HasherMatchesKnownDigestsAcrossPieces() {
         XCTAssertEqual(SHA256Hasher.hash(Data()).hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
         let hasher = SHA256Hasher()

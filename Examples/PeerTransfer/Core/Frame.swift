@@ -23,6 +23,9 @@ struct Frame: Sendable, Equatable {
 
     /// A control message as JSON.
     static func message<M: Encodable>(_ kind: Kind, _ message: M) -> Frame {
+        if let written = message as? any HandWrittenJSON {
+            return Frame(kind: kind, payload: Data(written.json.utf8))
+        }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         // Our own message types always encode (no non-finite numbers, no custom encoders).
@@ -34,6 +37,9 @@ struct Frame: Sendable, Equatable {
     /// - Throws: ``PeerTransferError/protocolViolation(_:)`` naming the message when it is not
     ///   valid JSON of that shape.
     func decode<M: Decodable>(_ type: M.Type) throws -> M {
+        if let quick = type as? any HandReadJSON.Type, let message = quick.quickly(from: payload) as? M {
+            return message
+        }
         do {
             return try JSONDecoder().decode(type, from: payload)
         } catch {

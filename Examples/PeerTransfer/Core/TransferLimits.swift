@@ -40,8 +40,14 @@ public enum TransferLimits {
 
     /// The name of the part file in which `sender` (its key, as hex) sends the file `name`.
     static func partName(of name: String, from sender: String) -> String {
-        let tag = String(sender.lowercased().unicodeScalars.filter { ("0"..."9").contains($0) || ("a"..."f").contains($0) }
-            .prefix(partTagDigits).map(Character.init))
+        // The key's first hex digits, lowercased (byte by byte: this runs for every file).
+        var digits: [UInt8] = []
+        digits.reserveCapacity(partTagDigits)
+        for byte in sender.utf8 where digits.count < partTagDigits {
+            let lowered = (0x41...0x46).contains(byte) ? byte + 0x20 : byte
+            if (0x30...0x39).contains(lowered) || (0x61...0x66).contains(lowered) { digits.append(lowered) }
+        }
+        let tag = String(decoding: digits, as: UTF8.self)
         return name + "." + (tag.isEmpty ? "unknown" : tag) + partSuffix
     }
 
