@@ -42,6 +42,10 @@ final class TLSContext: @unchecked Sendable {
         }
 
         switch configuration.trustRoots {
+        case .system where !configuration.pinnedSHA256.isEmpty || !configuration.validatesCertificateChain:
+            // No chain is judged by the store (a pin replaces it, or validation is off):
+            // reading the system's store would cost tens of milliseconds per context for nothing.
+            break
         case .system:
             guard SSL_CTX_set_default_verify_paths(context) == 1 else {
                 throw TLSError.cannotLoad(file: "the system trust store", reason: OpenSSLErrors.drain())
