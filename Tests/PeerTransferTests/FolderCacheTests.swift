@@ -55,6 +55,47 @@ final class FolderCacheTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: folder + "/outside"), [], "nothing written through it")
     }
 
+    func testTwoSpellingsOfOneNameAreTwoFolders() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        let cache = FolderCache()
+        let composed = "caf\u{e9}", decomposed = "cafe\u{301}"
+        XCTAssertEqual(composed, decomposed, "Swift calls them equal; the file system does not")
+        var batch = VerifiedBatch()
+        for (index, name) in [composed + "/a.txt", decomposed + "/b.txt"].enumerated() {
+            let part = try inbox.openPart(try RelativePath(validating: name), for: "k", cache: cache)
+            try part.write(Data(name.utf8), at: 0)
+            try part.finishWriting(mode: 0o644, modified: 0)
+            batch.append(index, part, size: 1)
+        }
+        let results = try batch.publish(in: inbox) { _, _ in }
+        XCTAssertEqual(results.map(\.verified), [true, true])
+        XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: folder + "/inbox/" + composed).map { Array($0.utf8) }),
+                       [Array("a.txt".utf8)])
+        let below = try FileManager.default.contentsOfDirectory(atPath: folder + "/inbox").map { Array($0.utf8) }
+        XCTAssertEqual(Set(below), [Array(composed.utf8), Array(decomposed.utf8)])
+        let decomposedFolder = folder + "/inbox/" + String(decoding: Array(decomposed.utf8), as: UTF8.self)
+        var info = stat()
+        XCTAssertEqual(stat(decomposedFolder + "/b.txt", &info), 0, "b.txt is in the folder its path names")
+    }
+
+    func testAFolderRemovedOrMovedAwayBetweenTwoFilesIsWalkedToAgain() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        let cache = FolderCache()
+        try inbox.openPart(try RelativePath(validating: "gone/a.txt"), for: "k", cache: cache).closeFiles()
+        // Removed: made again, as on a first visit.
+        try FileManager.default.removeItem(atPath: folder + "/inbox/gone")
+        try inbox.openPart(try RelativePath(validating: "gone/b.txt"), for: "k", cache: cache).closeFiles()
+        XCTAssertTrue(FileManager.default.fileExists(atPath: folder + "/inbox/gone/" + TransferLimits.partName(of: "b.txt", from: "k")))
+        // Moved out of the inbox, a symlink left in its place: refused, nothing written outside.
+        try inbox.openPart(try RelativePath(validating: "x/moved/a.txt"), for: "k", cache: cache).closeFiles()
+        XCTAssertEqual(rename(folder + "/inbox/x", folder + "/outside/x"), 0)
+        XCTAssertEqual(symlink(folder + "/outside/x", folder + "/inbox/x"), 0)
+        XCTAssertThrowsError(try inbox.openPart(try RelativePath(validating: "x/moved/b.txt"), for: "k", cache: cache)) { error in
+            XCTAssertTrue((error as? PeerTransferError)?.isUnsafePath == true, "\(error)")
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: folder + "/outside/x/moved/" + TransferLimits.partName(of: "b.txt", from: "k")))
+    }
+
     func testAFolderFoundMissingStaysMissingOnlyForLookups() throws {
         let inbox = try Inbox(path: folder + "/inbox")
         let cache = FolderCache()

@@ -69,6 +69,28 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/tree/ünï cödé/файл.bin"), lab.path("inbox/tree/ünï cödé/файл (1).bin")))
     }
 
+    /// More files than one batch holds: they are named batch by batch while the next arrive,
+    /// and every file's result reaches the sender before the summary.
+    func testATreeOfManyBatchesArrivesWholeWithEveryResultBeforeTheEnd() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Batches")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        let count = 2 * 256 + 37   // a batch holds at most 256 files
+        for index in 0..<count {
+            try lab.makeFile("src/many/d\(index % 3)/f\(index).txt", size: 1 + index % 700, seed: UInt64(index))
+        }
+        let (status, output) = try lab.send([lab.path("src/many")], to: name, config: "sender")
+        XCTAssertEqual(status, 0, output)
+        XCTAssertEqual(done(output)["verified"] as? Int, count, output)
+        XCTAssertEqual(Set(events(output, "verified").compactMap { $0["path"] as? String }).count, count)
+        XCTAssertEqual(PeerXferLab.listing(lab.path("inbox/many")), PeerXferLab.listing(lab.path("src/many")))
+        for index in stride(from: 0, to: count, by: 97) {
+            XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/many/d\(index % 3)/f\(index).txt"),
+                                                   lab.path("inbox/many/d\(index % 3)/f\(index).txt")), "f\(index)")
+        }
+        XCTAssertFalse(PeerXferLab.listing(lab.path("inbox")).contains { $0.hasSuffix(".peerxfer-part") })
+    }
+
     func testResumeAfterTheSenderIsKilledSendsOnlyWhatIsMissing() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Resume")
@@ -335,6 +357,13 @@ final class PeerXferTransferTests: XCTestCase {
         }
         XCTAssertEqual(try lab.run(["send", "--to", "x"]).status, 2, "no paths")
         XCTAssertEqual(try lab.run(["send", lab.path("missing"), "--to", "x", "--config", lab.path("c")]).status, 2, "missing path")
+        // Only a symlink (not followed, so nothing is left to send): found while the receiver is
+        // looked for, and still a usage error, at once (not "not found" once the lookup gives up).
+        XCTAssertEqual(symlink("/etc/hostname", lab.path("only-a-link")), 0)
+        let (nothing, nothingOutput) = try lab.run(["send", lab.path("only-a-link"), "--to", PeerXferLab.uniqueName("Nobody"),
+                                                    "--wait", "600", "--config", lab.path("c")])
+        XCTAssertEqual(nothing, 2, nothingOutput)
+        XCTAssertTrue(nothingOutput.contains("nothing to send"), nothingOutput)
         XCTAssertEqual(try lab.run(["serve", "--port", "70000"]).status, 2)
         XCTAssertEqual(try lab.run(["serve", "--accept", "maybe"]).status, 2)
         XCTAssertEqual(try lab.run(["no-such-command"]).status, 2)
@@ -402,6 +431,12 @@ final class PeerXferTransferTests: XCTestCase {
             XCTAssertEqual(process.process.terminationStatus, 1, "\(arguments): \(output)")
             XCTAssertTrue(output.contains("avahi-daemon"), "\(arguments): \(output)")
         }
+        // Bad arguments are still a usage error without the daemon.
+        XCTAssertEqual(symlink("/etc/hostname", lab.path("only-a-link")), 0)
+        let process = try Foreign(noBus + [PeerXferLab.binary, "send", lab.path("only-a-link"), "--to", "Anyone", "--config", lab.path("c")])
+        let output = process.finish(seconds: 30)
+        XCTAssertEqual(process.process.terminationStatus, 2, output)
+        XCTAssertTrue(output.contains("nothing to send"), output)
     }
 
     func testABackgroundSendSurvivesItsDaemonsSIGKILLAndIsDeliveredWhenTheReceiverComesUp() throws {

@@ -2,17 +2,23 @@ import Foundation
 
 /// The inbox folder a transfer opened last, kept open: a tree arrives folder by folder, so
 /// most files find their folder here instead of walking from the inbox's root again (a
-/// `dup` instead of an `openat` per path component).
+/// `dup` and an `fstatat` per path component instead of an `openat` and a `close`).
 ///
 /// The descriptor is the folder as it was reached, with `O_NOFOLLOW` at every step, when it
-/// was first opened; later lookups of the same path use it as they would a folder held open
-/// while one file is written. Not thread-safe: each task or thread keeps its own.
+/// was first opened. Before it is used again, ``Inbox/openDirectory(_:create:mode:cache:)``
+/// checks that the path still leads from the inbox's root to that very folder (device and
+/// inode); a folder removed, moved or replaced meanwhile is walked to again, and refused or
+/// made again as on a first visit. Paths are told apart by their bytes, as the file system
+/// does (two spellings of "é" are two folders). Not thread-safe: each task or thread keeps its own.
 final class FolderCache {
-    private var components: [String]?
+    /// The folder's path as UTF-8, its components joined by `/`.
+    private var key: [UInt8]?
     private var fd: Int32 = -1
-    /// True when `components` was looked up without creating it and did not exist.
+    private var identity: (device: UInt64, inode: UInt64) = (0, 0)
+    /// True when the path was looked up without creating it and did not exist.
     private var missing = false
 
+    /// A cache holding nothing yet.
     init() {}
 
     deinit { forget() }
@@ -21,17 +27,23 @@ final class FolderCache {
     func forget() {
         if fd >= 0 { close(fd) }
         fd = -1
-        components = nil
+        key = nil
         missing = false
     }
 
-    /// What is known of `path`: a new descriptor for it (the caller closes it), `.missing`
-    /// when it was found missing (only for lookups that create nothing), or `.unknown`.
+    /// The key of a folder path: its bytes.
+    static func key(_ components: [String]) -> [UInt8] {
+        Array(components.joined(separator: "/").utf8)
+    }
+
+    /// What is known of `path`: a new descriptor for it (the caller closes it) with the device
+    /// and inode it had, `.missing` when it was found missing (only for lookups that create
+    /// nothing), or `.unknown`.
     func lookUp(_ path: [String], creating: Bool) -> Known {
-        guard components == path else { return .unknown }
+        guard let key, key == Self.key(path) else { return .unknown }
         if fd >= 0 {
             let copy = dup(fd)
-            return copy >= 0 ? .open(copy) : .unknown
+            return copy >= 0 ? .open(copy, device: identity.device, inode: identity.inode) : .unknown
         }
         return missing && !creating ? .missing : .unknown
     }
@@ -41,18 +53,26 @@ final class FolderCache {
     func remember(_ path: [String], _ descriptor: Int32?) {
         forget()
         if let descriptor {
+            var info = stat()
+            guard fstat(descriptor, &info) == 0 else { return }
             let copy = dup(descriptor)
             guard copy >= 0 else { return }
             fd = copy
+            identity = (UInt64(info.st_dev), UInt64(info.st_ino))
         } else {
             missing = true
         }
-        components = path
+        key = Self.key(path)
     }
 
+    /// What a cache knows of a folder path.
     enum Known {
-        case open(Int32)
+        /// A new descriptor for the folder kept (the caller closes it), and the device and
+        /// inode the folder had when it was walked to.
+        case open(Int32, device: UInt64, inode: UInt64)
+        /// Looked up without creating it, and not there.
         case missing
+        /// Not the folder kept: walk to it.
         case unknown
     }
 }

@@ -98,11 +98,18 @@ final class Inbox: @unchecked Sendable {
     ///   ``PeerTransferError/runtime(_:)`` for other failures.
     func openDirectory(_ components: [String], create: Bool, mode: mode_t = 0o755,
                        cache: FolderCache? = nil) throws -> Int32? {
-        if let cache {
+        if let cache, !components.isEmpty {
             switch cache.lookUp(components, creating: create) {
-            case .open(let fd): return fd
-            case .missing: return nil
-            case .unknown: break
+            case .open(let fd, let device, let inode):
+                // Still the folder the path leads to from the root (not removed, moved or
+                // replaced since it was walked to): then it is used as it is.
+                if leadsTo(components, device: device, inode: inode) { return fd }
+                close(fd)
+                cache.forget()
+            case .missing:
+                return nil
+            case .unknown:
+                break
             }
             let fd = try openDirectory(components, create: create, mode: mode)
             cache.remember(components, fd)
@@ -145,6 +152,19 @@ final class Inbox: @unchecked Sendable {
             current = next
         }
         return current
+    }
+
+    /// True when `components`, followed from the inbox's root, are each a folder (none a
+    /// symlink) and lead to the folder with this device and inode. (Each step is looked at
+    /// from the root with `AT_SYMLINK_NOFOLLOW`, so a symlink anywhere on the way is seen.)
+    private func leadsTo(_ components: [String], device: UInt64, inode: UInt64) -> Bool {
+        var info = stat()
+        var prefix = ""
+        for component in components {
+            prefix = prefix.isEmpty ? component : prefix + "/" + component
+            guard fstatat(root, prefix, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFDIR else { return false }
+        }
+        return UInt64(info.st_dev) == device && UInt64(info.st_ino) == inode
     }
 
     /// The SHA-256 of the regular file the inbox holds at `path`, when it is `size` bytes long

@@ -86,9 +86,13 @@ struct Receiver {
         }
 
         /// Waits for the batch being published; returns the machine's actions for its results.
+        /// A wait on this disk, not on the peer (a slow disk may take a while to sync a batch of
+        /// 256 MiB): the watchdog allows four more minutes for it, and starts again after it.
         func collectPublished() async throws -> [ReceiverStateMachine.Action] {
             guard let batch = publishing else { return [] }
             publishing = nil
+            watchdog.touch(bound: idleBound + .seconds(240))
+            defer { watchdog.touch(bound: idleBound) }
             return try await batch.value.flatMap { machine.fileFinished($0) }
         }
 
@@ -292,7 +296,9 @@ struct Receiver {
         }
         // Writes still queued for files left unfinished end before their descriptors close.
         for sink in sinks.values { await sink.drain() }
-        // Files verified before a failure still get their names (their results cannot be sent).
+        // Files verified before a failure still get their names (their results cannot be sent),
+        // even when the batch before them failed.
+        _ = try? await collectPublished()
         _ = try? await publishVerified()
         _ = try? await collectPublished()
         pair.input.close()

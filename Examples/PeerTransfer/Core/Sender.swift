@@ -74,31 +74,31 @@ public struct Sender: Sendable {
     /// - Throws: what `preparing` throws, or what ``send(_:to:events:)`` throws.
     public func send(preparing: @escaping @Sendable () async throws -> TransferPlan, to name: String,
                      events: @escaping @Sendable (SendEvent) -> Void = { _ in }) async throws -> SendReport {
-        async let prepared = preparing()
         events(.resolving(name: name))
         let service = DiscoveredService(name: name, type: TransferLimits.serviceType, domain: domain)
-        let resolved: ResolvedService
         let onTheLink = ["local", "local.", ""].contains(domain.lowercased())
-        do {
-            if let wideArea {
-                resolved = try await Self.resolve(service, wideArea: wideArea, within: findTimeout)
-            } else {
-                resolved = try await service.resolve(timeout: findTimeout)
+        // The plan is made while the receiver is looked for. A plan that cannot be made (bad
+        // arguments, the user's to fix) ends the lookup at once and is what is reported; a
+        // receiver not found is reported once the plan is known to be good.
+        let looked: Result<ResolvedService, PeerTransferError>
+        let plan: TransferPlan
+        (plan, looked) = try await withThrowingTaskGroup(of: Preparation.self) { group in
+            group.addTask { .plan(try await preparing()) }
+            group.addTask { [self] in .lookup(await lookUp(service, name: name, onTheLink: onTheLink)) }
+            var plan: TransferPlan?
+            var looked: Result<ResolvedService, PeerTransferError>?
+            for try await finished in group {
+                switch finished {
+                case .plan(let made): plan = made
+                case .lookup(let result): looked = result
+                }
             }
-        } catch let error as DiscoveryError where ![.notFound, .timedOut, .cancelled].contains(error.code) {
-            // A plan that cannot be made says so first (bad arguments are the user's to fix).
-            _ = try await prepared
-            // The name server failed (no answer, a refusal): not a receiver that is not there.
-            throw PeerTransferError.runtime("cannot look for \"\(Terminal.escape(name))\" in \(Terminal.escape(domain)): \(error)")
-        } catch {
-            _ = try await prepared
-            let place = onTheLink ? "" : " in \(Terminal.escape(domain))"
-            throw PeerTransferError.peerNotFound("no peerxfer receiver named \"\(Terminal.escape(name))\"\(place) was found within \(Int(findTimeout)) s (\(error))")
+            return (plan!, looked!)
         }
+        let resolved = try looked.get()
         // Pinned by name on the link, by name and domain in a zone: "Office" on the link and
         // "Office" in home.arpa are two receivers.
         let pinName = onTheLink ? name : name + "." + (domain.hasSuffix(".") ? String(domain.dropLast()) : domain)
-        let plan = try await prepared
         let key = try Self.advertisedKey(resolved, name: name)
         var known = try KnownPeers.load(from: configuration.knownPeersFile)
         let firstUse: Bool
@@ -156,6 +156,30 @@ public struct Sender: Sendable {
             throw PeerTransferError.runtime("the connection to \"\(Terminal.escape(name))\" failed: \(error)")
         } catch {
             throw PeerTransferError.runtime("the transfer to \"\(Terminal.escape(name))\" failed: \(error)")
+        }
+    }
+
+    /// What the two halves of getting ready give: the plan, or how the receiver was looked for.
+    private enum Preparation: Sendable {
+        case plan(TransferPlan)
+        case lookup(Result<ResolvedService, PeerTransferError>)
+    }
+
+    /// Looks for the receiver `service`: its resolved address and TXT record, or why not
+    /// (``PeerTransferError/peerNotFound(_:)`` when it is not there in time,
+    /// ``PeerTransferError/runtime(_:)`` when the name server failed).
+    private func lookUp(_ service: DiscoveredService, name: String, onTheLink: Bool) async -> Result<ResolvedService, PeerTransferError> {
+        do {
+            if let wideArea {
+                return .success(try await Self.resolve(service, wideArea: wideArea, within: findTimeout))
+            }
+            return .success(try await service.resolve(timeout: findTimeout))
+        } catch let error as DiscoveryError where ![.notFound, .timedOut, .cancelled].contains(error.code) {
+            // The name server failed (no answer, a refusal): not a receiver that is not there.
+            return .failure(.runtime("cannot look for \"\(Terminal.escape(name))\" in \(Terminal.escape(domain)): \(error)"))
+        } catch {
+            let place = onTheLink ? "" : " in \(Terminal.escape(domain))"
+            return .failure(.peerNotFound("no peerxfer receiver named \"\(Terminal.escape(name))\"\(place) was found within \(Int(findTimeout)) s (\(error))"))
         }
     }
 

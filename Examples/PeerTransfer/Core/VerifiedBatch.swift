@@ -9,14 +9,27 @@ import Foundation
 /// files afterwards; the publishing thread owns them (and closes them) until it returns.
 struct VerifiedBatch: @unchecked Sendable {
     /// Verified files named together: at most this many (each holds its locked descriptor
-    /// while it waits)…
-    static let maximumFiles = 256
+    /// while it waits)… A transfer holds two batches (one being named, one filling), and up to
+    /// ``TransferLimits/maximumConcurrentTransfers`` transfers run at once: together they may
+    /// take at most half of the process's descriptors, and never more than 256 a batch.
+    static let maximumFiles: Int = {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 32 }
+        let share = Int(min(limit.rlim_cur, 1 << 20)) / 2 / (2 * TransferLimits.maximumConcurrentTransfers)
+        return max(16, min(256, share))
+    }()
     /// …or this many bytes.
     static let maximumBytes: UInt64 = 256 << 20
 
+    /// The files, each with its manifest index, in the order they were verified.
     private(set) var files: [(index: Int, file: PartFile)] = []
+    /// Their bytes together.
     private(set) var bytes: UInt64 = 0
 
+    /// An empty batch.
+    init() {}
+
+    /// True when no file waits.
     var isEmpty: Bool { files.isEmpty }
 
     /// True once the batch should be published before more files join it.
@@ -39,14 +52,15 @@ struct VerifiedBatch: @unchecked Sendable {
         try inbox.syncData()
         let cache = FolderCache()
         var results: [FileResult] = []
-        // One named file per folder, to sync that folder through.
-        var folders: [String: PartFile] = [:]
+        // One named file per folder, to sync that folder through (folders told apart by their
+        // bytes, as the file system does: two spellings of "é" are two folders).
+        var folders: [[UInt8]: PartFile] = [:]
         for (index, file) in files {
             var result = FileResult(index: index, verified: false, storedAs: nil, error: nil)
             do {
                 result.storedAs = try file.publish(cache: cache)
                 result.verified = true
-                folders[file.path.parent.joined(separator: "/")] = file
+                folders[FolderCache.key(file.path.parent)] = file
             } catch let error as PeerTransferError {
                 result.error = error.message
             }

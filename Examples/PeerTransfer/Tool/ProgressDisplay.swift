@@ -46,6 +46,8 @@ final class ProgressDisplay: Sendable {
     /// The entries offered, as recorded by ``planned(_:)``.
     var entriesTotal: Int { state.withLock { $0.entriesTotal } }
 
+    /// Shows one event of the transfer: a JSON line, or on a terminal a line or the redrawn
+    /// progress line.
     func show(_ event: SendEvent) {
         switch event {
         case .resolving(let name):

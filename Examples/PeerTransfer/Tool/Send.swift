@@ -56,21 +56,30 @@ struct Send: AsyncParsableCommand {
         // The arguments are checked at once (a typo fails before anything else); their folders
         // are walked while the receiver is looked for, and each file is hashed as it is sent.
         try TransferPlan.checkArguments(paths)
-        // After the usage checks: bad arguments are exit 2 either way. Unicast DNS needs no daemon.
-        if place.nameServer == nil { try await requireDiscoveryDaemon() }
-        var sender = Sender(configuration: configuration,
-                            displayName: ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer")
-        sender.findTimeout = wait
-        sender.domain = place.domain
-        sender.wideArea = place.nameServer.map { WideAreaBrowsing(nameServer: $0) }
-        let report = try await sender.send(preparing: { [paths] in
+        let walking = Task { [paths] in
             let plan = try await TransferPlan.prepare(paths: paths)
             display.planned(plan)
             guard !plan.manifest.entries.isEmpty else {
                 throw PeerTransferError.usage("nothing to send: every path was left out (\(plan.skipped.map(Terminal.escape).joined(separator: "; ")))")
             }
             return plan
-        }, to: to, events: { display.show($0) })
+        }
+        // Unicast DNS needs no daemon. Bad arguments found by the walk are exit 2 either way:
+        // they are reported before a missing daemon is.
+        if place.nameServer == nil {
+            do {
+                try await requireDiscoveryDaemon()
+            } catch {
+                _ = try await walking.value
+                throw error
+            }
+        }
+        var sender = Sender(configuration: configuration,
+                            displayName: ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer")
+        sender.findTimeout = wait
+        sender.domain = place.domain
+        sender.wideArea = place.nameServer.map { WideAreaBrowsing(nameServer: $0) }
+        let report = try await sender.send(preparing: { try await walking.value }, to: to, events: { display.show($0) })
         display.finish(report)
         if !report.failed.isEmpty {
             throw PeerTransferError.fileFailed("\(report.failed.count) file(s) failed verification: \(report.failed.prefix(5).joined(separator: "; "))")
