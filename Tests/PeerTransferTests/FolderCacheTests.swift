@@ -96,6 +96,24 @@ final class FolderCacheTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: folder + "/outside/x/moved/" + TransferLimits.partName(of: "b.txt", from: "k")))
     }
 
+    func testAFolderMovedBeforeItsFileIsNamedFailsThatFileAloneAndTheBatchGoesOn() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        let cache = FolderCache()
+        var batch = VerifiedBatch()
+        for (index, name) in ["moving/a.txt", "staying/b.txt"].enumerated() {
+            let part = try inbox.openPart(try RelativePath(validating: name), for: "k", cache: cache)
+            try part.write(Data(name.utf8), at: 0)
+            try part.finishWriting(mode: 0o644, modified: 0)
+            batch.append(index, part, size: 1)
+        }
+        XCTAssertEqual(rename(folder + "/inbox/moving", folder + "/inbox/moved"), 0)
+        let results = try batch.publish(in: inbox) { _, _ in }
+        XCTAssertEqual(results.map(\.verified), [false, true])
+        XCTAssertTrue(results[0].error?.contains("went away") == true, "\(results[0])")
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/staying/b.txt", encoding: .utf8), "staying/b.txt")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: folder + "/inbox/moved/a.txt"), "never named where it was not sent")
+    }
+
     func testAFolderFoundMissingStaysMissingOnlyForLookups() throws {
         let inbox = try Inbox(path: folder + "/inbox")
         let cache = FolderCache()

@@ -104,6 +104,10 @@ final class ProtocolTests: XCTestCase {
         XCTAssertThrowsError(try manifest([file("x"), file("x/y")]).validate()) { XCTAssertTrue("\($0)".contains("as a file and as a folder"), "\($0)") }
         XCTAssertThrowsError(try manifest([file("a/b/c/d"), file("a/b")]).validate()) { XCTAssertTrue("\($0)".contains("\"a/b\" is offered as a file and as a folder"), "\($0)") }
         XCTAssertNoThrow(try manifest([file("a/b-c"), file("a/b/c"), file("ab/c"), folder("a/b")]).validate(), "near names are not clashes")
+        // Two spellings of "é" are two names to the file system, so to the manifest too.
+        XCTAssertNoThrow(try manifest([file("u\u{e9}/a.txt"), file("ue\u{301}/a.txt")]).validate())
+        XCTAssertNoThrow(try manifest([file("u\u{e9}"), file("ue\u{301}/a.txt")]).validate())
+        XCTAssertThrowsError(try manifest([file("u\u{e9}"), file("u\u{e9}/a.txt")]).validate())
         XCTAssertThrowsError(try Manifest(chunkSize: 4096, entries: [file("x")]).validate())
         // A file name the part file's sender tag and suffix would push past 255 bytes: refused
         // up front, with the limit, instead of failing after the answer; 228 bytes still fit.

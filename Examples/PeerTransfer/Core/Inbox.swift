@@ -493,8 +493,8 @@ final class PartFile {
 
     /// Gives the verified file its final name: the offered one, or `name (1).ext`,
     /// `name (2).ext`… when that is taken, up to ``numberedNames``, then a name with a random
-    /// number (never replacing a file). Call once its data is on disk; the folder is synced by
-    /// ``syncFolder()``.
+    /// number (never replacing a file). Call once its data is on disk; the caller syncs the
+    /// folder (see ``VerifiedBatch``).
     /// - Returns: the path it was stored under.
     func publish(cache: FolderCache? = nil) throws -> String {
         var own = stat()
@@ -555,13 +555,6 @@ final class PartFile {
         guard let symbol = dlsym(nil, "fgetxattr") else { return nil }
         return unsafeBitCast(symbol, to: (@convention(c) (Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?, Int) -> Int).self)
     }()
-
-    /// Makes the names given in this file's folder durable.
-    func syncFolder(cache: FolderCache? = nil) throws {
-        try withFolder(cache: cache) { folder in
-            guard fsync(folder) == 0 else { throw ioError("fsync of the folder") }
-        }
-    }
 
     /// Removes the part file (after a failed verification or a withdrawal), if the part name is
     /// still this file's: never another sender's part file, nor whatever was renamed over it.

@@ -73,12 +73,14 @@ extension Manifest {
         guard entries.count <= TransferLimits.maximumEntries else {
             throw PeerTransferError.limit("\(entries.count) entries offered (the limit is \(TransferLimits.maximumEntries))")
         }
-        var seen = Set<String>()
+        // By bytes, as the file system compares names (Swift's == takes the two spellings of
+        // "é" for one).
+        var seen = Set<[UInt8]>()
         var paths: [RelativePath] = []
         paths.reserveCapacity(entries.count)
         for entry in entries {
             let path = try RelativePath(validating: entry.path)
-            guard seen.insert(path.description).inserted else {
+            guard seen.insert(Array(path.description.utf8)).inserted else {
                 throw PeerTransferError.protocolViolation("the path \"\(Terminal.escape(entry.path))\" is offered twice")
             }
             switch entry.kind {
@@ -109,7 +111,8 @@ extension Manifest {
     private static func checkNoFileIsAFolder(entries: [ManifestEntry], paths: [RelativePath]) throws {
         struct Node: Hashable {
             var parent: Int
-            var name: String
+            /// The name's bytes (names are told apart as the file system does).
+            var name: [UInt8]
         }
         var numbers: [Node: Int] = [:]
         var folders = Set<Int>()
@@ -123,10 +126,10 @@ extension Manifest {
         for (entry, path) in zip(entries, paths) {
             var parent = 0
             for component in path.components.dropLast() {
-                parent = number(Node(parent: parent, name: component))
+                parent = number(Node(parent: parent, name: Array(component.utf8)))
                 folders.insert(parent)
             }
-            if entry.kind == .file { files[number(Node(parent: parent, name: path.name))] = entry.path }
+            if entry.kind == .file { files[number(Node(parent: parent, name: Array(path.name.utf8)))] = entry.path }
         }
         if let clash = files.first(where: { folders.contains($0.key) }) {
             throw PeerTransferError.protocolViolation("\"\(Terminal.escape(clash.value))\" is offered as a file and as a folder")

@@ -52,22 +52,32 @@ struct VerifiedBatch: @unchecked Sendable {
         try inbox.syncData()
         let cache = FolderCache()
         var results: [FileResult] = []
-        // One named file per folder, to sync that folder through (folders told apart by their
-        // bytes, as the file system does: two spellings of "é" are two folders).
-        var folders: [[UInt8]: PartFile] = [:]
+        // The folders that got names, each held open from when its first file was named, to be
+        // synced then (told apart by their bytes, as the file system does: two spellings of "é"
+        // are two folders). A folder moved or removed meanwhile is not looked for again: its
+        // names are its mover's now, and no other transfer's results depend on them.
+        var folders: [[UInt8]: Int32] = [:]
+        defer { for fd in folders.values { close(fd) } }
         for (index, file) in files {
             var result = FileResult(index: index, verified: false, storedAs: nil, error: nil)
             do {
                 result.storedAs = try file.publish(cache: cache)
                 result.verified = true
-                folders[FolderCache.key(file.path.parent)] = file
+                let key = FolderCache.key(file.path.parent)
+                if folders[key] == nil, let folder = try? inbox.openDirectory(file.path.parent, create: false, cache: cache) {
+                    folders[key] = folder
+                }
             } catch let error as PeerTransferError {
                 result.error = error.message
             }
             named(result, file)
             results.append(result)
         }
-        for file in folders.values { try file.syncFolder(cache: cache) }
+        for folder in folders.values {
+            guard fsync(folder) == 0 else {
+                throw PeerTransferError.runtime("fsync of a folder of the inbox: \(String(cString: strerror(errno)))")
+            }
+        }
         return results
     }
 }
