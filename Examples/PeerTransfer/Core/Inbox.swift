@@ -91,7 +91,8 @@ final class Inbox: @unchecked Sendable {
     /// A descriptor for the folder `components` below the inbox (the caller closes it),
     /// created on the way when `create` is true; nil when it does not exist and `create` is false.
     /// With a `cache` (one per task), the folder it holds is reused when it is the one asked
-    /// for, and the folder found is kept there for the next call.
+    /// for and its path still leads to it from the root (see `leadsTo`), and the folder found
+    /// is kept there for the next call.
     /// - Throws: ``PeerTransferError/unsafePath(_:)`` when a component is a symlink or not a
     ///   folder; ``PeerTransferError/fileFailed(_:)`` when one cannot be opened or made for lack
     ///   of permission (the files below it fail alone); ``PeerTransferError/noSpace(_:)``;
