@@ -28,7 +28,7 @@ final class ProtocolTests: XCTestCase {
         XCTAssertEqual(chunk.index, 7)
         XCTAssertEqual(chunk.offset, 1 << 20)
         XCTAssertEqual(chunk.data.count, 5000)
-        // A chunk's file bytes start on a 4 KiB boundary, for direct I/O.
+        // A chunk's file bytes start on a 4 KiB (page) boundary.
         var decoder = FrameDecoder()
         decoder.append(wire)
         _ = try decoder.next()

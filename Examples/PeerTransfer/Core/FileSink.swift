@@ -6,16 +6,22 @@ import Synchronization
 /// hashed on another, so that reading the connection, writing and hashing run on all cores
 /// at once instead of one after the other in the receiving task. At most `limit` bytes wait
 /// on each queue; past that, ``append(_:at:)`` waits until half as many wait, while the
-/// queues go on working (so neither runs dry while the task reads the next chunks). A small file is
-/// written and hashed inline: for it, hops between threads cost more than they save.
+/// queues go on working (so neither runs dry while the task reads the next chunks). Every
+/// ``flushStep`` bytes written, a third queue makes them durable (``PartFile/flushData()``)
+/// without holding up the writes, so that the disk works while the data comes and not only in
+/// the sync before the file is named. A small file is written and hashed inline: for it, hops
+/// between threads cost more than they save.
 ///
-/// `@unchecked Sendable`: the part file is written only on `writeQueue` and the hasher fed
-/// only on `hashQueue` until ``drain()`` returns (inline, only by the task that owns the
-/// sink); after it, only that task touches them. The waiting counts and the first write
-/// failure live behind the mutex.
+/// `@unchecked Sendable`: the part file is written only on `writeQueue`, flushed only on
+/// `flushQueue` and the hasher fed only on `hashQueue` until ``drain()`` returns (inline, only
+/// by the task that owns the sink); after it, only that task touches them. The waiting counts,
+/// the flush's progress and the first failure live behind the mutex.
 final class FileSink: @unchecked Sendable {
     /// Files up to this size are written and hashed inline.
     static let inlineLimit: UInt64 = 4 << 20
+
+    /// Bytes written, at least, between the start of one flush and the next.
+    static let flushStep = 32 << 20
 
     private struct State {
         var waiting = 0
@@ -24,6 +30,9 @@ final class FileSink: @unchecked Sendable {
         /// limit again (they keep working meanwhile: no bubble in the pipeline, as a full drain
         /// made).
         var catchingUp: CheckedContinuation<Void, Never>?
+        /// Bytes written since the last flush started, and whether one is running.
+        var unflushed = 0
+        var flushing = false
 
         /// Counts `count` bytes done on one queue; returns the task to resume, if any.
         mutating func done(_ count: Int, limit: Int) -> CheckedContinuation<Void, Never>? {
@@ -32,12 +41,23 @@ final class FileSink: @unchecked Sendable {
             catchingUp = nil
             return waiter
         }
+
+        /// Counts `count` bytes written; true when a flush should start now (one is due and
+        /// none is running).
+        mutating func wrote(_ count: Int) -> Bool {
+            unflushed += count
+            guard unflushed >= FileSink.flushStep, !flushing else { return false }
+            unflushed = 0
+            flushing = true
+            return true
+        }
     }
 
     let file: PartFile
     private let hasher: SHA256Hasher
     private let writeQueue: DispatchQueue?
     private let hashQueue: DispatchQueue?
+    private let flushQueue: DispatchQueue?
     private let state = Mutex(State())
     private let limit: Int
 
@@ -48,6 +68,7 @@ final class FileSink: @unchecked Sendable {
         let queued = size > Self.inlineLimit
         writeQueue = queued ? DispatchQueue(label: "peerxfer.write") : nil
         hashQueue = queued ? DispatchQueue(label: "peerxfer.hash") : nil
+        flushQueue = queued ? DispatchQueue(label: "peerxfer.flush") : nil
         self.limit = limit
     }
 
@@ -55,7 +76,7 @@ final class FileSink: @unchecked Sendable {
     /// - Throws: the first write failure so far (``PeerTransferError/noSpace(_:)`` for a full
     ///   disk); a failure on the queue shows at the next call or at ``finish()``.
     func append(_ data: Data, at offset: UInt64) async throws {
-        guard let writeQueue, let hashQueue else {
+        guard let writeQueue, let hashQueue, let flushQueue else {
             try file.write(data, at: offset)
             hasher.update(data)
             return
@@ -73,16 +94,32 @@ final class FileSink: @unchecked Sendable {
             } catch {
                 failure = error as? PeerTransferError ?? .runtime("writing \(file.path): \(error)")
             }
-            state.withLock {
+            let (waiter, flushNow) = state.withLock {
                 if $0.failure == nil { $0.failure = failure }
-                return $0.done(count, limit: limit)
-            }?.resume()
+                return ($0.done(count, limit: limit), failure == nil && $0.wrote(count))
+            }
+            waiter?.resume()
+            if flushNow { flushQueue.async { [self] in flush() } }
         }
         hashQueue.async { [self] in
             hasher.update(data)
             state.withLock { $0.done(count, limit: limit) }?.resume()
         }
         if behind { await catchUp() }
+    }
+
+    /// Makes what was written so far durable; runs on `flushQueue`.
+    private func flush() {
+        var failure: PeerTransferError?
+        do {
+            try file.flushData()
+        } catch {
+            failure = error as? PeerTransferError ?? .runtime("flushing \(file.path): \(error)")
+        }
+        state.withLock {
+            if $0.failure == nil { $0.failure = failure }
+            $0.flushing = false
+        }
     }
 
     /// Returns once at most `limit` bytes wait on the two queues together.
@@ -99,10 +136,11 @@ final class FileSink: @unchecked Sendable {
 
     /// Returns once everything given so far is written and hashed.
     func drain() async {
-        guard let writeQueue, let hashQueue else { return }
-        // Behind every write queued so far, then behind every hash queued before that.
+        guard let writeQueue, let hashQueue, let flushQueue else { return }
+        // Behind every write queued so far, then behind any flush those writes started, then
+        // behind every hash queued before that.
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            writeQueue.async { hashQueue.async { done.resume() } }
+            writeQueue.async { flushQueue.async { hashQueue.async { done.resume() } } }
         }
     }
 

@@ -147,7 +147,7 @@ struct FrameDecoder {
 }
 
 /// Memory for one chunk frame's payload, placed so that the file bytes after its 12-byte
-/// header start on a ``ChunkFrame/dataAlignment`` boundary (as direct I/O needs), and taken
+/// header start on a ``ChunkFrame/dataAlignment`` boundary (a page), and taken
 /// from a small pool: a receiver goes through a megabyte of it per chunk, and fresh memory
 /// each time would cost a page fault and a zeroed page every 4 KiB.
 ///
@@ -229,8 +229,9 @@ struct ChunkFrame: Equatable {
     }
 
 
-    /// Where a chunk's file bytes start in a receiver's memory: on a boundary this wide, as
-    /// direct I/O (O_DIRECT) needs, so they can be written to disk without the page cache.
+    /// Where a chunk's file bytes start in a receiver's memory: on a page boundary, so that
+    /// their copy into the page cache moves whole pages (and direct I/O, which needs it, stays
+    /// possible).
     static let dataAlignment = 4096
 
     init(index: UInt32, offset: UInt64, data: Data) {

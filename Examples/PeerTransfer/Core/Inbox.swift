@@ -376,73 +376,40 @@ final class PartFile {
     ///   ``PeerTransferError/runtime(_:)``.
     func write(_ data: Data, at offset: UInt64) throws {
         try data.withUnsafeBytes { raw in
-            if writesDirectly && !Self.suitsDirectIO(raw, at: offset) { stopWritingDirectly() }
             var done = 0
             while done < raw.count {
                 let n = pwrite(fd, raw.baseAddress! + done, raw.count - done, off_t(offset) + off_t(done))
                 if n < 0 {
                     if errno == EINTR { continue }
-                    if errno == EINVAL && writesDirectly {
-                        // This file system takes no direct write of this shape after all.
-                        stopWritingDirectly()
-                        continue
-                    }
-                    if errno == ENOSPC || errno == EDQUOT {
-                        throw PeerTransferError.noSpace("the inbox's disk is full (writing \(Terminal.escape(path.description)))")
-                    }
-                    throw ioError("pwrite")
+                    throw writeError("pwrite")
                 }
                 done += n
             }
         }
         written = max(written, offset + UInt64(data.count))
-        if writesDirectly {
-            writeBackStart = written   // nothing of it waits in the page cache
-        } else if written - writeBackStart >= Self.writeBackStep {
-            startWriteBack()
+        if written - writeBackStart >= Self.writeBackStep { startWriteBack() }
+    }
+
+    /// Makes the bytes written so far durable (fdatasync(2)). A large file calls it while it is
+    /// still being received, from a queue of its own beside the writes (see ``FileSink``): the
+    /// disk then works all along, and the batch's syncfs(2) before naming finds little left.
+    /// On this machine's virtual disk that made 1 GiB durable in 1.7–2.0 s, against 3.3 s for
+    /// direct I/O (`O_DIRECT`) and 2.5–2.9 s for writes left to one sync at the end.
+    /// - Throws: ``PeerTransferError/noSpace(_:)`` when the disk is full, otherwise
+    ///   ``PeerTransferError/runtime(_:)`` (an I/O error).
+    func flushData() throws {
+        while fdatasync(fd) != 0 {
+            if errno == EINTR { continue }
+            throw writeError("fdatasync")
         }
     }
 
-    /// True while writes bypass the page cache (O_DIRECT).
-    private(set) var writesDirectly = false
-
-    /// Makes the following writes go to the disk directly (O_DIRECT), without a copy into the
-    /// page cache and its later write-back: for a large file, that copy and write-back cost
-    /// more CPU than the network, the decryption and the hashing together. Each write that
-    /// suits direct I/O (see ``ChunkFrame/dataAlignment``) goes that way; one that does not (a
-    /// file's short last chunk) turns it off for the rest of the file. Where the file system
-    /// has no direct I/O (tmpfs), nothing changes. The data is made durable as before, by the
-    /// batch's syncfs(2) (which also flushes the disk's cache).
-    func writeDirectly() {
-        let flags = fcntl(fd, F_GETFL)
-        guard flags >= 0, fcntl(fd, F_SETFL, flags | Self.directIOFlag) == 0 else { return }
-        writesDirectly = true
-    }
-
-    private func stopWritingDirectly() {
-        writesDirectly = false
-        let flags = fcntl(fd, F_GETFL)
-        // Should clearing the flag fail, the write that follows fails with EINVAL and says so.
-        if flags >= 0 { _ = fcntl(fd, F_SETFL, flags & ~Self.directIOFlag) }
-    }
-
-    /// O_DIRECT, which Swift's Glibc module leaves out (it is behind _GNU_SOURCE): Linux's
-    /// generic value (x86, RISC-V, s390x), and the ports that differ from it.
-    #if arch(arm64) || arch(arm)
-    private static let directIOFlag: Int32 = 0o200000
-    #elseif arch(powerpc64le) || arch(powerpc64)
-    private static let directIOFlag: Int32 = 0o400000
-    #else
-    private static let directIOFlag: Int32 = 0o40000
-    #endif
-
-    /// True when `bytes` at `offset` can be written with O_DIRECT: address, offset and length
-    /// all multiples of ``ChunkFrame/dataAlignment``.
-    private static func suitsDirectIO(_ bytes: UnsafeRawBufferPointer, at offset: UInt64) -> Bool {
-        let alignment = ChunkFrame.dataAlignment
-        guard let base = bytes.baseAddress else { return false }
-        return Int(bitPattern: base) % alignment == 0 && offset % UInt64(alignment) == 0
-            && bytes.count % alignment == 0
+    /// The error for a failed write or flush: a full disk, or the call's own error.
+    private func writeError(_ call: String) -> PeerTransferError {
+        if errno == ENOSPC || errno == EDQUOT {
+            return PeerTransferError.noSpace("the inbox's disk is full (writing \(Terminal.escape(path.description)))")
+        }
+        return ioError(call)
     }
 
     /// Bytes written since the last write-back was started, at most, before the next is.

@@ -209,7 +209,6 @@ struct Receiver {
                             throw error
                         }
                         let size = manifest!.entries[index].size
-                        if size > FileSink.inlineLimit { file.writeDirectly() }
                         sinks[index] = FileSink(file: file, continuing: hasher, size: size)
                     } catch let error as PeerTransferError where error.failsOneFileOnly {
                         // This file cannot be received (something planted where its part file
