@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 
 static inline int salut_SSL_CTX_set_min_proto_version(SSL_CTX *ctx, int version) {
@@ -41,32 +42,70 @@ static inline int salut_error_is_unexpected_eof(void) {
     unsigned long code = ERR_peek_error();
     return ERR_GET_LIB(code) == ERR_LIB_SSL && ERR_GET_REASON(code) == SSL_R_UNEXPECTED_EOF_WHILE_READING;
 }
-// A socket BIO that sends with MSG_NOSIGNAL: OpenSSL's own socket BIO writes with write(2),
-// which raises SIGPIPE (and by default ends the process) when the peer has gone. The descriptor
-// is kept in the BIO's data pointer; the BIO never closes it.
+// Salut's socket BIO. It sends with MSG_NOSIGNAL: OpenSSL's own socket BIO writes with
+// write(2), which raises SIGPIPE (and by default ends the process) when the peer has gone. It
+// reads ahead: one recv(2) takes up to SALUT_BIO_READ_AHEAD bytes, from which OpenSSL's small
+// reads (a record's 5-byte header, then its body) are served, instead of two recv(2) calls per
+// record. Bytes read ahead but not taken by OpenSSL (plain bytes after a peer's close_notify)
+// stay in the BIO and can be taken back with salut_BIO_take_unread, so nothing is lost when a
+// connection leaves TLS. The state is the BIO's data; the BIO never closes the descriptor.
+#define SALUT_BIO_READ_AHEAD 32768
+typedef struct {
+    int fd;
+    size_t start;   // the first unread byte in `bytes`
+    size_t end;     // one past the last
+    unsigned char bytes[SALUT_BIO_READ_AHEAD];
+} salut_bio_state;
+
 static int salut_bio_write(BIO *bio, const char *data, int length) {
-    int fd = (int)(intptr_t)BIO_get_data(bio);
+    salut_bio_state *state = (salut_bio_state *)BIO_get_data(bio);
     BIO_clear_retry_flags(bio);
-    ssize_t n = send(fd, data, (size_t)length, MSG_NOSIGNAL);
+    ssize_t n = send(state->fd, data, (size_t)length, MSG_NOSIGNAL);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_write(bio);
     return (int)n;
 }
 static int salut_bio_read(BIO *bio, char *data, int length) {
-    int fd = (int)(intptr_t)BIO_get_data(bio);
+    salut_bio_state *state = (salut_bio_state *)BIO_get_data(bio);
     BIO_clear_retry_flags(bio);
-    ssize_t n = recv(fd, data, (size_t)length, 0);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(bio);
-    return (int)n;
+    if (length <= 0) return 0;
+    if (state->start == state->end) {
+        // Nothing read ahead: a read as large as the buffer goes straight to the caller.
+        if ((size_t)length >= sizeof state->bytes) {
+            ssize_t n = recv(state->fd, data, (size_t)length, 0);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(bio);
+            return (int)n;
+        }
+        ssize_t n = recv(state->fd, state->bytes, sizeof state->bytes, 0);
+        if (n <= 0) {
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(bio);
+            return (int)n;
+        }
+        state->start = 0;
+        state->end = (size_t)n;
+    }
+    size_t count = state->end - state->start;
+    if (count > (size_t)length) count = (size_t)length;
+    memcpy(data, state->bytes + state->start, count);
+    state->start += count;
+    return (int)count;
 }
 static long salut_bio_ctrl(BIO *bio, int command, long number, void *pointer) {
     (void)number;
+    salut_bio_state *state = (salut_bio_state *)BIO_get_data(bio);
     switch (command) {
     case BIO_CTRL_FLUSH: return 1;
+    case BIO_CTRL_PENDING: return state ? (long)(state->end - state->start) : 0;
     case BIO_C_GET_FD:
-        if (pointer) *(int *)pointer = (int)(intptr_t)BIO_get_data(bio);
-        return (long)(intptr_t)BIO_get_data(bio);
+        if (!state) return -1;
+        if (pointer) *(int *)pointer = state->fd;
+        return (long)state->fd;
     default: return 0;
     }
+}
+static int salut_bio_destroy(BIO *bio) {
+    OPENSSL_free(BIO_get_data(bio));
+    BIO_set_data(bio, NULL);
+    return 1;
 }
 static inline BIO_METHOD **salut_bio_method_slot(void) {
     static BIO_METHOD *method;   // a function's static: Swift's importer emits it with the function
@@ -75,21 +114,44 @@ static inline BIO_METHOD **salut_bio_method_slot(void) {
 static void salut_bio_method_make(void) {
     BIO_METHOD *method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR, "salut socket");
     if (method && BIO_meth_set_write(method, salut_bio_write) == 1 && BIO_meth_set_read(method, salut_bio_read) == 1
-        && BIO_meth_set_ctrl(method, salut_bio_ctrl) == 1) {
+        && BIO_meth_set_ctrl(method, salut_bio_ctrl) == 1 && BIO_meth_set_destroy(method, salut_bio_destroy) == 1) {
         *salut_bio_method_slot() = method;
     } else if (method) {
         BIO_meth_free(method);
     }
 }
-/// A BIO over `fd` that never raises SIGPIPE; NULL when OpenSSL cannot make one.
+/// A BIO over `fd` that never raises SIGPIPE and reads ahead; NULL when OpenSSL cannot make one.
 static inline BIO *salut_BIO_new_socket_nosigpipe(int fd) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     if (pthread_once(&once, salut_bio_method_make) != 0 || !*salut_bio_method_slot()) return NULL;
+    salut_bio_state *state = (salut_bio_state *)OPENSSL_malloc(sizeof(salut_bio_state));
+    if (!state) return NULL;
+    state->fd = fd;
+    state->start = 0;
+    state->end = 0;
     BIO *bio = BIO_new(*salut_bio_method_slot());
-    if (!bio) return NULL;
-    BIO_set_data(bio, (void *)(intptr_t)fd);
+    if (!bio) {
+        OPENSSL_free(state);
+        return NULL;
+    }
+    BIO_set_data(bio, state);
     BIO_set_init(bio, 1);
     return bio;
+}
+/// Bytes `bio` (one of ours) read from its socket that OpenSSL has not taken.
+static inline size_t salut_BIO_unread_count(BIO *bio) {
+    salut_bio_state *state = (salut_bio_state *)BIO_get_data(bio);
+    return state ? state->end - state->start : 0;
+}
+/// Moves up to `capacity` of those bytes to `out`; returns how many.
+static inline size_t salut_BIO_take_unread(BIO *bio, void *out, size_t capacity) {
+    salut_bio_state *state = (salut_bio_state *)BIO_get_data(bio);
+    if (!state) return 0;
+    size_t count = state->end - state->start;
+    if (count > capacity) count = capacity;
+    memcpy(out, state->bytes + state->start, count);
+    state->start += count;
+    return count;
 }
 // SSL_OP_* are built with a function-like macro, which Swift does not import.
 static const uint64_t salut_SSL_OP_NO_RENEGOTIATION = SSL_OP_NO_RENEGOTIATION;

@@ -28,9 +28,24 @@ protocol ByteTransport: AnyObject {
 /// Bytes in the clear: `recv`/`send` with `MSG_NOSIGNAL`, `shutdown(SHUT_WR)` to finish.
 final class PlainTransport: ByteTransport {
     let fd: Int32
-    init(fd: Int32) { self.fd = fd }
+    /// Bytes already read from the socket, delivered before anything `recv` returns: those that
+    /// TLS read ahead past the peer's close_notify, when a connection leaves TLS.
+    private var carriedOver: [UInt8]
+    private var carriedFrom = 0
+
+    init(fd: Int32, carriedOver: [UInt8] = []) {
+        self.fd = fd
+        self.carriedOver = carriedOver
+    }
 
     func receive(into buffer: UnsafeMutableRawPointer, count: Int) -> TransferOutcome {
+        if carriedFrom < carriedOver.count {
+            let n = min(count, carriedOver.count - carriedFrom)
+            carriedOver.withUnsafeBytes { buffer.copyMemory(from: $0.baseAddress! + carriedFrom, byteCount: n) }
+            carriedFrom += n
+            if carriedFrom == carriedOver.count { carriedOver = []; carriedFrom = 0 }
+            return .moved(n)
+        }
         while true {
             let n = recv(fd, buffer, count, 0)
             if n > 0 { return .moved(n) }

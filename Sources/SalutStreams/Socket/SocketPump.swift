@@ -183,8 +183,8 @@ final class SocketPump: @unchecked Sendable {
 
     /// Ends TLS on the connection once everything written so far has been sent, and carries on
     /// in the clear: sends close_notify, and switches to plain bytes when the peer's close_notify
-    /// arrives (the peer must do the same). OpenSSL reads record by record, so nothing sent in
-    /// the clear after the peer's close_notify is swallowed.
+    /// arrives (the peer must do the same). Plain bytes the socket BIO read ahead along with
+    /// that close_notify are handed to the plain transport first, so none is swallowed.
     func stopTLS(done: @escaping @Sendable (Result<Void, SocketStreamError>) -> Void) {
         queue.async {
             if self.pendingReady != nil || self.pendingDowngrade != nil {
@@ -358,7 +358,9 @@ final class SocketPump: @unchecked Sendable {
             inbound.closeWriter()
             return []
         case .switchToPlain:
-            transport = PlainTransport(fd: fd)
+            // What TLS read ahead past the peer's close_notify is the start of the plain bytes.
+            let carried = (transport as? TLSConnection)?.takeUnreadBytes() ?? []
+            transport = PlainTransport(fd: fd, carriedOver: carried)
             details.tls = nil
             let done = pendingDowngrade
             pendingDowngrade = nil
@@ -503,6 +505,8 @@ final class SocketPump: @unchecked Sendable {
 
     /// After the peer's close_notify: has the TCP stream ended, or do plain bytes follow?
     private func peek() -> SocketPumpStateMachine.Peek {
+        // Plain bytes may already have been read ahead, along with the close_notify.
+        if let tls = transport as? TLSConnection, tls.hasUnreadBytes { return .data }
         var byte: UInt8 = 0
         let n = recv(fd, &byte, 1, Int32(MSG_PEEK) | Int32(MSG_DONTWAIT))
         if n == 0 { return .endOfStream }

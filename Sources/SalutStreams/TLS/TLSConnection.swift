@@ -203,6 +203,24 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         return String(cString: name)
     }
 
+    /// Takes back the bytes that Salut's socket BIO read from the socket after the last TLS
+    /// record OpenSSL consumed (it reads ahead): after the peer's close_notify, those are the
+    /// first bytes in the clear, which belong to whoever reads the connection next.
+    func takeUnreadBytes() -> [UInt8] {
+        guard let bio = SSL_get_rbio(ssl) else { return [] }
+        let count = salut_BIO_unread_count(bio)
+        guard count > 0 else { return [] }
+        return [UInt8](unsafeUninitializedCapacity: count) { buffer, taken in
+            taken = salut_BIO_take_unread(bio, buffer.baseAddress!, count)
+        }
+    }
+
+    /// True when the socket BIO holds bytes read ahead that OpenSSL has not consumed.
+    var hasUnreadBytes: Bool {
+        guard let bio = SSL_get_rbio(ssl) else { return false }
+        return salut_BIO_unread_count(bio) > 0
+    }
+
     // MARK: ByteTransport
 
     func receive(into buffer: UnsafeMutableRawPointer, count: Int) -> TransferOutcome {
