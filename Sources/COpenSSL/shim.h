@@ -46,20 +46,31 @@ static inline int salut_error_is_unexpected_eof(void) {
 // write(2), which raises SIGPIPE (and by default ends the process) when the peer has gone. It
 // reads ahead: one recv(2) takes up to SALUT_BIO_READ_AHEAD bytes, from which OpenSSL's small
 // reads (a record's 5-byte header, then its body) are served, instead of two recv(2) calls per
-// record. Bytes read ahead but not taken by OpenSSL (plain bytes after a peer's close_notify)
-// stay in the BIO and can be taken back with salut_BIO_take_unread, so nothing is lost when a
-// connection leaves TLS. The state is the BIO's data; the BIO never closes the descriptor.
+// record. The read-ahead memory is taken for a burst and given back once OpenSSL has taken all
+// of it, so an idle connection holds none. Bytes read ahead but not taken by OpenSSL (plain
+// bytes after a peer's close_notify) stay in the BIO and can be taken back with
+// salut_BIO_take_unread, so nothing is lost when a connection leaves TLS; bytes read in the
+// clear before TLS starts again go in front with salut_BIO_preload. The state is the BIO's
+// data; the BIO never closes the descriptor. Only one thread uses a BIO at a time (the pump's
+// queue, as for the SSL object that owns it).
 #define SALUT_BIO_READ_AHEAD 32768
 typedef struct {
     int fd;
-    size_t start;   // the first unread byte in `bytes`
-    size_t end;     // one past the last
-    unsigned char bytes[SALUT_BIO_READ_AHEAD];
+    size_t start;            // the first unread byte in `bytes`
+    size_t end;              // one past the last
+    unsigned char *bytes;    // SALUT_BIO_READ_AHEAD bytes while some are unread, else NULL
 } salut_bio_state;
 
+static void salut_bio_release(salut_bio_state *state) {
+    OPENSSL_free(state->bytes);
+    state->bytes = NULL;
+    state->start = 0;
+    state->end = 0;
+}
 static int salut_bio_write(BIO *bio, const char *data, int length) {
     salut_bio_state *state = (salut_bio_state *)BIO_get_data(bio);
     BIO_clear_retry_flags(bio);
+    if (!state) return -1;
     ssize_t n = send(state->fd, data, (size_t)length, MSG_NOSIGNAL);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_write(bio);
     return (int)n;
@@ -67,17 +78,19 @@ static int salut_bio_write(BIO *bio, const char *data, int length) {
 static int salut_bio_read(BIO *bio, char *data, int length) {
     salut_bio_state *state = (salut_bio_state *)BIO_get_data(bio);
     BIO_clear_retry_flags(bio);
-    if (length <= 0) return 0;
+    if (!state) return -1;
+    if (length <= 0) return 0;   // (OpenSSL never asks for nothing)
     if (state->start == state->end) {
-        // Nothing read ahead: a read as large as the buffer goes straight to the caller.
-        if ((size_t)length >= sizeof state->bytes) {
-            ssize_t n = recv(state->fd, data, (size_t)length, 0);
+        if (!state->bytes) state->bytes = (unsigned char *)OPENSSL_malloc(SALUT_BIO_READ_AHEAD);
+        // Without memory for reading ahead, read only what was asked.
+        void *into = state->bytes ? (void *)state->bytes : (void *)data;
+        size_t room = state->bytes ? SALUT_BIO_READ_AHEAD : (size_t)length;
+        ssize_t n = recv(state->fd, into, room, 0);
+        if (n <= 0 || !state->bytes) {
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(bio);
-            return (int)n;
-        }
-        ssize_t n = recv(state->fd, state->bytes, sizeof state->bytes, 0);
-        if (n <= 0) {
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(bio);
+            int saved = errno;
+            if (state->bytes) salut_bio_release(state);
+            errno = saved;
             return (int)n;
         }
         state->start = 0;
@@ -87,6 +100,7 @@ static int salut_bio_read(BIO *bio, char *data, int length) {
     if (count > (size_t)length) count = (size_t)length;
     memcpy(data, state->bytes + state->start, count);
     state->start += count;
+    if (state->start == state->end) salut_bio_release(state);
     return (int)count;
 }
 static long salut_bio_ctrl(BIO *bio, int command, long number, void *pointer) {
@@ -103,7 +117,11 @@ static long salut_bio_ctrl(BIO *bio, int command, long number, void *pointer) {
     }
 }
 static int salut_bio_destroy(BIO *bio) {
-    OPENSSL_free(BIO_get_data(bio));
+    salut_bio_state *state = (salut_bio_state *)BIO_get_data(bio);
+    if (state) {
+        salut_bio_release(state);
+        OPENSSL_free(state);
+    }
     BIO_set_data(bio, NULL);
     return 1;
 }
@@ -124,11 +142,9 @@ static void salut_bio_method_make(void) {
 static inline BIO *salut_BIO_new_socket_nosigpipe(int fd) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     if (pthread_once(&once, salut_bio_method_make) != 0 || !*salut_bio_method_slot()) return NULL;
-    salut_bio_state *state = (salut_bio_state *)OPENSSL_malloc(sizeof(salut_bio_state));
+    salut_bio_state *state = (salut_bio_state *)OPENSSL_zalloc(sizeof(salut_bio_state));
     if (!state) return NULL;
     state->fd = fd;
-    state->start = 0;
-    state->end = 0;
     BIO *bio = BIO_new(*salut_bio_method_slot());
     if (!bio) {
         OPENSSL_free(state);
@@ -138,7 +154,8 @@ static inline BIO *salut_BIO_new_socket_nosigpipe(int fd) {
     BIO_set_init(bio, 1);
     return bio;
 }
-/// Bytes `bio` (one of ours) read from its socket that OpenSSL has not taken.
+// The three functions below take a BIO made by salut_BIO_new_socket_nosigpipe.
+/// Bytes `bio` read from its socket that OpenSSL has not taken.
 static inline size_t salut_BIO_unread_count(BIO *bio) {
     salut_bio_state *state = (salut_bio_state *)BIO_get_data(bio);
     return state ? state->end - state->start : 0;
@@ -146,12 +163,27 @@ static inline size_t salut_BIO_unread_count(BIO *bio) {
 /// Moves up to `capacity` of those bytes to `out`; returns how many.
 static inline size_t salut_BIO_take_unread(BIO *bio, void *out, size_t capacity) {
     salut_bio_state *state = (salut_bio_state *)BIO_get_data(bio);
-    if (!state) return 0;
+    if (!state || state->start == state->end) return 0;
     size_t count = state->end - state->start;
     if (count > capacity) count = capacity;
     memcpy(out, state->bytes + state->start, count);
     state->start += count;
+    if (state->start == state->end) salut_bio_release(state);
     return count;
+}
+/// Makes `count` bytes, read from the socket before, the first that `bio` reads, on a BIO that
+/// has read nothing yet; 1 when done, 0 when they do not fit (over SALUT_BIO_READ_AHEAD) or
+/// there is no memory.
+static inline int salut_BIO_preload(BIO *bio, const void *bytes, size_t count) {
+    salut_bio_state *state = (salut_bio_state *)BIO_get_data(bio);
+    if (count == 0) return 1;
+    if (!state || state->start != state->end || count > SALUT_BIO_READ_AHEAD) return 0;
+    state->bytes = (unsigned char *)OPENSSL_malloc(SALUT_BIO_READ_AHEAD);
+    if (!state->bytes) return 0;
+    memcpy(state->bytes, bytes, count);
+    state->start = 0;
+    state->end = count;
+    return 1;
 }
 // SSL_OP_* are built with a function-like macro, which Swift does not import.
 static const uint64_t salut_SSL_OP_NO_RENEGOTIATION = SSL_OP_NO_RENEGOTIATION;

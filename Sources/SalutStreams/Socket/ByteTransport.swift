@@ -31,11 +31,19 @@ final class PlainTransport: ByteTransport {
     /// Bytes already read from the socket, delivered before anything `recv` returns: those that
     /// TLS read ahead past the peer's close_notify, when a connection leaves TLS.
     private var carriedOver: [UInt8]
+    /// How many of `carriedOver` were delivered.
     private var carriedFrom = 0
 
     init(fd: Int32, carriedOver: [UInt8] = []) {
         self.fd = fd
         self.carriedOver = carriedOver
+    }
+
+    /// Takes back the carried-over bytes not delivered yet: when TLS starts again, they are
+    /// bytes after that point, which belong to TLS.
+    func takeCarriedOver() -> [UInt8] {
+        defer { carriedOver = []; carriedFrom = 0 }
+        return Array(carriedOver[carriedFrom...])
     }
 
     func receive(into buffer: UnsafeMutableRawPointer, count: Int) -> TransferOutcome {

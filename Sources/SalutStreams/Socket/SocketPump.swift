@@ -306,8 +306,8 @@ final class SocketPump: @unchecked Sendable {
                 let more = perform(action)
                 if !more.isEmpty { work = more[...] + work }
             }
-            // Reading resumed after a pause: plaintext OpenSSL already holds makes the socket
-            // no more readable, so look once at once.
+            // Reading resumed after a pause: bytes OpenSSL or our socket BIO already hold make
+            // the socket no more readable, so look once at once.
             guard watch() else { break }
             work = machine.socketReadable()[...]
         }
@@ -407,8 +407,12 @@ final class SocketPump: @unchecked Sendable {
                 return machine.handshakeStepped(.failed(.invalidConfiguration("no TLS settings")))
             }
             upgradeSetup = nil
+            // What an earlier TLS session read ahead and was not read in the clear comes after
+            // the switch, so it belongs to this session (as bytes still in the socket would).
+            let carried = (transport as? PlainTransport)?.takeCarriedOver() ?? []
             do {
-                pendingTLS = (try TLSConnection(context: setup.context, fd: fd, dialledHost: setup.dialledHost), setup)
+                pendingTLS = (try TLSConnection(context: setup.context, fd: fd, dialledHost: setup.dialledHost,
+                                                carriedOver: carried), setup)
             } catch {
                 return machine.handshakeStepped(.failed(error as? TLSError ?? .handshakeFailed("\(error)")))
             }
@@ -525,8 +529,8 @@ final class SocketPump: @unchecked Sendable {
         if machine.wantsReadable { wanted.insert(.readable) }
         if machine.wantsWritable { wanted.insert(.writable) }
         guard wanted != watching else { return false }
-        // Plaintext OpenSSL already holds makes the socket no more readable: after a pause,
-        // look once. (A new watch needs no look: epoll reports what is already there.)
+        // Bytes OpenSSL or our socket BIO already hold make the socket no more readable: after
+        // a pause, look once. (A new watch needs no look: epoll reports what is already there.)
         let resumedReading = wanted.contains(.readable) && !watching.contains(.readable) && readerWasResumed
         if wanted.contains(.readable) { readerWasResumed = true }
         watching = wanted

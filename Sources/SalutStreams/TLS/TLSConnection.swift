@@ -44,10 +44,13 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
     /// Certificate problems the verify callback saw, in order (X509_V_ERR_* codes).
     private var verificationProblems: [Int32] = []
 
-    /// - Parameter dialledHost: the host the client connected to; the certificate must name it
-    ///   unless the configuration gives a `peerName`.
+    /// - Parameters:
+    ///   - dialledHost: the host the client connected to; the certificate must name it unless
+    ///     the configuration gives a `peerName`.
+    ///   - carriedOver: bytes already read from the socket that belong to this session (what an
+    ///     earlier session read ahead and nobody read in the clear): read before the socket.
     /// - Throws: ``TLSError/invalidConfiguration(_:)`` when OpenSSL cannot set the session up.
-    init(context: TLSContext, fd: Int32, dialledHost: String?) throws {
+    init(context: TLSContext, fd: Int32, dialledHost: String?, carriedOver: [UInt8] = []) throws {
         guard let ssl = SSL_new(context.pointer) else {
             throw TLSError.invalidConfiguration("SSL_new failed: \(OpenSSLErrors.drain())")
         }
@@ -67,6 +70,9 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
             throw TLSError.invalidConfiguration("cannot make a socket BIO: \(OpenSSLErrors.drain())")
         }
         SSL_set_bio(ssl, bio, bio)   // the SSL owns the BIO from here
+        guard carriedOver.withUnsafeBytes({ salut_BIO_preload(bio, $0.baseAddress, $0.count) }) == 1 else {
+            throw TLSError.invalidConfiguration("cannot keep the \(carriedOver.count) bytes read before TLS started")
+        }
         let configuration = context.configuration
         if configuration.role == .client {
             if let name = (configuration.peerName ?? dialledHost).map(Self.bareHost), !name.isEmpty {

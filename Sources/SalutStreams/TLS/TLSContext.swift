@@ -30,6 +30,10 @@ final class TLSContext: @unchecked Sendable {
         }
         // Partial writes let the pump send in pieces; the scratch buffer it retries from may
         // move between calls.
+        // (SSL_MODE_AUTO_RETRY, on by default, stays on: with it, SSL_read asks to wait for the
+        // socket only after our socket BIO found nothing read ahead and the socket empty. Off,
+        // OpenSSL could ask to wait while bytes sit in the BIO, and the pump would wait for
+        // nothing.)
         _ = salut_SSL_CTX_set_mode(context, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER))
         _ = SSL_CTX_set_options(context, salut_SSL_OP_NO_RENEGOTIATION)
         if let suites = configuration.tls13CipherSuites {
