@@ -82,6 +82,30 @@ final class FastPathTests: XCTestCase {
         }
     }
 
+    func testALargeFileIsFlushedWhileItIsWrittenAndFinishWaitsForTheFlush() async throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        let size = 9 * TransferLimits.chunkSize + 3
+        let data = randomData(size, seed: 9)
+        let file = try inbox.openPart(try RelativePath(validating: "flushed.bin"), for: "k")
+        // A flush every two chunks: at least one must start and end before finish() returns.
+        let sink = FileSink(file: file, continuing: SHA256Hasher(), size: UInt64(size),
+                            limit: 2 * TransferLimits.chunkSize, flushStep: 2 * TransferLimits.chunkSize)
+        var offset = 0
+        while offset < size {
+            let piece = data[offset..<min(size, offset + TransferLimits.chunkSize)]
+            try await sink.append(Data(piece), at: UInt64(offset))
+            offset += piece.count
+        }
+        let digest = try await sink.finish()
+        XCTAssertEqual(digest, SHA256Hasher.hash(data))
+        XCTAssertGreaterThanOrEqual(sink.flushesDone, 1, "no flush ran while the file was written")
+        XCTAssertLessThanOrEqual(sink.flushesDone, 4, "more flushes than steps written")
+        try file.finishWriting(mode: 0o644, modified: 0)
+        file.closeFiles()
+        let written = try Data(contentsOf: URL(fileURLWithPath: folder + "/inbox/" + TransferLimits.partName(of: "flushed.bin", from: "k")))
+        XCTAssertEqual(written, data)
+    }
+
     func testADiskThatFillsUnderTheSinksQueueFailsTheFileAsNoSpace() async throws {
         let inbox = folder + "/small-disk"
         try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)

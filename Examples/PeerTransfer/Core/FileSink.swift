@@ -12,15 +12,18 @@ import Synchronization
 /// the sync before the file is named. A small file is written and hashed inline: for it, hops
 /// between threads cost more than they save.
 ///
-/// `@unchecked Sendable`: the part file is written only on `writeQueue`, flushed only on
-/// `flushQueue` and the hasher fed only on `hashQueue` until ``drain()`` returns (inline, only
-/// by the task that owns the sink); after it, only that task touches them. The waiting counts,
-/// the flush's progress and the first failure live behind the mutex.
+/// `@unchecked Sendable`: the part file is written only on `writeQueue` and the hasher fed
+/// only on `hashQueue` until ``drain()`` returns (inline, only by the task that owns the sink);
+/// after it, only that task touches them. `flushQueue` uses the part file at the same time as
+/// `writeQueue`, but only its descriptor and path, which do not change until the owner closes
+/// the file after ``drain()`` (positioned writes and `fdatasync` on one descriptor may run at
+/// once). The waiting counts, the flush's progress and the first failure live behind the mutex.
 final class FileSink: @unchecked Sendable {
     /// Files up to this size are written and hashed inline.
     static let inlineLimit: UInt64 = 4 << 20
 
-    /// Bytes written, at least, between the start of one flush and the next.
+    /// Bytes written, at least, between the start of one flush and the next (unless a sink is
+    /// made with another step).
     static let flushStep = 32 << 20
 
     private struct State {
@@ -33,6 +36,7 @@ final class FileSink: @unchecked Sendable {
         /// Bytes written since the last flush started, and whether one is running.
         var unflushed = 0
         var flushing = false
+        var flushesDone = 0
 
         /// Counts `count` bytes done on one queue; returns the task to resume, if any.
         mutating func done(_ count: Int, limit: Int) -> CheckedContinuation<Void, Never>? {
@@ -42,11 +46,11 @@ final class FileSink: @unchecked Sendable {
             return waiter
         }
 
-        /// Counts `count` bytes written; true when a flush should start now (one is due and
-        /// none is running).
-        mutating func wrote(_ count: Int) -> Bool {
+        /// Counts `count` bytes written; true when a flush should start now (one is due, none
+        /// is running, and nothing failed).
+        mutating func wrote(_ count: Int, step: Int) -> Bool {
             unflushed += count
-            guard unflushed >= FileSink.flushStep, !flushing else { return false }
+            guard failure == nil, unflushed >= step, !flushing else { return false }
             unflushed = 0
             flushing = true
             return true
@@ -60,9 +64,12 @@ final class FileSink: @unchecked Sendable {
     private let flushQueue: DispatchQueue?
     private let state = Mutex(State())
     private let limit: Int
+    private let flushStep: Int
 
-    /// A sink for `file`, whose first bytes `hasher` already holds, of `size` bytes in all.
-    init(file: PartFile, continuing hasher: SHA256Hasher, size: UInt64, limit: Int = 16 << 20) {
+    /// A sink for `file`, whose first bytes `hasher` already holds, of `size` bytes in all;
+    /// at most `limit` bytes wait on each queue, and a flush starts every `flushStep` bytes.
+    init(file: PartFile, continuing hasher: SHA256Hasher, size: UInt64, limit: Int = 16 << 20,
+         flushStep: Int = FileSink.flushStep) {
         self.file = file
         self.hasher = hasher
         let queued = size > Self.inlineLimit
@@ -70,11 +77,15 @@ final class FileSink: @unchecked Sendable {
         hashQueue = queued ? DispatchQueue(label: "peerxfer.hash") : nil
         flushQueue = queued ? DispatchQueue(label: "peerxfer.flush") : nil
         self.limit = limit
+        self.flushStep = flushStep
     }
 
+    /// How many flushes ran to their end, for tests.
+    var flushesDone: Int { state.withLock { $0.flushesDone } }
+
     /// Writes `data` at `offset` and hashes it after everything before it.
-    /// - Throws: the first write failure so far (``PeerTransferError/noSpace(_:)`` for a full
-    ///   disk); a failure on the queue shows at the next call or at ``finish()``.
+    /// - Throws: the first write or flush failure so far (``PeerTransferError/noSpace(_:)`` for a
+    ///   full disk); a failure on a queue shows at the next call or at ``finish()``.
     func append(_ data: Data, at offset: UInt64) async throws {
         guard let writeQueue, let hashQueue, let flushQueue else {
             try file.write(data, at: offset)
@@ -96,7 +107,7 @@ final class FileSink: @unchecked Sendable {
             }
             let (waiter, flushNow) = state.withLock {
                 if $0.failure == nil { $0.failure = failure }
-                return ($0.done(count, limit: limit), failure == nil && $0.wrote(count))
+                return ($0.done(count, limit: limit), $0.wrote(count, step: flushStep))
             }
             waiter?.resume()
             if flushNow { flushQueue.async { [self] in flush() } }
@@ -119,6 +130,7 @@ final class FileSink: @unchecked Sendable {
         state.withLock {
             if $0.failure == nil { $0.failure = failure }
             $0.flushing = false
+            $0.flushesDone += 1
         }
     }
 
@@ -134,7 +146,9 @@ final class FileSink: @unchecked Sendable {
         }
     }
 
-    /// Returns once everything given so far is written and hashed.
+    /// Returns once everything given so far is written and hashed, and any flush those writes
+    /// started has ended. (That flush may take a while on a slow disk: callers waiting on it
+    /// allow for the disk, not only for the peer.)
     func drain() async {
         guard let writeQueue, let hashQueue, let flushQueue else { return }
         // Behind every write queued so far, then behind any flush those writes started, then
@@ -144,8 +158,8 @@ final class FileSink: @unchecked Sendable {
         }
     }
 
-    /// The SHA-256 of the whole file, once everything is written.
-    /// - Throws: the first write failure.
+    /// The SHA-256 of the whole file, once everything is written (see ``drain()``).
+    /// - Throws: the first write or flush failure.
     func finish() async throws -> SHA256Digest {
         await drain()
         if let failure = state.withLock({ $0.failure }) { throw failure }

@@ -238,12 +238,16 @@ struct Receiver {
                     let sink = sinks.removeValue(forKey: index)!
                     let file = sink.file
                     let digest: SHA256Digest
+                    // A large file's last flush may still run: a wait on this disk, not on the
+                    // peer, allowed for as the wait for a batch's sync is.
+                    watchdog.touch(bound: idleBound + .seconds(240))
                     do {
                         digest = try await sink.finish()
                     } catch {
                         file.closeFiles()
                         throw error
                     }
+                    watchdog.touch(bound: idleBound)
                     if offered == FileEnd.withdrawn {
                         file.discard()
                         file.closeFiles()
