@@ -113,7 +113,9 @@ def main():
     elif mode == "symlink":
         tls.sendall(hello() + manifest(entry("link/evil.txt")))
         frames, _ = read_frames(tls, 5)   # the answer (the path itself is well-formed)
-        tls.sendall(chunk(0, 0, b"evil") + file_end(0, b"evil"))
+        # Then "done", as a sender does: the receiver may give a file's result only with its
+        # batch's (a small file is opened when its batch is written, after its bytes came).
+        tls.sendall(chunk(0, 0, b"evil") + file_end(0, b"evil") + message(DONE, {}))
         more, closed = read_frames(tls, args.wait)
         print(json.dumps({"frames": frames + more, "closed": closed}), flush=True)
         return

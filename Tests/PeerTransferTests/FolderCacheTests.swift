@@ -31,7 +31,7 @@ final class FolderCacheTests: XCTestCase {
         // A name already taken gets a numbered one, through the cache as well.
         try Data("older".utf8).write(to: URL(fileURLWithPath: folder + "/inbox/a/b/two.txt"))
         var told: [String] = []
-        let results = try batch.publish(in: inbox) { result, _ in told.append(result.storedAs ?? "-") }
+        let results = try batch.publish(in: inbox, for: "k") { result, _ in told.append(result.storedAs ?? "-") }
         XCTAssertEqual(results.map(\.index), [0, 1, 2])
         XCTAssertEqual(results.map(\.verified), [true, true, true])
         XCTAssertEqual(told, ["a/b/one.txt", "a/b/two (1).txt", "c/three.txt"])
@@ -67,7 +67,7 @@ final class FolderCacheTests: XCTestCase {
             try part.finishWriting(mode: 0o644, modified: 0)
             batch.append(index, part, size: 1)
         }
-        let results = try batch.publish(in: inbox) { _, _ in }
+        let results = try batch.publish(in: inbox, for: "k") { _, _ in }
         XCTAssertEqual(results.map(\.verified), [true, true])
         XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: folder + "/inbox/" + composed).map { Array($0.utf8) }),
                        [Array("a.txt".utf8)])
@@ -107,7 +107,7 @@ final class FolderCacheTests: XCTestCase {
             batch.append(index, part, size: 1)
         }
         XCTAssertEqual(rename(folder + "/inbox/moving", folder + "/inbox/moved"), 0)
-        let results = try batch.publish(in: inbox) { _, _ in }
+        let results = try batch.publish(in: inbox, for: "k") { _, _ in }
         XCTAssertEqual(results.map(\.verified), [false, true])
         XCTAssertTrue(results[0].error?.contains("went away") == true, "\(results[0])")
         XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/staying/b.txt", encoding: .utf8), "staying/b.txt")

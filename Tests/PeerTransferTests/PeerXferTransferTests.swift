@@ -176,21 +176,47 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/data.bin"), lab.path("inbox/data.bin")))
     }
 
+    func testASmallFilesOldPartFileIsReplacedAndGoneOnceTheFileArrives() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("OldPart")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        try lab.makeFile("src/note.txt", size: 3000, seed: 5)
+        // What an earlier try left (longer than the file is now, and none of it right).
+        try FileManager.default.createDirectory(atPath: lab.path("inbox"), withIntermediateDirectories: true)
+        let part = try lab.partPath("inbox/note.txt", sentWith: "sender")
+        try Data(repeating: 0x5a, count: 5000).write(to: URL(fileURLWithPath: part))
+        let (status, output) = try lab.send([lab.path("src/note.txt")], to: name, config: "sender")
+        XCTAssertEqual(status, 0, output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/note.txt"), lab.path("inbox/note.txt")), output)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: part), "the old part file is gone")
+        XCTAssertEqual(PeerXferLab.listing(lab.path("inbox")), ["note.txt"])
+    }
+
     func testSomethingPlantedWherePartFileGoesFailsThatFileAloneAndTheRestArrive() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Planted")
         try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
         try lab.makeFile("src/t/a.txt", size: 100)
-        try lab.makeFile("src/t/bad.txt", size: 100, seed: 2)
+        // Larger than a chunk: written to its part file as it comes.
+        try lab.makeFile("src/t/bad.bin", size: chunk + 1, seed: 2)
+        // A chunk or less: kept in memory and written without a part file, so nothing planted
+        // at its part name stands in its way (and the FIFO is left alone).
+        try lab.makeFile("src/t/small.txt", size: 100, seed: 4)
         try lab.makeFile("src/t/z.txt", size: 100, seed: 3)
         try FileManager.default.createDirectory(atPath: lab.path("inbox/t"), withIntermediateDirectories: true)
-        XCTAssertEqual(mkfifo(try lab.partPath("inbox/t/bad.txt", sentWith: "sender"), 0o644), 0)
+        XCTAssertEqual(mkfifo(try lab.partPath("inbox/t/bad.bin", sentWith: "sender"), 0o644), 0)
+        XCTAssertEqual(mkfifo(try lab.partPath("inbox/t/small.txt", sentWith: "sender"), 0o644), 0)
         let (status, output) = try lab.send([lab.path("src/t")], to: name, config: "sender")
         XCTAssertEqual(status, 1, "one file failed: \(output)")
-        XCTAssertTrue(output.contains("bad.txt") && output.contains("FIFO"), output)
+        XCTAssertEqual(done(output)["failed"] as? Int, 1, output)
+        XCTAssertTrue(output.contains("bad.bin") && output.contains("FIFO"), output)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/t/a.txt"), lab.path("inbox/t/a.txt")), output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/t/small.txt"), lab.path("inbox/t/small.txt")), output)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/t/z.txt"), lab.path("inbox/t/z.txt")), output)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/t/bad.txt")))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/t/bad.bin")))
+        var info = stat()
+        XCTAssertEqual(lstat(try lab.partPath("inbox/t/small.txt", sentWith: "sender"), &info), 0)
+        XCTAssertEqual(info.st_mode & S_IFMT, S_IFIFO, "the planted FIFO is not touched")
     }
 
     func testASymlinkPlantedWhereAFolderGoesFailsTheFilesBelowItAlone() throws {

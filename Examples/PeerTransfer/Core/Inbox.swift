@@ -201,16 +201,23 @@ final class Inbox: @unchecked Sendable {
     /// or when another sender wrote it: its digests would tell this one about someone else's file).
     func partChunkDigests(_ path: RelativePath, chunkSize: Int, for sender: String,
                           cache: FolderCache? = nil) -> [SHA256Digest] {
-        guard let directory = try? openDirectory(path.parent, create: false, cache: cache) else { return [] }
+        resumablePart(path, chunkSize: chunkSize, for: sender, cache: cache) ?? []
+    }
+
+    /// SHA-256 of each whole chunk of `sender`'s part file for `path`; nil when there is no
+    /// part file that `sender` may resume (none, another sender's, one being written now).
+    func resumablePart(_ path: RelativePath, chunkSize: Int, for sender: String,
+                       cache: FolderCache? = nil) -> [SHA256Digest]? {
+        guard let directory = try? openDirectory(path.parent, create: false, cache: cache) else { return nil }
         defer { close(directory) }
         let fd = openat(directory, TransferLimits.partName(of: path.name, from: sender), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else { return [] }
+        guard fd >= 0 else { return nil }
         defer { close(fd) }
         var info = stat()
         // Only a plain part file of our own counts: not a FIFO or device, not a hard link to a
         // file elsewhere, not one another transfer is writing now (it holds the lock).
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_nlink == 1,
-              PartFile.mayResume(fd, sender: sender), flock(fd, LOCK_SH | LOCK_NB) == 0 else { return [] }
+              PartFile.mayResume(fd, sender: sender), flock(fd, LOCK_SH | LOCK_NB) == 0 else { return nil }
         // Only a probe: held while hashing (seconds for a large file), the lock would make a
         // transfer that opens this part file meanwhile fail. The digests are a hint; the whole
         // file is checked again before it gets its name.
@@ -277,6 +284,35 @@ final class Inbox: @unchecked Sendable {
             throw PeerTransferError.fileFailed("another transfer is receiving \(Terminal.escape(path.description)) right now; try again when it is done")
         }
         let file = PartFile(inbox: self, directory: directory, fd: fd, path: path, partName: name)
+        file.recordSender(sender)
+        return file
+    }
+
+    /// A file without a name (`O_TMPFILE`) in the folder of `path`, creating its folders, for a
+    /// small file received whole from `sender` (whose key it records; see ``BufferedFile``).
+    /// Nothing else can open it: it needs no lock, and naming it leaves nothing to remove. On
+    /// a file system without `O_TMPFILE`, the sender's part file is opened instead.
+    /// - Throws: as ``openPart(_:for:cache:)``.
+    func openUnnamedFile(_ path: RelativePath, for sender: String, cache: FolderCache? = nil) throws -> PartFile {
+        guard let directory = try openDirectory(path.parent, create: true, cache: cache) else {
+            throw PeerTransferError.runtime("cannot create the folder of \(path)")
+        }
+        let fd = openat(directory, ".", PartFile.unnamedFileFlags | O_RDWR | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            let failure = errno
+            close(directory)
+            switch failure {
+            case EOPNOTSUPP, EISDIR, EINVAL:
+                return try openPart(path, for: sender, cache: cache)
+            case ENOSPC, EDQUOT:
+                throw PeerTransferError.noSpace("the inbox's disk is full (receiving \(Terminal.escape(path.description)))")
+            case EACCES, EPERM:
+                throw PeerTransferError.fileFailed("cannot make a file in the folder of \(Terminal.escape(path.description)): \(String(cString: strerror(failure)))")
+            default:
+                throw PeerTransferError.runtime("cannot make a file in the folder of \(Terminal.escape(path.description)): \(String(cString: strerror(failure)))")
+            }
+        }
+        let file = PartFile(inbox: self, directory: directory, fd: fd, path: path, partName: nil)
         file.recordSender(sender)
         return file
     }

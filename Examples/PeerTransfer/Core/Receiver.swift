@@ -58,6 +58,8 @@ struct Receiver {
         defer { watching.cancel() }
         var machine = ReceiverStateMachine(hello: hello)
         var sinks: [Int: FileSink] = [:]
+        // Small files received into memory, written when their batch is published.
+        var buffered: [Int: BufferedFile] = [:]
         // Files whose part file could not be opened, and why: they fail alone.
         var unreceivable: [Int: String] = [:]
         var manifest: Manifest?
@@ -70,6 +72,8 @@ struct Receiver {
         var progress: UInt64 = 0
         // Files offered as already here: promised room only once their bytes start coming.
         var heldFiles = Set<Int>()
+        // Small files whose sender's part file is in the inbox (see `BufferedFile`).
+        var partsFound = Set<Int>()
         // Free space promised to this transfer and not yet written; given back at the end.
         var promised: UInt64 = 0
         defer { inbox.keptPromise(promised) }
@@ -103,14 +107,14 @@ struct Receiver {
             let actions = try await collectPublished()
             let batch = verified
             verified = VerifiedBatch()
-            publishing = Task { [inbox, id, events] in
+            publishing = Task { [inbox, id, events, senderKey] in
                 try await onThreadOfItsOwn {
                     Result {
-                        try batch.publish(in: inbox) { result, file in
+                        try batch.publish(in: inbox, for: senderKey) { result, path in
                             if let storedAs = result.storedAs, result.verified {
                                 events(.fileVerified(id: id, storedAs: storedAs))
                             } else {
-                                events(.fileFailed(id: id, path: Terminal.escape(file.path.description), reason: result.error ?? "not named"))
+                                events(.fileFailed(id: id, path: Terminal.escape(path.description), reason: result.error ?? "not named"))
                             }
                         }
                     }
@@ -174,6 +178,7 @@ struct Receiver {
                     case .success(let decided):
                         promised = decided.promised
                         heldFiles = decided.held
+                        partsFound = decided.partFound
                         answeredAt = .now
                         // The sender may first hash what this inbox already holds.
                         watchdog.touch(bound: idleBound + TransferLimits.hashingAllowance(
@@ -199,6 +204,12 @@ struct Receiver {
                         promised += size
                     }
                     let path = try RelativePath(validating: manifest!.entries[index].path)
+                    let size = manifest!.entries[index].size
+                    if BufferedFile.isBuffered(size: size, from: offset) {
+                        // Opened, written and named with its batch, on the publishing thread.
+                        buffered[index] = BufferedFile(path: path, size: size, replacesPart: partsFound.contains(index))
+                        break
+                    }
                     do {
                         let file = try inbox.openPart(path, for: senderKey, cache: folders)
                         let hasher = SHA256Hasher()
@@ -208,7 +219,6 @@ struct Receiver {
                             file.closeFiles()
                             throw error
                         }
-                        let size = manifest!.entries[index].size
                         sinks[index] = FileSink(file: file, continuing: hasher, size: size)
                     } catch let error as PeerTransferError where error.failsOneFileOnly {
                         // This file cannot be received (something planted where its part file
@@ -220,9 +230,14 @@ struct Receiver {
                 case .alreadyHeld(let index):
                     progress += manifest!.entries[index].size
                 case .write(let index, let offset, let data):
-                    guard let sink = sinks[index] else { break }   // a file that fails alone
-                    // Written and hashed on the sink's queues while this task reads on.
-                    try await sink.append(data, at: offset)
+                    if buffered[index] != nil {
+                        buffered[index]!.append(data, at: offset)
+                    } else if let sink = sinks[index] {
+                        // Written and hashed on the sink's queues while this task reads on.
+                        try await sink.append(data, at: offset)
+                    } else {
+                        break   // a file that fails alone
+                    }
                     received += UInt64(data.count)
                     progress += UInt64(data.count)
                     let kept = min(promised, UInt64(data.count))
@@ -233,6 +248,18 @@ struct Receiver {
                     let entry = manifest!.entries[index]
                     if let reason = unreceivable.removeValue(forKey: index) {
                         pending += fileFailed(index, entry, reason)
+                        break
+                    }
+                    if let file = buffered.removeValue(forKey: index) {
+                        let digest = file.digest
+                        if offered == FileEnd.withdrawn {
+                            pending += fileFailed(index, entry, ReceiverStateMachine.withdrawnReason)
+                        } else if digest.hex == offered {
+                            verified.append(index, buffered: file, mode: entry.mode, modified: entry.modified)
+                            if verified.isFull { pending += try await publishVerified() }
+                        } else {
+                            pending += fileFailed(index, entry, "its SHA-256 is \(digest.hex), not the \(Terminal.escape(offered)) the sender read; nothing of it was kept")
+                        }
                         break
                     }
                     let sink = sinks.removeValue(forKey: index)!
@@ -322,7 +349,7 @@ struct Receiver {
     /// The policy's answer, with what the inbox already has, and the bytes of free space
     /// promised to the transfer (see ``Inbox/promise(_:)``).
     private func decide(_ manifest: Manifest, _ paths: [RelativePath], senderName: String,
-                        senderKey: String) async -> Result<(answer: Answer, promised: UInt64, held: Set<Int>), PeerTransferError> {
+                        senderKey: String) async -> Result<Decision, PeerTransferError> {
         var chosen: Set<Int>
         switch policy {
         case .all, .known:
@@ -332,34 +359,46 @@ struct Receiver {
                                                senderTrusted: trusted(senderKey), manifest: manifest))
         }
         chosen = chosen.filter { manifest.entries.indices.contains($0) }
-        if chosen.isEmpty { return .success((Answer(accepted: [], reason: "the receiver declined the transfer"), 0, [])) }
+        if chosen.isEmpty { return .success(Decision(answer: Answer(accepted: [], reason: "the receiver declined the transfer"))) }
         // What the inbox already holds is found by hashing files (earlier transfers' results and
         // part files, up to the whole offer's size): on a thread of its own, so that the shared
         // pool of async threads goes on serving other peers meanwhile.
-        let (accepted, needed, held) = await onThreadOfItsOwn { [inbox, chosen] () -> ([Answer.Entry], UInt64, Set<Int>) in
+        var decision = await onThreadOfItsOwn { [inbox, chosen] () -> Decision in
             Self.whatIsHeld(manifest, paths, chosen: chosen, inbox: inbox, senderKey: senderKey)
         }
         do {
-            try inbox.promise(needed)
+            try inbox.promise(decision.promised)
         } catch let error as PeerTransferError {
             return .failure(error)
         } catch {
             return .failure(.runtime("\(error)"))
         }
-        let declined = manifest.entries.count - accepted.count
-        return .success((Answer(accepted: accepted,
-                                reason: declined > 0 ? "the receiver declined \(declined) of \(manifest.entries.count) entries" : nil),
-                         needed, held))
+        let declined = manifest.entries.count - decision.answer.accepted.count
+        if declined > 0 { decision.answer.reason = "the receiver declined \(declined) of \(manifest.entries.count) entries" }
+        return .success(decision)
+    }
+
+    /// What the receiver answers to an offer, and what it found in the inbox for it.
+    struct Decision {
+        var answer: Answer
+        /// The bytes of free space promised to the transfer.
+        var promised: UInt64 = 0
+        /// The files offered as `existing` (their room is promised only if their bytes come).
+        var held: Set<Int> = []
+        /// Small files for which the sender's own part file was found (see
+        /// ``BufferedFile/replacesPart``).
+        var partFound: Set<Int> = []
     }
 
     /// The answer's entries for the `chosen` ones (with what the inbox already holds of each),
-    /// the bytes still to come, and the files offered as `existing` (whose room is promised only
-    /// if their bytes come). Blocking: it hashes files.
+    /// the bytes still to come, the files offered as `existing` and the small files whose part
+    /// file was found. Blocking: it hashes files.
     private static func whatIsHeld(_ manifest: Manifest, _ paths: [RelativePath], chosen: Set<Int>,
-                                   inbox: Inbox, senderKey: String) -> ([Answer.Entry], UInt64, Set<Int>) {
+                                   inbox: Inbox, senderKey: String) -> Decision {
         var accepted: [Answer.Entry] = []
         var needed: UInt64 = 0
         var held = Set<Int>()
+        var partFound = Set<Int>()
         // Each folder is looked up once (the offer's entries come folder by folder).
         let folders = FolderCache()
         for index in chosen.sorted() {
@@ -378,11 +417,13 @@ struct Receiver {
                 accepted.append(Answer.Entry(index: index, existing: existing.hex))
                 continue
             }
-            let have = inbox.partChunkDigests(path, chunkSize: manifest.chunkSize, for: senderKey, cache: folders)
+            let part = inbox.resumablePart(path, chunkSize: manifest.chunkSize, for: senderKey, cache: folders)
+            let have = part ?? []
+            if part != nil, entry.size <= BufferedFile.sizeLimit { partFound.insert(index) }
             needed += entry.size - min(entry.size, UInt64(have.count) * UInt64(manifest.chunkSize))
             accepted.append(Answer.Entry(index: index, have: have.map(\.hex)))
         }
-        return (accepted, needed, held)
+        return Decision(answer: Answer(accepted: accepted, reason: nil), promised: needed, held: held, partFound: partFound)
     }
 }
 

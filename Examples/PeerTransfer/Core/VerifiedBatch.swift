@@ -1,9 +1,10 @@
 import Foundation
+import SalutStreams
 
-/// Verified files waiting for their names: made durable together by one syncfs(2), then
-/// named, then their folders synced. The receiver publishes a batch on a thread of its own
-/// while its task goes on receiving the next files, so the disk's flush does not stall the
-/// connection.
+/// Verified files waiting for their names: small ones still in memory are written, then
+/// all are made durable together by one syncfs(2), then named, then their folders synced. The
+/// receiver publishes a batch on a thread of its own while its task goes on receiving the next
+/// files, so neither the disk's flush nor the small files' system calls stall the connection.
 ///
 /// `@unchecked Sendable`: the receiving task hands a batch over whole and touches none of its
 /// files afterwards; the publishing thread owns them (and closes them) until it returns.
@@ -18,13 +19,24 @@ struct VerifiedBatch: @unchecked Sendable {
         let share = Int(min(limit.rlim_cur, 1 << 20)) / 2 / (2 * TransferLimits.maximumConcurrentTransfers)
         return max(16, min(256, share))
     }()
-    /// …or this many bytes.
+    /// …or this many bytes…
     static let maximumBytes: UInt64 = 256 << 20
+    /// …or this many bytes in memory (see ``BufferedFile``): a transfer buffers at most twice
+    /// this much (one batch filling, one being published), whatever the size of its files.
+    static let maximumBufferedBytes: UInt64 = 8 << 20
+
+    /// A verified file: written to its part file already, or in memory until the batch is
+    /// published.
+    private enum Waiting {
+        case written(PartFile)
+        case buffered(BufferedFile, mode: UInt32, modified: Double)
+    }
 
     /// The files, each with its manifest index, in the order they were verified.
-    private(set) var files: [(index: Int, file: PartFile)] = []
-    /// Their bytes together.
+    private var files: [(index: Int, file: Waiting)] = []
+    /// Their bytes together, and those in memory.
     private(set) var bytes: UInt64 = 0
+    private(set) var bufferedBytes: UInt64 = 0
 
     /// An empty batch.
     init() {}
@@ -32,25 +44,52 @@ struct VerifiedBatch: @unchecked Sendable {
     /// True when no file waits.
     var isEmpty: Bool { files.isEmpty }
 
+    /// How many files wait.
+    var count: Int { files.count }
+
     /// True once the batch should be published before more files join it.
-    var isFull: Bool { files.count >= Self.maximumFiles || bytes >= Self.maximumBytes }
+    var isFull: Bool {
+        files.count >= Self.maximumFiles || bytes >= Self.maximumBytes || bufferedBytes >= Self.maximumBufferedBytes
+    }
 
     /// Adds the verified (and written) `file`, entry `index` of `size` bytes.
     mutating func append(_ index: Int, _ file: PartFile, size: UInt64) {
-        files.append((index, file))
+        files.append((index, .written(file)))
         bytes += size
     }
 
-    /// Makes the batch's data durable (one syncfs), names each file, then syncs the folders
-    /// that got names; closes every file. Blocking.
-    /// - Parameter named: told of each file's result as it is named (or fails to be).
+    /// Adds the verified file `buffered`, entry `index`, to be written with `mode` and
+    /// `modified` when the batch is published.
+    mutating func append(_ index: Int, buffered: BufferedFile, mode: UInt32, modified: Double) {
+        files.append((index, .buffered(buffered, mode: mode, modified: modified)))
+        bytes += buffered.size
+        bufferedBytes += buffered.size
+    }
+
+    /// Writes the buffered files (each recording `sender` as its deliverer), makes
+    /// the batch's data durable (one syncfs), names each file, then syncs the folders that got
+    /// names; closes every file. Blocking.
+    /// - Parameter named: told of each file's result, with its path, as it is named (or fails).
     /// - Returns: each file's result, in the batch's order.
-    /// - Throws: ``PeerTransferError/runtime(_:)`` when the data or a folder cannot be synced
-    ///   (the transfer ends on it); a file that cannot be named fails alone, in its result.
-    func publish(in inbox: Inbox, named: (FileResult, PartFile) -> Void) throws -> [FileResult] {
-        defer { for (_, file) in files { file.closeFiles() } }
-        try inbox.syncData()
+    /// - Throws: ``PeerTransferError/noSpace(_:)`` when a buffered file does not fit on the disk;
+    ///   ``PeerTransferError/runtime(_:)`` when one cannot be written, or the data or a folder
+    ///   cannot be synced (the transfer ends on it). A file that cannot be opened (something
+    ///   planted where it goes, another transfer writing it) or named fails alone, in its result.
+    func publish(in inbox: Inbox, for sender: String, named: (FileResult, RelativePath) -> Void) throws -> [FileResult] {
         let cache = FolderCache()
+        // Each file's part file, or why it has none (it fails alone).
+        var parts: [Result<PartFile, PeerTransferError>] = []
+        parts.reserveCapacity(files.count)
+        defer { for case .success(let file) in parts { file.closeFiles() } }
+        for (_, waiting) in files {
+            switch waiting {
+            case .written(let file):
+                parts.append(.success(file))
+            case .buffered(let buffered, let mode, let modified):
+                parts.append(try Self.write(buffered, mode: mode, modified: modified, in: inbox, for: sender, cache: cache))
+            }
+        }
+        try inbox.syncData()
         var results: [FileResult] = []
         // The folders that got names, each held open from when its first file was named, to be
         // synced then (told apart by their bytes, as the file system does: two spellings of "é"
@@ -58,19 +97,25 @@ struct VerifiedBatch: @unchecked Sendable {
         // names are its mover's now, and no other transfer's results depend on them.
         var folders: [[UInt8]: Int32] = [:]
         defer { for fd in folders.values { close(fd) } }
-        for (index, file) in files {
+        for ((index, waiting), part) in zip(files, parts) {
             var result = FileResult(index: index, verified: false, storedAs: nil, error: nil)
+            let path: RelativePath
+            switch waiting {
+            case .written(let file): path = file.path
+            case .buffered(let buffered, _, _): path = buffered.path
+            }
             do {
+                let file = try part.get()
                 result.storedAs = try file.publish(cache: cache)
                 result.verified = true
-                let key = FolderCache.key(file.path.parent)
-                if folders[key] == nil, let folder = try? inbox.openDirectory(file.path.parent, create: false, cache: cache) {
+                let key = FolderCache.key(path.parent)
+                if folders[key] == nil, let folder = try? inbox.openDirectory(path.parent, create: false, cache: cache) {
                     folders[key] = folder
                 }
             } catch let error as PeerTransferError {
                 result.error = error.message
             }
-            named(result, file)
+            named(result, path)
             results.append(result)
         }
         for folder in folders.values {
@@ -79,5 +124,36 @@ struct VerifiedBatch: @unchecked Sendable {
             }
         }
         return results
+    }
+
+    /// Writes `buffered` to a file without a name in its folder, or, when it replaces the
+    /// sender's part file, to that part file emptied first; gives it `mode` and `modified`.
+    /// - Returns: the written file, or why this file alone cannot be received.
+    /// - Throws: a failure to write (a full disk, an I/O error), which ends the transfer as it
+    ///   would have when the bytes arrived.
+    private static func write(_ buffered: BufferedFile, mode: UInt32, modified: Double, in inbox: Inbox,
+                              for sender: String, cache: FolderCache) throws -> Result<PartFile, PeerTransferError> {
+        let file: PartFile
+        do {
+            file = buffered.replacesPart
+                ? try inbox.openPart(buffered.path, for: sender, cache: cache)
+                : try inbox.openUnnamedFile(buffered.path, for: sender, cache: cache)
+        } catch let error as PeerTransferError where error.failsOneFileOnly {
+            return .failure(error)
+        }
+        do {
+            if buffered.replacesPart { try file.keepPrefix(0, feeding: SHA256Hasher()) }
+            try file.write(buffered.data, at: 0)
+        } catch {
+            file.closeFiles()
+            throw error
+        }
+        do {
+            try file.finishWriting(mode: mode, modified: modified)
+        } catch let error as PeerTransferError {
+            file.closeFiles()
+            return .failure(error)
+        }
+        return .success(file)
     }
 }

@@ -1,0 +1,110 @@
+import Foundation
+import Glibc
+import XCTest
+@testable import PeerTransferCore
+import SalutStreams
+
+/// Small files kept in memory until their batch is published: written, synced and named in
+/// the batch's order beside files already written, each with its sender's mode, time and key;
+/// a part file an earlier try left is replaced and gone; one that cannot be written where it
+/// goes fails alone.
+final class BufferedFileTests: XCTestCase {
+    private var folder = ""
+
+    override func setUpWithError() throws {
+        folder = FileManager.default.temporaryDirectory.appendingPathComponent("px-buffered-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: folder + "/inbox", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: folder + "/outside", withIntermediateDirectories: true)
+    }
+
+    override func tearDown() {
+        try? FileManager.default.removeItem(atPath: folder)
+    }
+
+    private func buffered(_ name: String, _ bytes: Data, replacesPart: Bool = false) throws -> BufferedFile {
+        var file = BufferedFile(path: try RelativePath(validating: name), size: UInt64(bytes.count), replacesPart: replacesPart)
+        // In two pieces, as two chunks of a file would come.
+        let half = bytes.count / 2
+        file.append(bytes.prefix(half), at: 0)
+        file.append(bytes.dropFirst(half), at: UInt64(half))
+        return file
+    }
+
+    func testBufferedFilesAreWrittenAndNamedInTheBatchsOrderBesideWrittenOnes() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        var batch = VerifiedBatch()
+        let first = Data("first buffered file".utf8)
+        let firstBuffered = try buffered("t/first.txt", first)
+        XCTAssertEqual(firstBuffered.digest, SHA256Hasher.hash(first))
+        batch.append(0, buffered: firstBuffered, mode: 0o600, modified: 1_000_000.5)
+        let part = try inbox.openPart(try RelativePath(validating: "t/written.txt"), for: "k")
+        try part.write(Data("written".utf8), at: 0)
+        try part.finishWriting(mode: 0o644, modified: 0)
+        batch.append(1, part, size: 7)
+        batch.append(2, buffered: try buffered("t/empty.txt", Data()), mode: 0o755, modified: 2_000_000)
+        // A part file an earlier try of this sender left for the path: emptied, not appended to.
+        try Data(repeating: 0x41, count: 5000).write(to: URL(fileURLWithPath: folder + "/inbox/t/" + TransferLimits.partName(of: "again.txt", from: "k")))
+        batch.append(3, buffered: try buffered("t/again.txt", Data("short".utf8), replacesPart: true), mode: 0o644, modified: 0)
+        XCTAssertEqual(batch.bufferedBytes, UInt64(first.count + 5))
+
+        var told: [String] = []
+        let results = try batch.publish(in: inbox, for: "k") { result, path in told.append(path.description) }
+        XCTAssertEqual(results.map(\.index), [0, 1, 2, 3])
+        XCTAssertEqual(results.map(\.verified), [true, true, true, true], "\(results)")
+        XCTAssertEqual(told, ["t/first.txt", "t/written.txt", "t/empty.txt", "t/again.txt"])
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: folder + "/inbox/t/first.txt")), first)
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/t/again.txt", encoding: .utf8), "short")
+        var info = stat()
+        XCTAssertEqual(stat(folder + "/inbox/t/first.txt", &info), 0)
+        XCTAssertEqual(info.st_mode & 0o777, 0o600)
+        XCTAssertEqual(info.st_mtim.tv_sec, 1_000_000)
+        XCTAssertEqual(stat(folder + "/inbox/t/empty.txt", &info), 0)
+        XCTAssertEqual(info.st_size, 0)
+        XCTAssertEqual(info.st_mode & 0o777, 0o755)
+        XCTAssertEqual(PartFile.deliverer(of: open(folder + "/inbox/t/first.txt", O_RDONLY)), "k", "its sender is recorded")
+        let left = try FileManager.default.contentsOfDirectory(atPath: folder + "/inbox/t").filter { $0.hasSuffix(".peerxfer-part") }
+        XCTAssertEqual(left, [], "no part file is left once the batch is named")
+    }
+
+    func testABufferedFileThatCannotBeWrittenWhereItGoesFailsAloneAndNothingIsWrittenThroughASymlink() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        var batch = VerifiedBatch()
+        batch.append(0, buffered: try buffered("ok/a.txt", Data("a".utf8)), mode: 0o644, modified: 0)
+        batch.append(1, buffered: try buffered("planted/b.txt", Data("b".utf8)), mode: 0o644, modified: 0)
+        batch.append(2, buffered: try buffered("ok/c.txt", Data("c".utf8)), mode: 0o644, modified: 0)
+        // A folder of the path is a symlink leading out of the inbox.
+        XCTAssertEqual(symlink(folder + "/outside", folder + "/inbox/planted"), 0)
+        let results = try batch.publish(in: inbox, for: "k") { _, _ in }
+        XCTAssertEqual(results.map(\.verified), [true, false, true])
+        XCTAssertTrue(results[1].error?.contains("symlink") == true, "\(results[1])")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: folder + "/outside"), [], "nothing written through it")
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/ok/c.txt", encoding: .utf8), "c")
+    }
+
+    func testOnlyFilesOfAChunkOrLessReceivedFromTheirStartAreBuffered() {
+        XCTAssertTrue(BufferedFile.isBuffered(size: 0, from: 0))
+        XCTAssertTrue(BufferedFile.isBuffered(size: BufferedFile.sizeLimit, from: 0))
+        XCTAssertFalse(BufferedFile.isBuffered(size: BufferedFile.sizeLimit + 1, from: 0))
+        XCTAssertFalse(BufferedFile.isBuffered(size: 100, from: 50), "a resumed file goes on in its part file")
+    }
+
+    func testABatchIsFullOnceItHoldsItsShareOfMemory() throws {
+        var batch = VerifiedBatch()
+        var index = 0
+        while !batch.isFull {
+            batch.append(index, buffered: BufferedFile(path: try RelativePath(validating: "f\(index)"), size: 0), mode: 0o644, modified: 0)
+            index += 1
+            XCTAssertLessThanOrEqual(index, VerifiedBatch.maximumFiles)
+        }
+        XCTAssertEqual(index, VerifiedBatch.maximumFiles, "empty files fill a batch by count")
+        // Buffered bytes fill it long before the 256 MiB a batch of written files may hold.
+        var big = VerifiedBatch()
+        let piece = Data(count: Int(BufferedFile.sizeLimit))
+        while !big.isFull {
+            var file = BufferedFile(path: try RelativePath(validating: "b\(big.count)"), size: BufferedFile.sizeLimit)
+            file.append(piece, at: 0)
+            big.append(big.count, buffered: file, mode: 0o644, modified: 0)
+        }
+        XCTAssertEqual(big.bufferedBytes, VerifiedBatch.maximumBufferedBytes)
+    }
+}
