@@ -14,9 +14,11 @@ final class TLSReadAheadTests: SalutTestCase {
         certificate = try TestCertificate.make(commonName: "read-ahead", alternativeNames: "IP:127.0.0.1")
     }
 
-    /// A TLS server in Python: handshake, read a line, then (`after-ours`) wait for our
-    /// close_notify or (`at-once`) not, and send its close_notify and `plain after tls\n` in
-    /// one write; then echo one line in the clear, prefixed with "echo ".
+    /// A TLS server in Python: handshake, read a line, then (`after-ours`, `after-ours-big`)
+    /// wait for our close_notify or (`at-once`) not, and send its close_notify and
+    /// `plain after tls\n` in one write (`after-ours-big`: 100,000 bytes `0`-`9` and a newline,
+    /// more than the socket BIO reads ahead); then echo one line in the clear, prefixed with
+    /// "echo ".
     private static let server = #"""
 import socket, ssl, sys
 port, cert, key, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
@@ -55,7 +57,7 @@ while not line.endswith(b"\n"):
     except ssl.SSLWantReadError:
         flush()
         feed()
-if mode == "after-ours":
+if mode.startswith("after-ours"):
     # Our close_notify: read() returns b"" (or raises SSLZeroReturnError, by version).
     while True:
         try:
@@ -70,9 +72,10 @@ try:
     tls.unwrap()
 except ssl.SSLWantReadError:
     pass
-conn.sendall(outgoing.read() + b"plain after tls\n")
+plain = bytes(48 + i % 10 for i in range(100000)) + b"\n" if mode == "after-ours-big" else b"plain after tls\n"
+conn.sendall(outgoing.read() + plain)
 print("SENT", flush=True)
-if mode == "after-ours":
+if mode.startswith("after-ours"):
     plain = b""
     while not plain.endswith(b"\n"):
         data = conn.recv(100)
@@ -115,6 +118,26 @@ conn.close()
         try await pair.output.write(Data("hello\n".utf8))
         let echo = try await withDeadline(10, "the echo") { try await readBytes(pair.input, count: 11) }
         XCTAssertEqual(String(decoding: echo, as: UTF8.self), "echo hello\n")
+    }
+
+    func testMorePlainBytesThanTheBIOReadsAheadComeWholeAndInOrderAfterStopTLS() async throws {
+        let (server, port) = try startServer("after-ours-big")
+        defer { server.stop() }
+        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port,
+                                      tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        try await withDeadline(20, "open") { try await pair.open() }
+        try await pair.output.write(Data("stop\n".utf8))
+        let stopped = try await withDeadline(10, "TLS stop") {
+            await withCheckedContinuation { done in pair.stopTLS { done.resume(returning: $0) } }
+        }
+        if case .failure(let error) = stopped { return XCTFail("stopTLS: \(error); server: \(server.output)") }
+        // Part of them came with the close_notify into the BIO's read-ahead; the rest is read
+        // from the socket after it, behind those.
+        let plain = try await withDeadline(10, "the plain bytes") { try await readBytes(pair.input, count: 100_001) }
+        XCTAssertEqual(plain, Data((0..<100_000).map { UInt8(48 + $0 % 10) } + [10]))
+        try await pair.output.write(Data("big\n".utf8))
+        let echo = try await withDeadline(10, "the echo") { try await readBytes(pair.input, count: 9) }
+        XCTAssertEqual(String(decoding: echo, as: UTF8.self), "echo big\n")
     }
 
     func testPlainBytesRightAfterAnUnaskedCloseNotifyAreAnErrorNotAWait() async throws {
