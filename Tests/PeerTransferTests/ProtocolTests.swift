@@ -202,7 +202,14 @@ final class ProtocolTests: XCTestCase {
         ])
         let result = FileResult(index: 42, verified: true, storedAs: "a/b (1).txt", error: nil)
         let failed = FileResult(index: 7, verified: false, storedAs: nil, error: "its SHA-256 differs")
+        let answer = Answer(accepted: [Answer.Entry(index: 0, have: [String(repeating: "ab", count: 32), String(repeating: "0f", count: 32)]),
+                                       Answer.Entry(index: 2, existing: String(repeating: "9c", count: 32)),
+                                       Answer.Entry(index: 3)],
+                            reason: "the receiver declined 1 of 4 entries")
         XCTAssertEqual(Manifest.quickly(from: Data(manifest.json.utf8)), manifest, "read by hand")
+        XCTAssertEqual(Answer.quickly(from: Data(answer.json.utf8)), answer)
+        XCTAssertEqual(Answer.quickly(from: Data(Answer(accepted: [], reason: nil).json.utf8)), Answer(accepted: [], reason: nil))
+        XCTAssertNil(Answer.quickly(from: Data(#"{"accepted":[],"reason":"a\nb"}"#.utf8)), "escapes go to JSONDecoder")
         XCTAssertEqual(Manifest.quickly(from: Data(Manifest(chunkSize: 5, entries: []).json.utf8)), Manifest(chunkSize: 5, entries: []))
         XCTAssertEqual(FileResult.quickly(from: Data(result.json.utf8)), result)
         XCTAssertEqual(FileResult.quickly(from: Data(failed.json.utf8)), failed)
@@ -218,7 +225,7 @@ final class ProtocolTests: XCTestCase {
         let seed = UInt64.random(in: 0...UInt64.max)
         var generator = SplitMix64(seed: seed)
         var acceptedDamaged = 0
-        for sample in [Data(manifest.json.utf8), Data(result.json.utf8), Data(failed.json.utf8)] {
+        for sample in [Data(manifest.json.utf8), Data(result.json.utf8), Data(failed.json.utf8), Data(answer.json.utf8)] {
             for _ in 0..<400 {
                 var bytes = [UInt8](sample)
                 for _ in 0..<Int.random(in: 1...3, using: &generator) {
@@ -238,6 +245,10 @@ final class ProtocolTests: XCTestCase {
                 if let quick = FileResult.quickly(from: damaged) {
                     acceptedDamaged += 1
                     XCTAssertEqual(try? JSONDecoder().decode(FileResult.self, from: damaged), quick, "seed \(seed): " + String(decoding: damaged, as: UTF8.self))
+                }
+                if let quick = Answer.quickly(from: damaged) {
+                    acceptedDamaged += 1
+                    XCTAssertEqual(try? JSONDecoder().decode(Answer.self, from: damaged), quick, "seed \(seed): " + String(decoding: damaged, as: UTF8.self))
                 }
             }
         }

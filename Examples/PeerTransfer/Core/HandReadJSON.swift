@@ -61,3 +61,43 @@ extension Manifest: HandReadJSON {
         }
     }
 }
+
+extension Answer: HandReadJSON {
+    static func quickly(from payload: Data) -> Answer? {
+        payload.withUnsafeBytes { bytes -> Answer? in
+            var scanner = JSONScanner(bytes)
+            guard scanner.take("{\"accepted\":[") else { return nil }
+            var accepted: [Entry] = []
+            if !scanner.take("]") {
+                repeat {
+                    guard scanner.take("{") else { return nil }
+                    var existing: String?
+                    if scanner.take("\"existing\":") {
+                        guard let text = scanner.string(), scanner.take(",") else { return nil }
+                        existing = text
+                    }
+                    guard scanner.take("\"have\":[") else { return nil }
+                    var have: [String] = []
+                    if !scanner.take("]") {
+                        repeat {
+                            guard let digest = scanner.string() else { return nil }
+                            have.append(digest)
+                        } while scanner.take(",")
+                        guard scanner.take("]") else { return nil }
+                    }
+                    guard scanner.take(",\"index\":"), let index = scanner.unsigned(below: UInt64(Int.max)),
+                          scanner.take("}") else { return nil }
+                    accepted.append(Entry(index: Int(index), have: have, existing: existing))
+                } while scanner.take(",")
+                guard scanner.take("]") else { return nil }
+            }
+            var reason: String?
+            if scanner.take(",\"reason\":") {
+                guard let text = scanner.string() else { return nil }
+                reason = text
+            }
+            guard scanner.take("}"), scanner.isAtEnd else { return nil }
+            return Answer(accepted: accepted, reason: reason)
+        }
+    }
+}
