@@ -172,7 +172,7 @@ final class Inbox: @unchecked Sendable {
     /// (nil otherwise): maybe a file an earlier transfer already delivered.
     ///
     /// Only a file that the sender with key `sender` delivered counts (see
-    /// ``PartFile/recordSender(_:)``): offering anyone the digest of any
+    /// ``PartFile/recordSender(_:new:)``): offering anyone the digest of any
     /// file would let a peer learn what others sent (a short file's digest gives its bytes away
     /// to a few guesses).
     func digest(ofFile path: RelativePath, size: UInt64, deliveredBy sender: String,
@@ -313,7 +313,7 @@ final class Inbox: @unchecked Sendable {
             }
         }
         let file = PartFile(inbox: self, directory: directory, fd: fd, path: path, partName: nil)
-        file.recordSender(sender)
+        file.recordSender(sender, new: true)
         return file
     }
 
@@ -583,9 +583,10 @@ final class PartFile {
     /// Records `sender` as the file's writer (and, once it is named, its deliverer: see
     /// ``Inbox/digest(ofFile:size:deliveredBy:)``). Best effort: where the file system keeps no
     /// extended attributes, part files are not told apart by sender and delivered files are
-    /// never offered as `existing`.
-    func recordSender(_ sender: String) {
-        guard let setAttribute = Self.setAttribute, Self.deliverer(of: fd) != sender else { return }
+    /// never offered as `existing`. A file made just now (`new`) is not asked first what it
+    /// records.
+    func recordSender(_ sender: String, new: Bool = false) {
+        guard let setAttribute = Self.setAttribute, new || Self.deliverer(of: fd) != sender else { return }
         _ = sender.utf8CString.withUnsafeBufferPointer { key in
             setAttribute(fd, Self.delivererAttribute, key.baseAddress, key.count - 1, 0)
         }
