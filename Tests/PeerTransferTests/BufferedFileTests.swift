@@ -61,7 +61,9 @@ final class BufferedFileTests: XCTestCase {
         XCTAssertEqual(stat(folder + "/inbox/t/empty.txt", &info), 0)
         XCTAssertEqual(info.st_size, 0)
         XCTAssertEqual(info.st_mode & 0o777, 0o755)
-        XCTAssertEqual(PartFile.deliverer(of: open(folder + "/inbox/t/first.txt", O_RDONLY)), "k", "its sender is recorded")
+        let delivered = open(folder + "/inbox/t/first.txt", O_RDONLY)
+        defer { close(delivered) }
+        XCTAssertEqual(PartFile.deliverer(of: delivered), "k", "its sender is recorded")
         let left = try FileManager.default.contentsOfDirectory(atPath: folder + "/inbox/t").filter { $0.hasSuffix(".peerxfer-part") }
         XCTAssertEqual(left, [], "no part file is left once the batch is named")
     }
@@ -79,6 +81,72 @@ final class BufferedFileTests: XCTestCase {
         XCTAssertTrue(results[1].error?.contains("symlink") == true, "\(results[1])")
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: folder + "/outside"), [], "nothing written through it")
         XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/ok/c.txt", encoding: .utf8), "c")
+    }
+
+    func testWithoutUnnamedFilesAnOldPartFileIsEmptiedBeforeItIsWritten() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        inbox.usesUnnamedFiles = false   // as on a file system without O_TMPFILE
+        let part = folder + "/inbox/" + TransferLimits.partName(of: "a.txt", from: "k")
+        // Left by an earlier try, longer than the file is now, and not found when the offer
+        // was answered (so the file does not know it replaces it).
+        try Data(repeating: 0x5a, count: 5000).write(to: URL(fileURLWithPath: part))
+        var batch = VerifiedBatch()
+        batch.append(0, buffered: try buffered("a.txt", Data("new".utf8)), mode: 0o644, modified: 0)
+        let results = try batch.publish(in: inbox, for: "k") { _, _ in }
+        XCTAssertEqual(results.map(\.verified), [true], "\(results)")
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/a.txt", encoding: .utf8), "new", "no old tail")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: part))
+    }
+
+    func testASenderRacingItselfForASmallFileGetsOneCopyNotTwo() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        let path = try RelativePath(validating: "d/same.txt")
+        var first: ReceivingClaim? = try inbox.claim(path, for: "k")
+        XCTAssertThrowsError(try inbox.claim(path, for: "k")) { error in
+            XCTAssertTrue("\(error)".contains("another transfer is receiving"), "\(error)")
+            XCTAssertTrue((error as? PeerTransferError)?.failsOneFileOnly == true, "\(error)")
+        }
+        // Another sender gets a copy of its own, as with part files.
+        XCTAssertNoThrow(try inbox.claim(path, for: "other"))
+        XCTAssertNotNil(first)
+        first = nil
+        XCTAssertNoThrow(try inbox.claim(path, for: "k"), "given back when the file that held it went")
+    }
+
+    func testADiskThatFillsWhileABatchIsWrittenStillNamesWhatWasWrittenThenFails() throws {
+        let disk = folder + "/small-disk"
+        try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
+        guard run("/bin/mount", ["-t", "tmpfs", "-o", "size=3m", "tmpfs", disk]) else { throw XCTSkip("cannot mount a tmpfs here") }
+        defer { _ = run("/bin/umount", [disk]) }
+        let inbox = try Inbox(path: disk)
+        var batch = VerifiedBatch()
+        let piece = Data(repeating: 0x33, count: 700_000)
+        for index in 0..<6 {   // 4.2 MB for a 3 MiB disk
+            batch.append(index, buffered: try buffered("f\(index).bin", piece), mode: 0o644, modified: 0)
+        }
+        var told: [FileResult] = []
+        XCTAssertThrowsError(try batch.publish(in: inbox, for: "k") { result, _ in told.append(result) }) { error in
+            XCTAssertEqual((error as? PeerTransferError)?.wireCode, PeerTransferError.noSpace("").wireCode, "\(error)")
+        }
+        let named = told.filter(\.verified).map(\.index)
+        XCTAssertFalse(named.isEmpty, "the files written before the disk filled are named: \(told)")
+        XCTAssertEqual(named, Array(0..<named.count), "in order, and none after the failure")
+        XCTAssertEqual(told.count, 6, "every file has its result")
+        for index in named {
+            XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: disk + "/f\(index).bin")), piece)
+        }
+        for index in named.count..<6 {
+            XCTAssertFalse(FileManager.default.fileExists(atPath: disk + "/f\(index).bin"))
+        }
+    }
+
+    private func run(_ tool: String, _ arguments: [String]) -> Bool {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: tool)
+        process.arguments = arguments
+        guard (try? process.run()) != nil else { return false }
+        process.waitUntilExit()
+        return process.terminationStatus == 0
     }
 
     func testOnlyFilesOfAChunkOrLessReceivedFromTheirStartAreBuffered() {
@@ -106,5 +174,13 @@ final class BufferedFileTests: XCTestCase {
             big.append(big.count, buffered: file, mode: 0o644, modified: 0)
         }
         XCTAssertEqual(big.bufferedBytes, VerifiedBatch.maximumBufferedBytes)
+        // A file that would take a batch past its share waits for the next batch.
+        var almost = VerifiedBatch()
+        var file = BufferedFile(path: try RelativePath(validating: "a"), size: 10)
+        file.append(Data(count: 10), at: 0)
+        almost.append(0, buffered: file, mode: 0o644, modified: 0)
+        XCTAssertTrue(almost.hasRoom(forBuffered: VerifiedBatch.maximumBufferedBytes - 10))
+        XCTAssertFalse(almost.hasRoom(forBuffered: VerifiedBatch.maximumBufferedBytes - 9))
+        XCTAssertTrue(VerifiedBatch().hasRoom(forBuffered: VerifiedBatch.maximumBufferedBytes + 1), "an empty batch takes any")
     }
 }

@@ -225,12 +225,15 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
         try lab.makeFile("src/t/a.txt", size: 100)
         try lab.makeFile("src/t/sub/b.txt", size: 100, seed: 2)
+        // Larger than a chunk: written as it comes (the small one is written with its batch).
+        try lab.makeFile("src/t/sub/c.bin", size: chunk + 1, seed: 3)
         try FileManager.default.createDirectory(atPath: lab.path("inbox/t"), withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: lab.path("outside"), withIntermediateDirectories: true)
         try FileManager.default.createSymbolicLink(atPath: lab.path("inbox/t/sub"), withDestinationPath: lab.path("outside"))
         let (status, output) = try lab.send([lab.path("src/t")], to: name, config: "sender")
-        XCTAssertEqual(status, 1, "one file failed: \(output)")
-        XCTAssertTrue(output.contains("sub/b.txt") && output.contains("symlink"), output)
+        XCTAssertEqual(status, 1, "two files failed: \(output)")
+        XCTAssertEqual(done(output)["failed"] as? Int, 2, output)
+        XCTAssertTrue(output.contains("sub/b.txt") && output.contains("sub/c.bin") && output.contains("symlink"), output)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/t/a.txt"), lab.path("inbox/t/a.txt")), output)
         XCTAssertEqual(PeerXferLab.listing(lab.path("outside")), [], "nothing written through the symlink")
     }

@@ -7,8 +7,10 @@ import SalutStreams
 /// a name (`O_TMPFILE`) linked under its final name: no part file is made, locked, tagged and
 /// removed for it, and none of that holds up the connection.
 ///
-/// A buffered file is never resumable: cut before its batch is published, nothing of it is on
-/// disk, and the next offer sends it again (at most ``sizeLimit`` bytes).
+/// A buffered file is never resumable: should its transfer end before its bytes are all in, or
+/// fail before its batch is written, nothing of it is on disk, and the next offer sends it
+/// again (at most ``sizeLimit`` bytes). Its path is claimed for its sender while it waits (see
+/// ``Inbox/claim(_:for:)``), as a part file's lock would.
 struct BufferedFile {
     /// Files up to this size, received from their first byte, are buffered.
     static let sizeLimit: UInt64 = UInt64(TransferLimits.chunkSize)
@@ -23,13 +25,16 @@ struct BufferedFile {
     let replacesPart: Bool
     /// The bytes so far, in their own memory (a chunk's buffer goes back to its pool at once).
     private(set) var data: Data
+    /// The claim on its path, given back when the last copy of this value goes.
+    let claim: ReceivingClaim?
 
-    /// A file of `size` bytes for `path`, nothing received yet.
-    init(path: RelativePath, size: UInt64, replacesPart: Bool = false) {
+    /// A file of `size` bytes for `path`, nothing received yet, holding `claim` while it waits.
+    init(path: RelativePath, size: UInt64, replacesPart: Bool = false, claim: ReceivingClaim? = nil) {
         precondition(size <= Self.sizeLimit)
         self.path = path
         self.size = size
         self.replacesPart = replacesPart
+        self.claim = claim
         data = Data(capacity: Int(size))
     }
 

@@ -7,7 +7,8 @@ import Synchronization
 /// a write outside it.
 final class Inbox: @unchecked Sendable {
     // @unchecked: `root` is set once and only read; the descriptor calls are thread-safe;
-    // `promised` is a Mutex; `digests` is Sendable (its own Mutex).
+    // `promised` and `receiving` are Mutexes, `makesUnnamedFiles` an Atomic; `digests` is
+    // Sendable (its own Mutex).
     let path: String
     private let root: Int32
     /// Bytes that accepted transfers still have to write: free space is promised to one
@@ -15,6 +16,11 @@ final class Inbox: @unchecked Sendable {
     private let promised = Mutex<UInt64>(0)
     /// Digests of delivered files, for `existing` offers (see ``digest(ofFile:size:deliveredBy:)``).
     let digests = DigestCache()
+    /// The small files being received, each as its sender's key and its path (see
+    /// ``claim(_:for:)``).
+    private let receiving = Mutex<Set<[UInt8]>>([])
+    /// False once the file system refused `O_TMPFILE`: small files go to part files from then on.
+    private let makesUnnamedFiles = Atomic<Bool>(true)
 
     /// Opens the inbox folder, creating it (mode 0700) if it does not exist.
     /// - Throws: ``PeerTransferError/runtime(_:)`` when it cannot be created or opened.
@@ -288,12 +294,39 @@ final class Inbox: @unchecked Sendable {
         return file
     }
 
+    /// Claims `path` for the small file `sender` is sending, until the claim goes (see
+    /// ``BufferedFile``): such a file takes no part file, so no lock on one, and a sender that
+    /// races itself (a retry while its first connection still delivers) must not get two copies.
+    /// - Throws: ``PeerTransferError/fileFailed(_:)`` when a transfer from `sender` is receiving
+    ///   that path now (that file alone fails).
+    func claim(_ path: RelativePath, for sender: String) throws -> ReceivingClaim {
+        let key = Array(sender.utf8) + [0] + FolderCache.key(path.components)
+        guard receiving.withLock({ $0.insert(key).inserted }) else {
+            throw PeerTransferError.fileFailed("another transfer is receiving \(Terminal.escape(path.description)) right now; try again when it is done")
+        }
+        return ReceivingClaim(inbox: self, key: key)
+    }
+
+    /// Ends a claim (see ``ReceivingClaim``).
+    fileprivate func release(_ key: [UInt8]) {
+        _ = receiving.withLock { $0.remove(key) }
+    }
+
+    /// Whether small files are written to files without a name (`O_TMPFILE`); tests turn it off
+    /// to run the part-file way a file system without `O_TMPFILE` takes.
+    var usesUnnamedFiles: Bool {
+        get { makesUnnamedFiles.load(ordering: .relaxed) }
+        set { makesUnnamedFiles.store(newValue, ordering: .relaxed) }
+    }
+
     /// A file without a name (`O_TMPFILE`) in the folder of `path`, creating its folders, for a
     /// small file received whole from `sender` (whose key it records; see ``BufferedFile``).
     /// Nothing else can open it: it needs no lock, and naming it leaves nothing to remove. On
-    /// a file system without `O_TMPFILE`, the sender's part file is opened instead.
+    /// a file system without `O_TMPFILE`, the sender's part file is opened instead (the caller
+    /// empties it: it may hold an earlier try's bytes).
     /// - Throws: as ``openPart(_:for:cache:)``.
     func openUnnamedFile(_ path: RelativePath, for sender: String, cache: FolderCache? = nil) throws -> PartFile {
+        guard usesUnnamedFiles else { return try openPart(path, for: sender, cache: cache) }
         guard let directory = try openDirectory(path.parent, create: true, cache: cache) else {
             throw PeerTransferError.runtime("cannot create the folder of \(path)")
         }
@@ -303,6 +336,7 @@ final class Inbox: @unchecked Sendable {
             close(directory)
             switch failure {
             case EOPNOTSUPP, EISDIR, EINVAL:
+                usesUnnamedFiles = false
                 return try openPart(path, for: sender, cache: cache)
             case ENOSPC, EDQUOT:
                 throw PeerTransferError.noSpace("the inbox's disk is full (receiving \(Terminal.escape(path.description)))")
@@ -647,4 +681,19 @@ final class PartFile {
     private func ioError(_ call: String) -> PeerTransferError {
         PeerTransferError.runtime("\(call) on \(Terminal.escape(path.description)): \(String(cString: strerror(errno)))")
     }
+}
+
+/// A small file's claim on its path for its sender (see ``Inbox/claim(_:for:)``), given back
+/// when the last copy of the file that holds it goes: once its batch is published, or when its
+/// transfer ends without publishing it.
+final class ReceivingClaim: Sendable {
+    private let inbox: Inbox
+    private let key: [UInt8]
+
+    fileprivate init(inbox: Inbox, key: [UInt8]) {
+        self.inbox = inbox
+        self.key = key
+    }
+
+    deinit { inbox.release(key) }
 }

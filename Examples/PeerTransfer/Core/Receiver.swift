@@ -107,14 +107,21 @@ struct Receiver {
             let actions = try await collectPublished()
             let batch = verified
             verified = VerifiedBatch()
-            publishing = Task { [inbox, id, events, senderKey] in
-                try await onThreadOfItsOwn {
+            // The free space promised for the buffered files' bytes stays promised until they
+            // are written (see `.write`).
+            let writing = min(promised, batch.bufferedBytes)
+            promised -= writing
+            publishing = Task { [inbox, id, events, senderKey, senderName, logger] in
+                defer { inbox.keptPromise(writing) }
+                return try await onThreadOfItsOwn {
                     Result {
                         try batch.publish(in: inbox, for: senderKey) { result, path in
                             if let storedAs = result.storedAs, result.verified {
                                 events(.fileVerified(id: id, storedAs: storedAs))
                             } else {
-                                events(.fileFailed(id: id, path: Terminal.escape(path.description), reason: result.error ?? "not named"))
+                                let reason = result.error ?? "not named"
+                                events(.fileFailed(id: id, path: Terminal.escape(path.description), reason: reason))
+                                logger.warning("\(Terminal.escape(path.description)) from \(senderName) failed: \(reason)")
                             }
                         }
                     }
@@ -205,12 +212,13 @@ struct Receiver {
                     }
                     let path = try RelativePath(validating: manifest!.entries[index].path)
                     let size = manifest!.entries[index].size
-                    if BufferedFile.isBuffered(size: size, from: offset) {
-                        // Opened, written and named with its batch, on the publishing thread.
-                        buffered[index] = BufferedFile(path: path, size: size, replacesPart: partsFound.contains(index))
-                        break
-                    }
                     do {
+                        if BufferedFile.isBuffered(size: size, from: offset) {
+                            // Written, synced and named with its batch, on the publishing thread.
+                            let claim = try inbox.claim(path, for: senderKey)
+                            buffered[index] = BufferedFile(path: path, size: size, replacesPart: partsFound.contains(index), claim: claim)
+                            break
+                        }
                         let file = try inbox.openPart(path, for: senderKey, cache: folders)
                         let hasher = SHA256Hasher()
                         do {
@@ -231,18 +239,19 @@ struct Receiver {
                     progress += manifest!.entries[index].size
                 case .write(let index, let offset, let data):
                     if buffered[index] != nil {
+                        // Its room stays promised until its batch writes it.
                         buffered[index]!.append(data, at: offset)
                     } else if let sink = sinks[index] {
                         // Written and hashed on the sink's queues while this task reads on.
                         try await sink.append(data, at: offset)
+                        let kept = min(promised, UInt64(data.count))
+                        inbox.keptPromise(kept)
+                        promised -= kept
                     } else {
                         break   // a file that fails alone
                     }
                     received += UInt64(data.count)
                     progress += UInt64(data.count)
-                    let kept = min(promised, UInt64(data.count))
-                    inbox.keptPromise(kept)
-                    promised -= kept
                     events(.progress(id: id, bytes: received))
                 case .finishFile(let index, let offered):
                     let entry = manifest!.entries[index]
@@ -255,6 +264,7 @@ struct Receiver {
                         if offered == FileEnd.withdrawn {
                             pending += fileFailed(index, entry, ReceiverStateMachine.withdrawnReason)
                         } else if digest.hex == offered {
+                            if !verified.hasRoom(forBuffered: file.size) { pending += try await publishVerified() }
                             verified.append(index, buffered: file, mode: entry.mode, modified: entry.modified)
                             if verified.isFull { pending += try await publishVerified() }
                         } else {

@@ -9,8 +9,8 @@ import SalutStreams
 /// `@unchecked Sendable`: the receiving task hands a batch over whole and touches none of its
 /// files afterwards; the publishing thread owns them (and closes them) until it returns.
 struct VerifiedBatch: @unchecked Sendable {
-    /// Verified files named together: at most this many (each holds its locked descriptor
-    /// while it waits)… A transfer holds two batches (one being named, one filling), and up to
+    /// Verified files named together: at most this many (each written one holds its locked
+    /// descriptor while it waits, and each buffered one a descriptor while it is published)… A transfer holds two batches (one being named, one filling), and up to
     /// ``TransferLimits/maximumConcurrentTransfers`` transfers run at once: together they may
     /// take at most half of the process's descriptors, and never more than 256 a batch.
     static let maximumFiles: Int = {
@@ -21,21 +21,25 @@ struct VerifiedBatch: @unchecked Sendable {
     }()
     /// …or this many bytes…
     static let maximumBytes: UInt64 = 256 << 20
-    /// …or this many bytes in memory (see ``BufferedFile``): a transfer buffers at most twice
-    /// this much (one batch filling, one being published), whatever the size of its files.
+    /// …or this many bytes in memory (see ``BufferedFile``): a transfer keeps at most twice this
+    /// much in its batches (one filling, one being published; see ``hasRoom(forBuffered:)``),
+    /// plus the file arriving, whatever the size of its files.
     static let maximumBufferedBytes: UInt64 = 8 << 20
 
     /// A verified file: written to its part file already, or in memory until the batch is
     /// published.
     private enum Waiting {
+        /// Written to its part file, which is open and locked.
         case written(PartFile)
+        /// In memory, to be written with the sender's mode and modification time.
         case buffered(BufferedFile, mode: UInt32, modified: Double)
     }
 
     /// The files, each with its manifest index, in the order they were verified.
     private var files: [(index: Int, file: Waiting)] = []
-    /// Their bytes together, and those in memory.
+    /// Their bytes together.
     private(set) var bytes: UInt64 = 0
+    /// The bytes of the buffered files among them, which are in memory.
     private(set) var bufferedBytes: UInt64 = 0
 
     /// An empty batch.
@@ -52,6 +56,12 @@ struct VerifiedBatch: @unchecked Sendable {
         files.count >= Self.maximumFiles || bytes >= Self.maximumBytes || bufferedBytes >= Self.maximumBufferedBytes
     }
 
+    /// True when a buffered file of `size` bytes may join without the batch holding more than
+    /// ``maximumBufferedBytes`` in memory (an empty batch takes any).
+    func hasRoom(forBuffered size: UInt64) -> Bool {
+        files.isEmpty || bufferedBytes + size <= Self.maximumBufferedBytes
+    }
+
     /// Adds the verified (and written) `file`, entry `index` of `size` bytes.
     mutating func append(_ index: Int, _ file: PartFile, size: UInt64) {
         files.append((index, .written(file)))
@@ -66,27 +76,47 @@ struct VerifiedBatch: @unchecked Sendable {
         bufferedBytes += buffered.size
     }
 
-    /// Writes the buffered files (each recording `sender` as its deliverer), makes
-    /// the batch's data durable (one syncfs), names each file, then syncs the folders that got
-    /// names; closes every file. Blocking.
+    /// Writes the buffered files (each recording `sender` as its deliverer), makes the batch's
+    /// data durable (one syncfs), names each file, then syncs the folders that got names;
+    /// closes every file. Blocking.
+    ///
+    /// Should writing a buffered file fail for want of space or an I/O error, the buffered files
+    /// after it are not written (they fail with that error), but everything written before it
+    /// is still synced and named, and only then is the error thrown.
     /// - Parameter named: told of each file's result, with its path, as it is named (or fails).
     /// - Returns: each file's result, in the batch's order.
     /// - Throws: ``PeerTransferError/noSpace(_:)`` when a buffered file does not fit on the disk;
     ///   ``PeerTransferError/runtime(_:)`` when one cannot be written, or the data or a folder
-    ///   cannot be synced (the transfer ends on it). A file that cannot be opened (something
-    ///   planted where it goes, another transfer writing it) or named fails alone, in its result.
+    ///   cannot be synced (the transfer ends on it). A file that cannot be made where it goes
+    ///   (something planted there, another transfer writing it) or named fails alone, in its
+    ///   result.
     func publish(in inbox: Inbox, for sender: String, named: (FileResult, RelativePath) -> Void) throws -> [FileResult] {
         let cache = FolderCache()
         // Each file's part file, or why it has none (it fails alone).
         var parts: [Result<PartFile, PeerTransferError>] = []
         parts.reserveCapacity(files.count)
-        defer { for case .success(let file) in parts { file.closeFiles() } }
+        defer {
+            for case .success(let file) in parts { file.closeFiles() }
+            for case (_, .written(let file)) in files { file.closeFiles() }
+        }
+        // The failure that stopped the writing of buffered files, thrown once the rest is named.
+        var stopped: PeerTransferError?
         for (_, waiting) in files {
             switch waiting {
             case .written(let file):
                 parts.append(.success(file))
             case .buffered(let buffered, let mode, let modified):
-                parts.append(try Self.write(buffered, mode: mode, modified: modified, in: inbox, for: sender, cache: cache))
+                if let stopped {
+                    parts.append(.failure(stopped))
+                    continue
+                }
+                do {
+                    parts.append(try Self.write(buffered, mode: mode, modified: modified, in: inbox, for: sender, cache: cache))
+                } catch {
+                    let failure = error as? PeerTransferError ?? .runtime("writing \(Terminal.escape(buffered.path.description)): \(error)")
+                    stopped = failure
+                    parts.append(.failure(failure))
+                }
             }
         }
         try inbox.syncData()
@@ -123,11 +153,13 @@ struct VerifiedBatch: @unchecked Sendable {
                 throw PeerTransferError.runtime("fsync of a folder of the inbox: \(String(cString: strerror(errno)))")
             }
         }
+        if let stopped { throw stopped }
         return results
     }
 
     /// Writes `buffered` to a file without a name in its folder, or, when it replaces the
-    /// sender's part file, to that part file emptied first; gives it `mode` and `modified`.
+    /// sender's part file (or the file system has no `O_TMPFILE`), to that part file emptied
+    /// first; gives it `mode` and `modified`.
     /// - Returns: the written file, or why this file alone cannot be received.
     /// - Throws: a failure to write (a full disk, an I/O error), which ends the transfer as it
     ///   would have when the bytes arrived.
@@ -142,7 +174,8 @@ struct VerifiedBatch: @unchecked Sendable {
             return .failure(error)
         }
         do {
-            if buffered.replacesPart { try file.keepPrefix(0, feeding: SHA256Hasher()) }
+            // A part file may hold an earlier try's bytes, longer than these.
+            if file.partName != nil { try file.keepPrefix(0, feeding: SHA256Hasher()) }
             try file.write(buffered.data, at: 0)
         } catch {
             file.closeFiles()
