@@ -119,11 +119,27 @@ public final class ReceiverService: Sendable {
                 receiver.pace = pace
                 group.addTask { [self] in
                     await receiver.run(connection.streams)
-                    active.withLock { $0 -= 1 }
+                    let idle = active.withLock { $0 -= 1; return $0 == 0 }
+                    // A large offer's manifest can leave a hundred MiB free in malloc's arenas;
+                    // once nothing runs, it goes back to the system.
+                    if idle { Self.giveBackFreeMemory() }
                 }
             }
             group.cancelAll()
         }
+    }
+
+    /// glibc's malloc_trim(3), looked up at run time (as syncfs(2) is, see ``Inbox``): returns
+    /// the free memory of every arena to the system.
+    private static let mallocTrim: (@convention(c) (Int) -> Int32)? = {
+        guard let symbol = dlsym(nil, "malloc_trim") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (Int) -> Int32).self)
+    }()
+
+    /// Gives malloc's free memory back to the system (best effort: a libc without
+    /// malloc_trim keeps it for the next transfer).
+    private static func giveBackFreeMemory() {
+        _ = mallocTrim?(0)
     }
 
     private static func refuseBusy(_ pair: BoundStreamPair) async {

@@ -1,9 +1,18 @@
 import Foundation
 
 /// A path a manifest may carry: relative, inside the inbox, storable on Linux.
+///
+/// It keeps the text it was checked from (which shares its storage with the manifest's), and
+/// splits it into components when asked: a manifest of 100,000 deep paths would otherwise hold
+/// millions of component strings for as long as its transfer runs.
 public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
+    /// The checked text: components joined by `/`, none empty, `.` or `..`.
+    private let text: String
+
     /// The path's components, none empty, `.` or `..`.
-    public let components: [String]
+    public var components: [String] {
+        text.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+    }
 
     /// Checks `text` against the protocol's rules.
     /// - Throws: ``PeerTransferError/unsafePath(_:)`` saying what is wrong: empty, absolute,
@@ -45,7 +54,7 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
                 throw refuse("ends in \(TransferLimits.partSuffix), which the inbox keeps for files still arriving")
             }
         }
-        components = parts
+        self.text = text
     }
 
     /// Unicode's bidirectional marks, embeddings, overrides and isolates.
@@ -56,10 +65,13 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
                                                          0x2066, 0x2067, 0x2068, 0x2069,
                                                          0x200b, 0xfeff, 0x2028, 0x2029]
 
-    public var description: String { components.joined(separator: "/") }
+    public var description: String { text }
 
     /// The last component.
-    public var name: String { components[components.count - 1] }
+    public var name: String {
+        guard let slash = text.utf8.lastIndex(of: UInt8(ascii: "/")) else { return text }
+        return String(text[text.utf8.index(after: slash)...])
+    }
     /// The components before the last.
     public var parent: [String] { Array(components.dropLast()) }
 }
