@@ -136,6 +136,8 @@ final class Inbox: @unchecked Sendable {
                     case ENOSPC, EDQUOT: throw PeerTransferError.noSpace("no space for the folder \(shown)")
                     case ENOTDIR: throw PeerTransferError.unsafePath("something in the way of the folder \(shown) is not a folder")
                     case EACCES, EPERM: throw PeerTransferError.fileFailed("cannot create \(shown): \(reason)")
+                    // The folder it goes in was removed or moved away meanwhile: this path alone.
+                    case ENOENT: throw PeerTransferError.fileFailed("cannot create \(shown): a folder on its way went away meanwhile")
                     default: throw PeerTransferError.runtime("cannot create \(shown): \(reason)")
                     }
                 }
@@ -152,6 +154,9 @@ final class Inbox: @unchecked Sendable {
                 case EACCES, EPERM:
                     // This folder alone: the files below it fail, the others go on.
                     throw PeerTransferError.fileFailed("cannot open \(where_): \(String(cString: strerror(failure)))")
+                case ENOENT:
+                    // Made just now and already removed or moved away: this path alone.
+                    throw PeerTransferError.fileFailed("cannot open \(where_): it went away as it was made")
                 default:
                     throw PeerTransferError.runtime("cannot open \(where_): \(String(cString: strerror(failure)))")
                 }
