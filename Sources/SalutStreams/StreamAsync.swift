@@ -162,6 +162,10 @@ extension BoundStreamPair {
     /// only (a bound pair is just closed).
     package func reset(_ error: SocketStreamError = .cancelled) {
         connection?.pump.reset(error)
+        // The streams take the error before they close: a read or write waiting on them, woken
+        // by the close, reports why (a bound the caller set, say), not only that they closed.
+        (input as? BoundInputStream)?.events.fail(error)
+        (output as? BoundOutputStream)?.events.fail(error)
         input.close()
         output.close()
     }
