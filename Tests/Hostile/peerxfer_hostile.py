@@ -8,7 +8,7 @@ connection within --wait seconds.
 
     peerxfer_hostile.py MODE PORT --cert C --key K [--wait S]
 
-Modes: traversal, absolute, nul, control, symlink (path "link/evil.txt"), huge-frame, garbage, trickle,
+Modes: traversal, combining ("../" then U+0301), absolute, nul, control, symlink (path "link/evil.txt"), huge-frame, garbage, trickle,
 bad-chunk, version, flood (a chunk for a file announced as 1 byte, 1 MiB long), silent,
 early-chunk (a chunk's header before the hello), big-hello (an 8 MiB hello).
 """
@@ -104,6 +104,9 @@ def main():
     mode = args.mode
     if mode == "traversal":
         tls.sendall(hello() + manifest(entry("../escape.txt")))
+    elif mode == "combining":
+        # A "/" followed by a combining mark: one character to Swift's String, a "/" to Linux.
+        tls.sendall(hello() + manifest(entry("../\u0301x/evil.txt")))
     elif mode == "absolute":
         tls.sendall(hello() + manifest(entry("/tmp/peerxfer-absolute.txt")))
     elif mode == "nul":

@@ -47,6 +47,7 @@ final class PeerXferHostileTests: XCTestCase {
 
         let expectations: [(mode: String, code: String, text: String)] = [
             ("traversal", "path", "\"..\" component"),
+            ("combining", "path", "\"..\" component"),
             ("absolute", "path", "is absolute"),
             ("nul", "path", "control character"),
             ("control", "path", "control character"),

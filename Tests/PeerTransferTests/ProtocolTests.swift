@@ -67,6 +67,9 @@ final class ProtocolTests: XCTestCase {
             (String(repeating: "abcdefgh/", count: 460) + "x", "longer than 4096"), ("x.peerxfer-part", "part"), ("victim\u{0600}.peerxfer-part", "part"),
             ("csi\u{9b}31m", "control"), ("del\u{7f}", "control"), ("invoice\u{202E}fdp.exe", "bidirectional"),
             ("dir\u{2067}/x", "bidirectional"), ("mark\u{200F}", "bidirectional"),
+            // A "/" followed by a combining mark is one character to Swift, and still a "/" to
+            // the file system: out of the inbox through "..", or absolute.
+            ("../\u{301}x/f", "\"..\""), ("/\u{301}etc/x", "absolute"), ("a/./\u{200D}b", "\".\""),
         ]
         for (path, why) in refused {
             XCTAssertThrowsError(try RelativePath(validating: path), path) { error in
@@ -78,6 +81,11 @@ final class ProtocolTests: XCTestCase {
         for path in ["a", "ünï cödé/файл.txt", "a b/c..d/.hidden", String(repeating: "n", count: 255)] {
             XCTAssertNoThrow(try RelativePath(validating: path), path)
         }
+        // Split where the file system splits, whatever follows the "/".
+        let joined = try? RelativePath(validating: "d/\u{301}x/\u{200D}b")
+        XCTAssertEqual(joined?.components, ["d", "\u{301}x", "\u{200D}b"])
+        XCTAssertEqual(joined?.parent, ["d", "\u{301}x"])
+        XCTAssertEqual(joined?.name, "\u{200D}b")
     }
 
     func testADeepManifestWithDistinctFolderChainsIsChecked() throws {

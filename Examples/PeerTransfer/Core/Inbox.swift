@@ -318,7 +318,9 @@ final class Inbox: @unchecked Sendable {
     }
 
     /// Whether small files are written to files without a name (`O_TMPFILE`); tests turn it off
-    /// to run the part-file way a file system without `O_TMPFILE` takes.
+    /// to run the part-file way a file system without `O_TMPFILE` takes. Turned off for good,
+    /// for the whole inbox, the first time any folder of it refuses `O_TMPFILE` (a file system
+    /// mounted below it, say): a cost in speed only.
     var usesUnnamedFiles: Bool {
         get { makesUnnamedFiles.load(ordering: .relaxed) }
         set { makesUnnamedFiles.store(newValue, ordering: .relaxed) }

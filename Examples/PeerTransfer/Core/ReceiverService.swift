@@ -122,7 +122,9 @@ public final class ReceiverService: Sendable {
                     let idle = active.withLock { $0 -= 1; return $0 == 0 }
                     // A large offer's manifest can leave a hundred MiB free in malloc's arenas;
                     // once nothing runs, it goes back to the system.
-                    if idle { Self.giveBackFreeMemory() }
+                    // (On a thread of its own: over a large heap it takes a while, and the
+                    // shared pool's threads serve the other peers.)
+                    if idle { await onThreadOfItsOwn { Self.giveBackFreeMemory() } }
                 }
             }
             group.cancelAll()

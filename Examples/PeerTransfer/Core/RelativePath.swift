@@ -10,9 +10,16 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
     private let text: String
 
     /// The path's components, none empty, `.` or `..`.
-    public var components: [String] {
-        text.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+    public var components: [String] { Self.split(text) }
+
+    /// `text` cut at each `/` byte. On bytes, not characters: Swift takes a `/` followed by a
+    /// combining mark (U+0301) or a zero-width joiner for one character with it, which is not
+    /// a `/` to compare or split on; the file system sees the `/` all the same.
+    private static func split(_ text: String) -> [String] {
+        text.utf8.split(separator: slash, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
     }
+
+    private static let slash = UInt8(ascii: "/")
 
     /// Checks `text` against the protocol's rules.
     /// - Throws: ``PeerTransferError/unsafePath(_:)`` saying what is wrong: empty, absolute,
@@ -26,7 +33,8 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
         guard text.utf8.count <= TransferLimits.maximumPathBytes else {
             throw refuse("is longer than \(TransferLimits.maximumPathBytes) bytes")
         }
-        guard !text.hasPrefix("/") else { throw refuse("is absolute") }
+        // As bytes, like every check of `/` here (see `split`).
+        guard text.utf8.first != Self.slash else { throw refuse("is absolute") }
         // Printable ASCII holds neither kind of character refused below: most paths are
         // passed by one look at their bytes (a tree's offer has thousands).
         let printableASCII = text.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7f }
@@ -38,13 +46,15 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
         guard printableASCII || !text.unicodeScalars.contains(where: { Self.directionControls.contains($0.value) }) else {
             throw refuse("contains a bidirectional control or invisible character, which can disguise a file's name")
         }
-        let parts = text.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        let parts = Self.split(text)
         guard parts.count <= TransferLimits.maximumDepth else {
             throw refuse("is deeper than \(TransferLimits.maximumDepth) folders")
         }
         for part in parts {
             guard !part.isEmpty else { throw refuse("has an empty component") }
-            guard part != "." && part != ".." else { throw refuse("has a \"\(part)\" component") }
+            guard !part.utf8.elementsEqual(".".utf8) && !part.utf8.elementsEqual("..".utf8) else {
+                throw refuse("has a \"\(part)\" component")
+            }
             guard part.utf8.count <= TransferLimits.maximumNameBytes else {
                 throw refuse("has a name longer than \(TransferLimits.maximumNameBytes) bytes")
             }
@@ -69,7 +79,7 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
 
     /// The last component.
     public var name: String {
-        guard let slash = text.utf8.lastIndex(of: UInt8(ascii: "/")) else { return text }
+        guard let slash = text.utf8.lastIndex(of: Self.slash) else { return text }
         return String(text[text.utf8.index(after: slash)...])
     }
     /// The components before the last.

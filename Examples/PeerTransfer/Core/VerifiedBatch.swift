@@ -10,7 +10,8 @@ import SalutStreams
 /// files afterwards; the publishing thread owns them (and closes them) until it returns.
 struct VerifiedBatch: @unchecked Sendable {
     /// Verified files named together: at most this many (each written one holds its locked
-    /// descriptor while it waits, and each buffered one a descriptor while it is published)… A transfer holds two batches (one being named, one filling), and up to
+    /// descriptor while it waits, and each buffered one a descriptor while it is published)…
+    /// A transfer holds two batches (one being named, one filling), and up to
     /// ``TransferLimits/maximumConcurrentTransfers`` transfers run at once: together they may
     /// take at most half of the process's descriptors, and never more than 256 a batch.
     static let maximumFiles: Int = {
