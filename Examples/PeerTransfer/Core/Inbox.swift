@@ -399,7 +399,7 @@ final class PartFile {
     private var directory: Int32
     private var fd: Int32
 
-    /// The part file's name in its folder (`NAME.<sender>.peerxfer-part`); nil for a file
+    /// The part file's name in its folder (`NAME.<12 hex of the sender's key>.peerxfer-part`); nil for a file
     /// without a name (another sender's part file holds that name): nothing is ever removed
     /// under a part name for it.
     let partName: String?

@@ -113,10 +113,10 @@ extension Manifest {
                 guard entry.size <= TransferLimits.maximumFileSize else {
                     throw PeerTransferError.limit("\"\(Terminal.escape(entry.path))\" is \(entry.size) bytes (the limit is 1 TiB)")
                 }
-                // It arrives as NAME.<sender>.peerxfer-part first, which must fit in a file name too.
+                // It may arrive as NAME.<12 hex of the sender's key>.peerxfer-part first, which must fit in a file name too.
                 let room = TransferLimits.maximumReceivedNameBytes
                 guard path.name.utf8.count <= room else {
-                    throw PeerTransferError.unsafePath("\"\(Terminal.escape(entry.path))\" has a file name of \(path.name.utf8.count) bytes; at most \(room) can be received (the part file's name, NAME.<sender>.peerxfer-part, must fit in 255)")
+                    throw PeerTransferError.unsafePath("\"\(Terminal.escape(entry.path))\" has a file name of \(path.name.utf8.count) bytes; at most \(room) can be received (the part file's name, NAME.<12 hex of the sender's key>.peerxfer-part, must fit in 255)")
                 }
             case .directory:
                 guard entry.size == 0 else {

@@ -11,7 +11,7 @@ struct PeerXfer: AsyncParsableCommand {
         commandName: "peerxfer",
         abstract: "Send files and folders to peerxfer daemons on the LAN over TLS 1.3, verified by SHA-256 and resumable.",
         discussion: """
-            A receiver runs `peerxfer serve`; it publishes itself by DNS-SD with the fingerprint of its key. A sender finds it by name, checks that the key it connects to is the one advertised (and, after the first transfer, the one it met then), offers a manifest, and sends what the receiver accepts. Files arrive as NAME.<sender>.peerxfer-part (each sender has its own) and get their name only once their SHA-256 matches. Run the same `send` again after an interruption and only what is missing is sent.
+            A receiver runs `peerxfer serve`; it publishes itself by DNS-SD with the fingerprint of its key. A sender finds it by name, checks that the key it connects to is the one advertised (and, after the first transfer, the one it met then), offers a manifest, and sends what the receiver accepts. Files arrive as NAME.<first 12 hex digits of the sender's key>.peerxfer-part (each sender has its own) and get their name only once their SHA-256 matches. Run the same `send` again after an interruption and only what is missing is sent.
 
             Exit codes:
               0  every file was verified by the receiver

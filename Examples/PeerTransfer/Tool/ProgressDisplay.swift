@@ -152,8 +152,9 @@ final class ProgressDisplay: Sendable {
     }
 
     static func bytes(_ count: UInt64) -> String {
-        // (ByteCountFormatter writes 0 as "Zero KB".)
-        count == 0 ? "0 bytes" : ByteCountFormatter.string(fromByteCount: Int64(clamping: count), countStyle: .binary)
+        // (ByteCountFormatter writes 0 as "Zero KB".) In units of 1,000, as its "MB" says, as
+        // `ls --si` and file managers count, and as `serve` shows an offer's size.
+        count == 0 ? "0 bytes" : ByteCountFormatter.string(fromByteCount: Int64(clamping: count), countStyle: .file)
     }
 
     private static func duration(_ seconds: Double) -> String {
