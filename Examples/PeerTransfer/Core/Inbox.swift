@@ -281,7 +281,7 @@ final class Inbox: @unchecked Sendable {
         // alone, unlocked: this transfer's copy goes to a file without a name.
         guard PartFile.mayResume(fd, sender: sender, info: info) else {
             close(fd)
-            return try openUnnamedPart(path, in: directory, for: sender)
+            return try openUnnamedPart(path, in: directory, for: sender, refused: Self.noSecondCopy(of: path))
         }
         // One writer per part file: a second transfer of the same path must not write into a
         // file this one will verify and name. The lock lasts until the file is named or given up.
@@ -290,7 +290,7 @@ final class Inbox: @unchecked Sendable {
             // other (the part file recorded no writer yet) gets a copy of its own.
             let writer = PartFile.deliverer(of: fd)
             close(fd)
-            guard writer == sender else { return try openUnnamedPart(path, in: directory, for: sender) }
+            guard writer == sender else { return try openUnnamedPart(path, in: directory, for: sender, refused: Self.noSecondCopy(of: path)) }
             close(directory)
             throw PeerTransferError.fileFailed("another transfer is receiving \(Terminal.escape(path.description)) right now; try again when it is done")
         }
@@ -337,29 +337,25 @@ final class Inbox: @unchecked Sendable {
         guard let directory = try openDirectory(path.parent, create: true, cache: cache) else {
             throw PeerTransferError.runtime("cannot create the folder of \(path)")
         }
-        let fd = openat(directory, ".", PartFile.unnamedFileFlags | O_RDWR | O_CLOEXEC, 0o600)
-        guard fd >= 0 else {
-            let failure = errno
-            close(directory)
+        return try openUnnamedPart(path, in: directory, for: sender) { failure, reason in
             switch failure {
             case EOPNOTSUPP, EISDIR, EINVAL:
-                usesUnnamedFiles = false
-                return try openPart(path, for: sender, cache: cache)
-            case ENOSPC, EDQUOT:
-                throw PeerTransferError.noSpace("the inbox's disk is full (receiving \(Terminal.escape(path.description)))")
-            case EACCES, EPERM:
-                throw PeerTransferError.fileFailed("cannot make a file in the folder of \(Terminal.escape(path.description)): \(String(cString: strerror(failure)))")
-            default:
-                throw PeerTransferError.runtime("cannot make a file in the folder of \(Terminal.escape(path.description)): \(String(cString: strerror(failure)))")
+                self.usesUnnamedFiles = false
+                return try self.openPart(path, for: sender, cache: cache)
+            default:   // EACCES, EPERM
+                throw PeerTransferError.fileFailed("cannot make a file in the folder of \(Terminal.escape(path.description)): \(reason)")
             }
         }
-        let file = PartFile(inbox: self, directory: directory, fd: fd, path: path, partName: nil)
-        file.recordSender(sender, new: true)
-        return file
     }
 
     /// A part file without a name (`O_TMPFILE`) in `directory`, which it takes over.
-    private func openUnnamedPart(_ path: RelativePath, in directory: Int32, for sender: String) throws -> PartFile {
+    /// - Parameter refused: what to do when the file system will not make one (EOPNOTSUPP,
+    ///   EISDIR or EINVAL: no `O_TMPFILE` there; EACCES or EPERM), given its errno and reason,
+    ///   `directory` already closed.
+    /// - Throws: ``PeerTransferError/noSpace(_:)``; what `refused` throws;
+    ///   ``PeerTransferError/runtime(_:)`` for other failures.
+    private func openUnnamedPart(_ path: RelativePath, in directory: Int32, for sender: String,
+                                 refused: (_ failure: Int32, _ reason: String) throws -> PartFile) throws -> PartFile {
         let fd = openat(directory, ".", PartFile.unnamedFileFlags | O_RDWR | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             let failure = errno
@@ -369,14 +365,21 @@ final class Inbox: @unchecked Sendable {
             case ENOSPC, EDQUOT:
                 throw PeerTransferError.noSpace("the inbox's disk is full (receiving \(Terminal.escape(path.description)))")
             case EOPNOTSUPP, EISDIR, EINVAL, EACCES, EPERM:
-                throw PeerTransferError.fileFailed("the part file for \(Terminal.escape(path.description)) belongs to another sender's transfer, and this file system cannot hold a second copy beside it without a name (\(reason))")
+                return try refused(failure, reason)
             default:
                 throw PeerTransferError.runtime("cannot make a file in the folder of \(Terminal.escape(path.description)): \(reason)")
             }
         }
         let file = PartFile(inbox: self, directory: directory, fd: fd, path: path, partName: nil)
-        file.recordSender(sender)
+        file.recordSender(sender, new: true)
         return file
+    }
+
+    /// For a second sender whose copy cannot go to a file without a name: that file fails.
+    private static func noSecondCopy(of path: RelativePath) -> (Int32, String) throws -> PartFile {
+        { _, reason in
+            throw PeerTransferError.fileFailed("the part file for \(Terminal.escape(path.description)) belongs to another sender's transfer, and this file system cannot hold a second copy beside it without a name (\(reason))")
+        }
     }
 
     private static func shown<C: Collection>(_ components: C) -> String where C.Element == String {

@@ -34,6 +34,14 @@ struct VerifiedBatch: @unchecked Sendable {
         case written(PartFile)
         /// In memory, to be written with the sender's mode and modification time.
         case buffered(BufferedFile, mode: UInt32, modified: Double)
+
+        /// Where the file goes, below the inbox.
+        var path: RelativePath {
+            switch self {
+            case .written(let file): file.path
+            case .buffered(let buffered, _, _): buffered.path
+            }
+        }
     }
 
     /// The files, each with its manifest index, in the order they were verified.
@@ -130,11 +138,7 @@ struct VerifiedBatch: @unchecked Sendable {
         defer { for fd in folders.values { close(fd) } }
         for ((index, waiting), part) in zip(files, parts) {
             var result = FileResult(index: index, verified: false, storedAs: nil, error: nil)
-            let path: RelativePath
-            switch waiting {
-            case .written(let file): path = file.path
-            case .buffered(let buffered, _, _): path = buffered.path
-            }
+            let path = waiting.path
             do {
                 let file = try part.get()
                 result.storedAs = try file.publish(cache: cache)
