@@ -158,16 +158,10 @@ extension BoundStreamPair {
     }
 
     /// Closes the connection with a reset (RST) instead of an orderly end, so the peer sees a
-    /// refusal rather than an empty answer; the streams close, and a read or write waiting on
-    /// them throws `error`. For socket streams (a bound pair is closed the same way, without
-    /// the RST).
+    /// refusal rather than an empty answer; the streams fail with `error`. For socket streams
+    /// only (a bound pair is just closed).
     package func reset(_ error: SocketStreamError = .cancelled) {
         connection?.pump.reset(error)
-        // The streams keep the error before they close (closed, as any closed stream, not
-        // failed): a read or write waiting on them, woken by the close, reports why (a bound
-        // the caller set, say), not only that they closed.
-        (input as? BoundInputStream)?.events.recordError(error)
-        (output as? BoundOutputStream)?.events.recordError(error)
         input.close()
         output.close()
     }

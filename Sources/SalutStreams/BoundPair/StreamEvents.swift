@@ -25,12 +25,6 @@ final class StreamEvents: @unchecked Sendable {
         lock.withLock { if status != .closed && status != .error { status = new } }
     }
 
-    /// Keeps `failure` for `streamError` without changing the status: why a stream about to be
-    /// closed by its owner ends (a reset), for whoever waits on it. The first error kept stays.
-    func recordError(_ failure: any Error) {
-        lock.withLock { if error == nil { error = failure } }
-    }
-
     /// Records a failure: status `.error`, the error kept for `streamError`.
     func fail(_ failure: any Error) {
         lock.withLock {
