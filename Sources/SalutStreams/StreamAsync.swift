@@ -46,13 +46,25 @@ extension InputStream {
     ///   the bytes stay for the next read), the stream's error, or ``StreamFailure/notOpen``
     ///   when it was closed.
     public func read(into buffer: UnsafeMutableRawBufferPointer) async throws -> Int {
+        try await read(into: buffer, atLeast: 1)
+    }
+
+    /// Reads up to `buffer.count` bytes into `buffer` as ``read(into:)`` does, but for Salut's
+    /// own streams waits until at least `minimum` bytes are buffered (capped at `buffer.count`
+    /// and at the stream's buffer size), or the data has ended or failed, before taking them.
+    /// A bulk reader that wants a large block is then woken once per `minimum` bytes rather
+    /// than once per packet. Other streams are read with their blocking `read`.
+    /// - Returns: the number of bytes read: at least `minimum` (as capped) unless the data
+    ///   ended or failed first, at least 1; 0 at the end of the data.
+    /// - Throws: as ``read(into:)``.
+    public func read(into buffer: UnsafeMutableRawBufferPointer, atLeast minimum: Int) async throws -> Int {
         if streamStatus == .notOpen { open() }
         guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
         let n: Int
         if let bound = self as? BoundInputStream {
             await bound.events.settled(bound, gate: bound.gate, then: bound.refresh)
             bound.connection?.inputWanted()
-            await bound.buffer.readable()
+            await bound.buffer.readable(atLeast: min(minimum, buffer.count))
             try Task.checkCancellation()
             n = bound.readWithoutBlocking(base.assumingMemoryBound(to: UInt8.self), maxLength: buffer.count)
         } else {

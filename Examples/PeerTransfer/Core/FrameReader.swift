@@ -6,6 +6,10 @@ import SalutStreams
 struct FrameReader {
     /// Bytes taken from the connection at a time.
     static let readSize = 256 * 1024
+    /// Bytes of a chunk's payload waited for before the reader wakes (fewer at the payload's
+    /// end, or when the stream ends): below the connection's buffer size, so the socket can
+    /// fill the next block while this one is taken.
+    static let wakeSize = 256 * 1024
 
     private var decoder = FrameDecoder()
     private let input: InputStream
@@ -25,8 +29,10 @@ struct FrameReader {
             if let frame = try decoder.next(admitting: admit) { return frame }
             // A chunk's payload is read straight into its own memory; anything else into
             // scratch space and appended from there (no zero-filled Data per read).
+            // A chunk's payload is awaited in blocks of `wakeSize` (or what is left of it),
+            // not taken a TLS record at a time: each wake-up of this task costs a thread switch.
             let direct = decoder.directSpace
-            let count = try await input.read(into: direct ?? scratch.bytes)
+            let count = try await input.read(into: direct ?? scratch.bytes, atLeast: direct == nil ? 1 : Self.wakeSize)
             guard count > 0 else {
                 if decoder.bufferedCount > 0 {
                     throw PeerTransferError.protocolViolation("the connection ended inside a message")

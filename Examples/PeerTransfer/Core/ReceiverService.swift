@@ -59,10 +59,11 @@ public final class ReceiverService: Sendable {
             if let wideArea {
                 advertisement = try await ServiceAdvertisement.listen(name: name, type: TransferLimits.serviceType, domain: domain,
                                                                       port: port, txtRecord: txt, tls: tls, limits: limits,
-                                                                      wideArea: wideArea)
+                                                                      bufferSize: TransferLimits.connectionBufferSize, wideArea: wideArea)
             } else {
                 advertisement = try await ServiceAdvertisement.listen(name: name, type: TransferLimits.serviceType, port: port,
-                                                                      txtRecord: txt, tls: tls, limits: limits)
+                                                                      txtRecord: txt, tls: tls, limits: limits,
+                                                                      bufferSize: TransferLimits.connectionBufferSize)
             }
         } catch {
             throw PeerTransferError.runtime("cannot publish \"\(name)\": \(error)")

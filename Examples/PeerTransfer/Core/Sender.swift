@@ -173,7 +173,10 @@ public struct Sender: Sendable {
             if let wideArea {
                 return .success(try await Self.resolve(service, wideArea: wideArea, within: findTimeout))
             }
-            return .success(try await service.resolve(timeout: findTimeout))
+            // The first answer already holds all a transfer needs (an address, the port and
+            // the TXT record with `fp`), and any address on the link will do: wait only a
+            // moment for answers arriving with it, not the library's 0.2 s for both families.
+            return .success(try await service.resolve(timeout: findTimeout, settle: Self.resolveSettle))
         } catch let error as DiscoveryError where ![.notFound, .timedOut, .cancelled].contains(error.code) {
             // The name server failed (no answer, a refusal): not a receiver that is not there.
             return .failure(.runtime("cannot look for \"\(Terminal.escape(name))\" in \(Terminal.escape(domain)): \(error)"))
@@ -182,6 +185,11 @@ public struct Sender: Sendable {
             return .failure(.peerNotFound("no peerxfer receiver named \"\(Terminal.escape(name))\"\(place) was found within \(Int(findTimeout)) s (\(error))"))
         }
     }
+
+    /// Seconds a lookup on the link waits after the first answer for answers coming with it
+    /// (other interfaces, the other address family): Avahi sends those within a few
+    /// milliseconds when it holds the records, and the connection tries every address it got.
+    static let resolveSettle: TimeInterval = 0.02
 
     /// Resolves `service` by unicast DNS, looking again every second while it is not in the zone
     /// yet, until `seconds` have passed (as the link's resolve waits for an answer).

@@ -25,6 +25,13 @@ public enum TransferLimits {
     public static let maximumFileSize: UInt64 = 1 << 40
     /// Transfers one daemon receives at once; more are refused with a "busy" failure.
     public static let maximumConcurrentTransfers = 8
+    /// Bytes buffered in each direction of a received connection, allocated when the first
+    /// byte moves that way and freed with the connection. With the listener's default of
+    /// 64 KiB, the socket could run only 64 KiB ahead of the connection's task, which was woken
+    /// about 45 times a megabyte of chunks; a chunk's worth lets the task wake once per
+    /// ``FrameReader/wakeSize`` bytes. Only ``maximumConcurrentTransfers`` connections are
+    /// sent chunks at once.
+    static let connectionBufferSize = 1 << 20
     /// The TLS 1.3 cipher suites both ends offer, in this order: AES-128-GCM first, as it
     /// costs the processor less per byte than AES-256-GCM, OpenSSL's first choice (about 10 %
     /// less in `openssl speed` on this project's test machine), and bulk data is what peerxfer

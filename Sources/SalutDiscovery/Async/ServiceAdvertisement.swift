@@ -115,6 +115,8 @@ public final class ServiceAdvertisement: Sendable {
     ///   - subtypes: subtypes to publish the service under too.
     ///   - tls: a server configuration to run TLS on each accepted connection.
     ///   - limits: bounds on each accepted connection; see `ConnectionLimits`.
+    ///   - bufferSize: bytes buffered in each direction of each accepted connection (64 KiB by
+    ///     default; a larger buffer lets a bulk reader take more at each wake-up).
     ///   - allowRename: on a name taken in the zone, publish as `Name (2)`… (true) or fail (false).
     ///   - wideArea: the key, and optionally the name server, host name and addresses.
     /// - Throws: ``DiscoveryError/listenFailed(_:)`` when the port cannot be bound or the TLS
@@ -122,9 +124,10 @@ public final class ServiceAdvertisement: Sendable {
     public static func listen(
         name: String, type: String, domain: String, port: Int = 0,
         txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], tls: TLSConfiguration? = nil,
-        limits: ConnectionLimits = ConnectionLimits(), allowRename: Bool = true, wideArea: WideAreaPublishing
+        limits: ConnectionLimits = ConnectionLimits(), bufferSize: Int = 64 * 1024, allowRename: Bool = true,
+        wideArea: WideAreaPublishing
     ) async throws -> ServiceAdvertisement {
-        try await listening(port: port, tls: tls, limits: limits) { listener in
+        try await listening(port: port, tls: tls, limits: limits, bufferSize: bufferSize) { listener in
             try await publish(name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
                               subtypes: subtypes, allowRename: allowRename, wideArea: wideArea, listener: listener)
         }
@@ -170,6 +173,8 @@ public final class ServiceAdvertisement: Sendable {
     ///   - tls: a server configuration to run TLS on each accepted connection.
     ///   - limits: bounds on each accepted connection (handshake, first byte, idle) and on how
     ///     many may be setting up at once; see `ConnectionLimits`.
+    ///   - bufferSize: bytes buffered in each direction of each accepted connection (64 KiB by
+    ///     default; a larger buffer lets a bulk reader take more at each wake-up).
     ///   - allowRename: pick an alternative name on collision (true) or fail (false).
     ///   - timeout: how long to wait for the daemon to establish the service, in seconds, taken
     ///     as by ``publish(name:type:domain:port:txtRecord:subtypes:allowRename:timeout:context:)``.
@@ -179,10 +184,10 @@ public final class ServiceAdvertisement: Sendable {
     public static func listen(
         name: String, type: String, domain: String = "local", port: Int = 0,
         txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], tls: TLSConfiguration? = nil,
-        limits: ConnectionLimits = ConnectionLimits(),
+        limits: ConnectionLimits = ConnectionLimits(), bufferSize: Int = 64 * 1024,
         allowRename: Bool = true, timeout: TimeInterval = 10, context: DiscoveryContext = .shared
     ) async throws -> ServiceAdvertisement {
-        try await listening(port: port, tls: tls, limits: limits) { listener in
+        try await listening(port: port, tls: tls, limits: limits, bufferSize: bufferSize) { listener in
             try await publish(name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
                               subtypes: subtypes, allowRename: allowRename, timeout: timeout, context: context,
                               listener: listener)
@@ -192,11 +197,11 @@ public final class ServiceAdvertisement: Sendable {
     /// Makes the listener, then publishes with it; the listener stops if publishing fails.
     /// - Throws: ``DiscoveryError/listenFailed(_:)`` when the listener cannot be made, or what
     ///   `publish` throws.
-    private static func listening(port: Int, tls: TLSConfiguration?, limits: ConnectionLimits,
+    private static func listening(port: Int, tls: TLSConfiguration?, limits: ConnectionLimits, bufferSize: Int,
                                   _ publish: (StreamListener) async throws -> ServiceAdvertisement) async throws -> ServiceAdvertisement {
         let listener: StreamListener
         do {
-            listener = try StreamListener(port: port, tls: tls, limits: limits)
+            listener = try StreamListener(port: port, tls: tls, bufferSize: bufferSize, limits: limits)
         } catch {
             throw DiscoveryError.listenFailed("\(error)")
         }

@@ -33,7 +33,8 @@ final class BoundBuffer: @unchecked Sendable {
     private let closedFlag = Atomic<Bool>(false)
     private var blockedReaders = 0   // threads waiting in `read(blocking: true)`
     private var blockedWriters = 0   // threads waiting in `write(blocking: true)`
-    private var readWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    /// Async readers, each woken once at least its `minimum` bytes are buffered (or at an end).
+    private var readWaiters: [UInt64: (continuation: CheckedContinuation<Void, Never>, minimum: Int)] = [:]
     private var writeWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     private var nextWaiter: UInt64 = 0
 
@@ -130,19 +131,21 @@ final class BoundBuffer: @unchecked Sendable {
     }
 
     /// Suspends until a read would not block, or the calling task is cancelled (check
-    /// `Task.isCancelled` afterwards: nothing has been read either way).
-    func readable(within limit: OperationLimit? = nil) async {
-        await wait(reading: true, limit: limit)
+    /// `Task.isCancelled` afterwards: nothing has been read either way). With `minimum` above
+    /// 1, waits for that many bytes (at most the capacity) unless the data ends or fails first:
+    /// a bulk reader is then woken once per `minimum` bytes instead of once per write.
+    func readable(atLeast minimum: Int = 1, within limit: OperationLimit? = nil) async {
+        await wait(reading: true, minimum: min(max(1, minimum), capacity), limit: limit)
     }
 
     /// Suspends the caller until a read (or write) would not block; a cancelled task, or an
     /// operation whose limit ends (deadline or cancel), is resumed at once. Nothing polls: the
     /// limit's one timer or the other side's progress wakes the waiter.
-    private func wait(reading: Bool, limit: OperationLimit?) async {
+    private func wait(reading: Bool, minimum: Int = 1, limit: OperationLimit?) async {
         let id = newWaiterID()
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                guard park(continuation, id: id, reading: reading) else { return continuation.resume() }
+                guard park(continuation, id: id, reading: reading, minimum: minimum) else { return continuation.resume() }
                 let wake: @Sendable () -> Void = { [weak self] in self?.unpark(id: id, reading: reading)?.resume() }
                 if let limit, !limit.register(wake) { wake() }
             }
@@ -160,17 +163,17 @@ final class BoundBuffer: @unchecked Sendable {
     }
 
     /// Parks the continuation unless the wait is already over (ready, or cancelled).
-    private func park(_ continuation: CheckedContinuation<Void, Never>, id: UInt64, reading: Bool) -> Bool {
+    private func park(_ continuation: CheckedContinuation<Void, Never>, id: UInt64, reading: Bool, minimum: Int) -> Bool {
         lock.withLock {
-            let ready = reading ? (count > 0 || isWriterClosed || isReaderClosed) : (count < capacity || isReaderClosed || isWriterClosed)
+            let ready = reading ? (count >= minimum || isWriterClosed || isReaderClosed) : (count < capacity || isReaderClosed || isWriterClosed)
             guard !ready, !Task.isCancelled else { return false }
-            if reading { readWaiters[id] = continuation } else { writeWaiters[id] = continuation }
+            if reading { readWaiters[id] = (continuation, minimum) } else { writeWaiters[id] = continuation }
             return true
         }
     }
 
     private func unpark(id: UInt64, reading: Bool) -> CheckedContinuation<Void, Never>? {
-        lock.withLock { reading ? readWaiters.removeValue(forKey: id) : writeWaiters.removeValue(forKey: id) }
+        lock.withLock { reading ? readWaiters.removeValue(forKey: id)?.continuation : writeWaiters.removeValue(forKey: id) }
     }
 
     // MARK: Writing
@@ -217,7 +220,7 @@ final class BoundBuffer: @unchecked Sendable {
         guard n > 0 else { return .wrote(0) }
         let (waiters, reader) = lock.withLock { () -> ([CheckedContinuation<Void, Never>], DispatchSemaphore?) in
             count += n
-            return (takeReadWaiters(), blockedReaders > 0 ? readerWake : nil)
+            return (takeReadWaiters(satisfiedBy: count), blockedReaders > 0 ? readerWake : nil)
         }
         reader?.signal()
         waiters.forEach { $0.resume() }
@@ -254,7 +257,7 @@ final class BoundBuffer: @unchecked Sendable {
             var blocked: [DispatchSemaphore] = []
             if let readerWake { blocked += Array(repeating: readerWake, count: blockedReaders) }
             if let writerWake { blocked += Array(repeating: writerWake, count: blockedWriters) }
-            return (takeReadWaiters() + takeWriteWaiters(), blocked)
+            return (takeReadWaiters(satisfiedBy: .max) + takeWriteWaiters(), blocked)
         }
         blocked.forEach { $0.signal() }
         waiters.forEach { $0.resume() }
@@ -262,9 +265,18 @@ final class BoundBuffer: @unchecked Sendable {
         writerChanged?()
     }
 
-    private func takeReadWaiters() -> [CheckedContinuation<Void, Never>] {
-        defer { readWaiters = [:] }
-        return Array(readWaiters.values)
+    /// Async readers waiting now (for tests: a reader that has parked has seen too few bytes).
+    var parkedReaders: Int { lock.withLock { readWaiters.count } }
+
+    /// The async readers whose minimum `available` bytes meet, removed from the waiters.
+    private func takeReadWaiters(satisfiedBy available: Int) -> [CheckedContinuation<Void, Never>] {
+        guard !readWaiters.isEmpty else { return [] }
+        var woken: [CheckedContinuation<Void, Never>] = []
+        for (id, waiter) in readWaiters where waiter.minimum <= available {
+            woken.append(waiter.continuation)
+            readWaiters[id] = nil
+        }
+        return woken
     }
 
     private func takeWriteWaiters() -> [CheckedContinuation<Void, Never>] {
