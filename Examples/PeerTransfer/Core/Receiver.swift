@@ -172,7 +172,14 @@ struct Receiver {
                 let action = pending.removeFirst()
                 switch action {
                 case .reply(let frame):
-                    try await send(frame, on: pair)
+                    // Replies in a row (a batch's results) go out in one write: one TLS
+                    // record and one send for many files, not one each.
+                    var wire = frame.encoded
+                    while case .reply(let next)? = pending.first {
+                        pending.removeFirst()
+                        wire.append(next.encoded)
+                    }
+                    try await pair.output.write(wire)
                 case .decide(let offered, let paths):
                     manifest = offered
                     events(.offered(id: id, sender: senderName, files: offered.fileCount, bytes: offered.totalBytes))

@@ -269,8 +269,10 @@ public struct Sender: Sendable {
             // A few chunk slots, each the frame's header with the file's bytes read straight
             // behind it. The stream copies a frame out before `write` returns; the hashing
             // queue reads a slot's bytes meanwhile, so a slot is reused only once its hash ran.
-            let headerSize = 5 + ChunkFrame.headerSize
-            let slotSize = headerSize + plan.manifest.chunkSize, slots = 3
+            // Room behind the bytes for the file's end: a file sent whole in one chunk goes out
+            // with its `fileEnd` in one write (one send instead of two, for each small file).
+            let headerSize = 5 + ChunkFrame.headerSize, endSize = 5 + FileEnd.size
+            let slotSize = headerSize + plan.manifest.chunkSize + endSize, slots = 3
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: slots * slotSize, alignment: 16)
             let hashing = HashPipeline()
             defer {
@@ -303,6 +305,7 @@ public struct Sender: Sendable {
                 let before = Self.identity(of: fd)
                 var changed = before.map { $0.size != entry.size || $0.modified != entry.modified } ?? true
                 var offset = item.offset
+                var endSent = false
                 while offset < entry.size && !changed {
                     let length = Int(min(UInt64(plan.manifest.chunkSize), entry.size - offset))
                     await hashing.settle(toAtMost: slots - 1)
@@ -315,21 +318,32 @@ public struct Sender: Sendable {
                         changed = true
                         break
                     }
-                    if offset == item.offset && offset + UInt64(length) == entry.size {
+                    let whole = offset == item.offset && offset + UInt64(length) == entry.size
+                    var wireSize = headerSize + length
+                    if whole {
                         // The whole file in one chunk: hashed here, as a hop to the hashing
-                        // queue and back would cost more than it overlaps.
+                        // queue and back would cost more than it overlaps, and its end goes
+                        // right behind it (withdrawn if the file changed while it was read).
                         item.hasher.update(UnsafeRawBufferPointer(data))
+                        if Self.identity(of: fd) != before { changed = true }
+                        let digest = changed ? FileEnd.withdrawn : item.hasher.finish().hex
+                        let end = FileEnd(index: UInt32(item.index), sha256: digest).frame.encoded
+                        end.copyBytes(to: UnsafeMutableRawBufferPointer(rebasing: frame[wireSize..<wireSize + end.count]))
+                        wireSize += end.count
+                        ended.insert(item.index, withdrawn: changed)
                     } else {
                         hashing.submit(UnsafeRawBufferPointer(data), to: item.hasher)
                     }
                     ChunkFrame.writeHeader(into: frame, index: UInt32(item.index), offset: offset, length: length)
-                    let wire = Data(bytesNoCopy: frame.baseAddress!, count: headerSize + length, deallocator: .none)
+                    let wire = Data(bytesNoCopy: frame.baseAddress!, count: wireSize, deallocator: .none)
                     try await output.write(wire)
                     watchdog.touch()
                     offset += UInt64(length)
                     sent += UInt64(length)
                     events(.progress(sent: sent, total: total))
+                    if whole { endSent = true }
                 }
+                if endSent { continue }
                 // A file that changed while it was read may be torn (some old bytes, some new):
                 // it is withdrawn rather than delivered as something it never was.
                 if Self.identity(of: fd) != before { changed = true }
