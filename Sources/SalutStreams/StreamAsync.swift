@@ -169,6 +169,12 @@ extension BoundStreamPair {
         await bound.buffer.readable()
     }
 
+    /// Whether bytes from the peer wait unread in the input: its end alone does not count
+    /// (false for streams other than Salut's own).
+    package var hasUnreadBytes: Bool {
+        ((input as? BoundInputStream)?.buffer.snapshot.available ?? 0) > 0
+    }
+
     /// Closes the connection with a reset (RST) instead of an orderly end, so the peer sees a
     /// refusal rather than an empty answer; the streams fail with `error`. For socket streams
     /// only (a bound pair is just closed).

@@ -187,15 +187,15 @@ actor StdioTurns {
     private let input = SharedStandardInput()
 
     /// Bridges `connection` to stdin/stdout once it is its turn, until the peer's data ends.
-    /// `spoke` is told when the peer's first bytes (or end) arrive; `evicted` says whether the
-    /// connection was ended to make room for another.
+    /// `spoke` is told when the peer's first bytes arrive (its end alone is not speaking);
+    /// `evicted` says whether the connection was ended to make room for another.
     func serve(_ connection: AcceptedConnection, peer: String, spoke: @escaping @Sendable () -> Void, evicted: EvictionMark,
                report: @Sendable (String, String, Int?, String?) -> Void) async {
-        // Whether the peer has spoken is known once its first bytes (or its end) are buffered,
-        // even while it waits for its turn.
+        // Whether the peer has spoken is known once its first bytes are buffered, even while
+        // it waits for its turn.
         let watcher = Task {
             await connection.streams.waitUntilReadable()
-            if !Task.isCancelled { spoke() }
+            if !Task.isCancelled, connection.streams.hasUnreadBytes { spoke() }
         }
         defer { watcher.cancel() }
         await takeTurn()

@@ -12,7 +12,7 @@ struct Publish: AsyncParsableCommand {
 
             With --listen, netsvc itself listens on PORT (0 picks a free one) on IPv4 and IPv6, publishes that port, and serves each connection: by default it bridges the connection to its own stdin/stdout, one connection at a time (the others wait their turn); with --exec it runs CMD (through /bin/sh) for each connection, connected to the child's stdin/stdout. The child finds the peer's address in NETSVC_PEER.
 
-            Every peer is bounded: it has --handshake-timeout seconds from connecting to finish the TLS handshake and to send its first byte (unless the service speaks first), and is cut after --idle-timeout seconds with nothing moving. At most --max-connections are served (or wait their turn) at once: a newcomer takes the place of the oldest one whose peer has sent nothing, or else is refused (with a reset, noted on stderr). When a connection fails, or netsvc is stopped, its child gets SIGTERM, then SIGKILL 2 s later. Connection events go to stderr (or stdout with --json).
+            Every peer is bounded: it has --handshake-timeout seconds from connecting to finish the TLS handshake and to send its first byte (unless the service speaks first), and is cut after --idle-timeout seconds with nothing moving. At most --max-connections are served (or wait their turn) at once: a newcomer takes the place of the oldest one whose peer has sent nothing (connected and silent, or closed without a byte), or else is refused (with a reset, noted on stderr). When a connection fails, or netsvc is stopped, its child gets SIGTERM, then SIGKILL 2 s later. Connection events go to stderr (or stdout with --json).
 
             Examples:
               netsvc publish "My Site" _http._tcp 8080 path=/index.html

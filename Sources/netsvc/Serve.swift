@@ -42,8 +42,8 @@ struct ConnectionServer: Sendable {
                         evicted.set()
                         connection.streams.reset(.limitExceeded(Self.evictionReason))
                     }
-                    let input = UncheckedInput(connection.input)
-                    guard let id = active.enter(hasBuffered: { input.input.hasBytesAvailable }, evict: evict) else {
+                    let streams = connection.streams
+                    guard let id = active.enter(hasBuffered: { streams.hasUnreadBytes }, evict: evict) else {
                         connection.streams.reset(.limitExceeded("refused: \(maxConnections) connections already"))
                         report("refused", peer, reason: "\(maxConnections) connections already (--max-connections)")
                         return
@@ -88,7 +88,8 @@ struct ConnectionServer: Sendable {
                             if first { spoke(); first = false }
                             try await child.input.write(chunk)
                         }
-                        spoke()   // the end of its data counts too
+                        // An end with no byte before it is not speaking: a peer that connects
+                        // and closes (a port scan) stays one that may make room for another.
                         child.input.close()
                         // The peer may wait for the answer, or be gone: only the output (or a
                         // limit, such as the idle bound) tells. A failure ends the child.
@@ -159,16 +160,17 @@ func note(_ line: String) {
 }
 
 /// The connections being served (or waiting for their turn), at most `limit`. At the limit a
-/// new connection takes the place of the oldest one whose peer has not sent anything yet (not
-/// a byte, not even the end of its data); when every peer has spoken, it is refused. So a
-/// flood of peers that connect and say nothing cannot keep out one that talks.
+/// new connection takes the place of the oldest one whose peer has not sent a byte (whether it
+/// is still there or has closed its end); when every peer has spoken, it is refused. So a
+/// flood of peers that connect and say nothing, or connect and close, cannot keep out one that
+/// talks.
 final class ActiveConnections: Sendable {
     private struct Entry {
         let id: UInt64
         var spoke = false
-        /// Whether the peer has sent something that is still buffered (not read by the
-        /// connection's task yet): asked at eviction time, so a prompt peer of a busy server is
-        /// not taken for a silent one.
+        /// Whether the peer has sent bytes that are still buffered (not read by the
+        /// connection's task yet; its end does not count): asked at eviction time, so a prompt
+        /// peer of a busy server is not taken for a silent one.
         let hasBuffered: @Sendable () -> Bool
         let evict: @Sendable () -> Void
     }

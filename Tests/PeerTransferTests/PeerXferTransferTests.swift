@@ -134,6 +134,31 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/big.bin"), lab.path("inbox/big (1).bin")))
     }
 
+    func testCtrlCSaysHowToResumeAndExits130() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("CtrlC")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        let size = 256 * chunk
+        try lab.makeFile("src/big.bin", size: size, seed: 9)
+        let part = try lab.partPath("inbox/big.bin", sentWith: "sender")
+        let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/big.bin"), "--to", name,
+                                  "--config", lab.path("sender"), "--json"])
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, ((try? FileManager.default.attributesOfItem(atPath: part))?[.size] as? UInt64 ?? 0) < UInt64(4 * chunk) {
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        kill(sender.process.processIdentifier, SIGINT)
+        XCTAssertTrue(sender.waitForExit(seconds: 10), sender.output)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/big.bin")), "interrupted too late: the file was complete")
+        XCTAssertEqual(sender.process.terminationStatus, 130, sender.output)
+        XCTAssertTrue(sender.output.contains("\"event\":\"interrupted\""), sender.output)
+
+        let (status, output) = try lab.send([lab.path("src/big.bin")], to: name, config: "sender")
+        XCTAssertEqual(status, 0, output)
+        XCTAssertGreaterThan(done(output)["bytesSkipped"] as? Int ?? 0, 0, "the second run resumed: \(output)")
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/big.bin"), lab.path("inbox/big.bin")))
+    }
+
     func testResumeAfterTheReceiverIsKilled() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Crash")

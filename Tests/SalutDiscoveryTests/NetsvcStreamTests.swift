@@ -170,4 +170,21 @@ final class NetsvcStreamTests: XCTestCase {
         XCTAssertTrue(silent.waitForExit(seconds: 10), "the silent peer was ended to make room")
         XCTAssertTrue(publisher.output.contains("made room"), publisher.output)
     }
+
+    func testMaxConnectionsMakesRoomByEndingAPeerThatClosedWithoutAByte() throws {
+        // The child echoes one line, or (given none) keeps the connection for 30 s: a peer
+        // that connects and closes without a byte (as a port scan does) holds its slot.
+        let type = uniqueType("c")
+        let publisher = try listeningPublisher(["Scan", type, "0", "--exec", "read -r line && echo \"$line\" || sleep 30",
+                                                "--max-connections", "1"])
+        defer { publisher.stop() }
+        let closed = try Foreign(["sh", "-c", "\(netsvc) connect Scan \(type) </dev/null"])
+        defer { closed.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "connected", seconds: 10), publisher.output)
+        let (code, text) = try shell("echo talker | \(netsvc) connect Scan \(type)")
+        XCTAssertEqual(code, 0, "\(text)\n\(publisher.output)")
+        XCTAssertEqual(text, "talker\n")
+        XCTAssertTrue(closed.waitForExit(seconds: 10), "the peer that closed without a byte was ended to make room")
+        XCTAssertTrue(publisher.output.contains("made room"), publisher.output)
+    }
 }

@@ -182,7 +182,8 @@ public struct Sender: Sendable {
             return .failure(.runtime("cannot look for \"\(Terminal.escape(name))\" in \(Terminal.escape(domain)): \(error)"))
         } catch {
             let place = onTheLink ? "" : " in \(Terminal.escape(domain))"
-            return .failure(.peerNotFound("no peerxfer receiver named \"\(Terminal.escape(name))\"\(place) was found within \(Int(findTimeout)) s (\(error))"))
+            let listing = onTheLink ? "; `peerxfer peers` lists the receivers that can be seen" : ""
+            return .failure(.peerNotFound("no peerxfer receiver named \"\(Terminal.escape(name))\"\(place) was found within \(Int(findTimeout)) s (\(error))\(listing)"))
         }
     }
 

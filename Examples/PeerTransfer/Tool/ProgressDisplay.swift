@@ -128,6 +128,17 @@ final class ProgressDisplay: Sendable {
         }
     }
 
+    /// Says that the user stopped the send (Ctrl-C) and how to go on.
+    func interrupted() {
+        let done = state.withLock { $0.filesDone }
+        if json {
+            printJSON(["event": "interrupted", "verified": done])
+        } else {
+            clearLine()
+            printError("interrupted after \(done) file\(done == 1 ? "" : "s") verified: run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)")
+        }
+    }
+
     private func clearLine() {
         let shown = state.withLock { state -> Bool in
             defer { state.lineShown = false }

@@ -53,6 +53,9 @@ struct Send: AsyncParsableCommand {
         let configuration = try config.load()
         if background { return try queue(configuration) }
         let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1)
+        // Ctrl-C ends the send as before (exit 130), now saying how to resume it.
+        let interrupt = Self.onInterrupt { display.interrupted() }
+        defer { interrupt?.cancel() }
         // The arguments are checked at once (a typo fails before anything else); their folders
         // are walked while the receiver is looked for, and each file is hashed as it is sent.
         try TransferPlan.checkArguments(paths)
@@ -87,6 +90,33 @@ struct Send: AsyncParsableCommand {
         if !report.declined.isEmpty {
             throw PeerTransferError.declined("the receiver declined \(report.declined.count) of \(display.entriesTotal) entries")
         }
+    }
+
+    /// Runs `report` on SIGINT, then exits 130 (128 + SIGINT, what a shell shows for a
+    /// process ended by it). The signal's earlier action is back once the source is cancelled;
+    /// a SIGINT that was ignored when the send started (a job run with `nohup`, say) stays so.
+    private static func onInterrupt(_ report: @escaping @Sendable () -> Void) -> (any DispatchSourceSignal)? {
+        var ignore = sigaction(), earlier = sigaction()
+        ignore.__sigaction_handler.sa_handler = SIG_IGN
+        guard sigaction(SIGINT, nil, &earlier) == 0 else { return nil }
+        let ignoredBefore = unsafeBitCast(earlier.__sigaction_handler.sa_handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self)
+        guard !ignoredBefore else { return nil }
+        guard sigaction(SIGINT, &ignore, nil) == 0 else {
+            printError("cannot catch SIGINT: \(String(cString: strerror(errno)))")
+            return nil
+        }
+        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        let restore = earlier
+        source.setEventHandler {
+            report()
+            Foundation.exit(130)
+        }
+        source.setCancelHandler {
+            var action = restore
+            if sigaction(SIGINT, &action, nil) != 0 { printError("cannot restore SIGINT's action: \(String(cString: strerror(errno)))") }
+        }
+        source.resume()
+        return source
     }
 
     /// Queues one background upload per path for the daemon.

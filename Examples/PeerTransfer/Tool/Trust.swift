@@ -7,13 +7,24 @@ import Salut
 struct Trust: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Trust a peer: by name (its advertised key is looked up and pinned) or by key fingerprint.",
-        discussion: "A trusted key may deliver to `serve --accept known`. Trusting a name also pins its key for sending."
+        discussion: """
+            A trusted key may deliver to `serve --accept known`. Trusting a name also pins its key for sending.
+
+            Exit codes: 0 trusted; 1 runtime error; 2 usage error; 3 no receiver of that name was found within --wait seconds; 6 the name advertises no key, or a key other than the one pinned for it.
+            """
     )
 
     @Argument(help: ArgumentHelp("A receiver's name, or a key's SHA-256 (64 hex digits, as `serve` and `peers` print it).", valueName: "name-or-fingerprint"))
     var peer: String
 
     @OptionGroup var config: ConfigOptions
+
+    @Option(help: ArgumentHelp("Seconds to look for a receiver named so before giving up with exit 3.", valueName: "seconds"))
+    var wait: Double = 5
+
+    func validate() throws {
+        guard wait.isFinite, wait > 0, wait <= 86_400 else { throw ValidationError("--wait must be a number of seconds above 0, at most 86400") }
+    }
 
     func run() async throws {
         let configuration = try config.load()
@@ -27,9 +38,9 @@ struct Trust: AsyncParsableCommand {
         }
         let resolved: ResolvedService
         do {
-            resolved = try await DiscoveredService(name: peer, type: TransferLimits.serviceType).resolve(timeout: 5)
+            resolved = try await DiscoveredService(name: peer, type: TransferLimits.serviceType).resolve(timeout: wait)
         } catch {
-            throw PeerTransferError.peerNotFound("no receiver named \"\(Terminal.escape(peer))\" was found (\(error)); give its key fingerprint instead")
+            throw PeerTransferError.peerNotFound("no receiver named \"\(Terminal.escape(peer))\" was found within \(wait.rounded() == wait ? String(Int(wait)) : String(wait)) s (\(error)); `peerxfer peers` lists the receivers that can be seen, or give the key's fingerprint instead")
         }
         guard let key = resolved.txtRecord.string(for: "fp")?.lowercased(), key.count == 64, key.allSatisfy(\.isHexDigit) else {
             throw PeerTransferError.trust("\"\(Terminal.escape(peer))\" advertises no key fingerprint")
@@ -47,7 +58,8 @@ struct Trust: AsyncParsableCommand {
 /// `peerxfer untrust`: forget a peer's pin and trust.
 struct Untrust: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Forget a peer: its pinned key (so a new key is accepted on next use) and its trust."
+        abstract: "Forget a peer: its pinned key (so a new key is accepted on next use) and its trust.",
+        discussion: "Exit codes: 0 forgotten; 1 runtime error; 2 usage error (among them a name or key that is neither pinned nor trusted here)."
     )
 
     @Argument(help: ArgumentHelp("A name or a key fingerprint.", valueName: "name-or-fingerprint"))
