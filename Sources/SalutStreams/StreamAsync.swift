@@ -54,6 +54,10 @@ extension InputStream {
     /// and at the stream's buffer size), or the data has ended or failed, before taking them.
     /// A bulk reader that wants a large block is then woken once per `minimum` bytes rather
     /// than once per packet. Other streams are read with their blocking `read`.
+    ///
+    /// Ask only for bytes the peer is bound to send (the rest of a length-prefixed message):
+    /// a peer that stops below `minimum` and waits for an answer keeps this read waiting until
+    /// it sends more, ends or fails, or the connection's own limits (an idle bound) cut it.
     /// - Returns: the number of bytes read: at least `minimum` (as capped) unless the data
     ///   ended or failed first, at least 1; 0 at the end of the data.
     /// - Throws: as ``read(into:)``.
@@ -169,10 +173,10 @@ extension BoundStreamPair {
         await bound.buffer.readable()
     }
 
-    /// Whether bytes from the peer wait unread in the input: its end alone does not count
-    /// (false for streams other than Salut's own).
-    package var hasUnreadBytes: Bool {
-        ((input as? BoundInputStream)?.buffer.snapshot.available ?? 0) > 0
+    /// Whether the peer has sent at least one byte, read since or not: its end alone does not
+    /// count (false for streams other than Salut's own).
+    package var hasReceivedBytes: Bool {
+        (input as? BoundInputStream)?.buffer.hasBeenWrittenTo ?? false
     }
 
     /// Closes the connection with a reset (RST) instead of an orderly end, so the peer sees a

@@ -195,7 +195,7 @@ actor StdioTurns {
         // it waits for its turn.
         let watcher = Task {
             await connection.streams.waitUntilReadable()
-            if !Task.isCancelled, connection.streams.hasUnreadBytes { spoke() }
+            if !Task.isCancelled, connection.streams.hasReceivedBytes { spoke() }
         }
         defer { watcher.cancel() }
         await takeTurn()

@@ -43,7 +43,7 @@ struct ConnectionServer: Sendable {
                         connection.streams.reset(.limitExceeded(Self.evictionReason))
                     }
                     let streams = connection.streams
-                    guard let id = active.enter(hasBuffered: { streams.hasUnreadBytes }, evict: evict) else {
+                    guard let id = active.enter(hasSentBytes: { streams.hasReceivedBytes }, evict: evict) else {
                         connection.streams.reset(.limitExceeded("refused: \(maxConnections) connections already"))
                         report("refused", peer, reason: "\(maxConnections) connections already (--max-connections)")
                         return
@@ -168,10 +168,10 @@ final class ActiveConnections: Sendable {
     private struct Entry {
         let id: UInt64
         var spoke = false
-        /// Whether the peer has sent bytes that are still buffered (not read by the
-        /// connection's task yet; its end does not count): asked at eviction time, so a prompt
-        /// peer of a busy server is not taken for a silent one.
-        let hasBuffered: @Sendable () -> Bool
+        /// Whether the peer has sent a byte (its end does not count), read by the connection's
+        /// task or not: asked at eviction time, so a prompt peer of a busy server is not taken
+        /// for a silent one.
+        let hasSentBytes: @Sendable () -> Bool
         let evict: @Sendable () -> Void
     }
 
@@ -184,15 +184,15 @@ final class ActiveConnections: Sendable {
 
     /// Admits a connection (`evict` ends it if it must make room later); its id, or nil when
     /// it is refused.
-    func enter(hasBuffered: @escaping @Sendable () -> Bool, evict: @escaping @Sendable () -> Void) -> UInt64? {
+    func enter(hasSentBytes: @escaping @Sendable () -> Bool, evict: @escaping @Sendable () -> Void) -> UInt64? {
         let (id, victim) = state.withLock { state -> (UInt64?, Entry?) in
             var victim: Entry?
             if state.entries.count >= limit {
-                guard let index = state.entries.firstIndex(where: { !$0.spoke && !$0.hasBuffered() }) else { return (nil, nil) }
+                guard let index = state.entries.firstIndex(where: { !$0.spoke && !$0.hasSentBytes() }) else { return (nil, nil) }
                 victim = state.entries.remove(at: index)
             }
             state.next += 1
-            state.entries.append(Entry(id: state.next, hasBuffered: hasBuffered, evict: evict))
+            state.entries.append(Entry(id: state.next, hasSentBytes: hasSentBytes, evict: evict))
             return (state.next, victim)
         }
         victim?.evict()

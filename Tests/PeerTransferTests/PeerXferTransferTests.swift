@@ -144,10 +144,14 @@ final class PeerXferTransferTests: XCTestCase {
         let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/big.bin"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
         let deadline = Date().addingTimeInterval(30)
-        while Date() < deadline, ((try? FileManager.default.attributesOfItem(atPath: part))?[.size] as? UInt64 ?? 0) < UInt64(4 * chunk) {
+        var seen: UInt64 = 0
+        while Date() < deadline {
+            seen = (try? FileManager.default.attributesOfItem(atPath: part))?[.size] as? UInt64 ?? 0
+            if seen >= UInt64(4 * chunk) { break }
             Thread.sleep(forTimeInterval: 0.005)
         }
         kill(sender.process.processIdentifier, SIGINT)
+        XCTAssertGreaterThanOrEqual(seen, UInt64(4 * chunk), "the part file never grew: \(sender.output)")
         XCTAssertTrue(sender.waitForExit(seconds: 10), sender.output)
         XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/big.bin")), "interrupted too late: the file was complete")
         XCTAssertEqual(sender.process.terminationStatus, 130, sender.output)

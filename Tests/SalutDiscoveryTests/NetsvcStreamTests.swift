@@ -157,6 +157,24 @@ final class NetsvcStreamTests: XCTestCase {
         XCTAssertTrue(first.waitForOutput(containing: "still served", seconds: 10), first.output)
     }
 
+    func testMaxConnectionsKeepsABridgedPeerThatSpokeAndRefusesTheNewcomer() throws {
+        // Without --exec the service bridges its own stdin and stdout: the peer's bytes are
+        // read at once, so having spoken must not depend on bytes still waiting unread.
+        let type = uniqueType("b")
+        let publisher = try listeningPublisher(["Bridge", type, "0", "--max-connections", "1"])
+        defer { publisher.stop() }
+        let first = try Foreign([netsvc, "connect", "Bridge", type])
+        defer { first.stop() }
+        first.write("first\n")
+        XCTAssertTrue(publisher.waitForOutput(containing: "first", seconds: 10), publisher.output)
+        let (code, text) = try shell("echo second | \(netsvc) connect Bridge \(type)")
+        XCTAssertEqual(code, 1, "refused: \(text)")
+        XCTAssertTrue(publisher.waitForOutput(containing: "refused", seconds: 10), publisher.output)
+        first.write("still bridged\n")
+        XCTAssertTrue(publisher.waitForOutput(containing: "still bridged", seconds: 10), publisher.output)
+        XCTAssertFalse(publisher.output.contains("made room"), publisher.output)
+    }
+
     func testMaxConnectionsMakesRoomByEndingAPeerThatSaidNothing() throws {
         let type = uniqueType("r")
         let publisher = try listeningPublisher(["Room", type, "0", "--exec", "cat", "--max-connections", "1"])

@@ -45,8 +45,12 @@ final class BulkReadTests: SalutTestCase {
         let pair = BoundStreamPair(bufferSize: 1024)
         pair.input.open()
         pair.output.open()
+        let buffer = try XCTUnwrap((pair.input as? BoundInputStream)?.buffer)
         try await write([7, 8, 9], to: pair.output)
         let read = Self.startRead(pair.input, room: 100, atLeast: 50)
+        // Parked with 3 of its 50 bytes: the end must wake it (were it not parked yet, the
+        // test would only check the read after the end).
+        try await waitUntil("the reader parks") { buffer.parkedReaders == 1 }
         pair.output.close()
         let got = try await withDeadline(10, "the read at the end") { try await read.value }
         XCTAssertEqual(got, [7, 8, 9])

@@ -14,12 +14,12 @@ struct PeerXfer: AsyncParsableCommand {
             A receiver runs `peerxfer serve`; it publishes itself by DNS-SD with the fingerprint of its key. A sender finds it by name, checks that the key it connects to is the one advertised (and, after the first transfer, the one it met then), offers a manifest, and sends what the receiver accepts. Files arrive as NAME.<first 12 hex digits of the sender's key>.peerxfer-part (each sender has its own) and get their name only once their SHA-256 matches. Run the same `send` again after an interruption and only what is missing is sent.
 
             Exit codes:
-              0  every file was verified by the receiver
-              1  runtime error (I/O, connection lost, a file failed verification)
-              2  usage error (bad arguments)
-              3  the receiver was not found in time
-              5  declined by the receiver (all or part of the offer)
-              6  trust failure (key changed or not the advertised one; unknown sender under --accept known)
+                0  every file was verified by the receiver
+                1  runtime error (I/O, connection lost, a file failed verification)
+                2  usage error (bad arguments)
+                3  the receiver was not found in time
+                5  declined by the receiver (all or part of the offer)
+                6  trust failure (key changed or not the advertised one; unknown sender under --accept known)
               130  `send` stopped with Ctrl-C (run it again to resume)
 
             Examples:

@@ -53,7 +53,7 @@ struct Send: AsyncParsableCommand {
         let configuration = try config.load()
         if background { return try queue(configuration) }
         let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1)
-        // Ctrl-C ends the send as before (exit 130), now saying how to resume it.
+        // Ctrl-C ends the send as before (status 130), now saying how to resume it.
         let interrupt = Self.onInterrupt { display.interrupted() }
         defer { interrupt?.cancel() }
         // The arguments are checked at once (a typo fails before anything else); their folders
@@ -92,28 +92,26 @@ struct Send: AsyncParsableCommand {
         }
     }
 
-    /// Runs `report` on SIGINT, then exits 130 (128 + SIGINT, what a shell shows for a
-    /// process ended by it). The signal's earlier action is back once the source is cancelled;
-    /// a SIGINT that was ignored when the send started (a job run with `nohup`, say) stays so.
+    /// Runs `report` on SIGINT, then ends the process with status 130 (128 + SIGINT, what a
+    /// shell shows for a process ended by it). `_exit`, not `exit`: the other threads are
+    /// still hashing and writing, and `exit`'s handlers (OpenSSL's clean-up among them) must
+    /// not run under them; the output was written with `write(2)`, so nothing waits to be
+    /// flushed. libdispatch takes the signal over for the source (on Linux: a `signalfd`, and
+    /// a handler that hands the signal to it). A SIGINT that was ignored when the send started
+    /// (a job started with `&` by a shell without job control) is left ignored.
     private static func onInterrupt(_ report: @escaping @Sendable () -> Void) -> (any DispatchSourceSignal)? {
-        var ignore = sigaction(), earlier = sigaction()
-        ignore.__sigaction_handler.sa_handler = SIG_IGN
-        guard sigaction(SIGINT, nil, &earlier) == 0 else { return nil }
-        let ignoredBefore = unsafeBitCast(earlier.__sigaction_handler.sa_handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self)
-        guard !ignoredBefore else { return nil }
-        guard sigaction(SIGINT, &ignore, nil) == 0 else {
-            printError("cannot catch SIGINT: \(String(cString: strerror(errno)))")
+        var earlier = sigaction()
+        guard sigaction(SIGINT, nil, &earlier) == 0 else {
+            printError("cannot read SIGINT's action: \(String(cString: strerror(errno)))")
+            return nil
+        }
+        if unsafeBitCast(earlier.__sigaction_handler.sa_handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self) {
             return nil
         }
         let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
-        let restore = earlier
         source.setEventHandler {
             report()
-            Foundation.exit(130)
-        }
-        source.setCancelHandler {
-            var action = restore
-            if sigaction(SIGINT, &action, nil) != 0 { printError("cannot restore SIGINT's action: \(String(cString: strerror(errno)))") }
+            _exit(130)
         }
         source.resume()
         return source

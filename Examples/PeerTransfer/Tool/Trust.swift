@@ -39,6 +39,9 @@ struct Trust: AsyncParsableCommand {
         let resolved: ResolvedService
         do {
             resolved = try await DiscoveredService(name: peer, type: TransferLimits.serviceType).resolve(timeout: wait)
+        } catch let error as DiscoveryError where ![.notFound, .timedOut, .cancelled].contains(error.code) {
+            // The daemon failed or refused: not a receiver that is not there.
+            throw PeerTransferError.runtime("cannot look for \"\(Terminal.escape(peer))\": \(error)")
         } catch {
             throw PeerTransferError.peerNotFound("no receiver named \"\(Terminal.escape(peer))\" was found within \(wait.rounded() == wait ? String(Int(wait)) : String(wait)) s (\(error)); `peerxfer peers` lists the receivers that can be seen, or give the key's fingerprint instead")
         }

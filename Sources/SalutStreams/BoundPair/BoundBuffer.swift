@@ -28,6 +28,8 @@ final class BoundBuffer: @unchecked Sendable {
     /// `count`, readable without the lock: a blocked side spins on it briefly before sleeping,
     /// which spares a context switch when the other side is running on another core.
     private let published = Atomic<Int>(0)
+    /// Whether a byte was ever written (stays true once it is).
+    private var wasWrittenTo = false
     private var isWriterClosed = false { didSet { closedFlag.store(true, ordering: .relaxed) } }
     private var isReaderClosed = false { didSet { closedFlag.store(true, ordering: .relaxed) } }
     private let closedFlag = Atomic<Bool>(false)
@@ -69,6 +71,11 @@ final class BoundBuffer: @unchecked Sendable {
     /// Whether the reader has closed (read under the lock).
     var readerClosed: Bool {
         lock.withLock { isReaderClosed }
+    }
+
+    /// Whether the writer ever wrote a byte, read or not (read under the lock).
+    var hasBeenWrittenTo: Bool {
+        lock.withLock { wasWrittenTo }
     }
 
     var snapshot: Snapshot {
@@ -220,6 +227,7 @@ final class BoundBuffer: @unchecked Sendable {
         guard n > 0 else { return .wrote(0) }
         let (waiters, reader) = lock.withLock { () -> ([CheckedContinuation<Void, Never>], DispatchSemaphore?) in
             count += n
+            wasWrittenTo = true
             return (takeReadWaiters(satisfiedBy: count), blockedReaders > 0 ? readerWake : nil)
         }
         reader?.signal()
@@ -271,12 +279,8 @@ final class BoundBuffer: @unchecked Sendable {
     /// The async readers whose minimum `available` bytes meet, removed from the waiters.
     private func takeReadWaiters(satisfiedBy available: Int) -> [CheckedContinuation<Void, Never>] {
         guard !readWaiters.isEmpty else { return [] }
-        var woken: [CheckedContinuation<Void, Never>] = []
-        for (id, waiter) in readWaiters where waiter.minimum <= available {
-            woken.append(waiter.continuation)
-            readWaiters[id] = nil
-        }
-        return woken
+        let ready = readWaiters.compactMap { $0.value.minimum <= available ? $0.key : nil }
+        return ready.compactMap { readWaiters.removeValue(forKey: $0)?.continuation }
     }
 
     private func takeWriteWaiters() -> [CheckedContinuation<Void, Never>] {
