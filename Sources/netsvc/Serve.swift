@@ -164,10 +164,17 @@ func note(_ line: String) {
 /// is still there or has closed its end); when every peer has spoken, it is refused. So a
 /// flood of peers that connect and say nothing, or connect and close, cannot keep out one that
 /// talks.
+///
+/// An evicted connection keeps counting until it has left (its child ended, its descriptors
+/// closed), and at most `limit` may be ending at once: beyond that a newcomer is refused too.
+/// Otherwise a fast enough flood would have each newcomer evict the one before and start a
+/// child of its own while the evicted children are still ending, without bound.
 final class ActiveConnections: Sendable {
     private struct Entry {
         let id: UInt64
         var spoke = false
+        /// Told to end to make room; still here until it has.
+        var evicted = false
         /// Whether the peer has sent a byte (its end does not count), read by the connection's
         /// task or not: asked at eviction time, so a prompt peer of a busy server is not taken
         /// for a silent one.
@@ -176,7 +183,7 @@ final class ActiveConnections: Sendable {
     }
 
     private let limit: Int
-    private let state = Locked<(next: UInt64, entries: [Entry])>((0, []))
+    private let state = Locked<(next: UInt64, entries: [Entry], ending: Int)>((0, [], 0))
 
     init(limit: Int) {
         self.limit = limit
@@ -187,9 +194,14 @@ final class ActiveConnections: Sendable {
     func enter(hasSentBytes: @escaping @Sendable () -> Bool, evict: @escaping @Sendable () -> Void) -> UInt64? {
         let (id, victim) = state.withLock { state -> (UInt64?, Entry?) in
             var victim: Entry?
-            if state.entries.count >= limit {
-                guard let index = state.entries.firstIndex(where: { !$0.spoke && !$0.hasSentBytes() }) else { return (nil, nil) }
-                victim = state.entries.remove(at: index)
+            if state.entries.count - state.ending >= limit {
+                guard state.ending < limit,
+                      let index = state.entries.firstIndex(where: { !$0.evicted && !$0.spoke && !$0.hasSentBytes() }) else {
+                    return (nil, nil)
+                }
+                state.entries[index].evicted = true
+                state.ending += 1
+                victim = state.entries[index]
             }
             state.next += 1
             state.entries.append(Entry(id: state.next, hasSentBytes: hasSentBytes, evict: evict))
@@ -211,7 +223,10 @@ final class ActiveConnections: Sendable {
 
     func leave(_ id: UInt64) {
         let idle = state.withLock { state in
-            state.entries.removeAll { $0.id == id }
+            if let index = state.entries.firstIndex(where: { $0.id == id }) {
+                if state.entries[index].evicted { state.ending -= 1 }
+                state.entries.remove(at: index)
+            }
             return state.entries.isEmpty
         }
         if idle { Memory.returnFreedPagesSoon() }

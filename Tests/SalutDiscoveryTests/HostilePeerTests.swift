@@ -136,6 +136,34 @@ final class HostilePeerTests: XCTestCase {
         }
     }
 
+    func testAConnectCloseFloodCannotStartMoreChildrenThanTwiceTheLimit() throws {
+        // Children that ignore SIGTERM take the 2 s grace to end once evicted, so evicted
+        // connections pile up unless they count against the limit until they have left.
+        let arguments = [netsvc, "publish", "Flood", uniqueType("f"), "0", "--listen", "--json", "--max-connections", "2",
+                         "--exec", "trap '' TERM; while :; do sleep 1; done"]
+        let process = try Foreign(arguments)
+        defer { process.stop() }
+        guard process.waitForOutput(containing: "\"listening\":true", seconds: 10),
+              let line = process.output.split(separator: "\n").first(where: { $0.contains("\"published\"") }),
+              let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+              let port = object["port"] as? Int else {
+            throw DeadlineExceeded(what: "netsvc publish --listen: \(process.output)", seconds: 10)
+        }
+        let server = Server(process: process, port: port)
+        let flood = try hostile("cycles", server, count: 40)
+        XCTAssertTrue(flood.waitForExit(seconds: 60), flood.output)
+        // Every connection was admitted or refused by now; those admitted have their child
+        // (or are starting it): two served, at most two ending.
+        let deadline = Date().addingTimeInterval(1)
+        var most = 0
+        repeat {
+            most = max(most, children(of: server.pid))
+            Thread.sleep(forTimeInterval: 0.02)
+        } while Date() < deadline
+        XCTAssertLessThanOrEqual(most, 4, "children after 40 connect/close peers at --max-connections 2")
+        XCTAssertTrue(process.waitForOutput(containing: "refused", seconds: 10), "newcomers beyond the ending ones are refused")
+    }
+
     // MARK: Running the service
 
     /// Starts the service with short bounds (1 s handshake / first byte, 3 s idle), serves one
