@@ -17,6 +17,18 @@ final class PeerXferTransferTests: XCTestCase {
 
     private func done(_ output: String) -> [String: Any] { events(output, "done").last ?? [:] }
 
+    /// Polls `part` until it holds `bytes` (30 s at most); the size last seen.
+    private func waitForPart(_ part: String, toHold bytes: UInt64) -> UInt64 {
+        let deadline = Date().addingTimeInterval(30)
+        var seen: UInt64 = 0
+        while Date() < deadline {
+            seen = (try? FileManager.default.attributesOfItem(atPath: part))?[.size] as? UInt64 ?? 0
+            if seen >= bytes { break }
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        return seen
+    }
+
     func testATreeArrivesVerifiedWithEmptyFoldersUnicodeNamesModesAndTimes() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Tree")
@@ -101,14 +113,7 @@ final class PeerXferTransferTests: XCTestCase {
         let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/big.bin"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
         // Kill it once the receiver holds a few chunks (and long before the end).
-        let deadline = Date().addingTimeInterval(30)
-        var seen: UInt64 = 0
-        while Date() < deadline {
-            let attributes = try? FileManager.default.attributesOfItem(atPath: part)
-            seen = (attributes?[.size] as? UInt64) ?? 0
-            if seen >= UInt64(4 * chunk) { break }
-            Thread.sleep(forTimeInterval: 0.005)
-        }
+        let seen = waitForPart(part, toHold: UInt64(4 * chunk))
         kill(sender.process.processIdentifier, SIGKILL)
         XCTAssertTrue(sender.waitForExit(seconds: 10))
         XCTAssertGreaterThanOrEqual(seen, UInt64(4 * chunk), "the part file never grew: \(sender.output)")
@@ -143,13 +148,7 @@ final class PeerXferTransferTests: XCTestCase {
         let part = try lab.partPath("inbox/big.bin", sentWith: "sender")
         let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/big.bin"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
-        let deadline = Date().addingTimeInterval(30)
-        var seen: UInt64 = 0
-        while Date() < deadline {
-            seen = (try? FileManager.default.attributesOfItem(atPath: part))?[.size] as? UInt64 ?? 0
-            if seen >= UInt64(4 * chunk) { break }
-            Thread.sleep(forTimeInterval: 0.005)
-        }
+        let seen = waitForPart(part, toHold: UInt64(4 * chunk))
         kill(sender.process.processIdentifier, SIGINT)
         XCTAssertGreaterThanOrEqual(seen, UInt64(4 * chunk), "the part file never grew: \(sender.output)")
         XCTAssertTrue(sender.waitForExit(seconds: 10), sender.output)
@@ -172,10 +171,7 @@ final class PeerXferTransferTests: XCTestCase {
         let part = try lab.partPath("inbox/big.bin", sentWith: "sender")
         let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/big.bin"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
-        let deadline = Date().addingTimeInterval(30)
-        while Date() < deadline, ((try? FileManager.default.attributesOfItem(atPath: part))?[.size] as? UInt64 ?? 0) < UInt64(4 * chunk) {
-            Thread.sleep(forTimeInterval: 0.005)
-        }
+        _ = waitForPart(part, toHold: UInt64(4 * chunk))
         kill(daemon.process.processIdentifier, SIGKILL)
         XCTAssertTrue(sender.waitForExit(seconds: 90), "the sender must notice the receiver is gone")
         XCTAssertNotEqual(sender.process.terminationStatus, 0, sender.output)

@@ -139,17 +139,10 @@ final class HostilePeerTests: XCTestCase {
     func testAConnectCloseFloodCannotStartMoreChildrenThanTwiceTheLimit() throws {
         // Children that ignore SIGTERM take the 2 s grace to end once evicted, so evicted
         // connections pile up unless they count against the limit until they have left.
-        let arguments = [netsvc, "publish", "Flood", uniqueType("f"), "0", "--listen", "--json", "--max-connections", "2",
-                         "--exec", "trap '' TERM; while :; do sleep 1; done"]
-        let process = try Foreign(arguments)
+        let server = try startServer([netsvc, "publish", "Flood", uniqueType("f"), "0", "--listen", "--json",
+                                      "--max-connections", "2", "--exec", "trap '' TERM; while :; do sleep 1; done"])
+        let process = server.process
         defer { process.stop() }
-        guard process.waitForOutput(containing: "\"listening\":true", seconds: 10),
-              let line = process.output.split(separator: "\n").first(where: { $0.contains("\"published\"") }),
-              let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
-              let port = object["port"] as? Int else {
-            throw DeadlineExceeded(what: "netsvc publish --listen: \(process.output)", seconds: 10)
-        }
-        let server = Server(process: process, port: port)
         let flood = try hostile("cycles", server, count: 40)
         XCTAssertTrue(flood.waitForExit(seconds: 60), flood.output)
         // Every connection was admitted or refused by now; those admitted have their child
@@ -176,19 +169,27 @@ final class HostilePeerTests: XCTestCase {
             certificate = made
             arguments += ["--tls-cert", made.certificateFile, "--tls-key", made.keyFile]
         }
-        let process = try Foreign(arguments)
+        let server = try startServer(arguments)
+        let process = server.process
         defer { process.stop() }
-        guard process.waitForOutput(containing: "\"listening\":true", seconds: 10),
-              let line = process.output.split(separator: "\n").first(where: { $0.contains("\"published\"") }),
-              let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
-              let port = object["port"] as? Int else {
-            throw DeadlineExceeded(what: "netsvc publish --listen: \(process.output)", seconds: 10)
-        }
-        let server = Server(process: process, port: port)
         try assertGoodClientsServed(server, tls: tls, count: 3)
         let baseline = try settledUsage(server)
         try body(server, baseline)
         XCTAssertTrue(process.process.isRunning, "netsvc died: \(process.output.split(separator: "\n").filter { !$0.hasPrefix("{") }.prefix(40).joined(separator: "\n"))")
+    }
+
+    /// Starts `netsvc publish … --listen --json` with `arguments` and returns once it listens
+    /// (stopped by the caller).
+    private func startServer(_ arguments: [String]) throws -> Server {
+        let process = try Foreign(arguments)
+        guard process.waitForOutput(containing: "\"listening\":true", seconds: 10),
+              let line = process.output.split(separator: "\n").first(where: { $0.contains("\"published\"") }),
+              let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+              let port = object["port"] as? Int else {
+            process.stop()
+            throw DeadlineExceeded(what: "netsvc publish --listen: \(process.output)", seconds: 10)
+        }
+        return Server(process: process, port: port)
     }
 
     /// Runs a hostile mode; for the modes that hold connections, returns once they are held.

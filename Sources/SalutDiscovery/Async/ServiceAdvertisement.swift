@@ -20,7 +20,7 @@ public final class ServiceAdvertisement: Sendable {
     }
     private let backend: Backend
     private let currentName: Locked<String>
-    /// The listening socket of an auto-listening service (see ``listen(name:type:domain:port:txtRecord:subtypes:tls:limits:allowRename:timeout:context:)``).
+    /// The listening socket of an auto-listening service (see ``listen(name:type:domain:port:txtRecord:subtypes:tls:limits:bufferSize:allowRename:timeout:context:)``).
     public let listener: StreamListener?
     /// The service type it was published with.
     public let type: String
