@@ -70,7 +70,7 @@ struct Publish: AsyncParsableCommand {
     @Option(help: ArgumentHelp("With --listen: the PEM private key of --tls-cert.", valueName: "FILE"))
     var tlsKey: String?
 
-    @Option(help: ArgumentHelp("With --listen: connections served at once, 1 to 10000; more are refused.", valueName: "N"))
+    @Option(help: ArgumentHelp("With --listen: connections served at once, 1 to 10000; a newcomer then takes the place of the oldest peer that has sent nothing, or is refused.", valueName: "N"))
     var maxConnections: Int = 64
 
     @Option(help: ArgumentHelp("With --listen: seconds a peer has to finish the TLS handshake and send its first byte (0.001 to 3600).",

@@ -421,6 +421,10 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(try lab.run(["serve", "--port", "70000"]).status, 2)
         XCTAssertEqual(try lab.run(["serve", "--accept", "maybe"]).status, 2)
         XCTAssertEqual(try lab.run(["no-such-command"]).status, 2)
+        // The key as `peers` shortens it is not taken for a name to look up for 5 s.
+        let (shortened, shortenedOutput) = try lab.run(["trust", "fc62c7a588b6bec2…", "--config", lab.path("c")])
+        XCTAssertEqual(shortened, 2, shortenedOutput)
+        XCTAssertTrue(shortenedOutput.contains("all 64 hex digits"), shortenedOutput)
         let (versionStatus, version) = try lab.run(["--version"])
         XCTAssertEqual(versionStatus, 0, version)
         XCTAssertEqual(version.trimmingCharacters(in: .whitespacesAndNewlines), "0.1.0")

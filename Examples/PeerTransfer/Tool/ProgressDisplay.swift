@@ -104,6 +104,10 @@ final class ProgressDisplay: Sendable {
             state.withLock { $0.filesDone += 1 }
             if json {
                 printJSON(["event": "verified", "path": Terminal.escape(path), "storedAs": storedAs])
+            } else if storedAs != path {
+                // Never a silent difference: the receiver kept another file under that name.
+                clearLine()
+                printError("\(Terminal.escape(path)) is stored as \(Terminal.escape(storedAs)): the receiver already had a different file named so")
             }
         case .fileFailed(_, let path, let reason):
             if json {

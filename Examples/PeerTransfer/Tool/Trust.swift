@@ -14,7 +14,7 @@ struct Trust: AsyncParsableCommand {
             """
     )
 
-    @Argument(help: ArgumentHelp("A receiver's name, or a key's SHA-256 (64 hex digits, as `serve` and `peers` print it).", valueName: "name-or-fingerprint"))
+    @Argument(help: ArgumentHelp("A receiver's name, or a key's SHA-256: all 64 hex digits, as `serve` prints it and `peers --json` shows it (`peers` shortens it).", valueName: "name-or-fingerprint"))
     var peer: String
 
     @OptionGroup var config: ConfigOptions
@@ -30,6 +30,10 @@ struct Trust: AsyncParsableCommand {
         let configuration = try config.load()
         var known = try KnownPeers.load(from: configuration.knownPeersFile)
         let fingerprint = peer.lowercased().filter { $0 != ":" }
+        let digits = fingerprint.filter { $0 != "…" }
+        if digits.count >= 12, digits.count < 64, digits.allSatisfy(\.isHexDigit) {
+            throw PeerTransferError.usage("\"\(Terminal.escape(peer))\" looks like a shortened key: give all 64 hex digits (`peerxfer peers --json` shows them), or the receiver's name")
+        }
         if fingerprint.count == 64, fingerprint.allSatisfy(\.isHexDigit) {
             known.trusted[fingerprint] = known.trusted[fingerprint] ?? "(by fingerprint)"
             try known.save(to: configuration.knownPeersFile)
