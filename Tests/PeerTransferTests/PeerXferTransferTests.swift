@@ -378,6 +378,9 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(status, 3, output)
         XCTAssertTrue(output.contains("was found within 1 s"), output)
         XCTAssertLessThan(Date().timeIntervalSince(started), 15, "--wait must bound the search")
+        let failure = events(output, "error").last ?? [:]
+        XCTAssertEqual(failure["exitCode"] as? Int, 3, "a JSON line says why: \(output)")
+        XCTAssertTrue((failure["message"] as? String ?? "").contains("was found within 1 s"), output)
     }
 
     func testAFullDiskIsRefusedBeforeAcceptingAndLeavesNothing() throws {

@@ -132,6 +132,12 @@ final class ProgressDisplay: Sendable {
         }
     }
 
+    /// Says, as a JSON line, why the send failed and the exit status it ends with (on a
+    /// terminal the error's own line says it).
+    func ended(by error: PeerTransferError) {
+        if json { printJSON(["event": "error", "exitCode": Int(error.exitCode), "message": error.message]) }
+    }
+
     /// Says that the user stopped the send (Ctrl-C) and how to go on.
     func interrupted() {
         let done = state.withLock { $0.filesDone }

@@ -8,7 +8,7 @@ struct Send: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send files and folders to a peerxfer receiver found by name.",
         discussion: """
-            Each PATH lands in the receiver's inbox under its last component; folders go with everything in them (symlinks are not followed and are listed as skipped). On a terminal a progress line shows bytes, rate and time left; otherwise (or with --json) each event is a JSON object on its own line of standard output.
+            Each PATH lands in the receiver's inbox under its last component; folders go with everything in them (symlinks are not followed and are listed as skipped). On a terminal a progress line shows bytes, rate and time left; otherwise (or with --json) each event is a JSON object on its own line of standard output, and a failure ends with an `error` event holding the exit status and the reason.
 
             The first time a receiver is met its key is pinned; a later key change is refused (exit 6) until `peerxfer untrust NAME`. Interrupted? Run the same command again: files the receiver has are not sent again, and a file cut half way resumes after the last chunk that verifies on the receiver's disk.
 
@@ -56,6 +56,16 @@ struct Send: AsyncParsableCommand {
         // Ctrl-C ends the send as before (status 130), now saying how to resume it.
         let interrupt = Self.onInterrupt { display.interrupted() }
         defer { interrupt?.cancel() }
+        do {
+            try await send(configuration, display: display)
+        } catch let error as PeerTransferError {
+            display.ended(by: error)   // scripts reading the JSON lines see why, not just a stop
+            throw error
+        }
+    }
+
+    /// The foreground send, its progress and outcome shown by `display`.
+    private func send(_ configuration: PeerConfiguration, display: ProgressDisplay) async throws {
         // The arguments are checked at once (a typo fails before anything else); their folders
         // are walked while the receiver is looked for, and each file is hashed as it is sent.
         try TransferPlan.checkArguments(paths)
