@@ -183,7 +183,7 @@ final class ActiveConnections: Sendable {
     }
 
     private let limit: Int
-    private let state = Locked<(next: UInt64, entries: [Entry], ending: Int)>((0, [], 0))
+    private let state = Locked<(next: UInt64, entries: [Entry])>((0, []))
 
     init(limit: Int) {
         self.limit = limit
@@ -194,13 +194,13 @@ final class ActiveConnections: Sendable {
     func enter(hasSentBytes: @escaping @Sendable () -> Bool, evict: @escaping @Sendable () -> Void) -> UInt64? {
         let (id, victim) = state.withLock { state -> (UInt64?, Entry?) in
             var victim: Entry?
-            if state.entries.count - state.ending >= limit {
-                guard state.ending < limit,
+            let ending = state.entries.count(where: \.evicted)
+            if state.entries.count - ending >= limit {
+                guard ending < limit,
                       let index = state.entries.firstIndex(where: { !$0.evicted && !$0.spoke && !$0.hasSentBytes() }) else {
                     return (nil, nil)
                 }
                 state.entries[index].evicted = true
-                state.ending += 1
                 victim = state.entries[index]
             }
             state.next += 1
@@ -223,10 +223,7 @@ final class ActiveConnections: Sendable {
 
     func leave(_ id: UInt64) {
         let idle = state.withLock { state in
-            if let index = state.entries.firstIndex(where: { $0.id == id }) {
-                if state.entries[index].evicted { state.ending -= 1 }
-                state.entries.remove(at: index)
-            }
+            state.entries.removeAll { $0.id == id }
             return state.entries.isEmpty
         }
         if idle { Memory.returnFreedPagesSoon() }

@@ -281,7 +281,7 @@ public struct Sender: Sendable {
                 buffer.deallocate()
             }
             var slot = 0
-            for item in outgoing {
+            files: for item in outgoing {
                 let entry = entries[item.index]
                 if let digest = item.unchanged {
                     ended.insert(item.index)
@@ -306,7 +306,15 @@ public struct Sender: Sendable {
                 let before = Self.identity(of: fd)
                 var changed = before.map { $0.size != entry.size || $0.modified != entry.modified } ?? true
                 var offset = item.offset
-                var endSent = false
+                // The file's end: its digest, or withdrawn when it changed while it was read (a
+                // torn copy, some old bytes and some new, is never delivered as something it
+                // never was). Once every hash of it has run.
+                func fileEnd() -> Data {
+                    if Self.identity(of: fd) != before { changed = true }
+                    ended.insert(item.index, withdrawn: changed)
+                    let digest = changed ? FileEnd.withdrawn : item.hasher.finish().hex
+                    return FileEnd(index: UInt32(item.index), sha256: digest).frame.encoded
+                }
                 while offset < entry.size && !changed {
                     let length = Int(min(UInt64(plan.manifest.chunkSize), entry.size - offset))
                     await hashing.settle(toAtMost: slots - 1)
@@ -324,14 +332,11 @@ public struct Sender: Sendable {
                     if whole {
                         // The whole file in one chunk: hashed here, as a hop to the hashing
                         // queue and back would cost more than it overlaps, and its end goes
-                        // right behind it (withdrawn if the file changed while it was read).
+                        // right behind it.
                         item.hasher.update(UnsafeRawBufferPointer(data))
-                        if Self.identity(of: fd) != before { changed = true }
-                        let digest = changed ? FileEnd.withdrawn : item.hasher.finish().hex
-                        let end = FileEnd(index: UInt32(item.index), sha256: digest).frame.encoded
+                        let end = fileEnd()
                         end.copyBytes(to: UnsafeMutableRawBufferPointer(rebasing: frame[wireSize..<wireSize + end.count]))
                         wireSize += end.count
-                        ended.insert(item.index, withdrawn: changed)
                     } else {
                         hashing.submit(UnsafeRawBufferPointer(data), to: item.hasher)
                     }
@@ -342,16 +347,10 @@ public struct Sender: Sendable {
                     offset += UInt64(length)
                     sent += UInt64(length)
                     events(.progress(sent: sent, total: total))
-                    if whole { endSent = true }
+                    if whole { continue files }   // its end went with it
                 }
-                if endSent { continue }
-                // A file that changed while it was read may be torn (some old bytes, some new):
-                // it is withdrawn rather than delivered as something it never was.
-                if Self.identity(of: fd) != before { changed = true }
                 await hashing.settle(toAtMost: 0)
-                let digest = changed ? FileEnd.withdrawn : item.hasher.finish().hex
-                ended.insert(item.index, withdrawn: changed)
-                try await output.write(FileEnd(index: UInt32(item.index), sha256: digest).frame.encoded)
+                try await output.write(fileEnd())
             }
             try await output.write(Frame.message(.done, Done()).encoded)
             // Nothing more to send: our end of the data (close_notify, then FIN) goes out
