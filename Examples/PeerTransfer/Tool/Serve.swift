@@ -106,8 +106,10 @@ struct Serve: AsyncParsableCommand {
         if !background.runsBackgroundTasks {
             logger.warning("another peerxfer serve runs this configuration's background queue; this one only receives")
         }
-        printLine("serving \"\(service.name)\" on port \(service.port), inbox \(service.inboxPath), key \(configuration.identity.publicKeySHA256)")
-        let group = ServiceGroup(services: [ReceiverLifecycle(service: service)],
+        // "serving" is said once the group traps its signals (before it runs its services): a
+        // SIGHUP or SIGTERM right after the line stops the daemon gracefully, never kills it.
+        let serving = "serving \"\(service.name)\" on port \(service.port), inbox \(service.inboxPath), key \(configuration.identity.publicKeySHA256)"
+        let group = ServiceGroup(services: [ReceiverLifecycle(service: service, ready: { printLine(serving) })],
                                  gracefulShutdownSignals: [.sigterm, .sigint, .sighup], logger: logger)
         try await group.run()
         // Queued sends stay queued for the next start (a stop is not a cancel).
@@ -121,8 +123,11 @@ struct Serve: AsyncParsableCommand {
 /// The receiver as a swift-service-lifecycle service: runs until graceful shutdown.
 struct ReceiverLifecycle: Service {
     let service: ReceiverService
+    /// Called as the service starts, its group's signals already trapped.
+    let ready: @Sendable () -> Void
 
     func run() async throws {
+        ready()
         await cancelWhenGracefulShutdown { [service] in await service.run() }
     }
 }
