@@ -9,8 +9,9 @@ import Synchronization
 /// queues go on working (so neither runs dry while the task reads the next chunks). Every
 /// ``flushStep`` bytes written, a third queue makes them durable (``PartFile/flushData()``)
 /// without holding up the writes, so that the disk works while the data comes and not only in
-/// the sync before the file is named. A small file is written and hashed inline: for it, hops
-/// between threads cost more than they save.
+/// the sync before the file is named. A large file's writes bypass the page cache while they
+/// are aligned (``PartFile/writeDirectly()``). A small file is written and hashed inline: for
+/// it, hops between threads cost more than they save.
 ///
 /// `@unchecked Sendable`: the part file is written only on `writeQueue` and the hasher fed
 /// only on `hashQueue` until ``drain()`` returns (inline, only by the task that owns the sink);
@@ -78,6 +79,9 @@ final class FileSink: @unchecked Sendable {
         flushQueue = queued ? DispatchQueue(label: "peerxfer.flush") : nil
         self.limit = limit
         self.flushStep = flushStep
+        // A large file's chunks come in page-aligned memory (``ChunkMemory``) at aligned
+        // offsets: they go straight to the disk (see ``DirectWrites``).
+        if queued { file.writeDirectly() }
     }
 
     /// How many flushes ran to their end, for tests.
