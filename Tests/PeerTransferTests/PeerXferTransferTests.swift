@@ -43,6 +43,10 @@ final class PeerXferTransferTests: XCTestCase {
         let (status, output) = try lab.send([lab.path("src/tree")], to: name, config: "sender")
         XCTAssertEqual(status, 0, output)
         XCTAssertEqual(done(output)["verified"] as? Int, 3, output)
+        // Seven entries: three files and four folders (tree, ünï cödé, empty, nested).
+        let answered = events(output, "answered").first ?? [:]
+        XCTAssertEqual(answered["accepted"] as? Int, 7, output)
+        XCTAssertEqual(answered["acceptedFiles"] as? Int, 3, output)
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox/tree")), PeerXferLab.listing(lab.path("src/tree")))
         for file in ["ünï cödé/файл.bin", "small.txt", "zero"] {
             XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/tree/\(file)"), lab.path("inbox/tree/\(file)")), file)
@@ -142,7 +146,7 @@ final class PeerXferTransferTests: XCTestCase {
     func testCtrlCSaysHowToResumeAndExits130() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("CtrlC")
-        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
         let size = 256 * chunk
         try lab.makeFile("src/big.bin", size: size, seed: 9)
         let part = try lab.partPath("inbox/big.bin", sentWith: "sender")
@@ -155,10 +159,20 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/big.bin")), "interrupted too late: the file was complete")
         XCTAssertEqual(sender.process.terminationStatus, 130, sender.output)
         XCTAssertTrue(sender.output.contains("\"event\":\"interrupted\""), sender.output)
+        // The receiver's log says the cut transfer can go on, not only that it failed.
+        XCTAssertTrue(daemon.waitForOutput(containing: "what arrived is kept, and the same send resumes from it", seconds: 10), daemon.output)
 
-        let (status, output) = try lab.send([lab.path("src/big.bin")], to: name, config: "sender")
-        XCTAssertEqual(status, 0, output)
-        XCTAssertGreaterThan(done(output)["bytesSkipped"] as? Int ?? 0, 0, "the second run resumed: \(output)")
+        // Again, on a terminal (script(1)'s pseudo-terminal): it says that it resumes, and how much
+        // it does not send again.
+        let command = [PeerXferLab.binary, "send", lab.path("src/big.bin"), "--to", name, "--config", lab.path("sender")]
+            .map { "'\($0)'" }.joined(separator: " ")
+        let terminal = try Foreign(["/usr/bin/script", "-qec", command, "/dev/null"])
+        XCTAssertTrue(terminal.waitForExit(seconds: 60), terminal.output)
+        XCTAssertEqual(terminal.process.terminationStatus, 0, terminal.output)
+        XCTAssertTrue(terminal.output.contains("accepted 1 file of 1 entry;"), terminal.output)
+        XCTAssertTrue(terminal.output.contains("resuming big.bin after its first "), terminal.output)
+        XCTAssertTrue(terminal.output.contains("done: 1 file verified"), terminal.output)
+        XCTAssertTrue(terminal.output.contains("not needed again"), "the second run resumed: \(terminal.output)")
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/big.bin"), lab.path("inbox/big.bin")))
     }
 

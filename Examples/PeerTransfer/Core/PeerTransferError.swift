@@ -96,6 +96,12 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
 
 /// Making strings from the network safe to print.
 public enum Terminal {
+    /// `count` and `noun`, in the plural (`plural`, or the noun and an "s") unless there is
+    /// one: "1 file", "3 files", "2 entries".
+    public static func counted(_ count: Int, _ noun: String, plural: String? = nil) -> String {
+        "\(count) \(count == 1 ? noun : plural ?? noun + "s")"
+    }
+
     /// `text` with control characters (C0, DEL, C1), bidirectional marks and overrides,
     /// zero-width characters and line separators replaced by visible escapes, and backslashes doubled (so an escape in the
     /// output always stands for one character), so that a peer's name or path cannot move the

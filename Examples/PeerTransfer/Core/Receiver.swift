@@ -183,7 +183,7 @@ struct Receiver {
                 case .decide(let offered, let paths):
                     manifest = offered
                     events(.offered(id: id, sender: senderName, files: offered.fileCount, bytes: offered.totalBytes))
-                    logger.info("offer from \(senderName) (key \(senderKey.prefix(16))…): \(offered.fileCount) files, \(offered.totalBytes) bytes")
+                    logger.info("offer from \(senderName) (key \(senderKey.prefix(16))…): \(Terminal.counted(offered.fileCount, "file")), \(Terminal.counted(Int(offered.totalBytes), "byte"))")
                     // A person or a hook may take up to 120 s; the sender waits 150 s.
                     watchdog.touch(bound: .seconds(150))
                     let decision = await decide(offered, paths, senderName: senderName, senderKey: senderKey)
@@ -339,7 +339,8 @@ struct Receiver {
             try? await send(.message(.failure, Failure(code: error.wireCode, message: error.message)), on: pair)
             try? await pair.finishSending()
         } catch {
-            outcome = .runtime("the connection failed: \(error)")
+            // Most often a sender stopped half way (Ctrl-C, a lost link): say what happens next.
+            outcome = .runtime("the connection was cut before the transfer ended (\(error)); what arrived is kept, and the same send resumes from it")
         }
         // Writes still queued for files left unfinished end before their descriptors close.
         for sink in sinks.values { await sink.drain() }

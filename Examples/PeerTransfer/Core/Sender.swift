@@ -8,9 +8,10 @@ public enum SendEvent: Sendable {
     case resolving(name: String)
     /// Connected over TLS to the receiver whose key is `key`; `firstUse` when it was pinned now.
     case connected(name: String, key: String, firstUse: Bool)
-    /// The receiver answered: entries accepted, declined, files it already had, and the bytes
-    /// this run will send (after resuming).
-    case answered(accepted: Int, declined: Int, alreadyThere: Int, bytesToSend: UInt64, reason: String?)
+    /// The receiver answered: entries accepted (`acceptedFiles` of them files, the rest
+    /// folders), declined, files it already had, and the bytes this run will send (after
+    /// resuming).
+    case answered(accepted: Int, acceptedFiles: Int, declined: Int, alreadyThere: Int, bytesToSend: UInt64, reason: String?)
     /// A file starts (at `offset` when resuming).
     case fileStarted(index: Int, path: String, size: UInt64, offset: UInt64)
     /// Bytes handed to the connection so far in this run, of `total`.
@@ -246,7 +247,8 @@ public struct Sender: Sendable {
         let alreadyThere = outgoing.filter { $0.unchanged != nil }.count
         let bytesSkipped = outgoing.reduce(UInt64(0)) { $0 + ($1.unchanged != nil ? entries[$1.index].size : $1.offset) }
         let total = outgoing.reduce(UInt64(0)) { $0 + ($1.unchanged != nil ? 0 : entries[$1.index].size - $1.offset) }
-        events(.answered(accepted: acceptedIndexes.count, declined: declined.count, alreadyThere: alreadyThere,
+        events(.answered(accepted: acceptedIndexes.count, acceptedFiles: acceptedIndexes.filter { entries[$0].kind == .file }.count,
+                         declined: declined.count, alreadyThere: alreadyThere,
                          bytesToSend: total, reason: answer.reason.map(Terminal.escape)))
 
         // The receiver's verdicts arrive while we send: a task reads them.

@@ -58,19 +58,21 @@ final class ProgressDisplay: Sendable {
             } else {
                 printError("connected to \"\(Terminal.escape(name))\" (key \(key.prefix(16))…\(firstUse ? ", first use: pinned" : ", matches its pin"))")
             }
-        case .answered(let accepted, let declined, let there, let bytes, let reason):
+        case .answered(let accepted, let files, let declined, let there, let bytes, let reason):
             state.withLock {
                 $0.total = bytes
                 $0.started = .now
             }
             if json {
-                var object: [String: Any] = ["event": "answered", "accepted": accepted, "declined": declined,
+                var object: [String: Any] = ["event": "answered", "accepted": accepted, "acceptedFiles": files, "declined": declined,
                                              "alreadyThere": there, "bytesToSend": bytes]
                 if let reason { object["reason"] = reason }
                 printJSON(object)
             } else {
-                var line = "accepted \(accepted) of \(entriesTotal) entries; \(Self.bytes(bytes)) to send"
-                if there > 0 { line += ", \(there) files already there" }
+                let folders = accepted - files
+                var line = "accepted \(Terminal.counted(files, "file"))\(folders > 0 ? " and \(Terminal.counted(folders, "folder"))" : "")"
+                    + " of \(Terminal.counted(entriesTotal, "entry", plural: "entries")); \(Self.bytes(bytes)) to send"
+                if there > 0 { line += ", \(Terminal.counted(there, "file")) already there" }
                 if let reason, declined > 0 { line += " (\(reason))" }
                 printError(line)
             }
@@ -83,6 +85,10 @@ final class ProgressDisplay: Sendable {
             }
             if json {
                 printJSON(["event": "file", "path": Terminal.escape(path), "size": size, "resumeAt": offset])
+            } else if offset > 0 {
+                // Said, so that a run after an interruption does not look like starting over.
+                clearLine()
+                printError("resuming \(Terminal.escape(path)) after its first \(Self.bytes(offset)) of \(Self.bytes(size)), which the receiver holds (checked chunk by chunk)")
             }
         case .progress(let sent, let total):
             let line: String? = state.withLock { state in

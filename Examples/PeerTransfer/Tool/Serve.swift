@@ -150,7 +150,7 @@ struct OfferJudge: Sendable {
             logger.warning("declined an offer from \(offer.senderName): --accept ask has no terminal and no --hook")
             return []
         }
-        let question = "Accept \(offer.manifest.fileCount) files (\(size)) from \(offer.senderName) [key \(offer.senderKey.prefix(16))…\(offer.senderTrusted ? ", trusted" : "")]? [y/N] "
+        let question = "Accept \(Terminal.counted(offer.manifest.fileCount, "file")) (\(size)) from \(offer.senderName) [key \(offer.senderKey.prefix(16))…\(offer.senderTrusted ? ", trusted" : "")]? [y/N] "
         writeAll(question, to: 2)
         // Waited for on a thread of its own: the shared pool of async threads keeps serving
         // other peers meanwhile.
