@@ -155,6 +155,16 @@ def main():
         tls.sendall(chunk(0, 0, big[:CHUNK_SIZE]) + chunk(1, 0, big[:CHUNK_SIZE]))
     elif mode == "silent":
         pass
+    elif mode == "stall":
+        # An offer answered, one chunk of a larger file, then nothing: alive, but no progress.
+        data = b"s" * (4 * CHUNK_SIZE)
+        tls.sendall(hello() + manifest(entry("stalled.bin", data)))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:   # the answer, and not a moment longer
+            got, _ = read_frames(tls, 0.1)
+            if any(f["kind"] == ANSWER for f in got):
+                break
+        tls.sendall(chunk(0, 0, data[:CHUNK_SIZE]))
     elif mode == "trickle":
         # A 64 MiB offer, then one chunk a second: alive, but far too slow to ever finish.
         size = 64 * CHUNK_SIZE

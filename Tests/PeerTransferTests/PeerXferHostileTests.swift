@@ -114,6 +114,22 @@ final class PeerXferHostileTests: XCTestCase {
         XCTAssertEqual(try lab.run(["serve", "--slow-grace=-5"]).status, 2)
     }
 
+    func testASenderThatStopsMidFileIsDroppedAfterTheIdleTimeoutAndTheLogSaysWhy() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Stall")
+        let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"), extra: ["--idle-timeout", "2"])
+        let port = daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        let certificate = try TestCertificate.make()
+        let outcome = try attack("stall", port: port, certificate: certificate, wait: 20)
+        XCTAssertTrue(outcome.closed, "a stalled sender must be cut: \(outcome.raw)")
+        XCTAssertTrue(daemon.waitForOutput(containing: "no progress from the sender for 2", seconds: 10),
+                      "the log names the idle timeout, not a closed stream: \(daemon.output)")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/stalled.bin")), "never named unfinished")
+        for bad in ["0", "3601", "nan", "-1"] {
+            XCTAssertEqual(try lab.run(["serve", "--idle-timeout", bad]).status, 2, bad)
+        }
+    }
+
     /// A lying receiver (Tests/Hostile/peerxfer_fake_receiver.py with `arguments`), published
     /// under its own key with avahi-publish, so that a sender finds and trusts it.
     private func fakeReceiver(_ arguments: [String]) throws -> (fake: Foreign, publisher: Foreign, name: String) {

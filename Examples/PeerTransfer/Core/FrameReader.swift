@@ -64,6 +64,7 @@ final class ProgressWatchdog: Sendable {
     private struct State {
         var lastProgress: ContinuousClock.Instant
         var bound: Duration
+        var expired: String?
     }
     private let state: Mutex<State>
 
@@ -75,7 +76,11 @@ final class ProgressWatchdog: Sendable {
     func touch() { state.withLock { $0.lastProgress = .now } }
 
     /// Records progress and sets a new bound from now on (a longer one while a person decides).
-    func touch(bound: Duration) { state.withLock { $0 = State(lastProgress: .now, bound: bound) } }
+    func touch(bound: Duration) { state.withLock { $0 = State(lastProgress: .now, bound: bound, expired: $0.expired) } }
+
+    /// Why the watchdog reset the connection ("no progress from the sender for 60 seconds"),
+    /// once it has: the streams then fail only with "not open", which would hide the cause.
+    var expired: String? { state.withLock { $0.expired } }
 
     /// Watches `pair` until the calling task is cancelled; resets the connection (its streams
     /// then fail with ``SocketStreamError/limitExceeded(_:)``) after `bound` without progress.
@@ -83,7 +88,9 @@ final class ProgressWatchdog: Sendable {
         while !Task.isCancelled {
             let (deadline, bound) = state.withLock { ($0.lastProgress + $0.bound, $0.bound) }
             if deadline <= .now {
-                pair.reset(.limitExceeded("no progress \(what) for \(bound)"))
+                let reason = "no progress \(what) for \(bound)"
+                state.withLock { $0.expired = reason }
+                pair.reset(.limitExceeded(reason))
                 return
             }
             // At most a second at a time: a bound made shorter meanwhile counts at once.

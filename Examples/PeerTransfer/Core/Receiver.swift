@@ -340,7 +340,7 @@ struct Receiver {
             try? await pair.finishSending()
         } catch {
             // Most often a sender stopped half way (Ctrl-C, a lost link): say what happens next.
-            outcome = .runtime("the connection was cut before the transfer ended (\(error)); what arrived is kept, and the same send resumes from it")
+            outcome = .runtime("the connection was cut before the transfer ended (\(watchdog.expired ?? "\(error)")); what arrived is kept, and the same send resumes from it")
         }
         // Writes still queued for files left unfinished end before their descriptors close.
         for sink in sinks.values { await sink.drain() }

@@ -118,6 +118,7 @@ public final class ReceiverService: Sendable {
                 var receiver = Receiver(id: id, inbox: inbox, policy: policy, hello: hello, trusted: trusted,
                                         events: events, logger: logger)
                 receiver.pace = pace
+                receiver.idleBound = pace.idleBound
                 group.addTask { [self] in
                     await receiver.run(connection.streams)
                     let idle = active.withLock { $0 -= 1; return $0 == 0 }

@@ -154,9 +154,9 @@ public struct Sender: Sendable {
         } catch let error as PeerTransferError {
             throw error
         } catch let error as SocketStreamError {
-            throw PeerTransferError.runtime("the connection to \"\(Terminal.escape(name))\" failed: \(error)")
+            throw PeerTransferError.runtime("the connection to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
         } catch {
-            throw PeerTransferError.runtime("the transfer to \"\(Terminal.escape(name))\" failed: \(error)")
+            throw PeerTransferError.runtime("the transfer to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
         }
     }
 

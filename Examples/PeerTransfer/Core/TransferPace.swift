@@ -8,11 +8,15 @@ public struct TransferPace: Sendable {
     public var minimumRate: UInt64
     /// Time allowed on top (set-up, a slow start, disks that pause).
     public var grace: Duration
+    /// How long a sender may make no progress at all before its connection is dropped.
+    public var idleBound: Duration
 
-    /// 64 KiB/s after 120 s by default: far below any LAN, far above a trickle.
-    public init(minimumRate: UInt64 = 64 * 1024, grace: Duration = .seconds(120)) {
+    /// 64 KiB/s after 120 s by default: far below any LAN, far above a trickle; 60 s of
+    /// silence at most.
+    public init(minimumRate: UInt64 = 64 * 1024, grace: Duration = .seconds(120), idleBound: Duration = .seconds(60)) {
         self.minimumRate = minimumRate
         self.grace = grace
+        self.idleBound = idleBound
     }
 
     /// True when a transfer answered at `start` that has moved `bytes` of file data by `now`

@@ -53,6 +53,11 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("slow-grace"), help: ArgumentHelp("Seconds before --minimum-rate counts.", visibility: .hidden))
     var slowGrace: Double = 120
 
+    @Option(name: .customLong("idle-timeout"),
+            help: ArgumentHelp("Drop a sender's connection after this many seconds without progress (1…3600). Its part files stay: the same send resumes.",
+                               valueName: "seconds"))
+    var idleTimeout: Double = 60
+
     enum AcceptMode: String, ExpressibleByArgument, CaseIterable {
         case ask, known, all
     }
@@ -62,6 +67,9 @@ struct Serve: AsyncParsableCommand {
         guard !name.isEmpty, name.utf8.count <= 63 else { throw ValidationError("--name must be 1 to 63 bytes") }
         if hook != nil && accept != .ask { throw ValidationError("--hook applies only to --accept ask") }
         guard slowGrace.isFinite, slowGrace >= 0, slowGrace <= 86_400 else { throw ValidationError("--slow-grace must be 0…86400 seconds") }
+        guard idleTimeout.isFinite, idleTimeout >= 1, idleTimeout <= 3600 else {
+            throw ValidationError("--idle-timeout must be 1…3600 seconds, not \(idleTimeout)")
+        }
         try place.check()
         if place.isLink && tsigKey != nil { throw ValidationError("--tsig-key is for a wide-area --domain; local is published through avahi-daemon") }
         if !place.isLink && tsigKey == nil {
@@ -94,7 +102,7 @@ struct Serve: AsyncParsableCommand {
         }
         let status = StatusBook(file: configuration.statusFile)
         let service = try await ReceiverService.start(name: name, inbox: inbox, configuration: configuration, policy: policy,
-                                                      port: port, pace: TransferPace(minimumRate: minimumRate, grace: .seconds(slowGrace)),
+                                                      port: port, pace: TransferPace(minimumRate: minimumRate, grace: .seconds(slowGrace), idleBound: .seconds(idleTimeout)),
                                                       domain: place.domain, wideArea: wideArea,
                                                       logger: logger, events: { status.record($0) })
         status.started(name: service.name, port: service.port, inbox: service.inboxPath,
