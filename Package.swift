@@ -52,6 +52,7 @@ let package = Package(
             name: "PeerTransferCore",
             dependencies: [
                 "Salut",
+                "CLinux",
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Examples/PeerTransfer/Core"

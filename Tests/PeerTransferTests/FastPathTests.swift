@@ -126,6 +126,7 @@ final class FastPathTests: XCTestCase {
         defer { file.closeFiles() }
         let size = 12 * TransferLimits.chunkSize
         let sink = FileSink(file: file, continuing: SHA256Hasher(), size: UInt64(size))
+        XCTAssertFalse(file.writesDirectly, "tmpfs is the page cache: no direct writes there")
         let chunk = randomData(TransferLimits.chunkSize, seed: 9)
         var failure: Error?
         do {

@@ -229,9 +229,8 @@ struct ChunkFrame: Equatable {
     }
 
 
-    /// Where a chunk's file bytes start in a receiver's memory: on a page boundary, as direct
-    /// I/O (O_DIRECT) needs. The receiver now writes through the page cache (see
-    /// ``FileSink``), which needs no alignment; it is kept so that direct I/O stays possible.
+    /// Where a chunk's file bytes start in a receiver's memory: on a page boundary, so that a
+    /// receiver can write them straight to the disk (see ``DirectWrites``).
     static let dataAlignment = 4096
 
     init(index: UInt32, offset: UInt64, data: Data) {
