@@ -1,5 +1,6 @@
 import Foundation
 import SalutStreams
+import SalutTestSupport
 import XCTest
 @testable import PeerTransferCore
 
@@ -11,7 +12,14 @@ final class DirectWritesTests: XCTestCase {
     override func setUpWithError() throws {
         folder = FileManager.default.temporaryDirectory.appendingPathComponent("px-direct-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        // Direct writes are used on ext4 and XFS only: elsewhere there is nothing to check.
+    }
+
+    override func tearDown() {
+        try? FileManager.default.removeItem(atPath: folder)
+    }
+
+    /// Skips unless `folder` is on a file system direct writes are used on (ext4, XFS).
+    private func requireDirectWrites(in folder: String) throws {
         let probe = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         defer { if probe >= 0 { close(probe) } }
         guard probe >= 0, DirectWrites.isSuitable(probe) else {
@@ -19,8 +27,12 @@ final class DirectWritesTests: XCTestCase {
         }
     }
 
-    override func tearDown() {
-        try? FileManager.default.removeItem(atPath: folder)
+    /// Runs `arguments` and returns its status and output.
+    @discardableResult
+    private func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
+        let process = try Foreign(arguments)
+        let output = process.finish(seconds: 60)
+        return (process.process.terminationStatus, output)
     }
 
     private func randomData(_ count: Int, seed: UInt64) -> Data {
@@ -57,8 +69,10 @@ final class DirectWritesTests: XCTestCase {
         return pages.map { $0 & 1 == 1 }
     }
 
-    private func receive(_ data: Data, as name: String, shift: Int = 0) async throws -> (PartFile, String) {
-        let inbox = try Inbox(path: folder + "/inbox")
+    private func receive(_ data: Data, as name: String, shift: Int = 0, into inboxPath: String? = nil) async throws -> (PartFile, String) {
+        let inboxPath = inboxPath ?? folder + "/inbox"
+        try requireDirectWrites(in: (inboxPath as NSString).deletingLastPathComponent)
+        let inbox = try Inbox(path: inboxPath)
         let file = try inbox.openPart(try RelativePath(validating: name), for: "k")
         let sink = FileSink(file: file, continuing: SHA256Hasher(), size: UInt64(data.count))
         XCTAssertTrue(file.writesDirectly, "ext4 refused O_DIRECT")
@@ -70,7 +84,7 @@ final class DirectWritesTests: XCTestCase {
         XCTAssertEqual(digest, SHA256Hasher.hash(data), name)
         try file.finishWriting(mode: 0o644, modified: 0)
         file.closeFiles()
-        return (file, folder + "/inbox/" + TransferLimits.partName(of: name, from: "k"))
+        return (file, inboxPath + "/" + TransferLimits.partName(of: name, from: "k"))
     }
 
     func testALargeFilesAlignedChunksBypassThePageCacheAndItsShortTailDoesNot() async throws {
@@ -103,6 +117,36 @@ final class DirectWritesTests: XCTestCase {
         let (file, path) = try await receive(data, as: "shifted.bin", shift: 8)
         XCTAssertFalse(file.writesDirectly)
         XCTAssertEqual(try cachedPages(path, size: data.count).filter { !$0 }.count, 0, "written through the cache")
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)), data)
+    }
+
+    func testADirectWriteTheFileSystemRefusesIsWrittenThroughTheCache() async throws {
+        // XFS on a disk of 8 KiB sectors takes direct writes in multiples of 8 KiB only: the
+        // chunks go directly, and the tail's 4 KiB page is refused with EINVAL, then written
+        // through the page cache (the fallback a file system's own rules can force).
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/sbin/mkfs.xfs") else {
+            throw XCTSkip("needs root and mkfs.xfs (xfsprogs, installed by Scripts/bootstrap)")
+        }
+        let image = folder + "/xfs.img", mount = folder + "/xfs"
+        try FileManager.default.createDirectory(atPath: mount, withIntermediateDirectories: true)
+        guard try run(["/usr/bin/truncate", "-s", "400M", image]).status == 0 else { return XCTFail("truncate") }
+        let attached = try run(["/sbin/losetup", "--find", "--show", "--sector-size", "8192", image])
+        guard attached.status == 0 else { throw XCTSkip("no loop device here: \(attached.output)") }
+        let device = attached.output.trimmingCharacters(in: .whitespacesAndNewlines)
+        defer { _ = try? run(["/sbin/losetup", "-d", device]) }
+        let made = try run(["/sbin/mkfs.xfs", "-q", "-f", "-b", "size=8192", "-s", "size=8192", device])
+        guard made.status == 0 else { throw XCTSkip("mkfs.xfs with 8 KiB blocks refused: \(made.output)") }
+        let mounted = try run(["/bin/mount", device, mount])
+        guard mounted.status == 0 else { throw XCTSkip("this kernel cannot mount XFS with 8 KiB blocks: \(mounted.output)") }
+        defer { _ = try? run(["/bin/umount", mount]) }
+
+        let chunk = TransferLimits.chunkSize
+        let data = randomData(5 * chunk + DirectWrites.alignment + 1, seed: 10)
+        let (file, path) = try await receive(data, as: "refused.bin", into: mount + "/inbox")
+        XCTAssertFalse(file.writesDirectly, "the refused write turned direct writes off")
+        let cached = try cachedPages(path, size: data.count)
+        XCTAssertEqual(cached.prefix(5 * chunk / pageSize).filter { $0 }.count, 0, "the whole chunks went directly")
+        XCTAssertTrue(cached.last!, "the refused tail went through the cache")
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)), data)
     }
 }
