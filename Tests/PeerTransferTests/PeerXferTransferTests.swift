@@ -176,6 +176,26 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/big.bin"), lab.path("inbox/big.bin")))
     }
 
+    func testASendRightAfterTheReceiverRestartsReachesItsNewPort() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Restart")
+        let first = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        try lab.makeFile("src/a.txt", size: 1000)
+        XCTAssertEqual(try lab.send([lab.path("src/a.txt")], to: name, config: "sender").status, 0)
+        // Stopped, and a send started at once: for about a second the old daemon's record (its
+        // port) is still answered, and that port refuses. The daemon comes back meanwhile, on
+        // another port; the send must reach it there.
+        kill(first.process.processIdentifier, SIGINT)
+        XCTAssertTrue(first.waitForExit(seconds: 10))
+        try lab.makeFile("src/b.txt", size: 1000)
+        let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/b.txt"), "--to", name,
+                                  "--config", lab.path("sender"), "--json"])
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        XCTAssertTrue(sender.waitForExit(seconds: 30), sender.output)
+        XCTAssertEqual(sender.process.terminationStatus, 0, "the send reaches the restarted receiver: \(sender.output)")
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/b.txt"), lab.path("inbox/b.txt")))
+    }
+
     func testResumeAfterTheReceiverIsKilled() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Crash")

@@ -189,6 +189,46 @@ final class ServiceStreamsTests: XCTestCase {
         for try await chunk in pair.input.chunks { echoed += chunk }
         XCTAssertEqual(String(decoding: echoed, as: UTF8.self), "still there")
     }
+
+    func testAfterARefusalTheRememberedResolutionIsNotUsedAgain() async throws {
+        // Resolved on one port; then the service moves to another (a restart), and the old
+        // port refuses. The connection after that refusal must ask the network again.
+        let old = try StreamListener(port: 0)
+        let type = "_v\(String(UInt32.random(in: 0..<UInt32.max), radix: 36))._tcp"
+        let first = try Foreign(["avahi-publish", "-s", "Moving", type, "\(old.port)"])
+        let service = DiscoveredService(name: "Moving", type: type)
+        let resolved = try await service.resolve(timeout: 10)
+        XCTAssertEqual(resolved.port, old.port)
+        old.stop()
+        first.stop()
+        XCTAssertTrue(first.waitForExit(seconds: 5))
+        let moved = try StreamListener(port: 0)
+        defer { moved.stop() }
+        moved.accept { connection in Task { await echo(connection) } }
+        let second = try Foreign(["avahi-publish", "-s", "Moving", type, "\(moved.port)"])
+        defer { second.stop() }
+        let probe = DiscoveryContext(label: "probe")
+        try await withDeadline(20, "the new port is published") {
+            while (try? await service.resolve(timeout: 0.5, context: probe))?.port != moved.port {
+                try await Task.sleep(nanoseconds: 50_000_000)
+            }
+        }
+        // The remembered resolution still names the old port: refused.
+        do {
+            let pair = try await withDeadline(10, "connect to the old port") { try await service.connect(resolveTimeout: 2) }
+            pair.output.close()
+            XCTFail("the old port took a connection")
+        } catch let error as SocketStreamError {
+            XCTAssertEqual(error.code, .connectionRefused, "\(error)")
+        }
+        // The next connection resolves afresh and reaches the new port.
+        let pair = try await withDeadline(10, "connect to the new port") { try await service.connect(resolveTimeout: 2) }
+        try await pair.output.write(Data("moved".utf8))
+        pair.output.close()
+        var echoed = Data()
+        for try await chunk in pair.input.chunks { echoed += chunk }
+        XCTAssertEqual(String(decoding: echoed, as: UTF8.self), "moved")
+    }
 }
 
 /// Everything until the end of the data.

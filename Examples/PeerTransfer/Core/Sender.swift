@@ -122,11 +122,7 @@ public struct Sender: Sendable {
         tls.tls13CipherSuites = TransferLimits.cipherSuites
         let pair: BoundStreamPair
         do {
-            if let wideArea {
-                pair = try await service.connect(tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout, wideArea: wideArea)
-            } else {
-                pair = try await service.connect(tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout)
-            }
+            pair = try await connect(service, tls: tls)
         } catch let error as SocketStreamError where error.code == .tls {
             let failure = error.tlsError.map { "\($0)" } ?? "\(error)"
             if let presented = error.tlsError?.presentedFingerprint {
@@ -159,6 +155,27 @@ public struct Sender: Sendable {
             throw PeerTransferError.runtime("the transfer to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
         }
     }
+
+    /// Connects to `service`, looking it up again while its address refuses, until
+    /// ``findTimeout`` has passed: a receiver restarted a moment ago listens on a new port, and
+    /// its old one may still be answered for about a second.
+    /// - Throws: the last connection's error (``SocketStreamError``).
+    private func connect(_ service: DiscoveredService, tls: TLSConfiguration) async throws -> BoundStreamPair {
+        let deadline = ContinuousClock.now + .milliseconds(Int(findTimeout * 1000))
+        while true {
+            do {
+                if let wideArea {
+                    return try await service.connect(tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout, wideArea: wideArea)
+                }
+                return try await service.connect(tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout)
+            } catch let error as SocketStreamError where error.code == .connectionRefused && .now + Self.refusedRetry < deadline {
+                try await Task.sleep(for: Self.refusedRetry)
+            }
+        }
+    }
+
+    /// How long the sender waits before looking a receiver up again after a refusal.
+    static let refusedRetry: Duration = .milliseconds(200)
 
     /// What the two halves of getting ready give: the plan, or how the receiver was looked for.
     private enum Preparation: Sendable {

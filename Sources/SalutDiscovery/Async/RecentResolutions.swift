@@ -3,7 +3,8 @@ import SalutStreams
 
 /// What `resolve` found lately, per service, so that connecting to a service just resolved uses
 /// those addresses instead of asking the network again. Entries last a few seconds: a service
-/// that moves is resolved afresh soon after.
+/// that moves is resolved afresh soon after, and at once after a connection to it fails (see
+/// ``forget(_:)``).
 final class RecentResolutions: Sendable {
     /// How long a resolution is reused.
     static let lifetime: Duration = .seconds(10)
@@ -17,6 +18,12 @@ final class RecentResolutions: Sendable {
             table = table.filter { now - $0.value.at < Self.lifetime }
             table[resolved.service] = (resolved, now)
         }
+    }
+
+    /// Drops what is remembered of `service`: its addresses did not take a connection (a
+    /// restarted service listens on another port), so the next connection resolves it again.
+    func forget(_ service: DiscoveredService) {
+        entries.withLock { _ = $0.removeValue(forKey: service) }
     }
 
     /// The resolution of `service` made within the lifetime, if any has addresses.

@@ -3,7 +3,8 @@ import SalutStreams
 
 extension DiscoveredService {
     /// Unopened streams to the service: opening either one resolves the service (through the
-    /// avahi-daemon; a resolution made with `resolve()` in the last 10 seconds is reused) and
+    /// avahi-daemon; a resolution made with `resolve()` in the last 10 seconds is reused, unless
+    /// a ``connect(tls:bufferSize:resolveTimeout:context:)`` to it has failed since) and
     /// connects to its addresses the Happy Eyeballs way.
     ///
     /// With `tls`, the certificate is checked against `tls.peerName` or else the service's
@@ -46,7 +47,14 @@ extension DiscoveredService {
     public func connect(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,
                         resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared) async throws -> BoundStreamPair {
         let pair = streams(tls: tls, bufferSize: bufferSize, resolveTimeout: resolveTimeout, context: context)
-        try await pair.open()
+        do {
+            try await pair.open()
+        } catch let error as SocketStreamError where [.connectionRefused, .unreachable, .timedOut].contains(error.code) {
+            // The addresses did not take the connection: the next attempt asks the network again
+            // instead of reusing them (a service restarted a moment ago listens on a new port).
+            context.recentResolutions.forget(self)
+            throw error
+        }
         return pair
     }
 
