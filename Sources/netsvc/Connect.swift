@@ -62,12 +62,10 @@ struct Connect: AsyncParsableCommand {
             }
             if let lost = await upload.outcome(of: pair) { failures.append("sending: \(UploadFailure(reason: lost))") }
             pair.input.close()
-            if !failures.isEmpty && !pair.hasReceivedBytes {
-                // Nothing came back at all: most often a service that turned us away.
-                failures.append("the service closed without sending a byte (one at its connection limit turns newcomers away so, as `netsvc publish --listen --max-connections` does)")
-            }
             if !failures.isEmpty {
-                note("connection to \"\(Terminal.escaped(target.name))\" failed: " + failures.joined(separator: "; "))
+                // Nothing came back at all: most often a service that turned us away.
+                let cause = pair.hasReceivedBytes ? "" : "the service ended it without sending a byte, as one at its connection limit does; "
+                note("connection to \"\(Terminal.escaped(target.name))\" failed: " + cause + failures.joined(separator: "; "))
                 throw ExitCode.failure
             }
         } catch let exit as ExitCode {

@@ -339,8 +339,14 @@ struct Receiver {
             try? await send(.message(.failure, Failure(code: error.wireCode, message: error.message)), on: pair)
             try? await pair.finishSending()
         } catch {
-            // Most often a sender stopped half way (Ctrl-C, a lost link): say what happens next.
-            outcome = .runtime("the connection was cut before the transfer ended (\(watchdog.expired ?? "\(error)")); what arrived is kept, and the same send resumes from it")
+            let cause = watchdog.expired ?? "\(error)"
+            if manifest == nil {
+                // A scan, a client of another protocol, a failed handshake: no transfer began.
+                outcome = .runtime("the connection ended before any offer: \(cause)")
+            } else {
+                // Most often a sender stopped half way (Ctrl-C, a lost link): say what happens next.
+                outcome = .runtime("the connection was cut before the transfer ended: \(cause). What arrived is kept, and the same send resumes from it")
+            }
         }
         // Writes still queued for files left unfinished end before their descriptors close.
         for sink in sinks.values { await sink.drain() }

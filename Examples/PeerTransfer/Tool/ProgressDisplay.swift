@@ -10,6 +10,8 @@ final class ProgressDisplay: Sendable {
         var lastDraw = ContinuousClock.Instant.now - .seconds(1)
         var currentFile = ""
         var filesDone = 0
+        /// Files started in this run (the one being sent is this many), and how many will be.
+        var filesStarted = 0
         var filesTotal = 0
         var entriesTotal = 0
         var sent: UInt64 = 0
@@ -70,8 +72,10 @@ final class ProgressDisplay: Sendable {
                 printJSON(object)
             } else {
                 let folders = accepted - files
+                state.withLock { $0.filesTotal = files - there }
                 var line = "accepted \(Terminal.counted(files, "file"))\(folders > 0 ? " and \(Terminal.counted(folders, "folder"))" : "")"
-                    + " of \(Terminal.counted(entriesTotal, "entry", plural: "entries")); \(Self.bytes(bytes)) to send"
+                    + (accepted < entriesTotal ? " of \(Terminal.counted(entriesTotal, "entry", plural: "entries"))" : "")
+                    + "; \(Self.bytes(bytes)) to send"
                 if there > 0 { line += ", \(Terminal.counted(there, "file")) already there" }
                 if let reason, declined > 0 { line += " (\(reason))" }
                 printError(line)
@@ -79,6 +83,7 @@ final class ProgressDisplay: Sendable {
         case .fileStarted(_, let path, let size, let offset):
             state.withLock {
                 $0.currentFile = path
+                $0.filesStarted += 1
                 $0.fileSize = size
                 $0.fileStart = offset
                 $0.fileStartSent = $0.sent
@@ -139,9 +144,13 @@ final class ProgressDisplay: Sendable {
     }
 
     /// Says, as a JSON line, why the send failed and the exit status it ends with (on a
-    /// terminal the error's own line says it).
+    /// terminal the error's own line says it: the progress line is cleared for it).
     func ended(by error: PeerTransferError) {
-        if json { printJSON(["event": "error", "exitCode": Int(error.exitCode), "message": error.message]) }
+        if json {
+            printJSON(["event": "error", "exitCode": Int(error.exitCode), "message": error.message])
+        } else {
+            clearLine()
+        }
     }
 
     /// Says that the user stopped the send (Ctrl-C) and how to go on.
@@ -151,7 +160,9 @@ final class ProgressDisplay: Sendable {
             printJSON(["event": "interrupted", "verified": done])
         } else {
             clearLine()
-            printError("interrupted after \(done) file\(done == 1 ? "" : "s") verified: run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)")
+            // (No count: the receiver confirms small files in batches, so it may hold more
+            // than it has confirmed yet.)
+            printError("interrupted: run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)")
         }
     }
 
@@ -175,7 +186,7 @@ final class ProgressDisplay: Sendable {
         let fileDone = state.fileStart + (state.sent - state.fileStartSent)
         let filePercent = state.fileSize > 0 ? Int(Double(fileDone) / Double(state.fileSize) * 100) : 100
         let name = Terminal.escape(String(state.currentFile.suffix(40)))
-        return "[\(bar)] \(Int(fraction * 100))% \(bytes(state.sent))/\(bytes(state.total)) \(bytes(UInt64(rate)))/s ETA \(eta) · \(name) \(filePercent)% (\(state.filesDone + 1)/\(state.filesTotal))"
+        return "[\(bar)] \(Int(fraction * 100))% \(bytes(state.sent))/\(bytes(state.total)) \(bytes(UInt64(rate)))/s ETA \(eta) · \(name) \(filePercent)% (file \(state.filesStarted) of \(state.filesTotal))"
     }
 
     static func bytes(_ count: UInt64) -> String {

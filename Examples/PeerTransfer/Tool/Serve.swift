@@ -87,7 +87,11 @@ struct Serve: AsyncParsableCommand {
         switch accept {
         case .all: policy = .all
         case .known: policy = .known
-        case .ask: policy = .ask(OfferJudge(hook: hook, logger: logger).judge)
+        case .ask:
+            policy = .ask(OfferJudge(hook: hook, logger: logger).judge)
+            if hook == nil && isatty(0) != 1 {
+                logger.warning("--accept ask with no terminal to ask on and no --hook: every offer will be declined (use --accept known or all, or a --hook)")
+            }
         }
         let wideArea: WideAreaPublishing?
         if let tsigKey {
