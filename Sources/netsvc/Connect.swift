@@ -64,7 +64,7 @@ struct Connect: AsyncParsableCommand {
             pair.input.close()
             if !failures.isEmpty {
                 // Nothing came back at all: most often a service that turned us away.
-                let cause = pair.hasReceivedBytes ? "" : "the service ended it without sending a byte, as one at its connection limit does; "
+                let cause = pair.hasReceivedBytes ? "" : "the service sent nothing back (a service at its connection limit turns newcomers away so); "
                 note("connection to \"\(Terminal.escaped(target.name))\" failed: " + cause + failures.joined(separator: "; "))
                 throw ExitCode.failure
             }

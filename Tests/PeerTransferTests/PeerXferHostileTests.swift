@@ -125,6 +125,8 @@ final class PeerXferHostileTests: XCTestCase {
         XCTAssertTrue(daemon.waitForOutput(containing: "no progress from the sender for 2", seconds: 10),
                       "the log names the idle timeout, not a closed stream: \(daemon.output)")
         XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/stalled.bin")), "never named unfinished")
+        let parts = (try? FileManager.default.contentsOfDirectory(atPath: lab.path("inbox"))) ?? []
+        XCTAssertTrue(parts.contains { $0.hasPrefix("stalled.bin.") && $0.hasSuffix(".peerxfer-part") }, "its part file is kept: \(parts)")
         // Not every connection is a transfer: an HTTP request is logged as one that never offered
         // anything, not as a transfer to resume.
         let http = try Foreign(["python3", "-c", "import socket; s = socket.create_connection(('127.0.0.1', \(port))); s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); s.recv(100)"])

@@ -160,7 +160,7 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(sender.process.terminationStatus, 130, sender.output)
         XCTAssertTrue(sender.output.contains("\"event\":\"interrupted\""), sender.output)
         // The receiver's log says the cut transfer can go on, not only that it failed.
-        XCTAssertTrue(daemon.waitForOutput(containing: "What arrived is kept, and the same send resumes from it", seconds: 10), daemon.output)
+        XCTAssertTrue(daemon.waitForOutput(containing: "Part files are kept, and the same send resumes from them", seconds: 10), daemon.output)
 
         // Again, on a terminal (script(1)'s pseudo-terminal): it says that it resumes, and how much
         // it does not send again.

@@ -152,7 +152,7 @@ final class NetsvcStreamTests: XCTestCase {
         XCTAssertTrue(first.waitForOutput(containing: "first", seconds: 10), first.output)
         let (code, text) = try shell("echo second | \(netsvc) connect One \(type)")
         XCTAssertEqual(code, 1, "refused: \(text)")
-        XCTAssertTrue(text.contains("failed: the service ended it without sending a byte, as one at its connection limit does;"), "the refusal is named: \(text)")
+        XCTAssertTrue(text.contains("failed: the service sent nothing back (a service at its connection limit turns newcomers away so);"), "the refusal is named: \(text)")
         XCTAssertTrue(publisher.waitForOutput(containing: "refused", seconds: 10), publisher.output)
         first.write("still served\n")
         XCTAssertTrue(first.waitForOutput(containing: "still served", seconds: 10), first.output)

@@ -78,12 +78,13 @@ final class ProgressWatchdog: Sendable {
     /// Records progress and sets a new bound from now on (a longer one while a person decides).
     func touch(bound: Duration) { state.withLock { $0 = State(lastProgress: .now, bound: bound, expired: $0.expired) } }
 
-    /// Why the watchdog reset the connection ("no progress from the sender for 60 seconds"),
+    /// Why the watchdog reset the connection ("no progress from the sender for 60.0 seconds"),
     /// once it has: the streams then fail only with "not open", which would hide the cause.
     var expired: String? { state.withLock { $0.expired } }
 
-    /// Watches `pair` until the calling task is cancelled; resets the connection (its streams
-    /// then fail with ``SocketStreamError/limitExceeded(_:)``) after `bound` without progress.
+    /// Watches `pair` until the calling task is cancelled; resets the connection after `bound`
+    /// without progress (a read or write waiting on its streams then fails, often only as "not
+    /// open": ``expired`` keeps the reason).
     func watch(_ pair: BoundStreamPair, what: String) async {
         while !Task.isCancelled {
             let (deadline, bound) = state.withLock { ($0.lastProgress + $0.bound, $0.bound) }

@@ -183,7 +183,7 @@ struct Receiver {
                 case .decide(let offered, let paths):
                     manifest = offered
                     events(.offered(id: id, sender: senderName, files: offered.fileCount, bytes: offered.totalBytes))
-                    logger.info("offer from \(senderName) (key \(senderKey.prefix(16))…): \(Terminal.counted(offered.fileCount, "file")), \(Terminal.counted(Int(offered.totalBytes), "byte"))")
+                    logger.info("offer from \(senderName) (key \(senderKey.prefix(16))…): \(Terminal.counted(offered.fileCount, "file")), \(Terminal.counted(Int(clamping: offered.totalBytes), "byte"))")
                     // A person or a hook may take up to 120 s; the sender waits 150 s.
                     watchdog.touch(bound: .seconds(150))
                     let decision = await decide(offered, paths, senderName: senderName, senderKey: senderKey)
@@ -343,9 +343,11 @@ struct Receiver {
             if manifest == nil {
                 // A scan, a client of another protocol, a failed handshake: no transfer began.
                 outcome = .runtime("the connection ended before any offer: \(cause)")
+            } else if answeredAt == nil {
+                outcome = .runtime("the connection ended before the offer was accepted: \(cause)")
             } else {
                 // Most often a sender stopped half way (Ctrl-C, a lost link): say what happens next.
-                outcome = .runtime("the connection was cut before the transfer ended: \(cause). What arrived is kept, and the same send resumes from it")
+                outcome = .runtime("the connection was cut before the transfer ended: \(cause). Part files are kept, and the same send resumes from them")
             }
         }
         // Writes still queued for files left unfinished end before their descriptors close.

@@ -156,12 +156,12 @@ public struct Sender: Sendable {
         }
     }
 
-    /// Connects to `service`, looking it up again while its address refuses, until
-    /// ``findTimeout`` has passed: a receiver restarted a moment ago listens on a new port, and
-    /// its old one may still be answered for about a second.
-    /// - Throws: the last connection's error (``SocketStreamError``).
+    /// Connects to `service`, looking it up again while its address refuses, for up to
+    /// ``refusalWindow`` (or ``findTimeout`` if shorter): a receiver restarted a moment ago
+    /// listens on a new port, and its old one may still be answered for about a second.
+    /// - Throws: the last connection's error (``SocketStreamError``); `CancellationError`.
     private func connect(_ service: DiscoveredService, tls: TLSConfiguration) async throws -> BoundStreamPair {
-        let deadline = ContinuousClock.now + .milliseconds(Int(findTimeout * 1000))
+        let deadline = ContinuousClock.now + min(Self.refusalWindow, .milliseconds(Int(findTimeout * 1000)))
         while true {
             do {
                 if let wideArea {
@@ -174,8 +174,10 @@ public struct Sender: Sendable {
         }
     }
 
-    /// How long the sender waits before looking a receiver up again after a refusal.
+    /// How long the sender waits before looking a receiver up again after a refusal, and for
+    /// how long in all it does (mDNS forgets a withdrawn record 1 s after its goodbye).
     static let refusedRetry: Duration = .milliseconds(200)
+    static let refusalWindow: Duration = .seconds(3)
 
     /// What the two halves of getting ready give: the plan, or how the receiver was looked for.
     private enum Preparation: Sendable {

@@ -2,9 +2,9 @@ import Foundation
 import SalutStreams
 
 /// What `resolve` found lately, per service, so that connecting to a service just resolved uses
-/// those addresses instead of asking the network again. Entries last a few seconds: a service
-/// that moves is resolved afresh soon after, and at once after a connection to it fails (see
-/// ``forget(_:)``).
+/// those addresses instead of asking the network again. An entry serves one connection, within
+/// a few seconds: any later one (after a refusal, say, when a restarted service listens on
+/// another port) asks the network again.
 final class RecentResolutions: Sendable {
     /// How long a resolution is reused.
     static let lifetime: Duration = .seconds(10)
@@ -20,16 +20,11 @@ final class RecentResolutions: Sendable {
         }
     }
 
-    /// Drops what is remembered of `service`: its addresses did not take a connection (a
-    /// restarted service listens on another port), so the next connection resolves it again.
-    func forget(_ service: DiscoveredService) {
-        entries.withLock { _ = $0.removeValue(forKey: service) }
-    }
-
-    /// The resolution of `service` made within the lifetime, if any has addresses.
-    func recent(_ service: DiscoveredService) -> ResolvedService? {
+    /// Takes the resolution of `service` made within the lifetime, if any has addresses: it is
+    /// not given out again.
+    func take(_ service: DiscoveredService) -> ResolvedService? {
         entries.withLock { table in
-            guard let entry = table[service], ContinuousClock.now - entry.at < Self.lifetime,
+            guard let entry = table.removeValue(forKey: service), ContinuousClock.now - entry.at < Self.lifetime,
                   !entry.resolved.addresses.isEmpty else { return nil }
             return entry.resolved
         }

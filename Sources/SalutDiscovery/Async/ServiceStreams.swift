@@ -3,9 +3,9 @@ import SalutStreams
 
 extension DiscoveredService {
     /// Unopened streams to the service: opening either one resolves the service (through the
-    /// avahi-daemon; a resolution made with `resolve()` in the last 10 seconds is reused, unless
-    /// a ``connect(tls:bufferSize:resolveTimeout:context:)`` to it has failed since) and
-    /// connects to its addresses the Happy Eyeballs way.
+    /// avahi-daemon; a resolution made with `resolve()` in the last 10 seconds serves the first
+    /// connection after it, and only that one) and connects to its addresses the Happy Eyeballs
+    /// way.
     ///
     /// With `tls`, the certificate is checked against `tls.peerName` or else the service's
     /// resolved host name (pins work as for any host).
@@ -28,7 +28,7 @@ extension DiscoveredService {
         let service = self
         return { _, _ in
             // Resolved a moment ago (`resolve()` then `connect()`): no second round of mDNS.
-            if let recent = context.recentResolutions.recent(service) {
+            if let recent = context.recentResolutions.take(service) {
                 return (recent.addresses, recent.hostName)
             }
             do {
@@ -47,14 +47,7 @@ extension DiscoveredService {
     public func connect(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,
                         resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared) async throws -> BoundStreamPair {
         let pair = streams(tls: tls, bufferSize: bufferSize, resolveTimeout: resolveTimeout, context: context)
-        do {
-            try await pair.open()
-        } catch let error as SocketStreamError where [.connectionRefused, .unreachable, .timedOut].contains(error.code) {
-            // The addresses did not take the connection: the next attempt asks the network again
-            // instead of reusing them (a service restarted a moment ago listens on a new port).
-            context.recentResolutions.forget(self)
-            throw error
-        }
+        try await pair.open()
         return pair
     }
 
