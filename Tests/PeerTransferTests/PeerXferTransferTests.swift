@@ -366,6 +366,8 @@ final class PeerXferTransferTests: XCTestCase {
         let (status, output) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
         XCTAssertEqual(status, 6, output)
         XCTAssertTrue(output.contains(old) && output.contains("impersonating"), output)
+        // The command it suggests works as given: with the configuration folder in use.
+        XCTAssertTrue(output.contains("peerxfer untrust \\\"\(name)\\\" --config '\(lab.path("sender"))'"), output)
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox")), [])
         XCTAssertEqual(try lab.run(["untrust", name, "--config", lab.path("sender")]).status, 0)
         XCTAssertEqual(try lab.send([lab.path("src/a.txt")], to: name, config: "sender").status, 0)
@@ -462,6 +464,11 @@ final class PeerXferTransferTests: XCTestCase {
         let (shortened, shortenedOutput) = try lab.run(["trust", "fc62c7a588b6bec2…", "--config", lab.path("c")])
         XCTAssertEqual(shortened, 2, shortenedOutput)
         XCTAssertTrue(shortenedOutput.contains("all 64 hex digits"), shortenedOutput)
+        // A whole key with a typo is a usage error naming the character, not a name to look up.
+        let typo = String(repeating: "ab", count: 20) + "g" + String(repeating: "c", count: 23)
+        let (mistyped, mistypedOutput) = try lab.run(["trust", typo, "--config", lab.path("c")])
+        XCTAssertEqual(mistyped, 2, mistypedOutput)
+        XCTAssertTrue(mistypedOutput.contains("character 41 (g) is not a hex digit"), mistypedOutput)
         let (versionStatus, version) = try lab.run(["--version"])
         XCTAssertEqual(versionStatus, 0, version)
         XCTAssertEqual(version.trimmingCharacters(in: .whitespacesAndNewlines), "0.1.0")
