@@ -34,17 +34,17 @@ struct Trust: AsyncParsableCommand {
         if digits.count >= 12, digits.count < 64, digits.allSatisfy(\.isHexDigit) {
             throw PeerTransferError.usage("\"\(Terminal.escape(peer))\" looks like a shortened key: give all 64 hex digits (`peerxfer peers --json` shows them), or the receiver's name")
         }
-        if peer.utf8.count > 63 {
-            // Too long for a name (DNS-SD names are at most 63 bytes): a key with a typo.
-            let wrong = fingerprint.enumerated().first { !$0.element.isHexDigit }
-            throw PeerTransferError.usage(wrong.map { "\"\(Terminal.escape(peer))\" is not a key: character \($0.offset + 1) (\(Terminal.escape(String($0.element)))) is not a hex digit" }
-                ?? "\"\(Terminal.escape(peer))\" is not a key (\(fingerprint.count) hex digits, not 64), and too long for a name (at most 63 bytes)")
-        }
         if fingerprint.count == 64, fingerprint.allSatisfy(\.isHexDigit) {
             known.trusted[fingerprint] = known.trusted[fingerprint] ?? "(by fingerprint)"
             try known.save(to: configuration.knownPeersFile)
             printLine("trusted key \(fingerprint)")
             return
+        }
+        if peer.utf8.count > 63 {
+            // Too long for a name (DNS-SD names are at most 63 bytes): a key with a typo.
+            let wrong = fingerprint.enumerated().first { !$0.element.isHexDigit }
+            throw PeerTransferError.usage(wrong.map { "\"\(Terminal.escape(peer))\" is not a key: character \($0.offset + 1) (\(Terminal.escape(String($0.element)))) is not a hex digit" }
+                ?? "\"\(Terminal.escape(peer))\" is not a key (\(fingerprint.count) hex digits, not 64), and too long for a name (at most 63 bytes)")
         }
         let resolved: ResolvedService
         do {
