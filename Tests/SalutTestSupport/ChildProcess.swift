@@ -8,8 +8,8 @@ import Glibc
 /// comes from a pipe the parent writes. Every signal is unblocked and at its default in the
 /// child, whatever the spawning thread had blocked.
 public final class ChildProcess: @unchecked Sendable {
-    // @unchecked: `reaped` and `status` are guarded by `lock`; the output source runs on its
-    // own queue and reports through `onOutput`.
+    // @unchecked: `reaped`, `status` and `stdinFD` are guarded by `lock`; the output is read on
+    // a thread of its own, which owns the read end and reports through `onOutput`.
 
     /// Why a child could not be started.
     public struct SpawnError: Error, CustomStringConvertible {
@@ -23,7 +23,8 @@ public final class ChildProcess: @unchecked Sendable {
     private var reaped = false
     private var status: Int32 = 0
     private var stdinFD: Int32
-    private let output: DispatchSourceRead
+    /// The write end of the pipe that stops the output thread: closed by `deinit`.
+    private let stopFD: Int32
 
     /// Starts `arguments[0]` (found on `PATH`) with the rest as its arguments; `onOutput` gets
     /// each piece of its output (on a background queue), and an empty piece at the end.
@@ -75,22 +76,51 @@ public final class ChildProcess: @unchecked Sendable {
         }
         processIdentifier = pid
         stdinFD = inPipe[1]
-        let readFD = outPipe[0]
-        _ = fcntl(readFD, F_SETFL, fcntl(readFD, F_GETFL) | O_NONBLOCK)
-        output = DispatchSource.makeReadSource(fileDescriptor: readFD, queue: DispatchQueue(label: "salut.test.child"))
-        output.setEventHandler { [output] in
+        var stopPipe: [Int32] = [0, 0]
+        guard pipe(&stopPipe) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(inPipe[1]); close(outPipe[0])
+            kill(pid, SIGKILL)
+            var raw: Int32 = 0
+            while waitpid(pid, &raw, 0) < 0 && errno == EINTR {}
+            throw SpawnError(description: "pipe: \(reason)")
+        }
+        for fd in stopPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        stopFD = stopPipe[1]
+        Self.startReading(outPipe[0], until: stopPipe[0], onOutput: onOutput)
+    }
+
+    /// Reads the child's output on a thread of its own until end of file, or until the stop
+    /// pipe's write end is closed, and then closes both descriptors.
+    ///
+    /// Not a libdispatch read source: on Linux those corrupt libdispatch's epoll bookkeeping when
+    /// descriptors are watched and released quickly on many threads (the process dies with
+    /// "source finalized twice"; swift-corelibs-libdispatch #949), and the tests start many
+    /// children while Salut opens and closes sockets.
+    private static func startReading(_ readFD: Int32, until stopFD: Int32, onOutput: @escaping @Sendable (Data) -> Void) {
+        let thread = Thread {
+            defer { close(readFD); close(stopFD) }
             var buffer = [UInt8](repeating: 0, count: 16 * 1024)
+            var fds = [pollfd(fd: readFD, events: Int16(POLLIN), revents: 0),
+                       pollfd(fd: stopFD, events: Int16(POLLIN), revents: 0)]
             while true {
+                let ready = poll(&fds, 2, -1)
+                if ready < 0 {
+                    if errno == EINTR { continue }
+                    onOutput(Data())   // cannot wait any more: report the end
+                    return
+                }
+                if fds[1].revents != 0 { return }   // the owner is gone: nobody listens
+                guard fds[0].revents != 0 else { continue }
                 let n = read(readFD, &buffer, buffer.count)
                 if n > 0 { onOutput(Data(buffer[..<n])); continue }
-                if n < 0 && (errno == EAGAIN || errno == EINTR) { return }
+                if n < 0 && errno == EINTR { continue }
                 onOutput(Data())   // end of output (or an error reading it)
-                output.cancel()
                 return
             }
         }
-        output.setCancelHandler { close(readFD) }
-        output.resume()
+        thread.name = "salut.test.child-output"
+        thread.start()
     }
 
     /// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later), looked up at run time
@@ -111,7 +141,7 @@ public final class ChildProcess: @unchecked Sendable {
     }
 
     deinit {
-        output.cancel()
+        close(stopFD)   // the output thread sees the hang-up, stops, and closes its descriptors
         lock.withLock {
             if stdinFD >= 0 { close(stdinFD) }
         }

@@ -1,12 +1,13 @@
 import CAvahi
 import Dispatch
 import Glibc
+import SalutStreams
 
-/// An `AvahiPoll` implemented on libdispatch.
+/// An `AvahiPoll` whose callbacks all run on one dispatch queue.
 ///
 /// Avahi asks its poll adapter for file-descriptor watches and wall-clock timeouts. Here a watch
-/// is a dispatch read source and/or write source on the descriptor, and a timeout is a one-shot
-/// dispatch timer. Every source targets `queue`, so every Avahi callback runs there, and every
+/// is the descriptor on Salut's readiness loop (``ReadinessWatch``), reporting on the queue, and
+/// a timeout is a one-shot dispatch timer. Every source targets `queue`, so every Avahi callback runs there, and every
 /// Avahi call Salut makes must run there too: the queue is the one lock around the client
 /// library. Nothing polls or sleeps.
 ///
@@ -27,7 +28,9 @@ final class DispatchPoll: @unchecked Sendable {
         table.pointee.watch_new = { api, fd, events, callback, userdata in
             guard let api, let callback else { return nil }
             let poll = Unmanaged<DispatchPoll>.fromOpaque(api.pointee.userdata).takeUnretainedValue()
-            let watch = Watch(fd: fd, queue: poll.queue, callback: callback, userdata: userdata)
+            // A descriptor epoll refuses is a watch Avahi cannot have: it gets nil, and fails the
+            // client it was making.
+            guard let watch = try? Watch(fd: fd, queue: poll.queue, callback: callback, userdata: userdata) else { return nil }
             watch.update(events)
             return OpaquePointer(Unmanaged.passRetained(watch).toOpaque())
         }
@@ -68,69 +71,82 @@ final class DispatchPoll: @unchecked Sendable {
     }
 }
 
-/// One `AvahiWatch`: dispatch sources that exist only while Avahi wants their event.
+/// One `AvahiWatch`: the descriptor on Salut's readiness loop, reporting on `queue` what Avahi
+/// asked to hear of.
 ///
-/// Sources are created when an event is asked for and cancelled when it no longer is, so no
-/// source is ever left suspended (libdispatch forbids releasing a suspended source).
+/// Not libdispatch read and write sources: Avahi asks for writability on its D-Bus socket and
+/// drops the wish again after nearly every message, and closes the socket right after
+/// `watch_free`. Dispatch sources set up and torn down that fast, with a cancellation that
+/// completes later, on a descriptor number the kernel soon hands out again, corrupt
+/// libdispatch's epoll bookkeeping on Linux (the process dies with "source finalized twice";
+/// swift-corelibs-libdispatch #949). A ``ReadinessWatch`` changes interest in place, and its
+/// `cancel()` is done with the descriptor when it returns, so Avahi may close it at once.
 private final class Watch: @unchecked Sendable {
-    // @unchecked: all state is touched only on `queue` (Avahi calls the poll table only there).
+    // @unchecked: `happened`, `readiness` and `cancelled` are touched only on `queue` (Avahi
+    // calls the poll table only there, and the readiness watch reports there).
 
     let fd: Int32
     let queue: DispatchQueue
     let callback: AvahiWatchCallback
     let userdata: UnsafeMutableRawPointer?
-    private var read: DispatchSourceRead?
-    private var write: DispatchSourceWrite?
+    private var readiness: ReadinessWatch?
+    private var cancelled = false
     /// The events being delivered by the callback now running (Avahi's `watch_get_events`).
     private(set) var happened = AvahiWatchEvent(rawValue: 0)
 
-    init(fd: Int32, queue: DispatchQueue, callback: @escaping AvahiWatchCallback, userdata: UnsafeMutableRawPointer?) {
+    /// Watches `fd`, for nothing yet.
+    /// - Throws: ``SocketStreamError`` when epoll refuses the descriptor.
+    init(fd: Int32, queue: DispatchQueue, callback: @escaping AvahiWatchCallback, userdata: UnsafeMutableRawPointer?) throws(SocketStreamError) {
         self.fd = fd
         self.queue = queue
         self.callback = callback
         self.userdata = userdata
+        readiness = try ReadinessWatch(fd: fd, queue: queue) { [weak self] result in self?.report(result) }
     }
 
     static func from(_ pointer: OpaquePointer) -> Watch {
         Unmanaged<Watch>.fromOpaque(UnsafeRawPointer(pointer)).takeUnretainedValue()
     }
 
+    /// Says what Avahi wants to hear of from now on.
     func update(_ events: AvahiWatchEvent) {
-        let wantsRead = events.rawValue & AVAHI_WATCH_IN.rawValue != 0
-        let wantsWrite = events.rawValue & AVAHI_WATCH_OUT.rawValue != 0
-        if wantsRead, read == nil {
-            let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-            source.setEventHandler { [weak self] in self?.fire(AVAHI_WATCH_IN) }
-            source.resume()
-            read = source
-        } else if !wantsRead, let source = read {
-            source.cancel()
-            read = nil
-        }
-        if wantsWrite, write == nil {
-            let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-            source.setEventHandler { [weak self] in self?.fire(AVAHI_WATCH_OUT) }
-            source.resume()
-            write = source
-        } else if !wantsWrite, let source = write {
-            source.cancel()
-            write = nil
+        var interest: Readiness = []
+        if events.rawValue & AVAHI_WATCH_IN.rawValue != 0 { interest.insert(.readable) }
+        if events.rawValue & AVAHI_WATCH_OUT.rawValue != 0 { interest.insert(.writable) }
+        do {
+            try readiness?.want(interest)
+        } catch {
+            // The socket cannot be heard of any more: Avahi learns it as an error on it, on a
+            // later turn of the queue (not from inside the Avahi call that asked).
+            queue.async { [weak self] in self?.report(.failure(error)) }
         }
     }
 
-    private func fire(_ event: AvahiWatchEvent) {
+    /// On `queue`: hands what became ready (or the failure that stopped the watch, as an error
+    /// on the socket) to Avahi's callback.
+    private func report(_ result: Result<Readiness, SocketStreamError>) {
+        guard !cancelled else { return }
+        var event: UInt32 = 0
+        switch result {
+        case .success(let ready):
+            if ready.contains(.readable) { event |= AVAHI_WATCH_IN.rawValue }
+            if ready.contains(.writable) { event |= AVAHI_WATCH_OUT.rawValue }
+        case .failure:
+            event = AVAHI_WATCH_ERR.rawValue | AVAHI_WATCH_HUP.rawValue
+        }
+        guard event != 0 else { return }
         // `self` is held by the caller's strong reference for the whole call, even if the
         // callback frees the watch.
-        happened = event
-        callback(OpaquePointer(Unmanaged.passUnretained(self).toOpaque()), fd, event, userdata)
+        happened = AvahiWatchEvent(rawValue: event)
+        callback(OpaquePointer(Unmanaged.passUnretained(self).toOpaque()), fd, happened, userdata)
         happened = AvahiWatchEvent(rawValue: 0)
     }
 
+    /// Stops the watch; from the return Avahi may close the descriptor.
     func cancel() {
-        read?.cancel()
-        write?.cancel()
-        read = nil
-        write = nil
+        cancelled = true
+        readiness?.cancel()
+        readiness = nil
     }
 }
 

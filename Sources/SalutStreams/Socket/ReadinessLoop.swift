@@ -4,10 +4,13 @@ import CLinux
 import Glibc
 
 /// Which kinds of readiness a ``ReadinessWatch`` waits for.
-struct Readiness: OptionSet, Sendable, Hashable {
-    let rawValue: UInt8
-    static let readable = Readiness(rawValue: 1)
-    static let writable = Readiness(rawValue: 2)
+package struct Readiness: OptionSet, Sendable, Hashable {
+    package let rawValue: UInt8
+    package init(rawValue: UInt8) { self.rawValue = rawValue }
+    /// Data (or end of file, or an error) waits to be read.
+    package static let readable = Readiness(rawValue: 1)
+    /// There is room to write (or an error to find by writing).
+    package static let writable = Readiness(rawValue: 2)
 }
 
 /// Socket readiness for the whole process: one epoll instance and one thread that waits on it,
@@ -122,11 +125,15 @@ final class ReadinessLoop: Sendable {
 /// no new call of `handler` starts. A call already running on `queue` may still be using the
 /// descriptor: so cancel on `queue` and close at once (as the pump does), or close on `queue`
 /// after cancelling (as the listener does). A watch never cancelled stays in the loop.
-final class ReadinessWatch: @unchecked Sendable {
+///
+/// `package`: SalutDiscovery's Avahi poll adapter watches the daemon's D-Bus socket with it.
+package final class ReadinessWatch: @unchecked Sendable {
     // @unchecked: `wanted`, `armed`, `delivering`, `number`, `handler` and `cancelled` are
     // touched only while `lock` is held; `fd` and `queue` never change.
-    let fd: Int32
-    let queue: DispatchQueue
+    /// The descriptor watched.
+    package let fd: Int32
+    /// Where `handler` runs.
+    package let queue: DispatchQueue
     private let lock = StateLock()
     private var handler: ((Result<Readiness, SocketStreamError>) -> Void)?
     private var number: UInt64 = 0
@@ -140,7 +147,7 @@ final class ReadinessWatch: @unchecked Sendable {
 
     /// Starts watching `fd` for nothing yet: ``want(_:)`` says what.
     /// - Throws: ``SocketStreamError/system(call:errno:message:)`` when epoll refuses it.
-    init(fd: Int32, queue: DispatchQueue, handler: @escaping (Result<Readiness, SocketStreamError>) -> Void) throws(SocketStreamError) {
+    package init(fd: Int32, queue: DispatchQueue, handler: @escaping (Result<Readiness, SocketStreamError>) -> Void) throws(SocketStreamError) {
         self.fd = fd
         self.queue = queue
         self.handler = handler
@@ -150,7 +157,7 @@ final class ReadinessWatch: @unchecked Sendable {
 
     /// Says what to hear of from now on (an empty set pauses the watch).
     /// - Throws: ``SocketStreamError/system(call:errno:message:)`` when epoll refuses the change.
-    func want(_ interest: Readiness) throws(SocketStreamError) {
+    package func want(_ interest: Readiness) throws(SocketStreamError) {
         let failure = lock.withLock { () -> SocketStreamError? in
             guard !cancelled else { return nil }
             wanted = interest
@@ -170,7 +177,7 @@ final class ReadinessWatch: @unchecked Sendable {
     }
 
     /// Stops the watch for good; the descriptor may be closed once this returns.
-    func cancel() {
+    package func cancel() {
         let number = lock.withLock { () -> UInt64? in
             guard !cancelled else { return nil }
             cancelled = true
