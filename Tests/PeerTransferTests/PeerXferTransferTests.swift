@@ -159,6 +159,7 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/big.bin")), "interrupted too late: the file was complete")
         XCTAssertEqual(sender.process.terminationStatus, 130, sender.output)
         XCTAssertTrue(sender.output.contains("\"event\":\"interrupted\""), sender.output)
+        XCTAssertTrue(sender.output.contains("\"signal\":\"SIGINT\""), sender.output)
         // The receiver's log says the cut transfer can go on, not only that it failed.
         XCTAssertTrue(daemon.waitForOutput(containing: "Part files are kept, and the same send resumes from them", seconds: 10), daemon.output)
 
@@ -174,6 +175,28 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(terminal.output.contains("done: 1 file verified"), terminal.output)
         XCTAssertTrue(terminal.output.contains("not needed again"), "the second run resumed: \(terminal.output)")
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/big.bin"), lab.path("inbox/big.bin")))
+    }
+
+    func testSIGTERMOnATerminalTakesTheProgressLineAwayAndExits143() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Term")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        try lab.makeFile("src/term.bin", size: 256 * chunk, seed: 4)
+        let part = try lab.partPath("inbox/term.bin", sentWith: "sender")
+        let command = [PeerXferLab.binary, "send", lab.path("src/term.bin"), "--to", name, "--config", lab.path("sender")]
+            .map { "'\($0)'" }.joined(separator: " ")
+        let terminal = try Foreign(["/usr/bin/script", "-qec", command, "/dev/null"])
+        let seen = waitForPart(part, toHold: UInt64(4 * chunk))
+        XCTAssertGreaterThanOrEqual(seen, UInt64(4 * chunk), "the part file never grew: \(terminal.output)")
+        let pids = try Foreign(["pgrep", "-f", "send \(lab.path("src/term.bin"))"]).finish(seconds: 10)
+        let senders = pids.split(whereSeparator: \.isNewline).compactMap { pid_t($0) }
+        XCTAssertFalse(senders.isEmpty, "no sender process found")
+        for pid in senders { kill(pid, SIGTERM) }
+        XCTAssertTrue(terminal.waitForExit(seconds: 10), terminal.output)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/term.bin")), "stopped too late: the file was complete")
+        XCTAssertEqual(terminal.process.terminationStatus, 143, terminal.output)
+        // The progress line is erased first, so the message starts a clean line.
+        XCTAssertTrue(terminal.output.contains("\u{1b}[Kstopped by SIGTERM: run the same command again"), terminal.output.debugDescription)
     }
 
     func testASendRightAfterTheReceiverRestartsReachesItsNewPort() throws {

@@ -154,15 +154,16 @@ final class ProgressDisplay: Sendable {
     }
 
     /// Says that the user stopped the send (Ctrl-C) and how to go on.
-    func interrupted() {
+    func interrupted(by signal: StopSignal) {
         let done = state.withLock { $0.filesDone }
         if json {
-            printJSON(["event": "interrupted", "verified": done])
+            printJSON(["event": "interrupted", "verified": done, "signal": signal.name])
         } else {
             clearLine()
             // (No count: the receiver confirms small files in batches, so it may hold more
             // than it has confirmed yet.)
-            printError("interrupted: run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)")
+            let what = signal == .interrupt ? "interrupted" : "stopped by \(signal.name)"
+            printError("\(what): run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)")
         }
     }
 

@@ -53,9 +53,10 @@ struct Send: AsyncParsableCommand {
         let configuration = try config.load()
         if background { return try queue(configuration) }
         let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1)
-        // Ctrl-C ends the send as before (status 130), now saying how to resume it.
-        let interrupt = Self.onInterrupt { display.interrupted() }
-        defer { interrupt?.cancel() }
+        // Ctrl-C (or SIGTERM, or a closed terminal's SIGHUP) ends the send with 128 + the
+        // signal, as a shell shows it, saying how to resume it.
+        let stops = Self.onStop { display.interrupted(by: $0) }
+        defer { stops.forEach { $0.cancel() } }
         do {
             try await send(configuration, display: display)
         } catch let error as PeerTransferError {
@@ -102,29 +103,32 @@ struct Send: AsyncParsableCommand {
         }
     }
 
-    /// Runs `report` on SIGINT, then ends the process with status 130 (128 + SIGINT, what a
-    /// shell shows for a process ended by it). `_exit`, not `exit`: the other threads are
-    /// still hashing and writing, and `exit`'s handlers (OpenSSL's clean-up among them) must
-    /// not run under them; the output was written with `write(2)`, so nothing waits to be
-    /// flushed. libdispatch takes the signal over for the source (on Linux: a `signalfd`, and
-    /// a handler that hands the signal to it). A SIGINT that was ignored when the send started
-    /// (a job started with `&` by a shell without job control) is left ignored.
-    private static func onInterrupt(_ report: @escaping @Sendable () -> Void) -> (any DispatchSourceSignal)? {
-        var earlier = sigaction()
-        guard sigaction(SIGINT, nil, &earlier) == 0 else {
-            printError("cannot read SIGINT's action: \(String(cString: strerror(errno)))")
-            return nil
+    /// Runs `report` on SIGINT, SIGTERM or SIGHUP, then ends the process with status 128 + the
+    /// signal (130 for SIGINT, 143 for SIGTERM: what a shell shows for a process the signal
+    /// ended). `_exit`, not `exit`: the other threads are still hashing and writing, and `exit`'s
+    /// handlers (OpenSSL's clean-up among them) must not run under them; the output was written
+    /// with `write(2)`, so nothing waits to be flushed. libdispatch takes each signal over for
+    /// its source (on Linux: a handler that hands the signal to its manager thread). A signal
+    /// that was ignored when the send started (SIGINT for a job started with `&` by a shell
+    /// without job control, SIGHUP under `nohup`) is left ignored.
+    private static func onStop(_ report: @escaping @Sendable (StopSignal) -> Void) -> [any DispatchSourceSignal] {
+        StopSignal.allCases.compactMap { stop -> (any DispatchSourceSignal)? in
+            var earlier = sigaction()
+            guard sigaction(stop.number, nil, &earlier) == 0 else {
+                printError("cannot read \(stop.name)'s action: \(String(cString: strerror(errno)))")
+                return nil
+            }
+            if unsafeBitCast(earlier.__sigaction_handler.sa_handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self) {
+                return nil
+            }
+            let source = DispatchSource.makeSignalSource(signal: stop.number, queue: .global())
+            source.setEventHandler {
+                report(stop)
+                _exit(128 + stop.number)
+            }
+            source.resume()
+            return source
         }
-        if unsafeBitCast(earlier.__sigaction_handler.sa_handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self) {
-            return nil
-        }
-        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
-        source.setEventHandler {
-            report()
-            _exit(130)
-        }
-        source.resume()
-        return source
     }
 
     /// Queues one background upload per path for the daemon.
