@@ -133,8 +133,14 @@ final class PeerXferHostileTests: XCTestCase {
         XCTAssertTrue(http.waitForExit(seconds: 20), http.output)
         XCTAssertTrue(daemon.waitForOutput(containing: "the connection ended before any offer", seconds: 10), daemon.output)
         for bad in ["0", "3601", "nan", "-1"] {
-            XCTAssertEqual(try lab.run(["serve", "--idle-timeout", bad]).status, 2, bad)
+            let run = try lab.run(["serve", "--idle-timeout", bad])
+            XCTAssertEqual(run.status, 2, bad)
+            // A negative number is a value out of range, not a missing value.
+            XCTAssertTrue(run.output.contains("--idle-timeout must be 1…3600 seconds"), run.output)
         }
+        let wait = try lab.run(["send", lab.path("inbox"), "--to", "nobody", "--wait", "-1"])
+        XCTAssertEqual(wait.status, 2, wait.output)
+        XCTAssertTrue(wait.output.contains("--wait must be a number of seconds above 0"), wait.output)
     }
 
     /// A lying receiver (Tests/Hostile/peerxfer_fake_receiver.py with `arguments`), published

@@ -29,7 +29,7 @@ struct Send: AsyncParsableCommand {
 
     @OptionGroup var logging: LoggingOptions
 
-    @Option(help: ArgumentHelp("Seconds to look for the receiver before giving up with exit 3.", valueName: "seconds"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Seconds to look for the receiver before giving up with exit 3.", valueName: "seconds"))
     var wait: Double = 10
 
     @Flag(help: "Report progress as JSON lines even on a terminal.")

@@ -42,18 +42,19 @@ struct Serve: AsyncParsableCommand {
     @Option(help: ArgumentHelp("For --accept ask: a command that decides each offer (see above).", valueName: "command"))
     var hook: String?
 
-    @Option(help: ArgumentHelp("The TCP port to listen on (0: one the system picks).", valueName: "port"))
+    // `.unconditional` on numbers: `--port -1` is a port that is out of range, not a missing one.
+    @Option(parsing: .unconditional, help: ArgumentHelp("The TCP port to listen on (0: one the system picks).", valueName: "port"))
     var port: Int = 0
 
-    @Option(name: .customLong("minimum-rate"),
+    @Option(name: .customLong("minimum-rate"), parsing: .unconditional,
             help: ArgumentHelp("Cut an accepted transfer that averages fewer bytes per second than this, counted after its first 120 s (0: never). Default 65536: far below any LAN, far above a sender that trickles data to hold its place.",
                                valueName: "bytes"))
     var minimumRate: UInt64 = 65_536
 
-    @Option(name: .customLong("slow-grace"), help: ArgumentHelp("Seconds before --minimum-rate counts.", visibility: .hidden))
+    @Option(name: .customLong("slow-grace"), parsing: .unconditional, help: ArgumentHelp("Seconds before --minimum-rate counts.", visibility: .hidden))
     var slowGrace: Double = 120
 
-    @Option(name: .customLong("idle-timeout"),
+    @Option(name: .customLong("idle-timeout"), parsing: .unconditional,
             help: ArgumentHelp("Drop a sender's connection after this many seconds without progress (1…3600). Its part files stay: the same send resumes.",
                                valueName: "seconds"))
     var idleTimeout: Double = 60
