@@ -361,12 +361,15 @@ final class PeerXferTransferTests: XCTestCase {
     func testUnknownSendersAreRefusedUnderKnownUntilTrusted() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Known")
-        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"), accept: "known")
+        let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"), accept: "known")
         try lab.makeFile("src/a.txt", size: 100)
         let (status, output) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
         XCTAssertEqual(status, 6, output)
         XCTAssertTrue(output.contains("not trusted"), output)
+        XCTAssertFalse(output.contains(lab.path("receiver")), "the sender is not told where the receiver keeps its configuration: \(output)")
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox")), [])
+        // The receiver's own log gives the whole command, its configuration folder included.
+        XCTAssertTrue(daemon.waitForOutput(containing: "--config '\(lab.path("receiver"))'", seconds: 10), daemon.output)
 
         let (_, identity) = try lab.run(["identity", "--config", lab.path("sender"), "--json"])
         let key = (try JSONSerialization.jsonObject(with: Data(identity.utf8)) as? [String: Any])?["key"] as? String ?? ""

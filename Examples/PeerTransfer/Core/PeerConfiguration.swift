@@ -19,6 +19,13 @@ public struct PeerConfiguration: Sendable {
     /// This device's id (a random UUID made on first use), published in the TXT record.
     public let deviceID: String
 
+    /// ` --config 'FOLDER'` when this configuration is not in the default folder, else nothing:
+    /// what a command shown to the user needs to act on this configuration (escaped for a
+    /// terminal).
+    public var configOption: String {
+        directory == Self.defaultDirectory ? "" : " --config '\(Terminal.escape(directory))'"
+    }
+
     /// `$XDG_CONFIG_HOME/peerxfer`, or `~/.config/peerxfer`.
     public static var defaultDirectory: String {
         let environment = ProcessInfo.processInfo.environment

@@ -45,6 +45,9 @@ struct Receiver {
     let trusted: @Sendable (String) -> Bool
     let events: @Sendable (ReceiveEvent) -> Void
     let logger: Logger
+    /// What `peerxfer trust` needs besides the key to act on this receiver's configuration
+    /// (``PeerConfiguration/configOption``): shown in this receiver's own log, never sent.
+    var configOption = ""
     /// How long the sender may make no progress before the connection is dropped.
     var idleBound: Duration = .seconds(60)
     /// How slowly an accepted transfer may go before it is cut.
@@ -155,9 +158,11 @@ struct Receiver {
                     if frame.kind == .hello, let peer = try? frame.decode(Hello.self) {
                         senderName = Terminal.escape(Self.shortened(peer.name, toBytes: 100))
                         if case .known = policy, !trusted(senderKey) {
-                            let failure = PeerTransferError.trust("this receiver takes files only from known senders, and the key \(senderKey) is not trusted here (on the receiver: peerxfer trust \(senderKey))")
+                            let refusal = "this receiver takes files only from known senders, and the key \(senderKey) is not trusted here"
+                            // The sender is not told where this receiver keeps its configuration.
+                            let failure = PeerTransferError.trust("\(refusal) (on the receiver: peerxfer trust \(senderKey))")
                             try await send(.message(.failure, Failure(code: failure.wireCode, message: failure.message)), on: pair)
-                            outcome = failure
+                            outcome = .trust("\(refusal); to take files from it: peerxfer trust \(senderKey)\(configOption)")
                             break loop
                         }
                     }

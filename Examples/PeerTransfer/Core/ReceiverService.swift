@@ -119,6 +119,7 @@ public final class ReceiverService: Sendable {
                                         events: events, logger: logger)
                 receiver.pace = pace
                 receiver.idleBound = pace.idleBound
+                receiver.configOption = configuration.configOption
                 group.addTask { [self] in
                     await receiver.run(connection.streams)
                     let idle = active.withLock { $0 -= 1; return $0 == 0 }

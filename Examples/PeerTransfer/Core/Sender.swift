@@ -107,7 +107,7 @@ public struct Sender: Sendable {
             guard pinned == key else {
                 throw PeerTransferError.trust("""
                     the receiver "\(Terminal.escape(name))" now advertises the key \(key), but its key was \(pinned) when first met; \
-                    someone may be impersonating it. If it really got a new key, run: peerxfer untrust "\(Terminal.escape(pinName))"\(configuration.directory == PeerConfiguration.defaultDirectory ? "" : " --config '\(Terminal.escape(configuration.directory))'")
+                    someone may be impersonating it. If it really got a new key, run: peerxfer untrust "\(Terminal.escape(pinName))"\(configuration.configOption)
                     """)
             }
             firstUse = false
