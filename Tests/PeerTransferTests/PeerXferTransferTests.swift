@@ -495,6 +495,14 @@ final class PeerXferTransferTests: XCTestCase {
         let (mistyped, mistypedOutput) = try lab.run(["trust", typo, "--config", lab.path("c")])
         XCTAssertEqual(mistyped, 2, mistypedOutput)
         XCTAssertTrue(mistypedOutput.contains("character 41 (g) is not a hex digit"), mistypedOutput)
+        // A --config folder that does not exist is a typo to commands that only read the
+        // configuration or take from it: they say so, and make no folder.
+        for command in [["status"], ["peers", "--json"], ["cancel", "--all"], ["untrust", "x"]] {
+            let (status, output) = try lab.run(command + ["--config", lab.path("typo")])
+            XCTAssertEqual(status, 2, "\(command): \(output)")
+            XCTAssertTrue(output.contains("there is no peerxfer configuration at \(lab.path("typo"))"), "\(command): \(output)")
+            XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("typo")), "\(command) made the folder")
+        }
         let (versionStatus, version) = try lab.run(["--version"])
         XCTAssertEqual(versionStatus, 0, version)
         XCTAssertEqual(version.trimmingCharacters(in: .whitespacesAndNewlines), "0.1.0")

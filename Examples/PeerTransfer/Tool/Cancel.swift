@@ -30,7 +30,7 @@ struct Cancel: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let configuration = try config.load()
+        let configuration = try config.loadExisting()
         let session = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer"))
         defer { session.finishTasksAndInvalidate() }
         let queued = session.allTasks.compactMap { $0 as? PeerUploadTask }

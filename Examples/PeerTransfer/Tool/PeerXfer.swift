@@ -69,6 +69,26 @@ struct ConfigOptions: ParsableArguments {
     func load() throws -> PeerConfiguration {
         try PeerConfiguration(directory: directory ?? PeerConfiguration.defaultDirectory)
     }
+
+    /// The configuration, for a command that only reads it or takes something out of it: a
+    /// folder named with `--config` must exist already (a typo would otherwise make a new,
+    /// empty configuration, and the command would report on that).
+    /// - Throws: ``PeerTransferError/usage(_:)`` when the named folder does not exist.
+    func loadExisting() throws -> PeerConfiguration {
+        try requireExisting()
+        return try load()
+    }
+
+    /// Throws when a folder named with `--config` does not exist (the default may be missing:
+    /// nothing has run yet).
+    /// - Throws: ``PeerTransferError/usage(_:)`` naming the folder.
+    func requireExisting() throws {
+        guard let directory else { return }
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+            throw PeerTransferError.usage("there is no peerxfer configuration at \(Terminal.escape(directory)): no such folder (peerxfer serve or peerxfer identity with --config makes one)")
+        }
+    }
 }
 
 /// Where peers are published and found: the link, or a wide-area DNS zone.

@@ -26,7 +26,7 @@ struct Peers: AsyncParsableCommand {
     func run() async throws {
         logging.apply(default: .warning)
         try await requireDiscoveryDaemon()
-        let configuration = try config.load()
+        let configuration = try config.loadExisting()
         let known = try KnownPeers.load(from: configuration.knownPeersFile)
         let found = try await PeerDirectory.look(for: .seconds(timeout))
         if found.isEmpty && !json { printError("no peerxfer receivers seen in \(timeout) s") }

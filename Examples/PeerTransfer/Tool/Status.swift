@@ -18,6 +18,7 @@ struct Status: AsyncParsableCommand {
     var follow = false
 
     func run() async throws {
+        try config.requireExisting()
         let directory = config.directory ?? PeerConfiguration.defaultDirectory
         let file = (directory as NSString).appendingPathComponent("status.json")
         var last: DaemonStatus?
@@ -57,7 +58,9 @@ struct Status: AsyncParsableCommand {
 
     /// The background sends queued or in progress, as their records say.
     private func backgroundQueue() -> [QueuedSend] {
-        guard let configuration = try? config.load() else { return [] }
+        // Nothing is queued where no configuration is (and `status` makes none).
+        let directory = config.directory ?? PeerConfiguration.defaultDirectory
+        guard FileManager.default.fileExists(atPath: directory), let configuration = try? config.load() else { return [] }
         let session = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer"))
         // One per redraw under --follow: let go of it (its views and its lock file) each time.
         defer { session.finishTasksAndInvalidate() }

@@ -81,7 +81,7 @@ struct Untrust: AsyncParsableCommand {
     @OptionGroup var config: ConfigOptions
 
     func run() async throws {
-        let configuration = try config.load()
+        let configuration = try config.loadExisting()
         var known = try KnownPeers.load(from: configuration.knownPeersFile)
         let fingerprint = peer.lowercased().filter { $0 != ":" }
         var removed = 0
