@@ -550,6 +550,21 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual((byName[other]?["key"] as? String)?.count, 64, output)
         XCTAssertFalse(output.contains("debug:"), "silent below warnings by default: \(output)")
 
+        // As text: a header, and each column starting at the same place on every line.
+        let (textStatus, text) = try lab.run(["peers", "--config", lab.path("mine"), "--timeout", "2"])
+        XCTAssertEqual(textStatus, 0, text)
+        let lines = text.split(separator: "\n").map(String.init)
+        let header = try XCTUnwrap(lines.first, text)
+        XCTAssertTrue(header.hasPrefix("NAME "), text)
+        let ownLine = try XCTUnwrap(lines.first { $0.hasPrefix(own + " ") }, text)
+        for column in ["ADDRESS", "KEY", "STATE"] {
+            let offset = try XCTUnwrap(header.range(of: column), text).lowerBound.utf16Offset(in: header)
+            let cell = ownLine.utf16.dropFirst(offset)
+            XCTAssertFalse(cell.first == 32, "\(column) is not aligned: \(text)")
+            XCTAssertEqual(ownLine.utf16.dropFirst(offset - 1).first, 32, "\(column) is not aligned: \(text)")
+        }
+        XCTAssertTrue(ownLine.hasSuffix("this device"), text)
+
         // --log-level shows what Salut's libraries do on the way (the daemon's state, here).
         let (verboseStatus, verbose) = try lab.run(["peers", "--config", lab.path("mine"), "--json", "--timeout", "1", "--log-level", "debug"])
         XCTAssertEqual(verboseStatus, 0, verbose)

@@ -31,6 +31,7 @@ struct Peers: AsyncParsableCommand {
         let found = try await PeerDirectory.look(for: .seconds(timeout))
         if found.isEmpty && !json { printError("no peerxfer receivers seen in \(timeout) s") }
         let ownKey = configuration.identity.publicKeySHA256.lowercased()
+        var rows: [[String]] = []
         for peer in found {
             let pinned = known.pins[peer.name]
             // The daemon of this very configuration is on the LAN too: say so rather than
@@ -41,8 +42,24 @@ struct Peers: AsyncParsableCommand {
                 printJSON(["name": Terminal.escape(peer.name), "host": Terminal.escape(peer.host), "port": Int(peer.port),
                            "key": peer.key, "pin": status, "trusted": trusted])
             } else {
-                printLine("\(Terminal.escape(peer.name))\t\(Terminal.escape(peer.host)):\(peer.port)\tkey \(peer.key.isEmpty ? "(none)" : String(peer.key.prefix(16)) + "…")\t\(status)\(trusted ? ", trusted" : "")")
+                rows.append([Terminal.escape(peer.name), "\(Terminal.escape(peer.host)):\(peer.port)",
+                             peer.key.isEmpty ? "(none)" : String(peer.key.prefix(16)) + "…", status + (trusted ? ", trusted" : "")])
             }
+        }
+        if !rows.isEmpty {
+            for line in Self.table(header: ["NAME", "ADDRESS", "KEY", "STATE"], rows: rows) { printLine(line) }
+        }
+    }
+
+    /// Columns padded to their widest cell (counted in characters), two spaces apart; the last
+    /// column is not padded.
+    static func table(header: [String], rows: [[String]]) -> [String] {
+        let all = [header] + rows
+        let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
+        return all.map { row in
+            row.indices.map { column in
+                column == row.count - 1 ? row[column] : row[column] + String(repeating: " ", count: widths[column] - row[column].count)
+            }.joined(separator: "  ")
         }
     }
 }
