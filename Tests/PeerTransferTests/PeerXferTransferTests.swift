@@ -336,7 +336,7 @@ final class PeerXferTransferTests: XCTestCase {
         let (partly, partlyOutput) = try lab.send([lab.path("src/keep.txt"), lab.path("src/skip.txt")], to: choosy, config: "sender")
         XCTAssertEqual(partly, 5, partlyOutput)
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox2")), ["keep.txt"])
-        XCTAssertTrue(partlyOutput.contains("declined 1 of 2"), partlyOutput)
+        XCTAssertTrue(partlyOutput.contains("declined 1 of 2 entries: skip.txt\""), "the declined entry is named: \(partlyOutput)")
     }
 
     func testAHookThatLeavesAChildRunningDecidesAtOnceAndTheChildIsEnded() throws {

@@ -99,7 +99,10 @@ struct Send: AsyncParsableCommand {
             throw PeerTransferError.fileFailed("\(report.failed.count) file(s) failed verification: \(report.failed.prefix(5).joined(separator: "; "))")
         }
         if !report.declined.isEmpty {
-            throw PeerTransferError.declined("the receiver declined \(report.declined.count) of \(display.entriesTotal) entries")
+            // Named (the first ten), so the user knows what to send elsewhere or ask about.
+            let named = report.declined.prefix(10).map(Terminal.escape).joined(separator: ", ")
+            let more = report.declined.count > 10 ? " and \(report.declined.count - 10) more" : ""
+            throw PeerTransferError.declined("the receiver declined \(report.declined.count) of \(display.entriesTotal) entries: \(named)\(more)")
         }
     }
 
