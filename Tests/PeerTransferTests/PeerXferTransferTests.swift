@@ -339,6 +339,31 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(partlyOutput.contains("declined 1 of 2 entries: skip.txt\""), "the declined entry is named: \(partlyOutput)")
     }
 
+    func testAskOnATerminalListsWhatIsOfferedAndTakesTheAnswer() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Asks")
+        // The daemon on a terminal (script(1)'s pseudo-terminal), its answers typed through it.
+        let command = [PeerXferLab.binary, "serve", "--name", name, "--config", lab.path("receiver"),
+                       "--inbox", lab.path("inbox"), "--accept", "ask"].map { "'\($0)'" }.joined(separator: " ")
+        let daemon = try Foreign(["/usr/bin/script", "-qec", command, "/dev/null"])
+        defer { daemon.stop() }
+        XCTAssertTrue(daemon.waitForOutput(containing: "serving", seconds: 20), daemon.output)
+        try lab.makeFile("src/t/a.txt", size: 10)
+        try lab.makeFile("src/t/sub/b.txt", size: 20, seed: 2)
+        let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/t"), "--to", name,
+                                  "--config", lab.path("sender"), "--json"])
+        XCTAssertTrue(daemon.waitForOutput(containing: "Accept? [y/N]", seconds: 20), daemon.output)
+        // Before the question: who offers, how much, and what, by name (folders end in /).
+        XCTAssertTrue(daemon.output.contains("offers 2 files ("), daemon.output)
+        for entry in ["  t/\r\n", "  t/a.txt\r\n", "  t/sub/\r\n", "  t/sub/b.txt\r\n"] {
+            XCTAssertTrue(daemon.output.contains(entry), "\(entry.debugDescription) not listed: \(daemon.output.debugDescription)")
+        }
+        daemon.write("y\n")
+        XCTAssertTrue(sender.waitForExit(seconds: 30), sender.output)
+        XCTAssertEqual(sender.process.terminationStatus, 0, sender.output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/t/sub/b.txt"), lab.path("inbox/t/sub/b.txt")))
+    }
+
     func testAHookThatLeavesAChildRunningDecidesAtOnceAndTheChildIsEnded() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Hooked")

@@ -163,7 +163,11 @@ struct OfferJudge: Sendable {
             logger.warning("declined an offer from \(offer.senderName): --accept ask has no terminal and no --hook")
             return []
         }
-        let question = "Accept \(Terminal.counted(offer.manifest.fileCount, "file")) (\(size)) from \(offer.senderName) [key \(offer.senderKey.prefix(16))…\(offer.senderTrusted ? ", trusted" : "")]? [y/N] "
+        // What is offered, before the question: the first entries by name (folders end in /).
+        let entries = offer.manifest.entries
+        var listing = entries.prefix(Self.entriesShown).map { "  \(Terminal.escape($0.path))\($0.kind == .directory ? "/" : "")\n" }.joined()
+        if entries.count > Self.entriesShown { listing += "  … and \(entries.count - Self.entriesShown) more\n" }
+        let question = "\(offer.senderName) [key \(offer.senderKey.prefix(16))…\(offer.senderTrusted ? ", trusted" : "")] offers \(Terminal.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)Accept? [y/N] "
         writeAll(question, to: 2)
         // Waited for on a thread of its own: the shared pool of async threads keeps serving
         // other peers meanwhile.
@@ -204,6 +208,9 @@ struct OfferJudge: Sendable {
 
     /// Seconds a hook has to decide.
     static let hookLimit: TimeInterval = 120
+
+    /// How many of an offer's entries the terminal question lists.
+    static let entriesShown = 10
 }
 
 /// A turn at the terminal: one question at a time.
