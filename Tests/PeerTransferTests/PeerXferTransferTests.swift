@@ -405,6 +405,19 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/a.txt"), lab.path("inbox/a.txt")))
     }
 
+    func testAReceiverIsFoundByItsNameInAnyCaseAndPinnedAsPublished() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Cased")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        try lab.makeFile("src/a.txt", size: 100)
+        let (status, output) = try lab.send([lab.path("src/a.txt")], to: name.lowercased(), config: "sender")
+        XCTAssertEqual(status, 0, output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/a.txt"), lab.path("inbox/a.txt")))
+        let known = try String(contentsOfFile: lab.path("sender/known-peers.json"), encoding: .utf8)
+        XCTAssertTrue(known.contains("\"\(name)\""), "pinned under the published spelling: \(known)")
+        XCTAssertFalse(known.contains("\"\(name.lowercased())\""), known)
+    }
+
     func testAChangedKeyForAKnownNameIsRefusedUntilUntrusted() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Pinned")

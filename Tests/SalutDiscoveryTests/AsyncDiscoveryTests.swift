@@ -27,6 +27,27 @@ final class AsyncDiscoveryTests: XCTestCase {
                       "addresses: \(resolved.addresses)")
     }
 
+    /// DNS-SD names compare without regard to ASCII case (RFC 6762), as Apple's resolver
+    /// compares them; Avahi's resolver alone answers only the published spelling.
+    func testANameIsResolvedWhateverItsASCIICaseAndOnlyThatOneIsTaken() async throws {
+        let type = uniqueType()
+        let ad = try await ServiceAdvertisement.publish(name: "Kitchen Printer", type: type, port: 4322)
+        defer { ad.cancel() }
+        let other = try await ServiceAdvertisement.publish(name: "Kitchen Printer 2", type: type, port: 4323)
+        defer { other.cancel() }
+        _ = try await browse(type, until: { $0.contains { $0.name == "Kitchen Printer" } })
+        let resolved = try await DiscoveredService(name: "kitchen PRINTER", type: type).resolve(timeout: 5)
+        XCTAssertEqual(resolved.port, 4322)
+        XCTAssertEqual(resolved.service.name, "Kitchen Printer", "the result carries the published spelling")
+        // Case only: another name is not found.
+        do {
+            _ = try await DiscoveredService(name: "kitchen printer 3", type: type).resolve(timeout: 1.5)
+            XCTFail("a name that differs by more than case was resolved")
+        } catch {
+            XCTAssertEqual((error as? DiscoveryError)?.code, .timedOut, "\(error)")
+        }
+    }
+
     func testCancelIsSeenAsRemoval() async throws {
         let type = uniqueType()
         let ad = try await ServiceAdvertisement.publish(name: "Going Away", type: type, port: 1000)

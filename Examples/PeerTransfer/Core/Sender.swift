@@ -99,7 +99,10 @@ public struct Sender: Sendable {
         let resolved = try looked.get()
         // Pinned by name on the link, by name and domain in a zone: "Office" on the link and
         // "Office" in home.arpa are two receivers.
-        let pinName = onTheLink ? name : name + "." + (domain.hasSuffix(".") ? String(domain.dropLast()) : domain)
+        // Under the name as the receiver publishes it ("kitchen" finds "Kitchen": DNS-SD names
+        // do not compare case), so that one receiver has one pin whatever the spelling.
+        let published = resolved.service.name
+        let pinName = onTheLink ? published : published + "." + (domain.hasSuffix(".") ? String(domain.dropLast()) : domain)
         let key = try Self.advertisedKey(resolved, name: name)
         var known = try KnownPeers.load(from: configuration.knownPeersFile)
         let firstUse: Bool

@@ -58,13 +58,15 @@ struct Trust: AsyncParsableCommand {
         guard let key = resolved.txtRecord.string(for: "fp")?.lowercased(), key.count == 64, key.allSatisfy(\.isHexDigit) else {
             throw PeerTransferError.trust("\"\(Terminal.escape(peer))\" advertises no key fingerprint")
         }
-        if let pinned = known.pins[peer], pinned != key {
-            throw PeerTransferError.trust("\"\(Terminal.escape(peer))\" advertises \(key) but was pinned with \(pinned); run `peerxfer untrust \"\(Terminal.escape(peer))\"` first if the change is expected")
+        // Pinned under the name as published ("kitchen" finds "Kitchen"), as `send` pins it.
+        let published = resolved.service.name
+        if let pinned = known.pins[published], pinned != key {
+            throw PeerTransferError.trust("\"\(Terminal.escape(published))\" advertises \(key) but was pinned with \(pinned); run `peerxfer untrust \"\(Terminal.escape(published))\"` first if the change is expected")
         }
-        known.pins[peer] = key
-        known.trusted[key] = peer
+        known.pins[published] = key
+        known.trusted[key] = published
         try known.save(to: configuration.knownPeersFile)
-        printLine("trusted \"\(Terminal.escape(peer))\" with key \(key)")
+        printLine("trusted \"\(Terminal.escape(published))\" with key \(key)")
     }
 }
 

@@ -6,7 +6,9 @@ extension DiscoveredService {
     ///
     /// Returns once the first answer has come and `settle` seconds more have passed for answers
     /// on other interfaces and protocols, so that `addresses` holds IPv4 and IPv6 where the
-    /// service has both. Use ``resolutions(context:)`` to follow every later change.
+    /// service has both. The name is compared without regard to ASCII case, as DNS-SD compares
+    /// names (RFC 6762): "kitchen" finds a service published as "Kitchen", and the result
+    /// carries the published spelling. Use ``resolutions(context:)`` to follow every later change.
     /// A `timeout` or `settle` that is not a positive number (NaN, 0, negative) takes its
     /// default; at most a billion seconds are waited.
     /// - Throws: ``DiscoveryError/timedOut`` when nothing answers within `timeout` seconds;
@@ -17,19 +19,31 @@ extension DiscoveredService {
         let target = try validatedForLookup()
         let waiter = OneShot<ResolvedService>()
         let latest = Locked<ResolvedService?>(nil)
-        let operation = ResolveOperation(context: context, service: target) { result in
-            let previous = latest.exchange(result)
+        let answered: @Sendable (ResolvedService) -> Void = { result in
+            // The first spelling to answer is the result (see `OtherCaseResolution`); later
+            // answers of the same instance refine it.
+            let previous = latest.withLock { value -> ResolvedService? in
+                let previous = value
+                if previous == nil || previous?.service.name == result.service.name { value = result }
+                return previous
+            }
             if previous == nil {
                 context.queue.asyncAfter(deadline: .now() + OperationLimit.clampedSeconds(settle, default: 0.2)) {
                     if let value = latest.value { waiter.succeed(value) }
                 }
             }
         }
+        let operation = ResolveOperation(context: context, service: target, deliver: answered)
+        let otherCase = OtherCaseResolution(context: context, service: target, deliver: answered)
         operation.start()
+        otherCase.start()
         context.queue.asyncAfter(deadline: .now() + OperationLimit.clampedSeconds(timeout, default: 5)) {
             if let value = latest.value { waiter.succeed(value) } else { waiter.fail(.timedOut) }
         }
-        defer { operation.stop() }
+        defer {
+            operation.stop()
+            otherCase.stop()
+        }
         let resolved = try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { waiter.set($0) }
         } onCancel: {
