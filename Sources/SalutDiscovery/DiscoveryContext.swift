@@ -55,23 +55,40 @@ public final class DiscoveryContext: @unchecked Sendable {
     private var operations: [ObjectIdentifier: any AvahiOperation] = [:]
     private var watchers: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
     private var retry: DispatchWorkItem?
-    /// Set by `deinit`: freeing the client may call back into the context (a last state
-    /// change), and nothing may then keep a reference to it (`queue.async { self… }` would).
-    private var closing = false
+    /// Set by `deinit` (on any thread, hence the lock): freeing the client, or an Avahi event
+    /// already on the queue, may call back into the context (a last state change), and nothing
+    /// may then keep a reference to it (`queue.async { self… }` would).
+    private let closing = Locked(false)
+    /// Marks `queue`, so that `deinit` knows whether it runs there.
+    private static let queueKey = DispatchSpecificKey<ObjectIdentifier>()
 
     /// Makes a context with its own connection to the daemon. The connection starts at once.
     /// - Parameter label: a name for the context's dispatch queue, shown in debuggers.
     public init(label: String = "context") {
         queue = DispatchQueue(label: "salut.avahi.\(label)")
         poll = DispatchPoll(queue: queue)
+        queue.setSpecific(key: Self.queueKey, value: ObjectIdentifier(self))
         queue.async { self.connect() }
     }
 
     deinit {
-        // No other reference exists, so nothing else can be using the client now.
+        // No other reference exists, and every operation holds one, so none is attached. But
+        // Avahi runs on `queue`: an event of its D-Bus socket already handed to the queue may be
+        // inside the client library now. So the client is freed on the queue, after that event.
+        closing.withLock { $0 = true }
+        if DispatchQueue.getSpecific(key: Self.queueKey) == ObjectIdentifier(self) {
+            releaseClient()
+        } else {
+            queue.sync { releaseClient() }
+        }
+    }
+
+    /// On `queue`, from `deinit`: frees the client (Avahi frees its watches and timeouts, and
+    /// closes its socket) and ends every state stream.
+    private func releaseClient() {
         retry?.cancel()
-        closing = true
         if let client { avahi_client_free(client) }
+        client = nil
         for watcher in watchers.values { watcher.finish() }
     }
 
@@ -192,7 +209,7 @@ public final class DiscoveryContext: @unchecked Sendable {
     }
 
     private func clientChanged(_ client: OpaquePointer, _ state: AvahiClientState) {
-        guard !closing else { return }
+        guard !closing.value else { return }
         switch state {
         case AVAHI_CLIENT_S_RUNNING:
             guard current != .running else { return }

@@ -143,7 +143,7 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/big.bin"), lab.path("inbox/big (1).bin")))
     }
 
-    func testCtrlCSaysHowToResumeAndExits130() throws {
+    func testCtrlCSaysHowToResumeAndEndsBySIGINT() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("CtrlC")
         let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
@@ -157,7 +157,8 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(seen, UInt64(4 * chunk), "the part file never grew: \(sender.output)")
         XCTAssertTrue(sender.waitForExit(seconds: 10), sender.output)
         XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/big.bin")), "interrupted too late: the file was complete")
-        XCTAssertEqual(sender.process.terminationStatus, 130, sender.output)
+        // Ended by the signal itself (a shell shows 130 and stops a loop it runs), not by exit.
+        XCTAssertEqual(sender.process.endingSignal, SIGINT, sender.output)
         XCTAssertTrue(sender.output.contains("\"event\":\"interrupted\""), sender.output)
         XCTAssertTrue(sender.output.contains("\"signal\":\"SIGINT\""), sender.output)
         // The receiver's log says the cut transfer can go on, not only that it failed.
@@ -177,7 +178,7 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/big.bin"), lab.path("inbox/big.bin")))
     }
 
-    func testSIGTERMOnATerminalTakesTheProgressLineAwayAndExits143() throws {
+    func testSIGTERMOnATerminalTakesTheProgressLineAwayAndEndsTheSend() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Term")
         try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
@@ -194,7 +195,7 @@ final class PeerXferTransferTests: XCTestCase {
         for pid in senders { kill(pid, SIGTERM) }
         XCTAssertTrue(terminal.waitForExit(seconds: 10), terminal.output)
         XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/term.bin")), "stopped too late: the file was complete")
-        XCTAssertEqual(terminal.process.terminationStatus, 143, terminal.output)
+        XCTAssertEqual(terminal.process.terminationStatus, 143, "script(1) says 128 + the signal that ended its command: \(terminal.output)")
         // The progress line is erased first, so the message starts a clean line.
         XCTAssertTrue(terminal.output.contains("\u{1b}[Kstopped by SIGTERM: run the same command again"), terminal.output.debugDescription)
     }
@@ -541,6 +542,16 @@ final class PeerXferTransferTests: XCTestCase {
             XCTAssertTrue(output.contains("there is no peerxfer configuration at \(lab.path("typo"))"), "\(command): \(output)")
             XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("typo")), "\(command) made the folder")
         }
+        // A folder that is there but holds no configuration is not made into one either.
+        try FileManager.default.createDirectory(atPath: lab.path("just-a-folder"), withIntermediateDirectories: true)
+        let (other, otherOutput) = try lab.run(["status", "--config", lab.path("just-a-folder")])
+        XCTAssertEqual(other, 2, otherOutput)
+        XCTAssertTrue(otherOutput.contains("the folder holds none"), otherOutput)
+        XCTAssertEqual(PeerXferLab.listing(lab.path("just-a-folder")), [], otherOutput)
+        // `trust` may make a configuration (before the first `serve`), and says when it does.
+        let (made, madeOutput) = try lab.run(["trust", String(repeating: "ab", count: 32), "--config", lab.path("new-config")])
+        XCTAssertEqual(made, 0, madeOutput)
+        XCTAssertTrue(madeOutput.contains("was not a peerxfer configuration; it is a new one now"), madeOutput)
         let (versionStatus, version) = try lab.run(["--version"])
         XCTAssertEqual(versionStatus, 0, version)
         XCTAssertEqual(version.trimmingCharacters(in: .whitespacesAndNewlines), "0.1.0")

@@ -27,7 +27,8 @@ public final class ChildProcess: @unchecked Sendable {
     private let stopFD: Int32
 
     /// Starts `arguments[0]` (found on `PATH`) with the rest as its arguments; `onOutput` gets
-    /// each piece of its output (on a background queue), and an empty piece at the end.
+    /// each piece of its output (on a thread of its own), and an empty piece at its end (none
+    /// once this object is gone: then nobody listens).
     /// - Throws: ``SpawnError`` when a pipe or the spawn fails.
     public init(_ arguments: [String], onOutput: @escaping @Sendable (Data) -> Void) throws {
         precondition(!arguments.isEmpty, "a command to run")
@@ -172,6 +173,13 @@ public final class ChildProcess: @unchecked Sendable {
         _ = isRunning
         let raw = lock.withLock { status }
         return raw & 0x7f == 0 ? (raw >> 8) & 0xff : raw & 0x7f
+    }
+
+    /// The signal that ended the child, or nil when it exited (or still runs).
+    public var endingSignal: Int32? {
+        guard !isRunning else { return nil }
+        let raw = lock.withLock { status }
+        return raw & 0x7f == 0 ? nil : raw & 0x7f
     }
 
     /// Sends SIGTERM.

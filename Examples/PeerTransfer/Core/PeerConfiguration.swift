@@ -23,7 +23,11 @@ public struct PeerConfiguration: Sendable {
     /// what a command shown to the user needs to act on this configuration (escaped for a
     /// terminal).
     public var configOption: String {
-        directory == Self.defaultDirectory ? "" : " --config '\(Terminal.escape(directory))'"
+        guard directory != Self.defaultDirectory else { return "" }
+        // Absolute (the command may be run from another folder), and quoted for a shell: each
+        // `'` closes the quotes, is escaped, and opens them again.
+        let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
+        return " --config '\(Terminal.escape(absolute).replacingOccurrences(of: "'", with: "'\\''"))'"
     }
 
     /// `$XDG_CONFIG_HOME/peerxfer`, or `~/.config/peerxfer`.

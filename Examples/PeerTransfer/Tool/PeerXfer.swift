@@ -20,7 +20,8 @@ struct PeerXfer: AsyncParsableCommand {
                 3  the receiver was not found in time
                 5  declined by the receiver (all or part of the offer)
                 6  trust failure (key changed or not the advertised one; unknown sender under --accept known)
-              130  `send` stopped with Ctrl-C (run it again to resume); 143 with SIGTERM, 129 with SIGHUP
+              130  `send` stopped with Ctrl-C (run it again to resume): it ends by the signal, as
+                   shells show it; 143 for SIGTERM, 129 for SIGHUP
 
             Examples:
               peerxfer serve --name Kitchen --inbox ~/Inbox --accept known
@@ -79,14 +80,18 @@ struct ConfigOptions: ParsableArguments {
         return try load()
     }
 
-    /// Throws when a folder named with `--config` does not exist (the default may be missing:
-    /// nothing has run yet).
+    /// Throws when a folder named with `--config` holds no peerxfer configuration (the default
+    /// may be missing: nothing has run yet). A configuration is a folder with this device's id
+    /// in it (`device.json`): any other folder is a typo, and is not made into one.
     /// - Throws: ``PeerTransferError/usage(_:)`` naming the folder.
     func requireExisting() throws {
         guard let directory else { return }
         var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
-            throw PeerTransferError.usage("there is no peerxfer configuration at \(Terminal.escape(directory)): no such folder (peerxfer serve or peerxfer identity with --config makes one)")
+        let exists = FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory)
+        let device = (directory as NSString).appendingPathComponent("device.json")
+        guard exists, isDirectory.boolValue, FileManager.default.fileExists(atPath: device) else {
+            let what = !exists ? "no such folder" : !isDirectory.boolValue ? "not a folder" : "the folder holds none"
+            throw PeerTransferError.usage("there is no peerxfer configuration at \(Terminal.escape(directory)): \(what) (peerxfer serve or peerxfer identity with --config makes one)")
         }
     }
 }

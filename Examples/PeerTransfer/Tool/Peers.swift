@@ -13,7 +13,7 @@ struct Peers: AsyncParsableCommand {
 
     @OptionGroup var logging: LoggingOptions
 
-    @Option(help: ArgumentHelp("Seconds to look.", valueName: "seconds"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Seconds to look.", valueName: "seconds"))
     var timeout: Double = 3
 
     @Flag(help: "One JSON object per receiver.")

@@ -153,7 +153,7 @@ final class ProgressDisplay: Sendable {
         }
     }
 
-    /// Says that the user stopped the send (Ctrl-C) and how to go on.
+    /// Says that the send was stopped (Ctrl-C, SIGTERM, a closed terminal) and how to go on.
     func interrupted(by signal: StopSignal) {
         let done = state.withLock { $0.filesDone }
         if json {

@@ -106,16 +106,19 @@ struct Send: AsyncParsableCommand {
         }
     }
 
-    /// Runs `report` on SIGINT, SIGTERM or SIGHUP, then ends the process with status 128 + the
-    /// signal (130 for SIGINT, 143 for SIGTERM: what a shell shows for a process the signal
-    /// ended). `_exit`, not `exit`: the other threads are still hashing and writing, and `exit`'s
-    /// handlers (OpenSSL's clean-up among them) must not run under them; the output was written
-    /// with `write(2)`, so nothing waits to be flushed. libdispatch takes each signal over for
-    /// its source (on Linux: a handler that hands the signal to its manager thread). A signal
+    /// Runs `report` on SIGINT, SIGTERM or SIGHUP, then ends the process by that signal, at its
+    /// default action: the parent sees a process the signal ended (a shell shows 130 for SIGINT
+    /// and 143 for SIGTERM, stops a loop on Ctrl-C, and systemd counts a SIGTERM as a clean
+    /// stop). Not `exit`: the other threads are still hashing and writing, and `exit`'s handlers
+    /// (OpenSSL's clean-up among them) must not run under them; the output was written with
+    /// `write(2)`, so nothing waits to be flushed. libdispatch takes each signal over for its
+    /// source; the sources share one serial queue, so a second signal (systemd sends SIGHUP
+    /// after SIGTERM) finds the first one's report made and the process on its way out. A signal
     /// that was ignored when the send started (SIGINT for a job started with `&` by a shell
     /// without job control, SIGHUP under `nohup`) is left ignored.
     private static func onStop(_ report: @escaping @Sendable (StopSignal) -> Void) -> [any DispatchSourceSignal] {
-        StopSignal.allCases.compactMap { stop -> (any DispatchSourceSignal)? in
+        let queue = DispatchQueue(label: "peerxfer.stop")
+        return StopSignal.allCases.compactMap { stop -> (any DispatchSourceSignal)? in
             var earlier = sigaction()
             guard sigaction(stop.number, nil, &earlier) == 0 else {
                 printError("cannot read \(stop.name)'s action: \(String(cString: strerror(errno)))")
@@ -124,14 +127,30 @@ struct Send: AsyncParsableCommand {
             if unsafeBitCast(earlier.__sigaction_handler.sa_handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self) {
                 return nil
             }
-            let source = DispatchSource.makeSignalSource(signal: stop.number, queue: .global())
+            let source = DispatchSource.makeSignalSource(signal: stop.number, queue: queue)
             source.setEventHandler {
                 report(stop)
-                _exit(128 + stop.number)
+                endBy(stop.number)
             }
             source.resume()
             return source
         }
+    }
+
+    /// Ends the process by `signal` at its default action (which ends it), or with 128 + the
+    /// signal if that fails.
+    private static func endBy(_ signal: Int32) -> Never {
+        var action = sigaction()
+        action.__sigaction_handler.sa_handler = SIG_DFL
+        sigemptyset(&action.sa_mask)
+        var unblocked = sigset_t()
+        sigemptyset(&unblocked)
+        sigaddset(&unblocked, signal)
+        if sigaction(signal, &action, nil) == 0 {
+            pthread_sigmask(SIG_UNBLOCK, &unblocked, nil)
+            raise(signal)   // delivered to this thread before raise returns
+        }
+        _exit(128 + signal)
     }
 
     /// Queues one background upload per path for the daemon.

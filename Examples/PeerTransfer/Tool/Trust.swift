@@ -19,7 +19,7 @@ struct Trust: AsyncParsableCommand {
 
     @OptionGroup var config: ConfigOptions
 
-    @Option(help: ArgumentHelp("Seconds to look for a receiver named so before giving up with exit 3.", valueName: "seconds"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Seconds to look for a receiver named so before giving up with exit 3.", valueName: "seconds"))
     var wait: Double = 5
 
     func validate() throws {
@@ -27,8 +27,14 @@ struct Trust: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // Trusting before the first `serve` is fine, but a mistyped --config would trust into a
+        // new folder that no daemon reads: say so when one is made.
+        let isNew = (try? config.requireExisting()) == nil
         let configuration = try config.load()
         var known = try KnownPeers.load(from: configuration.knownPeersFile)
+        defer {
+            if isNew { printError("note: \(Terminal.escape(configuration.directory)) was not a peerxfer configuration; it is a new one now") }
+        }
         let fingerprint = peer.lowercased().filter { $0 != ":" }
         let digits = fingerprint.filter { $0 != "…" }
         if digits.count >= 12, digits.count < 64, digits.allSatisfy(\.isHexDigit) {

@@ -6,10 +6,10 @@ import SalutStreams
 /// An `AvahiPoll` whose callbacks all run on one dispatch queue.
 ///
 /// Avahi asks its poll adapter for file-descriptor watches and wall-clock timeouts. Here a watch
-/// is the descriptor on Salut's readiness loop (``ReadinessWatch``), reporting on the queue, and
-/// a timeout is a one-shot dispatch timer. Every source targets `queue`, so every Avahi callback runs there, and every
-/// Avahi call Salut makes must run there too: the queue is the one lock around the client
-/// library. Nothing polls or sleeps.
+/// is the descriptor on Salut's readiness loop (``ReadinessWatch``) and a timeout is a one-shot
+/// dispatch timer, both reporting on `queue`: every Avahi callback runs there, and every Avahi
+/// call Salut makes must run there too (the watch and timeout methods check it). The queue is the
+/// one lock around the client library. Nothing polls or sleeps.
 ///
 /// The `AvahiPoll` table lives in memory owned by this object and must outlive every client made
 /// with it; the `DiscoveryContext` that made it keeps it for as long as the context lives.
@@ -30,7 +30,13 @@ final class DispatchPoll: @unchecked Sendable {
             let poll = Unmanaged<DispatchPoll>.fromOpaque(api.pointee.userdata).takeUnretainedValue()
             // A descriptor epoll refuses is a watch Avahi cannot have: it gets nil, and fails the
             // client it was making.
-            guard let watch = try? Watch(fd: fd, queue: poll.queue, callback: callback, userdata: userdata) else { return nil }
+            let watch: Watch
+            do {
+                watch = try Watch(fd: fd, queue: poll.queue, callback: callback, userdata: userdata)
+            } catch {
+                SalutLogging.logger.error("cannot watch Avahi's descriptor \(fd): \(error)")
+                return nil
+            }
             watch.update(events)
             return OpaquePointer(Unmanaged.passRetained(watch).toOpaque())
         }
@@ -74,13 +80,15 @@ final class DispatchPoll: @unchecked Sendable {
 /// One `AvahiWatch`: the descriptor on Salut's readiness loop, reporting on `queue` what Avahi
 /// asked to hear of.
 ///
-/// Not libdispatch read and write sources: Avahi asks for writability on its D-Bus socket and
-/// drops the wish again after nearly every message, and closes the socket right after
-/// `watch_free`. Dispatch sources set up and torn down that fast, with a cancellation that
-/// completes later, on a descriptor number the kernel soon hands out again, corrupt
-/// libdispatch's epoll bookkeeping on Linux (the process dies with "source finalized twice";
-/// swift-corelibs-libdispatch #949). A ``ReadinessWatch`` changes interest in place, and its
-/// `cancel()` is done with the descriptor when it returns, so Avahi may close it at once.
+/// Not libdispatch read and write sources, which this adapter used to make: Avahi closes its
+/// D-Bus socket right after `watch_free`, while a dispatch source's cancellation completes
+/// later. Closing a descriptor before its source's cancel handler has run is a misuse that
+/// libdispatch does not survive on Linux: its epoll books kept the old number, the kernel handed
+/// the number to a new descriptor, and a dispatch source on that one (a test's child pipe) died
+/// with "source finalized twice". Sources made and cancelled fast on many threads have troubles
+/// of their own there (swift-corelibs-libdispatch #949). A ``ReadinessWatch`` changes interest in
+/// place, and its `cancel()` is done with the descriptor when it returns, so Avahi may close it
+/// at once.
 private final class Watch: @unchecked Sendable {
     // @unchecked: `happened`, `readiness` and `cancelled` are touched only on `queue` (Avahi
     // calls the poll table only there, and the readiness watch reports there).
@@ -110,6 +118,7 @@ private final class Watch: @unchecked Sendable {
 
     /// Says what Avahi wants to hear of from now on.
     func update(_ events: AvahiWatchEvent) {
+        dispatchPrecondition(condition: .onQueue(queue))
         var interest: Readiness = []
         if events.rawValue & AVAHI_WATCH_IN.rawValue != 0 { interest.insert(.readable) }
         if events.rawValue & AVAHI_WATCH_OUT.rawValue != 0 { interest.insert(.writable) }
@@ -144,6 +153,7 @@ private final class Watch: @unchecked Sendable {
 
     /// Stops the watch; from the return Avahi may close the descriptor.
     func cancel() {
+        dispatchPrecondition(condition: .onQueue(queue))
         cancelled = true
         readiness?.cancel()
         readiness = nil
@@ -171,6 +181,7 @@ private final class Timeout: @unchecked Sendable {
 
     /// Arms the timer for the absolute time `tv`, or disarms it when `tv` is nil.
     func update(_ tv: UnsafePointer<timeval>?) {
+        dispatchPrecondition(condition: .onQueue(queue))
         timer?.cancel()
         timer = nil
         guard let tv else { return }
