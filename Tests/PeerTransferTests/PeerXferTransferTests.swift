@@ -417,6 +417,16 @@ final class PeerXferTransferTests: XCTestCase {
         let known = try String(contentsOfFile: lab.path("sender/known-peers.json"), encoding: .utf8)
         XCTAssertTrue(known.contains("\"\(name)\""), "pinned under the published spelling: \(known)")
         XCTAssertFalse(known.contains("\"\(name.lowercased())\""), known)
+
+        // Another receiver publishing the same name in other letters' case is held to that pin:
+        // it is not trusted on first use in its place.
+        try FileManager.default.removeItem(atPath: lab.path("sender/known-peers.json"))
+        let old = String(repeating: "cd", count: 32)
+        try Data("{\"pins\":{\"\(name.uppercased())\":\"\(old)\"},\"trusted\":{}}".utf8)
+            .write(to: URL(fileURLWithPath: lab.path("sender/known-peers.json")))
+        let (refused, refusedOutput) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
+        XCTAssertEqual(refused, 6, refusedOutput)
+        XCTAssertTrue(refusedOutput.contains("impersonating") && refusedOutput.contains(name.uppercased()), refusedOutput)
     }
 
     func testAChangedKeyForAKnownNameIsRefusedUntilUntrusted() throws {

@@ -95,6 +95,19 @@ public struct KnownPeers: Codable, Sendable, Equatable {
         }
     }
 
+    /// The spelling under which `name` is pinned, comparing names as DNS-SD does (ASCII case
+    /// does not count): a receiver that now publishes "KITCHEN" is the "Kitchen" pinned before,
+    /// held to that pin, not a new receiver to trust on first use. Nil when it is not pinned.
+    public func pinnedSpelling(of name: String) -> String? {
+        if pins[name] != nil { return name }
+        let folded = Self.foldingASCIICase(name)
+        return pins.keys.sorted().first { Self.foldingASCIICase($0) == folded }
+    }
+
+    private static func foldingASCIICase(_ name: String) -> [UInt8] {
+        name.utf8.map { (0x41...0x5A).contains($0) ? $0 + 0x20 : $0 }
+    }
+
     /// Writes the book to `path` atomically (mode 0600).
     public func save(to path: String) throws {
         let encoder = JSONEncoder()

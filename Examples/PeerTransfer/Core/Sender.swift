@@ -101,10 +101,13 @@ public struct Sender: Sendable {
         // "Office" in home.arpa are two receivers.
         // Under the name as the receiver publishes it ("kitchen" finds "Kitchen": DNS-SD names
         // do not compare case), so that one receiver has one pin whatever the spelling.
+        // A pin made under another case of the name is the same receiver's (held to it: a
+        // stranger publishing "KITCHEN" is not trusted on first use in place of "Kitchen").
         let published = resolved.service.name
-        let pinName = onTheLink ? published : published + "." + (domain.hasSuffix(".") ? String(domain.dropLast()) : domain)
         let key = try Self.advertisedKey(resolved, name: name)
         var known = try KnownPeers.load(from: configuration.knownPeersFile)
+        let spelled = onTheLink ? published : published + "." + (domain.hasSuffix(".") ? String(domain.dropLast()) : domain)
+        let pinName = known.pinnedSpelling(of: spelled) ?? spelled
         let firstUse: Bool
         if let pinned = known.pins[pinName] {
             guard pinned == key else {

@@ -65,7 +65,7 @@ struct Trust: AsyncParsableCommand {
             throw PeerTransferError.trust("\"\(Terminal.escape(peer))\" advertises no key fingerprint")
         }
         // Pinned under the name as published ("kitchen" finds "Kitchen"), as `send` pins it.
-        let published = resolved.service.name
+        let published = known.pinnedSpelling(of: resolved.service.name) ?? resolved.service.name
         if let pinned = known.pins[published], pinned != key {
             throw PeerTransferError.trust("\"\(Terminal.escape(published))\" advertises \(key) but was pinned with \(pinned); run `peerxfer untrust \"\(Terminal.escape(published))\"` first if the change is expected")
         }
@@ -93,9 +93,9 @@ struct Untrust: AsyncParsableCommand {
         var known = try KnownPeers.load(from: configuration.knownPeersFile)
         let fingerprint = peer.lowercased().filter { $0 != ":" }
         var removed = 0
-        if let key = known.pins.removeValue(forKey: peer) {
+        if let spelled = known.pinnedSpelling(of: peer), let key = known.pins.removeValue(forKey: spelled) {
             removed += 1
-            if known.trusted[key] == peer { known.trusted[key] = nil }
+            if known.trusted[key] == spelled { known.trusted[key] = nil }
         }
         if known.trusted.removeValue(forKey: fingerprint) != nil { removed += 1 }
         for (key, label) in known.trusted where label == peer {
