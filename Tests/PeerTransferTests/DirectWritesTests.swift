@@ -35,14 +35,6 @@ final class DirectWritesTests: XCTestCase {
         return (process.process.terminationStatus, output)
     }
 
-    private func randomData(_ count: Int, seed: UInt64) -> Data {
-        var state = seed
-        return Data((0..<count).map { _ in
-            state = state &* 6364136223846793005 &+ 1442695040888963407
-            return UInt8(truncatingIfNeeded: state >> 33)
-        })
-    }
-
     /// `bytes` in memory of its own that starts `shift` bytes past a page boundary (a chunk's
     /// data arrives on one, see ``ChunkMemory``).
     private func pageAligned(_ bytes: Data, shift: Int = 0) -> Data {
@@ -97,7 +89,7 @@ final class DirectWritesTests: XCTestCase {
 
     func testALargeFilesAlignedChunksBypassThePageCacheAndItsShortTailDoesNot() async throws {
         let chunk = TransferLimits.chunkSize
-        let data = randomData(6 * chunk + 5, seed: 6)
+        let data = seededData(6 * chunk + 5, seed: 6)
         let (file, path) = try await receive(data, as: "direct.bin")
         XCTAssertFalse(file.writesDirectly, "the 5-byte tail cannot go directly; it and what follows go through the cache")
         let cached = try cachedPages(path, size: data.count)
@@ -109,7 +101,7 @@ final class DirectWritesTests: XCTestCase {
 
     func testALastChunkOfWholePagesAndAPartGoesDirectlyUpToItsLastPage() async throws {
         let chunk = TransferLimits.chunkSize
-        let data = randomData(5 * chunk + 3 * DirectWrites.alignment + 100, seed: 7)
+        let data = seededData(5 * chunk + 3 * DirectWrites.alignment + 100, seed: 7)
         let (file, path) = try await receive(data, as: "tail.bin")
         XCTAssertFalse(file.writesDirectly, "the last 100 bytes went through the cache")
         let cached = try cachedPages(path, size: data.count)
@@ -121,7 +113,7 @@ final class DirectWritesTests: XCTestCase {
     /// (The fallback itself: any path to it gives this; a file system that refuses a direct
     /// write with `EINVAL` takes the same branch.)
     func testChunksInMemoryOffAPageBoundaryAreWrittenThroughTheCacheAlike() async throws {
-        let data = randomData(5 * TransferLimits.chunkSize, seed: 8)
+        let data = seededData(5 * TransferLimits.chunkSize, seed: 8)
         let (file, path) = try await receive(data, as: "shifted.bin", shift: 8)
         XCTAssertFalse(file.writesDirectly)
         XCTAssertEqual(try cachedPages(path, size: data.count).filter { !$0 }.count, 0, "written through the cache")
@@ -159,7 +151,7 @@ final class DirectWritesTests: XCTestCase {
         let chunk = TransferLimits.chunkSize
         // The tail is one whole 4 KiB page: on ext4 it would go directly (and direct writes
         // would stay on); here it is refused, and goes through the cache.
-        let data = randomData(5 * chunk + DirectWrites.alignment, seed: 10)
+        let data = seededData(5 * chunk + DirectWrites.alignment, seed: 10)
         let (file, path) = try await receive(data, as: "refused.bin", into: mount + "/inbox")
         XCTAssertFalse(file.writesDirectly, "the refused write turned direct writes off")
         let cached = try cachedPages(path, size: data.count)

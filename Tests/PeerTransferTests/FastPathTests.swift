@@ -16,16 +16,8 @@ final class FastPathTests: XCTestCase {
         try? FileManager.default.removeItem(atPath: folder)
     }
 
-    private func randomData(_ count: Int, seed: UInt64) -> Data {
-        var state = seed
-        return Data((0..<count).map { _ in
-            state = state &* 6364136223846793005 &+ 1442695040888963407
-            return UInt8(truncatingIfNeeded: state >> 33)
-        })
-    }
-
     func testLargeFilesHashedOnTwoThreadsGiveTheSameDigestAsOnePass() throws {
-        let data = randomData(9 * FileHashing.blockSize + 12_345, seed: 1)
+        let data = seededData(9 * FileHashing.blockSize + 12_345, seed: 1)
         let path = folder + "/big.bin"
         try data.write(to: URL(fileURLWithPath: path))
         XCTAssertEqual(try FileHashing.digest(ofFile: path, length: UInt64(data.count)), SHA256Hasher.hash(data))
@@ -41,7 +33,7 @@ final class FastPathTests: XCTestCase {
     func testAPlanListsEveryFileOfATreeAndRefusesAnUnreadableOne() throws {
         var expected: [String: String] = [:]
         for i in 0..<40 {
-            let data = randomData(i == 7 ? 5 * FileHashing.blockSize : 1_000 + i * 97, seed: UInt64(i))
+            let data = seededData(i == 7 ? 5 * FileHashing.blockSize : 1_000 + i * 97, seed: UInt64(i))
             let relative = "tree/d\(i % 4)/f\(i).bin"
             try FileManager.default.createDirectory(atPath: folder + "/tree/d\(i % 4)", withIntermediateDirectories: true)
             try data.write(to: URL(fileURLWithPath: folder + "/" + relative))
@@ -64,7 +56,7 @@ final class FastPathTests: XCTestCase {
     func testASinkWritesAndHashesLargeAndSmallFilesAlike() async throws {
         let inbox = try Inbox(path: folder + "/inbox")
         for (name, size) in [("small.bin", 100_000), ("large.bin", 6 * TransferLimits.chunkSize + 5)] {
-            let data = randomData(size, seed: UInt64(size))
+            let data = seededData(size, seed: UInt64(size))
             let file = try inbox.openPart(try RelativePath(validating: name), for: "k")
             let sink = FileSink(file: file, continuing: SHA256Hasher(), size: UInt64(size), limit: 2 * TransferLimits.chunkSize)
             var offset = 0
@@ -85,7 +77,7 @@ final class FastPathTests: XCTestCase {
     func testALargeFileIsFlushedWhileItIsWrittenAndFinishWaitsForTheFlush() async throws {
         let inbox = try Inbox(path: folder + "/inbox")
         let size = 9 * TransferLimits.chunkSize + 3
-        let data = randomData(size, seed: 9)
+        let data = seededData(size, seed: 9)
         let file = try inbox.openPart(try RelativePath(validating: "flushed.bin"), for: "k")
         // A flush every two chunks: at least one must start and end before finish() returns.
         let sink = FileSink(file: file, continuing: SHA256Hasher(), size: UInt64(size),
@@ -127,7 +119,7 @@ final class FastPathTests: XCTestCase {
         let size = 12 * TransferLimits.chunkSize
         let sink = FileSink(file: file, continuing: SHA256Hasher(), size: UInt64(size))
         XCTAssertFalse(file.writesDirectly, "tmpfs is the page cache: no direct writes there")
-        let chunk = randomData(TransferLimits.chunkSize, seed: 9)
+        let chunk = seededData(TransferLimits.chunkSize, seed: 9)
         var failure: Error?
         do {
             for offset in stride(from: 0, to: size, by: chunk.count) {
