@@ -188,7 +188,7 @@ struct Receiver {
                 case .decide(let offered, let paths):
                     manifest = offered
                     events(.offered(id: id, sender: senderName, files: offered.fileCount, bytes: offered.totalBytes))
-                    logger.info("offer from \(senderName) (key \(senderKey.prefix(16))…): \(Terminal.counted(offered.fileCount, "file")), \(Terminal.counted(Int(clamping: offered.totalBytes), "byte"))")
+                    logger.info("offer from \(senderName) (key \(senderKey.prefix(16))…): \(Wording.counted(offered.fileCount, "file")), \(Wording.counted(Int(clamping: offered.totalBytes), "byte"))")
                     // A person or a hook may take up to 120 s; the sender waits 150 s.
                     watchdog.touch(bound: .seconds(150))
                     let decision = await decide(offered, paths, senderName: senderName, senderKey: senderKey)

@@ -73,10 +73,10 @@ final class ProgressDisplay: Sendable {
             } else {
                 let folders = accepted - files
                 state.withLock { $0.filesTotal = files - there }
-                var line = "accepted \(Terminal.counted(files, "file"))\(folders > 0 ? " and \(Terminal.counted(folders, "folder"))" : "")"
-                    + (accepted < entriesTotal ? " of \(Terminal.counted(entriesTotal, "entry", plural: "entries"))" : "")
+                var line = "accepted \(Wording.counted(files, "file"))\(folders > 0 ? " and \(Wording.counted(folders, "folder"))" : "")"
+                    + (accepted < entriesTotal ? " of \(Wording.counted(entriesTotal, "entry", plural: "entries"))" : "")
                     + "; \(Self.bytes(bytes)) to send"
-                if there > 0 { line += ", \(Terminal.counted(there, "file")) already there" }
+                if there > 0 { line += ", \(Wording.counted(there, "file")) already there" }
                 if let reason, declined > 0 { line += " (\(reason))" }
                 printError(line)
             }

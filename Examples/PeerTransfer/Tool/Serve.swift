@@ -167,7 +167,7 @@ struct OfferJudge: Sendable {
         let entries = offer.manifest.entries
         var listing = entries.prefix(Self.entriesShown).map { "  \(Terminal.escape($0.path))\($0.kind == .directory ? "/" : "")\n" }.joined()
         if entries.count > Self.entriesShown { listing += "  … and \(entries.count - Self.entriesShown) more\n" }
-        let question = "\(offer.senderName) [key \(offer.senderKey.prefix(16))…\(offer.senderTrusted ? ", trusted" : "")] offers \(Terminal.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)Accept? [y/N] "
+        let question = "\(offer.senderName) [key \(offer.senderKey.prefix(16))…\(offer.senderTrusted ? ", trusted" : "")] offers \(Wording.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)Accept? [y/N] "
         writeAll(question, to: 2)
         // Waited for on a thread of its own: the shared pool of async threads keeps serving
         // other peers meanwhile.
