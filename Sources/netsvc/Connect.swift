@@ -38,7 +38,7 @@ struct Connect: AsyncParsableCommand {
 
     @OptionGroup var target: ServiceArguments
 
-    @Option(help: "Seconds to wait for the service to resolve (0.001 to 3600).")
+    @Option(parsing: .unconditional, help: "Seconds to wait for the service to resolve (0.001 to 3600).")
     var timeout: Seconds = 5
 
     @OptionGroup var tlsOptions: ClientTLSOptions

@@ -19,7 +19,7 @@ struct Lookup: AsyncParsableCommand {
     @Flag(help: "IPv6 addresses only.")
     var ipv6 = false
 
-    @Option(help: "Seconds to wait for an answer (0.001 to 3600).")
+    @Option(parsing: .unconditional, help: "Seconds to wait for an answer (0.001 to 3600).")
     var timeout: Seconds = 5
 
     func validate() throws {

@@ -88,7 +88,7 @@ struct Domains: AsyncParsableCommand {
     @Flag(help: "Write one JSON object per line.")
     var json = false
 
-    @Option(help: "Seconds to wait for the network's answers (0.001 to 3600).")
+    @Option(parsing: .unconditional, help: "Seconds to wait for the network's answers (0.001 to 3600).")
     var timeout: Seconds = 3
 
     @OptionGroup var logging: LoggingOptions

@@ -73,11 +73,11 @@ struct Publish: AsyncParsableCommand {
     @Option(help: ArgumentHelp("With --listen: connections served at once, 1 to 10000; a newcomer then takes the place of the oldest peer that has sent nothing, or is refused.", valueName: "N"))
     var maxConnections: Int = 64
 
-    @Option(help: ArgumentHelp("With --listen: seconds a peer has to finish the TLS handshake and send its first byte (0.001 to 3600).",
+    @Option(parsing: .unconditional, help: ArgumentHelp("With --listen: seconds a peer has to finish the TLS handshake and send its first byte (0.001 to 3600).",
                                valueName: "SECONDS"))
     var handshakeTimeout: Seconds = 10
 
-    @Option(help: ArgumentHelp("With --listen: seconds a connection may stay idle, nothing moving either way, before it is cut (0.001 to 3600).",
+    @Option(parsing: .unconditional, help: ArgumentHelp("With --listen: seconds a connection may stay idle, nothing moving either way, before it is cut (0.001 to 3600).",
                                valueName: "SECONDS"))
     var idleTimeout: Seconds = 300
 

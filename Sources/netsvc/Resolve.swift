@@ -14,7 +14,7 @@ struct Resolve: AsyncParsableCommand {
 
     @OptionGroup var target: ServiceArguments
 
-    @Option(help: "Seconds to wait for an answer (0.001 to 3600).")
+    @Option(parsing: .unconditional, help: "Seconds to wait for an answer (0.001 to 3600).")
     var timeout: Seconds = 5
 
     @Flag(help: "Write one JSON object.")

@@ -558,6 +558,16 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(other, 2, otherOutput)
         XCTAssertTrue(otherOutput.contains("the folder holds none"), otherOutput)
         XCTAssertEqual(PeerXferLab.listing(lab.path("just-a-folder")), [], otherOutput)
+        // `send` with a --config that is no configuration says it makes one, with a new key.
+        try lab.makeFile("src/note.txt", size: 10)
+        let (fresh, freshOutput) = try lab.run(["send", lab.path("src/note.txt"), "--to", PeerXferLab.uniqueName("Nobody"),
+                                                "--wait", "0.5", "--config", lab.path("fresh-sender")])
+        XCTAssertEqual(fresh, 3, freshOutput)
+        XCTAssertTrue(freshOutput.contains("was not a peerxfer configuration; it is a new one now, with a new key"), freshOutput)
+        // A few hex digits that name no receiver: the hint says how to give a key.
+        let (short, shortOutput) = try lab.run(["trust", "63c04fbad6", "--wait", "0.5", "--config", lab.path("c")])
+        XCTAssertEqual(short, 3, shortOutput)
+        XCTAssertTrue(shortOutput.contains("is the start of a key, give all 64 hex digits"), shortOutput)
         // `trust` may make a configuration (before the first `serve`), and says when it does.
         let (made, madeOutput) = try lab.run(["trust", String(repeating: "ab", count: 32), "--config", lab.path("new-config")])
         XCTAssertEqual(made, 0, madeOutput)

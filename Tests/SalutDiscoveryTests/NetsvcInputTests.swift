@@ -39,6 +39,10 @@ final class NetsvcInputTests: XCTestCase {
                 XCTAssertTrue(out.contains("The value '\(bad)' is invalid for '--timeout"), out)
                 XCTAssertTrue(out.contains("0.001 to 3600"), "the message says the range: \(out)")
             }
+            // A negative number as the next argument is a value out of range, not a missing one.
+            let (code, out) = try run(noDaemon + [netsvc, command] + arguments[command, default: []] + ["--timeout", "-1"])
+            XCTAssertEqual(code, 2, "\(command) --timeout -1: \(out)")
+            XCTAssertTrue(out.contains("The value '-1' is invalid for '--timeout"), "\(command) --timeout -1: \(out)")
         }
         XCTAssertEqual(Set(timed), ["resolve", "lookup", "connect", "domains"])
     }

@@ -20,8 +20,7 @@ struct PeerXfer: AsyncParsableCommand {
                 3  the receiver was not found in time
                 5  declined by the receiver (all or part of the offer)
                 6  trust failure (key changed or not the advertised one; unknown sender under --accept known)
-              130  `send` stopped with Ctrl-C (run it again to resume): it ends by the signal, as
-                   shells show it; 143 for SIGTERM, 129 for SIGHUP
+              130  `send` stopped with Ctrl-C (run it again to resume); 143 SIGTERM, 129 SIGHUP
 
             Examples:
               peerxfer serve --name Kitchen --inbox ~/Inbox --accept known

@@ -58,7 +58,7 @@ final class ProgressDisplay: Sendable {
             if json {
                 printJSON(["event": "connected", "peer": name, "key": key, "firstUse": firstUse])
             } else {
-                printError("connected to \"\(Terminal.escape(name))\" (key \(key.prefix(16))…\(firstUse ? ", first use: pinned" : ", matches its pin"))")
+                printError("connected to \"\(Terminal.escape(name))\" (key \(key.prefix(16))…\(firstUse ? ", first use: pinned" : ", matches its pin")); waiting for it to accept the offer")
             }
         case .answered(let accepted, let files, let declined, let there, let bytes, let reason):
             state.withLock {

@@ -59,7 +59,11 @@ struct Trust: AsyncParsableCommand {
             // The daemon failed or refused: not a receiver that is not there.
             throw PeerTransferError.runtime("cannot look for \"\(Terminal.escape(peer))\": \(error)")
         } catch {
-            throw PeerTransferError.peerNotFound("no receiver named \"\(Terminal.escape(peer))\" was found within \(wait.rounded() == wait ? String(Int(wait)) : String(wait)) s (\(error)); `peerxfer peers` lists the receivers that can be seen, or give the key's fingerprint instead")
+            // A few hex digits were most likely a key cut short rather than a name.
+            let keyHint = !digits.isEmpty && digits.allSatisfy(\.isHexDigit)
+                ? "; if \"\(Terminal.escape(peer))\" is the start of a key, give all 64 hex digits (`peerxfer peers --json` shows them)"
+                : "; `peerxfer peers` lists the receivers that can be seen, or give the key's fingerprint instead"
+            throw PeerTransferError.peerNotFound("no receiver named \"\(Terminal.escape(peer))\" was found within \(wait.rounded() == wait ? String(Int(wait)) : String(wait)) s (\(error))\(keyHint)")
         }
         guard let key = resolved.txtRecord.string(for: "fp")?.lowercased(), key.count == 64, key.allSatisfy(\.isHexDigit) else {
             throw PeerTransferError.trust("\"\(Terminal.escape(peer))\" advertises no key fingerprint")
