@@ -363,6 +363,21 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(sender.waitForExit(seconds: 30), sender.output)
         XCTAssertEqual(sender.process.terminationStatus, 0, sender.output)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/t/sub/b.txt"), lab.path("inbox/t/sub/b.txt")))
+
+        // A question nobody answers does not hold the daemon up: SIGTERM declines the offer and
+        // stops it at once, not after the question's 120 s.
+        try lab.makeFile("src/later.txt", size: 10)
+        let second = try Foreign([PeerXferLab.binary, "send", lab.path("src/later.txt"), "--to", name,
+                                  "--config", lab.path("sender"), "--json"])
+        defer { second.stop() }
+        XCTAssertTrue(daemon.waitForOutput(containing: "later.txt", seconds: 20), daemon.output)
+        let pids = try Foreign(["pgrep", "-f", "serve --name \(name)"]).finish(seconds: 10)
+        let servers = pids.split(whereSeparator: \.isNewline).compactMap { pid_t($0) }
+        XCTAssertFalse(servers.isEmpty, "no daemon process found")
+        for pid in servers { kill(pid, SIGTERM) }
+        XCTAssertTrue(daemon.waitForExit(seconds: 15), "the daemon waited for the answer: \(daemon.output)")
+        XCTAssertTrue(second.waitForExit(seconds: 30), second.output)
+        XCTAssertNotEqual(second.process.terminationStatus, 0, second.output)
     }
 
     func testAHookThatLeavesAChildRunningDecidesAtOnceAndTheChildIsEnded() throws {

@@ -163,18 +163,36 @@ struct OfferJudge: Sendable {
             logger.warning("declined an offer from \(offer.senderName): --accept ask has no terminal and no --hook")
             return []
         }
-        // What is offered, before the question: the first entries by name (folders end in /).
+        // What is offered, before the question: the first entries by name (folders end in /),
+        // each indented and cut short, so that no name can pass for a line of the tool's own
+        // (such as the question) however it wraps; the tail line is not indented.
         let entries = offer.manifest.entries
-        var listing = entries.prefix(Self.entriesShown).map { "  \(Terminal.escape($0.path))\($0.kind == .directory ? "/" : "")\n" }.joined()
-        if entries.count > Self.entriesShown { listing += "  … and \(entries.count - Self.entriesShown) more\n" }
+        var listing = entries.prefix(Self.entriesShown).map { entry in
+            let name = Terminal.escape(entry.path) + (entry.kind == .directory ? "/" : "")
+            return "  \(name.count > Self.nameShown ? name.prefix(Self.nameShown - 1) + "…" : name)\n"
+        }.joined()
+        if entries.count > Self.entriesShown { listing += "(and \(entries.count - Self.entriesShown) more)\n" }
         let question = "\(offer.senderName) [key \(offer.senderKey.prefix(16))…\(offer.senderTrusted ? ", trusted" : "")] offers \(Wording.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)Accept? [y/N] "
+        guard let stop = CancelPipe() else {
+            logger.error("declined an offer from \(offer.senderName): no descriptor left to wait for the answer")
+            return []
+        }
+        defer { stop.close() }
         writeAll(question, to: 2)
         // Waited for on a thread of its own: the shared pool of async threads keeps serving
-        // other peers meanwhile.
-        let answer = await onThreadOfItsOwn { () -> String? in
-            var poller = pollfd(fd: 0, events: Int16(POLLIN), revents: 0)
-            return poll(&poller, 1, 120_000) == 1 ? readLine() : nil
+        // other peers meanwhile. A shutdown (SIGTERM, Ctrl-C) cancels the wait: the offer is
+        // declined, and the daemon stops without waiting out the 120 s.
+        let answer = await withTaskCancellationHandler {
+            await onThreadOfItsOwn { () -> String? in
+                var fds = [pollfd(fd: 0, events: Int16(POLLIN), revents: 0),
+                           pollfd(fd: stop.readEnd, events: Int16(POLLIN), revents: 0)]
+                guard poll(&fds, 2, 120_000) > 0, fds[1].revents == 0, fds[0].revents != 0 else { return nil }
+                return readLine()
+            }
+        } onCancel: {
+            stop.wake()
         }
+        if answer == nil { writeAll("\n", to: 2) }   // the prompt's line ends, unanswered
         return answer?.lowercased().hasPrefix("y") == true ? all : []
     }
 
@@ -211,6 +229,9 @@ struct OfferJudge: Sendable {
 
     /// How many of an offer's entries the terminal question lists.
     static let entriesShown = 10
+
+    /// How many characters of each entry's name the terminal question shows.
+    static let nameShown = 100
 }
 
 /// A turn at the terminal: one question at a time.
