@@ -161,6 +161,7 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(sender.process.endingSignal, SIGINT, sender.output)
         XCTAssertTrue(sender.output.contains("\"event\":\"interrupted\""), sender.output)
         XCTAssertTrue(sender.output.contains("\"signal\":\"SIGINT\""), sender.output)
+        XCTAssertTrue(sender.output.contains("interrupted: run the same command again"), "the hint is on standard error in JSON mode too: \(sender.output)")
         // The receiver's log says the cut transfer can go on, not only that it failed.
         XCTAssertTrue(daemon.waitForOutput(containing: "Part files are kept, and the same send resumes from them", seconds: 10), daemon.output)
 
@@ -329,7 +330,7 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.makeFile("src/skip.txt", size: 10, seed: 2)
         let (status, output) = try lab.send([lab.path("src/keep.txt"), lab.path("src/skip.txt")], to: declining, config: "sender")
         XCTAssertEqual(status, 5, output)
-        XCTAssertTrue(output.contains("declined"), output)
+        XCTAssertTrue(output.contains("the receiver says: declined, by the person or the hook"), output)
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox1")), [])
 
         let choosy = PeerXferLab.uniqueName("Choosy")

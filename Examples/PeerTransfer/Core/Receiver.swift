@@ -350,6 +350,8 @@ struct Receiver {
                 outcome = .runtime("the connection ended before any offer: \(cause)")
             } else if answeredAt == nil {
                 outcome = .runtime("the connection ended before the offer was accepted: \(cause)")
+            } else if received == 0 {
+                outcome = .runtime("the connection ended after the offer was accepted, before any file's bytes came: \(cause)")
             } else {
                 // Most often a sender stopped half way (Ctrl-C, a lost link): say what happens next.
                 outcome = .runtime("the connection was cut before the transfer ended: \(cause). Part files are kept, and the same send resumes from them")
@@ -390,7 +392,8 @@ struct Receiver {
                                                senderTrusted: trusted(senderKey), manifest: manifest))
         }
         chosen = chosen.filter { manifest.entries.indices.contains($0) }
-        if chosen.isEmpty { return .success(Decision(answer: Answer(accepted: [], reason: "the receiver declined the transfer"))) }
+        // (The sender shows it as "the receiver says: …".)
+        if chosen.isEmpty { return .success(Decision(answer: Answer(accepted: [], reason: "declined, by the person or the hook that answers offers there"))) }
         // What the inbox already holds is found by hashing files (earlier transfers' results and
         // part files, up to the whole offer's size): on a thread of its own, so that the shared
         // pool of async threads goes on serving other peers meanwhile.

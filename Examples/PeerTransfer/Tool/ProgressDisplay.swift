@@ -160,11 +160,12 @@ final class ProgressDisplay: Sendable {
             printJSON(["event": "interrupted", "verified": done, "signal": signal.name])
         } else {
             clearLine()
-            // (No count: the receiver confirms small files in batches, so it may hold more
-            // than it has confirmed yet.)
-            let what = signal == .interrupt ? "interrupted" : "stopped by \(signal.name)"
-            printError("\(what): run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)")
         }
+        // On standard error in JSON mode too, as an error's message is: a person may be watching.
+        // (No count: the receiver confirms small files in batches, so it may hold more than it
+        // has confirmed yet.)
+        let what = signal == .interrupt ? "interrupted" : "stopped by \(signal.name)"
+        printError("\(what): run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)")
     }
 
     private func clearLine() {
