@@ -92,6 +92,14 @@ package enum ServiceNames {
         guard !name.utf8.contains(0) else { throw DiscoveryError.invalidServiceName(name, reason: "contains a NUL byte") }
     }
 
+    /// Whether two names are the same to DNS: equal once ASCII letters are folded to one case
+    /// (RFC 6762 section 16), every other byte as it is. Not Foundation's case-insensitive
+    /// comparison, which folds Unicode too ("K", the Kelvin sign, would match "k").
+    package static func sameIgnoringASCIICase(_ a: String, _ b: String) -> Bool {
+        func lowered(_ byte: UInt8) -> UInt8 { (0x41...0x5A).contains(byte) ? byte | 0x20 : byte }
+        return a.utf8.count == b.utf8.count && zip(a.utf8, b.utf8).allSatisfy { lowered($0) == lowered($1) }
+    }
+
     /// True for a domain that mDNS serves on the link (`local` and names under it), as opposed
     /// to a wide-area domain in unicast DNS. `domain` as ``normaliseDomain(_:)`` returns it.
     package static func isOnTheLink(_ domain: String) -> Bool {

@@ -201,8 +201,7 @@ public struct TXTRecord: Sendable, Hashable, CustomStringConvertible {
     /// case-insensitive comparison folds Unicode too, so that looking up or removing "ß" or "K"
     /// (the Kelvin sign) would find the attribute "ss" or "k".
     private static func sameKey(_ a: String, _ b: String) -> Bool {
-        func lower(_ byte: UInt8) -> UInt8 { (0x41...0x5A).contains(byte) ? byte | 0x20 : byte }
-        return a.utf8.count == b.utf8.count && zip(a.utf8, b.utf8).allSatisfy { lower($0) == lower($1) }
+        ServiceNames.sameIgnoringASCIICase(a, b)
     }
 
     private static func encode(_ entry: Entry) -> [UInt8] {

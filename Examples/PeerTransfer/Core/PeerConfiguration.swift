@@ -1,4 +1,5 @@
 import Foundation
+import SalutDiscovery
 import SalutStreams
 
 /// A peerxfer configuration folder: this device's identity (key, certificate, id) and what it
@@ -100,12 +101,7 @@ public struct KnownPeers: Codable, Sendable, Equatable {
     /// held to that pin, not a new receiver to trust on first use. Nil when it is not pinned.
     public func pinnedSpelling(of name: String) -> String? {
         if pins[name] != nil { return name }
-        let folded = Self.foldingASCIICase(name)
-        return pins.keys.sorted().first { Self.foldingASCIICase($0) == folded }
-    }
-
-    private static func foldingASCIICase(_ name: String) -> [UInt8] {
-        name.utf8.map { (0x41...0x5A).contains($0) ? $0 + 0x20 : $0 }
+        return pins.keys.sorted().first { ServiceNames.sameIgnoringASCIICase($0, name) }
     }
 
     /// Writes the book to `path` atomically (mode 0600).

@@ -79,6 +79,19 @@ struct ConfigOptions: ParsableArguments {
         return try load()
     }
 
+    /// The configuration, made if missing (a device's first use), saying on standard error when
+    /// a folder named with `--config` was not one yet: a typo, often, which leaves the usual
+    /// configuration unused. `consequence` ends the note.
+    /// - Throws: ``PeerTransferError/runtime(_:)`` when the folder or identity cannot be made.
+    func loadSayingIfMade(_ consequence: String = "") throws -> PeerConfiguration {
+        let made = (try? requireExisting()) == nil
+        let configuration = try load()
+        if made {
+            printError("note: \(Terminal.escape(configuration.directory)) was not a peerxfer configuration; it is a new one now\(consequence)")
+        }
+        return configuration
+    }
+
     /// Throws when a folder named with `--config` holds no peerxfer configuration (the default
     /// may be missing: nothing has run yet). A configuration is a folder with this device's id
     /// in it (`device.json`): any other folder is a typo, and is not made into one.

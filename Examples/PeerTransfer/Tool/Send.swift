@@ -50,13 +50,8 @@ struct Send: AsyncParsableCommand {
 
     func run() async throws {
         logging.apply(default: .warning)
-        // A --config that holds no configuration gets a new identity: the receivers that pinned
-        // or trust this device's key will not know it, so say so (a typo, often).
-        let isNew = (try? config.requireExisting()) == nil
-        let configuration = try config.load()
-        if isNew {
-            printError("note: \(Terminal.escape(configuration.directory)) was not a peerxfer configuration; it is a new one now, with a new key (receivers that trust this device's usual key will not know it)")
-        }
+        // A new configuration is a new identity, which receivers that know this device do not.
+        let configuration = try config.loadSayingIfMade(", with a new key (receivers that trust this device's usual key will not know it)")
         if background { return try queue(configuration) }
         let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1)
         // Ctrl-C (or SIGTERM, or a closed terminal's SIGHUP) ends the send with 128 + the

@@ -28,13 +28,9 @@ struct Trust: AsyncParsableCommand {
 
     func run() async throws {
         // Trusting before the first `serve` is fine, but a mistyped --config would trust into a
-        // new folder that no daemon reads: say so when one is made.
-        let isNew = (try? config.requireExisting()) == nil
-        let configuration = try config.load()
+        // new folder that no daemon reads: said when one is made.
+        let configuration = try config.loadSayingIfMade()
         var known = try KnownPeers.load(from: configuration.knownPeersFile)
-        defer {
-            if isNew { printError("note: \(Terminal.escape(configuration.directory)) was not a peerxfer configuration; it is a new one now") }
-        }
         let fingerprint = peer.lowercased().filter { $0 != ":" }
         let digits = fingerprint.filter { $0 != "…" }
         if digits.count >= 12, digits.count < 64, digits.allSatisfy(\.isHexDigit) {

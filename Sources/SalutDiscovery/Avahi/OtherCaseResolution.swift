@@ -63,20 +63,13 @@ final class OtherCaseResolution: @unchecked Sendable {
     /// On the queue: resolves each newly seen instance named like the service but for case.
     private func found(_ services: Set<DiscoveredService>) {
         guard !stopped else { return }
-        let wanted = Self.foldingASCIICase(service.name)
         for other in services where other.name != service.name && !resolving.contains(other.name)
-            && Self.foldingASCIICase(other.name) == wanted {
+            && ServiceNames.sameIgnoringASCIICase(other.name, service.name) {
             resolving.insert(other.name)
             let spelled = DiscoveredService(name: other.name, type: service.type, domain: service.domain)
             let resolver = ResolveOperation(context: context, service: spelled, deliver: deliver)
             resolvers.append(resolver)
             resolver.start()
         }
-    }
-
-    /// `name` with ASCII letters in lower case and every other character kept: DNS compares
-    /// names so, whatever the other bytes are.
-    static func foldingASCIICase(_ name: String) -> [UInt8] {
-        name.utf8.map { (0x41...0x5A).contains($0) ? $0 + 0x20 : $0 }
     }
 }
