@@ -496,6 +496,30 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(daemon.output.contains("stopped"), daemon.output)
     }
 
+    func testASecondDaemonOnOneConfigurationIsRefusedAndTheFirstKeepsItsStatus() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Once")
+        let first = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        let pid = first.process.processIdentifier
+        let (status, output) = try lab.run(["serve", "--name", PeerXferLab.uniqueName("Twice"), "--inbox", lab.path("inbox2"),
+                                            "--config", lab.path("receiver"), "--accept", "all"], seconds: 30)
+        XCTAssertEqual(status, 1, output)
+        XCTAssertTrue(output.contains("another peerxfer serve (pid \(pid)) already runs with the configuration"), output)
+        XCTAssertFalse(output.contains("serving"), "the second must not publish: \(output)")
+        // The first still reads as running: the second neither wrote nor cleared its status.
+        let (shown, text) = try lab.run(["status", "--config", lab.path("receiver")])
+        XCTAssertEqual(shown, 0, text)
+        XCTAssertTrue(text.contains("serving \"\(name)\""), text)
+        XCTAssertTrue(text.contains("pid \(pid)"), text)
+        // Once the first has stopped, the lock has gone with it.
+        XCTAssertEqual(kill(pid, SIGTERM), 0)
+        XCTAssertTrue(first.waitForExit(seconds: 20), first.output)
+        let again = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        XCTAssertEqual(kill(again.process.processIdentifier, SIGTERM), 0)
+        XCTAssertTrue(again.waitForExit(seconds: 20), again.output)
+        XCTAssertEqual(again.process.terminationStatus, 0, again.output)
+    }
+
     func testAReceiverThatIsNotThereExits3() throws {
         let lab = try PeerXferLab()
         try lab.makeFile("src/a.txt", size: 1)
@@ -598,6 +622,8 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.makeFile("src/early.bin", size: 100)
         let (queued, output) = try lab.run(["send", lab.path("src/early.bin"), "--to", "Later", "--config", lab.path("fresh"), "--background"])
         XCTAssertEqual(queued, 0, output)
+        // Nobody answers to that name now: a mistyped name must not be waited for unseen.
+        XCTAssertTrue(output.contains("no receiver named \"Later\" answers on the link now; the daemon waits for it to appear, for up to 7 days"), output)
         let (_, status) = try lab.run(["status", "--config", lab.path("fresh")])
         XCTAssertTrue(status.contains("no daemon has run") && status.contains("early.bin"), status)
         let (_, json) = try lab.run(["status", "--json", "--config", lab.path("fresh")])
@@ -685,7 +711,11 @@ final class PeerXferTransferTests: XCTestCase {
                                                   "--config", lab.path("sender"), "--background"])
         XCTAssertEqual(queued, 0, queuedOutput)
         XCTAssertTrue(queuedOutput.contains("queued"), queuedOutput)
+        // The id it printed is the one the daemon's log and `status` name the send by.
+        let taskID = try XCTUnwrap(queuedOutput.range(of: #"\(task [0-9a-f]{8}\)"#, options: .regularExpression)
+            .map { String(queuedOutput[$0].dropFirst(6).dropLast()) }, queuedOutput)
         XCTAssertTrue(daemon.waitForOutput(containing: "waiting for the service", seconds: 20), daemon.output)
+        XCTAssertTrue(daemon.output.contains("background send task \(taskID) ("), daemon.output)
 
         // The daemon dies while it waits; the queue is on disk, and a new daemon takes it over.
         kill(daemon.process.processIdentifier, SIGKILL)
@@ -699,6 +729,19 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/queued.bin"), lab.path("inbox/queued.bin")))
         let (_, after) = try lab.run(["status", "--config", lab.path("sender")])
         XCTAssertTrue(after.contains("background queue: empty"), after)
+        XCTAssertTrue(restarted.output.contains("background send task \(taskID) ("), restarted.output)
+        XCTAssertTrue(after.contains("out to \(receiverName) (task \(taskID), \(lab.path("src/queued.bin"))): done"), after)
+
+        // With the receiver there, no "not on the link" note, and the log names the new task.
+        try lab.makeFile("src/second.bin", size: 1000, seed: 7)
+        let (again, againOutput) = try lab.run(["send", lab.path("src/second.bin"), "--to", receiverName,
+                                                "--config", lab.path("sender"), "--background"])
+        XCTAssertEqual(again, 0, againOutput)
+        XCTAssertFalse(againOutput.contains("answers on the link now"), againOutput)
+        let secondID = try XCTUnwrap(againOutput.range(of: #"\(task [0-9a-f]{8}\)"#, options: .regularExpression)
+            .map { String(againOutput[$0].dropFirst(6).dropLast()) }, againOutput)
+        XCTAssertTrue(restarted.waitForOutput(containing: "task \(secondID) (\(lab.path("src/second.bin"))) to \"\(receiverName)\" delivered and verified",
+                                              seconds: 60), restarted.output)
     }
 
     func testCancelTakesAQueuedBackgroundSendOffTheDaemonsQueue() throws {

@@ -75,23 +75,29 @@ public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Send
     }
 
     public func peerSession(_ session: PeerSession, task: PeerUploadTask, isWaiting phase: PeerUploadTask.Phase) {
-        logger.info("background send #\(task.taskIdentifier) to \(Terminal.escape(task.service.name)): \(phase)")
+        logger.info("background send \(Self.describe(task)): \(phase)")
     }
 
     public func peerSession(_ session: PeerSession, task: PeerSessionTask, didCompleteWithError error: (any Error)?) {
         guard let upload = task as? PeerUploadTask else { return }
         if (error as? PeerSessionError) == .sessionInvalidated {
-            logger.info("background send #\(task.taskIdentifier) to \(Terminal.escape(upload.service.name)) stays queued for the next start")
+            logger.info("background send \(Self.describe(upload)) stays queued for the next start")
             return
         }
-        status?.recordOutbound(peer: Terminal.escape(upload.service.name), path: upload.taskDescription ?? "?",
+        status?.recordOutbound(task: String(upload.persistentIdentifier.prefix(8)), peer: Terminal.escape(upload.service.name), path: upload.taskDescription ?? "?",
                                bytes: UInt64(max(0, upload.countOfBytesSent)), started: Date(),
                                error: error.map { "\($0)" })
         if let error {
-            logger.warning("background send #\(task.taskIdentifier) to \(Terminal.escape(upload.service.name)) failed: \(error)")
+            logger.warning("background send \(Self.describe(upload)) failed: \(error)")
         } else {
-            logger.info("background send #\(task.taskIdentifier) to \(Terminal.escape(upload.service.name)) delivered and verified (\(upload.attempts) attempt(s))")
+            logger.info("background send \(Self.describe(upload)) delivered and verified (\(upload.attempts) attempt(s))")
         }
+    }
+
+    /// "task 1a2b3c4d (/path) to "Name"": the id as `send --background` printed it and
+    /// `status` and `cancel` show and take it, not the session's per-process number.
+    static func describe(_ task: PeerUploadTask) -> String {
+        "task \(task.persistentIdentifier.prefix(8)) (\(Terminal.escape(task.taskDescription ?? "?"))) to \"\(Terminal.escape(task.service.name))\""
     }
 
     public func peerSessionDidFinishEvents(forBackgroundSession session: PeerSession) {

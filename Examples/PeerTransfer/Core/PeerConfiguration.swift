@@ -70,6 +70,8 @@ public struct PeerConfiguration: Sendable {
     public var knownPeersFile: String { (directory as NSString).appendingPathComponent("known-peers.json") }
     /// The daemon's status file.
     public var statusFile: String { (directory as NSString).appendingPathComponent("status.json") }
+    /// The file a running daemon holds locked (``DaemonLock``).
+    public var lockFile: String { (directory as NSString).appendingPathComponent("serve.lock") }
 }
 
 /// Keys this device has met: the key each receiver name had when first sent to (trust on

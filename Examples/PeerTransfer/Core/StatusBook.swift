@@ -18,6 +18,10 @@ public struct DaemonStatus: Codable, Sendable, Equatable {
         public var error: String?
         public var started: Double
         public var ended: Double?
+        /// For a background send: its task's id (as `send --background` printed it) and what
+        /// it sent.
+        public var task: String? = nil
+        public var path: String? = nil
     }
 
     public var name: String
@@ -119,13 +123,14 @@ public final class StatusBook: Sendable {
     }
 
     /// Records a background send that ended (delivered, or failed for good).
-    public func recordOutbound(peer: String, path: String, bytes: UInt64, started: Date, error: String?) {
+    public func recordOutbound(task: String, peer: String, path: String, bytes: UInt64, started: Date, error: String?) {
         update(force: true) {
             let id = ($0.transfers.map(\.id).max() ?? 0) + 1
             $0.transfers.append(.init(id: id, direction: "out", peer: peer, files: 1, bytes: bytes, bytesReceived: bytes,
                                       verified: error == nil ? 1 : 0, failed: error == nil ? 0 : 1,
                                       state: error == nil ? "done" : "failed", error: error,
-                                      started: started.timeIntervalSince1970, ended: Date().timeIntervalSince1970))
+                                      started: started.timeIntervalSince1970, ended: Date().timeIntervalSince1970,
+                                      task: task, path: path))
             if $0.transfers.count > 50 { $0.transfers.removeFirst($0.transfers.count - 50) }
         }
     }

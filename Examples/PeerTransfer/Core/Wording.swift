@@ -1,8 +1,19 @@
-/// Counts in words, for what the tool prints.
+/// Counts and durations in words, for what the tool prints.
 public enum Wording {
     /// `count` and `noun`, in the plural (`plural`, or the noun and an "s") unless there is
     /// one: "1 file", "3 files", "2 entries".
     public static func counted(_ count: Int, _ noun: String, plural: String? = nil) -> String {
         "\(count) \(count == 1 ? noun : plural ?? noun + "s")"
+    }
+}
+
+extension Wording {
+    /// `seconds` in the largest whole unit that fits: "7 days", "1 hour", "90 seconds".
+    public static func duration(_ seconds: Double) -> String {
+        let whole = Int(max(0, min(seconds, 1e12)))
+        for (size, unit) in [(86_400, "day"), (3_600, "hour"), (60, "minute")] where whole >= size && whole % size == 0 {
+            return counted(whole / size, unit)
+        }
+        return counted(whole, "second")
     }
 }

@@ -52,7 +52,7 @@ struct Send: AsyncParsableCommand {
         logging.apply(default: .warning)
         // A new configuration is a new identity, which receivers that know this device do not.
         let configuration = try config.loadSayingIfMade(", with a new key (receivers that trust this device's usual key will not know it)")
-        if background { return try queue(configuration) }
+        if background { return try await queue(configuration) }
         let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1)
         // Ctrl-C (or SIGTERM, or a closed terminal's SIGHUP) ends the send with 128 + the
         // signal, as a shell shows it, saying how to resume it.
@@ -155,11 +155,13 @@ struct Send: AsyncParsableCommand {
     }
 
     /// Queues one background upload per path for the daemon.
-    private func queue(_ configuration: PeerConfiguration) throws {
+    private func queue(_ configuration: PeerConfiguration) async throws {
         // The same checks as a foreground send, now, while the user is here to see them.
         _ = try TransferPlan.make(paths: paths)
-        let session = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer"))
+        let sessionConfiguration = configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer")
+        let session = PeerSession(configuration: sessionConfiguration)
         let service = DiscoveredService(name: to, type: TransferLimits.serviceType)
+        var queued: [String] = []
         for path in paths {
             let url = URL(fileURLWithPath: path).standardizedFileURL
             let task = session.uploadTask(to: service, fromFile: url)
@@ -168,6 +170,7 @@ struct Send: AsyncParsableCommand {
             if let error = task.error {
                 throw PeerTransferError.runtime("\(url.path) was not queued: \(error)")
             }
+            queued.append(String(task.persistentIdentifier.prefix(8)))
             if json {
                 printJSON(["event": "queued", "path": url.path, "peer": to, "task": task.persistentIdentifier])
             } else {
@@ -178,5 +181,12 @@ struct Send: AsyncParsableCommand {
         if status?.daemonAlive != true {
             printError("note: no peerxfer daemon runs with this configuration; the queue is delivered when `peerxfer serve --config \(configuration.directory)` starts")
         }
+        // A mistyped name would be waited for, quietly, for a week: say so while the user is here.
+        if (try? await service.resolve(timeout: Self.presenceCheck, settle: 0.02)) == nil {
+            printError("note: no receiver named \"\(Terminal.escape(to))\" answers on the link now; the daemon waits for it to appear, for up to \(Wording.duration(sessionConfiguration.timeoutIntervalForResource)) (`peerxfer peers` lists the receivers there; `peerxfer cancel \(queued.joined(separator: " "))\(configuration.configOption)` drops \(queued.count == 1 ? "it" : "them"))")
+        }
     }
+
+    /// Seconds `send --background` looks for the receiver, only to warn when it is not there.
+    static let presenceCheck: TimeInterval = 1
 }

@@ -11,7 +11,7 @@ struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Receive files: publish this device and take transfers into the inbox.",
         discussion: """
-            Runs in the foreground until SIGINT, SIGTERM or SIGHUP (a closed terminal), then withdraws the service and lets transfers in progress stop (their part files stay and the senders resume them). For systemd, see Examples/PeerTransfer/peerxfer.service.
+            Runs in the foreground until SIGINT, SIGTERM or SIGHUP (a closed terminal), then withdraws the service and lets transfers in progress stop (their part files stay and the senders resume them). For systemd, see Examples/PeerTransfer/peerxfer.service. One daemon per --config folder (its key, background queue and status): a second is refused with exit 1.
 
             For senders on other subnets, publish in a wide-area DNS zone whose server takes signed updates (docs/wide-area.md): --domain home.arpa --tsig-key FILE [--dns-server ADDRESS].
 
@@ -84,6 +84,10 @@ struct Serve: AsyncParsableCommand {
         // Part files, folders and connections: room beyond the usual soft limit of 1,024.
         if let problem = DescriptorLimit.raiseToHardLimit() { logger.warning("\(problem)") }
         let configuration = try config.load()
+        // Before anything is published or written: a second daemon on this configuration
+        // would share its key and queue and overwrite its status.
+        let lock = try DaemonLock(for: configuration)
+        defer { withExtendedLifetime(lock) {} }
         let policy: AcceptPolicy
         switch accept {
         case .all: policy = .all
@@ -117,7 +121,8 @@ struct Serve: AsyncParsableCommand {
         let background = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: true, displayName: displayName),
                                      delegate: BackgroundSendLog(logger: logger, status: status))
         if !background.runsBackgroundTasks {
-            logger.warning("another peerxfer serve runs this configuration's background queue; this one only receives")
+            // (Only a process that is no daemon, holding the session to run tasks, gets here.)
+            logger.warning("another process runs this configuration's background queue; this daemon only receives")
         }
         // "serving" is said once the group traps its signals (before it runs its services): a
         // SIGHUP or SIGTERM right after the line stops the daemon gracefully, never kills it.

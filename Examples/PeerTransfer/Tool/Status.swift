@@ -110,7 +110,8 @@ struct Status: AsyncParsableCommand {
         if status.transfers.isEmpty { printLine("no transfers yet") }
         for transfer in status.transfers {
             let progress = transfer.bytes > 0 ? " \(transfer.bytesReceived * 100 / transfer.bytes)%" : ""
-            printLine("#\(transfer.id) \(transfer.direction == "out" ? "out to" : "in from") \(Terminal.escape(transfer.peer)): \(transfer.state)\(transfer.state == "receiving" ? progress : ""), \(transfer.verified)/\(transfer.files) files verified\(transfer.failed > 0 ? ", \(transfer.failed) failed" : "")\(transfer.error.map { " (\(Terminal.escape($0)))" } ?? "")")
+            let task = transfer.task.map { " (task \(Terminal.escape($0))\(transfer.path.map { ", \(Terminal.escape($0))" } ?? ""))" } ?? ""
+            printLine("#\(transfer.id) \(transfer.direction == "out" ? "out to" : "in from") \(Terminal.escape(transfer.peer))\(task): \(transfer.state)\(transfer.state == "receiving" ? progress : ""), \(transfer.verified)/\(transfer.files) files verified\(transfer.failed > 0 ? ", \(transfer.failed) failed" : "")\(transfer.error.map { " (\(Terminal.escape($0)))" } ?? "")")
         }
     }
 }
