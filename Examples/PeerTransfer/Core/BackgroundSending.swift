@@ -84,7 +84,7 @@ public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Send
             logger.info("background send \(Self.describe(upload)) stays queued for the next start")
             return
         }
-        status?.recordOutbound(task: String(upload.persistentIdentifier.prefix(8)), peer: Terminal.escape(upload.service.name), path: upload.taskDescription ?? "?",
+        status?.recordOutbound(task: upload.persistentIdentifier, peer: Terminal.escape(upload.service.name), path: upload.taskDescription ?? "?",
                                bytes: UInt64(max(0, upload.countOfBytesSent)), started: Date(),
                                error: error.map { "\($0)" })
         if let error {
@@ -97,10 +97,17 @@ public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Send
     /// "task 1a2b3c4d (/path) to "Name"": the id as `send --background` printed it and
     /// `status` and `cancel` show and take it, not the session's per-process number.
     static func describe(_ task: PeerUploadTask) -> String {
-        "task \(task.persistentIdentifier.prefix(8)) (\(Terminal.escape(task.taskDescription ?? "?"))) to \"\(Terminal.escape(task.service.name))\""
+        "task \(TaskID.short(task.persistentIdentifier)) (\(Terminal.escape(task.taskDescription ?? "?"))) to \"\(Terminal.escape(task.service.name))\""
     }
 
     public func peerSessionDidFinishEvents(forBackgroundSession session: PeerSession) {
         logger.debug("background session: earlier events delivered")
     }
+}
+
+/// How a background send's id is shown: its first 8 hex digits, as `send --background` prints
+/// it and `cancel` takes it (JSON carries the whole id).
+public enum TaskID {
+    /// The first 8 characters of `id`.
+    public static func short(_ id: String) -> String { String(id.prefix(8)) }
 }

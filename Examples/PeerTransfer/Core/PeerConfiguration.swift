@@ -10,6 +10,7 @@ import SalutStreams
 /// CONFIG/device.json        this device's id
 /// CONFIG/known-peers.json   pinned keys and trusted senders
 /// CONFIG/status.json        what the daemon is doing (written by `serve`)
+/// CONFIG/serve.lock         locked by the running daemon, which wrote its pid there
 /// CONFIG/background/        the background session: queued sends (`send --background`)
 /// ```
 public struct PeerConfiguration: Sendable {
@@ -70,8 +71,6 @@ public struct PeerConfiguration: Sendable {
     public var knownPeersFile: String { (directory as NSString).appendingPathComponent("known-peers.json") }
     /// The daemon's status file.
     public var statusFile: String { (directory as NSString).appendingPathComponent("status.json") }
-    /// The file a running daemon holds locked (``DaemonLock``).
-    public var lockFile: String { (directory as NSString).appendingPathComponent("serve.lock") }
 }
 
 /// Keys this device has met: the key each receiver name had when first sent to (trust on

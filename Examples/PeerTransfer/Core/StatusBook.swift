@@ -18,9 +18,10 @@ public struct DaemonStatus: Codable, Sendable, Equatable {
         public var error: String?
         public var started: Double
         public var ended: Double?
-        /// For a background send: its task's id (as `send --background` printed it) and what
-        /// it sent.
+        /// For a background send: its task's whole id (`send --background --json` prints it;
+        /// the text shows its first 8 digits).
         public var task: String? = nil
+        /// For a background send: the file or folder it sent.
         public var path: String? = nil
     }
 
@@ -122,7 +123,8 @@ public final class StatusBook: Sendable {
         }
     }
 
-    /// Records a background send that ended (delivered, or failed for good).
+    /// Records a background send that ended (delivered, or failed for good): `task` is its
+    /// task's whole id, `path` what it sent.
     public func recordOutbound(task: String, peer: String, path: String, bytes: UInt64, started: Date, error: String?) {
         update(force: true) {
             let id = ($0.transfers.map(\.id).max() ?? 0) + 1

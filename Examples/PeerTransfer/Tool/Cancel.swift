@@ -50,7 +50,7 @@ struct Cancel: AsyncParsableCommand {
             }
         }
         for task in chosen {
-            let what = "\(task.taskDescription ?? "?") for \"\(Terminal.escape(task.service.name))\" (task \(task.persistentIdentifier.prefix(8)))"
+            let what = "\(task.taskDescription ?? "?") for \"\(Terminal.escape(task.service.name))\" (task \(TaskID.short(task.persistentIdentifier)))"
             if task.isCancellationRequested {
                 // Asked before, and no daemon has run since to act on it.
                 printLine("already cancelled: \(what); the daemon drops it when it starts")

@@ -170,11 +170,11 @@ struct Send: AsyncParsableCommand {
             if let error = task.error {
                 throw PeerTransferError.runtime("\(url.path) was not queued: \(error)")
             }
-            queued.append(String(task.persistentIdentifier.prefix(8)))
+            queued.append(TaskID.short(task.persistentIdentifier))
             if json {
                 printJSON(["event": "queued", "path": url.path, "peer": to, "task": task.persistentIdentifier])
             } else {
-                printLine("queued \(url.path) for \"\(Terminal.escape(to))\" (task \(task.persistentIdentifier.prefix(8)))")
+                printLine("queued \(url.path) for \"\(Terminal.escape(to))\" (task \(TaskID.short(task.persistentIdentifier)))")
             }
         }
         let status = try? DaemonStatus.load(from: configuration.statusFile)
@@ -182,11 +182,16 @@ struct Send: AsyncParsableCommand {
             printError("note: no peerxfer daemon runs with this configuration; the queue is delivered when `peerxfer serve --config \(configuration.directory)` starts")
         }
         // A mistyped name would be waited for, quietly, for a week: say so while the user is here.
-        if (try? await service.resolve(timeout: Self.presenceCheck, settle: 0.02)) == nil {
-            printError("note: no receiver named \"\(Terminal.escape(to))\" answers on the link now; the daemon waits for it to appear, for up to \(Wording.duration(sessionConfiguration.timeoutIntervalForResource)) (`peerxfer peers` lists the receivers there; `peerxfer cancel \(queued.joined(separator: " "))\(configuration.configOption)` drops \(queued.count == 1 ? "it" : "them"))")
+        let cancel = "`peerxfer cancel \(queued.joined(separator: " "))\(configuration.configOption)` drops \(queued.count == 1 ? "it" : "them")"
+        do {
+            _ = try await service.resolve(timeout: Self.presenceCheck, settle: 0.02)
+        } catch let error as DiscoveryError where error.code == .timedOut || error.code == .notFound {
+            printError("note: no receiver named \"\(Terminal.escape(to))\" answered on the link within \(Int(Self.presenceCheck)) s; the daemon waits for it to appear, for up to \(Wording.duration(sessionConfiguration.timeoutIntervalForResource)) (`peerxfer peers` lists the receivers there; \(cancel))")
+        } catch {
+            printError("note: could not look for \"\(Terminal.escape(to))\" on the link (\(Terminal.escape("\(error)"))); the daemon tries when it runs (\(cancel))")
         }
     }
 
     /// Seconds `send --background` looks for the receiver, only to warn when it is not there.
-    static let presenceCheck: TimeInterval = 1
+    static let presenceCheck: TimeInterval = 2
 }

@@ -83,11 +83,11 @@ struct Serve: AsyncParsableCommand {
         try await requireDiscoveryDaemon()
         // Part files, folders and connections: room beyond the usual soft limit of 1,024.
         if let problem = DescriptorLimit.raiseToHardLimit() { logger.warning("\(problem)") }
-        let configuration = try config.load()
-        // Before anything is published or written: a second daemon on this configuration
-        // would share its key and queue and overwrite its status.
-        let lock = try DaemonLock(for: configuration)
+        // Before the configuration is read or made, and anything published: a second daemon
+        // on this configuration would share its key and queue and overwrite its status.
+        let lock = try DaemonLock(directory: config.directory ?? PeerConfiguration.defaultDirectory)
         defer { withExtendedLifetime(lock) {} }
+        let configuration = try config.load()
         let policy: AcceptPolicy
         switch accept {
         case .all: policy = .all
@@ -121,8 +121,7 @@ struct Serve: AsyncParsableCommand {
         let background = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: true, displayName: displayName),
                                      delegate: BackgroundSendLog(logger: logger, status: status))
         if !background.runsBackgroundTasks {
-            // (Only a process that is no daemon, holding the session to run tasks, gets here.)
-            logger.warning("another process runs this configuration's background queue; this daemon only receives")
+            logger.warning("this daemon cannot run the background queue (\(Terminal.escape(configuration.directory))/background is not writable, or another process holds its runner lock); it only receives")
         }
         // "serving" is said once the group traps its signals (before it runs its services): a
         // SIGHUP or SIGTERM right after the line stops the daemon gracefully, never kills it.

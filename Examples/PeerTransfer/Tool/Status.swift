@@ -44,7 +44,7 @@ struct Status: AsyncParsableCommand {
 
         var line: String {
             let state = cancelRequested ? "cancelled (the daemon drops it when it starts)" : "\(phase), \(attempts) attempt(s)"
-            return "task \(id.prefix(8)): \(Terminal.escape(what)) → \"\(Terminal.escape(service))\": \(state)\(lastError.map { "; last error: \(Terminal.escape($0))" } ?? "")"
+            return "task \(TaskID.short(id)): \(Terminal.escape(what)) → \"\(Terminal.escape(service))\": \(state)\(lastError.map { "; last error: \(Terminal.escape($0))" } ?? "")"
         }
 
         var object: [String: Any] {
@@ -110,7 +110,7 @@ struct Status: AsyncParsableCommand {
         if status.transfers.isEmpty { printLine("no transfers yet") }
         for transfer in status.transfers {
             let progress = transfer.bytes > 0 ? " \(transfer.bytesReceived * 100 / transfer.bytes)%" : ""
-            let task = transfer.task.map { " (task \(Terminal.escape($0))\(transfer.path.map { ", \(Terminal.escape($0))" } ?? ""))" } ?? ""
+            let task = transfer.task.map { " (task \(Terminal.escape(TaskID.short($0)))\(transfer.path.map { ", \(Terminal.escape($0))" } ?? ""))" } ?? ""
             printLine("#\(transfer.id) \(transfer.direction == "out" ? "out to" : "in from") \(Terminal.escape(transfer.peer))\(task): \(transfer.state)\(transfer.state == "receiving" ? progress : ""), \(transfer.verified)/\(transfer.files) files verified\(transfer.failed > 0 ? ", \(transfer.failed) failed" : "")\(transfer.error.map { " (\(Terminal.escape($0)))" } ?? "")")
         }
     }
