@@ -53,6 +53,25 @@ final class FastPathTests: XCTestCase {
         }
     }
 
+    func testNamesTheProtocolCannotCarryAreLeftOutOfAFolderNotTheWholeSend() throws {
+        let tree = folder + "/named"
+        try FileManager.default.createDirectory(atPath: tree + "/bad\u{1b}[2Jdir", withIntermediateDirectories: true)
+        for name in ["ok.txt", "bad\nname.txt", "invoice\u{202E}fdp.exe", "bad\u{1b}[2Jdir/inside.txt",
+                     String(repeating: "n", count: 240) + ".txt"] {
+            XCTAssertTrue(FileManager.default.createFile(atPath: tree + "/" + name, contents: Data("x".utf8)), name)
+        }
+        let plan = try TransferPlan.make(paths: [tree])
+        XCTAssertEqual(plan.manifest.entries.map(\.path), ["named", "named/ok.txt"])
+        XCTAssertEqual(plan.skipped.count, 4, "\(plan.skipped)")
+        XCTAssertEqual(plan.skipped.filter { $0.contains("not sent, its path contains NUL or another control character") }.count, 2, "\(plan.skipped)")
+        XCTAssertTrue(plan.skipped.contains { $0.hasSuffix("not sent, its path contains a bidirectional control or invisible character, which can disguise a file's name") }, "\(plan.skipped)")
+        XCTAssertTrue(plan.skipped.contains { $0.contains("has a file name of 244 bytes; at most") }, "\(plan.skipped)")
+        // Named as an argument itself, such a path is still a usage error: nothing else was asked for.
+        XCTAssertThrowsError(try TransferPlan.make(paths: [tree + "/bad\nname.txt"])) { error in
+            XCTAssertEqual((error as? PeerTransferError)?.exitCode, 2, "\(error)")
+        }
+    }
+
     func testASinkWritesAndHashesLargeAndSmallFilesAlike() async throws {
         let inbox = try Inbox(path: folder + "/inbox")
         for (name, size) in [("small.bin", 100_000), ("large.bin", 6 * TransferLimits.chunkSize + 5)] {

@@ -72,9 +72,13 @@ final class PeerXferTransferTests: XCTestCase {
         // the sender's, so the file is sent and lands under the next number.
         try FileManager.default.createDirectory(atPath: lab.path("third/tree"), withIntermediateDirectories: true)
         try Data([1, 2, 3, 4, 5]).write(to: URL(fileURLWithPath: lab.path("third/tree/small.txt")))
+        // A name the protocol cannot carry is left out, said, and counted; the rest goes.
+        try Data([9]).write(to: URL(fileURLWithPath: lab.path("third/tree/bad\nname.txt")))
         let (third, thirdOutput) = try lab.send([lab.path("third/tree")], to: name, config: "sender")
         XCTAssertEqual(third, 0, thirdOutput)
         XCTAssertEqual(done(thirdOutput)["bytesSent"] as? Int, 5, thirdOutput)
+        XCTAssertEqual(done(thirdOutput)["skipped"] as? Int, 1, thirdOutput)
+        XCTAssertTrue((events(thirdOutput, "skipped").first?["path"] as? String ?? "").hasSuffix("bad\\x0aname.txt: not sent, its path contains NUL or another control character"), thirdOutput)
         XCTAssertEqual(events(thirdOutput, "verified").first?["storedAs"] as? String, "tree/small (2).txt", thirdOutput)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("third/tree/small.txt"), lab.path("inbox/tree/small (2).txt")))
         // Another sender (another key) is not told the digests of files it did not deliver:

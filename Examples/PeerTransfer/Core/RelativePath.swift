@@ -26,45 +26,51 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
     ///   `.`/`..` components, NUL or other control characters (C0, DEL, C1), bidirectional
     ///   controls, over-long names or paths, too deep, or a name ending in the part-file suffix.
     public init(validating text: String) throws {
-        func refuse(_ why: String) -> PeerTransferError {
-            PeerTransferError.unsafePath("the path \"\(Terminal.escape(String(text.prefix(200))))\" \(why)")
+        if let why = Self.problem(with: text) {
+            throw PeerTransferError.unsafePath("the path \"\(Terminal.escape(String(text.prefix(200))))\" \(why)")
         }
-        guard !text.isEmpty else { throw refuse("is empty") }
+        self.text = text
+    }
+
+    /// Why `text` is no path the protocol carries ("contains NUL or another control
+    /// character", "is deeper than 64 folders", …), or nil when it is one.
+    public static func problem(with text: String) -> String? {
+        guard !text.isEmpty else { return "is empty" }
         guard text.utf8.count <= TransferLimits.maximumPathBytes else {
-            throw refuse("is longer than \(TransferLimits.maximumPathBytes) bytes")
+            return "is longer than \(TransferLimits.maximumPathBytes) bytes"
         }
         // As bytes, like every check of `/` here (see `split`).
-        guard text.utf8.first != Self.slash else { throw refuse("is absolute") }
+        guard text.utf8.first != Self.slash else { return "is absolute" }
         // Printable ASCII holds neither kind of character refused below: most paths are
         // passed by one look at their bytes (a tree's offer has thousands).
         let printableASCII = text.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7f }
         guard printableASCII || !text.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7f...0x9f).contains($0.value) }) else {
-            throw refuse("contains NUL or another control character")
+            return "contains NUL or another control character"
         }
         // Stored, a direction override makes "invoice<U+202E>fdp.exe" show as "invoiceexe.pdf" in a
         // file manager: a name that lies about its type.
         guard printableASCII || !text.unicodeScalars.contains(where: { Self.directionControls.contains($0.value) }) else {
-            throw refuse("contains a bidirectional control or invisible character, which can disguise a file's name")
+            return "contains a bidirectional control or invisible character, which can disguise a file's name"
         }
         let parts = Self.split(text)
         guard parts.count <= TransferLimits.maximumDepth else {
-            throw refuse("is deeper than \(TransferLimits.maximumDepth) folders")
+            return "is deeper than \(TransferLimits.maximumDepth) folders"
         }
         for part in parts {
-            guard !part.isEmpty else { throw refuse("has an empty component") }
+            guard !part.isEmpty else { return "has an empty component" }
             guard !part.utf8.elementsEqual(".".utf8) && !part.utf8.elementsEqual("..".utf8) else {
-                throw refuse("has a \"\(part)\" component")
+                return "has a \"\(part)\" component"
             }
             guard part.utf8.count <= TransferLimits.maximumNameBytes else {
-                throw refuse("has a name longer than \(TransferLimits.maximumNameBytes) bytes")
+                return "has a name longer than \(TransferLimits.maximumNameBytes) bytes"
             }
             // Compared as bytes: a character such as U+0600 joins the dot after it into one
             // grapheme, which would hide the suffix from a comparison of characters.
             guard !part.utf8.reversed().starts(with: TransferLimits.partSuffix.utf8.reversed()) else {
-                throw refuse("ends in \(TransferLimits.partSuffix), which the inbox keeps for files still arriving")
+                return "ends in \(TransferLimits.partSuffix), which the inbox keeps for files still arriving"
             }
         }
-        self.text = text
+        return nil
     }
 
     /// Unicode's bidirectional marks, embeddings, overrides and isolates.

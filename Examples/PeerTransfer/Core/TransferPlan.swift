@@ -7,13 +7,15 @@ public struct TransferPlan: Sendable {
     public var manifest: Manifest
     /// The local file behind each manifest entry (nil for folders), by index.
     public var sources: [String?]
-    /// Things left out, for the user (symlinks, sockets, unreadable entries).
+    /// Things left out, for the user (symlinks, sockets, entries that cannot be listed, names
+    /// the protocol cannot carry).
     public var skipped: [String]
 
     /// Walks `paths` (files and folders; each lands in the receiver's inbox under its last
-    /// component). Files are hashed later, as they are sent.
+    /// component). Files are hashed later, as they are sent. Inside a folder, an entry whose
+    /// name the protocol cannot carry is left out and listed in ``skipped``.
     /// - Throws: ``PeerTransferError/usage(_:)`` for a path that does not exist, two arguments
-    ///   with the same last component, or names the protocol cannot carry;
+    ///   with the same last component, or an argument whose own name the protocol cannot carry;
     ///   ``PeerTransferError/limit(_:)`` beyond the protocol's limits;
     ///   ``PeerTransferError/runtime(_:)`` when a file cannot be opened for reading.
     public static func make(paths: [String]) throws -> TransferPlan {
@@ -69,6 +71,15 @@ public struct TransferPlan: Sendable {
         Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
     }
 
+    /// Why the protocol cannot carry an entry at `relative` (its last component `name`), or nil.
+    private static func unsendable(_ relative: String, name: String, isFile: Bool) -> String? {
+        if let why = RelativePath.problem(with: relative) { return why }
+        // A file arrives as NAME.<12 hex>.peerxfer-part first, which must fit in a name too.
+        let room = TransferLimits.maximumReceivedNameBytes
+        if isFile && name.utf8.count > room { return "has a file name of \(name.utf8.count) bytes; at most \(room) can be received" }
+        return nil
+    }
+
     private mutating func add(_ path: String, as relative: String, info: stat) throws {
         let kind = info.st_mode & S_IFMT
         let modified = Self.modificationTime(info)
@@ -98,7 +109,14 @@ public struct TransferPlan: Sendable {
                     skipped.append("\(childPath): \(String(cString: strerror(errno)))")
                     continue
                 }
-                try add(childPath, as: relative + "/" + child, info: childInfo)
+                // A name the protocol cannot carry (a control character, say) leaves out that
+                // entry, not the whole send: the rest of the tree goes, and the user is told.
+                let childRelative = relative + "/" + child
+                if let why = Self.unsendable(childRelative, name: child, isFile: childInfo.st_mode & S_IFMT == S_IFREG) {
+                    skipped.append("\(childPath): not sent, its path \(why)")
+                    continue
+                }
+                try add(childPath, as: childRelative, info: childInfo)
                 guard manifest.entries.count <= TransferLimits.maximumEntries else {
                     throw PeerTransferError.limit("more than \(TransferLimits.maximumEntries) files and folders")
                 }

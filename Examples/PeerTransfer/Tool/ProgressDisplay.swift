@@ -14,6 +14,8 @@ final class ProgressDisplay: Sendable {
         var filesStarted = 0
         var filesTotal = 0
         var entriesTotal = 0
+        /// Entries left out of the offer (symlinks, names the protocol cannot carry, …).
+        var skipped = 0
         var sent: UInt64 = 0
         var total: UInt64 = 0
         var fileSize: UInt64 = 0
@@ -41,6 +43,7 @@ final class ProgressDisplay: Sendable {
         state.withLock {
             $0.filesTotal = plan.manifest.fileCount
             $0.entriesTotal = plan.manifest.entries.count
+            $0.skipped = plan.skipped.count
         }
         for skipped in plan.skipped { self.skipped(skipped) }
     }
@@ -132,14 +135,15 @@ final class ProgressDisplay: Sendable {
 
     func finish(_ report: SendReport) {
         let seconds = state.withLock { Double(($0.started.duration(to: .now)).components.seconds) + Double(($0.started.duration(to: .now)).components.attoseconds) / 1e18 }
+        let skipped = state.withLock { $0.skipped }
         if json {
             printJSON(["event": "done", "verified": report.verified, "failed": report.failed.count,
                        "declined": report.declined.count, "bytesSent": report.bytesSent, "bytesSkipped": report.bytesSkipped,
-                       "seconds": (seconds * 1000).rounded() / 1000])
+                       "skipped": skipped, "seconds": (seconds * 1000).rounded() / 1000])
         } else {
             clearLine()
             let rate = seconds > 0 ? Double(report.bytesSent) / seconds : 0
-            printError("done: \(report.verified) file\(report.verified == 1 ? "" : "s") verified, \(report.failed.count) failed, \(report.declined.count) declined; sent \(Self.bytes(report.bytesSent)) in \(String(format: "%.1f", seconds)) s (\(Self.bytes(UInt64(rate)))/s)\(report.bytesSkipped > 0 ? ", \(Self.bytes(report.bytesSkipped)) not needed again" : "")")
+            printError("done: \(report.verified) file\(report.verified == 1 ? "" : "s") verified, \(report.failed.count) failed, \(report.declined.count) declined; sent \(Self.bytes(report.bytesSent)) in \(String(format: "%.1f", seconds)) s (\(Self.bytes(UInt64(rate)))/s)\(report.bytesSkipped > 0 ? ", \(Self.bytes(report.bytesSkipped)) not needed again" : "")\(skipped > 0 ? "; \(Wording.counted(skipped, "entry", plural: "entries")) left out (listed above as skipped)" : "")")
         }
     }
 

@@ -8,7 +8,7 @@ struct Send: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send files and folders to a peerxfer receiver found by name.",
         discussion: """
-            Each PATH lands in the receiver's inbox under its last component; folders go with everything in them (symlinks are not followed and are listed as skipped). On a terminal a progress line shows bytes, rate and time left; otherwise (or with --json) each event is a JSON object on its own line of standard output, and a failure ends with an `error` event holding the exit status and the reason.
+            Each PATH lands in the receiver's inbox under its last component; folders go with everything in them (symlinks are not followed, and entries whose names peerxfer does not send, with control or bidirectional characters or over its length limits, are left out; both are listed as skipped). On a terminal a progress line shows bytes, rate and time left; otherwise (or with --json) each event is a JSON object on its own line of standard output, and a failure ends with an `error` event holding the exit status and the reason.
 
             The first time a receiver is met its key is pinned; a later key change is refused (exit 6) until `peerxfer untrust NAME`. Interrupted? Run the same command again: files the receiver has are not sent again, and a file cut half way resumes after the last chunk that verifies on the receiver's disk.
 
