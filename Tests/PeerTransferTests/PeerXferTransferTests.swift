@@ -369,6 +369,17 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(sender.process.terminationStatus, 0, sender.output)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/t/sub/b.txt"), lab.path("inbox/t/sub/b.txt")))
 
+        // A sender that leaves while its question is open withdraws it: the next offer is
+        // asked at once, not after a person answers in vain or the question's 120 s.
+        try lab.makeFile("src/gone.txt", size: 10)
+        let gone = try Foreign([PeerXferLab.binary, "send", lab.path("src/gone.txt"), "--to", name,
+                                "--config", lab.path("sender"), "--json"])
+        defer { gone.stop() }
+        XCTAssertTrue(daemon.waitForOutput(containing: "gone.txt", seconds: 20), daemon.output)
+        XCTAssertEqual(kill(gone.process.processIdentifier, SIGKILL), 0)
+        XCTAssertTrue(daemon.waitForOutput(containing: "(withdrawn)", seconds: 20), daemon.output)
+        XCTAssertTrue(daemon.waitForOutput(containing: "the sender left before its offer was answered", seconds: 20), daemon.output)
+
         // A question nobody answers does not hold the daemon up: SIGTERM declines the offer and
         // stops it at once, not after the question's 120 s.
         try lab.makeFile("src/later.txt", size: 10)

@@ -191,7 +191,7 @@ struct Receiver {
                     logger.info("offer from \(senderName) (key \(senderKey.prefix(16))…): \(Wording.counted(offered.fileCount, "file")), \(Wording.counted(Int(clamping: offered.totalBytes), "byte"))")
                     // A person or a hook may take up to 120 s; the sender waits 150 s.
                     watchdog.touch(bound: .seconds(150))
-                    let decision = await decide(offered, paths, senderName: senderName, senderKey: senderKey)
+                    let decision = await decide(offered, paths, senderName: senderName, senderKey: senderKey, over: pair)
                     watchdog.touch(bound: idleBound)
                     switch decision {
                     case .success(let decided):
@@ -382,14 +382,17 @@ struct Receiver {
     /// The policy's answer, with what the inbox already has, and the bytes of free space
     /// promised to the transfer (see ``Inbox/promise(_:)``).
     private func decide(_ manifest: Manifest, _ paths: [RelativePath], senderName: String,
-                        senderKey: String) async -> Result<Decision, PeerTransferError> {
+                        senderKey: String, over pair: BoundStreamPair) async -> Result<Decision, PeerTransferError> {
         var chosen: Set<Int>
         switch policy {
         case .all, .known:
             chosen = Set(manifest.entries.indices)
         case .ask(let judge):
-            chosen = await judge(IncomingOffer(senderName: senderName, senderKey: senderKey,
-                                               senderTrusted: trusted(senderKey), manifest: manifest))
+            let offer = IncomingOffer(senderName: senderName, senderKey: senderKey, senderTrusted: trusted(senderKey), manifest: manifest)
+            switch await Self.judge(offer, with: judge, unlessTheSenderLeaves: pair) {
+            case .success(let judged): chosen = judged
+            case .failure(let error): return .failure(error)
+            }
         }
         chosen = chosen.filter { manifest.entries.indices.contains($0) }
         // (The sender shows it as "the receiver says: …".)
@@ -411,6 +414,39 @@ struct Receiver {
         if declined > 0 { decision.answer.reason = "the receiver declined \(declined) of \(manifest.entries.count) entries" }
         return .success(decision)
     }
+
+    /// Puts `offer` to `judge` while watching the connection: a sender that leaves (or breaks
+    /// the protocol by sending before the answer) withdraws its question, which is cancelled,
+    /// instead of staying open for a person to answer in vain, with later offers waiting
+    /// behind it. Only the judging is raced: nothing is promised in the inbox until it ends.
+    private static func judge(_ offer: IncomingOffer, with judge: @escaping @Sendable (IncomingOffer) async -> Set<Int>,
+                              unlessTheSenderLeaves pair: BoundStreamPair) async -> Result<Set<Int>, PeerTransferError> {
+        await withTaskGroup(of: Result<Set<Int>, PeerTransferError>?.self) { group in
+            group.addTask { .success(await judge(offer)) }
+            group.addTask {
+                // The sender sends nothing until it has the answer: any byte, the end or an
+                // error is the end of this offer. A cancelled read takes nothing.
+                let byte = UnsafeMutableRawBufferPointer.allocate(byteCount: 1, alignment: 1)
+                defer { byte.deallocate() }
+                do {
+                    let count = try await pair.input.read(into: byte)
+                    return .failure(count == 0 ? .runtime(Self.leftBeforeTheAnswer)
+                                               : .protocolViolation("the sender sent data before its offer was answered"))
+                } catch is CancellationError {
+                    return nil
+                } catch {
+                    return .failure(.runtime("\(Self.leftBeforeTheAnswer) (\(error))"))
+                }
+            }
+            var outcome: Result<Set<Int>, PeerTransferError>?
+            while outcome == nil, let next = await group.next() { outcome = next }
+            group.cancelAll()
+            return outcome ?? .success([])
+        }
+    }
+
+    /// Why a transfer ended whose sender went away while its offer was being decided.
+    static let leftBeforeTheAnswer = "the sender left before its offer was answered"
 
     /// What the receiver answers to an offer, and what it found in the inbox for it.
     struct Decision {

@@ -158,6 +158,8 @@ struct OfferJudge: Sendable {
     func judge(_ offer: IncomingOffer) async -> Set<Int> {
         await Self.turn.take()
         defer { Task { await Self.turn.release() } }
+        // Withdrawn while it waited for its turn (its sender left, or the daemon stops).
+        if Task.isCancelled { return [] }
         let all = Set(offer.manifest.entries.indices)
         if let hook {
             return await runHook(hook, offer: offer)
@@ -196,7 +198,9 @@ struct OfferJudge: Sendable {
         } onCancel: {
             stop.wake()
         }
-        if answer == nil { writeAll("\n", to: 2) }   // the prompt's line ends, unanswered
+        // The prompt's line ends, unanswered: withdrawn (its sender left, or the daemon stops),
+        // or out of time.
+        if answer == nil { writeAll(Task.isCancelled ? "(withdrawn)\n" : "\n", to: 2) }
         return answer?.lowercased().hasPrefix("y") == true ? all : []
     }
 
