@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import SalutStreams
 import Glibc
 import Salut
 
@@ -108,17 +109,18 @@ func emit(_ line: String) {
 }
 
 /// Prints one JSON object per line. Strings keep their exact value; besides the C0 controls
-/// that JSON itself escapes, DEL, the C1 controls, the line and paragraph separators and the
-/// bidirectional overrides are written as `\uXXXX` too, so a line printed on a terminal cannot
-/// drive it.
+/// that JSON itself escapes, DEL, the C1 controls and the invisible or reordering format
+/// characters (`DisguisingScalars`: bidirectional overrides, line separators, Hangul fillers,
+/// …) are written as `\uXXXX` too (a surrogate pair beyond U+FFFF), so a line printed on a
+/// terminal can neither drive it nor hide a character.
 func printJSON(_ object: [String: Any]) {
     guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
     var line = ""
     for scalar in String(decoding: data, as: UTF8.self).unicodeScalars {
-        switch scalar.value {
-        case 0x7F...0x9F, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069:
-            line += String(format: "\\u%04x", scalar.value)   // only inside strings: JSON's syntax is ASCII
-        default:
+        // Only non-ASCII (and DEL) can be left: JSON's syntax is ASCII, and it escapes C0 itself.
+        if scalar.value >= 0x7F && DisguisingScalars.contains(scalar) {
+            for unit in String(scalar).utf16 { line += String(format: "\\u%04x", unit) }
+        } else {
             line.unicodeScalars.append(scalar)
         }
     }

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import SalutStreams
 
 /// How human output looks: colour only on a terminal and without `NO_COLOR`; columns padded
 /// so that names, types and domains line up.
@@ -16,10 +17,10 @@ enum Terminal {
     }
 
     /// A string that came from the network, made safe to print: control characters (C0, DEL,
-    /// C1, which is how escape sequences retitle or clear a terminal), the bidirectional marks
-    /// and overrides, zero-width characters and line separators that can disguise text are
-    /// shown as escapes (`\e`, `\n`, `\u{9B}`, …), and a backslash is doubled so that an
-    /// escape always stands for one character.
+    /// C1, which is how escape sequences retitle or clear a terminal) and the invisible or
+    /// reordering format characters of `DisguisingScalars` are shown as escapes (`\e`, `\n`,
+    /// `\u{9B}`, `\u{3164}`, …), and a backslash is doubled so that an escape always stands for
+    /// one character.
     static func escaped(_ text: String) -> String {
         var out = ""
         for scalar in text.unicodeScalars {
@@ -29,10 +30,13 @@ enum Terminal {
             case 0x0D: out += "\\r"
             case 0x09: out += "\\t"
             case 0x5C: out += "\\\\"   // doubled: a name holding "\e" as text never reads as one holding ESC
-            case 0x00..<0x20, 0x7F...0x9F, 0x061C, 0x200B, 0x200E, 0x200F, 0x2028...0x202E, 0x2066...0x2069, 0xFEFF:
-                out += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
             default:
-                out.unicodeScalars.append(scalar)
+                // The rest of the controls, and what is invisible or reorders text.
+                if DisguisingScalars.contains(scalar) {
+                    out += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
             }
         }
         return out

@@ -156,6 +156,14 @@ final class ProtocolTests: XCTestCase {
         // A backslash in the text is doubled: "\x9b" typed as text never reads as U+009B.
         XCTAssertEqual(Terminal.escape("ok\\x9b"), "ok\\\\x9b")
         XCTAssertNotEqual(Terminal.escape("ok\\x9b"), Terminal.escape("ok\u{9b}"))
+        // Invisible letters and format characters: "Kitchen" with a Hangul filler, a soft
+        // hyphen or a word joiner in it must not look like "Kitchen".
+        XCTAssertEqual(Terminal.escape("Kit\u{3164}chen"), "Kit\\u{3164}chen")
+        XCTAssertEqual(Terminal.escape("Kit\u{ad}chen"), "Kit\\u{00ad}chen")
+        XCTAssertEqual(Terminal.escape("Kit\u{2060}chen\u{1d173}"), "Kit\\u{2060}chen\\u{1d173}")
+        // What real names need stays: the zero-width non-joiner (Persian), joiner and
+        // variation selector (emoji).
+        XCTAssertEqual(Terminal.escape("می\u{200c}خواهم 👩\u{200d}💻 ❤\u{fe0f}"), "می\u{200c}خواهم 👩\u{200d}💻 ❤\u{fe0f}")
     }
 
     func testAPartFileIsTaggedWithTheSendersFirstHexDigits() {

@@ -148,7 +148,7 @@ final class NetsvcInputTests: XCTestCase {
         let type = uniqueType("h")
         let host = "evil\u{1B}[2J\u{07}" + String(type.dropFirst().prefix { $0 != "." }) + ".local"
         // A value that is text (shown escaped) and one with ASCII control bytes (shown in hex).
-        let value = "\u{202E}gnp.exe\u{9B}1m"
+        let value = "\u{202E}gnp.exe\u{9B}1m\u{3164}"
         let control = "\u{1B}]0;owned\u{07}"
         let address = try Foreign(["avahi-publish", "-a", "-R", host, "192.0.2.77"])
         defer { address.stop() }
@@ -157,7 +157,7 @@ final class NetsvcInputTests: XCTestCase {
         defer { service.stop() }
         XCTAssertTrue(service.waitForOutput(containing: "Established", seconds: 10), service.output)
 
-        let raw: Set<UInt32> = [0x1B, 0x07, 0x9B, 0x202E]
+        let raw: Set<UInt32> = [0x1B, 0x07, 0x9B, 0x202E, 0x3164]
         func assertSafe(_ text: String, _ what: String, file: StaticString = #filePath, line: UInt = #line) {
             XCTAssertFalse(text.unicodeScalars.contains { raw.contains($0.value) },
                            "\(what): raw control characters reached the terminal: \(text.debugDescription)", file: file, line: line)
@@ -167,7 +167,7 @@ final class NetsvcInputTests: XCTestCase {
         XCTAssertEqual(resolveCode, 0, resolved)
         assertSafe(resolved, "resolve")
         XCTAssertTrue(resolved.contains("Hostile \\e[31mRed"), resolved)
-        XCTAssertTrue(resolved.contains("note=\\u{202E}gnp.exe\\u{9B}1m"), resolved)
+        XCTAssertTrue(resolved.contains("note=\\u{202E}gnp.exe\\u{9B}1m\\u{3164}"), resolved)
         XCTAssertTrue(resolved.contains("ctl=0x1b5d303b6f776e656407"), resolved)
         XCTAssertTrue(resolved.contains("host       evil"), resolved)
 
