@@ -535,6 +535,35 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(again.process.terminationStatus, 0, again.output)
     }
 
+    func testCommandsStartedAtOnceOnANewFolderMakeOneIdentity() throws {
+        let lab = try PeerXferLab()
+        // Several first uses at the same moment: one key, one device id, no half-made folder.
+        let runs = try (0..<6).map { _ in try Foreign([PeerXferLab.binary, "identity", "--config", lab.path("new"), "--json"]) }
+        var keys = Set<String>()
+        for run in runs {
+            XCTAssertTrue(run.waitForExit(seconds: 60), run.output)
+            XCTAssertEqual(run.process.terminationStatus, 0, run.output)
+            let line = run.output.split(separator: "\n").first { $0.hasPrefix("{") }.map(String.init) ?? ""
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            keys.insert(object?["key"] as? String ?? "none: \(run.output)")
+        }
+        XCTAssertEqual(keys.count, 1, "\(keys)")
+        XCTAssertEqual(keys.first, try lab.key(ofConfig: "new"))
+    }
+
+    func testALockFileThatIsAHardLinkIsRefusedAndItsTargetKept() throws {
+        let lab = try PeerXferLab()
+        try lab.makeFile("precious.txt", size: 100)
+        let before = try Data(contentsOf: URL(fileURLWithPath: lab.path("precious.txt")))
+        try FileManager.default.createDirectory(atPath: lab.path("linked"), withIntermediateDirectories: true)
+        XCTAssertEqual(link(lab.path("precious.txt"), lab.path("linked/serve.lock")), 0)
+        let (status, output) = try lab.run(["serve", "--name", PeerXferLab.uniqueName("Linked"), "--inbox", lab.path("inbox"),
+                                            "--config", lab.path("linked"), "--accept", "all"], seconds: 30)
+        XCTAssertEqual(status, 1, output)
+        XCTAssertTrue(output.contains("it is a hard link to another file (remove it)"), output)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: lab.path("precious.txt"))), before)
+    }
+
     func testAReceiverThatIsNotThereExits3() throws {
         let lab = try PeerXferLab()
         try lab.makeFile("src/a.txt", size: 1)
@@ -637,6 +666,11 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.makeFile("src/early.bin", size: 100)
         let (queued, output) = try lab.run(["send", lab.path("src/early.bin"), "--to", "Later", "--config", lab.path("fresh"), "--background"])
         XCTAssertEqual(queued, 0, output)
+        // A name no receiver can have is a usage error, not a week's wait.
+        let (tooLong, tooLongOutput) = try lab.run(["send", lab.path("src/early.bin"), "--to", String(repeating: "n", count: 64),
+                                                    "--config", lab.path("fresh"), "--background"])
+        XCTAssertEqual(tooLong, 2, tooLongOutput)
+        XCTAssertTrue(tooLongOutput.contains("at most 63 fit"), tooLongOutput)
         // Nobody answers to that name now: a mistyped name must not be waited for unseen.
         XCTAssertTrue(output.contains("no receiver named \"Later\" answered on the link within 2 s; the daemon waits for it to appear, for up to 7 days"), output)
         let (_, status) = try lab.run(["status", "--config", lab.path("fresh")])

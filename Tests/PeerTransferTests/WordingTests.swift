@@ -21,3 +21,29 @@ final class WordingTests: XCTestCase {
         XCTAssertEqual(TaskID.short("abc"), "abc")
     }
 }
+
+final class ShellWordTests: XCTestCase {
+    /// Each word, printed, holds no character a terminal acts on or hides, and bash reads it
+    /// back as the text it stands for.
+    func testWordsAreSafeToShowAndMeanTheirTextToBash() throws {
+        let texts = ["/tmp/plain cfg", "/tmp/it's \"quoted\"", "/tmp/back\\slash", "/tmp/nl\ncfg", "/tmp/esc\u{1b}[31mcfg",
+                     "/tmp/c1\u{9b}2J", "/tmp/Kit\u{3164}chen", "/tmp/bidi\u{202e}fdp", "/tmp/music\u{1d173}", "/tmp/ünï cödé"]
+        for text in texts {
+            let word = ShellWord.quoted(text)
+            XCTAssertFalse(word.unicodeScalars.contains { $0.value < 0x20 || (0x7f...0x9f).contains($0.value) || $0.value == 0x3164 || $0.value == 0x202e },
+                           "\(word.debugDescription) shows a raw control or invisible character")
+            let bash = Process()
+            bash.executableURL = URL(fileURLWithPath: "/bin/bash")
+            bash.arguments = ["-c", "printf %s \(word)"]
+            bash.environment = ["LC_ALL": "C.UTF-8"]
+            let output = Pipe()
+            bash.standardOutput = output
+            try bash.run()
+            let read = output.fileHandleForReading.readDataToEndOfFile()
+            bash.waitUntilExit()
+            XCTAssertEqual(String(decoding: read, as: UTF8.self), text, "bash read \(word) as something else")
+        }
+        XCTAssertEqual(ShellWord.quoted("/tmp/it's"), "'/tmp/it'\\''s'")
+        XCTAssertEqual(ShellWord.quoted("/tmp/nl\ncfg"), "$'/tmp/nl\\x0acfg'")
+    }
+}

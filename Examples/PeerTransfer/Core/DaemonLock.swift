@@ -36,9 +36,11 @@ public final class DaemonLock {
             throw PeerTransferError.runtime("cannot open \(name): \(reason)")
         }
         var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else {
             close(fd)
-            throw PeerTransferError.runtime("cannot use \(name): it is not a regular file (remove it)")
+            // A hard link would have this daemon's pid written over another file's contents.
+            let what = info.st_nlink > 1 ? "it is a hard link to another file" : "it is not a regular file"
+            throw PeerTransferError.runtime("cannot use \(name): \(what) (remove it)")
         }
         var result: Int32
         repeat { result = flock(fd, LOCK_EX | LOCK_NB) } while result != 0 && errno == EINTR

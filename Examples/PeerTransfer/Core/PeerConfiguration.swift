@@ -6,7 +6,7 @@ import SalutStreams
 /// knows of other peers.
 ///
 /// ```
-/// CONFIG/identity/certificate.pem, key.pem (0600)
+/// CONFIG/identity/certificate.pem, key.pem (0600), lock (held while either is made)
 /// CONFIG/device.json        this device's id
 /// CONFIG/known-peers.json   pinned keys and trusted senders
 /// CONFIG/status.json        what the daemon is doing (written by `serve`)
@@ -22,14 +22,12 @@ public struct PeerConfiguration: Sendable {
     public let deviceID: String
 
     /// ` --config 'FOLDER'` when this configuration is not in the default folder, else nothing:
-    /// what a command shown to the user needs to act on this configuration (escaped for a
-    /// terminal).
+    /// what a command shown to the user needs to act on this configuration (safe to print, and
+    /// to paste into bash: see ``ShellWord``).
     public var configOption: String {
         guard directory != Self.defaultDirectory else { return "" }
-        // Absolute (the command may be run from another folder), and quoted for a shell: each
-        // `'` closes the quotes, is escaped, and opens them again.
-        let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
-        return " --config '\(Terminal.escape(absolute).replacingOccurrences(of: "'", with: "'\\''"))'"
+        // Absolute: the command may be run from another folder.
+        return " --config \(ShellWord.quoted(URL(fileURLWithPath: directory).standardizedFileURL.path))"
     }
 
     /// `$XDG_CONFIG_HOME/peerxfer`, or `~/.config/peerxfer`.
@@ -58,12 +56,29 @@ public struct PeerConfiguration: Sendable {
             throw PeerTransferError.runtime("cannot set up the configuration folder \(directory): \(error)")
         }
         let deviceFile = (directory as NSString).appendingPathComponent("device.json")
-        if let data = FileManager.default.contents(atPath: deviceFile),
-           let device = try? JSONDecoder().decode([String: String].self, from: data), let id = device["id"], !id.isEmpty {
+        func recorded() -> String? {
+            guard let data = FileManager.default.contents(atPath: deviceFile),
+                  let device = try? JSONDecoder().decode([String: String].self, from: data), let id = device["id"], !id.isEmpty else {
+                return nil
+            }
+            return id
+        }
+        if let id = recorded() {
             deviceID = id
         } else {
-            deviceID = UUID().uuidString.lowercased()
-            try ConfigFile.write(try JSONEncoder().encode(["id": deviceID]), to: deviceFile, mode: 0o600)
+            // Made once, under the identity's lock, by whichever process gets there first.
+            do {
+                deviceID = try FileLock.withExclusiveLock(on: (directory as NSString).appendingPathComponent("identity/lock")) {
+                    if let id = recorded() { return id }
+                    let id = UUID().uuidString.lowercased()
+                    try ConfigFile.write(try JSONEncoder().encode(["id": id]), to: deviceFile, mode: 0o600)
+                    return id
+                }
+            } catch let error as PeerTransferError {
+                throw error
+            } catch {
+                throw PeerTransferError.runtime("cannot set up the configuration folder \(Terminal.escape(directory)): \(error)")
+            }
         }
     }
 

@@ -7,6 +7,8 @@ public struct DaemonStatus: Codable, Sendable, Equatable {
     public struct Transfer: Codable, Sendable, Equatable {
         public var id: Int
         public var direction: String
+        /// The peer's name, escaped for a terminal when it was recorded (it came from the
+        /// network): shown as it is.
         public var peer: String
         public var files: Int
         public var bytes: UInt64

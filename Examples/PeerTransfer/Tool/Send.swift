@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import PeerTransferCore
 import Salut
+import SalutDiscovery
 
 /// `peerxfer send`: offer files to a receiver and send what it accepts.
 struct Send: AsyncParsableCommand {
@@ -42,6 +43,12 @@ struct Send: AsyncParsableCommand {
         guard !paths.isEmpty else { throw ValidationError("give at least one file or folder to send") }
         guard wait.isFinite, wait > 0, wait <= 86_400 else { throw ValidationError("--wait must be a number of seconds above 0, at most 86400") }
         guard !to.isEmpty else { throw ValidationError("--to needs a receiver name") }
+        // A name no receiver can have fails now, not after a look-up (or, queued, a week).
+        do {
+            try ServiceNames.checkName(to, allowEmpty: false)
+        } catch {
+            throw ValidationError("--to: \(Terminal.escape("\(error)"))")
+        }
         try place.check()
         if background && !place.isLink {
             throw ValidationError("--background sends to receivers on the link only; send to \(place.domain) in the foreground")
@@ -179,7 +186,7 @@ struct Send: AsyncParsableCommand {
         }
         let status = try? DaemonStatus.load(from: configuration.statusFile)
         if status?.daemonAlive != true {
-            printError("note: no peerxfer daemon runs with this configuration; the queue is delivered when `peerxfer serve --config \(configuration.directory)` starts")
+            printError("note: no peerxfer daemon runs with this configuration; the queue is delivered when `peerxfer serve\(configuration.configOption)` starts")
         }
         // A mistyped name would be waited for, quietly, for a week: say so while the user is here.
         let cancel = "`peerxfer cancel \(queued.joined(separator: " "))\(configuration.configOption)` drops \(queued.count == 1 ? "it" : "them")"

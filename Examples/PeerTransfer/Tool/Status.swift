@@ -111,7 +111,7 @@ struct Status: AsyncParsableCommand {
         for transfer in status.transfers {
             let progress = transfer.bytes > 0 ? " \(transfer.bytesReceived * 100 / transfer.bytes)%" : ""
             let task = transfer.task.map { " (task \(Terminal.escape(TaskID.short($0)))\(transfer.path.map { ", \(Terminal.escape($0))" } ?? ""))" } ?? ""
-            printLine("#\(transfer.id) \(transfer.direction == "out" ? "out to" : "in from") \(Terminal.escape(transfer.peer))\(task): \(transfer.state)\(transfer.state == "receiving" ? progress : ""), \(transfer.verified)/\(transfer.files) files verified\(transfer.failed > 0 ? ", \(transfer.failed) failed" : "")\(transfer.error.map { " (\(Terminal.escape($0)))" } ?? "")")
+            printLine("#\(transfer.id) \(transfer.direction == "out" ? "out to" : "in from") \(transfer.peer)\(task): \(transfer.state)\(transfer.state == "receiving" ? progress : ""), \(transfer.verified)/\(transfer.files) files verified\(transfer.failed > 0 ? ", \(transfer.failed) failed" : "")\(transfer.error.map { " (\(Terminal.escape($0)))" } ?? "")")
         }
     }
 }

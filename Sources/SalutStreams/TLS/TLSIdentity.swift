@@ -43,7 +43,8 @@ public struct TLSIdentity: Sendable, Hashable {
     /// directory is created (mode 0700) if missing; the key file is written with mode 0600, each
     /// file appears atomically, and the certificate last: a first run interrupted between the
     /// two leaves a key without a certificate, which was never shown to anyone, so the next run
-    /// makes a new identity in its place.
+    /// makes a new identity in its place. Processes that start at once make one identity
+    /// between them: it is made under a lock on `directory/lock`, waited for up to 10 s.
     /// - Throws: ``TLSError/cannotLoad(file:reason:)`` when an existing identity cannot be read
     ///   or a new one cannot be written (the reason says which system call failed and why).
     public static func loadOrCreate(directory: String, commonName: String) throws -> TLSIdentity {
@@ -59,11 +60,19 @@ public struct TLSIdentity: Sendable, Hashable {
         } catch {
             throw TLSError.cannotLoad(file: directory, reason: "cannot create the directory: \(error.localizedDescription)")
         }
-        let (keyPEM, certificatePEM) = try makeSelfSigned(commonName: commonName)
-        // The key first: a certificate without its key would be read as a broken identity.
-        try writeAtomically(keyPEM, to: keyFile, mode: 0o600)
-        try writeAtomically(certificatePEM, to: certificateFile, mode: 0o644)
-        return try TLSIdentity(certificateFile: certificateFile, privateKeyFile: keyFile)
+        // One process makes it: two at once would each write a key and a certificate, and
+        // could leave one's key beside the other's certificate.
+        return try FileLock.withExclusiveLock(on: (directory as NSString).appendingPathComponent("lock")) {
+            // Made by another process while this one waited for the lock.
+            if FileManager.default.fileExists(atPath: certificateFile) {
+                return try TLSIdentity(certificateFile: certificateFile, privateKeyFile: keyFile)
+            }
+            let (keyPEM, certificatePEM) = try makeSelfSigned(commonName: commonName)
+            // The key first: a certificate without its key would be read as a broken identity.
+            try writeAtomically(keyPEM, to: keyFile, mode: 0o600)
+            try writeAtomically(certificatePEM, to: certificateFile, mode: 0o644)
+            return try TLSIdentity(certificateFile: certificateFile, privateKeyFile: keyFile)
+        }
     }
 
     /// The SHA-256 of the public key in a PEM certificate file, lower-case hex.
