@@ -116,9 +116,10 @@ func emit(_ line: String) {
 func printJSON(_ object: [String: Any]) {
     guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
     var line = ""
-    for scalar in String(decoding: data, as: UTF8.self).unicodeScalars {
+    let scalars = Array(String(decoding: data, as: UTF8.self).unicodeScalars)
+    for (index, scalar) in scalars.enumerated() {
         // Only non-ASCII (and DEL) can be left: JSON's syntax is ASCII, and it escapes C0 itself.
-        if scalar.value >= 0x7F && DisguisingScalars.contains(scalar) {
+        if scalar.value >= 0x7F && DisguisingScalars.mustEscape(scalars, at: index) {
             for unit in String(scalar).utf16 { line += String(format: "\\u%04x", unit) }
         } else {
             line.unicodeScalars.append(scalar)

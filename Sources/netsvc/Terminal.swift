@@ -23,7 +23,8 @@ enum Terminal {
     /// one character.
     static func escaped(_ text: String) -> String {
         var out = ""
-        for scalar in text.unicodeScalars {
+        let scalars = Array(text.unicodeScalars)
+        for (index, scalar) in scalars.enumerated() {
             switch scalar.value {
             case 0x1B: out += "\\e"
             case 0x0A: out += "\\n"
@@ -32,7 +33,7 @@ enum Terminal {
             case 0x5C: out += "\\\\"   // doubled: a name holding "\e" as text never reads as one holding ESC
             default:
                 // The rest of the controls, and what is invisible or reorders text.
-                if DisguisingScalars.contains(scalar) {
+                if DisguisingScalars.mustEscape(scalars, at: index) {
                     out += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
                 } else {
                     out.unicodeScalars.append(scalar)

@@ -415,6 +415,31 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertNotEqual(kill(child, 0), 0, "the hook's leftover child was ended with its process group")
     }
 
+    func testAHookDecidingAnOfferWhoseSenderLeftIsEnded() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("SlowHook")
+        let marker = lab.path("hook.pid")
+        // A hook that would take 100 s to decide.
+        let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"), accept: "ask",
+                                   extra: ["--hook", "echo $$ > \(marker); sleep 100"])
+        try lab.makeFile("src/a.txt", size: 10)
+        let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/a.txt"), "--to", name,
+                                  "--config", lab.path("sender"), "--json"])
+        defer { sender.stop() }
+        // The hook has started once its pid is in the file (the shell makes it, then writes).
+        func hookPid() -> Int32? {
+            (try? String(contentsOfFile: marker, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        }
+        var deadline = Date().addingTimeInterval(20)
+        while hookPid() == nil && Date() < deadline { usleep(20_000) }
+        let hook = try XCTUnwrap(hookPid(), daemon.output)
+        XCTAssertEqual(kill(sender.process.processIdentifier, SIGKILL), 0)
+        XCTAssertTrue(daemon.waitForOutput(containing: "the sender left before its offer was answered", seconds: 20), daemon.output)
+        deadline = Date().addingTimeInterval(10)
+        while kill(hook, 0) == 0 && Date() < deadline { usleep(20_000) }
+        XCTAssertNotEqual(kill(hook, 0), 0, "the hook was ended with its process group, not left to run its 100 s")
+    }
+
     func testUnknownSendersAreRefusedUnderKnownUntilTrusted() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Known")
@@ -539,15 +564,18 @@ final class PeerXferTransferTests: XCTestCase {
         let lab = try PeerXferLab()
         // Several first uses at the same moment: one key, one device id, no half-made folder.
         let runs = try (0..<6).map { _ in try Foreign([PeerXferLab.binary, "identity", "--config", lab.path("new"), "--json"]) }
-        var keys = Set<String>()
+        var keys = Set<String>(), devices = Set<String>()
         for run in runs {
             XCTAssertTrue(run.waitForExit(seconds: 60), run.output)
             XCTAssertEqual(run.process.terminationStatus, 0, run.output)
             let line = run.output.split(separator: "\n").first { $0.hasPrefix("{") }.map(String.init) ?? ""
             let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
             keys.insert(object?["key"] as? String ?? "none: \(run.output)")
+            devices.insert(object?["device"] as? String ?? "none: \(run.output)")
         }
+        // (Started together, they race for the first use; without the locks each made its own.)
         XCTAssertEqual(keys.count, 1, "\(keys)")
+        XCTAssertEqual(devices.count, 1, "\(devices)")
         XCTAssertEqual(keys.first, try lab.key(ofConfig: "new"))
     }
 
@@ -664,7 +692,8 @@ final class PeerXferTransferTests: XCTestCase {
     func testSendsQueuedBeforeAnyDaemonRanAreListedAndCancellable() throws {
         let lab = try PeerXferLab()
         try lab.makeFile("src/early.bin", size: 100)
-        let (queued, output) = try lab.run(["send", lab.path("src/early.bin"), "--to", "Later", "--config", lab.path("fresh"), "--background"])
+        let later = PeerXferLab.uniqueName("Later")
+        let (queued, output) = try lab.run(["send", lab.path("src/early.bin"), "--to", later, "--config", lab.path("fresh"), "--background"])
         XCTAssertEqual(queued, 0, output)
         // A name no receiver can have is a usage error, not a week's wait.
         let (tooLong, tooLongOutput) = try lab.run(["send", lab.path("src/early.bin"), "--to", String(repeating: "n", count: 64),
@@ -672,14 +701,14 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(tooLong, 2, tooLongOutput)
         XCTAssertTrue(tooLongOutput.contains("at most 63 fit"), tooLongOutput)
         // Nobody answers to that name now: a mistyped name must not be waited for unseen.
-        XCTAssertTrue(output.contains("no receiver named \"Later\" answered on the link within 2 s; the daemon waits for it to appear, for up to 7 days"), output)
+        XCTAssertTrue(output.contains("no receiver named \"\(later)\" answered on the link within 2 s; the daemon waits for it to appear, for up to 7 days"), output)
         let (_, status) = try lab.run(["status", "--config", lab.path("fresh")])
         XCTAssertTrue(status.contains("no daemon has run") && status.contains("early.bin"), status)
         let (_, json) = try lab.run(["status", "--json", "--config", lab.path("fresh")])
         let object = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any]
         let queue = object?["queue"] as? [[String: Any]]
         XCTAssertEqual(queue?.count, 1, json)
-        XCTAssertEqual(queue?.first?["service"] as? String, "Later", json)
+        XCTAssertEqual(queue?.first?["service"] as? String, later, json)
         XCTAssertEqual(queue?.first?["cancelRequested"] as? Bool, false, json)
 
         let (cancelled, said) = try lab.run(["cancel", "--all", "--config", lab.path("fresh")])
@@ -691,6 +720,14 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(saidAgain.contains("already cancelled"), saidAgain)
         let (_, after) = try lab.run(["status", "--config", lab.path("fresh")])
         XCTAssertTrue(after.contains("cancelled (the daemon drops it when it starts)"), after)
+
+        // A folder with a name the protocol cannot carry: queued, and what will not go is said
+        // now (the daemon would only log it).
+        try lab.makeFile("src/mixed/ok.txt", size: 3)
+        try Data([1]).write(to: URL(fileURLWithPath: lab.path("src/mixed/bad\nname.txt")))
+        let (mixed, mixedOutput) = try lab.run(["send", lab.path("src/mixed"), "--to", later, "--config", lab.path("fresh"), "--background"])
+        XCTAssertEqual(mixed, 0, mixedOutput)
+        XCTAssertTrue(mixedOutput.contains("skipped \(lab.path("src/mixed/bad\\x0aname.txt")): not sent, its path contains"), mixedOutput)
     }
 
     func testPeersListsReceiversAndMarksThisDevicesOwnDaemon() throws {
@@ -801,7 +838,7 @@ final class PeerXferTransferTests: XCTestCase {
         let (again, againOutput) = try lab.run(["send", lab.path("src/second.bin"), "--to", receiverName,
                                                 "--config", lab.path("sender"), "--background"])
         XCTAssertEqual(again, 0, againOutput)
-        XCTAssertFalse(againOutput.contains("answered on the link within"), againOutput)
+        XCTAssertFalse(againOutput.contains("note:"), "no note at all when the receiver answers: \(againOutput)")
         let secondID = try XCTUnwrap(againOutput.range(of: #"\(task [0-9a-f]{8}\)"#, options: .regularExpression)
             .map { String(againOutput[$0].dropFirst(6).dropLast()) }, againOutput)
         XCTAssertTrue(restarted.waitForOutput(containing: "task \(secondID) (\(lab.path("src/second.bin"))) to \"\(receiverName)\" delivered and verified",

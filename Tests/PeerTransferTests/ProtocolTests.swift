@@ -161,8 +161,15 @@ final class ProtocolTests: XCTestCase {
         XCTAssertEqual(Terminal.escape("Kit\u{3164}chen"), "Kit\\u{3164}chen")
         XCTAssertEqual(Terminal.escape("Kit\u{ad}chen"), "Kit\\u{00ad}chen")
         XCTAssertEqual(Terminal.escape("Kit\u{2060}chen\u{1d173}"), "Kit\\u{2060}chen\\u{1d173}")
+        // Beside ASCII, or at an end, the joiners and emoji's selector only hide; so do tag
+        // characters and other variation selectors anywhere.
+        XCTAssertEqual(Terminal.escape("Kit\u{200d}chen"), "Kit\\u{200d}chen")
+        XCTAssertEqual(Terminal.escape("Kitchen\u{200c}"), "Kitchen\\u{200c}")
+        XCTAssertEqual(Terminal.escape("K\u{fe0f}itchen"), "K\\u{fe0f}itchen")
+        XCTAssertEqual(Terminal.escape("Kitchen\u{e0041}\u{fe01}"), "Kitchen\\u{e0041}\\u{fe01}")
         // What real names need stays: the zero-width non-joiner (Persian), joiner and
-        // variation selector (emoji).
+        // variation selector (emoji), and a keycap's.
+        XCTAssertEqual(Terminal.escape("Room 1\u{fe0f}\u{20e3}"), "Room 1\u{fe0f}\u{20e3}")
         XCTAssertEqual(Terminal.escape("می\u{200c}خواهم 👩\u{200d}💻 ❤\u{fe0f}"), "می\u{200c}خواهم 👩\u{200d}💻 ❤\u{fe0f}")
     }
 

@@ -32,18 +32,22 @@ final class ShellWordTests: XCTestCase {
             let word = ShellWord.quoted(text)
             XCTAssertFalse(word.unicodeScalars.contains { $0.value < 0x20 || (0x7f...0x9f).contains($0.value) || $0.value == 0x3164 || $0.value == 0x202e },
                            "\(word.debugDescription) shows a raw control or invisible character")
-            let bash = Process()
-            bash.executableURL = URL(fileURLWithPath: "/bin/bash")
-            bash.arguments = ["-c", "printf %s \(word)"]
-            bash.environment = ["LC_ALL": "C.UTF-8"]
-            let output = Pipe()
-            bash.standardOutput = output
-            try bash.run()
-            let read = output.fileHandleForReading.readDataToEndOfFile()
-            bash.waitUntilExit()
-            XCTAssertEqual(String(decoding: read, as: UTF8.self), text, "bash read \(word) as something else")
+            // In a UTF-8 locale and in the C locale (many containers, cron, ssh sessions).
+            for locale in ["C.UTF-8", "C"] {
+                let bash = Process()
+                bash.executableURL = URL(fileURLWithPath: "/bin/bash")
+                bash.arguments = ["-c", "printf %s \(word)"]
+                bash.environment = ["LC_ALL": locale]
+                let output = Pipe()
+                bash.standardOutput = output
+                try bash.run()
+                let read = output.fileHandleForReading.readDataToEndOfFile()
+                bash.waitUntilExit()
+                XCTAssertEqual(String(decoding: read, as: UTF8.self), text, "bash (LC_ALL=\(locale)) read \(word) as something else")
+            }
         }
         XCTAssertEqual(ShellWord.quoted("/tmp/it's"), "'/tmp/it'\\''s'")
         XCTAssertEqual(ShellWord.quoted("/tmp/nl\ncfg"), "$'/tmp/nl\\x0acfg'")
+        XCTAssertEqual(ShellWord.quoted("/tmp/Kit\u{3164}chen"), "$'/tmp/Kit\\xe3\\x85\\xa4chen'")
     }
 }

@@ -8,11 +8,14 @@ import Salut
 public struct PeerTransferUpload: PeerUploadProtocol {
     let configuration: PeerConfiguration
     let displayName: String
+    let logger: Logger?
 
-    /// An upload protocol sending as this device.
-    public init(configuration: PeerConfiguration, displayName: String) {
+    /// An upload protocol sending as this device; `logger` hears of entries left out of a
+    /// folder (names the protocol cannot carry, symlinks), which no one else would see.
+    public init(configuration: PeerConfiguration, displayName: String, logger: Logger? = nil) {
         self.configuration = configuration
         self.displayName = displayName
+        self.logger = logger
     }
 
     public func upload(_ body: PeerUploadBody, to service: ResolvedService, context: PeerUploadContext) async throws {
@@ -20,6 +23,9 @@ public struct PeerTransferUpload: PeerUploadProtocol {
             throw PeerTransferError.usage("peerxfer sends files and folders, not data or streams")
         }
         let plan = try await TransferPlan.prepare(paths: [url.path])
+        for skipped in plan.skipped {
+            logger?.warning("background send of \(Terminal.escape(url.path)): skipped \(Terminal.escape(skipped))")
+        }
         var sender = Sender(configuration: configuration, displayName: displayName)
         sender.findTimeout = 10
         let total = Int64(clamping: plan.manifest.totalBytes)
@@ -47,11 +53,11 @@ public struct PeerTransferUpload: PeerUploadProtocol {
 extension PeerConfiguration {
     /// The configuration of this device's background session (its folder is
     /// `CONFIG/background`). `runsTasks`: true for the daemon, false for `send --background`.
-    public func backgroundSessionConfiguration(runsTasks: Bool, displayName: String) -> PeerSessionConfiguration {
+    public func backgroundSessionConfiguration(runsTasks: Bool, displayName: String, logger: Logger? = nil) -> PeerSessionConfiguration {
         var session = PeerSessionConfiguration.background(withIdentifier: "peerxfer")
         session.backgroundStateDirectory = URL(fileURLWithPath: (directory as NSString).appendingPathComponent("background"))
         session.runsBackgroundTasks = runsTasks
-        session.uploadProtocol = PeerTransferUpload(configuration: self, displayName: displayName)
+        session.uploadProtocol = PeerTransferUpload(configuration: self, displayName: displayName, logger: logger)
         if let attempts = ProcessInfo.processInfo.environment["PEERXFER_MAX_ATTEMPTS"].flatMap(Int.init), attempts > 0 {
             session.maximumAttempts = attempts
         }

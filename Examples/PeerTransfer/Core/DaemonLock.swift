@@ -36,7 +36,12 @@ public final class DaemonLock {
             throw PeerTransferError.runtime("cannot open \(name): \(reason)")
         }
         var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else {
+        guard fstat(fd, &info) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            throw PeerTransferError.runtime("cannot use \(name): \(reason)")
+        }
+        guard info.st_mode & S_IFMT == S_IFREG, info.st_nlink == 1 else {
             close(fd)
             // A hard link would have this daemon's pid written over another file's contents.
             let what = info.st_nlink > 1 ? "it is a hard link to another file" : "it is not a regular file"

@@ -6,7 +6,8 @@ import SalutStreams
 /// knows of other peers.
 ///
 /// ```
-/// CONFIG/identity/certificate.pem, key.pem (0600), lock (held while either is made)
+/// CONFIG/identity/certificate.pem, key.pem (0600), identity.lock (held while they are made)
+/// CONFIG/device.lock        held while device.json is made
 /// CONFIG/device.json        this device's id
 /// CONFIG/known-peers.json   pinned keys and trusted senders
 /// CONFIG/status.json        what the daemon is doing (written by `serve`)
@@ -66,9 +67,9 @@ public struct PeerConfiguration: Sendable {
         if let id = recorded() {
             deviceID = id
         } else {
-            // Made once, under the identity's lock, by whichever process gets there first.
+            // Made once, under a lock, by whichever process gets there first.
             do {
-                deviceID = try FileLock.withExclusiveLock(on: (directory as NSString).appendingPathComponent("identity/lock")) {
+                deviceID = try FileLock.withExclusiveLock(on: (directory as NSString).appendingPathComponent("device.lock")) {
                     if let id = recorded() { return id }
                     let id = UUID().uuidString.lowercased()
                     try ConfigFile.write(try JSONEncoder().encode(["id": id]), to: deviceFile, mode: 0o600)

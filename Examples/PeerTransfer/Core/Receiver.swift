@@ -191,7 +191,7 @@ struct Receiver {
                     logger.info("offer from \(senderName) (key \(senderKey.prefix(16))…): \(Wording.counted(offered.fileCount, "file")), \(Wording.counted(Int(clamping: offered.totalBytes), "byte"))")
                     // A person or a hook may take up to 120 s; the sender waits 150 s.
                     watchdog.touch(bound: .seconds(150))
-                    let decision = await decide(offered, paths, senderName: senderName, senderKey: senderKey, over: pair)
+                    let decision = await decide(offered, paths, senderName: senderName, senderKey: senderKey, over: pair, watchdog: watchdog)
                     watchdog.touch(bound: idleBound)
                     switch decision {
                     case .success(let decided):
@@ -382,14 +382,14 @@ struct Receiver {
     /// The policy's answer, with what the inbox already has, and the bytes of free space
     /// promised to the transfer (see ``Inbox/promise(_:)``).
     private func decide(_ manifest: Manifest, _ paths: [RelativePath], senderName: String,
-                        senderKey: String, over pair: BoundStreamPair) async -> Result<Decision, PeerTransferError> {
+                        senderKey: String, over pair: BoundStreamPair, watchdog: ProgressWatchdog) async -> Result<Decision, PeerTransferError> {
         var chosen: Set<Int>
         switch policy {
         case .all, .known:
             chosen = Set(manifest.entries.indices)
         case .ask(let judge):
             let offer = IncomingOffer(senderName: senderName, senderKey: senderKey, senderTrusted: trusted(senderKey), manifest: manifest)
-            switch await Self.judge(offer, with: judge, unlessTheSenderLeaves: pair) {
+            switch await Self.judge(offer, with: judge, unlessTheSenderLeaves: pair, watchdog: watchdog) {
             case .success(let judged): chosen = judged
             case .failure(let error): return .failure(error)
             }
@@ -420,7 +420,8 @@ struct Receiver {
     /// instead of staying open for a person to answer in vain, with later offers waiting
     /// behind it. Only the judging is raced: nothing is promised in the inbox until it ends.
     private static func judge(_ offer: IncomingOffer, with judge: @escaping @Sendable (IncomingOffer) async -> Set<Int>,
-                              unlessTheSenderLeaves pair: BoundStreamPair) async -> Result<Set<Int>, PeerTransferError> {
+                              unlessTheSenderLeaves pair: BoundStreamPair,
+                              watchdog: ProgressWatchdog) async -> Result<Set<Int>, PeerTransferError> {
         await withTaskGroup(of: Result<Set<Int>, PeerTransferError>?.self) { group in
             group.addTask { .success(await judge(offer)) }
             group.addTask {
@@ -435,12 +436,22 @@ struct Receiver {
                 } catch is CancellationError {
                     return nil
                 } catch {
+                    // Cut by this receiver's own bound on the wait, or by the sender (gone
+                    // without a goodbye: a TLS stream cut short, a reset).
+                    if let expired = watchdog.expired {
+                        return .failure(.runtime("the offer was not answered in time (\(expired))"))
+                    }
                     return .failure(.runtime("\(Self.leftBeforeTheAnswer) (\(error))"))
                 }
             }
             var outcome: Result<Set<Int>, PeerTransferError>?
             while outcome == nil, let next = await group.next() { outcome = next }
             group.cancelAll()
+            // The other side's end too: a read that ended or took a byte just as the judge
+            // answered decides (that byte is gone, and the stream with it).
+            for await late in group {
+                if case .failure? = late { outcome = late }
+            }
             return outcome ?? .success([])
         }
     }

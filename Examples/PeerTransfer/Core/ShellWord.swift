@@ -5,24 +5,22 @@ import SalutStreams
 /// a terminal: for commands the tool suggests (`peerxfer cancel … --config FOLDER`).
 public enum ShellWord {
     /// `text` in single quotes (each `'` closed, escaped and reopened) when it holds nothing a
-    /// terminal must not show; otherwise in bash's `$'…'` quotes, with control and invisible
-    /// characters (`DisguisingScalars`) as `\xHH`, `\uHHHH` or `\UHHHHHHHH`, backslashes and
-    /// quotes escaped, so that the word shows safely and still means `text`.
+    /// terminal must not show; otherwise in bash's `$'…'` quotes, with each control or
+    /// invisible character (`DisguisingScalars`) as its UTF-8 bytes in `\xHH` (which bash reads
+    /// alike in every locale) and backslashes and quotes escaped, so that the word shows safely
+    /// and still means `text`.
     public static func quoted(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: DisguisingScalars.contains) else {
+        let scalars = Array(text.unicodeScalars)
+        guard scalars.indices.contains(where: { DisguisingScalars.mustEscape(scalars, at: $0) }) else {
             return "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
         }
         var out = "$'"
-        for scalar in text.unicodeScalars {
+        for (index, scalar) in scalars.enumerated() {
             switch scalar {
             case "\\": out += "\\\\"
             case "'": out += "\\'"
-            case _ where DisguisingScalars.contains(scalar):
-                switch scalar.value {
-                case ..<0x80: out += String(format: "\\x%02x", scalar.value)
-                case ..<0x10000: out += String(format: "\\u%04x", scalar.value)
-                default: out += String(format: "\\U%08x", scalar.value)
-                }
+            case _ where DisguisingScalars.mustEscape(scalars, at: index):
+                for byte in String(scalar).utf8 { out += String(format: "\\x%02x", byte) }
             default:
                 out.unicodeScalars.append(scalar)
             }

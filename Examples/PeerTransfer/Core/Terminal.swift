@@ -13,7 +13,8 @@ public enum Terminal {
         if text.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7f && $0 != 0x5c }) { return text }
         var out = ""
         out.reserveCapacity(text.utf8.count)
-        for scalar in text.unicodeScalars {
+        let scalars = Array(text.unicodeScalars)
+        for (index, scalar) in scalars.enumerated() {
             switch scalar.value {
             case 0x00..<0x20, 0x7f, 0x80..<0xa0:
                 out += String(format: "\\x%02x", scalar.value)
@@ -23,7 +24,7 @@ public enum Terminal {
                 out += "\\\\"
             default:
                 // Invisible, or able to reorder or split what is shown (see DisguisingScalars).
-                if DisguisingScalars.contains(scalar) {
+                if DisguisingScalars.mustEscape(scalars, at: index) {
                     out += String(format: "\\u{%04x}", scalar.value)
                 } else {
                     out.unicodeScalars.append(scalar)

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 import PeerTransferCore
 
 /// Runs `--accept ask --hook`'s command on a thread of its own, never on the shared pool of
@@ -23,11 +24,22 @@ enum HookRunner {
     }
 
     /// Runs the hook and returns once it has ended (never later than `limit` plus a second).
+    /// Cancelling the calling task ends it as the limit does, within 50 ms: its group is
+    /// killed and it has no status (the offer's sender left, or the daemon stops).
     static func run(_ command: String, environment: [String: String], input: Data, limit: TimeInterval) async -> Outcome {
-        await onThreadOfItsOwn { runBlocking(command, environment: environment, input: input, limit: limit) }
+        let cancelled = Mutex(false)
+        return await withTaskCancellationHandler {
+            await onThreadOfItsOwn {
+                runBlocking(command, environment: environment, input: input, limit: limit,
+                            cancelled: { cancelled.withLock { $0 } })
+            }
+        } onCancel: {
+            cancelled.withLock { $0 = true }
+        }
     }
 
-    private static func runBlocking(_ command: String, environment: [String: String], input: Data, limit: TimeInterval) -> Outcome {
+    private static func runBlocking(_ command: String, environment: [String: String], input: Data, limit: TimeInterval,
+                                    cancelled: () -> Bool) -> Outcome {
         var toChild: [Int32] = [-1, -1], fromChild: [Int32] = [-1, -1]
         guard pipe(&toChild) == 0 else { return Outcome(status: nil, printed: Data(), failure: "pipe: \(String(cString: strerror(errno)))") }
         guard pipe(&fromChild) == 0 else {
@@ -63,7 +75,7 @@ enum HookRunner {
                 }
             }
             if let exitedAt, reader < 0 || -exitedAt.timeIntervalSinceNow > 1 { break }
-            if Date() >= deadline { break }
+            if Date() >= deadline || cancelled() { break }
             var watched: [pollfd] = []
             if writer >= 0 { watched.append(pollfd(fd: writer, events: Int16(POLLOUT), revents: 0)) }
             if reader >= 0 { watched.append(pollfd(fd: reader, events: Int16(POLLIN), revents: 0)) }

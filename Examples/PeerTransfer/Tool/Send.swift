@@ -164,7 +164,11 @@ struct Send: AsyncParsableCommand {
     /// Queues one background upload per path for the daemon.
     private func queue(_ configuration: PeerConfiguration) async throws {
         // The same checks as a foreground send, now, while the user is here to see them.
-        _ = try TransferPlan.make(paths: paths)
+        // What a folder holds that will not go is said now, while the user is here to see it
+        // (the daemon only logs it).
+        for skipped in try TransferPlan.make(paths: paths).skipped {
+            if json { printJSON(["event": "skipped", "path": Terminal.escape(skipped)]) } else { printError("skipped \(Terminal.escape(skipped))") }
+        }
         let sessionConfiguration = configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer")
         let session = PeerSession(configuration: sessionConfiguration)
         let service = DiscoveredService(name: to, type: TransferLimits.serviceType)

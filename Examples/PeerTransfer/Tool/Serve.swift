@@ -118,7 +118,7 @@ struct Serve: AsyncParsableCommand {
                        key: configuration.identity.publicKeySHA256)
         // The user's own background session: it sends what `send --background` queued.
         let displayName = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer"
-        let background = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: true, displayName: displayName),
+        let background = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: true, displayName: displayName, logger: logger),
                                      delegate: BackgroundSendLog(logger: logger, status: status))
         if !background.runsBackgroundTasks {
             logger.warning("this daemon cannot run the background queue (\(Terminal.escape(configuration.directory))/background is not writable, or another process holds its runner lock); it only receives")
@@ -156,9 +156,9 @@ struct OfferJudge: Sendable {
     private static let turn = AsyncTurn()
 
     func judge(_ offer: IncomingOffer) async -> Set<Int> {
-        await Self.turn.take()
-        defer { Task { await Self.turn.release() } }
         // Withdrawn while it waited for its turn (its sender left, or the daemon stops).
+        guard await Self.turn.take() else { return [] }
+        defer { Task { await Self.turn.release() } }
         if Task.isCancelled { return [] }
         let all = Set(offer.manifest.entries.indices)
         if let hook {
@@ -184,6 +184,11 @@ struct OfferJudge: Sendable {
             return []
         }
         defer { stop.close() }
+        // Nothing typed before the question answers it (an answer meant for a question that
+        // was withdrawn, say).
+        if tcflush(0, TCIFLUSH) != 0 {
+            logger.warning("cannot clear what was typed before the question: \(String(cString: strerror(errno)))")
+        }
         writeAll(question, to: 2)
         // Waited for on a thread of its own: the shared pool of async threads keeps serving
         // other peers meanwhile. A shutdown (SIGTERM, Ctrl-C) cancels the wait: the offer is
@@ -242,17 +247,35 @@ struct OfferJudge: Sendable {
     static let nameShown = 100
 }
 
-/// A turn at the terminal: one question at a time.
+/// A turn at the terminal: one question at a time. A task cancelled while it waits for its
+/// turn stops waiting at once (its offer's sender left, or the daemon stops), and is not given
+/// the turn; it must not `release` one it did not get.
 actor AsyncTurn {
     private var busy = false
-    private var waiting: [CheckedContinuation<Void, Never>] = []
+    private var waiting: [(id: Int, resume: CheckedContinuation<Bool, Never>)] = []
+    private var nextID = 0
 
-    func take() async {
-        if !busy { busy = true; return }
-        await withCheckedContinuation { waiting.append($0) }
+    /// Waits for the turn; false when cancelled first (no turn was taken).
+    func take() async -> Bool {
+        if !busy { busy = true; return true }
+        nextID += 1
+        let id = nextID
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                if Task.isCancelled { continuation.resume(returning: false) } else { waiting.append((id, continuation)) }
+            }
+        } onCancel: {
+            Task { await self.withdraw(id) }
+        }
     }
 
+    /// Gives the turn to the next waiter, or frees it.
     func release() {
-        if waiting.isEmpty { busy = false } else { waiting.removeFirst().resume() }
+        if waiting.isEmpty { busy = false } else { waiting.removeFirst().resume.resume(returning: true) }
+    }
+
+    private func withdraw(_ id: Int) {
+        guard let index = waiting.firstIndex(where: { $0.id == id }) else { return }
+        waiting.remove(at: index).resume.resume(returning: false)
     }
 }

@@ -44,7 +44,7 @@ public struct TLSIdentity: Sendable, Hashable {
     /// file appears atomically, and the certificate last: a first run interrupted between the
     /// two leaves a key without a certificate, which was never shown to anyone, so the next run
     /// makes a new identity in its place. Processes that start at once make one identity
-    /// between them: it is made under a lock on `directory/lock`, waited for up to 10 s.
+    /// between them: it is made under a lock on `directory/identity.lock`, waited for up to 10 s.
     /// - Throws: ``TLSError/cannotLoad(file:reason:)`` when an existing identity cannot be read
     ///   or a new one cannot be written (the reason says which system call failed and why).
     public static func loadOrCreate(directory: String, commonName: String) throws -> TLSIdentity {
@@ -62,7 +62,7 @@ public struct TLSIdentity: Sendable, Hashable {
         }
         // One process makes it: two at once would each write a key and a certificate, and
         // could leave one's key beside the other's certificate.
-        return try FileLock.withExclusiveLock(on: (directory as NSString).appendingPathComponent("lock")) {
+        return try FileLock.withExclusiveLock(on: (directory as NSString).appendingPathComponent("identity.lock")) {
             // Made by another process while this one waited for the lock.
             if FileManager.default.fileExists(atPath: certificateFile) {
                 return try TLSIdentity(certificateFile: certificateFile, privateKeyFile: keyFile)
