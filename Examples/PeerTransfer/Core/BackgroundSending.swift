@@ -24,7 +24,7 @@ public struct PeerTransferUpload: PeerUploadProtocol {
         }
         let plan = try await TransferPlan.prepare(paths: [url.path])
         for skipped in plan.skipped {
-            logger?.warning("background send of \(Terminal.escape(url.path)): skipped \(Terminal.escape(skipped))")
+            logger?.warning("background send of \(Terminal.escape(url.path)): skipped \(Terminal.escape(skipped.description))")
         }
         var sender = Sender(configuration: configuration, displayName: displayName)
         sender.findTimeout = 10

@@ -441,7 +441,7 @@ struct Receiver {
                     if let expired = watchdog.expired {
                         return .failure(.runtime("the offer was not answered in time (\(expired))"))
                     }
-                    return .failure(.runtime("\(Self.leftBeforeTheAnswer) (\(error))"))
+                    return .failure(.runtime(Self.leftBeforeTheAnswer))
                 }
             }
             var outcome: Result<Set<Int>, PeerTransferError>?
@@ -457,7 +457,7 @@ struct Receiver {
     }
 
     /// Why a transfer ended whose sender went away while its offer was being decided.
-    static let leftBeforeTheAnswer = "the sender left before its offer was answered"
+    static let leftBeforeTheAnswer = "the sender left before its offer was answered; its question was withdrawn"
 
     /// What the receiver answers to an offer, and what it found in the inbox for it.
     struct Decision {

@@ -9,7 +9,17 @@ public struct TransferPlan: Sendable {
     public var sources: [String?]
     /// Things left out, for the user (symlinks, sockets, entries that cannot be listed, names
     /// the protocol cannot carry).
-    public var skipped: [String]
+    public var skipped: [Skipped]
+
+    /// A local entry left out of the offer, and why.
+    public struct Skipped: Sendable, CustomStringConvertible {
+        /// Its path, as the walk found it (not escaped).
+        public var path: String
+        /// Why it is left out ("a symlink (not followed)", "not sent, its path contains …").
+        public var reason: String
+        /// "PATH: REASON" (not escaped).
+        public var description: String { "\(path): \(reason)" }
+    }
 
     /// Walks `paths` (files and folders; each lands in the receiver's inbox under its last
     /// component). Files are hashed later, as they are sent. Inside a folder, an entry whose
@@ -106,14 +116,14 @@ public struct TransferPlan: Sendable {
                 let childPath = (path as NSString).appendingPathComponent(child)
                 var childInfo = stat()
                 guard lstat(childPath, &childInfo) == 0 else {
-                    skipped.append("\(childPath): \(String(cString: strerror(errno)))")
+                    skipped.append(Skipped(path: childPath, reason: String(cString: strerror(errno))))
                     continue
                 }
                 // A name the protocol cannot carry (a control character, say) leaves out that
                 // entry, not the whole send: the rest of the tree goes, and the user is told.
                 let childRelative = relative + "/" + child
                 if let why = Self.unsendable(childRelative, name: child, isFile: childInfo.st_mode & S_IFMT == S_IFREG) {
-                    skipped.append("\(childPath): not sent, its path \(why)")
+                    skipped.append(Skipped(path: childPath, reason: "not sent, its path \(why)"))
                     continue
                 }
                 try add(childPath, as: childRelative, info: childInfo)
@@ -122,9 +132,9 @@ public struct TransferPlan: Sendable {
                 }
             }
         case S_IFLNK:
-            skipped.append("\(path): a symlink (not followed)")
+            skipped.append(Skipped(path: path, reason: "a symlink (not followed)"))
         default:
-            skipped.append("\(path): not a regular file or folder")
+            skipped.append(Skipped(path: path, reason: "not a regular file or folder"))
         }
     }
 }

@@ -34,8 +34,12 @@ final class ProgressDisplay: Sendable {
         if !json { printError(text) }
     }
 
-    func skipped(_ text: String) {
-        if json { printJSON(["event": "skipped", "path": Terminal.escape(text)]) } else { printError("skipped \(Terminal.escape(text))") }
+    func skipped(_ entry: TransferPlan.Skipped) {
+        if json {
+            printJSON(["event": "skipped", "path": Terminal.escape(entry.path), "reason": entry.reason])
+        } else {
+            printError("skipped \(Terminal.escape(entry.description))")
+        }
     }
 
     /// Records what will be offered, and lists what was left out of it.

@@ -36,7 +36,7 @@ struct Send: AsyncParsableCommand {
     @Flag(help: "Report progress as JSON lines even on a terminal.")
     var json = false
 
-    @Flag(help: "Hand the transfer to the local daemon (`peerxfer serve` with the same --config) and return; it delivers when the receiver is (or becomes) reachable, retrying and resuming. `peerxfer status` shows the queue.")
+    @Flag(help: "Hand the transfer to the local daemon (`peerxfer serve` with the same --config) and return, printing each path's task id; the daemon delivers when the receiver is (or becomes) reachable, retrying and resuming, for up to 7 days. `peerxfer status` shows the queue and what was delivered, by task id; `peerxfer cancel ID` takes a send off the queue.")
     var background = false
 
     func validate() throws {
@@ -82,7 +82,7 @@ struct Send: AsyncParsableCommand {
             let plan = try await TransferPlan.prepare(paths: paths)
             display.planned(plan)
             guard !plan.manifest.entries.isEmpty else {
-                throw PeerTransferError.usage("nothing to send: every path was left out (\(plan.skipped.map(Terminal.escape).joined(separator: "; ")))")
+                throw PeerTransferError.usage("nothing to send: every path was left out (\(plan.skipped.map { Terminal.escape($0.description) }.joined(separator: "; ")))")
             }
             return plan
         }
@@ -167,7 +167,11 @@ struct Send: AsyncParsableCommand {
         // What a folder holds that will not go is said now, while the user is here to see it
         // (the daemon only logs it).
         for skipped in try TransferPlan.make(paths: paths).skipped {
-            if json { printJSON(["event": "skipped", "path": Terminal.escape(skipped)]) } else { printError("skipped \(Terminal.escape(skipped))") }
+            if json {
+                printJSON(["event": "skipped", "path": Terminal.escape(skipped.path), "reason": skipped.reason])
+            } else {
+                printError("skipped \(Terminal.escape(skipped.description))")
+            }
         }
         let sessionConfiguration = configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer")
         let session = PeerSession(configuration: sessionConfiguration)

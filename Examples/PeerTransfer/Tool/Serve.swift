@@ -205,7 +205,10 @@ struct OfferJudge: Sendable {
         }
         // The prompt's line ends, unanswered: withdrawn (its sender left, or the daemon stops),
         // or out of time.
-        if answer == nil { writeAll(Task.isCancelled ? "(withdrawn)\n" : "\n", to: 2) }
+        // Said on a line of its own, naming the offer: log lines may have come in between.
+        if answer == nil {
+            writeAll(Task.isCancelled ? "\n(withdrawn: the offer from \(offer.senderName) [key \(offer.senderKey.prefix(16))…])\n" : "\n", to: 2)
+        }
         return answer?.lowercased().hasPrefix("y") == true ? all : []
     }
 
