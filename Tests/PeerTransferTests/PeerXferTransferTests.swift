@@ -862,9 +862,18 @@ final class PeerXferTransferTests: XCTestCase {
         let (cancelled, output) = try lab.run(["cancel", id, "--config", lab.path("sender")])
         XCTAssertEqual(cancelled, 0, output)
         XCTAssertTrue(output.contains("cancelled") && output.contains("unwanted.bin"), output)
-        // The daemon hears of it and ends the send; the queue is empty.
-        XCTAssertTrue(daemon.waitForOutput(containing: "failed", seconds: 20), daemon.output)
-        let (_, after) = try lab.run(["status", "--config", lab.path("sender")])
+        // The daemon hears of it and ends the send, as cancelled (not failed); the queue is empty.
+        XCTAssertTrue(daemon.waitForOutput(containing: "(\(lab.path("src/unwanted.bin"))) to ", seconds: 20) &&
+                      daemon.waitForOutput(containing: "cancelled", seconds: 20), daemon.output)
+        XCTAssertFalse(daemon.output.contains("failed: cancelled"), daemon.output)
+        var after = ""
+        let deadline = Date().addingTimeInterval(20)
+        repeat {
+            after = try lab.run(["status", "--config", lab.path("sender")]).output
+            if after.contains("): cancelled") { break }
+            Thread.sleep(forTimeInterval: 0.1)
+        } while Date() < deadline
+        XCTAssertTrue(after.contains("): cancelled, 0/1 files verified"), after)
         XCTAssertTrue(after.contains("background queue: empty"), after)
         XCTAssertEqual(try lab.run(["cancel", id, "--config", lab.path("sender")]).status, 1, "already gone")
     }

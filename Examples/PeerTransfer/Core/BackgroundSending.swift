@@ -90,10 +90,14 @@ public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Send
             logger.info("background send \(Self.describe(upload)) stays queued for the next start")
             return
         }
+        // Cancelled by the user (`peerxfer cancel`): an outcome of its own, not a failure.
+        let cancelled = (error as? PeerSessionError)?.code == .cancelled
         status?.recordOutbound(task: upload.persistentIdentifier, peer: Terminal.escape(upload.service.name), path: upload.taskDescription ?? "?",
                                bytes: UInt64(max(0, upload.countOfBytesSent)), started: Date(),
-                               error: error.map { "\($0)" })
-        if let error {
+                               error: error.map { "\($0)" }, cancelled: cancelled)
+        if cancelled {
+            logger.info("background send \(Self.describe(upload)) cancelled")
+        } else if let error {
             logger.warning("background send \(Self.describe(upload)) failed: \(error)")
         } else {
             logger.info("background send \(Self.describe(upload)) delivered and verified (\(upload.attempts) attempt(s))")

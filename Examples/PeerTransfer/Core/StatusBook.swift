@@ -15,7 +15,7 @@ public struct DaemonStatus: Codable, Sendable, Equatable {
         public var bytesReceived: UInt64
         public var verified: Int
         public var failed: Int
-        /// `receiving`, `done` or `failed`.
+        /// `receiving`, `done`, `failed`, or (a background send) `cancelled`.
         public var state: String
         public var error: String?
         public var started: Double
@@ -125,14 +125,15 @@ public final class StatusBook: Sendable {
         }
     }
 
-    /// Records a background send that ended (delivered, or failed for good): `task` is its
-    /// task's whole id, `path` what it sent.
-    public func recordOutbound(task: String, peer: String, path: String, bytes: UInt64, started: Date, error: String?) {
+    /// Records a background send that ended (delivered, cancelled, or failed for good): `task`
+    /// is its task's whole id, `path` what it sent.
+    public func recordOutbound(task: String, peer: String, path: String, bytes: UInt64, started: Date, error: String?,
+                               cancelled: Bool = false) {
         update(force: true) {
             let id = ($0.transfers.map(\.id).max() ?? 0) + 1
             $0.transfers.append(.init(id: id, direction: "out", peer: peer, files: 1, bytes: bytes, bytesReceived: bytes,
-                                      verified: error == nil ? 1 : 0, failed: error == nil ? 0 : 1,
-                                      state: error == nil ? "done" : "failed", error: error,
+                                      verified: error == nil ? 1 : 0, failed: error == nil || cancelled ? 0 : 1,
+                                      state: cancelled ? "cancelled" : error == nil ? "done" : "failed", error: cancelled ? nil : error,
                                       started: started.timeIntervalSince1970, ended: Date().timeIntervalSince1970,
                                       task: task, path: path))
             if $0.transfers.count > 50 { $0.transfers.removeFirst($0.transfers.count - 50) }
