@@ -66,6 +66,16 @@ final class FastPathTests: XCTestCase {
         XCTAssertEqual(plan.skipped.filter { $0.description.contains("not sent, its path contains NUL or another control character") }.count, 2, "\(plan.skipped)")
         XCTAssertTrue(plan.skipped.contains { $0.description.hasSuffix("not sent, its path contains a bidirectional control or invisible character, which can disguise a file's name") }, "\(plan.skipped)")
         XCTAssertTrue(plan.skipped.contains { $0.description.contains("has a file name of 244 bytes; at most") }, "\(plan.skipped)")
+        // A name that is not UTF-8, beside one that reads the same once decoded: both cannot go
+        // under one name; the listing's second is left out, never the whole send.
+        let raw = Array((tree + "/n").utf8) + [0xff] + Array(".txt".utf8) + [0]
+        let made = raw.withUnsafeBufferPointer { open(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), O_CREAT | O_WRONLY, 0o644) }
+        XCTAssertGreaterThanOrEqual(made, 0)
+        close(made)
+        XCTAssertTrue(FileManager.default.createFile(atPath: tree + "/n\u{FFFD}.txt", contents: Data("y".utf8)))
+        let mixed = try TransferPlan.make(paths: [tree])
+        XCTAssertEqual(mixed.manifest.entries.filter { $0.path.hasPrefix("named/n") }.count, 1, "\(mixed.manifest.entries.map(\.path))")
+        XCTAssertTrue(mixed.skipped.contains { $0.reason.contains("not valid UTF-8") }, "\(mixed.skipped)")
         // Named as an argument itself, such a path is still a usage error: nothing else was asked for.
         XCTAssertThrowsError(try TransferPlan.make(paths: [tree + "/bad\nname.txt"])) { error in
             XCTAssertEqual((error as? PeerTransferError)?.exitCode, 2, "\(error)")

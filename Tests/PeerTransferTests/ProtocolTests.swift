@@ -65,7 +65,8 @@ final class ProtocolTests: XCTestCase {
             ("esc\u{1b}[31m", "control"), (String(repeating: "n", count: 256), "longer than 255"),
             (Array(repeating: "d", count: 65).joined(separator: "/"), "deeper"),
             (String(repeating: "abcdefgh/", count: 460) + "x", "longer than 4096"), ("x.peerxfer-part", "part"), ("victim\u{0600}.peerxfer-part", "part"),
-            ("csi\u{9b}31m", "control"), ("del\u{7f}", "control"), ("invoice\u{202E}fdp.exe", "bidirectional"),
+            ("csi\u{9b}31m", "control"), ("del\u{7f}", "control"), ("invoice\u{202E}fdp.exe", "bidirectional"), ("report\u{3164}.pdf", "invisible"),
+            ("rep\u{ad}ort.pdf", "invisible"), ("report.pdf\u{e0041}", "invisible"), ("zwj\u{200d}ok.txt", "invisible"),
             ("dir\u{2067}/x", "bidirectional"), ("mark\u{200F}", "bidirectional"),
             // A "/" followed by a combining mark is one character to Swift, and still a "/" to
             // the file system: out of the inbox through "..", or absolute.
@@ -82,10 +83,12 @@ final class ProtocolTests: XCTestCase {
             XCTAssertNoThrow(try RelativePath(validating: path), path)
         }
         // Split where the file system splits, whatever follows the "/".
-        let joined = try? RelativePath(validating: "d/\u{301}x/\u{200D}b")
-        XCTAssertEqual(joined?.components, ["d", "\u{301}x", "\u{200D}b"])
+        let joined = try? RelativePath(validating: "d/\u{301}x/\u{308}b")
+        XCTAssertEqual(joined?.components, ["d", "\u{301}x", "\u{308}b"])
         XCTAssertEqual(joined?.parent, ["d", "\u{301}x"])
-        XCTAssertEqual(joined?.name, "\u{200D}b")
+        XCTAssertEqual(joined?.name, "\u{308}b")
+        // A zero-width joiner there would be refused: beside ASCII it only hides.
+        XCTAssertThrowsError(try RelativePath(validating: "d/\u{200D}b"))
     }
 
     func testADeepManifestWithDistinctFolderChainsIsChecked() throws {

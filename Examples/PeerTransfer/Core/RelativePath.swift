@@ -1,4 +1,5 @@
 import Foundation
+import SalutStreams
 
 /// A path a manifest may carry: relative, inside the inbox, storable on Linux.
 ///
@@ -47,11 +48,6 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
         guard printableASCII || !text.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7f...0x9f).contains($0.value) }) else {
             return "contains NUL or another control character"
         }
-        // Stored, a direction override makes "invoice<U+202E>fdp.exe" show as "invoiceexe.pdf" in a
-        // file manager: a name that lies about its type.
-        guard printableASCII || !text.unicodeScalars.contains(where: { Self.directionControls.contains($0.value) }) else {
-            return "contains a bidirectional control or invisible character, which can disguise a file's name"
-        }
         let parts = Self.split(text)
         guard parts.count <= TransferLimits.maximumDepth else {
             return "is deeper than \(TransferLimits.maximumDepth) folders"
@@ -70,16 +66,18 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
                 return "ends in \(TransferLimits.partSuffix), which the inbox keeps for files still arriving"
             }
         }
+        // Stored, a direction override makes "invoice<U+202E>fdp.exe" show as "invoiceexe.pdf" in a
+        // file manager: a name that lies about its type. An invisible letter (a Hangul filler, a
+        // soft hyphen, a tag character, a joiner beside ASCII…) makes "report<U+3164>.pdf" look
+        // like "report.pdf": the characters a terminal is shown as escapes (DisguisingScalars).
+        if !printableASCII {
+            let scalars = Array(text.unicodeScalars)
+            if scalars.indices.contains(where: { DisguisingScalars.mustEscape(scalars, at: $0) }) {
+                return "contains a bidirectional control or invisible character, which can disguise a file's name"
+            }
+        }
         return nil
     }
-
-    /// Unicode's bidirectional marks, embeddings, overrides and isolates.
-    /// Bidirectional marks and overrides, and the invisible characters that can make a name pass
-    /// for another or split a line (zero-width space, byte-order mark, line and paragraph
-    /// separators); the zero-width joiners stay (Persian names and emoji need them).
-    private static let directionControls: Set<UInt32> = [0x061c, 0x200e, 0x200f, 0x202a, 0x202b, 0x202c, 0x202d, 0x202e,
-                                                         0x2066, 0x2067, 0x2068, 0x2069,
-                                                         0x200b, 0xfeff, 0x2028, 0x2029]
 
     public var description: String { text }
 

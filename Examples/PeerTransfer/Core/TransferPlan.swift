@@ -112,11 +112,20 @@ public struct TransferPlan: Sendable {
             } catch {
                 throw PeerTransferError.runtime("cannot list \(path): \(error.localizedDescription)")
             }
+            // A name that is not UTF-8 comes out of the listing with U+FFFD for its bad bytes: it
+            // then names nothing, or another entry (listed twice). Either way it is left out.
+            let notUTF8 = "not sent, its name is not valid UTF-8 (peerxfer sends UTF-8 names)"
+            var seen = Set<[UInt8]>()
             for child in children {
                 let childPath = (path as NSString).appendingPathComponent(child)
+                guard seen.insert(Array(child.utf8)).inserted else {
+                    skipped.append(Skipped(path: childPath, reason: notUTF8))
+                    continue
+                }
                 var childInfo = stat()
                 guard lstat(childPath, &childInfo) == 0 else {
-                    skipped.append(Skipped(path: childPath, reason: String(cString: strerror(errno))))
+                    let reason = child.unicodeScalars.contains("\u{FFFD}") ? notUTF8 : String(cString: strerror(errno))
+                    skipped.append(Skipped(path: childPath, reason: reason))
                     continue
                 }
                 // A name the protocol cannot carry (a control character, say) leaves out that

@@ -207,7 +207,14 @@ struct OfferJudge: Sendable {
         // or out of time.
         // Said on a line of its own, naming the offer: log lines may have come in between.
         if answer == nil {
-            writeAll(Task.isCancelled ? "\n(withdrawn: the offer from \(offer.senderName) [key \(offer.senderKey.prefix(16))…])\n" : "\n", to: 2)
+            let withdrawn = Task.isCancelled
+            writeAll(withdrawn ? "\n(withdrawn: the offer from \(offer.senderName) [key \(offer.senderKey.prefix(16))…])\n" : "\n", to: 2)
+            if withdrawn {
+                // The person may be typing the answer to this question right now: the next one
+                // waits a moment (holding the turn), and what was typed meanwhile is cleared
+                // before it is asked, so that a "y" meant for this offer never accepts another.
+                await Self.pause(Self.afterWithdrawal)
+            }
         }
         return answer?.lowercased().hasPrefix("y") == true ? all : []
     }
@@ -223,6 +230,10 @@ struct OfferJudge: Sendable {
         environment["PEERXFER_BYTES"] = "\(offer.manifest.totalBytes)"
         let listing = offer.manifest.entries.map { Terminal.escape($0.path) }.joined(separator: "\n") + "\n"
         let outcome = await HookRunner.run(command, environment: environment, input: Data(listing.utf8), limit: Self.hookLimit)
+        if Task.isCancelled {
+            logger.info("the accept hook for the offer from \(offer.senderName) was ended: the offer was withdrawn")
+            return []
+        }
         if let failure = outcome.failure {
             logger.error("the accept hook could not start: \(failure)")
             return []
@@ -238,6 +249,16 @@ struct OfferJudge: Sendable {
                                    : Set(entries.indices.filter { lines.contains(Terminal.escape(entries[$0].path)) })
         logger.info("the accept hook accepted \(chosen.count) of \(entries.count) entries from \(offer.senderName)")
         return chosen
+    }
+
+    /// How long the next question waits after one is withdrawn.
+    static let afterWithdrawal: TimeInterval = 1.5
+
+    /// Waits `seconds`, even in a cancelled task (the turn is held meanwhile).
+    private static func pause(_ seconds: TimeInterval) async {
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { done.resume() }
+        }
     }
 
     /// Seconds a hook has to decide.
