@@ -166,13 +166,8 @@ struct Send: AsyncParsableCommand {
         // The same checks as a foreground send, now, while the user is here to see them.
         // What a folder holds that will not go is said now, while the user is here to see it
         // (the daemon only logs it).
-        for skipped in try TransferPlan.make(paths: paths).skipped {
-            if json {
-                printJSON(["event": "skipped", "path": Terminal.escape(skipped.path), "reason": skipped.reason])
-            } else {
-                printError("skipped \(Terminal.escape(skipped.description))")
-            }
-        }
+        let lister = ProgressDisplay(json: json)
+        for skipped in try TransferPlan.make(paths: paths).skipped { lister.skipped(skipped) }
         let sessionConfiguration = configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer")
         let session = PeerSession(configuration: sessionConfiguration)
         let service = DiscoveredService(name: to, type: TransferLimits.serviceType)
