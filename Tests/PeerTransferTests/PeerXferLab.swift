@@ -53,6 +53,19 @@ final class PeerXferLab: @unchecked Sendable {
     }
 
     /// The key of the configuration `config` (made now if it has none), from `peerxfer identity`.
+    /// `peerxfer status` of configuration `config`, once it shows `text` or 20 s have passed
+    /// (the daemon writes its status file behind its log).
+    func status(of config: String, once text: String) throws -> String {
+        let deadline = Date().addingTimeInterval(20)
+        var shown = ""
+        repeat {
+            shown = try run(["status", "--config", path(config)]).output
+            if shown.contains(text) { break }
+            Thread.sleep(forTimeInterval: 0.1)
+        } while Date() < deadline
+        return shown
+    }
+
     func key(ofConfig config: String) throws -> String {
         let (status, output) = try run(["identity", "--config", path(config), "--json"])
         guard status == 0, let range = output.range(of: "\"key\":\"") else {

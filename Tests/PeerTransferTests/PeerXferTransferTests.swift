@@ -817,13 +817,7 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/queued.bin"), lab.path("inbox/queued.bin")))
         // The status file is written behind the log: look until it shows the send, or 20 s.
         let delivered = "out to \(receiverName) (task \(taskID), \(lab.path("src/queued.bin"))): done"
-        var after = ""
-        let deadline = Date().addingTimeInterval(20)
-        repeat {
-            after = try lab.run(["status", "--config", lab.path("sender")]).output
-            if after.contains(delivered) { break }
-            Thread.sleep(forTimeInterval: 0.1)
-        } while Date() < deadline
+        let after = try lab.status(of: "sender", once: delivered)
         XCTAssertTrue(after.contains(delivered), after)
         XCTAssertTrue(after.contains("background queue: empty"), after)
         XCTAssertTrue(restarted.output.contains("background send task \(taskID) ("), restarted.output)
@@ -866,13 +860,7 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(daemon.waitForOutput(containing: "(\(lab.path("src/unwanted.bin"))) to ", seconds: 20) &&
                       daemon.waitForOutput(containing: "cancelled", seconds: 20), daemon.output)
         XCTAssertFalse(daemon.output.contains("failed: cancelled"), daemon.output)
-        var after = ""
-        let deadline = Date().addingTimeInterval(20)
-        repeat {
-            after = try lab.run(["status", "--config", lab.path("sender")]).output
-            if after.contains("): cancelled") { break }
-            Thread.sleep(forTimeInterval: 0.1)
-        } while Date() < deadline
+        let after = try lab.status(of: "sender", once: "): cancelled")
         XCTAssertTrue(after.contains("): cancelled, 0/1 files verified"), after)
         XCTAssertTrue(after.contains("background queue: empty"), after)
         XCTAssertEqual(try lab.run(["cancel", id, "--config", lab.path("sender")]).status, 1, "already gone")
