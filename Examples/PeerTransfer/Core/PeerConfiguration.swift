@@ -1,6 +1,7 @@
 import Foundation
 import SalutDiscovery
 import SalutStreams
+import Salut
 
 /// A peerxfer configuration folder: this device's identity (key, certificate, id) and what it
 /// knows of other peers.
@@ -89,44 +90,109 @@ public struct PeerConfiguration: Sendable {
     public var statusFile: String { (directory as NSString).appendingPathComponent("status.json") }
 }
 
-/// Keys this device has met: the key each receiver name had when first sent to (trust on
-/// first use), and the senders trusted to deliver under `--accept known`.
+/// Keys this device has met: the receivers it sends to (pinned: a name and the key it proved),
+/// and the senders trusted to deliver under `--accept known`.
+///
+/// Trust is by key: a name is a label a peer chooses, so a pinned key met under another name is
+/// the same device (renamed), and a pinned name, or one a person could take for it, that answers
+/// with another key is refused as a changed key (see ``verdict(forReceiver:key:)``). The file is
+/// changed only through ``update(at:_:)``, under a lock and on a fresh read, so that two
+/// commands at once lose no decision; a file that cannot be read or understood is an error,
+/// never taken for an empty book (which the next save would write over it).
 public struct KnownPeers: Codable, Sendable, Equatable {
-    /// Receiver name → the SHA-256 of its public key when first met.
+    /// Receiver name → the SHA-256 of its public key, as pinned.
     public var pins: [String: String] = [:]
     /// Trusted key SHA-256 → a label (the name it was trusted under).
     public var trusted: [String: String] = [:]
+    /// Names that a queued send (`send --background --accept-new-key`) may pin on first
+    /// contact, whatever key answers; taken off once pinned.
+    public var acceptingNewKey: [String]?
 
     public init() {}
 
     /// Reads `path`; an absent file is an empty book.
-    /// - Throws: ``PeerTransferError/runtime(_:)`` when the file exists but cannot be read.
+    /// - Throws: ``PeerTransferError/runtime(_:)`` when the file exists but cannot be read or
+    ///   is not a known-peers file (it is left as it is).
     public static func load(from path: String) throws -> KnownPeers {
         guard FileManager.default.fileExists(atPath: path) else { return KnownPeers() }
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw PeerTransferError.runtime("cannot read \(path)")
+            throw PeerTransferError.runtime("cannot read \(Terminal.escape(path)); it was left as it is")
         }
         do {
             return try JSONDecoder().decode(KnownPeers.self, from: data)
         } catch {
-            throw PeerTransferError.runtime("\(path) is not a valid known-peers file: \(error)")
+            throw PeerTransferError.runtime("\(Terminal.escape(path)) is not a valid known-peers file, so no trust decision can be made (it was left as it is: fix it or move it away): \(error)")
         }
     }
 
-    /// The spelling under which `name` is pinned, comparing names as DNS-SD does (ASCII case
-    /// does not count): a receiver that now publishes "KITCHEN" is the "Kitchen" pinned before,
-    /// held to that pin, not a new receiver to trust on first use. Nil when it is not pinned.
-    public func pinnedSpelling(of name: String) -> String? {
-        if pins[name] != nil { return name }
-        return pins.keys.sorted().first { ServiceNames.sameIgnoringASCIICase($0, name) }
+    /// Changes the book at `path`: under an exclusive lock (`PATH.lock`, waited for up to
+    /// 10 s), reads it afresh, runs `change`, and writes it back if it changed.
+    /// - Throws: what ``load(from:)`` throws; ``PeerTransferError/runtime(_:)`` when the lock
+    ///   cannot be had or the file cannot be written; what `change` throws (nothing is written).
+    @discardableResult
+    public static func update<T>(at path: String, _ change: (inout KnownPeers) throws -> T) throws -> T {
+        do {
+            return try FileLock.withExclusiveLock(on: path + ".lock") {
+                var book = try load(from: path)
+                let before = book
+                let result = try change(&book)
+                if book != before { try book.save(to: path) }
+                return result
+            }
+        } catch let error as PeerTransferError {
+            throw error
+        } catch {
+            throw PeerTransferError.runtime("cannot change \(Terminal.escape(path)): \(error)")
+        }
     }
 
-    /// Writes the book to `path` atomically (mode 0600).
+    /// The spelling under which `name` is pinned: the name itself, else one a person could take
+    /// for it (ASCII case, as DNS-SD compares names; compatibility forms, accents, Cyrillic or
+    /// Greek look-alikes: ``NameSkeleton``). A receiver that now publishes "KITCHEN" or
+    /// "Kіtchen" is held to the pin of "Kitchen", not trusted as new. Nil when it is not pinned.
+    public func pinnedSpelling(of name: String) -> String? {
+        if pins[name] != nil { return name }
+        let sorted = pins.keys.sorted()
+        return sorted.first { ServiceNames.sameIgnoringASCIICase($0, name) }
+            ?? sorted.first { NameSkeleton.looksAlike($0, name) }
+    }
+
+    /// A name `key` is pinned under, if any (the first in order).
+    public func pinnedName(forKey key: String) -> String? {
+        pins.filter { $0.value == key }.keys.sorted().first
+    }
+
+    /// What this book says of the receiver `name` that proves `key`.
+    public func verdict(forReceiver name: String, key: String) -> ReceiverVerdict {
+        if let spelled = pinnedSpelling(of: name), let pinned = pins[spelled] {
+            return pinned == key ? .pinned(as: spelled) : .keyChanged(pinnedAs: spelled, pinnedKey: pinned)
+        }
+        if let other = pinnedName(forKey: key) { return .renamed(pinnedAs: other) }
+        if let label = trusted[key] { return .trustedKey(label: label) }
+        return .new
+    }
+
+    /// Writes the book to `path` atomically (mode 0600). Prefer ``update(at:_:)``, which
+    /// cannot undo another process's change.
     public func save(to path: String) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         try ConfigFile.write(try encoder.encode(self), to: path, mode: 0o600)
     }
+}
+
+/// What a sender's book says of a receiver it is about to send to.
+public enum ReceiverVerdict: Sendable, Equatable {
+    /// Its key is the one pinned under this name (spelled `as`).
+    case pinned(as: String)
+    /// Its key is pinned under another name: the same device, renamed.
+    case renamed(pinnedAs: String)
+    /// Its key was trusted by fingerprint (`peerxfer trust KEY`), under `label`.
+    case trustedKey(label: String)
+    /// This name, or one that looks like it, is pinned to another key.
+    case keyChanged(pinnedAs: String, pinnedKey: String)
+    /// Neither its name nor its key is known here.
+    case new
 }
 
 /// Configuration and status files, replaced whole (SalutStreams' `AtomicFile`), failures as

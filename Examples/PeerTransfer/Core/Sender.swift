@@ -7,7 +7,9 @@ public enum SendEvent: Sendable {
     /// Looking for the receiver by name.
     case resolving(name: String)
     /// Connected over TLS to the receiver whose key is `key`; `firstUse` when it was pinned now.
-    case connected(name: String, key: String, firstUse: Bool)
+    /// `renamedFrom`: the name its key was pinned under, when it is a known device met under
+    /// a new name.
+    case connected(name: String, key: String, firstUse: Bool, renamedFrom: String?)
     /// The receiver answered: entries accepted (`acceptedFiles` of them files, the rest
     /// folders), declined, files it already had, and the bytes this run will send (after
     /// resuming).
@@ -51,6 +53,11 @@ public struct Sender: Sendable {
     /// For a wide-area ``domain``: find the receiver with unicast DNS queries to this name
     /// server; nil finds it through avahi-daemon (which must be set up for the domain).
     public var wideArea: WideAreaBrowsing?
+    /// The receiver's key must start with these hex digits (`--expect-key`), whatever the pins
+    /// say; a receiver that is new here and passes this check is pinned.
+    public var expectedKey: String?
+    /// What to do with a receiver that is new here (and not vouched for by ``expectedKey``).
+    public var firstContact: FirstContact = .refuse
 
     /// A sender with this device's `configuration`.
     public init(configuration: PeerConfiguration, displayName: String) {
@@ -76,7 +83,7 @@ public struct Sender: Sendable {
     public func send(preparing: @escaping @Sendable () async throws -> TransferPlan, to name: String,
                      events: @escaping @Sendable (SendEvent) -> Void = { _ in }) async throws -> SendReport {
         events(.resolving(name: name))
-        let service = DiscoveredService(name: name, type: TransferLimits.serviceType, domain: domain)
+        let asked = DiscoveredService(name: name, type: TransferLimits.serviceType, domain: domain)
         let onTheLink = ["local", "local.", ""].contains(domain.lowercased())
         // The plan is made while the receiver is looked for. A plan that cannot be made (bad
         // arguments, the user's to fix) ends the lookup at once and is what is reported; a
@@ -85,7 +92,7 @@ public struct Sender: Sendable {
         let plan: TransferPlan
         (plan, looked) = try await withThrowingTaskGroup(of: Preparation.self) { group in
             group.addTask { .plan(try await preparing()) }
-            group.addTask { [self] in .lookup(await lookUp(service, name: name, onTheLink: onTheLink)) }
+            group.addTask { [self] in .lookup(await lookUp(asked, name: name, onTheLink: onTheLink)) }
             var plan: TransferPlan?
             var looked: Result<ResolvedService, PeerTransferError>?
             for try await finished in group {
@@ -96,30 +103,35 @@ public struct Sender: Sendable {
             }
             return (plan!, looked!)
         }
-        let resolved = try looked.get()
+        // Trust is by key: when the name is not there, or answers with another key than the one
+        // expected or pinned, the device with that key is looked for on the link under any
+        // name (a squatter that took the name first makes avahi-daemon rename the real one).
+        var resolved: ResolvedService
+        var foundByKey = false
+        switch looked {
+        case .success(let found):
+            resolved = found
+        case .failure(let error):
+            guard error.exitCode == 3, onTheLink, let wanted = try wantedKey(for: name),
+                  let found = await ReceiverSearch.receiver(withKey: wanted, within: Self.searchByKey) else { throw error }
+            resolved = found
+            foundByKey = true
+        }
+        if onTheLink, let wanted = try wantedKey(for: resolved.service.name),
+           (try? Self.advertisedKey(resolved, name: name))?.hasPrefix(wanted) != true,
+           let found = await ReceiverSearch.receiver(withKey: wanted, within: Self.searchByKey) {
+            resolved = found
+            foundByKey = true
+        }
         // Pinned by name on the link, by name and domain in a zone: "Office" on the link and
         // "Office" in home.arpa are two receivers.
         // Under the name as the receiver publishes it ("kitchen" finds "Kitchen": DNS-SD names
         // do not compare case), so that one receiver has one pin whatever the spelling.
-        // A pin made under another case of the name is the same receiver's (held to it: a
-        // stranger publishing "KITCHEN" is not trusted on first use in place of "Kitchen").
         let published = resolved.service.name
-        let key = try Self.advertisedKey(resolved, name: name)
-        var known = try KnownPeers.load(from: configuration.knownPeersFile)
+        let key = try Self.advertisedKey(resolved, name: published)
         let spelled = onTheLink ? published : published + "." + (domain.hasSuffix(".") ? String(domain.dropLast()) : domain)
-        let pinName = known.pinnedSpelling(of: spelled) ?? spelled
-        let firstUse: Bool
-        if let pinned = known.pins[pinName] {
-            guard pinned == key else {
-                throw PeerTransferError.trust("""
-                    the receiver "\(Terminal.escape(name))" now advertises the key \(key), but its key was \(pinned) when first met; \
-                    someone may be impersonating it. If it really got a new key, run: peerxfer untrust "\(Terminal.escape(pinName))"\(configuration.configOption)
-                    """)
-            }
-            firstUse = false
-        } else {
-            firstUse = true
-        }
+        let decision = try await decide(about: spelled, key: key, asked: published)
+        let service = resolved.service
 
         var tls = TLSConfiguration(role: .client, pinnedSHA256: [key],
                                    certificateChainFile: configuration.identity.certificateFile,
@@ -131,8 +143,8 @@ public struct Sender: Sendable {
             pair = try await connect(service, tls: tls)
         } catch let error as SocketStreamError where error.code == .tls {
             let failure = error.tlsError.map { "\($0)" } ?? "\(error)"
-            if let presented = error.tlsError?.presentedFingerprint {
-                throw PeerTransferError.trust("the receiver \"\(Terminal.escape(name))\" presented a certificate (\(presented)) whose key is not the one it advertises (\(key)); refused before sending anything")
+            if let presented = error.tlsError?.presentedPublicKeyFingerprint ?? error.tlsError?.presentedFingerprint {
+                throw PeerTransferError.trust("the receiver \"\(Terminal.escape(name))\" presented a key (\(presented)) that is not the one it advertises (\(key)); refused before sending anything, this device's own key included")
             }
             throw PeerTransferError.trust("TLS with \"\(Terminal.escape(name))\" failed: \(failure)")
         } catch {
@@ -142,11 +154,24 @@ public struct Sender: Sendable {
             pair.input.close()
             pair.output.close()
         }
-        if firstUse {
-            known.pins[pinName] = key
-            try known.save(to: configuration.knownPeersFile)
+        // Pinned once the receiver proved the key in the handshake, on a fresh read of the book
+        // (a pin or an untrust made meanwhile by another command is kept, not written over).
+        if decision.pinsNow {
+            try KnownPeers.update(at: configuration.knownPeersFile) { known in
+                if case .keyChanged(let pinnedAs, let pinnedKey) = known.verdict(forReceiver: spelled, key: key) {
+                    throw Self.keyChanged(name: name, key: key, pinnedAs: pinnedAs, pinnedKey: pinnedKey, configOption: configuration.configOption)
+                }
+                // Found by its key under another name: the name the user gave is the one that
+                // now stands for this key (the other is the link's doing, "Kitchen #2").
+                // (Unless that name is pinned to another key: that pin stays, for `untrust`.)
+                let askedIsFree = known.pinnedSpelling(of: name).map { known.pins[$0] == key } ?? true
+                let label = foundByKey && askedIsFree ? name : spelled
+                known.pins[known.pinnedSpelling(of: label) ?? label] = key
+                known.acceptingNewKey?.removeAll { ServiceNames.sameIgnoringASCIICase($0, spelled) }
+                if known.acceptingNewKey?.isEmpty == true { known.acceptingNewKey = nil }
+            }
         }
-        events(.connected(name: name, key: key, firstUse: firstUse))
+        events(.connected(name: published, key: key, firstUse: decision.firstUse, renamedFrom: decision.renamedFrom))
 
         let watchdog = ProgressWatchdog(bound: .seconds(150))
         let watching = Task { await watchdog.watch(pair, what: "from the receiver") }
@@ -160,6 +185,83 @@ public struct Sender: Sendable {
         } catch {
             throw PeerTransferError.runtime("the transfer to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
         }
+    }
+
+    /// What the sender makes of the receiver `spelled` advertising `key` (`asked` is the name
+    /// as the user gave it): whether it may be sent to, and whether it is pinned once it proves
+    /// the key.
+    private struct Decision {
+        var firstUse: Bool
+        var pinsNow: Bool
+        var renamedFrom: String?
+    }
+
+    /// Judges the receiver by its key: the expected key when one was given, then the pins
+    /// (a changed key is refused), then ``firstContact`` for a receiver new here.
+    /// - Throws: ``PeerTransferError/trust(_:)`` when it must not be sent to.
+    private func decide(about spelled: String, key: String, asked name: String) async throws -> Decision {
+        let option = configuration.configOption
+        if let expected = expectedKey, !key.hasPrefix(expected) {
+            throw PeerTransferError.trust("""
+                the receiver "\(Terminal.escape(name))" answers with the key \(key), not the one you expected (\(expected)…); \
+                refused, nothing was sent. It may be another device using that name: compare with `peerxfer identity` on the receiver
+                """)
+        }
+        let known = try KnownPeers.load(from: configuration.knownPeersFile)
+        switch known.verdict(forReceiver: spelled, key: key) {
+        case .pinned:
+            return Decision(firstUse: false, pinsNow: false)
+        case .keyChanged(let pinnedAs, let pinnedKey):
+            throw Self.keyChanged(name: name, key: key, pinnedAs: pinnedAs, pinnedKey: pinnedKey, configOption: option)
+        case .renamed(let pinnedAs):
+            return Decision(firstUse: false, pinsNow: true, renamedFrom: pinnedAs)
+        case .trustedKey:
+            return Decision(firstUse: false, pinsNow: true)
+        case .new:
+            if expectedKey != nil { return Decision(firstUse: true, pinsNow: true) }
+            if known.acceptingNewKey?.contains(where: { ServiceNames.sameIgnoringASCIICase($0, spelled) }) == true {
+                return Decision(firstUse: true, pinsNow: true)
+            }
+            let code = VerificationCode.between(configuration.identity.publicKeySHA256, key)
+            switch firstContact {
+            case .acceptNewKey:
+                return Decision(firstUse: true, pinsNow: true)
+            case .ask(let question):
+                guard await question(NewReceiver(name: name, key: key, code: code)) else {
+                    throw PeerTransferError.trust("you did not trust \"\(Terminal.escape(name))\" (key \(key.prefix(16))…); nothing was sent")
+                }
+                return Decision(firstUse: true, pinsNow: true)
+            case .refuse:
+                let quoted = ShellWord.quoted(spelled)
+                throw PeerTransferError.trust("""
+                    "\(Terminal.escape(name))" is new to this device, and anyone on the link can answer to a name: nothing was sent. \
+                    It answers with the key \(key) (verification code \(code)). If `peerxfer identity` on the receiver shows that key, \
+                    pair with it once: peerxfer trust --pin \(quoted) \(key)\(option) \
+                    (or add --expect-key \(key.prefix(16)) to this send); --accept-new-key trusts whatever key answers first
+                    """)
+            }
+        }
+    }
+
+    /// The key the receiver `name` must have, when one is known: the expected key, else the
+    /// key pinned under that name (or one that looks like it).
+    private func wantedKey(for name: String) throws -> String? {
+        if let expectedKey { return expectedKey }
+        let known = try KnownPeers.load(from: configuration.knownPeersFile)
+        return known.pinnedSpelling(of: name).flatMap { known.pins[$0] }
+    }
+
+    /// Seconds spent looking for a receiver by its key, when its name is not there or answers
+    /// with another key.
+    static let searchByKey: Double = 3
+
+    /// The refusal of a receiver whose name (or a look-alike of it) is pinned to another key.
+    public static func keyChanged(name: String, key: String, pinnedAs: String, pinnedKey: String, configOption: String) -> PeerTransferError {
+        let same = pinnedAs == name ? "" : " (pinned as \"\(Terminal.escape(pinnedAs))\", which looks the same)"
+        return PeerTransferError.trust("""
+            KEY CHANGED: the receiver "\(Terminal.escape(name))"\(same) now advertises the key \(key), but its pinned key is \(pinnedKey); \
+            someone may be impersonating it. Nothing was sent. If it really got a new key, run: peerxfer untrust \(ShellWord.quoted(pinnedAs))\(configOption)
+            """)
     }
 
     /// Connects to `service`, looking it up again while its address refuses, for up to
@@ -233,7 +335,9 @@ public struct Sender: Sendable {
     }
 
     /// The `fp` the receiver advertises, checked.
-    static func advertisedKey(_ resolved: ResolvedService, name: String) throws -> String {
+    /// - Throws: ``PeerTransferError`` when it speaks another protocol version or advertises no
+    ///   valid key.
+    public static func advertisedKey(_ resolved: ResolvedService, name: String) throws -> String {
         guard let version = resolved.txtRecord.string(for: "v"),
               version.split(separator: ",").contains(where: { Int($0) == TransferLimits.protocolVersion }) else {
             throw PeerTransferError.protocolViolation("\"\(Terminal.escape(name))\" does not speak peerxfer protocol \(TransferLimits.protocolVersion) (it advertises v=\(Terminal.escape(resolved.txtRecord.string(for: "v") ?? "nothing")))")

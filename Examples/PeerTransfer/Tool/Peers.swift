@@ -33,10 +33,20 @@ struct Peers: AsyncParsableCommand {
         let ownKey = configuration.identity.publicKeySHA256.lowercased()
         var rows: [[String]] = []
         for peer in found {
-            let pinned = known.pins[peer.name]
-            // The daemon of this very configuration is on the LAN too: say so rather than
-            // offer it as a peer to send to.
-            let status = peer.key == ownKey ? "this device" : pinned == nil ? "new" : (pinned == peer.key ? "pinned" : "KEY CHANGED")
+            // Matched by key: a pinned device under a new name is known; a pinned name, or
+            // one that looks like it, with another key is a changed key.
+            let status: String
+            if peer.key == ownKey {
+                status = "this device"
+            } else {
+                switch known.verdict(forReceiver: peer.name, key: peer.key) {
+                case .pinned: status = "pinned"
+                case .renamed(let pinnedAs): status = "pinned (as \"\(Terminal.escape(pinnedAs))\")"
+                case .trustedKey: status = "known key"
+                case .keyChanged(let pinnedAs, _): status = pinnedAs == peer.name ? "KEY CHANGED" : "KEY CHANGED (looks like \"\(Terminal.escape(pinnedAs))\")"
+                case .new: status = "new"
+                }
+            }
             let trusted = known.trusted[peer.key] != nil
             if json {
                 printJSON(["name": Terminal.escape(peer.name), "host": Terminal.escape(peer.host), "port": Int(peer.port),

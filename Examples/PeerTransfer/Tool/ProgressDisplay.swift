@@ -61,11 +61,15 @@ final class ProgressDisplay: Sendable {
         switch event {
         case .resolving(let name):
             if json { printJSON(["event": "resolving", "peer": name]) } else { printError("looking for \"\(Terminal.escape(name))\"…") }
-        case .connected(let name, let key, let firstUse):
+        case .connected(let name, let key, let firstUse, let renamedFrom):
             if json {
-                printJSON(["event": "connected", "peer": name, "key": key, "firstUse": firstUse])
+                var object: [String: Any] = ["event": "connected", "peer": name, "key": key, "firstUse": firstUse]
+                if let renamedFrom { object["renamedFrom"] = renamedFrom }
+                printJSON(object)
             } else {
-                printError("connected to \"\(Terminal.escape(name))\" (key \(key.prefix(16))…\(firstUse ? ", first use: pinned" : ", matches its pin")); waiting for it to accept the offer")
+                let verdict = firstUse ? "new here: pinned now"
+                    : renamedFrom.map { "known device, pinned as \"\(Terminal.escape($0))\"" } ?? "matches its pin"
+                printError("connected to \"\(Terminal.escape(name))\" (key \(key.prefix(16))…, \(verdict)); waiting for it to accept the offer")
             }
         case .answered(let accepted, let files, let declined, let there, let bytes, let reason):
             state.withLock {
@@ -174,6 +178,19 @@ final class ProgressDisplay: Sendable {
         // has confirmed yet.)
         let what = signal == .interrupt ? "interrupted" : "stopped by \(signal.name)"
         printError("\(what): run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)")
+    }
+
+    /// Asks the person at the terminal whether to trust a receiver met for the first time,
+    /// showing its name, its key and the verification code; true for "y" or "yes".
+    func askToTrust(_ receiver: NewReceiver) async -> Bool {
+        clearLine()
+        printError("""
+            "\(Terminal.escape(receiver.name))" is new to this device. Anyone on the link can answer to a name, so check its key:
+              key                \(receiver.key)
+              verification code  \(receiver.code)
+            `peerxfer identity` on that device prints its key; the receiver shows the same code when it asks about this offer.
+            """)
+        return await TerminalQuestion.ask("Trust this key and send? [y/N] ")
     }
 
     private func clearLine() {

@@ -11,7 +11,7 @@ struct Send: AsyncParsableCommand {
         discussion: """
             Each PATH lands in the receiver's inbox under its last component; folders go with everything in them (symlinks are not followed, and entries whose names peerxfer does not send, with control or bidirectional characters or over its length limits, are left out; both are listed as skipped). On a terminal a progress line shows bytes, rate and time left; otherwise (or with --json) each event is a JSON object on its own line of standard output, and a failure ends with an `error` event holding the exit status and the reason.
 
-            The first time a receiver is met its key is pinned; a later key change is refused (exit 6) until `peerxfer untrust NAME`. Interrupted? Run the same command again: files the receiver has are not sent again, and a file cut half way resumes after the last chunk that verifies on the receiver's disk.
+            Trust is by key, not by name: anyone on the link can answer to a name. A receiver this device has not paired with is never sent to silently: on a terminal you are shown its key and a verification code and asked; otherwise the send is refused (exit 6) with the command that pairs. Say in advance what to trust with --expect-key (the start of the key `peerxfer identity` prints on the receiver) or --accept-new-key (whatever key answers first, as OpenSSH's accept-new), or pair once with `peerxfer trust --pin NAME KEY`. Once paired, a key change under that name, or a name that looks like it, is refused (exit 6, KEY CHANGED) until `peerxfer untrust NAME`. Interrupted? Run the same command again: files the receiver has are not sent again, and a file cut half way resumes after the last chunk that verifies on the receiver's disk.
 
             A receiver on another subnet, published in a wide-area zone (`serve --domain home.arpa --tsig-key FILE`), is found with --domain: through avahi-daemon when it is set up for that domain, or with --dns-server by asking that name server directly:
               peerxfer send photos --to "Office PC" --domain home.arpa --dns-server 198.18.2.1
@@ -33,6 +33,12 @@ struct Send: AsyncParsableCommand {
     @Option(parsing: .unconditional, help: ArgumentHelp("Seconds to look for the receiver before giving up with exit 3.", valueName: "seconds"))
     var wait: Double = 10
 
+    @Option(name: .customLong("expect-key"), help: ArgumentHelp("The receiver's key, as `peerxfer identity` prints it there: all 64 hex digits or at least the first 16. Any other key is refused (exit 6); a receiver new here that has it is pinned.", valueName: "hex"))
+    var expectKey: String?
+
+    @Flag(name: .customLong("accept-new-key"), help: "If the receiver is new here, trust and pin whatever key answers first (OpenSSH's accept-new). A pinned receiver's changed key is still refused.")
+    var acceptNewKey = false
+
     @Flag(help: "Report progress as JSON lines even on a terminal.")
     var json = false
 
@@ -50,6 +56,12 @@ struct Send: AsyncParsableCommand {
             throw ValidationError("--to: \(Terminal.escape("\(error)"))")
         }
         try place.check()
+        if let expectKey {
+            _ = try KeyText.prefix(expectKey, option: "--expect-key")
+        }
+        if expectKey != nil && acceptNewKey {
+            throw ValidationError("--expect-key and --accept-new-key exclude each other: the first trusts one key, the second any")
+        }
         if background && !place.isLink {
             throw ValidationError("--background sends to receivers on the link only; send to \(place.domain) in the foreground")
         }
@@ -101,6 +113,12 @@ struct Send: AsyncParsableCommand {
         sender.findTimeout = wait
         sender.domain = place.domain
         sender.wideArea = place.nameServer.map { WideAreaBrowsing(nameServer: $0) }
+        sender.expectedKey = try expectKey.map { try KeyText.prefix($0, option: "--expect-key") }
+        if acceptNewKey {
+            sender.firstContact = .acceptNewKey
+        } else if !json && isatty(0) == 1 && isatty(2) == 1 {
+            sender.firstContact = .ask { receiver in await display.askToTrust(receiver) }
+        }
         let report = try await sender.send(preparing: { try await walking.value }, to: to, events: { display.show($0) })
         display.finish(report)
         if !report.failed.isEmpty {
@@ -168,6 +186,7 @@ struct Send: AsyncParsableCommand {
         // (the daemon only logs it).
         let lister = ProgressDisplay(json: json)
         for skipped in try TransferPlan.make(paths: paths).skipped { lister.skipped(skipped) }
+        try await pairForBackground(configuration)
         let sessionConfiguration = configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer")
         let session = PeerSession(configuration: sessionConfiguration)
         let service = DiscoveredService(name: to, type: TransferLimits.serviceType)
@@ -200,6 +219,71 @@ struct Send: AsyncParsableCommand {
         } catch {
             printError("note: could not look for \"\(Terminal.escape(to))\" on the link (\(Terminal.escape("\(error)"))); the daemon tries when it runs (\(cancel))")
         }
+    }
+
+    /// A queued send runs in the daemon, with no one to ask: the receiver must be paired
+    /// before it is queued, or the user must say now what to trust. `--expect-key` with a whole
+    /// key pins it now (as `trust --pin`); with a shorter one the receiver must answer now so
+    /// that its key is checked and pinned; `--accept-new-key` lets the daemon pin the key that
+    /// answers first. Otherwise a name that is not paired is refused (exit 6).
+    private func pairForBackground(_ configuration: PeerConfiguration) async throws {
+        let file = configuration.knownPeersFile
+        let known = try KnownPeers.load(from: file)
+        let pinned = known.pinnedSpelling(of: to).flatMap { known.pins[$0] }
+        if let expectKey {
+            let expected = try KeyText.prefix(expectKey, option: "--expect-key")
+            if let pinned {
+                guard pinned.hasPrefix(expected) else {
+                    throw PeerTransferError.trust("KEY CHANGED: \"\(Terminal.escape(to))\" is pinned to the key \(pinned), not the one you expect (\(expected)…); nothing was queued. If it really got a new key, run: peerxfer untrust \(ShellWord.quoted(to))\(configuration.configOption)")
+                }
+                return
+            }
+            var key = expected
+            if expected.count < 64 {
+                let advertised: String
+                do {
+                    advertised = try await Self.advertisedKeyNow(of: to, within: wait)
+                } catch let error as PeerTransferError {
+                    throw error
+                } catch {
+                    throw PeerTransferError.peerNotFound("\"\(Terminal.escape(to))\" did not answer within \(Int(wait)) s, so its key cannot be checked against \(expected)…; give all 64 hex digits to --expect-key to queue the send before the receiver appears")
+                }
+                guard advertised.hasPrefix(expected) else {
+                    throw PeerTransferError.trust("\"\(Terminal.escape(to))\" answers with the key \(advertised), not the one you expected (\(expected)…); nothing was queued")
+                }
+                key = advertised
+            }
+            try KnownPeers.update(at: file) { $0.pins[$0.pinnedSpelling(of: to) ?? to] = key }
+            printError("paired with \"\(Terminal.escape(to))\": its key \(key.prefix(16))… is pinned")
+            return
+        }
+        if pinned != nil { return }
+        // A known device under a new name: the daemon pins the name when it connects.
+        if let key = try? await Self.advertisedKeyNow(of: to, within: Self.presenceCheck),
+           known.pinnedName(forKey: key) != nil || known.trusted[key] != nil {
+            return
+        }
+        if acceptNewKey {
+            try KnownPeers.update(at: file) { book in
+                var names = book.acceptingNewKey ?? []
+                if !names.contains(where: { ServiceNames.sameIgnoringASCIICase($0, to) }) { names.append(to) }
+                book.acceptingNewKey = names
+            }
+            return
+        }
+        throw PeerTransferError.trust("""
+            "\(Terminal.escape(to))" is not paired with this device, and a queued send has no one to ask: nothing was queued. \
+            Pair first (peerxfer trust \(ShellWord.quoted(to))\(configuration.configOption) shows its key and code and asks), \
+            or add --expect-key with the key `peerxfer identity` prints on the receiver, or --accept-new-key to trust whatever key answers first
+            """)
+    }
+
+    /// The key `name` advertises on the link, if it answers within `seconds`.
+    /// - Throws: a ``DiscoveryError`` when it does not answer; ``PeerTransferError`` when it
+    ///   advertises no valid key.
+    private static func advertisedKeyNow(of name: String, within seconds: TimeInterval) async throws -> String {
+        let resolved = try await DiscoveredService(name: name, type: TransferLimits.serviceType).resolve(timeout: seconds, settle: 0.02)
+        return try Sender.advertisedKey(resolved, name: name)
     }
 
     /// Seconds `send --background` looks for the receiver, only to warn when it is not there.

@@ -3,19 +3,29 @@ import Foundation
 import PeerTransferCore
 import Salut
 
-/// `peerxfer trust`: trust a peer's key.
+/// `peerxfer trust`: pair with a receiver (pin its key), or trust a sender's key.
 struct Trust: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Trust a peer: by name (its advertised key is looked up and pinned) or by key fingerprint.",
+        abstract: "Pair with a peer: pin a receiver's key, or trust a sender's key to deliver here.",
         discussion: """
-            A trusted key may deliver to `serve --accept known`. Trusting a name also pins its key for sending.
+            Trust is by key: a name is only a label, and anyone on the link can answer to one. Three ways:
+              peerxfer trust --pin Kitchen 368bc9ff…(64 hex digits)   pin the key `peerxfer identity` printed on Kitchen (no network needed)
+              peerxfer trust Kitchen                               look Kitchen up, show its key and verification code, and ask
+              peerxfer trust 368bc9ff…(64 hex digits)              trust a sender's key to deliver under `serve --accept known`
+            A pinned receiver is sent to only while it proves that key; a key change is refused (exit 6) until `peerxfer untrust NAME`. Pairing by name also trusts the key as a sender, and by --pin too.
 
-            Exit codes: 0 trusted; 1 runtime error; 2 usage error; 3 no receiver of that name was found within --wait seconds; 6 the name advertises no key, or a key other than the one pinned for it.
+            Exit codes: 0 trusted; 1 runtime error; 2 usage error; 3 no receiver of that name was found within --wait seconds; 6 not trusted: the name advertises no key or a key other than the one pinned, or (without a terminal to ask on) a name given without its key.
             """
     )
 
-    @Argument(help: ArgumentHelp("A receiver's name, or a key's SHA-256: all 64 hex digits, as `serve` prints it and `peers --json` shows it (`peers` shortens it).", valueName: "name-or-fingerprint"))
+    @Argument(help: ArgumentHelp("A receiver's name, or a sender's key: all 64 hex digits, as `peerxfer identity` prints it.", valueName: "name-or-key"))
     var peer: String
+
+    @Argument(help: ArgumentHelp("With --pin: the receiver's key, all 64 hex digits, as `peerxfer identity` prints it on that device.", valueName: "key"))
+    var key: String?
+
+    @Flag(help: "Pin NAME to KEY, obtained out of band (from `peerxfer identity` on that device), without looking at the network.")
+    var pin = false
 
     @OptionGroup var config: ConfigOptions
 
@@ -24,27 +34,41 @@ struct Trust: AsyncParsableCommand {
 
     func validate() throws {
         guard wait.isFinite, wait > 0, wait <= 86_400 else { throw ValidationError("--wait must be a number of seconds above 0, at most 86400") }
+        if pin && key == nil {
+            throw ValidationError("--pin needs the name and the key: peerxfer trust --pin NAME KEY (the key as `peerxfer identity` prints it on that device)")
+        }
+        if key != nil && !pin {
+            throw ValidationError("a name and a key: did you mean `peerxfer trust --pin \(Terminal.escape(peer)) \(Terminal.escape(key ?? ""))`?")
+        }
     }
 
     func run() async throws {
         // Trusting before the first `serve` is fine, but a mistyped --config would trust into a
         // new folder that no daemon reads: said when one is made.
         let configuration = try config.loadSayingIfMade()
-        var known = try KnownPeers.load(from: configuration.knownPeersFile)
+        let file = configuration.knownPeersFile
+        if pin, let key {
+            try ServiceNames.checkName(peer, allowEmpty: false)
+            guard let whole = KeyText.whole(key) else {
+                _ = try KeyText.prefix(key, option: "KEY")   // says which character is wrong
+                throw PeerTransferError.usage("KEY: give all 64 hex digits of the receiver's key, as `peerxfer identity` prints it there (\"\(Terminal.escape(key))\" is shorter)")
+            }
+            try Self.pin(peer, to: whole, in: file, configOption: configuration.configOption)
+            return
+        }
         let fingerprint = peer.lowercased().filter { $0 != ":" }
         let digits = fingerprint.filter { $0 != "…" }
-        if digits.count >= 12, digits.count < 64, digits.allSatisfy(\.isHexDigit) {
+        if digits.count >= 12, digits.count < 64, KeyText.digits(digits) != nil {
             throw PeerTransferError.usage("\"\(Terminal.escape(peer))\" looks like a shortened key: give all 64 hex digits (`peerxfer peers --json` shows them), or the receiver's name")
         }
-        if fingerprint.count == 64, fingerprint.allSatisfy(\.isHexDigit) {
-            known.trusted[fingerprint] = known.trusted[fingerprint] ?? "(by fingerprint)"
-            try known.save(to: configuration.knownPeersFile)
-            printLine("trusted key \(fingerprint)")
+        if let whole = KeyText.whole(peer) {
+            try KnownPeers.update(at: file) { $0.trusted[whole] = $0.trusted[whole] ?? "(by fingerprint)" }
+            printLine("trusted key \(whole)")
             return
         }
         if peer.utf8.count > 63 {
             // Too long for a name (DNS-SD names are at most 63 bytes): a key with a typo.
-            let wrong = fingerprint.enumerated().first { !$0.element.isHexDigit }
+            let wrong = fingerprint.unicodeScalars.enumerated().first { KeyText.digits(String($0.element)) == nil }
             throw PeerTransferError.usage(wrong.map { "\"\(Terminal.escape(peer))\" is not a key: character \($0.offset + 1) (\(Terminal.escape(String($0.element)))) is not a hex digit" }
                 ?? "\"\(Terminal.escape(peer))\" is not a key (\(fingerprint.count) hex digits, not 64), and too long for a name (at most 63 bytes)")
         }
@@ -56,23 +80,57 @@ struct Trust: AsyncParsableCommand {
             throw PeerTransferError.runtime("cannot look for \"\(Terminal.escape(peer))\": \(error)")
         } catch {
             // A few hex digits were most likely a key cut short rather than a name.
-            let keyHint = !digits.isEmpty && digits.allSatisfy(\.isHexDigit)
+            let keyHint = KeyText.digits(digits) != nil
                 ? "; if \"\(Terminal.escape(peer))\" is the start of a key, give all 64 hex digits (`peerxfer peers --json` shows them)"
-                : "; `peerxfer peers` lists the receivers that can be seen, or give the key's fingerprint instead"
+                : "; `peerxfer peers` lists the receivers that can be seen, or pin its key with --pin NAME KEY"
             throw PeerTransferError.peerNotFound("no receiver named \"\(Terminal.escape(peer))\" was found within \(wait.rounded() == wait ? String(Int(wait)) : String(wait)) s (\(error))\(keyHint)")
         }
-        guard let key = resolved.txtRecord.string(for: "fp")?.lowercased(), key.count == 64, key.allSatisfy(\.isHexDigit) else {
+        guard let advertised = resolved.txtRecord.string(for: "fp").flatMap(KeyText.whole) else {
             throw PeerTransferError.trust("\"\(Terminal.escape(peer))\" advertises no key fingerprint")
         }
-        // Pinned under the name as published ("kitchen" finds "Kitchen"), as `send` pins it.
-        let published = known.pinnedSpelling(of: resolved.service.name) ?? resolved.service.name
-        if let pinned = known.pins[published], pinned != key {
-            throw PeerTransferError.trust("\"\(Terminal.escape(published))\" advertises \(key) but was pinned with \(pinned); run `peerxfer untrust \"\(Terminal.escape(published))\"` first if the change is expected")
+        let published = resolved.service.name
+        let known = try KnownPeers.load(from: file)
+        switch known.verdict(forReceiver: published, key: advertised) {
+        case .pinned(let spelled):
+            try KnownPeers.update(at: file) { $0.trusted[advertised] = $0.trusted[advertised] ?? spelled }
+            printLine("\"\(Terminal.escape(spelled))\" is paired already (key \(advertised)); its key is trusted to deliver here")
+            return
+        case .keyChanged(let pinnedAs, let pinnedKey):
+            throw Sender.keyChanged(name: published, key: advertised, pinnedAs: pinnedAs, pinnedKey: pinnedKey, configOption: configuration.configOption)
+        case .renamed, .trustedKey, .new:
+            break
         }
-        known.pins[published] = key
-        known.trusted[key] = published
-        try known.save(to: configuration.knownPeersFile)
-        printLine("trusted \"\(Terminal.escape(published))\" with key \(key)")
+        let code = VerificationCode.between(configuration.identity.publicKeySHA256, advertised)
+        let command = "peerxfer trust --pin \(ShellWord.quoted(published)) \(advertised)\(configuration.configOption)"
+        guard isatty(0) == 1 && isatty(2) == 1 else {
+            throw PeerTransferError.trust("""
+                "\(Terminal.escape(published))" answers with the key \(advertised) (verification code \(code)), but anyone on the link can answer to a name, \
+                and there is no terminal to ask on: nothing was trusted. If `peerxfer identity` on that device prints this key, run: \(command)
+                """)
+        }
+        printError("""
+            "\(Terminal.escape(published))" answers on the link with:
+              key                \(advertised)
+              verification code  \(code)
+            Check it against `peerxfer identity` on that device (its prompt shows the same code when you send to it).
+            """)
+        guard await TerminalQuestion.ask("Pin and trust this key? [y/N] ") else {
+            throw PeerTransferError.trust("not trusted: you answered no")
+        }
+        try Self.pin(published, to: advertised, in: file, configOption: configuration.configOption)
+    }
+
+    /// Pins `name` to `key` and trusts the key as a sender, unless the name (or one that looks
+    /// like it) is pinned to another key already.
+    static func pin(_ name: String, to key: String, in file: String, configOption: String) throws {
+        try KnownPeers.update(at: file) { known in
+            if let spelled = known.pinnedSpelling(of: name), let pinned = known.pins[spelled], pinned != key {
+                throw PeerTransferError.trust("\"\(Terminal.escape(spelled))\" is pinned to the key \(pinned) already; run `peerxfer untrust \(ShellWord.quoted(spelled))\(configOption)` first if the change is expected")
+            }
+            known.pins[known.pinnedSpelling(of: name) ?? name] = key
+            known.trusted[key] = known.trusted[key] ?? name
+        }
+        printLine("trusted \"\(Terminal.escape(name))\" with key \(key): sends to it go only to this key, and it may deliver here")
     }
 }
 
@@ -90,22 +148,24 @@ struct Untrust: AsyncParsableCommand {
 
     func run() async throws {
         let configuration = try config.loadExisting()
-        var known = try KnownPeers.load(from: configuration.knownPeersFile)
-        let fingerprint = peer.lowercased().filter { $0 != ":" }
-        var removed = 0
-        if let spelled = known.pinnedSpelling(of: peer), let key = known.pins.removeValue(forKey: spelled) {
-            removed += 1
-            if known.trusted[key] == spelled { known.trusted[key] = nil }
+        try KnownPeers.update(at: configuration.knownPeersFile) { known in
+            let fingerprint = peer.lowercased().filter { $0 != ":" }
+            var removed = 0
+            // The name as pinned, in any ASCII case (not a look-alike: that is another name).
+            let spelled = known.pins[peer] != nil ? peer : known.pins.keys.sorted().first { ServiceNames.sameIgnoringASCIICase($0, peer) }
+            if let spelled, let key = known.pins.removeValue(forKey: spelled) {
+                removed += 1
+                if known.trusted[key] == spelled { known.trusted[key] = nil }
+            }
+            if known.trusted.removeValue(forKey: fingerprint) != nil { removed += 1 }
+            for (key, label) in known.trusted where label == peer {
+                known.trusted[key] = nil
+                removed += 1
+            }
+            guard removed > 0 else {
+                throw PeerTransferError.usage("\"\(Terminal.escape(peer))\" is neither pinned nor trusted here")
+            }
         }
-        if known.trusted.removeValue(forKey: fingerprint) != nil { removed += 1 }
-        for (key, label) in known.trusted where label == peer {
-            known.trusted[key] = nil
-            removed += 1
-        }
-        guard removed > 0 else {
-            throw PeerTransferError.usage("\"\(Terminal.escape(peer))\" is neither pinned nor trusted here")
-        }
-        try known.save(to: configuration.knownPeersFile)
         printLine("forgot \"\(Terminal.escape(peer))\"")
     }
 }

@@ -411,8 +411,15 @@ final class SocketPump: @unchecked Sendable {
             // the switch, so it belongs to this session (as bytes still in the socket would).
             let carried = (transport as? PlainTransport)?.takeCarriedOver() ?? []
             do {
-                pendingTLS = (try TLSConnection(context: setup.context, fd: fd, dialledHost: setup.dialledHost,
-                                                carriedOver: carried), setup)
+                let connection = try TLSConnection(context: setup.context, fd: fd, dialledHost: setup.dialledHost,
+                                                   carriedOver: carried)
+                // Without an evaluator to overrule it, a pin is final: checked as the peer's
+                // certificate arrives, before ours goes out.
+                if setup.evaluator == nil {
+                    connection.pinsCheckedInHandshake = setup.context.configuration.pinnedSHA256
+                        .compactMap(Fingerprint.decode).map(Fingerprint.hex)
+                }
+                pendingTLS = (connection, setup)
             } catch {
                 return machine.handshakeStepped(.failed(error as? TLSError ?? .handshakeFailed("\(error)")))
             }

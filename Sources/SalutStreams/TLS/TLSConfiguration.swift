@@ -151,16 +151,9 @@ enum Fingerprint {
         var body = text.trimmingCharacters(in: .whitespaces)
         if body.lowercased().hasPrefix("sha256/") { body = String(body.dropFirst(7)) }
         let hex = body.filter { $0 != ":" && $0 != " " }
-        if hex.count == 64, hex.allSatisfy(\.isHexDigit) {
-            var bytes: [UInt8] = []
-            var index = hex.startIndex
-            while index < hex.endIndex {
-                let next = hex.index(index, offsetBy: 2)
-                bytes.append(UInt8(hex[index..<next], radix: 16)!)
-                index = next
-            }
-            return bytes
-        }
+        // ASCII digits only: `Character.isHexDigit` also takes full-width digits, which no
+        // fingerprint holds.
+        if let digest = SHA256Digest(hex: hex) { return digest.bytes }
         if let data = Data(base64Encoded: body), data.count == 32 { return [UInt8](data) }
         return nil
     }

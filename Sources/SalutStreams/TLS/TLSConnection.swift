@@ -43,6 +43,12 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
     private var sentCloseNotify = false
     /// Certificate problems the verify callback saw, in order (X509_V_ERR_* codes).
     private var verificationProblems: [Int32] = []
+    /// The pins (lower-case hex) the peer's leaf is held to during the handshake itself, or
+    /// empty when the verdict waits for the handshake's end (no pins, or an evaluator that
+    /// has the last word). Set by the pump before the first handshake step.
+    var pinsCheckedInHandshake: [String] = []
+    /// What the peer presented when the verify callback refused it for matching no pin.
+    private var refusedLeaf: (certificate: String, publicKey: String)?
 
     /// - Parameters:
     ///   - dialledHost: the host the client connected to; the certificate must name it unless
@@ -114,14 +120,30 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         return inet_pton(AF_INET, name, &v4) == 1 || inet_pton(AF_INET6, name, &v6) == 1
     }
 
-    /// Called by the verify callback (on the handshake's thread) for each certificate problem.
-    static func noteVerificationProblem(_ store: OpaquePointer) {
+    /// The verify callback's work (on the handshake's thread), for each certificate of the
+    /// peer's chain: notes each problem for the verdict taken after the handshake, and refuses
+    /// a leaf that matches none of ``pinsCheckedInHandshake`` at once, so that a client sends
+    /// its own certificate (its long-term key, its name) only to a server that passed its pin.
+    /// - Returns: 1 to go on with the handshake, 0 to end it with an alert.
+    static func verify(_ ok: Int32, _ store: OpaquePointer) -> Int32 {
         guard let raw = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()),
               let slot = exDataIndex,
-              let owner = SSL_get_ex_data(OpaquePointer(raw), slot) else { return }
+              let owner = SSL_get_ex_data(OpaquePointer(raw), slot) else { return ok }
         let connection = Unmanaged<TLSConnection>.fromOpaque(owner).takeUnretainedValue()
-        let code = X509_STORE_CTX_get_error(store)
-        if !connection.verificationProblems.contains(code) { connection.verificationProblems.append(code) }
+        if ok == 0 {
+            let code = X509_STORE_CTX_get_error(store)
+            if !connection.verificationProblems.contains(code) { connection.verificationProblems.append(code) }
+        }
+        guard !connection.pinsCheckedInHandshake.isEmpty, X509_STORE_CTX_get_error_depth(store) == 0,
+              let leaf = X509_STORE_CTX_get_current_cert(store) else { return 1 }
+        let certificate = Fingerprint.hex(certificateDigest(leaf))
+        let publicKey = Fingerprint.hex(publicKeyDigest(leaf))
+        let pins = connection.pinsCheckedInHandshake
+        guard pins.contains(certificate) || pins.contains(publicKey) else {
+            connection.refusedLeaf = (certificate, publicKey)
+            return 0
+        }
+        return 1
     }
 
     // MARK: Handshake
@@ -132,6 +154,10 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         errno = 0
         let result = SSL_do_handshake(ssl)
         if result == 1 { return .done }
+        if let refusedLeaf {
+            _ = OpenSSLErrors.drain()
+            return .failed(.pinMismatch(certificate: refusedLeaf.certificate, publicKey: refusedLeaf.publicKey))
+        }
         let code = SSL_get_error(ssl, result)
         switch code {
         case SSL_ERROR_WANT_READ: return .wantRead
@@ -167,7 +193,7 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         if !configuration.pinnedSHA256.isEmpty {
             let pins = configuration.pinnedSHA256.compactMap(Fingerprint.decode).map(Fingerprint.hex)
             if !pins.contains(trust.certificateSHA256) && !pins.contains(trust.publicKeySHA256) {
-                trust.policyFailure = .pinMismatch(presented: trust.certificateSHA256)
+                trust.policyFailure = .pinMismatch(certificate: trust.certificateSHA256, publicKey: trust.publicKeySHA256)
             }
         } else if configuration.validatesCertificateChain {
             let result = SSL_get_verify_result(ssl)
@@ -180,7 +206,7 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         return trust
     }
 
-    private static func certificateDigest(_ certificate: OpaquePointer) -> [UInt8] {
+    static func certificateDigest(_ certificate: OpaquePointer) -> [UInt8] {
         var digest = [UInt8](repeating: 0, count: Int(EVP_MAX_MD_SIZE))
         var length: UInt32 = 0
         guard X509_digest(certificate, EVP_sha256(), &digest, &length) == 1 else { return [] }

@@ -81,9 +81,11 @@ final class TLSContext: @unchecked Sendable {
         // The chain is verified during the handshake, but the verdict is taken afterwards (so a
         // pin can stand in for the chain and an evaluator can overrule it): the callback notes
         // each problem on the connection and lets the handshake go on.
+        // A connection whose pins are checked during the handshake (no evaluator to overrule
+        // them) refuses a leaf that matches none before it sends anything of its own.
         let acceptForLater: @convention(c) (Int32, OpaquePointer?) -> Int32 = { ok, store in
-            if ok == 0, let store { TLSConnection.noteVerificationProblem(store) }
-            return 1
+            guard let store else { return 1 }
+            return TLSConnection.verify(ok, store)
         }
         switch configuration.role {
         case .client:

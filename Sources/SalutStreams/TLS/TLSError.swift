@@ -40,7 +40,7 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
         case cannotLoad(file: String, reason: String)
         case handshakeFailed(String)
         case untrustedPeer(reason: String)
-        case pinMismatch(presented: String)
+        case pinMismatch(presented: String, publicKey: String?)
         case noPeerCertificate
         case rejectedByEvaluator
         case protocolError(String)
@@ -65,7 +65,13 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
     public static func untrustedPeer(reason: String) -> TLSError { .init(.untrustedPeer(reason: reason)) }
     /// The peer's certificate matched none of the pinned fingerprints; `presented` is its
     /// certificate fingerprint (hex SHA-256).
-    public static func pinMismatch(presented: String) -> TLSError { .init(.pinMismatch(presented: presented)) }
+    public static func pinMismatch(presented: String) -> TLSError { .init(.pinMismatch(presented: presented, publicKey: nil)) }
+    /// The peer's certificate matched none of the pinned fingerprints: `certificate` is the
+    /// SHA-256 of the certificate it presented and `publicKey` that of its public key (what
+    /// ``TLSIdentity`` and the Security article tell you to pin), both lower-case hex.
+    public static func pinMismatch(certificate: String, publicKey: String) -> TLSError {
+        .init(.pinMismatch(presented: certificate, publicKey: publicKey))
+    }
     /// The peer sent no certificate where one was required.
     public static let noPeerCertificate = TLSError(.noPeerCertificate)
     /// A trust evaluator (a session delegate, for example) rejected the peer.
@@ -114,7 +120,15 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The fingerprint (hex SHA-256 of the certificate) the peer presented, when it matched no
     /// pin (``Code-swift.struct/pinMismatch``): what to pin if the peer is the one you expect.
     public var presentedFingerprint: String? {
-        if case .pinMismatch(let presented) = details { return presented }
+        if case .pinMismatch(let presented, _) = details { return presented }
+        return nil
+    }
+
+    /// The SHA-256 of the public key the peer presented (lower-case hex), when it matched no
+    /// pin (``Code-swift.struct/pinMismatch``): the value to pin if the peer is the one you
+    /// expect, as ``TLSPeerTrust/publicKeySHA256`` and ``TLSIdentity`` give it.
+    public var presentedPublicKeyFingerprint: String? {
+        if case .pinMismatch(_, let key) = details { return key }
         return nil
     }
 
@@ -125,7 +139,9 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
         case .cannotLoad(let file, let reason): return "cannot load \(file): \(reason)"
         case .handshakeFailed(let reason): return "TLS handshake failed: \(reason)"
         case .untrustedPeer(let reason): return "TLS peer not trusted: \(reason)"
-        case .pinMismatch(let presented): return "TLS peer certificate (SHA-256 \(presented)) matches no pinned fingerprint"
+        case .pinMismatch(let presented, let key?):
+            return "TLS peer's public key (SHA-256 \(key); certificate SHA-256 \(presented)) matches no pinned fingerprint"
+        case .pinMismatch(let presented, nil): return "TLS peer certificate (SHA-256 \(presented)) matches no pinned fingerprint"
         case .noPeerCertificate: return "TLS peer presented no certificate"
         case .rejectedByEvaluator: return "TLS peer rejected by the trust evaluator"
         case .protocolError(let reason): return "TLS error: \(reason)"

@@ -1,0 +1,60 @@
+import Foundation
+import Salut
+
+/// What a sender does with a receiver that is new here: neither its name (nor one a person
+/// could take for it) nor its key is pinned or trusted. Whoever answers a name first on the link
+/// could be anyone, so it is never sent to silently.
+public enum FirstContact: Sendable {
+    /// Refused with a trust error that says how to pair (the default, and the only safe
+    /// choice without a person to ask).
+    case refuse
+    /// Trusted and pinned, whatever its key (OpenSSH's `accept-new`): the user said so in
+    /// advance (`--accept-new-key`).
+    case acceptNewKey
+    /// A person is asked, with the receiver's name, key and the verification code; true pins
+    /// and sends, false refuses.
+    case ask(@Sendable (NewReceiver) async -> Bool)
+}
+
+/// A receiver met for the first time, as the person deciding whether to trust it sees it.
+public struct NewReceiver: Sendable {
+    /// The name it answers to (from the network: escape it before showing it).
+    public var name: String
+    /// The SHA-256 of the key it advertises and must prove, hex.
+    public var key: String
+    /// The code both devices show for this pair of keys (``VerificationCode``).
+    public var code: String
+}
+
+/// Finding a receiver by the key it advertises rather than by its name: a device that was
+/// renamed (avahi-daemon renames "Kitchen" to "Kitchen #2" when someone else claims the name
+/// first) is still the device that was paired.
+enum ReceiverSearch {
+    /// A receiver on the link whose advertised key starts with `prefix`, if one answers within
+    /// `seconds`.
+    static func receiver(withKey prefix: String, within seconds: Double) async -> ResolvedService? {
+        await withTaskGroup(of: ResolvedService?.self) { group in
+            group.addTask {
+                var tried = Set<DiscoveredService>()
+                do {
+                    for try await update in try ServiceBrowser(type: TransferLimits.serviceType) {
+                        for service in update.services.sorted(by: { $0.name < $1.name }) where tried.insert(service).inserted {
+                            guard let resolved = try? await service.resolve(timeout: 1, settle: 0.02),
+                                  let key = resolved.txtRecord.string(for: "fp")?.lowercased(),
+                                  SHA256DigestText.isValid(key), key.hasPrefix(prefix) else { continue }
+                            return resolved
+                        }
+                    }
+                } catch {}
+                return nil
+            }
+            group.addTask {
+                try? await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+    }
+}
