@@ -130,6 +130,7 @@ let package = Package(
         .executableTarget(name: "FuzzTXTRecord", dependencies: ["FuzzChecks"], path: "Fuzz/FuzzTXTRecord"),
         .executableTarget(name: "FuzzServiceNames", dependencies: ["FuzzChecks"], path: "Fuzz/FuzzServiceNames"),
         .executableTarget(name: "FuzzBoundPair", dependencies: ["FuzzChecks"], path: "Fuzz/FuzzBoundPair"),
+        .executableTarget(name: "FuzzPins", dependencies: ["FuzzChecks"], path: "Fuzz/FuzzPins"),
 
         // Child processes, deadlines and certificates shared by the test targets.
         .target(name: "SalutTestSupport", path: "Tests/SalutTestSupport"),

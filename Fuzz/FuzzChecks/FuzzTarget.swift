@@ -17,6 +17,8 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     case serviceNames = "FuzzServiceNames"
     /// A bound stream pair under a program of opens, reads, writes and closes (``BoundPairChecks``).
     case boundPair = "FuzzBoundPair"
+    /// Pin parsing: ASCII hex or base64 only (``PinChecks``).
+    case pins = "FuzzPins"
 
     /// Runs the target's checks on `input`.
     /// - Throws: ``PropertyViolation`` naming the property the input breaks.
@@ -25,6 +27,7 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
         case .txtRecord: try TXTRecordChecks.check(input)
         case .serviceNames: try ServiceNameChecks.check(input)
         case .boundPair: try BoundPairChecks.check(input)
+        case .pins: try PinChecks.check(input)
         }
     }
 

@@ -24,8 +24,12 @@ final class LabPeerTransferTests: XCTestCase {
         defer { receiver.stop() }
         XCTAssertTrue(receiver.waitForOutput(containing: "serving", seconds: 20), receiver.output)
 
+        // Paired the safe way: the key `identity` prints on h1, given to the sender on h2.
+        let identity = try h1.run([Self.peerxfer, "identity", "--config", folder + "/h1", "--json"], timeout: 30)
+        let key = identity.components(separatedBy: "\"key\":\"").dropFirst().first.map { String($0.prefix(64)) } ?? ""
+        XCTAssertEqual(key.count, 64, identity)
         let out = try h2.run([Self.peerxfer, "send", tree, "--to", "Lab Inbox", "--config", folder + "/h2", "--json",
-                              "--wait", "15"], timeout: 60)
+                              "--wait", "15", "--expect-key", key], timeout: 60)
         let done = out.split(separator: "\n").last { $0.contains("\"event\":\"done\"") }.map(String.init) ?? ""
         XCTAssertTrue(done.contains("\"verified\":2") && done.contains("\"failed\":0"), out)
         XCTAssertEqual(FileManager.default.contents(atPath: folder + "/inbox/tree/sub/big.bin"), big)

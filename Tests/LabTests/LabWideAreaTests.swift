@@ -149,8 +149,12 @@ final class LabWideAreaTests: XCTestCase {
         XCTAssertTrue(receiver.waitForOutput(containing: "serving", seconds: 30), receiver.output)
 
         // From B by unicast DNS to the router's server: found, key checked, sent, verified.
+        let identity = try a1.run([peerxfer, "identity", "--config", folder + "/a1", "--json"], timeout: 30)
+        let key = identity.components(separatedBy: "\"key\":\"").dropFirst().first.map { String($0.prefix(64)) } ?? ""
+        XCTAssertEqual(key.count, 64, identity)
         let unicast = try b1.run([peerxfer, "send", folder + "/out/report.bin", "--to", name, "--domain", "home.arpa",
-                                  "--dns-server", "198.18.2.1", "--config", folder + "/b1", "--json", "--wait", "15"], timeout: 60)
+                                  "--dns-server", "198.18.2.1", "--config", folder + "/b1", "--json", "--wait", "15",
+                                  "--expect-key", key], timeout: 60)
         XCTAssertTrue(unicast.contains("\"event\":\"done\"") && unicast.contains("\"verified\":1"), unicast)
         XCTAssertEqual(FileManager.default.contents(atPath: folder + "/inbox/report.bin"), data)
         // And through B's avahi-daemon, set up to browse home.arpa wide-area.

@@ -182,7 +182,7 @@ final class PeerXferHostileTests: XCTestCase {
         let (fake, publisher, name) = try fakeReceiver(["withdrawn-verified", "--go", go])
         defer { fake.stop(); publisher.stop() }
         try lab.makeFile("src/a.bin", size: 1000)
-        let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/a.bin"), "--to", name,
+        let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/a.bin"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
         // Once offered, the file changes: the sender withdraws it instead of sending it.
         XCTAssertTrue(fake.waitForOutput(containing: "got manifest", seconds: 30), fake.output)

@@ -48,8 +48,12 @@ final class PeerXferLab: @unchecked Sendable {
     }
 
     /// `peerxfer send PATHS --to NAME --config CONFIG --json`.
-    func send(_ paths: [String], to name: String, config: String, seconds: Double = 60) throws -> (status: Int32, output: String) {
-        try run(["send"] + paths + ["--to", name, "--config", path(config), "--json"], seconds: seconds)
+    /// `peerxfer send` as a script runs it (JSON lines); `trusting` says what to trust of a
+    /// receiver new to `config` (the transfer tests are not about pairing: by default the key
+    /// that answers first, as `--accept-new-key`; the trust tests give their own).
+    func send(_ paths: [String], to name: String, config: String, seconds: Double = 60,
+              trusting: [String] = ["--accept-new-key"]) throws -> (status: Int32, output: String) {
+        try run(["send"] + paths + ["--to", name, "--config", path(config), "--json"] + trusting, seconds: seconds)
     }
 
     /// The key of the configuration `config` (made now if it has none), from `peerxfer identity`.

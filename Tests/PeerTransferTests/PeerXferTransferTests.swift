@@ -120,7 +120,7 @@ final class PeerXferTransferTests: XCTestCase {
         let size = 256 * chunk + 123
         try lab.makeFile("src/big.bin", size: size)
         let part = try lab.partPath("inbox/big.bin", sentWith: "sender")
-        let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/big.bin"), "--to", name,
+        let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/big.bin"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
         // Kill it once the receiver holds a few chunks (and long before the end).
         let seen = waitForPart(part, toHold: UInt64(4 * chunk))
@@ -156,7 +156,7 @@ final class PeerXferTransferTests: XCTestCase {
         let size = 256 * chunk
         try lab.makeFile("src/big.bin", size: size, seed: 9)
         let part = try lab.partPath("inbox/big.bin", sentWith: "sender")
-        let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/big.bin"), "--to", name,
+        let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/big.bin"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
         let seen = waitForPart(part, toHold: UInt64(4 * chunk))
         kill(sender.process.processIdentifier, SIGINT)
@@ -173,7 +173,7 @@ final class PeerXferTransferTests: XCTestCase {
 
         // Again, on a terminal (script(1)'s pseudo-terminal): it says that it resumes, and how much
         // it does not send again.
-        let command = [PeerXferLab.binary, "send", lab.path("src/big.bin"), "--to", name, "--config", lab.path("sender")]
+        let command = [PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/big.bin"), "--to", name, "--config", lab.path("sender")]
             .map { "'\($0)'" }.joined(separator: " ")
         let terminal = try Foreign(["/usr/bin/script", "-qec", command, "/dev/null"])
         XCTAssertTrue(terminal.waitForExit(seconds: 60), terminal.output)
@@ -191,7 +191,7 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
         try lab.makeFile("src/term.bin", size: 256 * chunk, seed: 4)
         let part = try lab.partPath("inbox/term.bin", sentWith: "sender")
-        let command = [PeerXferLab.binary, "send", lab.path("src/term.bin"), "--to", name, "--config", lab.path("sender")]
+        let command = [PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/term.bin"), "--to", name, "--config", lab.path("sender")]
             .map { "'\($0)'" }.joined(separator: " ")
         let terminal = try Foreign(["/usr/bin/script", "-qec", command, "/dev/null"])
         let seen = waitForPart(part, toHold: UInt64(4 * chunk))
@@ -219,7 +219,7 @@ final class PeerXferTransferTests: XCTestCase {
         kill(first.process.processIdentifier, SIGINT)
         XCTAssertTrue(first.waitForExit(seconds: 10))
         try lab.makeFile("src/b.txt", size: 1000)
-        let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/b.txt"), "--to", name,
+        let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/b.txt"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
         try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
         XCTAssertTrue(sender.waitForExit(seconds: 30), sender.output)
@@ -234,7 +234,7 @@ final class PeerXferTransferTests: XCTestCase {
         let size = 256 * chunk
         try lab.makeFile("src/big.bin", size: size, seed: 3)
         let part = try lab.partPath("inbox/big.bin", sentWith: "sender")
-        let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/big.bin"), "--to", name,
+        let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/big.bin"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
         _ = waitForPart(part, toHold: UInt64(4 * chunk))
         kill(daemon.process.processIdentifier, SIGKILL)
@@ -358,7 +358,7 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(daemon.waitForOutput(containing: "serving", seconds: 20), daemon.output)
         try lab.makeFile("src/t/a.txt", size: 10)
         try lab.makeFile("src/t/sub/b.txt", size: 20, seed: 2)
-        let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/t"), "--to", name,
+        let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/t"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
         XCTAssertTrue(daemon.waitForOutput(containing: "Accept? [y/N]", seconds: 20), daemon.output)
         // Before the question: who offers, how much, and what, by name (folders end in /).
@@ -374,7 +374,7 @@ final class PeerXferTransferTests: XCTestCase {
         // A sender that leaves while its question is open withdraws it: the next offer is
         // asked at once, not after a person answers in vain or the question's 120 s.
         try lab.makeFile("src/gone.txt", size: 10)
-        let gone = try Foreign([PeerXferLab.binary, "send", lab.path("src/gone.txt"), "--to", name,
+        let gone = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/gone.txt"), "--to", name,
                                 "--config", lab.path("sender"), "--json"])
         defer { gone.stop() }
         XCTAssertTrue(daemon.waitForOutput(containing: "gone.txt", seconds: 20), daemon.output)
@@ -385,7 +385,7 @@ final class PeerXferTransferTests: XCTestCase {
         // A question nobody answers does not hold the daemon up: SIGTERM declines the offer and
         // stops it at once, not after the question's 120 s.
         try lab.makeFile("src/later.txt", size: 10)
-        let second = try Foreign([PeerXferLab.binary, "send", lab.path("src/later.txt"), "--to", name,
+        let second = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/later.txt"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
         defer { second.stop() }
         XCTAssertTrue(daemon.waitForOutput(containing: "later.txt", seconds: 20), daemon.output)
@@ -425,7 +425,7 @@ final class PeerXferTransferTests: XCTestCase {
         let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"), accept: "ask",
                                    extra: ["--hook", "echo $$ > \(marker); sleep 100"])
         try lab.makeFile("src/a.txt", size: 10)
-        let sender = try Foreign([PeerXferLab.binary, "send", lab.path("src/a.txt"), "--to", name,
+        let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/a.txt"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
         defer { sender.stop() }
         // The hook has started once its pid is in the file (the shell makes it, then writes).
@@ -484,7 +484,7 @@ final class PeerXferTransferTests: XCTestCase {
             .write(to: URL(fileURLWithPath: lab.path("sender/known-peers.json")))
         let (refused, refusedOutput) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
         XCTAssertEqual(refused, 6, refusedOutput)
-        XCTAssertTrue(refusedOutput.contains("impersonating") && refusedOutput.contains(name.uppercased()), refusedOutput)
+        XCTAssertTrue(refusedOutput.contains("KEY CHANGED") && refusedOutput.contains(name.uppercased()), refusedOutput)
     }
 
     func testAChangedKeyForAKnownNameIsRefusedUntilUntrusted() throws {
@@ -498,9 +498,9 @@ final class PeerXferTransferTests: XCTestCase {
         try Data("{\"pins\":{\"\(name)\":\"\(old)\"},\"trusted\":{}}".utf8).write(to: URL(fileURLWithPath: lab.path("sender/known-peers.json")))
         let (status, output) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
         XCTAssertEqual(status, 6, output)
-        XCTAssertTrue(output.contains(old) && output.contains("impersonating"), output)
+        XCTAssertTrue(output.contains(old) && output.contains("KEY CHANGED") && output.contains("impersonating"), output)
         // The command it suggests works as given: with the configuration folder in use.
-        XCTAssertTrue(output.contains("peerxfer untrust \\\"\(name)\\\" --config '\(lab.path("sender"))'"), output)
+        XCTAssertTrue(output.contains("peerxfer untrust '\(name)' --config '\(lab.path("sender"))'"), output)
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox")), [])
         XCTAssertEqual(try lab.run(["untrust", name, "--config", lab.path("sender")]).status, 0)
         XCTAssertEqual(try lab.send([lab.path("src/a.txt")], to: name, config: "sender").status, 0)
@@ -695,7 +695,8 @@ final class PeerXferTransferTests: XCTestCase {
         let lab = try PeerXferLab()
         try lab.makeFile("src/early.bin", size: 100)
         let later = PeerXferLab.uniqueName("Later")
-        let (queued, output) = try lab.run(["send", lab.path("src/early.bin"), "--to", later, "--config", lab.path("fresh"), "--background"])
+        let (queued, output) = try lab.run(["send", lab.path("src/early.bin"), "--to", later, "--config", lab.path("fresh"), "--background",
+                                            "--accept-new-key"])
         XCTAssertEqual(queued, 0, output)
         // A name no receiver can have is a usage error, not a week's wait.
         let (tooLong, tooLongOutput) = try lab.run(["send", lab.path("src/early.bin"), "--to", String(repeating: "n", count: 64),
@@ -727,7 +728,8 @@ final class PeerXferTransferTests: XCTestCase {
         // now (the daemon would only log it).
         try lab.makeFile("src/mixed/ok.txt", size: 3)
         try Data([1]).write(to: URL(fileURLWithPath: lab.path("src/mixed/bad\nname.txt")))
-        let (mixed, mixedOutput) = try lab.run(["send", lab.path("src/mixed"), "--to", later, "--config", lab.path("fresh"), "--background"])
+        let (mixed, mixedOutput) = try lab.run(["send", lab.path("src/mixed"), "--to", later, "--config", lab.path("fresh"), "--background",
+                                            "--accept-new-key"])
         XCTAssertEqual(mixed, 0, mixedOutput)
         XCTAssertTrue(mixedOutput.contains("skipped \(lab.path("src/mixed/bad\\x0aname.txt")): not sent, its path contains"), mixedOutput)
     }
@@ -796,7 +798,7 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.makeFile("src/queued.bin", size: 3 * chunk + 1, seed: 5)
         let daemon = try lab.serve(name: outbox, config: "sender", inbox: lab.path("sender-inbox"))
         let (queued, queuedOutput) = try lab.run(["send", lab.path("src/queued.bin"), "--to", receiverName,
-                                                  "--config", lab.path("sender"), "--background"])
+                                                  "--config", lab.path("sender"), "--background", "--accept-new-key"])
         XCTAssertEqual(queued, 0, queuedOutput)
         XCTAssertTrue(queuedOutput.contains("queued"), queuedOutput)
         // The id it printed is the one the daemon's log and `status` name the send by.
@@ -832,7 +834,7 @@ final class PeerXferTransferTests: XCTestCase {
         // With the receiver there, no "not on the link" note, and the log names the new task.
         try lab.makeFile("src/second.bin", size: 1000, seed: 7)
         let (again, againOutput) = try lab.run(["send", lab.path("src/second.bin"), "--to", receiverName,
-                                                "--config", lab.path("sender"), "--background"])
+                                                "--config", lab.path("sender"), "--background", "--accept-new-key"])
         XCTAssertEqual(again, 0, againOutput)
         XCTAssertFalse(againOutput.contains("note:"), "no note at all when the receiver answers: \(againOutput)")
         let secondID = try XCTUnwrap(againOutput.range(of: #"\(task [0-9a-f]{8}\)"#, options: .regularExpression)
@@ -883,7 +885,7 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.makeFile("src/" + file, size: 1000, seed: 6)
         let daemon = try lab.serve(name: PeerXferLab.uniqueName("Outbox"), config: "sender", inbox: lab.path("sender-inbox"))
         let (queued, output) = try lab.run(["send", lab.path("src/" + file), "--to", PeerXferLab.uniqueName("Away"),
-                                            "--config", lab.path("sender"), "--background"])
+                                            "--config", lab.path("sender"), "--background", "--accept-new-key"])
         XCTAssertEqual(queued, 0, output)
         XCTAssertTrue(daemon.waitForOutput(containing: "waiting for the service", seconds: 20), daemon.output)
         return daemon

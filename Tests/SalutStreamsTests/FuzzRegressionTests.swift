@@ -16,4 +16,13 @@ final class FuzzRegressionTests: SalutTestCase {
             XCTFail(failure)
         }
     }
+
+    func testPinInputs() {
+        let target = FuzzTarget.pins
+        let inputs = target.savedInputs
+        XCTAssertFalse(inputs.isEmpty, "no inputs in \(target.corpusDirectory.path)")
+        for failure in target.failures(replaying: inputs) {
+            XCTFail(failure)
+        }
+    }
 }

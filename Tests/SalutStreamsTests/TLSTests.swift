@@ -81,8 +81,37 @@ final class TLSTests: SalutTestCase {
         let wrong = String(repeating: "ab", count: 32)
         let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port, tls: TLSConfiguration(pinnedSHA256: [wrong]))
         let error = await openError(pair)
-        XCTAssertEqual(error, .tls(.pinMismatch(presented: certificate.certificateSHA256)))
-        XCTAssertTrue("\(error!)".contains("matches no pinned fingerprint"))
+        XCTAssertEqual(error?.tlsError?.code, .pinMismatch, "\(String(describing: error))")
+        // Both hashes, named apart: the key's is what one pins.
+        XCTAssertEqual(error?.tlsError?.presentedFingerprint, certificate.certificateSHA256)
+        XCTAssertEqual(error?.tlsError?.presentedPublicKeyFingerprint, certificate.publicKeySHA256)
+        XCTAssertTrue("\(error!)".contains("matches no pinned fingerprint") && "\(error!)".contains(certificate.publicKeySHA256))
+    }
+
+    func testAClientSendsItsCertificateOnlyToAServerThatPassedItsPin() async throws {
+        // The client's own identity (its long-term key, its name) goes out only after the
+        // server's key passed the pin: a refused impostor learns nothing of it.
+        let client = try TestCertificate.make(commonName: "client-identity-\(UUID().uuidString.prefix(6))")
+        let wrong = String(repeating: "ab", count: 32)
+        for (pin, sends) in [(certificate.publicKeySHA256, true), (wrong, false)] {
+            // Asks for a client certificate and prints what it gets ("depth=0 CN = …").
+            let (server, port) = try reversingServer(certificate, extra: ["-verify", "1"])
+            defer { server.stop() }
+            let tls = TLSConfiguration(pinnedSHA256: [pin], certificateChainFile: client.certificateFile,
+                                       privateKeyFile: client.keyFile)
+            let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port, tls: tls)
+            let error = await openError(pair)
+            if sends {
+                XCTAssertNil(error)
+                try await pair.output.write(Data("ab\n".utf8))
+                _ = try await withDeadline(20, "answer") { try await readBytes(pair.input, count: 3) }
+            } else {
+                XCTAssertEqual(error?.tlsError?.code, .pinMismatch, "\(String(describing: error))")
+            }
+            pair.input.close(); pair.output.close()
+            XCTAssertTrue(server.waitForExit(seconds: 20), server.output)
+            XCTAssertEqual(server.output.contains("client-identity"), sends, "pin \(pin.prefix(8)): \(server.output)")
+        }
     }
 
     func testNameMismatchIsRefused() async throws {
@@ -379,5 +408,23 @@ final class TLSTests: SalutTestCase {
         XCTAssertThrowsError(try TLSConfiguration(minimumVersion: .v1_3, maximumVersion: .v1_2).validate())
         XCTAssertNil(TLSConfiguration.Version(string: "1.4"))
         XCTAssertEqual(TLSConfiguration.Version(string: "TLSv1.3"), .v1_3)
+    }
+}
+
+final class PinParsingTests: XCTestCase {
+    func testPinsAreASCIIHexOrBase64AndAnythingElseIsAClearError() throws {
+        let hex = String(repeating: "ab", count: 32)
+        XCTAssertNoThrow(try TLSConfiguration(pinnedSHA256: [hex]).validate())
+        XCTAssertNoThrow(try TLSConfiguration(pinnedSHA256: [hex.uppercased()]).validate())
+        XCTAssertNoThrow(try TLSConfiguration(pinnedSHA256: [stride(from: 0, to: 64, by: 2).map { _ in "ab" }.joined(separator: ":")]).validate())
+        // Full-width digits and letters pass Character.isHexDigit; they crashed the parser.
+        let fullWidth = String(repeating: "\u{FF11}\u{FF21}", count: 32)
+        let arabic = String(repeating: "\u{0661}", count: 64)
+        for bad in [fullWidth, arabic, String(repeating: "g", count: 64), "abc"] {
+            XCTAssertThrowsError(try TLSConfiguration(pinnedSHA256: [bad]).validate()) { error in
+                XCTAssertEqual((error as? TLSError)?.code, .invalidConfiguration, "\(error)")
+            }
+        }
+        XCTAssertNil(SHA256Digest(hex: fullWidth))
     }
 }

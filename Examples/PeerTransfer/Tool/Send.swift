@@ -57,7 +57,11 @@ struct Send: AsyncParsableCommand {
         }
         try place.check()
         if let expectKey {
-            _ = try KeyText.prefix(expectKey, option: "--expect-key")
+            do {
+                _ = try KeyText.prefix(expectKey, option: "--expect-key")
+            } catch let error as PeerTransferError {
+                throw ValidationError(error.message)
+            }
         }
         if expectKey != nil && acceptNewKey {
             throw ValidationError("--expect-key and --accept-new-key exclude each other: the first trusts one key, the second any")
@@ -258,17 +262,17 @@ struct Send: AsyncParsableCommand {
             return
         }
         if pinned != nil { return }
-        // A known device under a new name: the daemon pins the name when it connects.
-        if let key = try? await Self.advertisedKeyNow(of: to, within: Self.presenceCheck),
-           known.pinnedName(forKey: key) != nil || known.trusted[key] != nil {
-            return
-        }
         if acceptNewKey {
             try KnownPeers.update(at: file) { book in
                 var names = book.acceptingNewKey ?? []
                 if !names.contains(where: { ServiceNames.sameIgnoringASCIICase($0, to) }) { names.append(to) }
                 book.acceptingNewKey = names
             }
+            return
+        }
+        // A known device under a new name: the daemon pins the name when it connects.
+        if let key = try? await Self.advertisedKeyNow(of: to, within: Self.presenceCheck),
+           known.pinnedName(forKey: key) != nil || known.trusted[key] != nil {
             return
         }
         throw PeerTransferError.trust("""

@@ -1,0 +1,209 @@
+import Foundation
+@testable import PeerTransferCore
+import SalutTestSupport
+import XCTest
+
+/// Trust by key, with real daemons: a squatter that answers a receiver's name first gets
+/// nothing unless the user trusted its key.
+final class PeerXferTrustTests: SalutTestCase {
+    /// The key `peerxfer identity` prints for configuration `config`.
+    private func key(_ lab: PeerXferLab, _ config: String) throws -> String {
+        let key = try lab.key(ofConfig: config)
+        XCTAssertEqual(key.count, 64)
+        return key
+    }
+
+    func testASquatterOnANewNameGetsNothingWithoutATerminalAndTheRefusalSaysHowToPair() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Kitchen")
+        try lab.serve(name: name, config: "squatter", inbox: lab.path("squatted"))
+        try lab.makeFile("src/payroll.txt", size: 100)
+        let (status, output) = try lab.send([lab.path("src/payroll.txt")], to: name, config: "sender", trusting: [])
+        XCTAssertEqual(status, 6, output)
+        let squatterKey = try key(lab, "squatter")
+        XCTAssertTrue(output.contains("is new to this device") && output.contains("nothing was sent"), output)
+        XCTAssertTrue(output.contains("peerxfer trust --pin '\(name)' \(squatterKey) --config '\(lab.path("sender"))'"), output)
+        XCTAssertTrue(output.contains("verification code "), output)
+        XCTAssertEqual(PeerXferLab.listing(lab.path("squatted")), [])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("sender/known-peers.json")), "nothing pinned")
+    }
+
+    func testExpectKeyRefusesTheSquatterAndFindsTheRealReceiverUnderItsNewName() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Kitchen")
+        // The squatter claims the name first; avahi-daemon renames the real receiver.
+        try lab.serve(name: name, config: "squatter", inbox: lab.path("squatted"))
+        let real = try lab.serve(name: name, config: "real", inbox: lab.path("inbox"))
+        XCTAssertTrue(real.output.contains("\(name) #2"), real.output)
+        let realKey = try key(lab, "real")
+        try lab.makeFile("src/payroll.txt", size: 100)
+
+        // A key nobody on the link has is refused, and nothing is sent anywhere.
+        let (wrong, wrongOutput) = try lab.send([lab.path("src/payroll.txt")], to: name, config: "sender",
+                                                trusting: ["--expect-key", "0123456789abcdef"])
+        XCTAssertEqual(wrong, 6, wrongOutput)
+        XCTAssertTrue(wrongOutput.contains("not the one you expected (0123456789abcdef…)"), wrongOutput)
+        XCTAssertEqual(PeerXferLab.listing(lab.path("squatted")) + PeerXferLab.listing(lab.path("inbox")), [])
+
+        let (status, output) = try lab.send([lab.path("src/payroll.txt")], to: name, config: "sender",
+                                            trusting: ["--expect-key", String(realKey.prefix(16))])
+        XCTAssertEqual(status, 0, output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/payroll.txt"), lab.path("inbox/payroll.txt")))
+        XCTAssertEqual(PeerXferLab.listing(lab.path("squatted")), [])
+        // Pinned under the name the user gave: the next plain send goes to the real one too.
+        try lab.makeFile("src/second.txt", size: 50)
+        let (again, againOutput) = try lab.send([lab.path("src/second.txt")], to: name, config: "sender", trusting: [])
+        XCTAssertEqual(again, 0, againOutput)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/second.txt"), lab.path("inbox/second.txt")))
+        XCTAssertEqual(PeerXferLab.listing(lab.path("squatted")), [])
+    }
+
+    func testAcceptNewKeyPinsTheFirstKeyAndAPinMadeOutOfBandRefusesASquatter() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Desk")
+        try lab.serve(name: name, config: "first", inbox: lab.path("first"))
+        try lab.makeFile("src/a.txt", size: 10)
+        let (status, output) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender", trusting: ["--accept-new-key"])
+        XCTAssertEqual(status, 0, output)
+        XCTAssertTrue(output.contains("\"firstUse\":true"), output)
+        let known = try KnownPeers.load(from: lab.path("sender/known-peers.json"))
+        XCTAssertEqual(known.pins[name], try key(lab, "first"))
+
+        // A receiver not running yet, pinned from the key its owner read out; a squatter on
+        // its name is refused as a changed key, even with --accept-new-key.
+        let office = PeerXferLab.uniqueName("Office")
+        let officeKey = try key(lab, "office")
+        let (pinned, pinnedOutput) = try lab.run(["trust", "--pin", office, officeKey, "--config", lab.path("sender")])
+        XCTAssertEqual(pinned, 0, pinnedOutput)
+        try lab.serve(name: office, config: "squatter", inbox: lab.path("squatted"))
+        for trusting in [[], ["--accept-new-key"]] {
+            let (refused, refusedOutput) = try lab.send([lab.path("src/a.txt")], to: office, config: "sender", trusting: trusting)
+            XCTAssertEqual(refused, 6, refusedOutput)
+            XCTAssertTrue(refusedOutput.contains("KEY CHANGED"), refusedOutput)
+        }
+        XCTAssertEqual(PeerXferLab.listing(lab.path("squatted")), [])
+        // Usage errors: a short or non-ASCII key, a key without --pin.
+        let fullWidth = String(repeating: "\u{FF11}", count: 64)
+        for arguments in [["trust", "--pin", office, "abcd"], ["trust", "--pin", office, fullWidth], ["trust", office, officeKey],
+                          ["send", lab.path("src/a.txt"), "--to", office, "--expect-key", "abc"],
+                          ["send", lab.path("src/a.txt"), "--to", office, "--expect-key", officeKey, "--accept-new-key"]] {
+            let (code, said) = try lab.run(arguments + ["--config", lab.path("sender")])
+            XCTAssertEqual(code, 2, "\(arguments): \(said)")
+        }
+    }
+
+    func testLookAlikeAndOtherCaseNamesOfAPinnedReceiverAreKeyChanged() throws {
+        let lab = try PeerXferLab()
+        let base = "Kitchen \(UUID().uuidString.prefix(4).lowercased())"
+        let realKey = try key(lab, "real")
+        XCTAssertEqual(try lab.run(["trust", "--pin", base, realKey, "--config", lab.path("sender")]).status, 0)
+        try lab.makeFile("src/a.txt", size: 10)
+        // Cyrillic і and full-width letters look like the pinned name.
+        let lookAlike = base.replacingOccurrences(of: "i", with: "\u{0456}")
+        let wide = "Ｋｉｔｃｈｅｎ" + base.dropFirst(7)
+        for (index, variant) in [base.uppercased(), lookAlike, String(wide)].enumerated() {
+            try lab.serve(name: variant, config: "squatter\(index)", inbox: lab.path("squatted\(index)"))
+            let (status, output) = try lab.send([lab.path("src/a.txt")], to: variant, config: "sender", trusting: ["--accept-new-key"])
+            XCTAssertEqual(status, 6, "\(variant): \(output)")
+            XCTAssertTrue(output.contains("KEY CHANGED"), "\(variant): \(output)")
+            XCTAssertEqual(PeerXferLab.listing(lab.path("squatted\(index)")), [])
+        }
+        let (_, peers) = try lab.run(["peers", "--config", lab.path("sender"), "--timeout", "2"])
+        XCTAssertTrue(peers.contains("KEY CHANGED (looks like"), peers)
+    }
+
+    func testASendOnATerminalAsksWithTheCodeAndNoSendsNothing() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Asked")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        try lab.makeFile("src/a.txt", size: 10)
+        let code = VerificationCode.between(try key(lab, "sender"), try key(lab, "receiver"))
+        for (answer, sent) in [("n", false), ("y", true)] {
+            let command = [PeerXferLab.binary, "send", lab.path("src/a.txt"), "--to", name, "--config", lab.path("sender")]
+                .map { "'\($0)'" }.joined(separator: " ")
+            let sender = try Foreign(["/usr/bin/script", "-qec", command, "/dev/null"])
+            defer { sender.stop() }
+            XCTAssertTrue(sender.waitForOutput(containing: "Trust this key and send? [y/N]", seconds: 20), sender.output)
+            XCTAssertTrue(sender.output.contains("verification code  \(code)"), sender.output)
+            sender.write("\(answer)\n")
+            XCTAssertTrue(sender.waitForExit(seconds: 30), sender.output)
+            XCTAssertEqual(FileManager.default.fileExists(atPath: lab.path("inbox/a.txt")), sent, sender.output)
+        }
+    }
+
+    func testTrustByNameWithoutATerminalShowsTheKeyAndPinsNothing() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Shown")
+        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        let (status, output) = try lab.run(["trust", name, "--config", lab.path("sender")])
+        XCTAssertEqual(status, 6, output)
+        XCTAssertTrue(output.contains("peerxfer trust --pin '\(name)' \(try key(lab, "receiver"))"), output)
+        XCTAssertNil(try KnownPeers.load(from: lab.path("sender/known-peers.json")).pins[name])
+    }
+}
+
+/// The known-peers book: by key, look-alikes, and no decision lost between processes.
+final class KnownPeersTests: XCTestCase {
+    private let a = String(repeating: "aa", count: 32), b = String(repeating: "bb", count: 32)
+
+    func testVerdictsAreByKeyAndHoldLookAlikesToThePin() {
+        var known = KnownPeers()
+        known.pins["Kitchen"] = a
+        known.trusted[b] = "laptop"
+        XCTAssertEqual(known.verdict(forReceiver: "Kitchen", key: a), .pinned(as: "Kitchen"))
+        XCTAssertEqual(known.verdict(forReceiver: "KITCHEN", key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a))
+        XCTAssertEqual(known.verdict(forReceiver: "K\u{0456}tchen", key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a))
+        XCTAssertEqual(known.verdict(forReceiver: "Ｋｉｔｃｈｅｎ", key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a))
+        XCTAssertEqual(known.verdict(forReceiver: "Kit\u{200B}chen", key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a))
+        XCTAssertEqual(known.verdict(forReceiver: "Kitchen #2", key: a), .renamed(pinnedAs: "Kitchen"))
+        XCTAssertEqual(known.verdict(forReceiver: "Laptop", key: b), .trustedKey(label: "laptop"))
+        XCTAssertEqual(known.verdict(forReceiver: "Office", key: b.uppercased()), .new)
+        XCTAssertEqual(known.verdict(forReceiver: "Kitten", key: String(repeating: "cc", count: 32)), .new)
+    }
+
+    func testABadFileIsAnErrorAndIsNeverWrittenOver() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("known-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let file = folder + "/known-peers.json"
+        try Data("{\"pins\": {\"Kitchen\": ".utf8).write(to: URL(fileURLWithPath: file))
+        let a = self.a
+        XCTAssertThrowsError(try KnownPeers.update(at: file) { $0.pins["Office"] = a }) { error in
+            XCTAssertTrue("\(error)".contains("not a valid known-peers file"), "\(error)")
+        }
+        XCTAssertEqual(try String(contentsOfFile: file, encoding: .utf8), "{\"pins\": {\"Kitchen\": ")
+    }
+
+    func testChangesAtOnceLoseNoDecision() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("known-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let file = folder + "/known-peers.json"
+        let (a, b) = (self.a, self.b)
+        try KnownPeers.update(at: file) { $0.pins["Doomed"] = a }
+        // Twenty first uses at once, and an untrust among them: each is kept.
+        DispatchQueue.concurrentPerform(iterations: 21) { index in
+            do {
+                try KnownPeers.update(at: file) { known in
+                    if index == 20 { known.pins["Doomed"] = nil } else { known.pins["Peer \(index)"] = b }
+                }
+            } catch {
+                XCTFail("\(error)")
+            }
+        }
+        let known = try KnownPeers.load(from: file)
+        XCTAssertEqual(known.pins.count, 20, "\(known.pins.keys.sorted())")
+        XCTAssertNil(known.pins["Doomed"])
+    }
+
+    func testVerificationCodesAgreeOnBothEndsAndKeysAreASCIIHex() throws {
+        XCTAssertEqual(VerificationCode.between(a, b), VerificationCode.between(b, a.uppercased()))
+        XCTAssertNotEqual(VerificationCode.between(a, b), VerificationCode.between(a, String(repeating: "cc", count: 32)))
+        XCTAssertTrue(VerificationCode.between(a, b).wholeMatch(of: /[0-9]{3} [0-9]{3} [0-9]{3}/) != nil)
+        XCTAssertEqual(try KeyText.prefix("AABB:ccdd:0011:2233", option: "--expect-key"), "aabbccdd00112233")
+        XCTAssertThrowsError(try KeyText.prefix(String(repeating: "\u{FF11}", count: 64), option: "--expect-key"))
+        XCTAssertThrowsError(try KeyText.prefix("abcd", option: "--expect-key"))
+        XCTAssertNil(KeyText.whole(String(repeating: "\u{0661}", count: 64)))
+        XCTAssertEqual(KeyText.whole(a.uppercased()), a)
+    }
+}
