@@ -1,4 +1,5 @@
 import Foundation
+@testable import PeerTransferCore
 import SalutTestSupport
 import XCTest
 
@@ -127,11 +128,12 @@ final class PeerXferHostileTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/stalled.bin")), "never named unfinished")
         let parts = (try? FileManager.default.contentsOfDirectory(atPath: lab.path("inbox"))) ?? []
         XCTAssertTrue(parts.contains { $0.hasPrefix("stalled.bin.") && $0.hasSuffix(".peerxfer-part") }, "its part file is kept: \(parts)")
-        // Not every connection is a transfer: an HTTP request is logged as one that never offered
-        // anything, not as a transfer to resume.
+        // Not every connection is a transfer: an HTTP request is counted as one that never
+        // offered anything (in the interval's summary line), not as a transfer to resume.
         let http = try Foreign(["python3", "-c", "import socket; s = socket.create_connection(('127.0.0.1', \(port))); s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); s.recv(100)"])
         XCTAssertTrue(http.waitForExit(seconds: 20), http.output)
-        XCTAssertTrue(daemon.waitForOutput(containing: "the connection ended before any offer", seconds: 10), daemon.output)
+        XCTAssertTrue(daemon.waitForOutput(containing: "1 connection ended before any offer (the last: TLS handshake failed", seconds: 20),
+                      daemon.output)
         for bad in ["0", "3601", "nan", "-1"] {
             let run = try lab.run(["serve", "--idle-timeout", bad])
             XCTAssertEqual(run.status, 2, bad)
@@ -194,5 +196,73 @@ final class PeerXferHostileTests: XCTestCase {
         XCTAssertEqual(sender.process.terminationStatus, 1, output)
         XCTAssertTrue(output.contains("though this sender withdrew it"), output)
         XCTAssertFalse(output.contains("\"event\":\"verified\""), output)
+    }
+
+    func testIdleAndSilentConnectionsTakeNoTransferSlotAndAreCountedNotLoggedEach() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Held")
+        let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        let port = daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        XCTAssertGreaterThan(port, 0)
+        let certificate = try TestCertificate.make()
+        try lab.makeFile("src/a.bin", size: 300_000)
+        for idle in [8, 64] {
+            // Bare TCP connections that say nothing, and TLS clients that finish the handshake
+            // and say nothing: before, 8 of either made every sender "busy".
+            let clients = try (0..<idle).map { _ in try RawClient(port: port) }
+            let silent = try (0..<8).map { _ in
+                try Foreign(["python3", Self.script, "silent", "\(port)", "--cert", certificate.certificateFile,
+                             "--key", certificate.keyFile, "--wait", "8"])
+            }
+            let (status, output) = try lab.send([lab.path("src/a.bin")], to: name, config: "sender")
+            XCTAssertEqual(status, 0, "\(idle) idle connections: \(output)")
+            XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/a.bin"), lab.path("inbox/a.bin")))
+            try FileManager.default.removeItem(atPath: lab.path("inbox/a.bin"))
+            for client in silent { _ = client.finish(seconds: 40) }
+            withExtendedLifetime(clients) {}
+        }
+        // One summary line per interval, not a line per connection.
+        XCTAssertTrue(daemon.waitForOutput(containing: "ended before any offer", seconds: 30), daemon.output)
+        let perConnection = daemon.output.components(separatedBy: "the connection ended before any offer").count - 1
+        XCTAssertEqual(perConnection, 0, daemon.output)
+    }
+}
+
+final class AdmissionTests: XCTestCase {
+    func testAConnectionTakesASlotOnlyOnceIdentified() {
+        var admission = Admission(limits: .init(transfers: 2, greeting: 4, greetingPerSource: 3))
+        XCTAssertEqual(admission.arrived(1, from: "a"), [])
+        XCTAssertEqual(admission.arrived(2, from: "b"), [])
+        XCTAssertEqual(admission.arrived(3, from: "b"), [])
+        XCTAssertEqual(admission.transferring, [], "greeting holds no slot")
+        XCTAssertEqual(admission.identified(1), [.admit(1)])
+        XCTAssertEqual(admission.identified(2), [.admit(2)])
+        XCTAssertEqual(admission.identified(3), [.refuseBusy(3)], "every slot taken")
+        admission.ended(1)
+        XCTAssertEqual(admission.arrived(4, from: "c"), [])
+        XCTAssertEqual(admission.identified(4), [.admit(4)])
+        XCTAssertEqual(admission.identified(4), [], "a late second hello changes nothing")
+    }
+
+    func testAFloodFromOneSourceEvictsOnlyItsOwnOldest() {
+        var admission = Admission(limits: .init(transfers: 8, greeting: 6, greetingPerSource: 3))
+        XCTAssertEqual(admission.arrived(1, from: "good"), [])
+        var evicted: [Int] = []
+        for id in 100..<120 {
+            for case .evict(let old) in admission.arrived(id, from: "flood") { evicted.append(old) }
+        }
+        XCTAssertFalse(evicted.contains(1), "the good connection was evicted by another source's flood")
+        XCTAssertEqual(evicted, Array(100..<117))
+        XCTAssertEqual(admission.identified(1), [.admit(1)])
+        // All places full across sources: the busiest source gives up its oldest.
+        var full = Admission(limits: .init(transfers: 8, greeting: 4, greetingPerSource: 3))
+        _ = full.arrived(1, from: "a")
+        _ = full.arrived(2, from: "b")
+        _ = full.arrived(3, from: "b")
+        _ = full.arrived(4, from: "c")
+        XCTAssertEqual(full.arrived(5, from: "d"), [.evict(2)])
+        XCTAssertEqual(full.greetingCount, 4)
+        // An evicted connection's hello comes too late to take a slot.
+        XCTAssertEqual(full.identified(2), [])
     }
 }

@@ -191,7 +191,7 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
         try lab.makeFile("src/term.bin", size: 256 * chunk, seed: 4)
         let part = try lab.partPath("inbox/term.bin", sentWith: "sender")
-        let command = [PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/term.bin"), "--to", name, "--config", lab.path("sender")]
+        let command = [PeerXferLab.binary, "send", lab.path("src/term.bin"), "--to", name, "--config", lab.path("sender"), "--accept-new-key"]
             .map { "'\($0)'" }.joined(separator: " ")
         let terminal = try Foreign(["/usr/bin/script", "-qec", command, "/dev/null"])
         let seen = waitForPart(part, toHold: UInt64(4 * chunk))

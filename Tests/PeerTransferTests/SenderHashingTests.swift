@@ -17,7 +17,8 @@ final class SenderHashingTests: XCTestCase {
         try lab.makeFile("src/moving.bin", size: 3 * chunk + 5)
         try lab.makeFile("src/still.txt", size: 700, seed: 3)
         let plan = try TransferPlan.make(paths: [lab.path("src/moving.bin"), lab.path("src/still.txt")])
-        let sender = Sender(configuration: try PeerConfiguration(directory: lab.path("sender")), displayName: "test")
+        var sender = Sender(configuration: try PeerConfiguration(directory: lab.path("sender")), displayName: "test")
+        sender.firstContact = .acceptNewKey
         let moving = lab.path("src/moving.bin")
         // The file is rewritten in place once its first chunk is out: its times change under
         // the read, and its part file on the receiver holds a chunk of the old bytes.

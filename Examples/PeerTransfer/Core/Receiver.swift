@@ -52,11 +52,21 @@ struct Receiver {
     var idleBound: Duration = .seconds(60)
     /// How slowly an accepted transfer may go before it is cut.
     var pace = TransferPace()
+    /// How long a connection has, from its start, to carry the sender's hello (TLS included).
+    var helloBound: Duration = .seconds(10)
+    /// Called once the sender's hello passed the policy: true when it may transfer (it took
+    /// one of the daemon's transfer slots), false when every slot is taken (it is told the
+    /// receiver is busy). Until then the connection holds no slot (see ``Admission``).
+    var admit: @Sendable () -> Bool = { true }
+    /// When set, a connection that ends before any offer (a scan, a silent or slow client, a
+    /// failed handshake) is reported here, to be counted, instead of on a log line of its own.
+    var endedBeforeOffer: (@Sendable (String) -> Void)?
 
     /// Runs the exchange to its end; never throws (failures are sent to the peer, logged and
     /// reported as events).
     func run(_ pair: BoundStreamPair) async {
-        let watchdog = ProgressWatchdog(bound: idleBound)
+        // Until the hello, the shorter bound: a connection that says nothing holds nothing long.
+        let watchdog = ProgressWatchdog(bound: min(helloBound, idleBound))
         let watching = Task { await watchdog.watch(pair, what: "from the sender") }
         defer { watching.cancel() }
         var machine = ReceiverStateMachine(hello: hello)
@@ -81,6 +91,10 @@ struct Receiver {
         var promised: UInt64 = 0
         defer { inbox.keptPromise(promised) }
         var outcome: PeerTransferError?
+        // Set when the connection ended before any offer for a reason not worth a log line
+        // of its own (counted instead), or when every transfer slot was taken.
+        var quietCause: String?
+        var refusedBusy = false
         // Verified files wait here for one syncfs(2) per batch, then get their names on a
         // thread of their own while this task receives on; one batch is published at a time
         // (so results keep their order, and at most two batches hold descriptors).
@@ -163,6 +177,14 @@ struct Receiver {
                             let failure = PeerTransferError.trust("\(refusal) (on the receiver: peerxfer trust \(senderKey))")
                             try await send(.message(.failure, Failure(code: failure.wireCode, message: failure.message)), on: pair)
                             outcome = .trust("\(refusal); to take files from it: peerxfer trust \(senderKey)\(configOption)")
+                            break loop
+                        }
+                        // Identified and admitted by the policy: only now does it take a slot.
+                        guard admit() else {
+                            refusedBusy = true
+                            let busy = Failure(code: "busy", message: "the receiver is busy with \(TransferLimits.maximumConcurrentTransfers) transfers; try again later")
+                            try? await send(.message(.failure, busy), on: pair)
+                            try? await pair.finishSending()
                             break loop
                         }
                     }
@@ -328,7 +350,7 @@ struct Receiver {
                     break loop
                 }
             }
-            if outcome == nil {
+            if outcome == nil && !refusedBusy {
                 // The summary is out and every file has its verdict and its name: what is on
                 // this disk is done. Ending our side can still fail (a sender that closed first
                 // makes it ENOTCONN, a reset ECONNRESET); either way the sender learns its
@@ -348,6 +370,7 @@ struct Receiver {
             if manifest == nil {
                 // A scan, a client of another protocol, a failed handshake: no transfer began.
                 outcome = .runtime("the connection ended before any offer: \(cause)")
+                quietCause = cause
             } else if answeredAt == nil {
                 outcome = .runtime("the connection ended before the offer was accepted: \(cause)")
             } else if received == 0 {
@@ -367,6 +390,16 @@ struct Receiver {
         pair.input.close()
         pair.output.close()
         let summary = machine.summaryCounts
+        if refusedBusy {
+            logger.debug("refused a sender (\(senderName)): every transfer slot is busy")
+            return
+        }
+        if let quietCause, let endedBeforeOffer {
+            logger.debug("a connection ended before any offer: \(quietCause)")
+            endedBeforeOffer(quietCause)
+            events(.ended(id: id, verified: 0, failed: 0, error: outcome))
+            return
+        }
         if let outcome {
             logger.warning("transfer from \(senderName) ended: \(outcome.message)")
         } else {

@@ -16,7 +16,11 @@ public final class ReceiverService: Sendable {
     private let configuration: PeerConfiguration
     private let logger: Logger
     private let events: @Sendable (ReceiveEvent) -> Void
-    private let active = Mutex(0)
+    /// Greeting places and transfer slots (see ``Admission``), and the streams of the
+    /// connections still greeting, to close one when it is evicted.
+    private let admission = Mutex(Admission())
+    private let greetingPairs = Mutex([Int: BoundStreamPair]())
+    private let tally = RefusalTally()
     private let nextID = Mutex(0)
 
     /// The name the service is published under (differs from the one asked for after a
@@ -103,26 +107,38 @@ public final class ReceiverService: Sendable {
                     advertisement.cancel()
                 }
             }
+            // One line per interval for connections refused or cut before they offered
+            // anything, not one each.
+            group.addTask { [tally, logger] in
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: Self.tallyInterval)
+                    if let line = tally.drain(over: Self.tallyInterval) { logger.warning("\(line)") }
+                }
+            }
             for await connection in advertisement.connections {
-                let admitted = active.withLock { count -> Bool in
-                    guard count < TransferLimits.maximumConcurrentTransfers else { return false }
-                    count += 1
-                    return true
-                }
-                guard admitted else {
-                    logger.warning("refused a connection from \(connection.remoteAddress.map { "\($0)" } ?? "?"): \(TransferLimits.maximumConcurrentTransfers) transfers already running")
-                    group.addTask { await Self.refuseBusy(connection.streams) }
-                    continue
-                }
                 let id = nextID.withLock { $0 += 1; return $0 }
+                let source = connection.remoteAddress.map { Self.sourceAddress($0) } ?? "?"
+                greetingPairs.withLock { $0[id] = connection.streams }
+                carryOut(admission.withLock { $0.arrived(id, from: source) })
                 var receiver = Receiver(id: id, inbox: inbox, policy: policy, hello: hello, trusted: trusted,
                                         events: events, logger: logger)
                 receiver.pace = pace
                 receiver.idleBound = pace.idleBound
                 receiver.configOption = configuration.configOption
+                receiver.admit = { [self] in
+                    let actions = admission.withLock { $0.identified(id) }
+                    greetingPairs.withLock { _ = $0.removeValue(forKey: id) }
+                    carryOut(actions)
+                    return actions == [.admit(id)]
+                }
+                receiver.endedBeforeOffer = { [tally] cause in tally.endedBeforeOffer(cause) }
                 group.addTask { [self] in
                     await receiver.run(connection.streams)
-                    let idle = active.withLock { $0 -= 1; return $0 == 0 }
+                    greetingPairs.withLock { _ = $0.removeValue(forKey: id) }
+                    let idle = admission.withLock { machine -> Bool in
+                        machine.ended(id)
+                        return machine.transferring.isEmpty
+                    }
                     // A large offer's manifest can leave a hundred MiB free in malloc's arenas;
                     // once nothing runs, it goes back to the system.
                     // (On a thread of its own: over a large heap it takes a while, and the
@@ -133,6 +149,31 @@ public final class ReceiverService: Sendable {
             group.cancelAll()
         }
     }
+
+    /// How often refused and cut connections are summed up in the log.
+    static let tallyInterval: Duration = .seconds(10)
+
+    /// Carries out what ``Admission`` decided: an evicted connection is closed (its receiver
+    /// then ends quietly, counted), a busy refusal is counted (its receiver tells the sender).
+    private func carryOut(_ actions: [Admission.Action]) {
+        for action in actions {
+            switch action {
+            case .evict(let id):
+                if let pair = greetingPairs.withLock({ $0.removeValue(forKey: id) }) {
+                    pair.input.close()
+                    pair.output.close()
+                }
+                tally.evicted()
+            case .refuseBusy:
+                tally.busy()
+            case .admit:
+                break
+            }
+        }
+    }
+
+    /// The address part of a peer's socket address (its port left out): the unit of fairness.
+    static func sourceAddress(_ address: SocketAddress) -> String { address.host }
 
     /// glibc's malloc_trim(3), looked up at run time (as syncfs(2) is, see ``Inbox``): returns
     /// the free memory of every arena to the system.
@@ -145,14 +186,6 @@ public final class ReceiverService: Sendable {
     /// malloc_trim keeps it for the next transfer).
     private static func giveBackFreeMemory() {
         _ = mallocTrim?(0)
-    }
-
-    private static func refuseBusy(_ pair: BoundStreamPair) async {
-        let failure = Failure(code: "busy", message: "the receiver is busy with \(TransferLimits.maximumConcurrentTransfers) transfers; try again later")
-        try? await pair.open()
-        try? await pair.output.write(Frame.message(.failure, failure).encoded)
-        try? await pair.finishSending()
-        pair.input.close()
     }
 }
 
