@@ -152,6 +152,74 @@ final class TLSTests: SalutTestCase {
         pair.input.close(); pair.output.close()
     }
 
+    func testAnAppleSettingsDictionaryIsHonouredAndARefusedOneNeverSendsInTheClear() async throws {
+        // A plaintext listener that prints each piece it receives as hex ("chunk …"), and
+        // everything a client sent ("got …", "-" for nothing) when it goes.
+        let listener = try Foreign(["python3", "-c", """
+            import socket, sys
+            s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
+            print("port", s.getsockname()[1], flush=True)
+            s.settimeout(30)
+            while True:
+                c, _ = s.accept(); c.settimeout(5); got = b""
+                try:
+                    while True:
+                        b = c.recv(65536)
+                        if not b: break
+                        got += b
+                        print("chunk", b.hex(), flush=True)
+                except Exception: pass
+                print("got", got.hex() or "-", flush=True)
+            """])
+        defer { listener.stop() }
+        XCTAssertTrue(listener.waitForOutput(containing: "port ", seconds: 10), listener.output)
+        let port = Int(listener.output.components(separatedBy: "port ").last!.prefix { $0.isNumber })!
+        let secret = Data("password=hunter2\n".utf8)
+        let key = kCFStreamPropertySSLSettings as Stream.PropertyKey
+
+        // Apple's spelling: typed level and NSString keys. Taken (as on Apple's systems): TLS
+        // starts, so the listener sees a ClientHello and never the password.
+        let apple = SocketStreams.pair(toHost: "127.0.0.1", port: port)
+        let settings: [NSString: Any] = [kCFStreamSSLLevel as NSString: StreamSocketSecurityLevel.negotiatedSSL,
+                                         kCFStreamSSLValidatesCertificateChain as NSString: false]
+        XCTAssertTrue(apple.input.setProperty(settings, forKey: key))
+        XCTAssertTrue(apple.output.setProperty(kCFStreamSocketSecurityLevelNegotiatedSSL, forKey: kCFStreamPropertySocketSecurityLevel as Stream.PropertyKey))
+        apple.input.open()
+        apple.output.open()
+        // Written at once, as careless code does: it waits for the handshake, which a
+        // plaintext server never finishes, so it never goes out.
+        _ = secret.withUnsafeBytes { apple.output.write($0.bindMemory(to: UInt8.self).baseAddress!, maxLength: $0.count) }
+        XCTAssertTrue(listener.waitForOutput(containing: "chunk ", seconds: 20), listener.output)
+        apple.input.close(); apple.output.close()
+        XCTAssertTrue(listener.waitForOutput(containing: "got ", seconds: 20), listener.output)
+        let first = listener.output.components(separatedBy: "got ").last!.prefix { $0 != "\n" }
+        XCTAssertTrue(first.hasPrefix("16030"), "a TLS record came first: \(first)")
+        XCTAssertFalse(first.contains(secret.map { String(format: "%02x", $0) }.joined()), "the password went in the clear")
+
+        // Settings that cannot be honoured: setProperty says false, and code that ignores it
+        // gets failed streams on open, before any byte moves (no connection at all).
+        for bad: [NSString: Any] in [[kCFStreamSSLLevel as NSString: StreamSocketSecurityLevel.ssLv3],
+                                     [kCFStreamSSLLevel as NSString: 42],
+                                     [kCFStreamSSLValidatesCertificateChain as NSString: "no"]] {
+            let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
+            XCTAssertFalse(pair.input.setProperty(bad, forKey: key), "\(bad)")
+            let error = await openError(pair)
+            XCTAssertEqual(error?.tlsError?.code, .invalidConfiguration, "\(bad): \(String(describing: error))")
+            XCTAssertEqual(pair.output.streamStatus, .error)
+            let written = secret.withUnsafeBytes { pair.output.write($0.bindMemory(to: UInt8.self).baseAddress!, maxLength: $0.count) }
+            XCTAssertLessThan(written, 1, "a failed stream takes no bytes")
+            pair.input.close(); pair.output.close()
+        }
+        // The same after open: the streams fail and the connection is reset.
+        let late = SocketStreams.pair(toHost: "127.0.0.1", port: port)
+        try await withDeadline(20, "open") { try await late.open() }
+        XCTAssertFalse(late.input.setProperty([kCFStreamSSLLevel as NSString: StreamSocketSecurityLevel.ssLv2], forKey: key))
+        XCTAssertEqual(late.output.streamStatus, .error)
+        late.input.close(); late.output.close()
+        XCTAssertTrue(listener.waitForOutput(containing: "got -", seconds: 20), listener.output)
+        XCTAssertFalse(listener.output.contains(secret.map { String(format: "%02x", $0) }.joined()), listener.output)
+    }
+
     func testTLSAskedForRightAfterOpenStartsOnTheOpenConnectionAsOnApple() async throws {
         // Apple's spellings exactly: Swift values for `setProperty`, the CF key cast with `as`.
         let settings: [String: Any] = [kCFStreamSSLPeerName as String: "localhost",

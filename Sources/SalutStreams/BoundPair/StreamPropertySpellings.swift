@@ -22,13 +22,30 @@ extension Stream {
         setProperty(Self.propertyObject(property), forKey: key)
     }
 
+    /// A settings value as an object: a `StreamSocketSecurityLevel` becomes its raw value (as
+    /// the CFString it is on Apple's systems).
+    static func settingObject(_ value: Any) -> Any {
+        if let level = value as? StreamSocketSecurityLevel { return NSString(string: level.rawValue) }
+        return value
+    }
+
     /// The object form of a property value, as Foundation's `AnyObject?` declaration takes it.
     static func propertyObject(_ value: Any?) -> AnyObject? {
         switch value {
         case nil: return nil
         case let level as StreamSocketSecurityLevel: return NSString(string: level.rawValue)
         case let text as String: return NSString(string: text)
-        case let settings as [String: Any]: return NSDictionary(dictionary: settings)
+        case let settings as [String: Any]: return NSDictionary(dictionary: settings.mapValues(settingObject))
+        case let settings as [AnyHashable: Any]:
+            // Keys written `kCFStreamSSLLevel as NSString`, as Apple code does.
+            var converted: [String: Any] = [:]
+            for (key, value) in settings {
+                guard let name = key.base as? String ?? (key.base as? NSString).map({ String(describing: $0) }) else {
+                    return NSDictionary(dictionary: settings)
+                }
+                converted[name] = settingObject(value)
+            }
+            return NSDictionary(dictionary: converted)
         case let object as AnyObject: return object
         }
     }

@@ -39,6 +39,11 @@ final class SocketConnection: @unchecked Sendable {
         /// settings follow, at the application's first read or write, or after a short grace
         /// period, whichever comes first.
         var pendingUpgrade = false
+        /// TLS was asked for before `open()` with a value that cannot be honoured (a bad
+        /// settings dictionary, an insecure level): the streams fail with this on open rather
+        /// than connect in the clear. Cleared by a later request that can be honoured (the
+        /// level `.none` among them: TLS turned off on purpose).
+        var refusedTLS: TLSError?
         /// How sending ended (nil inside: all sent), once it has; and who waits to know.
         var sendingOutcome: SocketStreamError??
         var sendingWaiters: [CheckedContinuation<SocketStreamError?, Never>] = []
@@ -127,6 +132,11 @@ final class SocketConnection: @unchecked Sendable {
             }
             Task.detached { await self.dial(host: host, port: port, timeout: timeout, resolver: resolver) }
         case .accepted(let fd, let context, let limits):
+            if let refused = state.value.refusedTLS {
+                state.withLock { $0.unopenedFD = nil }
+                Glibc.close(fd)
+                return settle(.failure(.tls(refused)))
+            }
             state.withLock {
                 $0.unopenedFD = nil
                 $0.pumpStarted = true
@@ -164,6 +174,8 @@ final class SocketConnection: @unchecked Sendable {
         let options = state.value
         let addresses = options.socketOptions.filter(resolved)
         let security: SecuritySetup?
+        // TLS asked for and refused: no connection at all, rather than one in the clear.
+        if let refused = options.refusedTLS { return settle(.failure(.tls(refused))) }
         do {
             let context = try options.tls.map { try TLSContext($0) }   // bad TLS settings fail before any traffic
             guard !addresses.isEmpty else {
@@ -396,6 +408,14 @@ final class SocketConnection: @unchecked Sendable {
             upgrade(configuration, host: host, evaluator: evaluator)
             return true
         }
+    }
+
+    /// TLS asked for on the open connection with a value that cannot be honoured: the streams
+    /// fail and the connection is reset, rather than carrying on in the clear.
+    func refuseTLSAfterOpening(_ error: TLSError) {
+        let failure = SocketStreamError.tls(error)
+        pump.reset(failure)
+        broke(failure)
     }
 
     /// Starts TLS asked for by the security level alone, if it has not started: called before

@@ -17,8 +17,26 @@ public let kCFStreamSSLValidatesCertificateChain = "kCFStreamSSLValidatesCertifi
 /// Settings key: act as the TLS server (Bool, default false); needs a certificate and key
 /// (``SalutSSLSettingsKey/certificateChainFile`` and ``SalutSSLSettingsKey/privateKeyFile``).
 public let kCFStreamSSLIsServer = "kCFStreamSSLIsServer"
-/// Settings key: a `StreamSocketSecurityLevel` raw value, as for the security-level property.
+/// Settings key: the security level, as for the security-level property: a
+/// `StreamSocketSecurityLevel`, its raw value, or one of the `kCFStreamSocketSecurityLevel…`
+/// constants.
 public let kCFStreamSSLLevel = "kCFStreamSSLLevel"
+// CFNetwork's spellings of the security level, NSStrings as `kCFStreamPropertySSLSettings` is
+// (CFStrings on Apple's systems), so `kCFStreamPropertySocketSecurityLevel as Stream.PropertyKey`
+// compiles unchanged.
+
+/// The security-level property's key (`Stream.PropertyKey.socketSecurityLevelKey`).
+public var kCFStreamPropertySocketSecurityLevel: NSString { NSString(string: Stream.PropertyKey.socketSecurityLevelKey.rawValue) }
+/// `StreamSocketSecurityLevel.none`.
+public var kCFStreamSocketSecurityLevelNone: NSString { NSString(string: StreamSocketSecurityLevel.none.rawValue) }
+/// `StreamSocketSecurityLevel.negotiatedSSL`: the best TLS both ends speak.
+public var kCFStreamSocketSecurityLevelNegotiatedSSL: NSString { NSString(string: StreamSocketSecurityLevel.negotiatedSSL.rawValue) }
+/// `StreamSocketSecurityLevel.tlSv1`: TLS at Salut's configured minimum (1.2 unless lowered).
+public var kCFStreamSocketSecurityLevelTLSv1: NSString { NSString(string: StreamSocketSecurityLevel.tlSv1.rawValue) }
+/// `StreamSocketSecurityLevel.ssLv3`: refused, insecure.
+public var kCFStreamSocketSecurityLevelSSLv3: NSString { NSString(string: StreamSocketSecurityLevel.ssLv3.rawValue) }
+/// `StreamSocketSecurityLevel.ssLv2`: refused, insecure.
+public var kCFStreamSocketSecurityLevelSSLv2: NSString { NSString(string: StreamSocketSecurityLevel.ssLv2.rawValue) }
 
 /// Salut's own SSL-settings keys, for what Apple expresses with Security framework objects.
 public enum SalutSSLSettingsKey {
@@ -89,8 +107,14 @@ extension TLSConfiguration {
             }
         }
         if let validates = try bool(kCFStreamSSLValidatesCertificateChain) { validatesCertificateChain = validates }
-        if let level = try string(kCFStreamSSLLevel) {
-            try Self.check(level: StreamSocketSecurityLevel(rawValue: level))
+        if let value = sslSettings[kCFStreamSSLLevel] {
+            guard let level = Self.securityLevel(value) else {
+                throw TLSError.invalidConfiguration("\(kCFStreamSSLLevel) must be a StreamSocketSecurityLevel or its raw value")
+            }
+            guard level != .none else {
+                throw TLSError.invalidConfiguration("\(kCFStreamSSLLevel) is none in an SSL settings dictionary, which asks for TLS")
+            }
+            try Self.check(level: level)
         }
         if let pins = sslSettings[SalutSSLSettingsKey.pinnedSHA256] {
             if let one = pins as? String { pinnedSHA256 = [one] } else if let many = pins as? [String] { pinnedSHA256 = many } else {
@@ -110,6 +134,18 @@ extension TLSConfiguration {
         SalutSSLSettingsKey.pinnedSHA256, SalutSSLSettingsKey.certificateChainFile, SalutSSLSettingsKey.privateKeyFile,
         SalutSSLSettingsKey.trustedRootsFile, SalutSSLSettingsKey.minimumVersion, SalutSSLSettingsKey.maximumVersion,
     ]
+
+    /// A security level as Apple code gives it: a `StreamSocketSecurityLevel`, its raw value
+    /// as a `String` or `NSString` (the `kCFStreamSocketSecurityLevel…` constants are such).
+    /// Nil for anything else.
+    static func securityLevel(_ value: Any?) -> StreamSocketSecurityLevel? {
+        switch value {
+        case let level as StreamSocketSecurityLevel: return level
+        case let text as String: return StreamSocketSecurityLevel(rawValue: text)
+        case let text as NSString: return StreamSocketSecurityLevel(rawValue: String(describing: text))
+        default: return nil
+        }
+    }
 
     /// SSLv2 and SSLv3 are refused; TLSv1 and negotiated mean "TLS at the configured minimum"
     /// (1.2 unless lowered: Salut never falls back to 1.0/1.1 by itself).
@@ -154,35 +190,60 @@ extension SocketConnection {
         case .failed: return false
         case .connecting, .connected: break
         }
+        // TLS asked for with a value that cannot be honoured fails the streams: never a
+        // connection that goes on in the clear because a request was not understood.
         switch key {
         case .socketSecurityLevelKey:
-            let raw = (property as? NSString).map { String(describing: $0) } ?? (property as? String)
-            guard let raw else { return false }
-            let level = StreamSocketSecurityLevel(rawValue: raw)
-            guard level != .none, (try? TLSConfiguration.check(level: level)) != nil else { return false }
-            let settings = state.value.sslSettings
-            guard let configuration = settings.map({ try? TLSConfiguration(sslSettings: $0) }) ?? TLSConfiguration.client else {
+            guard let level = TLSConfiguration.securityLevel(property) else {
+                refuseTLSAfterOpening(.invalidConfiguration("the security level must be a StreamSocketSecurityLevel or its raw value"))
                 return false
             }
-            return requestTLSAfterOpening(configuration, level: level, sslSettings: nil)
+            guard level != .none else { return false }   // TLS cannot be turned off once open
+            do {
+                try TLSConfiguration.check(level: level)
+                let configuration = try state.value.sslSettings.map { try TLSConfiguration(sslSettings: $0) } ?? TLSConfiguration.client
+                return requestTLSAfterOpening(configuration, level: level, sslSettings: nil)
+            } catch {
+                refuseTLSAfterOpening(error as? TLSError ?? .invalidConfiguration("\(error)"))
+                return false
+            }
         case Stream.PropertyKey.sslSettings:
-            guard let settings = Self.dictionary(property),
-                  let configuration = try? TLSConfiguration(sslSettings: settings) else { return false }
-            return requestTLSAfterOpening(configuration, level: .negotiatedSSL, sslSettings: settings)
+            do {
+                guard let settings = Self.dictionary(property) else {
+                    throw TLSError.invalidConfiguration("the SSL settings must be a dictionary with String keys")
+                }
+                return requestTLSAfterOpening(try TLSConfiguration(sslSettings: settings), level: .negotiatedSSL, sslSettings: settings)
+            } catch {
+                refuseTLSAfterOpening(error as? TLSError ?? .invalidConfiguration("\(error)"))
+                return false
+            }
         default:
             return false
         }
     }
 
     private func setPropertyBeforeOpening(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool {
+        // A TLS request that cannot be honoured returns false and is remembered: `open()` then
+        // fails both streams with it, before any byte moves (code that ignores the result must
+        // not end up talking in the clear).
         switch key {
         case .socketSecurityLevelKey:
-            let raw = (property as? NSString).map { String(describing: $0) } ?? (property as? String)
-            guard let raw else { return false }
-            let level = StreamSocketSecurityLevel(rawValue: raw)
-            guard (try? TLSConfiguration.check(level: level)) != nil else { return false }
+            guard let level = TLSConfiguration.securityLevel(property) else {
+                state.withLock { $0.refusedTLS = .invalidConfiguration("the security level must be a StreamSocketSecurityLevel or its raw value") }
+                return false
+            }
+            do {
+                try TLSConfiguration.check(level: level)
+            } catch {
+                state.withLock { $0.refusedTLS = error as? TLSError ?? .invalidConfiguration("\(error)") }
+                return false
+            }
             return state.withLock { state in
                 state.securityLevel = level
+                // A request that can be honoured replaces one that could not (a level alone
+                // means TLS with the defaults: the chain and name validated); none turns it
+                // off on purpose.
+                state.refusedTLS = nil
                 if level == .none {
                     state.tls = nil
                 } else if state.tls == nil {
@@ -191,14 +252,22 @@ extension SocketConnection {
                 return true
             }
         case Stream.PropertyKey.sslSettings:
-            guard let settings = Self.dictionary(property),
-                  let configuration = try? TLSConfiguration(sslSettings: settings) else { return false }
-            state.withLock { state in
-                state.sslSettings = settings
-                state.tls = configuration
-                if state.securityLevel == .none { state.securityLevel = .negotiatedSSL }
+            do {
+                guard let settings = Self.dictionary(property) else {
+                    throw TLSError.invalidConfiguration("the SSL settings must be a dictionary with String keys")
+                }
+                let configuration = try TLSConfiguration(sslSettings: settings)
+                state.withLock { state in
+                    state.sslSettings = settings
+                    state.tls = configuration
+                    state.refusedTLS = nil
+                    if state.securityLevel == .none { state.securityLevel = .negotiatedSSL }
+                }
+                return true
+            } catch {
+                state.withLock { $0.refusedTLS = error as? TLSError ?? .invalidConfiguration("\(error)") }
+                return false
             }
-            return true
         default:
             return false
         }
