@@ -435,12 +435,19 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
             }
             let challenge = PeerTrustChallenge(host: host, port: port, peerTrust: verdict,
                                                proposedDisposition: verdict.policyFailure == nil ? .useCredential : .cancelAuthenticationChallenge)
-            session.deliverToDelegate(orElse: { decide(trusted) }) { delegate in
+            // A first-use key is remembered only once the whole decision trusted it: a key the
+            // delegate refuses is not pinned.
+            let firstUse = session.configuration.trustPolicy == .trustOnFirstUse && verdict.policyFailure == nil
+            let decided: @Sendable (Bool) -> Void = { accepted in
+                if accepted && firstUse { session.trustStore.remember(peer: target.key, fingerprint: trust.publicKeySHA256) }
+                decide(accepted)
+            }
+            session.deliverToDelegate(orElse: { decided(trusted) }) { delegate in
                 delegate.peerSession(session, task: self, didReceive: challenge) { disposition in
                     switch disposition {
-                    case .useCredential: decide(true)
-                    case .cancelAuthenticationChallenge: decide(false)
-                    case .performDefaultHandling: decide(trusted)
+                    case .useCredential: decided(true)
+                    case .cancelAuthenticationChallenge: decided(false)
+                    case .performDefaultHandling: decided(trusted)
                     }
                 }
             }

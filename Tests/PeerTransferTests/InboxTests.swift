@@ -146,6 +146,40 @@ final class InboxTests: XCTestCase {
         XCTAssertNotEqual(second, first, "a changed file must not be answered with its old digest")
     }
 
+    func testAPartFileOfferedAgainAndAgainIsHashedOnceAndAHashingIsStoppedWhenItsSenderLeaves() throws {
+        // A peer that leaves a large part file, then offers it over and over and hangs up,
+        // must not cost a full read and SHA-256 each time.
+        let inbox = try Inbox(path: folder + "/inbox")
+        let path = try RelativePath(validating: "big.bin")
+        let key = String(repeating: "ab", count: 32)
+        let chunk = 1 << 20
+        let part = try inbox.openPart(path, for: key)
+        for index in 0..<64 { try part.write(Data(repeating: UInt8(index), count: chunk), at: UInt64(index * chunk)) }
+        part.closeFiles()
+        // Past the timestamp granularity, so that a digest may be remembered.
+        Thread.sleep(forTimeInterval: Double(DigestCache.settleTime.components.attoseconds) / 1e18 * 2 + 0.05)
+        // A sender that left before the first hashing: nothing is hashed, nothing remembered.
+        let gone = StopFlag()
+        gone.set()
+        XCTAssertNil(inbox.resumablePart(path, chunkSize: chunk, for: key, stop: gone))
+        XCTAssertEqual(inbox.partDigests.hashings, 0)
+        var answers: Set<[SHA256Digest]> = []
+        for _ in 0..<20 {
+            answers.insert(try XCTUnwrap(inbox.resumablePart(path, chunkSize: chunk, for: key, stop: StopFlag())))
+        }
+        XCTAssertEqual(inbox.partDigests.hashings, 1, "twenty offers, one hashing")
+        XCTAssertEqual(answers.count, 1)
+        XCTAssertEqual(answers.first?.count, 64)
+        // Another sender learns nothing of it.
+        XCTAssertNil(inbox.resumablePart(path, chunkSize: chunk, for: String(repeating: "cd", count: 32)))
+        // Written to again, it is hashed again.
+        let resumed = try inbox.openPart(path, for: key)
+        try resumed.write(Data(repeating: 9, count: chunk), at: UInt64(64 * chunk))
+        resumed.closeFiles()
+        XCTAssertEqual(inbox.resumablePart(path, chunkSize: chunk, for: key)?.count, 65)
+        XCTAssertEqual(inbox.partDigests.hashings, 2)
+    }
+
     func testManyAsksForOneDigestAtOnceHashOnce() {
         let cache = DigestCache()
         var info = stat()
@@ -263,5 +297,47 @@ final class InboxTests: XCTestCase {
         part.closeFiles()
         XCTAssertTrue(stored.hasPrefix("r (") && stored.hasSuffix(").txt") && stored.count == "r (12345678).txt".count, stored)
         XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/" + stored, encoding: .utf8), "mine")
+    }
+}
+
+final class PartSweeperTests: XCTestCase {
+    func testPartFilesNoOneCameBackForAreRemovedButNotOneBeingWritten() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("px-sweep-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: folder + "/inbox/sub", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let inbox = try Inbox(path: folder + "/inbox")
+        let key = String(repeating: "ab", count: 32)
+        func part(_ name: String, daysOld: Double) throws -> String {
+            let path = try RelativePath(validating: name)
+            let file = try inbox.openPart(path, for: key)
+            try file.write(Data(repeating: 1, count: 1000), at: 0)
+            file.closeFiles()
+            let full = folder + "/inbox/" + (path.parent + [TransferLimits.partName(of: path.name, from: key)]).joined(separator: "/")
+            let when = Date().addingTimeInterval(-daysOld * 86_400).timeIntervalSince1970
+            var times = [timespec(tv_sec: Int(when), tv_nsec: 0), timespec(tv_sec: Int(when), tv_nsec: 0)]
+            XCTAssertEqual(utimensat(AT_FDCWD, full, &times, 0), 0)
+            return full
+        }
+        let old = try part("sub/old.bin", daysOld: 8)
+        let fresh = try part("fresh.bin", daysOld: 1)
+        let busy = try part("busy.bin", daysOld: 30)
+        try Data("x".utf8).write(to: URL(fileURLWithPath: folder + "/inbox/done.txt"))
+        // A transfer writing to it holds its lock.
+        let holder = open(busy, O_RDONLY)
+        XCTAssertEqual(flock(holder, LOCK_EX), 0)
+        defer { close(holder) }
+        var sweeper = PartSweeper()
+        sweeper.reserve = 0
+        let outcome = sweeper.sweep(folder + "/inbox")
+        XCTAssertEqual(outcome, PartSweeper.Outcome(removed: 1, bytes: 1000))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: old))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: fresh))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: busy))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: folder + "/inbox/done.txt"), "delivered files are never touched")
+        // Below the reserve (here: any disk has less than 100 % free), the oldest go first.
+        sweeper.reserve = 0.999_999
+        XCTAssertEqual(sweeper.sweep(folder + "/inbox").removed, 1, "fresh.bin, not the one being written")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: fresh))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: busy))
     }
 }

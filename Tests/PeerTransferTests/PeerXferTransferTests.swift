@@ -1,4 +1,5 @@
 import Foundation
+@testable import PeerTransferCore
 import SalutTestSupport
 import XCTest
 
@@ -36,6 +37,7 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.makeFile("src/tree/ünï cödé/файл.bin", size: 3 * chunk + 17)
         try lab.makeFile("src/tree/small.txt", size: 5)
         try lab.makeFile("src/tree/zero", size: 0)
+        chmod(lab.path("src/tree/zero"), 0o755)   // a script, say: it arrives not executable
         try FileManager.default.createDirectory(atPath: lab.path("src/tree/empty/nested"), withIntermediateDirectories: true)
         chmod(lab.path("src/tree/small.txt"), 0o640)
         var times = [timespec(tv_sec: 1_600_000_000, tv_nsec: 0), timespec(tv_sec: 1_600_000_000, tv_nsec: 0)]
@@ -53,6 +55,9 @@ final class PeerXferTransferTests: XCTestCase {
         }
         let attributes = try FileManager.default.attributesOfItem(atPath: lab.path("inbox/tree/small.txt"))
         XCTAssertEqual(attributes[.posixPermissions] as? Int, 0o640)
+        // Execute bits are cleared unless the receiver keeps them (`serve --keep-execute-bits`).
+        let zero = try FileManager.default.attributesOfItem(atPath: lab.path("inbox/tree/zero"))
+        XCTAssertEqual((zero[.posixPermissions] as? Int).map { $0 & 0o111 }, 0, "\(zero)")
         XCTAssertEqual((attributes[.modificationDate] as? Date)?.timeIntervalSince1970, 1_600_000_000)
         XCTAssertFalse(PeerXferLab.listing(lab.path("inbox")).contains { $0.hasSuffix(".peerxfer-part") })
 
@@ -363,6 +368,10 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(daemon.waitForOutput(containing: "Accept? [y/N]", seconds: 20), daemon.output)
         // Before the question: who offers, how much, and what, by name (folders end in /).
         XCTAssertTrue(daemon.output.contains("offers 2 files ("), daemon.output)
+        // The verdict and the key before the name the sender claims, and the code both show.
+        let code = VerificationCode.between(try lab.key(ofConfig: "sender"), try lab.key(ofConfig: "receiver"))
+        XCTAssertTrue(daemon.output.contains("unknown sender [key ") && daemon.output.contains(", code \(code)], calling itself \""),
+                      daemon.output)
         for entry in ["  t/\r\n", "  t/a.txt\r\n", "  t/sub/\r\n", "  t/sub/b.txt\r\n"] {
             XCTAssertTrue(daemon.output.contains(entry), "\(entry.debugDescription) not listed: \(daemon.output.debugDescription)")
         }
@@ -646,6 +655,42 @@ final class PeerXferTransferTests: XCTestCase {
                                                     "--wait", "600", "--config", lab.path("c")])
         XCTAssertEqual(nothing, 2, nothingOutput)
         XCTAssertTrue(nothingOutput.contains("nothing to send"), nothingOutput)
+        // Names no one could tell apart on a screen, or that are no names: refused at once
+        // (exit 2), not looked up and waited for (exit 3).
+        for name in ["Kit\u{1}chen", "Kit\u{7f}chen", "Kit\u{85}chen", "Kit\u{202e}chen", "Kit\u{200b}chen", ".", ".."] {
+            let (status, output) = try lab.run(["send", lab.path("only-a-link"), "--to", name, "--wait", "600", "--config", lab.path("c")])
+            XCTAssertEqual(status, 2, "\(name.debugDescription): \(output)")
+            XCTAssertEqual(try lab.run(["serve", "--name", name, "--config", lab.path("c")]).status, 2, name.debugDescription)
+        }
+        // Invalid UTF-8 is refused, not read with U+FFFD in its place.
+        let invalid = try Foreign(["/bin/sh", "-c", "exec \"$0\" send /etc/hostname --to \"$(printf 'bad\\377name')\"", PeerXferLab.binary])
+        let invalidOutput = invalid.finish(seconds: 20)
+        XCTAssertEqual(invalid.process.terminationStatus, 2, invalidOutput)
+        XCTAssertTrue(invalidOutput.contains("bad\\xffname") && invalidOutput.contains("not valid UTF-8"), invalidOutput)
+        // A --config that is a file, or empty: one line, no NSError dump.
+        for config in ["/dev/null", ""] {
+            let (status, output) = try lab.run(["send", lab.path("only-a-link"), "--to", "x", "--config", config])
+            XCTAssertEqual(status, 2, "\(config): \(output)")
+            XCTAssertFalse(output.contains("NSCocoaErrorDomain"), output)
+        }
+        // An unknown log level in the environment is refused, not ignored.
+        setenv("PEERXFER_LOG_LEVEL", "garbage", 1)
+        let (level, levelOutput) = try lab.run(["peers", "--config", lab.path("c")])
+        unsetenv("PEERXFER_LOG_LEVEL")
+        XCTAssertEqual(level, 2, levelOutput)
+        XCTAssertTrue(levelOutput.contains("PEERXFER_LOG_LEVEL=garbage is not a level"), levelOutput)
+        XCTAssertEqual(try lab.run(["send", lab.path("only-a-link"), "--to", "x", "--wait", "1e-300"]).status, 2)
+        // An inbox the daemon cannot write: refused at the start, before it publishes.
+        try FileManager.default.createDirectory(atPath: lab.path("read-only"), withIntermediateDirectories: true)
+        if try Foreign(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "none", lab.path("read-only")]).finish(seconds: 10).isEmpty,
+           FileManager.default.isReadableFile(atPath: lab.path("read-only")) {
+            defer { _ = try? Foreign(["umount", lab.path("read-only")]).finish(seconds: 10) }
+            let (status, output) = try lab.run(["serve", "--name", PeerXferLab.uniqueName("RO"), "--inbox", lab.path("read-only"),
+                                                "--config", lab.path("c")])
+            XCTAssertEqual(status, 2, output)
+            XCTAssertTrue(output.contains("cannot write to the inbox"), output)
+            XCTAssertFalse(output.contains("serving"), output)
+        }
         XCTAssertEqual(try lab.run(["serve", "--port", "70000"]).status, 2)
         XCTAssertEqual(try lab.run(["serve", "--accept", "maybe"]).status, 2)
         XCTAssertEqual(try lab.run(["no-such-command"]).status, 2)
@@ -750,6 +795,17 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(byName[other]?["pin"] as? String, "new", output)
         XCTAssertEqual((byName[other]?["key"] as? String)?.count, 64, output)
         XCTAssertFalse(output.contains("debug:"), "silent below warnings by default: \(output)")
+        XCTAssertEqual(byName[other]?["reachable"] as? Bool, true, output)
+        // A record whose receiver is gone (its goodbye lost): listed as unreachable, not as a
+        // receiver to send to.
+        let ghost = PeerXferLab.uniqueName("Ghost")
+        let publisher = try Foreign(["avahi-publish", "-s", ghost, "_peerxfer._tcp", "\(freeLoopbackPort())", "v=2",
+                                     "fp=\(String(repeating: "ef", count: 32))"])
+        defer { publisher.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "Established", seconds: 10), publisher.output)
+        let (_, withGhost) = try lab.run(["peers", "--config", lab.path("mine"), "--timeout", "2"])
+        let ghostLine = withGhost.split(separator: "\n").first { $0.hasPrefix(ghost + " ") }.map(String.init) ?? ""
+        XCTAssertTrue(ghostLine.contains("UNREACHABLE"), withGhost)
 
         // As text: a header, and each column starting at the same place on every line.
         let (textStatus, text) = try lab.run(["peers", "--config", lab.path("mine"), "--timeout", "2"])

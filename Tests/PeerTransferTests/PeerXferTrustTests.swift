@@ -131,6 +131,30 @@ final class PeerXferTrustTests: SalutTestCase {
         }
     }
 
+    func testAQueuedSendThatMeetsAnImpostorPausesAndIsDeliveredToTheRealReceiverLater() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Paired")
+        setenv("PEERXFER_RETRY_DELAY", "1", 1)
+        defer { unsetenv("PEERXFER_RETRY_DELAY") }
+        // Paired with the real receiver (not running yet); an impostor has its name.
+        XCTAssertEqual(try lab.run(["trust", "--pin", name, try key(lab, "real"), "--config", lab.path("sender")]).status, 0)
+        let impostor = try lab.serve(name: name, config: "impostor", inbox: lab.path("squatted"))
+        let daemon = try lab.serve(name: PeerXferLab.uniqueName("Outbox"), config: "sender", inbox: lab.path("own"))
+        try lab.makeFile("src/queued.bin", size: 5000)
+        let (queued, output) = try lab.run(["send", lab.path("src/queued.bin"), "--to", name, "--config", lab.path("sender"), "--background"])
+        XCTAssertEqual(queued, 0, output)
+        // Paused, and status says why; not given up.
+        let paused = try lab.status(of: "sender", once: "KEY CHANGED")
+        XCTAssertTrue(paused.contains("KEY CHANGED") && paused.contains("queued.bin"), paused)
+        XCTAssertEqual(PeerXferLab.listing(lab.path("squatted")), [])
+        // The impostor goes, the real receiver comes: delivered to it alone.
+        impostor.stop()
+        try lab.serve(name: name, config: "real", inbox: lab.path("inbox"))
+        XCTAssertTrue(daemon.waitForOutput(containing: "delivered and verified", seconds: 60), daemon.output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/queued.bin"), lab.path("inbox/queued.bin")))
+        XCTAssertEqual(PeerXferLab.listing(lab.path("squatted")), [])
+    }
+
     func testTrustByNameWithoutATerminalShowsTheKeyAndPinsNothing() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Shown")

@@ -121,11 +121,13 @@ final class ProtocolTests: XCTestCase {
         XCTAssertThrowsError(try manifest([file("u\u{e9}"), file("u\u{e9}/a.txt")]).validate())
         XCTAssertThrowsError(try Manifest(chunkSize: 4096, entries: [file("x")]).validate())
         // A file name the part file's sender tag and suffix would push past 255 bytes: refused
-        // up front, with the limit, instead of failing after the answer; 228 bytes still fit.
-        XCTAssertThrowsError(try manifest([file(String(repeating: "n", count: 229))]).validate()) {
-            XCTAssertTrue("\($0)".contains("at most 228"), "\($0)")
+        // up front, with the limit, instead of failing after the answer; 216 bytes still fit.
+        XCTAssertThrowsError(try manifest([file(String(repeating: "n", count: 217))]).validate()) {
+            XCTAssertTrue("\($0)".contains("at most 216"), "\($0)")
         }
-        XCTAssertNoThrow(try manifest([file(String(repeating: "n", count: 228))]).validate())
+        XCTAssertNoThrow(try manifest([file(String(repeating: "n", count: 216))]).validate())
+        // The part-file suffix in any ASCII case: one file to vfat, exFAT or a case-folding folder.
+        XCTAssertThrowsError(try manifest([file("a.PeerXfer-Part")]).validate()) { XCTAssertTrue("\($0)".contains("keeps for files still arriving"), "\($0)") }
         XCTAssertNoThrow(try manifest([folder(String(repeating: "n", count: 255))]).validate(), "folders have no part file")
         let tooMany = (0...TransferLimits.maximumEntries).map { folder("d\($0)") }
         XCTAssertThrowsError(try manifest(tooMany).validate()) { XCTAssertTrue("\($0)".contains("entries offered"), "\($0)") }
@@ -312,6 +314,12 @@ final class ProtocolTests: XCTestCase {
         XCTAssertEqual(first.publicKeySHA256.count, 64)
         let keyMode = try FileManager.default.attributesOfItem(atPath: first.privateKeyFile)[.posixPermissions] as? Int
         XCTAssertEqual(keyMode, 0o600)
+        // A key others can read is refused, with the command that fixes it.
+        XCTAssertEqual(chmod(first.privateKeyFile, 0o644), 0)
+        XCTAssertThrowsError(try TLSIdentity.loadOrCreate(directory: directory, commonName: "test")) { error in
+            XCTAssertTrue("\(error)".contains("chmod 600 '\(first.privateKeyFile)'"), "\(error)")
+        }
+        XCTAssertEqual(chmod(first.privateKeyFile, 0o600), 0)
         XCTAssertEqual(try TLSIdentity.publicKeySHA256(ofCertificateFile: first.certificateFile), first.publicKeySHA256)
         // The certificate is one OpenSSL itself accepts, and its key is the one we pin.
         let pipe = Pipe()

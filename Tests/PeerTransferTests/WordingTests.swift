@@ -50,4 +50,12 @@ final class ShellWordTests: XCTestCase {
         XCTAssertEqual(ShellWord.quoted("/tmp/nl\ncfg"), "$'/tmp/nl\\x0acfg'")
         XCTAssertEqual(ShellWord.quoted("/tmp/Kit\u{3164}chen"), "$'/tmp/Kit\\xe3\\x85\\xa4chen'")
     }
+
+    func testACutNameKeepsItsExtension() {
+        let name = "invoice" + String(repeating: "-", count: 150) + ".pdf.exe"
+        let shown = Wording.shortened(name, to: 100)
+        XCTAssertEqual(shown.count, 100)
+        XCTAssertTrue(shown.hasSuffix(".pdf.exe") && shown.hasPrefix("invoice") && shown.contains("…"), shown)
+        XCTAssertEqual(Wording.shortened("short.txt", to: 100), "short.txt")
+    }
 }

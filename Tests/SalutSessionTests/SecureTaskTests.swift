@@ -98,6 +98,48 @@ final class SecureTaskTests: SalutTestCase {
         }
     }
 
+    func testTrustOnFirstUsePinsOnlyWhatTheDelegateAcceptsAndABadStoreTrustsNoOne() async throws {
+        let store = FileManager.default.temporaryDirectory.appendingPathComponent("salut-known-\(UUID().uuidString).json")
+        defer { try? FileManager.default.removeItem(at: store) }
+        // The delegate refuses the first key: it must not stay pinned.
+        let refusing = RecordingDelegate()
+        refusing.trustAnswer = .cancelAuthenticationChallenge
+        do {
+            _ = try await exchange(session(.trustOnFirstUse, delegate: refusing, store: store))
+            XCTFail("a refused key was used")
+        } catch {}
+        XCTAssertFalse(FileManager.default.fileExists(atPath: store.path), "a key the delegate refused was pinned")
+        // A store that cannot be read fails closed, and is left as it is.
+        try Data("{not json".utf8).write(to: store)
+        do {
+            _ = try await exchange(session(.trustOnFirstUse, store: store))
+            XCTFail("a first use was trusted with an unreadable store")
+        } catch {
+            XCTAssertEqual((error as? PeerSessionError)?.connectionError?.code, .tls, "\(error)")
+        }
+        XCTAssertEqual(try String(contentsOf: store, encoding: .utf8), "{not json")
+    }
+
+    func testTheTrustStoreMergesProcessesAndComparesNamesWithoutCase() throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("salut-known-\(UUID().uuidString).json")
+        defer { try? FileManager.default.removeItem(at: file) }
+        let a = String(repeating: "aa", count: 32), b = String(repeating: "bb", count: 32)
+        // Two sessions (as two processes would) on one file: neither loses the other's pin.
+        let first = TrustStore(file: file), second = TrustStore(file: file)
+        XCTAssertNil(first.check(peer: "Printer.local:631", fingerprint: a))
+        XCTAssertNil(second.check(peer: "scanner.local:80", fingerprint: b))
+        first.remember(peer: "Printer.local:631", fingerprint: a)
+        second.remember(peer: "scanner.local:80", fingerprint: b)
+        let saved = try JSONDecoder().decode([String: String].self, from: Data(contentsOf: file))
+        XCTAssertEqual(saved.count, 2, "\(saved)")
+        // Another case of the name is the same peer, held to its key.
+        XCTAssertNil(second.check(peer: "PRINTER.local:631", fingerprint: a))
+        XCTAssertNotNil(second.check(peer: "printer.LOCAL:631", fingerprint: b))
+        // A key remembered meanwhile by another process stays.
+        second.remember(peer: "printer.local:631", fingerprint: b)
+        XCTAssertNotNil(first.check(peer: "Printer.local:631", fingerprint: b))
+    }
+
     /// STARTTLS both ways: plain, then TLS (our task against our own listener upgrading its
     /// accepted connection), then plain again after both sides stop TLS.
     func testStartAndStopSecureConnectionMidStream() async throws {

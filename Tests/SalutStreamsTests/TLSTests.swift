@@ -312,6 +312,32 @@ final class TLSTests: SalutTestCase {
         XCTAssertTrue(client.waitForOutput(containing: "ack ping", seconds: 20), client.output)
     }
 
+    func testTLS12IsOnlyForwardSecretAEADInTheServersOrderAndNoCBCSuiteIsTaken() async throws {
+        // What a TLS scanner probes, one suite at a time, with `openssl s_client`.
+        let listener = try StreamListener(port: 0, tls: .server(certificateChainFile: certificate.certificateFile,
+                                                                privateKeyFile: certificate.keyFile))
+        defer { listener.stop() }
+        listener.accept { connection in
+            Task { _ = try? await connection.streams.open(); connection.input.close(); connection.output.close() }
+        }
+        func negotiated(_ arguments: [String]) -> String {
+            let client = try? Foreign(["openssl", "s_client", "-connect", "127.0.0.1:\(listener.port)", "-brief"] + arguments)
+            client?.closeInput()
+            let output = client?.finish(seconds: 20) ?? ""
+            return output.components(separatedBy: "Ciphersuite: ").dropFirst().first.map { String($0.prefix { !$0.isNewline }) } ?? "none: \(output)"
+        }
+        for refused in ["ECDHE-ECDSA-AES128-SHA", "ECDHE-ECDSA-AES256-SHA", "ECDHE-ECDSA-AES128-SHA256", "ECDHE-ECDSA-AES256-SHA384",
+                        "AES128-GCM-SHA256", "AES256-SHA"] {
+            XCTAssertTrue(negotiated(["-tls1_2", "-cipher", refused]).hasPrefix("none"), refused)
+        }
+        XCTAssertEqual(negotiated(["-tls1_2", "-cipher", "ECDHE-ECDSA-CHACHA20-POLY1305"]), "ECDHE-ECDSA-CHACHA20-POLY1305")
+        // The client prefers AES-256; the server's order (AES-128 first) wins.
+        XCTAssertEqual(negotiated(["-tls1_2", "-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256"]),
+                       "ECDHE-ECDSA-AES128-GCM-SHA256")
+        XCTAssertTrue(negotiated(["-tls1_1"]).hasPrefix("none"), "TLS 1.1 is refused")
+        XCTAssertTrue(negotiated([]).hasPrefix("TLS_"), "TLS 1.3 by default")
+    }
+
     func testAPeerThatGoesAwayMidWriteIsAnErrorNotASIGPIPE() async throws {
         // SIGPIPE at its default (fatal) disposition: OpenSSL's own socket BIO would raise it
         // and end this process.

@@ -40,11 +40,15 @@ public struct PeerTransferUpload: PeerUploadProtocol {
         }
     }
 
-    /// Trust failures, refusals and bad input will not pass by waiting; the rest may.
+    /// Refusals and bad input will not pass by waiting; the rest may. A trust failure (a
+    /// receiver answering its name with another key) pauses the send rather than ending it:
+    /// an impostor that is there for a moment must not cost a week's queue. The send waits and
+    /// tries again, `peerxfer status` showing why ("last error: KEY CHANGED…"), until the real
+    /// receiver answers, the user pairs or untrusts, or cancels it.
     public func isRetryable(_ error: any Error) -> Bool {
         if error is CancellationError { return false }
         if let transfer = error as? PeerTransferError {
-            return !(transfer.isTrustFailure || transfer.isDeclined || transfer.exitCode == 2)
+            return !(transfer.isDeclined || transfer.exitCode == 2)
         }
         return true
     }

@@ -22,6 +22,8 @@ final class DigestCache: Sendable {
         var size: UInt64
         var modified: [Int]
         var changed: [Int]
+        /// For a part file's chunk digests: the chunk size they are of (0 for a whole file's).
+        var chunkSize = 0
 
         /// The key of the file whose fstat is `info`.
         init(_ info: stat) {
@@ -39,11 +41,12 @@ final class DigestCache: Sendable {
     /// `group.leave()`; others read it only after `group.wait()` returned.
     private final class Flight: @unchecked Sendable {
         let group = DispatchGroup()
-        var digest: SHA256Digest?
+        var digests: [SHA256Digest]?
     }
 
+    /// A whole file's digest is one element; a part file's chunk digests are many.
     private enum Entry {
-        case known(SHA256Digest)
+        case known([SHA256Digest])
         case hashing(Flight)
     }
 
@@ -76,7 +79,17 @@ final class DigestCache: Sendable {
     /// computed by `hash` now (on the calling thread, which it blocks). `hash` also says
     /// whether its digest may be remembered; a failed `hash` (nil) is not.
     func digest(for key: Key, hash: () -> (digest: SHA256Digest, remember: Bool)?) -> SHA256Digest? {
-        enum Step { case known(SHA256Digest), wait(Flight), compute(Flight) }
+        digests(for: key) { hash().map { ([$0.digest], $0.remember) } }?.first
+    }
+
+    /// Hashings computed so far (not answered from memory or by waiting): for tests.
+    var hashings: Int { computed.withLock { $0 } }
+    private let computed = Mutex(0)
+
+    /// Like ``digest(for:hash:)``, for a list of digests (a part file's chunks): remembered,
+    /// waited for, or computed by `hash` now.
+    func digests(for key: Key, hash: () -> (digests: [SHA256Digest], remember: Bool)?) -> [SHA256Digest]? {
+        enum Step { case known([SHA256Digest]), wait(Flight), compute(Flight) }
         let step = entries.withLock { entries -> Step in
             switch entries[key] {
             case .known(let digest)?: return .known(digest)
@@ -89,24 +102,25 @@ final class DigestCache: Sendable {
             }
         }
         switch step {
-        case .known(let digest):
-            return digest
+        case .known(let digests):
+            return digests
         case .wait(let flight):
             flight.group.wait()
-            return flight.digest
+            return flight.digests
         case .compute(let flight):
+            computed.withLock { $0 += 1 }
             let outcome = hash()
-            flight.digest = outcome?.digest
+            flight.digests = outcome?.digests
             entries.withLock { entries in
                 if let outcome, outcome.remember {
                     if entries.count >= capacity { forgetHalf(&entries) }
-                    entries[key] = .known(outcome.digest)
+                    entries[key] = .known(outcome.digests)
                 } else {
                     entries[key] = nil
                 }
             }
             flight.group.leave()
-            return outcome?.digest
+            return outcome?.digests
         }
     }
 

@@ -86,10 +86,12 @@ enum FileHashing {
     }
 
     /// SHA-256 of each whole `chunkSize` chunk of the first `length` bytes of `fd`.
-    static func chunkDigests(of fd: Int32, length: UInt64, chunkSize: Int) throws -> [SHA256Digest] {
+    static func chunkDigests(of fd: Int32, length: UInt64, chunkSize: Int,
+                             stop: StopFlag? = nil) throws -> [SHA256Digest] {
         var digests: [SHA256Digest] = []
         var offset: UInt64 = 0
         while offset + UInt64(chunkSize) <= length {
+            if stop?.isSet == true { throw CancellationError() }
             let hasher = SHA256Hasher()
             try feed(fd, length: UInt64(chunkSize), from: offset, to: hasher)
             digests.append(hasher.finish())
@@ -162,4 +164,14 @@ final class HashPipeline: @unchecked Sendable {
     func drain() {
         queue.sync {}
     }
+}
+
+/// A flag one task sets to stop work another thread does in a loop (hashing a part file for
+/// an offer whose sender left): checked between steps.
+final class StopFlag: Sendable {
+    private let flag = Atomic<Bool>(false)
+    /// Asks the work to stop.
+    func set() { flag.store(true, ordering: .releasing) }
+    /// True once ``set()`` was called.
+    var isSet: Bool { flag.load(ordering: .acquiring) }
 }

@@ -16,6 +16,9 @@ final class Inbox: @unchecked Sendable {
     private let promised = Mutex<UInt64>(0)
     /// Digests of delivered files, for `existing` offers (see ``digest(ofFile:size:deliveredBy:)``).
     let digests = DigestCache()
+    /// Chunk digests of part files, for `have` answers: an offer sent again and again (by a
+    /// peer that then hangs up) costs one hashing of its part file, not one each.
+    let partDigests = DigestCache(capacity: 1_024)
     /// The small files being received, each as its sender's key and its path (see
     /// ``claim(_:for:)``).
     private let receiving = Mutex<Set<[UInt8]>>([])
@@ -32,6 +35,12 @@ final class Inbox: @unchecked Sendable {
         root = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard root >= 0 else {
             throw PeerTransferError.runtime("cannot open the inbox \(path): \(String(cString: strerror(errno)))")
+        }
+        // A daemon that cannot write where files land would publish itself and then fail
+        // every transfer: refused at the start instead.
+        guard faccessat(root, ".", W_OK | X_OK, AT_EACCESS) == 0 else {
+            let reason = String(cString: strerror(errno))
+            throw PeerTransferError.usage("cannot write to the inbox \(Terminal.escape(path)) (\(reason)); give --inbox a folder this user can write")
         }
     }
 
@@ -218,7 +227,7 @@ final class Inbox: @unchecked Sendable {
     /// SHA-256 of each whole chunk of `sender`'s part file for `path`; nil when there is no
     /// part file that `sender` may resume (none, another sender's, one being written now).
     func resumablePart(_ path: RelativePath, chunkSize: Int, for sender: String,
-                       cache: FolderCache? = nil) -> [SHA256Digest]? {
+                       cache: FolderCache? = nil, stop: StopFlag? = nil) -> [SHA256Digest]? {
         guard let directory = try? openDirectory(path.parent, create: false, cache: cache) else { return nil }
         defer { close(directory) }
         let fd = openat(directory, TransferLimits.partName(of: path.name, from: sender), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
@@ -233,13 +242,28 @@ final class Inbox: @unchecked Sendable {
         // transfer that opens this part file meanwhile fail. The digests are a hint; the whole
         // file is checked again before it gets its name.
         _ = flock(fd, LOCK_UN)   // closing the descriptor below releases it anyway
-        return (try? FileHashing.chunkDigests(of: fd, length: UInt64(info.st_size), chunkSize: chunkSize)) ?? []
+        // Remembered by the file's identity and times (as delivered files' digests are): the
+        // same part file offered again is not hashed again. A hashing stopped because the
+        // offer's sender left answers nothing and is not remembered.
+        var key = DigestCache.Key(info)
+        key.chunkSize = chunkSize
+        if stop?.isSet == true { return nil }
+        return partDigests.digests(for: key) {
+            guard let digests = try? FileHashing.chunkDigests(of: fd, length: UInt64(info.st_size), chunkSize: chunkSize, stop: stop) else {
+                return nil
+            }
+            var after = stat()
+            guard fstat(fd, &after) == 0 else { return (digests, false) }
+            var afterKey = DigestCache.Key(after)
+            afterKey.chunkSize = chunkSize
+            return (digests, afterKey == key && DigestCache.isSettled(info))
+        } ?? (stop?.isSet == true ? nil : [])
     }
 
     /// Opens (creating) the part file for `path`, creating its folders, for the transfer from
     /// `sender` (whose key the file records).
     ///
-    /// Each sender has a part file of its own for a path, `NAME.<12 hex of its key>.peerxfer-part`,
+    /// Each sender has a part file of its own for a path, `NAME.<24 hex of its key>.peerxfer-part`,
     /// so no peer can offer the same path and discard, resume or learn of someone else's
     /// progress. Should the name still hold another sender's part file (two keys that begin
     /// alike, which the recorded key tells apart), that file is left alone: this transfer's copy
@@ -387,7 +411,7 @@ final class Inbox: @unchecked Sendable {
     }
 }
 
-/// A file being received: its sender's part file `NAME.<12 hex of its key>.peerxfer-part` in
+/// A file being received: its sender's part file `NAME.<24 hex of its key>.peerxfer-part` in
 /// its folder, linked under its final name when verified; or, when another sender's part file
 /// holds that name (two keys that begin alike), a file without a name (`O_TMPFILE`) in the same
 /// folder, linked the same way (and never resumable).
@@ -402,7 +426,7 @@ final class PartFile {
     private var directory: Int32
     private var fd: Int32
 
-    /// The part file's name in its folder (`NAME.<12 hex of the sender's key>.peerxfer-part`); nil for a file
+    /// The part file's name in its folder (`NAME.<24 hex of the sender's key>.peerxfer-part`); nil for a file
     /// without a name (another sender's part file holds that name): nothing is ever removed
     /// under a part name for it.
     let partName: String?

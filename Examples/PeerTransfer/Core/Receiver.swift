@@ -16,14 +16,32 @@ public enum AcceptPolicy: Sendable {
 
 /// An offer as a receiver's policy sees it.
 public struct IncomingOffer: Sendable {
-    /// The sender's name as it introduced itself (escaped for printing).
+    /// The name the sender claims (escaped for printing): anyone can claim any name, so it is
+    /// shown after what this device knows of the key.
     public var senderName: String
-    /// The SHA-256 of the sender's public key.
+    /// The SHA-256 of the sender's public key: the thing to decide on.
     public var senderKey: String
-    /// True when that key is trusted here.
-    public var senderTrusted: Bool
+    /// The label this device trusts that key under (`peerxfer trust`), escaped; nil when the
+    /// key is not trusted here.
+    public var senderLabel: String?
+    /// The verification code of this receiver's key and the sender's (``VerificationCode``),
+    /// which the sender showed when it asked whether to trust this receiver.
+    public var code: String
     /// What is offered.
     public var manifest: Manifest
+
+    /// True when the sender's key is trusted here.
+    public var senderTrusted: Bool { senderLabel != nil }
+
+    /// Who offers, for a person: the verdict and what this device knows first, the claimed
+    /// name last ("trusted sender "laptop" [key 368bc9ff…], calling itself "vm"").
+    public var introduction: String {
+        let key = "key \(senderKey.prefix(16))…"
+        if let senderLabel {
+            return "trusted sender \"\(senderLabel)\" [\(key)], calling itself \"\(senderName)\""
+        }
+        return "unknown sender [\(key), code \(code)], calling itself \"\(senderName)\""
+    }
 }
 
 /// What a receiver reports about its transfers, for logs and `peerxfer status`.
@@ -42,7 +60,10 @@ struct Receiver {
     let inbox: Inbox
     let policy: AcceptPolicy
     let hello: Hello
-    let trusted: @Sendable (String) -> Bool
+    /// The label a key is trusted under here (`peerxfer trust`), nil when it is not trusted.
+    let trustedLabel: @Sendable (String) -> String?
+    /// This receiver's own key (for the verification code shown with an offer).
+    var ownKey = ""
     let events: @Sendable (ReceiveEvent) -> Void
     let logger: Logger
     /// What `peerxfer trust` needs besides the key to act on this receiver's configuration
@@ -54,6 +75,14 @@ struct Receiver {
     var pace = TransferPace()
     /// How long a connection has, from its start, to carry the sender's hello (TLS included).
     var helloBound: Duration = .seconds(10)
+    /// Whether received files keep the execute bits their sender gave them (`serve
+    /// --keep-execute-bits`); by default they are cleared, so that nothing a peer sends is
+    /// runnable here until someone makes it so.
+    var keepsExecuteBits = false
+
+    /// The mode a received file is stored with.
+    func storedMode(_ offered: UInt32) -> UInt32 { keepsExecuteBits ? offered : offered & ~0o111 }
+
     /// Called once the sender's hello passed the policy: true when it may transfer (it took
     /// one of the daemon's transfer slots), false when every slot is taken (it is told the
     /// receiver is busy). Until then the connection holds no slot (see ``Admission``).
@@ -171,7 +200,7 @@ struct Receiver {
                     }
                     if frame.kind == .hello, let peer = try? frame.decode(Hello.self) {
                         senderName = Terminal.escape(Self.shortened(peer.name, toBytes: 100))
-                        if case .known = policy, !trusted(senderKey) {
+                        if case .known = policy, trustedLabel(senderKey) == nil {
                             let refusal = "this receiver takes files only from known senders, and the key \(senderKey) is not trusted here"
                             // The sender is not told where this receiver keeps its configuration.
                             let failure = PeerTransferError.trust("\(refusal) (on the receiver: peerxfer trust \(senderKey))")
@@ -210,7 +239,7 @@ struct Receiver {
                 case .decide(let offered, let paths):
                     manifest = offered
                     events(.offered(id: id, sender: senderName, files: offered.fileCount, bytes: offered.totalBytes))
-                    logger.info("offer from \(senderName) (key \(senderKey.prefix(16))…): \(Wording.counted(offered.fileCount, "file")), \(Wording.counted(Int(clamping: offered.totalBytes), "byte"))")
+                    logger.info("offer from the key \(senderKey.prefix(16))… (calling itself \"\(senderName)\"): \(Wording.counted(offered.fileCount, "file")), \(Wording.counted(Int(clamping: offered.totalBytes), "byte"))")
                     // A person or a hook may take up to 120 s; the sender waits 150 s.
                     watchdog.touch(bound: .seconds(150))
                     let decision = await decide(offered, paths, senderName: senderName, senderKey: senderKey, over: pair, watchdog: watchdog)
@@ -299,7 +328,7 @@ struct Receiver {
                             pending += fileFailed(index, entry, ReceiverStateMachine.withdrawnReason)
                         } else if digest.hex == offered {
                             if !verified.hasRoom(forBuffered: file.size) { pending += try await publishVerified() }
-                            verified.append(index, buffered: file, mode: entry.mode, modified: entry.modified)
+                            verified.append(index, buffered: file, mode: storedMode(entry.mode), modified: entry.modified)
                             if verified.isFull { pending += try await publishVerified() }
                         } else {
                             pending += fileFailed(index, entry, "its SHA-256 is \(digest.hex), not the \(Terminal.escape(offered)) the sender read; nothing of it was kept")
@@ -325,7 +354,7 @@ struct Receiver {
                         pending += fileFailed(index, entry, ReceiverStateMachine.withdrawnReason)
                     } else if digest.hex == offered {
                         do {
-                            try file.finishWriting(mode: entry.mode, modified: entry.modified)
+                            try file.finishWriting(mode: storedMode(entry.mode), modified: entry.modified)
                             verified.append(index, file, size: entry.size)
                         } catch let error as PeerTransferError {
                             file.closeFiles()
@@ -421,7 +450,8 @@ struct Receiver {
         case .all, .known:
             chosen = Set(manifest.entries.indices)
         case .ask(let judge):
-            let offer = IncomingOffer(senderName: senderName, senderKey: senderKey, senderTrusted: trusted(senderKey), manifest: manifest)
+            let offer = IncomingOffer(senderName: senderName, senderKey: senderKey, senderLabel: trustedLabel(senderKey).map(Terminal.escape),
+                                      code: VerificationCode.between(ownKey, senderKey), manifest: manifest)
             switch await Self.judge(offer, with: judge, unlessTheSenderLeaves: pair, watchdog: watchdog) {
             case .success(let judged): chosen = judged
             case .failure(let error): return .failure(error)
@@ -433,8 +463,22 @@ struct Receiver {
         // What the inbox already holds is found by hashing files (earlier transfers' results and
         // part files, up to the whole offer's size): on a thread of its own, so that the shared
         // pool of async threads goes on serving other peers meanwhile.
-        var decision = await onThreadOfItsOwn { [inbox, chosen] () -> Decision in
-            Self.whatIsHeld(manifest, paths, chosen: chosen, inbox: inbox, senderKey: senderKey)
+        // Raced against the sender leaving, as the question is: a sender that hangs up stops
+        // the hashing (between chunks), and what was hashed in full is remembered for its next
+        // offer (see ``Inbox/partDigests``).
+        let stop = StopFlag()
+        let held = await Self.race({ [inbox, chosen] in
+            await withTaskCancellationHandler {
+                await onThreadOfItsOwn { () -> Decision in
+                    Self.whatIsHeld(manifest, paths, chosen: chosen, inbox: inbox, senderKey: senderKey, stop: stop)
+                }
+            } onCancel: {
+                stop.set()
+            }
+        }, unlessTheSenderLeaves: pair, watchdog: watchdog)
+        guard case .success(var decision) = held else {
+            if case .failure(let error) = held { return .failure(error) }
+            return .failure(.runtime(Self.leftBeforeTheAnswer))
         }
         do {
             try inbox.promise(decision.promised)
@@ -455,8 +499,17 @@ struct Receiver {
     private static func judge(_ offer: IncomingOffer, with judge: @escaping @Sendable (IncomingOffer) async -> Set<Int>,
                               unlessTheSenderLeaves pair: BoundStreamPair,
                               watchdog: ProgressWatchdog) async -> Result<Set<Int>, PeerTransferError> {
-        await withTaskGroup(of: Result<Set<Int>, PeerTransferError>?.self) { group in
-            group.addTask { .success(await judge(offer)) }
+        await race({ await judge(offer) }, unlessTheSenderLeaves: pair, watchdog: watchdog)
+    }
+
+    /// Runs `work` while watching the connection: the sender sends nothing until it has the
+    /// answer, so the end, an error or a byte means it left (or broke the protocol), and
+    /// `work` is cancelled. Its result otherwise.
+    private static func race<T: Sendable>(_ work: @escaping @Sendable () async -> T,
+                                          unlessTheSenderLeaves pair: BoundStreamPair,
+                                          watchdog: ProgressWatchdog) async -> Result<T, PeerTransferError> {
+        await withTaskGroup(of: Result<T, PeerTransferError>?.self) { group in
+            group.addTask { .success(await work()) }
             group.addTask {
                 // The sender sends nothing until it has the answer: any byte, the end or an
                 // error is the end of this offer. A cancelled read takes nothing.
@@ -477,15 +530,15 @@ struct Receiver {
                     return .failure(.runtime(Self.leftBeforeTheAnswer))
                 }
             }
-            var outcome: Result<Set<Int>, PeerTransferError>?
+            var outcome: Result<T, PeerTransferError>?
             while outcome == nil, let next = await group.next() { outcome = next }
             group.cancelAll()
-            // The other side's end too: a read that ended or took a byte just as the judge
-            // answered decides (that byte is gone, and the stream with it).
+            // The other side's end too: a read that ended or took a byte just as the work
+            // ended decides (that byte is gone, and the stream with it).
             for await late in group {
                 if case .failure? = late { outcome = late }
             }
-            return outcome ?? .success([])
+            return outcome ?? .failure(.runtime(leftBeforeTheAnswer))
         }
     }
 
@@ -508,7 +561,7 @@ struct Receiver {
     /// the bytes still to come, the files offered as `existing` and the small files whose part
     /// file was found. Blocking: it hashes files.
     private static func whatIsHeld(_ manifest: Manifest, _ paths: [RelativePath], chosen: Set<Int>,
-                                   inbox: Inbox, senderKey: String) -> Decision {
+                                   inbox: Inbox, senderKey: String, stop: StopFlag? = nil) -> Decision {
         var accepted: [Answer.Entry] = []
         var needed: UInt64 = 0
         var held = Set<Int>()
@@ -531,7 +584,8 @@ struct Receiver {
                 accepted.append(Answer.Entry(index: index, existing: existing.hex))
                 continue
             }
-            let part = inbox.resumablePart(path, chunkSize: manifest.chunkSize, for: senderKey, cache: folders)
+            if stop?.isSet == true { break }   // the sender left: no one will read the answer
+            let part = inbox.resumablePart(path, chunkSize: manifest.chunkSize, for: senderKey, cache: folders, stop: stop)
             let have = part ?? []
             if part != nil, entry.size <= BufferedFile.sizeLimit { partFound.insert(index) }
             needed += entry.size - min(entry.size, UInt64(have.count) * UInt64(manifest.chunkSize))

@@ -21,6 +21,14 @@ public final class ReceiverService: Sendable {
     private let admission = Mutex(Admission())
     private let greetingPairs = Mutex([Int: BoundStreamPair]())
     private let tally = RefusalTally()
+    /// Whether received files keep their execute bits (see ``Receiver/keepsExecuteBits``).
+    public let keepsExecuteBits: Bool
+    /// What clears part files no one came back for (set before ``run()``).
+    public var sweeper: PartSweeper { sweeperValue.withLock { $0 } }
+    private let sweeperValue = Mutex(PartSweeper())
+
+    /// Sets how part files no one came back for are cleared (before ``run()``).
+    public func clearParts(with sweeper: PartSweeper) { sweeperValue.withLock { $0 = sweeper } }
     private let nextID = Mutex(0)
 
     /// The name the service is published under (differs from the one asked for after a
@@ -37,7 +45,7 @@ public final class ReceiverService: Sendable {
     ///   service cannot be published (no avahi-daemon, port taken).
     public static func start(name: String, inbox inboxPath: String, configuration: PeerConfiguration,
                              policy: AcceptPolicy, port: Int = 0, pace: TransferPace = TransferPace(),
-                             domain: String = "local", wideArea: WideAreaPublishing? = nil, logger: Logger,
+                             domain: String = "local", wideArea: WideAreaPublishing? = nil, keepsExecuteBits: Bool = false, logger: Logger,
                              events: @escaping @Sendable (ReceiveEvent) -> Void = { _ in }) async throws -> ReceiverService {
         let inbox = try Inbox(path: inboxPath)
         if !inbox.recordsSenders {
@@ -74,12 +82,13 @@ public final class ReceiverService: Sendable {
         }
         let hello = Hello(protocolVersion: TransferLimits.protocolVersion, device: configuration.deviceID, name: advertisement.name)
         return ReceiverService(advertisement: advertisement, inbox: inbox, policy: policy, hello: hello,
-                               configuration: configuration, pace: pace, logger: logger, events: events)
+                               configuration: configuration, pace: pace, keepsExecuteBits: keepsExecuteBits, logger: logger, events: events)
     }
 
     private init(advertisement: ServiceAdvertisement, inbox: Inbox, policy: AcceptPolicy, hello: Hello,
-                 configuration: PeerConfiguration, pace: TransferPace, logger: Logger,
+                 configuration: PeerConfiguration, pace: TransferPace, keepsExecuteBits: Bool, logger: Logger,
                  events: @escaping @Sendable (ReceiveEvent) -> Void) {
+        self.keepsExecuteBits = keepsExecuteBits
         self.advertisement = advertisement
         self.pace = pace
         self.inbox = inbox
@@ -94,8 +103,9 @@ public final class ReceiverService: Sendable {
     /// the transfers in progress to end (their part files stay, to be resumed).
     public func run() async {
         let knownFile = configuration.knownPeersFile
-        let trusted: @Sendable (String) -> Bool = { key in
-            (try? KnownPeers.load(from: knownFile))?.trusted[key] != nil
+        // A file that cannot be read trusts no one (fails closed).
+        let trusted: @Sendable (String) -> String? = { key in
+            (try? KnownPeers.load(from: knownFile))?.trusted[key]
         }
         // A discarding group: a daemon's finished transfers must not pile up as results.
         await withDiscardingTaskGroup { group in
@@ -105,6 +115,16 @@ public final class ReceiverService: Sendable {
                     while !Task.isCancelled { try? await Task.sleep(for: .seconds(3600)) }
                 } onCancel: {
                     advertisement.cancel()
+                }
+            }
+            // Part files no one came back for are cleared at the start and every hour.
+            group.addTask { [sweeper, inbox, logger] in
+                while !Task.isCancelled {
+                    let swept = await onThreadOfItsOwn { sweeper.sweep(inbox.path) }
+                    if swept.removed > 0 {
+                        logger.notice("removed \(Wording.counted(swept.removed, "part file")) (\(swept.bytes) bytes) that no sender came back for within \(Wording.duration(Double(sweeper.maximumAge.components.seconds))), or to keep \(Int(sweeper.reserve * 100)) % of the disk free")
+                    }
+                    try? await Task.sleep(for: .seconds(3600))
                 }
             }
             // One line per interval for connections refused or cut before they offered
@@ -120,11 +140,13 @@ public final class ReceiverService: Sendable {
                 let source = connection.remoteAddress.map { Self.sourceAddress($0) } ?? "?"
                 greetingPairs.withLock { $0[id] = connection.streams }
                 carryOut(admission.withLock { $0.arrived(id, from: source) })
-                var receiver = Receiver(id: id, inbox: inbox, policy: policy, hello: hello, trusted: trusted,
+                var receiver = Receiver(id: id, inbox: inbox, policy: policy, hello: hello, trustedLabel: trusted,
                                         events: events, logger: logger)
                 receiver.pace = pace
                 receiver.idleBound = pace.idleBound
                 receiver.configOption = configuration.configOption
+                receiver.ownKey = configuration.identity.publicKeySHA256
+                receiver.keepsExecuteBits = keepsExecuteBits
                 receiver.admit = { [self] in
                     let actions = admission.withLock { $0.identified(id) }
                     greetingPairs.withLock { _ = $0.removeValue(forKey: id) }

@@ -62,7 +62,10 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
             }
             // Compared as bytes: a character such as U+0600 joins the dot after it into one
             // grapheme, which would hide the suffix from a comparison of characters.
-            guard !part.utf8.reversed().starts(with: TransferLimits.partSuffix.utf8.reversed()) else {
+            // And without ASCII case: on vfat, exFAT or a case-folding ext4 folder,
+            // "x.PEERXFER-PART" is the same file as "x.peerxfer-part".
+            let lowered = part.utf8.reversed().lazy.map { (0x41...0x5A).contains($0) ? $0 + 0x20 : $0 }
+            guard !lowered.starts(with: TransferLimits.partSuffix.utf8.reversed()) else {
                 return "ends in \(TransferLimits.partSuffix), which the inbox keeps for files still arriving"
             }
         }
@@ -117,10 +120,10 @@ extension Manifest {
                 guard entry.size <= TransferLimits.maximumFileSize else {
                     throw PeerTransferError.limit("\"\(Terminal.escape(entry.path))\" is \(entry.size) bytes (the limit is 1 TiB)")
                 }
-                // It may arrive as NAME.<12 hex of the sender's key>.peerxfer-part first, which must fit in a file name too.
+                // It may arrive as NAME.<24 hex of the sender's key>.peerxfer-part first, which must fit in a file name too.
                 let room = TransferLimits.maximumReceivedNameBytes
                 guard path.name.utf8.count <= room else {
-                    throw PeerTransferError.unsafePath("\"\(Terminal.escape(entry.path))\" has a file name of \(path.name.utf8.count) bytes; at most \(room) can be received (the part file's name, NAME.<12 hex of the sender's key>.peerxfer-part, must fit in 255)")
+                    throw PeerTransferError.unsafePath("\"\(Terminal.escape(entry.path))\" has a file name of \(path.name.utf8.count) bytes; at most \(room) can be received (the part file's name, NAME.<24 hex of the sender's key>.peerxfer-part, must fit in 255)")
                 }
             case .directory:
                 guard entry.size == 0 else {

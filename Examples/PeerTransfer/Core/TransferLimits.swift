@@ -39,9 +39,10 @@ public enum TransferLimits {
     static let cipherSuites = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256"
     /// The suffix of a file still arriving.
     public static let partSuffix = ".peerxfer-part"
-    /// Hex digits of the sender's key in a part file's name (`NAME.<12 hex>.peerxfer-part`):
-    /// each sender has a part file of its own for a path.
-    static let partTagDigits = 12
+    /// Hex digits of the sender's key in a part file's name (`NAME.<24 hex>.peerxfer-part`):
+    /// each sender has a part file of its own for a path. 96 bits: no one can make a key whose
+    /// tag matches another sender's (the recorded key tells two such apart anyway).
+    static let partTagDigits = 24
     /// The longest file name that can be received: its part file's name must fit in 255 bytes.
     static let maximumReceivedNameBytes = maximumNameBytes - partSuffix.utf8.count - partTagDigits - 1
 

@@ -84,7 +84,7 @@ public struct TransferPlan: Sendable {
     /// Why the protocol cannot carry an entry at `relative` (its last component `name`), or nil.
     private static func unsendable(_ relative: String, name: String, isFile: Bool) -> String? {
         if let why = RelativePath.problem(with: relative) { return why }
-        // A file arrives as NAME.<12 hex>.peerxfer-part first, which must fit in a name too.
+        // A file arrives as NAME.<24 hex>.peerxfer-part first, which must fit in a name too.
         let room = TransferLimits.maximumReceivedNameBytes
         if isFile && name.utf8.count > room { return "has a file name of \(name.utf8.count) bytes; at most \(room) can be received" }
         return nil

@@ -16,4 +16,12 @@ extension Wording {
         }
         return counted(whole, "second")
     }
+
+    /// `name` in at most `limit` characters: cut in the middle, keeping its end (the extension,
+    /// which says what the file is: "invoice-…-padding.pdf.exe" must not show as "invoice-…").
+    public static func shortened(_ name: String, to limit: Int) -> String {
+        guard name.count > limit else { return name }
+        let tail = min(24, limit / 3)
+        return name.prefix(limit - tail - 1) + "…" + name.suffix(tail)
+    }
 }

@@ -20,6 +20,12 @@ struct LoggingOptions: ParsableArguments {
     @Flag(name: .shortAndLong, help: "Log what happens on the network in detail (the same as --log-level debug).")
     var verbose = false
 
+    func validate() throws {
+        if level == nil, let text = ProcessInfo.processInfo.environment["PEERXFER_LOG_LEVEL"], Logger.Level(rawValue: text) == nil {
+            throw ValidationError("PEERXFER_LOG_LEVEL=\(Terminal.escape(text)) is not a level: trace, debug, info, notice, warning, error or critical")
+        }
+    }
+
     /// The level the options and the environment ask for, or `fallback`.
     func resolvedLevel(default fallback: Logger.Level,
                        environment: [String: String] = ProcessInfo.processInfo.environment) -> Logger.Level {

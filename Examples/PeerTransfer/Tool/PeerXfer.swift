@@ -11,7 +11,7 @@ struct PeerXfer: AsyncParsableCommand {
         commandName: "peerxfer",
         abstract: "Send files and folders to peerxfer daemons on the LAN over TLS 1.3, verified by SHA-256 and resumable.",
         discussion: """
-            A receiver runs `peerxfer serve`; it publishes itself by DNS-SD with the fingerprint of its key. A sender finds it by name, checks that the key it connects to is the one advertised (and, after the first transfer, the one it met then), offers a manifest, and sends what the receiver accepts. Files arrive as NAME.<first 12 hex digits of the sender's key>.peerxfer-part (each sender has its own) and get their name only once their SHA-256 matches. Run the same `send` again after an interruption and only what is missing is sent.
+            A receiver runs `peerxfer serve`; it publishes itself by DNS-SD with the fingerprint of its key. A sender finds it by name, checks that the key it connects to is the one advertised and the one paired with (a receiver new to it is asked about, or refused without a terminal: see `send --help`), offers a manifest, and sends what the receiver accepts. Files arrive as NAME.<first 24 hex digits of the sender's key>.peerxfer-part (each sender has its own) and get their name only once their SHA-256 matches. Run the same `send` again after an interruption and only what is missing is sent.
 
             Exit codes:
                 0  every file was verified by the receiver
@@ -19,7 +19,7 @@ struct PeerXfer: AsyncParsableCommand {
                 2  usage error (bad arguments)
                 3  the receiver was not found in time
                 5  declined by the receiver (all or part of the offer)
-                6  trust failure (key changed or not the advertised one; unknown sender under --accept known)
+                6  trust failure (a receiver not paired yet and no terminal to ask, a changed key, a key other than the advertised or expected one; an unknown sender under --accept known)
               130  `send` stopped with Ctrl-C (run it again to resume); 143 SIGTERM, 129 SIGHUP
 
             Examples:
@@ -39,6 +39,10 @@ struct PeerXfer: AsyncParsableCommand {
         var ignore = sigaction()
         ignore.__sigaction_handler.sa_handler = SIG_IGN
         if sigaction(SIGPIPE, &ignore, nil) != 0 { printError("cannot ignore SIGPIPE: \(String(cString: strerror(errno)))") }
+        if let invalid = RawArguments.firstInvalid() {
+            printError("peerxfer: argument \(invalid.position) (\(invalid.shown)) is not valid UTF-8; names and paths are taken in UTF-8 only, so it is refused rather than read as another")
+            Foundation.exit(2)
+        }
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? AsyncParsableCommand {
@@ -65,6 +69,15 @@ struct ConfigOptions: ParsableArguments {
         "The configuration folder: this device's key and certificate, pinned and trusted peers.",
         discussion: "Default: $XDG_CONFIG_HOME/peerxfer, or ~/.config/peerxfer.", valueName: "dir"))
     var directory: String?
+
+    func validate() throws {
+        guard let directory else { return }
+        guard !directory.isEmpty else { throw ValidationError("--config needs a folder") }
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), !isDirectory.boolValue {
+            throw ValidationError("--config \(Terminal.escape(directory)) is a file, not a folder: give the configuration's folder (or a new one's)")
+        }
+    }
 
     func load() throws -> PeerConfiguration {
         try PeerConfiguration(directory: directory ?? PeerConfiguration.defaultDirectory)

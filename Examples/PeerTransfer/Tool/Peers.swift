@@ -50,10 +50,11 @@ struct Peers: AsyncParsableCommand {
             let trusted = known.trusted[peer.key] != nil
             if json {
                 printJSON(["name": Terminal.escape(peer.name), "host": Terminal.escape(peer.host), "port": Int(peer.port),
-                           "key": peer.key, "pin": status, "trusted": trusted])
+                           "key": peer.key, "pin": status, "trusted": trusted, "reachable": peer.reachable])
             } else {
                 rows.append([Terminal.escape(peer.name), "\(Terminal.escape(peer.host)):\(peer.port)",
-                             peer.key.isEmpty ? "(none)" : String(peer.key.prefix(16)) + "…", status + (trusted ? ", trusted" : "")])
+                             peer.key.isEmpty ? "(none)" : String(peer.key.prefix(16)) + "…",
+                             status + (trusted ? ", trusted" : "") + (peer.reachable ? "" : ", UNREACHABLE (gone? its record may outlive it)")])
             }
         }
         if !rows.isEmpty {
@@ -81,6 +82,23 @@ enum PeerDirectory {
         var host: String
         var port: UInt16
         var key: String
+        /// Whether its address took a TCP connection just now: a receiver that went away
+        /// without its goodbye reaching us stays in the daemon's cache for up to 75 minutes.
+        var reachable: Bool
+    }
+
+    /// Seconds a receiver's address has to take a connection before it is called unreachable.
+    static let reachTimeout: TimeInterval = 1.5
+
+    /// Whether `resolved` takes a TCP connection within ``reachTimeout`` (closed at once).
+    static func reaches(_ resolved: ResolvedService) async -> Bool {
+        guard let address = resolved.addresses.first(where: { !$0.isIPv6 }) ?? resolved.addresses.first else { return false }
+        let pair = SocketStreams.pair(toHost: address.host, port: Int(resolved.port), connectTimeout: reachTimeout)
+        defer {
+            pair.input.close()
+            pair.output.close()
+        }
+        return (try? await pair.open()) != nil
     }
 
     /// The receivers seen within `duration`, resolved, sorted by name.
@@ -108,7 +126,8 @@ enum PeerDirectory {
             // as the sender compares it; anything else reads as no key.
             let advertised = resolved.txtRecord.string(for: "fp")?.lowercased() ?? ""
             let key = SHA256DigestText.isValid(advertised) ? advertised : ""
-            peers.append(Peer(name: service.name, host: resolved.hostName, port: resolved.port, key: key))
+            peers.append(Peer(name: service.name, host: resolved.hostName, port: resolved.port, key: key,
+                              reachable: await reaches(resolved)))
         }
         return peers
     }

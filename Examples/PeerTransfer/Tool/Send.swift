@@ -47,14 +47,9 @@ struct Send: AsyncParsableCommand {
 
     func validate() throws {
         guard !paths.isEmpty else { throw ValidationError("give at least one file or folder to send") }
-        guard wait.isFinite, wait > 0, wait <= 86_400 else { throw ValidationError("--wait must be a number of seconds above 0, at most 86400") }
-        guard !to.isEmpty else { throw ValidationError("--to needs a receiver name") }
+        guard wait.isFinite, wait >= 0.01, wait <= 86_400 else { throw ValidationError("--wait must be a number of seconds above 0 (0.01 at least), at most 86400") }
         // A name no receiver can have fails now, not after a look-up (or, queued, a week).
-        do {
-            try ServiceNames.checkName(to, allowEmpty: false)
-        } catch {
-            throw ValidationError("--to: \(Terminal.escape("\(error)"))")
-        }
+        try PeerNameRule.check(to, option: "--to")
         try place.check()
         if let expectKey {
             do {

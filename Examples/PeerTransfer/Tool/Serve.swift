@@ -15,7 +15,7 @@ struct Serve: AsyncParsableCommand {
 
             For senders on other subnets, publish in a wide-area DNS zone whose server takes signed updates (docs/wide-area.md): --domain home.arpa --tsig-key FILE [--dns-server ADDRESS].
 
-            --accept ask puts each offer to the person at this terminal (y/N, 120 s), or, with --hook, to a command: it runs under `sh -c` with PEERXFER_SENDER, PEERXFER_KEY, PEERXFER_TRUSTED (yes/no), PEERXFER_FILES and PEERXFER_BYTES set and the offered paths on its standard input, one per line (escaped as they would be shown); exit status 0 accepts the offer (only the paths it prints on its standard output, one per line, when it prints any), anything else declines it. The hook has 120 s, in a process group of its own; once it exits, anything it left running in that group is killed. With neither a terminal nor a hook, offers are declined.
+            --accept ask puts each offer to the person at this terminal (y/N, 120 s), or, with --hook, to a command: it runs under `sh -c` with PEERXFER_KEY (the sender's key, proven in the handshake: decide on this), PEERXFER_TRUSTED (yes/no), PEERXFER_LABEL (the name you trusted that key under, empty if not), PEERXFER_SENDER (the name the sender claims: anyone can claim any name), PEERXFER_FILES and PEERXFER_BYTES set and the offered paths on its standard input, one per line (escaped as they would be shown); exit status 0 accepts the offer (only the paths it prints on its standard output, one per line, when it prints any), anything else declines it. The hook has 120 s, in a process group of its own; once it exits, anything it left running in that group is killed. With neither a terminal nor a hook, offers are declined.
             """
     )
 
@@ -59,6 +59,18 @@ struct Serve: AsyncParsableCommand {
                                valueName: "seconds"))
     var idleTimeout: Double = 60
 
+    @Flag(name: .customLong("keep-execute-bits"),
+          help: "Keep the execute bits senders give their files. By default they are cleared: nothing a peer sends is runnable here until you make it so.")
+    var keepExecuteBits = false
+
+    @Option(name: .customLong("keep-parts"), parsing: .unconditional,
+            help: ArgumentHelp("Days an unfinished file's part may wait for its sender to resume before it is removed (checked at start and hourly).", valueName: "days"))
+    var keepParts: Double = 7
+
+    @Option(name: .customLong("reserve"), parsing: .unconditional,
+            help: ArgumentHelp("Percent of the inbox's disk to keep free by removing the oldest part files first.", valueName: "percent"))
+    var reserve: Double = 5
+
     enum AcceptMode: String, ExpressibleByArgument, CaseIterable {
         case ask, known, all
     }
@@ -66,11 +78,14 @@ struct Serve: AsyncParsableCommand {
     func validate() throws {
         guard (0...65_535).contains(port) else { throw ValidationError("--port must be 0…65535, not \(port)") }
         guard !name.isEmpty, name.utf8.count <= 63 else { throw ValidationError("--name must be 1 to 63 bytes") }
+        try PeerNameRule.check(name, option: "--name")
         if hook != nil && accept != .ask { throw ValidationError("--hook applies only to --accept ask") }
         guard slowGrace.isFinite, slowGrace >= 0, slowGrace <= 86_400 else { throw ValidationError("--slow-grace must be 0…86400 seconds") }
         guard idleTimeout.isFinite, idleTimeout >= 1, idleTimeout <= 3600 else {
             throw ValidationError("--idle-timeout must be 1…3600 seconds, not \(idleTimeout)")
         }
+        guard keepParts.isFinite, keepParts > 0, keepParts <= 3650 else { throw ValidationError("--keep-parts must be a number of days above 0, at most 3650") }
+        guard reserve.isFinite, reserve >= 0, reserve < 100 else { throw ValidationError("--reserve must be a percentage from 0 to under 100") }
         try place.check()
         if place.isLink && tsigKey != nil { throw ValidationError("--tsig-key is for a wide-area --domain; local is published through avahi-daemon") }
         if !place.isLink && tsigKey == nil {
@@ -112,8 +127,12 @@ struct Serve: AsyncParsableCommand {
         let status = StatusBook(file: configuration.statusFile)
         let service = try await ReceiverService.start(name: name, inbox: inbox, configuration: configuration, policy: policy,
                                                       port: port, pace: TransferPace(minimumRate: minimumRate, grace: .seconds(slowGrace), idleBound: .seconds(idleTimeout)),
-                                                      domain: place.domain, wideArea: wideArea,
+                                                      domain: place.domain, wideArea: wideArea, keepsExecuteBits: keepExecuteBits,
                                                       logger: logger, events: { status.record($0) })
+        var sweeper = PartSweeper()
+        sweeper.maximumAge = .seconds(Int64(keepParts * 86_400))
+        sweeper.reserve = reserve / 100
+        service.clearParts(with: sweeper)
         status.started(name: service.name, port: service.port, inbox: service.inboxPath,
                        key: configuration.identity.publicKeySHA256)
         // The user's own background session: it sends what `send --background` queued.
@@ -151,6 +170,7 @@ struct ReceiverLifecycle: Service {
 
 /// Puts offers to a person or a hook, one at a time.
 struct OfferJudge: Sendable {
+
     let hook: String?
     let logger: Logger
     private static let turn = AsyncTurn()
@@ -175,10 +195,12 @@ struct OfferJudge: Sendable {
         let entries = offer.manifest.entries
         var listing = entries.prefix(Self.entriesShown).map { entry in
             let name = Terminal.escape(entry.path) + (entry.kind == .directory ? "/" : "")
-            return "  \(name.count > Self.nameShown ? name.prefix(Self.nameShown - 1) + "…" : name)\n"
+            return "  \(Wording.shortened(name, to: Self.nameShown))\n"
         }.joined()
         if entries.count > Self.entriesShown { listing += "(and \(entries.count - Self.entriesShown) more)\n" }
-        let question = "\(offer.senderName) [key \(offer.senderKey.prefix(16))…\(offer.senderTrusted ? ", trusted" : "")] offers \(Wording.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)Accept? [y/N] "
+        // The verdict first, then what this device knows of the key, the claimed name last: no
+        // text the peer chose comes before the key.
+        let question = "\(offer.introduction) offers \(Wording.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)Accept? [y/N] "
         guard let stop = CancelPipe() else {
             logger.error("declined an offer from \(offer.senderName): no descriptor left to wait for the answer")
             return []
@@ -225,6 +247,7 @@ struct OfferJudge: Sendable {
         var environment = ProcessInfo.processInfo.environment
         environment["PEERXFER_SENDER"] = offer.senderName
         environment["PEERXFER_KEY"] = offer.senderKey
+        environment["PEERXFER_LABEL"] = offer.senderLabel ?? ""
         environment["PEERXFER_TRUSTED"] = offer.senderTrusted ? "yes" : "no"
         environment["PEERXFER_FILES"] = "\(offer.manifest.fileCount)"
         environment["PEERXFER_BYTES"] = "\(offer.manifest.totalBytes)"

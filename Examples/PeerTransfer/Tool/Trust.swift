@@ -33,7 +33,8 @@ struct Trust: AsyncParsableCommand {
     var wait: Double = 5
 
     func validate() throws {
-        guard wait.isFinite, wait > 0, wait <= 86_400 else { throw ValidationError("--wait must be a number of seconds above 0, at most 86400") }
+        guard wait.isFinite, wait >= 0.01, wait <= 86_400 else { throw ValidationError("--wait must be a number of seconds above 0 (0.01 at least), at most 86400") }
+        if pin { try PeerNameRule.check(peer, option: "NAME") }
         if pin && key == nil {
             throw ValidationError("--pin needs the name and the key: peerxfer trust --pin NAME KEY (the key as `peerxfer identity` prints it on that device)")
         }

@@ -79,12 +79,20 @@ public struct TLSConfiguration: Sendable, Hashable {
     public var maximumVersion: Version?
     /// The TLS 1.3 cipher suites to offer, most wanted first, in OpenSSL's colon-separated
     /// spelling (`"TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384"`); nil keeps OpenSSL's
-    /// list, which puts AES-256-GCM first. A server that sets it chooses by its own order
-    /// rather than the client's (for TLS 1.2 too). Names are the five of RFC 8446
+    /// list, which puts AES-256-GCM first. A server chooses by its own order rather than the
+    /// client's (for TLS 1.2 too: see ``tls12CipherSuites``). Names are the five of RFC 8446
     /// (`TLS_AES_128_GCM_SHA256`, `TLS_AES_256_GCM_SHA384`, `TLS_CHACHA20_POLY1305_SHA256`,
     /// `TLS_AES_128_CCM_SHA256`, `TLS_AES_128_CCM_8_SHA256`); any other name is refused by
     /// ``validate()`` with ``TLSError/invalidConfiguration(_:)``, and so fails the connection.
     public var tls13CipherSuites: String?
+
+    /// The TLS 1.2 cipher suites Salut offers and accepts, both as client and server, in
+    /// OpenSSL's spelling: ECDHE key exchange (forward secrecy) with AES-GCM or
+    /// ChaCha20-Poly1305 only; no CBC suites, no RSA key exchange. A server picks by this
+    /// order. (TLS 1.3's suites are all AEAD with forward secrecy.)
+    public static let tls12CipherSuites = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+        + "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+        + "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
 
     /// The TLS 1.3 cipher suites of RFC 8446, as OpenSSL names them.
     static let knownTLS13CipherSuites: Set<String> = [

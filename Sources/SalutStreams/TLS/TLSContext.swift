@@ -40,9 +40,14 @@ final class TLSContext: @unchecked Sendable {
             guard SSL_CTX_set_ciphersuites(context, suites) == 1 else {
                 throw TLSError.invalidConfiguration("OpenSSL refused the TLS 1.3 cipher suites \"\(suites)\": \(OpenSSLErrors.drain())")
             }
-            if configuration.role == .server {
-                _ = SSL_CTX_set_options(context, salut_SSL_OP_CIPHER_SERVER_PREFERENCE)
-            }
+        }
+        // TLS 1.2 (when the versions allow it) only with forward secrecy and an AEAD cipher:
+        // no CBC, no RSA key exchange, as a scanner rates a server; and the server's order.
+        guard SSL_CTX_set_cipher_list(context, TLSConfiguration.tls12CipherSuites) == 1 else {
+            throw TLSError.invalidConfiguration("OpenSSL refused the TLS 1.2 cipher suites: \(OpenSSLErrors.drain())")
+        }
+        if configuration.role == .server {
+            _ = SSL_CTX_set_options(context, salut_SSL_OP_CIPHER_SERVER_PREFERENCE)
         }
 
         switch configuration.trustRoots {

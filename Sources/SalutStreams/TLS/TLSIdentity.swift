@@ -52,6 +52,7 @@ public struct TLSIdentity: Sendable, Hashable {
         let keyFile = (directory as NSString).appendingPathComponent("key.pem")
         // The certificate is written last: once it exists, the identity is complete.
         if FileManager.default.fileExists(atPath: certificateFile) {
+            try checkPrivate(keyFile)
             return try TLSIdentity(certificateFile: certificateFile, privateKeyFile: keyFile)
         }
         do {
@@ -72,6 +73,18 @@ public struct TLSIdentity: Sendable, Hashable {
             try writeAtomically(keyPEM, to: keyFile, mode: 0o600)
             try writeAtomically(certificatePEM, to: certificateFile, mode: 0o644)
             return try TLSIdentity(certificateFile: certificateFile, privateKeyFile: keyFile)
+        }
+    }
+
+    /// A private key that others can read is no longer private: refused, saying what to run
+    /// (as OpenSSH refuses a key file with loose permissions).
+    /// - Throws: ``TLSError/cannotLoad(file:reason:)`` when the group or others may read or write it.
+    static func checkPrivate(_ keyFile: String) throws {
+        var info = stat()
+        guard stat(keyFile, &info) == 0 else { return }   // reading it says what is wrong
+        guard info.st_mode & 0o077 == 0 else {
+            let mode = String(info.st_mode & 0o777, radix: 8)
+            throw TLSError.cannotLoad(file: keyFile, reason: "the private key's permissions (\(mode)) let others read or change it; if no one else had it, run: chmod 600 '\(keyFile)'")
         }
     }
 

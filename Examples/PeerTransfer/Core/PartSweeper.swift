@@ -1,0 +1,76 @@
+import Foundation
+
+/// Clears the inbox of part files that no sender came back for: keys are free to make, so a
+/// peer could otherwise leave part files under one key after another until the disk is full.
+///
+/// A part file is removed when it has not been written for ``maximumAge`` (7 days by default;
+/// a sender that resumes within that time finds it), and, oldest first, while the file
+/// system's free space is below ``reserve`` (5 % by default). One that a transfer is writing
+/// now (it holds the file's lock) is never removed.
+public struct PartSweeper: Sendable {
+    /// How long a part file may go unwritten before it is removed.
+    public var maximumAge: Duration = .seconds(7 * 86_400)
+    /// The share of the file system kept free by removing part files, oldest first (0…1).
+    public var reserve: Double = 0.05
+
+    /// A sweeper with the defaults.
+    public init() {}
+
+    /// What a sweep removed.
+    public struct Outcome: Sendable, Equatable {
+        /// Part files removed.
+        public var removed = 0
+        /// Their bytes.
+        public var bytes: UInt64 = 0
+    }
+
+    /// Sweeps the inbox at `path` (blocking: it walks the tree).
+    public func sweep(_ path: String, now: Date = Date()) -> Outcome {
+        var outcome = Outcome()
+        var parts: [(path: String, modified: Date, size: UInt64)] = []
+        let root = URL(fileURLWithPath: path)
+        let keys: [URLResourceKey] = [.isRegularFileKey, .isSymbolicLinkKey, .contentModificationDateKey, .fileSizeKey]
+        // Symlinks are not followed (the enumerator does not descend into them).
+        guard let walk = FileManager.default.enumerator(at: root, includingPropertiesForKeys: keys) else { return outcome }
+        for case let url as URL in walk where url.lastPathComponent.lowercased().hasSuffix(TransferLimits.partSuffix) {
+            guard let values = try? url.resourceValues(forKeys: Set(keys)), values.isRegularFile == true,
+                  values.isSymbolicLink != true, let modified = values.contentModificationDate else { continue }
+            parts.append((url.path, modified, UInt64(values.fileSize ?? 0)))
+        }
+        parts.sort { $0.modified < $1.modified }
+        let age = Double(maximumAge.components.seconds)
+        var kept: [(path: String, modified: Date, size: UInt64)] = []
+        for part in parts {
+            if now.timeIntervalSince(part.modified) > age, Self.removeUnlessInUse(part.path) {
+                outcome.removed += 1
+                outcome.bytes += part.size
+            } else {
+                kept.append(part)
+            }
+        }
+        for part in kept where Self.freeShare(of: path).map({ $0 < reserve }) ?? false {
+            if Self.removeUnlessInUse(part.path) {
+                outcome.removed += 1
+                outcome.bytes += part.size
+            }
+        }
+        return outcome
+    }
+
+    /// The share of the file system at `path` free for unprivileged writers; nil when unknown.
+    static func freeShare(of path: String) -> Double? {
+        var info = statvfs()
+        guard statvfs(path, &info) == 0, info.f_blocks > 0 else { return nil }
+        return Double(info.f_bavail) / Double(info.f_blocks)
+    }
+
+    /// Removes the regular file at `path` unless a transfer holds its lock now.
+    static func removeUnlessInUse(_ path: String) -> Bool {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, flock(fd, LOCK_EX | LOCK_NB) == 0 else { return false }
+        return unlink(path) == 0
+    }
+}
