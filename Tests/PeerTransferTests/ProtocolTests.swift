@@ -179,7 +179,8 @@ final class ProtocolTests: XCTestCase {
     }
 
     func testAPartFileIsTaggedWithTheSendersFirstHexDigits() {
-        XCTAssertEqual(TransferLimits.partName(of: "x.bin", from: "ABCDEF0123456789abcdef"), "x.bin.abcdef012345.peerxfer-part")
+        XCTAssertEqual(TransferLimits.partName(of: "x.bin", from: "ABCDEF0123456789abcdef0123456789"), "x.bin.abcdef0123456789abcdef01.peerxfer-part",
+                       "24 hex digits: 96 bits")
         XCTAssertEqual(TransferLimits.partName(of: "x.bin", from: "zz12-q3"), "x.bin.123.peerxfer-part")
         XCTAssertEqual(TransferLimits.partName(of: "x.bin", from: "k"), "x.bin.unknown.peerxfer-part")
     }
