@@ -192,6 +192,7 @@ extension Browse {
                 object["addresses"] = addresses.map(\.host)
                 object["txt"] = jsonTXT(resolved.txtRecord)
             }
+            if resolve && event == "add" { object["resolved"] = resolved != nil }
             printJSON(object)
         } else {
             let sign = event == "add" ? Terminal.green("+") : Terminal.red("-")
@@ -223,9 +224,16 @@ struct BrowsePrinter: Sendable {
         let first = update.sightings[service]?.first
         let interface = first?.interface ?? "", proto = first.map { $0.isIPv6 ? "IPv6" : "IPv4" } ?? ""
         var resolved: ResolvedService?
-        if resolve, event == "add", var result = try? await service.resolve(timeout: 5) {
-            result.addresses = result.addresses.filter(keep)
-            resolved = result
+        var failure: String?
+        if resolve, event == "add" {
+            do {
+                var result = try await service.resolve(timeout: 5)
+                result.addresses = result.addresses.filter(keep)
+                resolved = result
+            } catch {
+                // Said, not left to look like a browse without --resolve.
+                failure = (error as? DiscoveryError)?.description ?? "\(error)"
+            }
         }
         if json {
             var object: [String: Any] = ["event": event, "name": service.name, "type": service.type, "domain": service.domain,
@@ -236,6 +244,10 @@ struct BrowsePrinter: Sendable {
                 object["addresses"] = resolved.addresses.map(\.host)
                 object["txt"] = jsonTXT(resolved.txtRecord)
             }
+            if resolve && event == "add" {
+                object["resolved"] = resolved != nil
+                if let failure { object["resolveError"] = failure }
+            }
             printJSON(object)
         } else {
             let sign = event == "add" ? Terminal.green("+") : Terminal.red("-")
@@ -245,6 +257,8 @@ struct BrowsePrinter: Sendable {
             if let resolved {
                 line += "  \(Terminal.escaped(resolved.hostName)):\(resolved.port)  \(resolved.addresses.map(\.host).joined(separator: ","))"
                 if !resolved.txtRecord.entries.isEmpty { line += "  " + Terminal.dim(Terminal.escaped(resolved.txtRecord.description)) }
+            } else if let failure {
+                line += "  (not resolved: \(Terminal.escaped(failure)))"
             }
             emit(line)
         }

@@ -176,6 +176,12 @@ struct Publish: AsyncParsableCommand {
             try await Task.sleep(nanoseconds: 100_000_000)   // let the goodbye packets leave
             if json { printJSON(["event": "withdrawn", "name": ad.name, "signal": signal]) }
         } catch {
+            // A script reading the JSON lines learns of a collision (and any other failure)
+            // there too, not only from the exit status and standard error.
+            if json, let discovery = error as? DiscoveryError {
+                printJSON(["event": discovery.code == .collision ? "collision" : "error", "name": name, "type": type,
+                           "domain": domain, "message": discovery.description])
+            }
             throw fail(error)
         }
     }

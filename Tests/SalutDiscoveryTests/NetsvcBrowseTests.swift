@@ -79,9 +79,24 @@ final class NetsvcBrowseTests: XCTestCase {
         XCTAssertTrue(ours.waitForOutput(containing: "published", seconds: 10), ours.output)
         XCTAssertTrue(theirs.waitForOutput(containing: "Established", seconds: 10), theirs.output)
 
+        // A service whose host has no address: flagged as not resolved, in JSON and in text,
+        // not printed like a browse without --resolve.
+        let unresolvedType = uniqueType("u")
+        let nowhere = try Foreign(["avahi-publish", "-s", "-H", "nowhere-\(UUID().uuidString.prefix(6)).local", "Nowhere", unresolvedType, "5003"])
+        defer { nowhere.stop() }
+        XCTAssertTrue(nowhere.waitForOutput(containing: "Established", seconds: 10), nowhere.output)
+        let (unresolvedCode, unresolved) = try run([netsvc, "browse", unresolvedType, "--resolve", "--terminate", "--json"])
+        XCTAssertEqual(unresolvedCode, 0, unresolved)
+        let flagged = try XCTUnwrap(jsonLines(unresolved).first { $0["event"] as? String == "add" }, unresolved)
+        XCTAssertEqual(flagged["resolved"] as? Bool, false, unresolved)
+        XCTAssertNotNil(flagged["resolveError"] as? String, unresolved)
+        let (_, unresolvedText) = try run([netsvc, "browse", unresolvedType, "--resolve", "--terminate"])
+        XCTAssertTrue(unresolvedText.contains("(not resolved: "), unresolvedText)
+
         let (code, text) = try run([netsvc, "browse", type, "--resolve", "--terminate", "--json"])
         XCTAssertEqual(code, 0, text)
         let adds = jsonLines(text).filter { $0["event"] as? String == "add" }
+        XCTAssertTrue(adds.allSatisfy { $0["resolved"] as? Bool == true }, text)
         let (avahiCode, avahiText) = try run(["avahi-browse", "-p", "-r", "-t", type])
         XCTAssertEqual(avahiCode, 0, avahiText)
         let reference = avahiResolved(avahiText)

@@ -65,6 +65,10 @@ final class NetsvcTests: XCTestCase {
         XCTAssertTrue(first.waitForOutput(containing: "\"published\"", seconds: 10), first.output)
         let (code, out) = try run(["publish", "Clash", type, "2", "--no-rename"])
         XCTAssertEqual(code, 4, out)
+        // With --json the collision is a JSON event too, for scripts that read the lines.
+        let (jsonCode, jsonOut) = try run(["publish", "Clash", type, "2", "--no-rename", "--json"])
+        XCTAssertEqual(jsonCode, 4, jsonOut)
+        XCTAssertTrue(jsonOut.contains("\"event\":\"collision\""), jsonOut)
 
         let (browseCode, lines) = try run(["browse", type, "--resolve", "--terminate", "--json"])
         XCTAssertEqual(browseCode, 0, lines)
