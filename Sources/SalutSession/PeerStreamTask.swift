@@ -439,7 +439,10 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
             // delegate refuses is not pinned.
             let firstUse = session.configuration.trustPolicy == .trustOnFirstUse && verdict.policyFailure == nil
             let decided: @Sendable (Bool) -> Void = { accepted in
-                if accepted && firstUse { session.trustStore.remember(peer: target.key, fingerprint: trust.publicKeySHA256) }
+                // Another first use may have pinned another key meanwhile: then this one stops.
+                if accepted && firstUse {
+                    return decide(session.trustStore.remember(peer: target.key, fingerprint: trust.publicKeySHA256))
+                }
                 decide(accepted)
             }
             session.deliverToDelegate(orElse: { decided(trusted) }) { delegate in

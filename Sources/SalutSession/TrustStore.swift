@@ -8,9 +8,11 @@ import SalutStreams
 /// A peer is named by its host and port or its service (see `PeerStreamTask`), compared without
 /// ASCII case as DNS names are. The file is read afresh for every decision and changed only under
 /// an exclusive lock (`FILE.lock`) on a fresh read, so that two processes never lose each other's
-/// pins. It fails closed: a file that exists but cannot be read or understood trusts no new peer
-/// (every first sighting is refused, saying why) and is never written over. A key is remembered
-/// only once the whole decision, the delegate's included, has trusted it (``remember(peer:fingerprint:)``).
+/// pins. It fails closed: a file that exists but cannot be read or understood trusts no peer at
+/// all (each is refused, saying why) and is never written over. A key is remembered only once
+/// the whole decision, the delegate's included, has trusted it (``remember(peer:fingerprint:)``),
+/// and only if no other key was remembered for that peer meanwhile: two first uses at once with
+/// different keys cannot both go on.
 final class TrustStore: Sendable {
     private let file: URL?
     /// The pins of an ephemeral store (no file).
@@ -34,25 +36,34 @@ final class TrustStore: Sendable {
     }
 
     /// Remembers `fingerprint` for `peer` after it was trusted, unless a key was remembered for
-    /// it meanwhile (by another session or process): that one stays.
-    func remember(peer: String, fingerprint: String) {
+    /// it meanwhile (by another connection, session or process): that one stays.
+    /// - Returns: false when another key is remembered for `peer`, so this connection must not
+    ///   go on; true when `fingerprint` is the one remembered (or could not be saved: the
+    ///   decision stands for this connection, and the log says why).
+    func remember(peer: String, fingerprint: String) -> Bool {
         let name = Self.folded(peer)
         guard let file else {
-            memory.withLock { if $0[name] == nil { $0[name] = fingerprint } }
-            return
+            return memory.withLock { known in
+                if known[name] == nil { known[name] = fingerprint }
+                return known[name] == fingerprint
+            }
         }
         do {
             try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
-            try FileLock.withExclusiveLock(on: file.path + ".lock") {
+            return try FileLock.withExclusiveLock(on: file.path + ".lock") {
                 var known = try load()
-                guard known[name] == nil else { return }
+                if let stored = known[name] { return stored == fingerprint }
                 known[name] = fingerprint
                 try AtomicFile.write(try JSONEncoder().encode(known), to: file.path, mode: 0o600)
+                return true
             }
+        } catch let error as StoreUnreadable {
+            SalutLogging.logger.error("\(error.description)")
+            return false
         } catch {
-            // The decision stands for this connection; the next one asks again. A library does
-            // not write to the program's terminal: the log says it.
+            // A library does not write to the program's terminal: the log says it.
             SalutLogging.logger.error("cannot save trusted peers to \(file.path): \(error)")
+            return true
         }
     }
 

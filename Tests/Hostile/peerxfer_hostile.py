@@ -91,6 +91,7 @@ def main():
     parser.add_argument("--cert", required=True)
     parser.add_argument("--key", required=True)
     parser.add_argument("--wait", type=float, default=10)
+    parser.add_argument("--size", type=int, default=0)
     args = parser.parse_args()
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -153,6 +154,15 @@ def main():
         tls.sendall(hello() + manifest(entry("first.bin", big), entry("second.bin", big)))
         read_frames(tls, 5)
         tls.sendall(chunk(0, 0, big[:CHUNK_SIZE]) + chunk(1, 0, big[:CHUNK_SIZE]))
+    elif mode in ("offer-wait", "offer-hangup"):
+        # An offer of a large file ("big.bin", --size bytes); then the answer awaited, or a
+        # hang-up at once (the receiver may be hashing its part file for the answer).
+        tls.sendall(hello() + message(MANIFEST, {"chunkSize": CHUNK_SIZE, "entries": [
+            {"path": "big.bin", "kind": "file", "size": args.size, "mode": 0o644, "modified": 0}]}))
+        if mode == "offer-hangup":
+            tls.close()
+            print(json.dumps({"frames": [], "closed": True}))
+            return
     elif mode == "silent":
         pass
     elif mode == "stall":

@@ -198,6 +198,48 @@ final class PeerXferHostileTests: XCTestCase {
         XCTAssertFalse(output.contains("\"event\":\"verified\""), output)
     }
 
+    func testOffersOfALargePartFileThenHangUpsCostOneHashingAndHoldNoSlot() throws {
+        // A peer left a large part file (sparse here), then offers that file again and again
+        // and hangs up. Before, each offer re-read and re-hashed it, holding a transfer slot.
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Hashed")
+        let certificate = try TestCertificate.make()
+        let inbox = lab.path("inbox")
+        try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
+        let part = inbox + "/" + TransferLimits.partName(of: "big.bin", from: certificate.publicKeySHA256)
+        let size: UInt64 = 1 << 30   // 1 GiB: the 4 GiB of the attack report cost a minute of CI for the same proof
+        XCTAssertTrue(FileManager.default.createFile(atPath: part, contents: nil))
+        XCTAssertEqual(truncate(part, off_t(size)), 0)
+        // Recorded as that sender's, as the receiver records it.
+        let recorded = try Foreign(["python3", "-c", "import os, sys; os.setxattr(sys.argv[1], 'user.peerxfer.sender', sys.argv[2].encode())",
+                                    part, certificate.publicKeySHA256])
+        XCTAssertTrue(recorded.waitForExit(seconds: 10))
+        XCTAssertEqual(recorded.process.terminationStatus, 0, recorded.output)
+        // Older than the timestamp granularity, so that its digests may be remembered.
+        var times = [timespec(tv_sec: time(nil) - 60, tv_nsec: 0), timespec(tv_sec: time(nil) - 60, tv_nsec: 0)]
+        XCTAssertEqual(utimensat(AT_FDCWD, part, &times, 0), 0)
+        let daemon = try lab.serve(name: name, config: "receiver", inbox: inbox, extra: ["--log-level", "debug"])
+        let port = daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        let offer = { (mode: String) in
+            try Foreign(["python3", Self.script, mode, "\(port)", "--cert", certificate.certificateFile, "--key", certificate.keyFile,
+                         "--wait", "60", "--size", "\(size + 1)"]).finish(seconds: 90)
+        }
+        // The first offer waits for its answer: the part file is hashed once, and its
+        // chunks are offered back (1024 of them).
+        let answered = try offer("offer-wait")
+        XCTAssertTrue(answered.contains("\"have\""), answered)
+        // Twenty more, each hung up at once.
+        for _ in 0..<20 { _ = try offer("offer-hangup") }
+        // A good sender is served at once, and the part file was hashed once in all.
+        try lab.makeFile("src/after.txt", size: 100)
+        let (status, output) = try lab.send([lab.path("src/after.txt")], to: name, config: "sender", seconds: 30)
+        XCTAssertEqual(status, 0, output)
+        XCTAssertTrue(daemon.waitForOutput(containing: "transfer from", seconds: 10), daemon.output)
+        let hashings = daemon.output.components(separatedBy: "hashed part files 1 time(s)").count - 1
+        XCTAssertEqual(hashings, 1, daemon.output.split(separator: "\n").filter { $0.contains("hashed") }.joined(separator: "\n"))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: part), "the part file stays for its sender")
+    }
+
     func testIdleAndSilentConnectionsTakeNoTransferSlotAndAreCountedNotLoggedEach() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Held")
@@ -242,6 +284,14 @@ final class AdmissionTests: XCTestCase {
         XCTAssertEqual(admission.arrived(4, from: "c"), [])
         XCTAssertEqual(admission.identified(4), [.admit(4)])
         XCTAssertEqual(admission.identified(4), [], "a late second hello changes nothing")
+        // One source holds at most its share of the slots.
+        var shared = Admission(limits: .init(transfers: 4, transfersPerSource: 2, greeting: 8, greetingPerSource: 8))
+        for id in 1...3 { _ = shared.arrived(id, from: "flood") }
+        _ = shared.arrived(9, from: "good")
+        XCTAssertEqual(shared.identified(1), [.admit(1)])
+        XCTAssertEqual(shared.identified(2), [.admit(2)])
+        XCTAssertEqual(shared.identified(3), [.refuseBusy(3)], "past its source's share")
+        XCTAssertEqual(shared.identified(9), [.admit(9)])
     }
 
     func testAFloodFromOneSourceEvictsOnlyItsOwnOldest() {

@@ -365,7 +365,7 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.makeFile("src/t/sub/b.txt", size: 20, seed: 2)
         let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/t"), "--to", name,
                                   "--config", lab.path("sender"), "--json"])
-        XCTAssertTrue(daemon.waitForOutput(containing: "Accept? [y/N]", seconds: 20), daemon.output)
+        XCTAssertTrue(daemon.waitForOutput(containing: "Accept? [y/N/a]", seconds: 20), daemon.output)
         // Before the question: who offers, how much, and what, by name (folders end in /).
         XCTAssertTrue(daemon.output.contains("offers 2 files ("), daemon.output)
         // The verdict and the key before the name the sender claims, and the code both show.
@@ -375,10 +375,14 @@ final class PeerXferTransferTests: XCTestCase {
         for entry in ["  t/\r\n", "  t/a.txt\r\n", "  t/sub/\r\n", "  t/sub/b.txt\r\n"] {
             XCTAssertTrue(daemon.output.contains(entry), "\(entry.debugDescription) not listed: \(daemon.output.debugDescription)")
         }
-        daemon.write("y\n")
+        // "a": accept, and trust the sender's key from now on (as `peerxfer trust KEY`).
+        XCTAssertTrue(daemon.output.contains("(a: accept, and always trust the key "), daemon.output)
+        daemon.write("a\n")
         XCTAssertTrue(sender.waitForExit(seconds: 30), sender.output)
         XCTAssertEqual(sender.process.terminationStatus, 0, sender.output)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/t/sub/b.txt"), lab.path("inbox/t/sub/b.txt")))
+        let trusted = try KnownPeers.load(from: lab.path("receiver/known-peers.json")).trusted
+        XCTAssertNotNil(trusted[try lab.key(ofConfig: "sender")], "\(trusted)")
 
         // A sender that leaves while its question is open withdraws it: the next offer is
         // asked at once, not after a person answers in vain or the question's 120 s.
@@ -462,7 +466,8 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertFalse(output.contains(lab.path("receiver")), "the sender is not told where the receiver keeps its configuration: \(output)")
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox")), [])
         // The receiver's own log gives the whole command, its configuration folder included.
-        XCTAssertTrue(daemon.waitForOutput(containing: "--config '\(lab.path("receiver"))'", seconds: 10), daemon.output)
+        // (In the summary line the daemon writes every 10 s for connections refused before an offer.)
+        XCTAssertTrue(daemon.waitForOutput(containing: "--config '\(lab.path("receiver"))'", seconds: 25), daemon.output)
 
         let (_, identity) = try lab.run(["identity", "--config", lab.path("sender"), "--json"])
         let key = (try JSONSerialization.jsonObject(with: Data(identity.utf8)) as? [String: Any])?["key"] as? String ?? ""

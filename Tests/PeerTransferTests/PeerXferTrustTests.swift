@@ -155,6 +155,32 @@ final class PeerXferTrustTests: SalutTestCase {
         XCTAssertEqual(PeerXferLab.listing(lab.path("squatted")), [])
     }
 
+    func testAPairedDeviceAnsweringANewNameIsNotSentToSilentlyAndAQueuedGrantIsNoForegroundOne() throws {
+        let lab = try PeerXferLab()
+        // Bob is paired; a copy of Bob's configuration serves as "Carol", a name never paired.
+        let bob = PeerXferLab.uniqueName("Bob"), carol = PeerXferLab.uniqueName("Carol")
+        XCTAssertEqual(try lab.run(["trust", "--pin", bob, try key(lab, "bob"), "--config", lab.path("sender")]).status, 0)
+        try lab.serve(name: carol, config: "bob", inbox: lab.path("bob-inbox"))
+        try lab.makeFile("src/for-carol.txt", size: 10)
+        let (status, output) = try lab.send([lab.path("src/for-carol.txt")], to: carol, config: "sender", trusting: [])
+        XCTAssertEqual(status, 6, output)
+        XCTAssertTrue(output.contains("is paired here as \\\"\(bob)\\\""), output)
+        XCTAssertEqual(PeerXferLab.listing(lab.path("bob-inbox")), [])
+        XCTAssertNil(try KnownPeers.load(from: lab.path("sender/known-peers.json")).pins[carol], "the new name was not pinned")
+
+        // A queued send's --accept-new-key grant is the daemon's only, and goes with a cancel.
+        let nowhere = PeerXferLab.uniqueName("Nowhere")
+        let (queued, queuedOutput) = try lab.run(["send", lab.path("src/for-carol.txt"), "--to", nowhere, "--config", lab.path("sender"),
+                                                  "--background", "--accept-new-key"])
+        XCTAssertEqual(queued, 0, queuedOutput)
+        try lab.serve(name: nowhere, config: "attacker", inbox: lab.path("attacker-inbox"))
+        let (foreground, foregroundOutput) = try lab.send([lab.path("src/for-carol.txt")], to: nowhere, config: "sender", trusting: [])
+        XCTAssertEqual(foreground, 6, foregroundOutput)
+        XCTAssertEqual(try lab.run(["cancel", "--all", "--config", lab.path("sender")]).status, 0)
+        XCTAssertNil(try KnownPeers.load(from: lab.path("sender/known-peers.json")).acceptingNewKey, "the grant went with the cancel")
+        XCTAssertEqual(PeerXferLab.listing(lab.path("attacker-inbox")), [])
+    }
+
     func testTrustByNameWithoutATerminalShowsTheKeyAndPinsNothing() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Shown")
@@ -179,6 +205,13 @@ final class KnownPeersTests: XCTestCase {
         XCTAssertEqual(known.verdict(forReceiver: "K\u{0456}tchen", key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a))
         XCTAssertEqual(known.verdict(forReceiver: "Ｋｉｔｃｈｅｎ", key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a))
         XCTAssertEqual(known.verdict(forReceiver: "Kit\u{200B}chen", key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a))
+        // From the attack round: small capitals, Cherokee, a trailing (no-break) space, I for l.
+        for lookAlike in ["\u{1D0B}itchen", "Kit\u{1D04}hen", "Kitchen ", "Kitchen\u{A0}", "KItchen", "K1tchen", "Kitchen  "] {
+            XCTAssertEqual(known.verdict(forReceiver: lookAlike, key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a), lookAlike.debugDescription)
+        }
+        known.pins["Victor"] = a
+        XCTAssertEqual(known.verdict(forReceiver: "\u{13D9}ictor", key: b), .keyChanged(pinnedAs: "Victor", pinnedKey: a))
+        XCTAssertEqual(known.verdict(forReceiver: "\u{0475}ictor", key: b), .keyChanged(pinnedAs: "Victor", pinnedKey: a))
         XCTAssertEqual(known.verdict(forReceiver: "Kitchen #2", key: a), .renamed(pinnedAs: "Kitchen"))
         XCTAssertEqual(known.verdict(forReceiver: "Laptop", key: b), .trustedKey(label: "laptop"))
         XCTAssertEqual(known.verdict(forReceiver: "Office", key: b.uppercased()), .new)
@@ -223,7 +256,7 @@ final class KnownPeersTests: XCTestCase {
     func testVerificationCodesAgreeOnBothEndsAndKeysAreASCIIHex() throws {
         XCTAssertEqual(VerificationCode.between(a, b), VerificationCode.between(b, a.uppercased()))
         XCTAssertNotEqual(VerificationCode.between(a, b), VerificationCode.between(a, String(repeating: "cc", count: 32)))
-        XCTAssertTrue(VerificationCode.between(a, b).wholeMatch(of: /[0-9]{3} [0-9]{3} [0-9]{3}/) != nil)
+        XCTAssertTrue(VerificationCode.between(a, b).wholeMatch(of: /[0-9]{5} [0-9]{5} [0-9]{5} [0-9]{5}/) != nil)
         XCTAssertEqual(try KeyText.prefix("AABB:ccdd:0011:2233", option: "--expect-key"), "aabbccdd00112233")
         XCTAssertThrowsError(try KeyText.prefix(String(repeating: "\u{FF11}", count: 64), option: "--expect-key"))
         XCTAssertThrowsError(try KeyText.prefix("abcd", option: "--expect-key"))

@@ -128,16 +128,20 @@ final class SecureTaskTests: SalutTestCase {
         let first = TrustStore(file: file), second = TrustStore(file: file)
         XCTAssertNil(first.check(peer: "Printer.local:631", fingerprint: a))
         XCTAssertNil(second.check(peer: "scanner.local:80", fingerprint: b))
-        first.remember(peer: "Printer.local:631", fingerprint: a)
-        second.remember(peer: "scanner.local:80", fingerprint: b)
+        XCTAssertTrue(first.remember(peer: "Printer.local:631", fingerprint: a))
+        XCTAssertTrue(second.remember(peer: "scanner.local:80", fingerprint: b))
         let saved = try JSONDecoder().decode([String: String].self, from: Data(contentsOf: file))
         XCTAssertEqual(saved.count, 2, "\(saved)")
         // Another case of the name is the same peer, held to its key.
         XCTAssertNil(second.check(peer: "PRINTER.local:631", fingerprint: a))
         XCTAssertNotNil(second.check(peer: "printer.LOCAL:631", fingerprint: b))
-        // A key remembered meanwhile by another process stays.
-        second.remember(peer: "printer.local:631", fingerprint: b)
+        // Two first uses at once with different keys: the second to be remembered is refused,
+        // and the key remembered first stays.
+        XCTAssertFalse(second.remember(peer: "printer.local:631", fingerprint: b))
         XCTAssertNotNil(first.check(peer: "Printer.local:631", fingerprint: b))
+        let memory = TrustStore(file: nil)
+        XCTAssertTrue(memory.remember(peer: "x:1", fingerprint: a))
+        XCTAssertFalse(memory.remember(peer: "X:1", fingerprint: b))
     }
 
     /// STARTTLS both ways: plain, then TLS (our task against our own listener upgrading its

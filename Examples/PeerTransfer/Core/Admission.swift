@@ -16,6 +16,9 @@ struct Admission {
     struct Limits: Equatable {
         /// Transfers at once.
         var transfers = TransferLimits.maximumConcurrentTransfers
+        /// Transfers at once from one source address: one address (under `--accept all` or
+        /// `ask`, any key passes the hello) cannot take every slot.
+        var transfersPerSource = TransferLimits.maximumConcurrentTransfers / 2
         /// Connections greeting at once, from all sources.
         var greeting = 32
         /// Connections greeting at once from one source address.
@@ -40,8 +43,10 @@ struct Admission {
     let limits: Limits
     /// Greeting connections, oldest first.
     private var greeting: [Greeting] = []
+    /// Connections holding a transfer slot, with their source.
+    private var slots: [Int: String] = [:]
     /// Connections holding a transfer slot.
-    private(set) var transferring = Set<Int>()
+    var transferring: Set<Int> { Set(slots.keys) }
 
     init(limits: Limits = Limits()) {
         self.limits = limits
@@ -52,7 +57,7 @@ struct Admission {
 
     /// A connection `id` from `source` was accepted: it greets; room is made if needed.
     mutating func arrived(_ id: Int, from source: String) -> [Action] {
-        assert(!greeting.contains { $0.id == id } && !transferring.contains(id), "connection \(id) arrived twice")
+        assert(!greeting.contains { $0.id == id } && slots[id] == nil, "connection \(id) arrived twice")
         var actions: [Action] = []
         let fromSource = greeting.filter { $0.source == source }
         if fromSource.count >= max(1, limits.greetingPerSource), let oldest = fromSource.first {
@@ -73,17 +78,18 @@ struct Admission {
     /// The hello of connection `id` passed the policy: it takes a slot, or is refused as busy.
     /// A connection no longer greeting (evicted meanwhile, a late event) gets no action.
     mutating func identified(_ id: Int) -> [Action] {
-        guard greeting.contains(where: { $0.id == id }) else { return [] }
+        guard let greeter = greeting.first(where: { $0.id == id }) else { return [] }
         greeting.removeAll { $0.id == id }
-        guard transferring.count < limits.transfers else { return [.refuseBusy(id)] }
-        transferring.insert(id)
+        let fromSource = slots.values.count { $0 == greeter.source }
+        guard slots.count < limits.transfers, fromSource < max(1, limits.transfersPerSource) else { return [.refuseBusy(id)] }
+        slots[id] = greeter.source
         return [.admit(id)]
     }
 
     /// Connection `id` ended (whatever stage it was in): its place or slot is free.
     mutating func ended(_ id: Int) {
         greeting.removeAll { $0.id == id }
-        transferring.remove(id)
+        slots[id] = nil
     }
 }
 
@@ -112,8 +118,9 @@ final class RefusalTally: Sendable {
     /// A sender was refused because every slot was taken.
     func busy() { counts.withLock { $0.busy += 1 } }
 
-    /// The line for what was counted since the last call (nil when nothing was), and a fresh count.
-    func drain(over interval: Duration) -> String? {
+    /// The line for what was counted since the last call, with how many connections it
+    /// counts (nil when nothing was), and a fresh count.
+    func drain(over interval: Duration) -> (line: String, count: Int)? {
         let taken = counts.withLock { current -> Counts in
             defer { current = Counts() }
             return current
@@ -125,6 +132,7 @@ final class RefusalTally: Sendable {
         if taken.evicted > 0 { parts.append("\(Wording.counted(taken.evicted, "connection")) still greeting closed to make room for newer ones") }
         if taken.busy > 0 { parts.append("\(Wording.counted(taken.busy, "sender")) refused: all \(TransferLimits.maximumConcurrentTransfers) transfer slots busy") }
         guard !parts.isEmpty else { return nil }
-        return "in the last \(interval.components.seconds) s: " + parts.joined(separator: "; ")
+        return ("in the last \(interval.components.seconds) s: " + parts.joined(separator: "; "),
+                taken.endedBeforeOffer + taken.evicted + taken.busy)
     }
 }

@@ -28,10 +28,18 @@ public struct PeerTransferUpload: PeerUploadProtocol {
         }
         var sender = Sender(configuration: configuration, displayName: displayName)
         sender.findTimeout = 10
+        sender.honoursQueuedGrants = true
         let total = Int64(clamping: plan.manifest.totalBytes)
-        let report = try await sender.send(plan, to: service.service.name, events: { event in
-            if case .progress(let sent, _) = event { context.reportProgress(sent: Int64(clamping: sent), total: total) }
-        })
+        let report: SendReport
+        do {
+            report = try await sender.send(plan, to: service.service.name, events: { event in
+                if case .progress(let sent, _) = event { context.reportProgress(sent: Int64(clamping: sent), total: total) }
+            })
+        } catch let error as PeerTransferError where error.isTrustFailure {
+            // Paused, not given up (see isRetryable): said where the person looks, the log.
+            logger?.warning("background send of \(Terminal.escape(url.path)) to \"\(Terminal.escape(service.service.name))\" paused, it tries again later: \(error.message)")
+            throw error
+        }
         if !report.failed.isEmpty {
             throw PeerTransferError.fileFailed("\(report.failed.count) file(s) failed verification: \(report.failed.prefix(3).joined(separator: "; "))")
         }

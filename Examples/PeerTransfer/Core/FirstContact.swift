@@ -24,6 +24,9 @@ public struct NewReceiver: Sendable {
     public var key: String
     /// The code both devices show for this pair of keys (``VerificationCode``).
     public var code: String
+    /// The name this key is paired or trusted under here, when it is (another name than the
+    /// one it answers to now).
+    public var knownAs: String?
 }
 
 /// Finding a receiver by the key it advertises rather than by its name: a device that was

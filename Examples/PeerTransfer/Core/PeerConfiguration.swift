@@ -104,6 +104,9 @@ public struct KnownPeers: Codable, Sendable, Equatable {
     public var pins: [String: String] = [:]
     /// Trusted key SHA-256 → a label (the name it was trusted under).
     public var trusted: [String: String] = [:]
+    /// The label of a key trusted by its fingerprint alone (`peerxfer trust KEY`).
+    public static let trustedByFingerprint = "(by fingerprint)"
+
     /// Names that a queued send (`send --background --accept-new-key`) may pin on first
     /// contact, whatever key answers; taken off once pinned.
     public var acceptingNewKey: [String]?

@@ -37,9 +37,10 @@ public struct IncomingOffer: Sendable {
     /// name last ("trusted sender "laptop" [key 368bc9ff…], calling itself "vm"").
     public var introduction: String {
         let key = "key \(senderKey.prefix(16))…"
-        if let senderLabel {
+        if let senderLabel, senderLabel != KnownPeers.trustedByFingerprint {
             return "trusted sender \"\(senderLabel)\" [\(key)], calling itself \"\(senderName)\""
         }
+        if senderLabel != nil { return "trusted sender [\(key)], calling itself \"\(senderName)\"" }
         return "unknown sender [\(key), code \(code)], calling itself \"\(senderName)\""
     }
 }
@@ -194,7 +195,9 @@ struct Receiver {
                         outcome = machine.connectionEnded()
                         break loop
                     }
-                    watchdog.touch(bound: idleBound)
+                    // Until the offer has come, the short bound still holds: a sender sends its
+                    // hello and its offer together, and a slot is not held by one that stops.
+                    watchdog.touch(bound: frame.kind == .manifest || manifest != nil ? idleBound : min(helloBound, idleBound))
                     if let answeredAt, pace.isTooSlow(bytes: progress, since: answeredAt, now: .now) {
                         throw PeerTransferError.limit(pace.refusal)
                     }
@@ -206,6 +209,9 @@ struct Receiver {
                             let failure = PeerTransferError.trust("\(refusal) (on the receiver: peerxfer trust \(senderKey))")
                             try await send(.message(.failure, Failure(code: failure.wireCode, message: failure.message)), on: pair)
                             outcome = .trust("\(refusal); to take files from it: peerxfer trust \(senderKey)\(configOption)")
+                            // Counted, not logged each: keys are free to make, and the log must
+                            // not become the attack. The interval's line names the last one.
+                            quietCause = outcome?.message
                             break loop
                         }
                         // Identified and admitted by the policy: only now does it take a slot.
@@ -392,6 +398,7 @@ struct Receiver {
             }
         } catch let error as PeerTransferError {
             outcome = error
+            if manifest == nil { quietCause = error.message }
             try? await send(.message(.failure, Failure(code: error.wireCode, message: error.message)), on: pair)
             try? await pair.finishSending()
         } catch {
@@ -467,6 +474,7 @@ struct Receiver {
         // the hashing (between chunks), and what was hashed in full is remembered for its next
         // offer (see ``Inbox/partDigests``).
         let stop = StopFlag()
+        let hashings = inbox.partDigests.hashings   // (for the debug log: the count is the daemon's)
         let held = await Self.race({ [inbox, chosen] in
             await withTaskCancellationHandler {
                 await onThreadOfItsOwn { () -> Decision in
@@ -476,6 +484,10 @@ struct Receiver {
                 stop.set()
             }
         }, unlessTheSenderLeaves: pair, watchdog: watchdog)
+        defer {
+            let more = inbox.partDigests.hashings - hashings
+            if more > 0 { logger.debug("hashed part files \(more) time(s) while answering an offer from the key \(senderKey.prefix(16))…") }
+        }
         guard case .success(var decision) = held else {
             if case .failure(let error) = held { return .failure(error) }
             return .failure(.runtime(Self.leftBeforeTheAnswer))

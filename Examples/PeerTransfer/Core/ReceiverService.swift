@@ -132,7 +132,11 @@ public final class ReceiverService: Sendable {
             group.addTask { [tally, logger] in
                 while !Task.isCancelled {
                     try? await Task.sleep(for: Self.tallyInterval)
-                    if let line = tally.drain(over: Self.tallyInterval) { logger.warning("\(line)") }
+                    // Loud only in aggregate: a few such connections (a `peers` look, a scan) are
+                    // information; many are an attack, or a misconfigured peer, worth a warning.
+                    if let (line, count) = tally.drain(over: Self.tallyInterval) {
+                        logger.log(level: count >= Self.loudTally ? .warning : .info, "\(line)")
+                    }
                 }
             }
             for await connection in advertisement.connections {
@@ -174,6 +178,8 @@ public final class ReceiverService: Sendable {
 
     /// How often refused and cut connections are summed up in the log.
     static let tallyInterval: Duration = .seconds(10)
+    /// How many such connections in one interval make the summary a warning.
+    static let loudTally = 20
 
     /// Carries out what ``Admission`` decided: an evicted connection is closed (its receiver
     /// then ends quietly, counted), a busy refusal is counted (its receiver tells the sender).
@@ -194,8 +200,16 @@ public final class ReceiverService: Sendable {
         }
     }
 
-    /// The address part of a peer's socket address (its port left out): the unit of fairness.
-    static func sourceAddress(_ address: SocketAddress) -> String { address.host }
+    /// The unit of fairness a peer's socket address belongs to: its IPv4 address, or the /64
+    /// of its IPv6 address (one host holds a whole /64 and may use any address in it).
+    static func sourceAddress(_ address: SocketAddress) -> String {
+        guard address.isIPv6 else { return address.host }
+        let bare = address.host.split(separator: "%").first.map(String.init) ?? address.host
+        var bytes = in6_addr()
+        guard inet_pton(AF_INET6, bare, &bytes) == 1 else { return address.host }
+        let prefix = withUnsafeBytes(of: bytes) { Array($0.prefix(8)) }
+        return prefix.map { String(format: "%02x", $0) }.joined() + "::/64"
+    }
 
     /// glibc's malloc_trim(3), looked up at run time (as syncfs(2) is, see ``Inbox``): returns
     /// the free memory of every arena to the system.

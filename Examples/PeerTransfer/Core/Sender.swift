@@ -58,6 +58,9 @@ public struct Sender: Sendable {
     public var expectedKey: String?
     /// What to do with a receiver that is new here (and not vouched for by ``expectedKey``).
     public var firstContact: FirstContact = .refuse
+    /// Whether a name granted by a queued `send --background --accept-new-key` may be pinned on
+    /// first contact: true only for the daemon's queued sends, never for a foreground send.
+    public var honoursQueuedGrants = false
 
     /// A sender with this device's `configuration`.
     public init(configuration: PeerConfiguration, displayName: String) {
@@ -130,7 +133,7 @@ public struct Sender: Sendable {
         let published = resolved.service.name
         let key = try Self.advertisedKey(resolved, name: published)
         let spelled = onTheLink ? published : published + "." + (domain.hasSuffix(".") ? String(domain.dropLast()) : domain)
-        let decision = try await decide(about: spelled, key: key, asked: published)
+        let decision = try await decide(about: spelled, key: key, asked: published, foundByKey: foundByKey)
         let service = resolved.service
 
         var tls = TLSConfiguration(role: .client, pinnedSHA256: [key],
@@ -199,7 +202,7 @@ public struct Sender: Sendable {
     /// Judges the receiver by its key: the expected key when one was given, then the pins
     /// (a changed key is refused), then ``firstContact`` for a receiver new here.
     /// - Throws: ``PeerTransferError/trust(_:)`` when it must not be sent to.
-    private func decide(about spelled: String, key: String, asked name: String) async throws -> Decision {
+    private func decide(about spelled: String, key: String, asked name: String, foundByKey: Bool) async throws -> Decision {
         let option = configuration.configOption
         if let expected = expectedKey, !key.hasPrefix(expected) {
             throw PeerTransferError.trust("""
@@ -213,33 +216,49 @@ public struct Sender: Sendable {
             return Decision(firstUse: false, pinsNow: false)
         case .keyChanged(let pinnedAs, let pinnedKey):
             throw Self.keyChanged(name: name, key: key, pinnedAs: pinnedAs, pinnedKey: pinnedKey, configOption: option)
-        case .renamed(let pinnedAs):
+        case .renamed(let pinnedAs) where foundByKey:
+            // The paired device, found by its key under the name the link gave it.
             return Decision(firstUse: false, pinsNow: true, renamedFrom: pinnedAs)
-        case .trustedKey:
-            return Decision(firstUse: false, pinsNow: true)
+        case .renamed(let pinnedAs):
+            // A device paired under another name answers to a name not paired: it may be that
+            // device renamed, or that device squatting a name meant for another. Asked as
+            // for a new receiver, never sent to silently.
+            return try await firstContact(with: spelled, key: key, asked: name, knownAs: pinnedAs, known: known, option: option)
+        case .trustedKey(let label):
+            return try await firstContact(with: spelled, key: key, asked: name,
+                                          knownAs: label == KnownPeers.trustedByFingerprint ? "a trusted sender" : label, known: known, option: option)
         case .new:
-            if expectedKey != nil { return Decision(firstUse: true, pinsNow: true) }
-            if known.acceptingNewKey?.contains(where: { ServiceNames.sameIgnoringASCIICase($0, spelled) }) == true {
-                return Decision(firstUse: true, pinsNow: true)
+            return try await firstContact(with: spelled, key: key, asked: name, knownAs: nil, known: known, option: option)
+        }
+    }
+
+    /// First contact with the name `spelled` answering with `key` (known to this device as
+    /// `knownAs`, under another name, when it is): the expected key, a queued send's grant,
+    /// ``firstContact``, in that order.
+    private func firstContact(with spelled: String, key: String, asked name: String, knownAs: String?,
+                              known: KnownPeers, option: String) async throws -> Decision {
+        if expectedKey != nil { return Decision(firstUse: true, pinsNow: true, renamedFrom: knownAs) }
+        if honoursQueuedGrants, known.acceptingNewKey?.contains(where: { ServiceNames.sameIgnoringASCIICase($0, spelled) }) == true {
+            return Decision(firstUse: true, pinsNow: true, renamedFrom: knownAs)
+        }
+        let code = VerificationCode.between(configuration.identity.publicKeySHA256, key)
+        let also = knownAs.map { " (this key is paired here as \"\(Terminal.escape($0))\": the same device under a new name, or that device answering to a name meant for another)" } ?? ""
+        switch firstContact {
+        case .acceptNewKey:
+            return Decision(firstUse: true, pinsNow: true, renamedFrom: knownAs)
+        case .ask(let question):
+            guard await question(NewReceiver(name: name, key: key, code: code, knownAs: knownAs)) else {
+                throw PeerTransferError.trust("you did not trust \"\(Terminal.escape(name))\" (key \(key.prefix(16))…); nothing was sent")
             }
-            let code = VerificationCode.between(configuration.identity.publicKeySHA256, key)
-            switch firstContact {
-            case .acceptNewKey:
-                return Decision(firstUse: true, pinsNow: true)
-            case .ask(let question):
-                guard await question(NewReceiver(name: name, key: key, code: code)) else {
-                    throw PeerTransferError.trust("you did not trust \"\(Terminal.escape(name))\" (key \(key.prefix(16))…); nothing was sent")
-                }
-                return Decision(firstUse: true, pinsNow: true)
-            case .refuse:
-                let quoted = ShellWord.quoted(spelled)
-                throw PeerTransferError.trust("""
-                    "\(Terminal.escape(name))" is new to this device, and anyone on the link can answer to a name: nothing was sent. \
-                    It answers with the key \(key) (verification code \(code)). If `peerxfer identity` on the receiver shows that key, \
-                    pair with it once: peerxfer trust --pin \(quoted) \(key)\(option) \
-                    (or add --expect-key \(key.prefix(16)) to this send); --accept-new-key trusts whatever key answers first
-                    """)
-            }
+            return Decision(firstUse: true, pinsNow: true, renamedFrom: knownAs)
+        case .refuse:
+            let quoted = ShellWord.quoted(spelled)
+            throw PeerTransferError.trust("""
+                "\(Terminal.escape(name))" is new to this device, and anyone on the link can answer to a name: nothing was sent. \
+                It answers with the key \(key)\(also) (verification code \(code)). If `peerxfer identity` on the receiver shows that key, \
+                pair with it once: peerxfer trust --pin \(quoted) \(key)\(option) \
+                (or add --expect-key \(key.prefix(16)) to this send); --accept-new-key trusts whatever key answers first
+                """)
         }
     }
 

@@ -60,5 +60,14 @@ struct Cancel: AsyncParsableCommand {
             printLine("cancelled \(what)")
         }
         if chosen.isEmpty { printLine("the background queue is empty") }
+        // A name granted first-use trust for a queued send (`--accept-new-key`) keeps it only
+        // while a send to it is still queued.
+        let chosenIDs = Set(chosen.map(\.persistentIdentifier))
+        let stillQueued = queued.filter { !chosenIDs.contains($0.persistentIdentifier) && !$0.isCancellationRequested }.map(\.service.name)
+        try KnownPeers.update(at: configuration.knownPeersFile) { known in
+            guard var names = known.acceptingNewKey else { return }
+            names.removeAll { name in !stillQueued.contains { ServiceNames.sameIgnoringASCIICase($0, name) } }
+            known.acceptingNewKey = names.isEmpty ? nil : names
+        }
     }
 }

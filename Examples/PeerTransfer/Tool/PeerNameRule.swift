@@ -19,6 +19,10 @@ enum PeerNameRule {
         } catch {
             return "\(option): \(Terminal.escape("\(error)"))"
         }
+        if let first = name.unicodeScalars.first, let last = name.unicodeScalars.last,
+           first.properties.isWhitespace || last.properties.isWhitespace {
+            return "\(option) \"\(Terminal.escape(name))\" begins or ends with a space, which no one could see on a screen"
+        }
         let scalars = Array(name.unicodeScalars)
         if scalars.indices.contains(where: { DisguisingScalars.mustEscape(scalars, at: $0) }) {
             return "\(option) \"\(Terminal.escape(name))\" holds control or invisible characters (shown escaped), which no one could tell apart on a screen"

@@ -185,7 +185,7 @@ final class ProgressDisplay: Sendable {
     func askToTrust(_ receiver: NewReceiver) async -> Bool {
         clearLine()
         printError("""
-            "\(Terminal.escape(receiver.name))" is new to this device. Anyone on the link can answer to a name, so check its key:
+            "\(Terminal.escape(receiver.name))" is new to this device\(receiver.knownAs.map { " (its key is paired here as \"\(Terminal.escape($0))\")" } ?? ""). Anyone on the link can answer to a name, so check its key:
               key                \(receiver.key)
               verification code  \(receiver.code)
             `peerxfer identity` on that device prints its key; the receiver shows the same code when it asks about this offer.

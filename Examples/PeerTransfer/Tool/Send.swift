@@ -252,7 +252,13 @@ struct Send: AsyncParsableCommand {
                 }
                 key = advertised
             }
-            try KnownPeers.update(at: file) { $0.pins[$0.pinnedSpelling(of: to) ?? to] = key }
+            // Judged again under the lock: a pin made meanwhile by another command stands.
+            try KnownPeers.update(at: file) { known in
+                if case .keyChanged(let pinnedAs, let pinnedKey) = known.verdict(forReceiver: to, key: key) {
+                    throw Sender.keyChanged(name: to, key: key, pinnedAs: pinnedAs, pinnedKey: pinnedKey, configOption: configuration.configOption)
+                }
+                known.pins[known.pinnedSpelling(of: to) ?? to] = key
+            }
             printError("paired with \"\(Terminal.escape(to))\": its key \(key.prefix(16))… is pinned")
             return
         }

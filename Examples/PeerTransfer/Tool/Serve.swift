@@ -108,7 +108,7 @@ struct Serve: AsyncParsableCommand {
         case .all: policy = .all
         case .known: policy = .known
         case .ask:
-            policy = .ask(OfferJudge(hook: hook, logger: logger).judge)
+            policy = .ask(OfferJudge(hook: hook, logger: logger, knownPeersFile: configuration.knownPeersFile).judge)
             if hook == nil && isatty(0) != 1 {
                 logger.warning("--accept ask with no terminal to ask on and no --hook: every offer will be declined (use --accept known or all, or a --hook)")
             }
@@ -170,9 +170,10 @@ struct ReceiverLifecycle: Service {
 
 /// Puts offers to a person or a hook, one at a time.
 struct OfferJudge: Sendable {
-
     let hook: String?
     let logger: Logger
+    /// Where "a" (always) records the sender's key as trusted.
+    var knownPeersFile: String?
     private static let turn = AsyncTurn()
 
     func judge(_ offer: IncomingOffer) async -> Set<Int> {
@@ -200,7 +201,8 @@ struct OfferJudge: Sendable {
         if entries.count > Self.entriesShown { listing += "(and \(entries.count - Self.entriesShown) more)\n" }
         // The verdict first, then what this device knows of the key, the claimed name last: no
         // text the peer chose comes before the key.
-        let question = "\(offer.introduction) offers \(Wording.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)Accept? [y/N] "
+        let always = offer.senderTrusted || knownPeersFile == nil ? "" : "  (a: accept, and always trust the key \(offer.senderKey))\n"
+        let question = "\(offer.introduction) offers \(Wording.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)\(always)Accept? [y/N\(always.isEmpty ? "" : "/a")] "
         guard let stop = CancelPipe() else {
             logger.error("declined an offer from \(offer.senderName): no descriptor left to wait for the answer")
             return []
@@ -238,7 +240,18 @@ struct OfferJudge: Sendable {
                 await Self.pause(Self.afterWithdrawal)
             }
         }
-        return answer?.lowercased().hasPrefix("y") == true ? all : []
+        let word = answer?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+        if (word == "a" || word == "always"), !offer.senderTrusted, let knownPeersFile {
+            // Trusted as `peerxfer trust KEY` would, labelled with the name it claims.
+            do {
+                try KnownPeers.update(at: knownPeersFile) { $0.trusted[offer.senderKey] = $0.trusted[offer.senderKey] ?? offer.senderName }
+                writeAll("(the key \(offer.senderKey) is trusted from now on; `peerxfer untrust \(offer.senderKey)` forgets it)\n", to: 2)
+            } catch {
+                logger.error("cannot record the key \(offer.senderKey) as trusted: \(error)")
+            }
+            return all
+        }
+        return word.hasPrefix("y") ? all : []
     }
 
     /// The entries the hook accepts: all when it exits 0 printing nothing, those whose paths

@@ -60,10 +60,10 @@ struct Trust: AsyncParsableCommand {
         let fingerprint = peer.lowercased().filter { $0 != ":" }
         let digits = fingerprint.filter { $0 != "…" }
         if digits.count >= 12, digits.count < 64, KeyText.digits(digits) != nil {
-            throw PeerTransferError.usage("\"\(Terminal.escape(peer))\" looks like a shortened key: give all 64 hex digits (`peerxfer peers --json` shows them), or the receiver's name")
+            throw PeerTransferError.usage("\"\(Terminal.escape(peer))\" looks like a shortened key: give all 64 hex digits (`peerxfer identity` prints them on that device; a receiver's log and its question show a sender's whole key; `peerxfer peers --json` shows receivers'), or the receiver's name")
         }
         if let whole = KeyText.whole(peer) {
-            try KnownPeers.update(at: file) { $0.trusted[whole] = $0.trusted[whole] ?? "(by fingerprint)" }
+            try KnownPeers.update(at: file) { $0.trusted[whole] = $0.trusted[whole] ?? KnownPeers.trustedByFingerprint }
             printLine("trusted key \(whole)")
             return
         }
@@ -113,7 +113,7 @@ struct Trust: AsyncParsableCommand {
             "\(Terminal.escape(published))" answers on the link with:
               key                \(advertised)
               verification code  \(code)
-            Check it against `peerxfer identity` on that device (its prompt shows the same code when you send to it).
+            Compare the key with what `peerxfer identity` prints on that device (the same code shows in its prompt when it runs --accept ask).
             """)
         guard await TerminalQuestion.ask("Pin and trust this key? [y/N] ") else {
             throw PeerTransferError.trust("not trusted: you answered no")
@@ -138,7 +138,7 @@ struct Trust: AsyncParsableCommand {
 /// `peerxfer untrust`: forget a peer's pin and trust.
 struct Untrust: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Forget a peer: its pinned key (so a new key is accepted on next use) and its trust.",
+        abstract: "Forget a peer: its key, pinned under any name, and its trust as a sender.",
         discussion: "Exit codes: 0 forgotten; 1 runtime error; 2 usage error (among them a name or key that is neither pinned nor trusted here)."
     )
 
@@ -153,15 +153,19 @@ struct Untrust: AsyncParsableCommand {
             let fingerprint = peer.lowercased().filter { $0 != ":" }
             var removed = 0
             // The name as pinned, in any ASCII case (not a look-alike: that is another name).
+            // Trust is by key: forgetting a receiver forgets its key under every name it was
+            // pinned as (a renamed device, a name found by key) and as a trusted sender.
             let spelled = known.pins[peer] != nil ? peer : known.pins.keys.sorted().first { ServiceNames.sameIgnoringASCIICase($0, peer) }
-            if let spelled, let key = known.pins.removeValue(forKey: spelled) {
-                removed += 1
-                if known.trusted[key] == spelled { known.trusted[key] = nil }
-            }
-            if known.trusted.removeValue(forKey: fingerprint) != nil { removed += 1 }
-            for (key, label) in known.trusted where label == peer {
-                known.trusted[key] = nil
-                removed += 1
+            var keys = Set<String>()
+            if let spelled, let key = known.pins[spelled] { keys.insert(key) }
+            if let whole = KeyText.whole(fingerprint) { keys.insert(whole) }
+            for (key, label) in known.trusted where label == peer { keys.insert(key) }
+            for key in keys {
+                for (name, pinned) in known.pins where pinned == key {
+                    known.pins[name] = nil
+                    removed += 1
+                }
+                if known.trusted.removeValue(forKey: key) != nil { removed += 1 }
             }
             guard removed > 0 else {
                 throw PeerTransferError.usage("\"\(Terminal.escape(peer))\" is neither pinned nor trusted here")

@@ -80,6 +80,9 @@ final class SocketConnection: @unchecked Sendable {
         if case .accepted(let fd, let context, _) = origin {
             initial.unopenedFD = fd
             initial.tls = context?.configuration
+            // A listener's TLS connection is secured as a dialled one is: Apple code that asks
+            // for TLS on it finds it there (not a second handshake, nor a refusal).
+            if context != nil { initial.securityLevel = .negotiatedSSL }
         }
         state = Locked(initial)
         gate = ConnectionGate { [weak self] in self?.start() }
@@ -201,6 +204,12 @@ final class SocketConnection: @unchecked Sendable {
                 self.notify(.connectEnd)
                 // TLS asked for while the connection was being made (set after `open()`) starts
                 // with it: from here on, asking for it is an upgrade of the open connection.
+                // A TLS request refused while the connection was being made (or just as it
+                // began): no connection is kept, rather than one in the clear.
+                if let refused = self.state.value.refusedTLS {
+                    close(fd)
+                    return self.settle(.failure(.tls(refused)))
+                }
                 let late = self.state.withLock { state -> TLSConfiguration? in
                     state.pumpStarted = true
                     state.dialledHost = hostName ?? host
@@ -414,6 +423,8 @@ final class SocketConnection: @unchecked Sendable {
     /// fail and the connection is reset, rather than carrying on in the clear.
     func refuseTLSAfterOpening(_ error: TLSError) {
         let failure = SocketStreamError.tls(error)
+        // Still being made: remembered, so that the connection is closed when it comes up.
+        state.withLock { $0.refusedTLS = error }
         pump.reset(failure)
         broke(failure)
     }

@@ -43,8 +43,12 @@ final class TLSContext: @unchecked Sendable {
         }
         // TLS 1.2 (when the versions allow it) only with forward secrecy and an AEAD cipher:
         // no CBC, no RSA key exchange, as a scanner rates a server; and the server's order.
-        guard SSL_CTX_set_cipher_list(context, TLSConfiguration.tls12CipherSuites) == 1 else {
-            throw TLSError.invalidConfiguration("OpenSSL refused the TLS 1.2 cipher suites: \(OpenSSLErrors.drain())")
+        // (A configuration that lowers the minimum below 1.2 asks for old peers: it keeps
+        // OpenSSL's own list, which they need.)
+        if configuration.minimumVersion >= .v1_2 {
+            guard SSL_CTX_set_cipher_list(context, TLSConfiguration.tls12CipherSuites) == 1 else {
+                throw TLSError.invalidConfiguration("OpenSSL refused the TLS 1.2 cipher suites: \(OpenSSLErrors.drain())")
+            }
         }
         if configuration.role == .server {
             _ = SSL_CTX_set_options(context, salut_SSL_OP_CIPHER_SERVER_PREFERENCE)
