@@ -181,6 +181,26 @@ final class PeerXferTrustTests: SalutTestCase {
         XCTAssertEqual(PeerXferLab.listing(lab.path("attacker-inbox")), [])
     }
 
+    func testAnImpostorAdvertisingThePinnedKeyDoesNotHideTheRealReceiver() throws {
+        // From the attack round: the search by key took the first receiver advertising the
+        // key; an impostor sorting first (its TLS check fails) hid the real one.
+        let lab = try PeerXferLab()
+        let tag = UUID().uuidString.prefix(4)
+        let realKey = try key(lab, "real")
+        XCTAssertEqual(try lab.run(["trust", "--pin", "Victim \(tag)", realKey, "--config", lab.path("sender")]).status, 0)
+        try lab.serve(name: "Real \(tag)", config: "real", inbox: lab.path("inbox"))
+        let certificate = try TestCertificate.make()
+        let netsvc = PeerXferLab.root.appendingPathComponent(".build/debug/netsvc").path
+        let impostor = try Foreign([netsvc, "publish", "AAA \(tag)", "_peerxfer._tcp", "0", "v=2", "fp=\(realKey)", "--listen",
+                                    "--tls-cert", certificate.certificateFile, "--tls-key", certificate.keyFile])
+        defer { impostor.stop() }
+        XCTAssertTrue(impostor.waitForOutput(containing: "published", seconds: 10), impostor.output)
+        try lab.makeFile("src/a.txt", size: 10)
+        let (status, output) = try lab.send([lab.path("src/a.txt")], to: "Victim \(tag)", config: "sender", trusting: [])
+        XCTAssertEqual(status, 0, output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/a.txt"), lab.path("inbox/a.txt")))
+    }
+
     func testTrustByNameWithoutATerminalShowsTheKeyAndPinsNothing() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Shown")

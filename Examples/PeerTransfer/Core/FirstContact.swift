@@ -1,5 +1,6 @@
 import Foundation
 import Salut
+import SalutStreams
 
 /// What a sender does with a receiver that is new here: neither its name (nor one a person
 /// could take for it) nor its key is pinned or trusted. Whoever answers a name first on the link
@@ -33,10 +34,13 @@ public struct NewReceiver: Sendable {
 /// renamed (avahi-daemon renames "Kitchen" to "Kitchen #2" when someone else claims the name
 /// first) is still the device that was paired.
 enum ReceiverSearch {
-    /// A receiver on the link whose advertised key starts with `prefix`, if one answers within
-    /// `seconds`.
-    static func receiver(withKey prefix: String, within seconds: Double) async -> ResolvedService? {
-        await withTaskGroup(of: ResolvedService?.self) { group in
+    /// The receivers on the link whose advertised key starts with `prefix`, found within
+    /// `seconds` (once one is found, the others answering with it are waited for a moment
+    /// more): an impostor may advertise the key too (its TLS check then fails), so the caller
+    /// tries each in turn.
+    static func receivers(withKey prefix: String, within seconds: Double) async -> [ResolvedService] {
+        let found = Locked<[ResolvedService]>([])
+        await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 var tried = Set<DiscoveredService>()
                 do {
@@ -45,19 +49,23 @@ enum ReceiverSearch {
                             guard let resolved = try? await service.resolve(timeout: 1, settle: 0.02),
                                   let key = resolved.txtRecord.string(for: "fp")?.lowercased(),
                                   SHA256DigestText.isValid(key), key.hasPrefix(prefix) else { continue }
-                            return resolved
+                            found.withLock { $0.append(resolved) }
                         }
                     }
                 } catch {}
-                return nil
             }
             group.addTask {
-                try? await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
-                return nil
+                let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+                var firstSeen: ContinuousClock.Instant?
+                while ContinuousClock.now < deadline {
+                    if firstSeen == nil, !found.value.isEmpty { firstSeen = .now }
+                    if let firstSeen, ContinuousClock.now - firstSeen > .milliseconds(500) { break }
+                    try? await Task.sleep(for: .milliseconds(50))
+                }
             }
-            let first = await group.next() ?? nil
+            await group.next()
             group.cancelAll()
-            return first
         }
+        return found.value
     }
 }

@@ -111,20 +111,27 @@ public struct Sender: Sendable {
         // name (a squatter that took the name first makes avahi-daemon rename the real one).
         var resolved: ResolvedService
         var foundByKey = false
+        // Others advertising the same key, tried in turn if one fails its TLS check.
+        var alternatives: [ResolvedService] = []
         switch looked {
         case .success(let found):
             resolved = found
         case .failure(let error):
-            guard error.exitCode == 3, onTheLink, let wanted = try wantedKey(for: name),
-                  let found = await ReceiverSearch.receiver(withKey: wanted, within: Self.searchByKey) else { throw error }
-            resolved = found
+            guard error.exitCode == 3, onTheLink, let wanted = try wantedKey(for: name) else { throw error }
+            let found = await ReceiverSearch.receivers(withKey: wanted, within: Self.searchByKey)
+            guard let first = found.first else { throw error }
+            resolved = first
+            alternatives = Array(found.dropFirst())
             foundByKey = true
         }
         if onTheLink, let wanted = try wantedKey(for: resolved.service.name),
-           (try? Self.advertisedKey(resolved, name: name))?.hasPrefix(wanted) != true,
-           let found = await ReceiverSearch.receiver(withKey: wanted, within: Self.searchByKey) {
-            resolved = found
-            foundByKey = true
+           (try? Self.advertisedKey(resolved, name: name))?.hasPrefix(wanted) != true {
+            let found = await ReceiverSearch.receivers(withKey: wanted, within: Self.searchByKey)
+            if let first = found.first {
+                resolved = first
+                alternatives = Array(found.dropFirst())
+                foundByKey = true
+            }
         }
         // Pinned by name on the link, by name and domain in a zone: "Office" on the link and
         // "Office" in home.arpa are two receivers.
@@ -141,9 +148,19 @@ public struct Sender: Sendable {
                                    privateKeyFile: configuration.identity.privateKeyFile, minimumVersion: .v1_3)
         tls.peerName = nil
         tls.tls13CipherSuites = TransferLimits.cipherSuites
+        // Those advertising exactly this key, should the first fail its TLS check.
+        var candidates = [service] + alternatives.filter { (try? Self.advertisedKey($0, name: name)) == key }.map(\.service)
         let pair: BoundStreamPair
         do {
-            pair = try await connect(service, tls: tls)
+            while true {
+                let candidate = candidates.removeFirst()
+                do {
+                    pair = try await connect(candidate, tls: tls)
+                    break
+                } catch let error as SocketStreamError where error.tlsError?.code == .pinMismatch && !candidates.isEmpty {
+                    continue   // an impostor advertising the key: the next one
+                }
+            }
         } catch let error as SocketStreamError where error.code == .tls {
             let failure = error.tlsError.map { "\($0)" } ?? "\(error)"
             if let presented = error.tlsError?.presentedPublicKeyFingerprint ?? error.tlsError?.presentedFingerprint {
