@@ -10,7 +10,8 @@ connection within --wait seconds.
 
 Modes: traversal, combining ("../" then U+0301), absolute, nul, control, symlink (path "link/evil.txt"), huge-frame, garbage, trickle,
 bad-chunk, version, flood (a chunk for a file announced as 1 byte, 1 MiB long), silent,
-early-chunk (a chunk's header before the hello), big-hello (an 8 MiB hello).
+early-chunk (a chunk's header before the hello), big-hello (an 8 MiB hello), offer-wait and
+offer-hangup (an offer of "big.bin" of --size bytes, then the answer awaited, or a hang-up).
 """
 import argparse
 import hashlib
@@ -163,6 +164,16 @@ def main():
             tls.close()
             print(json.dumps({"frames": [], "closed": True}))
             return
+        # Until the answer (or the end): the receiver then waits for chunks that never come.
+        frames, closed = [], False
+        deadline = time.monotonic() + args.wait
+        while not closed and time.monotonic() < deadline:
+            more, closed = read_frames(tls, 0.2)
+            frames += more
+            if any(f["kind"] == ANSWER for f in more):
+                break
+        print(json.dumps({"frames": frames, "closed": closed}), flush=True)
+        return
     elif mode == "silent":
         pass
     elif mode == "stall":

@@ -341,8 +341,15 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.makeFile("src/skip.txt", size: 10, seed: 2)
         let (status, output) = try lab.send([lab.path("src/keep.txt"), lab.path("src/skip.txt")], to: declining, config: "sender")
         XCTAssertEqual(status, 5, output)
-        XCTAssertTrue(output.contains("the receiver says: declined, by the person or the hook"), output)
+        XCTAssertTrue(output.contains("the receiver says: declined by the receiver's accept hook"), output)
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox1")), [])
+        // With no terminal and no hook, nobody was asked: said so, not "declined by a person".
+        let nobody = PeerXferLab.uniqueName("Nobody asks")
+        try lab.serve(name: nobody, config: "r3", inbox: lab.path("inbox3"), accept: "ask")
+        let (unasked, unaskedOutput) = try lab.send([lab.path("src/keep.txt")], to: nobody, config: "sender")
+        XCTAssertEqual(unasked, 5, unaskedOutput)
+        XCTAssertTrue(unaskedOutput.contains("declined without asking anyone: the receiver runs --accept ask with no terminal and no --hook"),
+                      unaskedOutput)
 
         let choosy = PeerXferLab.uniqueName("Choosy")
         try lab.serve(name: choosy, config: "r2", inbox: lab.path("inbox2"), accept: "ask", extra: ["--hook", "grep keep"])

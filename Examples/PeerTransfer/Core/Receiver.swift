@@ -9,9 +9,28 @@ public enum AcceptPolicy: Sendable {
     /// Offers from senders whose key is trusted (`peerxfer trust`); others are refused with a
     /// trust failure.
     case known
-    /// Each offer is put to `judge`, which returns the indexes of the entries to accept (empty
-    /// declines).
-    case ask(@Sendable (IncomingOffer) async -> Set<Int>)
+    /// Each offer is put to `judge`, which returns the indexes of the entries to accept (none
+    /// declines), and why when it declines.
+    case ask(@Sendable (IncomingOffer) async -> Judgement)
+}
+
+/// What the judge of an offer decided: the entries it accepts and, when it accepts none, what
+/// the sender is told ("the receiver says: …"), named truthfully (declined by a person is not
+/// "no one answered").
+public struct Judgement: Sendable, Equatable {
+    /// The indexes of the entries accepted.
+    public var accepted: Set<Int>
+    /// Why nothing was accepted, for the sender; nil for the general wording.
+    public var reason: String?
+
+    /// A judgement accepting `accepted`, with `reason` when it accepts nothing.
+    public init(accepted: Set<Int>, reason: String? = nil) {
+        self.accepted = accepted
+        self.reason = reason
+    }
+
+    /// Declined, saying why.
+    public static func declined(_ reason: String) -> Judgement { Judgement(accepted: [], reason: reason) }
 }
 
 /// An offer as a receiver's policy sees it.
@@ -453,6 +472,7 @@ struct Receiver {
     private func decide(_ manifest: Manifest, _ paths: [RelativePath], senderName: String,
                         senderKey: String, over pair: BoundStreamPair, watchdog: ProgressWatchdog) async -> Result<Decision, PeerTransferError> {
         var chosen: Set<Int>
+        var declineReason: String?
         switch policy {
         case .all, .known:
             chosen = Set(manifest.entries.indices)
@@ -460,13 +480,17 @@ struct Receiver {
             let offer = IncomingOffer(senderName: senderName, senderKey: senderKey, senderLabel: trustedLabel(senderKey).map(Terminal.escape),
                                       code: VerificationCode.between(ownKey, senderKey), manifest: manifest)
             switch await Self.judge(offer, with: judge, unlessTheSenderLeaves: pair, watchdog: watchdog) {
-            case .success(let judged): chosen = judged
+            case .success(let judged):
+                chosen = judged.accepted
+                declineReason = judged.reason
             case .failure(let error): return .failure(error)
             }
         }
         chosen = chosen.filter { manifest.entries.indices.contains($0) }
         // (The sender shows it as "the receiver says: …".)
-        if chosen.isEmpty { return .success(Decision(answer: Answer(accepted: [], reason: "declined, by the person or the hook that answers offers there"))) }
+        if chosen.isEmpty {
+            return .success(Decision(answer: Answer(accepted: [], reason: declineReason ?? "declined, by the person or the hook that answers offers there")))
+        }
         // What the inbox already holds is found by hashing files (earlier transfers' results and
         // part files, up to the whole offer's size): on a thread of its own, so that the shared
         // pool of async threads goes on serving other peers meanwhile.
@@ -508,9 +532,9 @@ struct Receiver {
     /// the protocol by sending before the answer) withdraws its question, which is cancelled,
     /// instead of staying open for a person to answer in vain, with later offers waiting
     /// behind it. Only the judging is raced: nothing is promised in the inbox until it ends.
-    private static func judge(_ offer: IncomingOffer, with judge: @escaping @Sendable (IncomingOffer) async -> Set<Int>,
+    private static func judge(_ offer: IncomingOffer, with judge: @escaping @Sendable (IncomingOffer) async -> Judgement,
                               unlessTheSenderLeaves pair: BoundStreamPair,
-                              watchdog: ProgressWatchdog) async -> Result<Set<Int>, PeerTransferError> {
+                              watchdog: ProgressWatchdog) async -> Result<Judgement, PeerTransferError> {
         await race({ await judge(offer) }, unlessTheSenderLeaves: pair, watchdog: watchdog)
     }
 

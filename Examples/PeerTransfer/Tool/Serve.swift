@@ -176,19 +176,20 @@ struct OfferJudge: Sendable {
     var knownPeersFile: String?
     private static let turn = AsyncTurn()
 
-    func judge(_ offer: IncomingOffer) async -> Set<Int> {
+    func judge(_ offer: IncomingOffer) async -> Judgement {
         // Withdrawn while it waited for its turn (its sender left, or the daemon stops).
-        guard await Self.turn.take() else { return [] }
+        guard await Self.turn.take() else { return .declined(Self.stopped) }
         defer { Task { await Self.turn.release() } }
-        if Task.isCancelled { return [] }
+        if Task.isCancelled { return .declined(Self.stopped) }
         let all = Set(offer.manifest.entries.indices)
         if let hook {
-            return await runHook(hook, offer: offer)
+            let chosen = await runHook(hook, offer: offer)
+            return chosen.accepted.isEmpty ? .declined(chosen.reason) : Judgement(accepted: chosen.accepted)
         }
         let size = ByteCountFormatter.string(fromByteCount: Int64(clamping: offer.manifest.totalBytes), countStyle: .file)
         guard isatty(0) == 1 else {
-            logger.warning("declined an offer from \(offer.senderName): --accept ask has no terminal and no --hook")
-            return []
+            logger.warning("declined an offer from \(offer.senderName) without asking anyone: --accept ask has no terminal and no --hook")
+            return .declined("declined without asking anyone: the receiver runs --accept ask with no terminal and no --hook")
         }
         // What is offered, before the question: the first entries by name (folders end in /),
         // each indented and cut short, so that no name can pass for a line of the tool's own
@@ -205,7 +206,7 @@ struct OfferJudge: Sendable {
         let question = "\(offer.introduction) offers \(Wording.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)\(always)Accept? [y/N\(always.isEmpty ? "" : "/a")] "
         guard let stop = CancelPipe() else {
             logger.error("declined an offer from \(offer.senderName): no descriptor left to wait for the answer")
-            return []
+            return .declined("declined without asking anyone: the receiver could not wait for an answer (out of descriptors)")
         }
         defer { stop.close() }
         // Nothing typed before the question answers it (an answer meant for a question that
@@ -221,7 +222,7 @@ struct OfferJudge: Sendable {
             await onThreadOfItsOwn { () -> String? in
                 var fds = [pollfd(fd: 0, events: Int16(POLLIN), revents: 0),
                            pollfd(fd: stop.readEnd, events: Int16(POLLIN), revents: 0)]
-                guard poll(&fds, 2, 120_000) > 0, fds[1].revents == 0, fds[0].revents != 0 else { return nil }
+                guard poll(&fds, 2, Int32(Self.questionLimit * 1000)) > 0, fds[1].revents == 0, fds[0].revents != 0 else { return nil }
                 return readLine()
             }
         } onCancel: {
@@ -249,14 +250,24 @@ struct OfferJudge: Sendable {
             } catch {
                 logger.error("cannot record the key \(offer.senderKey) as trusted: \(error)")
             }
-            return all
+            return Judgement(accepted: all)
         }
-        return word.hasPrefix("y") ? all : []
+        if word.hasPrefix("y") { return Judgement(accepted: all) }
+        if answer == nil {
+            return .declined(Task.isCancelled ? Self.stopped : "no answer: no one answered the question at the receiver within \(Int(Self.questionLimit)) s")
+        }
+        return .declined("declined by the person at the receiver")
     }
+
+    /// Seconds a person has to answer a question.
+    static let questionLimit: Double = 120
+
+    /// Why an offer ends unanswered when the daemon stops or its sender left.
+    static let stopped = "not answered: the receiver stopped before the question was answered"
 
     /// The entries the hook accepts: all when it exits 0 printing nothing, those whose paths
     /// it prints when it exits 0 printing some, none otherwise (or after 120 s).
-    private func runHook(_ command: String, offer: IncomingOffer) async -> Set<Int> {
+    private func runHook(_ command: String, offer: IncomingOffer) async -> (accepted: Set<Int>, reason: String) {
         var environment = ProcessInfo.processInfo.environment
         environment["PEERXFER_SENDER"] = offer.senderName
         environment["PEERXFER_KEY"] = offer.senderKey
@@ -268,23 +279,24 @@ struct OfferJudge: Sendable {
         let outcome = await HookRunner.run(command, environment: environment, input: Data(listing.utf8), limit: Self.hookLimit)
         if Task.isCancelled {
             logger.info("the accept hook for the offer from \(offer.senderName) was ended: the offer was withdrawn")
-            return []
+            return ([], Self.stopped)
         }
         if let failure = outcome.failure {
             logger.error("the accept hook could not start: \(failure)")
-            return []
+            return ([], "declined without asking anyone: the receiver's accept hook could not start")
         }
         guard outcome.status == 0 else {
             let how = outcome.status.map { "status \($0)" } ?? "killed, or out of its \(Int(Self.hookLimit)) s"
             logger.info("the accept hook declined the offer from \(offer.senderName) (\(how))")
-            return []
+            return ([], outcome.status == nil ? "no answer: the receiver's accept hook did not decide within \(Int(Self.hookLimit)) s"
+                                              : "declined by the receiver's accept hook")
         }
         let lines = Set(String(decoding: outcome.printed, as: UTF8.self).split(separator: "\n").map(String.init).filter { !$0.isEmpty })
         let entries = offer.manifest.entries
         let chosen = lines.isEmpty ? Set(entries.indices)
                                    : Set(entries.indices.filter { lines.contains(Terminal.escape(entries[$0].path)) })
         logger.info("the accept hook accepted \(chosen.count) of \(entries.count) entries from \(offer.senderName)")
-        return chosen
+        return (chosen, "declined by the receiver's accept hook (it chose none of the entries)")
     }
 
     /// How long the next question waits after one is withdrawn.
