@@ -201,6 +201,25 @@ final class PeerXferTrustTests: SalutTestCase {
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/a.txt"), lab.path("inbox/a.txt")))
     }
 
+    func testTrustListsWhatIsPairedAndUntrustTakesAKeysStart() throws {
+        let lab = try PeerXferLab()
+        let a = String(repeating: "ab", count: 32), c = String(repeating: "cd", count: 32)
+        _ = try lab.key(ofConfig: "c")
+        let (empty, emptyOutput) = try lab.run(["trust", "--list", "--config", lab.path("c")])
+        XCTAssertEqual(empty, 0, emptyOutput)
+        XCTAssertTrue(emptyOutput.contains("nothing is paired or trusted here"), emptyOutput)
+        XCTAssertEqual(try lab.run(["trust", "--pin", "Kitchen", a, "--config", lab.path("c")]).status, 0)
+        XCTAssertEqual(try lab.run(["trust", c, "--config", lab.path("c")]).status, 0)
+        let (_, listed) = try lab.run(["trust", "--list", "--config", lab.path("c")])
+        XCTAssertTrue(listed.contains("receiver \"Kitchen\"  key \(a)") && listed.contains("sender key \(c)"), listed)
+        // The start of a key (8 hex digits or more) names it, when it names one only.
+        XCTAssertEqual(try lab.run(["untrust", String(a.prefix(8)), "--config", lab.path("c")]).status, 0)
+        let (_, after) = try lab.run(["trust", "--list", "--config", lab.path("c")])
+        XCTAssertFalse(after.contains(a), after)
+        XCTAssertTrue(after.contains(c), after)
+        XCTAssertEqual(try lab.run(["trust", "--list", "x", "--config", lab.path("c")]).status, 2)
+    }
+
     func testTrustByNameWithoutATerminalShowsTheKeyAndPinsNothing() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Shown")

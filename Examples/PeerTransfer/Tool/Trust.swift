@@ -19,7 +19,7 @@ struct Trust: AsyncParsableCommand {
     )
 
     @Argument(help: ArgumentHelp("A receiver's name, or a sender's key: all 64 hex digits, as `peerxfer identity` prints it.", valueName: "name-or-key"))
-    var peer: String
+    var peer: String = ""
 
     @Argument(help: ArgumentHelp("With --pin: the receiver's key, all 64 hex digits, as `peerxfer identity` prints it on that device.", valueName: "key"))
     var key: String?
@@ -27,12 +27,20 @@ struct Trust: AsyncParsableCommand {
     @Flag(help: "Pin NAME to KEY, obtained out of band (from `peerxfer identity` on that device), without looking at the network.")
     var pin = false
 
+    @Flag(help: "List the receivers paired here (name and key) and the senders' keys trusted here, and do nothing else.")
+    var list = false
+
     @OptionGroup var config: ConfigOptions
 
     @Option(parsing: .unconditional, help: ArgumentHelp("Seconds to look for a receiver named so before giving up with exit 3.", valueName: "seconds"))
     var wait: Double = 5
 
     func validate() throws {
+        if list {
+            guard peer.isEmpty, key == nil, !pin else { throw ValidationError("--list takes no name or key") }
+            return
+        }
+        guard !peer.isEmpty else { throw ValidationError("give a receiver's name or a sender's key (or --list)") }
         guard wait.isFinite, wait >= 0.01, wait <= 86_400 else { throw ValidationError("--wait must be a number of seconds above 0 (0.01 at least), at most 86400") }
         if pin { try PeerNameRule.check(peer, option: "NAME") }
         if pin && key == nil {
@@ -46,6 +54,7 @@ struct Trust: AsyncParsableCommand {
     func run() async throws {
         // Trusting before the first `serve` is fine, but a mistyped --config would trust into a
         // new folder that no daemon reads: said when one is made.
+        if list { return try listTrust() }
         let configuration = try config.loadSayingIfMade()
         let file = configuration.knownPeersFile
         if pin, let key {
@@ -121,6 +130,24 @@ struct Trust: AsyncParsableCommand {
         try Self.pin(published, to: advertised, in: file, configOption: configuration.configOption)
     }
 
+    /// `--list`: the paired receivers and the trusted senders, one a line (JSON-free on purpose:
+    /// `known-peers.json` is the machine-readable form).
+    private func listTrust() throws {
+        let configuration = try config.loadExisting()
+        let known = try KnownPeers.load(from: configuration.knownPeersFile)
+        if known.pins.isEmpty && known.trusted.isEmpty {
+            printLine("nothing is paired or trusted here (peerxfer trust --pin NAME KEY pairs a receiver; peerxfer trust KEY trusts a sender)")
+            return
+        }
+        for (name, key) in known.pins.sorted(by: { $0.key < $1.key }) {
+            printLine("receiver \"\(Terminal.escape(name))\"  key \(key)")
+        }
+        for (key, label) in known.trusted.sorted(by: { $0.key < $1.key }) {
+            let named = label == KnownPeers.trustedByFingerprint ? "" : "  (trusted as \"\(Terminal.escape(label))\")"
+            printLine("sender key \(key)\(named)")
+        }
+    }
+
     /// Pins `name` to `key` and trusts the key as a sender, unless the name (or one that looks
     /// like it) is pinned to another key already.
     static func pin(_ name: String, to key: String, in file: String, configOption: String) throws {
@@ -159,6 +186,14 @@ struct Untrust: AsyncParsableCommand {
             var keys = Set<String>()
             if let spelled, let key = known.pins[spelled] { keys.insert(key) }
             if let whole = KeyText.whole(fingerprint) { keys.insert(whole) }
+            // Or the start of a key (8 hex digits at least), when it names one key only.
+            if keys.isEmpty, fingerprint.count >= 8, let digits = KeyText.digits(fingerprint) {
+                let matching = Set(known.pins.values.filter { $0.hasPrefix(digits) } + known.trusted.keys.filter { $0.hasPrefix(digits) })
+                guard matching.count <= 1 else {
+                    throw PeerTransferError.usage("\"\(Terminal.escape(peer))\" is the start of \(matching.count) keys here; give more of it (peerxfer trust --list shows them)")
+                }
+                keys.formUnion(matching)
+            }
             for (key, label) in known.trusted where label == peer { keys.insert(key) }
             for key in keys {
                 for (name, pinned) in known.pins where pinned == key {
