@@ -160,6 +160,28 @@ public struct KnownPeers: Codable, Sendable, Equatable {
             ?? sorted.first { NameSkeleton.looksAlike($0, name) }
     }
 
+    /// Pins `key` under `name`, or under the spelling `name` is pinned as already (see
+    /// ``pinnedSpelling(of:)``).
+    public mutating func pin(_ name: String, to key: String) {
+        pins[pinnedSpelling(of: name) ?? name] = key
+    }
+
+    /// True when a queued send granted `name` first-use trust (`--accept-new-key`).
+    public func grantsNewKey(to name: String) -> Bool {
+        acceptingNewKey?.contains { ServiceNames.sameIgnoringASCIICase($0, name) } == true
+    }
+
+    /// Grants `name` first-use trust for the daemon's queued sends.
+    public mutating func grantNewKey(to name: String) {
+        if !grantsNewKey(to: name) { acceptingNewKey = (acceptingNewKey ?? []) + [name] }
+    }
+
+    /// Takes back the first-use grants of the names `revoked` says so of.
+    public mutating func revokeNewKeyGrants(where revoked: (String) -> Bool) {
+        acceptingNewKey?.removeAll(where: revoked)
+        if acceptingNewKey?.isEmpty == true { acceptingNewKey = nil }
+    }
+
     /// A name `key` is pinned under, if any (the first in order).
     public func pinnedName(forKey key: String) -> String? {
         pins.filter { $0.value == key }.keys.sorted().first

@@ -186,9 +186,8 @@ public struct Sender: Sendable {
                 // (Unless that name is pinned to another key: that pin stays, for `untrust`.)
                 let askedIsFree = known.pinnedSpelling(of: name).map { known.pins[$0] == key } ?? true
                 let label = foundByKey && askedIsFree ? name : spelled
-                known.pins[known.pinnedSpelling(of: label) ?? label] = key
-                known.acceptingNewKey?.removeAll { ServiceNames.sameIgnoringASCIICase($0, spelled) }
-                if known.acceptingNewKey?.isEmpty == true { known.acceptingNewKey = nil }
+                known.pin(label, to: key)
+                known.revokeNewKeyGrants { ServiceNames.sameIgnoringASCIICase($0, spelled) }
             }
         }
         events(.connected(name: published, key: key, firstUse: decision.firstUse, renamedFrom: decision.renamedFrom))
@@ -255,7 +254,7 @@ public struct Sender: Sendable {
     private func firstContact(with spelled: String, key: String, asked name: String, knownAs: String?,
                               known: KnownPeers, option: String) async throws -> Decision {
         if expectedKey != nil { return Decision(firstUse: true, pinsNow: true, renamedFrom: knownAs) }
-        if honoursQueuedGrants, known.acceptingNewKey?.contains(where: { ServiceNames.sameIgnoringASCIICase($0, spelled) }) == true {
+        if honoursQueuedGrants, known.grantsNewKey(to: spelled) {
             return Decision(firstUse: true, pinsNow: true, renamedFrom: knownAs)
         }
         let code = VerificationCode.between(configuration.identity.publicKeySHA256, key)

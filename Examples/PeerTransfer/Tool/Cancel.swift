@@ -65,9 +65,7 @@ struct Cancel: AsyncParsableCommand {
         let chosenIDs = Set(chosen.map(\.persistentIdentifier))
         let stillQueued = queued.filter { !chosenIDs.contains($0.persistentIdentifier) && !$0.isCancellationRequested }.map(\.service.name)
         try KnownPeers.update(at: configuration.knownPeersFile) { known in
-            guard var names = known.acceptingNewKey else { return }
-            names.removeAll { name in !stillQueued.contains { ServiceNames.sameIgnoringASCIICase($0, name) } }
-            known.acceptingNewKey = names.isEmpty ? nil : names
+            known.revokeNewKeyGrants { name in !stillQueued.contains { ServiceNames.sameIgnoringASCIICase($0, name) } }
         }
     }
 }

@@ -257,18 +257,14 @@ struct Send: AsyncParsableCommand {
                 if case .keyChanged(let pinnedAs, let pinnedKey) = known.verdict(forReceiver: to, key: key) {
                     throw Sender.keyChanged(name: to, key: key, pinnedAs: pinnedAs, pinnedKey: pinnedKey, configOption: configuration.configOption)
                 }
-                known.pins[known.pinnedSpelling(of: to) ?? to] = key
+                known.pin(to, to: key)
             }
             printError("paired with \"\(Terminal.escape(to))\": its key \(key.prefix(16))… is pinned")
             return
         }
         if pinned != nil { return }
         if acceptNewKey {
-            try KnownPeers.update(at: file) { book in
-                var names = book.acceptingNewKey ?? []
-                if !names.contains(where: { ServiceNames.sameIgnoringASCIICase($0, to) }) { names.append(to) }
-                book.acceptingNewKey = names
-            }
+            try KnownPeers.update(at: file) { $0.grantNewKey(to: to) }
             return
         }
         // A known device under a new name: the daemon pins the name when it connects.

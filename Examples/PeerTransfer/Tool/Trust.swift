@@ -155,7 +155,7 @@ struct Trust: AsyncParsableCommand {
             if let spelled = known.pinnedSpelling(of: name), let pinned = known.pins[spelled], pinned != key {
                 throw PeerTransferError.trust("\"\(Terminal.escape(spelled))\" is pinned to the key \(pinned) already; run `peerxfer untrust \(ShellWord.quoted(spelled))\(configOption)` first if the change is expected")
             }
-            known.pins[known.pinnedSpelling(of: name) ?? name] = key
+            known.pin(name, to: key)
             known.trusted[key] = known.trusted[key] ?? name
         }
         printLine("trusted \"\(Terminal.escape(name))\" with key \(key): sends to it go only to this key, and it may deliver here")
