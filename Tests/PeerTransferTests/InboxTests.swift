@@ -55,6 +55,49 @@ final class InboxTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: folder + "/outside/target"), "nothing was written through it")
     }
 
+    /// Receives `text` as `name` from `sender` through a part file, as a transfer does.
+    private func receive(_ text: String, as name: String, from sender: String, into inbox: Inbox) throws -> String {
+        let part = try inbox.openPart(try RelativePath(validating: name), for: sender)
+        defer { part.closeFiles() }
+        try part.write(Data(text.utf8), at: 0)
+        try part.finishWriting(mode: 0o644, modified: 0)
+        return try part.publish()
+    }
+
+    func testAnUntrustedSenderCannotPushATrustedSendersFileToAnotherName() throws {
+        let trusted = String(repeating: "7", count: 64), stranger = "ab12cd34" + String(repeating: "0", count: 56)
+        let inbox = try Inbox(path: folder + "/inbox") { $0 == trusted }
+        XCTAssertTrue(inbox.recordsSenders, "this test needs a file system with user extended attributes")
+        // The stranger sends Invoice.pdf first; then the trusted sender sends its own.
+        XCTAssertEqual(try receive("forged", as: "Invoice.pdf", from: stranger, into: inbox), "Invoice.pdf")
+        XCTAssertEqual(try receive("real", as: "Invoice.pdf", from: trusted, into: inbox), "Invoice.pdf",
+                       "the trusted sender's file gets the name it was sent under")
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/Invoice.pdf", encoding: .utf8), "real")
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/Invoice (from ab12cd34).pdf", encoding: .utf8), "forged",
+                       "the stranger's file is kept, under a name that says whose it is")
+        // Again, after the person moved the real invoice away: the moved-aside name is taken,
+        // so the stranger's second file is numbered beside it.
+        XCTAssertEqual(unlink(folder + "/inbox/Invoice.pdf"), 0)
+        XCTAssertEqual(try receive("forged again", as: "Invoice.pdf", from: stranger, into: inbox), "Invoice.pdf")
+        XCTAssertEqual(try receive("real again", as: "Invoice.pdf", from: trusted, into: inbox), "Invoice.pdf")
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/Invoice (from ab12cd34, 1).pdf", encoding: .utf8), "forged again")
+        // Numbered names too: the trusted sender's third copy would be "Invoice (1).pdf".
+        XCTAssertEqual(try receive("forged 1", as: "Invoice (1).pdf", from: stranger, into: inbox), "Invoice (1).pdf")
+        XCTAssertEqual(try receive("real 3", as: "Invoice.pdf", from: trusted, into: inbox), "Invoice (1).pdf")
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/Invoice (1) (from ab12cd34).pdf", encoding: .utf8), "forged 1")
+        // Only strangers' files move: the trusted sender's own earlier file, and a file the
+        // person put there (no sender recorded), keep their names; the new one is numbered.
+        try Data("mine".utf8).write(to: URL(fileURLWithPath: folder + "/inbox/notes.txt"))
+        XCTAssertEqual(try receive("theirs", as: "notes.txt", from: trusted, into: inbox), "notes (1).txt")
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/notes.txt", encoding: .utf8), "mine")
+        // A stranger never takes a name back.
+        XCTAssertEqual(try receive("t", as: "plan.txt", from: trusted, into: inbox), "plan.txt")
+        XCTAssertEqual(try receive("s", as: "plan.txt", from: stranger, into: inbox), "plan (1).txt")
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/plan.txt", encoding: .utf8), "t")
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: folder + "/inbox").filter { $0.hasSuffix(".peerxfer-swap") || $0.hasSuffix(TransferLimits.partSuffix) }
+        XCTAssertEqual(leftovers, [], "no swap or part file is left behind")
+    }
+
     func testFreeSpaceIsPromisedToOneTransferAtATime() throws {
         let inbox = try Inbox(path: folder + "/inbox")
         let free = try inbox.freeBytes()

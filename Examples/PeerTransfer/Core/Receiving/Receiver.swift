@@ -189,6 +189,9 @@ struct Receiver {
                                 events(.fileFailed(id: id, path: Terminal.escape(path.description), reason: reason))
                                 logger.warning("\(Terminal.escape(path.description)) from \(senderName) failed: \(reason)")
                             }
+                        } movedAside: { parent, name, aside in
+                            let folder = parent.isEmpty ? "" : parent.joined(separator: "/") + "/"
+                            logger.notice("\"\(Terminal.escape(folder + name))\", sent earlier by an untrusted sender, is now \"\(Terminal.escape(folder + aside))\": its name goes to the file of \(senderName), a trusted sender")
                         }
                     }
                 }.get()

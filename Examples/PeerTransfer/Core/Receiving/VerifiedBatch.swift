@@ -92,14 +92,19 @@ struct VerifiedBatch: @unchecked Sendable {
     /// Should writing a buffered file fail for want of space or an I/O error, the buffered files
     /// after it are not written (they fail with that error), but everything written before it
     /// is still synced and named, and only then is the error thrown.
-    /// - Parameter named: told of each file's result, with its path, as it is named (or fails).
+    /// - Parameters:
+    ///   - named: told of each file's result, with its path, as it is named (or fails).
+    ///   - movedAside: told of each file of an untrusted sender that moved aside to give its
+    ///     name to one of this (trusted) sender's files: the name and the file's new name,
+    ///     both in the folder `parent`.
     /// - Returns: each file's result, in the batch's order.
     /// - Throws: ``PeerTransferError/noSpace(_:)`` when a buffered file does not fit on the disk;
     ///   ``PeerTransferError/runtime(_:)`` when one cannot be written, or the data or a folder
     ///   cannot be synced (the transfer ends on it). A file that cannot be made where it goes
     ///   (something planted there, another transfer writing it) or named fails alone, in its
     ///   result.
-    func publish(in inbox: Inbox, for sender: String, named: (FileResult, RelativePath) -> Void) throws -> [FileResult] {
+    func publish(in inbox: Inbox, for sender: String, named: (FileResult, RelativePath) -> Void,
+                 movedAside: (_ parent: [String], _ name: String, _ to: String) -> Void = { _, _, _ in }) throws -> [FileResult] {
         let cache = FolderCache()
         // Each file's part file, or why it has none (it fails alone).
         var parts: [Result<PartFile, PeerTransferError>] = []
@@ -142,6 +147,7 @@ struct VerifiedBatch: @unchecked Sendable {
             do {
                 let file = try part.get()
                 result.storedAs = try file.publish(cache: cache)
+                if let moved = file.movedAside { movedAside(path.parent, moved.name, moved.to) }
                 result.verified = true
                 let key = FolderCache.key(path.parent)
                 if folders[key] == nil, let folder = try? inbox.openDirectory(path.parent, create: false, cache: cache) {

@@ -47,7 +47,9 @@ public final class ReceiverService: Sendable {
                              policy: AcceptPolicy, port: Int = 0, pace: TransferPace = TransferPace(),
                              domain: String = "local", wideArea: WideAreaPublishing? = nil, keepsExecuteBits: Bool = false, logger: Logger,
                              events: @escaping @Sendable (ReceiveEvent) -> Void = { _ in }) async throws -> ReceiverService {
-        let inbox = try Inbox(path: inboxPath)
+        let knownFile = configuration.knownPeersFile
+        // A file that cannot be read trusts no one (fails closed).
+        let inbox = try Inbox(path: inboxPath) { key in (try? KnownPeers.load(from: knownFile))?.trusted[key] != nil }
         if !inbox.recordsSenders {
             logger.warning("the inbox's file system keeps no extended attributes: part files cannot be told apart by sender (any peer may resume or discard another's interrupted file), and files sent again are sent whole")
         }
