@@ -344,6 +344,38 @@ final class InboxTests: XCTestCase {
 }
 
 final class PartSweeperTests: XCTestCase {
+    func testAPartFileTheSweeperRemovedUnderAnOpenTransferIsMadeAnew() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("px-sweep-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: folder + "/inbox", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let inbox = try Inbox(path: folder + "/inbox")
+        let path = try RelativePath(validating: "big.bin")
+        let first = try inbox.openPart(path, for: "k")
+        try first.write(Data(repeating: 1, count: 10), at: 0)
+        first.closeFiles()
+        let partPath = folder + "/inbox/" + TransferLimits.partName(of: "big.bin", from: "k")
+        // A transfer opened the part file; the sweeper removes it before the transfer locks it.
+        let opened = open(partPath, O_RDWR)
+        XCTAssertGreaterThanOrEqual(opened, 0)
+        defer { close(opened) }
+        let root = open(folder + "/inbox", O_RDONLY | O_DIRECTORY)
+        defer { close(root) }
+        XCTAssertTrue(Inbox.stillNamed(TransferLimits.partName(of: "big.bin", from: "k"), in: root, opened))
+        XCTAssertTrue(PartSweeper.removeUnlessInUse(partPath))
+        XCTAssertFalse(Inbox.stillNamed(TransferLimits.partName(of: "big.bin", from: "k"), in: root, opened),
+                       "a locked file with no name is not the part file")
+        // Another file put under the name meanwhile is not the one the sweeper locked: left alone.
+        try Data("someone's".utf8).write(to: URL(fileURLWithPath: partPath))
+        XCTAssertFalse(Inbox.stillNamed(TransferLimits.partName(of: "big.bin", from: "k"), in: root, opened))
+        // And a transfer that opens it now gets a part file with a name, to be published.
+        XCTAssertEqual(unlink(partPath), 0)
+        let again = try inbox.openPart(path, for: "k")
+        try again.write(Data("whole".utf8), at: 0)
+        try again.finishWriting(mode: 0o644, modified: 0)
+        XCTAssertEqual(try again.publish(), "big.bin")
+        again.closeFiles()
+    }
+
     func testPartFilesNoOneCameBackForAreRemovedButNotOneBeingWritten() throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("px-sweep-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: folder + "/inbox/sub", withIntermediateDirectories: true)

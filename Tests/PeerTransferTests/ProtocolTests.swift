@@ -106,7 +106,7 @@ final class ProtocolTests: XCTestCase {
         XCTAssertThrowsError(try clash.validate()) { XCTAssertTrue("\($0)".contains("as a file and as a folder"), "\($0)") }
     }
 
-    func testManifestChecksDuplicatesAndFilesUnderFiles() {
+    func testManifestChecksDuplicatesAndFilesUnderFiles() throws {
         func manifest(_ entries: [ManifestEntry]) -> Manifest { Manifest(chunkSize: TransferLimits.chunkSize, entries: entries) }
         let file = { (path: String) in ManifestEntry(path: path, kind: .file, size: 1, mode: 0o644, modified: 0) }
         let folder = { (path: String) in ManifestEntry(path: path, kind: .directory, size: 0, mode: 0o755, modified: 0) }
@@ -115,9 +115,17 @@ final class ProtocolTests: XCTestCase {
         XCTAssertThrowsError(try manifest([file("x"), file("x/y")]).validate()) { XCTAssertTrue("\($0)".contains("as a file and as a folder"), "\($0)") }
         XCTAssertThrowsError(try manifest([file("a/b/c/d"), file("a/b")]).validate()) { XCTAssertTrue("\($0)".contains("\"a/b\" is offered as a file and as a folder"), "\($0)") }
         XCTAssertNoThrow(try manifest([file("a/b-c"), file("a/b/c"), file("ab/c"), folder("a/b")]).validate(), "near names are not clashes")
-        // Two spellings of "é" are two names to the file system, so to the manifest too.
-        XCTAssertNoThrow(try manifest([file("u\u{e9}/a.txt"), file("ue\u{301}/a.txt")]).validate())
-        XCTAssertNoThrow(try manifest([file("u\u{e9}"), file("ue\u{301}/a.txt")]).validate())
+        // Two spellings of "é" are one name as a person reads it: received in the composed
+        // form (NFC), they are one path offered twice, or a file where a folder goes.
+        XCTAssertThrowsError(try manifest([file("u\u{e9}/a.txt"), file("ue\u{301}/a.txt")]).validate()) {
+            XCTAssertTrue("\($0)".contains("offered twice (perhaps spelt two ways"), "\($0)")
+        }
+        XCTAssertThrowsError(try manifest([file("u\u{e9}"), file("ue\u{301}/a.txt")]).validate()) {
+            XCTAssertTrue("\($0)".contains("as a file and as a folder"), "\($0)")
+        }
+        let decomposed = try XCTUnwrap(try RelativePath(validating: "cafe\u{301}/re\u{301}sume\u{301}.txt"))
+        XCTAssertEqual(Array(decomposed.description.utf8), Array("caf\u{e9}/r\u{e9}sum\u{e9}.txt".utf8), "stored composed")
+        XCTAssertEqual(decomposed.name.utf8.count, "r\u{e9}sum\u{e9}.txt".utf8.count)
         XCTAssertThrowsError(try manifest([file("u\u{e9}"), file("u\u{e9}/a.txt")]).validate())
         XCTAssertThrowsError(try Manifest(chunkSize: 4096, entries: [file("x")]).validate())
         // A file name the part file's sender tag and suffix would push past 255 bytes: refused

@@ -22,15 +22,20 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
 
     private static let slash = UInt8(ascii: "/")
 
-    /// Checks `text` against the protocol's rules.
+    /// Checks `text` against the protocol's rules, in Unicode's composed form (NFC): "é" sent
+    /// as one code point or as "e" and a combining accent is one name, as a person reads it,
+    /// so two files that look alike collide (and are numbered, or refused as one path offered
+    /// twice) instead of lying side by side under names no one can tell apart.
     /// - Throws: ``PeerTransferError/unsafePath(_:)`` saying what is wrong: empty, absolute,
     ///   `.`/`..` components, NUL or other control characters (C0, DEL, C1), bidirectional
     ///   controls, over-long names or paths, too deep, or a name ending in the part-file suffix.
     public init(validating text: String) throws {
-        if let why = Self.problem(with: text) {
+        // ASCII is its own composed form (most paths: no copy made).
+        let composed = text.utf8.allSatisfy { $0 < 0x80 } ? text : text.precomposedStringWithCanonicalMapping
+        if let why = Self.problem(with: composed) {
             throw PeerTransferError.unsafePath("the path \"\(Terminal.escape(String(text.prefix(200))))\" \(why)")
         }
-        self.text = text
+        self.text = composed
     }
 
     /// Why `text` is no path the protocol carries ("contains NUL or another control
@@ -105,15 +110,15 @@ extension Manifest {
         guard entries.count <= TransferLimits.maximumEntries else {
             throw PeerTransferError.limit("\(entries.count) entries offered (the limit is \(TransferLimits.maximumEntries))")
         }
-        // By bytes, as the file system compares names (Swift's == takes the two spellings of
-        // "é" for one).
+        // By bytes, as the file system compares names, of the composed forms (NFC: the two
+        // spellings of "é" are one path).
         var seen = Set<[UInt8]>()
         var paths: [RelativePath] = []
         paths.reserveCapacity(entries.count)
         for entry in entries {
             let path = try RelativePath(validating: entry.path)
             guard seen.insert(Array(path.description.utf8)).inserted else {
-                throw PeerTransferError.protocolViolation("the path \"\(Terminal.escape(entry.path))\" is offered twice")
+                throw PeerTransferError.protocolViolation("the path \"\(Terminal.escape(entry.path))\" is offered twice (perhaps spelt two ways that Unicode holds equal)")
             }
             switch entry.kind {
             case .file:

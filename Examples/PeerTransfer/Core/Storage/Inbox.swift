@@ -276,6 +276,17 @@ final class Inbox: @unchecked Sendable {
     /// is written to a file without a name in the same folder (`O_TMPFILE`), named like any
     /// other once verified, and not resumable should this transfer be cut too.
     func openPart(_ path: RelativePath, for sender: String, cache: FolderCache? = nil) throws -> PartFile {
+        // The sweeper may remove the part file between its opening here and its lock (see
+        // `stillNamed`): then it is opened again, made anew.
+        for _ in 0..<3 {
+            if let file = try openPart(path, for: sender, cache: cache, attempt: ()) { return file }
+        }
+        throw PeerTransferError.fileFailed("the part file of \(Terminal.escape(path.description)) was removed three times as it was opened; try again")
+    }
+
+    /// One try of ``openPart(_:for:cache:)``: nil when the part file lost its name before it
+    /// was locked.
+    private func openPart(_ path: RelativePath, for sender: String, cache: FolderCache?, attempt: Void) throws -> PartFile? {
         guard let directory = try openDirectory(path.parent, create: true, cache: cache) else {
             throw PeerTransferError.runtime("cannot create the folder of \(path)")
         }
@@ -324,9 +335,24 @@ final class Inbox: @unchecked Sendable {
             close(directory)
             throw PeerTransferError.fileFailed("another transfer is receiving \(Terminal.escape(path.description)) right now; try again when it is done")
         }
+        guard Self.stillNamed(name, in: directory, fd) else {
+            close(fd)
+            close(directory)
+            return nil
+        }
         let file = PartFile(inbox: self, directory: directory, fd: fd, path: path, partName: name, sender: sender)
         file.recordSender(sender)
         return file
+    }
+
+    /// True when `name` in `directory` is still the open file `fd`: the ``PartSweeper`` removes
+    /// a part file it could lock, and one opened just before that (and locked just after) would
+    /// otherwise be written with no name left to publish it by.
+    static func stillNamed(_ name: String, in directory: Int32, _ fd: Int32) -> Bool {
+        var open = stat(), named = stat()
+        return fstat(fd, &open) == 0 && open.st_nlink == 1
+            && fstatat(directory, name, &named, AT_SYMLINK_NOFOLLOW) == 0
+            && named.st_dev == open.st_dev && named.st_ino == open.st_ino
     }
 
     /// Claims `path` for the small file `sender` is sending, until the claim goes (see

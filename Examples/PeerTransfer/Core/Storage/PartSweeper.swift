@@ -64,13 +64,22 @@ public struct PartSweeper: Sendable {
         return Double(info.f_bavail) / Double(info.f_blocks)
     }
 
-    /// Removes the regular file at `path` unless a transfer holds its lock now.
+    /// Removes the regular file at `path` unless a transfer holds its lock now. The file
+    /// removed is the one locked: should another have been put under the name meanwhile, it
+    /// is left alone (a transfer that opened the part file just before this removal sees, once
+    /// it holds the lock, that it has no name left, and makes it anew: see `Inbox.openPart`).
     static func removeUnlessInUse(_ path: String) -> Bool {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        let url = URL(fileURLWithPath: path)
+        let folder = open(url.deletingLastPathComponent().path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard folder >= 0 else { return false }
+        defer { close(folder) }
+        let name = url.lastPathComponent
+        let fd = openat(folder, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return false }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, flock(fd, LOCK_EX | LOCK_NB) == 0 else { return false }
-        return unlink(path) == 0
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, flock(fd, LOCK_EX | LOCK_NB) == 0,
+              Inbox.stillNamed(name, in: folder, fd) else { return false }
+        return unlinkat(folder, name, 0) == 0
     }
 }
