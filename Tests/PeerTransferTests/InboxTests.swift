@@ -98,6 +98,34 @@ final class InboxTests: XCTestCase {
         XCTAssertEqual(leftovers, [], "no swap or part file is left behind")
     }
 
+    func testOneSendersPartFilesMayHoldOnlyTheirShareOfTheDisk() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        var info = statvfs()
+        XCTAssertEqual(statvfs(folder, &info), 0)
+        let disk = Double(UInt64(info.f_blocks) * UInt64(info.f_frsize))
+        inbox.partShareOfOneSender.withLock { $0 = 3_000 / disk }   // about 3,000 bytes
+        let greedy = String(repeating: "a", count: 64), other = String(repeating: "b", count: 64)
+        for name in ["one.bin", "sub/two.bin"] {
+            let part = try inbox.openPart(try RelativePath(validating: name), for: greedy)
+            try part.write(Data(repeating: 7, count: 1_200), at: 0)
+            part.closeFiles()
+        }
+        XCTAssertEqual(inbox.partBytes(of: greedy, besides: []), 2_400)
+        XCTAssertEqual(inbox.partBytes(of: other, besides: []), 0)
+        XCTAssertThrowsError(try inbox.checkPartRoom(for: greedy, adding: 1_000, replacing: [])) { error in
+            guard let failure = error as? PeerTransferError, failure.wireCode == "limit" else { return XCTFail("\(error)") }
+            let message = failure.message
+            XCTAssertTrue(message.contains("already hold 2,400 bytes") || message.contains("already hold 2 KB"), message)
+            XCTAssertTrue(message.contains("Finish or cancel the earlier transfers"), message)
+        }
+        XCTAssertNoThrow(try inbox.checkPartRoom(for: other, adding: 1_000, replacing: []), "another sender has its own share")
+        XCTAssertNoThrow(try inbox.checkPartRoom(for: other, adding: 9_000, replacing: []),
+                         "with nothing left over, one offer is held to the free space alone")
+        // Resuming (or sending again) a file whose part file is there counts its bytes once.
+        let one = TransferLimits.partName(of: "one.bin", from: greedy)
+        XCTAssertNoThrow(try inbox.checkPartRoom(for: greedy, adding: 1_500, replacing: [one]))
+    }
+
     func testFreeSpaceIsPromisedToOneTransferAtATime() throws {
         let inbox = try Inbox(path: folder + "/inbox")
         let free = try inbox.freeBytes()

@@ -651,6 +651,38 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(PeerXferLab.listing(inbox), [])
     }
 
+    func testOneSenderCannotFillTheDiskWithUnfinishedFiles() throws {
+        let lab = try PeerXferLab()
+        let inbox = lab.path("capped-inbox")
+        try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
+        let mounter = try Foreign(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", inbox])
+        XCTAssertTrue(mounter.waitForExit(seconds: 10))
+        guard mounter.process.terminationStatus == 0 else {
+            throw XCTSkip("cannot mount a tmpfs here: \(mounter.output)")
+        }
+        defer {
+            let unmounter = try? Foreign(["umount", inbox])
+            _ = unmounter?.waitForExit(seconds: 10)
+        }
+        let name = PeerXferLab.uniqueName("Capped")
+        // One sender's part files may hold a quarter of the 16 MiB: 4 MiB. It left 3 MiB from
+        // an earlier transfer.
+        try lab.serve(name: name, config: "receiver", inbox: inbox, extra: ["--parts-per-sender", "25"])
+        let leftover = inbox + "/old.bin" + TransferLimits.partName(of: "", from: try lab.key(ofConfig: "sender"))
+        try Data(count: 3 * chunk).write(to: URL(fileURLWithPath: leftover))
+        try lab.makeFile("src/big.bin", size: 2 * chunk)
+        let (status, output) = try lab.send([lab.path("src/big.bin")], to: name, config: "sender")
+        XCTAssertEqual(status, 1, output)
+        XCTAssertTrue(output.contains("already hold 3.1 MB; the receiver keeps at most 4.2 MB for one sender. Finish or cancel the earlier transfers"), output)
+        XCTAssertEqual(PeerXferLab.listing(inbox), [(leftover as NSString).lastPathComponent], "nothing is written")
+        // Another sender has its own share; and once the leftover is gone, the file is taken.
+        let (other, otherOutput) = try lab.send([lab.path("src/big.bin")], to: name, config: "other")
+        XCTAssertEqual(other, 0, otherOutput)
+        XCTAssertEqual(unlink(leftover), 0)
+        XCTAssertEqual(try lab.send([lab.path("src/big.bin")], to: name, config: "sender").status, 0)
+        XCTAssertEqual(PeerXferLab.listing(inbox), ["big (1).bin", "big.bin"])
+    }
+
     func testUsageErrorsExit2AndHelpTeachesTheExitCodes() throws {
         let lab = try PeerXferLab()
         let (help, helpOutput) = try lab.run(["--help"])

@@ -216,11 +216,7 @@ final class ProgressDisplay: Sendable {
         return "[\(bar)] \(Int(fraction * 100))% \(bytes(state.sent))/\(bytes(state.total)) \(bytes(UInt64(rate)))/s ETA \(eta) · \(name) \(filePercent)% (file \(state.filesStarted) of \(state.filesTotal))"
     }
 
-    static func bytes(_ count: UInt64) -> String {
-        // (ByteCountFormatter writes 0 as "Zero KB".) In units of 1,000, as its "MB" says, as
-        // `ls --si` and file managers count, and as `serve` shows an offer's size.
-        count == 0 ? "0 bytes" : ByteCountFormatter.string(fromByteCount: Int64(clamping: count), countStyle: .file)
-    }
+    static func bytes(_ count: UInt64) -> String { Wording.bytes(count) }
 
     private static func duration(_ seconds: Double) -> String {
         guard seconds.isFinite else { return "--:--" }

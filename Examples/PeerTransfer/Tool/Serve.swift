@@ -71,6 +71,10 @@ struct Serve: AsyncParsableCommand {
             help: ArgumentHelp("Percent of the inbox's disk to keep free by removing the oldest part files first.", valueName: "percent"))
     var reserve: Double = 5
 
+    @Option(name: .customLong("parts-per-sender"), parsing: .unconditional,
+            help: ArgumentHelp("Percent of the inbox's disk one sender's unfinished files may hold; an offer that would go past it is refused, saying so.", valueName: "percent"))
+    var partsPerSender: Double = 50
+
     enum AcceptMode: String, ExpressibleByArgument, CaseIterable {
         case ask, known, all
     }
@@ -86,6 +90,9 @@ struct Serve: AsyncParsableCommand {
         }
         guard keepParts.isFinite, keepParts > 0, keepParts <= 3650 else { throw ValidationError("--keep-parts must be a number of days above 0, at most 3650") }
         guard reserve.isFinite, reserve >= 0, reserve < 100 else { throw ValidationError("--reserve must be a percentage from 0 to under 100") }
+        guard partsPerSender.isFinite, partsPerSender > 0, partsPerSender <= 100 else {
+            throw ValidationError("--parts-per-sender must be a percentage above 0, at most 100, not \(partsPerSender)")
+        }
         try place.check()
         if place.isLink && tsigKey != nil { throw ValidationError("--tsig-key is for a wide-area --domain; local is published through avahi-daemon") }
         if !place.isLink && tsigKey == nil {
@@ -132,6 +139,7 @@ struct Serve: AsyncParsableCommand {
         var sweeper = PartSweeper()
         sweeper.maximumAge = .seconds(Int64(keepParts * 86_400))
         sweeper.reserve = reserve / 100
+        sweeper.shareOfOneSender = partsPerSender / 100
         service.clearParts(with: sweeper)
         status.started(name: service.name, port: service.port, inbox: service.inboxPath,
                        key: configuration.identity.publicKeySHA256)
@@ -186,7 +194,7 @@ struct OfferJudge: Sendable {
             let chosen = await runHook(hook, offer: offer)
             return chosen.accepted.isEmpty ? .declined(chosen.reason) : Judgement(accepted: chosen.accepted)
         }
-        let size = ByteCountFormatter.string(fromByteCount: Int64(clamping: offer.manifest.totalBytes), countStyle: .file)
+        let size = Wording.bytes(offer.manifest.totalBytes)
         guard isatty(0) == 1 else {
             logger.warning("declined an offer from \(offer.senderName) without asking anyone: --accept ask has no terminal and no --hook")
             return .declined("declined without asking anyone: the receiver runs --accept ask with no terminal and no --hook")

@@ -519,6 +519,7 @@ struct Receiver {
             if case .failure(let error) = held { return .failure(error) }
             return .failure(.runtime(Self.leftBeforeTheAnswer))
         }
+        if let refusal = decision.refusal { return .failure(refusal) }
         do {
             try inbox.promise(decision.promised)
         } catch let error as PeerTransferError {
@@ -594,6 +595,9 @@ struct Receiver {
         /// Small files for which the sender's own part file was found (see
         /// ``BufferedFile/replacesPart``).
         var partFound: Set<Int> = []
+        /// Why the offer cannot be taken whatever the answer (one sender's part files would
+        /// hold too much of the disk).
+        var refusal: PeerTransferError?
     }
 
     /// The answer's entries for the `chosen` ones (with what the inbox already holds of each),
@@ -605,6 +609,9 @@ struct Receiver {
         var needed: UInt64 = 0
         var held = Set<Int>()
         var partFound = Set<Int>()
+        // The bytes that go through part files (files past one chunk), and those part files.
+        var partBytes: UInt64 = 0
+        var parts = Set<String>()
         // Each folder is looked up once (the offer's entries come folder by folder).
         let folders = FolderCache()
         for index in chosen.sorted() {
@@ -629,8 +636,20 @@ struct Receiver {
             if part != nil, entry.size <= BufferedFile.sizeLimit { partFound.insert(index) }
             needed += entry.size - min(entry.size, UInt64(have.count) * UInt64(manifest.chunkSize))
             accepted.append(Answer.Entry(index: index, have: have.map(\.hex)))
+            if entry.size > BufferedFile.sizeLimit {
+                partBytes += entry.size
+                parts.insert((path.parent + [TransferLimits.partName(of: path.name, from: senderKey)]).joined(separator: "/"))
+            }
         }
-        return Decision(answer: Answer(accepted: accepted, reason: nil), promised: needed, held: held, partFound: partFound)
+        var decision = Decision(answer: Answer(accepted: accepted, reason: nil), promised: needed, held: held, partFound: partFound)
+        if stop?.isSet != true {
+            do {
+                try inbox.checkPartRoom(for: senderKey, adding: partBytes, replacing: parts)
+            } catch {
+                decision.refusal = error as? PeerTransferError ?? .runtime("\(error)")
+            }
+        }
+        return decision
     }
 }
 

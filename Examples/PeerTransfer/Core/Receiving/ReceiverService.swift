@@ -28,7 +28,10 @@ public final class ReceiverService: Sendable {
     private let sweeperValue = Mutex(PartSweeper())
 
     /// Sets how part files no one came back for are cleared (before ``run()``).
-    public func clearParts(with sweeper: PartSweeper) { sweeperValue.withLock { $0 = sweeper } }
+    public func clearParts(with sweeper: PartSweeper) {
+        sweeperValue.withLock { $0 = sweeper }
+        inbox.partShareOfOneSender.withLock { $0 = sweeper.shareOfOneSender }
+    }
     private let nextID = Mutex(0)
 
     /// The name the service is published under (differs from the one asked for after a

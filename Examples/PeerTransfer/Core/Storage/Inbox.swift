@@ -103,6 +103,40 @@ final class Inbox: @unchecked Sendable {
         }
     }
 
+    /// The share of the file system one sender's part files may hold (see
+    /// ``PartSweeper/shareOfOneSender``).
+    let partShareOfOneSender = Mutex<Double>(PartSweeper().shareOfOneSender)
+
+    /// Checks that `sender` may have `bytes` more in part files: when it has part files in the
+    /// inbox now (but for those named in `replacing`, paths from the inbox, which the new bytes
+    /// are counted in), those and `bytes` together within ``partShareOfOneSender`` of the file
+    /// system. Blocking: it walks the inbox.
+    /// - Throws: ``PeerTransferError/limit(_:)`` saying how much the sender holds and may hold.
+    func checkPartRoom(for sender: String, adding bytes: UInt64, replacing: Set<String>) throws {
+        var info = statvfs()
+        guard bytes > 0, fstatvfs(root, &info) == 0 else { return }
+        let limit = UInt64(Double(UInt64(info.f_blocks) * UInt64(info.f_frsize)) * partShareOfOneSender.withLock { $0 })
+        let held = partBytes(of: sender, besides: replacing)
+        // A sender with nothing left over is held to the free space alone (one large file may
+        // take more than its share); leftovers and new bytes together are held to the share.
+        guard held > 0, held + bytes > limit else { return }
+        throw PeerTransferError.limit("this offer needs \(Wording.bytes(bytes)) of unfinished files, and this sender's unfinished files here already hold \(Wording.bytes(held)); the receiver keeps at most \(Wording.bytes(limit)) for one sender. Finish or cancel the earlier transfers, or send less at once")
+    }
+
+    /// The bytes of `sender`'s part files (`NAME.<its tag>.peerxfer-part`) anywhere in the inbox,
+    /// but for the paths in `besides`. Symlinks are not followed.
+    func partBytes(of sender: String, besides: Set<String>) -> UInt64 {
+        let suffix = TransferLimits.partName(of: "", from: sender)
+        guard let walk = FileManager.default.enumerator(atPath: path) else { return 0 }
+        var total: UInt64 = 0
+        for case let relative as String in walk where relative.hasSuffix(suffix) && !besides.contains(relative) {
+            var info = stat()
+            guard fstatat(root, relative, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
+            total += UInt64(info.st_size)
+        }
+        return total
+    }
+
     /// Takes back `bytes` of a promise: written (the free space now counts them) or no longer
     /// needed.
     func keptPromise(_ bytes: UInt64) {

@@ -12,6 +12,10 @@ public struct PartSweeper: Sendable {
     public var maximumAge: Duration = .seconds(7 * 86_400)
     /// The share of the file system kept free by removing part files, oldest first (0…1).
     public var reserve: Double = 0.05
+    /// The share of the file system one sender's part files may hold (0…1): an offer that would
+    /// take a sender past it is refused (a ``PeerTransferError/limit(_:)``), so that no one
+    /// sender's unfinished files crowd out everyone else's.
+    public var shareOfOneSender: Double = 0.5
 
     /// A sweeper with the defaults.
     public init() {}

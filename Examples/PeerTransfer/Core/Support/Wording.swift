@@ -1,3 +1,5 @@
+import Foundation
+
 /// Counts and durations in words, for what the tool prints.
 public enum Wording {
     /// `count` and `noun`, in the plural (`plural`, or the noun and an "s") unless there is
@@ -23,5 +25,11 @@ extension Wording {
         guard name.count > limit else { return name }
         let tail = min(24, limit / 3)
         return name.prefix(limit - tail - 1) + "…" + name.suffix(tail)
+    }
+
+    /// A byte count as people read it: "0 bytes", "380 MB" (units of 1,000, as `ls --si` and
+    /// file managers count; ByteCountFormatter alone writes 0 as "Zero KB").
+    public static func bytes(_ count: UInt64) -> String {
+        count == 0 ? "0 bytes" : ByteCountFormatter.string(fromByteCount: Int64(clamping: count), countStyle: .file)
     }
 }
