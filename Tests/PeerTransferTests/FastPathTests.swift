@@ -76,6 +76,18 @@ final class FastPathTests: XCTestCase {
         let mixed = try TransferPlan.make(paths: [tree])
         XCTAssertEqual(mixed.manifest.entries.filter { $0.path.hasPrefix("named/n") }.count, 1, "\(mixed.manifest.entries.map(\.path))")
         XCTAssertTrue(mixed.skipped.contains { $0.reason.contains("not valid UTF-8") }, "\(mixed.skipped)")
+        // Two spellings of one name in one folder are one name at the receiver (NFC): the
+        // listing's second is left out, naming the first.
+        let twins = folder + "/twins"
+        try FileManager.default.createDirectory(atPath: twins, withIntermediateDirectories: true)
+        for name in ["caf\u{e9}.txt", "cafe\u{301}.txt"] {
+            XCTAssertTrue(FileManager.default.createFile(atPath: twins + "/" + name, contents: Data("x".utf8)))
+        }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: twins).count, 2, "two files to the file system")
+        let spelt = try TransferPlan.make(paths: [twins])
+        XCTAssertEqual(spelt.manifest.entries.count, 2, "the folder and one of the two: \(spelt.manifest.entries.map(\.path))")
+        XCTAssertEqual(spelt.skipped.count, 1, "\(spelt.skipped)")
+        XCTAssertTrue(spelt.skipped.first?.reason.contains("its name is another spelling of") == true, "\(spelt.skipped)")
         // Named as an argument itself, such a path is still a usage error: nothing else was asked for.
         XCTAssertThrowsError(try TransferPlan.make(paths: [tree + "/bad\nname.txt"])) { error in
             XCTAssertEqual((error as? PeerTransferError)?.exitCode, 2, "\(error)")

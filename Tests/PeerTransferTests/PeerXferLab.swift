@@ -8,7 +8,7 @@ import XCTest
 final class PeerXferLab: @unchecked Sendable {
     // @unchecked: used from the test's thread only; the Foreign processes are thread-safe.
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    static let binary = root.appendingPathComponent(".build/debug/peerxfer").path
+    static let binary = BuiltProduct.path("peerxfer")
 
     let directory: String
     private var daemons: [Foreign] = []
@@ -18,9 +18,32 @@ final class PeerXferLab: @unchecked Sendable {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     }
 
+    /// Folders with a small file system mounted on them (see ``smallDisk(_:size:)``).
+    private var mounts: [String] = []
+
     deinit {
         for daemon in daemons { daemon.stop() }
+        // Once no daemon holds them open: a busy file system cannot be unmounted.
+        for mount in mounts {
+            if let unmounter = try? Foreign(["umount", mount]), unmounter.waitForExit(seconds: 10),
+               unmounter.process.terminationStatus == 0 { continue }
+            XCTFail("cannot unmount the test's file system at \(mount)")
+        }
         try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// A folder of the lab with a tmpfs of `size` (as mount's `size=`: "2m") mounted on it,
+    /// unmounted when the lab goes (after its daemons); skips the test where this machine
+    /// cannot mount one.
+    func smallDisk(_ relative: String, size: String) throws -> String {
+        let folder = path(relative)
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let mounter = try Foreign(["mount", "-t", "tmpfs", "-o", "size=\(size)", "tmpfs", folder])
+        guard mounter.waitForExit(seconds: 10), mounter.process.terminationStatus == 0 else {
+            throw XCTSkip("cannot mount a tmpfs here: \(mounter.output)")
+        }
+        mounts.append(folder)
+        return folder
     }
 
     func path(_ relative: String) -> String { (directory as NSString).appendingPathComponent(relative) }

@@ -72,7 +72,7 @@ struct Serve: AsyncParsableCommand {
     var reserve: Double = 5
 
     @Option(name: .customLong("parts-per-sender"), parsing: .unconditional,
-            help: ArgumentHelp("Percent of the inbox's disk one sender's unfinished files may hold; an offer that would go past it is refused, saying so.", valueName: "percent"))
+            help: ArgumentHelp("Percent of the inbox's disk that one sender's unfinished files (left by cut transfers) and its next offer may hold together; past it the offer is refused, saying so. A sender with none is held only to the free space.", valueName: "percent"))
     var partsPerSender: Double = 50
 
     enum AcceptMode: String, ExpressibleByArgument, CaseIterable {

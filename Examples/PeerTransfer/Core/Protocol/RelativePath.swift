@@ -31,9 +31,10 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
     ///   controls, over-long names or paths, too deep, or a name ending in the part-file suffix.
     public init(validating text: String) throws {
         // ASCII is its own composed form (most paths: no copy made).
-        let composed = text.utf8.allSatisfy { $0 < 0x80 } ? text : text.precomposedStringWithCanonicalMapping
+        let composed = TransferPlan.composed(text)
         if let why = Self.problem(with: composed) {
-            throw PeerTransferError.unsafePath("the path \"\(Terminal.escape(String(text.prefix(200))))\" \(why)")
+            let form = composed.utf8.elementsEqual(text.utf8) ? "" : " (in composed form, NFC)"
+            throw PeerTransferError.unsafePath("the path \"\(Terminal.escape(String(text.prefix(200))))\"\(form) \(why)")
         }
         self.text = composed
     }

@@ -288,7 +288,7 @@ struct Receiver {
                 case .makeDirectory(let index):
                     let path = try RelativePath(validating: manifest!.entries[index].path)
                     do {
-                        if let fd = try inbox.openDirectory(path.components, create: true, cache: folders) { close(fd) }
+                        if let fd = try inbox.openDirectory(path.components, create: true, cache: folders, madeFor: senderKey) { close(fd) }
                     } catch let error as PeerTransferError where error.isUnsafePath {
                         // A symlink (or file) planted where the folder goes: nothing is made
                         // through it, and the files below it fail alone when they open.
@@ -474,6 +474,10 @@ struct Receiver {
     /// promised to the transfer (see ``Inbox/promise(_:)``).
     private func decide(_ manifest: Manifest, _ paths: [RelativePath], senderName: String,
                         senderKey: String, over pair: BoundStreamPair, watchdog: ProgressWatchdog) async -> Result<Decision, PeerTransferError> {
+        // Before anyone is asked: an offer this sender's leftovers leave no room for is refused
+        // whatever the answer (see ``Inbox/checkPartRoom(for:adding:replacing:)``).
+        let refusal = await onThreadOfItsOwn { [inbox] in Self.partRoomRefusal(manifest, paths, inbox: inbox, senderKey: senderKey) }
+        if let refusal { return .failure(refusal) }
         var chosen: Set<Int>
         var declineReason: String?
         switch policy {
@@ -519,7 +523,6 @@ struct Receiver {
             if case .failure(let error) = held { return .failure(error) }
             return .failure(.runtime(Self.leftBeforeTheAnswer))
         }
-        if let refusal = decision.refusal { return .failure(refusal) }
         do {
             try inbox.promise(decision.promised)
         } catch let error as PeerTransferError {
@@ -595,9 +598,6 @@ struct Receiver {
         /// Small files for which the sender's own part file was found (see
         /// ``BufferedFile/replacesPart``).
         var partFound: Set<Int> = []
-        /// Why the offer cannot be taken whatever the answer (one sender's part files would
-        /// hold too much of the disk).
-        var refusal: PeerTransferError?
     }
 
     /// The answer's entries for the `chosen` ones (with what the inbox already holds of each),
@@ -609,9 +609,6 @@ struct Receiver {
         var needed: UInt64 = 0
         var held = Set<Int>()
         var partFound = Set<Int>()
-        // The bytes that go through part files (files past one chunk), and those part files.
-        var partBytes: UInt64 = 0
-        var parts = Set<String>()
         // Each folder is looked up once (the offer's entries come folder by folder).
         let folders = FolderCache()
         for index in chosen.sorted() {
@@ -636,24 +633,29 @@ struct Receiver {
             if part != nil, entry.size <= BufferedFile.sizeLimit { partFound.insert(index) }
             needed += entry.size - min(entry.size, UInt64(have.count) * UInt64(manifest.chunkSize))
             accepted.append(Answer.Entry(index: index, have: have.map(\.hex)))
-            if entry.size > BufferedFile.sizeLimit {
-                partBytes += entry.size
-                parts.insert((path.parent + [TransferLimits.partName(of: path.name, from: senderKey)]).joined(separator: "/"))
-            }
         }
-        var decision = Decision(answer: Answer(accepted: accepted, reason: nil), promised: needed, held: held, partFound: partFound)
-        if stop?.isSet != true {
-            do {
-                try inbox.checkPartRoom(for: senderKey, adding: partBytes, replacing: parts)
-            } catch {
-                decision.refusal = error as? PeerTransferError ?? .runtime("\(error)")
-            }
-        }
-        return decision
+        return Decision(answer: Answer(accepted: accepted, reason: nil), promised: needed, held: held, partFound: partFound)
     }
 }
 
 extension Receiver {
+    /// Why `sender` may not send `manifest` for want of room for its part files (files past
+    /// one chunk arrive in part files), or nil. Blocking: it walks the inbox.
+    static func partRoomRefusal(_ manifest: Manifest, _ paths: [RelativePath], inbox: Inbox, senderKey: String) -> PeerTransferError? {
+        var bytes: UInt64 = 0
+        var parts = Set<String>()
+        for (entry, path) in zip(manifest.entries, paths) where entry.kind == .file && entry.size > BufferedFile.sizeLimit {
+            bytes += entry.size
+            parts.insert((path.parent + [TransferLimits.partName(of: path.name, from: senderKey)]).joined(separator: "/"))
+        }
+        do {
+            try inbox.checkPartRoom(for: senderKey, adding: bytes, replacing: parts)
+            return nil
+        } catch {
+            return error as? PeerTransferError ?? .runtime("\(error)")
+        }
+    }
+
     /// The room promised for each accepted entry besides its bytes: one file-system block.
     static let roomPerEntry: UInt64 = 4_096
 

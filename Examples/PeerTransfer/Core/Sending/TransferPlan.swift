@@ -82,12 +82,20 @@ public struct TransferPlan: Sendable {
     }
 
     /// Why the protocol cannot carry an entry at `relative` (its last component `name`), or nil.
+    /// Judged in the composed form (NFC) the receiver stores it in, which can be longer.
     private static func unsendable(_ relative: String, name: String, isFile: Bool) -> String? {
-        if let why = RelativePath.problem(with: relative) { return why }
+        if let why = RelativePath.problem(with: composed(relative)) { return why }
         // A file arrives as NAME.<24 hex>.peerxfer-part first, which must fit in a name too.
         let room = TransferLimits.maximumReceivedNameBytes
-        if isFile && name.utf8.count > room { return "has a file name of \(name.utf8.count) bytes; at most \(room) can be received" }
+        let size = composed(name).utf8.count
+        let form = size == name.utf8.count ? "" : " (in composed form, NFC)"
+        if isFile && size > room { return "has a file name of \(size) bytes\(form); at most \(room) can be received" }
         return nil
+    }
+
+    /// `text` in Unicode's composed form (NFC), as the receiver stores names (ASCII as it is).
+    static func composed(_ text: String) -> String {
+        text.utf8.allSatisfy { $0 < 0x80 } ? text : text.precomposedStringWithCanonicalMapping
     }
 
     private mutating func add(_ path: String, as relative: String, info: stat) throws {
@@ -116,10 +124,18 @@ public struct TransferPlan: Sendable {
             // then names nothing, or another entry (listed twice). Either way it is left out.
             let notUTF8 = "not sent, its name is not valid UTF-8 (peerxfer sends UTF-8 names)"
             var seen = Set<[UInt8]>()
+            // Names by their composed form: two spellings of one name ("é" as one code point and
+            // as "e" and an accent) are one name at the receiver, so the second is left out.
+            var spellings: [[UInt8]: String] = [:]
             for child in children {
                 let childPath = (path as NSString).appendingPathComponent(child)
                 guard seen.insert(Array(child.utf8)).inserted else {
                     skipped.append(Skipped(path: childPath, reason: notUTF8))
+                    continue
+                }
+                if let twin = spellings.updateValue(child, forKey: Array(Self.composed(child).utf8)) {
+                    spellings[Array(Self.composed(child).utf8)] = twin
+                    skipped.append(Skipped(path: childPath, reason: "not sent, its name is another spelling of \"\((path as NSString).appendingPathComponent(twin))\" in Unicode (the receiver stores names in composed form, NFC, where the two are one): rename one of them"))
                     continue
                 }
                 var childInfo = stat()

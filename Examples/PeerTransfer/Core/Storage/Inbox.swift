@@ -6,9 +6,9 @@ import Synchronization
 /// with `openat(…, O_NOFOLLOW)`, so no path, and no symlink planted inside the inbox, can lead
 /// a write outside it.
 final class Inbox: @unchecked Sendable {
-    // @unchecked: `root` is set once and only read; the descriptor calls are thread-safe;
-    // `promised` and `receiving` are Mutexes, `makesUnnamedFiles` an Atomic; `digests` is
-    // Sendable (its own Mutex).
+    // @unchecked: `root` and `trusts` (a Sendable closure) are set once and only read; the
+    // descriptor calls are thread-safe; `promised`, `receiving` and `partShareOfOneSender` are
+    // Mutexes, `makesUnnamedFiles` an Atomic; `digests` is Sendable (its own Mutex).
     let path: String
     private let root: Int32
     /// Bytes that accepted transfers still have to write: free space is promised to one
@@ -110,31 +110,39 @@ final class Inbox: @unchecked Sendable {
     /// Checks that `sender` may have `bytes` more in part files: when it has part files in the
     /// inbox now (but for those named in `replacing`, paths from the inbox, which the new bytes
     /// are counted in), those and `bytes` together within ``partShareOfOneSender`` of the file
-    /// system. Blocking: it walks the inbox.
-    /// - Throws: ``PeerTransferError/limit(_:)`` saying how much the sender holds and may hold.
+    /// system. A sender with none is held to the free space alone (see ``promise(_:)``).
+    /// Blocking: it walks the inbox.
+    /// - Throws: ``PeerTransferError/limit(_:)`` saying how much the sender's unfinished files
+    ///   hold, naming some, and how to free them; ``PeerTransferError/runtime(_:)`` when the
+    ///   file system's size cannot be read.
     func checkPartRoom(for sender: String, adding bytes: UInt64, replacing: Set<String>) throws {
+        guard bytes > 0 else { return }
         var info = statvfs()
-        guard bytes > 0, fstatvfs(root, &info) == 0 else { return }
+        guard fstatvfs(root, &info) == 0 else {
+            throw PeerTransferError.runtime("cannot read the size of the inbox's disk: \(String(cString: strerror(errno)))")
+        }
         let limit = UInt64(Double(UInt64(info.f_blocks) * UInt64(info.f_frsize)) * partShareOfOneSender.withLock { $0 })
-        let held = partBytes(of: sender, besides: replacing)
-        // A sender with nothing left over is held to the free space alone (one large file may
-        // take more than its share); leftovers and new bytes together are held to the share.
+        let (held, names) = partFiles(of: sender, besides: replacing)
         guard held > 0, held + bytes > limit else { return }
-        throw PeerTransferError.limit("this offer needs \(Wording.bytes(bytes)) of unfinished files, and this sender's unfinished files here already hold \(Wording.bytes(held)); the receiver keeps at most \(Wording.bytes(limit)) for one sender. Finish or cancel the earlier transfers, or send less at once")
+        let shown = names.prefix(3).map { "\"" + Terminal.escape($0) + "\"" }.joined(separator: ", ") + (names.count > 3 ? "…" : "")
+        throw PeerTransferError.limit("this sender already has \(Wording.bytes(held)) of unfinished files at the receiver (\(Wording.counted(names.count, "file")) whose transfer was cut: \(shown)), and the receiver keeps at most \(Wording.bytes(limit)) of them for one sender; with this offer's \(Wording.bytes(bytes)) still to come, that is too much. Send those files again to finish them, send less at once, or wait until the receiver clears them (after the days of its --keep-parts)")
     }
 
     /// The bytes of `sender`'s part files (`NAME.<its tag>.peerxfer-part`) anywhere in the inbox,
-    /// but for the paths in `besides`. Symlinks are not followed.
-    func partBytes(of sender: String, besides: Set<String>) -> UInt64 {
+    /// and the names (of the files they are for) of some, but for the paths in `besides`.
+    /// Symlinks are not followed.
+    func partFiles(of sender: String, besides: Set<String>) -> (bytes: UInt64, names: [String]) {
         let suffix = TransferLimits.partName(of: "", from: sender)
-        guard let walk = FileManager.default.enumerator(atPath: path) else { return 0 }
+        guard let walk = FileManager.default.enumerator(atPath: path) else { return (0, []) }
         var total: UInt64 = 0
+        var names: [String] = []
         for case let relative as String in walk where relative.hasSuffix(suffix) && !besides.contains(relative) {
             var info = stat()
             guard fstatat(root, relative, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
             total += UInt64(info.st_size)
+            names.append(String(relative.dropLast(suffix.count)))
         }
-        return total
+        return (total, names)
     }
 
     /// Takes back `bytes` of a promise: written (the free space now counts them) or no longer
@@ -153,7 +161,7 @@ final class Inbox: @unchecked Sendable {
     ///   of permission (the files below it fail alone); ``PeerTransferError/noSpace(_:)``;
     ///   ``PeerTransferError/runtime(_:)`` for other failures.
     func openDirectory(_ components: [String], create: Bool, mode: mode_t = 0o755,
-                       cache: FolderCache? = nil) throws -> Int32? {
+                       cache: FolderCache? = nil, madeFor sender: String? = nil) throws -> Int32? {
         if let cache, !components.isEmpty {
             switch cache.lookUp(components, creating: create) {
             case .open(let fd, let device, let inode):
@@ -167,7 +175,7 @@ final class Inbox: @unchecked Sendable {
             case .unknown:
                 break
             }
-            let fd = try openDirectory(components, create: create, mode: mode)
+            let fd = try openDirectory(components, create: create, mode: mode, madeFor: sender)
             cache.remember(components, fd)
             return fd
         }
@@ -176,7 +184,8 @@ final class Inbox: @unchecked Sendable {
         for (depth, component) in components.enumerated() {
             var next = openat(current, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             if next < 0 && errno == ENOENT && create {
-                if mkdirat(current, component, mode) != 0 && errno != EEXIST {
+                let made = mkdirat(current, component, mode) == 0
+                if !made && errno != EEXIST {
                     let failure = errno
                     let reason = String(cString: strerror(failure))
                     close(current)
@@ -191,6 +200,9 @@ final class Inbox: @unchecked Sendable {
                     }
                 }
                 next = openat(current, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                // Whose folder it is: a trusted sender's file takes its name back from a
+                // stranger's folder as from a stranger's file (see `PartFile.publish`).
+                if made, next >= 0, let sender { PartFile.record(sender, on: next) }
             }
             let failure = errno
             close(current)
@@ -321,7 +333,7 @@ final class Inbox: @unchecked Sendable {
     /// One try of ``openPart(_:for:cache:)``: nil when the part file lost its name before it
     /// was locked.
     private func openPart(_ path: RelativePath, for sender: String, cache: FolderCache?, attempt: Void) throws -> PartFile? {
-        guard let directory = try openDirectory(path.parent, create: true, cache: cache) else {
+        guard let directory = try openDirectory(path.parent, create: true, cache: cache, madeFor: sender) else {
             throw PeerTransferError.runtime("cannot create the folder of \(path)")
         }
         let name = TransferLimits.partName(of: path.name, from: sender)
@@ -382,9 +394,11 @@ final class Inbox: @unchecked Sendable {
     /// True when `name` in `directory` is still the open file `fd`: the ``PartSweeper`` removes
     /// a part file it could lock, and one opened just before that (and locked just after) would
     /// otherwise be written with no name left to publish it by.
-    static func stillNamed(_ name: String, in directory: Int32, _ fd: Int32) -> Bool {
+    /// With `alone` (a part file about to be written), it must also have no other name: a
+    /// hard link would let writes land elsewhere.
+    static func stillNamed(_ name: String, in directory: Int32, _ fd: Int32, alone: Bool = true) -> Bool {
         var open = stat(), named = stat()
-        return fstat(fd, &open) == 0 && open.st_nlink == 1
+        return fstat(fd, &open) == 0 && (alone ? open.st_nlink == 1 : open.st_nlink > 0)
             && fstatat(directory, name, &named, AT_SYMLINK_NOFOLLOW) == 0
             && named.st_dev == open.st_dev && named.st_ino == open.st_ino
     }
@@ -424,7 +438,7 @@ final class Inbox: @unchecked Sendable {
     /// - Throws: as ``openPart(_:for:cache:)``.
     func openUnnamedFile(_ path: RelativePath, for sender: String, cache: FolderCache? = nil) throws -> PartFile {
         guard usesUnnamedFiles else { return try openPart(path, for: sender, cache: cache) }
-        guard let directory = try openDirectory(path.parent, create: true, cache: cache) else {
+        guard let directory = try openDirectory(path.parent, create: true, cache: cache, madeFor: sender) else {
             throw PeerTransferError.runtime("cannot create the folder of \(path)")
         }
         return try openUnnamedPart(path, in: directory, for: sender) { failure, reason in

@@ -182,7 +182,9 @@ final class PartFile {
         if written >= Self.writeBackStep { startWriteBack() }
         // The sender's permission bits, but never writable by others than the owner (as a
         // umask of 022 would make them): a file from the network is not for everyone to change.
-        guard fchmod(fd, mode_t(mode & 0o755)) == 0 else { throw ioError("fchmod") }
+        // Always readable by its owner (this user): the inbox must be able to read what it
+        // holds, to offer it as `existing` or to judge whose it is.
+        guard fchmod(fd, mode_t(mode & 0o755) | 0o400) == 0 else { throw ioError("fchmod") }
         // A time from the network: applied only when it is one a file system can hold (a
         // bogus one, NaN or 1e300, is left out rather than trapping in the conversion).
         if modified.isFinite, abs(modified) < 1e11 {
@@ -202,16 +204,25 @@ final class PartFile {
 
     /// Gives the verified file its final name: the offered one, or `name (1).ext`,
     /// `name (2).ext`… when that is taken, up to ``numberedNames``, then a name with a random
-    /// number (never replacing a file). For a trusted sender, a name held by a file that an
-    /// untrusted sender delivered is taken back: that file moves to
+    /// number (never replacing a file). For a trusted sender, a name held by a file or folder
+    /// that an untrusted sender delivered is taken back: that one moves to
     /// `name (from <8 hex of its sender's key>).ext` (see ``takeName(_:in:)``), so no one can
-    /// push a trusted sender's file to another name by sending one of that name first. Call once its data is on disk; the caller syncs the
-    /// folder (see ``VerifiedBatch``).
+    /// push a trusted sender's file to another name by sending one of that name first. Call
+    /// once its data is on disk; the caller syncs the folder (see ``VerifiedBatch``).
     /// - Returns: the path it was stored under.
     func publish(cache: FolderCache? = nil) throws -> String {
         var own = stat()
         guard fd >= 0, fstat(fd, &own) == 0 else { throw ioError("fstat") }
+        // Asked once a file (the answer is a read of the trust file).
+        let takesNamesBack = inbox.trusts(sender)
         return try withFolder(cache: cache) { folder in
+            /// The file has its name: the part name goes, if it is still this file's.
+            func named(_ candidate: String) throws -> String {
+                if let partName, ownsName(partName, in: folder, own) {
+                    guard unlinkat(folder, partName, 0) == 0 else { throw ioError("unlinkat") }
+                }
+                return (path.parent + [candidate]).joined(separator: "/")
+            }
             for attempt in 0..<(Self.numberedNames + 64) {
                 let candidate = attempt == 0 ? path.name
                     : attempt < Self.numberedNames ? Self.numbered(path.name, attempt)
@@ -220,13 +231,7 @@ final class PartFile {
                 // name is linked to the open, verified file itself (through /proc), not to
                 // whatever the part file's name points at by now: a file renamed over it
                 // after verification is never published in its place.
-                if linkat(AT_FDCWD, "/proc/self/fd/\(fd)", folder, candidate, AT_SYMLINK_FOLLOW) == 0 {
-                    // The part name goes only if it is still this file's.
-                    if let partName, ownsName(partName, in: folder, own) {
-                        guard unlinkat(folder, partName, 0) == 0 else { throw ioError("unlinkat") }
-                    }
-                    return (path.parent + [candidate]).joined(separator: "/")
-                }
+                if linkat(AT_FDCWD, "/proc/self/fd/\(fd)", folder, candidate, AT_SYMLINK_FOLLOW) == 0 { return try named(candidate) }
                 if errno == ENOENT {
                     // The verified file has no name left: someone replaced or removed its part
                     // file. Linux links no file without a name; nothing is published for it.
@@ -235,62 +240,61 @@ final class PartFile {
                 guard errno == EEXIST else { throw ioError("linkat of the verified file") }
                 // A name an untrusted sender's file took first is not lost to a trusted
                 // sender's: that file moves aside and this one gets the name.
-                if inbox.trusts(sender), try takeName(candidate, in: folder) {
-                    if let partName, ownsName(partName, in: folder, own) {
-                        guard unlinkat(folder, partName, 0) == 0 else { throw ioError("unlinkat") }
-                    }
-                    return (path.parent + [candidate]).joined(separator: "/")
-                }
+                if takesNamesBack, takeName(candidate, in: folder) { return try named(candidate) }
             }
             throw PeerTransferError.runtime("no free name for \(Terminal.escape(path.description)) after \(Self.numberedNames) numbered and 64 random tries")
         }
     }
 
-    /// Gives this (verified) file the name `name` in `folder`, which a file delivered by an
-    /// untrusted sender holds now, and moves that file aside to `NAME (from <8 hex>).EXT`, both
-    /// in one atomic exchange of names (renameat2's `RENAME_EXCHANGE`): the name never points
-    /// at nothing, and nothing is ever removed. False, with nothing changed, when the name holds
-    /// anything else (a file of a trusted sender or of no recorded sender, a folder, a link) or
-    /// the file system cannot exchange names; the caller then tries the next name.
-    /// - Throws: ``PeerTransferError/runtime(_:)`` when an exchange was made and cannot be
-    ///   completed or undone (the inbox is left with both files, one under a `.peerxfer-swap`
-    ///   name).
-    private func takeName(_ name: String, in folder: Int32) throws -> Bool {
-        guard let exchange = Self.renameat2 else { return false }
-        let held = openat(folder, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+    /// Gives this (verified) file the name `name` in `folder`, which a file or folder an
+    /// untrusted sender delivered holds now, and moves that one aside to
+    /// `NAME (from <8 hex>).EXT`: first an atomic exchange of names (renameat2's
+    /// `RENAME_EXCHANGE`, so the name never points at nothing), then a rename that replaces
+    /// nothing. Nothing is ever removed. False, with everything as it was, when the name holds
+    /// anything else (a trusted sender's file, one of no recorded sender such as the person's
+    /// own, a symlink), when the stranger's file cannot be moved aside, or when the file
+    /// system cannot exchange names; the caller then tries the next name.
+    private func takeName(_ name: String, in folder: Int32) -> Bool {
+        guard let renameat2 = Self.renameat2 else { return false }
+        // O_PATH: a file whose sender left it unreadable (mode 0) is judged all the same.
+        let held = openat(folder, name, Self.pathOnly | O_NOFOLLOW | O_CLOEXEC)
         guard held >= 0 else { return false }
         defer { close(held) }
         var heldInfo = stat()
-        guard fstat(held, &heldInfo) == 0, (heldInfo.st_mode & S_IFMT) == S_IFREG,
-              let deliverer = Self.deliverer(of: held), deliverer != sender, !inbox.trusts(deliverer) else { return false }
+        guard fstat(held, &heldInfo) == 0, [S_IFREG, S_IFDIR].contains(heldInfo.st_mode & S_IFMT),
+              let deliverer = Self.deliverer(ofPath: "/proc/self/fd/\(held)"), SHA256DigestText.isValid(deliverer),
+              deliverer != sender, !inbox.trusts(deliverer) else { return false }
         // This file under a name of its own first, to exchange with the held one.
         let swap = ".\(String(UInt64.random(in: 0...UInt64.max), radix: 16)).peerxfer-swap"
         guard linkat(AT_FDCWD, "/proc/self/fd/\(fd)", folder, swap, AT_SYMLINK_FOLLOW) == 0 else { return false }
-        guard exchange(folder, swap, folder, name, Self.renameExchange) == 0 else {
+        /// Puts the names back as they were (the held one under `name`, this file's link gone).
+        func undo() -> Bool {
+            if renameat2(folder, swap, folder, name, Self.renameExchange) != 0 { return false }
+            _ = unlinkat(folder, swap, 0)   // this file's extra link; its part name remains
+            return false
+        }
+        guard renameat2(folder, swap, folder, name, Self.renameExchange) == 0 else {
             _ = unlinkat(folder, swap, 0)
             return false
         }
-        // `swap` names what `name` held at the moment of the exchange: the file judged above,
-        // unless another one was put there meanwhile (then the exchange is undone).
+        // `swap` names what `name` held at the moment of the exchange: the one judged above,
+        // unless another was put there meanwhile (then the exchange is undone).
         var swapped = stat()
         guard fstatat(folder, swap, &swapped, AT_SYMLINK_NOFOLLOW) == 0,
-              swapped.st_dev == heldInfo.st_dev, swapped.st_ino == heldInfo.st_ino else {
-            guard exchange(folder, swap, folder, name, Self.renameExchange) == 0 else { throw ioError("renameat2 (undoing an exchange)") }
-            _ = unlinkat(folder, swap, 0)
-            return false
-        }
+              swapped.st_dev == heldInfo.st_dev, swapped.st_ino == heldInfo.st_ino else { return undo() }
         let mark = "from " + String(deliverer.prefix(8))
         for attempt in 0..<(Self.numberedNames + 64) {
             let aside = attempt == 0 ? Self.labelled(name, mark)
                 : attempt < Self.numberedNames ? Self.labelled(name, "\(mark), \(attempt)")
                 : Self.labelled(name, "\(mark), " + String(UInt32.random(in: 0x1000_0000...UInt32.max), radix: 16))
-            if exchange(folder, swap, folder, aside, Self.renameNoReplace) == 0 {
+            if renameat2(folder, swap, folder, aside, Self.renameNoReplace) == 0 {
                 movedAside = (name, aside)
                 return true
             }
             guard errno == EEXIST else { break }
         }
-        throw ioError("renameat2 (moving \(Terminal.escape(name)) aside)")
+        // Nowhere to move it: everything goes back as it was.
+        return undo()
     }
 
     /// glibc's renameat2(2), looked up at run time (Swift's Glibc module leaves out
@@ -299,7 +303,13 @@ final class PartFile {
         guard let symbol = dlsym(nil, "renameat2") else { return nil }
         return unsafeBitCast(symbol, to: (@convention(c) (Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UInt32) -> Int32).self)
     }()
+    /// `O_PATH`, left out by Swift's Glibc module (the same bit on every architecture Swift
+    /// runs on, as `O_TMPFILE`'s): a descriptor that names a file without opening it for I/O.
+    static let pathOnly: Int32 = 0o10000000
+
+    /// renameat2's `RENAME_NOREPLACE`: fail with EEXIST rather than replace the target.
     private static let renameNoReplace: UInt32 = 1
+    /// renameat2's `RENAME_EXCHANGE`: swap the two names atomically.
     private static let renameExchange: UInt32 = 2
 
     /// True unless the file system of `fd` refuses user extended attributes (ENOTSUP).
@@ -320,6 +330,31 @@ final class PartFile {
         guard count > 0 else { return nil }
         return String(decoding: bytes[0..<count], as: UTF8.self)
     }
+
+    /// The key of the sender recorded on the file or folder at `path` (followed: a
+    /// `/proc/self/fd/N` of an `O_PATH` descriptor reads its file's attribute), if any.
+    static func deliverer(ofPath path: String) -> String? {
+        guard let getPathAttribute else { return nil }
+        var bytes = [UInt8](repeating: 0, count: 128)
+        let count = bytes.withUnsafeMutableBytes { getPathAttribute(path, delivererAttribute, $0.baseAddress, $0.count) }
+        guard count > 0 else { return nil }
+        return String(decoding: bytes[0..<count], as: UTF8.self)
+    }
+
+    /// Records `sender` as the maker of the file or folder `fd` (best effort, as
+    /// ``recordSender(_:new:)``).
+    static func record(_ sender: String, on fd: Int32) {
+        guard let setAttribute else { return }
+        _ = sender.utf8CString.withUnsafeBufferPointer { key in
+            setAttribute(fd, delivererAttribute, key.baseAddress, key.count - 1, 0)
+        }
+    }
+
+    /// glibc's getxattr(2), looked up at run time (as the two below).
+    private static let getPathAttribute: (@convention(c) (UnsafePointer<CChar>?, UnsafePointer<CChar>?, UnsafeMutableRawPointer?, Int) -> Int)? = {
+        guard let symbol = dlsym(nil, "getxattr") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (UnsafePointer<CChar>?, UnsafePointer<CChar>?, UnsafeMutableRawPointer?, Int) -> Int).self)
+    }()
 
     /// glibc's fsetxattr(2) and fgetxattr(2), looked up at run time (Swift's Glibc module
     /// leaves out sys/xattr.h).
@@ -358,10 +393,8 @@ final class PartFile {
     /// never offered as `existing`. A file made just now (`new`) is not asked first what it
     /// records.
     func recordSender(_ sender: String, new: Bool = false) {
-        guard let setAttribute = Self.setAttribute, new || Self.deliverer(of: fd) != sender else { return }
-        _ = sender.utf8CString.withUnsafeBufferPointer { key in
-            setAttribute(fd, Self.delivererAttribute, key.baseAddress, key.count - 1, 0)
-        }
+        guard new || Self.deliverer(of: fd) != sender else { return }
+        Self.record(sender, on: fd)
     }
 
     /// A part file left this long without a write is abandoned: any sender's transfer may take

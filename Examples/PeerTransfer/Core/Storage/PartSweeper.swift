@@ -83,7 +83,7 @@ public struct PartSweeper: Sendable {
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, flock(fd, LOCK_EX | LOCK_NB) == 0,
-              Inbox.stillNamed(name, in: folder, fd) else { return false }
+              Inbox.stillNamed(name, in: folder, fd, alone: false) else { return false }
         return unlinkat(folder, name, 0) == 0
     }
 }
