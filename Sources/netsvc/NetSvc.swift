@@ -15,7 +15,7 @@ struct NetSvc: AsyncParsableCommand {
 
             Human output has aligned columns, coloured only on a terminal without NO_COLOR; --json writes one object per line for scripts.
 
-            Shell completion: `netsvc --generate-completion-script bash > /etc/bash_completion.d/netsvc` (also zsh and fish; see README).
+            Shell completion: `netsvc --generate-completion-script bash > /etc/bash_completion.d/netsvc` (also zsh and fish; see docs/netsvc.md).
 
             Examples:
               netsvc browse _http._tcp --terminate

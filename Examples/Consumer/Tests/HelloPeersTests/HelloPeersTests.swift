@@ -25,7 +25,7 @@ final class HelloPeersTests: XCTestCase {
         XCTAssertEqual(received, Greeting.message)
     }
 
-    /// README's error example, compiled here so that it stays true (not run: it publishes).
+    /// The library tour's error example (docs/library-tour.md), compiled here so that it stays true (not run: it publishes).
     func readmeErrorExample() async {
         do {
             _ = try await DiscoveryContext.shared.daemonInfo(timeout: 3)   // no daemon: .daemonUnavailable now
