@@ -1,4 +1,5 @@
 import Foundation
+import SalutTestSupport
 import XCTest
 
 /// Discovery across two lab hosts, each with its own avahi-daemon.
@@ -29,7 +30,7 @@ final class LabDiscoveryTests: XCTestCase {
 
 extension LabDiscoveryTests {
     static var netsvc: String {
-        LabHost.packageRoot.appendingPathComponent(".build/debug/netsvc").path
+        BuiltProduct.path("netsvc")
     }
 
     /// Salut on h1 publishes, Salut on h2 browses and resolves: one service however many

@@ -5,7 +5,7 @@ import XCTest
 /// peerxfer across two lab hosts, each with its own avahi-daemon and network stack: the
 /// receiver on h1, the sender on h2, found by name over the lab's link.
 final class LabPeerTransferTests: XCTestCase {
-    static var peerxfer: String { LabHost.packageRoot.appendingPathComponent(".build/debug/peerxfer").path }
+    static var peerxfer: String { BuiltProduct.path("peerxfer") }
 
     func testATreeSentFromAnotherHostArrivesVerified() throws {
         try LabHost.requireLab()

@@ -8,7 +8,7 @@ import XCTest
 /// published from subnet A by signed DNS updates is found, resolved and connected to from
 /// subnet B, where mDNS cannot reach.
 final class LabWideAreaTests: XCTestCase {
-    static let netsvc = LabHost.packageRoot.appendingPathComponent(".build/debug/netsvc").path
+    static let netsvc = BuiltProduct.path("netsvc")
     /// The TSIG key of the lab's DNS server: `lan-lab up-routed` records its folder.
     static var key: String {
         let state = ProcessInfo.processInfo.environment["SALUT_LAB_DIR"] ?? "/run/salut-lab"
@@ -134,7 +134,7 @@ final class LabWideAreaTests: XCTestCase {
     }
 
     func testPeerxferSendsAcrossTheSubnetsByBothPaths() throws {
-        let peerxfer = LabHost.packageRoot.appendingPathComponent(".build/debug/peerxfer").path
+        let peerxfer = BuiltProduct.path("peerxfer")
         let folder = NSTemporaryDirectory() + "salut-lab-px-\(UUID().uuidString.prefix(6))"
         try FileManager.default.createDirectory(atPath: folder + "/out", withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: folder) }

@@ -83,13 +83,11 @@ final class PeerXferLab: @unchecked Sendable {
     /// `peerxfer status` of configuration `config`, once it shows `text` or 20 s have passed
     /// (the daemon writes its status file behind its log).
     func status(of config: String, once text: String) throws -> String {
-        let deadline = Date().addingTimeInterval(20)
         var shown = ""
-        repeat {
+        try eventually(timeout: 20, interval: 0.1) {
             shown = try run(["status", "--config", path(config)]).output
-            if shown.contains(text) { break }
-            Thread.sleep(forTimeInterval: 0.1)
-        } while Date() < deadline
+            return shown.contains(text)
+        }
         return shown
     }
 

@@ -190,7 +190,7 @@ final class PeerXferTrustTests: SalutTestCase {
         XCTAssertEqual(try lab.run(["trust", "--pin", "Victim \(tag)", realKey, "--config", lab.path("sender")]).status, 0)
         try lab.serve(name: "Real \(tag)", config: "real", inbox: lab.path("inbox"))
         let certificate = try TestCertificate.make()
-        let netsvc = PeerXferLab.root.appendingPathComponent(".build/debug/netsvc").path
+        let netsvc = BuiltProduct.path("netsvc")
         let impostor = try Foreign([netsvc, "publish", "AAA \(tag)", "_peerxfer._tcp", "0", "v=2", "fp=\(realKey)", "--listen",
                                     "--tls-cert", certificate.certificateFile, "--tls-key", certificate.keyFile])
         defer { impostor.stop() }

@@ -386,7 +386,7 @@ extension NetServiceTests {
     /// Apple-style sample code driven by `RunLoop.main.run()` in its own process publishes,
     /// browses, resolves and exits as it would on macOS.
     func testAppleSampleProgramRunsUnchanged() throws {
-        let binary = DaemonRestartTests.root.appendingPathComponent(".build/debug/apple-sample").path
+        let binary = BuiltProduct.path("apple-sample")
         guard FileManager.default.isExecutableFile(atPath: binary) else {
             return XCTFail("build apple-sample first (Scripts/test does: swift build --build-tests builds every target)")
         }

@@ -4,7 +4,7 @@ import XCTest
 
 /// The built `netsvc` run as a user or a script would: exit codes, help, JSON lines.
 final class NetsvcTests: XCTestCase {
-    static let netsvc = DaemonRestartTests.root.appendingPathComponent(".build/debug/netsvc").path
+    static let netsvc = BuiltProduct.path("netsvc")
 
     private func run(_ arguments: [String], environment: [String] = [], seconds: Double = 20) throws -> (Int32, String) {
         let process = try Foreign(environment + [Self.netsvc] + arguments)

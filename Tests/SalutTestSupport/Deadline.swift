@@ -61,3 +61,17 @@ public struct DeadlineExceeded: Error, CustomStringConvertible {
     public init(what: String, seconds: Double) { self.what = what; self.seconds = seconds }
     public var description: String { "\(what) did not happen within \(seconds) s" }
 }
+
+/// Checks `condition` every `interval` until it holds or `timeout` seconds have passed: the one
+/// way tests here wait for something another process or thread makes true.
+/// - Returns: true when it held in time; false at the deadline (the caller asserts, saying what
+///   it waited for).
+@discardableResult
+public func eventually(timeout: Double, interval: Double = 0.05, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while true {
+        if try condition() { return true }
+        guard Date() < deadline else { return false }
+        Thread.sleep(forTimeInterval: interval)
+    }
+}
