@@ -7,8 +7,8 @@ final class ReceiverStateMachineTests: XCTestCase {
     private let chunk = TransferLimits.chunkSize
     private let digest = String(repeating: "b", count: 64)
 
-    private func machineAtDecision(_ entries: [ManifestEntry]) -> ReceiverStateMachine {
-        var machine = ReceiverStateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
+    private func machineAtDecision(_ entries: [ManifestEntry]) -> Receiver.StateMachine {
+        var machine = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
         XCTAssertEqual(machine.received(.message(.hello, Hello(protocolVersion: 2, device: "s", name: "S"))),
                        [.reply(.message(.hello, Hello(protocolVersion: 2, device: "r", name: "R")))])
         let manifest = Manifest(chunkSize: chunk, entries: entries)
@@ -31,7 +31,7 @@ final class ReceiverStateMachineTests: XCTestCase {
         FileEnd(index: index, sha256: sha256 ?? digest).frame
     }
 
-    private func isFailure(_ actions: [ReceiverStateMachine.Action], containing text: String,
+    private func isFailure(_ actions: [Receiver.StateMachine.Action], containing text: String,
                            file: StaticString = #filePath, line: UInt = #line) {
         guard actions.count == 1, case .fail(let error, tellPeer: true) = actions[0] else {
             return XCTFail("expected one failure, got \(actions)", file: file, line: line)
@@ -65,7 +65,7 @@ final class ReceiverStateMachineTests: XCTestCase {
 
     func testAFileTheInboxAlreadyHoldsEndsWithoutBytesAndOnlyWithItsDigest() {
         let held = String(repeating: "c", count: 64)
-        func receiving() -> ReceiverStateMachine {
+        func receiving() -> Receiver.StateMachine {
             var machine = machineAtDecision([file("same", 3 * chunk), file("other", 10)])
             _ = machine.decided(Answer(accepted: [.init(index: 0, existing: held), .init(index: 1)], reason: nil))
             return machine
@@ -94,12 +94,12 @@ final class ReceiverStateMachineTests: XCTestCase {
         // Half way through: the part file is finished as withdrawn (the shell removes it).
         _ = machine.received(chunkFrame(0, 0, chunk))
         XCTAssertEqual(machine.received(endFrame(0, FileEnd.withdrawn)), [.finishFile(index: 0, sha256: FileEnd.withdrawn)])
-        let failed = FileResult(index: 0, verified: false, storedAs: nil, error: ReceiverStateMachine.withdrawnReason)
+        let failed = FileResult(index: 0, verified: false, storedAs: nil, error: Receiver.StateMachine.withdrawnReason)
         XCTAssertEqual(machine.fileFinished(failed), [.reply(.message(.fileResult, failed))])
         // Before its first byte: it fails at once, and the next file may start.
         XCTAssertEqual(machine.received(endFrame(1, FileEnd.withdrawn)),
                        [.reply(.message(.fileResult, FileResult(index: 1, verified: false, storedAs: nil,
-                                                                error: ReceiverStateMachine.withdrawnReason)))])
+                                                                error: Receiver.StateMachine.withdrawnReason)))])
         XCTAssertEqual(machine.received(chunkFrame(2, 0, 10)).first, .openFile(index: 2, offset: 0))
         XCTAssertEqual(machine.received(endFrame(2)), [.finishFile(index: 2, sha256: digest)])
         let verified = FileResult(index: 2, verified: true, storedAs: "c", error: nil)
@@ -109,7 +109,7 @@ final class ReceiverStateMachineTests: XCTestCase {
     }
 
     func testAFileEndMustComeAfterEveryByteOnceAndForAnAcceptedFile() {
-        func receiving() -> ReceiverStateMachine {
+        func receiving() -> Receiver.StateMachine {
             var machine = machineAtDecision([file("a", 2 * chunk), file("declined", 10)])
             _ = machine.decided(Answer(accepted: [.init(index: 0)], reason: nil))
             return machine
@@ -129,22 +129,22 @@ final class ReceiverStateMachineTests: XCTestCase {
     }
 
     func testAnotherProtocolVersionIsRefusedWithAClearMessage() {
-        var machine = ReceiverStateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
+        var machine = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
         isFailure(machine.received(.message(.hello, Hello(protocolVersion: 1, device: "s", name: "S"))), containing: "version 1")
         XCTAssertTrue(machine.isFinished)
     }
 
     func testMessagesOutOfOrderAreProtocolViolations() {
-        var early = ReceiverStateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
+        var early = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
         isFailure(early.received(.message(.manifest, Manifest(chunkSize: chunk, entries: []))), containing: "before the hello")
         var chunkBeforeAnswer = machineAtDecision([file("a", 10)])
         isFailure(chunkBeforeAnswer.received(chunkFrame(0, 0, 10)), containing: "unexpected chunk")
-        var garbage = ReceiverStateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
+        var garbage = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
         isFailure(garbage.received(Frame(kind: .hello, payload: Data("{not json".utf8))), containing: "malformed hello")
     }
 
     func testChunksMustBeAcceptedAlignedContiguousAndInsideTheFile() {
-        func receiving() -> ReceiverStateMachine {
+        func receiving() -> Receiver.StateMachine {
             var machine = machineAtDecision([file("a", 3 * chunk), file("declined", 10)])
             _ = machine.decided(Answer(accepted: [.init(index: 0, have: [digest])], reason: nil))
             return machine
@@ -216,7 +216,7 @@ final class ReceiverStateMachineTests: XCTestCase {
         var machine = machineAtDecision([file("a", chunk)])
         _ = machine.decided(Answer(accepted: [.init(index: 0)], reason: nil))
         XCTAssertNotNil(machine.connectionEnded())
-        var fresh = ReceiverStateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
+        var fresh = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
         XCTAssertNotNil(fresh.connectionEnded())
     }
 
@@ -228,7 +228,7 @@ final class ReceiverStateMachineTests: XCTestCase {
     }
 
     func testFramesNotDueYetAreRefusedFromTheirHeader() {
-        var machine = ReceiverStateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
+        var machine = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
         XCTAssertNoThrow(try machine.admit(.hello, length: 200))
         XCTAssertThrowsError(try machine.admit(.chunk, length: chunk + 12)) { error in
             XCTAssertTrue((error as? PeerTransferError)?.message.contains("chunk message before the hello") == true, "\(error)")

@@ -161,7 +161,7 @@ final class DNSWireTests: SalutTestCase {
     }
 
     func testAUnicastBrowseReportsChangesWaitsAtTheTTLAndOutlastsASilentServer() {
-        var state = UnicastBrowseState(type: "_http._tcp", domain: "home.arpa")
+        var state = WideAreaBrowsing.StateMachine(type: "_http._tcp", domain: "home.arpa")
         func service(_ name: String) -> DiscoveredService { DiscoveredService(name: name, type: "_http._tcp", domain: "home.arpa") }
         func step(_ look: Result<(names: Set<String>, ttl: UInt32), any Error>) -> String {
             switch state.looked(look) {
@@ -173,7 +173,7 @@ final class DNSWireTests: SalutTestCase {
         }
         let silent = DiscoveryError.serverUnreachable("no answer")
         // A first look that fails ends the browse (nothing was ever listed).
-        var fresh = UnicastBrowseState(type: "_http._tcp", domain: "home.arpa")
+        var fresh = WideAreaBrowsing.StateMachine(type: "_http._tcp", domain: "home.arpa")
         guard case .fail = fresh.looked(.failure(silent)) else { return XCTFail("the first failure must end the browse") }
         // The first look is reported even when empty; later ones only when something changed.
         XCTAssertEqual(step(.success(([], 30))), "report [] 0 true 30")

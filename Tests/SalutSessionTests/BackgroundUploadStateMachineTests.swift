@@ -6,8 +6,8 @@ import XCTest
 /// A background upload's life, event by event, on a fake clock.
 final class BackgroundUploadStateMachineTests: SalutTestCase {
     private let t0 = Date(timeIntervalSince1970: 1_000_000)
-    private func machine(attempts: Int = 3, stream: Bool = false, fresh: Bool = true, deadline: TimeInterval = 3600) -> BackgroundUploadStateMachine {
-        BackgroundUploadStateMachine(maximumAttempts: attempts, deadline: t0.addingTimeInterval(deadline), retryDelay: 1,
+    private func machine(attempts: Int = 3, stream: Bool = false, fresh: Bool = true, deadline: TimeInterval = 3600) -> PeerUploadTask.StateMachine {
+        PeerUploadTask.StateMachine(maximumAttempts: attempts, deadline: t0.addingTimeInterval(deadline), retryDelay: 1,
                                      maximumRetryDelay: 60, bodyIsStream: stream, hasFreshStream: fresh)
     }
 
@@ -92,7 +92,7 @@ final class BackgroundUploadStateMachineTests: SalutTestCase {
     }
 
     func testAttemptsMadeBeforeARelaunchCount() {
-        var m = BackgroundUploadStateMachine(attempts: 2, maximumAttempts: 3, deadline: t0.addingTimeInterval(60), retryDelay: 1,
+        var m = PeerUploadTask.StateMachine(attempts: 2, maximumAttempts: 3, deadline: t0.addingTimeInterval(60), retryDelay: 1,
                                              maximumRetryDelay: 60, bodyIsStream: false, hasFreshStream: false)
         _ = m.start(now: t0)
         XCTAssertEqual(m.serviceVisible(now: t0), [.persist, .startAttempt(3)])
@@ -101,7 +101,7 @@ final class BackgroundUploadStateMachineTests: SalutTestCase {
 
     func testARunnerThatDiedDuringTheLastAllowedAttemptDoesNotTryAgain() {
         // Restarted after a crash in attempt 3 of 3 (a crash that would repeat): it ends at once.
-        var m = BackgroundUploadStateMachine(attempts: 3, maximumAttempts: 3, deadline: t0.addingTimeInterval(60), retryDelay: 1,
+        var m = PeerUploadTask.StateMachine(attempts: 3, maximumAttempts: 3, deadline: t0.addingTimeInterval(60), retryDelay: 1,
                                              maximumRetryDelay: 60, bodyIsStream: false, hasFreshStream: false)
         let actions = m.start(now: t0)
         guard case .complete(.failed(let reason, let attempts, _))? = actions.last else { return XCTFail("\(actions)") }

@@ -5,7 +5,7 @@ import XCTest
 /// Happy Eyeballs without sockets: the machine is driven by events, and time by a fake clock
 /// that fires the timers the machine armed, in order.
 final class HappyEyeballsStateMachineTests: SalutTestCase {
-    typealias Machine = HappyEyeballsStateMachine
+    typealias Machine = HappyEyeballs.StateMachine
     typealias ID = Machine.AttemptID
 
     let v4a = SocketAddress(ipv4: [198, 18, 0, 1], port: 80)

@@ -6,7 +6,7 @@ import XCTest
 /// and what the pump would watch. `SocketPumpConversationTests` below runs whole exchanges
 /// through a scripted `ByteTransport`.
 final class SocketPumpStateMachineTests: SalutTestCase {
-    typealias Machine = SocketPumpStateMachine
+    typealias Machine = SocketPump.StateMachine
     let lost = SocketStreamError.connectionLost("reset")
 
     func plainFlow() -> Machine {
@@ -509,19 +509,19 @@ final class SocketPumpConversationTests: SalutTestCase {
     }
 
     struct Conversation {
-        var machine = SocketPumpStateMachine()
+        var machine = SocketPump.StateMachine()
         let transport = ScriptedTransport()
         var inboundRoom = 8
         var delivered = 0
         var outbound: [UInt8] = []
         var outputClosed = false
-        var log: [SocketPumpStateMachine.Action] = []
+        var log: [SocketPump.StateMachine.Action] = []
 
-        mutating func run(_ actions: [SocketPumpStateMachine.Action]) {
+        mutating func run(_ actions: [SocketPump.StateMachine.Action]) {
             var work = actions[...]
             while let action = work.popFirst() {
                 log.append(action)
-                var more: [SocketPumpStateMachine.Action] = []
+                var more: [SocketPump.StateMachine.Action] = []
                 switch action {
                 case .receive:
                     if inboundRoom == 0 { more = machine.inboundFull(); break }

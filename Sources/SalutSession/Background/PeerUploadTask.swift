@@ -178,7 +178,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     private func drive() async {
         let configuration = session.configuration
         var machine = lock.withLock {
-            BackgroundUploadStateMachine(attempts: record.attempts, maximumAttempts: configuration.maximumAttempts,
+            PeerUploadTask.StateMachine(attempts: record.attempts, maximumAttempts: configuration.maximumAttempts,
                                          deadline: record.deadline, retryDelay: configuration.retryDelay,
                                          maximumRetryDelay: max(configuration.retryDelay, 60), bodyIsStream: bodyKind == .stream,
                                          hasFreshStream: freshStream != nil)
@@ -311,7 +311,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         persist()
     }
 
-    private func update(from machine: BackgroundUploadStateMachine) {
+    private func update(from machine: PeerUploadTask.StateMachine) {
         lock.withLock {
             record.attempts = machine.attempts
             switch machine.phase {
@@ -325,7 +325,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         }
     }
 
-    private func finish(_ failure: BackgroundUploadStateMachine.Failure?) {
+    private func finish(_ failure: PeerUploadTask.StateMachine.Failure?) {
         if case .cancelled? = failure, background.isLeaving {
             // Stopped because this runner is going away: the record stays pending as last
             // written, for the next runner to adopt; only this process's object ends.

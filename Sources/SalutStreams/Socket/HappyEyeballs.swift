@@ -3,7 +3,7 @@ import Foundation
 import Glibc
 
 /// Connects a non-blocking TCP socket to the first of several addresses that answers, the
-/// Happy Eyeballs way (RFC 8305). The decisions are ``HappyEyeballsStateMachine``'s; this shell
+/// Happy Eyeballs way (RFC 8305). The decisions are ``HappyEyeballs.StateMachine``'s; this shell
 /// opens the sockets, watches them in the ``ReadinessLoop`` and runs the two timers (pacing
 /// and the overall deadline), all on `queue`.
 final class HappyEyeballs: @unchecked Sendable {
@@ -30,9 +30,9 @@ final class HappyEyeballs: @unchecked Sendable {
         let address: SocketAddress
     }
 
-    private typealias ID = HappyEyeballsStateMachine.AttemptID
+    private typealias ID = HappyEyeballs.StateMachine.AttemptID
     private let queue: DispatchQueue
-    private var machine: HappyEyeballsStateMachine
+    private var machine: HappyEyeballs.StateMachine
     private var completion: (@Sendable (Result<Connected, SocketStreamError>) -> Void)?
     private var attempts: [ID: Attempt] = [:]
     private var pacer: DispatchSourceTimer?
@@ -52,7 +52,7 @@ final class HappyEyeballs: @unchecked Sendable {
         self.prepare = prepare
         self.queue = queue
         self.completion = completion
-        machine = HappyEyeballsStateMachine(addresses: addresses, target: target,
+        machine = HappyEyeballs.StateMachine(addresses: addresses, target: target,
                                             attemptDelay: Self.duration(OperationLimit.clampedSeconds(attemptDelay, default: 0.25)),
                                             timeout: Self.duration(OperationLimit.clampedSeconds(timeout, default: 30)))
     }
@@ -76,7 +76,7 @@ final class HappyEyeballs: @unchecked Sendable {
         queue.async { self.perform(self.machine.cancelled()) }
     }
 
-    private func perform(_ actions: [HappyEyeballsStateMachine.Action]) {
+    private func perform(_ actions: [HappyEyeballs.StateMachine.Action]) {
         var work = actions[...]
         while let action = work.popFirst() {
             let more = perform(action)
@@ -90,7 +90,7 @@ final class HappyEyeballs: @unchecked Sendable {
     }
     private var pendingDeadline: Duration?
 
-    private func perform(_ action: HappyEyeballsStateMachine.Action) -> [HappyEyeballsStateMachine.Action] {
+    private func perform(_ action: HappyEyeballs.StateMachine.Action) -> [HappyEyeballs.StateMachine.Action] {
         switch action {
         case .startDeadline(let after):
             pendingDeadline = after
@@ -119,7 +119,7 @@ final class HappyEyeballs: @unchecked Sendable {
         return []
     }
 
-    private func timer(_ after: Duration, _ event: @escaping (inout HappyEyeballsStateMachine) -> [HappyEyeballsStateMachine.Action]) -> DispatchSourceTimer {
+    private func timer(_ after: Duration, _ event: @escaping (inout HappyEyeballs.StateMachine) -> [HappyEyeballs.StateMachine.Action]) -> DispatchSourceTimer {
         let timer = DispatchSource.makeTimerSource(queue: queue)
         timer.schedule(deadline: .now() + OperationLimit.dispatchInterval(after))
         timer.setEventHandler { [weak self] in
@@ -130,7 +130,7 @@ final class HappyEyeballs: @unchecked Sendable {
         return timer
     }
 
-    private func begin(_ id: ID, _ address: SocketAddress) -> [HappyEyeballsStateMachine.Action] {
+    private func begin(_ id: ID, _ address: SocketAddress) -> [HappyEyeballs.StateMachine.Action] {
         SalutLogging.logger.trace("connecting to \(address)")
         let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else {

@@ -29,7 +29,7 @@ struct SecuritySetup: @unchecked Sendable {
 /// Moves bytes between a connected non-blocking socket and the two buffers behind a socket
 /// stream pair, driven by the ``ReadinessLoop`` on one serial queue: no thread per connection.
 ///
-/// This is the I/O shell around ``SocketPumpStateMachine``, which makes every decision: the
+/// This is the I/O shell around ``SocketPump.StateMachine``, which makes every decision: the
 /// shell turns socket readiness and the user's reads, writes and closes into the machine's
 /// events, performs the actions it returns (receive, send, handshake steps, half-close,
 /// release), reports their outcomes back as events, and tells the socket's ``ReadinessWatch``
@@ -49,7 +49,7 @@ final class SocketPump: @unchecked Sendable {
     let queue: DispatchQueue
     let inbound: BoundBuffer
     let outbound: BoundBuffer
-    private var machine = SocketPumpStateMachine()
+    private var machine = SocketPump.StateMachine()
     private var fd: Int32 = -1
     private var transport: (any ByteTransport)?
     /// The TLS session being set up (handshake, trust decision) and its policy.
@@ -244,7 +244,7 @@ final class SocketPump: @unchecked Sendable {
         }
     }
 
-    /// The application started using its input stream (see ``SocketPumpStateMachine/Input/dormant``):
+    /// The application started using its input stream (see ``SocketPump.StateMachine/Input/dormant``):
     /// done before returning, so that what already waits in the socket is in the buffer for the
     /// caller's next look. From the queue itself (a trust evaluator or observer), it follows the
     /// current handler instead.
@@ -299,7 +299,7 @@ final class SocketPump: @unchecked Sendable {
 
     /// Feeds one event to the machine and performs what follows, in order, until nothing is
     /// left; then watches the socket as the machine wants.
-    private func handle(_ event: (inout SocketPumpStateMachine) -> [SocketPumpStateMachine.Action]) {
+    private func handle(_ event: (inout SocketPump.StateMachine) -> [SocketPump.StateMachine.Action]) {
         var work = event(&machine)[...]
         while true {
             while let action = work.popFirst() {
@@ -319,7 +319,7 @@ final class SocketPump: @unchecked Sendable {
     }
 
     /// Performs one action; returns the machine's answer to its outcome.
-    private func perform(_ action: SocketPumpStateMachine.Action) -> [SocketPumpStateMachine.Action] {
+    private func perform(_ action: SocketPump.StateMachine.Action) -> [SocketPump.StateMachine.Action] {
         switch action {
         case .stepHandshake:
             return stepHandshake()
@@ -401,7 +401,7 @@ final class SocketPump: @unchecked Sendable {
         downgrade?(.failure(error))
     }
 
-    private func stepHandshake() -> [SocketPumpStateMachine.Action] {
+    private func stepHandshake() -> [SocketPump.StateMachine.Action] {
         if pendingTLS == nil {
             guard let setup = upgradeSetup else {
                 return machine.handshakeStepped(.failed(.invalidConfiguration("no TLS settings")))
@@ -427,7 +427,7 @@ final class SocketPump: @unchecked Sendable {
         return machine.handshakeStepped(pendingTLS!.connection.handshakeStep())
     }
 
-    private func evaluateTrust() -> [SocketPumpStateMachine.Action] {
+    private func evaluateTrust() -> [SocketPump.StateMachine.Action] {
         guard let (tls, setup) = pendingTLS else { return [] }
         // The peer's part is done; the trust decision is ours (a delegate may ask a person).
         if deadlines?.handshakeFinished(at: .now) == true { setUpEnded() }
@@ -454,7 +454,7 @@ final class SocketPump: @unchecked Sendable {
     }
 
     /// Receives once into the inbound buffer.
-    private func receive() -> [SocketPumpStateMachine.Action] {
+    private func receive() -> [SocketPump.StateMachine.Action] {
         guard let transport else { return [] }
         let buffer = inbound.snapshot
         // A reader that closed before the pump ran (or during a handshake) is told now.
@@ -477,7 +477,7 @@ final class SocketPump: @unchecked Sendable {
     }
 
     /// Sends once: what is left of the last piece, or the next piece from the outbound buffer.
-    private func send() -> [SocketPumpStateMachine.Action] {
+    private func send() -> [SocketPump.StateMachine.Action] {
         guard let transport else { return [] }
         if sendFrom == sendTo {
             let state = outbound.snapshot
@@ -515,7 +515,7 @@ final class SocketPump: @unchecked Sendable {
     }
 
     /// After the peer's close_notify: has the TCP stream ended, or do plain bytes follow?
-    private func peek() -> SocketPumpStateMachine.Peek {
+    private func peek() -> SocketPump.StateMachine.Peek {
         // Plain bytes may already have been read ahead, along with the close_notify.
         if let tls = transport as? TLSConnection, tls.hasUnreadBytes { return .data }
         var byte: UInt8 = 0

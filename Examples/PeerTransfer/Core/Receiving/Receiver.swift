@@ -73,7 +73,7 @@ public enum ReceiveEvent: Sendable {
     case ended(id: Int, verified: Int, failed: Int, error: PeerTransferError?)
 }
 
-/// Receives one transfer on an accepted connection: drives a ``ReceiverStateMachine`` with
+/// Receives one transfer on an accepted connection: drives a ``Receiver.StateMachine`` with
 /// the frames read, and performs its actions on the inbox.
 struct Receiver {
     let id: Int
@@ -118,7 +118,7 @@ struct Receiver {
         let watchdog = ProgressWatchdog(bound: min(helloBound, idleBound))
         let watching = Task { await watchdog.watch(pair, what: "from the sender") }
         defer { watching.cancel() }
-        var machine = ReceiverStateMachine(hello: hello)
+        var machine = Receiver.StateMachine(hello: hello)
         var sinks: [Int: FileSink] = [:]
         // Small files received into memory, written when their batch is published.
         var buffered: [Int: BufferedFile] = [:]
@@ -158,7 +158,7 @@ struct Receiver {
         /// Waits for the batch being published; returns the machine's actions for its results.
         /// A wait on this disk, not on the peer (a slow disk may take a while to sync a batch of
         /// 256 MiB): the watchdog allows four more minutes for it, and starts again after it.
-        func collectPublished() async throws -> [ReceiverStateMachine.Action] {
+        func collectPublished() async throws -> [Receiver.StateMachine.Action] {
             guard let batch = publishing else { return [] }
             publishing = nil
             watchdog.touch(bound: idleBound + .seconds(240))
@@ -168,7 +168,7 @@ struct Receiver {
 
         /// Starts publishing the verified files (after the batch before them is done); returns
         /// the machine's actions for that earlier batch's results.
-        func publishVerified() async throws -> [ReceiverStateMachine.Action] {
+        func publishVerified() async throws -> [Receiver.StateMachine.Action] {
             guard !verified.isEmpty else { return [] }
             let actions = try await collectPublished()
             let batch = verified
@@ -199,7 +199,7 @@ struct Receiver {
             return actions
         }
 
-        func fileFailed(_ index: Int, _ entry: ManifestEntry, _ reason: String) -> [ReceiverStateMachine.Action] {
+        func fileFailed(_ index: Int, _ entry: ManifestEntry, _ reason: String) -> [Receiver.StateMachine.Action] {
             events(.fileFailed(id: id, path: Terminal.escape(entry.path), reason: reason))
             logger.warning("\(Terminal.escape(entry.path)) from \(senderName) failed: \(reason)")
             return machine.fileFinished(FileResult(index: index, verified: false, storedAs: nil, error: reason))
@@ -208,7 +208,7 @@ struct Receiver {
         do {
             try await pair.open()
             senderKey = pair.peerTrust?.publicKeySHA256 ?? ""
-            var pending: [ReceiverStateMachine.Action] = []
+            var pending: [Receiver.StateMachine.Action] = []
             loop: while true {
                 if pending.isEmpty {
                     guard let frame = try await reader.next(admitting: { kind, length in
@@ -353,7 +353,7 @@ struct Receiver {
                     if let file = buffered.removeValue(forKey: index) {
                         let digest = file.digest
                         if offered == FileEnd.withdrawn {
-                            pending += fileFailed(index, entry, ReceiverStateMachine.withdrawnReason)
+                            pending += fileFailed(index, entry, Receiver.StateMachine.withdrawnReason)
                         } else if digest.hex == offered {
                             if !verified.hasRoom(forBuffered: file.size) { pending += try await publishVerified() }
                             verified.append(index, buffered: file, mode: storedMode(entry.mode), modified: entry.modified)
@@ -379,7 +379,7 @@ struct Receiver {
                     if offered == FileEnd.withdrawn {
                         file.discard()
                         file.closeFiles()
-                        pending += fileFailed(index, entry, ReceiverStateMachine.withdrawnReason)
+                        pending += fileFailed(index, entry, Receiver.StateMachine.withdrawnReason)
                     } else if digest.hex == offered {
                         do {
                             try file.finishWriting(mode: storedMode(entry.mode), modified: entry.modified)
