@@ -71,7 +71,7 @@ extension PeerUploadTask {
         // MARK: Events
 
         mutating func start(now: Date) -> [Action] {
-            guard phase == .notStarted else { return [] }
+            guard phase == .notStarted else { return impossible("start") }
             if now >= deadline { return finish(.deadline) }
             // Every attempt already made (a runner that died during its last one, restarted):
             // another would pass the limit, and a crash that repeats must not loop for ever.
@@ -83,7 +83,8 @@ extension PeerUploadTask {
             return [.persist, .waitForService(until: deadline)]
         }
 
-        /// Discovery sees the service.
+        /// Discovery sees the service. It may say so again in any phase (discovery runs on its
+        /// own): outside a wait for the service, that is a late event and does nothing.
         mutating func serviceVisible(now: Date) -> [Action] {
             guard case .waitingForService(let attempt) = phase else { return [] }
             if now >= deadline { return finish(.deadline) }
@@ -96,21 +97,21 @@ extension PeerUploadTask {
 
         /// The delegate answered the request for a new body stream.
         mutating func bodyStreamProvided(_ provided: Bool) -> [Action] {
-            guard case .awaitingBodyStream(let attempt) = phase else { return [] }
+            guard case .awaitingBodyStream(let attempt) = phase else { return late("bodyStreamProvided") }
             guard provided else { return finish(.noBodyStream) }
             hasFreshStream = true
             return begin(attempt)
         }
 
         mutating func attemptSucceeded() -> [Action] {
-            guard case .transferring = phase else { return [] }
+            guard case .transferring = phase else { return late("attemptSucceeded") }
             return finish(nil)
         }
 
         /// The attempt failed; `retryable` when the error may pass (a lost connection, a peer
         /// that vanished), false when trying again cannot help (refused, untrusted).
         mutating func attemptFailed(_ reason: String, retryable: Bool, now: Date) -> [Action] {
-            guard case .transferring(let attempt) = phase else { return [] }
+            guard case .transferring(let attempt) = phase else { return late("attemptFailed") }
             guard retryable, attempt < maximumAttempts else {
                 return finish(.failed(reason, attempts: attempt, retryable: retryable))
             }
@@ -122,7 +123,7 @@ extension PeerUploadTask {
         }
 
         mutating func retryDelayEnded(now: Date) -> [Action] {
-            guard case .waitingToRetry(let attempt, _) = phase else { return [] }
+            guard case .waitingToRetry(let attempt, _) = phase else { return late("retryDelayEnded") }
             if now >= deadline { return finish(.deadline) }
             phase = .waitingForService(attempt: attempt + 1)
             return [.persist, .waitForService(until: deadline)]
@@ -140,6 +141,21 @@ extension PeerUploadTask {
         }
 
         // MARK: Internals
+
+        /// An answer to something the machine asked for (an attempt, a body stream, a sleep),
+        /// arriving after it finished: the task was cancelled or its deadline passed meanwhile,
+        /// and the answer does nothing. In any other phase it cannot happen (the machine asks
+        /// for one thing at a time): a bug, stopped in debug builds.
+        private func late(_ event: String) -> [Action] {
+            assert(phase == .finished, "PeerUploadTask.StateMachine: \(event) in \(phase)")
+            return []
+        }
+
+        /// An event that cannot happen in this phase: a bug, stopped in debug builds.
+        private func impossible(_ event: String) -> [Action] {
+            assertionFailure("PeerUploadTask.StateMachine: \(event) in \(phase)")
+            return []
+        }
 
         private mutating func begin(_ attempt: Int) -> [Action] {
             attempts = attempt

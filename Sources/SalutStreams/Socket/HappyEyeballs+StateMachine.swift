@@ -70,7 +70,11 @@ extension HappyEyeballs {
         // MARK: Events
 
         mutating func start() -> [Action] {
-            guard state == .idle else { return [] }
+            guard state == .idle else {
+                // Cancelled before it started: nothing to do. Started twice: a bug.
+                assert(state == .finished, "HappyEyeballs.StateMachine: start in \(state)")
+                return []
+            }
             guard !addresses.isEmpty else {
                 state = .finished
                 return [.fail(.unreachable(target.description))]
@@ -97,7 +101,12 @@ extension HappyEyeballs {
         /// An attempt failed (refused, unreachable, or its socket could not be made): start the next
         /// at once, or fail when nothing is left.
         mutating func attemptFailed(_ id: AttemptID, _ error: SocketStreamError) -> [Action] {
-            guard case .connecting(var inFlight, let remaining, _) = state, let address = inFlight.removeValue(forKey: id) else { return [] }
+            guard case .connecting(var inFlight, let remaining, _) = state else { return [] }   // late: it finished meanwhile
+            guard let address = inFlight.removeValue(forKey: id) else {
+                // Each attempt reports once, and none is given up while connecting goes on.
+                assertionFailure("HappyEyeballs.StateMachine: attempt \(id) failed twice or was never begun")
+                return []
+            }
             failures.append((address, error))
             state = .connecting(inFlight: inFlight, remaining: remaining, pacerArmed: false)
             if !remaining.isEmpty { return beginNext() }
