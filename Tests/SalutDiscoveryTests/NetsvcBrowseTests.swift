@@ -22,7 +22,7 @@ final class NetsvcBrowseTests: XCTestCase {
         let (code, text) = try run([netsvc, "browse", type, "--resolve", "--terminate"])
         XCTAssertEqual(code, 0, text)
         XCTAssertFalse(text.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x07 }, "raw control characters reached the terminal: \(text.debugDescription)")
-        XCTAssertTrue(text.contains("Evil\\e]0;owned\\u{7}\\e[2J Name"), text)
+        XCTAssertTrue(text.contains("Evil\\x1b]0;owned\\x07\\x1b[2J Name"), text)
         XCTAssertTrue(text.contains("note=0x72696e6707"), "a TXT value with control bytes is shown in hex: \(text)")
         // JSON keeps the name exact, escaped as JSON does.
         let (jsonCode, json) = try run([netsvc, "browse", type, "--terminate", "--json"])

@@ -166,15 +166,15 @@ final class NetsvcInputTests: XCTestCase {
         let (resolveCode, resolved) = try run([netsvc, "resolve", name, type])
         XCTAssertEqual(resolveCode, 0, resolved)
         assertSafe(resolved, "resolve")
-        XCTAssertTrue(resolved.contains("Hostile \\e[31mRed"), resolved)
-        XCTAssertTrue(resolved.contains("note=\\u{202E}gnp.exe\\u{9B}1m\\u{3164}"), resolved)
+        XCTAssertTrue(resolved.contains("Hostile \\x1b[31mRed"), resolved)
+        XCTAssertTrue(resolved.contains("note=\\u{202e}gnp.exe\\x9b1m\\u{3164}"), resolved)
         XCTAssertTrue(resolved.contains("ctl=0x1b5d303b6f776e656407"), resolved)
         XCTAssertTrue(resolved.contains("host       evil"), resolved)
 
         let (browseCode, browsed) = try run([netsvc, "browse", type, "--resolve", "--terminate"])
         XCTAssertEqual(browseCode, 0, browsed)
         assertSafe(browsed, "browse --resolve")
-        XCTAssertTrue(browsed.contains("Hostile \\e[31mRed"), browsed)
+        XCTAssertTrue(browsed.contains("Hostile \\x1b[31mRed"), browsed)
 
         let monitor = try Foreign([netsvc, "monitor", name, type])
         defer { monitor.stop() }
