@@ -2,9 +2,10 @@ import Glibc
 import SalutStreams
 import Synchronization
 
-/// Validation and normalisation of DNS-SD names, so that bad input is a clear error before it
-/// reaches the daemon. `package` for the fuzz checks (`Fuzz/FuzzChecks`).
-package enum ServiceNames {
+/// Validation and comparison of DNS-SD names, so that bad input is a clear error before it
+/// reaches the daemon, and two names are told apart as DNS does. The checks an app needs are
+/// public; the parsing the library and its fuzz checks (`Fuzz/FuzzChecks`) share is `package`.
+public enum ServiceNames {
     /// A service type split into its base type (`_http._tcp`) and optional subtype label
     /// (`_printer` from `_printer._sub._http._tcp`).
     package struct ParsedType: Sendable, Hashable {
@@ -81,7 +82,8 @@ package enum ServiceNames {
 
     /// Checks an instance name: at most 63 bytes of UTF-8, no NUL. Empty is allowed only where
     /// `allowEmpty` (publishing uses the host's name then).
-    package static func checkName(_ name: String, allowEmpty: Bool) throws {
+    /// - Throws: ``DiscoveryError/invalidServiceName(_:reason:)`` saying what is wrong.
+    public static func checkName(_ name: String, allowEmpty: Bool) throws {
         if name.isEmpty {
             guard allowEmpty else { throw DiscoveryError.invalidServiceName(name, reason: "the name is empty") }
             return
@@ -95,7 +97,7 @@ package enum ServiceNames {
     /// Whether two names are the same to DNS: equal once ASCII letters are folded to one case
     /// (RFC 6762 section 16), every other byte as it is. Not Foundation's case-insensitive
     /// comparison, which folds Unicode too ("K", the Kelvin sign, would match "k").
-    package static func sameIgnoringASCIICase(_ a: String, _ b: String) -> Bool {
+    public static func sameIgnoringASCIICase(_ a: String, _ b: String) -> Bool {
         func lowered(_ byte: UInt8) -> UInt8 { (0x41...0x5A).contains(byte) ? byte | 0x20 : byte }
         return a.utf8.count == b.utf8.count && zip(a.utf8, b.utf8).allSatisfy { lowered($0) == lowered($1) }
     }

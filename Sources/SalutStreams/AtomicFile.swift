@@ -4,14 +4,18 @@ import Foundation
 /// beside the target, which is synced and renamed over it, then the folder is synced. After a
 /// crash at any point the target holds either the old contents or the new, never a mix.
 /// Shared by the TLS identity, the background-session journal and peerxfer's configuration.
-package enum AtomicFile {
+public enum AtomicFile {
     /// A write that did not happen: which file, which call failed, and why.
-    package struct Failure: Error, CustomStringConvertible {
-        package let path: String
-        package let call: String
-        package let reason: String
+    public struct Failure: Error, CustomStringConvertible {
+        /// The file that was to be written.
+        public let path: String
+        /// The system call that failed (`open`, `write`, `fsync`, `rename`…).
+        public let call: String
+        /// The system's reason (strerror).
+        public let reason: String
 
-        package var description: String { "cannot write \(path): \(call): \(reason)" }
+        /// One line: the file, the call and the reason.
+        public var description: String { "cannot write \(path): \(call): \(reason)" }
     }
 
     /// Replaces the file at `path` with `data`, created with `mode`. With `durable` false the
@@ -19,7 +23,7 @@ package enum AtomicFile {
     /// - Throws: ``Failure`` naming the failing call. Up to the rename the target is unchanged
     ///   and the temporary file removed; a failure to sync the folder after it (durable writes
     ///   only) leaves the new contents in place, not yet known to be on disk.
-    package static func write(_ data: Data, to path: String, mode: mode_t, durable: Bool = true) throws {
+    public static func write(_ data: Data, to path: String, mode: mode_t, durable: Bool = true) throws {
         let temporary = path + ".\(getpid()).\(UInt32.random(in: 0...UInt32.max)).new"
         func failure(_ call: String) -> Failure {
             Failure(path: path, call: call, reason: String(cString: strerror(errno)))

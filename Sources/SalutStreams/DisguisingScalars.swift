@@ -1,7 +1,7 @@
 /// Characters that text from the network must not put on a terminal as they are: shown
 /// there, they move the cursor, recolour or retitle the terminal, reorder what follows, or are
 /// invisible, so that one name can pass for another. Salut's tools print each as an escape.
-package enum DisguisingScalars {
+public enum DisguisingScalars {
     /// True for control characters (C0, DEL, C1: escape sequences start with them) and for
     /// format characters that are invisible or reorder or split text wherever they stand:
     /// bidirectional marks, embeddings, overrides and isolates; zero-width space, word joiner
@@ -11,7 +11,7 @@ package enum DisguisingScalars {
     /// controls, invisible musical symbols, tag characters, and the variation selectors other
     /// than emoji's. For the joiners and emoji's selectors, which names need, see
     /// ``mustEscape(_:at:)``.
-    package static func contains(_ scalar: Unicode.Scalar) -> Bool {
+    public static func contains(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
         case 0x00..<0x20, 0x7f...0x9f:
             return true
@@ -30,7 +30,7 @@ package enum DisguisingScalars {
     /// so beside an ASCII character or at an end they only hide ("Kit<ZWJ>chen" shows as
     /// "Kitchen"); a selector varies the character before it, so after an ASCII character (but
     /// a keycap's digit, `#` or `*`) or at the start it only hides.
-    package static func mustEscape(_ scalars: [Unicode.Scalar], at index: Int) -> Bool {
+    public static func mustEscape(_ scalars: [Unicode.Scalar], at index: Int) -> Bool {
         let scalar = scalars[index]
         if contains(scalar) { return true }
         let before = index > 0 ? scalars[index - 1] : nil

@@ -1,20 +1,22 @@
 
-/// A value behind a lock, for state shared between a queue and callers' threads.
-package final class Locked<Value>: @unchecked Sendable {
-    // @unchecked: `stored` is only touched while `lock` is held; callers put only values in it
-    // that are safe to hand between threads under that lock.
+/// A value behind a lock, for state shared between a queue and callers' threads. Sendable only
+/// where the value is (as swift-nio's `NIOLockedValueBox`): a lock keeps the box's own state
+/// consistent, but cannot make a value that is not Sendable safe to hand out to other threads.
+public final class Locked<Value> {
     private let lock = StateLock()
     private var stored: Value
 
-    package init(_ value: Value) { stored = value }
+    /// A box holding `value`.
+    public init(_ value: Value) { stored = value }
 
-    package var value: Value {
+    /// The value now (a copy, read under the lock).
+    public var value: Value {
         lock.withLock { stored }
     }
 
     /// Stores `value` and returns what was there before.
     @discardableResult
-    package func exchange(_ value: Value) -> Value {
+    public func exchange(_ value: Value) -> Value {
         lock.withLock {
             let old = stored
             stored = value
@@ -23,7 +25,10 @@ package final class Locked<Value>: @unchecked Sendable {
     }
 
     /// Runs `body` with the value locked, returning its result.
-    package func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
+    public func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
         try lock.withLock { try body(&stored) }
     }
 }
+
+// @unchecked: `stored` is only touched while `lock` is held, and the value itself is Sendable.
+extension Locked: @unchecked Sendable where Value: Sendable {}

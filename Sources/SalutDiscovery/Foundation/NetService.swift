@@ -54,6 +54,14 @@ open class NetService: NSObject, @unchecked Sendable {
     /// The domain value reported under ``errorDomain`` (CFNetwork's net-services domain).
     static let netServicesDomain = 10
 
+    /// The addresses and host name this service resolved to, when it has (with a port): a
+    /// connection opened from it goes there without resolving again.
+    private final func resolvedEndpoint() -> (addresses: [SocketAddress], hostName: String?)? {
+        let snapshot = state.value
+        guard let addresses = snapshot.addresses?.compactMap(SocketAddress.init), !addresses.isEmpty, snapshot.port > 0 else { return nil }
+        return (addresses, snapshot.hostName)
+    }
+
     private struct State {
         var name: String
         var hostName: String?
@@ -523,13 +531,9 @@ open class NetService: NSObject, @unchecked Sendable {
             outputStream?.pointee = nil
             return false
         }
-        let known = state
         let resolve = target.targetResolver(timeout: 5, context: context)
-        let pair = SocketStreams.pair(toHost: target.description, port: 0) { host, port in
-            let snapshot = known.value
-            if let addresses = snapshot.addresses?.compactMap(SocketAddress.init), !addresses.isEmpty, snapshot.port > 0 {
-                return (addresses, snapshot.hostName)
-            }
+        let pair = SocketStreams.pair(toHost: target.description, port: 0) { [weak self] host, port in
+            if let known = self?.resolvedEndpoint() { return known }
             return try await resolve(host, port)
         }
         inputStream?.pointee = pair.input
