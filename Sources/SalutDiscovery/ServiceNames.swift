@@ -1,6 +1,5 @@
 import Glibc
 import SalutStreams
-import Synchronization
 
 /// Validation and comparison of DNS-SD names, so that bad input is a clear error before it
 /// reaches the daemon, and two names are told apart as DNS does. The checks an app needs are
@@ -20,7 +19,7 @@ public enum ServiceNames {
     package static let standardServiceNameLength = 15
 
     /// Long types already logged: a warning once per type and process, not per call.
-    private static let warnedLongTypes = Mutex<Set<String>>([])
+    private static let warnedLongTypes = Locked<Set<String>>([])
 
     /// Parses `_name._tcp`, `_name._udp` (trailing dot allowed) or `_sub._sub._name._tcp`.
     /// A service name over 15 characters (RFC 6335's limit) is taken in `domain` "local", as

@@ -211,7 +211,7 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
             await readsDone.wait()
             guard let pair else { return }
             self.lock.withLock { self.captured = true }
-            let streams = Unchecked(pair)
+            let streams = HandedOver(pair)   // to the delegate queue, which alone uses it from now on
             self.session.deliverToDelegate { delegate in
                 (delegate as? PeerSessionStreamDelegate)?.peerSession(self.session, streamTask: self, didBecome: streams.value.input,
                                                                      outputStream: streams.value.output)
@@ -279,10 +279,10 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
     /// ``captureStreams()`` for async code: returns the stream pair (the delegate is told too).
     /// - Throws: the task's error when it completed first.
     public func capturedStreams() async throws -> (InputStream, OutputStream) {
-        let handed = Latch<Result<Unchecked<BoundStreamPair>, PeerSessionError>>()
+        let handed = Latch<Result<HandedOver<BoundStreamPair>, PeerSessionError>>()
         enqueue(on: reads) { _ in }
         enqueue(on: writes) { pair in
-            if let pair { handed.open(.success(Unchecked(pair))) } else { handed.open(.failure(self.failure)) }
+            if let pair { handed.open(.success(HandedOver(pair))) } else { handed.open(.failure(self.failure)) }
         }
         captureStreams()
         let pair = try await handed.waitUnlessCancelled().get().value

@@ -24,7 +24,7 @@ public final class PeerTransferContext: @unchecked Sendable {
     public let streamTask: PeerStreamTask
     /// The checkpoint this attempt resumes from (nil for a fresh start).
     public let checkpoint: Data?
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var saved: Data?
 
     init(streamTask: PeerStreamTask, checkpoint: Data?) {

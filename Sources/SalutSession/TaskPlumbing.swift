@@ -94,10 +94,3 @@ final class Latch<Value: Sendable>: @unchecked Sendable {
     }
     private var cancellable: [UInt64: CheckedContinuation<Value?, Never>] = [:]
 }
-
-/// Carries a delegate (or another reference used only on the delegate queue) into closures.
-struct Unchecked<Value>: @unchecked Sendable {
-    // @unchecked: the value is only used on the session's delegate queue, one call at a time.
-    let value: Value
-    init(_ value: Value) { self.value = value }
-}

@@ -1,5 +1,4 @@
 import Logging
-import Synchronization
 
 /// Where Salut's libraries log: what a user debugging a LAN wants to see, through swift-log.
 ///
@@ -25,7 +24,7 @@ import Synchronization
 /// Messages quote names from the network (service and host names): a handler that writes to a
 /// terminal should escape control characters.
 public enum SalutLogging {
-    private static let current = Mutex(Logger(label: "salut", factory: { _ in SwiftLogNoOpLogHandler() }))
+    private static let current = Locked(Logger(label: "salut", factory: { _ in SwiftLogNoOpLogHandler() }))
 
     /// The logger every Salut module writes to; a no-op logger until set. Safe to set from any
     /// thread at any time (messages already under way go to the logger they started with).

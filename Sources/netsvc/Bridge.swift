@@ -10,7 +10,7 @@ enum Bridge {
     /// sees the end of the data, and may still answer). Calls `done` with false if the stream
     /// failed first.
     static func copy(from fd: Int32, to output: OutputStream, done: @escaping @Sendable (Bool) -> Void = { _ in }) {
-        let stream = UncheckedOutput(output)
+        let stream = HandedOver(output)
         Thread.detachNewThread {
             var buffer = [UInt8](repeating: 0, count: 64 * 1024)
             var ok = true
@@ -20,12 +20,12 @@ enum Bridge {
                 if n <= 0 { break }
                 var offset = 0
                 while offset < n {
-                    let written = buffer.withUnsafeBufferPointer { stream.output.write($0.baseAddress! + offset, maxLength: n - offset) }
+                    let written = buffer.withUnsafeBufferPointer { stream.value.write($0.baseAddress! + offset, maxLength: n - offset) }
                     if written <= 0 { ok = false; break reading }
                     offset += written
                 }
             }
-            stream.output.close()
+            stream.value.close()
             done(ok)
         }
     }
@@ -33,12 +33,12 @@ enum Bridge {
     /// Copies `input` into `fd` until the input ends; then calls `done` with the stream's error,
     /// if it failed.
     static func copy(from input: InputStream, to fd: Int32, done: @escaping @Sendable ((any Error)?) -> Void) {
-        let stream = UncheckedInput(input)
+        let stream = HandedOver(input)
         Thread.detachNewThread {
             var buffer = [UInt8](repeating: 0, count: 64 * 1024)
             while true {
-                let n = stream.input.read(&buffer, maxLength: buffer.count)
-                if n < 0 { return done(stream.input.streamError ?? StreamFailure.notOpen) }
+                let n = stream.value.read(&buffer, maxLength: buffer.count)
+                if n < 0 { return done(stream.value.streamError ?? StreamFailure.notOpen) }
                 if n == 0 { return done(nil) }
                 var offset = 0
                 while offset < n {
@@ -84,8 +84,8 @@ final class StandardInputUpload: @unchecked Sendable {
     private var moved = 0
 
     init(to output: OutputStream) {
-        let stream = UncheckedOutput(output)
-        Thread.detachNewThread { self.run(stream.output) }
+        let stream = HandedOver(output)
+        Thread.detachNewThread { self.run(stream.value) }
     }
 
     private var state: (phase: Phase, moved: Int) { lock.withLock { (phase, moved) } }
@@ -243,7 +243,7 @@ actor StdioTurns {
 final class SharedStandardInput: @unchecked Sendable {
     // @unchecked: `current`, `ended` and `pending` are guarded by `condition`.
     private let condition = NSCondition()
-    private var current: UncheckedOutput?
+    private var current: HandedOver<OutputStream>?
     private var ended = false
     /// Bytes read from standard input and not yet handed to a connection.
     private var pending = false
@@ -260,7 +260,7 @@ final class SharedStandardInput: @unchecked Sendable {
             output.close()
             return
         }
-        current = UncheckedOutput(output)
+        current = HandedOver(output)
         condition.broadcast()
         condition.unlock()
     }
@@ -283,7 +283,7 @@ final class SharedStandardInput: @unchecked Sendable {
             condition.lock()
             if n <= 0 {
                 ended = true
-                current?.output.close()
+                current?.value.close()
                 condition.unlock()
                 return
             }
@@ -293,7 +293,7 @@ final class SharedStandardInput: @unchecked Sendable {
             condition.unlock()
             var offset = 0
             while offset < n {
-                let written = buffer.withUnsafeBufferPointer { target.output.write($0.baseAddress! + offset, maxLength: n - offset) }
+                let written = buffer.withUnsafeBufferPointer { target.value.write($0.baseAddress! + offset, maxLength: n - offset) }
                 if written <= 0 {
                     // That connection went away mid-write: say what it did not get.
                     note("\(n - offset) bytes of standard input were not delivered: the connection ended first")
@@ -307,16 +307,4 @@ final class SharedStandardInput: @unchecked Sendable {
             condition.unlock()
         }
     }
-}
-
-struct UncheckedOutput: @unchecked Sendable {
-    // @unchecked: one thread writes to the stream at a time.
-    let output: OutputStream
-    init(_ output: OutputStream) { self.output = output }
-}
-
-struct UncheckedInput: @unchecked Sendable {
-    // @unchecked: one thread reads from the stream at a time.
-    let input: InputStream
-    init(_ input: InputStream) { self.input = input }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import SalutStreams
 import Glibc
 
 /// Waits for child pipes (and pidfds) to become ready, with `poll(2)` on one thread of its own
@@ -17,7 +18,7 @@ final class PipePoller: @unchecked Sendable {
         let wake: @Sendable (Bool) -> Void
     }
 
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var waiters: [Int32: Waiter] = [:]
     private let wakeUp: (read: Int32, write: Int32)?
 

@@ -296,18 +296,6 @@ extension Publish {
     }
 }
 
-/// True the first time only.
-final class OnceFlag: @unchecked Sendable {
-    // @unchecked: `done` is guarded by `lock`.
-    private let lock = NSLock()
-    private var done = false
-    func claim() -> Bool {
-        lock.lock(); defer { lock.unlock() }
-        if done { return false }
-        done = true
-        return true
-    }
-}
 
 /// Keeps signal sources alive for the life of the process.
 enum SignalSources {

@@ -10,7 +10,7 @@ import XCTest
 /// libdispatch was left holding a descriptor number the kernel had already handed out again, and
 /// when the new holder was watched with a dispatch source too (a test's child pipe, an app's
 /// `FileHandle.readabilityHandler`), the process died in libdispatch ("source finalized twice").
-/// The CI run of 2026-11-26 died so. The adapter now watches on Salut's readiness loop, done with
+/// A CI run died so. The adapter now watches on Salut's readiness loop, done with
 /// a descriptor when `cancel()` returns. This test churns the adapter (every watch made, changed
 /// and freed hundreds of times) and checks each connection answered and every descriptor came
 /// back; the crash itself needs a second party using dispatch sources, which on this libdispatch

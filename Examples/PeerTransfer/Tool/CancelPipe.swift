@@ -1,16 +1,16 @@
+import SalutStreams
 import Glibc
-import Synchronization
 
 /// A pipe whose read end a thread blocked in `poll(2)` watches, so that a cancelled task can
 /// wake it: the thread cannot see task cancellation, a readable descriptor it can.
 final class CancelPipe: Sendable {
-    private let ends: Mutex<(read: Int32, write: Int32)?>
+    private let ends: Locked<(read: Int32, write: Int32)?>
 
     /// A new pipe, or nil when the system has no descriptor left.
     init?() {
         var fds: [Int32] = [-1, -1]
         guard pipe(&fds) == 0 else { return nil }
-        ends = Mutex((fds[0], fds[1]))
+        ends = Locked((fds[0], fds[1]))
     }
 
     /// The end to poll for reading (-1 once closed: `poll` ignores it).

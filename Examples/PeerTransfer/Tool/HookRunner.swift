@@ -1,6 +1,6 @@
 import Foundation
+import SalutStreams
 import Glibc
-import Synchronization
 import PeerTransferCore
 
 /// Runs `--accept ask --hook`'s command on a thread of its own, never on the shared pool of
@@ -27,7 +27,7 @@ enum HookRunner {
     /// Cancelling the calling task ends it as the limit does, within 50 ms: its group is
     /// killed and it has no status (the offer's sender left, or the daemon stops).
     static func run(_ command: String, environment: [String: String], input: Data, limit: TimeInterval) async -> Outcome {
-        let cancelled = Mutex(false)
+        let cancelled = Locked(false)
         return await withTaskCancellationHandler {
             await onThreadOfItsOwn {
                 runBlocking(command, environment: environment, input: input, limit: limit,

@@ -1,6 +1,6 @@
 import Foundation
+import SalutStreams
 import PeerTransferCore
-import Synchronization
 
 /// Shows a transfer's progress: a redrawn line on a terminal (standard error), or JSON lines
 /// on standard output for scripts.
@@ -24,7 +24,7 @@ final class ProgressDisplay: Sendable {
         var lineShown = false
     }
     private let json: Bool
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     init(json: Bool) {
         self.json = json

@@ -1,4 +1,5 @@
 import Foundation
+import SalutStreams
 import SalutDiscovery
 
 /// What a background session keeps beyond an ordinary one: its state folder, whether this
@@ -9,7 +10,7 @@ final class BackgroundSessionState: @unchecked Sendable {
     let identifier: String
     let journal: BackgroundJournal
     private let runnerLock: BackgroundRunnerLock
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var watcher: TaskFolderWatcher?
     /// Records this process has a task object for.
     private var known = Set<String>()

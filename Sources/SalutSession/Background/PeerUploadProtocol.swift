@@ -1,4 +1,5 @@
 import Foundation
+import SalutStreams
 import SalutDiscovery
 
 /// What a background upload sends.
@@ -43,7 +44,7 @@ public final class PeerUploadContext: @unchecked Sendable {
     /// What an earlier attempt saved (nil for the first).
     public let checkpoint: Data?
     private weak var task: PeerUploadTask?
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var saved: Data?
 
     init(task: PeerUploadTask, attempt: Int, checkpoint: Data?) {

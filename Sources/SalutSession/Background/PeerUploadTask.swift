@@ -281,16 +281,17 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     /// Asks the delegate for a fresh stream; nil when it has none (or is not an upload delegate).
     private func newBodyStream() async -> InputStream? {
         let answered = OnceFlag()
-        let answer = await withCheckedContinuation { (continuation: CheckedContinuation<SendableStream?, Never>) in
+        let answer = await withCheckedContinuation { (continuation: CheckedContinuation<HandedOver<InputStream>?, Never>) in
             let reply: @Sendable (InputStream?) -> Void = { stream in
-                if answered.claim() { continuation.resume(returning: stream.map(SendableStream.init)) }
+                // The attempt alone reads the stream from now on.
+                if answered.claim() { continuation.resume(returning: stream.map(HandedOver.init)) }
             }
             session.deliverToDelegate(orElse: { reply(nil) }) { delegate in
                 guard let uploadDelegate = delegate as? PeerSessionUploadDelegate else { return reply(nil) }
                 uploadDelegate.peerSession(self.session, task: self, needNewBodyStream: reply)
             }
         }
-        return answer?.stream
+        return answer?.value
     }
 
     private func beginWait(_ reason: PeerTaskWait.Reason) {
@@ -384,24 +385,4 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         }
         return metrics
     }
-}
-
-/// A flag that lets one caller through.
-final class OnceFlag: @unchecked Sendable {
-    // @unchecked: `done` is guarded by `lock`.
-    private let lock = NSLock()
-    private var done = false
-
-    func claim() -> Bool {
-        lock.withLock {
-            defer { done = true }
-            return !done
-        }
-    }
-}
-
-/// A stream passed from the delegate to the attempt that reads it (one owner at a time).
-struct SendableStream: @unchecked Sendable {
-    // @unchecked: handed over once; only the attempt reads it afterwards.
-    let stream: InputStream
 }

@@ -1,4 +1,5 @@
 import Foundation
+import SalutStreams
 
 /// Calls back when a file is written into a folder (inotify), on a thread of its own, until
 /// stopped: how a background session's runner learns that another process queued a task.
@@ -7,7 +8,7 @@ final class TaskFolderWatcher: @unchecked Sendable {
     // has written to the stop pipe; `stopped` is guarded by `lock`.
     private let inotify: Int32
     private let stopPipe: [Int32]
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var stopped = false
 
     /// Watches `folder`; nil when inotify or the pipe cannot be set up (the runner then sees

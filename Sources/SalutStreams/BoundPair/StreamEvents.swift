@@ -84,22 +84,14 @@ final class StreamEvents: @unchecked Sendable {
             return due
         }
         guard due else { return }
-        let target = UncheckedStream(stream)
+        let target = WeaklyHandedOver(stream)   // used only where its delegate calls are made
         scheduler.deliver {
-            guard let stream = target.stream else { return }   // let go meanwhile: nothing to tell
+            guard let stream = target.object else { return }   // let go meanwhile: nothing to tell
             stream.delegate?.stream(stream, handle: event)
         }
     }
 }
 
-/// Carries a stream into a delivery closure, weakly: a call waiting to be made must not keep
-/// the stream (and its connection) alive.
-struct UncheckedStream: @unchecked Sendable {
-    // @unchecked: the stream is only used where its delegate calls are delivered (its run loop
-    // or dispatch queue), one call after another.
-    weak var stream: Stream?
-    init(_ stream: Stream) { self.stream = stream }
-}
 
 /// Why a bound-pair stream operation failed.
 ///

@@ -1,7 +1,6 @@
 import Dispatch
 import Foundation
 import Glibc
-import Synchronization
 
 /// What is known about a connection once it is ready to carry bytes.
 package struct ConnectionDetails: Sendable, Hashable {

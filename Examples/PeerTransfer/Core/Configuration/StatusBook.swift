@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import SalutStreams
 
 /// What a daemon is doing, as `peerxfer status` reads it from the configuration folder.
 public struct DaemonStatus: Codable, Sendable, Equatable {
@@ -63,7 +63,7 @@ public final class StatusBook: Sendable {
         var writeQueued = false
     }
     private let file: String
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// Writes the file, off the receivers' paths: a slow disk delays the view, not a transfer.
     private let writer = DispatchQueue(label: "peerxfer.status")
 

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import SalutStreams
 
 /// One message on a peerxfer connection: a kind byte, a 4-byte big-endian payload length, and
 /// the payload (JSON for control messages, a binary header and file bytes for chunks).
@@ -158,7 +158,7 @@ final class ChunkMemory: @unchecked Sendable {
     private static let lead = ChunkFrame.dataAlignment - ChunkFrame.headerSize
     private static let capacity = lead + TransferLimits.maximumChunkFrame
     /// Blocks kept for reuse (their addresses), at most ``poolLimit``.
-    private static let pool = Mutex<[Int]>([])
+    private static let pool = Locked<[Int]>([])
     private static let poolLimit = 48
 
     /// Where the payload goes.

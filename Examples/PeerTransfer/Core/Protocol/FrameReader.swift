@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import SalutStreams
 
 /// Reads frames from a connection's input (owned by one task).
@@ -66,10 +65,10 @@ final class ProgressWatchdog: Sendable {
         var bound: Duration
         var expired: String?
     }
-    private let state: Mutex<State>
+    private let state: Locked<State>
 
     init(bound: Duration) {
-        state = Mutex(State(lastProgress: .now, bound: bound))
+        state = Locked(State(lastProgress: .now, bound: bound))
     }
 
     /// Records progress.

@@ -30,11 +30,19 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
     ///   `.`/`..` components, NUL or other control characters (C0, DEL, C1), bidirectional
     ///   controls, over-long names or paths, too deep, or a name ending in the part-file suffix.
     public init(validating text: String) throws {
+        // Cut to 200 bytes to be shown: a run of combining marks is one character of any length.
+        let shown = Terminal.escape(Receiver.shortened(text, toBytes: 200))
+        // The length first, on the text as sent: composing sorts runs of combining marks, which
+        // costs the square of a run's length (a 400 KB path of marks would keep a core busy for
+        // minutes); within the limit, a run costs little.
+        guard text.utf8.count <= TransferLimits.maximumPathBytes else {
+            throw PeerTransferError.unsafePath("the path \"\(shown)\" is longer than \(TransferLimits.maximumPathBytes) bytes")
+        }
         // ASCII is its own composed form (most paths: no copy made).
         let composed = TransferPlan.composed(text)
         if let why = Self.problem(with: composed) {
             let form = composed.utf8.elementsEqual(text.utf8) ? "" : " (in composed form, NFC)"
-            throw PeerTransferError.unsafePath("the path \"\(Terminal.escape(String(text.prefix(200))))\"\(form) \(why)")
+            throw PeerTransferError.unsafePath("the path \"\(shown)\"\(form) \(why)")
         }
         self.text = composed
     }
@@ -70,8 +78,7 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
             // grapheme, which would hide the suffix from a comparison of characters.
             // And without ASCII case: on vfat, exFAT or a case-folding ext4 folder,
             // "x.PEERXFER-PART" is the same file as "x.peerxfer-part".
-            let lowered = part.utf8.reversed().lazy.map { (0x41...0x5A).contains($0) ? $0 + 0x20 : $0 }
-            guard !lowered.starts(with: TransferLimits.partSuffix.utf8.reversed()) else {
+            guard !TransferLimits.isPartName(part) else {
                 return "ends in \(TransferLimits.partSuffix), which the inbox keeps for files still arriving"
             }
         }
@@ -125,6 +132,12 @@ extension Manifest {
             case .file:
                 guard entry.size <= TransferLimits.maximumFileSize else {
                     throw PeerTransferError.limit("\"\(Terminal.escape(entry.path))\" is \(entry.size) bytes (the limit is 1 TiB)")
+                }
+                // Its part file's path (from the inbox) must fit in a path too: what no call can
+                // reach (PATH_MAX, 4,096 bytes with its NUL) no sweep or count could see.
+                let partPathBytes = path.description.utf8.count + TransferLimits.partName(of: "", from: "").utf8.count - "unknown".utf8.count + TransferLimits.partTagDigits
+                guard partPathBytes < TransferLimits.maximumPathBytes else {
+                    throw PeerTransferError.unsafePath("\"\(Terminal.escape(Receiver.shortened(entry.path, toBytes: 200)))\" is a path of \(path.description.utf8.count) bytes; a file's path can be at most \(TransferLimits.maximumPathBytes - 1 - (partPathBytes - path.description.utf8.count)) (its part file's path, NAME.<24 hex of the sender's key>.peerxfer-part, must fit in \(TransferLimits.maximumPathBytes - 1))")
                 }
                 // It may arrive as NAME.<24 hex of the sender's key>.peerxfer-part first, which must fit in a file name too.
                 let room = TransferLimits.maximumReceivedNameBytes

@@ -46,6 +46,14 @@ public enum TransferLimits {
     /// The longest file name that can be received: its part file's name must fit in 255 bytes.
     static let maximumReceivedNameBytes = maximumNameBytes - partSuffix.utf8.count - partTagDigits - 1
 
+    /// True when `name` ends in the part-file suffix in any ASCII case, compared as bytes (a
+    /// character such as U+0D4E joins the dot after it into one grapheme, which would hide the
+    /// suffix from a comparison of characters; vfat, exFAT and case-folding folders ignore case).
+    static func isPartName(_ name: String) -> Bool {
+        let lowered = name.utf8.reversed().lazy.map { (0x41...0x5A).contains($0) ? $0 + 0x20 : $0 }
+        return lowered.starts(with: partSuffix.utf8.reversed())
+    }
+
     /// The name of the part file in which `sender` (its key, as hex) sends the file `name`.
     static func partName(of name: String, from sender: String) -> String {
         // The key's first hex digits, lowercased (byte by byte: this runs for every file).

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import SalutStreams
 
 /// Who may hold what at a receiver, as a state machine without I/O (the daemon's shell in
 /// ``ReceiverService`` carries out its actions).
@@ -102,7 +102,7 @@ final class RefusalTally: Sendable {
         var busy = 0
         var lastCause = ""
     }
-    private let counts = Mutex(Counts())
+    private let counts = Locked(Counts())
 
     /// A connection ended before it offered anything, because of `cause`.
     func endedBeforeOffer(_ cause: String) {

@@ -476,8 +476,7 @@ struct Receiver {
                         senderKey: String, over pair: BoundStreamPair, watchdog: ProgressWatchdog) async -> Result<Decision, PeerTransferError> {
         // Before anyone is asked: an offer this sender's leftovers leave no room for is refused
         // whatever the answer (see ``Inbox/checkPartRoom(for:adding:replacing:)``).
-        let refusal = await onThreadOfItsOwn { [inbox] in Self.partRoomRefusal(manifest, paths, inbox: inbox, senderKey: senderKey) }
-        if let refusal { return .failure(refusal) }
+        if let refusal = Self.partRoomRefusal(manifest, paths, inbox: inbox, senderKey: senderKey) { return .failure(refusal) }
         var chosen: Set<Int>
         var declineReason: String?
         switch policy {
@@ -640,13 +639,14 @@ struct Receiver {
 
 extension Receiver {
     /// Why `sender` may not send `manifest` for want of room for its part files (files past
-    /// one chunk arrive in part files), or nil. Blocking: it walks the inbox.
+    /// one chunk arrive in part files), or nil. Never blocks on the disk: it reads the inbox's
+    /// ledger of part files (see `PartLedger.swift`).
     static func partRoomRefusal(_ manifest: Manifest, _ paths: [RelativePath], inbox: Inbox, senderKey: String) -> PeerTransferError? {
         var bytes: UInt64 = 0
-        var parts = Set<String>()
+        var parts: [String: UInt64] = [:]
         for (entry, path) in zip(manifest.entries, paths) where entry.kind == .file && entry.size > BufferedFile.sizeLimit {
             bytes += entry.size
-            parts.insert((path.parent + [TransferLimits.partName(of: path.name, from: senderKey)]).joined(separator: "/"))
+            parts[(path.parent + [TransferLimits.partName(of: path.name, from: senderKey)]).joined(separator: "/")] = entry.size
         }
         do {
             try inbox.checkPartRoom(for: senderKey, adding: bytes, replacing: parts)

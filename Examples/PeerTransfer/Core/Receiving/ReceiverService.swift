@@ -1,7 +1,6 @@
 import Foundation
 import Logging
 import Salut
-import Synchronization
 
 /// A peerxfer receiver on the network: publishes `_peerxfer._tcp` (with the protocol version,
 /// the device id and the key's fingerprint in its TXT record), listens with TLS 1.3 asking each
@@ -18,21 +17,21 @@ public final class ReceiverService: Sendable {
     private let events: @Sendable (ReceiveEvent) -> Void
     /// Greeting places and transfer slots (see ``Admission``), and the streams of the
     /// connections still greeting, to close one when it is evicted.
-    private let admission = Mutex(Admission())
-    private let greetingPairs = Mutex([Int: BoundStreamPair]())
+    private let admission = Locked(Admission())
+    private let greetingPairs = Locked([Int: BoundStreamPair]())
     private let tally = RefusalTally()
     /// Whether received files keep their execute bits (see ``Receiver/keepsExecuteBits``).
     public let keepsExecuteBits: Bool
     /// What clears part files no one came back for (set before ``run()``).
     public var sweeper: PartSweeper { sweeperValue.withLock { $0 } }
-    private let sweeperValue = Mutex(PartSweeper())
+    private let sweeperValue = Locked(PartSweeper())
 
     /// Sets how part files no one came back for are cleared (before ``run()``).
     public func clearParts(with sweeper: PartSweeper) {
         sweeperValue.withLock { $0 = sweeper }
         inbox.partShareOfOneSender.withLock { $0 = sweeper.shareOfOneSender }
     }
-    private let nextID = Mutex(0)
+    private let nextID = Locked(0)
 
     /// The name the service is published under (differs from the one asked for after a
     /// collision).
@@ -104,6 +103,9 @@ public final class ReceiverService: Sendable {
         self.events = events
     }
 
+    /// How often each sender's part files are counted anew (see `PartLedger.swift`).
+    static let partCountInterval: Duration = .seconds(300)
+
     /// Receives until the calling task is cancelled, then withdraws the service and waits for
     /// the transfers in progress to end (their part files stay, to be resumed).
     public func run() async {
@@ -127,9 +129,18 @@ public final class ReceiverService: Sendable {
                 while !Task.isCancelled {
                     let swept = await onThreadOfItsOwn { sweeper.sweep(inbox.path) }
                     if swept.removed > 0 {
+                        await onThreadOfItsOwn { inbox.countParts() }   // what the sweeper removed no longer counts
                         logger.notice("removed \(Wording.counted(swept.removed, "part file")) (\(swept.bytes) bytes) that no sender came back for within \(Wording.duration(Double(sweeper.maximumAge.components.seconds))), or to keep \(Int(sweeper.reserve * 100)) % of the disk free")
                     }
                     try? await Task.sleep(for: .seconds(3600))
+                }
+            }
+            // Each sender's part files, counted at the start and every few minutes, off any
+            // offer's way (see PartLedger.swift).
+            group.addTask { [inbox] in
+                while !Task.isCancelled {
+                    await onThreadOfItsOwn { inbox.countParts() }
+                    try? await Task.sleep(for: Self.partCountInterval)
                 }
             }
             // One line per interval for connections refused or cut before they offered

@@ -129,7 +129,7 @@ final class HashPipeline: @unchecked Sendable {
         var waiting: (limit: Int, continuation: CheckedContinuation<Void, Never>)?
     }
     private let queue = DispatchQueue(label: "peerxfer.send-hash")
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Feeds `bytes` to `hasher` on the pipeline's queue, after everything submitted before.
     func submit(_ bytes: UnsafeRawBufferPointer, to hasher: SHA256Hasher) {

@@ -1,6 +1,5 @@
 import Foundation
 import Salut
-import Synchronization
 
 /// What a sender reports as a transfer goes on.
 public enum SendEvent: Sendable {
@@ -606,7 +605,7 @@ public struct Sender: Sendable {
     /// The indexes of the files whose `fileEnd` the sending task has started to send, read by
     /// the task that collects the receiver's verdicts.
     final class EndedFiles: Sendable {
-        private let ends = Mutex([Int: Bool]())
+        private let ends = Locked([Int: Bool]())
         /// Records that the `fileEnd` of entry `index` is about to be sent, withdrawing the file
         /// when `withdrawn`.
         func insert(_ index: Int, withdrawn: Bool = false) { ends.withLock { $0[index] = withdrawn } }

@@ -1,6 +1,5 @@
 import Foundation
 import SalutStreams
-import Synchronization
 
 /// The SHA-256 of files the receiver offers as `existing`, remembered by the file's identity
 /// and times, and computed once when several transfers ask for the same file at once.
@@ -50,7 +49,7 @@ final class DigestCache: Sendable {
         case hashing(Flight)
     }
 
-    private let entries = Mutex<[Key: Entry]>([:])
+    private let entries = Locked<[Key: Entry]>([:])
     private let capacity: Int
 
     /// A cache of at most `capacity` digests (when full, half of them are forgotten).
@@ -84,7 +83,7 @@ final class DigestCache: Sendable {
 
     /// Hashings computed so far (not answered from memory or by waiting): for tests.
     var hashings: Int { computed.withLock { $0 } }
-    private let computed = Mutex(0)
+    private let computed = Locked(0)
 
     /// Like ``digest(for:hash:)``, for a list of digests (a part file's chunks): remembered,
     /// waited for, or computed by `hash` now.

@@ -1,6 +1,5 @@
 import Foundation
 import SalutStreams
-import Synchronization
 
 /// Where a receiver's chunks for one file go: written to the part file on one queue and
 /// hashed on another, so that reading the connection, writing and hashing run on all cores
@@ -63,7 +62,7 @@ final class FileSink: @unchecked Sendable {
     private let writeQueue: DispatchQueue?
     private let hashQueue: DispatchQueue?
     private let flushQueue: DispatchQueue?
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let limit: Int
     private let flushStep: Int
 

@@ -8,12 +8,12 @@ import Synchronization
 final class Inbox: @unchecked Sendable {
     // @unchecked: `root` and `trusts` (a Sendable closure) are set once and only read; the
     // descriptor calls are thread-safe; `promised`, `receiving` and `partShareOfOneSender` are
-    // Mutexes, `makesUnnamedFiles` an Atomic; `digests` is Sendable (its own Mutex).
+    // Locked boxes, `makesUnnamedFiles` an Atomic; `digests` is Sendable (its own lock).
     let path: String
-    private let root: Int32
+    let root: Int32
     /// Bytes that accepted transfers still have to write: free space is promised to one
     /// transfer at a time, so that two offers that each fit do not together fill the disk.
-    private let promised = Mutex<UInt64>(0)
+    private let promised = Locked<UInt64>(0)
     /// Digests of delivered files, for `existing` offers (see ``digest(ofFile:size:deliveredBy:)``).
     let digests = DigestCache()
     /// Chunk digests of part files, for `have` answers: an offer sent again and again (by a
@@ -21,7 +21,7 @@ final class Inbox: @unchecked Sendable {
     let partDigests = DigestCache(capacity: 1_024)
     /// The small files being received, each as its sender's key and its path (see
     /// ``claim(_:for:)``).
-    private let receiving = Mutex<Set<[UInt8]>>([])
+    private let receiving = Locked<Set<[UInt8]>>([])
     /// False once the file system refused `O_TMPFILE`: small files go to part files from then on.
     private let makesUnnamedFiles = Atomic<Bool>(true)
 
@@ -105,45 +105,11 @@ final class Inbox: @unchecked Sendable {
 
     /// The share of the file system one sender's part files may hold (see
     /// ``PartSweeper/shareOfOneSender``).
-    let partShareOfOneSender = Mutex<Double>(PartSweeper().shareOfOneSender)
+    let partShareOfOneSender = Locked<Double>(PartSweeper().shareOfOneSender)
 
-    /// Checks that `sender` may have `bytes` more in part files: when it has part files in the
-    /// inbox now (but for those named in `replacing`, paths from the inbox, which the new bytes
-    /// are counted in), those and `bytes` together within ``partShareOfOneSender`` of the file
-    /// system. A sender with none is held to the free space alone (see ``promise(_:)``).
-    /// Blocking: it walks the inbox.
-    /// - Throws: ``PeerTransferError/limit(_:)`` saying how much the sender's unfinished files
-    ///   hold, naming some, and how to free them; ``PeerTransferError/runtime(_:)`` when the
-    ///   file system's size cannot be read.
-    func checkPartRoom(for sender: String, adding bytes: UInt64, replacing: Set<String>) throws {
-        guard bytes > 0 else { return }
-        var info = statvfs()
-        guard fstatvfs(root, &info) == 0 else {
-            throw PeerTransferError.runtime("cannot read the size of the inbox's disk: \(String(cString: strerror(errno)))")
-        }
-        let limit = UInt64(Double(UInt64(info.f_blocks) * UInt64(info.f_frsize)) * partShareOfOneSender.withLock { $0 })
-        let (held, names) = partFiles(of: sender, besides: replacing)
-        guard held > 0, held + bytes > limit else { return }
-        let shown = names.prefix(3).map { "\"" + Terminal.escape($0) + "\"" }.joined(separator: ", ") + (names.count > 3 ? "…" : "")
-        throw PeerTransferError.limit("this sender already has \(Wording.bytes(held)) of unfinished files at the receiver (\(Wording.counted(names.count, "file")) whose transfer was cut: \(shown)), and the receiver keeps at most \(Wording.bytes(limit)) of them for one sender; with this offer's \(Wording.bytes(bytes)) still to come, that is too much. Send those files again to finish them, send less at once, or wait until the receiver clears them (after the days of its --keep-parts)")
-    }
-
-    /// The bytes of `sender`'s part files (`NAME.<its tag>.peerxfer-part`) anywhere in the inbox,
-    /// and the names (of the files they are for) of some, but for the paths in `besides`.
-    /// Symlinks are not followed.
-    func partFiles(of sender: String, besides: Set<String>) -> (bytes: UInt64, names: [String]) {
-        let suffix = TransferLimits.partName(of: "", from: sender)
-        guard let walk = FileManager.default.enumerator(atPath: path) else { return (0, []) }
-        var total: UInt64 = 0
-        var names: [String] = []
-        for case let relative as String in walk where relative.hasSuffix(suffix) && !besides.contains(relative) {
-            var info = stat()
-            guard fstatat(root, relative, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
-            total += UInt64(info.st_size)
-            names.append(String(relative.dropLast(suffix.count)))
-        }
-        return (total, names)
-    }
+    /// Every sender's part files as last counted (see `PartLedger.swift`): by the sender's
+    /// tag, each part file's path from the inbox and its bytes.
+    let partLedger = Locked<[String: [String: UInt64]]>([:])
 
     /// Takes back `bytes` of a promise: written (the free space now counts them) or no longer
     /// needed.
@@ -183,6 +149,10 @@ final class Inbox: @unchecked Sendable {
         guard current >= 0 else { throw PeerTransferError.runtime("dup: \(String(cString: strerror(errno)))") }
         for (depth, component) in components.enumerated() {
             var next = openat(current, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            // A file an untrusted sender left where a trusted sender's folder goes moves aside.
+            if next < 0 && errno == ENOTDIR && create, let sender, moveStrangersFileAside(component, in: current, for: sender) {
+                errno = ENOENT
+            }
             if next < 0 && errno == ENOENT && create {
                 let made = mkdirat(current, component, mode) == 0
                 if !made && errno != EEXIST {
@@ -225,6 +195,28 @@ final class Inbox: @unchecked Sendable {
             current = next
         }
         return current
+    }
+
+    /// Moves the file `name` in `folder` to `NAME (from <8 hex>).EXT` when an untrusted sender
+    /// delivered it and `sender` is trusted: a stranger's file does not keep a trusted sender's
+    /// files out of the folder of that name (see ``PartFile/publish(cache:)`` for files). True
+    /// when it moved.
+    private func moveStrangersFileAside(_ name: String, in folder: Int32, for sender: String) -> Bool {
+        guard let renameat2 = PartFile.renameat2, trusts(sender) else { return false }
+        let held = openat(folder, name, PartFile.pathOnly | O_NOFOLLOW | O_CLOEXEC)
+        guard held >= 0 else { return false }
+        defer { close(held) }
+        var info = stat()
+        guard fstat(held, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG,
+              let deliverer = PartFile.deliverer(ofPath: "/proc/self/fd/\(held)"), SHA256DigestText.isValid(deliverer),
+              deliverer != sender, !trusts(deliverer) else { return false }
+        let mark = "from " + String(deliverer.prefix(8))
+        for attempt in 0..<PartFile.numberedNames {
+            let aside = PartFile.labelled(name, attempt == 0 ? mark : "\(mark), \(attempt)")
+            if renameat2(folder, name, folder, aside, PartFile.renameNoReplace) == 0 { return true }
+            guard errno == EEXIST else { return false }
+        }
+        return false
     }
 
     /// True when `components`, followed from the inbox's root, are each a folder (none a

@@ -130,12 +130,9 @@ final class PartFile {
 
     /// Makes the bytes written so far durable (fdatasync(2)). A large file calls it while it is
     /// still being received, from a queue of its own beside the writes (see ``FileSink``): the
-    /// disk then works all along, and the batch's syncfs(2) before naming finds little left.
-    /// With writes through the page cache, on this machine's virtual disk, that made 1 GiB
-    /// durable in 1.7–2.0 s, against 2.5–2.9 s for one sync at the end. With direct writes (see
-    /// ``writeDirectly()``) it is what asks the disk to make them durable as they go: all the
-    /// syncs of a 1 GiB transfer then took 0.02–0.03 s together, against 0.24–0.63 s through the
-    /// cache (`strace -T`, 2026-11-26).
+    /// disk then works all along, and the batch's syncfs(2) before naming finds little left
+    /// (docs/benchmarks.md has the figures). With direct writes (see ``writeDirectly()``) it is
+    /// what asks the disk to make them durable as they go.
     /// - Throws: ``PeerTransferError/noSpace(_:)`` when the disk is full, otherwise
     ///   ``PeerTransferError/runtime(_:)`` (an I/O error).
     func flushData() throws {
@@ -221,6 +218,7 @@ final class PartFile {
                 if let partName, ownsName(partName, in: folder, own) {
                     guard unlinkat(folder, partName, 0) == 0 else { throw ioError("unlinkat") }
                 }
+                inbox.forgetPart(of: sender, path)
                 return (path.parent + [candidate]).joined(separator: "/")
             }
             for attempt in 0..<(Self.numberedNames + 64) {
@@ -231,7 +229,14 @@ final class PartFile {
                 // name is linked to the open, verified file itself (through /proc), not to
                 // whatever the part file's name points at by now: a file renamed over it
                 // after verification is never published in its place.
-                if linkat(AT_FDCWD, "/proc/self/fd/\(fd)", folder, candidate, AT_SYMLINK_FOLLOW) == 0 { return try named(candidate) }
+                // A file that got a name of its own in a try to take a name back (see
+                // `takeName`) moves from it instead.
+                let linked = swapName.map { Self.renameat2?(folder, $0, folder, candidate, Self.renameNoReplace) == 0 }
+                    ?? (linkat(AT_FDCWD, "/proc/self/fd/\(fd)", folder, candidate, AT_SYMLINK_FOLLOW) == 0)
+                if linked {
+                    swapName = nil
+                    return try named(candidate)
+                }
                 if errno == ENOENT {
                     // The verified file has no name left: someone replaced or removed its part
                     // file. Linux links no file without a name; nothing is published for it.
@@ -242,18 +247,25 @@ final class PartFile {
                 // sender's: that file moves aside and this one gets the name.
                 if takesNamesBack, takeName(candidate, in: folder) { return try named(candidate) }
             }
+            if let swapName { _ = unlinkat(folder, swapName, 0) }   // no name for it anywhere: no hidden one either
             throw PeerTransferError.runtime("no free name for \(Terminal.escape(path.description)) after \(Self.numberedNames) numbered and 64 random tries")
         }
     }
+
+    /// The hidden name (`.<random>.peerxfer-swap`) this file got in a try to take a name back
+    /// that did not succeed: kept, for a file without a name (`O_TMPFILE`) cannot be linked again
+    /// once its first name is gone, and the next names are tried by renaming from it.
+    private var swapName: String?
 
     /// Gives this (verified) file the name `name` in `folder`, which a file or folder an
     /// untrusted sender delivered holds now, and moves that one aside to
     /// `NAME (from <8 hex>).EXT`: first an atomic exchange of names (renameat2's
     /// `RENAME_EXCHANGE`, so the name never points at nothing), then a rename that replaces
-    /// nothing. Nothing is ever removed. False, with everything as it was, when the name holds
+    /// nothing. Nothing is ever removed. False, with the names as they were, when the name holds
     /// anything else (a trusted sender's file, one of no recorded sender such as the person's
     /// own, a symlink), when the stranger's file cannot be moved aside, or when the file
-    /// system cannot exchange names; the caller then tries the next name.
+    /// system cannot exchange names; the caller then tries the next name (this file may have
+    /// kept a hidden name by then: see `swapName`).
     private func takeName(_ name: String, in folder: Int32) -> Bool {
         guard let renameat2 = Self.renameat2 else { return false }
         // O_PATH: a file whose sender left it unreadable (mode 0) is judged all the same.
@@ -264,17 +276,23 @@ final class PartFile {
         guard fstat(held, &heldInfo) == 0, [S_IFREG, S_IFDIR].contains(heldInfo.st_mode & S_IFMT),
               let deliverer = Self.deliverer(ofPath: "/proc/self/fd/\(held)"), SHA256DigestText.isValid(deliverer),
               deliverer != sender, !inbox.trusts(deliverer) else { return false }
-        // This file under a name of its own first, to exchange with the held one.
-        let swap = ".\(String(UInt64.random(in: 0...UInt64.max), radix: 16)).peerxfer-swap"
-        guard linkat(AT_FDCWD, "/proc/self/fd/\(fd)", folder, swap, AT_SYMLINK_FOLLOW) == 0 else { return false }
-        /// Puts the names back as they were (the held one under `name`, this file's link gone).
-        func undo() -> Bool {
-            if renameat2(folder, swap, folder, name, Self.renameExchange) != 0 { return false }
-            _ = unlinkat(folder, swap, 0)   // this file's extra link; its part name remains
-            return false
+        // This file under a name of its own, to exchange with the held one; kept should the
+        // name not be taken (see `swapName`).
+        if swapName == nil {
+            let swap = ".\(String(UInt64.random(in: 0...UInt64.max), radix: 16)).peerxfer-swap"
+            guard linkat(AT_FDCWD, "/proc/self/fd/\(fd)", folder, swap, AT_SYMLINK_FOLLOW) == 0 else { return false }
+            swapName = swap
         }
-        guard renameat2(folder, swap, folder, name, Self.renameExchange) == 0 else {
-            _ = unlinkat(folder, swap, 0)
+        guard let swap = swapName, renameat2(folder, swap, folder, name, Self.renameExchange) == 0 else { return false }
+        /// Puts the names back as they were: the held one under `name`, this file under `swap`.
+        func undo() -> Bool {
+            if renameat2(folder, swap, folder, name, Self.renameExchange) != 0 {
+                // Cannot happen short of the folder going away; should it, this file keeps the
+                // name and the held one stays under the hidden name, said in the log.
+                movedAside = (name, swap)
+                swapName = nil
+                return true
+            }
             return false
         }
         // `swap` names what `name` held at the moment of the exchange: the one judged above,
@@ -289,6 +307,7 @@ final class PartFile {
                 : Self.labelled(name, "\(mark), " + String(UInt32.random(in: 0x1000_0000...UInt32.max), radix: 16))
             if renameat2(folder, swap, folder, aside, Self.renameNoReplace) == 0 {
                 movedAside = (name, aside)
+                swapName = nil
                 return true
             }
             guard errno == EEXIST else { break }
@@ -299,7 +318,7 @@ final class PartFile {
 
     /// glibc's renameat2(2), looked up at run time (Swift's Glibc module leaves out
     /// _GNU_SOURCE declarations); nil in a libc without it.
-    private static let renameat2: (@convention(c) (Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UInt32) -> Int32)? = {
+    static let renameat2: (@convention(c) (Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UInt32) -> Int32)? = {
         guard let symbol = dlsym(nil, "renameat2") else { return nil }
         return unsafeBitCast(symbol, to: (@convention(c) (Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UInt32) -> Int32).self)
     }()
@@ -308,7 +327,7 @@ final class PartFile {
     static let pathOnly: Int32 = 0o10000000
 
     /// renameat2's `RENAME_NOREPLACE`: fail with EEXIST rather than replace the target.
-    private static let renameNoReplace: UInt32 = 1
+    static let renameNoReplace: UInt32 = 1
     /// renameat2's `RENAME_EXCHANGE`: swap the two names atomically.
     private static let renameExchange: UInt32 = 2
 
@@ -377,6 +396,7 @@ final class PartFile {
         _ = try? withFolder { folder in
             if ownsName(partName, in: folder, own) { _ = unlinkat(folder, partName, 0) }
         }
+        inbox.forgetPart(of: sender, path)
     }
 
     /// True when `name` in `folder` is this very file (`own` is its fstat): a named part file

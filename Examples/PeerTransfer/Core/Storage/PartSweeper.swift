@@ -32,20 +32,26 @@ public struct PartSweeper: Sendable {
     public func sweep(_ path: String, now: Date = Date()) -> Outcome {
         var outcome = Outcome()
         var parts: [(path: String, modified: Date, size: UInt64)] = []
-        let root = URL(fileURLWithPath: path)
-        let keys: [URLResourceKey] = [.isRegularFileKey, .isSymbolicLinkKey, .contentModificationDateKey, .fileSizeKey]
-        // Symlinks are not followed (the enumerator does not descend into them).
-        guard let walk = FileManager.default.enumerator(at: root, includingPropertiesForKeys: keys) else { return outcome }
-        for case let url as URL in walk where url.lastPathComponent.lowercased().hasSuffix(TransferLimits.partSuffix) {
-            guard let values = try? url.resourceValues(forKeys: Set(keys)), values.isRegularFile == true,
-                  values.isSymbolicLink != true, let modified = values.contentModificationDate else { continue }
-            parts.append((url.path, modified, UInt64(values.fileSize ?? 0)))
+        // Paths from the inbox's own descriptor: a deep part file's whole path may be longer
+        // than a call takes (PATH_MAX). Symlinks are not followed (the enumerator does not
+        // descend into them, and each part file is looked at with AT_SYMLINK_NOFOLLOW).
+        let root = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard root >= 0, let walk = FileManager.default.enumerator(atPath: path) else {
+            if root >= 0 { close(root) }
+            return outcome
+        }
+        defer { close(root) }
+        for case let relative as String in walk where TransferLimits.isPartName(relative) {
+            var info = stat()
+            guard fstatat(root, relative, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
+            let modified = Date(timeIntervalSince1970: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
+            parts.append((relative, modified, UInt64(info.st_size)))
         }
         parts.sort { $0.modified < $1.modified }
         let age = Double(maximumAge.components.seconds)
         var kept: [(path: String, modified: Date, size: UInt64)] = []
         for part in parts {
-            if now.timeIntervalSince(part.modified) > age, Self.removeUnlessInUse(part.path) {
+            if now.timeIntervalSince(part.modified) > age, Self.removeUnlessInUse(part.path, from: root) {
                 outcome.removed += 1
                 outcome.bytes += part.size
             } else {
@@ -53,7 +59,7 @@ public struct PartSweeper: Sendable {
             }
         }
         for part in kept where Self.freeShare(of: path).map({ $0 < reserve }) ?? false {
-            if Self.removeUnlessInUse(part.path) {
+            if Self.removeUnlessInUse(part.path, from: root) {
                 outcome.removed += 1
                 outcome.bytes += part.size
             }
@@ -72,12 +78,17 @@ public struct PartSweeper: Sendable {
     /// removed is the one locked: should another have been put under the name meanwhile, it
     /// is left alone (a transfer that opened the part file just before this removal sees, once
     /// it holds the lock, that it has no name left, and makes it anew: see `Inbox.openPart`).
-    static func removeUnlessInUse(_ path: String) -> Bool {
-        let url = URL(fileURLWithPath: path)
-        let folder = open(url.deletingLastPathComponent().path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+    /// With `root` (the inbox's descriptor), `path` is relative to it: a deep part file's whole
+    /// path may be longer than a call takes (PATH_MAX).
+    static func removeUnlessInUse(_ path: String, from root: Int32 = AT_FDCWD) -> Bool {
+        let url = URL(fileURLWithPath: path, relativeTo: root == AT_FDCWD ? nil : URL(fileURLWithPath: "/"))
+        let parent = root == AT_FDCWD ? url.deletingLastPathComponent().path
+            : String(path.utf8.lastIndex(of: UInt8(ascii: "/")).map { path[..<$0] } ?? ".")
+        let folder = openat(root, parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard folder >= 0 else { return false }
         defer { close(folder) }
-        let name = url.lastPathComponent
+        let name = root == AT_FDCWD ? url.lastPathComponent
+            : String(path.utf8.lastIndex(of: UInt8(ascii: "/")).map { path[path.utf8.index(after: $0)...] } ?? path[...])
         let fd = openat(folder, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return false }
         defer { close(fd) }
