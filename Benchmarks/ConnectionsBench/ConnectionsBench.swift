@@ -16,7 +16,8 @@ import SalutStreams
 
 func option(_ name: String, _ fallback: Int) -> Int {
     guard let i = CommandLine.arguments.firstIndex(of: name), i + 1 < CommandLine.arguments.count,
-          let value = Int(CommandLine.arguments[i + 1]) else { return fallback }
+        let value = Int(CommandLine.arguments[i + 1])
+    else { return fallback }
     return value
 }
 
@@ -37,7 +38,11 @@ func clients(_ count: Int, port: UInt16, answer: Int) -> [Int32] {
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = port.bigEndian
         addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &addr) { connect(fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        let connected = withUnsafePointer(to: &addr) {
+            connect(
+                fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self),
+                socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
         precondition(connected == 0, "connect failed: \(String(cString: strerror(errno)))")
         precondition(send(fd, "ping", 4, 0) == 4)
         if answer > 0 {
@@ -76,9 +81,13 @@ var rawAddress = sockaddr_in()
 rawAddress.sin_family = sa_family_t(AF_INET)
 rawAddress.sin_addr.s_addr = inet_addr("127.0.0.1")
 var rawLength = socklen_t(MemoryLayout<sockaddr_in>.size)
-_ = withUnsafePointer(to: &rawAddress) { bind(rawListener, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), rawLength) }
+_ = withUnsafePointer(to: &rawAddress) {
+    bind(rawListener, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), rawLength)
+}
 listen(rawListener, 1024)
-_ = withUnsafeMutablePointer(to: &rawAddress) { getsockname(rawListener, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &rawLength) }
+_ = withUnsafeMutablePointer(to: &rawAddress) {
+    getsockname(rawListener, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &rawLength)
+}
 let rawHeld = Holder()
 let rawFD = rawListener
 Thread {
@@ -96,7 +105,8 @@ let rawAfter = residentKiB()
 
 // Salut: one auto-listening service; each accepted pair is opened, reads "ping", answers "pong"
 // and stays open.
-let advertisement = try? await ServiceAdvertisement.listen(name: "connections-bench \(getpid())", type: "_salutbench._tcp", timeout: 5)
+let advertisement = try? await ServiceAdvertisement.listen(
+    name: "connections-bench \(getpid())", type: "_salutbench._tcp", timeout: 5)
 if advertisement == nil { print("  (no avahi-daemon answered: measuring the bare StreamListener)") }
 let listener = try advertisement?.listener ?? StreamListener(port: 0)
 let held = Holder()
@@ -119,10 +129,14 @@ let elapsed = Date().timeIntervalSince(start)
 let after = residentKiB()
 
 print("connections-bench: \(count) concurrent loopback connections, each answered once and held open")
-print(String(format: "  Salut auto-listening service        %6d KiB  (%.2f KiB per connection, %.2f s to serve all)",
-             after - before, Double(after - before) / Double(count), elapsed))
-print(String(format: "  POSIX accept, descriptors only       %6d KiB  (%.2f KiB per connection)",
-             rawAfter - rawBefore, Double(rawAfter - rawBefore) / Double(count)))
+print(
+    String(
+        format: "  Salut auto-listening service        %6d KiB  (%.2f KiB per connection, %.2f s to serve all)",
+        after - before, Double(after - before) / Double(count), elapsed))
+print(
+    String(
+        format: "  POSIX accept, descriptors only       %6d KiB  (%.2f KiB per connection)",
+        rawAfter - rawBefore, Double(rawAfter - rawBefore) / Double(count)))
 print("  (both figures include the client sockets of the same process, which cost no user memory)")
 for fd in salutClients + rawClients { close(fd) }
 listener.stop()

@@ -14,7 +14,9 @@ import Salut
 
 let arguments = CommandLine.arguments
 func option(_ name: String, _ fallback: Int) -> Int {
-    guard let i = arguments.firstIndex(of: name), i + 1 < arguments.count, let v = Int(arguments[i + 1]) else { return fallback }
+    guard let i = arguments.firstIndex(of: name), i + 1 < arguments.count, let v = Int(arguments[i + 1]) else {
+        return fallback
+    }
     return v
 }
 let me = URL(fileURLWithPath: CommandLine.arguments[0]).path
@@ -112,7 +114,7 @@ func salutLatency() async throws -> (found: Double, resolved: Double) {
         }
         return (.nan, .nan)
     }
-    try await Task.sleep(nanoseconds: 300_000_000)   // the browser is up and its cache query done
+    try await Task.sleep(nanoseconds: 300_000_000)  // the browser is up and its cache query done
     start.set(Date())
     let publisher = try Child(["avahi-publish", "-s", "Latency Probe", type, "1"])
     defer { publisher.stop() }
@@ -148,7 +150,9 @@ func publishMany(_ count: Int, _ type: String) async throws {
     var ads: [ServiceAdvertisement] = []
     try await withThrowingTaskGroup(of: ServiceAdvertisement.self) { group in
         for i in 0..<count {
-            group.addTask { try await ServiceAdvertisement.publish(name: "svc-\(i)", type: type, port: 1000 + i, timeout: 60) }
+            group.addTask {
+                try await ServiceAdvertisement.publish(name: "svc-\(i)", type: type, port: 1000 + i, timeout: 60)
+            }
         }
         for try await ad in group { ads.append(ad) }
     }
@@ -160,7 +164,8 @@ func publishMany(_ count: Int, _ type: String) async throws {
 func browseCount(_ count: Int, _ type: String) async throws {
     let start = Date()
     for try await update in try ServiceBrowser(type: type) where update.services.count >= count {
-        FileHandle.standardOutput.write(Data(String(format: "all %d in %.3f s\n", update.services.count, Date().timeIntervalSince(start)).utf8))
+        FileHandle.standardOutput.write(
+            Data(String(format: "all %d in %.3f s\n", update.services.count, Date().timeIntervalSince(start)).utf8))
         return
     }
 }
@@ -168,7 +173,9 @@ func browseCount(_ count: Int, _ type: String) async throws {
 struct Usage { var wall: Double; var cpu: Double; var maxKiB: Int }
 
 /// Runs argv under GNU time; returns wall, user+sys CPU and peak RSS, plus its stdout lines.
-func timed(_ argv: [String], until predicate: ((Child) -> Bool)? = nil, timeout: TimeInterval) throws -> (Usage, [String]) {
+func timed(
+    _ argv: [String], until predicate: ((Child) -> Bool)? = nil, timeout: TimeInterval
+) throws -> (Usage, [String]) {
     let report = FileManager.default.temporaryDirectory.appendingPathComponent("bench-time-\(UUID().uuidString)").path
     let child = try Child(["/usr/bin/time", "-o", report, "-f", "%e %U %S %M"] + argv)
     let deadline = Date().addingTimeInterval(timeout)
@@ -182,10 +189,13 @@ func timed(_ argv: [String], until predicate: ((Child) -> Bool)? = nil, timeout:
     _ = child.wait(timeout: max(1, deadline.timeIntervalSinceNow))
     // GNU time writes its report as it exits; give the file a moment to fill.
     let readBy = Date().addingTimeInterval(2)
-    while ((try? String(contentsOfFile: report, encoding: .utf8)) ?? "").split(separator: " ").count < 4 && Date() < readBy {
+    while ((try? String(contentsOfFile: report, encoding: .utf8)) ?? "").split(separator: " ").count < 4
+        && Date() < readBy
+    {
         Thread.sleep(forTimeInterval: 0.01)
     }
-    let fields = ((try? String(contentsOfFile: report, encoding: .utf8)) ?? "")
+    let fields =
+        ((try? String(contentsOfFile: report, encoding: .utf8)) ?? "")
         .split(whereSeparator: \.isNewline).last.map { $0.split(separator: " ").compactMap { Double($0) } } ?? []
     try? FileManager.default.removeItem(atPath: report)
     guard fields.count == 4 else { return (Usage(wall: .nan, cpu: .nan, maxKiB: 0), child.allLines) }
@@ -215,11 +225,17 @@ struct DiscoveryBench {
         }
         print("")
         print("publish → found / resolved (median of \(rounds)):")
-        print("  Salut ServiceBrowser + resolve   found \(ms(median(ours.map(\.0))))   resolved \(ms(median(ours.map(\.1))))")
-        print("  avahi-browse -r -p               found \(ms(median(theirs.map(\.0))))   resolved \(ms(median(theirs.map(\.1))))")
-        print(String(format: "  difference (Salut − avahi-browse)  found %+.1f ms   resolved %+.1f ms",
-                     (median(ours.map(\.0)) - median(theirs.map(\.0))) * 1000,
-                     (median(ours.map(\.1)) - median(theirs.map(\.1))) * 1000))
+        print(
+            "  Salut ServiceBrowser + resolve   found \(ms(median(ours.map(\.0))))   resolved \(ms(median(ours.map(\.1))))"
+        )
+        print(
+            "  avahi-browse -r -p               found \(ms(median(theirs.map(\.0))))   resolved \(ms(median(theirs.map(\.1))))"
+        )
+        print(
+            String(
+                format: "  difference (Salut − avahi-browse)  found %+.1f ms   resolved %+.1f ms",
+                (median(ours.map(\.0)) - median(theirs.map(\.0))) * 1000,
+                (median(ours.map(\.1)) - median(theirs.map(\.1))) * 1000))
 
         let type = uniqueType("many")
         let publisher = try Child([me, "publish-many", "\(services)", type])
@@ -228,10 +244,15 @@ struct DiscoveryBench {
             print("publishing \(services) services did not finish in 120 s"); exit(1)
         }
         let (salut, salutOut) = try timed([me, "browse-count", "\(services)", type], timeout: 120)
-        let (avahi, _) = try timed(["avahi-browse", "-p", type], until: { $0.count(where: { $0.hasPrefix("+;") }) >= services }, timeout: 120)
+        let (avahi, _) = try timed(
+            ["avahi-browse", "-p", type], until: { $0.count(where: { $0.hasPrefix("+;") }) >= services }, timeout: 120)
         print("")
         print("browse \(services) published services until all are listed:")
-        print("  Salut browser process   \(salutOut.last ?? "?")   wall \(String(format: "%.2f", salut.wall)) s   cpu \(String(format: "%.2f", salut.cpu)) s   peak RSS \(salut.maxKiB) KiB")
-        print("  avahi-browse -p         wall \(String(format: "%.2f", avahi.wall)) s   cpu \(String(format: "%.2f", avahi.cpu)) s   peak RSS \(avahi.maxKiB) KiB")
+        print(
+            "  Salut browser process   \(salutOut.last ?? "?")   wall \(String(format: "%.2f", salut.wall)) s   cpu \(String(format: "%.2f", salut.cpu)) s   peak RSS \(salut.maxKiB) KiB"
+        )
+        print(
+            "  avahi-browse -p         wall \(String(format: "%.2f", avahi.wall)) s   cpu \(String(format: "%.2f", avahi.cpu)) s   peak RSS \(avahi.maxKiB) KiB"
+        )
     }
 }

@@ -10,7 +10,9 @@ import SalutSession
 import SalutStreams
 
 func option(_ name: String, _ fallback: String) -> String {
-    guard let i = CommandLine.arguments.firstIndex(of: name), i + 1 < CommandLine.arguments.count else { return fallback }
+    guard let i = CommandLine.arguments.firstIndex(of: name), i + 1 < CommandLine.arguments.count else {
+        return fallback
+    }
     return CommandLine.arguments[i + 1]
 }
 
@@ -36,17 +38,20 @@ final class Counter: @unchecked Sendable {
 }
 
 let tasks = Int(option("--tasks", "200")) ?? 200
-let trust = option("--trust", "roots")   // roots: a CA file to load; pin: a fingerprint
+let trust = option("--trust", "roots")  // roots: a CA file to load; pin: a fingerprint
 let directory = FileManager.default.temporaryDirectory.appendingPathComponent("session-bench-\(getpid())").path
-_ = shell("mkdir -p \(directory) && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
-          + "-subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 -keyout \(directory)/key.pem -out \(directory)/cert.pem 2>/dev/null")
+_ = shell(
+    "mkdir -p \(directory) && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+        + "-subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 -keyout \(directory)/key.pem -out \(directory)/cert.pem 2>/dev/null"
+)
 // A realistic roots file: the system bundle plus our certificate.
 _ = shell("cat /etc/ssl/certs/ca-certificates.crt \(directory)/cert.pem > \(directory)/roots.pem")
 let pin = String(shell("openssl x509 -in \(directory)/cert.pem -outform der | openssl dgst -sha256 -r").prefix(64))
 defer { _ = shell("rm -rf \(directory)") }
 
 let accepted = Counter()
-let listener = try StreamListener(port: 0, tls: .server(certificateChainFile: "\(directory)/cert.pem", privateKeyFile: "\(directory)/key.pem"))
+let listener = try StreamListener(
+    port: 0, tls: .server(certificateChainFile: "\(directory)/cert.pem", privateKeyFile: "\(directory)/key.pem"))
 listener.accept { connection in
     accepted.add()
     Task {
@@ -92,11 +97,15 @@ func measure(_ label: String, makeTask: @escaping @Sendable () -> PeerStreamTask
 
 let port = Int(listener.port)
 let shared = PeerSession(configuration: configuration)
-let (oneTime, oneConnections) = try await measure("one session") { shared.streamTask(withHostName: "127.0.0.1", port: port) }
+let (oneTime, oneConnections) = try await measure("one session") {
+    shared.streamTask(withHostName: "127.0.0.1", port: port)
+}
 let (perTime, perConnections) = try await measure("session per task") {
     PeerSession(configuration: configuration).streamTask(withHostName: "127.0.0.1", port: port)
 }
-print("session-bench: \(tasks) TLS stream tasks (1 KiB echoed each), trust \(trust == "pin" ? "pinned key" : "roots file (system bundle + 1)")")
+print(
+    "session-bench: \(tasks) TLS stream tasks (1 KiB echoed each), trust \(trust == "pin" ? "pinned key" : "roots file (system bundle + 1)")"
+)
 print(String(format: "  one session, %d tasks        %6.3f s  %4d connections opened", tasks, oneTime, oneConnections))
 print(String(format: "  one session per task         %6.3f s  %4d connections opened", perTime, perConnections))
 print(String(format: "  ratio per-task/one-session   %.2f", perTime / oneTime))

@@ -22,7 +22,8 @@ import SalutStreams
 
 func option(_ name: String, _ fallback: Int) -> Int {
     guard let i = CommandLine.arguments.firstIndex(of: name), i + 1 < CommandLine.arguments.count,
-          let value = Int(CommandLine.arguments[i + 1]), value > 0 else { return fallback }
+        let value = Int(CommandLine.arguments[i + 1]), value > 0
+    else { return fallback }
     return value
 }
 
@@ -43,18 +44,20 @@ struct Footprint: CustomStringConvertible {
             return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "0") ?? 0
         }
         let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
-        return Footprint(residentKiB: field("VmRSS"), virtualKiB: field("VmSize"), descriptors: fds, threads: field("Threads"))
+        return Footprint(
+            residentKiB: field("VmRSS"), virtualKiB: field("VmSize"), descriptors: fds, threads: field("Threads"))
     }
 
     var description: String {
-        String(format: "RSS %7.1f MiB  VSZ %8.1f MiB  fds %5d  threads %3d",
-               Double(residentKiB) / 1024, Double(virtualKiB) / 1024, descriptors, threads)
+        String(
+            format: "RSS %7.1f MiB  VSZ %8.1f MiB  fds %5d  threads %3d",
+            Double(residentKiB) / 1024, Double(virtualKiB) / 1024, descriptors, threads)
     }
 }
 
 /// Lets the queues finish releasing what closed connections held, then measures.
 func settledFootprint() -> Footprint {
-    _ = mallocTrim(0)   // what the allocator keeps as free is not held by connections
+    _ = mallocTrim(0)  // what the allocator keeps as free is not held by connections
     var last = Footprint.now()
     for _ in 0..<50 {
         usleep(20_000)
@@ -125,7 +128,9 @@ func plainEchoServer() -> (fd: Int32, port: UInt16) {
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
     let bound = withUnsafeMutablePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+        }
     }
     precondition(bound && listen(fd, 4096) == 0)
     let port = UInt16(bigEndian: addr.sin_port)
@@ -140,7 +145,9 @@ func plainEchoServer() -> (fd: Int32, port: UInt16) {
                     if n <= 0 { break }
                     var sent = 0
                     while sent < n {
-                        let m = buffer.withUnsafeBytes { send(client, $0.baseAddress! + sent, n - sent, Int32(MSG_NOSIGNAL)) }
+                        let m = buffer.withUnsafeBytes {
+                            send(client, $0.baseAddress! + sent, n - sent, Int32(MSG_NOSIGNAL))
+                        }
                         if m <= 0 { break }
                         sent += m
                     }
@@ -160,7 +167,9 @@ func plainClient(port: UInt16) -> Int32 {
     addr.sin_port = port.bigEndian
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
     let connected = withUnsafePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
     }
     precondition(connected == 0, "connect: \(String(cString: strerror(errno)))")
     let bytes = [UInt8](message)
@@ -272,26 +281,42 @@ for series in [plain, salut] {
 }
 
 func growth(_ s: Series) -> (cycles: Int, retained: Int, again: Int, perConnection: Double) {
-    (s.afterCycles.residentKiB - s.start.residentKiB,
-     s.afterClose.residentKiB - s.start.residentKiB,
-     s.afterSecondClose.residentKiB - s.afterClose.residentKiB,
-     Double(s.open.residentKiB - s.afterCycles.residentKiB) / Double(concurrent))
+    (
+        s.afterCycles.residentKiB - s.start.residentKiB,
+        s.afterClose.residentKiB - s.start.residentKiB,
+        s.afterSecondClose.residentKiB - s.afterClose.residentKiB,
+        Double(s.open.residentKiB - s.afterCycles.residentKiB) / Double(concurrent)
+    )
 }
 let (plainGrowth, salutGrowth) = (growth(plain), growth(salut))
 print("")
-print(String(format: "RSS growth over the cycles:        plain %+6d KiB   Salut %+6d KiB", plainGrowth.cycles, salutGrowth.cycles))
-print(String(format: "RSS kept after the %d closed:   plain %+6d KiB   Salut %+6d KiB", concurrent, plainGrowth.retained, salutGrowth.retained))
-print(String(format: "RSS growth from a second round:    plain %+6d KiB   Salut %+6d KiB", plainGrowth.again, salutGrowth.again))
-print(String(format: "memory per open connection:        plain %6.1f KiB   Salut %6.1f KiB (client and server ends)",
-             plainGrowth.perConnection, salutGrowth.perConnection))
-print(String(format: "descriptors kept:                  plain %+6d       Salut %+6d",
-             plain.afterClose.descriptors - plain.start.descriptors, salut.afterClose.descriptors - salut.start.descriptors))
+print(
+    String(
+        format: "RSS growth over the cycles:        plain %+6d KiB   Salut %+6d KiB", plainGrowth.cycles,
+        salutGrowth.cycles))
+print(
+    String(
+        format: "RSS kept after the %d closed:   plain %+6d KiB   Salut %+6d KiB", concurrent, plainGrowth.retained,
+        salutGrowth.retained))
+print(
+    String(
+        format: "RSS growth from a second round:    plain %+6d KiB   Salut %+6d KiB", plainGrowth.again,
+        salutGrowth.again))
+print(
+    String(
+        format: "memory per open connection:        plain %6.1f KiB   Salut %6.1f KiB (client and server ends)",
+        plainGrowth.perConnection, salutGrowth.perConnection))
+print(
+    String(
+        format: "descriptors kept:                  plain %+6d       Salut %+6d",
+        plain.afterClose.descriptors - plain.start.descriptors, salut.afterClose.descriptors - salut.start.descriptors))
 
 // Flat: the cycles grow no more than the baseline's plus 2 MiB; the first burst of concurrent
 // connections may leave allocator arenas and idle worker threads behind (the baseline keeps some
 // too), but a second, identical burst must not add to them; no descriptor is kept.
 let allowance = 2048
-let flat = salutGrowth.cycles <= max(plainGrowth.cycles, 0) + allowance
+let flat =
+    salutGrowth.cycles <= max(plainGrowth.cycles, 0) + allowance
     && salutGrowth.again <= max(plainGrowth.again, 0) + allowance
     && salut.afterSecondClose.descriptors <= salut.start.descriptors
 print(flat ? "flat: yes" : "flat: NO")

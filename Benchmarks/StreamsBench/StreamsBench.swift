@@ -9,7 +9,9 @@ import SalutStreams
 
 let arguments = CommandLine.arguments
 func option(_ name: String, _ fallback: Int) -> Int {
-    guard let i = arguments.firstIndex(of: name), i + 1 < arguments.count, let v = Int(arguments[i + 1]) else { return fallback }
+    guard let i = arguments.firstIndex(of: name), i + 1 < arguments.count, let v = Int(arguments[i + 1]) else {
+        return fallback
+    }
     return v
 }
 
@@ -26,9 +28,13 @@ func race(writer: @escaping @Sendable () -> Void, reader: @escaping @Sendable ()
     let receivedBox = Box(value: received)
     let start = DispatchTime.now()
     group.enter()
-    Thread { writer(); group.leave() }.start()
+    Thread {
+        writer(); group.leave()
+    }.start()
     group.enter()
-    Thread { receivedBox.value.pointee = reader(); group.leave() }.start()
+    Thread {
+        receivedBox.value.pointee = reader(); group.leave()
+    }.start()
     group.wait()
     let seconds = Double(DispatchTime.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
     return (seconds, received.pointee)
@@ -38,56 +44,64 @@ func boundPair(total: Int, chunk: Int) -> (Double, Int) {
     let pair = BoundStreamPair(bufferSize: 64 * 1024)
     pair.input.open(); pair.output.open()
     let input = Box(value: pair.input), output = Box(value: pair.output)
-    return race(writer: {
-        let block = [UInt8](repeating: 0xA5, count: chunk)
-        var sent = 0
-        while sent < total {
-            var offset = 0
-            while offset < chunk {
-                let n = block.withUnsafeBufferPointer { output.value.write($0.baseAddress! + offset, maxLength: chunk - offset) }
-                precondition(n > 0)
-                offset += n
+    return race(
+        writer: {
+            let block = [UInt8](repeating: 0xA5, count: chunk)
+            var sent = 0
+            while sent < total {
+                var offset = 0
+                while offset < chunk {
+                    let n = block.withUnsafeBufferPointer {
+                        output.value.write($0.baseAddress! + offset, maxLength: chunk - offset)
+                    }
+                    precondition(n > 0)
+                    offset += n
+                }
+                sent += chunk
             }
-            sent += chunk
-        }
-        output.value.close()
-    }, reader: {
-        var buffer = [UInt8](repeating: 0, count: chunk)
-        var got = 0
-        while true {
-            let n = buffer.withUnsafeMutableBufferPointer { input.value.read($0.baseAddress!, maxLength: chunk) }
-            if n <= 0 { return got }
-            got += n
-        }
-    })
+            output.value.close()
+        },
+        reader: {
+            var buffer = [UInt8](repeating: 0, count: chunk)
+            var got = 0
+            while true {
+                let n = buffer.withUnsafeMutableBufferPointer { input.value.read($0.baseAddress!, maxLength: chunk) }
+                if n <= 0 { return got }
+                got += n
+            }
+        })
 }
 
 func pipe(total: Int, chunk: Int) -> (Double, Int) {
     var fds: [Int32] = [0, 0]
     precondition(Glibc.pipe(&fds) == 0)
     let (readEnd, writeEnd) = (fds[0], fds[1])
-    return race(writer: {
-        let block = [UInt8](repeating: 0xA5, count: chunk)
-        var sent = 0
-        while sent < total {
-            var offset = 0
-            while offset < chunk {
-                let n = block.withUnsafeBufferPointer { Glibc.write(writeEnd, $0.baseAddress! + offset, chunk - offset) }
-                precondition(n > 0)
-                offset += n
+    return race(
+        writer: {
+            let block = [UInt8](repeating: 0xA5, count: chunk)
+            var sent = 0
+            while sent < total {
+                var offset = 0
+                while offset < chunk {
+                    let n = block.withUnsafeBufferPointer {
+                        Glibc.write(writeEnd, $0.baseAddress! + offset, chunk - offset)
+                    }
+                    precondition(n > 0)
+                    offset += n
+                }
+                sent += chunk
             }
-            sent += chunk
-        }
-        close(writeEnd)
-    }, reader: {
-        var buffer = [UInt8](repeating: 0, count: chunk)
-        var got = 0
-        while true {
-            let n = buffer.withUnsafeMutableBufferPointer { Glibc.read(readEnd, $0.baseAddress!, chunk) }
-            if n <= 0 { close(readEnd); return got }
-            got += n
-        }
-    })
+            close(writeEnd)
+        },
+        reader: {
+            var buffer = [UInt8](repeating: 0, count: chunk)
+            var got = 0
+            while true {
+                let n = buffer.withUnsafeMutableBufferPointer { Glibc.read(readEnd, $0.baseAddress!, chunk) }
+                if n <= 0 { close(readEnd); return got }
+                got += n
+            }
+        })
 }
 
 // MARK: Loopback TCP
@@ -99,10 +113,14 @@ func sink(total: Int) -> (port: Int, done: DispatchSemaphore, finished: UnsafeMu
     var addr = sockaddr_in()
     addr.sin_family = sa_family_t(AF_INET)
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    _ = withUnsafePointer(to: &addr) { bind(fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    _ = withUnsafePointer(to: &addr) {
+        bind(fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), socklen_t(MemoryLayout<sockaddr_in>.size))
+    }
     listen(fd, 1)
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafeMutablePointer(to: &addr) { getsockname(fd, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length) }
+    _ = withUnsafeMutablePointer(to: &addr) {
+        getsockname(fd, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length)
+    }
     let done = DispatchSemaphore(value: 0)
     let finished = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
     let box = Box(value: finished)
@@ -136,12 +154,14 @@ func tcpThroughSalut(total: Int, chunk: Int) -> Double {
     let (port, done, finished) = sink(total: total)
     defer { finished.deallocate() }
     let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
-    openAndWait(pair)      // both sides are timed from a made connection: the copy, not the set-up
+    openAndWait(pair)  // both sides are timed from a made connection: the copy, not the set-up
     let block = [UInt8](repeating: 0x5A, count: chunk)
     let start = DispatchTime.now().uptimeNanoseconds
     var sent = 0
     while sent < total {
-        let n = block.withUnsafeBufferPointer { pair.output.write($0.baseAddress!, maxLength: min(chunk, total - sent)) }
+        let n = block.withUnsafeBufferPointer {
+            pair.output.write($0.baseAddress!, maxLength: min(chunk, total - sent))
+        }
         precondition(n > 0, "write failed: \(String(describing: pair.output.streamError))")
         sent += n
     }
@@ -158,7 +178,10 @@ func tcpRaw(total: Int, chunk: Int) -> Double {
     addr.sin_family = sa_family_t(AF_INET)
     addr.sin_port = UInt16(port).bigEndian
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    _ = withUnsafePointer(to: &addr) { connect(fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    _ = withUnsafePointer(to: &addr) {
+        connect(
+            fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), socklen_t(MemoryLayout<sockaddr_in>.size))
+    }
     // The same socket option Salut sets on every connection, so that the ratio measures Salut's
     // own cost, not Nagle's algorithm (which costs a blocking sender on loopback too).
     var on: Int32 = 1
@@ -167,7 +190,9 @@ func tcpRaw(total: Int, chunk: Int) -> Double {
     let start = DispatchTime.now().uptimeNanoseconds
     var sent = 0
     while sent < total {
-        let n = block.withUnsafeBufferPointer { send(fd, $0.baseAddress!, min(chunk, total - sent), Int32(MSG_NOSIGNAL)) }
+        let n = block.withUnsafeBufferPointer {
+            send(fd, $0.baseAddress!, min(chunk, total - sent), Int32(MSG_NOSIGNAL))
+        }
         precondition(n > 0)
         sent += n
     }
@@ -207,7 +232,9 @@ for round in 0..<rounds {
     }
 }
 let tcpBest = (salutTCP.min()!, rawTCP.min()!)
-print("loopback TCP, \(mib) MiB in \(chunk)-byte writes to a POSIX sink, timed from a made connection, best of \(rounds):")
+print(
+    "loopback TCP, \(mib) MiB in \(chunk)-byte writes to a POSIX sink, timed from a made connection, best of \(rounds):"
+)
 print(String(format: "  Salut OutputStream to host  %7.0f MiB/s  (%.3f s)", rate(tcpBest.0), tcpBest.0))
 print(String(format: "  plain POSIX send loop       %7.0f MiB/s  (%.3f s)", rate(tcpBest.1), tcpBest.1))
 print(String(format: "  ratio Salut/raw             %.2f", tcpBest.1 / tcpBest.0))
@@ -222,7 +249,9 @@ func setupListener() -> (fd: Int32, port: UInt16) {
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
     _ = withUnsafePointer(to: &addr) { bind(fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), length) }
     listen(fd, 128)
-    _ = withUnsafeMutablePointer(to: &addr) { getsockname(fd, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length) }
+    _ = withUnsafeMutablePointer(to: &addr) {
+        getsockname(fd, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length)
+    }
     return (fd, UInt16(bigEndian: addr.sin_port))
 }
 
@@ -245,7 +274,9 @@ for _ in 0..<200 {
     begin = DispatchTime.now().uptimeNanoseconds
     let blocking = SocketStreams.pair(toHost: "127.0.0.1", port: Int(setupPort))
     blocking.input.open(); blocking.output.open()
-    precondition(blocking.output.write(one, maxLength: 1) == 1, "first write failed: \(String(describing: blocking.output.streamError))")
+    precondition(
+        blocking.output.write(one, maxLength: 1) == 1,
+        "first write failed: \(String(describing: blocking.output.streamError))")
     salutBlockingSetup.append(Double(DispatchTime.now().uptimeNanoseconds - begin) / 1e3)
     blocking.input.close(); blocking.output.close()
     close(accept(setupFD, nil, nil))
@@ -257,7 +288,10 @@ for _ in 0..<200 {
     addr.sin_family = sa_family_t(AF_INET)
     addr.sin_port = setupPort.bigEndian
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    _ = withUnsafePointer(to: &addr) { connect(fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    _ = withUnsafePointer(to: &addr) {
+        connect(
+            fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), socklen_t(MemoryLayout<sockaddr_in>.size))
+    }
     precondition(send(fd, one, 1, Int32(MSG_NOSIGNAL)) == 1)
     rawSetup.append(Double(DispatchTime.now().uptimeNanoseconds - begin) / 1e3)
     close(fd)

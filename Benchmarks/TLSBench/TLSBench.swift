@@ -12,7 +12,8 @@ import SalutStreams
 
 func option(_ name: String, _ fallback: Int) -> Int {
     guard let i = CommandLine.arguments.firstIndex(of: name), i + 1 < CommandLine.arguments.count,
-          let value = Int(CommandLine.arguments[i + 1]) else { return fallback }
+        let value = Int(CommandLine.arguments[i + 1])
+    else { return fallback }
     return value
 }
 
@@ -43,7 +44,9 @@ func sink(context: OpaquePointer, total: Int) -> (port: Int, stamp: Stamp) {
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
     _ = withUnsafePointer(to: &addr) { bind(fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), length) }
     precondition(listen(fd, 1) == 0)
-    _ = withUnsafeMutablePointer(to: &addr) { getsockname(fd, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length) }
+    _ = withUnsafeMutablePointer(to: &addr) {
+        getsockname(fd, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length)
+    }
     let stamp = Stamp()
     let shared = UncheckedPointer(context)
     Thread {
@@ -85,7 +88,9 @@ func salut(context: OpaquePointer, pin: String, total: Int, chunk: Int) -> Doubl
     let start = DispatchTime.now().uptimeNanoseconds
     var sent = 0
     while sent < total {
-        let n = block.withUnsafeBufferPointer { pair.output.write($0.baseAddress!, maxLength: min(chunk, total - sent)) }
+        let n = block.withUnsafeBufferPointer {
+            pair.output.write($0.baseAddress!, maxLength: min(chunk, total - sent))
+        }
         precondition(n > 0, "write failed: \(String(describing: pair.output.streamError))")
         sent += n
     }
@@ -105,7 +110,10 @@ func plainOpenSSL(context: OpaquePointer, total: Int, chunk: Int) -> Double {
     addr.sin_port = UInt16(port).bigEndian
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
     let block = [UInt8](repeating: 0x5A, count: chunk)
-    _ = withUnsafePointer(to: &addr) { connect(fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    _ = withUnsafePointer(to: &addr) {
+        connect(
+            fd, UnsafeRawPointer($0).assumingMemoryBound(to: sockaddr.self), socklen_t(MemoryLayout<sockaddr_in>.size))
+    }
     // The socket option Salut sets on every connection, so that the ratio measures Salut's own
     // cost rather than Nagle's algorithm.
     var on: Int32 = 1
@@ -133,8 +141,9 @@ let rounds = option("--rounds", 5)
 let total = mib << 20
 
 let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tls-bench-\(getpid())").path
-shell("mkdir -p \(directory) && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
-      + "-subj /CN=localhost -keyout \(directory)/key.pem -out \(directory)/cert.pem 2>/dev/null")
+shell(
+    "mkdir -p \(directory) && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 "
+        + "-subj /CN=localhost -keyout \(directory)/key.pem -out \(directory)/cert.pem 2>/dev/null")
 defer { shell("rm -rf \(directory)") }
 let server = SSL_CTX_new(TLS_server_method())!
 precondition(SSL_CTX_use_certificate_chain_file(server, "\(directory)/cert.pem") == 1)
@@ -150,7 +159,9 @@ let fingerprint = { () -> String in
     return String(String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).prefix(64))
 }()
 
-print("tls-bench: \(mib) MiB over TLS 1.3 on loopback in \(chunk)-byte writes to an OpenSSL sink, timed from an established connection, best of \(rounds)")
+print(
+    "tls-bench: \(mib) MiB over TLS 1.3 on loopback in \(chunk)-byte writes to an OpenSSL sink, timed from an established connection, best of \(rounds)"
+)
 var ours: [Double] = [], theirs: [Double] = []
 // Alternate which goes first in each round, so that neither always runs on a warmer machine.
 for round in 0..<rounds {

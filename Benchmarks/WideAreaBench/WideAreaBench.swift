@@ -17,7 +17,8 @@ import SalutStreams
 
 func option(_ name: String, _ fallback: Int) -> Int {
     guard let index = CommandLine.arguments.firstIndex(of: name), index + 1 < CommandLine.arguments.count,
-          let value = Int(CommandLine.arguments[index + 1]), value > 0 else { return fallback }
+        let value = Int(CommandLine.arguments[index + 1]), value > 0
+    else { return fallback }
     return value
 }
 
@@ -27,7 +28,8 @@ if CommandLine.arguments.contains("--help") {
 }
 let services = option("--services", 1000)
 let rounds = option("--rounds", 3)
-let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent()
 let script = root.appendingPathComponent("Scripts/dns-server").path
 let port = 5399
 
@@ -37,7 +39,10 @@ let port = 5399
 @discardableResult
 func shell(_ command: String, input: String? = nil) -> (status: Int32, output: String) {
     let scratch = NSTemporaryDirectory() + "wide-area-bench-\(UUID().uuidString)"
-    defer { try? FileManager.default.removeItem(atPath: scratch + ".in"); try? FileManager.default.removeItem(atPath: scratch + ".out") }
+    defer {
+        try? FileManager.default.removeItem(atPath: scratch + ".in");
+        try? FileManager.default.removeItem(atPath: scratch + ".out")
+    }
     var redirect = " >'\(scratch).out' 2>&1"
     redirect += input == nil ? " </dev/null" : " <'\(scratch).in'"
     if let input { try? input.write(toFile: scratch + ".in", atomically: true, encoding: .utf8) }
@@ -72,9 +77,10 @@ func salut(_ directory: String, type: String) async throws -> (register: Double,
     var publishers: [WideAreaPublisher] = []
     let start = now()
     for index in 0..<services {
-        let publisher = try WideAreaPublisher(name: "Service \(index)", type: type, domain: "home.arpa", port: UInt16(10_000 + index % 50_000),
-                                              txt: [Array("i=\(index)".utf8)], host: "bench", addresses: [address], key: key,
-                                              server: server)
+        let publisher = try WideAreaPublisher(
+            name: "Service \(index)", type: type, domain: "home.arpa", port: UInt16(10_000 + index % 50_000),
+            txt: [Array("i=\(index)".utf8)], host: "bench", addresses: [address], key: key,
+            server: server)
         try await publisher.publish()
         publishers.append(publisher)
     }
@@ -114,7 +120,8 @@ func baseline(_ directory: String, type: String) -> (register: Double, browse: D
     let browseStart = now()
     let answers = shell("dig +noall +answer +tries=1 -p \(port) @127.0.0.1 -f '\(file)' | grep -cw PTR")
     let browsed = now() - browseStart
-    precondition(Int(answers.output.trimmingCharacters(in: .whitespacesAndNewlines)) == services, "dig listed \(answers.output)")
+    precondition(
+        Int(answers.output.trimmingCharacters(in: .whitespacesAndNewlines)) == services, "dig listed \(answers.output)")
     return (registered, browsed)
 }
 
@@ -122,8 +129,9 @@ func baseline(_ directory: String, type: String) -> (register: Double, browse: D
 func visibleSalut(_ directory: String) async throws -> Double {
     let key = try SalutTSIGKey(contentsOfFile: directory + "/salut-publisher.key")
     let start = now()
-    let publisher = try WideAreaPublisher(name: "Visible", type: "_visible._tcp", domain: "home.arpa", port: 9, txt: [],
-                                          host: "bench", addresses: [address], key: key, nameServer: server)
+    let publisher = try WideAreaPublisher(
+        name: "Visible", type: "_visible._tcp", domain: "home.arpa", port: 9, txt: [],
+        host: "bench", addresses: [address], key: key, nameServer: server)
     try await publisher.publish()
     let browser = try UnicastBrowser(type: "_visible._tcp", domain: "home.arpa", nameServer: server)
     while try await browser.instances().names.isEmpty {}
@@ -134,14 +142,16 @@ func visibleSalut(_ directory: String) async throws -> Double {
 
 func visibleBaseline(_ directory: String) -> Double {
     let start = now()
-    shell("nsupdate -k '\(directory)/salut-publisher.key'", input: """
-        server 127.0.0.1 \(port)
-        zone home.arpa
-        update add _visiblens._tcp.home.arpa. 120 PTR Visible._visiblens._tcp.home.arpa.
-        update add Visible._visiblens._tcp.home.arpa. 120 SRV 0 0 9 bench.home.arpa.
-        send
+    shell(
+        "nsupdate -k '\(directory)/salut-publisher.key'",
+        input: """
+            server 127.0.0.1 \(port)
+            zone home.arpa
+            update add _visiblens._tcp.home.arpa. 120 PTR Visible._visiblens._tcp.home.arpa.
+            update add Visible._visiblens._tcp.home.arpa. 120 SRV 0 0 9 bench.home.arpa.
+            send
 
-        """)
+            """)
     while shell("dig +short -p \(port) @127.0.0.1 _visiblens._tcp.home.arpa PTR").output.isEmpty {}
     return now() - start
 }
@@ -166,8 +176,15 @@ for round in 0..<rounds {
     }
 }
 shell("'\(script)' stop '\(directory)'")
-print(String(format: "register %d     Salut %7.2f s   nsupdate %7.2f s   ratio %.2f", services,
-             median(salutRegister), median(toolsRegister), median(toolsRegister) / median(salutRegister)))
-print(String(format: "browse+resolve  Salut %7.2f s   dig      %7.2f s   ratio %.2f",
-             median(salutBrowse), median(toolsBrowse), median(toolsBrowse) / median(salutBrowse)))
-print(String(format: "publish→visible Salut %7.1f ms  nsupdate+dig %5.1f ms", median(salutVisible) * 1000, median(toolsVisible) * 1000))
+print(
+    String(
+        format: "register %d     Salut %7.2f s   nsupdate %7.2f s   ratio %.2f", services,
+        median(salutRegister), median(toolsRegister), median(toolsRegister) / median(salutRegister)))
+print(
+    String(
+        format: "browse+resolve  Salut %7.2f s   dig      %7.2f s   ratio %.2f",
+        median(salutBrowse), median(toolsBrowse), median(toolsBrowse) / median(salutBrowse)))
+print(
+    String(
+        format: "publish→visible Salut %7.1f ms  nsupdate+dig %5.1f ms", median(salutVisible) * 1000,
+        median(toolsVisible) * 1000))

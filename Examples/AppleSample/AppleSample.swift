@@ -42,7 +42,9 @@ final class Sample: NSObject, NetServiceDelegate, NetServiceBrowserDelegate {
         guard sender !== service, let data = sender.txtRecordData() else { return }
         let txt = NetService.dictionary(fromTXTRecord: data)
         let hello = txt["hello"].flatMap { String(data: $0, encoding: .utf8) } ?? "?"
-        print("resolved \(sender.name) at \(sender.hostName ?? "?"):\(sender.port) hello=\(hello) addresses=\(sender.addresses?.count ?? 0)")
+        print(
+            "resolved \(sender.name) at \(sender.hostName ?? "?"):\(sender.port) hello=\(hello) addresses=\(sender.addresses?.count ?? 0)"
+        )
         exit(0)
     }
 

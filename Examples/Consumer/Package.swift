@@ -7,7 +7,7 @@ import PackageDescription
 let package = Package(
     name: "HelloPeers",
     dependencies: [
-        .package(name: "Salut", path: "../.."),
+        .package(name: "Salut", path: "../..")
     ],
     targets: [
         .target(
@@ -20,7 +20,10 @@ let package = Package(
         ),
         .testTarget(
             name: "HelloPeersTests",
-            dependencies: ["HelloPeersCore", .product(name: "Salut", package: "Salut"), .product(name: "SalutStreams", package: "Salut")]
+            dependencies: [
+                "HelloPeersCore", .product(name: "Salut", package: "Salut"),
+                .product(name: "SalutStreams", package: "Salut"),
+            ]
         ),
     ]
 )

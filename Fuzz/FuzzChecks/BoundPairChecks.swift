@@ -69,7 +69,8 @@ public enum BoundPairChecks {
                 try write(length, to: outputStream, model: &model)
             default:
                 // 9: ask for exactly what is buffered, one byte less or one more.
-                let length = operation % 10 == 8 ? Int(reader.byte()) : max(0, model.buffered.count + Int(reader.byte() % 3) - 1)
+                let length =
+                    operation % 10 == 8 ? Int(reader.byte()) : max(0, model.buffered.count + Int(reader.byte() % 3) - 1)
                 step = "read(\(length))"
                 guard let inputStream else { continue }
                 try read(length, from: inputStream, model: &model)
@@ -88,7 +89,7 @@ public enum BoundPairChecks {
         } else if model.readerClosed {
             expected = -1
         } else if model.space == 0 {
-            return   // would block
+            return  // would block
         } else {
             expected = min(length, model.space)
         }
@@ -99,7 +100,7 @@ public enum BoundPairChecks {
             model.buffered.append(contentsOf: bytes.prefix(result))
             model.written += result
         } else if result < 0 && model.outputStatus == .open {
-            model.outputStatus = .error   // the reader has gone
+            model.outputStatus = .error  // the reader has gone
         }
     }
 
@@ -116,16 +117,18 @@ public enum BoundPairChecks {
         } else if model.writerClosed {
             expected = 0
         } else {
-            return   // would block
+            return  // would block
         }
-        let sentinel: UInt8 = 0xFE   // never written: the sequence runs 0...250
+        let sentinel: UInt8 = 0xFE  // never written: the sequence runs 0...250
         var buffer = [UInt8](repeating: sentinel, count: length + 1)
         let result = buffer.withUnsafeMutableBufferPointer { stream.read($0.baseAddress!, maxLength: length) }
         try require(result == expected, "read(\(length)) returned \(result), expected \(expected); model: \(model)")
         let count = max(0, result)
-        try require(Array(buffer.prefix(count)) == Array(model.buffered.prefix(count)),
-                    "read(\(length)) gave \(buffer.prefix(count)), expected \(model.buffered.prefix(count))")
-        try require(buffer[count...].allSatisfy { $0 == sentinel }, "read(\(length)) wrote past the \(count) bytes it returned")
+        try require(
+            Array(buffer.prefix(count)) == Array(model.buffered.prefix(count)),
+            "read(\(length)) gave \(buffer.prefix(count)), expected \(model.buffered.prefix(count))")
+        try require(
+            buffer[count...].allSatisfy { $0 == sentinel }, "read(\(length)) wrote past the \(count) bytes it returned")
         model.buffered.removeFirst(count)
         if result == 0 && length > 0 { model.inputStatus = .atEnd }
     }
@@ -163,28 +166,35 @@ public enum BoundPairChecks {
         /// Compares the streams still held with the model.
         func compare(_ input: InputStream?, _ output: OutputStream?, after step: String) throws(PropertyViolation) {
             if let input {
-                try require(input.streamStatus == inputStatus,
-                            "after \(step): input status \(input.streamStatus.rawValue), expected \(inputStatus.rawValue); model: \(self)")
+                try require(
+                    input.streamStatus == inputStatus,
+                    "after \(step): input status \(input.streamStatus.rawValue), expected \(inputStatus.rawValue); model: \(self)"
+                )
                 let available = !buffered.isEmpty || writerClosed
-                try require(input.hasBytesAvailable == available,
-                            "after \(step): hasBytesAvailable is \(input.hasBytesAvailable); model: \(self)")
+                try require(
+                    input.hasBytesAvailable == available,
+                    "after \(step): hasBytesAvailable is \(input.hasBytesAvailable); model: \(self)")
             }
             if let output {
-                try require(output.streamStatus == outputStatus,
-                            "after \(step): output status \(output.streamStatus.rawValue), expected \(outputStatus.rawValue); model: \(self)")
+                try require(
+                    output.streamStatus == outputStatus,
+                    "after \(step): output status \(output.streamStatus.rawValue), expected \(outputStatus.rawValue); model: \(self)"
+                )
                 let space = self.space > 0 || readerClosed
-                try require(output.hasSpaceAvailable == space,
-                            "after \(step): hasSpaceAvailable is \(output.hasSpaceAvailable); model: \(self)")
+                try require(
+                    output.hasSpaceAvailable == space,
+                    "after \(step): hasSpaceAvailable is \(output.hasSpaceAvailable); model: \(self)")
                 if outputStatus == .error {
-                    try require(output.streamError as? StreamFailure == .readerClosed,
-                                "after \(step): output error \(String(describing: output.streamError)), expected readerClosed")
+                    try require(
+                        output.streamError as? StreamFailure == .readerClosed,
+                        "after \(step): output error \(String(describing: output.streamError)), expected readerClosed")
                 }
             }
         }
 
         var description: String {
-            "capacity \(capacity), \(buffered.count) buffered, \(written) written, input \(inputStatus.rawValue)" +
-                "\(readerClosed ? " (reader closed)" : ""), output \(outputStatus.rawValue)\(writerClosed ? " (writer closed)" : "")"
+            "capacity \(capacity), \(buffered.count) buffered, \(written) written, input \(inputStatus.rawValue)"
+                + "\(readerClosed ? " (reader closed)" : ""), output \(outputStatus.rawValue)\(writerClosed ? " (writer closed)" : "")"
         }
     }
 }

@@ -98,7 +98,8 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
     /// any input fails.
     public func replayMain(_ arguments: [String]) -> Never {
         if arguments.contains("--help") || arguments.contains("-h") {
-            print("""
+            print(
+                """
                 usage: \(rawValue) [FILE|DIRECTORY ...]
                 Checks each input with \(rawValue)'s properties (this is the replayer: the target \
                 built without -sanitize=fuzzer). No arguments: the committed inputs under \
@@ -106,12 +107,15 @@ public enum FuzzTarget: String, CaseIterable, Sendable {
                 """)
             exit(0)
         }
-        let inputs = arguments.isEmpty ? savedInputs : arguments.flatMap { argument -> [URL] in
-            let url = URL(fileURLWithPath: argument)
-            var isDirectory: ObjCBool = false
-            let exists = FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory)
-            return exists && isDirectory.boolValue ? Self.files(in: url) : [url]
-        }
+        let inputs =
+            arguments.isEmpty
+            ? savedInputs
+            : arguments.flatMap { argument -> [URL] in
+                let url = URL(fileURLWithPath: argument)
+                var isDirectory: ObjCBool = false
+                let exists = FileManager.default.fileExists(atPath: url.path, isDirectory: &isDirectory)
+                return exists && isDirectory.boolValue ? Self.files(in: url) : [url]
+            }
         let failures = failures(replaying: inputs)
         failures.forEach { print($0) }
         print("\(rawValue): \(inputs.count) inputs, \(failures.count) failed")

@@ -18,10 +18,14 @@ public enum PinChecks {
         let digits = Array(body.utf8.filter { $0 != UInt8(ascii: ":") && $0 != UInt8(ascii: " ") })
         let hex = digits.count == 64 && digits.allSatisfy(isASCIIHexDigit)
         let base64 = Data(base64Encoded: body)?.count == 32
-        try require(accepted == (hex || base64),
-                    "pin \(text.debugDescription) was \(accepted ? "accepted" : "refused"); ASCII hex: \(hex), base64: \(base64)")
+        try require(
+            accepted == (hex || base64),
+            "pin \(text.debugDescription) was \(accepted ? "accepted" : "refused"); ASCII hex: \(hex), base64: \(base64)"
+        )
         if let digest = SHA256Digest(hex: text) {
-            try require(digest.hex == text.lowercased(), "SHA256Digest(hex: \(text.debugDescription)) reads back as \(digest.hex)")
+            try require(
+                digest.hex == text.lowercased(),
+                "SHA256Digest(hex: \(text.debugDescription)) reads back as \(digest.hex)")
         }
     }
 

@@ -28,20 +28,26 @@ public enum TXTRecordChecks {
         let reference = Reference(input)
 
         let lenient = TXTRecord(parsingLeniently: data)
-        try require(lenient.entries.map(Attribute.init) == reference.lenientAttributes,
-                    "lenient parse \(lenient.entries.map(Attribute.init)) differs from the reference \(reference.lenientAttributes)")
+        try require(
+            lenient.entries.map(Attribute.init) == reference.lenientAttributes,
+            "lenient parse \(lenient.entries.map(Attribute.init)) differs from the reference \(reference.lenientAttributes)"
+        )
         try checkSurvivesEncoding(lenient, "the lenient parse")
 
         let strict: TXTRecord?
         do { strict = try TXTRecord(parsing: data) } catch { strict = nil }
-        try require((strict != nil) == reference.isWellFormed,
-                    "strict parse \(strict == nil ? "failed" : "succeeded") on \(reference.isWellFormed ? "well-formed" : "malformed") data")
+        try require(
+            (strict != nil) == reference.isWellFormed,
+            "strict parse \(strict == nil ? "failed" : "succeeded") on \(reference.isWellFormed ? "well-formed" : "malformed") data"
+        )
         guard let strict else { return }
-        try require(strict == lenient, "strict parse \(strict) differs from lenient parse \(lenient) of well-formed data")
+        try require(
+            strict == lenient, "strict parse \(strict) differs from lenient parse \(lenient) of well-formed data")
         // Byte for byte, unless the input is the lone zero byte (the empty record) or repeats a key.
         let documentedChange = input == [0] || reference.strings.count != strict.entries.count
-        try require(documentedChange || strict.data == data,
-                    "strict parse re-encodes to \(Array(strict.data)), not the input \(input)")
+        try require(
+            documentedChange || strict.data == data,
+            "strict parse re-encodes to \(Array(strict.data)), not the input \(input)")
     }
 
     /// A record's encoding parses back (strictly and leniently) to the same record and the same
@@ -50,7 +56,8 @@ public enum TXTRecordChecks {
         let data = record.data
         let again: TXTRecord
         do { again = try TXTRecord(parsing: data) } catch {
-            throw PropertyViolation("\(what) \(record) encodes to \(Array(data)), which the strict parser refuses: \(error)")
+            throw PropertyViolation(
+                "\(what) \(record) encodes to \(Array(data)), which the strict parser refuses: \(error)")
         }
         try require(again == record, "\(what) \(record) re-parses strictly as \(again)")
         try require(again.data == data, "\(what) \(record) re-encodes differently")
@@ -63,7 +70,8 @@ public enum TXTRecordChecks {
         let fromAvahi = AvahiValues.txtRecord(list)
         try require(fromAvahi == record, "\(what) \(record) comes back from Avahi's string list as \(fromAvahi)")
         _ = record.description
-        try require(record.dictionary.count == record.entries.count, "\(what) \(record) has keys that collide in `dictionary`")
+        try require(
+            record.dictionary.count == record.entries.count, "\(what) \(record) has keys that collide in `dictionary`")
     }
 
     // MARK: Building
@@ -80,7 +88,9 @@ public enum TXTRecordChecks {
                 let expected = Attribute.validity(key: key, value: value)
                 do {
                     try record.set(key, to: value)
-                    try require(expected == nil, "set(\(key.debugDescription), \(describe(value))) succeeded; expected: \(expected ?? "")")
+                    try require(
+                        expected == nil,
+                        "set(\(key.debugDescription), \(describe(value))) succeeded; expected: \(expected ?? "")")
                     let attribute = Attribute(key: Array(key.utf8), value: value.map(Array.init))
                     if let index = model.firstIndex(where: { Attribute.sameKey($0.key, attribute.key) }) {
                         model[index] = attribute
@@ -90,7 +100,9 @@ public enum TXTRecordChecks {
                 } catch let error as PropertyViolation {
                     throw error
                 } catch {
-                    try require(expected != nil, "set(\(key.debugDescription), \(describe(value))) threw \(error) for a valid attribute")
+                    try require(
+                        expected != nil,
+                        "set(\(key.debugDescription), \(describe(value))) threw \(error) for a valid attribute")
                 }
             case 1:
                 let key = string(reader.bytes(Int(reader.byte() % 32)))
@@ -99,14 +111,21 @@ public enum TXTRecordChecks {
             case 2:
                 let key = string(reader.bytes(Int(reader.byte() % 32)))
                 let found = model.first { Attribute.sameKey($0.key, Array(key.utf8)) }
-                try require(record.contains(key) == (found != nil), "contains(\(key.debugDescription)) is \(record.contains(key)) in \(record)")
-                try require(record[key].map(Array.init) == found?.value, "record[\(key.debugDescription)] is \(describe(record[key])) in \(record)")
+                try require(
+                    record.contains(key) == (found != nil),
+                    "contains(\(key.debugDescription)) is \(record.contains(key)) in \(record)")
+                try require(
+                    record[key].map(Array.init) == found?.value,
+                    "record[\(key.debugDescription)] is \(describe(record[key])) in \(record)")
                 let text = found?.value.flatMap { String(validating: $0, as: UTF8.self) }
-                try require(record.string(for: key) == text, "string(for: \(key.debugDescription)) is wrong in \(record)")
+                try require(
+                    record.string(for: key) == text, "string(for: \(key.debugDescription)) is wrong in \(record)")
             default:
                 try checkDictionaryInit(&reader)
             }
-            try require(record.entries.map(Attribute.init) == model, "record \(record.entries.map(Attribute.init)) differs from the model \(model)")
+            try require(
+                record.entries.map(Attribute.init) == model,
+                "record \(record.entries.map(Attribute.init)) differs from the model \(model)")
         }
         try checkSurvivesEncoding(record, "the built record")
     }
@@ -125,11 +144,16 @@ public enum TXTRecordChecks {
         for key in attributes.keys.sorted() {
             do { try expected.set(key, to: attributes[key]!) } catch { valid = false }
         }
-        let folded = Set(attributes.keys.map { String($0.unicodeScalars.map { $0.isASCII ? Character($0).lowercased() : String($0) }.joined()) })
+        let folded = Set(
+            attributes.keys.map {
+                String($0.unicodeScalars.map { $0.isASCII ? Character($0).lowercased() : String($0) }.joined())
+            })
         if folded.count < attributes.count { valid = false }
         do {
             let record = try TXTRecord(data: attributes)
-            try require(valid && record == expected, "init(data:) gave \(record); setting in key order gives \(valid ? "\(expected)" : "an error")")
+            try require(
+                valid && record == expected,
+                "init(data:) gave \(record); setting in key order gives \(valid ? "\(expected)" : "an error")")
         } catch let error as PropertyViolation {
             throw error
         } catch {
@@ -208,7 +232,8 @@ public enum TXTRecordChecks {
                 index += 1 + length
             }
             let parsed = strings.map(Self.attribute)
-            for case let attribute? in parsed where !lenientAttributes.contains(where: { Attribute.sameKey($0.key, attribute.key) }) {
+            for case let attribute? in parsed
+            where !lenientAttributes.contains(where: { Attribute.sameKey($0.key, attribute.key) }) {
                 lenientAttributes.append(attribute)
             }
             isWellFormed = bytes == [0] || (!overruns && !parsed.contains(nil))

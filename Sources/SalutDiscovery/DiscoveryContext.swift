@@ -182,15 +182,20 @@ public final class DiscoveryContext: @unchecked Sendable {
         dispatchPrecondition(condition: .onQueue(queue))
         var error: Int32 = 0
         let me = Unmanaged.passUnretained(self).toOpaque()
-        let made = avahi_client_new(poll.table, AVAHI_CLIENT_NO_FAIL, { client, state, userdata in
-            guard let client, let userdata else { return }
-            let context = Unmanaged<DiscoveryContext>.fromOpaque(userdata).takeUnretainedValue()
-            context.clientChanged(client, state)
-        }, me, &error)
+        let made = avahi_client_new(
+            poll.table, AVAHI_CLIENT_NO_FAIL,
+            { client, state, userdata in
+                guard let client, let userdata else { return }
+                let context = Unmanaged<DiscoveryContext>.fromOpaque(userdata).takeUnretainedValue()
+                context.clientChanged(client, state)
+            }, me, &error)
         guard let made else {
             // Without NO_FAIL's daemon wait, this happens when the system bus is not there.
-            set(.failed(.daemonUnavailable("cannot reach the D-Bus system bus: "
-                + DiscoveryError.avahiMessage(error))))
+            set(
+                .failed(
+                    .daemonUnavailable(
+                        "cannot reach the D-Bus system bus: "
+                            + DiscoveryError.avahiMessage(error))))
             scheduleReconnect()
             return
         }
@@ -225,8 +230,10 @@ public final class DiscoveryContext: @unchecked Sendable {
         case AVAHI_CLIENT_FAILURE:
             let code = avahi_client_errno(client)
             for op in operations.values { op.clientIsLost() }
-            set(code == Int32(AVAHI_ERR_DISCONNECTED) ? .connecting
-                : .failed(DiscoveryError(avahiCode: code)))
+            set(
+                code == Int32(AVAHI_ERR_DISCONNECTED)
+                    ? .connecting
+                    : .failed(DiscoveryError(avahiCode: code)))
             // The daemon went away: this client is dead. Make a new one (NO_FAIL waits for
             // the daemon), outside Avahi's own callback.
             let dead = UInt(bitPattern: client)
@@ -249,7 +256,8 @@ public final class DiscoveryContext: @unchecked Sendable {
         case .running: SalutLogging.logger.debug("avahi-daemon: running")
         case .connecting: SalutLogging.logger.debug("avahi-daemon: waiting for it on the system bus")
         case .registeringHostName: SalutLogging.logger.debug("avahi-daemon: registering this host's name")
-        case .failed(let error): SalutLogging.logger.warning("avahi-daemon: unreachable (\(error)); retrying every second")
+        case .failed(let error):
+            SalutLogging.logger.warning("avahi-daemon: unreachable (\(error)); retrying every second")
         }
         for watcher in watchers.values { watcher.yield(state) }
     }

@@ -135,7 +135,9 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
     /// A TXT record that cannot be encoded or decoded; the reason says which part.
     public static func invalidTXTRecord(reason: String) -> DiscoveryError { .init(.invalidTXTRecord(reason: reason)) }
     /// Any other failure the daemon reported, with Avahi's error number and text.
-    public static func avahi(code: Int32, message: String) -> DiscoveryError { .init(.avahi(code: code, message: message)) }
+    public static func avahi(code: Int32, message: String) -> DiscoveryError {
+        .init(.avahi(code: code, message: message))
+    }
     /// The listening socket of an auto-listening service could not be set up (the port is in
     /// use, or the TLS identity cannot be loaded), with the streams layer's reason.
     public static func listenFailed(_ reason: String) -> DiscoveryError { .init(.listenFailed(reason)) }
@@ -144,9 +146,13 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
     /// A TSIG key that cannot be used; the reason says why (and which file).
     public static func invalidKey(_ reason: String) -> DiscoveryError { .init(.invalidKey(reason)) }
     /// The server for `zone` answered `REFUSED`.
-    public static func updateRefused(zone: String, detail: String) -> DiscoveryError { .init(.updateRefused(zone: zone, detail: detail)) }
+    public static func updateRefused(zone: String, detail: String) -> DiscoveryError {
+        .init(.updateRefused(zone: zone, detail: detail))
+    }
     /// The server for `zone` answered `NOTAUTH` or `NOTZONE`.
-    public static func notAuthorized(zone: String, detail: String) -> DiscoveryError { .init(.notAuthorized(zone: zone, detail: detail)) }
+    public static func notAuthorized(zone: String, detail: String) -> DiscoveryError {
+        .init(.notAuthorized(zone: zone, detail: detail))
+    }
     /// The server refused the signature (`BADSIG`, `BADKEY`, `BADTIME`), or its own did not verify.
     public static func signatureRejected(_ reason: String) -> DiscoveryError { .init(.signatureRejected(reason)) }
     /// No DNS server answered; the reason says which server and what was tried.
@@ -208,11 +214,13 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
         switch details {
         case .daemonUnavailable(let detail): detail
         case .invalidServiceType(_, let reason), .invalidServiceName(_, let reason), .invalidHostName(_, let reason),
-             .invalidTXTRecord(let reason):
+            .invalidTXTRecord(let reason):
             reason
         case .avahi(_, let message): message
         case .listenFailed(let reason): reason
-        case .invalidKey(let reason), .signatureRejected(let reason), .serverUnreachable(let reason), .dnsFailure(let reason): reason
+        case .invalidKey(let reason), .signatureRejected(let reason), .serverUnreachable(let reason),
+            .dnsFailure(let reason):
+            reason
         case .updateRefused(_, let detail), .notAuthorized(_, let detail): detail
         default: nil
         }
@@ -252,7 +260,8 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
     /// error number left it empty.
     func naming(service: String? = nil, host: String? = nil, domain: String? = nil) -> DiscoveryError {
         switch details {
-        case .invalidServiceName("", let reason) where service != nil: return .invalidServiceName(service!, reason: reason)
+        case .invalidServiceName("", let reason) where service != nil:
+            return .invalidServiceName(service!, reason: reason)
         case .invalidHostName("", let reason) where host != nil: return .invalidHostName(host!, reason: reason)
         case .invalidDomain("") where domain != nil: return .invalidDomain(domain!)
         default: return self
@@ -292,7 +301,8 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
         case .unknownInterface(let name): return "no network interface named \"\(name)\""
         case .invalidKey(let reason): return "cannot use the TSIG key: \(reason)"
         case .updateRefused(let zone, let detail): return "the DNS server refused the update of \(zone) (\(detail))"
-        case .notAuthorized(let zone, let detail): return "the DNS server does not accept updates of \(zone) from this key (\(detail))"
+        case .notAuthorized(let zone, let detail):
+            return "the DNS server does not accept updates of \(zone) from this key (\(detail))"
         case .signatureRejected(let reason): return "the DNS server rejected the signature: \(reason)"
         case .serverUnreachable(let reason): return "no DNS server answered: \(reason)"
         case .dnsFailure(let reason): return "DNS failure: \(reason)"

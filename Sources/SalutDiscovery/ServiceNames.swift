@@ -38,7 +38,8 @@ public enum ServiceNames {
             baseLabels = Array(labels[2...])
             // At least 3 bytes: Avahi refuses a shorter label in a service type.
             guard let sub = subtype, sub.hasPrefix("_"), (3...63).contains(sub.utf8.count),
-                  sub.dropFirst().allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
+                sub.dropFirst().allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") })
+            else {
                 throw bad("the subtype must be '_' and 2 to 62 letters, digits, '-' or '_' (for example _printer)")
             }
         default:
@@ -52,15 +53,17 @@ public enum ServiceNames {
         // the label ('_' and the name) fits in 63 bytes.
         let local = ["", "local", "local."].contains(domain.lowercased())
         guard name.count >= 2, name.count <= (local ? 62 : standardServiceNameLength) else {
-            throw bad(name.count >= 2 && name.count <= 62
-                      ? "the service name must be at most 15 characters outside .local (it has \(name.count))"
-                      : "the service name must be 2 to 15 characters (up to 62 on .local)")
+            throw bad(
+                name.count >= 2 && name.count <= 62
+                    ? "the service name must be at most 15 characters outside .local (it has \(name.count))"
+                    : "the service name must be 2 to 15 characters (up to 62 on .local)")
         }
         guard name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }) else {
             throw bad("the service name may hold only letters, digits and '-'")
         }
         guard name.contains(where: { $0.isLetter }), name.first != "-", name.last != "-",
-              !name.contains("--") else {
+            !name.contains("--")
+        else {
             throw bad("the service name needs a letter and no leading, trailing or double '-'")
         }
         return ParsedType(base: baseLabels.joined(separator: "."), subtype: subtype)
@@ -75,8 +78,11 @@ public enum ServiceNames {
         let service = parsed.base.split(separator: ".").first.map { $0.dropFirst() } ?? ""
         guard service.count > standardServiceNameLength else { return }
         let logger = SalutLogging.logger
-        guard logger.logLevel <= .warning, warnedLongTypes.withLock({ $0.insert(parsed.base.lowercased()).inserted }) else { return }
-        logger.warning("service type \(parsed.base): its service name has \(service.count) characters; RFC 6335 allows 15, and DNS-SD software that keeps to that may refuse the type")
+        guard logger.logLevel <= .warning, warnedLongTypes.withLock({ $0.insert(parsed.base.lowercased()).inserted })
+        else { return }
+        logger.warning(
+            "service type \(parsed.base): its service name has \(service.count) characters; RFC 6335 allows 15, and DNS-SD software that keeps to that may refuse the type"
+        )
     }
 
     /// Checks an instance name: at most 63 bytes of UTF-8, no NUL. Empty is allowed only where
@@ -90,7 +96,9 @@ public enum ServiceNames {
         guard name.utf8.count <= 63 else {
             throw DiscoveryError.invalidServiceName(name, reason: "\(name.utf8.count) bytes of UTF-8; at most 63 fit")
         }
-        guard !name.utf8.contains(0) else { throw DiscoveryError.invalidServiceName(name, reason: "contains a NUL byte") }
+        guard !name.utf8.contains(0) else {
+            throw DiscoveryError.invalidServiceName(name, reason: "contains a NUL byte")
+        }
     }
 
     /// Whether two names are the same to DNS: equal once ASCII letters are folded to one case
@@ -118,7 +126,8 @@ public enum ServiceNames {
         guard domain.utf8.count <= 253 else { throw DiscoveryError.invalidDomain(raw) }
         for label in domain.split(separator: ".", omittingEmptySubsequences: false) {
             guard (1...63).contains(label.utf8.count),
-                  label.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value != 0x7F }) else {
+                label.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value != 0x7F })
+            else {
                 throw DiscoveryError.invalidDomain(raw)
             }
         }

@@ -8,9 +8,11 @@ extension Stream {
     ///
     /// Addresses are tried the Happy Eyeballs way (IPv6 first, IPv4 250 ms later, first to connect
     /// wins). Failures arrive as `errorOccurred` with a `SocketStreamError` as `streamError`.
-    public class func getStreamsToHost(withName hostname: String, port: Int,
-                                       inputStream: UnsafeMutablePointer<InputStream?>?,
-                                       outputStream: UnsafeMutablePointer<OutputStream?>?) {
+    public class func getStreamsToHost(
+        withName hostname: String, port: Int,
+        inputStream: UnsafeMutablePointer<InputStream?>?,
+        outputStream: UnsafeMutablePointer<OutputStream?>?
+    ) {
         let pair = SocketStreams.pair(toHost: hostname, port: port, resolver: discoveryResolver)
         inputStream?.pointee = pair.input
         outputStream?.pointee = pair.output
@@ -27,7 +29,9 @@ extension DiscoveryContext {
     package var addressResolver: AddressResolver {
         { [self] host, port in
             let bare = host.hasSuffix(".") ? String(host.dropLast()) : host
-            guard bare.lowercased().hasSuffix(".local") else { return try await SocketStreams.systemResolver(host, port) }
+            guard bare.lowercased().hasSuffix(".local") else {
+                return try await SocketStreams.systemResolver(host, port)
+            }
             do {
                 return try await addresses(ofHost: bare, timeout: 5).map { address in
                     address.isIPv6

@@ -70,7 +70,9 @@ public struct TXTRecord: Sendable, Hashable, CustomStringConvertible {
         while index < bytes.count {
             let length = Int(bytes[index])
             index += 1
-            guard length > 0 else { throw DiscoveryError.invalidTXTRecord(reason: "zero-length string at byte \(index - 1)") }
+            guard length > 0 else {
+                throw DiscoveryError.invalidTXTRecord(reason: "zero-length string at byte \(index - 1)")
+            }
             guard index + length <= bytes.count else {
                 throw DiscoveryError.invalidTXTRecord(reason: "string at byte \(index - 1) runs past the end")
             }
@@ -133,8 +135,11 @@ public struct TXTRecord: Sendable, Hashable, CustomStringConvertible {
     public mutating func add(_ key: String, _ value: Data?) throws {
         try Self.validate(key: key, value: value)
         if let existing = entries.first(where: { Self.sameKey($0.key, key) }) {
-            throw DiscoveryError.invalidTXTRecord(reason: existing.key == key ? "key \"\(key)\" appears twice"
-                : "keys \"\(existing.key)\" and \"\(key)\" are the same key (TXT keys are case-insensitive, RFC 6763 §6.4)")
+            throw DiscoveryError.invalidTXTRecord(
+                reason: existing.key == key
+                    ? "key \"\(key)\" appears twice"
+                    : "keys \"\(existing.key)\" and \"\(key)\" are the same key (TXT keys are case-insensitive, RFC 6763 §6.4)"
+            )
         }
         entries.append(Entry(key: key, value: value))
     }

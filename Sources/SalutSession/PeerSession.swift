@@ -68,13 +68,17 @@ open class PeerSession: NSObject, @unchecked Sendable {
     ///   - configuration: copied; later changes to it do not reach the session.
     ///   - delegate: held strongly until the session is invalidated.
     ///   - delegateQueue: where delegate calls and handlers run; nil makes a serial queue.
-    public convenience init(configuration: PeerSessionConfiguration, delegate: (any PeerSessionDelegate)? = nil,
-                            delegateQueue: OperationQueue? = nil) {
+    public convenience init(
+        configuration: PeerSessionConfiguration, delegate: (any PeerSessionDelegate)? = nil,
+        delegateQueue: OperationQueue? = nil
+    ) {
         self.init(configuration: configuration, delegate: delegate, delegateQueue: delegateQueue, isShared: false)
     }
 
-    init(configuration: PeerSessionConfiguration, delegate: (any PeerSessionDelegate)?, delegateQueue: OperationQueue?,
-         isShared: Bool, context: DiscoveryContext = .shared) {
+    init(
+        configuration: PeerSessionConfiguration, delegate: (any PeerSessionDelegate)?, delegateQueue: OperationQueue?,
+        isShared: Bool, context: DiscoveryContext = .shared
+    ) {
         self.configuration = configuration
         self.delegateObject = delegate
         self.isShared = isShared
@@ -92,8 +96,9 @@ open class PeerSession: NSObject, @unchecked Sendable {
         resolver = context.addressResolver
         if let identifier = configuration.identifier, let directory = configuration.backgroundStateDirectory {
             // A folder that cannot be made leaves a session whose upload tasks fail at once.
-            background = try? BackgroundSessionState(identifier: identifier, directory: directory,
-                                                     wantsToRun: configuration.runsBackgroundTasks)
+            background = try? BackgroundSessionState(
+                identifier: identifier, directory: directory,
+                wantsToRun: configuration.runsBackgroundTasks)
         } else {
             background = nil
         }
@@ -134,7 +139,9 @@ open class PeerSession: NSObject, @unchecked Sendable {
     public func streamTask(with service: NetService) -> PeerStreamTask {
         let trim = { (text: String) in text.hasSuffix(".") ? String(text.dropLast()) : text }
         let domain = trim(service.domain)
-        return streamTask(with: DiscoveredService(name: service.name, type: trim(service.type), domain: domain.isEmpty ? "local" : domain))
+        return streamTask(
+            with: DiscoveredService(
+                name: service.name, type: trim(service.type), domain: domain.isEmpty ? "local" : domain))
     }
 
     /// Registers a task reloaded from disk under its old identifier (later ones count on).
@@ -259,8 +266,10 @@ open class PeerSession: NSObject, @unchecked Sendable {
 
     /// Runs `body` with the delegate on the delegate queue; `orElse` (on the same path) when
     /// there is none.
-    func deliverToDelegate(orElse fallback: (@Sendable () -> Void)? = nil,
-                           _ body: @escaping @Sendable (any PeerSessionDelegate) -> Void) {
+    func deliverToDelegate(
+        orElse fallback: (@Sendable () -> Void)? = nil,
+        _ body: @escaping @Sendable (any PeerSessionDelegate) -> Void
+    ) {
         deliver {
             if let delegate = self.delegate { body(delegate) } else { fallback?() }
         }

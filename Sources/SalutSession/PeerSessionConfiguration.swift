@@ -100,7 +100,8 @@ public struct PeerSessionConfiguration: Sendable {
 
     static func defaultBackgroundDirectory(_ identifier: String) -> URL {
         let environment = ProcessInfo.processInfo.environment
-        let base = environment["XDG_STATE_HOME"].map { URL(fileURLWithPath: $0) }
+        let base =
+            environment["XDG_STATE_HOME"].map { URL(fileURLWithPath: $0) }
             ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".local/state")
         let safe = identifier.map { $0.isLetter || $0.isNumber || $0 == "." || $0 == "-" || $0 == "_" ? $0 : "_" }
         return base.appendingPathComponent("salut/background").appendingPathComponent(String(safe))
@@ -108,7 +109,8 @@ public struct PeerSessionConfiguration: Sendable {
 
     static var defaultTrustStore: URL {
         let environment = ProcessInfo.processInfo.environment
-        let base = environment["XDG_DATA_HOME"].map { URL(fileURLWithPath: $0) }
+        let base =
+            environment["XDG_DATA_HOME"].map { URL(fileURLWithPath: $0) }
             ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".local/share")
         return base.appendingPathComponent("salut/known-peers.json")
     }
@@ -132,12 +134,14 @@ public struct PeerSessionConfiguration: Sendable {
     /// The socket options for each connection.
     var socketOptions: SocketOptions {
         let (trafficClass, priority) = networkServiceType.socketValues
-        let families: SocketOptions.Families = switch allowedAddressFamilies {
-        case .any: .any
-        case .ipv4: .ipv4Only
-        case .ipv6: .ipv6Only
-        }
-        return SocketOptions(trafficClass: trafficClass, priority: priority, interface: boundInterfaceName, families: families)
+        let families: SocketOptions.Families =
+            switch allowedAddressFamilies {
+            case .any: .any
+            case .ipv4: .ipv4Only
+            case .ipv6: .ipv6Only
+            }
+        return SocketOptions(
+            trafficClass: trafficClass, priority: priority, interface: boundInterfaceName, families: families)
     }
 }
 
@@ -188,13 +192,13 @@ public enum PeerNetworkServiceType: Sendable, Hashable, CaseIterable {
     var socketValues: (Int32?, Int32?) {
         switch self {
         case .default: return (nil, nil)
-        case .background: return (0x20, 1)        // CS1, low-priority data
-        case .responsiveData: return (0x48, 4)    // AF21, low-latency data
-        case .avStreaming: return (0x88, 5)       // AF41, multimedia streaming
-        case .responsiveAV: return (0x88, 5)      // AF41, interactive multimedia
-        case .video: return (0x80, 5)             // CS4, real-time interactive
-        case .voice: return (0xB8, 6)             // EF, telephony
-        case .callSignaling: return (0x60, 6)     // CS3, signalling
+        case .background: return (0x20, 1)  // CS1, low-priority data
+        case .responsiveData: return (0x48, 4)  // AF21, low-latency data
+        case .avStreaming: return (0x88, 5)  // AF41, multimedia streaming
+        case .responsiveAV: return (0x88, 5)  // AF41, interactive multimedia
+        case .video: return (0x80, 5)  // CS4, real-time interactive
+        case .voice: return (0xB8, 6)  // EF, telephony
+        case .callSignaling: return (0x60, 6)  // CS3, signalling
         }
     }
 }

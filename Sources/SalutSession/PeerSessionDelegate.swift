@@ -13,8 +13,9 @@ public protocol PeerSessionDelegate: AnyObject {
     /// session's trust policy decided; call `completionHandler` (once, from any thread) with
     /// `.useCredential` to trust the peer, `.performDefaultHandling` to follow the policy, or
     /// `.cancelAuthenticationChallenge` to refuse. The default follows the policy.
-    func peerSession(_ session: PeerSession, task: PeerSessionTask, didReceive challenge: PeerTrustChallenge,
-                     completionHandler: @escaping @Sendable (PeerTrustChallenge.Disposition) -> Void)
+    func peerSession(
+        _ session: PeerSession, task: PeerSessionTask, didReceive challenge: PeerTrustChallenge,
+        completionHandler: @escaping @Sendable (PeerTrustChallenge.Disposition) -> Void)
 }
 
 /// Task events, for a session delegate that also wants them.
@@ -33,30 +34,36 @@ public protocol PeerSessionStreamDelegate: PeerSessionTaskDelegate {
     func peerSession(_ session: PeerSession, writeClosedFor streamTask: PeerStreamTask)
     /// `captureStreams()` finished: the task's connection is now these (open) streams, and the
     /// task completes.
-    func peerSession(_ session: PeerSession, streamTask: PeerStreamTask, didBecome inputStream: InputStream,
-                     outputStream: OutputStream)
+    func peerSession(
+        _ session: PeerSession, streamTask: PeerStreamTask, didBecome inputStream: InputStream,
+        outputStream: OutputStream)
 }
 
 // Default implementations: each does nothing, except the trust challenge, which follows the
 // session's trust policy (`.performDefaultHandling`).
 extension PeerSessionDelegate {
     public func peerSession(_ session: PeerSession, didBecomeInvalidWithError error: (any Error)?) {}
-    public func peerSession(_ session: PeerSession, task: PeerSessionTask, didReceive challenge: PeerTrustChallenge,
-                            completionHandler: @escaping @Sendable (PeerTrustChallenge.Disposition) -> Void) {
+    public func peerSession(
+        _ session: PeerSession, task: PeerSessionTask, didReceive challenge: PeerTrustChallenge,
+        completionHandler: @escaping @Sendable (PeerTrustChallenge.Disposition) -> Void
+    ) {
         completionHandler(.performDefaultHandling)
     }
 }
 
 extension PeerSessionTaskDelegate {
-    public func peerSession(_ session: PeerSession, task: PeerSessionTask, didFinishCollecting metrics: PeerTaskMetrics) {}
+    public func peerSession(_ session: PeerSession, task: PeerSessionTask, didFinishCollecting metrics: PeerTaskMetrics)
+    {}
     public func peerSession(_ session: PeerSession, task: PeerSessionTask, didCompleteWithError error: (any Error)?) {}
 }
 
 extension PeerSessionStreamDelegate {
     public func peerSession(_ session: PeerSession, readClosedFor streamTask: PeerStreamTask) {}
     public func peerSession(_ session: PeerSession, writeClosedFor streamTask: PeerStreamTask) {}
-    public func peerSession(_ session: PeerSession, streamTask: PeerStreamTask, didBecome inputStream: InputStream,
-                            outputStream: OutputStream) {}
+    public func peerSession(
+        _ session: PeerSession, streamTask: PeerStreamTask, didBecome inputStream: InputStream,
+        outputStream: OutputStream
+    ) {}
 }
 
 /// A TLS trust decision put to the session delegate.

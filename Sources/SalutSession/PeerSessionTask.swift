@@ -176,7 +176,8 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
         lock.unlock()
         waiters.forEach { $0.resume() }
         finishWork()
-        session.taskCompleted(self, error: error, metrics: completedMetrics(metrics.finish(sent: counts.0, received: counts.1)))
+        session.taskCompleted(
+            self, error: error, metrics: completedMetrics(metrics.finish(sent: counts.0, received: counts.1)))
     }
 
     /// The metrics the delegate hears at completion; subclasses add what they know.

@@ -61,19 +61,26 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
     /// after the reads queued before it. The handler gets the data (nil if none), whether the
     /// end of the data was reached, and an error: ``PeerSessionError/timedOut(_:)`` when
     /// `timeout` seconds (0: none) pass first, or why the task failed.
-    public func readData(ofMinLength minBytes: Int, maxLength maxBytes: Int, timeout: TimeInterval,
-                         completionHandler: @escaping @Sendable (Data?, Bool, (any Error)?) -> Void) {
-        readData(ofMinLength: minBytes, maxLength: maxBytes, timeout: timeout, limit: OperationLimit(), completionHandler: completionHandler)
+    public func readData(
+        ofMinLength minBytes: Int, maxLength maxBytes: Int, timeout: TimeInterval,
+        completionHandler: @escaping @Sendable (Data?, Bool, (any Error)?) -> Void
+    ) {
+        readData(
+            ofMinLength: minBytes, maxLength: maxBytes, timeout: timeout, limit: OperationLimit(),
+            completionHandler: completionHandler)
     }
 
-    private func readData(ofMinLength minBytes: Int, maxLength maxBytes: Int, timeout: TimeInterval, limit: OperationLimit,
-                          completionHandler: @escaping @Sendable (Data?, Bool, (any Error)?) -> Void) {
+    private func readData(
+        ofMinLength minBytes: Int, maxLength maxBytes: Int, timeout: TimeInterval, limit: OperationLimit,
+        completionHandler: @escaping @Sendable (Data?, Bool, (any Error)?) -> Void
+    ) {
         enqueue(on: reads) { pair in
-            guard limit.begin() else { return }   // cancelled while queued: the caller knows
+            guard limit.begin() else { return }  // cancelled while queued: the caller knows
             defer { limit.finish() }
             guard let pair else { return self.session.deliver { completionHandler(nil, false, self.failure) } }
             guard maxBytes >= 1, minBytes >= 0, minBytes <= maxBytes else {
-                let error = PeerSessionError.notAllowed("read lengths must satisfy 0 ≤ min ≤ max and max ≥ 1 (got \(minBytes), \(maxBytes))")
+                let error = PeerSessionError.notAllowed(
+                    "read lengths must satisfy 0 ≤ min ≤ max and max ≥ 1 (got \(minBytes), \(maxBytes))")
                 return self.session.deliver { completionHandler(nil, false, error) }
             }
             // Bytes a cancelled read had collected come first.
@@ -83,12 +90,15 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
                 return Data(carried)
             }
             if self.lock.withLock({ self.readDone }) && data.isEmpty {
-                return self.session.deliver { completionHandler(nil, true, PeerSessionError.notAllowed("the read side is closed")) }
+                return self.session.deliver {
+                    completionHandler(nil, true, PeerSessionError.notAllowed("the read side is closed"))
+                }
             }
             var read = PairReadResult()
             if data.count < max(1, minBytes) {
                 limit.arm(deadline: OperationLimit.deadline(after: timeout))
-                read = await pair.read(minimum: max(0, minBytes - data.count), maximum: maxBytes - data.count, limit: limit)
+                read = await pair.read(
+                    minimum: max(0, minBytes - data.count), maximum: maxBytes - data.count, limit: limit)
                 self.noteRead(read.data.count)
                 data += read.data
             }
@@ -116,17 +126,24 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
     /// Writes all of `data` after the writes queued before it. The handler gets nil once the
     /// bytes are handed to the connection, or an error: ``PeerSessionError/timedOut(_:)`` when
     /// `timeout` seconds (0: none) pass first, or why the task failed.
-    public func write(_ data: Data, timeout: TimeInterval, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+    public func write(
+        _ data: Data, timeout: TimeInterval, completionHandler: @escaping @Sendable ((any Error)?) -> Void
+    ) {
         write(data, timeout: timeout, limit: OperationLimit(), completionHandler: completionHandler)
     }
 
-    private func write(_ data: Data, timeout: TimeInterval, limit: OperationLimit, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+    private func write(
+        _ data: Data, timeout: TimeInterval, limit: OperationLimit,
+        completionHandler: @escaping @Sendable ((any Error)?) -> Void
+    ) {
         enqueue(on: writes) { pair in
             guard limit.begin() else { return }
             defer { limit.finish() }
             guard let pair else { return self.session.deliver { completionHandler(self.failure) } }
             if self.lock.withLock({ self.writeDone }) {
-                return self.session.deliver { completionHandler(PeerSessionError.notAllowed("the write side is closed")) }
+                return self.session.deliver {
+                    completionHandler(PeerSessionError.notAllowed("the write side is closed"))
+                }
             }
             let started = Date()
             self.metrics.update { if $0.requestStartDate == nil { $0.requestStartDate = started } }
@@ -180,9 +197,11 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
     public func startSecureConnection() {
         changeSecurity { pair, done in
             let configuration = self.session.configuration.tlsConfiguration()
-            pair.startTLS(configuration, evaluator: self.trustEvaluator(), dialledHost: self.dialledHost,
-                          shared: self.session.sharedTLSContext,
-                          handshakeTimeout: self.session.configuration.timeoutIntervalForTLSHandshake) { result in
+            pair.startTLS(
+                configuration, evaluator: self.trustEvaluator(), dialledHost: self.dialledHost,
+                shared: self.session.sharedTLSContext,
+                handshakeTimeout: self.session.configuration.timeoutIntervalForTLSHandshake
+            ) { result in
                 switch result {
                 case .success(let details): self.metrics.record(.ready(details)); done(nil)
                 case .failure(let error): done(error)
@@ -211,10 +230,11 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
             await readsDone.wait()
             guard let pair else { return }
             self.lock.withLock { self.captured = true }
-            let streams = HandedOver(pair)   // to the delegate queue, which alone uses it from now on
+            let streams = HandedOver(pair)  // to the delegate queue, which alone uses it from now on
             self.session.deliverToDelegate { delegate in
-                (delegate as? PeerSessionStreamDelegate)?.peerSession(self.session, streamTask: self, didBecome: streams.value.input,
-                                                                     outputStream: streams.value.output)
+                (delegate as? PeerSessionStreamDelegate)?.peerSession(
+                    self.session, streamTask: self, didBecome: streams.value.input,
+                    outputStream: streams.value.output)
             }
             self.complete(with: nil)
         }
@@ -227,9 +247,12 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
     /// - Throws: the ``PeerSessionError`` the handler would have received, or
     ///   `CancellationError` as soon as the calling task is cancelled (bytes the read had
     ///   collected are kept for the next read).
-    public func readData(ofMinLength minBytes: Int, maxLength maxBytes: Int, timeout: TimeInterval) async throws -> (Data, Bool) {
+    public func readData(
+        ofMinLength minBytes: Int, maxLength maxBytes: Int, timeout: TimeInterval
+    ) async throws -> (Data, Bool) {
         try await cancellable { limit, finish in
-            self.readData(ofMinLength: minBytes, maxLength: maxBytes, timeout: timeout, limit: limit) { data, atEnd, error in
+            self.readData(ofMinLength: minBytes, maxLength: maxBytes, timeout: timeout, limit: limit) {
+                data, atEnd, error in
                 finish(error.map { .failure($0) } ?? .success((data ?? Data(), atEnd)))
             }
         }
@@ -249,7 +272,9 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
 
     /// Runs a queued operation for an async caller: the caller's cancellation cancels the
     /// operation (at once if it is still queued, else by waking its wait).
-    private func cancellable<T: Sendable>(_ start: (OperationLimit, @escaping @Sendable (Result<T, any Error>) -> Void) -> Void) async throws -> T {
+    private func cancellable<T: Sendable>(
+        _ start: (OperationLimit, @escaping @Sendable (Result<T, any Error>) -> Void) -> Void
+    ) async throws -> T {
         let limit = OperationLimit()
         let answer = Latch<Result<T, any Error>>()
         return try await withTaskCancellationHandler {
@@ -335,10 +360,11 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
 
     private func connect() async {
         await session.slots.acquire(target.key, priority: priority)
-        let stillWanted = lock.withLock { () -> Bool in
-            holdsSlot = true
-            return true
-        } && !isFinished
+        let stillWanted =
+            lock.withLock { () -> Bool in
+                holdsSlot = true
+                return true
+            } && !isFinished
         guard stillWanted else {
             finishWork()
             return
@@ -348,11 +374,13 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
         let pair: BoundStreamPair
         switch target {
         case .host(let host, let port):
-            pair = SocketStreams.pair(toHost: host, port: port, connectTimeout: configuration.timeoutIntervalForConnect,
-                                      resolver: session.resolver)
+            pair = SocketStreams.pair(
+                toHost: host, port: port, connectTimeout: configuration.timeoutIntervalForConnect,
+                resolver: session.resolver)
         case .service(let service):
-            pair = SocketStreams.pair(toHost: service.description, port: 0, connectTimeout: configuration.timeoutIntervalForConnect,
-                                      targetResolver: service.targetResolver(timeout: 5, context: session.discoveryContext))
+            pair = SocketStreams.pair(
+                toHost: service.description, port: 0, connectTimeout: configuration.timeoutIntervalForConnect,
+                targetResolver: service.targetResolver(timeout: 5, context: session.discoveryContext))
         }
         pair.setSocketOptions(configuration.socketOptions)
         let metrics = self.metrics
@@ -392,13 +420,17 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
         }
     }
 
-    private func changeSecurity(_ body: @escaping @Sendable (BoundStreamPair, @escaping @Sendable (SocketStreamError?) -> Void) -> Void) {
+    private func changeSecurity(
+        _ body: @escaping @Sendable (BoundStreamPair, @escaping @Sendable (SocketStreamError?) -> Void) -> Void
+    ) {
         let done = Latch<Void>()
         let outcome = Latch<SocketStreamError?>()
         enqueue(on: writes) { pair in
             defer { done.open(()) }
             guard let pair else { return outcome.open(.cancelled) }
-            let error = await withCheckedContinuation { continuation in body(pair) { continuation.resume(returning: $0) } }
+            let error = await withCheckedContinuation { continuation in
+                body(pair) { continuation.resume(returning: $0) }
+            }
             outcome.open(error)
             if let error { self.complete(with: PeerSessionError.connection(error)) }
         }
@@ -429,12 +461,14 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
             }
             let trusted = verdict.policyFailure == nil
             guard let self else { return decide(false) }
-            let (host, port): (String, Int) = switch target {
-            case .host(let host, let port): (host, port)
-            case .service(let service): (service.description, 0)
-            }
-            let challenge = PeerTrustChallenge(host: host, port: port, peerTrust: verdict,
-                                               proposedDisposition: verdict.policyFailure == nil ? .useCredential : .cancelAuthenticationChallenge)
+            let (host, port): (String, Int) =
+                switch target {
+                case .host(let host, let port): (host, port)
+                case .service(let service): (service.description, 0)
+                }
+            let challenge = PeerTrustChallenge(
+                host: host, port: port, peerTrust: verdict,
+                proposedDisposition: verdict.policyFailure == nil ? .useCredential : .cancelAuthenticationChallenge)
             // A first-use key is remembered only once the whole decision trusted it: a key the
             // delegate refuses is not pinned.
             let firstUse = session.configuration.trustPolicy == .trustOnFirstUse && verdict.policyFailure == nil

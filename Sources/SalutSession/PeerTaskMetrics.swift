@@ -63,8 +63,9 @@ public struct PeerTransactionMetrics: Sendable {
 final class MetricsRecorder: @unchecked Sendable {
     // @unchecked: `transaction` is guarded by `lock`.
     private let lock = NSLock()
-    private var transaction = PeerTransactionMetrics(isReusedConnection: false, countOfRequestBodyBytesSent: 0,
-                                                     countOfResponseBodyBytesReceived: 0)
+    private var transaction = PeerTransactionMetrics(
+        isReusedConnection: false, countOfRequestBodyBytesSent: 0,
+        countOfResponseBodyBytesReceived: 0)
     private var started: Date?
 
     func taskStarted() { lock.lock(); if started == nil { started = Date() }; lock.unlock() }
@@ -84,7 +85,9 @@ final class MetricsRecorder: @unchecked Sendable {
             case .connectEnd: metrics.connectEndDate = now
             case .secureConnectStart: metrics.secureConnectionStartDate = now
             case .ready(let details):
-                if metrics.secureConnectionStartDate != nil && details.tls != nil { metrics.secureConnectionEndDate = now }
+                if metrics.secureConnectionStartDate != nil && details.tls != nil {
+                    metrics.secureConnectionEndDate = now
+                }
                 if metrics.connectEndDate == nil { metrics.connectEndDate = now }
                 metrics.localAddress = details.localAddress?.host
                 metrics.localPort = details.localAddress.map { Int($0.port) }
@@ -103,7 +106,8 @@ final class MetricsRecorder: @unchecked Sendable {
         transaction.countOfResponseBodyBytesReceived = received
         let start = started ?? Date()
         let made = transaction.fetchStartDate != nil
-        return PeerTaskMetrics(taskInterval: DateInterval(start: start, end: max(start, Date())),
-                               transactionMetrics: made ? [transaction] : [])
+        return PeerTaskMetrics(
+            taskInterval: DateInterval(start: start, end: max(start, Date())),
+            transactionMetrics: made ? [transaction] : [])
     }
 }

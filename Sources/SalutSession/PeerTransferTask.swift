@@ -99,7 +99,7 @@ open class PeerTransferTask: PeerStreamTask, @unchecked Sendable {
     override func finishWork() {
         let runner = lock.withLock { () -> Task<Void, Never>? in
             finalCheckpoint = context?.latestCheckpoint ?? finalCheckpoint
-            context = nil   // breaks the task ↔ context cycle
+            context = nil  // breaks the task ↔ context cycle
             defer { self.runner = nil }
             return self.runner
         }
@@ -162,12 +162,17 @@ struct ResumeRecord: Codable {
         do { record = try JSONDecoder().decode(ResumeRecord.self, from: data) } catch {
             throw PeerSessionError.invalidResumeData("not Salut resume data (\(error))")
         }
-        guard record.version == 1 else { throw PeerSessionError.invalidResumeData("version \(record.version) is not supported") }
+        guard record.version == 1 else {
+            throw PeerSessionError.invalidResumeData("version \(record.version) is not supported")
+        }
         if let host = record.host, let port = record.port {
             return (.host(host, port), record.checkpoint, record.description)
         }
         if let name = record.serviceName, let type = record.serviceType {
-            return (.service(DiscoveredService(name: name, type: type, domain: record.serviceDomain ?? "local")), record.checkpoint, record.description)
+            return (
+                .service(DiscoveredService(name: name, type: type, domain: record.serviceDomain ?? "local")),
+                record.checkpoint, record.description
+            )
         }
         throw PeerSessionError.invalidResumeData("no host or service to connect to")
     }
@@ -176,12 +181,18 @@ struct ResumeRecord: Codable {
 extension PeerSession {
     /// A transfer task to `hostname`:`port`, suspended.
     public func transferTask(withHostName hostname: String, port: Int, transfer: any PeerTransfer) -> PeerTransferTask {
-        register { PeerTransferTask(session: self, identifier: $0, target: .host(hostname, port), transfer: transfer, checkpoint: nil) }
+        register {
+            PeerTransferTask(
+                session: self, identifier: $0, target: .host(hostname, port), transfer: transfer, checkpoint: nil)
+        }
     }
 
     /// A transfer task to a discovered service, suspended.
     public func transferTask(with service: DiscoveredService, transfer: any PeerTransfer) -> PeerTransferTask {
-        register { PeerTransferTask(session: self, identifier: $0, target: .service(service), transfer: transfer, checkpoint: nil) }
+        register {
+            PeerTransferTask(
+                session: self, identifier: $0, target: .service(service), transfer: transfer, checkpoint: nil)
+        }
     }
 
     /// A transfer task that resumes from resume data (same destination; the transfer gets the
@@ -189,7 +200,9 @@ extension PeerSession {
     /// - Throws: ``PeerSessionError/invalidResumeData(_:)`` when the data is not resume data.
     public func transferTask(withResumeData resumeData: Data, transfer: any PeerTransfer) throws -> PeerTransferTask {
         let (target, checkpoint, description) = try ResumeRecord.decode(resumeData)
-        let task = register { PeerTransferTask(session: self, identifier: $0, target: target, transfer: transfer, checkpoint: checkpoint) }
+        let task = register {
+            PeerTransferTask(session: self, identifier: $0, target: target, transfer: transfer, checkpoint: checkpoint)
+        }
         task.taskDescription = description
         return task
     }

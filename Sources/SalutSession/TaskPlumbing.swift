@@ -45,7 +45,9 @@ final class Latch<Value: Sendable>: @unchecked Sendable {
     var current: Value? { lock.lock(); defer { lock.unlock() }; return value }
 
     func wait() async -> Value {
-        let id = lock.withLock { () -> UInt64 in nextWaiter += 1; return nextWaiter }
+        let id = lock.withLock { () -> UInt64 in
+            nextWaiter += 1; return nextWaiter
+        }
         return await withCheckedContinuation { continuation in
             lock.lock()
             if let value {
@@ -61,7 +63,9 @@ final class Latch<Value: Sendable>: @unchecked Sendable {
     /// Waits for the value, or throws `CancellationError` as soon as the calling task is
     /// cancelled (the value, when it comes, is still there for others).
     func waitUnlessCancelled() async throws -> Value {
-        let id = lock.withLock { () -> UInt64 in nextWaiter += 1; return nextWaiter }
+        let id = lock.withLock { () -> UInt64 in
+            nextWaiter += 1; return nextWaiter
+        }
         let value: Value? = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Value?, Never>) in
                 park(continuation, id: id)

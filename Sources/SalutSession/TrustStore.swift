@@ -32,7 +32,9 @@ final class TrustStore: Sendable {
             return .untrustedPeer(reason: error.description)
         }
         guard let seen = known[Self.folded(peer)] else { return nil }
-        return seen == fingerprint ? nil : .untrustedPeer(reason: "the public key of \(peer) changed (was SHA-256 \(seen), now \(fingerprint))")
+        return seen == fingerprint
+            ? nil
+            : .untrustedPeer(reason: "the public key of \(peer) changed (was SHA-256 \(seen), now \(fingerprint))")
     }
 
     /// Remembers `fingerprint` for `peer` after it was trusted, unless a key was remembered for
@@ -49,7 +51,8 @@ final class TrustStore: Sendable {
             }
         }
         do {
-            try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
             return try FileLock.withExclusiveLock(on: file.path + ".lock") {
                 var known = try load()
                 if let stored = known[name] { return stored == fingerprint }
@@ -77,7 +80,10 @@ final class TrustStore: Sendable {
             // Names written in another case by an earlier version are the same peers.
             return Dictionary(stored.map { (Self.folded($0.key), $0.value) }) { first, _ in first }
         } catch {
-            throw StoreUnreadable(description: "the trust store \(file.path) cannot be read (\(error)); no new peer is trusted on first use until it is fixed or moved away")
+            throw StoreUnreadable(
+                description:
+                    "the trust store \(file.path) cannot be read (\(error)); no new peer is trusted on first use until it is fixed or moved away"
+            )
         }
     }
 
@@ -122,11 +128,12 @@ actor HostSlots {
     func release(_ host: String) {
         if var queue = waiting[host], !queue.isEmpty {
             let best = queue.indices.max { a, b in
-                queue[a].priority != queue[b].priority ? queue[a].priority < queue[b].priority : queue[a].order > queue[b].order
+                queue[a].priority != queue[b].priority
+                    ? queue[a].priority < queue[b].priority : queue[a].order > queue[b].order
             }!
             let next = queue.remove(at: best)
             waiting[host] = queue
-            next.continuation.resume()      // the slot passes to it; `open` is unchanged
+            next.continuation.resume()  // the slot passes to it; `open` is unchanged
         } else {
             open[host, default: 1] -= 1
         }

@@ -51,8 +51,9 @@ public enum AtomicFile {
             throw failed
         }
         guard durable else { return }
-        let folder = open((path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent,
-                          O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let folder = open(
+            (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent,
+            O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard folder >= 0 else { throw failure("open of the folder") }
         defer { close(folder) }
         guard fsync(folder) == 0 else { throw failure("fsync of the folder") }

@@ -90,7 +90,7 @@ package final class DelegateScheduler: @unchecked Sendable {
     package func schedule(in runLoop: RunLoop, forMode mode: RunLoop.Mode) {
         let restart = lock.withLock { () -> (Destination, Int)? in
             let before = destination
-            queue = nil   // as on Apple's systems: a run loop replaces a dispatch queue
+            queue = nil  // as on Apple's systems: a run loop replaces a dispatch queue
             if !loops.contains(where: { $0.runLoop === runLoop && $0.mode == mode }) {
                 var target = Target(runLoop: runLoop, mode: mode, keepAlive: nil)
                 if !target.isMainQueue {
@@ -240,7 +240,7 @@ package final class DelegateScheduler: @unchecked Sendable {
                 draining = false
                 return nil
             }
-            return (destination, generation)   // more came meanwhile: another batch, later
+            return (destination, generation)  // more came meanwhile: another batch, later
         }
         if let next { startDrain(next.0, generation: next.1) }
         // Removed from this run loop meanwhile (by one of these calls, or before they ran): the

@@ -8,11 +8,13 @@ public enum FileLock {
     /// is refused). Waits up to `limit` seconds for another holder to let go.
     /// - Throws: ``TLSError/cannotLoad(file:reason:)`` when the file cannot be opened or locked,
     ///   or is still locked after `limit`; what `body` throws.
-    public static func withExclusiveLock<T>(on path: String, waitingUpTo limit: TimeInterval = 10,
-                                             _ body: () throws -> T) throws -> T {
+    public static func withExclusiveLock<T>(
+        on path: String, waitingUpTo limit: TimeInterval = 10,
+        _ body: () throws -> T
+    ) throws -> T {
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
         guard fd >= 0 else { throw TLSError.cannotLoad(file: path, reason: String(cString: strerror(errno))) }
-        defer { close(fd) }   // which lets go of the lock
+        defer { close(fd) }  // which lets go of the lock
         let deadline = Date().addingTimeInterval(limit)
         while flock(fd, LOCK_EX | LOCK_NB) != 0 {
             guard errno == EWOULDBLOCK || errno == EINTR else {

@@ -1,4 +1,3 @@
-
 /// A value behind a lock, for state shared between a queue and callers' threads. Sendable only
 /// where the value is (as swift-nio's `NIOLockedValueBox`): a lock keeps the box's own state
 /// consistent, but cannot make a value that is not Sendable safe to hand out to other threads.

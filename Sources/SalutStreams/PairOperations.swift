@@ -13,7 +13,9 @@ package struct PairReadResult: Sendable {
     /// The deadline passed first.
     package var timedOut: Bool { stopped == .deadlinePassed }
 
-    package init(data: Data = Data(), atEnd: Bool = false, error: (any Error)? = nil, stopped: OperationLimit.Ending? = nil) {
+    package init(
+        data: Data = Data(), atEnd: Bool = false, error: (any Error)? = nil, stopped: OperationLimit.Ending? = nil
+    ) {
         self.data = data
         self.atEnd = atEnd
         self.error = error
@@ -98,7 +100,8 @@ extension BoundStreamPair {
             await buffer.writable(within: limit)
             if let stop = limit.state { return PairWriteResult(written: offset, stopped: stop) }
             let n = data.withUnsafeBytes { raw in
-                stream.writeWithoutBlocking(raw.bindMemory(to: UInt8.self).baseAddress! + offset, length: data.count - offset)
+                stream.writeWithoutBlocking(
+                    raw.bindMemory(to: UInt8.self).baseAddress! + offset, length: data.count - offset)
             }
             if n < 0 { return PairWriteResult(written: offset, error: stream.streamError ?? StreamFailure.notOpen) }
             offset += n

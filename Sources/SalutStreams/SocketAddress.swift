@@ -79,7 +79,8 @@ public struct SocketAddress: Sendable, Hashable, CustomStringConvertible {
     /// The port, in host byte order.
     public var port: UInt16 {
         withBytes { raw in
-            isIPv6 ? UInt16(bigEndian: raw.loadUnaligned(as: sockaddr_in6.self).sin6_port)
+            isIPv6
+                ? UInt16(bigEndian: raw.loadUnaligned(as: sockaddr_in6.self).sin6_port)
                 : UInt16(bigEndian: raw.loadUnaligned(as: sockaddr_in.self).sin_port)
         }
     }
@@ -154,7 +155,9 @@ extension SocketAddress {
             }
         }
         guard result == 0 else { return nil }
-        return withUnsafeBytes(of: &storage) { SocketAddress(bytes: UnsafeRawBufferPointer(rebasing: $0.prefix(Int(length)))) }
+        return withUnsafeBytes(of: &storage) {
+            SocketAddress(bytes: UnsafeRawBufferPointer(rebasing: $0.prefix(Int(length))))
+        }
     }
 }
 
@@ -172,7 +175,9 @@ extension SocketAddress {
         if let percent = text.firstIndex(of: "%") {
             let name = String(text[text.index(after: percent)...])
             text = String(text[..<percent])
-            if let number = UInt32(name) { scope = number } else {
+            if let number = UInt32(name) {
+                scope = number
+            } else {
                 scope = if_nametoindex(name)
                 guard scope != 0 else { return nil }
             }

@@ -95,7 +95,8 @@ extension OutputStream {
                 await bound.buffer.writable()
                 try Task.checkCancellation()
                 n = data.withUnsafeBytes { raw in
-                    bound.writeWithoutBlocking(raw.bindMemory(to: UInt8.self).baseAddress! + offset, length: data.count - offset)
+                    bound.writeWithoutBlocking(
+                        raw.bindMemory(to: UInt8.self).baseAddress! + offset, length: data.count - offset)
                 }
             } else {
                 n = data.withUnsafeBytes { raw in
@@ -213,11 +214,14 @@ extension BoundStreamPair {
     /// Upgrades open plain socket streams to TLS after what was written so far is sent (and
     /// then `preface`, a server's go-ahead, in the same step as the handshake starts). The
     /// peer's part of the handshake is bounded by `handshakeTimeout` seconds.
-    package func startTLS(_ configuration: TLSConfiguration, evaluator: TLSTrustEvaluator?, dialledHost: String?,
-                          preface: Data? = nil, shared: SharedTLSContext? = nil, handshakeTimeout: TimeInterval? = 10,
-                          done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
+    package func startTLS(
+        _ configuration: TLSConfiguration, evaluator: TLSTrustEvaluator?, dialledHost: String?,
+        preface: Data? = nil, shared: SharedTLSContext? = nil, handshakeTimeout: TimeInterval? = 10,
+        done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void
+    ) {
         guard let connection else { return done(.failure(.tls(.invalidConfiguration("not a socket connection")))) }
-        connection.startTLS(configuration, evaluator: evaluator, dialledHost: dialledHost, preface: preface, shared: shared,
-                            handshakeTimeout: handshakeTimeout, done: done)
+        connection.startTLS(
+            configuration, evaluator: evaluator, dialledHost: dialledHost, preface: preface, shared: shared,
+            handshakeTimeout: handshakeTimeout, done: done)
     }
 }

@@ -20,7 +20,9 @@ enum Bridge {
                 if n <= 0 { break }
                 var offset = 0
                 while offset < n {
-                    let written = buffer.withUnsafeBufferPointer { stream.value.write($0.baseAddress! + offset, maxLength: n - offset) }
+                    let written = buffer.withUnsafeBufferPointer {
+                        stream.value.write($0.baseAddress! + offset, maxLength: n - offset)
+                    }
                     if written <= 0 { ok = false; break reading }
                     offset += written
                 }
@@ -42,7 +44,9 @@ enum Bridge {
                 if n == 0 { return done(nil) }
                 var offset = 0
                 while offset < n {
-                    let written = buffer.withUnsafeBufferPointer { Glibc.write(fd, $0.baseAddress! + offset, n - offset) }
+                    let written = buffer.withUnsafeBufferPointer {
+                        Glibc.write(fd, $0.baseAddress! + offset, n - offset)
+                    }
                     if written < 0 && errno == EINTR { continue }
                     if written <= 0 { return done(POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)) }
                     offset += written
@@ -103,13 +107,15 @@ final class StandardInputUpload: @unchecked Sendable {
             let n = read(0, &buffer, buffer.count)
             if n < 0 && errno == EINTR { continue }
             if n <= 0 {
-                output.close()   // the half-close: the service sees the end of our data
+                output.close()  // the half-close: the service sees the end of our data
                 return set(.finished(n == 0))
             }
             set(.writing)
             var offset = 0
             while offset < n {
-                let written = buffer.withUnsafeBufferPointer { output.write($0.baseAddress! + offset, maxLength: n - offset) }
+                let written = buffer.withUnsafeBufferPointer {
+                    output.write($0.baseAddress! + offset, maxLength: n - offset)
+                }
                 if written <= 0 { return set(.finished(false)) }
                 offset += written
                 set(.writing, moved: written)
@@ -189,8 +195,10 @@ actor StdioTurns {
     /// Bridges `connection` to stdin/stdout once it is its turn, until the peer's data ends.
     /// `spoke` is told when the peer's first bytes arrive (its end alone is not speaking);
     /// `evicted` says whether the connection was ended to make room for another.
-    func serve(_ connection: AcceptedConnection, peer: String, spoke: @escaping @Sendable () -> Void, evicted: EvictionMark,
-               report: @Sendable (String, String, Int?, String?) -> Void) async {
+    func serve(
+        _ connection: AcceptedConnection, peer: String, spoke: @escaping @Sendable () -> Void, evicted: EvictionMark,
+        report: @Sendable (String, String, Int?, String?) -> Void
+    ) async {
         // Whether the peer has spoken is known once its first bytes are buffered, even while
         // it waits for its turn.
         let watcher = Task {
@@ -205,7 +213,9 @@ actor StdioTurns {
         input.attach(connection.output)
         var failure: String?
         await withTaskCancellationHandler {
-            do { try await Bridge.drain(connection.input, to: 1) } catch { failure = evicted.isSet ? ConnectionServer.evictionReason : "\(error)" }
+            do { try await Bridge.drain(connection.input, to: 1) } catch {
+                failure = evicted.isSet ? ConnectionServer.evictionReason : "\(error)"
+            }
         } onCancel: {
             connection.input.close()
             connection.output.close()
@@ -288,12 +298,14 @@ final class SharedStandardInput: @unchecked Sendable {
                 return
             }
             pending = true
-            while current == nil { condition.wait() }   // hold the bytes for the next connection
+            while current == nil { condition.wait() }  // hold the bytes for the next connection
             let target = current!
             condition.unlock()
             var offset = 0
             while offset < n {
-                let written = buffer.withUnsafeBufferPointer { target.value.write($0.baseAddress! + offset, maxLength: n - offset) }
+                let written = buffer.withUnsafeBufferPointer {
+                    target.value.write($0.baseAddress! + offset, maxLength: n - offset)
+                }
                 if written <= 0 {
                     // That connection went away mid-write: say what it did not get.
                     note("\(n - offset) bytes of standard input were not delivered: the connection ended first")

@@ -56,8 +56,10 @@ struct Browse: AsyncParsableCommand {
     @Flag(help: "Leave out services published by this host.")
     var ignoreLocal = false
 
-    @Option(help: ArgumentHelp("Browse the wide-area --domain by unicast DNS queries to this name server (ADDRESS, ADDRESS:PORT or [IPv6]:PORT) instead of through avahi-daemon.",
-                               valueName: "ADDRESS"))
+    @Option(
+        help: ArgumentHelp(
+            "Browse the wide-area --domain by unicast DNS queries to this name server (ADDRESS, ADDRESS:PORT or [IPv6]:PORT) instead of through avahi-daemon.",
+            valueName: "ADDRESS"))
     var dnsServer: String?
 
     func validate() throws {
@@ -66,15 +68,21 @@ struct Browse: AsyncParsableCommand {
             guard Publish.nameServer(dnsServer) != nil else {
                 throw ValidationError("--dns-server \(dnsServer) is not an IP address, ADDRESS:PORT or [IPv6]:PORT")
             }
-            if all || interface != nil || ignoreLocal { throw ValidationError("--dns-server browses one TYPE; --all, --interface and --ignore-local are for the link") }
+            if all || interface != nil || ignoreLocal {
+                throw ValidationError(
+                    "--dns-server browses one TYPE; --all, --interface and --ignore-local are for the link")
+            }
             if (try? ServiceNames.normaliseDomain(domain)).map(ServiceNames.isOnTheLink) ?? false {
-                throw ValidationError("--dns-server is for a wide-area --domain (local is browsed through avahi-daemon)")
+                throw ValidationError(
+                    "--dns-server is for a wide-area --domain (local is browsed through avahi-daemon)")
             }
         }
-        if all == (type != nil) { throw ValidationError(all ? "give a TYPE or --all, not both" : "give a service TYPE, or --all") }
+        if all == (type != nil) {
+            throw ValidationError(all ? "give a TYPE or --all, not both" : "give a service TYPE, or --all")
+        }
         if let type { try Input.requireUTF8(type, "the service type") }
         try Input.requireUTF8(domain, "--domain")
-        try Input.check {   // the type, domain and interface, before the daemon is contacted
+        try Input.check {  // the type, domain and interface, before the daemon is contacted
             if let type {
                 _ = try ServiceBrowser(type: type, domain: domain, interface: interface, family: family)
             } else {
@@ -95,7 +103,8 @@ struct Browse: AsyncParsableCommand {
             try await requireDaemon()
             let printer = BrowsePrinter(json: json, resolve: resolve, family: family, interface: interface)
             if let type {
-                let browser = try ServiceBrowser(type: type, domain: domain, interface: interface, family: family, includeLocal: !ignoreLocal)
+                let browser = try ServiceBrowser(
+                    type: type, domain: domain, interface: interface, family: family, includeLocal: !ignoreLocal)
                 for try await update in browser {
                     for change in update.changes { await printer.report(change, in: update) }
                     if terminate && update.isComplete { return }
@@ -117,10 +126,13 @@ struct Browse: AsyncParsableCommand {
             case failed(any Error)
         }
         let (events, sink) = AsyncStream.makeStream(of: Event.self)
-        let types = try ServiceBrowser.serviceTypes(domain: domain, interface: interface, family: family, includeLocal: !ignoreLocal)
-        var producers: [Task<Void, Never>] = [Task {
-            do { for try await update in types { sink.yield(.types(update)) } } catch { sink.yield(.failed(error)) }
-        }]
+        let types = try ServiceBrowser.serviceTypes(
+            domain: domain, interface: interface, family: family, includeLocal: !ignoreLocal)
+        var producers: [Task<Void, Never>] = [
+            Task {
+                do { for try await update in types { sink.yield(.types(update)) } } catch { sink.yield(.failed(error)) }
+            }
+        ]
         defer { producers.forEach { $0.cancel() } }
         var started: Set<String> = [], complete: Set<String> = []
         var typesComplete = false
@@ -130,15 +142,19 @@ struct Browse: AsyncParsableCommand {
                 throw error
             case .types(let update):
                 for case .added(let found) in update.changes where started.insert(found.name).inserted {
-                    let browser = try ServiceBrowser(type: found.name, domain: domain, interface: interface, family: family,
-                                                     includeLocal: !ignoreLocal)
-                    producers.append(Task {
-                        do {
-                            for try await typeUpdate in browser { sink.yield(.services(type: found.name, typeUpdate)) }
-                        } catch {
-                            sink.yield(.failed(error))
-                        }
-                    })
+                    let browser = try ServiceBrowser(
+                        type: found.name, domain: domain, interface: interface, family: family,
+                        includeLocal: !ignoreLocal)
+                    producers.append(
+                        Task {
+                            do {
+                                for try await typeUpdate in browser {
+                                    sink.yield(.services(type: found.name, typeUpdate))
+                                }
+                            } catch {
+                                sink.yield(.failed(error))
+                            }
+                        })
                 }
                 if update.isComplete { typesComplete = true }
             case .services(let type, let update):
@@ -182,10 +198,13 @@ extension Browse {
     }
 
     private func report(_ event: String, _ name: String, type: String, resolved: ResolvedService?) {
-        let addresses = resolved?.addresses.filter { family == .ipv4 ? !$0.isIPv6 : family == .ipv6 ? $0.isIPv6 : true } ?? []
+        let addresses =
+            resolved?.addresses.filter { family == .ipv4 ? !$0.isIPv6 : family == .ipv6 ? $0.isIPv6 : true } ?? []
         // The same TXT shapes as on the link (an object in JSON, binary values as base64).
         if json {
-            var object: [String: Any] = ["event": event, "name": name, "type": type, "domain": domain, "interface": "dns", "protocol": "unicast"]
+            var object: [String: Any] = [
+                "event": event, "name": name, "type": type, "domain": domain, "interface": "dns", "protocol": "unicast",
+            ]
             if let resolved {
                 object["host"] = resolved.hostName
                 object["port"] = Int(resolved.port)
@@ -196,11 +215,15 @@ extension Browse {
             printJSON(object)
         } else {
             let sign = event == "add" ? Terminal.green("+") : Terminal.red("-")
-            var line = "\(sign) \(Terminal.bold(Terminal.pad(Terminal.escaped(name), 32))) \(Terminal.pad(Terminal.escaped(type), 24))"
+            var line =
+                "\(sign) \(Terminal.bold(Terminal.pad(Terminal.escaped(name), 32))) \(Terminal.pad(Terminal.escaped(type), 24))"
                 + " \(Terminal.pad(Terminal.escaped(domain), 8)) \(Terminal.pad("dns", 8)) \(Terminal.pad("", 4))"
             if let resolved {
-                line += "  \(Terminal.escaped(resolved.hostName)):\(resolved.port)  \(addresses.map(\.host).joined(separator: ","))"
-                if !resolved.txtRecord.entries.isEmpty { line += "  " + Terminal.dim(Terminal.escaped(resolved.txtRecord.description)) }
+                line +=
+                    "  \(Terminal.escaped(resolved.hostName)):\(resolved.port)  \(addresses.map(\.host).joined(separator: ","))"
+                if !resolved.txtRecord.entries.isEmpty {
+                    line += "  " + Terminal.dim(Terminal.escaped(resolved.txtRecord.description))
+                }
             } else if resolve && event == "add" {
                 line += "  (not resolved)"
             }
@@ -217,10 +240,11 @@ struct BrowsePrinter: Sendable {
     let interface: String?
 
     func report(_ change: BrowseChange, in update: BrowseUpdate) async {
-        let (event, service): (String, DiscoveredService) = switch change {
-        case .added(let s): ("add", s)
-        case .removed(let s): ("remove", s)
-        }
+        let (event, service): (String, DiscoveredService) =
+            switch change {
+            case .added(let s): ("add", s)
+            case .removed(let s): ("remove", s)
+            }
         let first = update.sightings[service]?.first
         let interface = first?.interface ?? "", proto = first.map { $0.isIPv6 ? "IPv6" : "IPv4" } ?? ""
         var resolved: ResolvedService?
@@ -236,8 +260,10 @@ struct BrowsePrinter: Sendable {
             }
         }
         if json {
-            var object: [String: Any] = ["event": event, "name": service.name, "type": service.type, "domain": service.domain,
-                                         "interface": interface, "protocol": proto]
+            var object: [String: Any] = [
+                "event": event, "name": service.name, "type": service.type, "domain": service.domain,
+                "interface": interface, "protocol": proto,
+            ]
             if let resolved {
                 object["host"] = resolved.hostName
                 object["port"] = Int(resolved.port)
@@ -251,12 +277,17 @@ struct BrowsePrinter: Sendable {
             printJSON(object)
         } else {
             let sign = event == "add" ? Terminal.green("+") : Terminal.red("-")
-            let name = Terminal.escaped(service.name), type = Terminal.escaped(service.type), domain = Terminal.escaped(service.domain)
-            var line = "\(sign) \(Terminal.bold(Terminal.pad(name, 32))) \(Terminal.pad(type, 24)) \(Terminal.pad(domain, 8))"
+            let name = Terminal.escaped(service.name), type = Terminal.escaped(service.type),
+                domain = Terminal.escaped(service.domain)
+            var line =
+                "\(sign) \(Terminal.bold(Terminal.pad(name, 32))) \(Terminal.pad(type, 24)) \(Terminal.pad(domain, 8))"
                 + " \(Terminal.pad(interface, 8)) \(Terminal.pad(proto, 4))"
             if let resolved {
-                line += "  \(Terminal.escaped(resolved.hostName)):\(resolved.port)  \(resolved.addresses.map(\.host).joined(separator: ","))"
-                if !resolved.txtRecord.entries.isEmpty { line += "  " + Terminal.dim(Terminal.escaped(resolved.txtRecord.description)) }
+                line +=
+                    "  \(Terminal.escaped(resolved.hostName)):\(resolved.port)  \(resolved.addresses.map(\.host).joined(separator: ","))"
+                if !resolved.txtRecord.entries.isEmpty {
+                    line += "  " + Terminal.dim(Terminal.escaped(resolved.txtRecord.description))
+                }
             } else if let failure {
                 line += "  (not resolved: \(Terminal.escaped(failure)))"
             }
@@ -270,7 +301,9 @@ struct BrowsePrinter: Sendable {
         case .ipv4 where address.isIPv6, .ipv6 where !address.isIPv6: return false
         default: break
         }
-        if let interface, address.isIPv6, address.scopeID != 0, address.host.split(separator: "%").last.map(String.init) != interface {
+        if let interface, address.isIPv6, address.scopeID != 0,
+            address.host.split(separator: "%").last.map(String.init) != interface
+        {
             return false
         }
         return true

@@ -55,7 +55,8 @@ final class Child: @unchecked Sendable {
             posix_spawnattr_setsigmask(&attributes, &none),
             posix_spawnattr_setsigdefault(&attributes, &all),
             posix_spawnattr_setpgroup(&attributes, 0),
-            posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP)),
+            posix_spawnattr_setflags(
+                &attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP)),
         ]
         if let failed = prepared.first(where: { $0 != 0 }) {
             for fd in toChild + fromChild { close(fd) }
@@ -159,7 +160,7 @@ final class Child: @unchecked Sendable {
     private func signal(_ number: Int32) -> Bool {
         lock.withLock {
             guard status == nil else { return false }
-            _ = Glibc.kill(-pid, number)   // ESRCH: the group is gone already
+            _ = Glibc.kill(-pid, number)  // ESRCH: the group is gone already
             return true
         }
     }
@@ -175,8 +176,8 @@ final class Child: @unchecked Sendable {
         var info = siginfo_t()
         let looked = waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT)
         let exited = looked == 0 && info._sifields._sigchld.si_pid == pid
-        guard exited || (looked < 0 && errno == ECHILD) else { lock.unlock(); return false }   // still running
-        if exited { _ = Glibc.kill(-pid, SIGKILL) }   // ESRCH: nothing left in the group
+        guard exited || (looked < 0 && errno == ECHILD) else { lock.unlock(); return false }  // still running
+        if exited { _ = Glibc.kill(-pid, SIGKILL) }  // ESRCH: nothing left in the group
         var raw: Int32 = 0
         let reaped = waitpid(pid, &raw, 0)
         // WIFEXITED / WEXITSTATUS / WTERMSIG are macros Swift does not import. -1: the status

@@ -8,10 +8,16 @@ struct ClientTLSOptions: ParsableArguments {
     @Flag(help: "Use TLS. The server must present a certificate that --pin or --ca accepts, or one the system trusts.")
     var tls = false
 
-    @Option(name: .customLong("pin"), help: ArgumentHelp("Accept the server whose certificate or public key has this SHA-256 fingerprint (hex or base64; repeatable). Implies --tls.", valueName: "SHA256"))
+    @Option(
+        name: .customLong("pin"),
+        help: ArgumentHelp(
+            "Accept the server whose certificate or public key has this SHA-256 fingerprint (hex or base64; repeatable). Implies --tls.",
+            valueName: "SHA256"))
     var pins: [String] = []
 
-    @Option(help: ArgumentHelp("Trust the roots in this PEM file instead of the system's. Implies --tls.", valueName: "FILE"))
+    @Option(
+        help: ArgumentHelp(
+            "Trust the roots in this PEM file instead of the system's. Implies --tls.", valueName: "FILE"))
     var ca: String?
 
     /// The configuration, or nil for plain TCP.
@@ -56,7 +62,7 @@ struct Connect: AsyncParsableCommand {
             do {
                 try await Bridge.drain(pair.input, to: 1)
             } catch let error as POSIXError where error.code == .EPIPE {
-                Output.endAsBrokenPipe()   // stdout's reader is gone (`netsvc connect … | head -1`)
+                Output.endAsBrokenPipe()  // stdout's reader is gone (`netsvc connect … | head -1`)
             } catch {
                 failures.append("receiving: \(error)")
             }
@@ -64,8 +70,12 @@ struct Connect: AsyncParsableCommand {
             pair.input.close()
             if !failures.isEmpty {
                 // Nothing came back at all: most often a service that turned us away.
-                let cause = pair.hasReceivedBytes ? "" : "the service sent nothing back (a service at its connection limit turns newcomers away so); "
-                note("connection to \"\(Terminal.escaped(target.name))\" failed: " + cause + failures.joined(separator: "; "))
+                let cause =
+                    pair.hasReceivedBytes
+                    ? "" : "the service sent nothing back (a service at its connection limit turns newcomers away so); "
+                note(
+                    "connection to \"\(Terminal.escaped(target.name))\" failed: " + cause
+                        + failures.joined(separator: "; "))
                 throw ExitCode.failure
             }
         } catch let exit as ExitCode {

@@ -26,7 +26,8 @@ enum Input {
     /// bad bytes.
     static func requireUTF8(_ value: String, _ what: String) throws {
         guard value.unicodeScalars.contains("\u{FFFD}"),
-              let argument = notUTF8.first(where: { $0.decoded.contains(value) }) else { return }
+            let argument = notUTF8.first(where: { $0.decoded.contains(value) })
+        else { return }
         throw ValidationError("\(what) is not valid UTF-8: \"\(shown(argument.bytes))\"")
     }
 
@@ -63,7 +64,9 @@ extension Publish {
             guard FileManager.default.fileExists(atPath: txtFile, isDirectory: &isFolder), !isFolder.boolValue else {
                 throw ValidationError("--txt-file \(shown) is a folder; give a file of KEY=VALUE lines")
             }
-            guard let data = FileManager.default.contents(atPath: txtFile), let text = String(data: data, encoding: .utf8) else {
+            guard let data = FileManager.default.contents(atPath: txtFile),
+                let text = String(data: data, encoding: .utf8)
+            else {
                 throw ValidationError("--txt-file \(shown) is not UTF-8 text")
             }
             for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
@@ -101,15 +104,17 @@ extension Publish {
         for subtype in subtypes { try Input.requireUTF8(subtype, "--subtype") }
         let record = try txtRecord()
         try Input.check {
-            try ServiceAdvertisement.validate(name: name, type: type, domain: domain, port: port, txtRecord: record,
-                                              subtypes: subtypes)
+            try ServiceAdvertisement.validate(
+                name: name, type: type, domain: domain, port: port, txtRecord: record,
+                subtypes: subtypes)
         }
     }
 
     /// Warns on stderr when the record is larger than RFC 6763 §6.2 advises.
     static func warnIfLarge(_ record: TXTRecord) {
         guard record.size > TXTRecord.recommendedMaximumSize else { return }
-        Output.standardError("netsvc: warning: the TXT record is \(record.size) bytes; RFC 6763 §6.2 "
-            + "advises under \(TXTRecord.recommendedMaximumSize) so that it fits in one packet\n")
+        Output.standardError(
+            "netsvc: warning: the TXT record is \(record.size) bytes; RFC 6763 §6.2 "
+                + "advises under \(TXTRecord.recommendedMaximumSize) so that it fits in one packet\n")
     }
 }

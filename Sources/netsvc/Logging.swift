@@ -8,9 +8,11 @@ import Salut
 /// and refused TLS peers, `debug` the daemon's state, failed connection attempts and trusted
 /// TLS peers.
 struct LoggingOptions: ParsableArguments {
-    @Option(name: .customLong("log-level"),
-            help: ArgumentHelp("How much of Salut's log to show on stderr: trace, debug, info, notice, warning, error or critical.",
-                               valueName: "level"))
+    @Option(
+        name: .customLong("log-level"),
+        help: ArgumentHelp(
+            "How much of Salut's log to show on stderr: trace, debug, info, notice, warning, error or critical.",
+            valueName: "level"))
     var level: Logger.Level = .warning
 
     @Flag(name: .shortAndLong, help: "Show the library's debug log (the same as --log-level debug).")
@@ -42,7 +44,9 @@ struct TerminalLogHandler: LogHandler {
 
     func log(event: LogEvent) {
         let merged = metadata.merging(event.metadata ?? [:]) { _, new in new }
-        let details = merged.isEmpty ? "" : " " + merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+        let details =
+            merged.isEmpty
+            ? "" : " " + merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
         note("\(event.level): " + Terminal.escaped(event.message.description + details))
     }
 }

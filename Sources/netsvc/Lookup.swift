@@ -34,7 +34,9 @@ struct Lookup: AsyncParsableCommand {
         do {
             try await requireDaemon()
             let family: DiscoveryContext.AddressFamily = ipv4 ? .ipv4 : ipv6 ? .ipv6 : .any
-            for address in try await DiscoveryContext.shared.addresses(ofHost: host, family: family, timeout: timeout.value) {
+            for address in try await DiscoveryContext.shared.addresses(
+                ofHost: host, family: family, timeout: timeout.value)
+            {
                 emit(address.host)
             }
         } catch {

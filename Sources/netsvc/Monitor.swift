@@ -23,9 +23,11 @@ struct Monitor: AsyncParsableCommand {
     @Flag(help: "Write one JSON object per line.")
     var json = false
 
-    @Option(name: .customLong("dns-server"), help: ArgumentHelp(
-        "Watch a wide-area --domain by unicast DNS queries to this server (ADDRESS, ADDRESS:PORT or [IPv6]:PORT).",
-        valueName: "address"))
+    @Option(
+        name: .customLong("dns-server"),
+        help: ArgumentHelp(
+            "Watch a wide-area --domain by unicast DNS queries to this server (ADDRESS, ADDRESS:PORT or [IPv6]:PORT).",
+            valueName: "address"))
     var dnsServer: String?
 
     @OptionGroup var logging: LoggingOptions
@@ -59,7 +61,10 @@ struct Monitor: AsyncParsableCommand {
             }
             for try await record in updates {
                 if json {
-                    printJSON(["event": "txt", "name": target.name, "type": target.type, "domain": target.domain, "txt": jsonTXT(record)])
+                    printJSON([
+                        "event": "txt", "name": target.name, "type": target.type, "domain": target.domain,
+                        "txt": jsonTXT(record),
+                    ])
                 } else {
                     emit(record.entries.isEmpty ? "(empty)" : Terminal.escaped(record.description))
                 }
@@ -116,7 +121,11 @@ struct Domains: AsyncParsableCommand {
             }
             found += others.filter { $0 != "local" }
             for domain in found {
-                if json { printJSON(["event": "domain", "domain": domain, "registration": registration]) } else { emit(Terminal.escaped(domain)) }
+                if json {
+                    printJSON(["event": "domain", "domain": domain, "registration": registration])
+                } else {
+                    emit(Terminal.escaped(domain))
+                }
             }
         } catch {
             throw fail(error)

@@ -28,7 +28,7 @@ struct NetSvc: AsyncParsableCommand {
               netsvc lookup myhost.local --ipv4
               netsvc domains
             """,
-        version: "0.1.0",   // the package's version (CHANGELOG.md)
+        version: "0.1.0",  // the package's version (CHANGELOG.md)
         subcommands: [Browse.self, Publish.self, Resolve.self, Lookup.self, Connect.self, Monitor.self, Domains.self]
     )
 
@@ -80,8 +80,9 @@ func fail(_ error: any Error) -> ExitCode {
         case .timedOut, .notFound: code = ExitStatus.notFound
         case .daemonUnavailable: code = ExitStatus.daemonUnavailable
         case .collision: code = ExitStatus.collision
-        case .invalidServiceType, .invalidServiceName, .invalidDomain, .invalidHostName, .invalidPort, .invalidTXTRecord,
-             .unknownInterface:
+        case .invalidServiceType, .invalidServiceName, .invalidDomain, .invalidHostName, .invalidPort,
+            .invalidTXTRecord,
+            .unknownInterface:
             code = ExitStatus.usage
         default: code = .failure
         }
@@ -133,7 +134,9 @@ func jsonTXT(_ record: TXTRecord) -> [String: Any] {
     var out: [String: Any] = [:]
     for entry in record.entries {
         guard let value = entry.value else { out[entry.key] = true; continue }
-        if let text = String(data: value, encoding: .utf8) { out[entry.key] = text } else {
+        if let text = String(data: value, encoding: .utf8) {
+            out[entry.key] = text
+        } else {
             out[entry.key] = "base64:" + value.base64EncodedString()
         }
     }

@@ -16,7 +16,7 @@ enum Output {
     static func endAsBrokenPipe() -> Never {
         signal(SIGPIPE, SIG_DFL)
         raise(SIGPIPE)
-        exit(128 + SIGPIPE)   // not reached
+        exit(128 + SIGPIPE)  // not reached
     }
 
     /// Writes `text` to stderr; a stderr that cannot be written to is ignored (there is

@@ -76,7 +76,9 @@ final class PipeEnd: @unchecked Sendable {
     func write(_ data: Data) async throws {
         var offset = 0
         while offset < data.count {
-            let outcome = data.withUnsafeBytes { raw in attempt { Glibc.write($0, raw.baseAddress! + offset, data.count - offset) } }
+            let outcome = data.withUnsafeBytes { raw in
+                attempt { Glibc.write($0, raw.baseAddress! + offset, data.count - offset) }
+            }
             switch outcome {
             case .done(let n): offset += n
             case .closed: throw Closed(description: "the pipe was closed")
@@ -94,7 +96,7 @@ final class PipeEnd: @unchecked Sendable {
         guard !closed else { return lock.unlock() }
         closed = true
         PipePoller.shared.forget(fd)
-        _ = Glibc.close(fd)   // EINTR or EIO: the descriptor is released all the same
+        _ = Glibc.close(fd)  // EINTR or EIO: the descriptor is released all the same
         lock.unlock()
     }
 

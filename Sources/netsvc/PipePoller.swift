@@ -25,10 +25,13 @@ final class PipePoller: @unchecked Sendable {
     private init() {
         var ends: [Int32] = [-1, -1]
         if pipe(&ends) == 0,
-           ends.allSatisfy({ fcntl($0, F_SETFD, FD_CLOEXEC) == 0 && fcntl($0, F_SETFL, O_NONBLOCK) == 0 }) {
+            ends.allSatisfy({ fcntl($0, F_SETFD, FD_CLOEXEC) == 0 && fcntl($0, F_SETFL, O_NONBLOCK) == 0 })
+        {
             wakeUp = (ends[0], ends[1])
         } else {
-            note("cannot make the poller's wake-up pipe: \(String(cString: strerror(errno))); child pipes are polled every 50 ms")
+            note(
+                "cannot make the poller's wake-up pipe: \(String(cString: strerror(errno))); child pipes are polled every 50 ms"
+            )
             wakeUp = nil
         }
         Thread.detachNewThread { self.run() }
@@ -51,7 +54,7 @@ final class PipePoller: @unchecked Sendable {
     private func poke() {
         guard let wakeUp else { return }
         var byte: UInt8 = 1
-        _ = write(wakeUp.write, &byte, 1)   // EAGAIN: a wake-up is pending already
+        _ = write(wakeUp.write, &byte, 1)  // EAGAIN: a wake-up is pending already
     }
 
     private func run() {

@@ -34,19 +34,28 @@ struct Publish: AsyncParsableCommand {
     @Argument(help: "TXT attributes as KEY=VALUE, or KEY alone for a boolean attribute.")
     var txt: [String] = []
 
-    @Option(help: ArgumentHelp("More TXT attributes, one KEY=VALUE (or KEY alone) a line, # starting a comment line; read again on SIGHUP and the published record changed to match (a file that cannot be read or published then keeps the old record).",
-                               valueName: "FILE"))
+    @Option(
+        help: ArgumentHelp(
+            "More TXT attributes, one KEY=VALUE (or KEY alone) a line, # starting a comment line; read again on SIGHUP and the published record changed to match (a file that cannot be read or published then keeps the old record).",
+            valueName: "FILE"))
     var txtFile: String?
 
-    @Option(help: "The domain: local (the link, through avahi-daemon), or a wide-area DNS zone such as home.arpa (needs --tsig-key).")
+    @Option(
+        help:
+            "The domain: local (the link, through avahi-daemon), or a wide-area DNS zone such as home.arpa (needs --tsig-key)."
+    )
     var domain = "local"
 
-    @Option(help: ArgumentHelp("Publish in the wide-area --domain by DNS updates signed with this TSIG key (a file in BIND's tsig-keygen format; never give a secret on the command line).",
-                               valueName: "FILE"))
+    @Option(
+        help: ArgumentHelp(
+            "Publish in the wide-area --domain by DNS updates signed with this TSIG key (a file in BIND's tsig-keygen format; never give a secret on the command line).",
+            valueName: "FILE"))
     var tsigKey: String?
 
-    @Option(help: ArgumentHelp("With --tsig-key: the name server to ask for the zone's primary, as ADDRESS or ADDRESS:PORT ([ADDRESS]:PORT for IPv6); default: /etc/resolv.conf.",
-                               valueName: "ADDRESS"))
+    @Option(
+        help: ArgumentHelp(
+            "With --tsig-key: the name server to ask for the zone's primary, as ADDRESS or ADDRESS:PORT ([ADDRESS]:PORT for IPv6); default: /etc/resolv.conf.",
+            valueName: "ADDRESS"))
     var dnsServer: String?
 
     @Flag(help: "Fail (exit 4) instead of renaming on a name collision.")
@@ -55,7 +64,9 @@ struct Publish: AsyncParsableCommand {
     @Flag(help: "Write one JSON object per line.")
     var json = false
 
-    @Option(name: .customLong("subtype"), help: ArgumentHelp("Also publish under this subtype (repeatable), for example _printer.", valueName: "SUBTYPE"))
+    @Option(
+        name: .customLong("subtype"),
+        help: ArgumentHelp("Also publish under this subtype (repeatable), for example _printer.", valueName: "SUBTYPE"))
     var subtypes: [String] = []
 
     @Flag(help: "Listen on PORT and serve connections (see above).")
@@ -70,15 +81,24 @@ struct Publish: AsyncParsableCommand {
     @Option(help: ArgumentHelp("With --listen: the PEM private key of --tls-cert.", valueName: "FILE"))
     var tlsKey: String?
 
-    @Option(help: ArgumentHelp("With --listen: connections served at once, 1 to 10000; a newcomer then takes the place of the oldest peer that has sent nothing, or is refused.", valueName: "N"))
+    @Option(
+        help: ArgumentHelp(
+            "With --listen: connections served at once, 1 to 10000; a newcomer then takes the place of the oldest peer that has sent nothing, or is refused.",
+            valueName: "N"))
     var maxConnections: Int = 64
 
-    @Option(parsing: .unconditional, help: ArgumentHelp("With --listen: seconds a peer has to finish the TLS handshake and send its first byte (0.001 to 3600).",
-                               valueName: "SECONDS"))
+    @Option(
+        parsing: .unconditional,
+        help: ArgumentHelp(
+            "With --listen: seconds a peer has to finish the TLS handshake and send its first byte (0.001 to 3600).",
+            valueName: "SECONDS"))
     var handshakeTimeout: Seconds = 10
 
-    @Option(parsing: .unconditional, help: ArgumentHelp("With --listen: seconds a connection may stay idle, nothing moving either way, before it is cut (0.001 to 3600).",
-                               valueName: "SECONDS"))
+    @Option(
+        parsing: .unconditional,
+        help: ArgumentHelp(
+            "With --listen: seconds a connection may stay idle, nothing moving either way, before it is cut (0.001 to 3600).",
+            valueName: "SECONDS"))
     var idleTimeout: Seconds = 300
 
     func validate() throws {
@@ -89,16 +109,23 @@ struct Publish: AsyncParsableCommand {
             throw ValidationError("--max-connections \(maxConnections) is outside 1…10000")
         }
         if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
-        if !listen && port == 0 { throw ValidationError("port 0 needs --listen (a published service must name its port)") }
+        if !listen && port == 0 {
+            throw ValidationError("port 0 needs --listen (a published service must name its port)")
+        }
         if !(0...65535).contains(port) { throw ValidationError("port \(port) is outside 0…65535") }
         let bare = domain.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "."))
         let local = bare == "local"
-        if local && tsigKey != nil { throw ValidationError("--tsig-key is for a wide-area --domain; local is published through avahi-daemon") }
+        if local && tsigKey != nil {
+            throw ValidationError("--tsig-key is for a wide-area --domain; local is published through avahi-daemon")
+        }
         if bare.hasSuffix(".local") {
-            throw ValidationError("\(domain) is under local, which is multicast DNS on the link, not a zone a name server holds; publish in local, or in a unicast zone such as home.arpa with --tsig-key")
+            throw ValidationError(
+                "\(domain) is under local, which is multicast DNS on the link, not a zone a name server holds; publish in local, or in a unicast zone such as home.arpa with --tsig-key"
+            )
         }
         if !local && tsigKey == nil {
-            throw ValidationError("publishing in \(domain) needs --tsig-key FILE (avahi-daemon publishes only in local)")
+            throw ValidationError(
+                "publishing in \(domain) needs --tsig-key FILE (avahi-daemon publishes only in local)")
         }
         if dnsServer != nil && tsigKey == nil { throw ValidationError("--dns-server goes with --tsig-key") }
         if let dnsServer, Self.nameServer(dnsServer) == nil {
@@ -118,39 +145,51 @@ struct Publish: AsyncParsableCommand {
             Self.warnIfLarge(record)
             let wideArea = try tsigKey.map { path in
                 if let warning = Self.exposure(ofKeyFile: path) { note(warning) }
-                return WideAreaPublishing(key: try SalutTSIGKey(contentsOfFile: path), nameServer: dnsServer.flatMap(Self.nameServer))
+                return WideAreaPublishing(
+                    key: try SalutTSIGKey(contentsOfFile: path), nameServer: dnsServer.flatMap(Self.nameServer))
             }
             if wideArea == nil { try await requireDaemon() }
             let ad: ServiceAdvertisement
             if let wideArea {
                 if listen, let problem = DescriptorLimit.raiseToHardLimit() { note(problem) }
                 let tls = tlsCert.map { TLSConfiguration.server(certificateChainFile: $0, privateKeyFile: tlsKey!) }
-                let limits = ConnectionLimits(handshakeTimeout: handshakeTimeout.value, firstByteTimeout: handshakeTimeout.value,
-                                              idleTimeout: idleTimeout.value)
-                ad = listen
-                    ? try await ServiceAdvertisement.listen(name: name, type: type, domain: domain, port: port, txtRecord: record,
-                                                            subtypes: subtypes, tls: tls, limits: limits, allowRename: !noRename,
-                                                            wideArea: wideArea)
-                    : try await ServiceAdvertisement.publish(name: name, type: type, domain: domain, port: port, txtRecord: record,
-                                                             subtypes: subtypes, allowRename: !noRename, wideArea: wideArea)
+                let limits = ConnectionLimits(
+                    handshakeTimeout: handshakeTimeout.value, firstByteTimeout: handshakeTimeout.value,
+                    idleTimeout: idleTimeout.value)
+                ad =
+                    listen
+                    ? try await ServiceAdvertisement.listen(
+                        name: name, type: type, domain: domain, port: port, txtRecord: record,
+                        subtypes: subtypes, tls: tls, limits: limits, allowRename: !noRename,
+                        wideArea: wideArea)
+                    : try await ServiceAdvertisement.publish(
+                        name: name, type: type, domain: domain, port: port, txtRecord: record,
+                        subtypes: subtypes, allowRename: !noRename, wideArea: wideArea)
             } else if listen {
                 let tls = tlsCert.map { TLSConfiguration.server(certificateChainFile: $0, privateKeyFile: tlsKey!) }
-                let limits = ConnectionLimits(handshakeTimeout: handshakeTimeout.value, firstByteTimeout: handshakeTimeout.value,
-                                              idleTimeout: idleTimeout.value)
+                let limits = ConnectionLimits(
+                    handshakeTimeout: handshakeTimeout.value, firstByteTimeout: handshakeTimeout.value,
+                    idleTimeout: idleTimeout.value)
                 if let problem = DescriptorLimit.raiseToHardLimit() { note(problem) }
-                ad = try await ServiceAdvertisement.listen(name: name, type: type, domain: domain, port: port,
-                                                           txtRecord: record, subtypes: subtypes, tls: tls, limits: limits,
-                                                           allowRename: !noRename)
+                ad = try await ServiceAdvertisement.listen(
+                    name: name, type: type, domain: domain, port: port,
+                    txtRecord: record, subtypes: subtypes, tls: tls, limits: limits,
+                    allowRename: !noRename)
             } else {
-                ad = try await ServiceAdvertisement.publish(name: name, type: type, domain: domain, port: port,
-                                                            txtRecord: record, subtypes: subtypes, allowRename: !noRename)
+                ad = try await ServiceAdvertisement.publish(
+                    name: name, type: type, domain: domain, port: port,
+                    txtRecord: record, subtypes: subtypes, allowRename: !noRename)
             }
             let finalPort = ad.listener.map { Int($0.port) } ?? port
             if json {
-                printJSON(["event": "published", "name": ad.name, "type": type, "domain": domain, "port": finalPort,
-                           "subtypes": subtypes, "listening": listen])
+                printJSON([
+                    "event": "published", "name": ad.name, "type": type, "domain": domain, "port": finalPort,
+                    "subtypes": subtypes, "listening": listen,
+                ])
             } else {
-                emit("published \"\(Terminal.escaped(ad.name))\" \(type) port \(finalPort)" + (listen ? " (listening)" : ""))
+                emit(
+                    "published \"\(Terminal.escaped(ad.name))\" \(type) port \(finalPort)"
+                        + (listen ? " (listening)" : ""))
             }
             let server = listen ? ConnectionServer(command: exec, json: json, maxConnections: maxConnections) : nil
             let serving = server.map { server in Task { await server.serve(ad.connections) } }
@@ -173,14 +212,16 @@ struct Publish: AsyncParsableCommand {
                 // The exit status must not say "done" while the records may still be there.
                 throw NotWithdrawn(name: ad.name, domain: domain, reason: "\(removal)")
             }
-            try await Task.sleep(nanoseconds: 100_000_000)   // let the goodbye packets leave
+            try await Task.sleep(nanoseconds: 100_000_000)  // let the goodbye packets leave
             if json { printJSON(["event": "withdrawn", "name": ad.name, "signal": signal]) }
         } catch {
             // A script reading the JSON lines learns of a collision (and any other failure)
             // there too, not only from the exit status and standard error.
             if json, let discovery = error as? DiscoveryError {
-                printJSON(["event": discovery.code == .collision ? "collision" : "error", "name": name, "type": type,
-                           "domain": domain, "message": discovery.description])
+                printJSON([
+                    "event": discovery.code == .collision ? "collision" : "error", "name": name, "type": type,
+                    "domain": domain, "message": discovery.description,
+                ])
             }
             throw fail(error)
         }
@@ -263,7 +304,9 @@ final class TXTReloads: @unchecked Sendable {
                 if command.json {
                     printJSON(["event": "txt", "name": ad.name, "txt": jsonTXT(record)])
                 } else {
-                    emit("TXT record of \"\(Terminal.escaped(ad.name))\" changed: \(Terminal.escaped(record.description))")
+                    emit(
+                        "TXT record of \"\(Terminal.escaped(ad.name))\" changed: \(Terminal.escaped(record.description))"
+                    )
                 }
             } catch {
                 note("the TXT record was not changed: \(error)")
@@ -295,7 +338,6 @@ extension Publish {
         WideAreaBrowsing.nameServerAddress(text)
     }
 }
-
 
 /// Keeps signal sources alive for the life of the process.
 enum SignalSources {

@@ -27,11 +27,15 @@ struct Resolve: AsyncParsableCommand {
             try await requireDaemon()
             let result = try await target.service.resolve(timeout: timeout.value, settle: 0.5)
             if json {
-                printJSON(["event": "resolved", "name": result.service.name, "type": target.type, "domain": target.domain,
-                           "host": result.hostName, "port": Int(result.port),
-                           "addresses": result.addresses.map(\.host), "txt": jsonTXT(result.txtRecord)])
+                printJSON([
+                    "event": "resolved", "name": result.service.name, "type": target.type, "domain": target.domain,
+                    "host": result.hostName, "port": Int(result.port),
+                    "addresses": result.addresses.map(\.host), "txt": jsonTXT(result.txtRecord),
+                ])
             } else {
-                emit("\(Terminal.escaped(result.service.name))  \(Terminal.escaped(target.type))  \(Terminal.escaped(target.domain))")
+                emit(
+                    "\(Terminal.escaped(result.service.name))  \(Terminal.escaped(target.type))  \(Terminal.escaped(target.domain))"
+                )
                 emit("  host       \(Terminal.escaped(result.hostName))")
                 emit("  port       \(result.port)")
                 emit("  addresses  \(result.addresses.map(\.host).joined(separator: ", "))")

@@ -65,8 +65,10 @@ struct ConnectionServer: Sendable {
 
     /// Runs `command` with the connection as its stdin/stdout. When the connection fails, or
     /// the server stops, the child's pipes are closed and it gets SIGTERM, then SIGKILL.
-    private func runChild(_ command: String, for connection: AcceptedConnection, peer: String,
-                          spoke: @escaping @Sendable () -> Void, evicted: EvictionMark) async {
+    private func runChild(
+        _ command: String, for connection: AcceptedConnection, peer: String,
+        spoke: @escaping @Sendable () -> Void, evicted: EvictionMark
+    ) async {
         let child: Child
         do {
             child = try Child(command: command, environment: ["NETSVC_PEER": peer])
@@ -197,7 +199,8 @@ final class ActiveConnections: Sendable {
             let ending = state.entries.count(where: \.evicted)
             if state.entries.count - ending >= limit {
                 guard ending < limit,
-                      let index = state.entries.firstIndex(where: { !$0.evicted && !$0.spoke && !$0.hasSentBytes() }) else {
+                    let index = state.entries.firstIndex(where: { !$0.evicted && !$0.spoke && !$0.hasSentBytes() })
+                else {
                     return (nil, nil)
                 }
                 state.entries[index].evicted = true
@@ -244,7 +247,7 @@ enum Memory {
         guard let trim, !pending.exchange(true) else { return }
         DispatchQueue.global(qos: .utility).asyncAfter(deadline: .now() + 1) {
             pending.exchange(false)
-            _ = trim(0)   // returns whether memory was released; either is fine
+            _ = trim(0)  // returns whether memory was released; either is fine
         }
     }
 }
@@ -262,4 +265,3 @@ final class FirstFailure: Sendable {
     func record(_ reason: String) { value.withLock { if $0 == nil { $0 = reason } } }
     var first: String? { value.value }
 }
-

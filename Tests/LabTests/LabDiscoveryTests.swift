@@ -11,7 +11,9 @@ final class LabDiscoveryTests: XCTestCase {
         let h1 = LabHost(name: "h1"), h2 = LabHost(name: "h2")
         let publisher = try h1.start(["avahi-publish", "-s", "Lab Probe", "_salutprobe._tcp", "4711", "k=v"])
         defer { publisher.stop() }
-        XCTAssertTrue(publisher.waitForOutput(containing: "Established", seconds: 10), "avahi-publish on h1 did not establish its service")
+        XCTAssertTrue(
+            publisher.waitForOutput(containing: "Established", seconds: 10),
+            "avahi-publish on h1 did not establish its service")
         var lines: [String] = []
         let deadline = Date().addingTimeInterval(15)
         repeat {
@@ -58,8 +60,9 @@ extension LabDiscoveryTests {
         XCTAssertEqual(resolved["host"] as? String, "salut-h1.local")
         XCTAssertEqual((resolved["txt"] as? [String: Any])?["who"] as? String, "h1")
         XCTAssertTrue(addresses.contains("198.18.0.1"), "\(addresses)")
-        XCTAssertTrue(addresses.contains { $0.hasPrefix("fe80:") && $0.hasSuffix("%lab0") },
-                      "the IPv6 link-local address carries its scope: \(addresses)")
+        XCTAssertTrue(
+            addresses.contains { $0.hasPrefix("fe80:") && $0.hasSuffix("%lab0") },
+            "the IPv6 link-local address carries its scope: \(addresses)")
     }
 
     /// An auto-listening service published by netsvc on h1 is reached by name from h2: resolved
@@ -68,11 +71,14 @@ extension LabDiscoveryTests {
     func testAutoListeningServiceIsReachedByNameFromAnotherHost() throws {
         try LabHost.requireLab()
         let h1 = LabHost(name: "h1"), h2 = LabHost(name: "h2")
-        let publisher = try h1.start([Self.netsvc, "publish", "Lab Echo", "_salutecho._tcp", "0", "--listen",
-                                      "--exec", "printf 'peer=%s\\n' \"$NETSVC_PEER\"; cat"])
+        let publisher = try h1.start([
+            Self.netsvc, "publish", "Lab Echo", "_salutecho._tcp", "0", "--listen",
+            "--exec", "printf 'peer=%s\\n' \"$NETSVC_PEER\"; cat",
+        ])
         defer { publisher.stop() }
         XCTAssertTrue(publisher.waitForOutput(containing: "(listening)", seconds: 15), publisher.output)
-        let out = try h2.run(["/bin/sh", "-c", "echo hello-from-h2 | \(Self.netsvc) connect 'Lab Echo' _salutecho._tcp"], timeout: 30)
+        let out = try h2.run(
+            ["/bin/sh", "-c", "echo hello-from-h2 | \(Self.netsvc) connect 'Lab Echo' _salutecho._tcp"], timeout: 30)
         XCTAssertTrue(out.contains("hello-from-h2"), out)
         let peer = out.split(separator: "\n").first { $0.hasPrefix("peer=") }.map(String.init) ?? ""
         XCTAssertTrue(peer.contains("198.18.0.2") || peer.contains("fe80:"), "the connection came from h2: \(out)")

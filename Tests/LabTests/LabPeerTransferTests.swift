@@ -10,17 +10,23 @@ final class LabPeerTransferTests: XCTestCase {
     func testATreeSentFromAnotherHostArrivesVerified() throws {
         try LabHost.requireLab()
         let h1 = LabHost(name: "h1"), h2 = LabHost(name: "h2")
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("lab-peerxfer-\(UUID().uuidString.prefix(8))").path
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "lab-peerxfer-\(UUID().uuidString.prefix(8))"
+        ).path
         defer { try? FileManager.default.removeItem(atPath: folder) }
         let tree = folder + "/outbox/tree"
         try FileManager.default.createDirectory(atPath: tree + "/sub/empty", withIntermediateDirectories: true)
         var big = Data(count: 5 << 20)
-        big.withUnsafeMutableBytes { raw in for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 31 &+ i >> 9) } }
+        big.withUnsafeMutableBytes { raw in
+            for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 31 &+ i >> 9) }
+        }
         try big.write(to: URL(fileURLWithPath: tree + "/sub/big.bin"))
         try Data("héllo from h2\n".utf8).write(to: URL(fileURLWithPath: tree + "/note.txt"))
 
-        let receiver = try h1.start([Self.peerxfer, "serve", "--name", "Lab Inbox", "--inbox", folder + "/inbox",
-                                     "--config", folder + "/h1", "--accept", "all"])
+        let receiver = try h1.start([
+            Self.peerxfer, "serve", "--name", "Lab Inbox", "--inbox", folder + "/inbox",
+            "--config", folder + "/h1", "--accept", "all",
+        ])
         defer { receiver.stop() }
         XCTAssertTrue(receiver.waitForOutput(containing: "serving", seconds: 20), receiver.output)
 
@@ -28,14 +34,20 @@ final class LabPeerTransferTests: XCTestCase {
         let identity = try h1.run([Self.peerxfer, "identity", "--config", folder + "/h1", "--json"], timeout: 30)
         let key = identity.components(separatedBy: "\"key\":\"").dropFirst().first.map { String($0.prefix(64)) } ?? ""
         XCTAssertEqual(key.count, 64, identity)
-        let out = try h2.run([Self.peerxfer, "send", tree, "--to", "Lab Inbox", "--config", folder + "/h2", "--json",
-                              "--wait", "15", "--expect-key", key], timeout: 60)
+        let out = try h2.run(
+            [
+                Self.peerxfer, "send", tree, "--to", "Lab Inbox", "--config", folder + "/h2", "--json",
+                "--wait", "15", "--expect-key", key,
+            ], timeout: 60)
         let done = out.split(separator: "\n").last { $0.contains("\"event\":\"done\"") }.map(String.init) ?? ""
         XCTAssertTrue(done.contains("\"verified\":2") && done.contains("\"failed\":0"), out)
         XCTAssertEqual(FileManager.default.contents(atPath: folder + "/inbox/tree/sub/big.bin"), big)
-        XCTAssertEqual(FileManager.default.contents(atPath: folder + "/inbox/tree/note.txt"), Data("héllo from h2\n".utf8))
+        XCTAssertEqual(
+            FileManager.default.contents(atPath: folder + "/inbox/tree/note.txt"), Data("héllo from h2\n".utf8))
         var isFolder: ObjCBool = false
-        XCTAssertTrue(FileManager.default.fileExists(atPath: folder + "/inbox/tree/sub/empty", isDirectory: &isFolder) && isFolder.boolValue)
+        XCTAssertTrue(
+            FileManager.default.fileExists(atPath: folder + "/inbox/tree/sub/empty", isDirectory: &isFolder)
+                && isFolder.boolValue)
         XCTAssertTrue(receiver.output.contains("offer from"), "the receiver on h1 logged the offer: \(receiver.output)")
     }
 }

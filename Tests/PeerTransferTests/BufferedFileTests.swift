@@ -22,7 +22,8 @@ final class BufferedFileTests: XCTestCase {
     }
 
     private func buffered(_ name: String, _ bytes: Data, replacesPart: Bool = false) throws -> BufferedFile {
-        var file = BufferedFile(path: try RelativePath(validating: name), size: UInt64(bytes.count), replacesPart: replacesPart)
+        var file = BufferedFile(
+            path: try RelativePath(validating: name), size: UInt64(bytes.count), replacesPart: replacesPart)
         // In two pieces, as two chunks of a file would come.
         let half = bytes.count / 2
         file.append(bytes.prefix(half), at: 0)
@@ -43,8 +44,10 @@ final class BufferedFileTests: XCTestCase {
         batch.append(1, part, size: 7)
         batch.append(2, buffered: try buffered("t/empty.txt", Data()), mode: 0o755, modified: 2_000_000)
         // A part file an earlier try of this sender left for the path: emptied, not appended to.
-        try Data(repeating: 0x41, count: 5000).write(to: URL(fileURLWithPath: folder + "/inbox/t/" + TransferLimits.partName(of: "again.txt", from: "k")))
-        batch.append(3, buffered: try buffered("t/again.txt", Data("short".utf8), replacesPart: true), mode: 0o644, modified: 0)
+        try Data(repeating: 0x41, count: 5000).write(
+            to: URL(fileURLWithPath: folder + "/inbox/t/" + TransferLimits.partName(of: "again.txt", from: "k")))
+        batch.append(
+            3, buffered: try buffered("t/again.txt", Data("short".utf8), replacesPart: true), mode: 0o644, modified: 0)
         XCTAssertEqual(batch.bufferedBytes, UInt64(first.count + 5))
 
         var told: [String] = []
@@ -64,7 +67,9 @@ final class BufferedFileTests: XCTestCase {
         let delivered = open(folder + "/inbox/t/first.txt", O_RDONLY)
         defer { close(delivered) }
         XCTAssertEqual(PartFile.deliverer(of: delivered), "k", "its sender is recorded")
-        let left = try FileManager.default.contentsOfDirectory(atPath: folder + "/inbox/t").filter { $0.hasSuffix(".peerxfer-part") }
+        let left = try FileManager.default.contentsOfDirectory(atPath: folder + "/inbox/t").filter {
+            $0.hasSuffix(".peerxfer-part")
+        }
         XCTAssertEqual(left, [], "no part file is left once the batch is named")
     }
 
@@ -79,13 +84,14 @@ final class BufferedFileTests: XCTestCase {
         let results = try batch.publish(in: inbox, for: "k") { _, _ in }
         XCTAssertEqual(results.map(\.verified), [true, false, true])
         XCTAssertTrue(results[1].error?.contains("symlink") == true, "\(results[1])")
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: folder + "/outside"), [], "nothing written through it")
+        XCTAssertEqual(
+            try FileManager.default.contentsOfDirectory(atPath: folder + "/outside"), [], "nothing written through it")
         XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/ok/c.txt", encoding: .utf8), "c")
     }
 
     func testWithoutUnnamedFilesAnOldPartFileIsEmptiedBeforeItIsWritten() throws {
         let inbox = try Inbox(path: folder + "/inbox")
-        inbox.usesUnnamedFiles = false   // as on a file system without O_TMPFILE
+        inbox.usesUnnamedFiles = false  // as on a file system without O_TMPFILE
         let part = folder + "/inbox/" + TransferLimits.partName(of: "a.txt", from: "k")
         // Left by an earlier try, longer than the file is now, and not found when the offer
         // was answered (so the file does not know it replaces it).
@@ -116,12 +122,14 @@ final class BufferedFileTests: XCTestCase {
     func testADiskThatFillsWhileABatchIsWrittenStillNamesWhatWasWrittenThenFails() throws {
         let disk = folder + "/small-disk"
         try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
-        guard run("/bin/mount", ["-t", "tmpfs", "-o", "size=3m", "tmpfs", disk]) else { throw XCTSkip("cannot mount a tmpfs here") }
+        guard run("/bin/mount", ["-t", "tmpfs", "-o", "size=3m", "tmpfs", disk]) else {
+            throw XCTSkip("cannot mount a tmpfs here")
+        }
         defer { _ = run("/bin/umount", [disk]) }
         let inbox = try Inbox(path: disk)
         var batch = VerifiedBatch()
         let piece = Data(repeating: 0x33, count: 700_000)
-        for index in 0..<6 {   // 4.2 MB for a 3 MiB disk
+        for index in 0..<6 {  // 4.2 MB for a 3 MiB disk
             batch.append(index, buffered: try buffered("f\(index).bin", piece), mode: 0o644, modified: 0)
         }
         var told: [FileResult] = []
@@ -160,7 +168,9 @@ final class BufferedFileTests: XCTestCase {
         var batch = VerifiedBatch()
         var index = 0
         while !batch.isFull {
-            batch.append(index, buffered: BufferedFile(path: try RelativePath(validating: "f\(index)"), size: 0), mode: 0o644, modified: 0)
+            batch.append(
+                index, buffered: BufferedFile(path: try RelativePath(validating: "f\(index)"), size: 0), mode: 0o644,
+                modified: 0)
             index += 1
             XCTAssertLessThanOrEqual(index, VerifiedBatch.maximumFiles)
         }
@@ -181,6 +191,7 @@ final class BufferedFileTests: XCTestCase {
         almost.append(0, buffered: file, mode: 0o644, modified: 0)
         XCTAssertTrue(almost.hasRoom(forBuffered: VerifiedBatch.maximumBufferedBytes - 10))
         XCTAssertFalse(almost.hasRoom(forBuffered: VerifiedBatch.maximumBufferedBytes - 9))
-        XCTAssertTrue(VerifiedBatch().hasRoom(forBuffered: VerifiedBatch.maximumBufferedBytes + 1), "an empty batch takes any")
+        XCTAssertTrue(
+            VerifiedBatch().hasRoom(forBuffered: VerifiedBatch.maximumBufferedBytes + 1), "an empty batch takes any")
     }
 }

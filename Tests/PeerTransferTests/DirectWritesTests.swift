@@ -61,7 +61,9 @@ final class DirectWritesTests: XCTestCase {
         return pages.map { $0 & 1 == 1 }
     }
 
-    private func receive(_ data: Data, as name: String, shift: Int = 0, into inboxPath: String? = nil) async throws -> (PartFile, String) {
+    private func receive(
+        _ data: Data, as name: String, shift: Int = 0, into inboxPath: String? = nil
+    ) async throws -> (PartFile, String) {
         let inboxPath = inboxPath ?? folder + "/inbox"
         try requireDirectWrites(in: (inboxPath as NSString).deletingLastPathComponent)
         let inbox = try Inbox(path: inboxPath)
@@ -91,7 +93,8 @@ final class DirectWritesTests: XCTestCase {
         let chunk = TransferLimits.chunkSize
         let data = seededData(6 * chunk + 5, seed: 6)
         let (file, path) = try await receive(data, as: "direct.bin")
-        XCTAssertFalse(file.writesDirectly, "the 5-byte tail cannot go directly; it and what follows go through the cache")
+        XCTAssertFalse(
+            file.writesDirectly, "the 5-byte tail cannot go directly; it and what follows go through the cache")
         let cached = try cachedPages(path, size: data.count)
         let whole = 6 * chunk / pageSize
         XCTAssertEqual(cached.prefix(whole).filter { $0 }.count, 0, "pages written directly are not in the page cache")
@@ -138,7 +141,9 @@ final class DirectWritesTests: XCTestCase {
         let made = try run(["/sbin/mkfs.xfs", "-q", "-f", "-b", "size=8192", "-s", "size=8192", device])
         guard made.status == 0 else { throw XCTSkip("mkfs.xfs with 8 KiB blocks refused: \(made.output)") }
         let mounted = try run(["/bin/mount", device, mount])
-        guard mounted.status == 0 else { throw XCTSkip("this kernel cannot mount XFS with 8 KiB blocks: \(mounted.output)") }
+        guard mounted.status == 0 else {
+            throw XCTSkip("this kernel cannot mount XFS with 8 KiB blocks: \(mounted.output)")
+        }
         // Detached at once: the kernel frees the loop device when the file system is unmounted.
         detached = try run(["/sbin/losetup", "-d", device]).status == 0
         defer {

@@ -22,8 +22,9 @@ final class FastPathTests: XCTestCase {
         try data.write(to: URL(fileURLWithPath: path))
         XCTAssertEqual(try FileHashing.digest(ofFile: path, length: UInt64(data.count)), SHA256Hasher.hash(data))
         // A prefix, as a resume hashes it.
-        XCTAssertEqual(try FileHashing.digest(ofFile: path, length: UInt64(6 * FileHashing.blockSize)),
-                       SHA256Hasher.hash(data.prefix(6 * FileHashing.blockSize)))
+        XCTAssertEqual(
+            try FileHashing.digest(ofFile: path, length: UInt64(6 * FileHashing.blockSize)),
+            SHA256Hasher.hash(data.prefix(6 * FileHashing.blockSize)))
         // A file that became shorter than announced is an error, not a digest of less.
         XCTAssertThrowsError(try FileHashing.digest(ofFile: path, length: UInt64(data.count + 1))) { error in
             XCTAssertTrue("\(error)".contains("shorter"), "\(error)")
@@ -35,7 +36,8 @@ final class FastPathTests: XCTestCase {
         for i in 0..<40 {
             let data = seededData(i == 7 ? 5 * FileHashing.blockSize : 1_000 + i * 97, seed: UInt64(i))
             let relative = "tree/d\(i % 4)/f\(i).bin"
-            try FileManager.default.createDirectory(atPath: folder + "/tree/d\(i % 4)", withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                atPath: folder + "/tree/d\(i % 4)", withIntermediateDirectories: true)
             try data.write(to: URL(fileURLWithPath: folder + "/" + relative))
             expected[relative] = "\(data.count)"
         }
@@ -47,7 +49,7 @@ final class FastPathTests: XCTestCase {
         let locked = folder + "/tree/d1/f1.bin"
         chmod(locked, 0)
         defer { chmod(locked, 0o644) }
-        if getuid() == 0 { return }   // root reads it anyway
+        if getuid() == 0 { return }  // root reads it anyway
         XCTAssertThrowsError(try TransferPlan.make(paths: [folder + "/tree"])) { error in
             XCTAssertTrue("\(error)".contains("f1.bin"), "\(error)")
         }
@@ -56,25 +58,41 @@ final class FastPathTests: XCTestCase {
     func testNamesTheProtocolCannotCarryAreLeftOutOfAFolderNotTheWholeSend() throws {
         let tree = folder + "/named"
         try FileManager.default.createDirectory(atPath: tree + "/bad\u{1b}[2Jdir", withIntermediateDirectories: true)
-        for name in ["ok.txt", "bad\nname.txt", "invoice\u{202E}fdp.exe", "bad\u{1b}[2Jdir/inside.txt",
-                     String(repeating: "n", count: 240) + ".txt"] {
+        for name in [
+            "ok.txt", "bad\nname.txt", "invoice\u{202E}fdp.exe", "bad\u{1b}[2Jdir/inside.txt",
+            String(repeating: "n", count: 240) + ".txt",
+        ] {
             XCTAssertTrue(FileManager.default.createFile(atPath: tree + "/" + name, contents: Data("x".utf8)), name)
         }
         let plan = try TransferPlan.make(paths: [tree])
         XCTAssertEqual(plan.manifest.entries.map(\.path), ["named", "named/ok.txt"])
         XCTAssertEqual(plan.skipped.count, 4, "\(plan.skipped)")
-        XCTAssertEqual(plan.skipped.filter { $0.description.contains("not sent, its path contains NUL or another control character") }.count, 2, "\(plan.skipped)")
-        XCTAssertTrue(plan.skipped.contains { $0.description.hasSuffix("not sent, its path contains a bidirectional control or invisible character, which can disguise a file's name") }, "\(plan.skipped)")
-        XCTAssertTrue(plan.skipped.contains { $0.description.contains("has a file name of 244 bytes; at most") }, "\(plan.skipped)")
+        XCTAssertEqual(
+            plan.skipped.filter {
+                $0.description.contains("not sent, its path contains NUL or another control character")
+            }.count, 2, "\(plan.skipped)")
+        XCTAssertTrue(
+            plan.skipped.contains {
+                $0.description.hasSuffix(
+                    "not sent, its path contains a bidirectional control or invisible character, which can disguise a file's name"
+                )
+            }, "\(plan.skipped)")
+        XCTAssertTrue(
+            plan.skipped.contains { $0.description.contains("has a file name of 244 bytes; at most") },
+            "\(plan.skipped)")
         // A name that is not UTF-8, beside one that reads the same once decoded: both cannot go
         // under one name; the listing's second is left out, never the whole send.
         let raw = Array((tree + "/n").utf8) + [0xff] + Array(".txt".utf8) + [0]
-        let made = raw.withUnsafeBufferPointer { open(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), O_CREAT | O_WRONLY, 0o644) }
+        let made = raw.withUnsafeBufferPointer {
+            open(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), O_CREAT | O_WRONLY, 0o644)
+        }
         XCTAssertGreaterThanOrEqual(made, 0)
         close(made)
         XCTAssertTrue(FileManager.default.createFile(atPath: tree + "/n\u{FFFD}.txt", contents: Data("y".utf8)))
         let mixed = try TransferPlan.make(paths: [tree])
-        XCTAssertEqual(mixed.manifest.entries.filter { $0.path.hasPrefix("named/n") }.count, 1, "\(mixed.manifest.entries.map(\.path))")
+        XCTAssertEqual(
+            mixed.manifest.entries.filter { $0.path.hasPrefix("named/n") }.count, 1,
+            "\(mixed.manifest.entries.map(\.path))")
         XCTAssertTrue(mixed.skipped.contains { $0.reason.contains("not valid UTF-8") }, "\(mixed.skipped)")
         // Two spellings of one name in one folder are one name at the receiver (NFC): the
         // listing's second is left out, naming the first.
@@ -83,11 +101,14 @@ final class FastPathTests: XCTestCase {
         for name in ["caf\u{e9}.txt", "cafe\u{301}.txt"] {
             XCTAssertTrue(FileManager.default.createFile(atPath: twins + "/" + name, contents: Data("x".utf8)))
         }
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: twins).count, 2, "two files to the file system")
+        XCTAssertEqual(
+            try FileManager.default.contentsOfDirectory(atPath: twins).count, 2, "two files to the file system")
         let spelt = try TransferPlan.make(paths: [twins])
-        XCTAssertEqual(spelt.manifest.entries.count, 2, "the folder and one of the two: \(spelt.manifest.entries.map(\.path))")
+        XCTAssertEqual(
+            spelt.manifest.entries.count, 2, "the folder and one of the two: \(spelt.manifest.entries.map(\.path))")
         XCTAssertEqual(spelt.skipped.count, 1, "\(spelt.skipped)")
-        XCTAssertTrue(spelt.skipped.first?.reason.contains("its name is another spelling of") == true, "\(spelt.skipped)")
+        XCTAssertTrue(
+            spelt.skipped.first?.reason.contains("its name is another spelling of") == true, "\(spelt.skipped)")
         // Named as an argument itself, such a path is still a usage error: nothing else was asked for.
         XCTAssertThrowsError(try TransferPlan.make(paths: [tree + "/bad\nname.txt"])) { error in
             XCTAssertEqual((error as? PeerTransferError)?.exitCode, 2, "\(error)")
@@ -99,7 +120,8 @@ final class FastPathTests: XCTestCase {
         for (name, size) in [("small.bin", 100_000), ("large.bin", 6 * TransferLimits.chunkSize + 5)] {
             let data = seededData(size, seed: UInt64(size))
             let file = try inbox.openPart(try RelativePath(validating: name), for: "k")
-            let sink = FileSink(file: file, continuing: SHA256Hasher(), size: UInt64(size), limit: 2 * TransferLimits.chunkSize)
+            let sink = FileSink(
+                file: file, continuing: SHA256Hasher(), size: UInt64(size), limit: 2 * TransferLimits.chunkSize)
             var offset = 0
             while offset < size {
                 let piece = data[offset..<min(size, offset + TransferLimits.chunkSize)]
@@ -110,7 +132,8 @@ final class FastPathTests: XCTestCase {
             XCTAssertEqual(digest, SHA256Hasher.hash(data), name)
             try file.finishWriting(mode: 0o644, modified: 0)
             file.closeFiles()
-            let written = try Data(contentsOf: URL(fileURLWithPath: folder + "/inbox/" + TransferLimits.partName(of: name, from: "k")))
+            let written = try Data(
+                contentsOf: URL(fileURLWithPath: folder + "/inbox/" + TransferLimits.partName(of: name, from: "k")))
             XCTAssertEqual(written, data, name)
         }
     }
@@ -121,8 +144,9 @@ final class FastPathTests: XCTestCase {
         let data = seededData(size, seed: 9)
         let file = try inbox.openPart(try RelativePath(validating: "flushed.bin"), for: "k")
         // A flush every two chunks: at least one must start and end before finish() returns.
-        let sink = FileSink(file: file, continuing: SHA256Hasher(), size: UInt64(size),
-                            limit: 2 * TransferLimits.chunkSize, flushStep: 2 * TransferLimits.chunkSize)
+        let sink = FileSink(
+            file: file, continuing: SHA256Hasher(), size: UInt64(size),
+            limit: 2 * TransferLimits.chunkSize, flushStep: 2 * TransferLimits.chunkSize)
         var offset = 0
         while offset < size {
             let piece = data[offset..<min(size, offset + TransferLimits.chunkSize)]
@@ -135,7 +159,9 @@ final class FastPathTests: XCTestCase {
         XCTAssertLessThanOrEqual(sink.flushesDone, 4, "more flushes than steps written")
         try file.finishWriting(mode: 0o644, modified: 0)
         file.closeFiles()
-        let written = try Data(contentsOf: URL(fileURLWithPath: folder + "/inbox/" + TransferLimits.partName(of: "flushed.bin", from: "k")))
+        let written = try Data(
+            contentsOf: URL(fileURLWithPath: folder + "/inbox/" + TransferLimits.partName(of: "flushed.bin", from: "k"))
+        )
         XCTAssertEqual(written, data)
     }
 
@@ -170,7 +196,9 @@ final class FastPathTests: XCTestCase {
         } catch {
             failure = error
         }
-        guard let failure = failure as? PeerTransferError else { return XCTFail("no error for a full disk: \(String(describing: failure))") }
+        guard let failure = failure as? PeerTransferError else {
+            return XCTFail("no error for a full disk: \(String(describing: failure))")
+        }
         XCTAssertEqual(failure.wireCode, PeerTransferError.noSpace("").wireCode, "\(failure)")
         XCTAssertTrue(failure.message.contains("full"), failure.message)
     }

@@ -33,8 +33,10 @@ final class InboxTests: XCTestCase {
             XCTAssertTrue("\(error)".contains("replaced or removed after it was verified"), "\(error)")
         }
         part.closeFiles()
-        XCTAssertFalse(FileManager.default.fileExists(atPath: folder + "/inbox/report.txt"), "nothing is published in its place")
-        XCTAssertEqual(try String(contentsOfFile: partPath, encoding: .utf8), "EVIL", "someone else's file is left where it was")
+        XCTAssertFalse(
+            FileManager.default.fileExists(atPath: folder + "/inbox/report.txt"), "nothing is published in its place")
+        XCTAssertEqual(
+            try String(contentsOfFile: partPath, encoding: .utf8), "EVIL", "someone else's file is left where it was")
 
         // Or moves the part file aside and plants a symlink under its name: the verified file
         // itself gets the name, and the symlink is left alone.
@@ -52,7 +54,8 @@ final class InboxTests: XCTestCase {
         XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/b.txt", encoding: .utf8), "b")
         XCTAssertEqual(lstat(secondPart, &info), 0)
         XCTAssertEqual(info.st_mode & S_IFMT, S_IFLNK, "the planted symlink is not removed as if it were the part file")
-        XCTAssertFalse(FileManager.default.fileExists(atPath: folder + "/outside/target"), "nothing was written through it")
+        XCTAssertFalse(
+            FileManager.default.fileExists(atPath: folder + "/outside/target"), "nothing was written through it")
     }
 
     /// Receives `text` as `name` from `sender` through a part file, as a transfer does.
@@ -67,24 +70,31 @@ final class InboxTests: XCTestCase {
     func testAnUntrustedSenderCannotPushATrustedSendersFileToAnotherName() throws {
         let trusted = String(repeating: "7", count: 64), stranger = "ab12cd34" + String(repeating: "0", count: 56)
         let inbox = try Inbox(path: folder + "/inbox") { $0 == trusted }
-        guard inbox.recordsSenders else { throw XCTSkip("the temporary folder's file system keeps no user extended attributes") }
+        guard inbox.recordsSenders else {
+            throw XCTSkip("the temporary folder's file system keeps no user extended attributes")
+        }
         // The stranger sends Invoice.pdf first; then the trusted sender sends its own.
         XCTAssertEqual(try receive("forged", as: "Invoice.pdf", from: stranger, into: inbox), "Invoice.pdf")
-        XCTAssertEqual(try receive("real", as: "Invoice.pdf", from: trusted, into: inbox), "Invoice.pdf",
-                       "the trusted sender's file gets the name it was sent under")
+        XCTAssertEqual(
+            try receive("real", as: "Invoice.pdf", from: trusted, into: inbox), "Invoice.pdf",
+            "the trusted sender's file gets the name it was sent under")
         XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/Invoice.pdf", encoding: .utf8), "real")
-        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/Invoice (from ab12cd34).pdf", encoding: .utf8), "forged",
-                       "the stranger's file is kept, under a name that says whose it is")
+        XCTAssertEqual(
+            try String(contentsOfFile: folder + "/inbox/Invoice (from ab12cd34).pdf", encoding: .utf8), "forged",
+            "the stranger's file is kept, under a name that says whose it is")
         // Again, after the person moved the real invoice away: the moved-aside name is taken,
         // so the stranger's second file is numbered beside it.
         XCTAssertEqual(unlink(folder + "/inbox/Invoice.pdf"), 0)
         XCTAssertEqual(try receive("forged again", as: "Invoice.pdf", from: stranger, into: inbox), "Invoice.pdf")
         XCTAssertEqual(try receive("real again", as: "Invoice.pdf", from: trusted, into: inbox), "Invoice.pdf")
-        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/Invoice (from ab12cd34, 1).pdf", encoding: .utf8), "forged again")
+        XCTAssertEqual(
+            try String(contentsOfFile: folder + "/inbox/Invoice (from ab12cd34, 1).pdf", encoding: .utf8),
+            "forged again")
         // Numbered names too: the trusted sender's third copy would be "Invoice (1).pdf".
         XCTAssertEqual(try receive("forged 1", as: "Invoice (1).pdf", from: stranger, into: inbox), "Invoice (1).pdf")
         XCTAssertEqual(try receive("real 3", as: "Invoice.pdf", from: trusted, into: inbox), "Invoice (1).pdf")
-        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/Invoice (1) (from ab12cd34).pdf", encoding: .utf8), "forged 1")
+        XCTAssertEqual(
+            try String(contentsOfFile: folder + "/inbox/Invoice (1) (from ab12cd34).pdf", encoding: .utf8), "forged 1")
         // Only strangers' files move: the trusted sender's own earlier file, and a file the
         // person put there (no sender recorded), keep their names; the new one is numbered.
         try Data("mine".utf8).write(to: URL(fileURLWithPath: folder + "/inbox/notes.txt"))
@@ -105,7 +115,8 @@ final class InboxTests: XCTestCase {
         XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/locked (from ab12cd34).txt", encoding: .utf8), "l")
         XCTAssertEqual(try receive("inside", as: "Report.pdf/x.txt", from: stranger, into: inbox), "Report.pdf/x.txt")
         XCTAssertEqual(try receive("report", as: "Report.pdf", from: trusted, into: inbox), "Report.pdf")
-        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/Report (from ab12cd34).pdf/x.txt", encoding: .utf8), "inside")
+        XCTAssertEqual(
+            try String(contentsOfFile: folder + "/inbox/Report (from ab12cd34).pdf/x.txt", encoding: .utf8), "inside")
         // A stranger's file where a trusted sender's folder goes.
         XCTAssertEqual(try receive("squat", as: "docs", from: stranger, into: inbox), "docs")
         XCTAssertEqual(try receive("a", as: "docs/a.txt", from: trusted, into: inbox), "docs/a.txt")
@@ -124,7 +135,9 @@ final class InboxTests: XCTestCase {
         XCTAssertEqual(try second.publish(), "race (1).txt")
         first.closeFiles()
         second.closeFiles()
-        let leftovers = try FileManager.default.contentsOfDirectory(atPath: folder + "/inbox").filter { $0.hasSuffix(".peerxfer-swap") || $0.hasSuffix(TransferLimits.partSuffix) }
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: folder + "/inbox").filter {
+            $0.hasSuffix(".peerxfer-swap") || $0.hasSuffix(TransferLimits.partSuffix)
+        }
         XCTAssertEqual(leftovers, [], "no swap or part file is left behind")
     }
 
@@ -133,7 +146,7 @@ final class InboxTests: XCTestCase {
         var info = statvfs()
         XCTAssertEqual(statvfs(folder, &info), 0)
         let disk = Double(UInt64(info.f_blocks) * UInt64(info.f_frsize))
-        inbox.partShareOfOneSender.withLock { $0 = 3_000 / disk }   // about 3,000 bytes
+        inbox.partShareOfOneSender.withLock { $0 = 3_000 / disk }  // about 3,000 bytes
         let greedy = String(repeating: "a", count: 64), other = String(repeating: "b", count: 64)
         for name in ["one.bin", "sub/two.bin"] {
             let part = try inbox.openPart(try RelativePath(validating: name), for: greedy)
@@ -145,17 +158,25 @@ final class InboxTests: XCTestCase {
         inbox.countParts()
         XCTAssertEqual(inbox.partLedger.value[Inbox.partTag(of: greedy)]?.values.reduce(0, +), 2_400)
         XCTAssertNil(inbox.partLedger.value[Inbox.partTag(of: other)])
-        XCTAssertThrowsError(try inbox.checkPartRoom(for: greedy, adding: 1_000, replacing: ["new.bin.x": 1_000])) { error in
-            guard let failure = error as? PeerTransferError, failure.wireCode == "limit" else { return XCTFail("\(error)") }
+        XCTAssertThrowsError(try inbox.checkPartRoom(for: greedy, adding: 1_000, replacing: ["new.bin.x": 1_000])) {
+            error in
+            guard let failure = error as? PeerTransferError, failure.wireCode == "limit" else {
+                return XCTFail("\(error)")
+            }
             let message = failure.message
             XCTAssertTrue(message.contains("this sender already has 2"), message)
-            XCTAssertTrue(message.contains("of unfinished files at the receiver (2 files whose transfer was cut: \"one.bin\", \"sub/two.bin\")"), message)
+            XCTAssertTrue(
+                message.contains(
+                    "of unfinished files at the receiver (2 files whose transfer was cut: \"one.bin\", \"sub/two.bin\")"
+                ), message)
             XCTAssertTrue(message.contains("Send those files again to finish them"), message)
         }
-        XCTAssertNoThrow(try inbox.checkPartRoom(for: other, adding: 9_000, replacing: ["big.bin.x": 9_000]),
-                         "with nothing left over, one offer is held to the free space alone")
-        XCTAssertThrowsError(try inbox.checkPartRoom(for: other, adding: 1_000, replacing: ["more.bin.x": 1_000]),
-                             "an offer taken is counted at once: the next one sees it")
+        XCTAssertNoThrow(
+            try inbox.checkPartRoom(for: other, adding: 9_000, replacing: ["big.bin.x": 9_000]),
+            "with nothing left over, one offer is held to the free space alone")
+        XCTAssertThrowsError(
+            try inbox.checkPartRoom(for: other, adding: 1_000, replacing: ["more.bin.x": 1_000]),
+            "an offer taken is counted at once: the next one sees it")
         // Resuming (or sending again) a file whose part file is there counts its bytes once.
         let one = TransferLimits.partName(of: "one.bin", from: greedy)
         XCTAssertNoThrow(try inbox.checkPartRoom(for: greedy, adding: 1_500, replacing: [one: 1_500]))
@@ -178,7 +199,7 @@ final class InboxTests: XCTestCase {
     func testFreeSpaceIsPromisedToOneTransferAtATime() throws {
         let inbox = try Inbox(path: folder + "/inbox")
         let free = try inbox.freeBytes()
-        let first = free / 10 * 6, second = free / 10 * 5   // each fits alone; not both
+        let first = free / 10 * 6, second = free / 10 * 5  // each fits alone; not both
         try inbox.promise(first)
         XCTAssertThrowsError(try inbox.promise(second)) { error in
             let message = "\(error)"
@@ -188,7 +209,7 @@ final class InboxTests: XCTestCase {
             let numbers = message.split(whereSeparator: { !$0.isNumber }).compactMap { UInt64($0) }
             XCTAssertFalse(numbers.contains(first), message)
         }
-        inbox.keptPromise(first)   // the first transfer ended (or wrote it all)
+        inbox.keptPromise(first)  // the first transfer ended (or wrote it all)
         XCTAssertNoThrow(try inbox.promise(second), "free again once the promise is kept")
         inbox.keptPromise(second)
     }
@@ -252,7 +273,8 @@ final class InboxTests: XCTestCase {
         XCTAssertNotNil(first)
         XCTAssertEqual(inbox.digest(ofFile: path, size: 100_000, deliveredBy: "k"), first)
         XCTAssertEqual(inbox.digests.count, 1, "asked twice, remembered once")
-        XCTAssertNil(inbox.digest(ofFile: path, size: 100_000, deliveredBy: "someone else"), "never offered to another sender")
+        XCTAssertNil(
+            inbox.digest(ofFile: path, size: 100_000, deliveredBy: "someone else"), "never offered to another sender")
         // The same size, other bytes, and the modification time put back: the change time
         // moved, so the file is hashed again and the new digest is answered.
         let fd = open(folder + "/inbox/held.bin", O_WRONLY)
@@ -322,7 +344,10 @@ final class InboxTests: XCTestCase {
         XCTAssertEqual(Set(answers.withLock { $0 }).count, 1)
         XCTAssertNotNil(answers.withLock { $0 }.first ?? nil)
         // A failed hashing is not remembered: the next ask tries again.
-        let other = DigestCache.Key({ var o = stat(); o.st_ino = 43; return o }())
+        let other = DigestCache.Key(
+            {
+                var o = stat(); o.st_ino = 43; return o
+            }())
         XCTAssertNil(cache.digest(for: other) { nil })
         XCTAssertNotNil(cache.digest(for: other) { (SHA256Hasher().finish(), false) })
         XCTAssertEqual(cache.count, 1, "a digest the hasher says not to remember is answered, not kept")
@@ -359,7 +384,7 @@ final class InboxTests: XCTestCase {
         let resumed = try inbox.openPart(path, for: a)
         try fromB.write(Data("B's copy".utf8), at: 0)
         try fromB.finishWriting(mode: 0o644, modified: 0)
-        try resumed.keepPrefix(0, feeding: SHA256Hasher())   // A starts over (a new version of it)
+        try resumed.keepPrefix(0, feeding: SHA256Hasher())  // A starts over (a new version of it)
         try resumed.write(Data("A's copy".utf8), at: 0)
         try resumed.finishWriting(mode: 0o644, modified: 0)
         XCTAssertEqual(try fromB.publish(), "x.bin")
@@ -376,12 +401,15 @@ final class InboxTests: XCTestCase {
     func testTwoKeysThatBeginAlikeStillNeverShareAPartFile() throws {
         let inbox = try Inbox(path: folder + "/inbox")
         let path = try RelativePath(validating: "y.bin")
-        let first = String(repeating: "c", count: 64), second = String(repeating: "c", count: 24) + String(repeating: "d", count: 40)
-        XCTAssertEqual(TransferLimits.partName(of: "y.bin", from: first), TransferLimits.partName(of: "y.bin", from: second))
+        let first = String(repeating: "c", count: 64),
+            second = String(repeating: "c", count: 24) + String(repeating: "d", count: 40)
+        XCTAssertEqual(
+            TransferLimits.partName(of: "y.bin", from: first), TransferLimits.partName(of: "y.bin", from: second))
         let cut = try inbox.openPart(path, for: first)
         try cut.write(Data(repeating: 1, count: 4096), at: 0)
         cut.closeFiles()
-        XCTAssertEqual(inbox.partChunkDigests(path, chunkSize: 1024, for: second), [], "the recorded key tells them apart")
+        XCTAssertEqual(
+            inbox.partChunkDigests(path, chunkSize: 1024, for: second), [], "the recorded key tells them apart")
         // The second key's copy goes to a file without a name; the first's part file stays.
         let other = try inbox.openPart(path, for: second)
         XCTAssertNil(other.partName)
@@ -400,7 +428,8 @@ final class InboxTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(proc, 0)
         defer { close(proc) }
         XCTAssertFalse(PartFile.keepsAttributes(proc), "procfs keeps no user attributes")
-        XCTAssertTrue((try? Inbox(path: folder + "/inbox"))?.recordsSenders ?? false, "this test folder's file system does")
+        XCTAssertTrue(
+            (try? Inbox(path: folder + "/inbox"))?.recordsSenders ?? false, "this test folder's file system does")
     }
 
     func testAPeerThatTookEveryNumberedNameCannotKeepAFileOut() throws {
@@ -415,7 +444,8 @@ final class InboxTests: XCTestCase {
         try part.finishWriting(mode: 0o644, modified: 0)
         let stored = try part.publish()
         part.closeFiles()
-        XCTAssertTrue(stored.hasPrefix("r (") && stored.hasSuffix(").txt") && stored.count == "r (12345678).txt".count, stored)
+        XCTAssertTrue(
+            stored.hasPrefix("r (") && stored.hasSuffix(").txt") && stored.count == "r (12345678).txt".count, stored)
         XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/" + stored, encoding: .utf8), "mine")
     }
 }
@@ -439,8 +469,9 @@ final class PartSweeperTests: XCTestCase {
         defer { close(root) }
         XCTAssertTrue(Inbox.stillNamed(TransferLimits.partName(of: "big.bin", from: "k"), in: root, opened))
         XCTAssertTrue(PartSweeper.removeUnlessInUse(partPath))
-        XCTAssertFalse(Inbox.stillNamed(TransferLimits.partName(of: "big.bin", from: "k"), in: root, opened),
-                       "a locked file with no name is not the part file")
+        XCTAssertFalse(
+            Inbox.stillNamed(TransferLimits.partName(of: "big.bin", from: "k"), in: root, opened),
+            "a locked file with no name is not the part file")
         // Another file put under the name meanwhile is not the one the sweeper locked: left alone.
         try Data("someone's".utf8).write(to: URL(fileURLWithPath: partPath))
         XCTAssertFalse(Inbox.stillNamed(TransferLimits.partName(of: "big.bin", from: "k"), in: root, opened))
@@ -464,7 +495,9 @@ final class PartSweeperTests: XCTestCase {
             let file = try inbox.openPart(path, for: key)
             try file.write(Data(repeating: 1, count: 1000), at: 0)
             file.closeFiles()
-            let full = folder + "/inbox/" + (path.parent + [TransferLimits.partName(of: path.name, from: key)]).joined(separator: "/")
+            let full =
+                folder + "/inbox/"
+                + (path.parent + [TransferLimits.partName(of: path.name, from: key)]).joined(separator: "/")
             let when = Date().addingTimeInterval(-daysOld * 86_400).timeIntervalSince1970
             var times = [timespec(tv_sec: Int(when), tv_nsec: 0), timespec(tv_sec: Int(when), tv_nsec: 0)]
             XCTAssertEqual(utimensat(AT_FDCWD, full, &times, 0), 0)
@@ -485,7 +518,8 @@ final class PartSweeperTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: old))
         XCTAssertTrue(FileManager.default.fileExists(atPath: fresh))
         XCTAssertTrue(FileManager.default.fileExists(atPath: busy))
-        XCTAssertTrue(FileManager.default.fileExists(atPath: folder + "/inbox/done.txt"), "delivered files are never touched")
+        XCTAssertTrue(
+            FileManager.default.fileExists(atPath: folder + "/inbox/done.txt"), "delivered files are never touched")
         // Below the reserve (here: any disk has less than 100 % free), the oldest go first.
         sweeper.reserve = 0.999_999
         XCTAssertEqual(sweeper.sweep(folder + "/inbox").removed, 1, "fresh.bin, not the one being written")

@@ -18,19 +18,23 @@ final class PeerXferHostileTests: XCTestCase {
     }
 
     private func attack(_ mode: String, port: Int, certificate: TestCertificate, wait: Double = 10) throws -> Outcome {
-        let client = try Foreign(["python3", Self.script, mode, "\(port)", "--cert", certificate.certificateFile,
-                                  "--key", certificate.keyFile, "--wait", "\(wait)"])
+        let client = try Foreign([
+            "python3", Self.script, mode, "\(port)", "--cert", certificate.certificateFile,
+            "--key", certificate.keyFile, "--wait", "\(wait)",
+        ])
         let output = client.finish(seconds: wait + 30)
         guard let line = output.split(separator: "\n").last(where: { $0.hasPrefix("{") }),
-              let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
-              let frames = object["frames"] as? [[String: Any]] else {
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+            let frames = object["frames"] as? [[String: Any]]
+        else {
             XCTFail("\(mode): no report from the hostile client: \(output)")
             return Outcome(failureCodes: [], messages: [], closed: false, raw: output)
         }
         let failures = frames.filter { $0["kind"] as? Int == 0x7f }.compactMap { $0["json"] as? [String: Any] }
-        return Outcome(failureCodes: failures.compactMap { $0["code"] as? String },
-                       messages: failures.compactMap { $0["message"] as? String },
-                       closed: object["closed"] as? Bool ?? false, raw: output)
+        return Outcome(
+            failureCodes: failures.compactMap { $0["code"] as? String },
+            messages: failures.compactMap { $0["message"] as? String },
+            closed: object["closed"] as? Bool ?? false, raw: output)
     }
 
     func testBadPathsBadFramesAndLiesAreRefusedAndNothingLeavesTheInbox() throws {
@@ -43,7 +47,8 @@ final class PeerXferHostileTests: XCTestCase {
         // A symlink inside the inbox that leads out of it.
         try FileManager.default.createSymbolicLink(atPath: inbox + "/link", withDestinationPath: outside)
         let daemon = try lab.serve(name: name, config: "receiver", inbox: inbox)
-        let port = daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        let port =
+            daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
         let certificate = try TestCertificate.make()
 
         let expectations: [(mode: String, code: String, text: String)] = [
@@ -78,8 +83,9 @@ final class PeerXferHostileTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: "/tmp/peerxfer-absolute.txt"))
         XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("escape.txt")))
         // (A part file of a half-sent accepted offer may stay, for a resume; never a final name.)
-        XCTAssertEqual(PeerXferLab.listing(inbox).filter { !$0.hasPrefix("link") && !$0.hasSuffix(".peerxfer-part") }, [],
-                       "no file may appear in the inbox from a refused offer")
+        XCTAssertEqual(
+            PeerXferLab.listing(inbox).filter { !$0.hasPrefix("link") && !$0.hasSuffix(".peerxfer-part") }, [],
+            "no file may appear in the inbox from a refused offer")
         XCTAssertFalse(daemon.output.contains("\u{1b}"), "the daemon's log must escape the peer's name")
 
         // A time no file system holds (1e300) is left out, not a crash: the file arrives.
@@ -104,9 +110,11 @@ final class PeerXferHostileTests: XCTestCase {
         let name = PeerXferLab.uniqueName("Pace")
         // 4 MB/s after 1 s: a 64 MiB offer must be done within about 18 s; one chunk a second
         // (1 MiB/s) is far behind.
-        let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"),
-                                   extra: ["--minimum-rate", "4000000", "--slow-grace", "1"])
-        let port = daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        let daemon = try lab.serve(
+            name: name, config: "receiver", inbox: lab.path("inbox"),
+            extra: ["--minimum-rate", "4000000", "--slow-grace", "1"])
+        let port =
+            daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
         let certificate = try TestCertificate.make()
         let outcome = try attack("trickle", port: port, certificate: certificate, wait: 60)
         XCTAssertEqual(outcome.failureCodes, ["limit"], outcome.raw)
@@ -118,22 +126,32 @@ final class PeerXferHostileTests: XCTestCase {
     func testASenderThatStopsMidFileIsDroppedAfterTheIdleTimeoutAndTheLogSaysWhy() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Stall")
-        let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"), extra: ["--idle-timeout", "2"])
-        let port = daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        let daemon = try lab.serve(
+            name: name, config: "receiver", inbox: lab.path("inbox"), extra: ["--idle-timeout", "2"])
+        let port =
+            daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
         let certificate = try TestCertificate.make()
         let outcome = try attack("stall", port: port, certificate: certificate, wait: 20)
         XCTAssertTrue(outcome.closed, "a stalled sender must be cut: \(outcome.raw)")
-        XCTAssertTrue(daemon.waitForOutput(containing: "no progress from the sender for 2", seconds: 10),
-                      "the log names the idle timeout, not a closed stream: \(daemon.output)")
+        XCTAssertTrue(
+            daemon.waitForOutput(containing: "no progress from the sender for 2", seconds: 10),
+            "the log names the idle timeout, not a closed stream: \(daemon.output)")
         XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/stalled.bin")), "never named unfinished")
         let parts = (try? FileManager.default.contentsOfDirectory(atPath: lab.path("inbox"))) ?? []
-        XCTAssertTrue(parts.contains { $0.hasPrefix("stalled.bin.") && $0.hasSuffix(".peerxfer-part") }, "its part file is kept: \(parts)")
+        XCTAssertTrue(
+            parts.contains { $0.hasPrefix("stalled.bin.") && $0.hasSuffix(".peerxfer-part") },
+            "its part file is kept: \(parts)")
         // Not every connection is a transfer: an HTTP request is counted as one that never
         // offered anything (in the interval's summary line), not as a transfer to resume.
-        let http = try Foreign(["python3", "-c", "import socket; s = socket.create_connection(('127.0.0.1', \(port))); s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); s.recv(100)"])
+        let http = try Foreign([
+            "python3", "-c",
+            "import socket; s = socket.create_connection(('127.0.0.1', \(port))); s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); s.recv(100)",
+        ])
         XCTAssertTrue(http.waitForExit(seconds: 20), http.output)
-        XCTAssertTrue(daemon.waitForOutput(containing: "1 connection ended before any offer (the last: TLS handshake failed", seconds: 20),
-                      daemon.output)
+        XCTAssertTrue(
+            daemon.waitForOutput(
+                containing: "1 connection ended before any offer (the last: TLS handshake failed", seconds: 20),
+            daemon.output)
         for bad in ["0", "3601", "nan", "-1"] {
             let run = try lab.run(["serve", "--idle-timeout", bad])
             XCTAssertEqual(run.status, 2, bad)
@@ -150,13 +168,19 @@ final class PeerXferHostileTests: XCTestCase {
     private func fakeReceiver(_ arguments: [String]) throws -> (fake: Foreign, publisher: Foreign, name: String) {
         let certificate = try TestCertificate.make()
         let script = PeerXferLab.root.appendingPathComponent("Tests/Hostile/peerxfer_fake_receiver.py").path
-        let fake = try Foreign(["python3", script] + arguments + ["--cert", certificate.certificateFile,
-                                                                   "--key", certificate.keyFile, "--wait", "60"])
+        let fake = try Foreign(
+            ["python3", script] + arguments + [
+                "--cert", certificate.certificateFile,
+                "--key", certificate.keyFile, "--wait", "60",
+            ])
         XCTAssertTrue(fake.waitForOutput(containing: "listening on ", seconds: 10), fake.output)
-        let port = fake.output.components(separatedBy: "listening on ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        let port =
+            fake.output.components(separatedBy: "listening on ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
         let name = PeerXferLab.uniqueName("Liar")
-        let publisher = try Foreign(["avahi-publish", "-s", name, "_peerxfer._tcp", "\(port)", "v=2",
-                                     "fp=\(certificate.publicKeySHA256)"])
+        let publisher = try Foreign([
+            "avahi-publish", "-s", name, "_peerxfer._tcp", "\(port)", "v=2",
+            "fp=\(certificate.publicKeySHA256)",
+        ])
         XCTAssertTrue(publisher.waitForOutput(containing: "Established", seconds: 10), publisher.output)
         return (fake, publisher, name)
     }
@@ -173,9 +197,11 @@ final class PeerXferHostileTests: XCTestCase {
         let started = Date()
         let (status, output) = try lab.send([lab.path("src/a.bin")], to: name, config: "sender")
         XCTAssertEqual(status, 1, output)
-        XCTAssertLessThan(Date().timeIntervalSince(started), 30, "the sender must end at the lie, not at the idle bound")
+        XCTAssertLessThan(
+            Date().timeIntervalSince(started), 30, "the sender must end at the lie, not at the idle bound")
         XCTAssertTrue(output.contains("whose end was not sent yet"), output)
-        XCTAssertFalse(output.contains("\"event\":\"verified\""), "a lie must not be reported as a verified file: \(output)")
+        XCTAssertFalse(
+            output.contains("\"event\":\"verified\""), "a lie must not be reported as a verified file: \(output)")
     }
 
     func testAReceiverThatCallsAWithdrawnFileVerifiedIsAProtocolFailure() throws {
@@ -184,8 +210,10 @@ final class PeerXferHostileTests: XCTestCase {
         let (fake, publisher, name) = try fakeReceiver(["withdrawn-verified", "--go", go])
         defer { fake.stop(); publisher.stop() }
         try lab.makeFile("src/a.bin", size: 1000)
-        let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/a.bin"), "--to", name,
-                                  "--config", lab.path("sender"), "--json"])
+        let sender = try Foreign([
+            PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/a.bin"), "--to", name,
+            "--config", lab.path("sender"), "--json",
+        ])
         // Once offered, the file changes: the sender withdraws it instead of sending it.
         XCTAssertTrue(fake.waitForOutput(containing: "got manifest", seconds: 30), fake.output)
         try lab.makeFile("src/a.bin", size: 1000, seed: 7)
@@ -207,22 +235,28 @@ final class PeerXferHostileTests: XCTestCase {
         let inbox = lab.path("inbox")
         try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
         let part = inbox + "/" + TransferLimits.partName(of: "big.bin", from: certificate.publicKeySHA256)
-        let size: UInt64 = 1 << 30   // 1 GiB: the 4 GiB of the attack report cost a minute of CI for the same proof
+        let size: UInt64 = 1 << 30  // 1 GiB: the 4 GiB of the attack report cost a minute of CI for the same proof
         XCTAssertTrue(FileManager.default.createFile(atPath: part, contents: nil))
         XCTAssertEqual(truncate(part, off_t(size)), 0)
         // Recorded as that sender's, as the receiver records it.
-        let recorded = try Foreign(["python3", "-c", "import os, sys; os.setxattr(sys.argv[1], 'user.peerxfer.sender', sys.argv[2].encode())",
-                                    part, certificate.publicKeySHA256])
+        let recorded = try Foreign([
+            "python3", "-c", "import os, sys; os.setxattr(sys.argv[1], 'user.peerxfer.sender', sys.argv[2].encode())",
+            part, certificate.publicKeySHA256,
+        ])
         XCTAssertTrue(recorded.waitForExit(seconds: 10))
         XCTAssertEqual(recorded.process.terminationStatus, 0, recorded.output)
         // Older than the timestamp granularity, so that its digests may be remembered.
         var times = [timespec(tv_sec: time(nil) - 60, tv_nsec: 0), timespec(tv_sec: time(nil) - 60, tv_nsec: 0)]
         XCTAssertEqual(utimensat(AT_FDCWD, part, &times, 0), 0)
         let daemon = try lab.serve(name: name, config: "receiver", inbox: inbox, extra: ["--log-level", "debug"])
-        let port = daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        let port =
+            daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
         let offer = { (mode: String) in
-            try Foreign(["python3", Self.script, mode, "\(port)", "--cert", certificate.certificateFile, "--key", certificate.keyFile,
-                         "--wait", "60", "--size", "\(size + 1)"]).finish(seconds: 90)
+            try Foreign([
+                "python3", Self.script, mode, "\(port)", "--cert", certificate.certificateFile, "--key",
+                certificate.keyFile,
+                "--wait", "60", "--size", "\(size + 1)",
+            ]).finish(seconds: 90)
         }
         // The first offer waits for its answer: the part file is hashed once, and its
         // chunks are offered back (1024 of them).
@@ -236,7 +270,8 @@ final class PeerXferHostileTests: XCTestCase {
         XCTAssertEqual(status, 0, output)
         XCTAssertTrue(daemon.waitForOutput(containing: "transfer from", seconds: 10), daemon.output)
         let hashings = daemon.output.components(separatedBy: "hashed part files 1 time(s)").count - 1
-        XCTAssertEqual(hashings, 1, daemon.output.split(separator: "\n").filter { $0.contains("hashed") }.joined(separator: "\n"))
+        XCTAssertEqual(
+            hashings, 1, daemon.output.split(separator: "\n").filter { $0.contains("hashed") }.joined(separator: "\n"))
         XCTAssertTrue(FileManager.default.fileExists(atPath: part), "the part file stays for its sender")
     }
 
@@ -244,7 +279,8 @@ final class PeerXferHostileTests: XCTestCase {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Held")
         let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
-        let port = daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        let port =
+            daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
         XCTAssertGreaterThan(port, 0)
         let certificate = try TestCertificate.make()
         try lab.makeFile("src/a.bin", size: 300_000)
@@ -253,8 +289,10 @@ final class PeerXferHostileTests: XCTestCase {
             // and say nothing: before, 8 of either made every sender "busy".
             let clients = try (0..<idle).map { _ in try RawClient(port: port) }
             let silent = try (0..<8).map { _ in
-                try Foreign(["python3", Self.script, "silent", "\(port)", "--cert", certificate.certificateFile,
-                             "--key", certificate.keyFile, "--wait", "8"])
+                try Foreign([
+                    "python3", Self.script, "silent", "\(port)", "--cert", certificate.certificateFile,
+                    "--key", certificate.keyFile, "--wait", "8",
+                ])
             }
             let (status, output) = try lab.send([lab.path("src/a.bin")], to: name, config: "sender")
             XCTAssertEqual(status, 0, "\(idle) idle connections: \(output)")

@@ -7,14 +7,17 @@ import XCTest
 /// and inbox under one temporary folder, against the real avahi-daemon.
 final class PeerXferLab: @unchecked Sendable {
     // @unchecked: used from the test's thread only; the Foreign processes are thread-safe.
-    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
     static let binary = BuiltProduct.path("peerxfer")
 
     let directory: String
     private var daemons: [Foreign] = []
 
     init() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("peerxfer-\(UUID().uuidString.prefix(8))").path
+        directory =
+            FileManager.default.temporaryDirectory.appendingPathComponent("peerxfer-\(UUID().uuidString.prefix(8))")
+            .path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     }
 
@@ -26,7 +29,10 @@ final class PeerXferLab: @unchecked Sendable {
         // Once no daemon holds them open: a busy file system cannot be unmounted.
         for mount in mounts {
             if let unmounter = try? Foreign(["umount", mount]), unmounter.waitForExit(seconds: 10),
-               unmounter.process.terminationStatus == 0 { continue }
+                unmounter.process.terminationStatus == 0
+            {
+                continue
+            }
             XCTFail("cannot unmount the test's file system at \(mount)")
         }
         try? FileManager.default.removeItem(atPath: directory)
@@ -53,9 +59,14 @@ final class PeerXferLab: @unchecked Sendable {
 
     /// Starts `peerxfer serve` and waits for its "serving" line.
     @discardableResult
-    func serve(name: String, config: String, inbox: String, accept: String = "all", extra: [String] = []) throws -> Foreign {
-        let daemon = try Foreign([Self.binary, "serve", "--name", name, "--config", path(config), "--inbox", inbox,
-                                  "--accept", accept] + extra)
+    func serve(
+        name: String, config: String, inbox: String, accept: String = "all", extra: [String] = []
+    ) throws -> Foreign {
+        let daemon = try Foreign(
+            [
+                Self.binary, "serve", "--name", name, "--config", path(config), "--inbox", inbox,
+                "--accept", accept,
+            ] + extra)
         daemons.append(daemon)
         guard daemon.waitForOutput(containing: "serving", seconds: 20) else {
             throw DeadlineExceeded(what: "peerxfer serve (output: \(daemon.output))", seconds: 20)
@@ -74,8 +85,10 @@ final class PeerXferLab: @unchecked Sendable {
     /// `peerxfer send` as a script runs it (JSON lines); `trusting` says what to trust of a
     /// receiver new to `config` (the transfer tests are not about pairing: by default the key
     /// that answers first, as `--accept-new-key`; the trust tests give their own).
-    func send(_ paths: [String], to name: String, config: String, seconds: Double = 60,
-              trusting: [String] = ["--accept-new-key"]) throws -> (status: Int32, output: String) {
+    func send(
+        _ paths: [String], to name: String, config: String, seconds: Double = 60,
+        trusting: [String] = ["--accept-new-key"]
+    ) throws -> (status: Int32, output: String) {
         try run(["send"] + paths + ["--to", name, "--config", path(config), "--json"] + trusting, seconds: seconds)
     }
 
@@ -94,7 +107,8 @@ final class PeerXferLab: @unchecked Sendable {
     func key(ofConfig config: String) throws -> String {
         let (status, output) = try run(["identity", "--config", path(config), "--json"])
         guard status == 0, let range = output.range(of: "\"key\":\"") else {
-            throw NSError(domain: "PeerXferLab", code: 1, userInfo: [NSLocalizedDescriptionKey: "identity failed: \(output)"])
+            throw NSError(
+                domain: "PeerXferLab", code: 1, userInfo: [NSLocalizedDescriptionKey: "identity failed: \(output)"])
         }
         return String(output[range.upperBound...].prefix(64))
     }
@@ -104,7 +118,8 @@ final class PeerXferLab: @unchecked Sendable {
     func partPath(_ file: String, sentWith config: String) throws -> String {
         let url = URL(fileURLWithPath: path(file))
         return url.deletingLastPathComponent()
-            .appendingPathComponent(TransferLimits.partName(of: url.lastPathComponent, from: try key(ofConfig: config))).path
+            .appendingPathComponent(TransferLimits.partName(of: url.lastPathComponent, from: try key(ofConfig: config)))
+            .path
     }
 
     /// The key a daemon printed on its "serving" line.
@@ -131,7 +146,9 @@ final class PeerXferLab: @unchecked Sendable {
     }
 
     static func sameContents(_ a: String, _ b: String) -> Bool {
-        guard let x = FileManager.default.contents(atPath: a), let y = FileManager.default.contents(atPath: b) else { return false }
+        guard let x = FileManager.default.contents(atPath: a), let y = FileManager.default.contents(atPath: b) else {
+            return false
+        }
         return x == y
     }
 

@@ -19,12 +19,14 @@ final class PeerXferSoakTests: XCTestCase {
             // New bytes each round: nothing is found already there, everything is written.
             try lab.makeFile("src/r\(round)/big.bin", size: 40 << 20, seed: UInt64(round + 1))
             for index in 0..<600 {
-                try lab.makeFile("src/r\(round)/tree/d\(index % 4)/f\(index).txt", size: 1 + index * 37 % 5000,
-                                 seed: UInt64(round * 1000 + index))
+                try lab.makeFile(
+                    "src/r\(round)/tree/d\(index % 4)/f\(index).txt", size: 1 + index * 37 % 5000,
+                    seed: UInt64(round * 1000 + index))
             }
             let (status, output) = try lab.send([lab.path("src/r\(round)")], to: name, config: "sender", seconds: 120)
             XCTAssertEqual(status, 0, output)
-            XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/r\(round)/big.bin"), lab.path("inbox/r\(round)/big.bin")))
+            XCTAssertTrue(
+                PeerXferLab.sameContents(lab.path("src/r\(round)/big.bin"), lab.path("inbox/r\(round)/big.bin")))
             // The sender returns on the summary; the daemon closes the connection just after.
             guard let before = baseline else {
                 XCTAssertTrue(daemon.waitForOutput(containing: "complete: 601 verified", seconds: 10), daemon.output)
@@ -33,8 +35,9 @@ final class PeerXferSoakTests: XCTestCase {
             }
             let now = try settled(pid, atMost: before)
             let open = try openDescriptors(pid)
-            XCTAssertLessThanOrEqual(now.descriptors, before.descriptors,
-                                     "round \(round + 1): descriptors not given back: \(open)")
+            XCTAssertLessThanOrEqual(
+                now.descriptors, before.descriptors,
+                "round \(round + 1): descriptors not given back: \(open)")
             XCTAssertLessThanOrEqual(now.threads, before.threads, "round \(round + 1): threads not given back")
         }
     }
@@ -42,7 +45,9 @@ final class PeerXferSoakTests: XCTestCase {
     /// The daemon's open descriptors and threads once they stop falling: at most `limit` within
     /// 20 s (threads of a shared pool retire a few seconds after their last job), or, with no
     /// limit, once two looks 200 ms apart agree.
-    private func settled(_ pid: Int32, atMost limit: (descriptors: Int, threads: Int)?) throws -> (descriptors: Int, threads: Int) {
+    private func settled(
+        _ pid: Int32, atMost limit: (descriptors: Int, threads: Int)?
+    ) throws -> (descriptors: Int, threads: Int) {
         let deadline = Date().addingTimeInterval(20)
         var last = try counts(pid)
         while Date() < deadline {

@@ -11,7 +11,9 @@ final class PeerXferTransferTests: XCTestCase {
     /// JSON lines of a sender's output, by event.
     private func events(_ output: String, _ name: String) -> [[String: Any]] {
         output.split(separator: "\n").compactMap {
-            guard let object = try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] else { return nil }
+            guard let object = try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] else {
+                return nil
+            }
             return object["event"] as? String == name ? object : nil
         }
     }
@@ -37,8 +39,9 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.makeFile("src/tree/ünï cödé/файл.bin", size: 3 * chunk + 17)
         try lab.makeFile("src/tree/small.txt", size: 5)
         try lab.makeFile("src/tree/zero", size: 0)
-        chmod(lab.path("src/tree/zero"), 0o755)   // a script, say: it arrives not executable
-        try FileManager.default.createDirectory(atPath: lab.path("src/tree/empty/nested"), withIntermediateDirectories: true)
+        chmod(lab.path("src/tree/zero"), 0o755)  // a script, say: it arrives not executable
+        try FileManager.default.createDirectory(
+            atPath: lab.path("src/tree/empty/nested"), withIntermediateDirectories: true)
         chmod(lab.path("src/tree/small.txt"), 0o640)
         var times = [timespec(tv_sec: 1_600_000_000, tv_nsec: 0), timespec(tv_sec: 1_600_000_000, tv_nsec: 0)]
         XCTAssertEqual(utimensat(AT_FDCWD, lab.path("src/tree/small.txt"), &times, 0), 0)
@@ -70,9 +73,11 @@ final class PeerXferTransferTests: XCTestCase {
         try FileManager.default.moveItem(atPath: lab.path("other/small.txt"), toPath: lab.path("other/tree/small.txt"))
         let (renamed, renamedOutput) = try lab.send([lab.path("other/tree")], to: name, config: "sender")
         XCTAssertEqual(renamed, 0, renamedOutput)
-        XCTAssertEqual(events(renamedOutput, "verified").first?["storedAs"] as? String, "tree/small (1).txt", renamedOutput)
-        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/tree/small.txt"), lab.path("inbox/tree/small.txt")),
-                      "the first file must not be overwritten")
+        XCTAssertEqual(
+            events(renamedOutput, "verified").first?["storedAs"] as? String, "tree/small (1).txt", renamedOutput)
+        XCTAssertTrue(
+            PeerXferLab.sameContents(lab.path("src/tree/small.txt"), lab.path("inbox/tree/small.txt")),
+            "the first file must not be overwritten")
         // Same name, same size, other bytes: the receiver's digest of its file does not match
         // the sender's, so the file is sent and lands under the next number.
         try FileManager.default.createDirectory(atPath: lab.path("third/tree"), withIntermediateDirectories: true)
@@ -85,7 +90,8 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(done(thirdOutput)["skipped"] as? Int, 1, thirdOutput)
         let skipped = events(thirdOutput, "skipped").first ?? [:]
         XCTAssertEqual(skipped["path"] as? String, lab.path("third/tree/bad\\x0aname.txt"), thirdOutput)
-        XCTAssertEqual(skipped["reason"] as? String, "not sent, its path contains NUL or another control character", thirdOutput)
+        XCTAssertEqual(
+            skipped["reason"] as? String, "not sent, its path contains NUL or another control character", thirdOutput)
         XCTAssertEqual(events(thirdOutput, "verified").first?["storedAs"] as? String, "tree/small (2).txt", thirdOutput)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("third/tree/small.txt"), lab.path("inbox/tree/small (2).txt")))
         // Another sender (another key) is not told the digests of files it did not deliver:
@@ -93,7 +99,9 @@ final class PeerXferTransferTests: XCTestCase {
         let (stranger, strangerOutput) = try lab.send([lab.path("src/tree")], to: name, config: "stranger")
         XCTAssertEqual(stranger, 0, strangerOutput)
         XCTAssertEqual(done(strangerOutput)["bytesSent"] as? Int, 3 * chunk + 17 + 5, strangerOutput)
-        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/tree/ünï cödé/файл.bin"), lab.path("inbox/tree/ünï cödé/файл (1).bin")))
+        XCTAssertTrue(
+            PeerXferLab.sameContents(
+                lab.path("src/tree/ünï cödé/файл.bin"), lab.path("inbox/tree/ünï cödé/файл (1).bin")))
     }
 
     /// More files than one batch holds: they are named batch by batch while the next arrive,
@@ -102,7 +110,7 @@ final class PeerXferTransferTests: XCTestCase {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Batches")
         try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
-        let count = 2 * 256 + 37   // a batch holds at most 256 files
+        let count = 2 * 256 + 37  // a batch holds at most 256 files
         for index in 0..<count {
             try lab.makeFile("src/many/d\(index % 3)/f\(index).txt", size: 1 + index % 700, seed: UInt64(index))
         }
@@ -112,8 +120,10 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(Set(events(output, "verified").compactMap { $0["path"] as? String }).count, count)
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox/many")), PeerXferLab.listing(lab.path("src/many")))
         for index in stride(from: 0, to: count, by: 97) {
-            XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/many/d\(index % 3)/f\(index).txt"),
-                                                   lab.path("inbox/many/d\(index % 3)/f\(index).txt")), "f\(index)")
+            XCTAssertTrue(
+                PeerXferLab.sameContents(
+                    lab.path("src/many/d\(index % 3)/f\(index).txt"),
+                    lab.path("inbox/many/d\(index % 3)/f\(index).txt")), "f\(index)")
         }
         XCTAssertFalse(PeerXferLab.listing(lab.path("inbox")).contains { $0.hasSuffix(".peerxfer-part") })
     }
@@ -125,14 +135,17 @@ final class PeerXferTransferTests: XCTestCase {
         let size = 256 * chunk + 123
         try lab.makeFile("src/big.bin", size: size)
         let part = try lab.partPath("inbox/big.bin", sentWith: "sender")
-        let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/big.bin"), "--to", name,
-                                  "--config", lab.path("sender"), "--json"])
+        let sender = try Foreign([
+            PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/big.bin"), "--to", name,
+            "--config", lab.path("sender"), "--json",
+        ])
         // Kill it once the receiver holds a few chunks (and long before the end).
         let seen = waitForPart(part, toHold: UInt64(4 * chunk))
         kill(sender.process.processIdentifier, SIGKILL)
         XCTAssertTrue(sender.waitForExit(seconds: 10))
         XCTAssertGreaterThanOrEqual(seen, UInt64(4 * chunk), "the part file never grew: \(sender.output)")
-        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/big.bin")), "killed too late: the file was complete")
+        XCTAssertFalse(
+            FileManager.default.fileExists(atPath: lab.path("inbox/big.bin")), "killed too late: the file was complete")
         let left = (try FileManager.default.attributesOfItem(atPath: part))[.size] as? UInt64 ?? 0
 
         // Meanwhile another sender sends a file of the same name: it is told nothing of the
@@ -142,15 +155,17 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(otherStatus, 0, otherOutput)
         XCTAssertEqual(done(otherOutput)["bytesSkipped"] as? Int, 0, otherOutput)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("other/big.bin"), lab.path("inbox/big.bin")))
-        XCTAssertEqual((try FileManager.default.attributesOfItem(atPath: part))[.size] as? UInt64, left,
-                       "another sender's transfer touched the part file")
+        XCTAssertEqual(
+            (try FileManager.default.attributesOfItem(atPath: part))[.size] as? UInt64, left,
+            "another sender's transfer touched the part file")
 
         let (status, output) = try lab.send([lab.path("src/big.bin")], to: name, config: "sender")
         XCTAssertEqual(status, 0, output)
         let report = done(output)
         let sent = report["bytesSent"] as? Int ?? -1, skipped = report["bytesSkipped"] as? Int ?? -1
         XCTAssertEqual(sent + skipped, size, output)
-        XCTAssertGreaterThanOrEqual(skipped, Int(seen) / chunk * chunk, "resumed before what the receiver had: \(output)")
+        XCTAssertGreaterThanOrEqual(
+            skipped, Int(seen) / chunk * chunk, "resumed before what the receiver had: \(output)")
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/big.bin"), lab.path("inbox/big (1).bin")))
     }
 
@@ -161,25 +176,36 @@ final class PeerXferTransferTests: XCTestCase {
         let size = 256 * chunk
         try lab.makeFile("src/big.bin", size: size, seed: 9)
         let part = try lab.partPath("inbox/big.bin", sentWith: "sender")
-        let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/big.bin"), "--to", name,
-                                  "--config", lab.path("sender"), "--json"])
+        let sender = try Foreign([
+            PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/big.bin"), "--to", name,
+            "--config", lab.path("sender"), "--json",
+        ])
         let seen = waitForPart(part, toHold: UInt64(4 * chunk))
         kill(sender.process.processIdentifier, SIGINT)
         XCTAssertGreaterThanOrEqual(seen, UInt64(4 * chunk), "the part file never grew: \(sender.output)")
         XCTAssertTrue(sender.waitForExit(seconds: 10), sender.output)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/big.bin")), "interrupted too late: the file was complete")
+        XCTAssertFalse(
+            FileManager.default.fileExists(atPath: lab.path("inbox/big.bin")),
+            "interrupted too late: the file was complete")
         // Ended by the signal itself (a shell shows 130 and stops a loop it runs), not by exit.
         XCTAssertEqual(sender.process.endingSignal, SIGINT, sender.output)
         XCTAssertTrue(sender.output.contains("\"event\":\"interrupted\""), sender.output)
         XCTAssertTrue(sender.output.contains("\"signal\":\"SIGINT\""), sender.output)
-        XCTAssertTrue(sender.output.contains("interrupted: run the same command again"), "the hint is on standard error in JSON mode too: \(sender.output)")
+        XCTAssertTrue(
+            sender.output.contains("interrupted: run the same command again"),
+            "the hint is on standard error in JSON mode too: \(sender.output)")
         // The receiver's log says the cut transfer can go on, not only that it failed.
-        XCTAssertTrue(daemon.waitForOutput(containing: "Part files are kept, and the same send resumes from them", seconds: 10), daemon.output)
+        XCTAssertTrue(
+            daemon.waitForOutput(containing: "Part files are kept, and the same send resumes from them", seconds: 10),
+            daemon.output)
 
         // Again, on a terminal (script(1)'s pseudo-terminal): it says that it resumes, and how much
         // it does not send again.
-        let command = [PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/big.bin"), "--to", name, "--config", lab.path("sender")]
-            .map { "'\($0)'" }.joined(separator: " ")
+        let command = [
+            PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/big.bin"), "--to", name, "--config",
+            lab.path("sender"),
+        ]
+        .map { "'\($0)'" }.joined(separator: " ")
         let terminal = try Foreign(["/usr/bin/script", "-qec", command, "/dev/null"])
         XCTAssertTrue(terminal.waitForExit(seconds: 60), terminal.output)
         XCTAssertEqual(terminal.process.terminationStatus, 0, terminal.output)
@@ -196,8 +222,11 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
         try lab.makeFile("src/term.bin", size: 256 * chunk, seed: 4)
         let part = try lab.partPath("inbox/term.bin", sentWith: "sender")
-        let command = [PeerXferLab.binary, "send", lab.path("src/term.bin"), "--to", name, "--config", lab.path("sender"), "--accept-new-key"]
-            .map { "'\($0)'" }.joined(separator: " ")
+        let command = [
+            PeerXferLab.binary, "send", lab.path("src/term.bin"), "--to", name, "--config", lab.path("sender"),
+            "--accept-new-key",
+        ]
+        .map { "'\($0)'" }.joined(separator: " ")
         let terminal = try Foreign(["/usr/bin/script", "-qec", command, "/dev/null"])
         let seen = waitForPart(part, toHold: UInt64(4 * chunk))
         XCTAssertGreaterThanOrEqual(seen, UInt64(4 * chunk), "the part file never grew: \(terminal.output)")
@@ -206,10 +235,16 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertFalse(senders.isEmpty, "no sender process found")
         for pid in senders { kill(pid, SIGTERM) }
         XCTAssertTrue(terminal.waitForExit(seconds: 10), terminal.output)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/term.bin")), "stopped too late: the file was complete")
-        XCTAssertEqual(terminal.process.terminationStatus, 143, "script(1) says 128 + the signal that ended its command: \(terminal.output)")
+        XCTAssertFalse(
+            FileManager.default.fileExists(atPath: lab.path("inbox/term.bin")),
+            "stopped too late: the file was complete")
+        XCTAssertEqual(
+            terminal.process.terminationStatus, 143,
+            "script(1) says 128 + the signal that ended its command: \(terminal.output)")
         // The progress line is erased first, so the message starts a clean line.
-        XCTAssertTrue(terminal.output.contains("\u{1b}[Kstopped by SIGTERM: run the same command again"), terminal.output.debugDescription)
+        XCTAssertTrue(
+            terminal.output.contains("\u{1b}[Kstopped by SIGTERM: run the same command again"),
+            terminal.output.debugDescription)
     }
 
     func testASendRightAfterTheReceiverRestartsReachesItsNewPort() throws {
@@ -224,8 +259,10 @@ final class PeerXferTransferTests: XCTestCase {
         kill(first.process.processIdentifier, SIGINT)
         XCTAssertTrue(first.waitForExit(seconds: 10))
         try lab.makeFile("src/b.txt", size: 1000)
-        let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/b.txt"), "--to", name,
-                                  "--config", lab.path("sender"), "--json"])
+        let sender = try Foreign([
+            PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/b.txt"), "--to", name,
+            "--config", lab.path("sender"), "--json",
+        ])
         try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
         XCTAssertTrue(sender.waitForExit(seconds: 30), sender.output)
         XCTAssertEqual(sender.process.terminationStatus, 0, "the send reaches the restarted receiver: \(sender.output)")
@@ -239,8 +276,10 @@ final class PeerXferTransferTests: XCTestCase {
         let size = 256 * chunk
         try lab.makeFile("src/big.bin", size: size, seed: 3)
         let part = try lab.partPath("inbox/big.bin", sentWith: "sender")
-        let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/big.bin"), "--to", name,
-                                  "--config", lab.path("sender"), "--json"])
+        let sender = try Foreign([
+            PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/big.bin"), "--to", name,
+            "--config", lab.path("sender"), "--json",
+        ])
         _ = waitForPart(part, toHold: UInt64(4 * chunk))
         kill(daemon.process.processIdentifier, SIGKILL)
         XCTAssertTrue(sender.waitForExit(seconds: 90), "the sender must notice the receiver is gone")
@@ -324,11 +363,13 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.makeFile("src/t/sub/c.bin", size: chunk + 1, seed: 3)
         try FileManager.default.createDirectory(atPath: lab.path("inbox/t"), withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: lab.path("outside"), withIntermediateDirectories: true)
-        try FileManager.default.createSymbolicLink(atPath: lab.path("inbox/t/sub"), withDestinationPath: lab.path("outside"))
+        try FileManager.default.createSymbolicLink(
+            atPath: lab.path("inbox/t/sub"), withDestinationPath: lab.path("outside"))
         let (status, output) = try lab.send([lab.path("src/t")], to: name, config: "sender")
         XCTAssertEqual(status, 1, "two files failed: \(output)")
         XCTAssertEqual(done(output)["failed"] as? Int, 2, output)
-        XCTAssertTrue(output.contains("sub/b.txt") && output.contains("sub/c.bin") && output.contains("symlink"), output)
+        XCTAssertTrue(
+            output.contains("sub/b.txt") && output.contains("sub/c.bin") && output.contains("symlink"), output)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/t/a.txt"), lab.path("inbox/t/a.txt")), output)
         XCTAssertEqual(PeerXferLab.listing(lab.path("outside")), [], "nothing written through the symlink")
     }
@@ -336,10 +377,13 @@ final class PeerXferTransferTests: XCTestCase {
     func testDeclinedAndPartlyAcceptedOffersExit5() throws {
         let lab = try PeerXferLab()
         let declining = PeerXferLab.uniqueName("Declines")
-        try lab.serve(name: declining, config: "r1", inbox: lab.path("inbox1"), accept: "ask", extra: ["--hook", "cat >/dev/null; exit 1"])
+        try lab.serve(
+            name: declining, config: "r1", inbox: lab.path("inbox1"), accept: "ask",
+            extra: ["--hook", "cat >/dev/null; exit 1"])
         try lab.makeFile("src/keep.txt", size: 10)
         try lab.makeFile("src/skip.txt", size: 10, seed: 2)
-        let (status, output) = try lab.send([lab.path("src/keep.txt"), lab.path("src/skip.txt")], to: declining, config: "sender")
+        let (status, output) = try lab.send(
+            [lab.path("src/keep.txt"), lab.path("src/skip.txt")], to: declining, config: "sender")
         XCTAssertEqual(status, 5, output)
         XCTAssertTrue(output.contains("the receiver says: declined by the receiver's accept hook"), output)
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox1")), [])
@@ -348,39 +392,53 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.serve(name: nobody, config: "r3", inbox: lab.path("inbox3"), accept: "ask")
         let (unasked, unaskedOutput) = try lab.send([lab.path("src/keep.txt")], to: nobody, config: "sender")
         XCTAssertEqual(unasked, 5, unaskedOutput)
-        XCTAssertTrue(unaskedOutput.contains("declined without asking anyone: the receiver runs --accept ask with no terminal and no --hook"),
-                      unaskedOutput)
+        XCTAssertTrue(
+            unaskedOutput.contains(
+                "declined without asking anyone: the receiver runs --accept ask with no terminal and no --hook"),
+            unaskedOutput)
 
         let choosy = PeerXferLab.uniqueName("Choosy")
-        try lab.serve(name: choosy, config: "r2", inbox: lab.path("inbox2"), accept: "ask", extra: ["--hook", "grep keep"])
-        let (partly, partlyOutput) = try lab.send([lab.path("src/keep.txt"), lab.path("src/skip.txt")], to: choosy, config: "sender")
+        try lab.serve(
+            name: choosy, config: "r2", inbox: lab.path("inbox2"), accept: "ask", extra: ["--hook", "grep keep"])
+        let (partly, partlyOutput) = try lab.send(
+            [lab.path("src/keep.txt"), lab.path("src/skip.txt")], to: choosy, config: "sender")
         XCTAssertEqual(partly, 5, partlyOutput)
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox2")), ["keep.txt"])
-        XCTAssertTrue(partlyOutput.contains("declined 1 of 2 entries: skip.txt\""), "the declined entry is named: \(partlyOutput)")
+        XCTAssertTrue(
+            partlyOutput.contains("declined 1 of 2 entries: skip.txt\""), "the declined entry is named: \(partlyOutput)"
+        )
     }
 
     func testAskOnATerminalListsWhatIsOfferedAndTakesTheAnswer() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Asks")
         // The daemon on a terminal (script(1)'s pseudo-terminal), its answers typed through it.
-        let command = [PeerXferLab.binary, "serve", "--name", name, "--config", lab.path("receiver"),
-                       "--inbox", lab.path("inbox"), "--accept", "ask"].map { "'\($0)'" }.joined(separator: " ")
+        let command = [
+            PeerXferLab.binary, "serve", "--name", name, "--config", lab.path("receiver"),
+            "--inbox", lab.path("inbox"), "--accept", "ask",
+        ].map { "'\($0)'" }.joined(separator: " ")
         let daemon = try Foreign(["/usr/bin/script", "-qec", command, "/dev/null"])
         defer { daemon.stop() }
         XCTAssertTrue(daemon.waitForOutput(containing: "serving", seconds: 20), daemon.output)
         try lab.makeFile("src/t/a.txt", size: 10)
         try lab.makeFile("src/t/sub/b.txt", size: 20, seed: 2)
-        let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/t"), "--to", name,
-                                  "--config", lab.path("sender"), "--json"])
+        let sender = try Foreign([
+            PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/t"), "--to", name,
+            "--config", lab.path("sender"), "--json",
+        ])
         XCTAssertTrue(daemon.waitForOutput(containing: "Accept? [y/N/a]", seconds: 20), daemon.output)
         // Before the question: who offers, how much, and what, by name (folders end in /).
         XCTAssertTrue(daemon.output.contains("offers 2 files ("), daemon.output)
         // The verdict and the key before the name the sender claims, and the code both show.
         let code = VerificationCode.between(try lab.key(ofConfig: "sender"), try lab.key(ofConfig: "receiver"))
-        XCTAssertTrue(daemon.output.contains("unknown sender [key ") && daemon.output.contains(", code \(code)], calling itself \""),
-                      daemon.output)
+        XCTAssertTrue(
+            daemon.output.contains("unknown sender [key ")
+                && daemon.output.contains(", code \(code)], calling itself \""),
+            daemon.output)
         for entry in ["  t/\r\n", "  t/a.txt\r\n", "  t/sub/\r\n", "  t/sub/b.txt\r\n"] {
-            XCTAssertTrue(daemon.output.contains(entry), "\(entry.debugDescription) not listed: \(daemon.output.debugDescription)")
+            XCTAssertTrue(
+                daemon.output.contains(entry), "\(entry.debugDescription) not listed: \(daemon.output.debugDescription)"
+            )
         }
         // "a": accept, and trust the sender's key from now on (as `peerxfer trust KEY`).
         XCTAssertTrue(daemon.output.contains("(a: accept, and always trust the key "), daemon.output)
@@ -394,19 +452,25 @@ final class PeerXferTransferTests: XCTestCase {
         // A sender that leaves while its question is open withdraws it: the next offer is
         // asked at once, not after a person answers in vain or the question's 120 s.
         try lab.makeFile("src/gone.txt", size: 10)
-        let gone = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/gone.txt"), "--to", name,
-                                "--config", lab.path("sender"), "--json"])
+        let gone = try Foreign([
+            PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/gone.txt"), "--to", name,
+            "--config", lab.path("sender"), "--json",
+        ])
         defer { gone.stop() }
         XCTAssertTrue(daemon.waitForOutput(containing: "gone.txt", seconds: 20), daemon.output)
         XCTAssertEqual(kill(gone.process.processIdentifier, SIGKILL), 0)
         XCTAssertTrue(daemon.waitForOutput(containing: "(withdrawn: the offer from ", seconds: 20), daemon.output)
-        XCTAssertTrue(daemon.waitForOutput(containing: "the sender left before its offer was answered", seconds: 20), daemon.output)
+        XCTAssertTrue(
+            daemon.waitForOutput(containing: "the sender left before its offer was answered", seconds: 20),
+            daemon.output)
 
         // A question nobody answers does not hold the daemon up: SIGTERM declines the offer and
         // stops it at once, not after the question's 120 s.
         try lab.makeFile("src/later.txt", size: 10)
-        let second = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/later.txt"), "--to", name,
-                                  "--config", lab.path("sender"), "--json"])
+        let second = try Foreign([
+            PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/later.txt"), "--to", name,
+            "--config", lab.path("sender"), "--json",
+        ])
         defer { second.stop() }
         XCTAssertTrue(daemon.waitForOutput(containing: "later.txt", seconds: 20), daemon.output)
         let pids = try Foreign(["pgrep", "-f", "serve --name \(name)"]).finish(seconds: 10)
@@ -423,15 +487,18 @@ final class PeerXferTransferTests: XCTestCase {
         let name = PeerXferLab.uniqueName("Hooked")
         let marker = lab.path("child.pid")
         // The hook accepts, leaving behind a child that holds its output open for 300 s.
-        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"), accept: "ask",
-                      extra: ["--hook", "sleep 300 & echo $! > \(marker); exit 0"])
+        try lab.serve(
+            name: name, config: "receiver", inbox: lab.path("inbox"), accept: "ask",
+            extra: ["--hook", "sleep 300 & echo $! > \(marker); exit 0"])
         try lab.makeFile("src/a.txt", size: 100)
         let started = Date()
         let (status, output) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
         XCTAssertEqual(status, 0, output)
         XCTAssertLessThan(Date().timeIntervalSince(started), 60, "decided when the hook exited, not when its child did")
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/a.txt"), lab.path("inbox/a.txt")), output)
-        let child = try XCTUnwrap(Int32((try String(contentsOfFile: marker, encoding: .utf8)).trimmingCharacters(in: .whitespacesAndNewlines)))
+        let child = try XCTUnwrap(
+            Int32((try String(contentsOfFile: marker, encoding: .utf8)).trimmingCharacters(in: .whitespacesAndNewlines))
+        )
         let deadline = Date().addingTimeInterval(10)
         while kill(child, 0) == 0 && Date() < deadline { usleep(20_000) }
         XCTAssertNotEqual(kill(child, 0), 0, "the hook's leftover child was ended with its process group")
@@ -442,21 +509,28 @@ final class PeerXferTransferTests: XCTestCase {
         let name = PeerXferLab.uniqueName("SlowHook")
         let marker = lab.path("hook.pid")
         // A hook that would take 100 s to decide.
-        let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"), accept: "ask",
-                                   extra: ["--hook", "echo $$ > \(marker); sleep 100"])
+        let daemon = try lab.serve(
+            name: name, config: "receiver", inbox: lab.path("inbox"), accept: "ask",
+            extra: ["--hook", "echo $$ > \(marker); sleep 100"])
         try lab.makeFile("src/a.txt", size: 10)
-        let sender = try Foreign([PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/a.txt"), "--to", name,
-                                  "--config", lab.path("sender"), "--json"])
+        let sender = try Foreign([
+            PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/a.txt"), "--to", name,
+            "--config", lab.path("sender"), "--json",
+        ])
         defer { sender.stop() }
         // The hook has started once its pid is in the file (the shell makes it, then writes).
         func hookPid() -> Int32? {
-            (try? String(contentsOfFile: marker, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            (try? String(contentsOfFile: marker, encoding: .utf8)).flatMap {
+                Int32($0.trimmingCharacters(in: .whitespacesAndNewlines))
+            }
         }
         var deadline = Date().addingTimeInterval(20)
         while hookPid() == nil && Date() < deadline { usleep(20_000) }
         let hook = try XCTUnwrap(hookPid(), daemon.output)
         XCTAssertEqual(kill(sender.process.processIdentifier, SIGKILL), 0)
-        XCTAssertTrue(daemon.waitForOutput(containing: "the sender left before its offer was answered", seconds: 20), daemon.output)
+        XCTAssertTrue(
+            daemon.waitForOutput(containing: "the sender left before its offer was answered", seconds: 20),
+            daemon.output)
         deadline = Date().addingTimeInterval(10)
         while kill(hook, 0) == 0 && Date() < deadline { usleep(20_000) }
         XCTAssertNotEqual(kill(hook, 0), 0, "the hook was ended with its process group, not left to run its 100 s")
@@ -470,14 +544,18 @@ final class PeerXferTransferTests: XCTestCase {
         let (status, output) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
         XCTAssertEqual(status, 6, output)
         XCTAssertTrue(output.contains("not trusted"), output)
-        XCTAssertFalse(output.contains(lab.path("receiver")), "the sender is not told where the receiver keeps its configuration: \(output)")
+        XCTAssertFalse(
+            output.contains(lab.path("receiver")),
+            "the sender is not told where the receiver keeps its configuration: \(output)")
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox")), [])
         // The receiver's own log gives the whole command, its configuration folder included.
         // (In the summary line the daemon writes every 10 s for connections refused before an offer.)
-        XCTAssertTrue(daemon.waitForOutput(containing: "--config '\(lab.path("receiver"))'", seconds: 25), daemon.output)
+        XCTAssertTrue(
+            daemon.waitForOutput(containing: "--config '\(lab.path("receiver"))'", seconds: 25), daemon.output)
 
         let (_, identity) = try lab.run(["identity", "--config", lab.path("sender"), "--json"])
-        let key = (try JSONSerialization.jsonObject(with: Data(identity.utf8)) as? [String: Any])?["key"] as? String ?? ""
+        let key =
+            (try JSONSerialization.jsonObject(with: Data(identity.utf8)) as? [String: Any])?["key"] as? String ?? ""
         XCTAssertEqual(key.count, 64, identity)
         XCTAssertEqual(try lab.run(["trust", key, "--config", lab.path("receiver")]).status, 0)
         let (trusted, trustedOutput) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
@@ -516,10 +594,12 @@ final class PeerXferTransferTests: XCTestCase {
         // The sender met a receiver of that name with another key before.
         try FileManager.default.createDirectory(atPath: lab.path("sender"), withIntermediateDirectories: true)
         let old = String(repeating: "ab", count: 32)
-        try Data("{\"pins\":{\"\(name)\":\"\(old)\"},\"trusted\":{}}".utf8).write(to: URL(fileURLWithPath: lab.path("sender/known-peers.json")))
+        try Data("{\"pins\":{\"\(name)\":\"\(old)\"},\"trusted\":{}}".utf8).write(
+            to: URL(fileURLWithPath: lab.path("sender/known-peers.json")))
         let (status, output) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
         XCTAssertEqual(status, 6, output)
-        XCTAssertTrue(output.contains(old) && output.contains("KEY CHANGED") && output.contains("impersonating"), output)
+        XCTAssertTrue(
+            output.contains(old) && output.contains("KEY CHANGED") && output.contains("impersonating"), output)
         // The command it suggests works as given: with the configuration folder in use.
         XCTAssertTrue(output.contains("peerxfer untrust '\(name)' --config '\(lab.path("sender"))'"), output)
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox")), [])
@@ -531,7 +611,8 @@ final class PeerXferTransferTests: XCTestCase {
         let lab = try PeerXferLab()
         let real = PeerXferLab.uniqueName("Real")
         let daemon = try lab.serve(name: real, config: "receiver", inbox: lab.path("inbox"))
-        let port = daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
+        let port =
+            daemon.output.components(separatedBy: "on port ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? 0
         XCTAssertGreaterThan(port, 0)
         // Someone publishes a service that points at the real daemon but advertises their key.
         let spoofName = PeerXferLab.uniqueName("Spoof")
@@ -564,10 +645,14 @@ final class PeerXferTransferTests: XCTestCase {
         let name = PeerXferLab.uniqueName("Once")
         let first = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
         let pid = first.process.processIdentifier
-        let (status, output) = try lab.run(["serve", "--name", PeerXferLab.uniqueName("Twice"), "--inbox", lab.path("inbox2"),
-                                            "--config", lab.path("receiver"), "--accept", "all"], seconds: 30)
+        let (status, output) = try lab.run(
+            [
+                "serve", "--name", PeerXferLab.uniqueName("Twice"), "--inbox", lab.path("inbox2"),
+                "--config", lab.path("receiver"), "--accept", "all",
+            ], seconds: 30)
         XCTAssertEqual(status, 1, output)
-        XCTAssertTrue(output.contains("another peerxfer serve (pid \(pid)) already runs with the configuration"), output)
+        XCTAssertTrue(
+            output.contains("another peerxfer serve (pid \(pid)) already runs with the configuration"), output)
         XCTAssertFalse(output.contains("serving"), "the second must not publish: \(output)")
         // The first still reads as running: the second neither wrote nor cleared its status.
         let (shown, text) = try lab.run(["status", "--config", lab.path("receiver")])
@@ -586,7 +671,9 @@ final class PeerXferTransferTests: XCTestCase {
     func testCommandsStartedAtOnceOnANewFolderMakeOneIdentity() throws {
         let lab = try PeerXferLab()
         // Several first uses at the same moment: one key, one device id, no half-made folder.
-        let runs = try (0..<6).map { _ in try Foreign([PeerXferLab.binary, "identity", "--config", lab.path("new"), "--json"]) }
+        let runs = try (0..<6).map { _ in
+            try Foreign([PeerXferLab.binary, "identity", "--config", lab.path("new"), "--json"])
+        }
         var keys = Set<String>(), devices = Set<String>()
         for run in runs {
             XCTAssertTrue(run.waitForExit(seconds: 60), run.output)
@@ -608,8 +695,11 @@ final class PeerXferTransferTests: XCTestCase {
         let before = try Data(contentsOf: URL(fileURLWithPath: lab.path("precious.txt")))
         try FileManager.default.createDirectory(atPath: lab.path("linked"), withIntermediateDirectories: true)
         XCTAssertEqual(link(lab.path("precious.txt"), lab.path("linked/serve.lock")), 0)
-        let (status, output) = try lab.run(["serve", "--name", PeerXferLab.uniqueName("Linked"), "--inbox", lab.path("inbox"),
-                                            "--config", lab.path("linked"), "--accept", "all"], seconds: 30)
+        let (status, output) = try lab.run(
+            [
+                "serve", "--name", PeerXferLab.uniqueName("Linked"), "--inbox", lab.path("inbox"),
+                "--config", lab.path("linked"), "--accept", "all",
+            ], seconds: 30)
         XCTAssertEqual(status, 1, output)
         XCTAssertTrue(output.contains("it is a hard link to another file (remove it)"), output)
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: lab.path("precious.txt"))), before)
@@ -619,8 +709,10 @@ final class PeerXferTransferTests: XCTestCase {
         let lab = try PeerXferLab()
         try lab.makeFile("src/a.txt", size: 1)
         let started = Date()
-        let (status, output) = try lab.run(["send", lab.path("src/a.txt"), "--to", PeerXferLab.uniqueName("Nobody"),
-                                            "--config", lab.path("sender"), "--wait", "1"])
+        let (status, output) = try lab.run([
+            "send", lab.path("src/a.txt"), "--to", PeerXferLab.uniqueName("Nobody"),
+            "--config", lab.path("sender"), "--wait", "1",
+        ])
         XCTAssertEqual(status, 3, output)
         XCTAssertTrue(output.contains("was found within 1 s"), output)
         XCTAssertLessThan(Date().timeIntervalSince(started), 15, "--wait must bound the search")
@@ -654,7 +746,10 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.makeFile("src/big.bin", size: 2 * chunk)
         let (status, output) = try lab.send([lab.path("src/big.bin")], to: name, config: "sender")
         XCTAssertEqual(status, 1, output)
-        XCTAssertTrue(output.contains("this sender already has 3.1 MB of unfinished files at the receiver (1 file whose transfer was cut: \"old.bin\"), and the receiver keeps at most 4.2 MB of them for one sender"), output)
+        XCTAssertTrue(
+            output.contains(
+                "this sender already has 3.1 MB of unfinished files at the receiver (1 file whose transfer was cut: \"old.bin\"), and the receiver keeps at most 4.2 MB of them for one sender"
+            ), output)
         XCTAssertEqual(PeerXferLab.listing(inbox), [(leftover as NSString).lastPathComponent], "nothing is written")
         // Another sender has its own share; and once the leftover is finished (sent again, as
         // the message says), the file is taken.
@@ -676,26 +771,37 @@ final class PeerXferTransferTests: XCTestCase {
             XCTAssertTrue(helpOutput.contains(text), "--help lacks \(text): \(helpOutput)")
         }
         XCTAssertEqual(try lab.run(["send", "--to", "x"]).status, 2, "no paths")
-        XCTAssertEqual(try lab.run(["send", lab.path("missing"), "--to", "x", "--config", lab.path("c")]).status, 2, "missing path")
+        XCTAssertEqual(
+            try lab.run(["send", lab.path("missing"), "--to", "x", "--config", lab.path("c")]).status, 2, "missing path"
+        )
         // Only a symlink (not followed, so nothing is left to send): found while the receiver is
         // looked for, and still a usage error, at once (not "not found" once the lookup gives up).
         XCTAssertEqual(symlink("/etc/hostname", lab.path("only-a-link")), 0)
-        let (nothing, nothingOutput) = try lab.run(["send", lab.path("only-a-link"), "--to", PeerXferLab.uniqueName("Nobody"),
-                                                    "--wait", "600", "--config", lab.path("c")])
+        let (nothing, nothingOutput) = try lab.run([
+            "send", lab.path("only-a-link"), "--to", PeerXferLab.uniqueName("Nobody"),
+            "--wait", "600", "--config", lab.path("c"),
+        ])
         XCTAssertEqual(nothing, 2, nothingOutput)
         XCTAssertTrue(nothingOutput.contains("nothing to send"), nothingOutput)
         // Names no one could tell apart on a screen, or that are no names: refused at once
         // (exit 2), not looked up and waited for (exit 3).
-        for name in ["Kit\u{1}chen", "Kit\u{7f}chen", "Kit\u{85}chen", "Kit\u{202e}chen", "Kit\u{200b}chen", ".", ".."] {
-            let (status, output) = try lab.run(["send", lab.path("only-a-link"), "--to", name, "--wait", "600", "--config", lab.path("c")])
+        for name in ["Kit\u{1}chen", "Kit\u{7f}chen", "Kit\u{85}chen", "Kit\u{202e}chen", "Kit\u{200b}chen", ".", ".."]
+        {
+            let (status, output) = try lab.run([
+                "send", lab.path("only-a-link"), "--to", name, "--wait", "600", "--config", lab.path("c"),
+            ])
             XCTAssertEqual(status, 2, "\(name.debugDescription): \(output)")
-            XCTAssertEqual(try lab.run(["serve", "--name", name, "--config", lab.path("c")]).status, 2, name.debugDescription)
+            XCTAssertEqual(
+                try lab.run(["serve", "--name", name, "--config", lab.path("c")]).status, 2, name.debugDescription)
         }
         // Invalid UTF-8 is refused, not read with U+FFFD in its place.
-        let invalid = try Foreign(["/bin/sh", "-c", "exec \"$0\" send /etc/hostname --to \"$(printf 'bad\\377name')\"", PeerXferLab.binary])
+        let invalid = try Foreign([
+            "/bin/sh", "-c", "exec \"$0\" send /etc/hostname --to \"$(printf 'bad\\377name')\"", PeerXferLab.binary,
+        ])
         let invalidOutput = invalid.finish(seconds: 20)
         XCTAssertEqual(invalid.process.terminationStatus, 2, invalidOutput)
-        XCTAssertTrue(invalidOutput.contains("bad\\xffname") && invalidOutput.contains("not valid UTF-8"), invalidOutput)
+        XCTAssertTrue(
+            invalidOutput.contains("bad\\xffname") && invalidOutput.contains("not valid UTF-8"), invalidOutput)
         // A --config that is a file, or empty: one line, no NSError dump.
         for config in ["/dev/null", ""] {
             let (status, output) = try lab.run(["send", lab.path("only-a-link"), "--to", "x", "--config", config])
@@ -711,11 +817,15 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(try lab.run(["send", lab.path("only-a-link"), "--to", "x", "--wait", "1e-300"]).status, 2)
         // An inbox the daemon cannot write: refused at the start, before it publishes.
         try FileManager.default.createDirectory(atPath: lab.path("read-only"), withIntermediateDirectories: true)
-        if try Foreign(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "none", lab.path("read-only")]).finish(seconds: 10).isEmpty,
-           FileManager.default.isReadableFile(atPath: lab.path("read-only")) {
+        if try Foreign(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "none", lab.path("read-only")]).finish(seconds: 10)
+            .isEmpty,
+            FileManager.default.isReadableFile(atPath: lab.path("read-only"))
+        {
             defer { _ = try? Foreign(["umount", lab.path("read-only")]).finish(seconds: 10) }
-            let (status, output) = try lab.run(["serve", "--name", PeerXferLab.uniqueName("RO"), "--inbox", lab.path("read-only"),
-                                                "--config", lab.path("c")])
+            let (status, output) = try lab.run([
+                "serve", "--name", PeerXferLab.uniqueName("RO"), "--inbox", lab.path("read-only"),
+                "--config", lab.path("c"),
+            ])
             XCTAssertEqual(status, 2, output)
             XCTAssertTrue(output.contains("cannot write to the inbox"), output)
             XCTAssertFalse(output.contains("serving"), output)
@@ -737,7 +847,8 @@ final class PeerXferTransferTests: XCTestCase {
         for command in [["status"], ["peers", "--json"], ["cancel", "--all"], ["untrust", "x"]] {
             let (status, output) = try lab.run(command + ["--config", lab.path("typo")])
             XCTAssertEqual(status, 2, "\(command): \(output)")
-            XCTAssertTrue(output.contains("there is no peerxfer configuration at \(lab.path("typo"))"), "\(command): \(output)")
+            XCTAssertTrue(
+                output.contains("there is no peerxfer configuration at \(lab.path("typo"))"), "\(command): \(output)")
             XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("typo")), "\(command) made the folder")
         }
         // A folder that is there but holds no configuration is not made into one either.
@@ -748,16 +859,21 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(PeerXferLab.listing(lab.path("just-a-folder")), [], otherOutput)
         // `send` with a --config that is no configuration says it makes one, with a new key.
         try lab.makeFile("src/note.txt", size: 10)
-        let (fresh, freshOutput) = try lab.run(["send", lab.path("src/note.txt"), "--to", PeerXferLab.uniqueName("Nobody"),
-                                                "--wait", "0.5", "--config", lab.path("fresh-sender")])
+        let (fresh, freshOutput) = try lab.run([
+            "send", lab.path("src/note.txt"), "--to", PeerXferLab.uniqueName("Nobody"),
+            "--wait", "0.5", "--config", lab.path("fresh-sender"),
+        ])
         XCTAssertEqual(fresh, 3, freshOutput)
-        XCTAssertTrue(freshOutput.contains("was not a peerxfer configuration; it is a new one now, with a new key"), freshOutput)
+        XCTAssertTrue(
+            freshOutput.contains("was not a peerxfer configuration; it is a new one now, with a new key"), freshOutput)
         // A few hex digits that name no receiver: the hint says how to give a key.
         let (short, shortOutput) = try lab.run(["trust", "63c04fbad6", "--wait", "0.5", "--config", lab.path("c")])
         XCTAssertEqual(short, 3, shortOutput)
         XCTAssertTrue(shortOutput.contains("is the start of a key, give all 64 hex digits"), shortOutput)
         // `trust` may make a configuration (before the first `serve`), and says when it does.
-        let (made, madeOutput) = try lab.run(["trust", String(repeating: "ab", count: 32), "--config", lab.path("new-config")])
+        let (made, madeOutput) = try lab.run([
+            "trust", String(repeating: "ab", count: 32), "--config", lab.path("new-config"),
+        ])
         XCTAssertEqual(made, 0, madeOutput)
         XCTAssertTrue(madeOutput.contains("was not a peerxfer configuration; it is a new one now"), madeOutput)
         let (versionStatus, version) = try lab.run(["--version"])
@@ -769,16 +885,23 @@ final class PeerXferTransferTests: XCTestCase {
         let lab = try PeerXferLab()
         try lab.makeFile("src/early.bin", size: 100)
         let later = PeerXferLab.uniqueName("Later")
-        let (queued, output) = try lab.run(["send", lab.path("src/early.bin"), "--to", later, "--config", lab.path("fresh"), "--background",
-                                            "--accept-new-key"])
+        let (queued, output) = try lab.run([
+            "send", lab.path("src/early.bin"), "--to", later, "--config", lab.path("fresh"), "--background",
+            "--accept-new-key",
+        ])
         XCTAssertEqual(queued, 0, output)
         // A name no receiver can have is a usage error, not a week's wait.
-        let (tooLong, tooLongOutput) = try lab.run(["send", lab.path("src/early.bin"), "--to", String(repeating: "n", count: 64),
-                                                    "--config", lab.path("fresh"), "--background"])
+        let (tooLong, tooLongOutput) = try lab.run([
+            "send", lab.path("src/early.bin"), "--to", String(repeating: "n", count: 64),
+            "--config", lab.path("fresh"), "--background",
+        ])
         XCTAssertEqual(tooLong, 2, tooLongOutput)
         XCTAssertTrue(tooLongOutput.contains("at most 63 fit"), tooLongOutput)
         // Nobody answers to that name now: a mistyped name must not be waited for unseen.
-        XCTAssertTrue(output.contains("no receiver named \"\(later)\" answered on the link within 2 s; the daemon waits for it to appear, for up to 7 days"), output)
+        XCTAssertTrue(
+            output.contains(
+                "no receiver named \"\(later)\" answered on the link within 2 s; the daemon waits for it to appear, for up to 7 days"
+            ), output)
         let (_, status) = try lab.run(["status", "--config", lab.path("fresh")])
         XCTAssertTrue(status.contains("no daemon has run") && status.contains("early.bin"), status)
         let (_, json) = try lab.run(["status", "--json", "--config", lab.path("fresh")])
@@ -802,10 +925,14 @@ final class PeerXferTransferTests: XCTestCase {
         // now (the daemon would only log it).
         try lab.makeFile("src/mixed/ok.txt", size: 3)
         try Data([1]).write(to: URL(fileURLWithPath: lab.path("src/mixed/bad\nname.txt")))
-        let (mixed, mixedOutput) = try lab.run(["send", lab.path("src/mixed"), "--to", later, "--config", lab.path("fresh"), "--background",
-                                            "--accept-new-key"])
+        let (mixed, mixedOutput) = try lab.run([
+            "send", lab.path("src/mixed"), "--to", later, "--config", lab.path("fresh"), "--background",
+            "--accept-new-key",
+        ])
         XCTAssertEqual(mixed, 0, mixedOutput)
-        XCTAssertTrue(mixedOutput.contains("skipped \(lab.path("src/mixed/bad\\x0aname.txt")): not sent, its path contains"), mixedOutput)
+        XCTAssertTrue(
+            mixedOutput.contains("skipped \(lab.path("src/mixed/bad\\x0aname.txt")): not sent, its path contains"),
+            mixedOutput)
     }
 
     func testPeersListsReceiversAndMarksThisDevicesOwnDaemon() throws {
@@ -819,7 +946,9 @@ final class PeerXferTransferTests: XCTestCase {
         let peers = output.split(separator: "\n").compactMap {
             try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
         }
-        let byName = Dictionary(peers.compactMap { peer in (peer["name"] as? String).map { ($0, peer) } }) { first, _ in first }
+        let byName = Dictionary(peers.compactMap { peer in (peer["name"] as? String).map { ($0, peer) } }) { first, _ in
+            first
+        }
         XCTAssertEqual(byName[own]?["pin"] as? String, "this device", output)
         XCTAssertEqual(byName[other]?["pin"] as? String, "new", output)
         XCTAssertEqual((byName[other]?["key"] as? String)?.count, 64, output)
@@ -828,8 +957,10 @@ final class PeerXferTransferTests: XCTestCase {
         // A record whose receiver is gone (its goodbye lost): listed as unreachable, not as a
         // receiver to send to.
         let ghost = PeerXferLab.uniqueName("Ghost")
-        let publisher = try Foreign(["avahi-publish", "-s", ghost, "_peerxfer._tcp", "\(freeLoopbackPort())", "v=2",
-                                     "fp=\(String(repeating: "ef", count: 32))"])
+        let publisher = try Foreign([
+            "avahi-publish", "-s", ghost, "_peerxfer._tcp", "\(freeLoopbackPort())", "v=2",
+            "fp=\(String(repeating: "ef", count: 32))",
+        ])
         defer { publisher.stop() }
         XCTAssertTrue(publisher.waitForOutput(containing: "Established", seconds: 10), publisher.output)
         let (_, withGhost) = try lab.run(["peers", "--config", lab.path("mine"), "--timeout", "2"])
@@ -852,7 +983,9 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(ownLine.hasSuffix("this device"), text)
 
         // --log-level shows what Salut's libraries do on the way (the daemon's state, here).
-        let (verboseStatus, verbose) = try lab.run(["peers", "--config", lab.path("mine"), "--json", "--timeout", "1", "--log-level", "debug"])
+        let (verboseStatus, verbose) = try lab.run([
+            "peers", "--config", lab.path("mine"), "--json", "--timeout", "1", "--log-level", "debug",
+        ])
         XCTAssertEqual(verboseStatus, 0, verbose)
         XCTAssertTrue(verbose.contains("peerxfer: debug: "), verbose)
         XCTAssertEqual(try lab.run(["peers", "--log-level", "loud"]).status, 2)
@@ -870,7 +1003,8 @@ final class PeerXferTransferTests: XCTestCase {
         }
         // Bad arguments are still a usage error without the daemon.
         XCTAssertEqual(symlink("/etc/hostname", lab.path("only-a-link")), 0)
-        let process = try Foreign(noBus + [PeerXferLab.binary, "send", lab.path("only-a-link"), "--to", "Anyone", "--config", lab.path("c")])
+        let process = try Foreign(
+            noBus + [PeerXferLab.binary, "send", lab.path("only-a-link"), "--to", "Anyone", "--config", lab.path("c")])
         let output = process.finish(seconds: 30)
         XCTAssertEqual(process.process.terminationStatus, 2, output)
         XCTAssertTrue(output.contains("nothing to send"), output)
@@ -882,13 +1016,16 @@ final class PeerXferTransferTests: XCTestCase {
         let receiverName = PeerXferLab.uniqueName("Later")
         try lab.makeFile("src/queued.bin", size: 3 * chunk + 1, seed: 5)
         let daemon = try lab.serve(name: outbox, config: "sender", inbox: lab.path("sender-inbox"))
-        let (queued, queuedOutput) = try lab.run(["send", lab.path("src/queued.bin"), "--to", receiverName,
-                                                  "--config", lab.path("sender"), "--background", "--accept-new-key"])
+        let (queued, queuedOutput) = try lab.run([
+            "send", lab.path("src/queued.bin"), "--to", receiverName,
+            "--config", lab.path("sender"), "--background", "--accept-new-key",
+        ])
         XCTAssertEqual(queued, 0, queuedOutput)
         XCTAssertTrue(queuedOutput.contains("queued"), queuedOutput)
         // The id it printed is the one the daemon's log and `status` name the send by.
-        let taskID = try XCTUnwrap(queuedOutput.range(of: #"\(task [0-9a-f]{8}\)"#, options: .regularExpression)
-            .map { String(queuedOutput[$0].dropFirst(6).dropLast()) }, queuedOutput)
+        let taskID = try XCTUnwrap(
+            queuedOutput.range(of: #"\(task [0-9a-f]{8}\)"#, options: .regularExpression)
+                .map { String(queuedOutput[$0].dropFirst(6).dropLast()) }, queuedOutput)
         XCTAssertTrue(daemon.waitForOutput(containing: "waiting for the service", seconds: 20), daemon.output)
         XCTAssertTrue(daemon.output.contains("background send task \(taskID) ("), daemon.output)
 
@@ -910,7 +1047,9 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(restarted.output.contains("background send task \(taskID) ("), restarted.output)
         // JSON carries the whole id, which `send --background --json` prints.
         let (_, json) = try lab.run(["status", "--json", "--config", lab.path("sender")])
-        let transfers = (try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])?["transfers"] as? [[String: Any]]
+        let transfers =
+            (try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])?["transfers"]
+            as? [[String: Any]]
         let out = try XCTUnwrap(transfers?.first { $0["direction"] as? String == "out" }, json)
         XCTAssertTrue((out["task"] as? String ?? "").hasPrefix(taskID), json)
         XCTAssertEqual((out["task"] as? String)?.count, 36, json)
@@ -918,22 +1057,29 @@ final class PeerXferTransferTests: XCTestCase {
 
         // With the receiver there, no "not on the link" note, and the log names the new task.
         try lab.makeFile("src/second.bin", size: 1000, seed: 7)
-        let (again, againOutput) = try lab.run(["send", lab.path("src/second.bin"), "--to", receiverName,
-                                                "--config", lab.path("sender"), "--background", "--accept-new-key"])
+        let (again, againOutput) = try lab.run([
+            "send", lab.path("src/second.bin"), "--to", receiverName,
+            "--config", lab.path("sender"), "--background", "--accept-new-key",
+        ])
         XCTAssertEqual(again, 0, againOutput)
         XCTAssertFalse(againOutput.contains("note:"), "no note at all when the receiver answers: \(againOutput)")
-        let secondID = try XCTUnwrap(againOutput.range(of: #"\(task [0-9a-f]{8}\)"#, options: .regularExpression)
-            .map { String(againOutput[$0].dropFirst(6).dropLast()) }, againOutput)
-        XCTAssertTrue(restarted.waitForOutput(containing: "task \(secondID) (\(lab.path("src/second.bin"))) to \"\(receiverName)\" delivered and verified",
-                                              seconds: 60), restarted.output)
+        let secondID = try XCTUnwrap(
+            againOutput.range(of: #"\(task [0-9a-f]{8}\)"#, options: .regularExpression)
+                .map { String(againOutput[$0].dropFirst(6).dropLast()) }, againOutput)
+        XCTAssertTrue(
+            restarted.waitForOutput(
+                containing:
+                    "task \(secondID) (\(lab.path("src/second.bin"))) to \"\(receiverName)\" delivered and verified",
+                seconds: 60), restarted.output)
     }
 
     func testCancelTakesAQueuedBackgroundSendOffTheDaemonsQueue() throws {
         let lab = try PeerXferLab()
         let daemon = try daemonWaitingWithAQueuedSend("unwanted.bin", in: lab)
         let (_, listed) = try lab.run(["status", "--config", lab.path("sender")])
-        let id = try XCTUnwrap(listed.split(separator: "\n").first { $0.contains("unwanted.bin") }?
-            .split(separator: " ").dropFirst().first.map { String($0.dropLast()) }, listed)
+        let id = try XCTUnwrap(
+            listed.split(separator: "\n").first { $0.contains("unwanted.bin") }?
+                .split(separator: " ").dropFirst().first.map { String($0.dropLast()) }, listed)
 
         // Wrong ids and arguments: usage errors (2) or not found (1), and nothing is cancelled.
         XCTAssertEqual(try lab.run(["cancel", "--config", lab.path("sender")]).status, 2)
@@ -944,8 +1090,9 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(cancelled, 0, output)
         XCTAssertTrue(output.contains("cancelled") && output.contains("unwanted.bin"), output)
         // The daemon hears of it and ends the send, as cancelled (not failed); the queue is empty.
-        XCTAssertTrue(daemon.waitForOutput(containing: "(\(lab.path("src/unwanted.bin"))) to ", seconds: 20) &&
-                      daemon.waitForOutput(containing: "cancelled", seconds: 20), daemon.output)
+        XCTAssertTrue(
+            daemon.waitForOutput(containing: "(\(lab.path("src/unwanted.bin"))) to ", seconds: 20)
+                && daemon.waitForOutput(containing: "cancelled", seconds: 20), daemon.output)
         XCTAssertFalse(daemon.output.contains("failed: cancelled"), daemon.output)
         let after = try lab.status(of: "sender", once: "): cancelled")
         XCTAssertTrue(after.contains("): cancelled, 0/1 files verified"), after)
@@ -968,9 +1115,12 @@ final class PeerXferTransferTests: XCTestCase {
     /// is not there, once the daemon says it waits for it.
     private func daemonWaitingWithAQueuedSend(_ file: String, in lab: PeerXferLab) throws -> Foreign {
         try lab.makeFile("src/" + file, size: 1000, seed: 6)
-        let daemon = try lab.serve(name: PeerXferLab.uniqueName("Outbox"), config: "sender", inbox: lab.path("sender-inbox"))
-        let (queued, output) = try lab.run(["send", lab.path("src/" + file), "--to", PeerXferLab.uniqueName("Away"),
-                                            "--config", lab.path("sender"), "--background", "--accept-new-key"])
+        let daemon = try lab.serve(
+            name: PeerXferLab.uniqueName("Outbox"), config: "sender", inbox: lab.path("sender-inbox"))
+        let (queued, output) = try lab.run([
+            "send", lab.path("src/" + file), "--to", PeerXferLab.uniqueName("Away"),
+            "--config", lab.path("sender"), "--background", "--accept-new-key",
+        ])
         XCTAssertEqual(queued, 0, output)
         XCTAssertTrue(daemon.waitForOutput(containing: "waiting for the service", seconds: 20), daemon.output)
         return daemon

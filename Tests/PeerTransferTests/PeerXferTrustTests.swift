@@ -22,7 +22,8 @@ final class PeerXferTrustTests: SalutTestCase {
         XCTAssertEqual(status, 6, output)
         let squatterKey = try key(lab, "squatter")
         XCTAssertTrue(output.contains("is new to this device") && output.contains("nothing was sent"), output)
-        XCTAssertTrue(output.contains("peerxfer trust --pin '\(name)' \(squatterKey) --config '\(lab.path("sender"))'"), output)
+        XCTAssertTrue(
+            output.contains("peerxfer trust --pin '\(name)' \(squatterKey) --config '\(lab.path("sender"))'"), output)
         XCTAssertTrue(output.contains("verification code "), output)
         XCTAssertEqual(PeerXferLab.listing(lab.path("squatted")), [])
         XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("sender/known-peers.json")), "nothing pinned")
@@ -39,14 +40,16 @@ final class PeerXferTrustTests: SalutTestCase {
         try lab.makeFile("src/payroll.txt", size: 100)
 
         // A key nobody on the link has is refused, and nothing is sent anywhere.
-        let (wrong, wrongOutput) = try lab.send([lab.path("src/payroll.txt")], to: name, config: "sender",
-                                                trusting: ["--expect-key", "0123456789abcdef"])
+        let (wrong, wrongOutput) = try lab.send(
+            [lab.path("src/payroll.txt")], to: name, config: "sender",
+            trusting: ["--expect-key", "0123456789abcdef"])
         XCTAssertEqual(wrong, 6, wrongOutput)
         XCTAssertTrue(wrongOutput.contains("not the one you expected (0123456789abcdef…)"), wrongOutput)
         XCTAssertEqual(PeerXferLab.listing(lab.path("squatted")) + PeerXferLab.listing(lab.path("inbox")), [])
 
-        let (status, output) = try lab.send([lab.path("src/payroll.txt")], to: name, config: "sender",
-                                            trusting: ["--expect-key", String(realKey.prefix(16))])
+        let (status, output) = try lab.send(
+            [lab.path("src/payroll.txt")], to: name, config: "sender",
+            trusting: ["--expect-key", String(realKey.prefix(16))])
         XCTAssertEqual(status, 0, output)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/payroll.txt"), lab.path("inbox/payroll.txt")))
         XCTAssertEqual(PeerXferLab.listing(lab.path("squatted")), [])
@@ -63,7 +66,8 @@ final class PeerXferTrustTests: SalutTestCase {
         let name = PeerXferLab.uniqueName("Desk")
         try lab.serve(name: name, config: "first", inbox: lab.path("first"))
         try lab.makeFile("src/a.txt", size: 10)
-        let (status, output) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender", trusting: ["--accept-new-key"])
+        let (status, output) = try lab.send(
+            [lab.path("src/a.txt")], to: name, config: "sender", trusting: ["--accept-new-key"])
         XCTAssertEqual(status, 0, output)
         XCTAssertTrue(output.contains("\"firstUse\":true"), output)
         let known = try KnownPeers.load(from: lab.path("sender/known-peers.json"))
@@ -77,16 +81,19 @@ final class PeerXferTrustTests: SalutTestCase {
         XCTAssertEqual(pinned, 0, pinnedOutput)
         try lab.serve(name: office, config: "squatter", inbox: lab.path("squatted"))
         for trusting in [[], ["--accept-new-key"]] {
-            let (refused, refusedOutput) = try lab.send([lab.path("src/a.txt")], to: office, config: "sender", trusting: trusting)
+            let (refused, refusedOutput) = try lab.send(
+                [lab.path("src/a.txt")], to: office, config: "sender", trusting: trusting)
             XCTAssertEqual(refused, 6, refusedOutput)
             XCTAssertTrue(refusedOutput.contains("KEY CHANGED"), refusedOutput)
         }
         XCTAssertEqual(PeerXferLab.listing(lab.path("squatted")), [])
         // Usage errors: a short or non-ASCII key, a key without --pin.
         let fullWidth = String(repeating: "\u{FF11}", count: 64)
-        for arguments in [["trust", "--pin", office, "abcd"], ["trust", "--pin", office, fullWidth], ["trust", office, officeKey],
-                          ["send", lab.path("src/a.txt"), "--to", office, "--expect-key", "abc"],
-                          ["send", lab.path("src/a.txt"), "--to", office, "--expect-key", officeKey, "--accept-new-key"]] {
+        for arguments in [
+            ["trust", "--pin", office, "abcd"], ["trust", "--pin", office, fullWidth], ["trust", office, officeKey],
+            ["send", lab.path("src/a.txt"), "--to", office, "--expect-key", "abc"],
+            ["send", lab.path("src/a.txt"), "--to", office, "--expect-key", officeKey, "--accept-new-key"],
+        ] {
             let (code, said) = try lab.run(arguments + ["--config", lab.path("sender")])
             XCTAssertEqual(code, 2, "\(arguments): \(said)")
         }
@@ -103,7 +110,8 @@ final class PeerXferTrustTests: SalutTestCase {
         let wide = "Ｋｉｔｃｈｅｎ" + base.dropFirst(7)
         for (index, variant) in [base.uppercased(), lookAlike, String(wide)].enumerated() {
             try lab.serve(name: variant, config: "squatter\(index)", inbox: lab.path("squatted\(index)"))
-            let (status, output) = try lab.send([lab.path("src/a.txt")], to: variant, config: "sender", trusting: ["--accept-new-key"])
+            let (status, output) = try lab.send(
+                [lab.path("src/a.txt")], to: variant, config: "sender", trusting: ["--accept-new-key"])
             XCTAssertEqual(status, 6, "\(variant): \(output)")
             XCTAssertTrue(output.contains("KEY CHANGED"), "\(variant): \(output)")
             XCTAssertEqual(PeerXferLab.listing(lab.path("squatted\(index)")), [])
@@ -119,11 +127,14 @@ final class PeerXferTrustTests: SalutTestCase {
         try lab.makeFile("src/a.txt", size: 10)
         let code = VerificationCode.between(try key(lab, "sender"), try key(lab, "receiver"))
         for (answer, sent) in [("n", false), ("y", true)] {
-            let command = [PeerXferLab.binary, "send", lab.path("src/a.txt"), "--to", name, "--config", lab.path("sender")]
-                .map { "'\($0)'" }.joined(separator: " ")
+            let command = [
+                PeerXferLab.binary, "send", lab.path("src/a.txt"), "--to", name, "--config", lab.path("sender"),
+            ]
+            .map { "'\($0)'" }.joined(separator: " ")
             let sender = try Foreign(["/usr/bin/script", "-qec", command, "/dev/null"])
             defer { sender.stop() }
-            XCTAssertTrue(sender.waitForOutput(containing: "Trust this key and send? [y/N]", seconds: 20), sender.output)
+            XCTAssertTrue(
+                sender.waitForOutput(containing: "Trust this key and send? [y/N]", seconds: 20), sender.output)
             XCTAssertTrue(sender.output.contains("verification code  \(code)"), sender.output)
             sender.write("\(answer)\n")
             XCTAssertTrue(sender.waitForExit(seconds: 30), sender.output)
@@ -137,11 +148,14 @@ final class PeerXferTrustTests: SalutTestCase {
         setenv("PEERXFER_RETRY_DELAY", "1", 1)
         defer { unsetenv("PEERXFER_RETRY_DELAY") }
         // Paired with the real receiver (not running yet); an impostor has its name.
-        XCTAssertEqual(try lab.run(["trust", "--pin", name, try key(lab, "real"), "--config", lab.path("sender")]).status, 0)
+        XCTAssertEqual(
+            try lab.run(["trust", "--pin", name, try key(lab, "real"), "--config", lab.path("sender")]).status, 0)
         let impostor = try lab.serve(name: name, config: "impostor", inbox: lab.path("squatted"))
         let daemon = try lab.serve(name: PeerXferLab.uniqueName("Outbox"), config: "sender", inbox: lab.path("own"))
         try lab.makeFile("src/queued.bin", size: 5000)
-        let (queued, output) = try lab.run(["send", lab.path("src/queued.bin"), "--to", name, "--config", lab.path("sender"), "--background"])
+        let (queued, output) = try lab.run([
+            "send", lab.path("src/queued.bin"), "--to", name, "--config", lab.path("sender"), "--background",
+        ])
         XCTAssertEqual(queued, 0, output)
         // Paused, and status says why; not given up.
         let paused = try lab.status(of: "sender", once: "KEY CHANGED")
@@ -159,25 +173,32 @@ final class PeerXferTrustTests: SalutTestCase {
         let lab = try PeerXferLab()
         // Bob is paired; a copy of Bob's configuration serves as "Carol", a name never paired.
         let bob = PeerXferLab.uniqueName("Bob"), carol = PeerXferLab.uniqueName("Carol")
-        XCTAssertEqual(try lab.run(["trust", "--pin", bob, try key(lab, "bob"), "--config", lab.path("sender")]).status, 0)
+        XCTAssertEqual(
+            try lab.run(["trust", "--pin", bob, try key(lab, "bob"), "--config", lab.path("sender")]).status, 0)
         try lab.serve(name: carol, config: "bob", inbox: lab.path("bob-inbox"))
         try lab.makeFile("src/for-carol.txt", size: 10)
         let (status, output) = try lab.send([lab.path("src/for-carol.txt")], to: carol, config: "sender", trusting: [])
         XCTAssertEqual(status, 6, output)
         XCTAssertTrue(output.contains("is paired here as \\\"\(bob)\\\""), output)
         XCTAssertEqual(PeerXferLab.listing(lab.path("bob-inbox")), [])
-        XCTAssertNil(try KnownPeers.load(from: lab.path("sender/known-peers.json")).pins[carol], "the new name was not pinned")
+        XCTAssertNil(
+            try KnownPeers.load(from: lab.path("sender/known-peers.json")).pins[carol], "the new name was not pinned")
 
         // A queued send's --accept-new-key grant is the daemon's only, and goes with a cancel.
         let nowhere = PeerXferLab.uniqueName("Nowhere")
-        let (queued, queuedOutput) = try lab.run(["send", lab.path("src/for-carol.txt"), "--to", nowhere, "--config", lab.path("sender"),
-                                                  "--background", "--accept-new-key"])
+        let (queued, queuedOutput) = try lab.run([
+            "send", lab.path("src/for-carol.txt"), "--to", nowhere, "--config", lab.path("sender"),
+            "--background", "--accept-new-key",
+        ])
         XCTAssertEqual(queued, 0, queuedOutput)
         try lab.serve(name: nowhere, config: "attacker", inbox: lab.path("attacker-inbox"))
-        let (foreground, foregroundOutput) = try lab.send([lab.path("src/for-carol.txt")], to: nowhere, config: "sender", trusting: [])
+        let (foreground, foregroundOutput) = try lab.send(
+            [lab.path("src/for-carol.txt")], to: nowhere, config: "sender", trusting: [])
         XCTAssertEqual(foreground, 6, foregroundOutput)
         XCTAssertEqual(try lab.run(["cancel", "--all", "--config", lab.path("sender")]).status, 0)
-        XCTAssertNil(try KnownPeers.load(from: lab.path("sender/known-peers.json")).acceptingNewKey, "the grant went with the cancel")
+        XCTAssertNil(
+            try KnownPeers.load(from: lab.path("sender/known-peers.json")).acceptingNewKey,
+            "the grant went with the cancel")
         XCTAssertEqual(PeerXferLab.listing(lab.path("attacker-inbox")), [])
     }
 
@@ -187,16 +208,20 @@ final class PeerXferTrustTests: SalutTestCase {
         let lab = try PeerXferLab()
         let tag = UUID().uuidString.prefix(4)
         let realKey = try key(lab, "real")
-        XCTAssertEqual(try lab.run(["trust", "--pin", "Victim \(tag)", realKey, "--config", lab.path("sender")]).status, 0)
+        XCTAssertEqual(
+            try lab.run(["trust", "--pin", "Victim \(tag)", realKey, "--config", lab.path("sender")]).status, 0)
         try lab.serve(name: "Real \(tag)", config: "real", inbox: lab.path("inbox"))
         let certificate = try TestCertificate.make()
         let netsvc = BuiltProduct.path("netsvc")
-        let impostor = try Foreign([netsvc, "publish", "AAA \(tag)", "_peerxfer._tcp", "0", "v=2", "fp=\(realKey)", "--listen",
-                                    "--tls-cert", certificate.certificateFile, "--tls-key", certificate.keyFile])
+        let impostor = try Foreign([
+            netsvc, "publish", "AAA \(tag)", "_peerxfer._tcp", "0", "v=2", "fp=\(realKey)", "--listen",
+            "--tls-cert", certificate.certificateFile, "--tls-key", certificate.keyFile,
+        ])
         defer { impostor.stop() }
         XCTAssertTrue(impostor.waitForOutput(containing: "published", seconds: 10), impostor.output)
         try lab.makeFile("src/a.txt", size: 10)
-        let (status, output) = try lab.send([lab.path("src/a.txt")], to: "Victim \(tag)", config: "sender", trusting: [])
+        let (status, output) = try lab.send(
+            [lab.path("src/a.txt")], to: "Victim \(tag)", config: "sender", trusting: [])
         XCTAssertEqual(status, 0, output)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/a.txt"), lab.path("inbox/a.txt")))
     }
@@ -241,16 +266,24 @@ final class KnownPeersTests: XCTestCase {
         known.trusted[b] = "laptop"
         XCTAssertEqual(known.verdict(forReceiver: "Kitchen", key: a), .pinned(as: "Kitchen"))
         XCTAssertEqual(known.verdict(forReceiver: "KITCHEN", key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a))
-        XCTAssertEqual(known.verdict(forReceiver: "K\u{0456}tchen", key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a))
+        XCTAssertEqual(
+            known.verdict(forReceiver: "K\u{0456}tchen", key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a))
         XCTAssertEqual(known.verdict(forReceiver: "Ｋｉｔｃｈｅｎ", key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a))
-        XCTAssertEqual(known.verdict(forReceiver: "Kit\u{200B}chen", key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a))
+        XCTAssertEqual(
+            known.verdict(forReceiver: "Kit\u{200B}chen", key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a))
         // From the attack round: small capitals, Cherokee, a trailing (no-break) space, I for l.
-        for lookAlike in ["\u{1D0B}itchen", "Kit\u{1D04}hen", "Kitchen ", "Kitchen\u{A0}", "KItchen", "K1tchen", "Kitchen  "] {
-            XCTAssertEqual(known.verdict(forReceiver: lookAlike, key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a), lookAlike.debugDescription)
+        for lookAlike in [
+            "\u{1D0B}itchen", "Kit\u{1D04}hen", "Kitchen ", "Kitchen\u{A0}", "KItchen", "K1tchen", "Kitchen  ",
+        ] {
+            XCTAssertEqual(
+                known.verdict(forReceiver: lookAlike, key: b), .keyChanged(pinnedAs: "Kitchen", pinnedKey: a),
+                lookAlike.debugDescription)
         }
         known.pins["Victor"] = a
-        XCTAssertEqual(known.verdict(forReceiver: "\u{13D9}ictor", key: b), .keyChanged(pinnedAs: "Victor", pinnedKey: a))
-        XCTAssertEqual(known.verdict(forReceiver: "\u{0475}ictor", key: b), .keyChanged(pinnedAs: "Victor", pinnedKey: a))
+        XCTAssertEqual(
+            known.verdict(forReceiver: "\u{13D9}ictor", key: b), .keyChanged(pinnedAs: "Victor", pinnedKey: a))
+        XCTAssertEqual(
+            known.verdict(forReceiver: "\u{0475}ictor", key: b), .keyChanged(pinnedAs: "Victor", pinnedKey: a))
         XCTAssertEqual(known.verdict(forReceiver: "Kitchen #2", key: a), .renamed(pinnedAs: "Kitchen"))
         XCTAssertEqual(known.verdict(forReceiver: "Laptop", key: b), .trustedKey(label: "laptop"))
         XCTAssertEqual(known.verdict(forReceiver: "Office", key: b.uppercased()), .new)
@@ -294,7 +327,8 @@ final class KnownPeersTests: XCTestCase {
 
     func testVerificationCodesAgreeOnBothEndsAndKeysAreASCIIHex() throws {
         XCTAssertEqual(VerificationCode.between(a, b), VerificationCode.between(b, a.uppercased()))
-        XCTAssertNotEqual(VerificationCode.between(a, b), VerificationCode.between(a, String(repeating: "cc", count: 32)))
+        XCTAssertNotEqual(
+            VerificationCode.between(a, b), VerificationCode.between(a, String(repeating: "cc", count: 32)))
         XCTAssertTrue(VerificationCode.between(a, b).wholeMatch(of: /[0-9]{5} [0-9]{5} [0-9]{5} [0-9]{5}/) != nil)
         XCTAssertEqual(try KeyText.prefix("AABB:ccdd:0011:2233", option: "--expect-key"), "aabbccdd00112233")
         XCTAssertThrowsError(try KeyText.prefix(String(repeating: "\u{FF11}", count: 64), option: "--expect-key"))

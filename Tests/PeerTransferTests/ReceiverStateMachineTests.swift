@@ -9,11 +9,14 @@ final class ReceiverStateMachineTests: XCTestCase {
 
     private func machineAtDecision(_ entries: [ManifestEntry]) -> Receiver.StateMachine {
         var machine = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
-        XCTAssertEqual(machine.received(.message(.hello, Hello(protocolVersion: 2, device: "s", name: "S"))),
-                       [.reply(.message(.hello, Hello(protocolVersion: 2, device: "r", name: "R")))])
+        XCTAssertEqual(
+            machine.received(.message(.hello, Hello(protocolVersion: 2, device: "s", name: "S"))),
+            [.reply(.message(.hello, Hello(protocolVersion: 2, device: "r", name: "R")))])
         let manifest = Manifest(chunkSize: chunk, entries: entries)
         let actions = machine.received(.message(.manifest, manifest))
-        guard case .decide(let decided, let paths)? = actions.first else { XCTFail("no decision asked: \(actions)"); return machine }
+        guard case .decide(let decided, let paths)? = actions.first else {
+            XCTFail("no decision asked: \(actions)"); return machine
+        }
         XCTAssertEqual(decided, manifest)
         XCTAssertEqual(paths.map(\.description), entries.map(\.path))
         return machine
@@ -31,8 +34,10 @@ final class ReceiverStateMachineTests: XCTestCase {
         FileEnd(index: index, sha256: sha256 ?? digest).frame
     }
 
-    private func isFailure(_ actions: [Receiver.StateMachine.Action], containing text: String,
-                           file: StaticString = #filePath, line: UInt = #line) {
+    private func isFailure(
+        _ actions: [Receiver.StateMachine.Action], containing text: String,
+        file: StaticString = #filePath, line: UInt = #line
+    ) {
         guard actions.count == 1, case .fail(let error, tellPeer: true) = actions[0] else {
             return XCTFail("expected one failure, got \(actions)", file: file, line: line)
         }
@@ -41,8 +46,10 @@ final class ReceiverStateMachineTests: XCTestCase {
 
     func testAWholeTransferInOrder() {
         let size = chunk + 10
-        var machine = machineAtDecision([ManifestEntry(path: "d", kind: .directory, size: 0, mode: 0o755, modified: 0),
-                                         file("d/a", size), file("d/empty", 0)])
+        var machine = machineAtDecision([
+            ManifestEntry(path: "d", kind: .directory, size: 0, mode: 0o755, modified: 0),
+            file("d/a", size), file("d/empty", 0),
+        ])
         let answer = Answer(accepted: [.init(index: 0), .init(index: 1), .init(index: 2)], reason: nil)
         XCTAssertEqual(machine.decided(answer), [.reply(.message(.answer, answer)), .makeDirectory(index: 0)])
         let first = machine.received(chunkFrame(1, 0, chunk))
@@ -54,11 +61,13 @@ final class ReceiverStateMachineTests: XCTestCase {
         let result = FileResult(index: 1, verified: true, storedAs: "d/a", error: nil)
         XCTAssertEqual(machine.fileFinished(result), [.reply(.message(.fileResult, result))])
         // An empty file has no chunks, only its end.
-        XCTAssertEqual(machine.received(endFrame(2)), [.openFile(index: 2, offset: 0), .finishFile(index: 2, sha256: digest)])
+        XCTAssertEqual(
+            machine.received(endFrame(2)), [.openFile(index: 2, offset: 0), .finishFile(index: 2, sha256: digest)])
         let empty = FileResult(index: 2, verified: true, storedAs: "d/empty", error: nil)
         XCTAssertEqual(machine.fileFinished(empty), [.reply(.message(.fileResult, empty))])
-        XCTAssertEqual(machine.received(.message(.done, Done())),
-                       [.reply(.message(.summary, Summary(verified: 2, failed: 0))), .close])
+        XCTAssertEqual(
+            machine.received(.message(.done, Done())),
+            [.reply(.message(.summary, Summary(verified: 2, failed: 0))), .close])
         XCTAssertTrue(machine.isFinished)
         XCTAssertNil(machine.connectionEnded())
     }
@@ -71,9 +80,12 @@ final class ReceiverStateMachineTests: XCTestCase {
             return machine
         }
         var same = receiving()
-        XCTAssertEqual(same.received(endFrame(0, held)),
-                       [.alreadyHeld(index: 0),
-                        .reply(.message(.fileResult, FileResult(index: 0, verified: true, storedAs: "same", error: nil)))])
+        XCTAssertEqual(
+            same.received(endFrame(0, held)),
+            [
+                .alreadyHeld(index: 0),
+                .reply(.message(.fileResult, FileResult(index: 0, verified: true, storedAs: "same", error: nil))),
+            ])
         // Another digest with no bytes sent: the file ended before its first byte.
         var different = receiving()
         isFailure(different.received(endFrame(0)), containing: "before its first byte")
@@ -81,7 +93,8 @@ final class ReceiverStateMachineTests: XCTestCase {
         var withdrawn = machineAtDecision([file("z", 10)])
         _ = withdrawn.decided(Answer(accepted: [.init(index: 0, existing: FileEnd.withdrawn)], reason: nil))
         guard case .reply(let frame)? = withdrawn.received(endFrame(0, FileEnd.withdrawn)).first,
-              let result = try? frame.decode(FileResult.self) else { return XCTFail("no result") }
+            let result = try? frame.decode(FileResult.self)
+        else { return XCTFail("no result") }
         XCTAssertFalse(result.verified)
         // A file sent anyway (its digest differs) is received as a new one.
         var resent = receiving()
@@ -93,19 +106,28 @@ final class ReceiverStateMachineTests: XCTestCase {
         _ = machine.decided(Answer(accepted: [0, 1, 2].map { .init(index: $0) }, reason: nil))
         // Half way through: the part file is finished as withdrawn (the shell removes it).
         _ = machine.received(chunkFrame(0, 0, chunk))
-        XCTAssertEqual(machine.received(endFrame(0, FileEnd.withdrawn)), [.finishFile(index: 0, sha256: FileEnd.withdrawn)])
+        XCTAssertEqual(
+            machine.received(endFrame(0, FileEnd.withdrawn)), [.finishFile(index: 0, sha256: FileEnd.withdrawn)])
         let failed = FileResult(index: 0, verified: false, storedAs: nil, error: Receiver.StateMachine.withdrawnReason)
         XCTAssertEqual(machine.fileFinished(failed), [.reply(.message(.fileResult, failed))])
         // Before its first byte: it fails at once, and the next file may start.
-        XCTAssertEqual(machine.received(endFrame(1, FileEnd.withdrawn)),
-                       [.reply(.message(.fileResult, FileResult(index: 1, verified: false, storedAs: nil,
-                                                                error: Receiver.StateMachine.withdrawnReason)))])
+        XCTAssertEqual(
+            machine.received(endFrame(1, FileEnd.withdrawn)),
+            [
+                .reply(
+                    .message(
+                        .fileResult,
+                        FileResult(
+                            index: 1, verified: false, storedAs: nil,
+                            error: Receiver.StateMachine.withdrawnReason)))
+            ])
         XCTAssertEqual(machine.received(chunkFrame(2, 0, 10)).first, .openFile(index: 2, offset: 0))
         XCTAssertEqual(machine.received(endFrame(2)), [.finishFile(index: 2, sha256: digest)])
         let verified = FileResult(index: 2, verified: true, storedAs: "c", error: nil)
         _ = machine.fileFinished(verified)
-        XCTAssertEqual(machine.received(.message(.done, Done())),
-                       [.reply(.message(.summary, Summary(verified: 1, failed: 2))), .close])
+        XCTAssertEqual(
+            machine.received(.message(.done, Done())),
+            [.reply(.message(.summary, Summary(verified: 1, failed: 2))), .close])
     }
 
     func testAFileEndMustComeAfterEveryByteOnceAndForAnAcceptedFile() {
@@ -125,18 +147,24 @@ final class ReceiverStateMachineTests: XCTestCase {
         XCTAssertEqual(twice.received(endFrame(0)), [.finishFile(index: 0, sha256: digest)])
         isFailure(twice.received(endFrame(0)), containing: "already ended")
         var malformed = receiving()
-        isFailure(malformed.received(Frame(kind: .fileEnd, payload: Data([0, 0, 0, 0]))), containing: "fileEnd message of 4 bytes")
+        isFailure(
+            malformed.received(Frame(kind: .fileEnd, payload: Data([0, 0, 0, 0]))),
+            containing: "fileEnd message of 4 bytes")
     }
 
     func testAnotherProtocolVersionIsRefusedWithAClearMessage() {
         var machine = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
-        isFailure(machine.received(.message(.hello, Hello(protocolVersion: 1, device: "s", name: "S"))), containing: "version 1")
+        isFailure(
+            machine.received(.message(.hello, Hello(protocolVersion: 1, device: "s", name: "S"))),
+            containing: "version 1")
         XCTAssertTrue(machine.isFinished)
     }
 
     func testMessagesOutOfOrderAreProtocolViolations() {
         var early = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
-        isFailure(early.received(.message(.manifest, Manifest(chunkSize: chunk, entries: []))), containing: "before the hello")
+        isFailure(
+            early.received(.message(.manifest, Manifest(chunkSize: chunk, entries: []))), containing: "before the hello"
+        )
         var chunkBeforeAnswer = machineAtDecision([file("a", 10)])
         isFailure(chunkBeforeAnswer.received(chunkFrame(0, 0, 10)), containing: "unexpected chunk")
         var garbage = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
@@ -195,7 +223,9 @@ final class ReceiverStateMachineTests: XCTestCase {
         _ = machine.received(chunkFrame(0, 0, chunk))
         let actions = machine.received(.message(.done, Done()))
         XCTAssertEqual(actions.count, 3, "\(actions)")
-        guard case .reply(let frame) = actions[0], let result = try? frame.decode(FileResult.self) else { return XCTFail("\(actions)") }
+        guard case .reply(let frame) = actions[0], let result = try? frame.decode(FileResult.self) else {
+            return XCTFail("\(actions)")
+        }
         XCTAssertEqual(result.index, 0)
         XCTAssertFalse(result.verified)
         XCTAssertEqual(actions[1], .reply(.message(.summary, Summary(verified: 1, failed: 1))))
@@ -231,7 +261,8 @@ final class ReceiverStateMachineTests: XCTestCase {
         var machine = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
         XCTAssertNoThrow(try machine.admit(.hello, length: 200))
         XCTAssertThrowsError(try machine.admit(.chunk, length: chunk + 12)) { error in
-            XCTAssertTrue((error as? PeerTransferError)?.message.contains("chunk message before the hello") == true, "\(error)")
+            XCTAssertTrue(
+                (error as? PeerTransferError)?.message.contains("chunk message before the hello") == true, "\(error)")
         }
         XCTAssertThrowsError(try machine.admit(.hello, length: TransferLimits.maximumHello + 1)) { error in
             XCTAssertEqual((error as? PeerTransferError)?.wireCode, "limit", "\(error)")

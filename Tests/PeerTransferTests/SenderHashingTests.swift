@@ -32,8 +32,11 @@ final class SenderHashingTests: XCTestCase {
         }
         XCTAssertEqual(report.verified, 1, "\(report)")
         XCTAssertEqual(report.failed.count, 1, "\(report)")
-        XCTAssertTrue(report.failed.first?.hasPrefix("moving.bin: the file changed while the sender read it") == true, "\(report)")
-        XCTAssertEqual(PeerXferLab.listing(lab.path("inbox")), ["still.txt"], "neither the torn file nor its part file stays")
+        XCTAssertTrue(
+            report.failed.first?.hasPrefix("moving.bin: the file changed while the sender read it") == true, "\(report)"
+        )
+        XCTAssertEqual(
+            PeerXferLab.listing(lab.path("inbox")), ["still.txt"], "neither the torn file nor its part file stays")
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/still.txt"), lab.path("inbox/still.txt")))
 
         // Sent again, unchanged now, it arrives whole.
@@ -45,16 +48,20 @@ final class SenderHashingTests: XCTestCase {
     func testAResumeHashesThePartItSkipsSoTheWholeFileIsVerified() throws {
         // The receiver's part file holds the first two chunks: the sender sends from there, and
         // its digest covers all of the file (the part it skipped hashed from its own copy).
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("px-resume-\(UUID().uuidString)").path
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("px-resume-\(UUID().uuidString)")
+            .path
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: folder) }
         var bytes = Data(count: 3 * chunk + 11)
         for i in stride(from: 0, to: bytes.count, by: 4093) { bytes[i] = UInt8(truncatingIfNeeded: i / 4093) }
         let source = folder + "/f.bin"
         try bytes.write(to: URL(fileURLWithPath: source))
-        let have = [SHA256Hasher.hash(bytes[0..<chunk]).hex, SHA256Hasher.hash(bytes[chunk..<2 * chunk]).hex,
-                    String(repeating: "0", count: 64)]
-        let (offset, hasher) = try Sender.resumePoint(source: source, have: have, chunkSize: chunk, size: UInt64(bytes.count))
+        let have = [
+            SHA256Hasher.hash(bytes[0..<chunk]).hex, SHA256Hasher.hash(bytes[chunk..<2 * chunk]).hex,
+            String(repeating: "0", count: 64),
+        ]
+        let (offset, hasher) = try Sender.resumePoint(
+            source: source, have: have, chunkSize: chunk, size: UInt64(bytes.count))
         XCTAssertEqual(offset, UInt64(2 * chunk), "resumes after the chunks that match, not the one that does not")
         hasher.update(bytes[(2 * chunk)...])
         XCTAssertEqual(hasher.finish(), SHA256Hasher.hash(bytes))
@@ -80,7 +87,8 @@ final class SenderHashingTests: XCTestCase {
         let hasher = SHA256Hasher(), expected = SHA256Hasher()
         for block in 0..<blocks {
             await pipeline.settle(toAtMost: slots - 1)
-            let slot = UnsafeMutableRawBufferPointer(rebasing: buffer[(block % slots) * slotSize..<(block % slots + 1) * slotSize])
+            let slot = UnsafeMutableRawBufferPointer(
+                rebasing: buffer[(block % slots) * slotSize..<(block % slots + 1) * slotSize])
             for i in 0..<slot.count { slot[i] = UInt8(truncatingIfNeeded: block &* 131 &+ i &* 7) }
             expected.update(UnsafeRawBufferPointer(slot))
             pipeline.submit(UnsafeRawBufferPointer(slot), to: hasher)

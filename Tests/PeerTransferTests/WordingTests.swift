@@ -26,12 +26,17 @@ final class ShellWordTests: XCTestCase {
     /// Each word, printed, holds no character a terminal acts on or hides, and bash reads it
     /// back as the text it stands for.
     func testWordsAreSafeToShowAndMeanTheirTextToBash() throws {
-        let texts = ["/tmp/plain cfg", "/tmp/it's \"quoted\"", "/tmp/back\\slash", "/tmp/nl\ncfg", "/tmp/esc\u{1b}[31mcfg",
-                     "/tmp/c1\u{9b}2J", "/tmp/Kit\u{3164}chen", "/tmp/bidi\u{202e}fdp", "/tmp/music\u{1d173}", "/tmp/ünï cödé"]
+        let texts = [
+            "/tmp/plain cfg", "/tmp/it's \"quoted\"", "/tmp/back\\slash", "/tmp/nl\ncfg", "/tmp/esc\u{1b}[31mcfg",
+            "/tmp/c1\u{9b}2J", "/tmp/Kit\u{3164}chen", "/tmp/bidi\u{202e}fdp", "/tmp/music\u{1d173}", "/tmp/ünï cödé",
+        ]
         for text in texts {
             let word = ShellWord.quoted(text)
-            XCTAssertFalse(word.unicodeScalars.contains { $0.value < 0x20 || (0x7f...0x9f).contains($0.value) || $0.value == 0x3164 || $0.value == 0x202e },
-                           "\(word.debugDescription) shows a raw control or invisible character")
+            XCTAssertFalse(
+                word.unicodeScalars.contains {
+                    $0.value < 0x20 || (0x7f...0x9f).contains($0.value) || $0.value == 0x3164 || $0.value == 0x202e
+                },
+                "\(word.debugDescription) shows a raw control or invisible character")
             // In a UTF-8 locale and in the C locale (many containers, cron, ssh sessions).
             for locale in ["C.UTF-8", "C"] {
                 let bash = Process()
@@ -43,7 +48,9 @@ final class ShellWordTests: XCTestCase {
                 try bash.run()
                 let read = output.fileHandleForReading.readDataToEndOfFile()
                 bash.waitUntilExit()
-                XCTAssertEqual(String(decoding: read, as: UTF8.self), text, "bash (LC_ALL=\(locale)) read \(word) as something else")
+                XCTAssertEqual(
+                    String(decoding: read, as: UTF8.self), text,
+                    "bash (LC_ALL=\(locale)) read \(word) as something else")
             }
         }
         XCTAssertEqual(ShellWord.quoted("/tmp/it's"), "'/tmp/it'\\''s'")

@@ -94,11 +94,14 @@ final class AppleDeclarationsTests: XCTestCase {
         let netService = NetService(domain: "local.", type: "_x._tcp.", name: "TXT", port: 1)
         let service: any LegacyTXTSpellings = netService
         service.setProtocolSpecificInformation("txtvers=1\u{1}name=Salut\u{1}flag")
-        XCTAssertEqual(NetService.dictionary(fromTXTRecord: netService.txtRecordData()!),
-                       ["txtvers": Data("1".utf8), "name": Data("Salut".utf8), "flag": Data()])
+        XCTAssertEqual(
+            NetService.dictionary(fromTXTRecord: netService.txtRecordData()!),
+            ["txtvers": Data("1".utf8), "name": Data("Salut".utf8), "flag": Data()])
         XCTAssertEqual(service.protocolSpecificInformation(), "txtvers=1\u{1}name=Salut\u{1}flag")
         service.setProtocolSpecificInformation(String(repeating: "x", count: 256))
-        XCTAssertEqual(service.protocolSpecificInformation(), "txtvers=1\u{1}name=Salut\u{1}flag", "an entry over 255 bytes changes nothing")
+        XCTAssertEqual(
+            service.protocolSpecificInformation(), "txtvers=1\u{1}name=Salut\u{1}flag",
+            "an entry over 255 bytes changes nothing")
         service.setProtocolSpecificInformation(nil)
         XCTAssertNil(service.protocolSpecificInformation())
     }
@@ -121,7 +124,9 @@ final class AppleDeclarationsTests: XCTestCase {
         defer { service.stop() }
         wait(for: [delegate.published], timeout: 10)
         let warnings = captured.messages.filter { $0.level == .warning }
-        XCTAssertTrue(warnings.contains { $0.text.contains(String(type.dropLast())) && $0.text.contains("RFC 6335") }, "\(captured.messages)")
+        XCTAssertTrue(
+            warnings.contains { $0.text.contains(String(type.dropLast())) && $0.text.contains("RFC 6335") },
+            "\(captured.messages)")
     }
 }
 

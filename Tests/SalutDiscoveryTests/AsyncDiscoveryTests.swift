@@ -23,8 +23,9 @@ final class AsyncDiscoveryTests: XCTestCase {
         XCTAssertEqual(resolved.txtRecord.string(for: "V"), "2", "TXT keys are case-insensitive")
         let info = try await DiscoveryContext.shared.daemonInfo()
         XCTAssertEqual(resolved.hostName, info.hostNameFQDN)
-        XCTAssertTrue(resolved.addresses.contains { $0.host == "127.0.0.1" && $0.port == 4321 },
-                      "addresses: \(resolved.addresses)")
+        XCTAssertTrue(
+            resolved.addresses.contains { $0.host == "127.0.0.1" && $0.port == 4321 },
+            "addresses: \(resolved.addresses)")
     }
 
     /// DNS-SD names compare without regard to ASCII case (RFC 6762), as Apple's resolver
@@ -86,7 +87,8 @@ final class AsyncDiscoveryTests: XCTestCase {
 
     func testTXTUpdateIsSeenByMonitor() async throws {
         let type = uniqueType()
-        let ad = try await ServiceAdvertisement.publish(name: "Changing", type: type, port: 5, txtRecord: try TXTRecord(["n": "1"]))
+        let ad = try await ServiceAdvertisement.publish(
+            name: "Changing", type: type, port: 5, txtRecord: try TXTRecord(["n": "1"]))
         let service = DiscoveredService(name: "Changing", type: type)
         let values = try await withDeadline(10, "TXT update") {
             var values: [String] = []
@@ -115,7 +117,8 @@ final class AsyncDiscoveryTests: XCTestCase {
         let ad = try await ServiceAdvertisement.publish(name: "Typed", type: type, port: 7)
         _ = ad
         let types = try await withDeadline(10, "type enumeration") {
-            for try await update in try ServiceBrowser.serviceTypes() where update.services.contains(where: { $0.name == type }) {
+            for try await update in try ServiceBrowser.serviceTypes()
+            where update.services.contains(where: { $0.name == type }) {
                 return update.services
             }
             return []
@@ -159,7 +162,7 @@ final class AsyncDiscoveryTests: XCTestCase {
             }
         }
         // 63 bytes of UTF-8 fit; 64 do not, however few characters they are.
-        let emoji = String(repeating: "é", count: 32)   // 64 bytes
+        let emoji = String(repeating: "é", count: 32)  // 64 bytes
         do {
             _ = try await ServiceAdvertisement.publish(name: emoji, type: "_http._tcp", port: 1)
             XCTFail("a 64-byte name must be refused")
@@ -180,15 +183,19 @@ final class AsyncDiscoveryTests: XCTestCase {
 
     func testOurServiceIsSeenByAvahiBrowse() async throws {
         let type = uniqueType()
-        let ad = try await ServiceAdvertisement.publish(name: "Ours Here", type: type, port: 1357, txtRecord: try TXTRecord(["a": "b"]))
+        let ad = try await ServiceAdvertisement.publish(
+            name: "Ours Here", type: type, port: 1357, txtRecord: try TXTRecord(["a": "b"]))
         _ = ad
         var line: String?
         let deadline = Date().addingTimeInterval(10)
         while line == nil && Date() < deadline {
             let out = try Foreign(["avahi-browse", "-rpt", type]).finish()
-            line = out.split(separator: "\n").map(String.init).first { $0.hasPrefix("=;") && $0.contains("Ours\\032Here") }
+            line = out.split(separator: "\n").map(String.init).first {
+                $0.hasPrefix("=;") && $0.contains("Ours\\032Here")
+            }
         }
-        let fields = try XCTUnwrap(line, "avahi-browse never resolved our service").split(separator: ";", omittingEmptySubsequences: false)
+        let fields = try XCTUnwrap(line, "avahi-browse never resolved our service").split(
+            separator: ";", omittingEmptySubsequences: false)
         XCTAssertEqual(fields[4], Substring(type))
         XCTAssertEqual(fields[8], "1357")
         XCTAssertEqual(fields[9], "\"a=b\"")
@@ -222,7 +229,8 @@ extension AsyncDiscoveryTests {
         let addresses = try await DiscoveryContext.shared.addresses(ofHost: info.hostNameFQDN, family: .ipv4)
         XCTAssertTrue(addresses.contains { $0.host == "127.0.0.1" }, "\(addresses)")
         do {
-            _ = try await DiscoveryContext.shared.addresses(ofHost: "no-such-host-\(UInt32.random(in: 0...UInt32.max)).local", timeout: 2)
+            _ = try await DiscoveryContext.shared.addresses(
+                ofHost: "no-such-host-\(UInt32.random(in: 0...UInt32.max)).local", timeout: 2)
             XCTFail("an unknown host must not resolve")
         } catch let error as DiscoveryError {
             XCTAssertTrue(error == .timedOut || error == .notFound, "\(error)")

@@ -7,7 +7,9 @@ import XCTest
 final class DNSWireTests: SalutTestCase {
     func testNamesKeepDotsAndSpacesInsideLabelsAndCompareWithoutCase() throws {
         let name = try DNSName(parsing: #"My\.Printer 2nd.\_http._tcp.Home.Arpa."#)
-        XCTAssertEqual(name.labels.map { String(decoding: $0, as: UTF8.self) }, ["My.Printer 2nd", "_http", "_tcp", "Home", "Arpa"])
+        XCTAssertEqual(
+            name.labels.map { String(decoding: $0, as: UTF8.self) },
+            ["My.Printer 2nd", "_http", "_tcp", "Home", "Arpa"])
         XCTAssertEqual(name.description, #"My\.Printer\0322nd._http._tcp.Home.Arpa."#, "as dig writes names")
         XCTAssertEqual(name, try DNSName(parsing: #"my\.printer 2ND._HTTP._tcp.home.arpa"#))
         XCTAssertEqual(try DNSName(parsing: #"a\032b\255.c"#).labels, [[0x61, 0x20, 0x62, 0xFF], [0x63]])
@@ -20,7 +22,8 @@ final class DNSWireTests: SalutTestCase {
     func testNamesDNSCannotCarryAreRefused() {
         XCTAssertThrowsError(try DNSName(parsing: "a..b"))
         XCTAssertThrowsError(try DNSName(parsing: String(repeating: "x", count: 64) + ".arpa"))
-        XCTAssertThrowsError(try DNSName(parsing: Array(repeating: String(repeating: "x", count: 63), count: 4).joined(separator: ".")))
+        XCTAssertThrowsError(
+            try DNSName(parsing: Array(repeating: String(repeating: "x", count: 63), count: 4).joined(separator: ".")))
         XCTAssertThrowsError(try DNSName(parsing: #"a\25"#))
         XCTAssertThrowsError(try DNSName(parsing: #"a\256"#))
         XCTAssertThrowsError(try DNSName(parsing: "trailing\\"))
@@ -30,9 +33,16 @@ final class DNSWireTests: SalutTestCase {
         var message = DNSMessage(id: 0xBEEF, opcode: DNSMessage.update)
         let zone = try DNSName(parsing: "home.arpa")
         message.questions = [DNSQuestion(name: zone, type: DNSType.startOfAuthority)]
-        message.answers = [DNSRecord(name: try DNSName(parsing: "a.home.arpa"), type: DNSType.any, recordClass: DNSClass.none, ttl: 0, data: [])]
-        message.authorities = [.text(try DNSName(parsing: "a.home.arpa"), strings: [Array("k=v".utf8), []], ttl: 60),
-                               .service(try DNSName(parsing: "a.home.arpa"), port: 8080, target: try DNSName(parsing: "h.home.arpa"), ttl: 60)]
+        message.answers = [
+            DNSRecord(
+                name: try DNSName(parsing: "a.home.arpa"), type: DNSType.any, recordClass: DNSClass.none, ttl: 0,
+                data: [])
+        ]
+        message.authorities = [
+            .text(try DNSName(parsing: "a.home.arpa"), strings: [Array("k=v".utf8), []], ttl: 60),
+            .service(
+                try DNSName(parsing: "a.home.arpa"), port: 8080, target: try DNSName(parsing: "h.home.arpa"), ttl: 60),
+        ]
         let read = try DNSMessage(decoding: message.encoded())
         XCTAssertEqual(read, message)
         XCTAssertEqual(read.opcode, DNSMessage.update)
@@ -52,7 +62,7 @@ final class DNSWireTests: SalutTestCase {
         XCTAssertEqual(message.answers.first?.target, try DNSName(parsing: "c.b"))
 
         var loop: [UInt8] = [0, 1, 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0]
-        loop += [0xC0, 12, 0, 1, 0, 1]   // a name pointing at itself
+        loop += [0xC0, 12, 0, 1, 0, 1]  // a name pointing at itself
         XCTAssertThrowsError(try DNSMessage(decoding: loop)) { XCTAssertTrue("\($0)".contains("backwards")) }
         var forward: [UInt8] = [0, 1, 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0]
         forward += [0xC0, 20, 0, 1, 0, 1, 0, 0, 1, 0x61, 0]
@@ -62,13 +72,20 @@ final class DNSWireTests: SalutTestCase {
     func testHostileMessagesAreErrorsNotCrashes() {
         let header: [UInt8] = [0, 1, 0x81, 0x80]
         XCTAssertThrowsError(try DNSMessage(decoding: Array(header.prefix(3))))
-        XCTAssertThrowsError(try DNSMessage(decoding: header + [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]), "counts far past the end")
-        XCTAssertThrowsError(try DNSMessage(decoding: header + [0, 0, 0, 1, 0, 0, 0, 0] + [0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 9, 1]), "RDATA past the end")
-        XCTAssertThrowsError(try DNSMessage(decoding: header + [0, 1, 0, 0, 0, 0, 0, 0] + [0x40, 0, 1, 0, 1]), "an unknown label type")
+        XCTAssertThrowsError(
+            try DNSMessage(decoding: header + [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]),
+            "counts far past the end")
+        XCTAssertThrowsError(
+            try DNSMessage(decoding: header + [0, 0, 0, 1, 0, 0, 0, 0] + [0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 9, 1]),
+            "RDATA past the end")
+        XCTAssertThrowsError(
+            try DNSMessage(decoding: header + [0, 1, 0, 0, 0, 0, 0, 0] + [0x40, 0, 1, 0, 1]), "an unknown label type")
         // Random bytes: whatever they are, decoding returns or throws.
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<2_000 {
-            let bytes = (0..<Int.random(in: 0...80, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            let bytes = (0..<Int.random(in: 0...80, using: &generator)).map { _ in
+                UInt8.random(in: 0...255, using: &generator)
+            }
             _ = try? DNSMessage(decoding: header + bytes)
         }
     }
@@ -101,18 +118,20 @@ final class DNSWireTests: SalutTestCase {
     func testHMACSHA256MatchesRFC4231() {
         // RFC 4231, test case 2.
         let mac = HMACSHA256.mac(key: Array("Jefe".utf8), message: Array("what do ya want for nothing?".utf8))
-        XCTAssertEqual(mac.map { String(format: "%02x", $0) }.joined(),
-                       "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        XCTAssertEqual(
+            mac.map { String(format: "%02x", $0) }.joined(),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
     }
 
     func testKeyFilesInBINDFormat() throws {
-        let key = try SalutTSIGKey(parsing: """
-            # made by tsig-keygen
-            key "salut-publisher" {
-            \talgorithm hmac-sha256; // the only one
-            \tsecret "c2VjcmV0IGJ5dGVz";
-            };
-            """)
+        let key = try SalutTSIGKey(
+            parsing: """
+                # made by tsig-keygen
+                key "salut-publisher" {
+                \talgorithm hmac-sha256; // the only one
+                \tsecret "c2VjcmV0IGJ5dGVz";
+                };
+                """)
         XCTAssertEqual(key.name, "salut-publisher.")
         XCTAssertEqual(key.secret, Array("secret bytes".utf8))
         XCTAssertFalse("\(key)".contains("c2Vj"), "the secret is never printed")
@@ -123,24 +142,37 @@ final class DNSWireTests: SalutTestCase {
         XCTAssertThrowsError(try SalutTSIGKey(parsing: #"key "k" { algorithm hmac-sha256; secret "not base64!"; };"#))
         XCTAssertThrowsError(try SalutTSIGKey(parsing: "nothing here"))
         // Two keys: which one would sign is a guess, so neither does.
-        XCTAssertThrowsError(try SalutTSIGKey(parsing: #"""
-            key "first" { algorithm hmac-sha256; secret "c2VjcmV0"; };
-            key "second" { algorithm hmac-sha256; secret "c2VjcmV0"; };
-            """#)) { XCTAssertTrue("\($0)".contains("2 keys (first., second.)") || "\($0)".contains("2 keys (first, second)"), "\($0)") }
-        XCTAssertThrowsError(try SalutTSIGKey(contentsOfFile: "/nonexistent/key")) { XCTAssertTrue("\($0)".contains("/nonexistent/key")) }
+        XCTAssertThrowsError(
+            try SalutTSIGKey(
+                parsing: #"""
+                    key "first" { algorithm hmac-sha256; secret "c2VjcmV0"; };
+                    key "second" { algorithm hmac-sha256; secret "c2VjcmV0"; };
+                    """#)
+        ) {
+            XCTAssertTrue(
+                "\($0)".contains("2 keys (first., second.)") || "\($0)".contains("2 keys (first, second)"), "\($0)")
+        }
+        XCTAssertThrowsError(try SalutTSIGKey(contentsOfFile: "/nonexistent/key")) {
+            XCTAssertTrue("\($0)".contains("/nonexistent/key"))
+        }
     }
 
     func testTheUpdatesOfAServiceHoldEveryRecordAndNothingElse() throws {
-        let updates = try ServiceUpdates(name: "Lab Printer", type: "_ipp._tcp", subtypes: ["_universal"], zone: "home.arpa",
-                                         host: "printer", addresses: [[198, 18, 0, 1]], port: 631, txt: [Array("rp=ipp".utf8)])
+        let updates = try ServiceUpdates(
+            name: "Lab Printer", type: "_ipp._tcp", subtypes: ["_universal"], zone: "home.arpa",
+            host: "printer", addresses: [[198, 18, 0, 1]], port: 631, txt: [Array("rp=ipp".utf8)])
         let instance = try DNSName(parsing: #"Lab Printer._ipp._tcp.home.arpa"#)
         let register = updates.registration(id: 1)
         XCTAssertEqual(register.opcode, DNSMessage.update)
-        XCTAssertEqual(register.questions, [DNSQuestion(name: try DNSName(parsing: "home.arpa"), type: DNSType.startOfAuthority)])
-        XCTAssertEqual(register.answers, [DNSRecord(name: instance, type: DNSType.any, recordClass: DNSClass.none, ttl: 0, data: [])],
-                       "on condition that the name is not in use")
+        XCTAssertEqual(
+            register.questions, [DNSQuestion(name: try DNSName(parsing: "home.arpa"), type: DNSType.startOfAuthority)])
+        XCTAssertEqual(
+            register.answers,
+            [DNSRecord(name: instance, type: DNSType.any, recordClass: DNSClass.none, ttl: 0, data: [])],
+            "on condition that the name is not in use")
         let added = register.authorities
-        XCTAssertEqual(added.map(\.type), [DNSType.pointer, DNSType.pointer, DNSType.service, DNSType.text, DNSType.ipv4Address])
+        XCTAssertEqual(
+            added.map(\.type), [DNSType.pointer, DNSType.pointer, DNSType.service, DNSType.text, DNSType.ipv4Address])
         XCTAssertEqual(added[0].name, try DNSName(parsing: "_ipp._tcp.home.arpa"))
         XCTAssertEqual(added[0].target, instance)
         XCTAssertEqual(added[1].name, try DNSName(parsing: "_universal._sub._ipp._tcp.home.arpa"))
@@ -153,19 +185,29 @@ final class DNSWireTests: SalutTestCase {
 
         let remove = updates.removal(id: 2)
         XCTAssertTrue(remove.answers.isEmpty)
-        XCTAssertEqual(remove.authorities.first, DNSRecord(name: instance, type: DNSType.any, recordClass: DNSClass.any, ttl: 0, data: []))
-        XCTAssertTrue(remove.authorities.dropFirst().allSatisfy { $0.recordClass == DNSClass.none && $0.ttl == 0 },
-                      "only this service's PTRs, one record each")
-        XCTAssertFalse(remove.authorities.contains { $0.type == DNSType.ipv4Address }, "the host's addresses are the host's: they stay")
-        XCTAssertEqual(try updates.renamed("Lab Printer (2)").instance, try DNSName(parsing: #"Lab Printer (2)._ipp._tcp.home.arpa"#))
+        XCTAssertEqual(
+            remove.authorities.first,
+            DNSRecord(name: instance, type: DNSType.any, recordClass: DNSClass.any, ttl: 0, data: []))
+        XCTAssertTrue(
+            remove.authorities.dropFirst().allSatisfy { $0.recordClass == DNSClass.none && $0.ttl == 0 },
+            "only this service's PTRs, one record each")
+        XCTAssertFalse(
+            remove.authorities.contains { $0.type == DNSType.ipv4Address },
+            "the host's addresses are the host's: they stay")
+        XCTAssertEqual(
+            try updates.renamed("Lab Printer (2)").instance,
+            try DNSName(parsing: #"Lab Printer (2)._ipp._tcp.home.arpa"#))
     }
 
     func testAUnicastBrowseReportsChangesWaitsAtTheTTLAndOutlastsASilentServer() {
         var state = WideAreaBrowsing.StateMachine(type: "_http._tcp", domain: "home.arpa")
-        func service(_ name: String) -> DiscoveredService { DiscoveredService(name: name, type: "_http._tcp", domain: "home.arpa") }
+        func service(_ name: String) -> DiscoveredService {
+            DiscoveredService(name: name, type: "_http._tcp", domain: "home.arpa")
+        }
         func step(_ look: Result<(names: Set<String>, ttl: UInt32), any Error>) -> String {
             switch state.looked(look) {
-            case .report(let update, let ttl): return "report \(update.changes) \(update.services.count) \(update.isComplete) \(ttl)"
+            case .report(let update, let ttl):
+                return "report \(update.changes) \(update.services.count) \(update.isComplete) \(ttl)"
             case .wait(let ttl): return "wait \(ttl)"
             case .retry(let after): return "retry \(after)"
             case .fail(let error): return "fail \((error as? DiscoveryError)?.code.description ?? "?")"
@@ -174,7 +216,9 @@ final class DNSWireTests: SalutTestCase {
         let silent = DiscoveryError.serverUnreachable("no answer")
         // A first look that fails ends the browse (nothing was ever listed).
         var fresh = WideAreaBrowsing.StateMachine(type: "_http._tcp", domain: "home.arpa")
-        guard case .fail = fresh.looked(.failure(silent)) else { return XCTFail("the first failure must end the browse") }
+        guard case .fail = fresh.looked(.failure(silent)) else {
+            return XCTFail("the first failure must end the browse")
+        }
         // The first look is reported even when empty; later ones only when something changed.
         XCTAssertEqual(step(.success(([], 30))), "report [] 0 true 30")
         XCTAssertEqual(step(.success((["A"], 30))), "report \([BrowseChange.added(service("A"))]) 1 true 30")
@@ -184,7 +228,9 @@ final class DNSWireTests: SalutTestCase {
         XCTAssertEqual(step(.failure(silent)), "retry 4.0 seconds")
         for _ in 0..<6 { _ = step(.failure(silent)) }
         XCTAssertEqual(step(.failure(silent)), "retry 60.0 seconds")
-        XCTAssertEqual(step(.success((["B"], 10))), "report \([BrowseChange.added(service("B")), .removed(service("A"))]) 1 true 10")
+        XCTAssertEqual(
+            step(.success((["B"], 10))),
+            "report \([BrowseChange.added(service("B")), .removed(service("A"))]) 1 true 10")
         XCTAssertEqual(step(.failure(silent)), "retry 2.0 seconds", "a success resets the back-off")
     }
 
@@ -217,7 +263,7 @@ final class DNSWireTests: SalutTestCase {
         let options: [UInt8] = [0, 10, 0, 2, 0xAA, 0xBB, 0, 2, 0, 8, 0, 0, 0x07, 0x08, 0, 0, 0x0E, 0x10]
         answer.additionals = [DNSRecord(name: .root, type: DNSType.options, recordClass: 1232, ttl: 0, data: options)]
         XCTAssertEqual(WideAreaPublisher.grantedLease(in: answer), 1800)
-        answer.additionals[0].data = [0, 2, 0, 8, 0, 0]   // cut short
+        answer.additionals[0].data = [0, 2, 0, 8, 0, 0]  // cut short
         XCTAssertNil(WideAreaPublisher.grantedLease(in: answer))
     }
 }

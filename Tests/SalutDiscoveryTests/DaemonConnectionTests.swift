@@ -10,10 +10,13 @@ final class DaemonConnectionTests: XCTestCase {
         guard let poll = avahi_simple_poll_new() else { return XCTFail("avahi_simple_poll_new failed") }
         defer { avahi_simple_poll_free(poll) }
         var error: Int32 = 0
-        guard let client = avahi_client_new(avahi_simple_poll_get(poll), AvahiClientFlags(rawValue: 0), nil, nil, &error) else {
+        guard
+            let client = avahi_client_new(avahi_simple_poll_get(poll), AvahiClientFlags(rawValue: 0), nil, nil, &error)
+        else {
             let reason = String(cString: avahi_strerror(error))
-            return XCTFail("No avahi-daemon answers on the D-Bus system bus (\(reason)). "
-                + "Start one with 'Scripts/avahi-sandbox start'.")
+            return XCTFail(
+                "No avahi-daemon answers on the D-Bus system bus (\(reason)). "
+                    + "Start one with 'Scripts/avahi-sandbox start'.")
         }
         defer { avahi_client_free(client) }
         let version = String(cString: avahi_client_get_version_string(client))

@@ -24,7 +24,9 @@ final class DaemonRestartTests: XCTestCase {
 
     func testPublicationAndBrowserSurviveADaemonRestart() async throws {
         guard ProcessInfo.processInfo.environment["SALUT_SANDBOX_RESTARTABLE"] == "1" else {
-            throw XCTSkip("needs the sandbox's own avahi-daemon (Scripts/test sets SALUT_SANDBOX_RESTARTABLE=1); never restarts a machine's daemon")
+            throw XCTSkip(
+                "needs the sandbox's own avahi-daemon (Scripts/test sets SALUT_SANDBOX_RESTARTABLE=1); never restarts a machine's daemon"
+            )
         }
         let context = DiscoveryContext(label: "restart")
         let type = uniqueType("r")
@@ -85,8 +87,12 @@ final class DaemonRestartTests: XCTestCase {
         try Self.restartDaemon()
         XCTAssertTrue(browser.waitForOutput(containing: "- Stayer", seconds: 20), browser.output)
         let deadline = Date().addingTimeInterval(20)
-        while browser.output.components(separatedBy: "+ Stayer").count < 3 && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
-        XCTAssertEqual(browser.output.components(separatedBy: "+ Stayer").count, 3, "seen again after the restart: \(browser.output)")
+        while browser.output.components(separatedBy: "+ Stayer").count < 3 && Date() < deadline {
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        XCTAssertEqual(
+            browser.output.components(separatedBy: "+ Stayer").count, 3,
+            "seen again after the restart: \(browser.output)")
         XCTAssertTrue(publisher.process.isRunning, "the publisher carried on")
         XCTAssertTrue(browser.process.isRunning, "the browser carried on")
     }

@@ -37,13 +37,16 @@ final class DiscoveryErrorTests: XCTestCase {
         XCTAssertEqual(DiscoveryError.collision(name: "a").netServiceErrorCode, .collisionError)
         XCTAssertEqual(DiscoveryError.invalidDomain("x").netServiceErrorCode, .badArgumentError)
         XCTAssertEqual(DiscoveryError.listenFailed("in use").netServiceErrorCode, .unknownError)
-        XCTAssertEqual(DiscoveryError.daemonUnavailable("no bus").netServiceErrorCode, .missingRequiredConfigurationError)
+        XCTAssertEqual(
+            DiscoveryError.daemonUnavailable("no bus").netServiceErrorCode, .missingRequiredConfigurationError)
     }
 
     func testCatchAndSwitchByKind() {
         func fail(with error: DiscoveryError) throws { throw error }
         var caught: [String] = []
-        do { try fail(with: .collision(name: "Kitchen")) } catch let error as DiscoveryError where error.code == .collision {
+        do { try fail(with: .collision(name: "Kitchen")) } catch let error as DiscoveryError
+            where error.code == .collision
+        {
             caught.append(error.subject ?? "?")
         } catch { caught.append("other") }
         XCTAssertEqual(caught, ["Kitchen"])

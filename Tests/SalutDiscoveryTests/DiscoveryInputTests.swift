@@ -8,15 +8,18 @@ import XCTest
 /// The library's answer to bad input: a typed error or a safe default, never a trap or a hang.
 final class DiscoveryInputTests: XCTestCase {
     /// Timeouts that are not a positive finite number of a sane size.
-    static let oddTimeouts: [TimeInterval] = [.nan, .infinity, -.infinity, -1, 0, 1e20, 1e300, .greatestFiniteMagnitude]
+    static let oddTimeouts: [TimeInterval] = [
+        .nan, .infinity, -.infinity, -1, 0, 1e20, 1e300, .greatestFiniteMagnitude,
+    ]
 
     func testOddTimeoutsNeverTrapOrHangInTheAsyncAPI() async throws {
         let type = uniqueType("o")
         for (index, timeout) in Self.oddTimeouts.enumerated() {
             try await withDeadline(20, "timeout \(timeout)") {
                 let info = try await DiscoveryContext.shared.daemonInfo(timeout: timeout)
-                let ad = try await ServiceAdvertisement.publish(name: "Odd \(index)", type: type, port: 4000 + index,
-                                                                timeout: timeout)
+                let ad = try await ServiceAdvertisement.publish(
+                    name: "Odd \(index)", type: type, port: 4000 + index,
+                    timeout: timeout)
                 defer { ad.cancel() }
                 let resolved = try await DiscoveredService(name: ad.name, type: type).resolve(timeout: timeout)
                 XCTAssertEqual(Int(resolved.port), 4000 + index)
@@ -29,10 +32,12 @@ final class DiscoveryInputTests: XCTestCase {
         defer { ad.cancel() }
         for settle in [TimeInterval.nan, -1, .infinity, 1e300] {
             try await withDeadline(10, "settle \(settle)") {
-                let resolved = try await DiscoveredService(name: "Odd Settle", type: type).resolve(timeout: 1, settle: settle)
+                let resolved = try await DiscoveredService(name: "Odd Settle", type: type).resolve(
+                    timeout: 1, settle: settle)
                 XCTAssertEqual(resolved.port, 4099)
                 let info = try await DiscoveryContext.shared.daemonInfo()
-                let addresses = try await DiscoveryContext.shared.addresses(ofHost: info.hostNameFQDN, timeout: 1, settle: settle)
+                let addresses = try await DiscoveryContext.shared.addresses(
+                    ofHost: info.hostNameFQDN, timeout: 1, settle: settle)
                 XCTAssertFalse(addresses.isEmpty)
             }
         }
@@ -65,18 +70,22 @@ final class DiscoveryInputTests: XCTestCase {
         var record = TXTRecord()
         try record.add("Path", Data("/a".utf8))
         XCTAssertThrowsError(try record.add("PATH", Data("/b".utf8))) { error in
-            XCTAssertEqual(error as? DiscoveryError, .invalidTXTRecord(
-                reason: "keys \"Path\" and \"PATH\" are the same key (TXT keys are case-insensitive, RFC 6763 §6.4)"))
+            XCTAssertEqual(
+                error as? DiscoveryError,
+                .invalidTXTRecord(
+                    reason: "keys \"Path\" and \"PATH\" are the same key (TXT keys are case-insensitive, RFC 6763 §6.4)"
+                ))
         }
         XCTAssertThrowsError(try record.add("Path", nil)) { error in
             XCTAssertEqual(error as? DiscoveryError, .invalidTXTRecord(reason: "key \"Path\" appears twice"))
         }
         XCTAssertEqual(record.string(for: "path"), "/a")
-        try record.set("pAtH", to: Data("/c".utf8))   // set replaces, in place, keeping the new spelling
+        try record.set("pAtH", to: Data("/c".utf8))  // set replaces, in place, keeping the new spelling
         XCTAssertEqual(record.entries.map(\.key), ["pAtH"])
         XCTAssertEqual(record.string(for: "PATH"), "/c")
         XCTAssertThrowsError(try TXTRecord(["a": "1", "A": "2"])) { error in
-            guard let error = error as? DiscoveryError, error.code == .invalidTXTRecord, let reason = error.reason else {
+            guard let error = error as? DiscoveryError, error.code == .invalidTXTRecord, let reason = error.reason
+            else {
                 return XCTFail("\(error)")
             }
             XCTAssertTrue(reason.contains("\"A\" and \"a\""), reason)
@@ -96,10 +105,13 @@ final class DiscoveryInputTests: XCTestCase {
         XCTAssertNoThrow(try record.validateForPublishing())
 
         try record.set("last", to: Data(repeating: 0x79, count: 10))
-        let tooBig = DiscoveryError.invalidTXTRecord(reason: "the record is 8801 bytes; at most 8800 fit in one mDNS packet "
-            + "(RFC 6762 §17), and RFC 6763 §6.2 advises under 1300")
+        let tooBig = DiscoveryError.invalidTXTRecord(
+            reason: "the record is 8801 bytes; at most 8800 fit in one mDNS packet "
+                + "(RFC 6762 §17), and RFC 6763 §6.2 advises under 1300")
         XCTAssertThrowsError(try record.validateForPublishing()) { XCTAssertEqual($0 as? DiscoveryError, tooBig) }
-        XCTAssertThrowsError(try ServiceAdvertisement.validate(name: "Big", type: "_xy._tcp", port: 1, txtRecord: record)) {
+        XCTAssertThrowsError(
+            try ServiceAdvertisement.validate(name: "Big", type: "_xy._tcp", port: 1, txtRecord: record)
+        ) {
             XCTAssertEqual($0 as? DiscoveryError, tooBig)
         }
         do {
@@ -159,18 +171,25 @@ final class DiscoveryInputTests: XCTestCase {
         XCTAssertThrowsError(try ServiceAdvertisement.validate(name: "x", type: "_http._tcp", port: 70000)) {
             XCTAssertEqual($0 as? DiscoveryError, .invalidPort(70000))
         }
-        XCTAssertThrowsError(try ServiceAdvertisement.validate(name: "x", type: "_http._tcp", port: 1, subtypes: ["no"]))
+        XCTAssertThrowsError(
+            try ServiceAdvertisement.validate(name: "x", type: "_http._tcp", port: 1, subtypes: ["no"]))
     }
 
     func testAvahiInvalidArgumentNumbersBecomeTypedErrors() {
         // Avahi's bare numbers, should a name get past our own checks.
         let host = DiscoveryError(avahiCode: Int32(AVAHI_ERR_INVALID_HOST_NAME))
-        XCTAssertTrue("\(host)".hasPrefix("invalid host name: avahi-daemon refused it (Invalid host name, Avahi error -3)"), "\(host)")
-        XCTAssertTrue("\(host.naming(host: "x.local"))".hasPrefix("invalid host name \"x.local\": avahi-daemon refused it"))
+        XCTAssertTrue(
+            "\(host)".hasPrefix("invalid host name: avahi-daemon refused it (Invalid host name, Avahi error -3)"),
+            "\(host)")
+        XCTAssertTrue(
+            "\(host.naming(host: "x.local"))".hasPrefix("invalid host name \"x.local\": avahi-daemon refused it"))
         XCTAssertEqual(host.netServiceErrorCode, .badArgumentError)
         let name = DiscoveryError(avahiCode: Int32(AVAHI_ERR_INVALID_SERVICE_NAME)).naming(service: "N")
         XCTAssertTrue("\(name)".hasPrefix("invalid service name \"N\": avahi-daemon refused it"), "\(name)")
-        XCTAssertEqual("\(DiscoveryError(avahiCode: Int32(AVAHI_ERR_INVALID_DOMAIN_NAME)))", "invalid domain (refused by avahi-daemon)")
-        XCTAssertEqual(DiscoveryError(avahiCode: Int32(AVAHI_ERR_INVALID_DOMAIN_NAME)).naming(domain: "d"), .invalidDomain("d"))
+        XCTAssertEqual(
+            "\(DiscoveryError(avahiCode: Int32(AVAHI_ERR_INVALID_DOMAIN_NAME)))",
+            "invalid domain (refused by avahi-daemon)")
+        XCTAssertEqual(
+            DiscoveryError(avahiCode: Int32(AVAHI_ERR_INVALID_DOMAIN_NAME)).naming(domain: "d"), .invalidDomain("d"))
     }
 }

@@ -10,8 +10,10 @@ func uniqueType(_ tag: String = "t") -> String {
 }
 
 /// Browses `type` until `predicate` holds for the known set; returns that set.
-func browse(_ type: String, until predicate: @escaping @Sendable (Set<DiscoveredService>) -> Bool,
-            seconds: Double = 10, context: DiscoveryContext = .shared) async throws -> Set<DiscoveredService> {
+func browse(
+    _ type: String, until predicate: @escaping @Sendable (Set<DiscoveredService>) -> Bool,
+    seconds: Double = 10, context: DiscoveryContext = .shared
+) async throws -> Set<DiscoveredService> {
     try await withDeadline(seconds, "browse \(type)") {
         for try await update in try ServiceBrowser(type: type, context: context) where predicate(update.services) {
             return update.services

@@ -139,8 +139,10 @@ final class HostilePeerTests: XCTestCase {
     func testAConnectCloseFloodCannotStartMoreChildrenThanTwiceTheLimit() throws {
         // Children that ignore SIGTERM take the 2 s grace to end once evicted, so evicted
         // connections pile up unless they count against the limit until they have left.
-        let server = try startServer([netsvc, "publish", "Flood", uniqueType("f"), "0", "--listen", "--json",
-                                      "--max-connections", "2", "--exec", "trap '' TERM; while :; do sleep 1; done"])
+        let server = try startServer([
+            netsvc, "publish", "Flood", uniqueType("f"), "0", "--listen", "--json",
+            "--max-connections", "2", "--exec", "trap '' TERM; while :; do sleep 1; done",
+        ])
         let process = server.process
         defer { process.stop() }
         let flood = try hostile("cycles", server, count: 40)
@@ -154,7 +156,8 @@ final class HostilePeerTests: XCTestCase {
             Thread.sleep(forTimeInterval: 0.02)
         } while Date() < deadline
         XCTAssertLessThanOrEqual(most, 4, "children after 40 connect/close peers at --max-connections 2")
-        XCTAssertTrue(process.waitForOutput(containing: "refused", seconds: 10), "newcomers beyond the ending ones are refused")
+        XCTAssertTrue(
+            process.waitForOutput(containing: "refused", seconds: 10), "newcomers beyond the ending ones are refused")
     }
 
     // MARK: Running the service
@@ -162,8 +165,10 @@ final class HostilePeerTests: XCTestCase {
     /// Starts the service with short bounds (1 s handshake / first byte, 3 s idle), serves one
     /// good client to warm it up, measures it, runs `body`, and stops it.
     private func withServer(tls: Bool, _ body: (Server, Usage) throws -> Void) throws {
-        var arguments = [netsvc, "publish", "Hostile", uniqueType("h"), "0", "--listen", "--exec", "cat", "--json",
-                         "--handshake-timeout", "1", "--idle-timeout", "3"]
+        var arguments = [
+            netsvc, "publish", "Hostile", uniqueType("h"), "0", "--listen", "--exec", "cat", "--json",
+            "--handshake-timeout", "1", "--idle-timeout", "3",
+        ]
         if tls {
             let made = try certificate ?? TestCertificate.make()
             certificate = made
@@ -175,7 +180,10 @@ final class HostilePeerTests: XCTestCase {
         try assertGoodClientsServed(server, tls: tls, count: 3)
         let baseline = try settledUsage(server)
         try body(server, baseline)
-        XCTAssertTrue(process.process.isRunning, "netsvc died: \(process.output.split(separator: "\n").filter { !$0.hasPrefix("{") }.prefix(40).joined(separator: "\n"))")
+        XCTAssertTrue(
+            process.process.isRunning,
+            "netsvc died: \(process.output.split(separator: "\n").filter { !$0.hasPrefix("{") }.prefix(40).joined(separator: "\n"))"
+        )
     }
 
     /// Starts `netsvc publish … --listen --json` with `arguments` and returns once it listens
@@ -183,9 +191,10 @@ final class HostilePeerTests: XCTestCase {
     private func startServer(_ arguments: [String]) throws -> Server {
         let process = try Foreign(arguments)
         guard process.waitForOutput(containing: "\"listening\":true", seconds: 10),
-              let line = process.output.split(separator: "\n").first(where: { $0.contains("\"published\"") }),
-              let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
-              let port = object["port"] as? Int else {
+            let line = process.output.split(separator: "\n").first(where: { $0.contains("\"published\"") }),
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+            let port = object["port"] as? Int
+        else {
             process.stop()
             throw DeadlineExceeded(what: "netsvc publish --listen: \(process.output)", seconds: 10)
         }
@@ -204,14 +213,19 @@ final class HostilePeerTests: XCTestCase {
     }
 
     /// Good clients, one after another, each must get its line echoed within `servedWithin`.
-    private func assertGoodClientsServed(_ server: Server, tls: Bool, count: Int = 5,
-                                         file: StaticString = #filePath, line: UInt = #line) throws {
-        var arguments = ["python3", Self.script, "good", String(server.port), "--count", String(count),
-                         "--timeout", String(servedWithin)]
+    private func assertGoodClientsServed(
+        _ server: Server, tls: Bool, count: Int = 5,
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws {
+        var arguments = [
+            "python3", Self.script, "good", String(server.port), "--count", String(count),
+            "--timeout", String(servedWithin),
+        ]
         if tls, let certificate { arguments += ["--tls", "--cafile", certificate.certificateFile] }
         let client = try Foreign(arguments)
         let output = client.finish(seconds: Double(count) * servedWithin + 10)
-        XCTAssertEqual(client.process.terminationStatus, 0, "good clients not all served: \(output)", file: file, line: line)
+        XCTAssertEqual(
+            client.process.terminationStatus, 0, "good clients not all served: \(output)", file: file, line: line)
     }
 
     // MARK: Measuring
@@ -222,7 +236,9 @@ final class HostilePeerTests: XCTestCase {
         for _ in 0..<50 {
             Thread.sleep(forTimeInterval: 0.2)
             let now = try usage(server.pid)
-            if now.descriptors == last.descriptors && now.children == last.children && now.threads == last.threads { return now }
+            if now.descriptors == last.descriptors && now.children == last.children && now.threads == last.threads {
+                return now
+            }
             last = now
         }
         return last
@@ -231,13 +247,18 @@ final class HostilePeerTests: XCTestCase {
     /// Waits (up to 20 s) until descriptors and children are back to the baseline, threads no
     /// more than the baseline's plus a few pool threads, and resident memory within
     /// `memoryAllowance` KiB (the heap keeps some of its high water).
-    private func assertComesBack(_ server: Server, to baseline: Usage, _ what: String, memoryAllowance: Int = 24 * 1024,
-                                 file: StaticString = #filePath, line: UInt = #line) throws {
+    private func assertComesBack(
+        _ server: Server, to baseline: Usage, _ what: String, memoryAllowance: Int = 24 * 1024,
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws {
         let deadline = Date().addingTimeInterval(20)
         var now = try usage(server.pid)
         while Date() < deadline {
             if now.descriptors <= baseline.descriptors && now.children == 0 && now.threads <= baseline.threads + 4
-                && now.residentKiB - baseline.residentKiB <= memoryAllowance { break }
+                && now.residentKiB - baseline.residentKiB <= memoryAllowance
+            {
+                break
+            }
             Thread.sleep(forTimeInterval: 0.1)
             now = try usage(server.pid)
         }
@@ -245,7 +266,8 @@ final class HostilePeerTests: XCTestCase {
         XCTAssertLessThanOrEqual(now.descriptors, baseline.descriptors, "descriptors, \(what)", file: file, line: line)
         XCTAssertEqual(now.children, 0, "children, \(what)", file: file, line: line)
         XCTAssertLessThanOrEqual(now.threads, baseline.threads + 4, "threads, \(what)", file: file, line: line)
-        XCTAssertLessThanOrEqual(now.residentKiB - baseline.residentKiB, memoryAllowance, "memory (KiB), \(what)", file: file, line: line)
+        XCTAssertLessThanOrEqual(
+            now.residentKiB - baseline.residentKiB, memoryAllowance, "memory (KiB), \(what)", file: file, line: line)
     }
 
     private func usage(_ pid: pid_t) throws -> Usage {
@@ -255,7 +277,9 @@ final class HostilePeerTests: XCTestCase {
             status.split(separator: "\n").first { $0.hasPrefix(name + ":") }
                 .flatMap { Int($0.split(whereSeparator: { $0 == " " || $0 == "\t" })[1]) } ?? -1
         }
-        return Usage(descriptors: descriptors, threads: field("Threads"), children: children(of: pid), residentKiB: field("VmRSS"))
+        return Usage(
+            descriptors: descriptors, threads: field("Threads"), children: children(of: pid),
+            residentKiB: field("VmRSS"))
     }
 
     /// Processes whose parent is `pid` (its `--exec` children, shells and commands alike).
@@ -263,7 +287,8 @@ final class HostilePeerTests: XCTestCase {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
         return entries.lazy.compactMap(Int32.init).filter { candidate in
             guard let stat = try? String(contentsOfFile: "/proc/\(candidate)/stat", encoding: .utf8),
-                  let close = stat.lastIndex(of: ")") else { return false }
+                let close = stat.lastIndex(of: ")")
+            else { return false }
             // After "pid (comm) ": state, then the parent's pid.
             let fields = stat[stat.index(after: close)...].split(separator: " ")
             return fields.count > 1 && Int32(fields[1]) == pid

@@ -191,7 +191,8 @@ final class NetServiceTests: XCTestCase {
         monitor.txtUpdates.removeAll()
         service.setTXTRecord(NetService.data(fromTXTRecord: ["state": Data("busy".utf8)]))
         wait(for: [second], timeout: 10)
-        XCTAssertEqual(monitor.txtUpdates.last.map { NetService.dictionary(fromTXTRecord: $0)["state"] }, Data("busy".utf8))
+        XCTAssertEqual(
+            monitor.txtUpdates.last.map { NetService.dictionary(fromTXTRecord: $0)["state"] }, Data("busy".utf8))
         watcher.stopMonitoring()
         service.stop()
     }
@@ -304,7 +305,7 @@ final class NetServiceTests: XCTestCase {
                 found.append(service.name)
                 guard service.name == "Worker Found Me" else { return }
                 browser.stop()
-                browser.remove(from: .current, forMode: .default)   // nothing keeps the loop now
+                browser.remove(from: .current, forMode: .default)  // nothing keeps the loop now
             }
         }
         let finder = Finder()
@@ -318,7 +319,9 @@ final class NetServiceTests: XCTestCase {
             finished.signal()
         }
         worker.start()
-        XCTAssertEqual(finished.wait(timeout: .now() + 15), .success, "run() kept going until the browser was removed: \(finder.events) \(finder.found)")
+        XCTAssertEqual(
+            finished.wait(timeout: .now() + 15), .success,
+            "run() kept going until the browser was removed: \(finder.events) \(finder.found)")
         XCTAssertEqual(finder.events.first, "willSearch")
         XCTAssertTrue(finder.found.contains("Worker Found Me"), "\(finder.found)")
     }
@@ -388,7 +391,8 @@ extension NetServiceTests {
     func testAppleSampleProgramRunsUnchanged() throws {
         let binary = BuiltProduct.path("apple-sample")
         guard FileManager.default.isExecutableFile(atPath: binary) else {
-            return XCTFail("build apple-sample first (Scripts/test does: swift build --build-tests builds every target)")
+            return XCTFail(
+                "build apple-sample first (Scripts/test does: swift build --build-tests builds every target)")
         }
         let run = try Foreign([binary, uniqueType("as") + "."])
         let out = run.finish(seconds: 20)

@@ -21,7 +21,9 @@ final class NetsvcBrowseTests: XCTestCase {
         XCTAssertTrue(theirs.waitForOutput(containing: "Established", seconds: 10), theirs.output)
         let (code, text) = try run([netsvc, "browse", type, "--resolve", "--terminate"])
         XCTAssertEqual(code, 0, text)
-        XCTAssertFalse(text.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x07 }, "raw control characters reached the terminal: \(text.debugDescription)")
+        XCTAssertFalse(
+            text.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x07 },
+            "raw control characters reached the terminal: \(text.debugDescription)")
         XCTAssertTrue(text.contains("Evil\\x1b]0;owned\\x07\\x1b[2J Name"), text)
         XCTAssertTrue(text.contains("note=0x72696e6707"), "a TXT value with control bytes is shown in hex: \(text)")
         // JSON keeps the name exact, escaped as JSON does.
@@ -32,7 +34,9 @@ final class NetsvcBrowseTests: XCTestCase {
     }
 
     private func jsonLines(_ text: String) -> [[String: Any]] {
-        text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        text.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
     }
 
     /// Reads avahi-browse's `-p -r` lines (`=;iface;proto;name;type;domain;host;address;port;"txt"…`)
@@ -45,7 +49,11 @@ final class NetsvcBrowseTests: XCTestCase {
             let name = Self.unescape(fields[3])
             var address = fields[7]
             if address.hasPrefix("fe80:") { address += "%" + fields[1] }
-            let txt = fields.count > 9 ? Set(fields[9].split(separator: " ").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) }) : []
+            let txt =
+                fields.count > 9
+                ? Set(
+                    fields[9].split(separator: " ").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "\"")) })
+                : []
             var entry = out[name] ?? (Int(fields[8]) ?? -1, [], [])
             entry.addresses.insert(address)
             entry.txt.formUnion(txt)
@@ -82,10 +90,15 @@ final class NetsvcBrowseTests: XCTestCase {
         // A service whose host has no address: flagged as not resolved, in JSON and in text,
         // not printed like a browse without --resolve.
         let unresolvedType = uniqueType("u")
-        let nowhere = try Foreign(["avahi-publish", "-s", "-H", "nowhere-\(UUID().uuidString.prefix(6)).local", "Nowhere", unresolvedType, "5003"])
+        let nowhere = try Foreign([
+            "avahi-publish", "-s", "-H", "nowhere-\(UUID().uuidString.prefix(6)).local", "Nowhere", unresolvedType,
+            "5003",
+        ])
         defer { nowhere.stop() }
         XCTAssertTrue(nowhere.waitForOutput(containing: "Established", seconds: 10), nowhere.output)
-        let (unresolvedCode, unresolved) = try run([netsvc, "browse", unresolvedType, "--resolve", "--terminate", "--json"])
+        let (unresolvedCode, unresolved) = try run([
+            netsvc, "browse", unresolvedType, "--resolve", "--terminate", "--json",
+        ])
         XCTAssertEqual(unresolvedCode, 0, unresolved)
         let flagged = try XCTUnwrap(jsonLines(unresolved).first { $0["event"] as? String == "add" }, unresolved)
         XCTAssertEqual(flagged["resolved"] as? Bool, false, unresolved)
@@ -100,7 +113,9 @@ final class NetsvcBrowseTests: XCTestCase {
         let (avahiCode, avahiText) = try run(["avahi-browse", "-p", "-r", "-t", type])
         XCTAssertEqual(avahiCode, 0, avahiText)
         let reference = avahiResolved(avahiText)
-        XCTAssertEqual(Set(adds.compactMap { $0["name"] as? String }), Set(reference.keys), "same services:\n\(text)\n\(avahiText)")
+        XCTAssertEqual(
+            Set(adds.compactMap { $0["name"] as? String }), Set(reference.keys), "same services:\n\(text)\n\(avahiText)"
+        )
         XCTAssertEqual(Set(reference.keys), ["Salut Side", "Avahi Side"])
         for add in adds {
             let name = add["name"] as? String ?? ""
@@ -118,7 +133,9 @@ final class NetsvcBrowseTests: XCTestCase {
             } else {
                 XCTAssertEqual(got, expected.addresses, name)
             }
-            let txt = (add["txt"] as? [String: Any] ?? [:]).map { key, value in value as? Bool == true ? key : "\(key)=\(value)" }
+            let txt = (add["txt"] as? [String: Any] ?? [:]).map { key, value in
+                value as? Bool == true ? key : "\(key)=\(value)"
+            }
             XCTAssertEqual(Set(txt), expected.txt, name)
         }
     }
@@ -131,16 +148,20 @@ final class NetsvcBrowseTests: XCTestCase {
 
         let (code, text) = try run([netsvc, "browse", "--all", "--terminate", "--json"])
         XCTAssertEqual(code, 0, text)
-        XCTAssertTrue(jsonLines(text).contains { $0["name"] as? String == "Everywhere" && $0["type"] as? String == type }, text)
+        XCTAssertTrue(
+            jsonLines(text).contains { $0["name"] as? String == "Everywhere" && $0["type"] as? String == type }, text)
 
-        let (v4, v4Text) = try run([netsvc, "browse", type, "--terminate", "--resolve", "--ipv4", "--interface", "lo", "--json"])
+        let (v4, v4Text) = try run([
+            netsvc, "browse", type, "--terminate", "--resolve", "--ipv4", "--interface", "lo", "--json",
+        ])
         XCTAssertEqual(v4, 0, v4Text)
         let found = try XCTUnwrap(jsonLines(v4Text).first { $0["name"] as? String == "Everywhere" }, v4Text)
         XCTAssertEqual(found["addresses"] as? [String], ["127.0.0.1"], "only IPv4 addresses with --ipv4")
 
         let (local, localText) = try run([netsvc, "browse", type, "--terminate", "--ignore-local", "--json"])
         XCTAssertEqual(local, 0, localText)
-        XCTAssertFalse(localText.contains("Everywhere"), "a service of this host is left out with --ignore-local: \(localText)")
+        XCTAssertFalse(
+            localText.contains("Everywhere"), "a service of this host is left out with --ignore-local: \(localText)")
 
         let (bad, badText) = try run([netsvc, "browse", type, "--interface", "no-such-if0", "--terminate"])
         XCTAssertEqual(bad, 2, badText)
@@ -162,7 +183,8 @@ final class NetsvcBrowseTests: XCTestCase {
         let lines = text.split(separator: "\n").filter { $0.hasPrefix("+") }
         XCTAssertEqual(lines.count, 2, text)
         XCTAssertFalse(text.contains("\u{1B}["), "no colour codes into a pipe")
-        let typeColumns = Set(lines.compactMap { line in String(line).range(of: type).map { String(line)[..<$0.lowerBound].count } })
+        let typeColumns = Set(
+            lines.compactMap { line in String(line).range(of: type).map { String(line)[..<$0.lowerBound].count } })
         XCTAssertEqual(typeColumns.count, 1, "the type column lines up:\n\(text)")
     }
 
@@ -173,17 +195,23 @@ final class NetsvcBrowseTests: XCTestCase {
         XCTAssertTrue(publisher.waitForOutput(containing: "published", seconds: 10))
         // `script` gives netsvc a pseudo-terminal as stdout (NO_COLOR removed: a test runner
         // may set it).
-        let (code, text) = try run(["env", "-u", "NO_COLOR", "script", "-qec", "\(netsvc) browse \(type) --terminate", "/dev/null"])
+        let (code, text) = try run([
+            "env", "-u", "NO_COLOR", "script", "-qec", "\(netsvc) browse \(type) --terminate", "/dev/null",
+        ])
         XCTAssertEqual(code, 0, text)
         XCTAssertTrue(text.contains("\u{1B}[32m+"), "a green + on a terminal: \(text.debugDescription)")
-        let (plainCode, plain) = try run(["env", "NO_COLOR=1", "script", "-qec", "\(netsvc) browse \(type) --terminate", "/dev/null"])
+        let (plainCode, plain) = try run([
+            "env", "NO_COLOR=1", "script", "-qec", "\(netsvc) browse \(type) --terminate", "/dev/null",
+        ])
         XCTAssertEqual(plainCode, 0, plain)
         XCTAssertTrue(plain.contains("Painted") && !plain.contains("\u{1B}["), plain.debugDescription)
     }
 
     func testPublishWithSubtypesIsFoundUnderEach() throws {
         let type = uniqueType("u")
-        let publisher = try Foreign([netsvc, "publish", "Sub Printer", type, "631", "--subtype", "_color", "--subtype", "_duplex"])
+        let publisher = try Foreign([
+            netsvc, "publish", "Sub Printer", type, "631", "--subtype", "_color", "--subtype", "_duplex",
+        ])
         defer { publisher.stop() }
         XCTAssertTrue(publisher.waitForOutput(containing: "published", seconds: 10), publisher.output)
         for subtype in ["_color", "_duplex"] {
@@ -220,7 +248,9 @@ final class NetsvcBrowseTests: XCTestCase {
         for shell in ["bash", "zsh", "fish"] {
             let (code, text) = try run([netsvc, "--generate-completion-script", shell])
             XCTAssertEqual(code, 0, shell)
-            XCTAssertTrue(text.contains("netsvc") && text.contains("browse") && text.contains("connect"), "\(shell): \(text.prefix(200))")
+            XCTAssertTrue(
+                text.contains("netsvc") && text.contains("browse") && text.contains("connect"),
+                "\(shell): \(text.prefix(200))")
         }
         for command in ["connect", "monitor", "domains"] {
             let (code, text) = try run([netsvc, command, "--help"])

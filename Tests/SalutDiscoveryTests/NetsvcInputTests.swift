@@ -27,20 +27,24 @@ final class NetsvcInputTests: XCTestCase {
         let (_, top) = try run([netsvc, "--help"])
         let commands = ["browse", "publish", "resolve", "lookup", "connect", "monitor", "domains"]
         XCTAssertTrue(commands.allSatisfy { top.contains($0) }, top)
-        let arguments = ["resolve": ["x", "_xy._tcp"], "lookup": ["x.local"], "connect": ["x", "_xy._tcp"],
-                         "monitor": ["x", "_xy._tcp"], "browse": ["_xy._tcp"], "publish": ["x", "_xy._tcp", "1"], "domains": []]
+        let arguments = [
+            "resolve": ["x", "_xy._tcp"], "lookup": ["x.local"], "connect": ["x", "_xy._tcp"],
+            "monitor": ["x", "_xy._tcp"], "browse": ["_xy._tcp"], "publish": ["x", "_xy._tcp", "1"], "domains": [],
+        ]
         var timed: [String] = []
         for command in commands {
             guard try run([netsvc, command, "--help"]).output.contains("--timeout") else { continue }
             timed.append(command)
             for bad in ["nan", "inf", "-inf", "-1", "0", "1e20", "1e300", "3600.5", "soon"] {
-                let (code, out) = try run(noDaemon + [netsvc, command] + arguments[command, default: []] + ["--timeout=\(bad)"])
+                let (code, out) = try run(
+                    noDaemon + [netsvc, command] + arguments[command, default: []] + ["--timeout=\(bad)"])
                 XCTAssertEqual(code, 2, "\(command) --timeout \(bad): \(out)")
                 XCTAssertTrue(out.contains("The value '\(bad)' is invalid for '--timeout"), out)
                 XCTAssertTrue(out.contains("0.001 to 3600"), "the message says the range: \(out)")
             }
             // A negative number as the next argument is a value out of range, not a missing one.
-            let (code, out) = try run(noDaemon + [netsvc, command] + arguments[command, default: []] + ["--timeout", "-1"])
+            let (code, out) = try run(
+                noDaemon + [netsvc, command] + arguments[command, default: []] + ["--timeout", "-1"])
             XCTAssertEqual(code, 2, "\(command) --timeout -1: \(out)")
             XCTAssertTrue(out.contains("The value '-1' is invalid for '--timeout"), "\(command) --timeout -1: \(out)")
         }
@@ -51,13 +55,17 @@ final class NetsvcInputTests: XCTestCase {
         let type = "_salutlongwarn\(UInt32.random(in: 100_000...999_999))._tcp"
         let (code, out) = try run([netsvc, "browse", type, "--terminate"])
         XCTAssertEqual(code, 0, "taken: \(out)")
-        XCTAssertEqual(out.components(separatedBy: "netsvc: warning: service type \(type)").count - 1, 1, "one warning: \(out)")
+        XCTAssertEqual(
+            out.components(separatedBy: "netsvc: warning: service type \(type)").count - 1, 1, "one warning: \(out)")
         XCTAssertTrue(out.contains("RFC 6335 allows 15"), out)
         let (quietCode, quiet) = try run([netsvc, "browse", type, "--terminate", "--log-level", "error"])
         XCTAssertEqual(quietCode, 0, quiet)
         // Resolving does not warn: the library cannot tell a type typed by the user from one
         // found on the network (a LAN peer's long type is not the user's choice).
-        let (_, resolved) = try run([netsvc, "resolve", "Nobody", "_salutotherlong\(UInt32.random(in: 100_000...999_999))._tcp", "--timeout", "0.5"])
+        let (_, resolved) = try run([
+            netsvc, "resolve", "Nobody", "_salutotherlong\(UInt32.random(in: 100_000...999_999))._tcp", "--timeout",
+            "0.5",
+        ])
         XCTAssertFalse(resolved.contains("warning"), resolved)
         XCTAssertFalse(quiet.contains("warning"), quiet)
         let (badCode, bad) = try run(noDaemon + [netsvc, "browse", type, "--log-level", "loud"])
@@ -92,12 +100,16 @@ final class NetsvcInputTests: XCTestCase {
         let huge = (1...300).map { "k\(String(format: "%03d", $0))=" + String(repeating: "x", count: 241) }
         let (code, out) = try run(noDaemon + [netsvc, "publish", "Big", "_xy._tcp", "1"] + huge)
         XCTAssertEqual(code, 2, out)
-        XCTAssertTrue(out.contains("invalid TXT record: the record is 74100 bytes; at most 8800 fit in one mDNS packet"), out)
+        XCTAssertTrue(
+            out.contains("invalid TXT record: the record is 74100 bytes; at most 8800 fit in one mDNS packet"), out)
 
         // One byte over the limit: 35 attributes of 250 bytes (8,785 with their length bytes) and
         // one of 15 (16).
         let limit = (1...35).map { "k\(String(format: "%02d", $0))=" + String(repeating: "x", count: 246) }
-        let (overCode, over) = try run(noDaemon + [netsvc, "publish", "Big", "_xy._tcp", "1"] + limit + ["last=" + String(repeating: "y", count: 10)])
+        let (overCode, over) = try run(
+            noDaemon + [netsvc, "publish", "Big", "_xy._tcp", "1"] + limit + [
+                "last=" + String(repeating: "y", count: 10)
+            ])
         XCTAssertEqual(overCode, 2, over)
         XCTAssertTrue(over.contains("the record is 8801 bytes; at most 8800"), over)
     }
@@ -105,10 +117,13 @@ final class NetsvcInputTests: XCTestCase {
     func testTXTRecordAtTheLimitIsPublishedWithAWarningAndResolves() throws {
         let type = uniqueType("z")
         let limit = (1...35).map { "k\(String(format: "%02d", $0))=" + String(repeating: "x", count: 246) }
-        let ours = try Foreign([netsvc, "publish", "At Limit", type, "1"] + limit + ["last=" + String(repeating: "y", count: 9)])
+        let ours = try Foreign(
+            [netsvc, "publish", "At Limit", type, "1"] + limit + ["last=" + String(repeating: "y", count: 9)])
         defer { ours.stop() }
         XCTAssertTrue(ours.waitForOutput(containing: "published", seconds: 10), ours.output)
-        XCTAssertTrue(ours.output.contains("warning: the TXT record is 8800 bytes; RFC 6763 §6.2 advises under 1300"), ours.output)
+        XCTAssertTrue(
+            ours.output.contains("warning: the TXT record is 8800 bytes; RFC 6763 §6.2 advises under 1300"), ours.output
+        )
         let (code, json) = try run([netsvc, "resolve", "At Limit", type, "--json"])
         XCTAssertEqual(code, 0, json)
         let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any], json)
@@ -153,14 +168,18 @@ final class NetsvcInputTests: XCTestCase {
         let address = try Foreign(["avahi-publish", "-a", "-R", host, "192.0.2.77"])
         defer { address.stop() }
         XCTAssertTrue(address.waitForOutput(containing: "Established", seconds: 10), address.output)
-        let service = try Foreign(["avahi-publish", "-s", "-H", host, "Hostile \u{1B}[31mRed", type, "7", "note=" + value, "ctl=" + control])
+        let service = try Foreign([
+            "avahi-publish", "-s", "-H", host, "Hostile \u{1B}[31mRed", type, "7", "note=" + value, "ctl=" + control,
+        ])
         defer { service.stop() }
         XCTAssertTrue(service.waitForOutput(containing: "Established", seconds: 10), service.output)
 
         let raw: Set<UInt32> = [0x1B, 0x07, 0x9B, 0x202E, 0x3164]
         func assertSafe(_ text: String, _ what: String, file: StaticString = #filePath, line: UInt = #line) {
-            XCTAssertFalse(text.unicodeScalars.contains { raw.contains($0.value) },
-                           "\(what): raw control characters reached the terminal: \(text.debugDescription)", file: file, line: line)
+            XCTAssertFalse(
+                text.unicodeScalars.contains { raw.contains($0.value) },
+                "\(what): raw control characters reached the terminal: \(text.debugDescription)", file: file, line: line
+            )
         }
         let name = "Hostile \u{1B}[31mRed"
         let (resolveCode, resolved) = try run([netsvc, "resolve", name, type])

@@ -32,7 +32,9 @@ final class NetsvcStreamTests: XCTestCase {
         let publisher = try listeningPublisher(["Echo", type, "0", "--exec", "cat"])
         defer { publisher.stop() }
         let input = temporaryFile("in"), output = temporaryFile("out")
-        defer { try? FileManager.default.removeItem(atPath: input); try? FileManager.default.removeItem(atPath: output) }
+        defer {
+            try? FileManager.default.removeItem(atPath: input); try? FileManager.default.removeItem(atPath: output)
+        }
         XCTAssertTrue(FileManager.default.createFile(atPath: input, contents: payload(10 << 20)))
         let (code, text) = try shell("\(netsvc) connect Echo \(type) < \(input) > \(output)")
         XCTAssertEqual(code, 0, text)
@@ -58,10 +60,13 @@ final class NetsvcStreamTests: XCTestCase {
     func testTLSWithThePinnedKeyWorksAndAWrongPinExits1() throws {
         let certificate = try TestCertificate.make()
         let type = uniqueType("t")
-        let publisher = try listeningPublisher(["Vault", type, "0", "--exec", "tr a-z A-Z",
-                                                "--tls-cert", certificate.certificateFile, "--tls-key", certificate.keyFile])
+        let publisher = try listeningPublisher([
+            "Vault", type, "0", "--exec", "tr a-z A-Z",
+            "--tls-cert", certificate.certificateFile, "--tls-key", certificate.keyFile,
+        ])
         defer { publisher.stop() }
-        let (code, text) = try shell("echo secret | \(netsvc) connect Vault \(type) --pin \(certificate.publicKeySHA256)")
+        let (code, text) = try shell(
+            "echo secret | \(netsvc) connect Vault \(type) --pin \(certificate.publicKeySHA256)")
         XCTAssertEqual(code, 0, text)
         XCTAssertEqual(text, "SECRET\n")
         let wrong = String(repeating: "0", count: 64)
@@ -79,7 +84,8 @@ final class NetsvcStreamTests: XCTestCase {
         XCTAssertEqual(try shell("\(netsvc) publish X _xy._tcp 80 --exec cat").0, 2, "--exec without --listen")
         XCTAssertEqual(try shell("\(netsvc) publish X _xy._tcp 0 --listen --tls-cert c.pem").0, 2, "cert without key")
         XCTAssertEqual(try shell("\(netsvc) connect X _xy._tcp --pin nothex").0, 2, "a malformed pin")
-        XCTAssertEqual(try shell("\(netsvc) publish X _xy._tcp 0 --listen --max-connections 0").0, 2, "no connections at all")
+        XCTAssertEqual(
+            try shell("\(netsvc) publish X _xy._tcp 0 --listen --max-connections 0").0, 2, "no connections at all")
         XCTAssertEqual(try shell("\(netsvc) publish X _xy._tcp 0 --listen --idle-timeout nan").0, 2, "a NaN idle bound")
     }
 
@@ -95,7 +101,8 @@ final class NetsvcStreamTests: XCTestCase {
         let (code, message) = try shell("\(netsvc) connect Short \(type) < \(input) > /dev/null")
         XCTAssertEqual(code, 1, message)
         XCTAssertTrue(message.contains("connection to \"Short\" failed: "), message)
-        XCTAssertTrue(message.contains("sending:") || message.contains("receiving:"), "says which direction: \(message)")
+        XCTAssertTrue(
+            message.contains("sending:") || message.contains("receiving:"), "says which direction: \(message)")
     }
 
     func testAnEmptyInputToAServiceThatClosesAtOnceIsACleanEnd() throws {
@@ -125,18 +132,22 @@ final class NetsvcStreamTests: XCTestCase {
         let marker = temporaryFile("pid")
         defer { try? FileManager.default.removeItem(atPath: marker) }
         // The shell ignores SIGTERM and so does its `sleep`; only SIGKILL ends them.
-        let publisher = try listeningPublisher(["Stubborn", type, "0", "--idle-timeout", "1",
-                                                "--exec", "trap '' TERM; echo $$ > \(marker); sleep 300"])
+        let publisher = try listeningPublisher([
+            "Stubborn", type, "0", "--idle-timeout", "1",
+            "--exec", "trap '' TERM; echo $$ > \(marker); sleep 300",
+        ])
         defer { publisher.stop() }
         let client = try Foreign([netsvc, "connect", "Stubborn", type])
         let deadline = Date().addingTimeInterval(10)
         var pid: Int32?
         while pid == nil && Date() < deadline {
-            pid = (try? String(contentsOfFile: marker, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            pid = (try? String(contentsOfFile: marker, encoding: .utf8)).flatMap {
+                Int32($0.trimmingCharacters(in: .whitespacesAndNewlines))
+            }
             if pid == nil { Thread.sleep(forTimeInterval: 0.02) }
         }
         let child = try XCTUnwrap(pid, "the child never started")
-        kill(client.process.processIdentifier, SIGKILL)   // the peer vanishes (its kernel resets the connection)
+        kill(client.process.processIdentifier, SIGKILL)  // the peer vanishes (its kernel resets the connection)
         XCTAssertTrue(publisher.waitForOutput(containing: "disconnected", seconds: 15), publisher.output)
         XCTAssertNotEqual(kill(child, 0), 0, "the child outlived its connection")
         XCTAssertTrue(publisher.output.contains("exit 137"), "SIGKILL after the grace: \(publisher.output)")
@@ -152,7 +163,10 @@ final class NetsvcStreamTests: XCTestCase {
         XCTAssertTrue(first.waitForOutput(containing: "first", seconds: 10), first.output)
         let (code, text) = try shell("echo second | \(netsvc) connect One \(type)")
         XCTAssertEqual(code, 1, "refused: \(text)")
-        XCTAssertTrue(text.contains("failed: the service sent nothing back (a service at its connection limit turns newcomers away so);"), "the refusal is named: \(text)")
+        XCTAssertTrue(
+            text.contains(
+                "failed: the service sent nothing back (a service at its connection limit turns newcomers away so);"),
+            "the refusal is named: \(text)")
         XCTAssertTrue(publisher.waitForOutput(containing: "refused", seconds: 10), publisher.output)
         first.write("still served\n")
         XCTAssertTrue(first.waitForOutput(containing: "still served", seconds: 10), first.output)
@@ -180,7 +194,7 @@ final class NetsvcStreamTests: XCTestCase {
         let type = uniqueType("r")
         let publisher = try listeningPublisher(["Room", type, "0", "--exec", "cat", "--max-connections", "1"])
         defer { publisher.stop() }
-        let silent = try Foreign([netsvc, "connect", "Room", type])   // connects, says nothing
+        let silent = try Foreign([netsvc, "connect", "Room", type])  // connects, says nothing
         defer { silent.stop() }
         XCTAssertTrue(publisher.waitForOutput(containing: "connected", seconds: 10), publisher.output)
         let (code, text) = try shell("echo talker | \(netsvc) connect Room \(type)")
@@ -194,8 +208,10 @@ final class NetsvcStreamTests: XCTestCase {
         // The child echoes one line, or (given none) keeps the connection for 30 s: a peer
         // that connects and closes without a byte (as a port scan does) holds its slot.
         let type = uniqueType("c")
-        let publisher = try listeningPublisher(["Scan", type, "0", "--exec", "read -r line && echo \"$line\" || sleep 30",
-                                                "--max-connections", "1"])
+        let publisher = try listeningPublisher([
+            "Scan", type, "0", "--exec", "read -r line && echo \"$line\" || sleep 30",
+            "--max-connections", "1",
+        ])
         defer { publisher.stop() }
         let closed = try Foreign(["sh", "-c", "\(netsvc) connect Scan \(type) </dev/null"])
         defer { closed.stop() }

@@ -6,7 +6,8 @@ import XCTest
 final class NetsvcTests: XCTestCase {
     static let netsvc = BuiltProduct.path("netsvc")
 
-    private func run(_ arguments: [String], environment: [String] = [], seconds: Double = 20) throws -> (Int32, String) {
+    private func run(_ arguments: [String], environment: [String] = [], seconds: Double = 20) throws -> (Int32, String)
+    {
         let process = try Foreign(environment + [Self.netsvc] + arguments)
         let out = process.finish(seconds: seconds)
         return (process.process.terminationStatus, out)
@@ -36,7 +37,9 @@ final class NetsvcTests: XCTestCase {
         // Without a daemon: a bad timeout must still be exit 2 (checked first), never a trap or a hang.
         let noDaemon = ["env", "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent"]
         for bad in ["nan", "inf", "-1", "0", "1e20", "1e300", "soon"] {
-            for command in [["resolve", "x", "_xy._tcp"], ["lookup", "x.local"], ["connect", "x", "_xy._tcp"], ["domains"]] {
+            for command in [
+                ["resolve", "x", "_xy._tcp"], ["lookup", "x.local"], ["connect", "x", "_xy._tcp"], ["domains"],
+            ] {
                 let (code, out) = try run(command + ["--timeout", bad], environment: noDaemon)
                 XCTAssertEqual(code, 2, "\(command) --timeout \(bad): \(out)")
                 XCTAssertTrue(out.contains("--timeout"), out)
@@ -53,7 +56,8 @@ final class NetsvcTests: XCTestCase {
     }
 
     func testNoDaemonExits3WithAHint() throws {
-        let (code, out) = try run(["resolve", "x", "_xy._tcp"], environment: ["env", "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent"])
+        let (code, out) = try run(
+            ["resolve", "x", "_xy._tcp"], environment: ["env", "DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent"])
         XCTAssertEqual(code, 3, out)
         XCTAssertTrue(out.contains("start it with") && out.contains("avahi-daemon"), out)
     }

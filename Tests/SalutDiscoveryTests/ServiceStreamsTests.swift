@@ -17,7 +17,9 @@ import XCTest
 /// A patterned payload of `count` bytes.
 func payload(_ count: Int) -> Data {
     var data = Data(count: count)
-    data.withUnsafeMutableBytes { raw in for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 7 &+ i >> 11) } }
+    data.withUnsafeMutableBytes { raw in
+        for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 7 &+ i >> 11) }
+    }
     return data
 }
 
@@ -27,7 +29,8 @@ final class AcceptingDelegate: NSObject, NetServiceDelegate, @unchecked Sendable
     var accepted = 0
     var published: XCTestExpectation?
     func netServiceDidPublish(_ sender: NetService) { published?.fulfill() }
-    func netService(_ sender: NetService, didAcceptConnectionWith inputStream: InputStream, outputStream: OutputStream) {
+    func netService(_ sender: NetService, didAcceptConnectionWith inputStream: InputStream, outputStream: OutputStream)
+    {
         accepted += 1
         XCTAssertEqual(inputStream.streamStatus, .notOpen, "accepted streams arrive unopened")
         let connection = UncheckedPair(input: inputStream, output: outputStream)
@@ -69,7 +72,7 @@ final class ServiceStreamsTests: XCTestCase {
             echoed.exchange(roundTrip(streams.input, streams.output, sent))
             done.fulfill()
         }
-        wait(for: [done], timeout: 30)   // spins the main run loop, where accepts are delivered
+        wait(for: [done], timeout: 30)  // spins the main run loop, where accepts are delivered
         XCTAssertEqual(echoed.value?.count, sent.count)
         XCTAssertTrue(echoed.value == sent, "echoed bytes differ")
         XCTAssertEqual(delegate.accepted, 1)
@@ -88,7 +91,8 @@ final class ServiceStreamsTests: XCTestCase {
         let certificate = try TestCertificate.make()
         let type = uniqueType("l")
         let service = NetService(domain: "local.", type: type + ".", name: "Secure Listening", port: 0)
-        service.listenerTLS = .server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+        service.listenerTLS = .server(
+            certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
         let delegate = AcceptingDelegate()
         delegate.published = expectation(description: "published")
         service.delegate = delegate
@@ -135,7 +139,9 @@ final class ServiceStreamsTests: XCTestCase {
         let certificate = try TestCertificate.make()
         for secure in [false, true] {
             let type = uniqueType("a")
-            let server: TLSConfiguration? = secure ? .server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile) : nil
+            let server: TLSConfiguration? =
+                secure
+                ? .server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile) : nil
             let ad = try await ServiceAdvertisement.listen(name: "Echo", type: type, tls: server)
             XCTAssertNotNil(ad.listener)
             let accepting = Task { for await connection in ad.connections { Task { await echo(connection) } } }
@@ -144,7 +150,9 @@ final class ServiceStreamsTests: XCTestCase {
                 try await DiscoveredService(name: ad.name, type: type).connect(tls: client)
             }
             let sent = payload(3 << 20)
-            let writer = Task { try await pair.output.write(sent); pair.output.close() }
+            let writer = Task {
+                try await pair.output.write(sent); pair.output.close()
+            }
             let echoed = try await withDeadline(30, "echo") { try await readAll(pair.input) }
             try await writer.value
             XCTAssertTrue(echoed == sent, "secure \(secure): \(echoed.count) of \(sent.count) bytes came back right")
@@ -180,9 +188,13 @@ final class ServiceStreamsTests: XCTestCase {
         XCTAssertTrue(publisher.waitForExit(seconds: 5))
         let probe = DiscoveryContext(label: "probe")
         try await withDeadline(20, "the service is gone") {
-            while (try? await service.resolve(timeout: 0.5, context: probe)) != nil { try await Task.sleep(nanoseconds: 50_000_000) }
+            while (try? await service.resolve(timeout: 0.5, context: probe)) != nil {
+                try await Task.sleep(nanoseconds: 50_000_000)
+            }
         }
-        let pair = try await withDeadline(10, "connect from the resolution") { try await service.connect(resolveTimeout: 1) }
+        let pair = try await withDeadline(10, "connect from the resolution") {
+            try await service.connect(resolveTimeout: 1)
+        }
         try await pair.output.write(Data("still there".utf8))
         pair.output.close()
         var echoed = Data()
@@ -220,14 +232,18 @@ final class ServiceStreamsTests: XCTestCase {
             throw XCTSkip("the service took more than 9 s to move: the remembered resolution may have lapsed")
         }
         do {
-            let pair = try await withDeadline(10, "connect to the old port") { try await service.connect(resolveTimeout: 2) }
+            let pair = try await withDeadline(10, "connect to the old port") {
+                try await service.connect(resolveTimeout: 2)
+            }
             pair.output.close()
             XCTFail("the old port took a connection")
         } catch let error as SocketStreamError {
             XCTAssertEqual(error.code, .connectionRefused, "\(error)")
         }
         // The next connection resolves afresh and reaches the new port.
-        let pair = try await withDeadline(10, "connect to the new port") { try await service.connect(resolveTimeout: 2) }
+        let pair = try await withDeadline(10, "connect to the new port") {
+            try await service.connect(resolveTimeout: 2)
+        }
         try await pair.output.write(Data("moved".utf8))
         pair.output.close()
         var echoed = Data()

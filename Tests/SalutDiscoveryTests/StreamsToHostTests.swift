@@ -15,13 +15,19 @@ final class EchoListener: @unchecked Sendable {
         self.fd = fd
         var yes: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        let address = ipv6 ? SocketAddress(ipv6: Array(repeating: 0, count: 15) + [1], port: 0)
-                           : SocketAddress(ipv4: [127, 0, 0, 1], port: 0)
-        let bound = address.data.withUnsafeBytes { bind(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }
+        let address =
+            ipv6
+            ? SocketAddress(ipv6: Array(repeating: 0, count: 15) + [1], port: 0)
+            : SocketAddress(ipv4: [127, 0, 0, 1], port: 0)
+        let bound = address.data.withUnsafeBytes {
+            bind(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count))
+        }
         guard bound == 0, listen(fd, 16) == 0 else { throw POSIXError(.EADDRINUSE) }
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        _ = withUnsafeMutablePointer(to: &storage) { getsockname(fd, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length) }
+        _ = withUnsafeMutablePointer(to: &storage) {
+            getsockname(fd, UnsafeMutableRawPointer($0).assumingMemoryBound(to: sockaddr.self), &length)
+        }
         port = Int(SocketAddress(withUnsafeBytes(of: &storage) { Data($0.prefix(Int(length))) })!.port)
         let listener = fd
         Thread {
@@ -54,7 +60,8 @@ func roundTrip(_ input: InputStream, _ output: OutputStream, _ payload: Data) ->
         payload.withUnsafeBytes { raw in
             var off = 0
             while off < raw.count {
-                let n = writer.output.write(raw.bindMemory(to: UInt8.self).baseAddress! + off, maxLength: raw.count - off)
+                let n = writer.output.write(
+                    raw.bindMemory(to: UInt8.self).baseAddress! + off, maxLength: raw.count - off)
                 if n <= 0 { return }
                 off += n
             }
@@ -94,7 +101,9 @@ final class StreamsToHostTests: XCTestCase {
         // Wait (at most 5 s) until socat listens: its port shows in /proc/net/tcp6.
         let deadline = Date().addingTimeInterval(5)
         while Date() < deadline,
-              !((try? String(contentsOfFile: "/proc/net/tcp6", encoding: .utf8))?.contains(String(format: ":%04X 00000000000000000000000000000000:0000 0A", port)) ?? false) {
+            !((try? String(contentsOfFile: "/proc/net/tcp6", encoding: .utf8))?.contains(
+                String(format: ":%04X 00000000000000000000000000000000:0000 0A", port)) ?? false)
+        {
             Thread.sleep(forTimeInterval: 0.02)
         }
         var input: InputStream?, output: OutputStream?
@@ -120,7 +129,9 @@ final class StreamsToHostTests: XCTestCase {
         Stream.getStreamsToHost(withName: "no-such-host.invalid", port: 80, inputStream: &input, outputStream: &output)
         output!.open()
         XCTAssertEqual(output!.write([1], maxLength: 1), -1)
-        guard let error = output!.streamError as? SocketStreamError, error.code == .nameNotFound, let host = error.subject else {
+        guard let error = output!.streamError as? SocketStreamError, error.code == .nameNotFound,
+            let host = error.subject
+        else {
             return XCTFail("expected nameNotFound, got \(String(describing: output!.streamError))")
         }
         XCTAssertEqual(host, "no-such-host.invalid")
@@ -131,7 +142,8 @@ final class StreamsToHostTests: XCTestCase {
         let info = try await DiscoveryContext.shared.daemonInfo()
         let result = await Task.detached {
             var input: InputStream?, output: OutputStream?
-            Stream.getStreamsToHost(withName: info.hostNameFQDN, port: listener.port, inputStream: &input, outputStream: &output)
+            Stream.getStreamsToHost(
+                withName: info.hostNameFQDN, port: listener.port, inputStream: &input, outputStream: &output)
             input!.open(); output!.open()
             return roundTrip(input!, output!, Data("via .local".utf8))
         }.value
@@ -158,7 +170,7 @@ final class StreamsToHostTests: XCTestCase {
         var got: [UInt8] = []
         while got.count < 3 { let n = input!.read(&buffer, maxLength: 8); if n <= 0 { break }; got += buffer.prefix(n) }
         XCTAssertEqual(got, [1, 2, 3])
-        output!.close()   // half-close: the echo server sees EOF and closes its side
+        output!.close()  // half-close: the echo server sees EOF and closes its side
         XCTAssertTrue(log.wait { $0.contains(where: { $0.0 === input! && $0.1 == .endEncountered }) }, "\(log.all)")
     }
 }
@@ -181,5 +193,3 @@ final class SocketEventLog: NSObject, StreamDelegate, @unchecked Sendable {
         return predicate(all)
     }
 }
-
-

@@ -24,7 +24,8 @@ struct CountingUpload: PeerUploadProtocol {
         var answer = Data()
         for try await chunk in pair.input.chunks { answer.append(chunk) }
         guard String(decoding: answer, as: UTF8.self) == "\(bytes.count)" else {
-            throw PeerSessionError.transferFailed("the receiver counted \(String(decoding: answer, as: UTF8.self)), not \(bytes.count)")
+            throw PeerSessionError.transferFailed(
+                "the receiver counted \(String(decoding: answer, as: UTF8.self)), not \(bytes.count)")
         }
         context.reportProgress(sent: Int64(bytes.count), total: Int64(bytes.count))
     }
@@ -104,7 +105,10 @@ final class UploadDelegate: PeerSessionUploadDelegate, @unchecked Sendable {
         }
     }
 
-    func peerSession(_ session: PeerSession, task: PeerUploadTask, needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void) {
+    func peerSession(
+        _ session: PeerSession, task: PeerUploadTask,
+        needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void
+    ) {
         let body = lock.withLock { freshBody }
         record("needNewBodyStream \(task.taskIdentifier)")
         completionHandler(body.map { InputStream(data: $0) })
@@ -139,8 +143,10 @@ final class BackgroundSessionTests: SalutTestCase {
         super.tearDown()
     }
 
-    private func configuration(_ tweak: (inout PeerSessionConfiguration) -> Void = { _ in }) -> PeerSessionConfiguration {
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("salut-bg-\(UUID().uuidString.prefix(8))")
+    private func configuration(_ tweak: (inout PeerSessionConfiguration) -> Void = { _ in }) -> PeerSessionConfiguration
+    {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "salut-bg-\(UUID().uuidString.prefix(8))")
         folders.append(folder)
         var configuration = PeerSessionConfiguration.background(withIdentifier: "test")
         configuration.backgroundStateDirectory = folder
@@ -154,7 +160,9 @@ final class BackgroundSessionTests: SalutTestCase {
 
     private static func recordCount(_ configuration: PeerSessionConfiguration) -> Int {
         let tasks = configuration.backgroundStateDirectory!.appendingPathComponent("tasks")
-        return ((try? FileManager.default.contentsOfDirectory(atPath: tasks.path)) ?? []).filter { $0.hasSuffix(".json") }.count
+        return ((try? FileManager.default.contentsOfDirectory(atPath: tasks.path)) ?? []).filter {
+            $0.hasSuffix(".json")
+        }.count
     }
 
     func testAnUploadWaitsForItsServiceThenDeliversAndForgetsItsRecord() async throws {
@@ -196,7 +204,8 @@ final class BackgroundSessionTests: SalutTestCase {
         delegate.freshBody = body
         let session = PeerSession(configuration: configuration(), delegate: delegate)
         defer { session.invalidateAndCancel() }
-        let task = session.uploadTask(to: DiscoveredService(name: "Flaky", type: type), fromStream: InputStream(data: body))
+        let task = session.uploadTask(
+            to: DiscoveredService(name: "Flaky", type: type), fromStream: InputStream(data: body))
         task.resume()
         try await delegate.wait(for: "complete \(task.taskIdentifier)")
         XCTAssertEqual(delegate.outcome(of: task), "ok")
@@ -238,10 +247,13 @@ final class BackgroundSessionTests: SalutTestCase {
         let delegate = UploadDelegate()
         let session = PeerSession(configuration: configuration(), delegate: delegate)
         defer { session.invalidateAndCancel() }
-        let task = session.uploadTask(to: DiscoveredService(name: "Cut", type: type), fromStream: InputStream(data: Data("x".utf8)))
+        let task = session.uploadTask(
+            to: DiscoveredService(name: "Cut", type: type), fromStream: InputStream(data: Data("x".utf8)))
         task.resume()
         try await delegate.wait(for: "complete \(task.taskIdentifier)")
-        XCTAssertTrue(delegate.outcome(of: task)?.contains("no new body stream") == true, "\(String(describing: delegate.outcome(of: task)))")
+        XCTAssertTrue(
+            delegate.outcome(of: task)?.contains("no new body stream") == true,
+            "\(String(describing: delegate.outcome(of: task)))")
     }
 
     func testRetriesRunOutAndTheErrorNamesTheLastFailure() async throws {
@@ -261,7 +273,8 @@ final class BackgroundSessionTests: SalutTestCase {
 
     func testTheGiveUpDeadlineEndsAWaitForAServiceThatNeverComes() async throws {
         let delegate = UploadDelegate()
-        let session = PeerSession(configuration: configuration { $0.timeoutIntervalForResource = 1 }, delegate: delegate)
+        let session = PeerSession(
+            configuration: configuration { $0.timeoutIntervalForResource = 1 }, delegate: delegate)
         defer { session.invalidateAndCancel() }
         let task = session.uploadTask(to: DiscoveredService(name: "Never", type: uniqueType()), from: Data("x".utf8))
         task.resume()
@@ -285,8 +298,9 @@ final class BackgroundSessionTests: SalutTestCase {
         XCTAssertNil(queued.error)
         client.finishTasksAndInvalidate()
         // And a runner that died just after a task completed, before its delegate heard of it.
-        var finished = BackgroundTaskRecord.fresh(service: DiscoveredService(name: "Done", type: type), kind: .data, filePath: nil,
-                                                  identifier: 41, deadline: Date().addingTimeInterval(60))
+        var finished = BackgroundTaskRecord.fresh(
+            service: DiscoveredService(name: "Done", type: type), kind: .data, filePath: nil,
+            identifier: 41, deadline: Date().addingTimeInterval(60))
         finished.outcome = .succeeded
         try BackgroundJournal(directory: configuration.backgroundStateDirectory!).save(finished)
 
@@ -297,7 +311,8 @@ final class BackgroundSessionTests: SalutTestCase {
         defer { runner.invalidateAndCancel() }
         XCTAssertTrue(runner.runsBackgroundTasks)
         let adopted = runner.allTasks.compactMap { $0 as? PeerUploadTask }
-        XCTAssertEqual(adopted.map(\.taskDescription), ["queued by another process"], "the runner lists the queued task")
+        XCTAssertEqual(
+            adopted.map(\.taskDescription), ["queued by another process"], "the runner lists the queued task")
         try await delegate.wait(for: "finishedEvents")
         let beforeFinish = delegate.events.prefix { $0 != "finishedEvents" }
         XCTAssertTrue(beforeFinish.contains("complete 41"), "the missed completion comes first: \(delegate.events)")
@@ -353,8 +368,11 @@ final class BackgroundSessionTests: SalutTestCase {
 
     /// A runner whose one upload task waits for a service that is not there, and a session on
     /// the same state folder in a process-like role that only queues (it sees views).
-    private func runnerWaitingAndAViewer(description: String?) async throws
-        -> (runner: PeerSession, delegate: UploadDelegate, task: PeerUploadTask, viewer: PeerSession) {
+    private func runnerWaitingAndAViewer(
+        description: String?
+    ) async throws
+        -> (runner: PeerSession, delegate: UploadDelegate, task: PeerUploadTask, viewer: PeerSession)
+    {
         let configuration = configuration()
         let delegate = UploadDelegate()
         let runner = PeerSession(configuration: configuration, delegate: delegate)

@@ -6,9 +6,12 @@ import XCTest
 /// A background upload's life, event by event, on a fake clock.
 final class BackgroundUploadStateMachineTests: SalutTestCase {
     private let t0 = Date(timeIntervalSince1970: 1_000_000)
-    private func machine(attempts: Int = 3, stream: Bool = false, fresh: Bool = true, deadline: TimeInterval = 3600) -> PeerUploadTask.StateMachine {
-        PeerUploadTask.StateMachine(maximumAttempts: attempts, deadline: t0.addingTimeInterval(deadline), retryDelay: 1,
-                                     maximumRetryDelay: 60, bodyIsStream: stream, hasFreshStream: fresh)
+    private func machine(
+        attempts: Int = 3, stream: Bool = false, fresh: Bool = true, deadline: TimeInterval = 3600
+    ) -> PeerUploadTask.StateMachine {
+        PeerUploadTask.StateMachine(
+            maximumAttempts: attempts, deadline: t0.addingTimeInterval(deadline), retryDelay: 1,
+            maximumRetryDelay: 60, bodyIsStream: stream, hasFreshStream: fresh)
     }
 
     func testItWaitsForTheServiceThenTransfers() {
@@ -25,17 +28,23 @@ final class BackgroundUploadStateMachineTests: SalutTestCase {
         var m = machine(attempts: 4)
         _ = m.start(now: t0)
         _ = m.serviceVisible(now: t0)
-        XCTAssertEqual(m.attemptFailed("lost", retryable: true, now: t0), [.persist, .sleep(until: t0.addingTimeInterval(1))])
-        XCTAssertEqual(m.retryDelayEnded(now: t0.addingTimeInterval(1)), [.persist, .waitForService(until: t0.addingTimeInterval(3600))])
+        XCTAssertEqual(
+            m.attemptFailed("lost", retryable: true, now: t0), [.persist, .sleep(until: t0.addingTimeInterval(1))])
+        XCTAssertEqual(
+            m.retryDelayEnded(now: t0.addingTimeInterval(1)),
+            [.persist, .waitForService(until: t0.addingTimeInterval(3600))])
         XCTAssertEqual(m.serviceVisible(now: t0), [.persist, .startAttempt(2)])
-        XCTAssertEqual(m.attemptFailed("lost", retryable: true, now: t0), [.persist, .sleep(until: t0.addingTimeInterval(2))])
+        XCTAssertEqual(
+            m.attemptFailed("lost", retryable: true, now: t0), [.persist, .sleep(until: t0.addingTimeInterval(2))])
         _ = m.retryDelayEnded(now: t0)
         XCTAssertEqual(m.serviceVisible(now: t0), [.persist, .startAttempt(3)])
-        XCTAssertEqual(m.attemptFailed("lost", retryable: true, now: t0), [.persist, .sleep(until: t0.addingTimeInterval(4))])
+        XCTAssertEqual(
+            m.attemptFailed("lost", retryable: true, now: t0), [.persist, .sleep(until: t0.addingTimeInterval(4))])
         _ = m.retryDelayEnded(now: t0)
         _ = m.serviceVisible(now: t0)
-        XCTAssertEqual(m.attemptFailed("still lost", retryable: true, now: t0),
-                       [.persist, .complete(.failed("still lost", attempts: 4, retryable: true))])
+        XCTAssertEqual(
+            m.attemptFailed("still lost", retryable: true, now: t0),
+            [.persist, .complete(.failed("still lost", attempts: 4, retryable: true))])
         XCTAssertEqual(m.attempts, 4)
     }
 
@@ -43,8 +52,9 @@ final class BackgroundUploadStateMachineTests: SalutTestCase {
         var m = machine()
         _ = m.start(now: t0)
         _ = m.serviceVisible(now: t0)
-        XCTAssertEqual(m.attemptFailed("untrusted", retryable: false, now: t0),
-                       [.persist, .complete(.failed("untrusted", attempts: 1, retryable: false))])
+        XCTAssertEqual(
+            m.attemptFailed("untrusted", retryable: false, now: t0),
+            [.persist, .complete(.failed("untrusted", attempts: 1, retryable: false))])
     }
 
     func testTheDeadlineEndsWaitingAndRetriesThatWouldPassIt() {
@@ -54,8 +64,9 @@ final class BackgroundUploadStateMachineTests: SalutTestCase {
         var retrying = machine(deadline: 10)
         _ = retrying.start(now: t0)
         _ = retrying.serviceVisible(now: t0)
-        XCTAssertEqual(retrying.attemptFailed("lost", retryable: true, now: t0.addingTimeInterval(9.5)),
-                       [.persist, .complete(.deadline)], "a retry after the deadline is not scheduled")
+        XCTAssertEqual(
+            retrying.attemptFailed("lost", retryable: true, now: t0.addingTimeInterval(9.5)),
+            [.persist, .complete(.deadline)], "a retry after the deadline is not scheduled")
         var late = machine(deadline: 10)
         XCTAssertEqual(late.start(now: t0.addingTimeInterval(11)), [.persist, .complete(.deadline)])
         var seenLate = machine(deadline: 10)
@@ -66,7 +77,8 @@ final class BackgroundUploadStateMachineTests: SalutTestCase {
     func testAStreamBodyIsAskedForAgainBeforeEveryAttemptButTheFirst() {
         var m = machine(stream: true, fresh: true)
         _ = m.start(now: t0)
-        XCTAssertEqual(m.serviceVisible(now: t0), [.persist, .startAttempt(1)], "the app's stream serves the first attempt")
+        XCTAssertEqual(
+            m.serviceVisible(now: t0), [.persist, .startAttempt(1)], "the app's stream serves the first attempt")
         _ = m.attemptFailed("lost", retryable: true, now: t0)
         _ = m.retryDelayEnded(now: t0)
         XCTAssertEqual(m.serviceVisible(now: t0), [.requestNewBodyStream])
@@ -92,17 +104,21 @@ final class BackgroundUploadStateMachineTests: SalutTestCase {
     }
 
     func testAttemptsMadeBeforeARelaunchCount() {
-        var m = PeerUploadTask.StateMachine(attempts: 2, maximumAttempts: 3, deadline: t0.addingTimeInterval(60), retryDelay: 1,
-                                             maximumRetryDelay: 60, bodyIsStream: false, hasFreshStream: false)
+        var m = PeerUploadTask.StateMachine(
+            attempts: 2, maximumAttempts: 3, deadline: t0.addingTimeInterval(60), retryDelay: 1,
+            maximumRetryDelay: 60, bodyIsStream: false, hasFreshStream: false)
         _ = m.start(now: t0)
         XCTAssertEqual(m.serviceVisible(now: t0), [.persist, .startAttempt(3)])
-        XCTAssertEqual(m.attemptFailed("lost", retryable: true, now: t0), [.persist, .complete(.failed("lost", attempts: 3, retryable: true))])
+        XCTAssertEqual(
+            m.attemptFailed("lost", retryable: true, now: t0),
+            [.persist, .complete(.failed("lost", attempts: 3, retryable: true))])
     }
 
     func testARunnerThatDiedDuringTheLastAllowedAttemptDoesNotTryAgain() {
         // Restarted after a crash in attempt 3 of 3 (a crash that would repeat): it ends at once.
-        var m = PeerUploadTask.StateMachine(attempts: 3, maximumAttempts: 3, deadline: t0.addingTimeInterval(60), retryDelay: 1,
-                                             maximumRetryDelay: 60, bodyIsStream: false, hasFreshStream: false)
+        var m = PeerUploadTask.StateMachine(
+            attempts: 3, maximumAttempts: 3, deadline: t0.addingTimeInterval(60), retryDelay: 1,
+            maximumRetryDelay: 60, bodyIsStream: false, hasFreshStream: false)
         let actions = m.start(now: t0)
         guard case .complete(.failed(let reason, let attempts, _))? = actions.last else { return XCTFail("\(actions)") }
         XCTAssertEqual(attempts, 3)

@@ -11,7 +11,9 @@ final class SecureTaskTests: SalutTestCase {
         certificate = try TestCertificate.make()
     }
 
-    private func session(_ policy: PeerTrustPolicy, delegate: RecordingDelegate? = nil, store: URL? = nil) -> PeerSession {
+    private func session(
+        _ policy: PeerTrustPolicy, delegate: RecordingDelegate? = nil, store: URL? = nil
+    ) -> PeerSession {
         var configuration = store == nil ? PeerSessionConfiguration.ephemeral : PeerSessionConfiguration.default
         configuration.trustPolicy = policy
         if let store { configuration.trustStoreURL = store }
@@ -43,7 +45,9 @@ final class SecureTaskTests: SalutTestCase {
         let (task, reply) = try await exchange(session(.systemRoots, delegate: delegate))
         XCTAssertEqual(reply, "tulas\n")
         let challenge = try XCTUnwrap(delegate.challenges.first)
-        XCTAssertEqual(challenge.proposedDisposition, .cancelAuthenticationChallenge, "the system roots do not know this certificate")
+        XCTAssertEqual(
+            challenge.proposedDisposition, .cancelAuthenticationChallenge,
+            "the system roots do not know this certificate")
         XCTAssertEqual(challenge.peerTrust.certificateSHA256, certificate.certificateSHA256)
         XCTAssertEqual(challenge.host, "127.0.0.1")
         XCTAssertNotNil(challenge.peerTrust.policyFailure)
@@ -72,7 +76,8 @@ final class SecureTaskTests: SalutTestCase {
     }
 
     func testTrustOnFirstUseRemembersTheKeyOnDisk() async throws {
-        let store = FileManager.default.temporaryDirectory.appendingPathComponent("salut-known-\(UUID().uuidString).json")
+        let store = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "salut-known-\(UUID().uuidString).json")
         defer { try? FileManager.default.removeItem(at: store) }
         let (_, reply) = try await exchange(session(.trustOnFirstUse, store: store))
         XCTAssertEqual(reply, "tulas\n")
@@ -86,7 +91,10 @@ final class SecureTaskTests: SalutTestCase {
         defer { server.stop() }
         let key = try XCTUnwrap(saved.keys.first)
         // Point the stored entry at this server's port, as if it were the same host.
-        let moved = [key.replacingOccurrences(of: key.split(separator: ":").last.map(String.init) ?? "", with: "\(port)"): original.publicKeySHA256]
+        let moved = [
+            key.replacingOccurrences(of: key.split(separator: ":").last.map(String.init) ?? "", with: "\(port)"):
+                original.publicKeySHA256
+        ]
         try JSONEncoder().encode(moved).write(to: store)
         let task = session(.trustOnFirstUse, store: store).streamTask(withHostName: "127.0.0.1", port: port)
         task.resume()
@@ -99,7 +107,8 @@ final class SecureTaskTests: SalutTestCase {
     }
 
     func testTrustOnFirstUsePinsOnlyWhatTheDelegateAcceptsAndABadStoreTrustsNoOne() async throws {
-        let store = FileManager.default.temporaryDirectory.appendingPathComponent("salut-known-\(UUID().uuidString).json")
+        let store = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "salut-known-\(UUID().uuidString).json")
         defer { try? FileManager.default.removeItem(at: store) }
         // The delegate refuses the first key: it must not stay pinned.
         let refusing = RecordingDelegate()
@@ -121,7 +130,8 @@ final class SecureTaskTests: SalutTestCase {
     }
 
     func testTheTrustStoreMergesProcessesAndComparesNamesWithoutCase() throws {
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("salut-known-\(UUID().uuidString).json")
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "salut-known-\(UUID().uuidString).json")
         defer { try? FileManager.default.removeItem(at: file) }
         let a = String(repeating: "aa", count: 32), b = String(repeating: "bb", count: 32)
         // Two sessions (as two processes would) on one file: neither loses the other's pin.
@@ -149,30 +159,34 @@ final class SecureTaskTests: SalutTestCase {
     func testStartAndStopSecureConnectionMidStream() async throws {
         let listener = try StreamListener(port: 0)
         defer { listener.stop() }
-        let serverTLS = TLSConfiguration.server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+        let serverTLS = TLSConfiguration.server(
+            certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
         listener.accept { connection in
             Task {
                 let pair = connection.streams
                 try await pair.open()
-                _ = await pair.read(minimum: 9, maximum: 9, limit: OperationLimit())            // "STARTTLS\n"
+                _ = await pair.read(minimum: 9, maximum: 9, limit: OperationLimit())  // "STARTTLS\n"
                 // Like any STARTTLS server: the go-ahead goes out in the same step as the switch,
                 // so the client's first TLS bytes are never read in the clear.
                 let upgraded: Result<ConnectionDetails, SocketStreamError> = await withCheckedContinuation { done in
-                    pair.startTLS(serverTLS, evaluator: nil, dialledHost: nil, preface: Data("GO\n".utf8)) { done.resume(returning: $0) }
+                    pair.startTLS(serverTLS, evaluator: nil, dialledHost: nil, preface: Data("GO\n".utf8)) {
+                        done.resume(returning: $0)
+                    }
                 }
                 guard case .success = upgraded else { return }
-                let secret = await pair.read(minimum: 7, maximum: 7, limit: OperationLimit())   // "secret\n"
+                let secret = await pair.read(minimum: 7, maximum: 7, limit: OperationLimit())  // "secret\n"
                 _ = await pair.write(Data("got ".utf8) + secret.data, limit: OperationLimit())
                 let stopped: Result<Void, SocketStreamError> = await withCheckedContinuation { done in
                     pair.stopTLS { done.resume(returning: $0) }
                 }
                 guard case .success = stopped else { return }
-                let plain = await pair.read(minimum: 6, maximum: 6, limit: OperationLimit())     // "plain\n"
+                let plain = await pair.read(minimum: 6, maximum: 6, limit: OperationLimit())  // "plain\n"
                 _ = await pair.write(Data("again ".utf8) + plain.data, limit: OperationLimit())
                 pair.output.close()
             }
         }
-        let task = session(.pinned([certificate.publicKeySHA256])).streamTask(withHostName: "127.0.0.1", port: Int(listener.port))
+        let task = session(.pinned([certificate.publicKeySHA256])).streamTask(
+            withHostName: "127.0.0.1", port: Int(listener.port))
         task.resume()
         try await task.write(Data("STARTTLS\n".utf8), timeout: 5)
         let (go, _) = try await task.readData(ofMinLength: 3, maxLength: 3, timeout: 5)
@@ -191,8 +205,10 @@ final class SecureTaskTests: SalutTestCase {
     }
 
     func testVersionLimitsAndClientIdentityComeFromTheConfiguration() async throws {
-        let clientCertificate = try TestCertificate.make(commonName: "session-client", alternativeNames: "DNS:session-client")
-        var serverTLS = TLSConfiguration.server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+        let clientCertificate = try TestCertificate.make(
+            commonName: "session-client", alternativeNames: "DNS:session-client")
+        var serverTLS = TLSConfiguration.server(
+            certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
         serverTLS.requiresClientCertificate = true
         serverTLS.pinnedSHA256 = [clientCertificate.certificateSHA256]
         let server = try EchoServer(tls: serverTLS)
@@ -201,7 +217,8 @@ final class SecureTaskTests: SalutTestCase {
             var configuration = PeerSessionConfiguration.ephemeral
             configuration.trustPolicy = .pinned([certificate.certificateSHA256])
             change(&configuration)
-            let task = PeerSession(configuration: configuration).streamTask(withHostName: "127.0.0.1", port: server.port)
+            let task = PeerSession(configuration: configuration).streamTask(
+                withHostName: "127.0.0.1", port: server.port)
             task.resume()
             defer { task.cancel() }
             do {
@@ -213,10 +230,13 @@ final class SecureTaskTests: SalutTestCase {
                 return (nil, error)
             }
         }
-        let identity = PeerTLSIdentity(certificateChainFile: clientCertificate.certificateFile, privateKeyFile: clientCertificate.keyFile)
+        let identity = PeerTLSIdentity(
+            certificateChainFile: clientCertificate.certificateFile, privateKeyFile: clientCertificate.keyFile)
         let (v13, error13) = await attempt { $0.tlsIdentity = identity }
         XCTAssertEqual(v13, "TLSv1.3", "\(String(describing: error13))")
-        let (v12, error12) = await attempt { $0.tlsIdentity = identity; $0.tlsMaximumSupportedProtocolVersion = .v1_2 }
+        let (v12, error12) = await attempt {
+            $0.tlsIdentity = identity; $0.tlsMaximumSupportedProtocolVersion = .v1_2
+        }
         XCTAssertEqual(v12, "TLSv1.2", "\(String(describing: error12))")
         let (anonymous, refused) = await attempt { _ in }
         XCTAssertNil(anonymous, "the server requires a client certificate")
@@ -227,7 +247,8 @@ final class SecureTaskTests: SalutTestCase {
 final class SecureTaskTimeoutTests: SalutTestCase {
     func testAPeerThatNeverAnswersTheHandshakeFailsTheTaskAtTheSessionsBound() async throws {
         // A plain listener whose connections are held and never answered.
-        let listener = try StreamListener(port: 0, limits: ConnectionLimits(handshakeTimeout: nil, firstByteTimeout: nil))
+        let listener = try StreamListener(
+            port: 0, limits: ConnectionLimits(handshakeTimeout: nil, firstByteTimeout: nil))
         defer { listener.stop() }
         let held = Locked<[AcceptedConnection]>([])
         listener.accept { connection in held.withLock { $0.append(connection) } }
@@ -242,7 +263,9 @@ final class SecureTaskTimeoutTests: SalutTestCase {
             try await withDeadline(10, "the handshake bound") { try await task.secureConnection() }
             XCTFail("a handshake nobody answered succeeded")
         } catch {
-            XCTAssertEqual(error as? PeerSessionError, .connection(.limitExceeded("the TLS handshake did not finish within 0.3 s")))
+            XCTAssertEqual(
+                error as? PeerSessionError, .connection(.limitExceeded("the TLS handshake did not finish within 0.3 s"))
+            )
         }
         task.cancel()
     }

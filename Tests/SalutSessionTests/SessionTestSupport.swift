@@ -29,7 +29,7 @@ final class RecordingDelegate: PeerSessionStreamDelegate, @unchecked Sendable {
         concurrentCalls += 1
         if concurrentCalls > 1 { overlappingCalls += 1 }
         lock.unlock()
-        Thread.sleep(forTimeInterval: 0.001)   // widen the window in which overlapping calls would show
+        Thread.sleep(forTimeInterval: 0.001)  // widen the window in which overlapping calls would show
         lock.lock()
         concurrentCalls -= 1
         log.append(event)
@@ -59,8 +59,10 @@ final class RecordingDelegate: PeerSessionStreamDelegate, @unchecked Sendable {
     func peerSession(_ session: PeerSession, didBecomeInvalidWithError error: (any Error)?) {
         record("invalid")
     }
-    func peerSession(_ session: PeerSession, task: PeerSessionTask, didReceive challenge: PeerTrustChallenge,
-                     completionHandler: @escaping @Sendable (PeerTrustChallenge.Disposition) -> Void) {
+    func peerSession(
+        _ session: PeerSession, task: PeerSessionTask, didReceive challenge: PeerTrustChallenge,
+        completionHandler: @escaping @Sendable (PeerTrustChallenge.Disposition) -> Void
+    ) {
         record("challenge \(task.taskIdentifier)") { challenges.append(challenge) }
         completionHandler(trustAnswer ?? .performDefaultHandling)
     }
@@ -76,7 +78,10 @@ final class RecordingDelegate: PeerSessionStreamDelegate, @unchecked Sendable {
     func peerSession(_ session: PeerSession, writeClosedFor streamTask: PeerStreamTask) {
         record("writeClosed \(streamTask.taskIdentifier)")
     }
-    func peerSession(_ session: PeerSession, streamTask: PeerStreamTask, didBecome inputStream: InputStream, outputStream: OutputStream) {
+    func peerSession(
+        _ session: PeerSession, streamTask: PeerStreamTask, didBecome inputStream: InputStream,
+        outputStream: OutputStream
+    ) {
         record("captured \(streamTask.taskIdentifier)") { captured.append((inputStream, outputStream)) }
     }
 }
@@ -95,7 +100,9 @@ final class EchoServer: @unchecked Sendable {
         // Weak: the listener's handler must not keep the server (and so the listener) alive.
         listener.accept { [weak self] connection in
             guard let self else { return }
-            self.lock.withLock { self.open += 1; self.accepted += 1; self.mostAtOnce = max(self.mostAtOnce, self.open) }
+            self.lock.withLock {
+                self.open += 1; self.accepted += 1; self.mostAtOnce = max(self.mostAtOnce, self.open)
+            }
             Task {
                 defer { self.lock.withLock { self.open -= 1 } }
                 guard (try? await connection.streams.open()) != nil else { return }
@@ -143,6 +150,8 @@ final class SilentServer: @unchecked Sendable {
 /// A patterned payload.
 func pattern(_ count: Int, seed: Int = 0) -> Data {
     var data = Data(count: count)
-    data.withUnsafeMutableBytes { raw in for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 13 &+ seed &+ i >> 9) } }
+    data.withUnsafeMutableBytes { raw in
+        for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 13 &+ seed &+ i >> 9) }
+    }
     return data
 }

@@ -57,7 +57,8 @@ final class StreamTaskTests: SalutTestCase {
         try await delegate.wait(for: "complete \(unknown.taskIdentifier)")
         XCTAssertEqual(refused.error as? PeerSessionError, .connection(.connectionRefused("127.0.0.1:9")))
         guard let failure = (unknown.error as? PeerSessionError)?.connectionError, failure.code == .nameNotFound,
-              let host = failure.subject else {
+            let host = failure.subject
+        else {
             return XCTFail("\(String(describing: unknown.error))")
         }
         XCTAssertEqual(host, "no-such-host.invalid")
@@ -143,7 +144,8 @@ final class StreamTaskTests: SalutTestCase {
         impossible.resume()
         try await delegate.wait(for: "complete \(impossible.taskIdentifier)")
         guard let failure = (impossible.error as? PeerSessionError)?.connectionError, failure.code == .nameNotFound,
-              let detail = failure.reason else {
+            let detail = failure.reason
+        else {
             return XCTFail("\(String(describing: impossible.error))")
         }
         XCTAssertEqual(detail, "no IPv4 addresses")
@@ -151,7 +153,8 @@ final class StreamTaskTests: SalutTestCase {
 
     func testMetricsAreMonotonicAndPlausible() async throws {
         let certificate = try TestCertificate.make()
-        let server = try EchoServer(tls: .server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile))
+        let server = try EchoServer(
+            tls: .server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile))
         var configuration = PeerSessionConfiguration.ephemeral
         configuration.trustPolicy = .pinned([certificate.certificateSHA256])
         let delegate = RecordingDelegate()
@@ -170,19 +173,25 @@ final class StreamTaskTests: SalutTestCase {
         try await delegate.wait(for: "complete \(task.taskIdentifier)")
         let metrics = try XCTUnwrap(delegate.metrics(of: task))
         let transaction = try XCTUnwrap(metrics.transactionMetrics.first)
-        let steps = [transaction.fetchStartDate, transaction.domainLookupStartDate, transaction.domainLookupEndDate,
-                     transaction.connectStartDate, transaction.connectEndDate, transaction.secureConnectionStartDate,
-                     transaction.secureConnectionEndDate, transaction.requestStartDate, transaction.requestEndDate]
+        let steps = [
+            transaction.fetchStartDate, transaction.domainLookupStartDate, transaction.domainLookupEndDate,
+            transaction.connectStartDate, transaction.connectEndDate, transaction.secureConnectionStartDate,
+            transaction.secureConnectionEndDate, transaction.requestStartDate, transaction.requestEndDate,
+        ]
         let dates = steps.compactMap { $0 }
         XCTAssertEqual(dates.count, steps.count, "every step happened: \(steps)")
         XCTAssertEqual(dates, dates.sorted(), "steps in order")
-        let responseStart = try XCTUnwrap(transaction.responseStartDate), responseEnd = try XCTUnwrap(transaction.responseEndDate)
+        let responseStart = try XCTUnwrap(transaction.responseStartDate),
+            responseEnd = try XCTUnwrap(transaction.responseEndDate)
         XCTAssertLessThanOrEqual(responseStart, responseEnd)
         XCTAssertLessThanOrEqual(transaction.secureConnectionEndDate!, responseStart)
-        XCTAssertTrue(metrics.taskInterval.start <= transaction.fetchStartDate! && responseEnd <= metrics.taskInterval.end)
+        XCTAssertTrue(
+            metrics.taskInterval.start <= transaction.fetchStartDate! && responseEnd <= metrics.taskInterval.end)
         XCTAssertLessThan(metrics.taskInterval.duration, 30)
         XCTAssertEqual(transaction.remotePort, server.port)
-        XCTAssertTrue(["127.0.0.1", "::1"].contains(transaction.remoteAddress ?? ""), "\(String(describing: transaction.remoteAddress))")
+        XCTAssertTrue(
+            ["127.0.0.1", "::1"].contains(transaction.remoteAddress ?? ""),
+            "\(String(describing: transaction.remoteAddress))")
         XCTAssertNotNil(transaction.localPort)
         XCTAssertEqual(transaction.negotiatedTLSProtocolVersion, "TLSv1.3")
         XCTAssertEqual(transaction.negotiatedTLSCipherSuite?.hasPrefix("TLS_"), true)
@@ -207,11 +216,13 @@ final class StreamTaskTests: SalutTestCase {
         var nowhere = PeerSessionConfiguration.ephemeral
         nowhere.boundInterfaceName = "nosuchif0"
         let delegate = RecordingDelegate()
-        let failing = PeerSession(configuration: nowhere, delegate: delegate).streamTask(withHostName: "127.0.0.1", port: server.port)
+        let failing = PeerSession(configuration: nowhere, delegate: delegate).streamTask(
+            withHostName: "127.0.0.1", port: server.port)
         failing.resume()
         try await delegate.wait(for: "complete \(failing.taskIdentifier)")
         guard let failure = (failing.error as? PeerSessionError)?.connectionError, failure.code == .system,
-              let call = failure.systemCall else {
+            let call = failure.systemCall
+        else {
             return XCTFail("\(String(describing: failing.error))")
         }
         XCTAssertEqual(call, "setsockopt(SO_BINDTODEVICE nosuchif0)")

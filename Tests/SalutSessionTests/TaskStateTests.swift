@@ -80,7 +80,8 @@ final class TaskStateTests: SalutTestCase {
     func testDelegateCallsAreSerialisedAndCompletionComesLast() async throws {
         let server = try EchoServer()
         let delegate = RecordingDelegate()
-        let session = PeerSession(configuration: .ephemeral, delegate: delegate, delegateQueue: OperationQueue())   // a concurrent queue
+        // a concurrent queue
+        let session = PeerSession(configuration: .ephemeral, delegate: delegate, delegateQueue: OperationQueue())
         let task = session.streamTask(withHostName: "localhost", port: server.port)
         task.resume()
         for i in 0..<20 { task.write(Data("\(i),".utf8), timeout: 5) { _ in } }
@@ -128,8 +129,9 @@ final class TaskStateTests: SalutTestCase {
         other.invalidateAndCancel()
         try await second.wait(for: "invalid")
         XCTAssertEqual(victim.error as? PeerSessionError, .cancelled)
-        XCTAssertEqual(second.events, ["metrics \(victim.taskIdentifier)", "complete \(victim.taskIdentifier)", "invalid"])
-        PeerSession.shared.invalidateAndCancel()   // no effect on the shared session
+        XCTAssertEqual(
+            second.events, ["metrics \(victim.taskIdentifier)", "complete \(victim.taskIdentifier)", "invalid"])
+        PeerSession.shared.invalidateAndCancel()  // no effect on the shared session
         XCTAssertEqual(PeerSession.shared.streamTask(withHostName: "127.0.0.1", port: 9).state, .suspended)
     }
 
@@ -137,7 +139,7 @@ final class TaskStateTests: SalutTestCase {
         var configuration = PeerSessionConfiguration.default
         configuration.timeoutIntervalForRequest = 7
         let session = PeerSession(configuration: configuration)
-        defer { session.invalidateAndCancel() }   // tasks never resumed stay with the session until then
+        defer { session.invalidateAndCancel() }  // tasks never resumed stay with the session until then
         configuration.timeoutIntervalForRequest = 99
         XCTAssertEqual(session.configuration.timeoutIntervalForRequest, 7)
         XCTAssertNotNil(PeerSessionConfiguration.default.trustStoreURL)

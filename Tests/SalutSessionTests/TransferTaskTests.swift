@@ -44,7 +44,9 @@ final class ResumableReceiver: @unchecked Sendable {
             let want = min(chunk, total - received.value.count)
             let part = await pair.read(minimum: want, maximum: want, limit: OperationLimit())
             guard part.data.count == want else { return }
-            let count = received.withLock { $0.append(part.data); return $0.count }
+            let count = received.withLock {
+                $0.append(part.data); return $0.count
+            }
             var ack = UInt64(count).bigEndian
             _ = await pair.write(Data(bytes: &ack, count: 8), limit: OperationLimit())
         }
@@ -64,12 +66,16 @@ struct ChunkedSend: PeerTransfer {
         let checkpoint = context.checkpoint.map { Int(String(decoding: $0, as: UTF8.self)) ?? 0 } ?? 0
         try await task.write(Data("START \(checkpoint)\n".utf8), timeout: 10)
         var offset = try await readCount(task)
-        guard offset >= checkpoint else { throw PeerSessionError.transferFailed("receiver has less than the checkpoint") }
+        guard offset >= checkpoint else {
+            throw PeerSessionError.transferFailed("receiver has less than the checkpoint")
+        }
         while offset < payload.count {
             let end = min(offset + chunk, payload.count)
             try await task.write(payload[offset..<end], timeout: 10)
             let confirmed = try await readCount(task)
-            guard confirmed == end else { throw PeerSessionError.transferFailed("receiver has \(confirmed), expected \(end)") }
+            guard confirmed == end else {
+                throw PeerSessionError.transferFailed("receiver has \(confirmed), expected \(end)")
+            }
             offset = end
             context.save(checkpoint: Data(String(offset).utf8))
             context.reportProgress(completed: Int64(offset), total: Int64(payload.count))
@@ -90,12 +96,15 @@ final class TransferTaskTests: SalutTestCase {
         let delegate = RecordingDelegate()
         let session = PeerSession(configuration: .ephemeral, delegate: delegate)
         defer { session.invalidateAndCancel() }
-        let first = session.transferTask(withHostName: "127.0.0.1", port: Int(receiver.listener.port),
-                                         transfer: ChunkedSend(payload: payload, chunk: 64 * 1024))
+        let first = session.transferTask(
+            withHostName: "127.0.0.1", port: Int(receiver.listener.port),
+            transfer: ChunkedSend(payload: payload, chunk: 64 * 1024))
         first.taskDescription = "photo.raw"
         first.resume()
         try await withDeadline(30, "a quarter of the transfer") {
-            while first.progress.completedUnitCount < Int64(payload.count / 4) { try await Task.sleep(nanoseconds: 2_000_000) }
+            while first.progress.completedUnitCount < Int64(payload.count / 4) {
+                try await Task.sleep(nanoseconds: 2_000_000)
+            }
         }
         let produced = await first.cancelByProducingResumeData()
         let resumeData = try XCTUnwrap(produced)
@@ -105,7 +114,8 @@ final class TransferTaskTests: SalutTestCase {
         XCTAssertGreaterThanOrEqual(part, payload.count / 4)
         XCTAssertLessThan(part, payload.count, "cancelled before the end")
 
-        let second = try session.transferTask(withResumeData: resumeData, transfer: ChunkedSend(payload: payload, chunk: 64 * 1024))
+        let second = try session.transferTask(
+            withResumeData: resumeData, transfer: ChunkedSend(payload: payload, chunk: 64 * 1024))
         XCTAssertEqual(second.taskDescription, "photo.raw")
         second.resume()
         try await delegate.wait(for: "complete \(second.taskIdentifier)", seconds: 60)
@@ -120,10 +130,14 @@ final class TransferTaskTests: SalutTestCase {
     func testBadResumeDataIsATypedErrorAndAFreshCancelHasNone() async throws {
         let session = PeerSession(configuration: .ephemeral)
         defer { session.invalidateAndCancel() }
-        XCTAssertThrowsError(try session.transferTask(withResumeData: Data("nope".utf8), transfer: ChunkedSend(payload: Data(), chunk: 1))) { error in
+        XCTAssertThrowsError(
+            try session.transferTask(
+                withResumeData: Data("nope".utf8), transfer: ChunkedSend(payload: Data(), chunk: 1))
+        ) { error in
             XCTAssertEqual((error as? PeerSessionError)?.code, .invalidResumeData, "\(error)")
         }
-        let task = session.transferTask(withHostName: "127.0.0.1", port: 9, transfer: ChunkedSend(payload: Data(count: 10), chunk: 1))
+        let task = session.transferTask(
+            withHostName: "127.0.0.1", port: 9, transfer: ChunkedSend(payload: Data(count: 10), chunk: 1))
         let data = await task.cancelByProducingResumeData()
         XCTAssertNil(data, "nothing saved, nothing to resume")
         XCTAssertEqual(task.state, .completed)
@@ -144,8 +158,10 @@ final class TransferTaskTests: SalutTestCase {
         }
         let session = PeerSession(configuration: .ephemeral)
         defer { session.invalidateAndCancel() }
-        for task in [session.streamTask(with: DiscoveredService(name: "Session Echo", type: type)),
-                     session.streamTask(with: NetService(domain: "local.", type: type + ".", name: "Session Echo"))] {
+        for task in [
+            session.streamTask(with: DiscoveredService(name: "Session Echo", type: type)),
+            session.streamTask(with: NetService(domain: "local.", type: type + ".", name: "Session Echo")),
+        ] {
             task.resume()
             try await task.write(Data("by name".utf8), timeout: 10)
             let (echo, _) = try await task.readData(ofMinLength: 7, maxLength: 7, timeout: 10)

@@ -142,8 +142,9 @@ final class BoundStreamsTests: SalutTestCase {
         XCTAssertEqual(log.wait(for: pair.input, count: 2), [.openCompleted, .hasBytesAvailable])
         XCTAssertEqual(write(pair.output, [2]), 1)
         Thread.sleep(forTimeInterval: 0.1)
-        XCTAssertEqual(log.events(of: pair.input).filter { $0 == .hasBytesAvailable }.count, 1,
-                       "no second hasBytesAvailable until the client reads")
+        XCTAssertEqual(
+            log.events(of: pair.input).filter { $0 == .hasBytesAvailable }.count, 1,
+            "no second hasBytesAvailable until the client reads")
         XCTAssertEqual(bytes(pair.input, max: 1), [1])
         XCTAssertEqual(log.wait(for: pair.input, count: 3).last, .hasBytesAvailable, "bytes remain after the read")
         XCTAssertEqual(bytes(pair.input, max: 1), [2])
@@ -178,7 +179,9 @@ final class BoundStreamsTests: SalutTestCase {
                 withUnsafeBytes(of: UInt64(index).littleEndian) { block.replaceSubrange(0..<8, with: $0) }
                 var offset = 0
                 while offset < chunk {
-                    let n = block.withUnsafeBufferPointer { output.value.write($0.baseAddress! + offset, maxLength: chunk - offset) }
+                    let n = block.withUnsafeBufferPointer {
+                        output.value.write($0.baseAddress! + offset, maxLength: chunk - offset)
+                    }
                     XCTAssertGreaterThan(n, 0)
                     if n <= 0 { return }
                     offset += n
@@ -191,7 +194,9 @@ final class BoundStreamsTests: SalutTestCase {
             var received = [UInt8](repeating: 0, count: chunk)
             var filled = 0, index = 0, mismatches = 0, bytesSeen = 0
             while true {
-                let n = received.withUnsafeMutableBufferPointer { input.value.read($0.baseAddress! + filled, maxLength: chunk - filled) }
+                let n = received.withUnsafeMutableBufferPointer {
+                    input.value.read($0.baseAddress! + filled, maxLength: chunk - filled)
+                }
                 if n <= 0 { break }
                 filled += n
                 bytesSeen += n
@@ -294,7 +299,7 @@ final class WorkerRunLoopTests: XCTestCase {
             input!.open()
             output!.open()
             let start = Date()
-            RunLoop.current.run()   // on Apple's systems: returns once both streams are closed
+            RunLoop.current.run()  // on Apple's systems: returns once both streams are closed
             let received = String(decoding: echo.received, as: UTF8.self), seconds = Date().timeIntervalSince(start)
             outcome.withLock { $0 = (received, seconds) }
             finished.signal()
@@ -331,4 +336,3 @@ final class WorkerRunLoopTests: XCTestCase {
         XCTAssertEqual(events.value, [.openCompleted])
     }
 }
-

@@ -36,7 +36,8 @@ final class BulkReadTests: SalutTestCase {
         XCTAssertEqual(buffer.parkedReaders, 1, "40 bytes are still below the minimum of 50")
         try await write(Array(repeating: 3, count: 20), to: pair.output)
         let got = try await withDeadline(10, "the read") { try await read.value }
-        XCTAssertEqual(got, Array(repeating: 1, count: 10) + Array(repeating: 2, count: 30) + Array(repeating: 3, count: 20))
+        XCTAssertEqual(
+            got, Array(repeating: 1, count: 10) + Array(repeating: 2, count: 30) + Array(repeating: 3, count: 20))
         pair.input.close()
         pair.output.close()
     }
@@ -54,7 +55,9 @@ final class BulkReadTests: SalutTestCase {
         pair.output.close()
         let got = try await withDeadline(10, "the read at the end") { try await read.value }
         XCTAssertEqual(got, [7, 8, 9])
-        let after = try await withDeadline(10, "the read after the end") { try await BulkReadTests.startRead(pair.input, room: 100, atLeast: 50).value }
+        let after = try await withDeadline(10, "the read after the end") {
+            try await BulkReadTests.startRead(pair.input, room: 100, atLeast: 50).value
+        }
         XCTAssertEqual(after, [], "then the end: 0 bytes")
         pair.input.close()
     }
@@ -69,7 +72,9 @@ final class BulkReadTests: SalutTestCase {
         XCTAssertEqual(got, Array(repeating: 5, count: 16), "woken once the buffer is full")
         var rest: [UInt8] = []
         while rest.count < 24 {
-            rest += try await withDeadline(10, "the rest") { try await BulkReadTests.startRead(pair.input, room: 100, atLeast: 1).value }
+            rest += try await withDeadline(10, "the rest") {
+                try await BulkReadTests.startRead(pair.input, room: 100, atLeast: 1).value
+            }
         }
         XCTAssertEqual(rest.count, 24)
         try await withDeadline(10, "the writer") { try await writer.value }
@@ -82,7 +87,9 @@ final class BulkReadTests: SalutTestCase {
         pair.input.open()
         pair.output.open()
         try await write(Array(repeating: 4, count: 8), to: pair.output)
-        let got = try await withDeadline(10, "a read of 8 wanting 500") { try await BulkReadTests.startRead(pair.input, room: 8, atLeast: 500).value }
+        let got = try await withDeadline(10, "a read of 8 wanting 500") {
+            try await BulkReadTests.startRead(pair.input, room: 8, atLeast: 500).value
+        }
         XCTAssertEqual(got, Array(repeating: 4, count: 8))
         pair.input.close()
         pair.output.close()
@@ -100,7 +107,9 @@ private final class UncheckedTask: Sendable {
     private let done = Locked(false)
     init(_ task: Task<[UInt8], any Error>) {
         let done = self.done
-        Task { _ = try? await task.value; done.withLock { $0 = true } }
+        Task {
+            _ = try? await task.value; done.withLock { $0 = true }
+        }
     }
     var isDone: Bool { done.withLock { $0 } }
 }

@@ -31,7 +31,9 @@ final class StreamCancellationTests: SalutTestCase {
         }
         reader.cancel()
         let outcome = try await withDeadline(5, "the cancelled iteration returns") { await reader.result }
-        XCTAssertThrowsError(try outcome.get(), "a cut is not an end of data") { XCTAssertTrue($0 is CancellationError, "\($0)") }
+        XCTAssertThrowsError(try outcome.get(), "a cut is not an end of data") {
+            XCTAssertTrue($0 is CancellationError, "\($0)")
+        }
         XCTAssertEqual(write(pair.output, [9, 8, 7]), 3)
         XCTAssertEqual(bytes(pair.input, max: 8), [9, 8, 7], "the stream still works for the next reader")
     }
@@ -82,7 +84,9 @@ final class StreamCancellationTests: SalutTestCase {
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0 }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0
+            }
         }
         XCTAssertTrue(bound)
         XCTAssertEqual(Glibc.listen(listener, 4), 0)
@@ -141,6 +145,8 @@ final class StreamCancellationTests: SalutTestCase {
                 return .failure(error)
             }
         }
-        XCTAssertThrowsError(try outcome.get()) { XCTAssertEqual($0 as? SocketStreamError, .connectionRefused("127.0.0.1:9")) }
+        XCTAssertThrowsError(try outcome.get()) {
+            XCTAssertEqual($0 as? SocketStreamError, .connectionRefused("127.0.0.1:9"))
+        }
     }
 }

@@ -8,14 +8,16 @@ final class ConnectionDeadlinesTests: XCTestCase {
     func at(_ seconds: Double) -> ContinuousClock.Instant { start + .milliseconds(Int64(seconds * 1000)) }
 
     func testATLSPeerThatNeverFinishesItsHandshakeIsCutAtTheHandshakeBound() {
-        let deadlines = ConnectionDeadlines(handshake: .seconds(10), firstByte: .seconds(20), idle: nil, secure: true, now: start)
+        let deadlines = ConnectionDeadlines(
+            handshake: .seconds(10), firstByte: .seconds(20), idle: nil, secure: true, now: start)
         XCTAssertEqual(deadlines.nextCheck, at(10))
         XCTAssertNil(deadlines.expired(at: at(9.9)))
         XCTAssertEqual(deadlines.expired(at: at(10)), .limitExceeded("the TLS handshake did not finish within 10 s"))
     }
 
     func testAHandshakeDoneThenSilenceIsCutAtTheFirstByteBoundCountedFromTheStart() {
-        var deadlines = ConnectionDeadlines(handshake: .seconds(10), firstByte: .seconds(10), idle: .seconds(60), secure: true, now: start)
+        var deadlines = ConnectionDeadlines(
+            handshake: .seconds(10), firstByte: .seconds(10), idle: .seconds(60), secure: true, now: start)
         XCTAssertEqual(deadlines.nextCheck, at(10), "no idle bound during the handshake")
         XCTAssertFalse(deadlines.handshakeFinished(at: at(1)))
         XCTAssertFalse(deadlines.isSetUp)
@@ -24,7 +26,8 @@ final class ConnectionDeadlinesTests: XCTestCase {
     }
 
     func testTheFirstByteEitherWayEndsTheSetUpAndNoBoundIsLeftWithoutAnIdleBound() {
-        var deadlines = ConnectionDeadlines(handshake: .seconds(10), firstByte: .seconds(10), idle: nil, secure: false, now: start)
+        var deadlines = ConnectionDeadlines(
+            handshake: .seconds(10), firstByte: .seconds(10), idle: nil, secure: false, now: start)
         XCTAssertTrue(deadlines.carried(at: at(2)))
         XCTAssertTrue(deadlines.isSetUp)
         XCTAssertFalse(deadlines.carried(at: at(3)), "set up once only")
@@ -33,7 +36,8 @@ final class ConnectionDeadlinesTests: XCTestCase {
     }
 
     func testAByteBeforeTheHandshakeEndsDoesNotEndTheSetUp() {
-        var deadlines = ConnectionDeadlines(handshake: .seconds(5), firstByte: .seconds(10), idle: nil, secure: true, now: start)
+        var deadlines = ConnectionDeadlines(
+            handshake: .seconds(5), firstByte: .seconds(10), idle: nil, secure: true, now: start)
         XCTAssertFalse(deadlines.carried(at: at(1)))
         XCTAssertEqual(deadlines.nextCheck, at(5))
         XCTAssertTrue(deadlines.handshakeFinished(at: at(2)))
@@ -41,7 +45,8 @@ final class ConnectionDeadlinesTests: XCTestCase {
     }
 
     func testTheIdleBoundCountsFromTheStartAndThenFromTheLastByte() {
-        var deadlines = ConnectionDeadlines(handshake: nil, firstByte: nil, idle: .seconds(30), secure: false, now: start)
+        var deadlines = ConnectionDeadlines(
+            handshake: nil, firstByte: nil, idle: .seconds(30), secure: false, now: start)
         XCTAssertEqual(deadlines.nextCheck, at(30), "a peer that never says anything is idle too")
         _ = deadlines.carried(at: at(1))
         XCTAssertEqual(deadlines.nextCheck, at(31))
@@ -52,12 +57,14 @@ final class ConnectionDeadlinesTests: XCTestCase {
     }
 
     func testAnUpgradeHandshakeIsBoundedFromItsStartByItsOwnLimit() {
-        var deadlines = ConnectionDeadlines(handshake: .seconds(10), firstByte: nil, idle: nil, secure: false, now: start)
+        var deadlines = ConnectionDeadlines(
+            handshake: .seconds(10), firstByte: nil, idle: nil, secure: false, now: start)
         _ = deadlines.carried(at: at(1))
         deadlines.handshakeStarted(at: at(100), limit: .milliseconds(2500))
         XCTAssertFalse(deadlines.isSetUp)
         XCTAssertEqual(deadlines.nextCheck, at(102.5))
-        XCTAssertEqual(deadlines.expired(at: at(102.5)), .limitExceeded("the TLS handshake did not finish within 2.5 s"))
+        XCTAssertEqual(
+            deadlines.expired(at: at(102.5)), .limitExceeded("the TLS handshake did not finish within 2.5 s"))
         XCTAssertTrue(deadlines.handshakeFinished(at: at(101)))
         XCTAssertNil(deadlines.nextCheck)
     }

@@ -59,9 +59,10 @@ final class ConnectionLimitsTests: SalutTestCase {
     func testAPeerThatSendsPartOfAClientHelloAndStopsIsCutToo() async throws {
         let listener = try StreamListener(port: 0, tls: serverTLS, limits: ConnectionLimits(handshakeTimeout: 0.3))
         defer { listener.stop() }
-        listener.accept { _ in }   // never opened: the bound runs from the accept all the same
+        listener.accept { _ in }  // never opened: the bound runs from the accept all the same
         let stalled = try RawClient(port: Int(listener.port))
-        stalled.send(Data([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03]))   // a ClientHello's first bytes
+        // a ClientHello's first bytes
+        stalled.send(Data([0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03]))
         XCTAssertTrue(stalled.waitForClose(seconds: 10))
     }
 
@@ -75,7 +76,7 @@ final class ConnectionLimitsTests: SalutTestCase {
         talker.send(Data("ping".utf8))
         XCTAssertTrue(silent.waitForClose(seconds: 10))
         XCTAssertEqual(talker.receive(count: 4, seconds: 10), Data("ping".utf8))
-        talker.send(Data("pong".utf8))   // well after the bound: still served
+        talker.send(Data("pong".utf8))  // well after the bound: still served
         XCTAssertEqual(talker.receive(count: 4, seconds: 10), Data("pong".utf8))
     }
 
@@ -145,13 +146,15 @@ final class ConnectionLimitsTests: SalutTestCase {
 
     func testADialledTLSHandshakeWithASilentServerIsBounded() async throws {
         // A server that accepts and never answers: our ClientHello goes unanswered.
-        let listener = try StreamListener(port: 0, limits: ConnectionLimits(handshakeTimeout: nil, firstByteTimeout: nil))
+        let listener = try StreamListener(
+            port: 0, limits: ConnectionLimits(handshakeTimeout: nil, firstByteTimeout: nil))
         defer { listener.stop() }
         let held = Locked<[AcceptedConnection]>([])
         listener.accept { connection in held.withLock { $0.append(connection) } }
         defer { held.withLock { $0.removeAll() } }
-        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: Int(listener.port),
-                                      tls: TLSConfiguration(validatesCertificateChain: false))
+        let pair = SocketStreams.pair(
+            toHost: "127.0.0.1", port: Int(listener.port),
+            tls: TLSConfiguration(validatesCertificateChain: false))
         let error = await openError(pair)
         XCTAssertEqual(error, .limitExceeded("the TLS handshake did not finish within 10 s"))
     }

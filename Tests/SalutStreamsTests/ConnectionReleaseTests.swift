@@ -15,7 +15,9 @@ final class ConnectionReleaseTests: SalutTestCase {
         address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && listen(fd, 4) == 0 && getsockname(fd, $0, &length) == 0 }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && listen(fd, 4) == 0 && getsockname(fd, $0, &length) == 0
+            }
         }
         guard fd >= 0, bound else { throw POSIXError(.EADDRNOTAVAIL) }
         return (fd, Int(UInt16(bigEndian: address.sin_port)))
@@ -30,11 +32,17 @@ final class ConnectionReleaseTests: SalutTestCase {
             let named = withUnsafeMutablePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) == 0 }
             }
-            guard named else { continue }   // not a socket (or already gone)
+            guard named else { continue }  // not a socket (or already gone)
             let bound: UInt16? = withUnsafePointer(to: &address) { pointer in
                 switch Int32(pointer.pointee.ss_family) {
-                case AF_INET: return pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }
-                case AF_INET6: return pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin6_port) }
+                case AF_INET:
+                    return pointer.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
+                        UInt16(bigEndian: $0.pointee.sin_port)
+                    }
+                case AF_INET6:
+                    return pointer.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) {
+                        UInt16(bigEndian: $0.pointee.sin6_port)
+                    }
                 default: return nil
                 }
             }

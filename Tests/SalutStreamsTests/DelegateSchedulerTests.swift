@@ -34,16 +34,16 @@ final class DelegateSchedulerTests: SalutTestCase {
         let new = DispatchQueue(label: "new")
         let newKey = DispatchSpecificKey<Bool>()
         new.setSpecific(key: newKey, value: true)
-        old.suspend()   // its drain waits, so the calls are still waiting when the target changes
+        old.suspend()  // its drain waits, so the calls are still waiting when the target changes
         scheduler.setDispatchQueue(old)
         let made = Mutex<[(Int, Bool)]>([])
         for index in 0..<5 {
             scheduler.deliver { made.withLock { $0.append((index, DispatchQueue.getSpecific(key: newKey) == true)) } }
         }
         scheduler.setDispatchQueue(new)
-        new.sync {}   // the new target's drain has run
+        new.sync {}  // the new target's drain has run
         old.resume()
-        old.sync {}   // and the old one's stale block too
+        old.sync {}  // and the old one's stale block too
         new.sync {}
         XCTAssertEqual(made.withLock { $0.map(\.0) }, [0, 1, 2, 3, 4], "each once, in order")
         XCTAssertTrue(made.withLock { $0.allSatisfy(\.1) }, "all on the new target")
@@ -58,7 +58,7 @@ final class DelegateSchedulerTests: SalutTestCase {
         scheduler.deliver { made.withLock { $0.append("queued") } }
         scheduler.setDispatchQueue(nil)
         XCTAssertFalse(scheduler.isScheduled)
-        scheduler.deliver { made.withLock { $0.append("sent nowhere") } }   // nowhere to go: not kept
+        scheduler.deliver { made.withLock { $0.append("sent nowhere") } }  // nowhere to go: not kept
         held.resume()
         held.sync {}
         XCTAssertEqual(made.withLock { $0 }, [], "nothing is made while scheduled nowhere")
@@ -84,12 +84,12 @@ final class DelegateSchedulerTests: SalutTestCase {
             log.withLock { $0.append("first ends") }
         }
         XCTAssertEqual(entered.wait(timeout: .now() + 10), .success)
-        scheduler.setDispatchQueue(new)   // while the first call is still running on `old`
+        scheduler.setDispatchQueue(new)  // while the first call is still running on `old`
         scheduler.deliver {
             log.withLock { $0.append("second") }
             done.signal()
         }
-        new.sync {}   // had the new target started at once, the second call would have run by now
+        new.sync {}  // had the new target started at once, the second call would have run by now
         XCTAssertEqual(log.withLock { $0 }, ["first begins"], "no overlap with the call under way")
         release.signal()
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)

@@ -107,12 +107,12 @@ final class DispatchQueueEventsTests: XCTestCase {
         input!.open(); output!.open()
         XCTAssertEqual(log.wait(for: input!, count: 1), [.openCompleted], "delivered on the queue")
 
-        CFReadStreamSetDispatchQueue(input, nil)   // no queue, no run loop: nothing is delivered
+        CFReadStreamSetDispatchQueue(input, nil)  // no queue, no run loop: nothing is delivered
         XCTAssertEqual(write(output!, [1, 2, 3]), 3)
-        queue.sync {}   // anything already queued has run
+        queue.sync {}  // anything already queued has run
         XCTAssertEqual(log.events(of: input!), [.openCompleted], "nothing after the queue was taken away")
 
-        input!.setDelegateQueue(queue)   // Salut's spelling; bytes waiting are announced at once
+        input!.setDelegateQueue(queue)  // Salut's spelling; bytes waiting are announced at once
         XCTAssertEqual(log.wait(for: input!, count: 2), [.openCompleted, .hasBytesAvailable])
 
         input!.close(); output!.close()
@@ -145,8 +145,9 @@ final class DispatchQueueEventsTests: XCTestCase {
         let worker = RunLoopThread()
         defer { worker.stop() }
         let queue = DispatchQueue(label: "events")
-        let probe = Probe(worker: worker.runLoop, opened: expectation(description: "opened on the queue"),
-                          onWorker: expectation(description: "bytes announced on the worker's run loop"))
+        let probe = Probe(
+            worker: worker.runLoop, opened: expectation(description: "opened on the queue"),
+            onWorker: expectation(description: "bytes announced on the worker's run loop"))
         queue.setSpecific(key: probe.queueKey, value: true)
         var input: InputStream?
         var output: OutputStream?
@@ -156,7 +157,7 @@ final class DispatchQueueEventsTests: XCTestCase {
         input!.open(); output!.open()
         wait(for: [probe.opened], timeout: 10)
 
-        input!.schedule(in: worker.runLoop, forMode: .default)   // leaves the queue
+        input!.schedule(in: worker.runLoop, forMode: .default)  // leaves the queue
         XCTAssertEqual(write(output!, [7]), 1)
         wait(for: [probe.onWorker], timeout: 10)
         queue.sync {}

@@ -15,14 +15,18 @@ final class DormantInputTests: SalutTestCase {
     /// (with what it received).
     /// With `holdOpen`, `done` is signalled once the reply is sent, and the server then reads
     /// until the client's end before it closes.
-    private func server(expect: Int, reply: [UInt8], holdOpen: Bool = false) throws -> (port: Int, done: DispatchSemaphore, received: Box) {
+    private func server(
+        expect: Int, reply: [UInt8], holdOpen: Bool = false
+    ) throws -> (port: Int, done: DispatchSemaphore, received: Box) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && listen(fd, 4) == 0 && getsockname(fd, $0, &length) == 0 }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && listen(fd, 4) == 0 && getsockname(fd, $0, &length) == 0
+            }
         }
         guard fd >= 0, bound else { throw POSIXError(.EADDRNOTAVAIL) }
         let done = DispatchSemaphore(value: 0)
@@ -111,7 +115,8 @@ final class DormantInputTests: SalutTestCase {
             result.set(got)
             finished.signal()
         }.start()
-        XCTAssertEqual(finished.wait(timeout: .now() + 10), .success, "a blocking read of a dormant input never returned")
+        XCTAssertEqual(
+            finished.wait(timeout: .now() + 10), .success, "a blocking read of a dormant input never returned")
         XCTAssertEqual(result.bytes, reply)
         pair.input.close()
         pair.output.close()
@@ -128,7 +133,8 @@ final class DormantInputTests: SalutTestCase {
         let reader = EventReader()
         pair.input.delegate = reader
         CFReadStreamSetDispatchQueue(pair.input, reader.queue)
-        XCTAssertEqual(reader.ended.wait(timeout: .now() + 10), .success, "no end event for a dormant input given a queue")
+        XCTAssertEqual(
+            reader.ended.wait(timeout: .now() + 10), .success, "no end event for a dormant input given a queue")
         XCTAssertEqual(reader.queue.sync { reader.received }, reply)
         pair.input.close()
         pair.output.close()
@@ -168,7 +174,7 @@ extension DormantInputTests {
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
         // The reply and the end are in the socket before anything looked at the input.
         var entry = pollfd(fd: -1, events: 0, revents: 0)
-        _ = poll(&entry, 0, 100)   // a moment for loopback to deliver the FIN (no waiting on Salut)
+        _ = poll(&entry, 0, 100)  // a moment for loopback to deliver the FIN (no waiting on Salut)
         XCTAssertTrue(pair.input.hasBytesAvailable, "the first look finds the bytes already in the socket")
         var buffer = [UInt8](repeating: 0, count: 64)
         var got: [UInt8] = []
@@ -190,7 +196,8 @@ extension DormantInputTests {
         XCTAssertEqual(pair.output.write([0x68, 0x69], maxLength: 2), 2)
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "the server got the bytes and closed")
         let local = pair.output.property(forKey: .salutLocalAddress) as? String
-        let localPort = try XCTUnwrap(local?.split(separator: ":").last.flatMap { UInt16($0) }, "the connection's local port")
+        let localPort = try XCTUnwrap(
+            local?.split(separator: ":").last.flatMap { UInt16($0) }, "the connection's local port")
         pair.output.close()
         // The input stream is still open and was never used: the peer's end must still let the
         // connection go.
@@ -213,7 +220,9 @@ extension DormantInputTests {
             let named = withUnsafeMutablePointer(to: &address) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) == 0 }
             }
-            if named, address.sin_family == sa_family_t(AF_INET), UInt16(bigEndian: address.sin_port) == port { return true }
+            if named, address.sin_family == sa_family_t(AF_INET), UInt16(bigEndian: address.sin_port) == port {
+                return true
+            }
         }
         return false
     }
@@ -227,10 +236,13 @@ extension DormantInputTests {
         try await withDeadline(10, "opening") { try await pair.open() }
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "the server sent its banner")
         var entry = pollfd(fd: -1, events: 0, revents: 0)
-        _ = poll(&entry, 0, 100)   // a moment for loopback to deliver it (nothing of Salut's is waited on)
-        let accepted = pair.input.setProperty([kCFStreamSSLValidatesCertificateChain as String: false] as NSDictionary,
-                                              forKey: kCFStreamPropertySSLSettings as Stream.PropertyKey)
+        _ = poll(&entry, 0, 100)  // a moment for loopback to deliver it (nothing of Salut's is waited on)
+        let accepted = pair.input.setProperty(
+            [kCFStreamSSLValidatesCertificateChain as String: false] as NSDictionary,
+            forKey: kCFStreamPropertySSLSettings as Stream.PropertyKey)
         XCTAssertFalse(accepted, "TLS after the peer's plain bytes is refused, read or not")
-        XCTAssertTrue("\(pair.input.streamError.map { "\($0)" } ?? "")".contains("clear"), "\(String(describing: pair.input.streamError))")
+        XCTAssertTrue(
+            "\(pair.input.streamError.map { "\($0)" } ?? "")".contains("clear"),
+            "\(String(describing: pair.input.streamError))")
     }
 }

@@ -106,8 +106,12 @@ final class HappyEyeballsStateMachineTests: SalutTestCase {
         clock.start()
         clock.fail(clock.started[0].id, .unreachable("\(v6a)"))
         clock.fail(clock.started[1].id, .connectionRefused("\(v4a)"))
-        guard case .failure(let error) = clock.outcome else { return XCTFail("expected a failure, got \(String(describing: clock.outcome))") }
-        guard error.code == .connectionRefused, let detail = error.subject else { return XCTFail("refused says most: \(error)") }
+        guard case .failure(let error) = clock.outcome else {
+            return XCTFail("expected a failure, got \(String(describing: clock.outcome))")
+        }
+        guard error.code == .connectionRefused, let detail = error.subject else {
+            return XCTFail("refused says most: \(error)")
+        }
         XCTAssertTrue(detail.contains("\(v6a): \(v6a) is unreachable"), detail)
         XCTAssertTrue(detail.contains("\(v4a): connection to \(v4a) refused"), detail)
         XCTAssertEqual(clock.machine.failures.count, 2)

@@ -29,8 +29,9 @@ final class ListenerTests: SalutTestCase {
             try await pair.output.write(Data("abc".utf8))
             let echoed = try await withDeadline(10, "echo") { try await readBytes(pair.input, count: .max) }
             XCTAssertEqual(echoed, Data("abc".utf8), host)
-            XCTAssertEqual(pair.input.property(forKey: .salutRemoteAddress) as? String,
-                           host == "::1" ? "[::1]:\(listener.port)" : "127.0.0.1:\(listener.port)")
+            XCTAssertEqual(
+                pair.input.property(forKey: .salutRemoteAddress) as? String,
+                host == "::1" ? "[::1]:\(listener.port)" : "127.0.0.1:\(listener.port)")
             pair.input.close(); pair.output.close()
         }
         let families = try await withDeadline(10, "accepts") { try await accepted.value }
@@ -40,7 +41,9 @@ final class ListenerTests: SalutTestCase {
     func testStopClosesTheListenerAndEndsTheSequence() async throws {
         let listener = try StreamListener(port: 0)
         let port = Int(listener.port)
-        let ended = Task { for await _ in listener.connections {}; return true }
+        let ended = Task {
+            for await _ in listener.connections {}; return true
+        }
         listener.stop()
         let sequenceEnded = try await withDeadline(10, "sequence end") { await ended.value }
         XCTAssertTrue(sequenceEnded)
@@ -54,7 +57,8 @@ final class ListenerTests: SalutTestCase {
         defer { first.stop() }
         XCTAssertThrowsError(try StreamListener(port: Int(first.port))) { error in
             guard let error = error as? SocketStreamError, error.code == .system,
-                  let call = error.systemCall, let code = error.errorNumber else { return XCTFail("\(error)") }
+                let call = error.systemCall, let code = error.errorNumber
+            else { return XCTFail("\(error)") }
             XCTAssertTrue(call.hasPrefix("bind"))
             XCTAssertEqual(code, EADDRINUSE)
         }
@@ -66,7 +70,7 @@ final class ListenerTests: SalutTestCase {
     func testAnAcceptedConnectionThatIsNeverOpenedIsClosed() async throws {
         let listener = try StreamListener(port: 0)
         defer { listener.stop() }
-        listener.accept { _ in }   // dropped unopened
+        listener.accept { _ in }  // dropped unopened
         let pair = SocketStreams.pair(toHost: "127.0.0.1", port: Int(listener.port))
         try await withDeadline(10, "connect") { try await pair.open() }
         let got = try await withDeadline(10, "end of data") { try await readBytes(pair.input, count: .max) }
@@ -80,18 +84,25 @@ final class ListenerTests: SalutTestCase {
         let dead = socket(AF_INET6, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(dead) }
         let loopback6 = SocketAddress(ipv6: Array(repeating: 0, count: 15) + [1], port: 0)
-        XCTAssertEqual(loopback6.data.withUnsafeBytes { bind(dead, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }, 0)
+        XCTAssertEqual(
+            loopback6.data.withUnsafeBytes {
+                bind(dead, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count))
+            }, 0)
         XCTAssertEqual(listen(dead, 0), 0)
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
-        _ = withUnsafeMutablePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(dead, $0, &length) } }
+        _ = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(dead, $0, &length) }
+        }
         let deadAddress = SocketAddress(withUnsafeBytes(of: &storage) { Data($0.prefix(Int(length))) })!
         // Fill the accept queue so that further SYNs are dropped.
         var fillers: [Int32] = []
         defer { fillers.forEach { close($0) } }
         for _ in 0..<4 {
             let fd = socket(AF_INET6, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-            _ = deadAddress.data.withUnsafeBytes { connect(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }
+            _ = deadAddress.data.withUnsafeBytes {
+                connect(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count))
+            }
             fillers.append(fd)
         }
         let live = try StreamListener(port: 0)

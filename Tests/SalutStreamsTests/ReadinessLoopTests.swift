@@ -42,7 +42,9 @@ final class ReadinessLoopTests: XCTestCase {
             guard case .success(let ready) = ready, ready.contains(.readable) else { return }
             if paused.value { early.fulfill() }
             let text = Self.drain(near)
-            let count = heard.withLock { list -> Int in list.append(text); return list.count }
+            let count = heard.withLock { list -> Int in
+                list.append(text); return list.count
+            }
             if count == 1 { first.fulfill() } else if count == 2 { second.fulfill() }
         }
         try watch.want(.readable)
@@ -55,7 +57,7 @@ final class ReadinessLoopTests: XCTestCase {
             paused.withLock { $0 = true }
         }
         send(far, "two")
-        wait(for: [early], timeout: 0.3)   // inverted: fails if the paused watch reports
+        wait(for: [early], timeout: 0.3)  // inverted: fails if the paused watch reports
         XCTAssertEqual(heard.value, ["one"])
         try queue.sync {
             paused.withLock { $0 = false }
@@ -63,7 +65,9 @@ final class ReadinessLoopTests: XCTestCase {
         }
         wait(for: [second], timeout: 10)
         XCTAssertEqual(heard.value, ["one", "two"])
-        queue.sync { watch.cancel(); close(near) }
+        queue.sync {
+            watch.cancel(); close(near)
+        }
     }
 
     func testACancelledWatchIsNotToldOfASocketThatReusesItsNumber() throws {
@@ -72,7 +76,9 @@ final class ReadinessLoopTests: XCTestCase {
         let oldCalls = Locked(0)
         let old = try ReadinessWatch(fd: near, queue: queue) { _ in oldCalls.withLock { $0 += 1 } }
         try old.want(.readable)
-        queue.sync { old.cancel(); close(near) }
+        queue.sync {
+            old.cancel(); close(near)
+        }
         close(far)
 
         // The lowest free number is the one just closed: the new pair takes it.
@@ -88,7 +94,9 @@ final class ReadinessLoopTests: XCTestCase {
         try new.want(.readable)
         send(peer, "hello")
         wait(for: [heard], timeout: 10)
-        queue.sync { new.cancel(); close(reused) }
+        queue.sync {
+            new.cancel(); close(reused)
+        }
         XCTAssertEqual(oldCalls.value, 0)
     }
 
@@ -104,6 +112,8 @@ final class ReadinessLoopTests: XCTestCase {
         try watch.want(.readable)
         close(far)
         wait(for: [ended], timeout: 10)
-        queue.sync { watch.cancel(); close(near) }
+        queue.sync {
+            watch.cancel(); close(near)
+        }
     }
 }

@@ -28,7 +28,8 @@ final class SocketPumpStateMachineTests: SalutTestCase {
     func testPlainStartIsReadyAndWatchesBothWays() {
         var machine = Machine()
         XCTAssertFalse(machine.wantsReadable || machine.wantsWritable)
-        XCTAssertEqual(machine.start(secure: false), [.reportReady, .send], "reading waits for the socket's first readiness")
+        XCTAssertEqual(
+            machine.start(secure: false), [.reportReady, .send], "reading waits for the socket's first readiness")
         XCTAssertTrue(machine.wantsReadable)
         XCTAssertTrue(machine.wantsWritable)
         XCTAssertTrue(machine.allowsDirectSend)
@@ -42,7 +43,8 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         XCTAssertTrue(machine.allowsDirectSend, "writing does not wait for the input")
         XCTAssertEqual(machine.socketReadable(), [], "a stray readiness event reads nothing")
         XCTAssertEqual(machine.inboundChanged(readerClosed: false), [], "a read of the empty buffer is not a change")
-        XCTAssertEqual(machine.readingWanted(), [.receive], "a look at once: what waits in the socket is buffered for the caller")
+        XCTAssertEqual(
+            machine.readingWanted(), [.receive], "a look at once: what waits in the socket is buffered for the caller")
         XCTAssertTrue(machine.wantsReadable)
         XCTAssertEqual(machine.socketReadable(), [.receive])
         XCTAssertEqual(machine.readingWanted(), [], "only the first use changes anything")
@@ -79,9 +81,12 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         var machine = Machine()
         _ = machine.start(secure: false, readsAtOnce: false)
         XCTAssertEqual(machine.nothingToSend(outputClosed: true), [.finishSending])
-        XCTAssertEqual(machine.sendingFinished(.moved(0)), [.receive], "our half-close is sent: read until the peer's end")
+        XCTAssertEqual(
+            machine.sendingFinished(.moved(0)), [.receive], "our half-close is sent: read until the peer's end")
         XCTAssertTrue(machine.wantsReadable)
-        XCTAssertEqual(machine.received(.ended), [.endInbound, .release], "both directions over: released, the input stream still open")
+        XCTAssertEqual(
+            machine.received(.ended), [.endInbound, .release],
+            "both directions over: released, the input stream still open")
     }
 
     func testAnUpgradeWakesADormantInput() {
@@ -93,7 +98,8 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         _ = machine.nothingToSend(outputClosed: false)
         _ = machine.prefaceSent(complete: true)
         _ = machine.handshakeStepped(.done)
-        XCTAssertEqual(machine.trustDecided(accepted: true, failure: .rejectedByEvaluator), [.reportReady, .receive, .send])
+        XCTAssertEqual(
+            machine.trustDecided(accepted: true, failure: .rejectedByEvaluator), [.reportReady, .receive, .send])
         XCTAssertTrue(machine.wantsReadable, "TLS reads: its records may carry alerts and tickets")
     }
 
@@ -156,7 +162,8 @@ final class SocketPumpStateMachineTests: SalutTestCase {
 
     func testAFailureEndsBothBuffersAndReleases() {
         var machine = plainFlow()
-        XCTAssertEqual(machine.received(.failed(lost)), [.fail(lost, endsSetup: false, breaksConnection: true), .release])
+        XCTAssertEqual(
+            machine.received(.failed(lost)), [.fail(lost, endsSetup: false, breaksConnection: true), .release])
         XCTAssertEqual(machine.received(.moved(1)), [])
         XCTAssertEqual(machine.sent(.moved(1)), [])
         XCTAssertFalse(machine.allowsDirectSend)
@@ -165,7 +172,9 @@ final class SocketPumpStateMachineTests: SalutTestCase {
     func testSendingIntoAClosedConnectionFails() {
         var machine = plainFlow()
         let actions = machine.sent(.ended)
-        guard case .fail(let error, false, true) = actions.first, error.code == .connectionLost else { return XCTFail("\(actions)") }
+        guard case .fail(let error, false, true) = actions.first, error.code == .connectionLost else {
+            return XCTFail("\(actions)")
+        }
         XCTAssertEqual(actions.last, .release)
     }
 
@@ -176,7 +185,8 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         XCTAssertFalse(machine.allowsDirectSend, "bytes must wait behind the buffered ones")
         XCTAssertTrue(machine.wantsReadable)
         XCTAssertEqual(machine.socketReadable(), [.receive, .send])
-        XCTAssertEqual(machine.directSendFailed(lost), [.fail(lost, endsSetup: false, breaksConnection: true), .release])
+        XCTAssertEqual(
+            machine.directSendFailed(lost), [.fail(lost, endsSetup: false, breaksConnection: true), .release])
     }
 
     // MARK: TLS handshake and trust
@@ -196,7 +206,8 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         XCTAssertEqual(machine.handshakeStepped(.done), [.evaluateTrust])
         XCTAssertFalse(machine.wantsReadable || machine.wantsWritable, "nothing moves during the trust decision")
         XCTAssertEqual(machine.socketReadable(), [])
-        XCTAssertEqual(machine.trustDecided(accepted: true, failure: .rejectedByEvaluator), [.reportReady, .receive, .send])
+        XCTAssertEqual(
+            machine.trustDecided(accepted: true, failure: .rejectedByEvaluator), [.reportReady, .receive, .send])
         XCTAssertEqual(machine.state, .flowing(.init(security: .tls, input: .reading, output: .sending)))
     }
 
@@ -204,16 +215,18 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         var machine = Machine()
         _ = machine.start(secure: true)
         _ = machine.handshakeStepped(.done)
-        XCTAssertEqual(machine.trustDecided(accepted: false, failure: .noPeerCertificate),
-                       [.fail(.tls(.noPeerCertificate), endsSetup: true, breaksConnection: false), .release])
+        XCTAssertEqual(
+            machine.trustDecided(accepted: false, failure: .noPeerCertificate),
+            [.fail(.tls(.noPeerCertificate), endsSetup: true, breaksConnection: false), .release])
         XCTAssertEqual(machine.trustDecided(accepted: true, failure: .noPeerCertificate), [], "decided once")
     }
 
     func testHandshakeFailure() {
         var machine = Machine()
         _ = machine.start(secure: true)
-        XCTAssertEqual(machine.handshakeStepped(.failed(.handshakeFailed("alert"))),
-                       [.fail(.tls(.handshakeFailed("alert")), endsSetup: true, breaksConnection: false), .release])
+        XCTAssertEqual(
+            machine.handshakeStepped(.failed(.handshakeFailed("alert"))),
+            [.fail(.tls(.handshakeFailed("alert")), endsSetup: true, breaksConnection: false), .release])
     }
 
     func testAbandonedHandshakeIsCancelled() {
@@ -221,7 +234,9 @@ final class SocketPumpStateMachineTests: SalutTestCase {
             var machine = Machine()
             _ = machine.start(secure: true)
             _ = machine.handshakeStepped(progress)
-            XCTAssertEqual(machine.abandoned(), [.fail(.cancelled, endsSetup: true, breaksConnection: false), .release], "\(progress)")
+            XCTAssertEqual(
+                machine.abandoned(), [.fail(.cancelled, endsSetup: true, breaksConnection: false), .release],
+                "\(progress)")
         }
         var flowing = plainFlow()
         XCTAssertEqual(flowing.abandoned(), [], "a flowing connection finishes sending instead")
@@ -275,7 +290,9 @@ final class SocketPumpStateMachineTests: SalutTestCase {
     func testTruncationIsAFailureNotAnEnd() {
         var machine = tlsFlow()
         let truncated = SocketStreamError.tls(.closedWithoutCloseNotify)
-        XCTAssertEqual(machine.received(.failed(truncated)), [.fail(truncated, endsSetup: false, breaksConnection: true), .release])
+        XCTAssertEqual(
+            machine.received(.failed(truncated)),
+            [.fail(truncated, endsSetup: false, breaksConnection: true), .release])
     }
 
     // MARK: Upgrade
@@ -295,7 +312,8 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         XCTAssertEqual(machine.prefaceSent(complete: true), [.stepHandshake])
         XCTAssertEqual(machine.startTLS(), [.rejectChange("TLS is already on, or being switched")])
         XCTAssertEqual(machine.handshakeStepped(.done), [.evaluateTrust])
-        XCTAssertEqual(machine.trustDecided(accepted: true, failure: .rejectedByEvaluator), [.reportReady, .receive, .send])
+        XCTAssertEqual(
+            machine.trustDecided(accepted: true, failure: .rejectedByEvaluator), [.reportReady, .receive, .send])
         guard case .flowing(let flow) = machine.state else { return XCTFail() }
         XCTAssertEqual(flow.security, .tls)
     }
@@ -305,8 +323,9 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         _ = machine.startTLS()
         _ = machine.nothingToSend(outputClosed: false)
         _ = machine.prefaceSent(complete: true)
-        XCTAssertEqual(machine.handshakeStepped(.failed(.handshakeFailed("x"))),
-                       [.fail(.tls(.handshakeFailed("x")), endsSetup: true, breaksConnection: true), .release])
+        XCTAssertEqual(
+            machine.handshakeStepped(.failed(.handshakeFailed("x"))),
+            [.fail(.tls(.handshakeFailed("x")), endsSetup: true, breaksConnection: true), .release])
     }
 
     func testAFailureWhileDrainingForAnUpgradeEndsTheUpgrade() {
@@ -362,7 +381,8 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         var machine = tlsFlow()
         _ = machine.stopTLS()
         _ = machine.nothingToSend(outputClosed: false)
-        XCTAssertEqual(machine.closeNotifySent(.failed(lost)), [.fail(lost, endsSetup: false, breaksConnection: true), .release])
+        XCTAssertEqual(
+            machine.closeNotifySent(.failed(lost)), [.fail(lost, endsSetup: false, breaksConnection: true), .release])
     }
 
     // MARK: Closing both streams ends everything
@@ -372,17 +392,18 @@ final class SocketPumpStateMachineTests: SalutTestCase {
     func testClosingBothStreamsReleasesFromEveryStateWithASilentPeer() {
         for (name, start) in reachableStates() where start.state != .idle {
             var machine = start
-            var work = machine.inboundChanged(readerClosed: true) + machine.abandoned() + machine.outboundChanged()
+            var work =
+                machine.inboundChanged(readerClosed: true) + machine.abandoned() + machine.outboundChanged()
                 + machine.socketReadable() + machine.socketWritable()
             var steps = 0
             while !work.isEmpty && steps < 200 {
                 let action = work.removeFirst()
                 steps += 1
                 switch action {
-                case .receive: work += machine.inboundChanged(readerClosed: true)   // the shell sees the closed reader
+                case .receive: work += machine.inboundChanged(readerClosed: true)  // the shell sees the closed reader
                 case .send: work += machine.nothingToSend(outputClosed: true)
                 case .finishSending: work += machine.sendingFinished(.ended)
-                case .sendCloseNotify: work += machine.closeNotifySent(.wouldBlock)   // silent: never drains
+                case .sendCloseNotify: work += machine.closeNotifySent(.wouldBlock)  // silent: never drains
                 case .sendPreface: work += machine.prefaceSent(complete: false)
                 case .stepHandshake: work += machine.handshakeStepped(.wantRead)
                 case .peekAtSocket: work += machine.peeked(.nothingYet)
@@ -403,29 +424,63 @@ final class SocketPumpStateMachineTests: SalutTestCase {
             steps(&machine)
             reachable.append((name, machine))
         }
-        add("handshake wants read") { _ = $0.start(secure: true); _ = $0.handshakeStepped(.wantRead) }
-        add("handshake wants write") { _ = $0.start(secure: true); _ = $0.handshakeStepped(.wantWrite) }
-        add("evaluating") { _ = $0.start(secure: true); _ = $0.handshakeStepped(.done) }
+        add("handshake wants read") {
+            _ = $0.start(secure: true); _ = $0.handshakeStepped(.wantRead)
+        }
+        add("handshake wants write") {
+            _ = $0.start(secure: true); _ = $0.handshakeStepped(.wantWrite)
+        }
+        add("evaluating") {
+            _ = $0.start(secure: true); _ = $0.handshakeStepped(.done)
+        }
         add("plain") { _ = $0.start(secure: false) }
-        add("plain, full") { _ = $0.start(secure: false); _ = $0.inboundFull() }
-        add("plain, idle") { _ = $0.start(secure: false); _ = $0.nothingToSend(outputClosed: false) }
-        add("plain, peer ended") { _ = $0.start(secure: false); _ = $0.received(.ended) }
-        add("plain, half-closed") { _ = $0.start(secure: false); _ = $0.nothingToSend(outputClosed: true); _ = $0.sendingFinished(.ended) }
-        add("upgrading") { _ = $0.start(secure: false); _ = $0.startTLS() }
-        add("upgrade handshake") { _ = $0.start(secure: false); _ = $0.startTLS(); _ = $0.prefaceSent(complete: true) }
+        add("plain, full") {
+            _ = $0.start(secure: false); _ = $0.inboundFull()
+        }
+        add("plain, idle") {
+            _ = $0.start(secure: false); _ = $0.nothingToSend(outputClosed: false)
+        }
+        add("plain, peer ended") {
+            _ = $0.start(secure: false); _ = $0.received(.ended)
+        }
+        add("plain, half-closed") {
+            _ = $0.start(secure: false); _ = $0.nothingToSend(outputClosed: true); _ = $0.sendingFinished(.ended)
+        }
+        add("upgrading") {
+            _ = $0.start(secure: false); _ = $0.startTLS()
+        }
+        add("upgrade handshake") {
+            _ = $0.start(secure: false); _ = $0.startTLS(); _ = $0.prefaceSent(complete: true)
+        }
         add("tls") { $0 = self.tlsFlow() }
-        add("tls, read needs write") { $0 = self.tlsFlow(); _ = $0.received(.needsOtherDirection) }
-        add("tls, write needs read") { $0 = self.tlsFlow(); _ = $0.sent(.needsOtherDirection) }
-        add("tls, peer close_notify") { $0 = self.tlsFlow(); _ = $0.received(.ended) }
-        add("downgrading") { $0 = self.tlsFlow(); _ = $0.stopTLS() }
-        add("downgrade, ours sent") { $0 = self.tlsFlow(); _ = $0.stopTLS(); _ = $0.closeNotifySent(.ended) }
-        add("evaluating an upgrade") { _ = $0.start(secure: false); _ = $0.startTLS(); _ = $0.prefaceSent(complete: true); _ = $0.handshakeStepped(.done) }
-        add("downgrade, peer's first") { $0 = self.tlsFlow(); _ = $0.stopTLS(); _ = $0.received(.ended) }
-        add("closed") { _ = $0.start(secure: false); _ = $0.failed(self.lost) }
+        add("tls, read needs write") {
+            $0 = self.tlsFlow(); _ = $0.received(.needsOtherDirection)
+        }
+        add("tls, write needs read") {
+            $0 = self.tlsFlow(); _ = $0.sent(.needsOtherDirection)
+        }
+        add("tls, peer close_notify") {
+            $0 = self.tlsFlow(); _ = $0.received(.ended)
+        }
+        add("downgrading") {
+            $0 = self.tlsFlow(); _ = $0.stopTLS()
+        }
+        add("downgrade, ours sent") {
+            $0 = self.tlsFlow(); _ = $0.stopTLS(); _ = $0.closeNotifySent(.ended)
+        }
+        add("evaluating an upgrade") {
+            _ = $0.start(secure: false); _ = $0.startTLS(); _ = $0.prefaceSent(complete: true);
+            _ = $0.handshakeStepped(.done)
+        }
+        add("downgrade, peer's first") {
+            $0 = self.tlsFlow(); _ = $0.stopTLS(); _ = $0.received(.ended)
+        }
+        add("closed") {
+            _ = $0.start(secure: false); _ = $0.failed(self.lost)
+        }
 
         return reachable
     }
-
 
     /// Every reachable state against every event that may arrive in any state.
     func testEveryReachableStateAnswersEveryEventSafely() {
@@ -435,18 +490,22 @@ final class SocketPumpStateMachineTests: SalutTestCase {
             ("received bytes", { $0.received(.moved(1)) }), ("received end", { $0.received(.ended) }),
             ("received failure", { $0.received(.failed(self.lost)) }), ("full", { $0.inboundFull() }),
             ("sent", { $0.sent(.moved(1)) }), ("nothing to send", { $0.nothingToSend(outputClosed: false) }),
-            ("output closed", { $0.nothingToSend(outputClosed: true) }), ("user read", { $0.inboundChanged(readerClosed: false) }),
+            ("output closed", { $0.nothingToSend(outputClosed: true) }),
+            ("user read", { $0.inboundChanged(readerClosed: false) }),
             ("user closed input", { $0.inboundChanged(readerClosed: true) }), ("user wrote", { $0.outboundChanged() }),
             ("failed", { $0.failed(self.lost) }), ("abandoned", { $0.abandoned() }),
             ("startTLS", { $0.startTLS() }), ("stopTLS", { $0.stopTLS() }),
-            ("handshake done", { $0.handshakeStepped(.done) }), ("trusted", { $0.trustDecided(accepted: true, failure: .rejectedByEvaluator) }),
+            ("handshake done", { $0.handshakeStepped(.done) }),
+            ("trusted", { $0.trustDecided(accepted: true, failure: .rejectedByEvaluator) }),
             ("peeked end", { $0.peeked(.endOfStream) }), ("close_notify sent", { $0.closeNotifySent(.ended) }),
             ("finished sending", { $0.sendingFinished(.ended) }), ("preface sent", { $0.prefaceSent(complete: true) }),
             ("peeked data", { $0.peeked(.data) }), ("peeked nothing", { $0.peeked(.nothingYet) }),
             ("refused", { $0.trustDecided(accepted: false, failure: .noPeerCertificate) }),
             ("handshake failed", { $0.handshakeStepped(.failed(.handshakeFailed("x"))) }),
-            ("direct send needs read", { $0.directSendNeedsReadable() }), ("direct send failed", { $0.directSendFailed(self.lost) }),
-            ("half-close blocked", { $0.sendingFinished(.wouldBlock) }), ("preface incomplete", { $0.prefaceSent(complete: false) }),
+            ("direct send needs read", { $0.directSendNeedsReadable() }),
+            ("direct send failed", { $0.directSendFailed(self.lost) }),
+            ("half-close blocked", { $0.sendingFinished(.wouldBlock) }),
+            ("preface incomplete", { $0.prefaceSent(complete: false) }),
         ]
         for (stateName, start) in reachable {
             for (eventName, event) in events {
@@ -461,7 +520,9 @@ final class SocketPumpStateMachineTests: SalutTestCase {
                     XCTAssertTrue(machine.isClosed, label)
                 }
                 if start.isClosed {
-                    XCTAssertTrue(actions.allSatisfy { if case .rejectChange = $0 { true } else { false } }, "\(label): \(actions)")
+                    XCTAssertTrue(
+                        actions.allSatisfy { if case .rejectChange = $0 { true } else { false } },
+                        "\(label): \(actions)")
                 }
                 // A failure is always followed by release (unless nothing had started).
                 if actions.contains(where: { if case .fail = $0 { true } else { false } }) {
@@ -493,7 +554,7 @@ final class SocketPumpConversationTests: SalutTestCase {
             guard !incoming.isEmpty else { return .wouldBlock }
             let next = incoming.removeFirst()
             if case .moved(let n) = next, n > count {
-                incoming.insert(.moved(n - count), at: 0)   // the rest stays in the socket
+                incoming.insert(.moved(n - count), at: 0)  // the rest stays in the socket
                 return .moved(count)
             }
             return next
@@ -526,7 +587,9 @@ final class SocketPumpConversationTests: SalutTestCase {
                 case .receive:
                     if inboundRoom == 0 { more = machine.inboundFull(); break }
                     var scratch = [UInt8](repeating: 0, count: inboundRoom)
-                    let outcome = scratch.withUnsafeMutableBytes { transport.receive(into: $0.baseAddress!, count: $0.count) }
+                    let outcome = scratch.withUnsafeMutableBytes {
+                        transport.receive(into: $0.baseAddress!, count: $0.count)
+                    }
                     if case .moved(let n) = outcome { inboundRoom -= n; delivered += n }
                     more = machine.received(outcome)
                 case .send:
@@ -551,7 +614,7 @@ final class SocketPumpConversationTests: SalutTestCase {
         talk.transport.sendWindow = 3
         talk.run(talk.machine.start(secure: false))
         XCTAssertEqual(talk.delivered, 0, "nothing is read before the socket says it is readable")
-        talk.run(talk.machine.socketReadable())   // the first readiness the registration reports
+        talk.run(talk.machine.socketReadable())  // the first readiness the registration reports
         XCTAssertEqual(talk.delivered, 8, "as much as the 8-byte buffer holds")
         XCTAssertFalse(talk.machine.wantsReadable, "the buffer is full: reading paused")
         XCTAssertEqual(talk.transport.sentBytes, Array("hel".utf8))
@@ -562,7 +625,7 @@ final class SocketPumpConversationTests: SalutTestCase {
         XCTAssertEqual(talk.transport.sentBytes, Array("hello".utf8))
         XCTAssertFalse(talk.machine.wantsWritable)
 
-        talk.inboundRoom = 8   // the user read everything
+        talk.inboundRoom = 8  // the user read everything
         talk.run(talk.machine.inboundChanged(readerClosed: false))
         XCTAssertEqual(talk.delivered, 10, "the rest of the second piece, then the socket was empty")
         XCTAssertTrue(talk.machine.wantsReadable)

@@ -20,76 +20,78 @@ final class TLSReadAheadTests: SalutTestCase {
     /// more than the socket BIO reads ahead); then echo one line in the clear, prefixed with
     /// "echo ".
     private static let server = #"""
-import socket, ssl, sys
-port, cert, key, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-context.load_cert_chain(cert, key)
-listener = socket.socket()
-listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-listener.bind(("127.0.0.1", port))
-listener.listen(1)
-print("LISTENING", flush=True)
-conn, _ = listener.accept()
-conn.settimeout(20)
-incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-tls = context.wrap_bio(incoming, outgoing, server_side=True)
-def flush():
-    data = outgoing.read()
-    if data:
-        conn.sendall(data)
-def feed():
-    data = conn.recv(65536)
-    if not data:
-        raise EOFError("the client went away")
-    incoming.write(data)
-while True:
-    try:
-        tls.do_handshake()
-        break
-    except ssl.SSLWantReadError:
-        flush()
-        feed()
-flush()
-line = b""
-while not line.endswith(b"\n"):
-    try:
-        line += tls.read(100)
-    except ssl.SSLWantReadError:
-        flush()
-        feed()
-if mode.startswith("after-ours"):
-    # Our close_notify: read() returns b"" (or raises SSLZeroReturnError, by version).
-    while True:
-        try:
-            if tls.read(100) == b"":
+        import socket, ssl, sys
+        port, cert, key, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen(1)
+        print("LISTENING", flush=True)
+        conn, _ = listener.accept()
+        conn.settimeout(20)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = context.wrap_bio(incoming, outgoing, server_side=True)
+        def flush():
+            data = outgoing.read()
+            if data:
+                conn.sendall(data)
+        def feed():
+            data = conn.recv(65536)
+            if not data:
+                raise EOFError("the client went away")
+            incoming.write(data)
+        while True:
+            try:
+                tls.do_handshake()
                 break
-        except ssl.SSLZeroReturnError:
-            break
+            except ssl.SSLWantReadError:
+                flush()
+                feed()
+        flush()
+        line = b""
+        while not line.endswith(b"\n"):
+            try:
+                line += tls.read(100)
+            except ssl.SSLWantReadError:
+                flush()
+                feed()
+        if mode.startswith("after-ours"):
+            # Our close_notify: read() returns b"" (or raises SSLZeroReturnError, by version).
+            while True:
+                try:
+                    if tls.read(100) == b"":
+                        break
+                except ssl.SSLZeroReturnError:
+                    break
+                except ssl.SSLWantReadError:
+                    flush()
+                    feed()
+        try:
+            tls.unwrap()
         except ssl.SSLWantReadError:
-            flush()
-            feed()
-try:
-    tls.unwrap()
-except ssl.SSLWantReadError:
-    pass
-plain = bytes(48 + i % 10 for i in range(100000)) + b"\n" if mode == "after-ours-big" else b"plain after tls\n"
-conn.sendall(outgoing.read() + plain)
-print("SENT", flush=True)
-if mode.startswith("after-ours"):
-    plain = b""
-    while not plain.endswith(b"\n"):
-        data = conn.recv(100)
-        if not data:
-            break
-        plain += data
-    conn.sendall(b"echo " + plain)
-conn.close()
-"""#
+            pass
+        plain = bytes(48 + i % 10 for i in range(100000)) + b"\n" if mode == "after-ours-big" else b"plain after tls\n"
+        conn.sendall(outgoing.read() + plain)
+        print("SENT", flush=True)
+        if mode.startswith("after-ours"):
+            plain = b""
+            while not plain.endswith(b"\n"):
+                data = conn.recv(100)
+                if not data:
+                    break
+                plain += data
+            conn.sendall(b"echo " + plain)
+        conn.close()
+        """#
 
     private func startServer(_ mode: String) throws -> (Foreign, Int) {
         let port = freeLoopbackPort()
-        let server = try Foreign(["python3", "-c", Self.server, "\(port)", certificate.certificateFile,
-                                  certificate.keyFile, mode])
+        let server = try Foreign([
+            "python3", "-c", Self.server, "\(port)", certificate.certificateFile,
+            certificate.keyFile, mode,
+        ])
         guard server.waitForOutput(containing: "LISTENING", seconds: 10) else {
             throw DeadlineExceeded(what: "the Python server listening: \(server.output)", seconds: 10)
         }
@@ -99,8 +101,9 @@ conn.close()
     func testPlainBytesThatCameWithThePeersCloseNotifyAreReadAfterStopTLS() async throws {
         let (server, port) = try startServer("after-ours")
         defer { server.stop() }
-        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port,
-                                      tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        let pair = SocketStreams.pair(
+            toHost: "127.0.0.1", port: port,
+            tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
         try await withDeadline(20, "open") { try await pair.open() }
         try await pair.output.write(Data("stop\n".utf8))
         let stopped: Result<Void, SocketStreamError>
@@ -123,8 +126,9 @@ conn.close()
     func testMorePlainBytesThanTheBIOReadsAheadComeWholeAndInOrderAfterStopTLS() async throws {
         let (server, port) = try startServer("after-ours-big")
         defer { server.stop() }
-        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port,
-                                      tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        let pair = SocketStreams.pair(
+            toHost: "127.0.0.1", port: port,
+            tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
         try await withDeadline(20, "open") { try await pair.open() }
         try await pair.output.write(Data("stop\n".utf8))
         let stopped = try await withDeadline(10, "TLS stop") {
@@ -143,8 +147,9 @@ conn.close()
     func testPlainBytesRightAfterAnUnaskedCloseNotifyAreAnErrorNotAWait() async throws {
         let (server, port) = try startServer("at-once")
         defer { server.stop() }
-        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port,
-                                      tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        let pair = SocketStreams.pair(
+            toHost: "127.0.0.1", port: port,
+            tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
         try await withDeadline(20, "open") { try await pair.open() }
         try await pair.output.write(Data("hi\n".utf8))
         XCTAssertTrue(server.waitForOutput(containing: "SENT", seconds: 10), server.output)
@@ -153,8 +158,11 @@ conn.close()
         let outcome: Result<Data, any Error> = try await withDeadline(10, "the error") {
             do { return .success(try await readBytes(pair.input, count: 1)) } catch { return .failure(error) }
         }
-        guard case .failure(let error) = outcome else { return XCTFail("read \(outcome) after the peer's close_notify") }
-        XCTAssertEqual(error as? SocketStreamError,
-                       .tls(.protocolError("the peer sent bytes in the clear after its close_notify")), "\(error)")
+        guard case .failure(let error) = outcome else {
+            return XCTFail("read \(outcome) after the peer's close_notify")
+        }
+        XCTAssertEqual(
+            error as? SocketStreamError,
+            .tls(.protocolError("the peer sent bytes in the clear after its close_notify")), "\(error)")
     }
 }

@@ -40,9 +40,11 @@ final class TLSTests: SalutTestCase {
         let answer = try await withDeadline(20, "answer") { try await readBytes(pair.input, count: 12) }
         XCTAssertEqual(String(decoding: answer, as: UTF8.self), "tulas olleh\n")
         XCTAssertEqual(pair.input.property(forKey: .salutTLSProtocolVersion) as? String, "TLSv1.3")
-        XCTAssertEqual(pair.input.property(forKey: .salutTLSPeerCertificateSHA256) as? String, certificate.certificateSHA256)
-        XCTAssertEqual(pair.input.property(forKey: .socketSecurityLevelKey) as? String,
-                       StreamSocketSecurityLevel.negotiatedSSL.rawValue)
+        XCTAssertEqual(
+            pair.input.property(forKey: .salutTLSPeerCertificateSHA256) as? String, certificate.certificateSHA256)
+        XCTAssertEqual(
+            pair.input.property(forKey: .socketSecurityLevelKey) as? String,
+            StreamSocketSecurityLevel.negotiatedSSL.rawValue)
         pair.input.close(); pair.output.close()
     }
 
@@ -85,7 +87,8 @@ final class TLSTests: SalutTestCase {
         // Both hashes, named apart: the key's is what one pins.
         XCTAssertEqual(error?.tlsError?.presentedFingerprint, certificate.certificateSHA256)
         XCTAssertEqual(error?.tlsError?.presentedPublicKeyFingerprint, certificate.publicKeySHA256)
-        XCTAssertTrue("\(error!)".contains("matches no pinned fingerprint") && "\(error!)".contains(certificate.publicKeySHA256))
+        XCTAssertTrue(
+            "\(error!)".contains("matches no pinned fingerprint") && "\(error!)".contains(certificate.publicKeySHA256))
     }
 
     func testAClientSendsItsCertificateOnlyToAServerThatPassedItsPin() async throws {
@@ -97,8 +100,9 @@ final class TLSTests: SalutTestCase {
             // Asks for a client certificate and prints what it gets ("depth=0 CN = …").
             let (server, port) = try reversingServer(certificate, extra: ["-verify", "1"])
             defer { server.stop() }
-            let tls = TLSConfiguration(pinnedSHA256: [pin], certificateChainFile: client.certificateFile,
-                                       privateKeyFile: client.keyFile)
+            let tls = TLSConfiguration(
+                pinnedSHA256: [pin], certificateChainFile: client.certificateFile,
+                privateKeyFile: client.keyFile)
             let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port, tls: tls)
             let error = await openError(pair)
             if sends {
@@ -131,21 +135,30 @@ final class TLSTests: SalutTestCase {
         defer { server.stop() }
         let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
         // Refused before anything changes: insecure levels, unknown keys, wrong value types.
-        XCTAssertFalse(pair.input.setProperty(StreamSocketSecurityLevel.ssLv3.rawValue as NSString, forKey: .socketSecurityLevelKey))
+        XCTAssertFalse(
+            pair.input.setProperty(
+                StreamSocketSecurityLevel.ssLv3.rawValue as NSString, forKey: .socketSecurityLevelKey))
         let key = Stream.PropertyKey(kCFStreamPropertySSLSettings as String)
         XCTAssertFalse(pair.input.setProperty(["NoSuchKey": true] as NSDictionary, forKey: key))
-        XCTAssertFalse(pair.input.setProperty([kCFStreamSSLValidatesCertificateChain: "yes"] as NSDictionary, forKey: key))
-        XCTAssertFalse(pair.input.setProperty([SalutSSLSettingsKey.pinnedSHA256: "not-a-pin"] as NSDictionary, forKey: key))
+        XCTAssertFalse(
+            pair.input.setProperty([kCFStreamSSLValidatesCertificateChain: "yes"] as NSDictionary, forKey: key))
+        XCTAssertFalse(
+            pair.input.setProperty([SalutSSLSettingsKey.pinnedSHA256: "not-a-pin"] as NSDictionary, forKey: key))
         // As a macOS program would write it, plus Salut's pin key.
-        let settings: [String: Any] = [kCFStreamSSLPeerName as String: "localhost",
-                                       SalutSSLSettingsKey.pinnedSHA256: [certificate.publicKeySHA256],
-                                       SalutSSLSettingsKey.maximumVersion: "TLSv1.2"]
-        XCTAssertTrue(pair.input.setProperty(StreamSocketSecurityLevel.negotiatedSSL.rawValue as NSString, forKey: .socketSecurityLevelKey))
+        let settings: [String: Any] = [
+            kCFStreamSSLPeerName as String: "localhost",
+            SalutSSLSettingsKey.pinnedSHA256: [certificate.publicKeySHA256],
+            SalutSSLSettingsKey.maximumVersion: "TLSv1.2",
+        ]
+        XCTAssertTrue(
+            pair.input.setProperty(
+                StreamSocketSecurityLevel.negotiatedSSL.rawValue as NSString, forKey: .socketSecurityLevelKey))
         XCTAssertTrue(pair.input.setProperty(settings as NSDictionary, forKey: key))
         let error = await openError(pair)
         XCTAssertNil(error)
         XCTAssertEqual(pair.input.property(forKey: .salutTLSProtocolVersion) as? String, "TLSv1.2")
-        XCTAssertFalse(pair.input.setProperty(settings as NSDictionary, forKey: key), "settings are fixed once connecting")
+        XCTAssertFalse(
+            pair.input.setProperty(settings as NSDictionary, forKey: key), "settings are fixed once connecting")
         try await pair.output.write(Data("xyz\n".utf8))
         let answer = try await withDeadline(20, "answer") { try await readBytes(pair.input, count: 4) }
         XCTAssertEqual(String(decoding: answer, as: UTF8.self), "zyx\n")
@@ -155,7 +168,9 @@ final class TLSTests: SalutTestCase {
     func testAnAppleSettingsDictionaryIsHonouredAndARefusedOneNeverSendsInTheClear() async throws {
         // A plaintext listener that prints each piece it receives as hex ("chunk …"), and
         // everything a client sent ("got …", "-" for nothing) when it goes.
-        let listener = try Foreign(["python3", "-c", """
+        let listener = try Foreign([
+            "python3", "-c",
+            """
             import socket, sys
             s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
             print("port", s.getsockname()[1], flush=True)
@@ -170,7 +185,8 @@ final class TLSTests: SalutTestCase {
                         print("chunk", b.hex(), flush=True)
                 except Exception: pass
                 print("got", got.hex() or "-", flush=True)
-            """])
+            """,
+        ])
         defer { listener.stop() }
         XCTAssertTrue(listener.waitForOutput(containing: "port ", seconds: 10), listener.output)
         let port = Int(listener.output.components(separatedBy: "port ").last!.prefix { $0.isNumber })!
@@ -180,40 +196,53 @@ final class TLSTests: SalutTestCase {
         // Apple's spelling: typed level and NSString keys. Taken (as on Apple's systems): TLS
         // starts, so the listener sees a ClientHello and never the password.
         let apple = SocketStreams.pair(toHost: "127.0.0.1", port: port)
-        let settings: [NSString: Any] = [kCFStreamSSLLevel as NSString: StreamSocketSecurityLevel.negotiatedSSL,
-                                         kCFStreamSSLValidatesCertificateChain as NSString: false]
+        let settings: [NSString: Any] = [
+            kCFStreamSSLLevel as NSString: StreamSocketSecurityLevel.negotiatedSSL,
+            kCFStreamSSLValidatesCertificateChain as NSString: false,
+        ]
         XCTAssertTrue(apple.input.setProperty(settings, forKey: key))
-        XCTAssertTrue(apple.output.setProperty(kCFStreamSocketSecurityLevelNegotiatedSSL, forKey: kCFStreamPropertySocketSecurityLevel as Stream.PropertyKey))
+        XCTAssertTrue(
+            apple.output.setProperty(
+                kCFStreamSocketSecurityLevelNegotiatedSSL,
+                forKey: kCFStreamPropertySocketSecurityLevel as Stream.PropertyKey))
         apple.input.open()
         apple.output.open()
         // Written at once, as careless code does: it waits for the handshake, which a
         // plaintext server never finishes, so it never goes out.
-        _ = secret.withUnsafeBytes { apple.output.write($0.bindMemory(to: UInt8.self).baseAddress!, maxLength: $0.count) }
+        _ = secret.withUnsafeBytes {
+            apple.output.write($0.bindMemory(to: UInt8.self).baseAddress!, maxLength: $0.count)
+        }
         XCTAssertTrue(listener.waitForOutput(containing: "chunk ", seconds: 20), listener.output)
         apple.input.close(); apple.output.close()
         XCTAssertTrue(listener.waitForOutput(containing: "got ", seconds: 20), listener.output)
         let first = listener.output.components(separatedBy: "got ").last!.prefix { $0 != "\n" }
         XCTAssertTrue(first.hasPrefix("16030"), "a TLS record came first: \(first)")
-        XCTAssertFalse(first.contains(secret.map { String(format: "%02x", $0) }.joined()), "the password went in the clear")
+        XCTAssertFalse(
+            first.contains(secret.map { String(format: "%02x", $0) }.joined()), "the password went in the clear")
 
         // Settings that cannot be honoured: setProperty says false, and code that ignores it
         // gets failed streams on open, before any byte moves (no connection at all).
-        for bad: [NSString: Any] in [[kCFStreamSSLLevel as NSString: StreamSocketSecurityLevel.ssLv3],
-                                     [kCFStreamSSLLevel as NSString: 42],
-                                     [kCFStreamSSLValidatesCertificateChain as NSString: "no"]] {
+        for bad: [NSString: Any] in [
+            [kCFStreamSSLLevel as NSString: StreamSocketSecurityLevel.ssLv3],
+            [kCFStreamSSLLevel as NSString: 42],
+            [kCFStreamSSLValidatesCertificateChain as NSString: "no"],
+        ] {
             let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
             XCTAssertFalse(pair.input.setProperty(bad, forKey: key), "\(bad)")
             let error = await openError(pair)
             XCTAssertEqual(error?.tlsError?.code, .invalidConfiguration, "\(bad): \(String(describing: error))")
             XCTAssertEqual(pair.output.streamStatus, .error)
-            let written = secret.withUnsafeBytes { pair.output.write($0.bindMemory(to: UInt8.self).baseAddress!, maxLength: $0.count) }
+            let written = secret.withUnsafeBytes {
+                pair.output.write($0.bindMemory(to: UInt8.self).baseAddress!, maxLength: $0.count)
+            }
             XCTAssertLessThan(written, 1, "a failed stream takes no bytes")
             pair.input.close(); pair.output.close()
         }
         // The same after open: the streams fail and the connection is reset.
         let late = SocketStreams.pair(toHost: "127.0.0.1", port: port)
         try await withDeadline(20, "open") { try await late.open() }
-        XCTAssertFalse(late.input.setProperty([kCFStreamSSLLevel as NSString: StreamSocketSecurityLevel.ssLv2], forKey: key))
+        XCTAssertFalse(
+            late.input.setProperty([kCFStreamSSLLevel as NSString: StreamSocketSecurityLevel.ssLv2], forKey: key))
         XCTAssertEqual(late.output.streamStatus, .error)
         late.input.close(); late.output.close()
         XCTAssertTrue(listener.waitForOutput(containing: "got -", seconds: 20), listener.output)
@@ -222,8 +251,10 @@ final class TLSTests: SalutTestCase {
 
     func testTLSAskedForRightAfterOpenStartsOnTheOpenConnectionAsOnApple() async throws {
         // Apple's spellings exactly: Swift values for `setProperty`, the CF key cast with `as`.
-        let settings: [String: Any] = [kCFStreamSSLPeerName as String: "localhost",
-                                       SalutSSLSettingsKey.pinnedSHA256: [certificate.publicKeySHA256]]
+        let settings: [String: Any] = [
+            kCFStreamSSLPeerName as String: "localhost",
+            SalutSSLSettingsKey.pinnedSHA256: [certificate.publicKeySHA256],
+        ]
         // The order Apple tutorials use (level, then settings), and the settings alone.
         for levelFirst in [true, false] {
             let (server, port) = try reversingServer(certificate)
@@ -232,17 +263,20 @@ final class TLSTests: SalutTestCase {
             pair.input.open()
             pair.output.open()
             if levelFirst {
-                XCTAssertTrue(pair.input.setProperty(StreamSocketSecurityLevel.negotiatedSSL, forKey: .socketSecurityLevelKey))
-                XCTAssertTrue(pair.output.setProperty(StreamSocketSecurityLevel.negotiatedSSL, forKey: .socketSecurityLevelKey),
-                              "the same on the other stream")
+                XCTAssertTrue(
+                    pair.input.setProperty(StreamSocketSecurityLevel.negotiatedSSL, forKey: .socketSecurityLevelKey))
+                XCTAssertTrue(
+                    pair.output.setProperty(StreamSocketSecurityLevel.negotiatedSSL, forKey: .socketSecurityLevelKey),
+                    "the same on the other stream")
             }
             XCTAssertTrue(pair.input.setProperty(settings, forKey: kCFStreamPropertySSLSettings as Stream.PropertyKey))
             try await pair.output.write(Data("over tls\n".utf8))
             let answer = try await withDeadline(20, "answer") { try await readBytes(pair.input, count: 9) }
             XCTAssertEqual(String(decoding: answer, as: UTF8.self), "slt revo\n", "levelFirst \(levelFirst)")
             XCTAssertEqual(pair.input.property(forKey: .salutTLSProtocolVersion) as? String, "TLSv1.3")
-            XCTAssertEqual(pair.input.property(forKey: .socketSecurityLevelKey) as? String,
-                           StreamSocketSecurityLevel.negotiatedSSL.rawValue)
+            XCTAssertEqual(
+                pair.input.property(forKey: .socketSecurityLevelKey) as? String,
+                StreamSocketSecurityLevel.negotiatedSSL.rawValue)
             pair.input.close(); pair.output.close()
         }
     }
@@ -253,20 +287,24 @@ final class TLSTests: SalutTestCase {
         let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port)
         try await withDeadline(20, "open") { try await pair.open() }
         try await pair.output.write(Data("plain\n".utf8))
-        XCTAssertFalse(pair.output.setProperty(StreamSocketSecurityLevel.negotiatedSSL.rawValue as NSString,
-                                               forKey: .socketSecurityLevelKey))
+        XCTAssertFalse(
+            pair.output.setProperty(
+                StreamSocketSecurityLevel.negotiatedSSL.rawValue as NSString,
+                forKey: .socketSecurityLevelKey))
         // Never carried on in the clear: both streams fail and say why.
         XCTAssertEqual(pair.output.streamStatus, .error)
         XCTAssertEqual(pair.input.streamStatus, .error)
-        XCTAssertTrue("\(pair.output.streamError.map { "\($0)" } ?? "none")".contains("in the clear"),
-                      "\(String(describing: pair.output.streamError))")
+        XCTAssertTrue(
+            "\(pair.output.streamError.map { "\($0)" } ?? "none")".contains("in the clear"),
+            "\(String(describing: pair.output.streamError))")
         XCTAssertEqual(pair.output.write([1], maxLength: 1), -1)
     }
 
     func testOldProtocolOnlyServerFailsTheHandshake() async throws {
         let (server, port) = try reversingServer(certificate, extra: ["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0"])
         defer { server.stop() }
-        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port, tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        let pair = SocketStreams.pair(
+            toHost: "127.0.0.1", port: port, tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
         let error = await openError(pair)
         XCTAssertEqual(error?.tlsError?.code, .handshakeFailed, "got \(String(describing: error))")
     }
@@ -281,7 +319,8 @@ final class TLSTests: SalutTestCase {
                 connection.output.close()
             }
         }
-        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: Int(listener.port), tls: TLSConfiguration(validatesCertificateChain: false))
+        let pair = SocketStreams.pair(
+            toHost: "127.0.0.1", port: Int(listener.port), tls: TLSConfiguration(validatesCertificateChain: false))
         let error = await openError(pair)
         guard let tls = error?.tlsError, tls.code == .handshakeFailed, let reason = tls.reason else {
             return XCTFail("got \(String(describing: error))")
@@ -290,8 +329,11 @@ final class TLSTests: SalutTestCase {
     }
 
     func testOurTLSListenerServesOpenSSLClient() async throws {
-        let listener = try StreamListener(port: 0, tls: .server(certificateChainFile: certificate.certificateFile,
-                                                                privateKeyFile: certificate.keyFile))
+        let listener = try StreamListener(
+            port: 0,
+            tls: .server(
+                certificateChainFile: certificate.certificateFile,
+                privateKeyFile: certificate.keyFile))
         defer { listener.stop() }
         listener.accept { connection in
             Task {
@@ -305,8 +347,10 @@ final class TLSTests: SalutTestCase {
                 connection.output.close()
             }
         }
-        let client = try Foreign(["openssl", "s_client", "-connect", "127.0.0.1:\(listener.port)", "-quiet",
-                                  "-verify_return_error", "-CAfile", certificate.certificateFile, "-verify_hostname", "localhost"])
+        let client = try Foreign([
+            "openssl", "s_client", "-connect", "127.0.0.1:\(listener.port)", "-quiet",
+            "-verify_return_error", "-CAfile", certificate.certificateFile, "-verify_hostname", "localhost",
+        ])
         defer { client.stop() }
         client.write("ping\n")
         XCTAssertTrue(client.waitForOutput(containing: "ack ping", seconds: 20), client.output)
@@ -314,26 +358,39 @@ final class TLSTests: SalutTestCase {
 
     func testTLS12IsOnlyForwardSecretAEADInTheServersOrderAndNoCBCSuiteIsTaken() async throws {
         // What a TLS scanner probes, one suite at a time, with `openssl s_client`.
-        let listener = try StreamListener(port: 0, tls: .server(certificateChainFile: certificate.certificateFile,
-                                                                privateKeyFile: certificate.keyFile))
+        let listener = try StreamListener(
+            port: 0,
+            tls: .server(
+                certificateChainFile: certificate.certificateFile,
+                privateKeyFile: certificate.keyFile))
         defer { listener.stop() }
         listener.accept { connection in
-            Task { _ = try? await connection.streams.open(); connection.input.close(); connection.output.close() }
+            Task {
+                _ = try? await connection.streams.open(); connection.input.close(); connection.output.close()
+            }
         }
         func negotiated(_ arguments: [String]) -> String {
-            let client = try? Foreign(["openssl", "s_client", "-connect", "127.0.0.1:\(listener.port)", "-brief"] + arguments)
+            let client = try? Foreign(
+                ["openssl", "s_client", "-connect", "127.0.0.1:\(listener.port)", "-brief"] + arguments)
             client?.closeInput()
             let output = client?.finish(seconds: 20) ?? ""
-            return output.components(separatedBy: "Ciphersuite: ").dropFirst().first.map { String($0.prefix { !$0.isNewline }) } ?? "none: \(output)"
+            return output.components(separatedBy: "Ciphersuite: ").dropFirst().first.map {
+                String($0.prefix { !$0.isNewline })
+            } ?? "none: \(output)"
         }
-        for refused in ["ECDHE-ECDSA-AES128-SHA", "ECDHE-ECDSA-AES256-SHA", "ECDHE-ECDSA-AES128-SHA256", "ECDHE-ECDSA-AES256-SHA384",
-                        "AES128-GCM-SHA256", "AES256-SHA"] {
+        for refused in [
+            "ECDHE-ECDSA-AES128-SHA", "ECDHE-ECDSA-AES256-SHA", "ECDHE-ECDSA-AES128-SHA256",
+            "ECDHE-ECDSA-AES256-SHA384",
+            "AES128-GCM-SHA256", "AES256-SHA",
+        ] {
             XCTAssertTrue(negotiated(["-tls1_2", "-cipher", refused]).hasPrefix("none"), refused)
         }
-        XCTAssertEqual(negotiated(["-tls1_2", "-cipher", "ECDHE-ECDSA-CHACHA20-POLY1305"]), "ECDHE-ECDSA-CHACHA20-POLY1305")
+        XCTAssertEqual(
+            negotiated(["-tls1_2", "-cipher", "ECDHE-ECDSA-CHACHA20-POLY1305"]), "ECDHE-ECDSA-CHACHA20-POLY1305")
         // The client prefers AES-256; the server's order (AES-128 first) wins.
-        XCTAssertEqual(negotiated(["-tls1_2", "-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256"]),
-                       "ECDHE-ECDSA-AES128-GCM-SHA256")
+        XCTAssertEqual(
+            negotiated(["-tls1_2", "-cipher", "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256"]),
+            "ECDHE-ECDSA-AES128-GCM-SHA256")
         XCTAssertTrue(negotiated(["-tls1_1"]).hasPrefix("none"), "TLS 1.1 is refused")
         XCTAssertTrue(negotiated([]).hasPrefix("TLS_"), "TLS 1.3 by default")
     }
@@ -342,19 +399,21 @@ final class TLSTests: SalutTestCase {
         // SIGPIPE at its default (fatal) disposition: OpenSSL's own socket BIO would raise it
         // and end this process.
         _ = signal(SIGPIPE, SIG_DFL)
-        let serverTLS = TLSConfiguration.server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+        let serverTLS = TLSConfiguration.server(
+            certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
         let listener = try StreamListener(port: 0, tls: serverTLS)
         defer { listener.stop() }
         listener.accept { connection in
-            Task {   // take a little, then reset the connection
+            Task {  // take a little, then reset the connection
                 guard (try? await connection.streams.open()) != nil else { return }
                 _ = try? await readBytes(connection.input, count: 64 * 1024)
                 connection.input.close()
                 connection.output.close()
             }
         }
-        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: Int(listener.port),
-                                      tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        let pair = SocketStreams.pair(
+            toHost: "127.0.0.1", port: Int(listener.port),
+            tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
         try await withDeadline(20, "open") { try await pair.open() }
         // Blocking writes from a thread of our own with SIGPIPE unblocked, as an app's main
         // thread has it (libdispatch's threads block it, which would hide the problem).
@@ -366,11 +425,16 @@ final class TLSTests: SalutTestCase {
             sigaddset(&pipeSignal, SIGPIPE)
             pthread_sigmask(SIG_UNBLOCK, &pipeSignal, nil)
             let block = [UInt8](repeating: 7, count: 64 * 1024)
-            for _ in 0..<4096 {   // 256 MiB: far more than the peer takes
+            for _ in 0..<4096 {  // 256 MiB: far more than the peer takes
                 var offset = 0
                 while offset < block.count {
-                    let n = block.withUnsafeBufferPointer { pair.output.write($0.baseAddress! + offset, maxLength: block.count - offset) }
-                    if n < 0 { result.withLock { $0 = pair.output.streamError ?? StreamFailure.notOpen }; failed.signal(); return }
+                    let n = block.withUnsafeBufferPointer {
+                        pair.output.write($0.baseAddress! + offset, maxLength: block.count - offset)
+                    }
+                    if n < 0 {
+                        result.withLock { $0 = pair.output.streamError ?? StreamFailure.notOpen }; failed.signal();
+                        return
+                    }
                     offset += n
                 }
             }
@@ -386,8 +450,9 @@ final class TLSTests: SalutTestCase {
         // openssl s_server sends some bytes, then its TCP connection is cut (killed) without a
         // close_notify: the reader must see an error, not a clean end of data.
         let (server, port) = try reversingServer(certificate)
-        let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port,
-                                      tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        let pair = SocketStreams.pair(
+            toHost: "127.0.0.1", port: port,
+            tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
         try await withDeadline(20, "open") { try await pair.open() }
         try await pair.output.write(Data("olleh\n".utf8))
         let first = try await withDeadline(10, "the reply") { try await readBytes(pair.input, count: 6) }
@@ -406,31 +471,36 @@ final class TLSTests: SalutTestCase {
         kill(server.process.processIdentifier, SIGKILL)
         XCTAssertEqual(finished.wait(timeout: .now() + 10), .success, "the cut was never noticed")
         XCTAssertEqual(result.value, -1, "a cut TLS stream ended as if complete")
-        XCTAssertEqual(pair.input.streamError as? SocketStreamError, .tls(.closedWithoutCloseNotify),
-                       "\(String(describing: pair.input.streamError))")
+        XCTAssertEqual(
+            pair.input.streamError as? SocketStreamError, .tls(.closedWithoutCloseNotify),
+            "\(String(describing: pair.input.streamError))")
     }
 
     func testMutualTLSBetweenOurOwnEndsMovesEightMebibytesBothWays() async throws {
         let clientCertificate = try TestCertificate.make(commonName: "peer-client", alternativeNames: "DNS:peer-client")
-        var serverTLS = TLSConfiguration.server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+        var serverTLS = TLSConfiguration.server(
+            certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
         serverTLS.requiresClientCertificate = true
         serverTLS.pinnedSHA256 = [clientCertificate.publicKeySHA256]
         let listener = try StreamListener(port: 0, tls: serverTLS)
         defer { listener.stop() }
         listener.accept { connection in
-            Task {   // echo everything back
+            Task {  // echo everything back
                 guard (try? await connection.streams.open()) != nil else { return }
                 for try await chunk in connection.input.chunks { try await connection.output.write(chunk) }
                 connection.output.close()
             }
         }
-        let tls = TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256],
-                                   certificateChainFile: clientCertificate.certificateFile,
-                                   privateKeyFile: clientCertificate.keyFile)
+        let tls = TLSConfiguration(
+            pinnedSHA256: [certificate.certificateSHA256],
+            certificateChainFile: clientCertificate.certificateFile,
+            privateKeyFile: clientCertificate.keyFile)
         let pair = SocketStreams.pair(toHost: "::1", port: Int(listener.port), tls: tls)
         try await withDeadline(20, "open") { try await pair.open() }
         var payload = Data(count: 8 << 20)
-        payload.withUnsafeMutableBytes { raw in for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 31 &+ i >> 13) } }
+        payload.withUnsafeMutableBytes { raw in
+            for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 31 &+ i >> 13) }
+        }
         let sent = payload
         let writer = Task {
             try await pair.output.write(sent)
@@ -442,11 +512,12 @@ final class TLSTests: SalutTestCase {
         XCTAssertTrue(echoed == payload, "the echoed bytes differ")
 
         // Without a client certificate the server refuses.
-        let anonymous = SocketStreams.pair(toHost: "::1", port: Int(listener.port),
-                                           tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        let anonymous = SocketStreams.pair(
+            toHost: "::1", port: Int(listener.port),
+            tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
         let refused: Data? = try await withDeadline(20, "refusal") {
             guard (try? await anonymous.open()) != nil else { return nil }
-            return try? await readBytes(anonymous.input, count: 1)   // TLS 1.3: the alert comes after
+            return try? await readBytes(anonymous.input, count: 1)  // TLS 1.3: the alert comes after
         }
         XCTAssertTrue(refused == nil || refused!.isEmpty, "an anonymous client got data")
     }
@@ -465,7 +536,8 @@ final class TLSTests: SalutTestCase {
         pair.input.close(); pair.output.close()
 
         // Our server's order wins over an OpenSSL client's (which puts AES-256-GCM first).
-        var serverTLS = TLSConfiguration.server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+        var serverTLS = TLSConfiguration.server(
+            certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
         serverTLS.tls13CipherSuites = "TLS_CHACHA20_POLY1305_SHA256:TLS_AES_256_GCM_SHA384"
         let listener = try StreamListener(port: 0, tls: serverTLS)
         defer { listener.stop() }
@@ -475,8 +547,10 @@ final class TLSTests: SalutTestCase {
                 try await connection.output.write(Data("ready\n".utf8))
             }
         }
-        let client = try Foreign(["openssl", "s_client", "-connect", "127.0.0.1:\(listener.port)",
-                                  "-CAfile", certificate.certificateFile])
+        let client = try Foreign([
+            "openssl", "s_client", "-connect", "127.0.0.1:\(listener.port)",
+            "-CAfile", certificate.certificateFile,
+        ])
         defer { client.stop() }
         XCTAssertTrue(client.waitForOutput(containing: "ready", seconds: 20), client.output)
         XCTAssertTrue(client.output.contains("TLS_CHACHA20_POLY1305_SHA256"), client.output)
@@ -488,7 +562,7 @@ final class TLSTests: SalutTestCase {
         XCTAssertEqual(refused?.tlsError?.code, .invalidConfiguration, "\(String(describing: refused))")
         for bad in ["TLS_AES_128_GCM_SHA256::TLS_AES_256_GCM_SHA384", "TLS_AES_128_GCM_SHA256:TLS_BOGUS", ""] {
             unknown.tls13CipherSuites = bad
-            XCTAssertThrowsError(try unknown.validate(), bad)   // OpenSSL alone would drop TLS_BOGUS silently
+            XCTAssertThrowsError(try unknown.validate(), bad)  // OpenSSL alone would drop TLS_BOGUS silently
         }
     }
 
@@ -496,8 +570,13 @@ final class TLSTests: SalutTestCase {
         XCTAssertThrowsError(try StreamListener(port: 0, tls: TLSConfiguration(role: .server))) { error in
             XCTAssertEqual((error as? SocketStreamError)?.tlsError?.code, .invalidConfiguration, "\(error)")
         }
-        XCTAssertThrowsError(try StreamListener(port: 0, tls: .server(certificateChainFile: "/nonexistent.pem", privateKeyFile: certificate.keyFile))) { error in
-            XCTAssertEqual(error as? SocketStreamError, .tls(.cannotLoad(file: "/nonexistent.pem", reason: "no such readable file")))
+        XCTAssertThrowsError(
+            try StreamListener(
+                port: 0, tls: .server(certificateChainFile: "/nonexistent.pem", privateKeyFile: certificate.keyFile))
+        ) { error in
+            XCTAssertEqual(
+                error as? SocketStreamError,
+                .tls(.cannotLoad(file: "/nonexistent.pem", reason: "no such readable file")))
         }
         XCTAssertThrowsError(try TLSConfiguration(minimumVersion: .v1_3, maximumVersion: .v1_2).validate())
         XCTAssertNil(TLSConfiguration.Version(string: "1.4"))
@@ -510,7 +589,9 @@ final class PinParsingTests: XCTestCase {
         let hex = String(repeating: "ab", count: 32)
         XCTAssertNoThrow(try TLSConfiguration(pinnedSHA256: [hex]).validate())
         XCTAssertNoThrow(try TLSConfiguration(pinnedSHA256: [hex.uppercased()]).validate())
-        XCTAssertNoThrow(try TLSConfiguration(pinnedSHA256: [stride(from: 0, to: 64, by: 2).map { _ in "ab" }.joined(separator: ":")]).validate())
+        XCTAssertNoThrow(
+            try TLSConfiguration(pinnedSHA256: [stride(from: 0, to: 64, by: 2).map { _ in "ab" }.joined(separator: ":")]
+            ).validate())
         // Full-width digits and letters pass Character.isHexDigit; they crashed the parser.
         let fullWidth = String(repeating: "\u{FF11}\u{FF21}", count: 32)
         let arabic = String(repeating: "\u{0661}", count: 64)

@@ -8,7 +8,8 @@ public enum BuiltProduct {
     /// The folder of this run's build products.
     public static let folder: URL = {
         // The running test executable (on Linux, the `.xctest` file itself).
-        let running = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let running =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         return URL(fileURLWithPath: running).deletingLastPathComponent()
     }()
 

@@ -98,25 +98,28 @@ public final class ChildProcess: @unchecked Sendable {
     /// descriptors are watched and released quickly on many threads (the process dies with
     /// "source finalized twice"; swift-corelibs-libdispatch #949), and the tests start many
     /// children while Salut opens and closes sockets.
-    private static func startReading(_ readFD: Int32, until stopFD: Int32, onOutput: @escaping @Sendable (Data) -> Void) {
+    private static func startReading(_ readFD: Int32, until stopFD: Int32, onOutput: @escaping @Sendable (Data) -> Void)
+    {
         let thread = Thread {
             defer { close(readFD); close(stopFD) }
             var buffer = [UInt8](repeating: 0, count: 16 * 1024)
-            var fds = [pollfd(fd: readFD, events: Int16(POLLIN), revents: 0),
-                       pollfd(fd: stopFD, events: Int16(POLLIN), revents: 0)]
+            var fds = [
+                pollfd(fd: readFD, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: stopFD, events: Int16(POLLIN), revents: 0),
+            ]
             while true {
                 let ready = poll(&fds, 2, -1)
                 if ready < 0 {
                     if errno == EINTR { continue }
-                    onOutput(Data())   // cannot wait any more: report the end
+                    onOutput(Data())  // cannot wait any more: report the end
                     return
                 }
-                if fds[1].revents != 0 { return }   // the owner is gone: nobody listens
+                if fds[1].revents != 0 { return }  // the owner is gone: nobody listens
                 guard fds[0].revents != 0 else { continue }
                 let n = read(readFD, &buffer, buffer.count)
                 if n > 0 { onOutput(Data(buffer[..<n])); continue }
                 if n < 0 && errno == EINTR { continue }
-                onOutput(Data())   // end of output (or an error reading it)
+                onOutput(Data())  // end of output (or an error reading it)
                 return
             }
         }
@@ -142,14 +145,14 @@ public final class ChildProcess: @unchecked Sendable {
     }
 
     deinit {
-        close(stopFD)   // the output thread sees the hang-up, stops, and closes its descriptors
+        close(stopFD)  // the output thread sees the hang-up, stops, and closes its descriptors
         lock.withLock {
             if stdinFD >= 0 { close(stdinFD) }
         }
         if isRunning {
             kill(processIdentifier, SIGKILL)
             var raw: Int32 = 0
-            while waitpid(processIdentifier, &raw, 0) < 0 && errno == EINTR {}   // no zombie left
+            while waitpid(processIdentifier, &raw, 0) < 0 && errno == EINTR {}  // no zombie left
         }
     }
 

@@ -3,8 +3,10 @@ import Foundation
 /// Runs `body`, failing with `DeadlineExceeded` if it takes longer than `seconds`. Returns at
 /// the deadline even when `body` ignores cancellation (it is cancelled and left behind), so a
 /// hang becomes a test failure, never a stuck test run.
-public func withDeadline<T: Sendable>(_ seconds: Double, _ what: String = "operation",
-                                      _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+public func withDeadline<T: Sendable>(
+    _ seconds: Double, _ what: String = "operation",
+    _ body: @escaping @Sendable () async throws -> T
+) async throws -> T {
     let outcome = FirstOutcome<T>()
     return try await withCheckedThrowingContinuation { continuation in
         outcome.set(continuation)

@@ -17,7 +17,9 @@ public final class RawClient {
         address.sin_port = UInt16(port).bigEndian
         address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard connected == 0 else {
             let code = errno
@@ -54,7 +56,7 @@ public final class RawClient {
             guard ready > 0 else { continue }
             let n = recv(fd, &buffer, buffer.count, Int32(MSG_DONTWAIT))
             if n == 0 { return true }
-            if n < 0 && errno != EAGAIN && errno != EINTR { return true }   // reset
+            if n < 0 && errno != EAGAIN && errno != EINTR { return true }  // reset
         }
     }
 

@@ -15,19 +15,24 @@ public struct TestCertificate: Sendable {
     /// Makes a P-256 certificate for `commonName`, valid for the given subject alternative
     /// names, in a fresh temporary directory.
     /// - Throws: `TestCertificate.Failure` with openssl's output when a command fails.
-    public static func make(commonName: String = "localhost",
-                            alternativeNames: String = "DNS:localhost,IP:127.0.0.1,IP:::1") throws -> TestCertificate {
+    public static func make(
+        commonName: String = "localhost",
+        alternativeNames: String = "DNS:localhost,IP:127.0.0.1,IP:::1"
+    ) throws -> TestCertificate {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("salut-cert-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let cert = directory.appendingPathComponent("cert.pem").path
         let key = directory.appendingPathComponent("key.pem").path
-        _ = try run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
-                    + "-subj /CN=\(commonName) -addext subjectAltName=\(alternativeNames) -keyout \(key) -out \(cert)")
+        _ = try run(
+            "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+                + "-subj /CN=\(commonName) -addext subjectAltName=\(alternativeNames) -keyout \(key) -out \(cert)")
         let certificateHash = try run("openssl x509 -in \(cert) -outform der | openssl dgst -sha256 -r")
-        let keyHash = try run("openssl x509 -in \(cert) -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -r")
-        return TestCertificate(certificateFile: cert, keyFile: key,
-                               certificateSHA256: String(certificateHash.prefix(64)),
-                               publicKeySHA256: String(keyHash.prefix(64)))
+        let keyHash = try run(
+            "openssl x509 -in \(cert) -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -r")
+        return TestCertificate(
+            certificateFile: cert, keyFile: key,
+            certificateSHA256: String(certificateHash.prefix(64)),
+            publicKeySHA256: String(keyHash.prefix(64)))
     }
 
     /// A failed shell command, with its output.
@@ -52,8 +57,12 @@ public func freeLoopbackPort() -> Int {
     address.sin_family = sa_family_t(AF_INET)
     address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+    }
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+    }
     return Int(UInt16(bigEndian: address.sin_port))
 }
 
@@ -62,8 +71,11 @@ public func freeLoopbackPort() -> Int {
 /// - Throws: `DeadlineExceeded` when it does not start listening within 10 s.
 public func reversingServer(_ certificate: TestCertificate, extra: [String] = []) throws -> (Foreign, Int) {
     let port = freeLoopbackPort()
-    let server = try Foreign(["openssl", "s_server", "-accept", "127.0.0.1:\(port)", "-cert", certificate.certificateFile,
-                              "-key", certificate.keyFile, "-naccept", "1", "-rev"] + extra)
+    let server = try Foreign(
+        [
+            "openssl", "s_server", "-accept", "127.0.0.1:\(port)", "-cert", certificate.certificateFile,
+            "-key", certificate.keyFile, "-naccept", "1", "-rev",
+        ] + extra)
     guard server.waitForOutput(containing: "ACCEPT", seconds: 10) else {
         throw DeadlineExceeded(what: "s_server listening: \(server.output)", seconds: 10)
     }

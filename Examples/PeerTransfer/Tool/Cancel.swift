@@ -22,16 +22,21 @@ struct Cancel: AsyncParsableCommand {
 
     func validate() throws {
         guard all != !tasks.isEmpty else {
-            throw ValidationError(all ? "give task ids or --all, not both" : "give the task ids to cancel (peerxfer status lists them), or --all")
+            throw ValidationError(
+                all
+                    ? "give task ids or --all, not both"
+                    : "give the task ids to cancel (peerxfer status lists them), or --all")
         }
         guard tasks.allSatisfy({ $0.count >= 4 && $0.allSatisfy { $0.isHexDigit || $0 == "-" } }) else {
-            throw ValidationError("a task id is hexadecimal, at least its first 4 characters (peerxfer status lists them)")
+            throw ValidationError(
+                "a task id is hexadecimal, at least its first 4 characters (peerxfer status lists them)")
         }
     }
 
     func run() async throws {
         let configuration = try config.loadExisting()
-        let session = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer"))
+        let session = PeerSession(
+            configuration: configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer"))
         defer { session.finishTasksAndInvalidate() }
         let queued = session.allTasks.compactMap { $0 as? PeerUploadTask }
         var chosen: [PeerUploadTask] = []
@@ -44,13 +49,16 @@ struct Cancel: AsyncParsableCommand {
                     throw PeerTransferError.usage("\(id) matches \(matches.count) queued sends; give more of its id")
                 }
                 guard let task = matches.first else {
-                    throw PeerTransferError.runtime("no queued background send has the id \(id) (delivered, failed or never queued here: peerxfer status shows the queue)")
+                    throw PeerTransferError.runtime(
+                        "no queued background send has the id \(id) (delivered, failed or never queued here: peerxfer status shows the queue)"
+                    )
                 }
                 chosen.append(task)
             }
         }
         for task in chosen {
-            let what = "\(task.taskDescription ?? "?") for \"\(Terminal.escape(task.service.name))\" (task \(TaskID.short(task.persistentIdentifier)))"
+            let what =
+                "\(task.taskDescription ?? "?") for \"\(Terminal.escape(task.service.name))\" (task \(TaskID.short(task.persistentIdentifier)))"
             if task.isCancellationRequested {
                 // Asked before, and no daemon has run since to act on it.
                 printLine("already cancelled: \(what); the daemon drops it when it starts")
@@ -63,7 +71,8 @@ struct Cancel: AsyncParsableCommand {
         // A name granted first-use trust for a queued send (`--accept-new-key`) keeps it only
         // while a send to it is still queued.
         let chosenIDs = Set(chosen.map(\.persistentIdentifier))
-        let stillQueued = queued.filter { !chosenIDs.contains($0.persistentIdentifier) && !$0.isCancellationRequested }.map(\.service.name)
+        let stillQueued = queued.filter { !chosenIDs.contains($0.persistentIdentifier) && !$0.isCancellationRequested }
+            .map(\.service.name)
         try KnownPeers.update(at: configuration.knownPeersFile) { known in
             known.revokeNewKeyGrants { name in !stillQueued.contains { ServiceNames.sameIgnoringASCIICase($0, name) } }
         }

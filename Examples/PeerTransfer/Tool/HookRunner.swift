@@ -26,22 +26,28 @@ enum HookRunner {
     /// Runs the hook and returns once it has ended (never later than `limit` plus a second).
     /// Cancelling the calling task ends it as the limit does, within 50 ms: its group is
     /// killed and it has no status (the offer's sender left, or the daemon stops).
-    static func run(_ command: String, environment: [String: String], input: Data, limit: TimeInterval) async -> Outcome {
+    static func run(_ command: String, environment: [String: String], input: Data, limit: TimeInterval) async -> Outcome
+    {
         let cancelled = Locked(false)
         return await withTaskCancellationHandler {
             await onThreadOfItsOwn {
-                runBlocking(command, environment: environment, input: input, limit: limit,
-                            cancelled: { cancelled.withLock { $0 } })
+                runBlocking(
+                    command, environment: environment, input: input, limit: limit,
+                    cancelled: { cancelled.withLock { $0 } })
             }
         } onCancel: {
             cancelled.withLock { $0 = true }
         }
     }
 
-    private static func runBlocking(_ command: String, environment: [String: String], input: Data, limit: TimeInterval,
-                                    cancelled: () -> Bool) -> Outcome {
+    private static func runBlocking(
+        _ command: String, environment: [String: String], input: Data, limit: TimeInterval,
+        cancelled: () -> Bool
+    ) -> Outcome {
         var toChild: [Int32] = [-1, -1], fromChild: [Int32] = [-1, -1]
-        guard pipe(&toChild) == 0 else { return Outcome(status: nil, printed: Data(), failure: "pipe: \(String(cString: strerror(errno)))") }
+        guard pipe(&toChild) == 0 else {
+            return Outcome(status: nil, printed: Data(), failure: "pipe: \(String(cString: strerror(errno)))")
+        }
         guard pipe(&fromChild) == 0 else {
             close(toChild[0]); close(toChild[1])
             return Outcome(status: nil, printed: Data(), failure: "pipe: \(String(cString: strerror(errno)))")
@@ -106,7 +112,9 @@ enum HookRunner {
 
     /// `sh -c command` with `stdin` and `stdout` as its 0 and 1 (2 is the daemon's), leading a
     /// process group of its own, with default signal dispositions and an empty signal mask.
-    private static func spawn(_ command: String, environment: [String: String], stdin: Int32, stdout: Int32) -> (pid_t?, String?) {
+    private static func spawn(
+        _ command: String, environment: [String: String], stdin: Int32, stdout: Int32
+    ) -> (pid_t?, String?) {
         var actions = posix_spawn_file_actions_t()
         var attributes = posix_spawnattr_t()
         guard posix_spawn_file_actions_init(&actions) == 0 else { return (nil, "posix_spawn_file_actions_init failed") }
@@ -121,11 +129,12 @@ enum HookRunner {
         sigemptyset(&empty)
         let flags = Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK)
         guard posix_spawn_file_actions_adddup2(&actions, stdin, 0) == 0,
-              posix_spawn_file_actions_adddup2(&actions, stdout, 1) == 0,
-              posix_spawnattr_setflags(&attributes, flags) == 0,
-              posix_spawnattr_setpgroup(&attributes, 0) == 0,
-              posix_spawnattr_setsigdefault(&attributes, &defaults) == 0,
-              posix_spawnattr_setsigmask(&attributes, &empty) == 0 else {
+            posix_spawn_file_actions_adddup2(&actions, stdout, 1) == 0,
+            posix_spawnattr_setflags(&attributes, flags) == 0,
+            posix_spawnattr_setpgroup(&attributes, 0) == 0,
+            posix_spawnattr_setsigdefault(&attributes, &defaults) == 0,
+            posix_spawnattr_setsigmask(&attributes, &empty) == 0
+        else {
             return (nil, "cannot prepare the hook's process")
         }
         let words: [String] = ["/bin/sh", "-c", command]

@@ -6,7 +6,8 @@ import PeerTransferCore
 struct Identity: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print this device's key fingerprint (made on first use), to pair with other devices.",
-        discussion: "Senders pair with this device by its key: `peerxfer trust --pin NAME KEY` or `peerxfer send --expect-key KEY`; a receiver that runs --accept known trusts this device as a sender with `peerxfer trust KEY`. Read the key here and type or paste it there: a key learned from the network could be anyone's."
+        discussion:
+            "Senders pair with this device by its key: `peerxfer trust --pin NAME KEY` or `peerxfer send --expect-key KEY`; a receiver that runs --accept known trusts this device as a sender with `peerxfer trust KEY`. Read the key here and type or paste it there: a key learned from the network could be anyone's."
     )
 
     @OptionGroup var config: ConfigOptions
@@ -17,13 +18,19 @@ struct Identity: AsyncParsableCommand {
     func run() async throws {
         let configuration = try config.load()
         if json {
-            printJSON(["key": configuration.identity.publicKeySHA256, "device": configuration.deviceID,
-                       "certificate": configuration.identity.certificateFile])
+            printJSON([
+                "key": configuration.identity.publicKeySHA256, "device": configuration.deviceID,
+                "certificate": configuration.identity.certificateFile,
+            ])
         } else {
             printLine("key \(configuration.identity.publicKeySHA256)")
             printLine("device \(configuration.deviceID)")
-            printLine("(a sender pairs with this device by: peerxfer trust --pin NAME \(configuration.identity.publicKeySHA256))")
-            printLine("(a receiver that runs --accept known trusts it as a sender by: peerxfer trust \(configuration.identity.publicKeySHA256))")
+            printLine(
+                "(a sender pairs with this device by: peerxfer trust --pin NAME \(configuration.identity.publicKeySHA256))"
+            )
+            printLine(
+                "(a receiver that runs --accept known trusts it as a sender by: peerxfer trust \(configuration.identity.publicKeySHA256))"
+            )
         }
     }
 }

@@ -12,23 +12,31 @@ import Salut
 /// environment variable, the command's default (`info` for `serve`, a daemon whose log is its
 /// record; `warning` otherwise).
 struct LoggingOptions: ParsableArguments {
-    @Option(name: .customLong("log-level"),
-            help: ArgumentHelp("How much to log on stderr: trace, debug, info, notice, warning, error or critical (default: info for serve, warning otherwise; PEERXFER_LOG_LEVEL sets it too).",
-                               valueName: "level"))
+    @Option(
+        name: .customLong("log-level"),
+        help: ArgumentHelp(
+            "How much to log on stderr: trace, debug, info, notice, warning, error or critical (default: info for serve, warning otherwise; PEERXFER_LOG_LEVEL sets it too).",
+            valueName: "level"))
     var level: Logger.Level?
 
     @Flag(name: .shortAndLong, help: "Log what happens on the network in detail (the same as --log-level debug).")
     var verbose = false
 
     func validate() throws {
-        if level == nil, let text = ProcessInfo.processInfo.environment["PEERXFER_LOG_LEVEL"], Logger.Level(rawValue: text) == nil {
-            throw ValidationError("PEERXFER_LOG_LEVEL=\(Terminal.escape(text)) is not a level: trace, debug, info, notice, warning, error or critical")
+        if level == nil, let text = ProcessInfo.processInfo.environment["PEERXFER_LOG_LEVEL"],
+            Logger.Level(rawValue: text) == nil
+        {
+            throw ValidationError(
+                "PEERXFER_LOG_LEVEL=\(Terminal.escape(text)) is not a level: trace, debug, info, notice, warning, error or critical"
+            )
         }
     }
 
     /// The level the options and the environment ask for, or `fallback`.
-    func resolvedLevel(default fallback: Logger.Level,
-                       environment: [String: String] = ProcessInfo.processInfo.environment) -> Logger.Level {
+    func resolvedLevel(
+        default fallback: Logger.Level,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) -> Logger.Level {
         if verbose { return min(level ?? .debug, .debug) }
         if let level { return level }
         return environment["PEERXFER_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? fallback

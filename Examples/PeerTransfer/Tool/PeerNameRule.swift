@@ -20,12 +20,15 @@ enum PeerNameRule {
             return "\(option): \(Terminal.escape("\(error)"))"
         }
         if let first = name.unicodeScalars.first, let last = name.unicodeScalars.last,
-           first.properties.isWhitespace || last.properties.isWhitespace {
-            return "\(option) \"\(Terminal.escape(name))\" begins or ends with a space, which no one could see on a screen"
+            first.properties.isWhitespace || last.properties.isWhitespace
+        {
+            return
+                "\(option) \"\(Terminal.escape(name))\" begins or ends with a space, which no one could see on a screen"
         }
         let scalars = Array(name.unicodeScalars)
         if scalars.indices.contains(where: { DisguisingScalars.mustEscape(scalars, at: $0) }) {
-            return "\(option) \"\(Terminal.escape(name))\" holds control or invisible characters (shown escaped), which no one could tell apart on a screen"
+            return
+                "\(option) \"\(Terminal.escape(name))\" holds control or invisible characters (shown escaped), which no one could tell apart on a screen"
         }
         return nil
     }
@@ -45,8 +48,11 @@ enum RawArguments {
         for index in 1..<Int(CommandLine.argc) {
             guard let pointer = CommandLine.unsafeArgv[index] else { continue }
             if String(validatingCString: pointer) == nil {
-                let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self), count: strlen(pointer))
-                let shown = bytes.map { $0 < 0x80 && $0 >= 0x20 && $0 != 0x7f ? String(UnicodeScalar($0)) : String(format: "\\x%02x", $0) }.joined()
+                let bytes = UnsafeBufferPointer(
+                    start: UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self), count: strlen(pointer))
+                let shown = bytes.map {
+                    $0 < 0x80 && $0 >= 0x20 && $0 != 0x7f ? String(UnicodeScalar($0)) : String(format: "\\x%02x", $0)
+                }.joined()
                 return (index, shown)
             }
         }

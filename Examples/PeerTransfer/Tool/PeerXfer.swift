@@ -9,7 +9,8 @@ import Salut
 struct PeerXfer: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "peerxfer",
-        abstract: "Send files and folders to peerxfer daemons on the LAN over TLS 1.3, verified by SHA-256 and resumable.",
+        abstract:
+            "Send files and folders to peerxfer daemons on the LAN over TLS 1.3, verified by SHA-256 and resumable.",
         discussion: """
             A receiver runs `peerxfer serve`; it publishes itself by DNS-SD with the fingerprint of its key. A sender finds it by name, checks that the key it connects to is the one advertised and the one paired with (a receiver new to it is asked about, or refused without a terminal: see `send --help`), offers a manifest, and sends what the receiver accepts. Files arrive as NAME.<first 24 hex digits of the sender's key>.peerxfer-part (each sender has its own) and get their name only once their SHA-256 matches. Run the same `send` again after an interruption and only what is missing is sent.
 
@@ -29,8 +30,10 @@ struct PeerXfer: AsyncParsableCommand {
               peerxfer trust Kitchen
               peerxfer status --follow
             """,
-        version: "0.1.0",   // the package's version (CHANGELOG.md)
-        subcommands: [Serve.self, Send.self, Peers.self, Status.self, Cancel.self, Trust.self, Untrust.self, Identity.self]
+        version: "0.1.0",  // the package's version (CHANGELOG.md)
+        subcommands: [
+            Serve.self, Send.self, Peers.self, Status.self, Cancel.self, Trust.self, Untrust.self, Identity.self,
+        ]
     )
 
     /// ArgumentParser's entry point, except that usage errors exit 2 (as documented) instead of
@@ -38,9 +41,13 @@ struct PeerXfer: AsyncParsableCommand {
     static func main() async {
         var ignore = sigaction()
         ignore.__sigaction_handler.sa_handler = SIG_IGN
-        if sigaction(SIGPIPE, &ignore, nil) != 0 { printError("cannot ignore SIGPIPE: \(String(cString: strerror(errno)))") }
+        if sigaction(SIGPIPE, &ignore, nil) != 0 {
+            printError("cannot ignore SIGPIPE: \(String(cString: strerror(errno)))")
+        }
         if let invalid = RawArguments.firstInvalid() {
-            printError("peerxfer: argument \(invalid.position) (\(invalid.shown)) is not valid UTF-8; names and paths are taken in UTF-8 only, so it is refused rather than read as another")
+            printError(
+                "peerxfer: argument \(invalid.position) (\(invalid.shown)) is not valid UTF-8; names and paths are taken in UTF-8 only, so it is refused rather than read as another"
+            )
             Foundation.exit(2)
         }
         do {
@@ -65,9 +72,11 @@ struct PeerXfer: AsyncParsableCommand {
 
 /// Options every subcommand that touches the configuration takes.
 struct ConfigOptions: ParsableArguments {
-    @Option(name: .customLong("config"), help: ArgumentHelp(
-        "The configuration folder: this device's key and certificate, pinned and trusted peers.",
-        discussion: "Default: $XDG_CONFIG_HOME/peerxfer, or ~/.config/peerxfer.", valueName: "dir"))
+    @Option(
+        name: .customLong("config"),
+        help: ArgumentHelp(
+            "The configuration folder: this device's key and certificate, pinned and trusted peers.",
+            discussion: "Default: $XDG_CONFIG_HOME/peerxfer, or ~/.config/peerxfer.", valueName: "dir"))
     var directory: String?
 
     func validate() throws {
@@ -75,7 +84,9 @@ struct ConfigOptions: ParsableArguments {
         guard !directory.isEmpty else { throw ValidationError("--config needs a folder") }
         var isDirectory: ObjCBool = false
         if FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), !isDirectory.boolValue {
-            throw ValidationError("--config \(Terminal.escape(directory)) is a file, not a folder: give the configuration's folder (or a new one's)")
+            throw ValidationError(
+                "--config \(Terminal.escape(directory)) is a file, not a folder: give the configuration's folder (or a new one's)"
+            )
         }
     }
 
@@ -100,7 +111,9 @@ struct ConfigOptions: ParsableArguments {
         let made = (try? requireExisting()) == nil
         let configuration = try load()
         if made {
-            printError("note: \(Terminal.escape(configuration.directory)) was not a peerxfer configuration; it is a new one now\(consequence)")
+            printError(
+                "note: \(Terminal.escape(configuration.directory)) was not a peerxfer configuration; it is a new one now\(consequence)"
+            )
         }
         return configuration
     }
@@ -116,22 +129,28 @@ struct ConfigOptions: ParsableArguments {
         let device = (directory as NSString).appendingPathComponent("device.json")
         guard exists, isDirectory.boolValue, FileManager.default.fileExists(atPath: device) else {
             let what = !exists ? "no such folder" : !isDirectory.boolValue ? "not a folder" : "the folder holds none"
-            throw PeerTransferError.usage("there is no peerxfer configuration at \(Terminal.escape(directory)): \(what) (peerxfer serve or peerxfer identity with --config makes one)")
+            throw PeerTransferError.usage(
+                "there is no peerxfer configuration at \(Terminal.escape(directory)): \(what) (peerxfer serve or peerxfer identity with --config makes one)"
+            )
         }
     }
 }
 
 /// Where peers are published and found: the link, or a wide-area DNS zone.
 struct DomainOptions: ParsableArguments {
-    @Option(help: ArgumentHelp(
-        "The DNS-SD domain: local (the link, through avahi-daemon), or a wide-area DNS zone such as home.arpa, for peers on other subnets.",
-        valueName: "domain"))
+    @Option(
+        help: ArgumentHelp(
+            "The DNS-SD domain: local (the link, through avahi-daemon), or a wide-area DNS zone such as home.arpa, for peers on other subnets.",
+            valueName: "domain"))
     var domain = "local"
 
-    @Option(name: .customLong("dns-server"), help: ArgumentHelp(
-        "For a wide-area --domain: the name server to ask (ADDRESS, ADDRESS:PORT or [IPv6]:PORT).",
-        discussion: "send: peers are then found by unicast DNS queries to it instead of through avahi-daemon; serve: it is asked for the zone's primary (default: /etc/resolv.conf).",
-        valueName: "address"))
+    @Option(
+        name: .customLong("dns-server"),
+        help: ArgumentHelp(
+            "For a wide-area --domain: the name server to ask (ADDRESS, ADDRESS:PORT or [IPv6]:PORT).",
+            discussion:
+                "send: peers are then found by unicast DNS queries to it instead of through avahi-daemon; serve: it is asked for the zone's primary (default: /etc/resolv.conf).",
+            valueName: "address"))
     var dnsServer: String?
 
     /// The domain without a final dot, in lower case.
@@ -147,11 +166,17 @@ struct DomainOptions: ParsableArguments {
     func check() throws {
         guard !domain.isEmpty else { throw ValidationError("--domain needs a domain, such as local or home.arpa") }
         if !isLink && bare.hasSuffix(".local") {
-            throw ValidationError("\(domain) is under local, which is multicast DNS on the link, not a zone a name server holds")
+            throw ValidationError(
+                "\(domain) is under local, which is multicast DNS on the link, not a zone a name server holds")
         }
         if let dnsServer {
-            guard nameServer != nil else { throw ValidationError("--dns-server \(dnsServer) is not an IP address, ADDRESS:PORT or [IPv6]:PORT") }
-            if isLink { throw ValidationError("--dns-server is for a wide-area --domain (local is reached through avahi-daemon)") }
+            guard nameServer != nil else {
+                throw ValidationError("--dns-server \(dnsServer) is not an IP address, ADDRESS:PORT or [IPv6]:PORT")
+            }
+            if isLink {
+                throw ValidationError(
+                    "--dns-server is for a wide-area --domain (local is reached through avahi-daemon)")
+            }
         }
     }
 }
@@ -163,7 +188,9 @@ func requireDiscoveryDaemon() async throws {
     do {
         _ = try await DiscoveryContext.shared.daemonInfo(timeout: 3)
     } catch {
-        throw PeerTransferError.runtime("avahi-daemon does not answer on the D-Bus system bus within 3 s, and peerxfer finds peers through it; start it with your system's service manager (for example: sudo systemctl start avahi-daemon)")
+        throw PeerTransferError.runtime(
+            "avahi-daemon does not answer on the D-Bus system bus within 3 s, and peerxfer finds peers through it; start it with your system's service manager (for example: sudo systemctl start avahi-daemon)"
+        )
     }
 }
 

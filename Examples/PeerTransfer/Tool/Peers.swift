@@ -6,7 +6,8 @@ import Salut
 /// `peerxfer peers`: the receivers visible on the LAN.
 struct Peers: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "List the peerxfer receivers visible on the LAN, with their keys and whether they are pinned or trusted."
+        abstract:
+            "List the peerxfer receivers visible on the LAN, with their keys and whether they are pinned or trusted."
     )
 
     @OptionGroup var config: ConfigOptions
@@ -20,7 +21,9 @@ struct Peers: AsyncParsableCommand {
     var json = false
 
     func validate() throws {
-        guard timeout.isFinite, timeout > 0, timeout <= 3_600 else { throw ValidationError("--timeout must be above 0 and at most 3600 seconds") }
+        guard timeout.isFinite, timeout > 0, timeout <= 3_600 else {
+            throw ValidationError("--timeout must be above 0 and at most 3600 seconds")
+        }
     }
 
     func run() async throws {
@@ -43,18 +46,26 @@ struct Peers: AsyncParsableCommand {
                 case .pinned: status = "pinned"
                 case .renamed(let pinnedAs): status = "pinned (as \"\(Terminal.escape(pinnedAs))\")"
                 case .trustedKey: status = "known key"
-                case .keyChanged(let pinnedAs, _): status = pinnedAs == peer.name ? "KEY CHANGED" : "KEY CHANGED (looks like \"\(Terminal.escape(pinnedAs))\")"
+                case .keyChanged(let pinnedAs, _):
+                    status =
+                        pinnedAs == peer.name
+                        ? "KEY CHANGED" : "KEY CHANGED (looks like \"\(Terminal.escape(pinnedAs))\")"
                 case .new: status = "new"
                 }
             }
             let trusted = known.trusted[peer.key] != nil
             if json {
-                printJSON(["name": Terminal.escape(peer.name), "host": Terminal.escape(peer.host), "port": Int(peer.port),
-                           "key": peer.key, "pin": status, "trusted": trusted, "reachable": peer.reachable])
+                printJSON([
+                    "name": Terminal.escape(peer.name), "host": Terminal.escape(peer.host), "port": Int(peer.port),
+                    "key": peer.key, "pin": status, "trusted": trusted, "reachable": peer.reachable,
+                ])
             } else {
-                rows.append([Terminal.escape(peer.name), "\(Terminal.escape(peer.host)):\(peer.port)",
-                             peer.key.isEmpty ? "(none)" : String(peer.key.prefix(16)) + "…",
-                             status + (trusted ? ", trusted" : "") + (peer.reachable ? "" : ", UNREACHABLE (gone? its record may outlive it)")])
+                rows.append([
+                    Terminal.escape(peer.name), "\(Terminal.escape(peer.host)):\(peer.port)",
+                    peer.key.isEmpty ? "(none)" : String(peer.key.prefix(16)) + "…",
+                    status + (trusted ? ", trusted" : "")
+                        + (peer.reachable ? "" : ", UNREACHABLE (gone? its record may outlive it)"),
+                ])
             }
         }
         if !rows.isEmpty {
@@ -69,7 +80,8 @@ struct Peers: AsyncParsableCommand {
         let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
         return all.map { row in
             row.indices.map { column in
-                column == row.count - 1 ? row[column] : row[column] + String(repeating: " ", count: widths[column] - row[column].count)
+                column == row.count - 1
+                    ? row[column] : row[column] + String(repeating: " ", count: widths[column] - row[column].count)
             }.joined(separator: "  ")
         }
     }
@@ -92,7 +104,9 @@ enum PeerDirectory {
 
     /// Whether `resolved` takes a TCP connection within ``reachTimeout`` (closed at once).
     static func reaches(_ resolved: ResolvedService) async -> Bool {
-        guard let address = resolved.addresses.first(where: { !$0.isIPv6 }) ?? resolved.addresses.first else { return false }
+        guard let address = resolved.addresses.first(where: { !$0.isIPv6 }) ?? resolved.addresses.first else {
+            return false
+        }
         let pair = SocketStreams.pair(toHost: address.host, port: Int(resolved.port), connectTimeout: reachTimeout)
         defer {
             pair.input.close()
@@ -126,8 +140,10 @@ enum PeerDirectory {
             // as the sender compares it; anything else reads as no key.
             let advertised = resolved.txtRecord.string(for: "fp")?.lowercased() ?? ""
             let key = SHA256DigestText.isValid(advertised) ? advertised : ""
-            peers.append(Peer(name: service.name, host: resolved.hostName, port: resolved.port, key: key,
-                              reachable: await reaches(resolved)))
+            peers.append(
+                Peer(
+                    name: service.name, host: resolved.hostName, port: resolved.port, key: key,
+                    reachable: await reaches(resolved)))
         }
         return peers
     }

@@ -60,16 +60,24 @@ final class ProgressDisplay: Sendable {
     func show(_ event: SendEvent) {
         switch event {
         case .resolving(let name):
-            if json { printJSON(["event": "resolving", "peer": name]) } else { printError("looking for \"\(Terminal.escape(name))\"…") }
+            if json {
+                printJSON(["event": "resolving", "peer": name])
+            } else {
+                printError("looking for \"\(Terminal.escape(name))\"…")
+            }
         case .connected(let name, let key, let firstUse, let renamedFrom):
             if json {
                 var object: [String: Any] = ["event": "connected", "peer": name, "key": key, "firstUse": firstUse]
                 if let renamedFrom { object["renamedFrom"] = renamedFrom }
                 printJSON(object)
             } else {
-                let verdict = firstUse ? "new here: pinned now"
+                let verdict =
+                    firstUse
+                    ? "new here: pinned now"
                     : renamedFrom.map { "known device, pinned as \"\(Terminal.escape($0))\"" } ?? "matches its pin"
-                printError("connected to \"\(Terminal.escape(name))\" (key \(key.prefix(16))…, \(verdict)); waiting for it to accept the offer")
+                printError(
+                    "connected to \"\(Terminal.escape(name))\" (key \(key.prefix(16))…, \(verdict)); waiting for it to accept the offer"
+                )
             }
         case .answered(let accepted, let files, let declined, let there, let bytes, let reason):
             state.withLock {
@@ -77,15 +85,19 @@ final class ProgressDisplay: Sendable {
                 $0.started = .now
             }
             if json {
-                var object: [String: Any] = ["event": "answered", "accepted": accepted, "acceptedFiles": files, "declined": declined,
-                                             "alreadyThere": there, "bytesToSend": bytes]
+                var object: [String: Any] = [
+                    "event": "answered", "accepted": accepted, "acceptedFiles": files, "declined": declined,
+                    "alreadyThere": there, "bytesToSend": bytes,
+                ]
                 if let reason { object["reason"] = reason }
                 printJSON(object)
             } else {
                 let folders = accepted - files
                 state.withLock { $0.filesTotal = files - there }
-                var line = "accepted \(Wording.counted(files, "file"))\(folders > 0 ? " and \(Wording.counted(folders, "folder"))" : "")"
-                    + (accepted < entriesTotal ? " of \(Wording.counted(entriesTotal, "entry", plural: "entries"))" : "")
+                var line =
+                    "accepted \(Wording.counted(files, "file"))\(folders > 0 ? " and \(Wording.counted(folders, "folder"))" : "")"
+                    + (accepted < entriesTotal
+                        ? " of \(Wording.counted(entriesTotal, "entry", plural: "entries"))" : "")
                     + "; \(Self.bytes(bytes)) to send"
                 if there > 0 { line += ", \(Wording.counted(there, "file")) already there" }
                 if let reason, declined > 0 { line += " (\(reason))" }
@@ -104,7 +116,9 @@ final class ProgressDisplay: Sendable {
             } else if offset > 0 {
                 // Said, so that a run after an interruption does not look like starting over.
                 clearLine()
-                printError("resuming \(Terminal.escape(path)) after its first \(Self.bytes(offset)) of \(Self.bytes(size)), which the receiver holds (checked chunk by chunk)")
+                printError(
+                    "resuming \(Terminal.escape(path)) after its first \(Self.bytes(offset)) of \(Self.bytes(size)), which the receiver holds (checked chunk by chunk)"
+                )
             }
         case .progress(let sent, let total):
             let line: String? = state.withLock { state in
@@ -129,7 +143,9 @@ final class ProgressDisplay: Sendable {
             } else if storedAs != path {
                 // Never a silent difference: the receiver kept another file under that name.
                 clearLine()
-                printError("\(Terminal.escape(path)) is stored as \(Terminal.escape(storedAs)): the receiver already had a different file named so")
+                printError(
+                    "\(Terminal.escape(path)) is stored as \(Terminal.escape(storedAs)): the receiver already had a different file named so"
+                )
             }
         case .fileFailed(_, let path, let reason):
             if json {
@@ -142,16 +158,23 @@ final class ProgressDisplay: Sendable {
     }
 
     func finish(_ report: SendReport) {
-        let seconds = state.withLock { Double(($0.started.duration(to: .now)).components.seconds) + Double(($0.started.duration(to: .now)).components.attoseconds) / 1e18 }
+        let seconds = state.withLock {
+            Double(($0.started.duration(to: .now)).components.seconds) + Double(
+                ($0.started.duration(to: .now)).components.attoseconds) / 1e18
+        }
         let skipped = state.withLock { $0.skipped }
         if json {
-            printJSON(["event": "done", "verified": report.verified, "failed": report.failed.count,
-                       "declined": report.declined.count, "bytesSent": report.bytesSent, "bytesSkipped": report.bytesSkipped,
-                       "skipped": skipped, "seconds": (seconds * 1000).rounded() / 1000])
+            printJSON([
+                "event": "done", "verified": report.verified, "failed": report.failed.count,
+                "declined": report.declined.count, "bytesSent": report.bytesSent, "bytesSkipped": report.bytesSkipped,
+                "skipped": skipped, "seconds": (seconds * 1000).rounded() / 1000,
+            ])
         } else {
             clearLine()
             let rate = seconds > 0 ? Double(report.bytesSent) / seconds : 0
-            printError("done: \(report.verified) file\(report.verified == 1 ? "" : "s") verified, \(report.failed.count) failed, \(report.declined.count) declined; sent \(Self.bytes(report.bytesSent)) in \(String(format: "%.1f", seconds)) s (\(Self.bytes(UInt64(rate)))/s)\(report.bytesSkipped > 0 ? ", \(Self.bytes(report.bytesSkipped)) not needed again" : "")\(skipped > 0 ? "; \(Wording.counted(skipped, "entry", plural: "entries")) left out (listed above as skipped)" : "")")
+            printError(
+                "done: \(report.verified) file\(report.verified == 1 ? "" : "s") verified, \(report.failed.count) failed, \(report.declined.count) declined; sent \(Self.bytes(report.bytesSent)) in \(String(format: "%.1f", seconds)) s (\(Self.bytes(UInt64(rate)))/s)\(report.bytesSkipped > 0 ? ", \(Self.bytes(report.bytesSkipped)) not needed again" : "")\(skipped > 0 ? "; \(Wording.counted(skipped, "entry", plural: "entries")) left out (listed above as skipped)" : "")"
+            )
         }
     }
 
@@ -177,14 +200,17 @@ final class ProgressDisplay: Sendable {
         // (No count: the receiver confirms small files in batches, so it may hold more than it
         // has confirmed yet.)
         let what = signal == .interrupt ? "interrupted" : "stopped by \(signal.name)"
-        printError("\(what): run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)")
+        printError(
+            "\(what): run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)"
+        )
     }
 
     /// Asks the person at the terminal whether to trust a receiver met for the first time,
     /// showing its name, its key and the verification code; true for "y" or "yes".
     func askToTrust(_ receiver: NewReceiver) async -> Bool {
         clearLine()
-        printError("""
+        printError(
+            """
             "\(Terminal.escape(receiver.name))" is new to this device\(receiver.knownAs.map { " (its key is paired here as \"\(Terminal.escape($0))\")" } ?? ""). Anyone on the link can answer to a name, so check its key:
               key                \(receiver.key)
               verification code  \(receiver.code)
@@ -213,7 +239,8 @@ final class ProgressDisplay: Sendable {
         let fileDone = state.fileStart + (state.sent - state.fileStartSent)
         let filePercent = state.fileSize > 0 ? Int(Double(fileDone) / Double(state.fileSize) * 100) : 100
         let name = Terminal.escape(String(state.currentFile.suffix(40)))
-        return "[\(bar)] \(Int(fraction * 100))% \(bytes(state.sent))/\(bytes(state.total)) \(bytes(UInt64(rate)))/s ETA \(eta) · \(name) \(filePercent)% (file \(state.filesStarted) of \(state.filesTotal))"
+        return
+            "[\(bar)] \(Int(fraction * 100))% \(bytes(state.sent))/\(bytes(state.total)) \(bytes(UInt64(rate)))/s ETA \(eta) · \(name) \(filePercent)% (file \(state.filesStarted) of \(state.filesTotal))"
     }
 
     static func bytes(_ count: UInt64) -> String { Wording.bytes(count) }
@@ -221,7 +248,8 @@ final class ProgressDisplay: Sendable {
     private static func duration(_ seconds: Double) -> String {
         guard seconds.isFinite else { return "--:--" }
         let total = Int(seconds.rounded())
-        return total >= 3600 ? String(format: "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60)
-                             : String(format: "%d:%02d", total / 60, total % 60)
+        return total >= 3600
+            ? String(format: "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60)
+            : String(format: "%d:%02d", total / 60, total % 60)
     }
 }

@@ -30,24 +30,39 @@ struct Send: AsyncParsableCommand {
 
     @OptionGroup var logging: LoggingOptions
 
-    @Option(parsing: .unconditional, help: ArgumentHelp("Seconds to look for the receiver before giving up with exit 3.", valueName: "seconds"))
+    @Option(
+        parsing: .unconditional,
+        help: ArgumentHelp("Seconds to look for the receiver before giving up with exit 3.", valueName: "seconds"))
     var wait: Double = 10
 
-    @Option(name: .customLong("expect-key"), help: ArgumentHelp("The receiver's key, as `peerxfer identity` prints it there: all 64 hex digits or at least the first 16. Any other key is refused (exit 6); a receiver new here that has it is pinned.", valueName: "hex"))
+    @Option(
+        name: .customLong("expect-key"),
+        help: ArgumentHelp(
+            "The receiver's key, as `peerxfer identity` prints it there: all 64 hex digits or at least the first 16. Any other key is refused (exit 6); a receiver new here that has it is pinned.",
+            valueName: "hex"))
     var expectKey: String?
 
-    @Flag(name: .customLong("accept-new-key"), help: "If the receiver is new here, trust and pin whatever key answers first (OpenSSH's accept-new). A pinned receiver's changed key is still refused.")
+    @Flag(
+        name: .customLong("accept-new-key"),
+        help:
+            "If the receiver is new here, trust and pin whatever key answers first (OpenSSH's accept-new). A pinned receiver's changed key is still refused."
+    )
     var acceptNewKey = false
 
     @Flag(help: "Report progress as JSON lines even on a terminal.")
     var json = false
 
-    @Flag(help: "Hand the transfer to the local daemon (`peerxfer serve` with the same --config) and return, printing each path's task id; the daemon delivers when the receiver is (or becomes) reachable, retrying and resuming, for up to 7 days. `peerxfer status` shows the queue and what was delivered, by task id; `peerxfer cancel ID` takes a send off the queue.")
+    @Flag(
+        help:
+            "Hand the transfer to the local daemon (`peerxfer serve` with the same --config) and return, printing each path's task id; the daemon delivers when the receiver is (or becomes) reachable, retrying and resuming, for up to 7 days. `peerxfer status` shows the queue and what was delivered, by task id; `peerxfer cancel ID` takes a send off the queue."
+    )
     var background = false
 
     func validate() throws {
         guard !paths.isEmpty else { throw ValidationError("give at least one file or folder to send") }
-        guard wait.isFinite, wait >= 0.01, wait <= 86_400 else { throw ValidationError("--wait must be a number of seconds above 0 (0.01 at least), at most 86400") }
+        guard wait.isFinite, wait >= 0.01, wait <= 86_400 else {
+            throw ValidationError("--wait must be a number of seconds above 0 (0.01 at least), at most 86400")
+        }
         // A name no receiver can have fails now, not after a look-up (or, queued, a week).
         try PeerNameRule.check(to, option: "--to")
         try place.check()
@@ -59,17 +74,20 @@ struct Send: AsyncParsableCommand {
             }
         }
         if expectKey != nil && acceptNewKey {
-            throw ValidationError("--expect-key and --accept-new-key exclude each other: the first trusts one key, the second any")
+            throw ValidationError(
+                "--expect-key and --accept-new-key exclude each other: the first trusts one key, the second any")
         }
         if background && !place.isLink {
-            throw ValidationError("--background sends to receivers on the link only; send to \(place.domain) in the foreground")
+            throw ValidationError(
+                "--background sends to receivers on the link only; send to \(place.domain) in the foreground")
         }
     }
 
     func run() async throws {
         logging.apply(default: .warning)
         // A new configuration is a new identity, which receivers that know this device do not.
-        let configuration = try config.loadSayingIfMade(", with a new key (receivers that trust this device's usual key will not know it)")
+        let configuration = try config.loadSayingIfMade(
+            ", with a new key (receivers that trust this device's usual key will not know it)")
         if background { return try await queue(configuration) }
         let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1)
         // Ctrl-C (or SIGTERM, or a closed terminal's SIGHUP) ends the send with 128 + the
@@ -79,7 +97,7 @@ struct Send: AsyncParsableCommand {
         do {
             try await send(configuration, display: display)
         } catch let error as PeerTransferError {
-            display.ended(by: error)   // scripts reading the JSON lines see why, not just a stop
+            display.ended(by: error)  // scripts reading the JSON lines see why, not just a stop
             throw error
         }
     }
@@ -93,7 +111,9 @@ struct Send: AsyncParsableCommand {
             let plan = try await TransferPlan.prepare(paths: paths)
             display.planned(plan)
             guard !plan.manifest.entries.isEmpty else {
-                throw PeerTransferError.usage("nothing to send: every path was left out (\(plan.skipped.map { Terminal.escape($0.description) }.joined(separator: "; ")))")
+                throw PeerTransferError.usage(
+                    "nothing to send: every path was left out (\(plan.skipped.map { Terminal.escape($0.description) }.joined(separator: "; ")))"
+                )
             }
             return plan
         }
@@ -107,8 +127,9 @@ struct Send: AsyncParsableCommand {
                 throw error
             }
         }
-        var sender = Sender(configuration: configuration,
-                            displayName: ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer")
+        var sender = Sender(
+            configuration: configuration,
+            displayName: ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer")
         sender.findTimeout = wait
         sender.domain = place.domain
         sender.wideArea = place.nameServer.map { WideAreaBrowsing(nameServer: $0) }
@@ -121,13 +142,16 @@ struct Send: AsyncParsableCommand {
         let report = try await sender.send(preparing: { try await walking.value }, to: to, events: { display.show($0) })
         display.finish(report)
         if !report.failed.isEmpty {
-            throw PeerTransferError.fileFailed("\(report.failed.count) file(s) failed verification: \(report.failed.prefix(5).joined(separator: "; "))")
+            throw PeerTransferError.fileFailed(
+                "\(report.failed.count) file(s) failed verification: \(report.failed.prefix(5).joined(separator: "; "))"
+            )
         }
         if !report.declined.isEmpty {
             // Named (the first ten), so the user knows what to send elsewhere or ask about.
             let named = report.declined.prefix(10).map(Terminal.escape).joined(separator: ", ")
             let more = report.declined.count > 10 ? " and \(report.declined.count - 10) more" : ""
-            throw PeerTransferError.declined("the receiver declined \(report.declined.count) of \(display.entriesTotal) entries: \(named)\(more)")
+            throw PeerTransferError.declined(
+                "the receiver declined \(report.declined.count) of \(display.entriesTotal) entries: \(named)\(more)")
         }
     }
 
@@ -149,7 +173,9 @@ struct Send: AsyncParsableCommand {
                 printError("cannot read \(stop.name)'s action: \(String(cString: strerror(errno)))")
                 return nil
             }
-            if unsafeBitCast(earlier.__sigaction_handler.sa_handler, to: Int.self) == unsafeBitCast(SIG_IGN, to: Int.self) {
+            if unsafeBitCast(earlier.__sigaction_handler.sa_handler, to: Int.self)
+                == unsafeBitCast(SIG_IGN, to: Int.self)
+            {
                 return nil
             }
             let source = DispatchSource.makeSignalSource(signal: stop.number, queue: queue)
@@ -173,7 +199,7 @@ struct Send: AsyncParsableCommand {
         sigaddset(&unblocked, signal)
         if sigaction(signal, &action, nil) == 0 {
             pthread_sigmask(SIG_UNBLOCK, &unblocked, nil)
-            raise(signal)   // delivered to this thread before raise returns
+            raise(signal)  // delivered to this thread before raise returns
         }
         _exit(128 + signal)
     }
@@ -186,7 +212,8 @@ struct Send: AsyncParsableCommand {
         let lister = ProgressDisplay(json: json)
         for skipped in try TransferPlan.make(paths: paths).skipped { lister.skipped(skipped) }
         try await pairForBackground(configuration)
-        let sessionConfiguration = configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer")
+        let sessionConfiguration = configuration.backgroundSessionConfiguration(
+            runsTasks: false, displayName: "peerxfer")
         let session = PeerSession(configuration: sessionConfiguration)
         let service = DiscoveredService(name: to, type: TransferLimits.serviceType)
         var queued: [String] = []
@@ -202,21 +229,30 @@ struct Send: AsyncParsableCommand {
             if json {
                 printJSON(["event": "queued", "path": url.path, "peer": to, "task": task.persistentIdentifier])
             } else {
-                printLine("queued \(url.path) for \"\(Terminal.escape(to))\" (task \(TaskID.short(task.persistentIdentifier)))")
+                printLine(
+                    "queued \(url.path) for \"\(Terminal.escape(to))\" (task \(TaskID.short(task.persistentIdentifier)))"
+                )
             }
         }
         let status = try? DaemonStatus.load(from: configuration.statusFile)
         if status?.daemonAlive != true {
-            printError("note: no peerxfer daemon runs with this configuration; the queue is delivered when `peerxfer serve\(configuration.configOption)` starts")
+            printError(
+                "note: no peerxfer daemon runs with this configuration; the queue is delivered when `peerxfer serve\(configuration.configOption)` starts"
+            )
         }
         // A mistyped name would be waited for, quietly, for a week: say so while the user is here.
-        let cancel = "`peerxfer cancel \(queued.joined(separator: " "))\(configuration.configOption)` drops \(queued.count == 1 ? "it" : "them")"
+        let cancel =
+            "`peerxfer cancel \(queued.joined(separator: " "))\(configuration.configOption)` drops \(queued.count == 1 ? "it" : "them")"
         do {
             _ = try await service.resolve(timeout: Self.presenceCheck, settle: 0.02)
         } catch let error as DiscoveryError where error.code == .timedOut || error.code == .notFound {
-            printError("note: no receiver named \"\(Terminal.escape(to))\" answered on the link within \(Int(Self.presenceCheck)) s; the daemon waits for it to appear, for up to \(Wording.duration(sessionConfiguration.timeoutIntervalForResource)) (`peerxfer peers` lists the receivers there; \(cancel))")
+            printError(
+                "note: no receiver named \"\(Terminal.escape(to))\" answered on the link within \(Int(Self.presenceCheck)) s; the daemon waits for it to appear, for up to \(Wording.duration(sessionConfiguration.timeoutIntervalForResource)) (`peerxfer peers` lists the receivers there; \(cancel))"
+            )
         } catch {
-            printError("note: could not look for \"\(Terminal.escape(to))\" on the link (\(Terminal.escape("\(error)"))); the daemon tries when it runs (\(cancel))")
+            printError(
+                "note: could not look for \"\(Terminal.escape(to))\" on the link (\(Terminal.escape("\(error)"))); the daemon tries when it runs (\(cancel))"
+            )
         }
     }
 
@@ -233,7 +269,9 @@ struct Send: AsyncParsableCommand {
             let expected = try KeyText.prefix(expectKey, option: "--expect-key")
             if let pinned {
                 guard pinned.hasPrefix(expected) else {
-                    throw PeerTransferError.trust("KEY CHANGED: \"\(Terminal.escape(to))\" is pinned to the key \(pinned), not the one you expect (\(expected)…); nothing was queued. If it really got a new key, run: peerxfer untrust \(ShellWord.quoted(to))\(configuration.configOption)")
+                    throw PeerTransferError.trust(
+                        "KEY CHANGED: \"\(Terminal.escape(to))\" is pinned to the key \(pinned), not the one you expect (\(expected)…); nothing was queued. If it really got a new key, run: peerxfer untrust \(ShellWord.quoted(to))\(configuration.configOption)"
+                    )
                 }
                 return
             }
@@ -245,17 +283,23 @@ struct Send: AsyncParsableCommand {
                 } catch let error as PeerTransferError {
                     throw error
                 } catch {
-                    throw PeerTransferError.peerNotFound("\"\(Terminal.escape(to))\" did not answer within \(Int(wait)) s, so its key cannot be checked against \(expected)…; give all 64 hex digits to --expect-key to queue the send before the receiver appears")
+                    throw PeerTransferError.peerNotFound(
+                        "\"\(Terminal.escape(to))\" did not answer within \(Int(wait)) s, so its key cannot be checked against \(expected)…; give all 64 hex digits to --expect-key to queue the send before the receiver appears"
+                    )
                 }
                 guard advertised.hasPrefix(expected) else {
-                    throw PeerTransferError.trust("\"\(Terminal.escape(to))\" answers with the key \(advertised), not the one you expected (\(expected)…); nothing was queued")
+                    throw PeerTransferError.trust(
+                        "\"\(Terminal.escape(to))\" answers with the key \(advertised), not the one you expected (\(expected)…); nothing was queued"
+                    )
                 }
                 key = advertised
             }
             // Judged again under the lock: a pin made meanwhile by another command stands.
             try KnownPeers.update(at: file) { known in
                 if case .keyChanged(let pinnedAs, let pinnedKey) = known.verdict(forReceiver: to, key: key) {
-                    throw Sender.keyChanged(name: to, key: key, pinnedAs: pinnedAs, pinnedKey: pinnedKey, configOption: configuration.configOption)
+                    throw Sender.keyChanged(
+                        name: to, key: key, pinnedAs: pinnedAs, pinnedKey: pinnedKey,
+                        configOption: configuration.configOption)
                 }
                 known.pin(to, to: key)
             }
@@ -269,10 +313,12 @@ struct Send: AsyncParsableCommand {
         }
         // A known device under a new name: the daemon pins the name when it connects.
         if let key = try? await Self.advertisedKeyNow(of: to, within: Self.presenceCheck),
-           known.pinnedName(forKey: key) != nil || known.trusted[key] != nil {
+            known.pinnedName(forKey: key) != nil || known.trusted[key] != nil
+        {
             return
         }
-        throw PeerTransferError.trust("""
+        throw PeerTransferError.trust(
+            """
             "\(Terminal.escape(to))" is not paired with this device, and a queued send has no one to ask: nothing was queued. \
             Pair first (peerxfer trust \(ShellWord.quoted(to))\(configuration.configOption) shows its key and code and asks), \
             or add --expect-key with the key `peerxfer identity` prints on the receiver, or --accept-new-key to trust whatever key answers first
@@ -283,7 +329,8 @@ struct Send: AsyncParsableCommand {
     /// - Throws: a ``DiscoveryError`` when it does not answer; ``PeerTransferError`` when it
     ///   advertises no valid key.
     private static func advertisedKeyNow(of name: String, within seconds: TimeInterval) async throws -> String {
-        let resolved = try await DiscoveredService(name: name, type: TransferLimits.serviceType).resolve(timeout: seconds, settle: 0.02)
+        let resolved = try await DiscoveredService(name: name, type: TransferLimits.serviceType).resolve(
+            timeout: seconds, settle: 0.02)
         return try Sender.advertisedKey(resolved, name: name)
     }
 

@@ -29,50 +29,75 @@ struct Serve: AsyncParsableCommand {
 
     @OptionGroup var place: DomainOptions
 
-    @Option(name: .customLong("tsig-key"), help: ArgumentHelp(
-        "For a wide-area --domain: publish there by DNS updates signed with this TSIG key (a file in BIND's tsig-keygen format; never give a secret on the command line).",
-        valueName: "file"))
+    @Option(
+        name: .customLong("tsig-key"),
+        help: ArgumentHelp(
+            "For a wide-area --domain: publish there by DNS updates signed with this TSIG key (a file in BIND's tsig-keygen format; never give a secret on the command line).",
+            valueName: "file"))
     var tsigKey: String?
 
     @OptionGroup var logging: LoggingOptions
 
-    @Option(help: ArgumentHelp("Which offers to take: ask, known (only senders trusted with `peerxfer trust`) or all.", valueName: "policy"))
+    @Option(
+        help: ArgumentHelp(
+            "Which offers to take: ask, known (only senders trusted with `peerxfer trust`) or all.", valueName: "policy"
+        ))
     var accept: AcceptMode = .ask
 
-    @Option(help: ArgumentHelp("For --accept ask: a command that decides each offer (see above).", valueName: "command"))
+    @Option(
+        help: ArgumentHelp("For --accept ask: a command that decides each offer (see above).", valueName: "command"))
     var hook: String?
 
     // `.unconditional` on numbers: `--port -1` is a port that is out of range, not a missing one.
-    @Option(parsing: .unconditional, help: ArgumentHelp("The TCP port to listen on (0: one the system picks).", valueName: "port"))
+    @Option(
+        parsing: .unconditional,
+        help: ArgumentHelp("The TCP port to listen on (0: one the system picks).", valueName: "port"))
     var port: Int = 0
 
-    @Option(name: .customLong("minimum-rate"), parsing: .unconditional,
-            help: ArgumentHelp("Cut an accepted transfer that averages fewer bytes per second than this, counted after its first 120 s (0: never). Default 65536: far below any LAN, far above a sender that trickles data to hold its place.",
-                               valueName: "bytes"))
+    @Option(
+        name: .customLong("minimum-rate"), parsing: .unconditional,
+        help: ArgumentHelp(
+            "Cut an accepted transfer that averages fewer bytes per second than this, counted after its first 120 s (0: never). Default 65536: far below any LAN, far above a sender that trickles data to hold its place.",
+            valueName: "bytes"))
     var minimumRate: UInt64 = 65_536
 
-    @Option(name: .customLong("slow-grace"), parsing: .unconditional, help: ArgumentHelp("Seconds before --minimum-rate counts.", visibility: .hidden))
+    @Option(
+        name: .customLong("slow-grace"), parsing: .unconditional,
+        help: ArgumentHelp("Seconds before --minimum-rate counts.", visibility: .hidden))
     var slowGrace: Double = 120
 
-    @Option(name: .customLong("idle-timeout"), parsing: .unconditional,
-            help: ArgumentHelp("Drop a sender's connection after this many seconds without progress (1…3600). Its part files stay: the same send resumes.",
-                               valueName: "seconds"))
+    @Option(
+        name: .customLong("idle-timeout"), parsing: .unconditional,
+        help: ArgumentHelp(
+            "Drop a sender's connection after this many seconds without progress (1…3600). Its part files stay: the same send resumes.",
+            valueName: "seconds"))
     var idleTimeout: Double = 60
 
-    @Flag(name: .customLong("keep-execute-bits"),
-          help: "Keep the execute bits senders give their files. By default they are cleared: nothing a peer sends is runnable here until you make it so.")
+    @Flag(
+        name: .customLong("keep-execute-bits"),
+        help:
+            "Keep the execute bits senders give their files. By default they are cleared: nothing a peer sends is runnable here until you make it so."
+    )
     var keepExecuteBits = false
 
-    @Option(name: .customLong("keep-parts"), parsing: .unconditional,
-            help: ArgumentHelp("Days an unfinished file's part may wait for its sender to resume before it is removed (checked at start and hourly).", valueName: "days"))
+    @Option(
+        name: .customLong("keep-parts"), parsing: .unconditional,
+        help: ArgumentHelp(
+            "Days an unfinished file's part may wait for its sender to resume before it is removed (checked at start and hourly).",
+            valueName: "days"))
     var keepParts: Double = 7
 
-    @Option(name: .customLong("reserve"), parsing: .unconditional,
-            help: ArgumentHelp("Percent of the inbox's disk to keep free by removing the oldest part files first.", valueName: "percent"))
+    @Option(
+        name: .customLong("reserve"), parsing: .unconditional,
+        help: ArgumentHelp(
+            "Percent of the inbox's disk to keep free by removing the oldest part files first.", valueName: "percent"))
     var reserve: Double = 5
 
-    @Option(name: .customLong("parts-per-sender"), parsing: .unconditional,
-            help: ArgumentHelp("Percent of the inbox's disk that one sender's unfinished files (left by cut transfers) and its next offer may hold together; past it the offer is refused, saying so. A sender with none is held only to the free space.", valueName: "percent"))
+    @Option(
+        name: .customLong("parts-per-sender"), parsing: .unconditional,
+        help: ArgumentHelp(
+            "Percent of the inbox's disk that one sender's unfinished files (left by cut transfers) and its next offer may hold together; past it the offer is refused, saying so. A sender with none is held only to the free space.",
+            valueName: "percent"))
     var partsPerSender: Double = 50
 
     enum AcceptMode: String, ExpressibleByArgument, CaseIterable {
@@ -84,19 +109,28 @@ struct Serve: AsyncParsableCommand {
         guard !name.isEmpty, name.utf8.count <= 63 else { throw ValidationError("--name must be 1 to 63 bytes") }
         try PeerNameRule.check(name, option: "--name")
         if hook != nil && accept != .ask { throw ValidationError("--hook applies only to --accept ask") }
-        guard slowGrace.isFinite, slowGrace >= 0, slowGrace <= 86_400 else { throw ValidationError("--slow-grace must be 0…86400 seconds") }
+        guard slowGrace.isFinite, slowGrace >= 0, slowGrace <= 86_400 else {
+            throw ValidationError("--slow-grace must be 0…86400 seconds")
+        }
         guard idleTimeout.isFinite, idleTimeout >= 1, idleTimeout <= 3600 else {
             throw ValidationError("--idle-timeout must be 1…3600 seconds, not \(idleTimeout)")
         }
-        guard keepParts.isFinite, keepParts > 0, keepParts <= 3650 else { throw ValidationError("--keep-parts must be a number of days above 0, at most 3650") }
-        guard reserve.isFinite, reserve >= 0, reserve < 100 else { throw ValidationError("--reserve must be a percentage from 0 to under 100") }
+        guard keepParts.isFinite, keepParts > 0, keepParts <= 3650 else {
+            throw ValidationError("--keep-parts must be a number of days above 0, at most 3650")
+        }
+        guard reserve.isFinite, reserve >= 0, reserve < 100 else {
+            throw ValidationError("--reserve must be a percentage from 0 to under 100")
+        }
         guard partsPerSender.isFinite, partsPerSender > 0, partsPerSender <= 100 else {
             throw ValidationError("--parts-per-sender must be a percentage above 0, at most 100, not \(partsPerSender)")
         }
         try place.check()
-        if place.isLink && tsigKey != nil { throw ValidationError("--tsig-key is for a wide-area --domain; local is published through avahi-daemon") }
+        if place.isLink && tsigKey != nil {
+            throw ValidationError("--tsig-key is for a wide-area --domain; local is published through avahi-daemon")
+        }
         if !place.isLink && tsigKey == nil {
-            throw ValidationError("publishing in \(place.domain) needs --tsig-key FILE (avahi-daemon publishes only in local)")
+            throw ValidationError(
+                "publishing in \(place.domain) needs --tsig-key FILE (avahi-daemon publishes only in local)")
         }
     }
 
@@ -117,14 +151,17 @@ struct Serve: AsyncParsableCommand {
         case .ask:
             policy = .ask(OfferJudge(hook: hook, logger: logger, knownPeersFile: configuration.knownPeersFile).judge)
             if hook == nil && isatty(0) != 1 {
-                logger.warning("--accept ask with no terminal to ask on and no --hook: every offer will be declined (use --accept known or all, or a --hook)")
+                logger.warning(
+                    "--accept ask with no terminal to ask on and no --hook: every offer will be declined (use --accept known or all, or a --hook)"
+                )
             }
         }
         let wideArea: WideAreaPublishing?
         if let tsigKey {
             if let warning = SalutTSIGKey.exposureWarning(forFile: tsigKey) { logger.warning("\(warning)") }
             do {
-                wideArea = WideAreaPublishing(key: try SalutTSIGKey(contentsOfFile: tsigKey), nameServer: place.nameServer)
+                wideArea = WideAreaPublishing(
+                    key: try SalutTSIGKey(contentsOfFile: tsigKey), nameServer: place.nameServer)
             } catch {
                 throw PeerTransferError.runtime("--tsig-key: \(error)")
             }
@@ -132,29 +169,38 @@ struct Serve: AsyncParsableCommand {
             wideArea = nil
         }
         let status = StatusBook(file: configuration.statusFile)
-        let service = try await ReceiverService.start(name: name, inbox: inbox, configuration: configuration, policy: policy,
-                                                      port: port, pace: TransferPace(minimumRate: minimumRate, grace: .seconds(slowGrace), idleBound: .seconds(idleTimeout)),
-                                                      domain: place.domain, wideArea: wideArea, keepsExecuteBits: keepExecuteBits,
-                                                      logger: logger, events: { status.record($0) })
+        let service = try await ReceiverService.start(
+            name: name, inbox: inbox, configuration: configuration, policy: policy,
+            port: port,
+            pace: TransferPace(minimumRate: minimumRate, grace: .seconds(slowGrace), idleBound: .seconds(idleTimeout)),
+            domain: place.domain, wideArea: wideArea, keepsExecuteBits: keepExecuteBits,
+            logger: logger, events: { status.record($0) })
         var sweeper = PartSweeper()
         sweeper.maximumAge = .seconds(Int64(keepParts * 86_400))
         sweeper.reserve = reserve / 100
         sweeper.shareOfOneSender = partsPerSender / 100
         service.clearParts(with: sweeper)
-        status.started(name: service.name, port: service.port, inbox: service.inboxPath,
-                       key: configuration.identity.publicKeySHA256)
+        status.started(
+            name: service.name, port: service.port, inbox: service.inboxPath,
+            key: configuration.identity.publicKeySHA256)
         // The user's own background session: it sends what `send --background` queued.
         let displayName = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer"
-        let background = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: true, displayName: displayName, logger: logger),
-                                     delegate: BackgroundSendLog(logger: logger, status: status))
+        let background = PeerSession(
+            configuration: configuration.backgroundSessionConfiguration(
+                runsTasks: true, displayName: displayName, logger: logger),
+            delegate: BackgroundSendLog(logger: logger, status: status))
         if !background.runsBackgroundTasks {
-            logger.warning("this daemon cannot run the background queue (\(Terminal.escape(configuration.directory))/background is not writable, or another process holds its runner lock); it only receives")
+            logger.warning(
+                "this daemon cannot run the background queue (\(Terminal.escape(configuration.directory))/background is not writable, or another process holds its runner lock); it only receives"
+            )
         }
         // "serving" is said once the group traps its signals (before it runs its services): a
         // SIGHUP or SIGTERM right after the line stops the daemon gracefully, never kills it.
-        let serving = "serving \"\(service.name)\" on port \(service.port), inbox \(service.inboxPath), key \(configuration.identity.publicKeySHA256)"
-        let group = ServiceGroup(services: [ReceiverLifecycle(service: service, ready: { printLine(serving) })],
-                                 gracefulShutdownSignals: [.sigterm, .sigint, .sighup], logger: logger)
+        let serving =
+            "serving \"\(service.name)\" on port \(service.port), inbox \(service.inboxPath), key \(configuration.identity.publicKeySHA256)"
+        let group = ServiceGroup(
+            services: [ReceiverLifecycle(service: service, ready: { printLine(serving) })],
+            gracefulShutdownSignals: [.sigterm, .sigint, .sighup], logger: logger)
         try await group.run()
         // Queued sends stay queued for the next start (a stop is not a cancel).
         background.invalidateLeavingBackgroundTasks()
@@ -196,8 +242,11 @@ struct OfferJudge: Sendable {
         }
         let size = Wording.bytes(offer.manifest.totalBytes)
         guard isatty(0) == 1 else {
-            logger.warning("declined an offer from \(offer.senderName) without asking anyone: --accept ask has no terminal and no --hook")
-            return .declined("declined without asking anyone: the receiver runs --accept ask with no terminal and no --hook")
+            logger.warning(
+                "declined an offer from \(offer.senderName) without asking anyone: --accept ask has no terminal and no --hook"
+            )
+            return .declined(
+                "declined without asking anyone: the receiver runs --accept ask with no terminal and no --hook")
         }
         // What is offered, before the question: the first entries by name (folders end in /),
         // each indented and cut short, so that no name can pass for a line of the tool's own
@@ -210,11 +259,15 @@ struct OfferJudge: Sendable {
         if entries.count > Self.entriesShown { listing += "(and \(entries.count - Self.entriesShown) more)\n" }
         // The verdict first, then what this device knows of the key, the claimed name last: no
         // text the peer chose comes before the key.
-        let always = offer.senderTrusted || knownPeersFile == nil ? "" : "  (a: accept, and always trust the key \(offer.senderKey))\n"
-        let question = "\(offer.introduction) offers \(Wording.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)\(always)Accept? [y/N\(always.isEmpty ? "" : "/a")] "
+        let always =
+            offer.senderTrusted || knownPeersFile == nil
+            ? "" : "  (a: accept, and always trust the key \(offer.senderKey))\n"
+        let question =
+            "\(offer.introduction) offers \(Wording.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)\(always)Accept? [y/N\(always.isEmpty ? "" : "/a")] "
         guard let stop = CancelPipe() else {
             logger.error("declined an offer from \(offer.senderName): no descriptor left to wait for the answer")
-            return .declined("declined without asking anyone: the receiver could not wait for an answer (out of descriptors)")
+            return .declined(
+                "declined without asking anyone: the receiver could not wait for an answer (out of descriptors)")
         }
         defer { stop.close() }
         // Nothing typed before the question answers it (an answer meant for a question that
@@ -228,9 +281,12 @@ struct OfferJudge: Sendable {
         // declined, and the daemon stops without waiting out the 120 s.
         let answer = await withTaskCancellationHandler {
             await onThreadOfItsOwn { () -> String? in
-                var fds = [pollfd(fd: 0, events: Int16(POLLIN), revents: 0),
-                           pollfd(fd: stop.readEnd, events: Int16(POLLIN), revents: 0)]
-                guard poll(&fds, 2, Int32(Self.questionLimit * 1000)) > 0, fds[1].revents == 0, fds[0].revents != 0 else { return nil }
+                var fds = [
+                    pollfd(fd: 0, events: Int16(POLLIN), revents: 0),
+                    pollfd(fd: stop.readEnd, events: Int16(POLLIN), revents: 0),
+                ]
+                guard poll(&fds, 2, Int32(Self.questionLimit * 1000)) > 0, fds[1].revents == 0, fds[0].revents != 0
+                else { return nil }
                 return readLine()
             }
         } onCancel: {
@@ -241,7 +297,10 @@ struct OfferJudge: Sendable {
         // Said on a line of its own, naming the offer: log lines may have come in between.
         if answer == nil {
             let withdrawn = Task.isCancelled
-            writeAll(withdrawn ? "\n(withdrawn: the offer from \(offer.senderName) [key \(offer.senderKey.prefix(16))…])\n" : "\n", to: 2)
+            writeAll(
+                withdrawn
+                    ? "\n(withdrawn: the offer from \(offer.senderName) [key \(offer.senderKey.prefix(16))…])\n" : "\n",
+                to: 2)
             if withdrawn {
                 // The person may be typing the answer to this question right now: the next one
                 // waits a moment (holding the turn), and what was typed meanwhile is cleared
@@ -253,8 +312,12 @@ struct OfferJudge: Sendable {
         if (word == "a" || word == "always"), !offer.senderTrusted, let knownPeersFile {
             // Trusted as `peerxfer trust KEY` would, labelled with the name it claims.
             do {
-                try KnownPeers.update(at: knownPeersFile) { $0.trusted[offer.senderKey] = $0.trusted[offer.senderKey] ?? offer.senderName }
-                writeAll("(the key \(offer.senderKey) is trusted from now on; `peerxfer untrust \(offer.senderKey)` forgets it)\n", to: 2)
+                try KnownPeers.update(at: knownPeersFile) {
+                    $0.trusted[offer.senderKey] = $0.trusted[offer.senderKey] ?? offer.senderName
+                }
+                writeAll(
+                    "(the key \(offer.senderKey) is trusted from now on; `peerxfer untrust \(offer.senderKey)` forgets it)\n",
+                    to: 2)
             } catch {
                 logger.error("cannot record the key \(offer.senderKey) as trusted: \(error)")
             }
@@ -262,7 +325,10 @@ struct OfferJudge: Sendable {
         }
         if word.hasPrefix("y") { return Judgement(accepted: all) }
         if answer == nil {
-            return .declined(Task.isCancelled ? Self.stopped : "no answer: no one answered the question at the receiver within \(Int(Self.questionLimit)) s")
+            return .declined(
+                Task.isCancelled
+                    ? Self.stopped
+                    : "no answer: no one answered the question at the receiver within \(Int(Self.questionLimit)) s")
         }
         return .declined("declined by the person at the receiver")
     }
@@ -284,7 +350,8 @@ struct OfferJudge: Sendable {
         environment["PEERXFER_FILES"] = "\(offer.manifest.fileCount)"
         environment["PEERXFER_BYTES"] = "\(offer.manifest.totalBytes)"
         let listing = offer.manifest.entries.map { Terminal.escape($0.path) }.joined(separator: "\n") + "\n"
-        let outcome = await HookRunner.run(command, environment: environment, input: Data(listing.utf8), limit: Self.hookLimit)
+        let outcome = await HookRunner.run(
+            command, environment: environment, input: Data(listing.utf8), limit: Self.hookLimit)
         if Task.isCancelled {
             logger.info("the accept hook for the offer from \(offer.senderName) was ended: the offer was withdrawn")
             return ([], Self.stopped)
@@ -296,13 +363,22 @@ struct OfferJudge: Sendable {
         guard outcome.status == 0 else {
             let how = outcome.status.map { "status \($0)" } ?? "killed, or out of its \(Int(Self.hookLimit)) s"
             logger.info("the accept hook declined the offer from \(offer.senderName) (\(how))")
-            return ([], outcome.status == nil ? "no answer: the receiver's accept hook did not decide within \(Int(Self.hookLimit)) s"
-                                              : "declined by the receiver's accept hook")
+            return (
+                [],
+                outcome.status == nil
+                    ? "no answer: the receiver's accept hook did not decide within \(Int(Self.hookLimit)) s"
+                    : "declined by the receiver's accept hook"
+            )
         }
-        let lines = Set(String(decoding: outcome.printed, as: UTF8.self).split(separator: "\n").map(String.init).filter { !$0.isEmpty })
+        let lines = Set(
+            String(decoding: outcome.printed, as: UTF8.self).split(separator: "\n").map(String.init).filter {
+                !$0.isEmpty
+            })
         let entries = offer.manifest.entries
-        let chosen = lines.isEmpty ? Set(entries.indices)
-                                   : Set(entries.indices.filter { lines.contains(Terminal.escape(entries[$0].path)) })
+        let chosen =
+            lines.isEmpty
+            ? Set(entries.indices)
+            : Set(entries.indices.filter { lines.contains(Terminal.escape(entries[$0].path)) })
         logger.info("the accept hook accepted \(chosen.count) of \(entries.count) entries from \(offer.senderName)")
         return (chosen, "declined by the receiver's accept hook (it chose none of the entries)")
     }
@@ -342,7 +418,11 @@ actor AsyncTurn {
         let id = nextID
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                if Task.isCancelled { continuation.resume(returning: false) } else { waiting.append((id, continuation)) }
+                if Task.isCancelled {
+                    continuation.resume(returning: false)
+                } else {
+                    waiting.append((id, continuation))
+                }
             }
         } onCancel: {
             Task { await self.withdraw(id) }

@@ -43,14 +43,18 @@ struct Status: AsyncParsableCommand {
         var cancelRequested: Bool
 
         var line: String {
-            let state = cancelRequested ? "cancelled (the daemon drops it when it starts)" : "\(phase), \(attempts) attempt(s)"
-            return "task \(TaskID.short(id)): \(Terminal.escape(what)) → \"\(Terminal.escape(service))\": \(state)\(lastError.map { "; last error: \(Terminal.escape($0))" } ?? "")"
+            let state =
+                cancelRequested ? "cancelled (the daemon drops it when it starts)" : "\(phase), \(attempts) attempt(s)"
+            return
+                "task \(TaskID.short(id)): \(Terminal.escape(what)) → \"\(Terminal.escape(service))\": \(state)\(lastError.map { "; last error: \(Terminal.escape($0))" } ?? "")"
         }
 
         var object: [String: Any] {
             // Escaped as `peers --json` does: names may come from the network.
-            var object: [String: Any] = ["id": id, "description": Terminal.escape(what), "service": Terminal.escape(service),
-                                         "phase": phase, "attempts": attempts, "cancelRequested": cancelRequested]
+            var object: [String: Any] = [
+                "id": id, "description": Terminal.escape(what), "service": Terminal.escape(service),
+                "phase": phase, "attempts": attempts, "cancelRequested": cancelRequested,
+            ]
             if let lastError { object["lastError"] = Terminal.escape(lastError) }
             return object
         }
@@ -60,19 +64,25 @@ struct Status: AsyncParsableCommand {
     private func backgroundQueue() -> [QueuedSend] {
         // Nothing is queued where no configuration is (and `status` makes none).
         let directory = config.directory ?? PeerConfiguration.defaultDirectory
-        guard FileManager.default.fileExists(atPath: directory), let configuration = try? config.load() else { return [] }
-        let session = PeerSession(configuration: configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer"))
+        guard FileManager.default.fileExists(atPath: directory), let configuration = try? config.load() else {
+            return []
+        }
+        let session = PeerSession(
+            configuration: configuration.backgroundSessionConfiguration(runsTasks: false, displayName: "peerxfer"))
         // One per redraw under --follow: let go of it (its views and its lock file) each time.
         defer { session.finishTasksAndInvalidate() }
         return session.allTasks.compactMap { $0 as? PeerUploadTask }.map { task in
-            QueuedSend(id: task.persistentIdentifier, what: task.taskDescription ?? "?", service: task.service.name,
-                       phase: task.recordedPhase, attempts: task.attempts, lastError: task.recordedError,
-                       cancelRequested: task.isCancellationRequested)
+            QueuedSend(
+                id: task.persistentIdentifier, what: task.taskDescription ?? "?", service: task.service.name,
+                phase: task.recordedPhase, attempts: task.attempts, lastError: task.recordedError,
+                cancelRequested: task.isCancellationRequested)
         }
     }
 
     private func printObject(_ object: [String: Any]) {
-        if let line = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) {
+        if let line = try? JSONSerialization.data(
+            withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+        {
             printLine(String(decoding: line, as: UTF8.self))
         }
     }
@@ -93,16 +103,19 @@ struct Status: AsyncParsableCommand {
         if json {
             // Through JSONSerialization both ways: its numbers come back as NSNumber, which
             // JSONLine's Swift-typed switch is not meant for.
-            if let data = try? JSONEncoder().encode(status), var object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] {
+            if let data = try? JSONEncoder().encode(status),
+                var object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+            {
                 object["running"] = status.daemonAlive
                 object["queue"] = backgroundQueue().map(\.object)
                 printObject(object)
             }
             return
         }
-        printLine(status.daemonAlive
-                  ? "serving \"\(Terminal.escape(status.name))\" on port \(status.port), inbox \(status.inbox), pid \(status.pid)"
-                  : "not running (last seen as \"\(Terminal.escape(status.name))\")")
+        printLine(
+            status.daemonAlive
+                ? "serving \"\(Terminal.escape(status.name))\" on port \(status.port), inbox \(status.inbox), pid \(status.pid)"
+                : "not running (last seen as \"\(Terminal.escape(status.name))\")")
         printLine("key \(status.key)")
         let queue = backgroundQueue()
         printLine(queue.isEmpty ? "background queue: empty" : "background queue:")
@@ -110,8 +123,13 @@ struct Status: AsyncParsableCommand {
         if status.transfers.isEmpty { printLine("no transfers yet") }
         for transfer in status.transfers {
             let progress = transfer.bytes > 0 ? " \(transfer.bytesReceived * 100 / transfer.bytes)%" : ""
-            let task = transfer.task.map { " (task \(Terminal.escape(TaskID.short($0)))\(transfer.path.map { ", \(Terminal.escape($0))" } ?? ""))" } ?? ""
-            printLine("#\(transfer.id) \(transfer.direction == "out" ? "out to" : "in from") \(transfer.peer)\(task): \(transfer.state)\(transfer.state == "receiving" ? progress : ""), \(transfer.verified)/\(transfer.files) files verified\(transfer.failed > 0 ? ", \(transfer.failed) failed" : "")\(transfer.error.map { " (\(Terminal.escape($0)))" } ?? "")")
+            let task =
+                transfer.task.map {
+                    " (task \(Terminal.escape(TaskID.short($0)))\(transfer.path.map { ", \(Terminal.escape($0))" } ?? ""))"
+                } ?? ""
+            printLine(
+                "#\(transfer.id) \(transfer.direction == "out" ? "out to" : "in from") \(transfer.peer)\(task): \(transfer.state)\(transfer.state == "receiving" ? progress : ""), \(transfer.verified)/\(transfer.files) files verified\(transfer.failed > 0 ? ", \(transfer.failed) failed" : "")\(transfer.error.map { " (\(Terminal.escape($0)))" } ?? "")"
+            )
         }
     }
 }

@@ -18,21 +18,34 @@ struct Trust: AsyncParsableCommand {
             """
     )
 
-    @Argument(help: ArgumentHelp("A receiver's name, or a sender's key: all 64 hex digits, as `peerxfer identity` prints it.", valueName: "name-or-key"))
+    @Argument(
+        help: ArgumentHelp(
+            "A receiver's name, or a sender's key: all 64 hex digits, as `peerxfer identity` prints it.",
+            valueName: "name-or-key"))
     var peer: String = ""
 
-    @Argument(help: ArgumentHelp("With --pin: the receiver's key, all 64 hex digits, as `peerxfer identity` prints it on that device.", valueName: "key"))
+    @Argument(
+        help: ArgumentHelp(
+            "With --pin: the receiver's key, all 64 hex digits, as `peerxfer identity` prints it on that device.",
+            valueName: "key"))
     var key: String?
 
-    @Flag(help: "Pin NAME to KEY, obtained out of band (from `peerxfer identity` on that device), without looking at the network.")
+    @Flag(
+        help:
+            "Pin NAME to KEY, obtained out of band (from `peerxfer identity` on that device), without looking at the network."
+    )
     var pin = false
 
-    @Flag(help: "List the receivers paired here (name and key) and the senders' keys trusted here, and do nothing else.")
+    @Flag(
+        help: "List the receivers paired here (name and key) and the senders' keys trusted here, and do nothing else.")
     var list = false
 
     @OptionGroup var config: ConfigOptions
 
-    @Option(parsing: .unconditional, help: ArgumentHelp("Seconds to look for a receiver named so before giving up with exit 3.", valueName: "seconds"))
+    @Option(
+        parsing: .unconditional,
+        help: ArgumentHelp(
+            "Seconds to look for a receiver named so before giving up with exit 3.", valueName: "seconds"))
     var wait: Double = 5
 
     func validate() throws {
@@ -41,13 +54,19 @@ struct Trust: AsyncParsableCommand {
             return
         }
         guard !peer.isEmpty else { throw ValidationError("give a receiver's name or a sender's key (or --list)") }
-        guard wait.isFinite, wait >= 0.01, wait <= 86_400 else { throw ValidationError("--wait must be a number of seconds above 0 (0.01 at least), at most 86400") }
+        guard wait.isFinite, wait >= 0.01, wait <= 86_400 else {
+            throw ValidationError("--wait must be a number of seconds above 0 (0.01 at least), at most 86400")
+        }
         if pin { try PeerNameRule.check(peer, option: "NAME") }
         if pin && key == nil {
-            throw ValidationError("--pin needs the name and the key: peerxfer trust --pin NAME KEY (the key as `peerxfer identity` prints it on that device)")
+            throw ValidationError(
+                "--pin needs the name and the key: peerxfer trust --pin NAME KEY (the key as `peerxfer identity` prints it on that device)"
+            )
         }
         if key != nil && !pin {
-            throw ValidationError("a name and a key: did you mean `peerxfer trust --pin \(Terminal.escape(peer)) \(Terminal.escape(key ?? ""))`?")
+            throw ValidationError(
+                "a name and a key: did you mean `peerxfer trust --pin \(Terminal.escape(peer)) \(Terminal.escape(key ?? ""))`?"
+            )
         }
     }
 
@@ -60,8 +79,10 @@ struct Trust: AsyncParsableCommand {
         if pin, let key {
             try ServiceNames.checkName(peer, allowEmpty: false)
             guard let whole = KeyText.whole(key) else {
-                _ = try KeyText.prefix(key, option: "KEY")   // says which character is wrong
-                throw PeerTransferError.usage("KEY: give all 64 hex digits of the receiver's key, as `peerxfer identity` prints it there (\"\(Terminal.escape(key))\" is shorter)")
+                _ = try KeyText.prefix(key, option: "KEY")  // says which character is wrong
+                throw PeerTransferError.usage(
+                    "KEY: give all 64 hex digits of the receiver's key, as `peerxfer identity` prints it there (\"\(Terminal.escape(key))\" is shorter)"
+                )
             }
             try Self.pin(peer, to: whole, in: file, configOption: configuration.configOption)
             return
@@ -69,7 +90,9 @@ struct Trust: AsyncParsableCommand {
         let fingerprint = peer.lowercased().filter { $0 != ":" }
         let digits = fingerprint.filter { $0 != "…" }
         if digits.count >= 12, digits.count < 64, KeyText.digits(digits) != nil {
-            throw PeerTransferError.usage("\"\(Terminal.escape(peer))\" looks like a shortened key: give all 64 hex digits (`peerxfer identity` prints them on that device; a receiver's log and its question show a sender's whole key; `peerxfer peers --json` shows receivers'), or the receiver's name")
+            throw PeerTransferError.usage(
+                "\"\(Terminal.escape(peer))\" looks like a shortened key: give all 64 hex digits (`peerxfer identity` prints them on that device; a receiver's log and its question show a sender's whole key; `peerxfer peers --json` shows receivers'), or the receiver's name"
+            )
         }
         if let whole = KeyText.whole(peer) {
             try KnownPeers.update(at: file) { $0.trusted[whole] = $0.trusted[whole] ?? KnownPeers.trustedByFingerprint }
@@ -79,8 +102,12 @@ struct Trust: AsyncParsableCommand {
         if peer.utf8.count > 63 {
             // Too long for a name (DNS-SD names are at most 63 bytes): a key with a typo.
             let wrong = fingerprint.unicodeScalars.enumerated().first { KeyText.digits(String($0.element)) == nil }
-            throw PeerTransferError.usage(wrong.map { "\"\(Terminal.escape(peer))\" is not a key: character \($0.offset + 1) (\(Terminal.escape(String($0.element)))) is not a hex digit" }
-                ?? "\"\(Terminal.escape(peer))\" is not a key (\(fingerprint.count) hex digits, not 64), and too long for a name (at most 63 bytes)")
+            throw PeerTransferError.usage(
+                wrong.map {
+                    "\"\(Terminal.escape(peer))\" is not a key: character \($0.offset + 1) (\(Terminal.escape(String($0.element)))) is not a hex digit"
+                }
+                    ?? "\"\(Terminal.escape(peer))\" is not a key (\(fingerprint.count) hex digits, not 64), and too long for a name (at most 63 bytes)"
+            )
         }
         let resolved: ResolvedService
         do {
@@ -90,10 +117,13 @@ struct Trust: AsyncParsableCommand {
             throw PeerTransferError.runtime("cannot look for \"\(Terminal.escape(peer))\": \(error)")
         } catch {
             // A few hex digits were most likely a key cut short rather than a name.
-            let keyHint = KeyText.digits(digits) != nil
+            let keyHint =
+                KeyText.digits(digits) != nil
                 ? "; if \"\(Terminal.escape(peer))\" is the start of a key, give all 64 hex digits (`peerxfer peers --json` shows them)"
                 : "; `peerxfer peers` lists the receivers that can be seen, or pin its key with --pin NAME KEY"
-            throw PeerTransferError.peerNotFound("no receiver named \"\(Terminal.escape(peer))\" was found within \(wait.rounded() == wait ? String(Int(wait)) : String(wait)) s (\(error))\(keyHint)")
+            throw PeerTransferError.peerNotFound(
+                "no receiver named \"\(Terminal.escape(peer))\" was found within \(wait.rounded() == wait ? String(Int(wait)) : String(wait)) s (\(error))\(keyHint)"
+            )
         }
         guard let advertised = resolved.txtRecord.string(for: "fp").flatMap(KeyText.whole) else {
             throw PeerTransferError.trust("\"\(Terminal.escape(peer))\" advertises no key fingerprint")
@@ -103,22 +133,28 @@ struct Trust: AsyncParsableCommand {
         switch known.verdict(forReceiver: published, key: advertised) {
         case .pinned(let spelled):
             try KnownPeers.update(at: file) { $0.trusted[advertised] = $0.trusted[advertised] ?? spelled }
-            printLine("\"\(Terminal.escape(spelled))\" is paired already (key \(advertised)); its key is trusted to deliver here")
+            printLine(
+                "\"\(Terminal.escape(spelled))\" is paired already (key \(advertised)); its key is trusted to deliver here"
+            )
             return
         case .keyChanged(let pinnedAs, let pinnedKey):
-            throw Sender.keyChanged(name: published, key: advertised, pinnedAs: pinnedAs, pinnedKey: pinnedKey, configOption: configuration.configOption)
+            throw Sender.keyChanged(
+                name: published, key: advertised, pinnedAs: pinnedAs, pinnedKey: pinnedKey,
+                configOption: configuration.configOption)
         case .renamed, .trustedKey, .new:
             break
         }
         let code = VerificationCode.between(configuration.identity.publicKeySHA256, advertised)
         let command = "peerxfer trust --pin \(ShellWord.quoted(published)) \(advertised)\(configuration.configOption)"
         guard isatty(0) == 1 && isatty(2) == 1 else {
-            throw PeerTransferError.trust("""
+            throw PeerTransferError.trust(
+                """
                 "\(Terminal.escape(published))" answers with the key \(advertised) (verification code \(code)), but anyone on the link can answer to a name, \
                 and there is no terminal to ask on: nothing was trusted. If `peerxfer identity` on that device prints this key, run: \(command)
                 """)
         }
-        printError("""
+        printError(
+            """
             "\(Terminal.escape(published))" answers on the link with:
               key                \(advertised)
               verification code  \(code)
@@ -136,7 +172,9 @@ struct Trust: AsyncParsableCommand {
         let configuration = try config.loadExisting()
         let known = try KnownPeers.load(from: configuration.knownPeersFile)
         if known.pins.isEmpty && known.trusted.isEmpty {
-            printLine("nothing is paired or trusted here (peerxfer trust --pin NAME KEY pairs a receiver; peerxfer trust KEY trusts a sender)")
+            printLine(
+                "nothing is paired or trusted here (peerxfer trust --pin NAME KEY pairs a receiver; peerxfer trust KEY trusts a sender)"
+            )
             return
         }
         for (name, key) in known.pins.sorted(by: { $0.key < $1.key }) {
@@ -153,12 +191,16 @@ struct Trust: AsyncParsableCommand {
     static func pin(_ name: String, to key: String, in file: String, configOption: String) throws {
         try KnownPeers.update(at: file) { known in
             if let spelled = known.pinnedSpelling(of: name), let pinned = known.pins[spelled], pinned != key {
-                throw PeerTransferError.trust("\"\(Terminal.escape(spelled))\" is pinned to the key \(pinned) already; run `peerxfer untrust \(ShellWord.quoted(spelled))\(configOption)` first if the change is expected")
+                throw PeerTransferError.trust(
+                    "\"\(Terminal.escape(spelled))\" is pinned to the key \(pinned) already; run `peerxfer untrust \(ShellWord.quoted(spelled))\(configOption)` first if the change is expected"
+                )
             }
             known.pin(name, to: key)
             known.trusted[key] = known.trusted[key] ?? name
         }
-        printLine("trusted \"\(Terminal.escape(name))\" with key \(key): sends to it go only to this key, and it may deliver here")
+        printLine(
+            "trusted \"\(Terminal.escape(name))\" with key \(key): sends to it go only to this key, and it may deliver here"
+        )
     }
 }
 
@@ -166,7 +208,8 @@ struct Trust: AsyncParsableCommand {
 struct Untrust: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Forget a peer: its key, pinned under any name, and its trust as a sender.",
-        discussion: "Exit codes: 0 forgotten; 1 runtime error; 2 usage error (among them a name or key that is neither pinned nor trusted here)."
+        discussion:
+            "Exit codes: 0 forgotten; 1 runtime error; 2 usage error (among them a name or key that is neither pinned nor trusted here)."
     )
 
     @Argument(help: ArgumentHelp("A name or a key fingerprint.", valueName: "name-or-fingerprint"))
@@ -182,15 +225,21 @@ struct Untrust: AsyncParsableCommand {
             // The name as pinned, in any ASCII case (not a look-alike: that is another name).
             // Trust is by key: forgetting a receiver forgets its key under every name it was
             // pinned as (a renamed device, a name found by key) and as a trusted sender.
-            let spelled = known.pins[peer] != nil ? peer : known.pins.keys.sorted().first { ServiceNames.sameIgnoringASCIICase($0, peer) }
+            let spelled =
+                known.pins[peer] != nil
+                ? peer : known.pins.keys.sorted().first { ServiceNames.sameIgnoringASCIICase($0, peer) }
             var keys = Set<String>()
             if let spelled, let key = known.pins[spelled] { keys.insert(key) }
             if let whole = KeyText.whole(fingerprint) { keys.insert(whole) }
             // Or the start of a key (8 hex digits at least), when it names one key only.
             if keys.isEmpty, fingerprint.count >= 8, let digits = KeyText.digits(fingerprint) {
-                let matching = Set(known.pins.values.filter { $0.hasPrefix(digits) } + known.trusted.keys.filter { $0.hasPrefix(digits) })
+                let matching = Set(
+                    known.pins.values.filter { $0.hasPrefix(digits) }
+                        + known.trusted.keys.filter { $0.hasPrefix(digits) })
                 guard matching.count <= 1 else {
-                    throw PeerTransferError.usage("\"\(Terminal.escape(peer))\" is the start of \(matching.count) keys here; give more of it (peerxfer trust --list shows them)")
+                    throw PeerTransferError.usage(
+                        "\"\(Terminal.escape(peer))\" is the start of \(matching.count) keys here; give more of it (peerxfer trust --list shows them)"
+                    )
                 }
                 keys.formUnion(matching)
             }

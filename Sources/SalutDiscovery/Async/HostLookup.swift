@@ -31,8 +31,10 @@ extension DiscoveryContext {
     /// - Throws: ``DiscoveryError/timedOut`` or ``DiscoveryError/notFound`` when no address comes
     ///   within `timeout` seconds; ``DiscoveryError/invalidHostName(_:reason:)`` for a name
     ///   ``validate(hostName:)`` refuses.
-    public func addresses(ofHost hostName: String, family: AddressFamily = .any,
-                          timeout: TimeInterval = 5, settle: TimeInterval = 0.1) async throws -> [SocketAddress] {
+    public func addresses(
+        ofHost hostName: String, family: AddressFamily = .any,
+        timeout: TimeInterval = 5, settle: TimeInterval = 0.1
+    ) async throws -> [SocketAddress] {
         let name = try ServiceNames.checkHostName(hostName)
         let waiter = OneShot<[SocketAddress]>()
         let found = Locked<[SocketAddress]>([])
@@ -47,7 +49,9 @@ extension DiscoveryContext {
                 let wanted = family == .any ? 2 : 1
                 if found.value.count >= wanted { waiter.succeed(found.value) }
                 if first {
-                    self.queue.asyncAfter(deadline: .now() + OperationLimit.clampedSeconds(settle, default: 0.1)) { waiter.succeed(found.value) }
+                    self.queue.asyncAfter(deadline: .now() + OperationLimit.clampedSeconds(settle, default: 0.1)) {
+                        waiter.succeed(found.value)
+                    }
                 }
             case .failure(let error):
                 if found.value.isEmpty { waiter.fail(error) }

@@ -25,7 +25,8 @@ final class RecentResolutions: Sendable {
     func take(_ service: DiscoveredService) -> ResolvedService? {
         entries.withLock { table in
             guard let entry = table.removeValue(forKey: service), ContinuousClock.now - entry.at < Self.lifetime,
-                  !entry.resolved.addresses.isEmpty else { return nil }
+                !entry.resolved.addresses.isEmpty
+            else { return nil }
             return entry.resolved
         }
     }

@@ -14,8 +14,10 @@ extension DiscoveredService {
     /// - Throws: ``DiscoveryError/timedOut`` when nothing answers within `timeout` seconds;
     ///   ``DiscoveryError/cancelled`` when the task is cancelled; a validation error for a
     ///   malformed name, type or domain.
-    public func resolve(timeout: TimeInterval = 5, settle: TimeInterval = 0.2,
-                        context: DiscoveryContext = .shared) async throws -> ResolvedService {
+    public func resolve(
+        timeout: TimeInterval = 5, settle: TimeInterval = 0.2,
+        context: DiscoveryContext = .shared
+    ) async throws -> ResolvedService {
         let target = try validatedForLookup()
         let waiter = OneShot<ResolvedService>()
         let latest = Locked<ResolvedService?>(nil)
@@ -49,7 +51,7 @@ extension DiscoveredService {
         } onCancel: {
             waiter.fail(.cancelled)
         }
-        context.recentResolutions.remember(resolved)   // a `connect` right after uses it
+        context.recentResolutions.remember(resolved)  // a `connect` right after uses it
         return resolved
     }
 

@@ -72,8 +72,9 @@ public final class ServiceAdvertisement: Sendable {
         txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], allowRename: Bool = true,
         timeout: TimeInterval = 10, context: DiscoveryContext = .shared
     ) async throws -> ServiceAdvertisement {
-        try await publish(name: name, type: type, domain: domain, port: port, txtRecord: txtRecord, subtypes: subtypes,
-                          allowRename: allowRename, timeout: timeout, context: context, listener: nil)
+        try await publish(
+            name: name, type: type, domain: domain, port: port, txtRecord: txtRecord, subtypes: subtypes,
+            allowRename: allowRename, timeout: timeout, context: context, listener: nil)
     }
 
     /// Publishes a service in a wide-area domain (a unicast DNS zone) with signed DNS updates,
@@ -99,8 +100,9 @@ public final class ServiceAdvertisement: Sendable {
         txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], allowRename: Bool = true,
         wideArea: WideAreaPublishing
     ) async throws -> ServiceAdvertisement {
-        try await publish(name: name, type: type, domain: domain, port: port, txtRecord: txtRecord, subtypes: subtypes,
-                          allowRename: allowRename, wideArea: wideArea, listener: nil)
+        try await publish(
+            name: name, type: type, domain: domain, port: port, txtRecord: txtRecord, subtypes: subtypes,
+            allowRename: allowRename, wideArea: wideArea, listener: nil)
     }
 
     /// Listens on `port` (0: one the system picks) on IPv4 and IPv6 and publishes the service on
@@ -128,8 +130,9 @@ public final class ServiceAdvertisement: Sendable {
         wideArea: WideAreaPublishing
     ) async throws -> ServiceAdvertisement {
         try await listening(port: port, tls: tls, limits: limits, bufferSize: bufferSize) { listener in
-            try await publish(name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
-                              subtypes: subtypes, allowRename: allowRename, wideArea: wideArea, listener: listener)
+            try await publish(
+                name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
+                subtypes: subtypes, allowRename: allowRename, wideArea: wideArea, listener: listener)
         }
     }
 
@@ -137,8 +140,9 @@ public final class ServiceAdvertisement: Sendable {
         name: String, type: String, domain: String, port: Int, txtRecord: TXTRecord, subtypes: [String],
         allowRename: Bool, wideArea: WideAreaPublishing, listener: StreamListener?
     ) async throws -> ServiceAdvertisement {
-        let request = try request(name: name, type: type, domain: domain, port: port, txtRecord: txtRecord,
-                                  subtypes: subtypes, allowRename: allowRename)
+        let request = try request(
+            name: name, type: type, domain: domain, port: port, txtRecord: txtRecord,
+            subtypes: subtypes, allowRename: allowRename)
         guard request.domain.lowercased() != "local" else {
             throw DiscoveryError.invalidDomain("local (publish on the link without wideArea:)")
         }
@@ -151,8 +155,9 @@ public final class ServiceAdvertisement: Sendable {
             addresses: addresses, key: wideArea.key, nameServer: wideArea.nameServer, renames: allowRename,
             ttl: wideArea.ttl, lease: wideArea.lease)
         let final = try await publisher.publish()
-        return ServiceAdvertisement(backend: .wideArea(publisher), name: Locked(final), type: request.type.browseType,
-                                    domain: request.domain, listener: listener)
+        return ServiceAdvertisement(
+            backend: .wideArea(publisher), name: Locked(final), type: request.type.browseType,
+            domain: request.domain, listener: listener)
     }
 
     /// A TXT record's strings, as DNS carries them.
@@ -188,17 +193,20 @@ public final class ServiceAdvertisement: Sendable {
         allowRename: Bool = true, timeout: TimeInterval = 10, context: DiscoveryContext = .shared
     ) async throws -> ServiceAdvertisement {
         try await listening(port: port, tls: tls, limits: limits, bufferSize: bufferSize) { listener in
-            try await publish(name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
-                              subtypes: subtypes, allowRename: allowRename, timeout: timeout, context: context,
-                              listener: listener)
+            try await publish(
+                name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
+                subtypes: subtypes, allowRename: allowRename, timeout: timeout, context: context,
+                listener: listener)
         }
     }
 
     /// Makes the listener, then publishes with it; the listener stops if publishing fails.
     /// - Throws: ``DiscoveryError/listenFailed(_:)`` when the listener cannot be made, or what
     ///   `publish` throws.
-    private static func listening(port: Int, tls: TLSConfiguration?, limits: ConnectionLimits, bufferSize: Int,
-                                  _ publish: (StreamListener) async throws -> ServiceAdvertisement) async throws -> ServiceAdvertisement {
+    private static func listening(
+        port: Int, tls: TLSConfiguration?, limits: ConnectionLimits, bufferSize: Int,
+        _ publish: (StreamListener) async throws -> ServiceAdvertisement
+    ) async throws -> ServiceAdvertisement {
         let listener: StreamListener
         do {
             listener = try StreamListener(port: port, tls: tls, bufferSize: bufferSize, limits: limits)
@@ -226,34 +234,41 @@ public final class ServiceAdvertisement: Sendable {
     /// size (``TXTRecord/validateForPublishing()``). For validating input early, as a form or a
     /// command line does.
     /// - Throws: the ``DiscoveryError`` validation case for the first problem found.
-    public static func validate(name: String, type: String, domain: String = "local", port: Int,
-                                txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = []) throws {
-        _ = try request(name: name, type: type, domain: domain, port: port, txtRecord: txtRecord, subtypes: subtypes,
-                        allowRename: true)
+    public static func validate(
+        name: String, type: String, domain: String = "local", port: Int,
+        txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = []
+    ) throws {
+        _ = try request(
+            name: name, type: type, domain: domain, port: port, txtRecord: txtRecord, subtypes: subtypes,
+            allowRename: true)
     }
 
     /// The checked registration request.
-    private static func request(name: String, type: String, domain: String, port: Int, txtRecord: TXTRecord,
-                                subtypes: [String], allowRename: Bool) throws -> RegisterOperation.Request {
+    private static func request(
+        name: String, type: String, domain: String, port: Int, txtRecord: TXTRecord,
+        subtypes: [String], allowRename: Bool
+    ) throws -> RegisterOperation.Request {
         try ServiceNames.checkName(name, allowEmpty: true)
         let parsed = try ServiceNames.parseType(type, domain: domain)
         ServiceNames.noteIfLong(parsed)
-        for subtype in subtypes {   // each must make a valid `_sub._sub._name._tcp`
+        for subtype in subtypes {  // each must make a valid `_sub._sub._name._tcp`
             _ = try ServiceNames.parseType("\(subtype)._sub.\(parsed.base)", domain: domain)
         }
         let domain = try ServiceNames.normaliseDomain(domain)
         let port = try ServiceNames.checkPort(port)
         try txtRecord.validateForPublishing()
-        return RegisterOperation.Request(name: name, type: parsed, domain: domain, port: port, txt: txtRecord,
-                                         allowRename: allowRename, extraSubtypes: subtypes)
+        return RegisterOperation.Request(
+            name: name, type: parsed, domain: domain, port: port, txt: txtRecord,
+            allowRename: allowRename, extraSubtypes: subtypes)
     }
 
     private static func publish(
         name: String, type: String, domain: String, port: Int, txtRecord: TXTRecord, subtypes: [String],
         allowRename: Bool, timeout: TimeInterval, context: DiscoveryContext, listener: StreamListener?
     ) async throws -> ServiceAdvertisement {
-        let request = try request(name: name, type: type, domain: domain, port: port, txtRecord: txtRecord,
-                                  subtypes: subtypes, allowRename: allowRename)
+        let request = try request(
+            name: name, type: type, domain: domain, port: port, txtRecord: txtRecord,
+            subtypes: subtypes, allowRename: allowRename)
         let waiter = OneShot<String>()
         let current = Locked(name)
         let operation = RegisterOperation(context: context, request: request) { event in
@@ -266,7 +281,9 @@ public final class ServiceAdvertisement: Sendable {
             }
         }
         operation.start()
-        context.queue.asyncAfter(deadline: .now() + OperationLimit.clampedSeconds(timeout, default: 10)) { waiter.fail(.timedOut) }
+        context.queue.asyncAfter(deadline: .now() + OperationLimit.clampedSeconds(timeout, default: 10)) {
+            waiter.fail(.timedOut)
+        }
         do {
             _ = try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { waiter.set($0) }
@@ -277,8 +294,9 @@ public final class ServiceAdvertisement: Sendable {
             operation.stop()
             throw error
         }
-        return ServiceAdvertisement(backend: .link(operation), name: current, type: request.type.browseType,
-                                    domain: request.domain, listener: listener)
+        return ServiceAdvertisement(
+            backend: .link(operation), name: current, type: request.type.browseType,
+            domain: request.domain, listener: listener)
     }
 
     /// Replaces the published TXT record; peers monitoring it see the change.

@@ -35,24 +35,33 @@ public struct ServiceBrowser: AsyncSequence, Sendable {
     /// - Throws: ``DiscoveryError/invalidServiceType(_:reason:)``,
     ///   ``DiscoveryError/invalidDomain(_:)`` or ``DiscoveryError/unknownInterface(_:)`` for
     ///   malformed input.
-    public init(type: String, domain: String = "local", interface: String? = nil, family: DiscoveryContext.AddressFamily = .any,
-                includeLocal: Bool = true, context: DiscoveryContext = .shared) throws {
+    public init(
+        type: String, domain: String = "local", interface: String? = nil, family: DiscoveryContext.AddressFamily = .any,
+        includeLocal: Bool = true, context: DiscoveryContext = .shared
+    ) throws {
         let parsed = try ServiceNames.parseType(type, domain: domain)
         ServiceNames.noteIfLong(parsed)
-        self.init(context: context, target: .services(type: parsed.browseType, domain: try ServiceNames.normaliseDomain(domain)))
+        self.init(
+            context: context,
+            target: .services(type: parsed.browseType, domain: try ServiceNames.normaliseDomain(domain)))
         filter = try Self.filter(interface: interface, family: family, includeLocal: includeLocal)
     }
 
     /// Browses for the service types present in `domain` (DNS-SD's `_services._dns-sd._udp`).
     /// Each service's `name` is a type such as `_http._tcp`. Filters as for instances.
-    public static func serviceTypes(domain: String = "local", interface: String? = nil, family: DiscoveryContext.AddressFamily = .any,
-                                    includeLocal: Bool = true, context: DiscoveryContext = .shared) throws -> ServiceBrowser {
-        var browser = ServiceBrowser(context: context, target: .serviceTypes(domain: try ServiceNames.normaliseDomain(domain)))
+    public static func serviceTypes(
+        domain: String = "local", interface: String? = nil, family: DiscoveryContext.AddressFamily = .any,
+        includeLocal: Bool = true, context: DiscoveryContext = .shared
+    ) throws -> ServiceBrowser {
+        var browser = ServiceBrowser(
+            context: context, target: .serviceTypes(domain: try ServiceNames.normaliseDomain(domain)))
         browser.filter = try filter(interface: interface, family: family, includeLocal: includeLocal)
         return browser
     }
 
-    static func filter(interface: String?, family: DiscoveryContext.AddressFamily, includeLocal: Bool) throws -> BrowseOperation.Filter {
+    static func filter(
+        interface: String?, family: DiscoveryContext.AddressFamily, includeLocal: Bool
+    ) throws -> BrowseOperation.Filter {
         var filter = BrowseOperation.Filter(includeLocal: includeLocal)
         if let interface {
             let index = if_nametoindex(interface)
@@ -61,8 +70,8 @@ public struct ServiceBrowser: AsyncSequence, Sendable {
         }
         switch family {
         case .any: break
-        case .ipv4: filter.proto = 0     // AVAHI_PROTO_INET
-        case .ipv6: filter.proto = 1     // AVAHI_PROTO_INET6
+        case .ipv4: filter.proto = 0  // AVAHI_PROTO_INET
+        case .ipv6: filter.proto = 1  // AVAHI_PROTO_INET6
         }
         return filter
     }

@@ -16,10 +16,13 @@ extension DiscoveredService {
     ///     `SocketStreamError.nameNotFound(_:detail:)`; NaN, zero or a negative value takes
     ///     the default (5 s), and at most a billion seconds are waited.
     ///   - context: the connection to the avahi-daemon to resolve through.
-    public func streams(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,
-                        resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared) -> BoundStreamPair {
-        SocketStreams.pair(toHost: description, port: 0, bufferSize: bufferSize, tls: tls,
-                           targetResolver: targetResolver(timeout: resolveTimeout, context: context))
+    public func streams(
+        tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,
+        resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared
+    ) -> BoundStreamPair {
+        SocketStreams.pair(
+            toHost: description, port: 0, bufferSize: bufferSize, tls: tls,
+            targetResolver: targetResolver(timeout: resolveTimeout, context: context))
     }
 
     /// Resolves the service for a socket pair: its addresses (with the service's port) and its
@@ -44,8 +47,10 @@ extension DiscoveredService {
     /// - Throws: a `SocketStreamError`: `SocketStreamError.nameNotFound(_:detail:)` when the
     ///   service does not resolve, connection and TLS failures as for any host. `resolveTimeout`
     ///   is taken as by ``streams(tls:bufferSize:resolveTimeout:context:)``.
-    public func connect(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,
-                        resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared) async throws -> BoundStreamPair {
+    public func connect(
+        tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,
+        resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared
+    ) async throws -> BoundStreamPair {
         let pair = streams(tls: tls, bufferSize: bufferSize, resolveTimeout: resolveTimeout, context: context)
         try await pair.open()
         return pair
@@ -55,25 +60,31 @@ extension DiscoveredService {
     /// with unicast DNS queries to `wideArea`'s name server (as ``resolve(wideArea:timeout:)``)
     /// and connects to its addresses the Happy Eyeballs way; TLS as in
     /// ``streams(tls:bufferSize:resolveTimeout:context:)``.
-    public func streams(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024, resolveTimeout: TimeInterval = 10,
-                        wideArea: WideAreaBrowsing) -> BoundStreamPair {
+    public func streams(
+        tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024, resolveTimeout: TimeInterval = 10,
+        wideArea: WideAreaBrowsing
+    ) -> BoundStreamPair {
         let service = self
-        return SocketStreams.pair(toHost: description, port: 0, bufferSize: bufferSize, tls: tls, targetResolver: { _, _ in
-            do {
-                let resolved = try await service.resolve(wideArea: wideArea, timeout: resolveTimeout)
-                return (resolved.addresses, resolved.hostName)
-            } catch {
-                throw SocketStreamError.nameNotFound(service.description, detail: "\(error)")
-            }
-        })
+        return SocketStreams.pair(
+            toHost: description, port: 0, bufferSize: bufferSize, tls: tls,
+            targetResolver: { _, _ in
+                do {
+                    let resolved = try await service.resolve(wideArea: wideArea, timeout: resolveTimeout)
+                    return (resolved.addresses, resolved.hostName)
+                } catch {
+                    throw SocketStreamError.nameNotFound(service.description, detail: "\(error)")
+                }
+            })
     }
 
     /// Resolves the service in its wide-area domain by unicast DNS, connects, and returns the
     /// open streams.
     /// - Throws: a `SocketStreamError`: `SocketStreamError.nameNotFound(_:detail:)` when the
     ///   service does not resolve (the detail says why), connection and TLS failures as for any host.
-    public func connect(tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024, resolveTimeout: TimeInterval = 10,
-                        wideArea: WideAreaBrowsing) async throws -> BoundStreamPair {
+    public func connect(
+        tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024, resolveTimeout: TimeInterval = 10,
+        wideArea: WideAreaBrowsing
+    ) async throws -> BoundStreamPair {
         let pair = streams(tls: tls, bufferSize: bufferSize, resolveTimeout: resolveTimeout, wideArea: wideArea)
         try await pair.open()
         return pair

@@ -40,10 +40,12 @@ package enum AvahiValues {
 
     /// An `AvahiAddress` with a port as a socket address; IPv6 link-local addresses carry the
     /// interface index as scope id.
-    static func socketAddress(_ address: UnsafePointer<AvahiAddress>, port: UInt16, interface: AvahiIfIndex) -> SocketAddress? {
+    static func socketAddress(
+        _ address: UnsafePointer<AvahiAddress>, port: UInt16, interface: AvahiIfIndex
+    ) -> SocketAddress? {
         switch address.pointee.proto {
         case AvahiProtocol(AVAHI_PROTO_INET):
-            var raw = address.pointee.data.ipv4.address   // network byte order
+            var raw = address.pointee.data.ipv4.address  // network byte order
             let bytes = withUnsafeBytes(of: &raw) { Array($0) }
             return SocketAddress(ipv4: bytes, port: port)
         case AvahiProtocol(AVAHI_PROTO_INET6):

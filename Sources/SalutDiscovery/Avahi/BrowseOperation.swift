@@ -31,8 +31,8 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
     /// Which answers to take: one interface and/or protocol, and whether services published
     /// by this host count.
     struct Filter: Sendable {
-        var interface: Int32 = -1        // AVAHI_IF_UNSPEC
-        var proto: Int32 = -1            // AVAHI_PROTO_UNSPEC
+        var interface: Int32 = -1  // AVAHI_IF_UNSPEC
+        var proto: Int32 = -1  // AVAHI_PROTO_UNSPEC
         var includeLocal = true
     }
 
@@ -50,7 +50,10 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
     private var complete = false
     private var flushScheduled = false
 
-    init(context: DiscoveryContext, target: Target, filter: Filter = Filter(), deliver: @escaping @Sendable (Event) -> Void) {
+    init(
+        context: DiscoveryContext, target: Target, filter: Filter = Filter(),
+        deliver: @escaping @Sendable (Event) -> Void
+    ) {
         self.target = target
         self.filter = filter
         self.deliver = deliver
@@ -65,22 +68,35 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
         let any = AvahiIfIndex(filter.interface), anyProto = AvahiProtocol(filter.proto)
         switch target {
         case .services(let type, let domain):
-            browser = avahi_service_browser_new(client, any, anyProto, type, domain, AvahiLookupFlags(rawValue: 0), { _, interface, proto, event, name, type, domain, flags, userdata in
-                BrowseOperation.from(userdata).handle(event, interface, proto, DiscoveredService(
-                    name: AvahiValues.string(name), type: AvahiValues.string(type), domain: AvahiValues.string(domain)), flags: flags)
-            }, me)
+            browser = avahi_service_browser_new(
+                client, any, anyProto, type, domain, AvahiLookupFlags(rawValue: 0),
+                { _, interface, proto, event, name, type, domain, flags, userdata in
+                    BrowseOperation.from(userdata).handle(
+                        event, interface, proto,
+                        DiscoveredService(
+                            name: AvahiValues.string(name), type: AvahiValues.string(type),
+                            domain: AvahiValues.string(domain)), flags: flags)
+                }, me)
         case .serviceTypes(let domain):
-            browser = avahi_service_type_browser_new(client, any, anyProto, domain, AvahiLookupFlags(rawValue: 0), { _, interface, proto, event, type, domain, flags, userdata in
-                BrowseOperation.from(userdata).handle(event, interface, proto, DiscoveredService(
-                    name: AvahiValues.string(type), type: "_services._dns-sd._udp", domain: AvahiValues.string(domain)), flags: flags)
-            }, me)
+            browser = avahi_service_type_browser_new(
+                client, any, anyProto, domain, AvahiLookupFlags(rawValue: 0),
+                { _, interface, proto, event, type, domain, flags, userdata in
+                    BrowseOperation.from(userdata).handle(
+                        event, interface, proto,
+                        DiscoveredService(
+                            name: AvahiValues.string(type), type: "_services._dns-sd._udp",
+                            domain: AvahiValues.string(domain)), flags: flags)
+                }, me)
         case .domains(let registration):
-            browser = avahi_domain_browser_new(client, any, anyProto, nil,
-                                               registration ? AVAHI_DOMAIN_BROWSER_REGISTER : AVAHI_DOMAIN_BROWSER_BROWSE,
-                                               AvahiLookupFlags(rawValue: 0), { _, interface, proto, event, domain, _, userdata in
-                let name = AvahiValues.string(domain)
-                BrowseOperation.from(userdata).handle(event, interface, proto, DiscoveredService(name: name, type: "", domain: name))
-            }, me)
+            browser = avahi_domain_browser_new(
+                client, any, anyProto, nil,
+                registration ? AVAHI_DOMAIN_BROWSER_REGISTER : AVAHI_DOMAIN_BROWSER_BROWSE,
+                AvahiLookupFlags(rawValue: 0),
+                { _, interface, proto, event, domain, _, userdata in
+                    let name = AvahiValues.string(domain)
+                    BrowseOperation.from(userdata).handle(
+                        event, interface, proto, DiscoveredService(name: name, type: "", domain: name))
+                }, me)
         }
         if browser == nil {
             halt()
@@ -110,12 +126,14 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
         self.browser = nil
     }
 
-    private func handle(_ event: AvahiBrowserEvent, _ interface: AvahiIfIndex, _ proto: AvahiProtocol, _ service: DiscoveredService,
-                        flags: AvahiLookupResultFlags = AvahiLookupResultFlags(rawValue: 0)) {
+    private func handle(
+        _ event: AvahiBrowserEvent, _ interface: AvahiIfIndex, _ proto: AvahiProtocol, _ service: DiscoveredService,
+        flags: AvahiLookupResultFlags = AvahiLookupResultFlags(rawValue: 0)
+    ) {
         let path = Path(interface: interface, proto: proto)
         switch event {
         case AVAHI_BROWSER_NEW where !filter.includeLocal && flags.rawValue & AVAHI_LOOKUP_RESULT_LOCAL.rawValue != 0:
-            return   // published by this host, and the caller asked to ignore those
+            return  // published by this host, and the caller asked to ignore those
         case AVAHI_BROWSER_NEW:
             if seen[service] == nil { pending.append(.added(service)) }
             seen[service, default: []].insert(path)
@@ -150,10 +168,12 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
 
     private static func sighting(_ path: Path) -> ServiceSighting {
         var name = [CChar](repeating: 0, count: Int(IF_NAMESIZE) + 1)
-        let text = if_indextoname(UInt32(bitPattern: path.interface), &name) != nil
+        let text =
+            if_indextoname(UInt32(bitPattern: path.interface), &name) != nil
             ? String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
             : String(path.interface)
-        return ServiceSighting(interface: text, interfaceIndex: path.interface, isIPv6: path.proto == AvahiProtocol(AVAHI_PROTO_INET6))
+        return ServiceSighting(
+            interface: text, interfaceIndex: path.interface, isIPv6: path.proto == AvahiProtocol(AVAHI_PROTO_INET6))
     }
 
     private func scheduleFlush() {
@@ -178,7 +198,8 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
             case .added(let s), .removed(let s): service = s
             }
             let paths = seen[service] ?? lastSeen[service] ?? []
-            update.sightings[service] = paths.sorted { ($0.interface, $0.proto) < ($1.interface, $1.proto) }.map(Self.sighting)
+            update.sightings[service] = paths.sorted { ($0.interface, $0.proto) < ($1.interface, $1.proto) }.map(
+                Self.sighting)
         }
         lastSeen = [:]
         pending = []

@@ -104,7 +104,9 @@ private final class Watch: @unchecked Sendable {
 
     /// Watches `fd`, for nothing yet.
     /// - Throws: ``SocketStreamError`` when epoll refuses the descriptor.
-    init(fd: Int32, queue: DispatchQueue, callback: @escaping AvahiWatchCallback, userdata: UnsafeMutableRawPointer?) throws(SocketStreamError) {
+    init(
+        fd: Int32, queue: DispatchQueue, callback: @escaping AvahiWatchCallback, userdata: UnsafeMutableRawPointer?
+    ) throws(SocketStreamError) {
         self.fd = fd
         self.queue = queue
         self.callback = callback
@@ -187,7 +189,8 @@ private final class Timeout: @unchecked Sendable {
         guard let tv else { return }
         var now = timeval()
         gettimeofday(&now, nil)
-        let micros = (Int64(tv.pointee.tv_sec) - Int64(now.tv_sec)) * 1_000_000
+        let micros =
+            (Int64(tv.pointee.tv_sec) - Int64(now.tv_sec)) * 1_000_000
             + (Int64(tv.pointee.tv_usec) - Int64(now.tv_usec))
         let source = DispatchSource.makeTimerSource(queue: queue)
         source.schedule(deadline: .now() + .microseconds(Int(max(0, micros))))

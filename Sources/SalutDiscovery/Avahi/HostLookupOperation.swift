@@ -15,8 +15,10 @@ final class HostLookupOperation: QueueOperation, @unchecked Sendable {
     private var resolvers: [OpaquePointer] = []
     private var failures = 0
 
-    init(context: DiscoveryContext, hostName: String, family: Family,
-         deliver: @escaping @Sendable (Result<SocketAddress, DiscoveryError>) -> Void) {
+    init(
+        context: DiscoveryContext, hostName: String, family: Family,
+        deliver: @escaping @Sendable (Result<SocketAddress, DiscoveryError>) -> Void
+    ) {
         self.hostName = hostName
         self.family = family
         self.deliver = deliver
@@ -32,7 +34,8 @@ final class HostLookupOperation: QueueOperation, @unchecked Sendable {
         for proto in protocols {
             let resolver = avahi_host_name_resolver_new(
                 client, AvahiIfIndex(AVAHI_IF_UNSPEC), AvahiProtocol(AVAHI_PROTO_UNSPEC), hostName, proto,
-                AvahiLookupFlags(rawValue: 0), { _, interface, _, event, _, address, _, userdata in
+                AvahiLookupFlags(rawValue: 0),
+                { _, interface, _, event, _, address, _, userdata in
                     let op = HostLookupOperation.from(userdata)
                     op.answer(event, address.flatMap { AvahiValues.socketAddress($0, port: 0, interface: interface) })
                 }, me)

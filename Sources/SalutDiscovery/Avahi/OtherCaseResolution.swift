@@ -26,7 +26,8 @@ final class OtherCaseResolution: @unchecked Sendable {
     static let delay: DispatchTimeInterval = .milliseconds(500)
 
     /// `service` must be validated (a base type, a normalised domain).
-    init(context: DiscoveryContext, service: DiscoveredService, deliver: @escaping @Sendable (ResolvedService) -> Void) {
+    init(context: DiscoveryContext, service: DiscoveredService, deliver: @escaping @Sendable (ResolvedService) -> Void)
+    {
         self.context = context
         self.service = service
         self.deliver = deliver
@@ -51,7 +52,8 @@ final class OtherCaseResolution: @unchecked Sendable {
     /// On the queue.
     private func startBrowsing() {
         guard !stopped else { return }
-        let operation = BrowseOperation(context: context, target: .services(type: service.type, domain: service.domain)) { [weak self] event in
+        let operation = BrowseOperation(context: context, target: .services(type: service.type, domain: service.domain))
+        { [weak self] event in
             guard case .update(let update) = event else { return }
             // Deliveries come on the queue.
             self?.found(update.services)
@@ -63,8 +65,10 @@ final class OtherCaseResolution: @unchecked Sendable {
     /// On the queue: resolves each newly seen instance named like the service but for case.
     private func found(_ services: Set<DiscoveredService>) {
         guard !stopped else { return }
-        for other in services where other.name != service.name && !resolving.contains(other.name)
-            && ServiceNames.sameIgnoringASCIICase(other.name, service.name) {
+        for other in services
+        where other.name != service.name && !resolving.contains(other.name)
+            && ServiceNames.sameIgnoringASCIICase(other.name, service.name)
+        {
             resolving.insert(other.name)
             let spelled = DiscoveredService(name: other.name, type: service.type, domain: service.domain)
             let resolver = ResolveOperation(context: context, service: spelled, deliver: deliver)

@@ -61,10 +61,12 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
         guard !stopped else { return }
         if group == nil {
             let me = userdata
-            group = avahi_entry_group_new(client, { group, state, userdata in
-                guard let userdata else { return }
-                RegisterOperation.from(userdata).groupChanged(state)
-            }, me)
+            group = avahi_entry_group_new(
+                client,
+                { group, state, userdata in
+                    guard let userdata else { return }
+                    RegisterOperation.from(userdata).groupChanged(state)
+                }, me)
             guard group != nil else { return fail(DiscoveryError(avahiCode: avahi_client_errno(client))) }
         }
         if request.name.isEmpty {
@@ -111,7 +113,8 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
         guard !stopped else { return }
         switch state {
         case AVAHI_ENTRY_GROUP_ESTABLISHED:
-            SalutLogging.logger.info("published \"\(request.name)\" \(request.type.browseType) in \(request.domain) on port \(request.port)")
+            SalutLogging.logger.info(
+                "published \"\(request.name)\" \(request.type.browseType) in \(request.domain) on port \(request.port)")
             deliver(.published(name: request.name))
         case AVAHI_ENTRY_GROUP_COLLISION:
             collided()
@@ -125,13 +128,16 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
 
     private func collided() {
         guard request.allowRename else {
-            SalutLogging.logger.notice("\"\(request.name)\" \(request.type.browseType): the name is taken on the network; not renamed")
+            SalutLogging.logger.notice(
+                "\"\(request.name)\" \(request.type.browseType): the name is taken on the network; not renamed")
             return fail(.collision(name: request.name))
         }
         guard let next = avahi_alternative_service_name(request.name) else {
             return fail(.avahi(code: Int32(AVAHI_ERR_NO_MEMORY), message: "no alternative name"))
         }
-        SalutLogging.logger.notice("\"\(request.name)\" \(request.type.browseType): the name is taken on the network; trying \"\(String(cString: next))\"")
+        SalutLogging.logger.notice(
+            "\"\(request.name)\" \(request.type.browseType): the name is taken on the network; trying \"\(String(cString: next))\""
+        )
         request.name = String(cString: next)
         avahi_free(next)
         if let group { avahi_entry_group_reset(group) }

@@ -21,7 +21,8 @@ final class ResolveOperation: QueueOperation, @unchecked Sendable {
     private var result: ResolvedService?
 
     /// - Parameter service: name, base type (`_http._tcp`) and domain, as Avahi spells them.
-    init(context: DiscoveryContext, service: DiscoveredService, deliver: @escaping @Sendable (ResolvedService) -> Void) {
+    init(context: DiscoveryContext, service: DiscoveredService, deliver: @escaping @Sendable (ResolvedService) -> Void)
+    {
         self.service = service
         self.deliver = deliver
         super.init(context: context)
@@ -34,7 +35,8 @@ final class ResolveOperation: QueueOperation, @unchecked Sendable {
         let me = userdata
         browser = avahi_service_browser_new(
             client, AvahiIfIndex(AVAHI_IF_UNSPEC), AvahiProtocol(AVAHI_PROTO_UNSPEC), service.type, service.domain,
-            AvahiLookupFlags(rawValue: 0), { _, interface, proto, event, name, _, _, _, userdata in
+            AvahiLookupFlags(rawValue: 0),
+            { _, interface, proto, event, name, _, _, _, userdata in
                 let op = ResolveOperation.from(userdata)
                 guard let name, String(cString: name) == op.service.name else { return }
                 op.instance(event, Path(interface: interface, proto: proto))
@@ -50,12 +52,14 @@ final class ResolveOperation: QueueOperation, @unchecked Sendable {
             let me = userdata
             let resolver = avahi_service_resolver_new(
                 client, path.interface, path.proto, service.name, service.type, service.domain, path.proto,
-                AvahiLookupFlags(rawValue: 0), { _, interface, _, event, _, _, _, host, address, port, txt, _, userdata in
+                AvahiLookupFlags(rawValue: 0),
+                { _, interface, _, event, _, _, _, host, address, port, txt, _, userdata in
                     let op = ResolveOperation.from(userdata)
                     guard event == AVAHI_RESOLVER_FOUND else { return }
-                    op.found(host: AvahiValues.string(host),
-                             address: address.flatMap { AvahiValues.socketAddress($0, port: port, interface: interface) },
-                             port: port, txt: AvahiValues.txtRecord(txt))
+                    op.found(
+                        host: AvahiValues.string(host),
+                        address: address.flatMap { AvahiValues.socketAddress($0, port: port, interface: interface) },
+                        port: port, txt: AvahiValues.txtRecord(txt))
                 }, me)
             if let resolver { resolvers[path] = resolver }
         case AVAHI_BROWSER_REMOVE:
@@ -67,13 +71,16 @@ final class ResolveOperation: QueueOperation, @unchecked Sendable {
 
     private func found(host: String, address: SocketAddress?, port: UInt16, txt: TXTRecord) {
         guard !stopped else { return }
-        var next = result ?? ResolvedService(service: service, hostName: host, port: port, txtRecord: txt, addresses: [])
+        var next =
+            result ?? ResolvedService(service: service, hostName: host, port: port, txtRecord: txt, addresses: [])
         next.hostName = host
         next.port = port
         next.txtRecord = txt
         if let address, !next.addresses.contains(address) { next.addresses.append(address) }
         guard next != result else { return }
-        SalutLogging.logger.debug("resolved \"\(service.name)\" \(service.type): \(host) port \(port), \(next.addresses.count) address(es)\(address.map { ", new: \($0)" } ?? "")")
+        SalutLogging.logger.debug(
+            "resolved \"\(service.name)\" \(service.type): \(host) port \(port), \(next.addresses.count) address(es)\(address.map { ", new: \($0)" } ?? "")"
+        )
         result = next
         deliver(next)
     }

@@ -20,9 +20,10 @@ final class TXTMonitorOperation: QueueOperation, @unchecked Sendable {
         guard browser == nil, !stopped else { return }
         var fullName = [CChar](repeating: 0, count: Int(AVAHI_DOMAIN_NAME_MAX))
         guard avahi_service_name_join(&fullName, fullName.count, service.name, service.type, service.domain) >= 0,
-              // Avahi cuts a joined name that does not fit and still reports success: a name
-              // that fills the buffer may be cut, and watching it would watch another name.
-              strlen(fullName) < fullName.count - 1 else { return }
+            // Avahi cuts a joined name that does not fit and still reports success: a name
+            // that fills the buffer may be cut, and watching it would watch another name.
+            strlen(fullName) < fullName.count - 1
+        else { return }
         let me = userdata
         browser = avahi_record_browser_new(
             client, AvahiIfIndex(AVAHI_IF_UNSPEC), AvahiProtocol(AVAHI_PROTO_UNSPEC), fullName,

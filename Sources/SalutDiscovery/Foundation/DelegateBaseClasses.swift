@@ -36,7 +36,9 @@ open class NetServiceDelegateObject: NSObject, NetServiceDelegate {
     /// The TXT record changed while monitoring.
     open func netService(_ sender: NetService, didUpdateTXTRecord data: Data) {}
     /// A client connected to a service published with `.listenForConnections`.
-    open func netService(_ sender: NetService, didAcceptConnectionWith inputStream: InputStream, outputStream: OutputStream) {}
+    open func netService(
+        _ sender: NetService, didAcceptConnectionWith inputStream: InputStream, outputStream: OutputStream
+    ) {}
 }
 
 /// A base class for `NetServiceBrowser` delegates whose subclasses add or override delegate

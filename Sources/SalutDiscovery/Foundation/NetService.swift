@@ -58,7 +58,8 @@ open class NetService: NSObject, @unchecked Sendable {
     /// connection opened from it goes there without resolving again.
     private final func resolvedEndpoint() -> (addresses: [SocketAddress], hostName: String?)? {
         let snapshot = state.value
-        guard let addresses = snapshot.addresses?.compactMap(SocketAddress.init), !addresses.isEmpty, snapshot.port > 0 else { return nil }
+        guard let addresses = snapshot.addresses?.compactMap(SocketAddress.init), !addresses.isEmpty, snapshot.port > 0
+        else { return nil }
         return (addresses, snapshot.hostName)
     }
 
@@ -213,17 +214,24 @@ open class NetService: NSObject, @unchecked Sendable {
     /// unopened stream pair. A port that cannot be bound is reported as `unknownError` with
     /// ``lastError`` ``DiscoveryError/listenFailed(_:)``. ``stop()`` closes the listener.
     open func publish(options: Options = []) {
-        let busy = state.withLock { $0.registration != nil || $0.wideAreaPublishing != nil || $0.wideAreaAdvertisement != nil }
+        let busy = state.withLock {
+            $0.registration != nil || $0.wideAreaPublishing != nil || $0.wideAreaAdvertisement != nil
+        }
         guard !busy else { return report(.activityInProgress, publishing: true) }
         if options.contains(.listenForConnections) {
             do {
                 let settings = state.value
-                let listener = try StreamListener(port: max(0, settings.port), tls: settings.listenerTLS, limits: settings.listenerLimits)
-                state.withLock { $0.listener = listener; $0.port = Int(listener.port) }
+                let listener = try StreamListener(
+                    port: max(0, settings.port), tls: settings.listenerTLS, limits: settings.listenerLimits)
+                state.withLock {
+                    $0.listener = listener; $0.port = Int(listener.port)
+                }
                 listener.accept { [weak self] connection in
                     guard let self else { return }
                     let streams = connection.streams
-                    self.call { $1.netService($0, didAcceptConnectionWith: streams.input, outputStream: streams.output) }
+                    self.call {
+                        $1.netService($0, didAcceptConnectionWith: streams.input, outputStream: streams.output)
+                    }
                 }
             } catch {
                 return report(.listenFailed("\(error)"), publishing: true)
@@ -237,10 +245,11 @@ open class NetService: NSObject, @unchecked Sendable {
             try txt.validateForPublishing()
             let parsedType = try ServiceNames.parseType(type, domain: domain)
             ServiceNames.noteIfLong(parsedType)
-            request = .init(name: snapshot.name, type: parsedType,
-                            domain: try ServiceNames.normaliseDomain(domain),
-                            port: try ServiceNames.checkPort(snapshot.port), txt: txt,
-                            allowRename: !options.contains(.noAutoRename))
+            request = .init(
+                name: snapshot.name, type: parsedType,
+                domain: try ServiceNames.normaliseDomain(domain),
+                port: try ServiceNames.checkPort(snapshot.port), txt: txt,
+                allowRename: !options.contains(.noAutoRename))
         } catch {
             state.withLock { state -> StreamListener? in
                 defer { state.listener = nil }
@@ -254,7 +263,9 @@ open class NetService: NSObject, @unchecked Sendable {
         let operation = RegisterOperation(context: context, request: request) { [weak self] event in
             self?.registrationEvent(event)
         }
-        state.withLock { $0.registration = operation; $0.publishedName = nil }
+        state.withLock {
+            $0.registration = operation; $0.publishedName = nil
+        }
         call { $1.netServiceWillPublish($0) }
         operation.start()
     }
@@ -294,8 +305,10 @@ open class NetService: NSObject, @unchecked Sendable {
         }
     }
 
-    private func publishingTask(_ request: RegisterOperation.Request, wideArea: WideAreaPublishing,
-                                generation: Int) -> Task<Void, Never> {
+    private func publishingTask(
+        _ request: RegisterOperation.Request, wideArea: WideAreaPublishing,
+        generation: Int
+    ) -> Task<Void, Never> {
         Task { [weak self, request] in
             do {
                 let advertisement = try await ServiceAdvertisement.publish(
@@ -305,7 +318,9 @@ open class NetService: NSObject, @unchecked Sendable {
                 // Kept only while this very publication is still wanted (no stop() meanwhile);
                 // a TXT record set while it was on its way goes to the zone now.
                 let (kept, latestTXT) = self.state.withLock { state -> (Bool, Data?) in
-                    guard state.wideAreaPublishing != nil, state.wideAreaGeneration == generation else { return (false, nil) }
+                    guard state.wideAreaPublishing != nil, state.wideAreaGeneration == generation else {
+                        return (false, nil)
+                    }
                     state.wideAreaPublishing = nil
                     state.wideAreaAdvertisement = advertisement
                     state.publishedName = advertisement.name
@@ -320,7 +335,9 @@ open class NetService: NSObject, @unchecked Sendable {
                 guard let self else { return }
                 // Reported only while still wanted: after stop(), the delegate heard didStop.
                 let (wanted, listener) = self.state.withLock { state -> (Bool, StreamListener?) in
-                    guard state.wideAreaPublishing != nil, state.wideAreaGeneration == generation else { return (false, nil) }
+                    guard state.wideAreaPublishing != nil, state.wideAreaGeneration == generation else {
+                        return (false, nil)
+                    }
                     defer { state.wideAreaPublishing = nil; state.listener = nil }
                     return (true, state.listener)
                 }
@@ -400,12 +417,16 @@ open class NetService: NSObject, @unchecked Sendable {
     /// was running.
     open func stop() {
         let (registration, resolver, listener, pending, advertisement) = state.withLock {
-            state -> (RegisterOperation?, ResolveOperation?, StreamListener?, Task<Void, Never>?, ServiceAdvertisement?) in
+            state -> (RegisterOperation?, ResolveOperation?, StreamListener?, Task<Void, Never>?, ServiceAdvertisement?)
+            in
             defer {
                 state.registration = nil; state.resolver = nil; state.publishedName = nil; state.listener = nil
                 state.wideAreaPublishing = nil; state.wideAreaAdvertisement = nil
             }
-            return (state.registration, state.resolver, state.listener, state.wideAreaPublishing, state.wideAreaAdvertisement)
+            return (
+                state.registration, state.resolver, state.listener, state.wideAreaPublishing,
+                state.wideAreaAdvertisement
+            )
         }
         listener?.stop()
         registration?.stop()
@@ -413,7 +434,9 @@ open class NetService: NSObject, @unchecked Sendable {
         // A wide-area publication still on its way is withdrawn once the server answered it
         // (its task finds it no longer wanted); a published one is removed now.
         advertisement?.cancel()
-        if registration != nil || resolver != nil || pending != nil || advertisement != nil { call { $1.netServiceDidStop($0) } }
+        if registration != nil || resolver != nil || pending != nil || advertisement != nil {
+            call { $1.netServiceDidStop($0) }
+        }
     }
 
     // MARK: TXT records
@@ -422,7 +445,7 @@ open class NetService: NSObject, @unchecked Sendable {
     /// `netService(_:didUpdateTXTRecord:)`.
     open func startMonitoring() {
         guard state.value.monitor == nil,
-              let target = try? DiscoveredService(name: name, type: type, domain: domain).validatedForLookup()
+            let target = try? DiscoveredService(name: name, type: type, domain: domain).validatedForLookup()
         else { return }
         let operation = TXTMonitorOperation(context: context, service: target) { [weak self] record in
             guard let self else { return }
@@ -449,7 +472,8 @@ open class NetService: NSObject, @unchecked Sendable {
     @discardableResult
     open func setTXTRecord(_ recordData: Data?) -> Bool {
         guard let record = try? recordData.map({ try TXTRecord(parsing: $0) }) ?? TXTRecord(),
-              (try? record.validateForPublishing()) != nil else { return false }
+            (try? record.validateForPublishing()) != nil
+        else { return false }
         let (registration, advertisement) = state.withLock { state -> (RegisterOperation?, ServiceAdvertisement?) in
             state.txtData = recordData
             return (state.registration, state.wideAreaAdvertisement)
@@ -474,7 +498,7 @@ open class NetService: NSObject, @unchecked Sendable {
         while index < data.endIndex {
             let length = Int(data[index])
             let start = data.index(after: index)
-            guard let end = data.index(start, offsetBy: length, limitedBy: data.endIndex) else { break }   // cut short
+            guard let end = data.index(start, offsetBy: length, limitedBy: data.endIndex) else { break }  // cut short
             if length > 0 { entries.append(String(decoding: data[start..<end], as: UTF8.self)) }
             index = end
         }
@@ -523,8 +547,10 @@ open class NetService: NSObject, @unchecked Sendable {
     /// with a `SocketStreamError`. TLS can be turned on with the streams' security properties
     /// before opening, as on Apple platforms. Returns false only for a name, type or domain that
     /// cannot be looked up.
-    open func getInputStream(_ inputStream: UnsafeMutablePointer<InputStream?>?,
-                             outputStream: UnsafeMutablePointer<OutputStream?>?) -> Bool {
+    open func getInputStream(
+        _ inputStream: UnsafeMutablePointer<InputStream?>?,
+        outputStream: UnsafeMutablePointer<OutputStream?>?
+    ) -> Bool {
         state.withLock { $0.delegateCallsEnded = true }
         guard let target = try? DiscoveredService(name: name, type: type, domain: domain).validatedForLookup() else {
             inputStream?.pointee = nil
@@ -573,19 +599,23 @@ extension DiscoveryError {
         case .collision: return .collisionError
         case .notFound: return .notFoundError
         case .activityInProgress: return .activityInProgress
-        case .invalidServiceType, .invalidServiceName, .invalidDomain, .invalidHostName, .invalidPort, .invalidTXTRecord,
-             .unknownInterface:
+        case .invalidServiceType, .invalidServiceName, .invalidDomain, .invalidHostName, .invalidPort,
+            .invalidTXTRecord,
+            .unknownInterface:
             return .badArgumentError
         case .cancelled: return .cancelledError
         case .timedOut: return .timeoutError
-        case .daemonUnavailable, .invalidKey, .notAuthorized, .signatureRejected: return .missingRequiredConfigurationError
+        case .daemonUnavailable, .invalidKey, .notAuthorized, .signatureRejected:
+            return .missingRequiredConfigurationError
         default: return .unknownError
         }
     }
 
     /// The Apple-style error dictionary for delegate calls.
     var errorDictionary: [String: NSNumber] {
-        [NetService.errorCode: NSNumber(value: netServiceErrorCode.rawValue),
-         NetService.errorDomain: NSNumber(value: NetService.netServicesDomain)]
+        [
+            NetService.errorCode: NSNumber(value: netServiceErrorCode.rawValue),
+            NetService.errorDomain: NSNumber(value: NetService.netServicesDomain),
+        ]
     }
 }

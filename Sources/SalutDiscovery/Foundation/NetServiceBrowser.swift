@@ -115,7 +115,9 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
     private func handle(_ event: BrowseOperation.Event, target: BrowseOperation.Target) {
         switch event {
         case .failed(let error):
-            state.withLock { $0.operation = nil; $0.services = [:] }
+            state.withLock {
+                $0.operation = nil; $0.services = [:]
+            }
             notSearch(error)
         case .update(let update):
             if case .domains = target { return reportDomains(update.changes) }
@@ -130,7 +132,9 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
                         state.services[found] = service
                         return (true, service)
                     case .removed(let gone):
-                        return (false, state.services.removeValue(forKey: gone) ?? Self.makeService(gone, target: target))
+                        return (
+                            false, state.services.removeValue(forKey: gone) ?? Self.makeService(gone, target: target)
+                        )
                     }
                 }
             }

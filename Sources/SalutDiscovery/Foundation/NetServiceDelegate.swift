@@ -36,7 +36,9 @@ extension NetServiceDelegate {
     public func netService(_ sender: NetService, didNotResolve errorDict: [String: NSNumber]) {}
     public func netServiceDidStop(_ sender: NetService) {}
     public func netService(_ sender: NetService, didUpdateTXTRecord data: Data) {}
-    public func netService(_ sender: NetService, didAcceptConnectionWith inputStream: InputStream, outputStream: OutputStream) {}
+    public func netService(
+        _ sender: NetService, didAcceptConnectionWith inputStream: InputStream, outputStream: OutputStream
+    ) {}
 }
 
 /// Apple's `NetServiceBrowserDelegate`: the calls a `NetServiceBrowser` makes as it searches.
@@ -67,6 +69,7 @@ extension NetServiceBrowserDelegate {
     public func netServiceBrowser(_ browser: NetServiceBrowser, didNotSearch errorDict: [String: NSNumber]) {}
     public func netServiceBrowser(_ browser: NetServiceBrowser, didFindDomain domainString: String, moreComing: Bool) {}
     public func netServiceBrowser(_ browser: NetServiceBrowser, didFind service: NetService, moreComing: Bool) {}
-    public func netServiceBrowser(_ browser: NetServiceBrowser, didRemoveDomain domainString: String, moreComing: Bool) {}
+    public func netServiceBrowser(_ browser: NetServiceBrowser, didRemoveDomain domainString: String, moreComing: Bool)
+    {}
     public func netServiceBrowser(_ browser: NetServiceBrowser, didRemove service: NetService, moreComing: Bool) {}
 }

@@ -61,7 +61,9 @@ struct DNSExchange: Sendable {
         var buffer = [UInt8](repeating: 0, count: 65_535)
         for attempt in 0..<max(1, attempts) {
             let sent = message.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard sent == message.count else { throw failure("sending to \(server) failed: \(String(cString: strerror(errno)))") }
+            guard sent == message.count else {
+                throw failure("sending to \(server) failed: \(String(cString: strerror(errno)))")
+            }
             let deadline = ContinuousClock.now + attemptTimeout
             while let wait = milliseconds(until: deadline), wait > 0 {
                 var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
@@ -93,9 +95,13 @@ struct DNSExchange: Sendable {
         var offset = 0
         while offset < framed.count {
             try wait(fd, for: Int16(POLLOUT), until: deadline)
-            let n = framed.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
+            let n = framed.withUnsafeBytes {
+                Glibc.send(fd, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL))
+            }
             if n < 0, errno == EINTR || errno == EAGAIN { continue }
-            guard n > 0 else { throw failure("sending to \(server) over TCP failed: \(String(cString: strerror(errno)))") }
+            guard n > 0 else {
+                throw failure("sending to \(server) over TCP failed: \(String(cString: strerror(errno)))")
+            }
             offset += n
         }
         let header = try read(fd, count: 2, until: deadline)
@@ -122,9 +128,12 @@ struct DNSExchange: Sendable {
 
     /// A non-blocking socket connected (or connecting) to the server.
     private func openSocket(type: __socket_type) throws -> Int32 {
-        let fd = socket(server.family, Int32(type.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(
+            server.family, Int32(type.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw failure("socket: \(String(cString: strerror(errno)))") }
-        let result = server.withBytes { connect(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }
+        let result = server.withBytes {
+            connect(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count))
+        }
         if result != 0, errno != EINPROGRESS {
             let reason = String(cString: strerror(errno))
             close(fd)

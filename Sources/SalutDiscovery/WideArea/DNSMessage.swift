@@ -63,7 +63,8 @@ struct DNSMessage: Sendable, Equatable {
             throw .malformed("section counts larger than the message")
         }
         for _ in 0..<counts.0 {
-            questions.append(DNSQuestion(name: try reader.name(), type: try reader.uint16(), questionClass: try reader.uint16()))
+            questions.append(
+                DNSQuestion(name: try reader.name(), type: try reader.uint16(), questionClass: try reader.uint16()))
         }
         for _ in 0..<counts.1 { answers.append(try reader.record()) }
         for _ in 0..<counts.2 { authorities.append(try reader.record()) }
@@ -111,7 +112,9 @@ struct DNSRecord: Sendable, Equatable {
         return DNSRecord(name: name, type: DNSType.pointer, ttl: ttl, data: data)
     }
 
-    static func service(_ name: DNSName, priority: UInt16 = 0, weight: UInt16 = 0, port: UInt16, target: DNSName, ttl: UInt32) -> DNSRecord {
+    static func service(
+        _ name: DNSName, priority: UInt16 = 0, weight: UInt16 = 0, port: UInt16, target: DNSName, ttl: UInt32
+    ) -> DNSRecord {
         var data: [UInt8] = []
         data.appendUInt16(priority)
         data.appendUInt16(weight)
@@ -132,7 +135,8 @@ struct DNSRecord: Sendable, Equatable {
     }
 
     static func address(_ name: DNSName, bytes: [UInt8], ttl: UInt32) -> DNSRecord {
-        DNSRecord(name: name, type: bytes.count == 16 ? DNSType.ipv6Address : DNSType.ipv4Address, ttl: ttl, data: bytes)
+        DNSRecord(
+            name: name, type: bytes.count == 16 ? DNSType.ipv6Address : DNSType.ipv4Address, ttl: ttl, data: bytes)
     }
 
     // MARK: Reading records
@@ -149,7 +153,8 @@ struct DNSRecord: Sendable, Equatable {
         guard type == DNSType.service else { return nil }
         var reader = DNSReader(data)
         guard let priority = try? reader.uint16(), let weight = try? reader.uint16(), let port = try? reader.uint16(),
-              let target = try? reader.name() else { return nil }
+            let target = try? reader.name()
+        else { return nil }
         return (priority, weight, port, target)
     }
 
@@ -166,7 +171,7 @@ struct DNSRecord: Sendable, Equatable {
         while index < data.count {
             let length = Int(data[index])
             guard index + 1 + length <= data.count else { return nil }
-            strings.append(Array(data[index + 1 ..< index + 1 + length]))
+            strings.append(Array(data[index + 1..<index + 1 + length]))
             index += 1 + length
         }
         return strings
@@ -290,7 +295,7 @@ struct DNSReader {
     mutating func take(_ count: Int) throws(DNSWireError) -> [UInt8] {
         guard count >= 0, count <= remaining else { throw .malformed("a length past its end") }
         defer { offset += count }
-        return Array(bytes[offset ..< offset + count])
+        return Array(bytes[offset..<offset + count])
     }
 
     /// A name, following compression pointers (each must point before the one that led to it,
@@ -299,7 +304,7 @@ struct DNSReader {
         var labels: [[UInt8]] = []
         var position = offset
         var resumeAt: Int?
-        var limit = position   // a pointer must point before this
+        var limit = position  // a pointer must point before this
         while true {
             guard position < bytes.count else { throw .malformed("a name runs past the end") }
             let length = Int(bytes[position])
@@ -310,7 +315,7 @@ struct DNSReader {
                     return try DNSName(labels: labels)
                 }
                 guard position + 1 + length <= bytes.count else { throw .malformed("a label runs past the end") }
-                labels.append(Array(bytes[position + 1 ... position + length]))
+                labels.append(Array(bytes[position + 1...position + length]))
                 guard labels.count <= 127 else { throw .malformed("a name of too many labels") }
                 position += 1 + length
             case 0xC0:

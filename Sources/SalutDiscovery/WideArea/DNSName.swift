@@ -44,7 +44,8 @@ struct DNSName: Hashable, Sendable, CustomStringConvertible {
                     guard bytes.count >= 2 else { throw .invalidName("a \\DDD escape needs three digits") }
                     let digits = [next, bytes.removeFirst(), bytes.removeFirst()]
                     guard digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
-                          let value = Int(String(decoding: digits, as: UTF8.self)), value <= 255 else {
+                        let value = Int(String(decoding: digits, as: UTF8.self)), value <= 255
+                    else {
                         throw .invalidName("a \\DDD escape needs three digits up to 255")
                     }
                     label.append(UInt8(value))
@@ -113,7 +114,9 @@ struct DNSName: Hashable, Sendable, CustomStringConvertible {
 
     static func == (a: DNSName, b: DNSName) -> Bool {
         guard a.labels.count == b.labels.count else { return false }
-        return zip(a.labels, b.labels).allSatisfy { $0.count == $1.count && zip($0, $1).allSatisfy { lowered($0) == lowered($1) } }
+        return zip(a.labels, b.labels).allSatisfy {
+            $0.count == $1.count && zip($0, $1).allSatisfy { lowered($0) == lowered($1) }
+        }
     }
 
     func hash(into hasher: inout Hasher) {

@@ -21,8 +21,11 @@ struct ServiceUpdates: Sendable, Equatable {
     let lease: UInt32?
 
     /// - Throws: ``DNSWireError`` when a name does not fit DNS's limits.
-    init(name: String, type: String, subtypes: [String] = [], zone: String, host: String, addresses: [[UInt8]], port: UInt16,
-         txt: [[UInt8]], ttl: UInt32 = 120, lease: UInt32? = 3600) throws(DNSWireError) {
+    init(
+        name: String, type: String, subtypes: [String] = [], zone: String, host: String, addresses: [[UInt8]],
+        port: UInt16,
+        txt: [[UInt8]], ttl: UInt32 = 120, lease: UInt32? = 3600
+    ) throws(DNSWireError) {
         let zoneName = try DNSName(parsing: zone)
         let typeName = try DNSName(parsing: type).appending(zoneName)
         var subtypeNames: [DNSName] = []
@@ -79,7 +82,8 @@ struct ServiceUpdates: Sendable, Equatable {
         var deletions = [DNSRecord.pointer(serviceType, to: instance, ttl: 0)]
         deletions += subtypes.map { DNSRecord.pointer($0, to: instance, ttl: 0) }
         for index in deletions.indices { deletions[index].recordClass = DNSClass.none }
-        deletions.insert(DNSRecord(name: instance, type: DNSType.any, recordClass: DNSClass.any, ttl: 0, data: []), at: 0)
+        deletions.insert(
+            DNSRecord(name: instance, type: DNSType.any, recordClass: DNSClass.any, ttl: 0, data: []), at: 0)
         message.authorities = deletions
         return message
     }
@@ -120,7 +124,9 @@ struct ServiceUpdates: Sendable, Equatable {
             option.appendUInt16(8)
             option.appendUInt32(lease)
             option.appendUInt32(lease)
-            message.additionals = [DNSRecord(name: .root, type: DNSType.options, recordClass: 1232, ttl: 0, data: option)]
+            message.additionals = [
+                DNSRecord(name: .root, type: DNSType.options, recordClass: 1232, ttl: 0, data: option)
+            ]
         }
         return message
     }

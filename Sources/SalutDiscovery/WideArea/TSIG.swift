@@ -45,7 +45,9 @@ struct TSIG {
         covered += original
         covered += variables(time: fields.timeSigned, error: fields.error, other: fields.other)
         let expected = HMACSHA256.mac(key: key.secret, message: covered)
-        guard fields.mac.count == expected.count, Self.constantTimeEqual(fields.mac, expected) else { throw TSIGFailure.badMAC }
+        guard fields.mac.count == expected.count, Self.constantTimeEqual(fields.mac, expected) else {
+            throw TSIGFailure.badMAC
+        }
         let skew = now > fields.timeSigned ? now - fields.timeSigned : fields.timeSigned - now
         guard skew <= UInt64(fields.fudge) else { throw TSIGFailure.badTime(skew: skew) }
         return message
@@ -63,7 +65,9 @@ struct TSIG {
         var reader = DNSReader(bytes)
         _ = try reader.take(12)
         for _ in message.questions { _ = try reader.name(); _ = try reader.take(4) }
-        for _ in 0 ..< message.answers.count + message.authorities.count + message.additionals.count { _ = try reader.record() }
+        for _ in 0..<message.answers.count + message.authorities.count + message.additionals.count {
+            _ = try reader.record()
+        }
         var unsigned = Array(bytes[..<reader.offset])
         let count = UInt16(message.additionals.count)
         unsigned[10] = UInt8(count >> 8)
@@ -79,9 +83,10 @@ struct TSIG {
         data.appendUInt16(UInt16(mac.count))
         data += mac
         data.appendUInt16(originalID)
-        data.appendUInt16(0)   // error
-        data.appendUInt16(0)   // other length
-        return DNSRecord(name: key.wireName, type: DNSType.transactionSignature, recordClass: DNSClass.any, ttl: 0, data: data)
+        data.appendUInt16(0)  // error
+        data.appendUInt16(0)  // other length
+        return DNSRecord(
+            name: key.wireName, type: DNSType.transactionSignature, recordClass: DNSClass.any, ttl: 0, data: data)
     }
 
     /// The TSIG variables the MAC covers (RFC 8945 §4.3.3).

@@ -45,7 +45,8 @@ public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible, CustomR
     public static func exposureWarning(forFile path: String) -> String? {
         var info = stat()
         guard stat(path, &info) == 0, info.st_mode & 0o077 != 0 else { return nil }
-        return "the key file \(path) can be read by others (mode \(String(info.st_mode & 0o777, radix: 8))); anyone who reads it can change the zone: chmod 600 \(path)"
+        return
+            "the key file \(path) can be read by others (mode \(String(info.st_mode & 0o777, radix: 8))); anyone who reads it can change the zone: chmod 600 \(path)"
     }
 
     /// Reads the key of a file in BIND's format (`tsig-keygen`, `named.conf`), which must hold
@@ -79,7 +80,9 @@ public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible, CustomR
         }
         guard statements.count == 1 else {
             let names = statements.map { tokens[$0 + 1] }.joined(separator: ", ")
-            throw DiscoveryError.invalidKey("\(statements.count) keys (\(names)); give a file with only the one to sign with (tsig-keygen -a hmac-sha256 NAME > FILE)")
+            throw DiscoveryError.invalidKey(
+                "\(statements.count) keys (\(names)); give a file with only the one to sign with (tsig-keygen -a hmac-sha256 NAME > FILE)"
+            )
         }
         let name = tokens[start + 1]
         var algorithm: String?
@@ -96,7 +99,8 @@ public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible, CustomR
         }
         guard let algorithm else { throw DiscoveryError.invalidKey("the key \(name) names no algorithm") }
         guard algorithm == "hmac-sha256" else {
-            throw DiscoveryError.invalidKey("the key \(name) uses \(algorithm); Salut signs with hmac-sha256 only (tsig-keygen -a hmac-sha256)")
+            throw DiscoveryError.invalidKey(
+                "the key \(name) uses \(algorithm); Salut signs with hmac-sha256 only (tsig-keygen -a hmac-sha256)")
         }
         guard let secret, let bytes = Data(base64Encoded: secret) else {
             throw DiscoveryError.invalidKey("the key \(name) has no secret in base64")
@@ -127,7 +131,9 @@ public struct SalutTSIGKey: Sendable, Hashable, CustomStringConvertible, CustomR
             case "/" where characters.first == "*":
                 flush()
                 characters.removeFirst()
-                while !characters.isEmpty, !(characters.first == "*" && characters.dropFirst().first == "/") { characters.removeFirst() }
+                while !characters.isEmpty, !(characters.first == "*" && characters.dropFirst().first == "/") {
+                    characters.removeFirst()
+                }
                 characters = characters.dropFirst(2)
             case "\"":
                 flush()

@@ -56,7 +56,8 @@ package struct UnicastBrowser: Sendable {
         for record in records {
             // Only instances of this type: a PTR pointing elsewhere is ignored.
             guard let target = record.target, target.labels.count == baseType.labels.count + 1,
-                  target.isWithin(baseType) else { continue }
+                target.isWithin(baseType)
+            else { continue }
             names.insert(String(decoding: target.labels[0], as: UTF8.self))
         }
         return (names, records.map(\.ttl).min() ?? 60)
@@ -68,7 +69,9 @@ package struct UnicastBrowser: Sendable {
     package func resolve(_ name: String) async throws -> Instance {
         let instance: DNSName
         do { instance = try baseType.prepending(Array(name.utf8)) } catch { throw DiscoveryError.notFound }
-        guard let srv = try await ask(instance, DNSType.service).compactMap(\.service).first else { throw DiscoveryError.notFound }
+        guard let srv = try await ask(instance, DNSType.service).compactMap(\.service).first else {
+            throw DiscoveryError.notFound
+        }
         let txt = try await ask(instance, DNSType.text).compactMap(\.strings).first ?? []
         var addresses: [SocketAddress] = []
         for type in [DNSType.ipv4Address, DNSType.ipv6Address] {
@@ -102,7 +105,9 @@ package struct UnicastBrowser: Sendable {
         switch answer.rcode {
         case DNSResponseCode.noError: return answer.answers.filter { $0.type == type && $0.name == name }
         case DNSResponseCode.nameError: return []
-        default: throw DiscoveryError.dnsFailure("\(nameServer) answered \(DNSResponseCode.messageName(answer.rcode)) for \(name)")
+        default:
+            throw DiscoveryError.dnsFailure(
+                "\(nameServer) answered \(DNSResponseCode.messageName(answer.rcode)) for \(name)")
         }
     }
 }

@@ -42,8 +42,9 @@ extension WideAreaBrowsing {
             let changes = UnicastBrowser.Changes(from: known ?? [], to: listed.names)
             known = listed.names
             guard first || !changes.added.isEmpty || !changes.removed.isEmpty else { return .wait(ttl: listed.ttl) }
-            let update = BrowseUpdate(changes: changes.added.map { .added(service($0)) } + changes.removed.map { .removed(service($0)) },
-                                      services: Set(listed.names.map(service)), isComplete: true)
+            let update = BrowseUpdate(
+                changes: changes.added.map { .added(service($0)) } + changes.removed.map { .removed(service($0)) },
+                services: Set(listed.names.map(service)), isComplete: true)
             return .report(update, ttl: listed.ttl)
         }
 

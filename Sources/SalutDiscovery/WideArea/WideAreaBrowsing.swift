@@ -39,7 +39,8 @@ public struct WideAreaBrowsing: Sendable {
     /// `[IPv6]:PORT`; nil when `text` is none of these (or names port 0).
     public static func nameServerAddress(_ text: String) -> SocketAddress? {
         if let address = SocketAddress.literal(text, port: 53) { return address }
-        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]), port != 0 else { return nil }
+        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]), port != 0
+        else { return nil }
         return SocketAddress.literal(String(text[..<colon]), port: port)
     }
 
@@ -74,7 +75,8 @@ public struct WideAreaBrowsing: Sendable {
     static func wideAreaDomain(_ domain: String) throws -> String {
         let normalised = try ServiceNames.normaliseDomain(domain)
         guard !ServiceNames.isOnTheLink(normalised) else {
-            throw DiscoveryError.invalidDomain("\(domain) (a link-local domain is browsed through avahi-daemon, without wideArea:)")
+            throw DiscoveryError.invalidDomain(
+                "\(domain) (a link-local domain is browsed through avahi-daemon, without wideArea:)")
         }
         return normalised
     }
@@ -94,12 +96,16 @@ extension ServiceBrowser {
     ///   ``DiscoveryError/invalidDomain(_:)`` (also for `local`) for malformed input.
     public init(type: String, domain: String, wideArea: WideAreaBrowsing, context: DiscoveryContext = .shared) throws {
         let parsed = try ServiceNames.parseType(type, domain: domain)
-        self.init(context: context, target: .services(type: parsed.browseType, domain: try WideAreaBrowsing.wideAreaDomain(domain)))
+        self.init(
+            context: context,
+            target: .services(type: parsed.browseType, domain: try WideAreaBrowsing.wideAreaDomain(domain)))
         unicast = wideArea
     }
 
     /// The unicast browse: a task that looks at the list at each TTL and yields the changes.
-    func unicastUpdates(_ wideArea: WideAreaBrowsing, type: String, domain: String) -> AsyncThrowingStream<BrowseUpdate, any Error> {
+    func unicastUpdates(
+        _ wideArea: WideAreaBrowsing, type: String, domain: String
+    ) -> AsyncThrowingStream<BrowseUpdate, any Error> {
         AsyncThrowingStream { continuation in
             let looking = Task {
                 do {
@@ -153,9 +159,10 @@ extension DiscoveredService {
         let instance = try await Self.withTimeout(OperationLimit.clampedSeconds(timeout, default: 10)) {
             try await browser.resolve(target.name)
         }
-        return ResolvedService(service: target, hostName: instance.host, port: instance.port,
-                               txtRecord: TXTRecord(dnsStrings: instance.txt),
-                               addresses: instance.addresses)
+        return ResolvedService(
+            service: target, hostName: instance.host, port: instance.port,
+            txtRecord: TXTRecord(dnsStrings: instance.txt),
+            addresses: instance.addresses)
     }
 
     /// The service's TXT record in its wide-area domain now, and again each time it changes, as
@@ -182,7 +189,7 @@ extension DiscoveredService {
                                 continuation.yield(TXTRecord(dnsStrings: strings))
                             }
                             wait = wideArea.pollInterval(ttl: ttl)
-                        } catch where last != nil && !(error is CancellationError) {
+                        } catch  where last != nil && !(error is CancellationError) {
                             failures += 1
                             wait = WideAreaBrowsing.backOff(afterFailures: failures)
                         }
@@ -199,7 +206,9 @@ extension DiscoveredService {
     }
 
     /// `body`'s result, or ``DiscoveryError/timedOut`` after `seconds`.
-    private static func withTimeout<T: Sendable>(_ seconds: TimeInterval, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    private static func withTimeout<T: Sendable>(
+        _ seconds: TimeInterval, _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
         try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask { try await body() }
             group.addTask {

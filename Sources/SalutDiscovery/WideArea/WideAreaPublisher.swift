@@ -36,12 +36,15 @@ package actor WideAreaPublisher {
     ///   - addresses: the host's addresses, published as its A and AAAA records.
     ///   - server: the zone's primary, when known (skips looking it up).
     /// - Throws: ``DiscoveryError`` for a name, type, domain or host name that DNS cannot carry.
-    package init(name: String, type: String, subtypes: [String] = [], domain: String, port: UInt16, txt: [[UInt8]],
-                 host: String, addresses: [SocketAddress], key: SalutTSIGKey, nameServer: SocketAddress? = nil,
-                 server: SocketAddress? = nil, renames: Bool = true, ttl: UInt32 = 120, lease: UInt32 = 3600) throws {
+    package init(
+        name: String, type: String, subtypes: [String] = [], domain: String, port: UInt16, txt: [[UInt8]],
+        host: String, addresses: [SocketAddress], key: SalutTSIGKey, nameServer: SocketAddress? = nil,
+        server: SocketAddress? = nil, renames: Bool = true, ttl: UInt32 = 120, lease: UInt32 = 3600
+    ) throws {
         do {
-            updates = try ServiceUpdates(name: name, type: type, subtypes: subtypes, zone: domain, host: host,
-                                         addresses: addresses.map(\.rawBytes), port: port, txt: txt, ttl: ttl, lease: lease)
+            updates = try ServiceUpdates(
+                name: name, type: type, subtypes: subtypes, zone: domain, host: host,
+                addresses: addresses.map(\.rawBytes), port: port, txt: txt, ttl: ttl, lease: lease)
         } catch {
             throw DiscoveryError.invalidDomain("\(name).\(type).\(domain) (\(error))")
         }
@@ -114,7 +117,8 @@ package actor WideAreaPublisher {
         while true {
             let (answer, exchange, retransmitted): (UInt16, DNSExchange, Bool)
             do {
-                (answer, exchange, retransmitted) = try await sendToPrimary(updates.registration(id: .random(in: 0 ... .max)))
+                (answer, exchange, retransmitted) = try await sendToPrimary(
+                    updates.registration(id: .random(in: 0 ... .max)))
             } catch let error as DiscoveryError where error.code == .serverUnreachable {
                 await removeIfAppliedUnanswered()
                 throw error
@@ -146,14 +150,16 @@ package actor WideAreaPublisher {
     /// record is the one this service writes (never another publisher's), once; a failure is
     /// logged (the records then stay until their lease ends, where the server honours leases).
     private func removeIfAppliedUnanswered() async {
-        guard server != nil || foundPrimaries != nil else { return }   // nothing was sent
+        guard server != nil || foundPrimaries != nil else { return }  // nothing was sent
         do {
             let (answer, _, _) = try await sendToPrimary(updates.removalIfOurs(id: .random(in: 0 ... .max)))
             if answer == DNSResponseCode.noError {
                 SalutLogging.logger.notice("\(updates.instance): removed what an unanswered registration had written")
             }
         } catch {
-            SalutLogging.logger.warning("\(updates.instance): a registration went unanswered, and removing what it may have written failed: \(error)")
+            SalutLogging.logger.warning(
+                "\(updates.instance): a registration went unanswered, and removing what it may have written failed: \(error)"
+            )
         }
     }
 
@@ -168,7 +174,8 @@ package actor WideAreaPublisher {
 
     private func applyRequestedText(upTo version: Int) async throws {
         try await serially {
-            guard let text = self.requestedText.withLock({ $0.version == version ? $0.text : nil }) else { return }   // a later request replaces it
+            // a later request replaces it
+            guard let text = self.requestedText.withLock({ $0.version == version ? $0.text : nil }) else { return }
             try await self.changeText(to: text)
         }
     }
@@ -224,7 +231,7 @@ package actor WideAreaPublisher {
             let length = Int(options[index + 2]) << 8 | Int(options[index + 3])
             guard index + 4 + length <= options.count else { return nil }
             if code == 2, length >= 4 {
-                let value = options[index + 4 ..< index + 8].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+                let value = options[index + 4..<index + 8].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
                 return value
             }
             index += 4 + length
@@ -237,14 +244,17 @@ package actor WideAreaPublisher {
     private func holdsOurService(via exchange: DNSExchange) async throws -> Bool {
         guard let answer = try? await exchange.query(updates.instance, DNSType.service) else { return false }
         let ours = updates.additions().first { $0.type == DNSType.service }
-        return answer.answers.contains { $0.type == DNSType.service && $0.name == updates.instance && $0.data == ours?.data }
+        return answer.answers.contains {
+            $0.type == DNSType.service && $0.name == updates.instance && $0.data == ours?.data
+        }
     }
 
     /// The zone's primary server, each of its addresses: given, or looked up once.
     private func primaries() async throws -> [DNSExchange] {
         if let server { return [server] }
         if let found = foundPrimaries { return found }
-        let addresses = try await WideAreaServerFinder(nameServer: nameServer ?? Self.systemNameServer()).primaries(of: updates.zone)
+        let addresses = try await WideAreaServerFinder(nameServer: nameServer ?? Self.systemNameServer()).primaries(
+            of: updates.zone)
         let exchanges = addresses.map { DNSExchange(server: $0) }
         foundPrimaries = exchanges
         return exchanges
@@ -273,7 +283,8 @@ package actor WideAreaPublisher {
         do {
             let (answer, _, _) = try await sendToPrimary(updates.refresh(id: .random(in: 0 ... .max)))
             if answer != DNSResponseCode.noError {
-                SalutLogging.logger.warning("refreshing \(updates.instance) failed: \(DNSResponseCode.messageName(answer))")
+                SalutLogging.logger.warning(
+                    "refreshing \(updates.instance) failed: \(DNSResponseCode.messageName(answer))")
             }
         } catch {
             SalutLogging.logger.warning("refreshing \(updates.instance) failed: \(error)")
@@ -287,7 +298,8 @@ package actor WideAreaPublisher {
     private func failure(_ rcode: UInt16) -> DiscoveryError {
         let zone = updates.zone.description
         switch rcode {
-        case DNSResponseCode.refused: return .updateRefused(zone: zone, detail: "REFUSED: the zone's update policy does not allow it")
+        case DNSResponseCode.refused:
+            return .updateRefused(zone: zone, detail: "REFUSED: the zone's update policy does not allow it")
         case DNSResponseCode.notAuthoritative, DNSResponseCode.notZone:
             return .notAuthorized(zone: zone, detail: DNSResponseCode.name(rcode))
         default: return .dnsFailure("the server answered \(DNSResponseCode.messageName(rcode)) for \(zone)")
@@ -305,12 +317,21 @@ package actor WideAreaPublisher {
         case .refusedByServer(let code):
             return .signatureRejected(DNSResponseCode.name(code))
         case .unsigned(let rcode):
-            if rcode == DNSResponseCode.refused { return .updateRefused(zone: zone, detail: "REFUSED, in an answer not signed with the key (it may not come from the server)") }
-            if rcode == DNSResponseCode.notAuthoritative { return .notAuthorized(zone: zone, detail: "NOTAUTH, in an answer not signed with the key (it may not come from the server)") }
+            if rcode == DNSResponseCode.refused {
+                return .updateRefused(
+                    zone: zone,
+                    detail: "REFUSED, in an answer not signed with the key (it may not come from the server)")
+            }
+            if rcode == DNSResponseCode.notAuthoritative {
+                return .notAuthorized(
+                    zone: zone,
+                    detail: "NOTAUTH, in an answer not signed with the key (it may not come from the server)")
+            }
             return .signatureRejected("the server's answer (\(DNSResponseCode.messageName(rcode))) is not signed")
         case .otherKey(let what): return .signatureRejected("the answer is signed with another key (\(what))")
         case .badMAC: return .signatureRejected("the answer's signature does not verify")
-        case .badTime(let skew): return .signatureRejected("the answer was signed \(skew) s away from this machine's clock")
+        case .badTime(let skew):
+            return .signatureRejected("the answer was signed \(skew) s away from this machine's clock")
         }
     }
 
@@ -321,7 +342,9 @@ package actor WideAreaPublisher {
         let text = (try? String(contentsOfFile: "/etc/resolv.conf", encoding: .utf8)) ?? ""
         for line in text.split(separator: "\n") {
             let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
-            if words.count >= 2, words[0] == "nameserver", let address = SocketAddress.literal(String(words[1]), port: 53) {
+            if words.count >= 2, words[0] == "nameserver",
+                let address = SocketAddress.literal(String(words[1]), port: 53)
+            {
                 return address
             }
         }
@@ -354,15 +377,21 @@ struct WideAreaServerFinder: Sendable {
                 if !found.isEmpty { return found }
             }
         }
-        if let soa = try await ask(exchange, zone, DNSType.startOfAuthority).first(where: { $0.name == zone })?.primaryServer {
+        if let soa = try await ask(exchange, zone, DNSType.startOfAuthority).first(where: { $0.name == zone })?
+            .primaryServer
+        {
             let found = try await addresses(of: soa, via: exchange, port: 53)
             if !found.isEmpty { return found }
         }
         if let refusal = lastRefusal {
-            throw DiscoveryError.notAuthorized(zone: zone.description,
-                                               detail: "\(nameServer) answered \(DNSResponseCode.messageName(refusal)) when asked for the zone's server: it does not serve \(zone)")
+            throw DiscoveryError.notAuthorized(
+                zone: zone.description,
+                detail:
+                    "\(nameServer) answered \(DNSResponseCode.messageName(refusal)) when asked for the zone's server: it does not serve \(zone)"
+            )
         }
-        throw DiscoveryError.serverUnreachable("\(nameServer) names no server for \(zone) (no _dns-update._udp SRV, no SOA)")
+        throw DiscoveryError.serverUnreachable(
+            "\(nameServer) names no server for \(zone) (no _dns-update._udp SRV, no SOA)")
     }
 
     /// Every address of `host`, IPv4 first (an IPv6 address may have no route here).
@@ -379,8 +408,10 @@ struct WideAreaServerFinder: Sendable {
 
     private func ask(_ exchange: DNSExchange, _ name: DNSName, _ type: UInt16) async throws -> [DNSRecord] {
         let answer: DNSMessage
-        do { answer = try await exchange.query(name, type) } catch let error as DiscoveryError where error.code == .dnsFailure {
-            return []   // an answer that cannot be read names no server
+        do { answer = try await exchange.query(name, type) } catch let error as DiscoveryError
+            where error.code == .dnsFailure
+        {
+            return []  // an answer that cannot be read names no server
         }
         if answer.rcode == DNSResponseCode.refused || answer.rcode == DNSResponseCode.notAuthoritative {
             lastRefusal = answer.rcode

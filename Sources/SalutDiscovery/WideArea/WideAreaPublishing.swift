@@ -42,8 +42,10 @@ public struct WideAreaPublishing: Sendable {
     ///   - addresses: the host's addresses to publish (nil: this machine's).
     ///   - ttl: the records' TTL in seconds (at least 1).
     ///   - lease: the Update Lease in seconds (at least 60).
-    public init(key: SalutTSIGKey, nameServer: SocketAddress? = nil, hostName: String? = nil,
-                addresses: [SocketAddress]? = nil, ttl: UInt32 = 120, lease: UInt32 = 3600) {
+    public init(
+        key: SalutTSIGKey, nameServer: SocketAddress? = nil, hostName: String? = nil,
+        addresses: [SocketAddress]? = nil, ttl: UInt32 = 120, lease: UInt32 = 3600
+    ) {
         self.key = key
         self.nameServer = nameServer
         self.hostName = hostName
@@ -71,9 +73,12 @@ public struct WideAreaPublishing: Sendable {
             defer { node = current.pointee.ifa_next }
             let flags = Int32(current.pointee.ifa_flags)
             guard flags & Int32(IFF_UP) != 0, flags & Int32(IFF_RUNNING) != 0, flags & Int32(IFF_LOOPBACK) == 0,
-                  let raw = current.pointee.ifa_addr else { continue }
+                let raw = current.pointee.ifa_addr
+            else { continue }
             let family = Int32(raw.pointee.sa_family)
-            let length = family == AF_INET ? MemoryLayout<sockaddr_in>.size : family == AF_INET6 ? MemoryLayout<sockaddr_in6>.size : 0
+            let length =
+                family == AF_INET
+                ? MemoryLayout<sockaddr_in>.size : family == AF_INET6 ? MemoryLayout<sockaddr_in6>.size : 0
             guard length > 0, let address = SocketAddress(Data(bytes: raw, count: length)) else { continue }
             // Link-local addresses (fe80::/10, 169.254/16) mean nothing on another link.
             if address.isIPv6LinkLocal { continue }

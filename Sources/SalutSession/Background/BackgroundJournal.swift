@@ -43,12 +43,16 @@ final class BackgroundJournal: Sendable {
     init(directory: URL) throws {
         self.directory = directory
         do {
-            for folder in [directory, directory.appendingPathComponent("tasks"), directory.appendingPathComponent("bodies")] {
-                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true,
-                                                        attributes: [.posixPermissions: 0o700])
+            for folder in [
+                directory, directory.appendingPathComponent("tasks"), directory.appendingPathComponent("bodies"),
+            ] {
+                try FileManager.default.createDirectory(
+                    at: folder, withIntermediateDirectories: true,
+                    attributes: [.posixPermissions: 0o700])
             }
         } catch {
-            throw PeerSessionError.transferFailed("cannot create the background session folder \(directory.path): \(error.localizedDescription)")
+            throw PeerSessionError.transferFailed(
+                "cannot create the background session folder \(directory.path): \(error.localizedDescription)")
         }
     }
 
@@ -76,7 +80,8 @@ final class BackgroundJournal: Sendable {
     func save(_ record: BackgroundTaskRecord) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        try Self.writeAtomically(try encoder.encode(record), to: tasksDirectory.appendingPathComponent(record.id + ".json"))
+        try Self.writeAtomically(
+            try encoder.encode(record), to: tasksDirectory.appendingPathComponent(record.id + ".json"))
     }
 
     /// Removes a record, its stored body and any cancel request for it.
@@ -93,7 +98,8 @@ final class BackgroundJournal: Sendable {
         let path = tasksDirectory.appendingPathComponent(id + ".cancel").path
         let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
-            throw PeerSessionError.transferFailed("cannot ask the runner to cancel \(id): \(path): \(String(cString: strerror(errno)))")
+            throw PeerSessionError.transferFailed(
+                "cannot ask the runner to cancel \(id): \(path): \(String(cString: strerror(errno)))")
         }
         close(fd)
     }
@@ -148,6 +154,6 @@ final class BackgroundRunnerLock: Sendable {
     }
 
     deinit {
-        if fd >= 0 { close(fd) }   // closing releases the lock
+        if fd >= 0 { close(fd) }  // closing releases the lock
     }
 }

@@ -51,7 +51,8 @@ final class BackgroundSessionState: @unchecked Sendable {
     /// Starts watching the tasks folder (runner only); `onChange` runs on the watcher's thread.
     func watch(onChange: @escaping @Sendable () -> Void) {
         guard runsTasks else { return }
-        let watcher = TaskFolderWatcher(folder: journal.directory.appendingPathComponent("tasks").path, onChange: onChange)
+        let watcher = TaskFolderWatcher(
+            folder: journal.directory.appendingPathComponent("tasks").path, onChange: onChange)
         lock.withLock { self.watcher = watcher }
     }
 
@@ -85,31 +86,41 @@ extension PeerSession {
         makeUploadTask(to: service, kind: .stream, filePath: nil, body: .stream(stream), data: nil)
     }
 
-    private func makeUploadTask(to service: DiscoveredService, kind: BackgroundTaskRecord.BodyKind, filePath: String?,
-                                body: PeerUploadBody, data: Data?) -> PeerUploadTask {
+    private func makeUploadTask(
+        to service: DiscoveredService, kind: BackgroundTaskRecord.BodyKind, filePath: String?,
+        body: PeerUploadBody, data: Data?
+    ) -> PeerUploadTask {
         guard let background else {
             let task = register { identifier in
-                PeerUploadTask(session: self, identifier: identifier, background: .unavailable,
-                               record: .fresh(service: service, kind: kind, filePath: filePath, identifier: identifier, deadline: Date()),
-                               body: body)
+                PeerUploadTask(
+                    session: self, identifier: identifier, background: .unavailable,
+                    record: .fresh(
+                        service: service, kind: kind, filePath: filePath, identifier: identifier, deadline: Date()),
+                    body: body)
             }
-            task.complete(with: PeerSessionError.notAllowed("upload tasks need a background session (PeerSessionConfiguration.background(withIdentifier:))"))
+            task.complete(
+                with: PeerSessionError.notAllowed(
+                    "upload tasks need a background session (PeerSessionConfiguration.background(withIdentifier:))"))
             return task
         }
         let deadline = Date().addingTimeInterval(min(configuration.timeoutIntervalForResource, 1e9))
         return register { identifier in
-            var record = BackgroundTaskRecord.fresh(service: service, kind: kind, filePath: filePath, identifier: identifier, deadline: deadline)
+            var record = BackgroundTaskRecord.fresh(
+                service: service, kind: kind, filePath: filePath, identifier: identifier, deadline: deadline)
             if let data {
                 // Kept with the task; if it cannot be, the first attempt sends what it has.
                 try? background.journal.saveBody(data, for: record.id)
             }
-            if case .file = kind, let size = try? FileManager.default.attributesOfItem(atPath: filePath ?? "")[.size] as? Int64 {
+            if case .file = kind,
+                let size = try? FileManager.default.attributesOfItem(atPath: filePath ?? "")[.size] as? Int64
+            {
                 record.bytesExpected = size
             } else if let data {
                 record.bytesExpected = Int64(data.count)
             }
             _ = background.adopt(record.id)
-            return PeerUploadTask(session: self, identifier: identifier, background: background, record: record, body: body)
+            return PeerUploadTask(
+                session: self, identifier: identifier, background: background, record: record, body: body)
         }
     }
 
@@ -125,11 +136,12 @@ extension PeerSession {
             switch record.bodyKind {
             case .file: body = .file(URL(fileURLWithPath: record.filePath ?? ""))
             case .data: body = .data(background.journal.body(for: record.id) ?? Data())
-            case .stream: body = .stream(InputStream(data: Data()))   // a fresh one is asked for before use
+            case .stream: body = .stream(InputStream(data: Data()))  // a fresh one is asked for before use
             }
             let task = registerKeeping(record.taskIdentifier) { identifier in
-                PeerUploadTask(session: self, identifier: identifier, background: background, record: record, body: body,
-                               reloaded: true)
+                PeerUploadTask(
+                    session: self, identifier: identifier, background: background, record: record, body: body,
+                    reloaded: true)
             }
             switch record.outcome {
             case .pending:
@@ -158,8 +170,9 @@ extension PeerSession {
     func viewQueuedTasks() {
         guard let background, !background.runsTasks else { return }
         for record in background.journal.records() where record.outcome == .pending && background.adopt(record.id) {
-            let task = PeerUploadTask(session: self, identifier: record.taskIdentifier, background: background, record: record,
-                                      body: .file(URL(fileURLWithPath: record.filePath ?? "")), reloaded: true, snapshot: true)
+            let task = PeerUploadTask(
+                session: self, identifier: record.taskIdentifier, background: background, record: record,
+                body: .file(URL(fileURLWithPath: record.filePath ?? "")), reloaded: true, snapshot: true)
             task.markQueued()
             background.addSnapshot(task)
         }
@@ -176,10 +189,13 @@ extension BackgroundSessionState {
 }
 
 extension BackgroundTaskRecord {
-    static func fresh(service: DiscoveredService, kind: BodyKind, filePath: String?, identifier: Int, deadline: Date) -> BackgroundTaskRecord {
-        BackgroundTaskRecord(id: UUID().uuidString.lowercased(), taskIdentifier: identifier, serviceName: service.name,
-                             serviceType: service.type, serviceDomain: service.domain, bodyKind: kind, filePath: filePath,
-                             taskDescription: nil, created: Date(), deadline: deadline, attempts: 0, phase: "not started",
-                             checkpoint: nil, outcome: .pending, error: nil, bytesSent: 0, bytesExpected: -1, waits: [])
+    static func fresh(
+        service: DiscoveredService, kind: BodyKind, filePath: String?, identifier: Int, deadline: Date
+    ) -> BackgroundTaskRecord {
+        BackgroundTaskRecord(
+            id: UUID().uuidString.lowercased(), taskIdentifier: identifier, serviceName: service.name,
+            serviceType: service.type, serviceDomain: service.domain, bodyKind: kind, filePath: filePath,
+            taskDescription: nil, created: Date(), deadline: deadline, attempts: 0, phase: "not started",
+            checkpoint: nil, outcome: .pending, error: nil, bytesSent: 0, bytesExpected: -1, waits: [])
     }
 }

@@ -88,8 +88,9 @@ public protocol PeerSessionUploadDelegate: PeerSessionTaskDelegate {
     /// A retry or a relaunch needs the body again, and a stream cannot be rewound: call
     /// `completionHandler` with a fresh stream of the same bytes, or nil to fail the task
     /// (``PeerSessionError/transferFailed(_:)``). The default answers nil.
-    func peerSession(_ session: PeerSession, task: PeerUploadTask,
-                     needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void)
+    func peerSession(
+        _ session: PeerSession, task: PeerUploadTask,
+        needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void)
 
     /// The task is waiting: for its service to become visible, or before another attempt.
     func peerSession(_ session: PeerSession, task: PeerUploadTask, isWaiting phase: PeerUploadTask.Phase)
@@ -100,8 +101,10 @@ public protocol PeerSessionUploadDelegate: PeerSessionTaskDelegate {
 }
 
 extension PeerSessionUploadDelegate {
-    public func peerSession(_ session: PeerSession, task: PeerUploadTask,
-                            needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void) {
+    public func peerSession(
+        _ session: PeerSession, task: PeerUploadTask,
+        needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void
+    ) {
         completionHandler(nil)
     }
     public func peerSession(_ session: PeerSession, task: PeerUploadTask, isWaiting phase: PeerUploadTask.Phase) {}

@@ -54,8 +54,11 @@ extension PeerUploadTask {
         /// - Parameters:
         ///   - attempts: attempts made before (by an earlier process, for a reloaded task).
         ///   - hasFreshStream: a stream body the app gave at creation that no attempt has read.
-        init(attempts: Int = 0, maximumAttempts: Int, deadline: Date, retryDelay: TimeInterval, maximumRetryDelay: TimeInterval,
-             bodyIsStream: Bool, hasFreshStream: Bool) {
+        init(
+            attempts: Int = 0, maximumAttempts: Int, deadline: Date, retryDelay: TimeInterval,
+            maximumRetryDelay: TimeInterval,
+            bodyIsStream: Bool, hasFreshStream: Bool
+        ) {
             phase = .notStarted
             self.attempts = attempts
             self.maximumAttempts = max(1, maximumAttempts)
@@ -76,8 +79,10 @@ extension PeerUploadTask {
             // Every attempt already made (a runner that died during its last one, restarted):
             // another would pass the limit, and a crash that repeats must not loop for ever.
             if attempts >= maximumAttempts {
-                return finish(.failed("the process running it ended during attempt \(attempts), the last one allowed",
-                                      attempts: attempts, retryable: true))
+                return finish(
+                    .failed(
+                        "the process running it ended during attempt \(attempts), the last one allowed",
+                        attempts: attempts, retryable: true))
             }
             phase = .waitingForService(attempt: attempts + 1)
             return [.persist, .waitForService(until: deadline)]
@@ -159,7 +164,7 @@ extension PeerUploadTask {
 
         private mutating func begin(_ attempt: Int) -> [Action] {
             attempts = attempt
-            if bodyIsStream { hasFreshStream = false }   // this attempt consumes it
+            if bodyIsStream { hasFreshStream = false }  // this attempt consumes it
             phase = .transferring(attempt: attempt)
             return [.persist, .startAttempt(attempt)]
         }

@@ -61,10 +61,13 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     /// A view, in a process that only queues, of a task another process runs.
     private let isSnapshot: Bool
 
-    init(session: PeerSession, identifier: Int, background: BackgroundSessionState, record: BackgroundTaskRecord,
-         body: PeerUploadBody, reloaded: Bool = false, snapshot: Bool = false) {
+    init(
+        session: PeerSession, identifier: Int, background: BackgroundSessionState, record: BackgroundTaskRecord,
+        body: PeerUploadBody, reloaded: Bool = false, snapshot: Bool = false
+    ) {
         isSnapshot = snapshot
-        self.service = DiscoveredService(name: record.serviceName, type: record.serviceType, domain: record.serviceDomain)
+        self.service = DiscoveredService(
+            name: record.serviceName, type: record.serviceType, domain: record.serviceDomain)
         self.body = body
         self.background = background
         self.record = record
@@ -136,9 +139,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
             return self.driver
         }
         if let driver {
-            driver.cancel()   // the driver completes the task as cancelled (or left, see finish)
+            driver.cancel()  // the driver completes the task as cancelled (or left, see finish)
         } else if background.isLeaving {
-            complete(with: PeerSessionError.sessionInvalidated)   // the record stays for the next runner
+            complete(with: PeerSessionError.sessionInvalidated)  // the record stays for the next runner
         } else {
             background.journal.remove(recordID)
             complete(with: PeerSessionError.cancelled)
@@ -178,10 +181,11 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     private func drive() async {
         let configuration = session.configuration
         var machine = lock.withLock {
-            PeerUploadTask.StateMachine(attempts: record.attempts, maximumAttempts: configuration.maximumAttempts,
-                                         deadline: record.deadline, retryDelay: configuration.retryDelay,
-                                         maximumRetryDelay: max(configuration.retryDelay, 60), bodyIsStream: bodyKind == .stream,
-                                         hasFreshStream: freshStream != nil)
+            PeerUploadTask.StateMachine(
+                attempts: record.attempts, maximumAttempts: configuration.maximumAttempts,
+                deadline: record.deadline, retryDelay: configuration.retryDelay,
+                maximumRetryDelay: max(configuration.retryDelay, 60), bodyIsStream: bodyKind == .stream,
+                hasFreshStream: freshStream != nil)
         }
         var resolved: ResolvedService?
         var actions = machine.start(now: Date())
@@ -207,18 +211,22 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
                 actions += Task.isCancelled ? machine.cancelled() : machine.bodyStreamProvided(stream != nil)
             case .startAttempt(let attempt):
                 guard let resolved, let uploader = configuration.uploadProtocol else {
-                    actions += machine.attemptFailed("the session has no upload protocol (PeerSessionConfiguration.uploadProtocol)",
-                                                     retryable: false, now: Date())
+                    actions += machine.attemptFailed(
+                        "the session has no upload protocol (PeerSessionConfiguration.uploadProtocol)",
+                        retryable: false, now: Date())
                     continue
                 }
                 let body = currentBody()
-                let context = PeerUploadContext(task: self, attempt: attempt, checkpoint: lock.withLock { record.checkpoint })
+                let context = PeerUploadContext(
+                    task: self, attempt: attempt, checkpoint: lock.withLock { record.checkpoint })
                 do {
                     try await uploader.upload(body, to: resolved, context: context)
                     actions += Task.isCancelled ? machine.cancelled() : machine.attemptSucceeded()
                 } catch {
                     lock.withLock { record.error = "\(error)" }
-                    actions += Task.isCancelled ? machine.cancelled()
+                    actions +=
+                        Task.isCancelled
+                        ? machine.cancelled()
                         : machine.attemptFailed("\(error)", retryable: uploader.isRetryable(error), now: Date())
                 }
             case .sleep(let until):
@@ -258,9 +266,12 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
             group.addTask {
                 while !Task.isCancelled {
                     do {
-                        for try await update in try ServiceBrowser(type: service.type, domain: service.domain, context: context)
+                        for try await update in try ServiceBrowser(
+                            type: service.type, domain: service.domain, context: context)
                         where update.services.contains(where: { $0.name == service.name }) {
-                            if let resolved = try? await service.resolve(timeout: 5, context: context) { return resolved }
+                            if let resolved = try? await service.resolve(timeout: 5, context: context) {
+                                return resolved
+                            }
                         }
                     } catch {}
                     // The daemon went away (or the browse ended): look again shortly.
@@ -281,7 +292,8 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     /// Asks the delegate for a fresh stream; nil when it has none (or is not an upload delegate).
     private func newBodyStream() async -> InputStream? {
         let answered = OnceFlag()
-        let answer = await withCheckedContinuation { (continuation: CheckedContinuation<HandedOver<InputStream>?, Never>) in
+        let answer = await withCheckedContinuation {
+            (continuation: CheckedContinuation<HandedOver<InputStream>?, Never>) in
             let reply: @Sendable (InputStream?) -> Void = { stream in
                 // The attempt alone reads the stream from now on.
                 if answered.claim() { continuation.resume(returning: stream.map(HandedOver.init)) }
@@ -338,9 +350,11 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         case nil: error = nil
         case .cancelled?: error = .cancelled
         case .deadline?: error = .timedOut("resource")
-        case .noBodyStream?: error = .transferFailed("a retry needed the body again and the delegate gave no new body stream")
+        case .noBodyStream?:
+            error = .transferFailed("a retry needed the body again and the delegate gave no new body stream")
         case .failed(let reason, let attempts, let retryable)?:
-            error = .transferFailed(retryable ? "gave up after \(attempts) attempts; the last failed with: \(reason)" : reason)
+            error = .transferFailed(
+                retryable ? "gave up after \(attempts) attempts; the last failed with: \(reason)" : reason)
         }
         lock.withLock {
             record.outcome = error == nil ? .succeeded : .failed

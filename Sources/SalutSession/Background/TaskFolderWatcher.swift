@@ -30,7 +30,10 @@ final class TaskFolderWatcher: @unchecked Sendable {
         stopPipe = fds
         let thread = Thread { [inotify, fds] in
             var buffer = [UInt8](repeating: 0, count: 4096)
-            var polled = [pollfd(fd: inotify, events: Int16(POLLIN), revents: 0), pollfd(fd: fds[0], events: Int16(POLLIN), revents: 0)]
+            var polled = [
+                pollfd(fd: inotify, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: fds[0], events: Int16(POLLIN), revents: 0),
+            ]
             while true {
                 let ready = poll(&polled, 2, -1)
                 if ready < 0 && errno == EINTR { continue }

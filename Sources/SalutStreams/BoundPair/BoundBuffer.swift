@@ -23,8 +23,8 @@ final class BoundBuffer: @unchecked Sendable {
     /// connection whose bytes all go straight to the socket, or that stays idle, never pays
     /// for it.
     private var storage: UnsafeMutableRawBufferPointer?
-    private var head = 0          // index of the first unread byte
-    private var count = 0 { didSet { published.store(count, ordering: .releasing) } }   // unread bytes
+    private var head = 0  // index of the first unread byte
+    private var count = 0 { didSet { published.store(count, ordering: .releasing) } }  // unread bytes
     /// `count`, readable without the lock: a blocked side spins on it briefly before sleeping,
     /// which spares a context switch when the other side is running on another core.
     private let published = Atomic<Int>(0)
@@ -33,8 +33,8 @@ final class BoundBuffer: @unchecked Sendable {
     private var isWriterClosed = false { didSet { closedFlag.store(true, ordering: .relaxed) } }
     private var isReaderClosed = false { didSet { closedFlag.store(true, ordering: .relaxed) } }
     private let closedFlag = Atomic<Bool>(false)
-    private var blockedReaders = 0   // threads waiting in `read(blocking: true)`
-    private var blockedWriters = 0   // threads waiting in `write(blocking: true)`
+    private var blockedReaders = 0  // threads waiting in `read(blocking: true)`
+    private var blockedWriters = 0  // threads waiting in `write(blocking: true)`
     /// Async readers, each woken once at least its `minimum` bytes are buffered (or at an end).
     private var readWaiters: [UInt64: (continuation: CheckedContinuation<Void, Never>, minimum: Int)] = [:]
     private var writeWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
@@ -79,7 +79,10 @@ final class BoundBuffer: @unchecked Sendable {
     }
 
     var snapshot: Snapshot {
-        lock.withLock { Snapshot(available: count, space: capacity - count, writerClosed: isWriterClosed, readerClosed: isReaderClosed) }
+        lock.withLock {
+            Snapshot(
+                available: count, space: capacity - count, writerClosed: isWriterClosed, readerClosed: isReaderClosed)
+        }
     }
 
     /// What a reader or writer does next, decided under the lock.
@@ -104,7 +107,8 @@ final class BoundBuffer: @unchecked Sendable {
         while true {
             step = lock.withLock { () -> Step in
                 if count > 0 || isWriterClosed || isReaderClosed {
-                    return .copy(count: min(count, maxLength), at: head, storage: self.storage)   // not nil once there is a byte
+                    // not nil once there is a byte
+                    return .copy(count: min(count, maxLength), at: head, storage: self.storage)
                 }
                 guard blocking else { return .wouldBlock }
                 blockedReaders += 1
@@ -152,7 +156,9 @@ final class BoundBuffer: @unchecked Sendable {
         let id = newWaiterID()
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                guard park(continuation, id: id, reading: reading, minimum: minimum) else { return continuation.resume() }
+                guard park(continuation, id: id, reading: reading, minimum: minimum) else {
+                    return continuation.resume()
+                }
                 let wake: @Sendable () -> Void = { [weak self] in self?.unpark(id: id, reading: reading)?.resume() }
                 if let limit, !limit.register(wake) { wake() }
             }
@@ -170,9 +176,13 @@ final class BoundBuffer: @unchecked Sendable {
     }
 
     /// Parks the continuation unless the wait is already over (ready, or cancelled).
-    private func park(_ continuation: CheckedContinuation<Void, Never>, id: UInt64, reading: Bool, minimum: Int) -> Bool {
+    private func park(_ continuation: CheckedContinuation<Void, Never>, id: UInt64, reading: Bool, minimum: Int) -> Bool
+    {
         lock.withLock {
-            let ready = reading ? (count >= minimum || isWriterClosed || isReaderClosed) : (count < capacity || isReaderClosed || isWriterClosed)
+            let ready =
+                reading
+                ? (count >= minimum || isWriterClosed || isReaderClosed)
+                : (count < capacity || isReaderClosed || isWriterClosed)
             guard !ready, !Task.isCancelled else { return false }
             if reading { readWaiters[id] = (continuation, minimum) } else { writeWaiters[id] = continuation }
             return true
@@ -180,7 +190,9 @@ final class BoundBuffer: @unchecked Sendable {
     }
 
     private func unpark(id: UInt64, reading: Bool) -> CheckedContinuation<Void, Never>? {
-        lock.withLock { reading ? readWaiters.removeValue(forKey: id)?.continuation : writeWaiters.removeValue(forKey: id) }
+        lock.withLock {
+            reading ? readWaiters.removeValue(forKey: id)?.continuation : writeWaiters.removeValue(forKey: id)
+        }
     }
 
     // MARK: Writing

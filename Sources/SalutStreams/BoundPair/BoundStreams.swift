@@ -47,7 +47,7 @@ final class BoundInputStream: InputStream {
     override func close() {
         guard events.streamStatus != .closed else { return }
         events.set(.closed)
-        events.scheduler.removeFromAll()   // as on Apple's systems: a closed stream keeps no run loop
+        events.scheduler.removeFromAll()  // as on Apple's systems: a closed stream keeps no run loop
         buffer.closeReader()
         connection?.streamClosed()
     }
@@ -73,7 +73,7 @@ final class BoundInputStream: InputStream {
         guard status == .open || status == .atEnd || failedWithBytesLeft else { return -1 }
         guard len > 0 else { return 0 }
         events.consumed(.hasBytesAvailable)
-        connection?.startPendingUpgrade()   // TLS asked for after opening starts before any read
+        connection?.startPendingUpgrade()  // TLS asked for after opening starts before any read
         let n = self.buffer.read(into: buffer, maxLength: len, blocking: blocking) ?? 0
         if n > 0 { connection?.carriedBytes.store(true, ordering: .releasing) }
         if n == 0 && self.buffer.writerClosed {
@@ -85,7 +85,9 @@ final class BoundInputStream: InputStream {
         return n
     }
 
-    override func getBuffer(_ buffer: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>, length len: UnsafeMutablePointer<Int>) -> Bool {
+    override func getBuffer(
+        _ buffer: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>, length len: UnsafeMutablePointer<Int>
+    ) -> Bool {
         false
     }
 
@@ -197,7 +199,7 @@ final class BoundOutputStream: OutputStream {
     override func close() {
         guard events.streamStatus != .closed else { return }
         events.set(.closed)
-        events.scheduler.removeFromAll()   // as on Apple's systems: a closed stream keeps no run loop
+        events.scheduler.removeFromAll()  // as on Apple's systems: a closed stream keeps no run loop
         buffer.closeWriter()
         connection?.streamClosed()
     }
@@ -310,9 +312,11 @@ extension Stream {
     /// post events (scheduled in a run loop) as Apple documents. Both streams start unopened.
     ///
     /// A `bufferSize` below 1 is treated as 1.
-    public class func getBoundStreams(withBufferSize bufferSize: Int,
-                                      inputStream: UnsafeMutablePointer<InputStream?>?,
-                                      outputStream: UnsafeMutablePointer<OutputStream?>?) {
+    public class func getBoundStreams(
+        withBufferSize bufferSize: Int,
+        inputStream: UnsafeMutablePointer<InputStream?>?,
+        outputStream: UnsafeMutablePointer<OutputStream?>?
+    ) {
         let pair = BoundStreamPair(bufferSize: bufferSize)
         inputStream?.pointee = pair.input
         outputStream?.pointee = pair.output

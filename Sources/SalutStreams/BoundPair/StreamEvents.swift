@@ -13,8 +13,8 @@ final class StreamEvents: @unchecked Sendable {
     private let lock = StateLock()
     private var status: Stream.Status = .notOpen
     private var error: (any Error)?
-    private var waitingForClient: Stream.Event = []   // events posted and not yet consumed
-    private var posted: Stream.Event = []             // one-shot events already posted
+    private var waitingForClient: Stream.Event = []  // events posted and not yet consumed
+    private var posted: Stream.Event = []  // one-shot events already posted
     let scheduler = DelegateScheduler(onMainRunLoop: false)
 
     var streamStatus: Stream.Status { lock.withLock { status } }
@@ -38,7 +38,7 @@ final class StreamEvents: @unchecked Sendable {
     func settled(_ stream: Stream, gate: ConnectionGate?, then refresh: () -> Void) async {
         guard streamStatus == .opening, let gate else { return }
         await gate.settled()
-        if case .connecting = gate.current { return }   // cancelled: still opening
+        if case .connecting = gate.current { return }  // cancelled: still opening
         settle(stream, gate: gate, then: refresh)
     }
 
@@ -84,14 +84,13 @@ final class StreamEvents: @unchecked Sendable {
             return due
         }
         guard due else { return }
-        let target = WeaklyHandedOver(stream)   // used only where its delegate calls are made
+        let target = WeaklyHandedOver(stream)  // used only where its delegate calls are made
         scheduler.deliver {
-            guard let stream = target.object else { return }   // let go meanwhile: nothing to tell
+            guard let stream = target.object else { return }  // let go meanwhile: nothing to tell
             stream.delegate?.stream(stream, handle: event)
         }
     }
 }
-
 
 /// Why a bound-pair stream operation failed.
 ///

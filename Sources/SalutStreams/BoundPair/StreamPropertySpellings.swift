@@ -73,7 +73,8 @@ extension Stream.PropertyKey: @retroactive _ObjectiveCBridgeable {
         result = Stream.PropertyKey(rawValue: String(describing: source))
     }
 
-    public static func _conditionallyBridgeFromObjectiveC(_ source: NSString, result: inout Stream.PropertyKey?) -> Bool {
+    public static func _conditionallyBridgeFromObjectiveC(_ source: NSString, result: inout Stream.PropertyKey?) -> Bool
+    {
         result = Stream.PropertyKey(rawValue: String(describing: source))
         return true
     }

@@ -44,8 +44,10 @@ public struct ConnectionLimits: Sendable, Hashable {
 
     /// Limits with the given values; those left out keep their defaults (10 s for the
     /// handshake and the first byte, no idle bound, 64 connections setting up at once).
-    public init(handshakeTimeout: TimeInterval? = defaultSetUpTimeout, firstByteTimeout: TimeInterval? = defaultSetUpTimeout,
-                idleTimeout: TimeInterval? = nil, maximumConnectionsSettingUp: Int = defaultMaximumConnectionsSettingUp) {
+    public init(
+        handshakeTimeout: TimeInterval? = defaultSetUpTimeout, firstByteTimeout: TimeInterval? = defaultSetUpTimeout,
+        idleTimeout: TimeInterval? = nil, maximumConnectionsSettingUp: Int = defaultMaximumConnectionsSettingUp
+    ) {
         self.handshakeTimeout = handshakeTimeout
         self.firstByteTimeout = firstByteTimeout
         self.idleTimeout = idleTimeout
@@ -61,7 +63,8 @@ public struct ConnectionLimits: Sendable, Hashable {
 
     /// The deadlines of a connection starting now with these limits.
     func deadlines(secure: Bool, now: ContinuousClock.Instant) -> ConnectionDeadlines {
-        ConnectionDeadlines(handshake: Self.duration(handshakeTimeout), firstByte: Self.duration(firstByteTimeout),
-                            idle: Self.duration(idleTimeout), secure: secure, now: now)
+        ConnectionDeadlines(
+            handshake: Self.duration(handshakeTimeout), firstByte: Self.duration(firstByteTimeout),
+            idle: Self.duration(idleTimeout), secure: secure, now: now)
     }
 }

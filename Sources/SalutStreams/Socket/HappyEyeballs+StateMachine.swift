@@ -49,7 +49,10 @@ extension HappyEyeballs {
         private var nextID = 0
         private let addresses: [SocketAddress]
 
-        init(addresses: [SocketAddress], target: ConnectTarget, attemptDelay: Duration = .milliseconds(250), timeout: Duration = .seconds(30)) {
+        init(
+            addresses: [SocketAddress], target: ConnectTarget, attemptDelay: Duration = .milliseconds(250),
+            timeout: Duration = .seconds(30)
+        ) {
             self.addresses = Self.interleave(addresses)
             self.target = target
             self.attemptDelay = attemptDelay
@@ -92,7 +95,7 @@ extension HappyEyeballs {
 
         mutating func attemptConnected(_ id: AttemptID) -> [Action] {
             guard case .connecting(var inFlight, _, _) = state, inFlight.removeValue(forKey: id) != nil else {
-                return [.abandonAttempt(id)]   // late: someone else won, or it was given up
+                return [.abandonAttempt(id)]  // late: someone else won, or it was given up
             }
             state = .finished
             return inFlight.keys.sorted().map(Action.abandonAttempt) + [.succeed(id)]
@@ -101,7 +104,8 @@ extension HappyEyeballs {
         /// An attempt failed (refused, unreachable, or its socket could not be made): start the next
         /// at once, or fail when nothing is left.
         mutating func attemptFailed(_ id: AttemptID, _ error: SocketStreamError) -> [Action] {
-            guard case .connecting(var inFlight, let remaining, _) = state else { return [] }   // late: it finished meanwhile
+            // late: it finished meanwhile
+            guard case .connecting(var inFlight, let remaining, _) = state else { return [] }
             guard let address = inFlight.removeValue(forKey: id) else {
                 // Each attempt reports once, and none is given up while connecting goes on.
                 assertionFailure("HappyEyeballs.StateMachine: attempt \(id) failed twice or was never begun")
@@ -110,7 +114,7 @@ extension HappyEyeballs {
             failures.append((address, error))
             state = .connecting(inFlight: inFlight, remaining: remaining, pacerArmed: false)
             if !remaining.isEmpty { return beginNext() }
-            guard inFlight.isEmpty else { return [] }   // the ones still in flight decide
+            guard inFlight.isEmpty else { return [] }  // the ones still in flight decide
             state = .finished
             return [.fail(combinedError)]
         }

@@ -45,16 +45,19 @@ final class HappyEyeballs: @unchecked Sendable {
     /// - Parameters:
     ///   - addresses: where to connect, in the resolver's order.
     ///   - target: how to name the destination in errors (`host:port`).
-    init(addresses: [SocketAddress], target: ConnectTarget, queue: DispatchQueue,
-         attemptDelay: TimeInterval = 0.25, timeout: TimeInterval = 30,
-         prepare: @escaping @Sendable (Int32, SocketAddress) throws -> Void = { _, _ in },
-         completion: @escaping @Sendable (Result<Connected, SocketStreamError>) -> Void) {
+    init(
+        addresses: [SocketAddress], target: ConnectTarget, queue: DispatchQueue,
+        attemptDelay: TimeInterval = 0.25, timeout: TimeInterval = 30,
+        prepare: @escaping @Sendable (Int32, SocketAddress) throws -> Void = { _, _ in },
+        completion: @escaping @Sendable (Result<Connected, SocketStreamError>) -> Void
+    ) {
         self.prepare = prepare
         self.queue = queue
         self.completion = completion
-        machine = HappyEyeballs.StateMachine(addresses: addresses, target: target,
-                                            attemptDelay: Self.duration(OperationLimit.clampedSeconds(attemptDelay, default: 0.25)),
-                                            timeout: Self.duration(OperationLimit.clampedSeconds(timeout, default: 30)))
+        machine = HappyEyeballs.StateMachine(
+            addresses: addresses, target: target,
+            attemptDelay: Self.duration(OperationLimit.clampedSeconds(attemptDelay, default: 0.25)),
+            timeout: Self.duration(OperationLimit.clampedSeconds(timeout, default: 30)))
     }
 
     /// Whole microseconds (`Duration.seconds(Double)` scales through floating point, slowly).
@@ -66,7 +69,7 @@ final class HappyEyeballs: @unchecked Sendable {
     func start() {
         dispatchPrecondition(condition: .onQueue(queue))
         let actions = machine.start()
-        guard !actions.isEmpty else { return }   // cancelled before it started: nothing to keep
+        guard !actions.isEmpty else { return }  // cancelled before it started: nothing to keep
         keepAlive = self
         perform(actions)
     }
@@ -119,7 +122,9 @@ final class HappyEyeballs: @unchecked Sendable {
         return []
     }
 
-    private func timer(_ after: Duration, _ event: @escaping (inout HappyEyeballs.StateMachine) -> [HappyEyeballs.StateMachine.Action]) -> DispatchSourceTimer {
+    private func timer(
+        _ after: Duration, _ event: @escaping (inout HappyEyeballs.StateMachine) -> [HappyEyeballs.StateMachine.Action]
+    ) -> DispatchSourceTimer {
         let timer = DispatchSource.makeTimerSource(queue: queue)
         timer.schedule(deadline: .now() + OperationLimit.dispatchInterval(after))
         timer.setEventHandler { [weak self] in
@@ -132,15 +137,19 @@ final class HappyEyeballs: @unchecked Sendable {
 
     private func begin(_ id: ID, _ address: SocketAddress) -> [HappyEyeballs.StateMachine.Action] {
         SalutLogging.logger.trace("connecting to \(address)")
-        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(
+            address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue),
+            0)
         guard fd >= 0 else {
-            return machine.attemptFailed(id, .system(call: "socket", errno: errno, message: String(cString: strerror(errno))))
+            return machine.attemptFailed(
+                id, .system(call: "socket", errno: errno, message: String(cString: strerror(errno))))
         }
         do {
             try prepare(fd, address)
         } catch {
             close(fd)
-            return machine.attemptFailed(id, error as? SocketStreamError ?? .system(call: "setsockopt", errno: 0, message: "\(error)"))
+            return machine.attemptFailed(
+                id, error as? SocketStreamError ?? .system(call: "setsockopt", errno: 0, message: "\(error)"))
         }
         let result = address.withBytes { raw in
             connect(fd, raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(raw.count))
@@ -196,7 +205,7 @@ final class HappyEyeballs: @unchecked Sendable {
         }
         let code = Self.pendingError(attempt.fd)
         if code == 0 {
-            _ = try? attempt.watch.want([])   // heard: no more events while the machine decides
+            _ = try? attempt.watch.want([])  // heard: no more events while the machine decides
             return perform(machine.attemptConnected(id))
         }
         attempts.removeValue(forKey: id)?.abandon()

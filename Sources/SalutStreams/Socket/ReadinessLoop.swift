@@ -90,8 +90,9 @@ final class ReadinessLoop: Sendable {
         event.data.u64 = number
         guard epoll_ctl(epoll, operation, fd, &event) == 0 else {
             let code = errno
-            return .system(call: operation == EPOLL_CTL_ADD ? "epoll_ctl(ADD)" : "epoll_ctl(MOD)",
-                           errno: code, message: String(cString: strerror(code)))
+            return .system(
+                call: operation == EPOLL_CTL_ADD ? "epoll_ctl(ADD)" : "epoll_ctl(MOD)",
+                errno: code, message: String(cString: strerror(code)))
         }
         return nil
     }
@@ -147,7 +148,9 @@ package final class ReadinessWatch: @unchecked Sendable {
 
     /// Starts watching `fd` for nothing yet: ``want(_:)`` says what.
     /// - Throws: ``SocketStreamError/system(call:errno:message:)`` when epoll refuses it.
-    package init(fd: Int32, queue: DispatchQueue, handler: @escaping (Result<Readiness, SocketStreamError>) -> Void) throws(SocketStreamError) {
+    package init(
+        fd: Int32, queue: DispatchQueue, handler: @escaping (Result<Readiness, SocketStreamError>) -> Void
+    ) throws(SocketStreamError) {
         self.fd = fd
         self.queue = queue
         self.handler = handler

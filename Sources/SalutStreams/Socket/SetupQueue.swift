@@ -29,7 +29,9 @@ final class SetupQueue: Sendable {
             state.waiting.append(Entry(id: state.next, pump: pump))
             return (state.next, evicted)
         }
-        evicted?.cutIfSettingUp(.limitExceeded("\(capacity) connections were already setting up; this one, the oldest, made room for a new one"))
+        evicted?.cutIfSettingUp(
+            .limitExceeded(
+                "\(capacity) connections were already setting up; this one, the oldest, made room for a new one"))
         return { [weak self] in self?.remove(id) }
     }
 

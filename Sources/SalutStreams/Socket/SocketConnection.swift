@@ -144,7 +144,9 @@ final class SocketConnection: @unchecked Sendable {
                 $0.unopenedFD = nil
                 $0.pumpStarted = true
             }
-            let security = context.map { SecuritySetup(context: $0, dialledHost: nil, evaluator: state.value.evaluator) }
+            let security = context.map {
+                SecuritySetup(context: $0, dialledHost: nil, evaluator: state.value.evaluator)
+            }
             queue.async {
                 self.notify(.secureConnectStart, when: security != nil)
                 self.pump.run(fd, security: security, limits: limits) { self.ready($0) }
@@ -170,8 +172,10 @@ final class SocketConnection: @unchecked Sendable {
     }
 
     /// Connects to resolved (or literal) addresses, then starts the pump. Runs on the queue.
-    private func connect(to resolved: [SocketAddress], host: String, port: Int, timeout: TimeInterval,
-                         hostName: String? = nil, resolved wasResolved: Bool = false) {
+    private func connect(
+        to resolved: [SocketAddress], host: String, port: Int, timeout: TimeInterval,
+        hostName: String? = nil, resolved wasResolved: Bool = false
+    ) {
         // Port 0 means the resolver supplied the port (a discovered service).
         let target = ConnectTarget(host: host, port: port)
         let options = state.value
@@ -180,24 +184,30 @@ final class SocketConnection: @unchecked Sendable {
         // TLS asked for and refused: no connection at all, rather than one in the clear.
         if let refused = options.refusedTLS { return settle(.failure(.tls(refused))) }
         do {
-            let context = try options.tls.map { try TLSContext($0) }   // bad TLS settings fail before any traffic
+            let context = try options.tls.map { try TLSContext($0) }  // bad TLS settings fail before any traffic
             guard !addresses.isEmpty else {
-                let which = options.socketOptions.families == .any ? "" : options.socketOptions.families == .ipv4Only ? "IPv4 " : "IPv6 "
+                let which =
+                    options.socketOptions.families == .any
+                    ? "" : options.socketOptions.families == .ipv4Only ? "IPv4 " : "IPv6 "
                 throw SocketStreamError.nameNotFound(host, detail: "no \(which)addresses")
             }
             if !wasResolved { notify(.lookupStart) }
             notify(.lookupEnd(addresses))
-            security = context.map { SecuritySetup(context: $0, dialledHost: hostName ?? host, evaluator: options.evaluator) }
+            security = context.map {
+                SecuritySetup(context: $0, dialledHost: hostName ?? host, evaluator: options.evaluator)
+            }
         } catch let error as TLSError {
             return settle(.failure(.tls(error)))
         } catch {
             return settle(.failure(error as? SocketStreamError ?? .nameNotFound(host, detail: "\(error)")))
         }
-        guard !bothClosed else { return settle(.failure(.cancelled)) }   // closed while resolving
+        guard !bothClosed else { return settle(.failure(.cancelled)) }  // closed while resolving
         notify(.connectStart)
         let socketOptions = options.socketOptions
-        let connector = HappyEyeballs(addresses: addresses, target: target, queue: queue, timeout: timeout,
-                                      prepare: { try socketOptions.apply(to: $0, for: $1) }) { result in
+        let connector = HappyEyeballs(
+            addresses: addresses, target: target, queue: queue, timeout: timeout,
+            prepare: { try socketOptions.apply(to: $0, for: $1) }
+        ) { result in
             switch result {
             case .success(let connected):
                 let fd = connected.fd
@@ -218,8 +228,9 @@ final class SocketConnection: @unchecked Sendable {
                 var security = security
                 if let late {
                     do {
-                        security = SecuritySetup(context: try TLSContext(late), dialledHost: hostName ?? host,
-                                                 evaluator: self.state.value.evaluator)
+                        security = SecuritySetup(
+                            context: try TLSContext(late), dialledHost: hostName ?? host,
+                            evaluator: self.state.value.evaluator)
                     } catch {
                         close(fd)
                         return self.settle(.failure(.tls(error as? TLSError ?? .invalidConfiguration("\(error)"))))
@@ -228,8 +239,12 @@ final class SocketConnection: @unchecked Sendable {
                 self.notify(.secureConnectStart, when: security != nil)
                 // A server that accepts and then never answers the ClientHello must not hold
                 // the streams in `opening` for ever.
-                let limits = security == nil ? nil : ConnectionLimits(handshakeTimeout: Self.dialledHandshakeTimeout,
-                                                                      firstByteTimeout: nil)
+                let limits =
+                    security == nil
+                    ? nil
+                    : ConnectionLimits(
+                        handshakeTimeout: Self.dialledHandshakeTimeout,
+                        firstByteTimeout: nil)
                 let setsTraffic = socketOptions.trafficClass != nil || socketOptions.priority != nil
                 // A plain connection reads once its input is used (a TLS handshake reads anyway).
                 let readsAtOnce = security != nil || self.inputUsed.load(ordering: .acquiring)
@@ -237,8 +252,10 @@ final class SocketConnection: @unchecked Sendable {
                 // a link-local IPv6 address dialled without one (bound to an interface).
                 let address = connected.address
                 let known = address.isIPv6LinkLocal && address.scopeID == 0 ? nil : address
-                self.pump.run(fd, security: security, limits: limits, readsTrafficOptions: setsTraffic,
-                              readsAtOnce: readsAtOnce, remoteAddress: known) { self.ready($0) }
+                self.pump.run(
+                    fd, security: security, limits: limits, readsTrafficOptions: setsTraffic,
+                    readsAtOnce: readsAtOnce, remoteAddress: known
+                ) { self.ready($0) }
             case .failure(let error):
                 self.settle(.failure(error))
             }
@@ -249,7 +266,9 @@ final class SocketConnection: @unchecked Sendable {
 
     private func ready(_ result: Result<ConnectionDetails, SocketStreamError>) {
         if case .success(let details) = result {
-            state.withLock { $0.details = details; $0.connector = nil }
+            state.withLock {
+                $0.details = details; $0.connector = nil
+            }
             notify(.ready(details))
         }
         settle(result)
@@ -341,7 +360,7 @@ final class SocketConnection: @unchecked Sendable {
     func streamClosed() {
         guard bothClosed else { return }
         if case .connecting = gate.current { state.value.connector?.cancel() }
-        pump.abandon()   // a TLS handshake nobody waits for any more is given up
+        pump.abandon()  // a TLS handshake nobody waits for any more is given up
     }
 
     // MARK: Upgrading
@@ -358,9 +377,13 @@ final class SocketConnection: @unchecked Sendable {
     /// clear. `sslSettings` is nil for the security level, the dictionary for the settings.
     /// - Returns: false when refused (after bytes went: the streams have failed), or for
     ///   settings that come after TLS has started.
-    func requestTLSAfterOpening(_ configuration: TLSConfiguration, level: StreamSocketSecurityLevel,
-                                sslSettings: [String: Any]?) -> Bool {
-        enum Decision { case accepted, refused, tooLate, pending, upgrade(TLSConfiguration, String?, TLSTrustEvaluator?) }
+    func requestTLSAfterOpening(
+        _ configuration: TLSConfiguration, level: StreamSocketSecurityLevel,
+        sslSettings: [String: Any]?
+    ) -> Bool {
+        enum Decision {
+            case accepted, refused, tooLate, pending, upgrade(TLSConfiguration, String?, TLSTrustEvaluator?)
+        }
         let isSettings = sslSettings != nil
         // Bytes the peer already sent in the clear make TLS too late even when nobody has read
         // them: a dormant input looks at the socket now (outside the lock: waking it takes the
@@ -383,7 +406,7 @@ final class SocketConnection: @unchecked Sendable {
                 return isSettings ? .refused : .accepted
             }
             if !state.pumpStarted {
-                apply()   // taken up when the socket is connected
+                apply()  // taken up when the socket is connected
                 return .accepted
             }
             if state.pendingUpgrade {
@@ -392,7 +415,7 @@ final class SocketConnection: @unchecked Sendable {
                 state.pendingUpgrade = false
                 return .upgrade(state.tls!, state.dialledHost, state.evaluator)
             }
-            if state.tlsRequestedAfterOpen { return isSettings ? .refused : .accepted }   // under way
+            if state.tlsRequestedAfterOpen { return isSettings ? .refused : .accepted }  // under way
             if carriedBytes.load(ordering: .acquiring) || inbound.snapshot.available > 0 { return .tooLate }
             apply()
             if isSettings { return .upgrade(state.tls!, state.dialledHost, state.evaluator) }
@@ -405,8 +428,10 @@ final class SocketConnection: @unchecked Sendable {
         case .refused:
             return false
         case .tooLate:
-            let error = SocketStreamError.tls(.invalidConfiguration(
-                "TLS was asked for after bytes had gone over the connection in the clear; the connection is closed rather than carried on unencrypted"))
+            let error = SocketStreamError.tls(
+                .invalidConfiguration(
+                    "TLS was asked for after bytes had gone over the connection in the clear; the connection is closed rather than carried on unencrypted"
+                ))
             pump.reset(error)
             broke(error)
             return false
@@ -451,9 +476,11 @@ final class SocketConnection: @unchecked Sendable {
     }
 
     /// Starts TLS on an open plain connection once everything written so far has been sent.
-    func startTLS(_ configuration: TLSConfiguration, evaluator: TLSTrustEvaluator?, dialledHost: String?, preface: Data? = nil,
-                  shared: SharedTLSContext? = nil, handshakeTimeout: TimeInterval? = dialledHandshakeTimeout,
-                  done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
+    func startTLS(
+        _ configuration: TLSConfiguration, evaluator: TLSTrustEvaluator?, dialledHost: String?, preface: Data? = nil,
+        shared: SharedTLSContext? = nil, handshakeTimeout: TimeInterval? = dialledHandshakeTimeout,
+        done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void
+    ) {
         let context: TLSContext
         if let shared {
             context = shared.context
@@ -463,8 +490,10 @@ final class SocketConnection: @unchecked Sendable {
             }
         }
         notify(.secureConnectStart)
-        pump.startTLS(SecuritySetup(context: context, dialledHost: dialledHost, evaluator: evaluator), preface: preface,
-                      handshakeTimeout: handshakeTimeout) { result in
+        pump.startTLS(
+            SecuritySetup(context: context, dialledHost: dialledHost, evaluator: evaluator), preface: preface,
+            handshakeTimeout: handshakeTimeout
+        ) { result in
             if case .success(let details) = result {
                 self.state.withLock { $0.details = details }
                 self.notify(.ready(details))

@@ -57,7 +57,9 @@ public struct SocketStreamError: Error, Sendable, Hashable, CustomStringConverti
     // MARK: Making errors
 
     /// The host name did not resolve to any address; `detail` is the resolver's reason.
-    public static func nameNotFound(_ host: String, detail: String) -> SocketStreamError { .init(.nameNotFound(host, detail: detail)) }
+    public static func nameNotFound(_ host: String, detail: String) -> SocketStreamError {
+        .init(.nameNotFound(host, detail: detail))
+    }
     /// Every address of `target` refused the connection (nothing listens on the port).
     public static func connectionRefused(_ target: String) -> SocketStreamError { .init(.connectionRefused(target)) }
     /// No route to `target` or its network.
@@ -84,7 +86,8 @@ public struct SocketStreamError: Error, Sendable, Hashable, CustomStringConverti
     /// Describes `errno` from a failed connect to `target`.
     static func connect(errno code: Int32, target: String) -> SocketStreamError {
         switch code {
-        case ECONNREFUSED, ECONNRESET: return .connectionRefused(target)   // reset while connecting: the listener went away
+        // reset while connecting: the listener went away
+        case ECONNREFUSED, ECONNRESET: return .connectionRefused(target)
         case ENETUNREACH, EHOSTUNREACH, EADDRNOTAVAIL: return .unreachable(target)
         case ETIMEDOUT: return .timedOut(target)
         default: return .system(call: "connect", errno: code, message: String(cString: strerror(code)))

@@ -15,7 +15,9 @@ package struct SocketOptions: Sendable, Hashable {
     package var interface: String?
     package var families: Families = .any
 
-    package init(trafficClass: Int32? = nil, priority: Int32? = nil, interface: String? = nil, families: Families = .any) {
+    package init(
+        trafficClass: Int32? = nil, priority: Int32? = nil, interface: String? = nil, families: Families = .any
+    ) {
         self.trafficClass = trafficClass
         self.priority = priority
         self.interface = interface
@@ -49,8 +51,9 @@ package struct SocketOptions: Sendable, Hashable {
                 setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, name, socklen_t(strlen(name) + 1))
             }
             if result != 0 {
-                throw SocketStreamError.system(call: "setsockopt(SO_BINDTODEVICE \(interface))", errno: errno,
-                                               message: String(cString: strerror(errno)))
+                throw SocketStreamError.system(
+                    call: "setsockopt(SO_BINDTODEVICE \(interface))", errno: errno,
+                    message: String(cString: strerror(errno)))
             }
         }
     }
@@ -60,14 +63,16 @@ package struct SocketOptions: Sendable, Hashable {
     static func disableNagle(_ fd: Int32) throws {
         var on: Int32 = 1
         guard setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size)) == 0 else {
-            throw SocketStreamError.system(call: "setsockopt(TCP_NODELAY)", errno: errno, message: String(cString: strerror(errno)))
+            throw SocketStreamError.system(
+                call: "setsockopt(TCP_NODELAY)", errno: errno, message: String(cString: strerror(errno)))
         }
     }
 
     private func set(_ fd: Int32, _ level: Int32, _ name: Int32, _ value: Int32, _ label: String) throws {
         var value = value
         guard setsockopt(fd, level, name, &value, socklen_t(MemoryLayout<Int32>.size)) == 0 else {
-            throw SocketStreamError.system(call: "setsockopt(\(label))", errno: errno, message: String(cString: strerror(errno)))
+            throw SocketStreamError.system(
+                call: "setsockopt(\(label))", errno: errno, message: String(cString: strerror(errno)))
         }
     }
 

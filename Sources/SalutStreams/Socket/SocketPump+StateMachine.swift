@@ -442,11 +442,14 @@ extension SocketPump {
         /// Switch a plain flow to TLS once what was written so far is sent.
         mutating func startTLS() -> [Action] {
             guard case .flowing(var flow) = state, flow.security == .plain, flow.change == nil else {
-                return [.rejectChange(state == .closed ? "the connection is closed" : "TLS is already on, or being switched")]
+                return [
+                    .rejectChange(
+                        state == .closed ? "the connection is closed" : "TLS is already on, or being switched")
+                ]
             }
             guard flow.output != .finished else { return [.rejectChange("the output is closed")] }
             flow.change = .upgrade
-            if flow.input != .ended { flow.input = .held }   // bytes after this point belong to TLS
+            if flow.input != .ended { flow.input = .held }  // bytes after this point belong to TLS
             flow.output = .sending
             state = .flowing(flow)
             return [.send]
@@ -455,7 +458,7 @@ extension SocketPump {
         /// What sending the upgrade's preface did: on to the handshake once it is all out.
         mutating func prefaceSent(complete: Bool) -> [Action] {
             guard case .flowing(let flow) = state, flow.change == .upgrade else { return [] }
-            guard complete else { return [] }   // the socket is full: wait for writability
+            guard complete else { return [] }  // the socket is full: wait for writability
             var resuming = flow
             resuming.change = nil
             state = .handshaking(wait: .nothing, resuming: resuming)
@@ -465,7 +468,9 @@ extension SocketPump {
         /// Return a TLS flow to plain bytes once what was written so far is sent.
         mutating func stopTLS() -> [Action] {
             guard case .flowing(var flow) = state, flow.security == .tls, flow.change == nil else {
-                return [.rejectChange(state == .closed ? "the connection is closed" : "TLS is not on, or being switched")]
+                return [
+                    .rejectChange(state == .closed ? "the connection is closed" : "TLS is not on, or being switched")
+                ]
             }
             guard flow.output != .finished else { return [.rejectChange("the output is closed")] }
             let peerDone: Bool

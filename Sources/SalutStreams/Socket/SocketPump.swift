@@ -62,7 +62,8 @@ final class SocketPump: @unchecked Sendable {
     private var pendingReady: (@Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void)?
     /// A ready report waiting for the end of the current `handle` (after the watch is set):
     /// whoever it wakes finds the queue free.
-    private var readyReport: (callback: @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void, details: ConnectionDetails)?
+    private var readyReport:
+        (callback: @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void, details: ConnectionDetails)?
     /// Told once when a return to plain bytes is done or has failed.
     private var pendingDowngrade: (@Sendable (Result<Void, SocketStreamError>) -> Void)?
     private var details = ConnectionDetails()
@@ -120,9 +121,11 @@ final class SocketPump: @unchecked Sendable {
     /// the details (two system calls, spent only when the connection set them). `readsAtOnce`:
     /// false leaves a plain connection without deadlines unread until ``readingWanted()``.
     /// `remoteAddress`: where a dialled socket was connected (saves asking the system).
-    func run(_ fd: Int32, security: SecuritySetup?, limits: ConnectionLimits? = nil, readsTrafficOptions: Bool = false,
-             readsAtOnce: Bool = true, remoteAddress: SocketAddress? = nil,
-             ready: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
+    func run(
+        _ fd: Int32, security: SecuritySetup?, limits: ConnectionLimits? = nil, readsTrafficOptions: Bool = false,
+        readsAtOnce: Bool = true, remoteAddress: SocketAddress? = nil,
+        ready: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void
+    ) {
         dispatchPrecondition(condition: .onQueue(queue))
         self.fd = fd
         keepAlive = self
@@ -132,7 +135,8 @@ final class SocketPump: @unchecked Sendable {
         details.remoteAddress = remoteAddress ?? SocketAddress.of(fd, peer: true)
         if readsTrafficOptions {
             details.socketPriority = SocketOptions.read(fd, level: SOL_SOCKET, name: SO_PRIORITY)
-            details.trafficClass = details.localAddress?.isIPv6 == true
+            details.trafficClass =
+                details.localAddress?.isIPv6 == true
                 ? SocketOptions.read(fd, level: Int32(IPPROTO_IPV6), name: IPV6_TCLASS)
                 : SocketOptions.read(fd, level: Int32(IPPROTO_IP), name: IP_TOS)
         }
@@ -156,8 +160,10 @@ final class SocketPump: @unchecked Sendable {
     /// so the client's first TLS bytes, which can only follow it, are never read as plain data.
     /// `handshakeTimeout` bounds the whole change, from this call (nil: the connection's own
     /// handshake limit, if it has one).
-    func startTLS(_ security: SecuritySetup, preface: Data? = nil, handshakeTimeout: TimeInterval? = nil,
-                  done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void) {
+    func startTLS(
+        _ security: SecuritySetup, preface: Data? = nil, handshakeTimeout: TimeInterval? = nil,
+        done: @escaping @Sendable (Result<ConnectionDetails, SocketStreamError>) -> Void
+    ) {
         queue.async {
             if self.pendingReady != nil || self.pendingDowngrade != nil {
                 return done(.failure(.tls(.invalidConfiguration("a TLS change is already under way"))))
@@ -171,7 +177,8 @@ final class SocketPump: @unchecked Sendable {
                 if !actions.contains(where: { if case .rejectChange = $0 { true } else { false } }) {
                     let limit = ConnectionLimits.duration(handshakeTimeout)
                     if self.deadlines == nil, limit != nil {
-                        self.deadlines = ConnectionDeadlines(handshake: limit, firstByte: nil, idle: nil, secure: false, now: .now)
+                        self.deadlines = ConnectionDeadlines(
+                            handshake: limit, firstByte: nil, idle: nil, secure: false, now: .now)
                     }
                     self.deadlines?.handshakeStarted(at: .now, limit: limit)
                 }
@@ -410,8 +417,9 @@ final class SocketPump: @unchecked Sendable {
             // the switch, so it belongs to this session (as bytes still in the socket would).
             let carried = (transport as? PlainTransport)?.takeCarriedOver() ?? []
             do {
-                let connection = try TLSConnection(context: setup.context, fd: fd, dialledHost: setup.dialledHost,
-                                                   carriedOver: carried)
+                let connection = try TLSConnection(
+                    context: setup.context, fd: fd, dialledHost: setup.dialledHost,
+                    carriedOver: carried)
                 // Without an evaluator to overrule it, a pin is final: checked as the peer's
                 // certificate arrives, before ours goes out.
                 if setup.evaluator == nil {
@@ -436,16 +444,19 @@ final class SocketPump: @unchecked Sendable {
         let peer = details.remoteAddress.map { "\($0)" } ?? "?"
         guard let evaluator = setup.evaluator else {
             if let refusal = trust.policyFailure {
-                SalutLogging.logger.notice("TLS peer \(peer) refused (key SHA-256 \(trust.publicKeySHA256)): \(refusal)")
+                SalutLogging.logger.notice(
+                    "TLS peer \(peer) refused (key SHA-256 \(trust.publicKeySHA256)): \(refusal)")
             } else {
-                SalutLogging.logger.debug("TLS peer \(peer) trusted (key SHA-256 \(trust.publicKeySHA256), \(trust.protocolVersion))")
+                SalutLogging.logger.debug(
+                    "TLS peer \(peer) trusted (key SHA-256 \(trust.publicKeySHA256), \(trust.protocolVersion))")
             }
             return machine.trustDecided(accepted: trust.policyFailure == nil, failure: failure)
         }
         evaluator(trust) { [weak self] accepted in
             guard let self else { return }
             if !accepted {
-                SalutLogging.logger.notice("TLS peer \(peer) (key SHA-256 \(trust.publicKeySHA256)) refused by the trust evaluator")
+                SalutLogging.logger.notice(
+                    "TLS peer \(peer) (key SHA-256 \(trust.publicKeySHA256)) refused by the trust evaluator")
             }
             self.queue.async { self.handle { $0.trustDecided(accepted: accepted, failure: failure) } }
         }
@@ -465,7 +476,8 @@ final class SocketPump: @unchecked Sendable {
         let outcome = transport.receive(into: scratch.baseAddress!, count: min(room, scratch.count))
         switch outcome {
         case .moved(let n):
-            _ = inbound.write(from: scratch.baseAddress!.assumingMemoryBound(to: UInt8.self), length: n, blocking: false)
+            _ = inbound.write(
+                from: scratch.baseAddress!.assumingMemoryBound(to: UInt8.self), length: n, blocking: false)
             if deadlines != nil { carried() }
         case .ended:
             if deadlines != nil { carried() }
@@ -480,10 +492,15 @@ final class SocketPump: @unchecked Sendable {
         guard let transport else { return [] }
         if sendFrom == sendTo {
             let state = outbound.snapshot
-            guard state.available > 0 else { return machine.nothingToSend(outputClosed: state.writerClosed || state.readerClosed) }
+            guard state.available > 0 else {
+                return machine.nothingToSend(outputClosed: state.writerClosed || state.readerClosed)
+            }
             let scratch = outScratch ?? .allocate(byteCount: Self.scratchSize, alignment: 16)
             outScratch = scratch
-            let got = outbound.read(into: scratch.baseAddress!.assumingMemoryBound(to: UInt8.self), maxLength: scratch.count, blocking: false) ?? 0
+            let got =
+                outbound.read(
+                    into: scratch.baseAddress!.assumingMemoryBound(to: UInt8.self), maxLength: scratch.count,
+                    blocking: false) ?? 0
             sendFrom = 0
             sendTo = got
             guard got > 0 else { return machine.nothingToSend(outputClosed: state.writerClosed || state.readerClosed) }
@@ -507,7 +524,7 @@ final class SocketPump: @unchecked Sendable {
             case .wouldBlock, .needsOtherDirection:
                 return false
             case .ended, .failed:
-                upgradePreface = Data()   // the handshake that follows reports the broken connection
+                upgradePreface = Data()  // the handshake that follows reports the broken connection
             }
         }
         return true
@@ -530,7 +547,7 @@ final class SocketPump: @unchecked Sendable {
     /// Tells the socket's watch what the machine wants to hear of; true when reading was just
     /// resumed after a pause (the caller then looks at the socket once).
     private func watch() -> Bool {
-        guard holdsDescriptor else { return false }   // released
+        guard holdsDescriptor else { return false }  // released
         var wanted: Readiness = []
         if machine.wantsReadable { wanted.insert(.readable) }
         if machine.wantsWritable { wanted.insert(.writable) }
@@ -567,7 +584,7 @@ final class SocketPump: @unchecked Sendable {
     /// Both directions are done or the connection failed: stop watching, close the descriptor
     /// and stop keeping the pump alive.
     private func release() {
-        watcher?.cancel()   // from its return the loop is done with the descriptor
+        watcher?.cancel()  // from its return the loop is done with the descriptor
         watcher = nil
         if holdsDescriptor { close(fd) }
         holdsDescriptor = false
@@ -579,7 +596,7 @@ final class SocketPump: @unchecked Sendable {
         deadlines = nil
         setUpEnded()
         sendingEnded(.connectionLost("the connection ended before its output was sent"))
-        queue.async { self.keepAlive = nil }   // after the current handler has returned
+        queue.async { self.keepAlive = nil }  // after the current handler has returned
     }
 }
 
@@ -616,13 +633,15 @@ extension SocketPump {
             return
         }
         guard next != timerDeadline else { return }
-        if let armed = timerDeadline, armed < next, timer != nil { return }   // fires first; re-armed then
-        let made = timer ?? {
-            let source = DispatchSource.makeTimerSource(queue: queue)
-            source.setEventHandler { [weak self] in self?.timerFired() }
-            source.resume()
-            return source
-        }()
+        if let armed = timerDeadline, armed < next, timer != nil { return }  // fires first; re-armed then
+        let made =
+            timer
+            ?? {
+                let source = DispatchSource.makeTimerSource(queue: queue)
+                source.setEventHandler { [weak self] in self?.timerFired() }
+                source.resume()
+                return source
+            }()
         timer = made
         timerDeadline = next
         made.schedule(deadline: .now() + OperationLimit.dispatchInterval(ContinuousClock.now.duration(to: next)))

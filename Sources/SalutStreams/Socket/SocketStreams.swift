@@ -8,7 +8,8 @@ public typealias AddressResolver = @Sendable (_ host: String, _ port: UInt16) as
 
 /// Like ``AddressResolver``, and also names the host the addresses belong to (a discovered
 /// service's target host), which TLS then verifies the certificate against.
-package typealias TargetResolver = @Sendable (_ host: String, _ port: UInt16) async throws -> (addresses: [SocketAddress], hostName: String?)
+package typealias TargetResolver =
+    @Sendable (_ host: String, _ port: UInt16) async throws -> (addresses: [SocketAddress], hostName: String?)
 
 /// Streams to a host and port: the plumbing behind `Stream.getStreamsToHost`.
 public enum SocketStreams {
@@ -20,20 +21,28 @@ public enum SocketStreams {
     /// streams, `errorOccurred`. Each direction is buffered by `bufferSize` bytes. With `tls`,
     /// the streams open only after the handshake and the trust decision (TLS can also be turned
     /// on with the streams' `socketSecurityLevelKey` and SSL-settings properties before opening).
-    public static func pair(toHost host: String, port: Int, bufferSize: Int = 256 * 1024,
-                            connectTimeout: TimeInterval = 30, tls: TLSConfiguration? = nil,
-                            resolver: @escaping AddressResolver = systemResolver) -> BoundStreamPair {
+    public static func pair(
+        toHost host: String, port: Int, bufferSize: Int = 256 * 1024,
+        connectTimeout: TimeInterval = 30, tls: TLSConfiguration? = nil,
+        resolver: @escaping AddressResolver = systemResolver
+    ) -> BoundStreamPair {
         let target: TargetResolver = { host, port in (try await resolver(host, port), nil) }
-        return pair(toHost: host, port: port, bufferSize: bufferSize, connectTimeout: connectTimeout, tls: tls, targetResolver: target)
+        return pair(
+            toHost: host, port: port, bufferSize: bufferSize, connectTimeout: connectTimeout, tls: tls,
+            targetResolver: target)
     }
 
     /// A pair whose resolver also names the target host (for TLS name checks).
-    package static func pair(toHost host: String, port: Int, bufferSize: Int = 256 * 1024,
-                             connectTimeout: TimeInterval = 30, tls: TLSConfiguration? = nil,
-                             targetResolver: @escaping TargetResolver) -> BoundStreamPair {
+    package static func pair(
+        toHost host: String, port: Int, bufferSize: Int = 256 * 1024,
+        connectTimeout: TimeInterval = 30, tls: TLSConfiguration? = nil,
+        targetResolver: @escaping TargetResolver
+    ) -> BoundStreamPair {
         // (A discovered service passes port 0: its resolver supplies the port.)
-        SocketConnection(origin: .outgoing(host: host, port: port, connectTimeout: connectTimeout, resolver: targetResolver),
-                         bufferSize: bufferSize, tls: tls).makePair()
+        SocketConnection(
+            origin: .outgoing(host: host, port: port, connectTimeout: connectTimeout, resolver: targetResolver),
+            bufferSize: bufferSize, tls: tls
+        ).makePair()
     }
 
     /// Resolves with `getaddrinfo` (numeric IPv4, IPv6 with `%scope`, and DNS names), off the
@@ -62,8 +71,9 @@ public enum SocketStreams {
         var node: UnsafeMutablePointer<addrinfo>? = list
         while let current = node {
             if let raw = current.pointee.ai_addr,
-               let address = SocketAddress(Data(bytes: raw, count: Int(current.pointee.ai_addrlen))),
-               !out.contains(address) {
+                let address = SocketAddress(Data(bytes: raw, count: Int(current.pointee.ai_addrlen))),
+                !out.contains(address)
+            {
                 out.append(address)
             }
             node = current.pointee.ai_next
@@ -71,4 +81,3 @@ public enum SocketStreams {
         return out
     }
 }
-

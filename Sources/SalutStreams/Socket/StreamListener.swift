@@ -61,8 +61,10 @@ public final class StreamListener: Sendable {
     /// - Throws: ``SocketStreamError/invalidAddress(_:)`` for a port outside 0…65535,
     ///   ``SocketStreamError/system(call:errno:message:)`` when binding fails (the port is in use,
     ///   for example), or the ``TLSError`` of a bad TLS configuration as ``SocketStreamError/tls(_:)``.
-    public init(port: Int = 0, tls: TLSConfiguration? = nil, bufferSize: Int = 64 * 1024, backlog: Int32 = 512,
-                limits: ConnectionLimits = ConnectionLimits()) throws {
+    public init(
+        port: Int = 0, tls: TLSConfiguration? = nil, bufferSize: Int = 64 * 1024, backlog: Int32 = 512,
+        limits: ConnectionLimits = ConnectionLimits()
+    ) throws {
         guard (0...65535).contains(port) else { throw SocketStreamError.invalidAddress("port \(port)") }
         if var tls {
             tls.role = .server
@@ -157,8 +159,10 @@ public final class StreamListener: Sendable {
     public var connectionsSettingUp: Int { settingUp.count }
 
     /// Accepts until nothing is pending.
-    private static func drain(_ fd: Int32, pausable: PausableWatch, setup: ConnectionSetup,
-                              handler: @Sendable (AcceptedConnection) -> Void) {
+    private static func drain(
+        _ fd: Int32, pausable: PausableWatch, setup: ConnectionSetup,
+        handler: @Sendable (AcceptedConnection) -> Void
+    ) {
         while true {
             var storage = sockaddr_storage()
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
@@ -175,7 +179,7 @@ public final class StreamListener: Sendable {
                     pausable.pause(for: 0.1)
                     return
                 case EAGAIN:
-                    return   // nothing more pending
+                    return  // nothing more pending
                 default:
                     // Unexpected (the socket shut down under us, say): pause rather than spin
                     // on a level-triggered report that stays.
@@ -184,17 +188,21 @@ public final class StreamListener: Sendable {
                 }
             }
             guard fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK) == 0,
-                  fcntl(client, F_SETFD, FD_CLOEXEC) == 0 else {
+                fcntl(client, F_SETFD, FD_CLOEXEC) == 0
+            else {
                 close(client)
                 continue
             }
-            let remote = withUnsafeBytes(of: &storage) { SocketAddress(bytes: UnsafeRawBufferPointer(rebasing: $0.prefix(Int(length)))) }
+            let remote = withUnsafeBytes(of: &storage) {
+                SocketAddress(bytes: UnsafeRawBufferPointer(rebasing: $0.prefix(Int(length))))
+            }
             guard (try? SocketOptions.disableNagle(client)) != nil else {
-                close(client)   // not a TCP socket we can use (it may already be reset)
+                close(client)  // not a TCP socket we can use (it may already be reset)
                 continue
             }
-            let connection = SocketConnection(origin: .accepted(fd: client, tls: setup.tls, limits: setup.limits),
-                                              bufferSize: setup.bufferSize)
+            let connection = SocketConnection(
+                origin: .accepted(fd: client, tls: setup.tls, limits: setup.limits),
+                bufferSize: setup.bufferSize)
             connection.pump.onSetUpEnded = setup.queue.admit(connection.pump)
             let streams = connection.makePair()
             connection.startAccepted()
@@ -208,25 +216,29 @@ public final class StreamListener: Sendable {
         var lastError: SocketStreamError?
         for _ in 0..<16 {
             let v4 = try open(family: AF_INET, port: port, backlog: backlog)
-            guard let v4 else { throw SocketStreamError.system(call: "socket", errno: EAFNOSUPPORT, message: "IPv4 unavailable") }
+            guard let v4 else {
+                throw SocketStreamError.system(call: "socket", errno: EAFNOSUPPORT, message: "IPv4 unavailable")
+            }
             let chosen = SocketAddress.of(v4, peer: false)?.port ?? port
             do {
                 if let v6 = try open(family: AF_INET6, port: chosen, backlog: backlog) {
                     return ([v4, v6], chosen)
                 }
-                return ([v4], chosen)     // no IPv6 on this host
+                return ([v4], chosen)  // no IPv6 on this host
             } catch let error as SocketStreamError {
                 close(v4)
                 lastError = error
-                if port != 0 { throw error }   // a fixed port: nothing to retry
+                if port != 0 { throw error }  // a fixed port: nothing to retry
             }
         }
-        throw lastError ?? SocketStreamError.system(call: "bind", errno: EADDRINUSE, message: "no port free on both IPv4 and IPv6")
+        throw lastError
+            ?? SocketStreamError.system(call: "bind", errno: EADDRINUSE, message: "no port free on both IPv4 and IPv6")
     }
 
     /// A listening socket, or nil when the family is not supported here.
     private static func open(family: Int32, port: UInt16, backlog: Int32) throws -> Int32? {
-        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(
+            family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else {
             if errno == EAFNOSUPPORT { return nil }
             throw SocketStreamError.system(call: "socket", errno: errno, message: String(cString: strerror(errno)))
@@ -238,15 +250,21 @@ public final class StreamListener: Sendable {
             close(fd)
             return .system(call: call, errno: code, message: String(cString: strerror(code)))
         }
-        guard setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, size) == 0 else { throw failure("setsockopt(SO_REUSEADDR)") }
+        guard setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, size) == 0 else {
+            throw failure("setsockopt(SO_REUSEADDR)")
+        }
         let address: SocketAddress
         if family == AF_INET6 {
-            guard setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &on, size) == 0 else { throw failure("setsockopt(IPV6_V6ONLY)") }
+            guard setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &on, size) == 0 else {
+                throw failure("setsockopt(IPV6_V6ONLY)")
+            }
             address = SocketAddress(ipv6: [UInt8](repeating: 0, count: 16), port: port)
         } else {
             address = SocketAddress(ipv4: [0, 0, 0, 0], port: port)
         }
-        let bound = address.withBytes { bind(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count)) }
+        let bound = address.withBytes {
+            bind(fd, $0.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t($0.count))
+        }
         if bound != 0 && family == AF_INET6 && errno == EADDRNOTAVAIL { close(fd); return nil }
         guard bound == 0 else { throw failure("bind to port \(port)") }
         guard listen(fd, backlog) == 0 else { throw failure("listen") }

@@ -21,7 +21,9 @@ public final class SHA256Hasher {
         // Only allocation failure makes these fail; a hasher that cannot hash is a crash, as
         // running out of memory is everywhere else in Swift.
         guard let context = EVP_MD_CTX_new() else { fatalError("EVP_MD_CTX_new failed: out of memory") }
-        guard EVP_DigestInit_ex(context, EVP_sha256(), nil) == 1 else { fatalError("SHA-256 is not available in OpenSSL") }
+        guard EVP_DigestInit_ex(context, EVP_sha256(), nil) == 1 else {
+            fatalError("SHA-256 is not available in OpenSSL")
+        }
         self.context = context
     }
 
@@ -45,7 +47,9 @@ public final class SHA256Hasher {
         finished = true
         var digest = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
-        guard EVP_DigestFinal_ex(context, &digest, &length) == 1, length == 32 else { fatalError("EVP_DigestFinal_ex failed") }
+        guard EVP_DigestFinal_ex(context, &digest, &length) == 1, length == 32 else {
+            fatalError("EVP_DigestFinal_ex failed")
+        }
         return SHA256Digest(bytes: digest)
     }
 
@@ -70,7 +74,9 @@ public struct SHA256Digest: Sendable, Hashable, CustomStringConvertible {
 
     /// Parses 64 hexadecimal digits (either case); nil for anything else.
     public init?(hex: String) {
-        guard hex.utf8.count == 64, hex.utf8.allSatisfy({ (48...57).contains($0) || (65...70).contains($0) || (97...102).contains($0) }) else { return nil }
+        guard hex.utf8.count == 64,
+            hex.utf8.allSatisfy({ (48...57).contains($0) || (65...70).contains($0) || (97...102).contains($0) })
+        else { return nil }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(32)
         var index = hex.startIndex

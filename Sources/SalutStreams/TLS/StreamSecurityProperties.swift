@@ -26,11 +26,15 @@ public let kCFStreamSSLLevel = "kCFStreamSSLLevel"
 // compiles unchanged.
 
 /// The security-level property's key (`Stream.PropertyKey.socketSecurityLevelKey`).
-public var kCFStreamPropertySocketSecurityLevel: NSString { NSString(string: Stream.PropertyKey.socketSecurityLevelKey.rawValue) }
+public var kCFStreamPropertySocketSecurityLevel: NSString {
+    NSString(string: Stream.PropertyKey.socketSecurityLevelKey.rawValue)
+}
 /// `StreamSocketSecurityLevel.none`.
 public var kCFStreamSocketSecurityLevelNone: NSString { NSString(string: StreamSocketSecurityLevel.none.rawValue) }
 /// `StreamSocketSecurityLevel.negotiatedSSL`: the best TLS both ends speak.
-public var kCFStreamSocketSecurityLevelNegotiatedSSL: NSString { NSString(string: StreamSocketSecurityLevel.negotiatedSSL.rawValue) }
+public var kCFStreamSocketSecurityLevelNegotiatedSSL: NSString {
+    NSString(string: StreamSocketSecurityLevel.negotiatedSSL.rawValue)
+}
 /// `StreamSocketSecurityLevel.tlSv1`: TLS at Salut's configured minimum (1.2 unless lowered).
 public var kCFStreamSocketSecurityLevelTLSv1: NSString { NSString(string: StreamSocketSecurityLevel.tlSv1.rawValue) }
 /// `StreamSocketSecurityLevel.ssLv3`: refused, insecure.
@@ -99,7 +103,7 @@ extension TLSConfiguration {
         if let isServer = try bool(kCFStreamSSLIsServer) { role = isServer ? .server : .client }
         if let name = sslSettings[kCFStreamSSLPeerName] {
             if name is NSNull {
-                peerName = ""          // no name check
+                peerName = ""  // no name check
             } else if let text = name as? String {
                 peerName = text
             } else {
@@ -109,15 +113,21 @@ extension TLSConfiguration {
         if let validates = try bool(kCFStreamSSLValidatesCertificateChain) { validatesCertificateChain = validates }
         if let value = sslSettings[kCFStreamSSLLevel] {
             guard let level = Self.securityLevel(value) else {
-                throw TLSError.invalidConfiguration("\(kCFStreamSSLLevel) must be a StreamSocketSecurityLevel or its raw value")
+                throw TLSError.invalidConfiguration(
+                    "\(kCFStreamSSLLevel) must be a StreamSocketSecurityLevel or its raw value")
             }
             guard level != .none else {
-                throw TLSError.invalidConfiguration("\(kCFStreamSSLLevel) is none in an SSL settings dictionary, which asks for TLS")
+                throw TLSError.invalidConfiguration(
+                    "\(kCFStreamSSLLevel) is none in an SSL settings dictionary, which asks for TLS")
             }
             try Self.check(level: level)
         }
         if let pins = sslSettings[SalutSSLSettingsKey.pinnedSHA256] {
-            if let one = pins as? String { pinnedSHA256 = [one] } else if let many = pins as? [String] { pinnedSHA256 = many } else {
+            if let one = pins as? String {
+                pinnedSHA256 = [one]
+            } else if let many = pins as? [String] {
+                pinnedSHA256 = many
+            } else {
                 throw TLSError.invalidConfiguration("\(SalutSSLSettingsKey.pinnedSHA256) must be a String or [String]")
             }
         }
@@ -152,7 +162,9 @@ extension TLSConfiguration {
     static func check(level: StreamSocketSecurityLevel) throws {
         switch level {
         case .none, .tlSv1, .negotiatedSSL: return
-        default: throw TLSError.invalidConfiguration("security level \(level.rawValue) is not supported (SSLv2/SSLv3 are insecure)")
+        default:
+            throw TLSError.invalidConfiguration(
+                "security level \(level.rawValue) is not supported (SSLv2/SSLv3 are insecure)")
         }
     }
 }
@@ -195,13 +207,15 @@ extension SocketConnection {
         switch key {
         case .socketSecurityLevelKey:
             guard let level = TLSConfiguration.securityLevel(property) else {
-                refuseTLSAfterOpening(.invalidConfiguration("the security level must be a StreamSocketSecurityLevel or its raw value"))
+                refuseTLSAfterOpening(
+                    .invalidConfiguration("the security level must be a StreamSocketSecurityLevel or its raw value"))
                 return false
             }
-            guard level != .none else { return false }   // TLS cannot be turned off once open
+            guard level != .none else { return false }  // TLS cannot be turned off once open
             do {
                 try TLSConfiguration.check(level: level)
-                let configuration = try state.value.sslSettings.map { try TLSConfiguration(sslSettings: $0) } ?? TLSConfiguration.client
+                let configuration =
+                    try state.value.sslSettings.map { try TLSConfiguration(sslSettings: $0) } ?? TLSConfiguration.client
                 return requestTLSAfterOpening(configuration, level: level, sslSettings: nil)
             } catch {
                 refuseTLSAfterOpening(error as? TLSError ?? .invalidConfiguration("\(error)"))
@@ -212,7 +226,8 @@ extension SocketConnection {
                 guard let settings = Self.dictionary(property) else {
                     throw TLSError.invalidConfiguration("the SSL settings must be a dictionary with String keys")
                 }
-                return requestTLSAfterOpening(try TLSConfiguration(sslSettings: settings), level: .negotiatedSSL, sslSettings: settings)
+                return requestTLSAfterOpening(
+                    try TLSConfiguration(sslSettings: settings), level: .negotiatedSSL, sslSettings: settings)
             } catch {
                 refuseTLSAfterOpening(error as? TLSError ?? .invalidConfiguration("\(error)"))
                 return false
@@ -229,7 +244,10 @@ extension SocketConnection {
         switch key {
         case .socketSecurityLevelKey:
             guard let level = TLSConfiguration.securityLevel(property) else {
-                state.withLock { $0.refusedTLS = .invalidConfiguration("the security level must be a StreamSocketSecurityLevel or its raw value") }
+                state.withLock {
+                    $0.refusedTLS = .invalidConfiguration(
+                        "the security level must be a StreamSocketSecurityLevel or its raw value")
+                }
                 return false
             }
             do {

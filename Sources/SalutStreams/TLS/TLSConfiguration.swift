@@ -90,7 +90,8 @@ public struct TLSConfiguration: Sendable, Hashable {
     /// OpenSSL's spelling: ECDHE key exchange (forward secrecy) with AES-GCM or
     /// ChaCha20-Poly1305 only; no CBC suites, no RSA key exchange. A server picks by this
     /// order. (TLS 1.3's suites are all AEAD with forward secrecy.)
-    public static let tls12CipherSuites = "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+    public static let tls12CipherSuites =
+        "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
         + "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
         + "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305"
 
@@ -101,11 +102,13 @@ public struct TLSConfiguration: Sendable, Hashable {
     ]
 
     /// Makes a configuration; see each property for what it means.
-    public init(role: Role = .client, peerName: String? = nil, validatesCertificateChain: Bool = true,
-                trustRoots: TrustRoots = .system, pinnedSHA256: [String] = [],
-                certificateChainFile: String? = nil, privateKeyFile: String? = nil,
-                requiresClientCertificate: Bool = false,
-                minimumVersion: Version = .v1_2, maximumVersion: Version? = nil) {
+    public init(
+        role: Role = .client, peerName: String? = nil, validatesCertificateChain: Bool = true,
+        trustRoots: TrustRoots = .system, pinnedSHA256: [String] = [],
+        certificateChainFile: String? = nil, privateKeyFile: String? = nil,
+        requiresClientCertificate: Bool = false,
+        minimumVersion: Version = .v1_2, maximumVersion: Version? = nil
+    ) {
         self.role = role
         self.peerName = peerName
         self.validatesCertificateChain = validatesCertificateChain
@@ -142,11 +145,14 @@ public struct TLSConfiguration: Sendable, Hashable {
         if let suites = tls13CipherSuites {
             let names = suites.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
             if let unknown = names.first(where: { !Self.knownTLS13CipherSuites.contains($0) }) {
-                throw TLSError.invalidConfiguration("\"\(unknown)\" in the TLS 1.3 cipher suites \"\(suites)\" is not one of \(Self.knownTLS13CipherSuites.sorted().joined(separator: ", ")) (names separated by single colons)")
+                throw TLSError.invalidConfiguration(
+                    "\"\(unknown)\" in the TLS 1.3 cipher suites \"\(suites)\" is not one of \(Self.knownTLS13CipherSuites.sorted().joined(separator: ", ")) (names separated by single colons)"
+                )
             }
         }
         for pin in pinnedSHA256 where Fingerprint.decode(pin) == nil {
-            throw TLSError.invalidConfiguration("pin \"\(pin)\" is not a SHA-256 fingerprint (64 hex digits or 44 base64 characters)")
+            throw TLSError.invalidConfiguration(
+                "pin \"\(pin)\" is not a SHA-256 fingerprint (64 hex digits or 44 base64 characters)")
         }
     }
 }

@@ -64,7 +64,7 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         self.context = context
         // The verify callback finds this object through our own ex-data slot (held unretained:
         // the SSL is freed in our deinit, before we are gone).
-        guard let slot = Self.exDataIndex else {   // (deinit frees the SSL)
+        guard let slot = Self.exDataIndex else {  // (deinit frees the SSL)
             throw TLSError.invalidConfiguration("SSL_get_ex_new_index failed")
         }
         guard SSL_set_ex_data(ssl, slot, Unmanaged.passUnretained(self).toOpaque()) == 1 else {
@@ -75,7 +75,7 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         guard let bio = salut_BIO_new_socket_nosigpipe(fd) else {
             throw TLSError.invalidConfiguration("cannot make a socket BIO: \(OpenSSLErrors.drain())")
         }
-        SSL_set_bio(ssl, bio, bio)   // the SSL owns the BIO from here
+        SSL_set_bio(ssl, bio, bio)  // the SSL owns the BIO from here
         guard carriedOver.withUnsafeBytes({ salut_BIO_preload(bio, $0.baseAddress, $0.count) }) == 1 else {
             throw TLSError.invalidConfiguration("cannot keep the \(carriedOver.count) bytes read before TLS started")
         }
@@ -127,15 +127,17 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
     /// - Returns: 1 to go on with the handshake, 0 to end it with an alert.
     static func verify(_ ok: Int32, _ store: OpaquePointer) -> Int32 {
         guard let raw = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()),
-              let slot = exDataIndex,
-              let owner = SSL_get_ex_data(OpaquePointer(raw), slot) else { return ok }
+            let slot = exDataIndex,
+            let owner = SSL_get_ex_data(OpaquePointer(raw), slot)
+        else { return ok }
         let connection = Unmanaged<TLSConnection>.fromOpaque(owner).takeUnretainedValue()
         if ok == 0 {
             let code = X509_STORE_CTX_get_error(store)
             if !connection.verificationProblems.contains(code) { connection.verificationProblems.append(code) }
         }
         guard !connection.pinsCheckedInHandshake.isEmpty, X509_STORE_CTX_get_error_depth(store) == 0,
-              let leaf = X509_STORE_CTX_get_current_cert(store) else { return 1 }
+            let leaf = X509_STORE_CTX_get_current_cert(store)
+        else { return 1 }
         let certificate = Fingerprint.hex(certificateDigest(leaf))
         let publicKey = Fingerprint.hex(publicKeyDigest(leaf))
         let pins = connection.pinsCheckedInHandshake
@@ -163,7 +165,8 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         case SSL_ERROR_WANT_READ: return .wantRead
         case SSL_ERROR_WANT_WRITE: return .wantWrite
         case SSL_ERROR_SYSCALL:
-            let reason = errno == 0 ? "the peer closed the connection during the handshake" : String(cString: strerror(errno))
+            let reason =
+                errno == 0 ? "the peer closed the connection during the handshake" : String(cString: strerror(errno))
             let queued = OpenSSLErrors.drain()
             return .failed(.handshakeFailed(queued == "unknown error" ? reason : queued))
         default:
@@ -176,8 +179,9 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
     /// the chain must end in a trusted root and name the expected host.
     func peerTrust() -> TLSPeerTrust {
         let configuration = context.configuration
-        var trust = TLSPeerTrust(certificateSHA256: "", publicKeySHA256: "", subject: "",
-                                 protocolVersion: protocolVersion, cipherSuite: cipherSuite, policyFailure: nil)
+        var trust = TLSPeerTrust(
+            certificateSHA256: "", publicKeySHA256: "", subject: "",
+            protocolVersion: protocolVersion, cipherSuite: cipherSuite, policyFailure: nil)
         guard let leaf = SSL_get1_peer_certificate(ssl) else {
             let needsOne = configuration.role == .client || configuration.requiresClientCertificate
             trust.policyFailure = needsOne ? .noPeerCertificate : nil
@@ -193,7 +197,8 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         if !configuration.pinnedSHA256.isEmpty {
             let pins = configuration.pinnedSHA256.compactMap(Fingerprint.decode).map(Fingerprint.hex)
             if !pins.contains(trust.certificateSHA256) && !pins.contains(trust.publicKeySHA256) {
-                trust.policyFailure = .pinMismatch(certificate: trust.certificateSHA256, publicKey: trust.publicKeySHA256)
+                trust.policyFailure = .pinMismatch(
+                    certificate: trust.certificateSHA256, publicKey: trust.publicKeySHA256)
             }
         } else if configuration.validatesCertificateChain {
             let result = SSL_get_verify_result(ssl)
@@ -297,7 +302,7 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
                 default:
                     // The peer is gone: no close_notify went out, and maybe not all the data.
                     sentCloseNotify = true
-                    _ = shutdown(SSL_get_fd(ssl), Int32(SHUT_WR))   // best effort; already failed
+                    _ = shutdown(SSL_get_fd(ssl), Int32(SHUT_WR))  // best effort; already failed
                     return .failed(.connectionLost("the TLS close_notify could not be sent"))
                 }
             }
@@ -316,7 +321,10 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         case SSL_ERROR_ZERO_RETURN: return .ended
         case SSL_ERROR_SYSCALL:
             // The TCP stream ended (errno 0) without a close_notify first: a truncation.
-            if errno == 0 { return .failed(reading ? .tls(.closedWithoutCloseNotify) : .connectionLost("the peer closed the connection")) }
+            if errno == 0 {
+                return .failed(
+                    reading ? .tls(.closedWithoutCloseNotify) : .connectionLost("the peer closed the connection"))
+            }
             return .failed(.connectionLost(String(cString: strerror(errno))))
         default:
             if reading && salut_error_is_unexpected_eof() != 0 {

@@ -25,7 +25,8 @@ final class TLSContext: @unchecked Sendable {
             throw TLSError.invalidConfiguration("OpenSSL refused minimum version \(configuration.minimumVersion)")
         }
         if let maximum = configuration.maximumVersion,
-           salut_SSL_CTX_set_max_proto_version(context, Int32(maximum.rawValue)) != 1 {
+            salut_SSL_CTX_set_max_proto_version(context, Int32(maximum.rawValue)) != 1
+        {
             throw TLSError.invalidConfiguration("OpenSSL refused maximum version \(maximum)")
         }
         // Partial writes let the pump send in pieces; the scratch buffer it retries from may
@@ -38,7 +39,8 @@ final class TLSContext: @unchecked Sendable {
         _ = SSL_CTX_set_options(context, salut_SSL_OP_NO_RENEGOTIATION)
         if let suites = configuration.tls13CipherSuites {
             guard SSL_CTX_set_ciphersuites(context, suites) == 1 else {
-                throw TLSError.invalidConfiguration("OpenSSL refused the TLS 1.3 cipher suites \"\(suites)\": \(OpenSSLErrors.drain())")
+                throw TLSError.invalidConfiguration(
+                    "OpenSSL refused the TLS 1.3 cipher suites \"\(suites)\": \(OpenSSLErrors.drain())")
             }
         }
         // TLS 1.2 (when the versions allow it) only with forward secrecy and an AEAD cipher:
@@ -47,7 +49,8 @@ final class TLSContext: @unchecked Sendable {
         // OpenSSL's own list, which they need.)
         if configuration.minimumVersion >= .v1_2 {
             guard SSL_CTX_set_cipher_list(context, TLSConfiguration.tls12CipherSuites) == 1 else {
-                throw TLSError.invalidConfiguration("OpenSSL refused the TLS 1.2 cipher suites: \(OpenSSLErrors.drain())")
+                throw TLSError.invalidConfiguration(
+                    "OpenSSL refused the TLS 1.2 cipher suites: \(OpenSSLErrors.drain())")
             }
         }
         if configuration.role == .server {

@@ -56,7 +56,9 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
     /// a certificate).
     public static func invalidConfiguration(_ why: String) -> TLSError { .init(.invalidConfiguration(why)) }
     /// A certificate, key or trust file could not be loaded.
-    public static func cannotLoad(file: String, reason: String) -> TLSError { .init(.cannotLoad(file: file, reason: reason)) }
+    public static func cannotLoad(file: String, reason: String) -> TLSError {
+        .init(.cannotLoad(file: file, reason: reason))
+    }
     /// The handshake failed (protocol versions, ciphers, an alert from the peer, or a peer that
     /// does not speak TLS), with OpenSSL's reason.
     public static func handshakeFailed(_ reason: String) -> TLSError { .init(.handshakeFailed(reason)) }
@@ -65,7 +67,9 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
     public static func untrustedPeer(reason: String) -> TLSError { .init(.untrustedPeer(reason: reason)) }
     /// The peer's certificate matched none of the pinned fingerprints; `presented` is its
     /// certificate fingerprint (hex SHA-256).
-    public static func pinMismatch(presented: String) -> TLSError { .init(.pinMismatch(presented: presented, publicKey: nil)) }
+    public static func pinMismatch(presented: String) -> TLSError {
+        .init(.pinMismatch(presented: presented, publicKey: nil))
+    }
     /// The peer's certificate matched none of the pinned fingerprints: `certificate` is the
     /// SHA-256 of the certificate it presented and `publicKey` that of its public key (what
     /// ``TLSIdentity`` and the Security article tell you to pin), both lower-case hex.
@@ -140,8 +144,10 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
         case .handshakeFailed(let reason): return "TLS handshake failed: \(reason)"
         case .untrustedPeer(let reason): return "TLS peer not trusted: \(reason)"
         case .pinMismatch(let presented, let key?):
-            return "TLS peer's public key (SHA-256 \(key); certificate SHA-256 \(presented)) matches no pinned fingerprint"
-        case .pinMismatch(let presented, nil): return "TLS peer certificate (SHA-256 \(presented)) matches no pinned fingerprint"
+            return
+                "TLS peer's public key (SHA-256 \(key); certificate SHA-256 \(presented)) matches no pinned fingerprint"
+        case .pinMismatch(let presented, nil):
+            return "TLS peer certificate (SHA-256 \(presented)) matches no pinned fingerprint"
         case .noPeerCertificate: return "TLS peer presented no certificate"
         case .rejectedByEvaluator: return "TLS peer rejected by the trust evaluator"
         case .protocolError(let reason): return "TLS error: \(reason)"

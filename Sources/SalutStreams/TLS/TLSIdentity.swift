@@ -31,7 +31,8 @@ public struct TLSIdentity: Sendable, Hashable {
         defer { EVP_PKEY_free(key) }
         guard X509_check_private_key(certificate, key) == 1 else {
             ERR_clear_error()
-            throw TLSError.cannotLoad(file: privateKeyFile, reason: "the key does not belong to the certificate in \(certificateFile)")
+            throw TLSError.cannotLoad(
+                file: privateKeyFile, reason: "the key does not belong to the certificate in \(certificateFile)")
         }
         self.certificateFile = certificateFile
         self.privateKeyFile = privateKeyFile
@@ -56,10 +57,12 @@ public struct TLSIdentity: Sendable, Hashable {
             return try TLSIdentity(certificateFile: certificateFile, privateKeyFile: keyFile)
         }
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
+            try FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
         } catch {
-            throw TLSError.cannotLoad(file: directory, reason: "cannot create the directory: \(error.localizedDescription)")
+            throw TLSError.cannotLoad(
+                file: directory, reason: "cannot create the directory: \(error.localizedDescription)")
         }
         // One process makes it: two at once would each write a key and a certificate, and
         // could leave one's key beside the other's certificate.
@@ -81,10 +84,14 @@ public struct TLSIdentity: Sendable, Hashable {
     /// - Throws: ``TLSError/cannotLoad(file:reason:)`` when the group or others may read or write it.
     static func checkPrivate(_ keyFile: String) throws {
         var info = stat()
-        guard stat(keyFile, &info) == 0 else { return }   // reading it says what is wrong
+        guard stat(keyFile, &info) == 0 else { return }  // reading it says what is wrong
         guard info.st_mode & 0o077 == 0 else {
             let mode = String(info.st_mode & 0o777, radix: 8)
-            throw TLSError.cannotLoad(file: keyFile, reason: "the private key's permissions (\(mode)) let others read or change it; if no one else had it, run: chmod 600 '\(keyFile)'")
+            throw TLSError.cannotLoad(
+                file: keyFile,
+                reason:
+                    "the private key's permissions (\(mode)) let others read or change it; if no one else had it, run: chmod 600 '\(keyFile)'"
+            )
         }
     }
 
@@ -128,7 +135,8 @@ public struct TLSIdentity: Sendable, Hashable {
         guard let keyContext = EVP_PKEY_CTX_new_id(EVP_PKEY_ED25519, nil) else { throw failure("EVP_PKEY_CTX_new_id") }
         defer { EVP_PKEY_CTX_free(keyContext) }
         var generated: OpaquePointer?
-        guard EVP_PKEY_keygen_init(keyContext) == 1, EVP_PKEY_keygen(keyContext, &generated) == 1, let key = generated else {
+        guard EVP_PKEY_keygen_init(keyContext) == 1, EVP_PKEY_keygen(keyContext, &generated) == 1, let key = generated
+        else {
             throw failure("Ed25519 key generation")
         }
         defer { EVP_PKEY_free(key) }
@@ -138,23 +146,28 @@ public struct TLSIdentity: Sendable, Hashable {
         guard RAND_bytes(&serial, 8) == 1 else { throw failure("RAND_bytes") }
         let name = String(commonName.utf8.prefix(64)) ?? "peer"
         guard X509_set_version(certificate, 2) == 1,
-              ASN1_INTEGER_set_uint64(X509_get_serialNumber(certificate), serial & 0x7fff_ffff_ffff_ffff) == 1,
-              X509_gmtime_adj(X509_getm_notBefore(certificate), -86_400) != nil,
-              X509_time_adj_ex(X509_getm_notAfter(certificate), 36_500, 0, nil) != nil,
-              X509_set_pubkey(certificate, key) == 1,
-              let subject = X509_get_subject_name(certificate),
-              X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_UTF8, name, -1, -1, 0) == 1,
-              X509_set_issuer_name(certificate, subject) == 1,
-              X509_sign(certificate, key, nil) > 0 else {
+            ASN1_INTEGER_set_uint64(X509_get_serialNumber(certificate), serial & 0x7fff_ffff_ffff_ffff) == 1,
+            X509_gmtime_adj(X509_getm_notBefore(certificate), -86_400) != nil,
+            X509_time_adj_ex(X509_getm_notAfter(certificate), 36_500, 0, nil) != nil,
+            X509_set_pubkey(certificate, key) == 1,
+            let subject = X509_get_subject_name(certificate),
+            X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_UTF8, name, -1, -1, 0) == 1,
+            X509_set_issuer_name(certificate, subject) == 1,
+            X509_sign(certificate, key, nil) > 0
+        else {
             throw failure("building the certificate")
         }
-        return (try pem { PEM_write_bio_PrivateKey($0, key, nil, nil, 0, nil, nil) },
-                try pem { PEM_write_bio_X509($0, certificate) })
+        return (
+            try pem { PEM_write_bio_PrivateKey($0, key, nil, nil, 0, nil, nil) },
+            try pem { PEM_write_bio_X509($0, certificate) }
+        )
     }
 
     /// What `write` puts in a memory BIO.
     private static func pem(_ write: (OpaquePointer) -> Int32) throws -> Data {
-        guard let bio = BIO_new(BIO_s_mem()) else { throw TLSError.cannotLoad(file: "(new identity)", reason: "BIO_new failed") }
+        guard let bio = BIO_new(BIO_s_mem()) else {
+            throw TLSError.cannotLoad(file: "(new identity)", reason: "BIO_new failed")
+        }
         defer { BIO_free(bio) }
         guard write(bio) == 1 else {
             throw TLSError.cannotLoad(file: "(new identity)", reason: "PEM encoding failed: \(OpenSSLErrors.drain())")

@@ -9,7 +9,9 @@ do {
         FileHandle.standardError.write(Data("HelloPeers: the reply differs (\(reply.count) bytes)\n".utf8))
         exit(1)
     }
-    print("HelloPeers: \"\(name)\" published on port \(port), found, and greeted: \(String(decoding: reply, as: UTF8.self))", terminator: "")
+    print(
+        "HelloPeers: \"\(name)\" published on port \(port), found, and greeted: \(String(decoding: reply, as: UTF8.self))",
+        terminator: "")
 } catch {
     FileHandle.standardError.write(Data("HelloPeers: \(error)\n".utf8))
     exit(1)

@@ -11,7 +11,9 @@ public enum Greeting {
     /// the port the service listened on.
     /// - Throws: a `DiscoveryError` when publishing or browsing fails (no avahi-daemon, for
     ///   example), a `SocketStreamError` when the connection fails, or `GreetingError`.
-    public static func roundTrip(name: String, timeout: Duration = .seconds(20)) async throws -> (reply: Data, port: Int) {
+    public static func roundTrip(
+        name: String, timeout: Duration = .seconds(20)
+    ) async throws -> (reply: Data, port: Int) {
         let advertisement = try await ServiceAdvertisement.listen(
             name: name, type: "_hello-peers._tcp", txtRecord: try TXTRecord(["v": "1"]), allowRename: false)
         defer { advertisement.cancel() }
@@ -57,7 +59,9 @@ public enum Greeting {
     }
 
     /// Runs `body`, or throws `GreetingError` when it takes longer than `limit`.
-    static func withDeadline<T: Sendable>(_ limit: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    static func withDeadline<T: Sendable>(
+        _ limit: Duration, _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
         try await withThrowingTaskGroup(of: T.self) { group in
             group.addTask { try await body() }
             group.addTask {

@@ -28,9 +28,10 @@ final class HelloPeersTests: XCTestCase {
     /// The library tour's error example (docs/library-tour.md), compiled here so that it stays true (not run: it publishes).
     func readmeErrorExample() async {
         do {
-            _ = try await DiscoveryContext.shared.daemonInfo(timeout: 3)   // no daemon: .daemonUnavailable now
-            let ad = try await ServiceAdvertisement.publish(name: "Kitchen", type: "_demo._tcp", port: 7777,
-                                                            allowRename: false)
+            _ = try await DiscoveryContext.shared.daemonInfo(timeout: 3)  // no daemon: .daemonUnavailable now
+            let ad = try await ServiceAdvertisement.publish(
+                name: "Kitchen", type: "_demo._tcp", port: 7777,
+                allowRename: false)
             print("published as", ad.name)
         } catch let error as DiscoveryError {
             switch error.code {

@@ -22,10 +22,12 @@ public final class DaemonLock {
     public init(directory: String) throws {
         let shown = Terminal.escape(directory)
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
+            try FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
         } catch {
-            throw PeerTransferError.runtime("cannot make the configuration folder \(shown): \(error.localizedDescription)")
+            throw PeerTransferError.runtime(
+                "cannot make the configuration folder \(shown): \(error.localizedDescription)")
         }
         let path = (directory as NSString).appendingPathComponent(Self.fileName)
         let name = Terminal.escape(path)
@@ -56,7 +58,8 @@ public final class DaemonLock {
             if reason == EWOULDBLOCK {
                 let who = holder.map { "another peerxfer serve (pid \($0))" } ?? "another peerxfer serve"
                 throw PeerTransferError.runtime(
-                    "\(who) already runs with the configuration \(shown); stop it first, or give this one its own --config (and so its own key)")
+                    "\(who) already runs with the configuration \(shown); stop it first, or give this one its own --config (and so its own key)"
+                )
             }
             throw PeerTransferError.runtime("cannot lock \(name): \(String(cString: strerror(reason)))")
         }

@@ -47,11 +47,13 @@ public struct PeerConfiguration: Sendable {
     public init(directory: String) throws {
         self.directory = directory
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
+            try FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
             let host = ProcessInfo.processInfo.hostName
-            identity = try TLSIdentity.loadOrCreate(directory: (directory as NSString).appendingPathComponent("identity"),
-                                                    commonName: "peerxfer \(host)")
+            identity = try TLSIdentity.loadOrCreate(
+                directory: (directory as NSString).appendingPathComponent("identity"),
+                commonName: "peerxfer \(host)")
         } catch let error as PeerTransferError {
             throw error
         } catch {
@@ -60,7 +62,9 @@ public struct PeerConfiguration: Sendable {
         let deviceFile = (directory as NSString).appendingPathComponent("device.json")
         func recorded() -> String? {
             guard let data = FileManager.default.contents(atPath: deviceFile),
-                  let device = try? JSONDecoder().decode([String: String].self, from: data), let id = device["id"], !id.isEmpty else {
+                let device = try? JSONDecoder().decode([String: String].self, from: data), let id = device["id"],
+                !id.isEmpty
+            else {
                 return nil
             }
             return id
@@ -70,7 +74,9 @@ public struct PeerConfiguration: Sendable {
         } else {
             // Made once, under a lock, by whichever process gets there first.
             do {
-                deviceID = try FileLock.withExclusiveLock(on: (directory as NSString).appendingPathComponent("device.lock")) {
+                deviceID = try FileLock.withExclusiveLock(
+                    on: (directory as NSString).appendingPathComponent("device.lock")
+                ) {
                     if let id = recorded() { return id }
                     let id = UUID().uuidString.lowercased()
                     try ConfigFile.write(try JSONEncoder().encode(["id": id]), to: deviceFile, mode: 0o600)
@@ -79,7 +85,8 @@ public struct PeerConfiguration: Sendable {
             } catch let error as PeerTransferError {
                 throw error
             } catch {
-                throw PeerTransferError.runtime("cannot set up the configuration folder \(Terminal.escape(directory)): \(error)")
+                throw PeerTransferError.runtime(
+                    "cannot set up the configuration folder \(Terminal.escape(directory)): \(error)")
             }
         }
     }
@@ -124,7 +131,9 @@ public struct KnownPeers: Codable, Sendable, Equatable {
         do {
             return try JSONDecoder().decode(KnownPeers.self, from: data)
         } catch {
-            throw PeerTransferError.runtime("\(Terminal.escape(path)) is not a valid known-peers file, so no trust decision can be made (it was left as it is: fix it or move it away): \(error)")
+            throw PeerTransferError.runtime(
+                "\(Terminal.escape(path)) is not a valid known-peers file, so no trust decision can be made (it was left as it is: fix it or move it away): \(error)"
+            )
         }
     }
 

@@ -57,7 +57,8 @@ public struct DaemonStatus: Codable, Sendable, Equatable {
 /// second.
 public final class StatusBook: Sendable {
     private struct State {
-        var status = DaemonStatus(name: "", port: 0, inbox: "", key: "", pid: getpid(), running: false, updated: 0, transfers: [])
+        var status = DaemonStatus(
+            name: "", port: 0, inbox: "", key: "", pid: getpid(), running: false, updated: 0, transfers: [])
         var lastWrite = ContinuousClock.Instant.now
         /// A write of the latest status is queued and has not started.
         var writeQueued = false
@@ -99,9 +100,11 @@ public final class StatusBook: Sendable {
         switch event {
         case .offered(let id, let sender, let files, let bytes):
             update(force: true) {
-                $0.transfers.append(.init(id: id, direction: "in", peer: sender, files: files, bytes: bytes, bytesReceived: 0,
-                                          verified: 0, failed: 0, state: "receiving", error: nil,
-                                          started: Date().timeIntervalSince1970, ended: nil))
+                $0.transfers.append(
+                    .init(
+                        id: id, direction: "in", peer: sender, files: files, bytes: bytes, bytesReceived: 0,
+                        verified: 0, failed: 0, state: "receiving", error: nil,
+                        started: Date().timeIntervalSince1970, ended: nil))
                 if $0.transfers.count > 50 { $0.transfers.removeFirst($0.transfers.count - 50) }
             }
         case .progress(let id, let bytes):
@@ -127,15 +130,19 @@ public final class StatusBook: Sendable {
 
     /// Records a background send that ended (delivered, cancelled, or failed for good): `task`
     /// is its task's whole id, `path` what it sent.
-    public func recordOutbound(task: String, peer: String, path: String, bytes: UInt64, started: Date, error: String?,
-                               cancelled: Bool = false) {
+    public func recordOutbound(
+        task: String, peer: String, path: String, bytes: UInt64, started: Date, error: String?,
+        cancelled: Bool = false
+    ) {
         update(force: true) {
             let id = ($0.transfers.map(\.id).max() ?? 0) + 1
-            $0.transfers.append(.init(id: id, direction: "out", peer: peer, files: 1, bytes: bytes, bytesReceived: bytes,
-                                      verified: error == nil ? 1 : 0, failed: error == nil || cancelled ? 0 : 1,
-                                      state: cancelled ? "cancelled" : error == nil ? "done" : "failed", error: cancelled ? nil : error,
-                                      started: started.timeIntervalSince1970, ended: Date().timeIntervalSince1970,
-                                      task: task, path: path))
+            $0.transfers.append(
+                .init(
+                    id: id, direction: "out", peer: peer, files: 1, bytes: bytes, bytesReceived: bytes,
+                    verified: error == nil ? 1 : 0, failed: error == nil || cancelled ? 0 : 1,
+                    state: cancelled ? "cancelled" : error == nil ? "done" : "failed", error: cancelled ? nil : error,
+                    started: started.timeIntervalSince1970, ended: Date().timeIntervalSince1970,
+                    task: task, path: path))
             if $0.transfers.count > 50 { $0.transfers.removeFirst($0.transfers.count - 50) }
         }
     }
@@ -161,7 +168,9 @@ public final class StatusBook: Sendable {
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
             // A view, rewritten often: renamed into place whole, not synced to disk. One that
             // cannot be written only costs `peerxfer status` its view.
-            if let data = try? encoder.encode(status) { try? ConfigFile.write(data, to: file, mode: 0o600, durable: false) }
+            if let data = try? encoder.encode(status) {
+                try? ConfigFile.write(data, to: file, mode: 0o600, durable: false)
+            }
         }
     }
 }

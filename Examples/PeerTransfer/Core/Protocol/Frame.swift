@@ -118,11 +118,12 @@ struct FrameDecoder {
             throw PeerTransferError.protocolViolation("unknown message kind \(buffer[base])")
         }
         let length = buffer[base + 1..<base + 5].reduce(0) { $0 << 8 | Int($1) }
-        let limit = switch kind {
-        case .chunk: TransferLimits.maximumChunkFrame
-        case .fileEnd: FileEnd.size
-        default: TransferLimits.maximumControlMessage
-        }
+        let limit =
+            switch kind {
+            case .chunk: TransferLimits.maximumChunkFrame
+            case .fileEnd: FileEnd.size
+            default: TransferLimits.maximumControlMessage
+            }
         guard length <= limit else {
             throw PeerTransferError.limit("a \(kind) message of \(length) bytes (the limit is \(limit))")
         }
@@ -167,7 +168,8 @@ final class ChunkMemory: @unchecked Sendable {
 
     init(payloadSize: Int) {
         precondition(payloadSize <= TransferLimits.maximumChunkFrame)
-        let block = Self.pool.withLock { $0.popLast() }.flatMap(UnsafeMutableRawPointer.init(bitPattern:)) ?? Self.allocate()
+        let block =
+            Self.pool.withLock { $0.popLast() }.flatMap(UnsafeMutableRawPointer.init(bitPattern:)) ?? Self.allocate()
         self.block = block
         payload = UnsafeMutableRawBufferPointer(start: block + Self.lead, count: payloadSize)
     }
@@ -180,8 +182,9 @@ final class ChunkMemory: @unchecked Sendable {
     func handedOver() -> Data {
         let handed = block!
         block = nil
-        return Data(bytesNoCopy: handed + Self.lead, count: payload.count,
-                    deallocator: .custom { start, _ in ChunkMemory.giveBack(start - ChunkMemory.lead) })
+        return Data(
+            bytesNoCopy: handed + Self.lead, count: payload.count,
+            deallocator: .custom { start, _ in ChunkMemory.giveBack(start - ChunkMemory.lead) })
     }
 
     private static func allocate() -> UnsafeMutableRawPointer {
@@ -228,7 +231,6 @@ struct ChunkFrame: Equatable {
         buffer.storeBytes(of: offset.bigEndian, toByteOffset: 9, as: UInt64.self)
     }
 
-
     /// Where a chunk's file bytes start in a receiver's memory: on a page boundary, so that a
     /// receiver can write them straight to the disk (see ``DirectWrites``).
     static let dataAlignment = 4096
@@ -244,7 +246,8 @@ struct ChunkFrame: Equatable {
     init(_ frame: Frame) throws {
         let payload = frame.payload
         guard payload.count >= Self.headerSize else {
-            throw PeerTransferError.protocolViolation("a chunk message of \(payload.count) bytes, shorter than its header")
+            throw PeerTransferError.protocolViolation(
+                "a chunk message of \(payload.count) bytes, shorter than its header")
         }
         let base = payload.startIndex
         index = payload[base..<base + 4].reduce(0) { $0 << 8 | UInt32($1) }
@@ -286,7 +289,8 @@ struct FileEnd: Equatable {
     init(_ frame: Frame) throws {
         let payload = frame.payload
         guard payload.count == Self.size else {
-            throw PeerTransferError.protocolViolation("a fileEnd message of \(payload.count) bytes (it is \(Self.size))")
+            throw PeerTransferError.protocolViolation(
+                "a fileEnd message of \(payload.count) bytes (it is \(Self.size))")
         }
         let base = payload.startIndex
         index = payload[base..<base + 4].reduce(0) { $0 << 8 | UInt32($1) }

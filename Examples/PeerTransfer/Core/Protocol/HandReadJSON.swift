@@ -28,7 +28,13 @@ extension FileResult: HandReadJSON {
             }
             guard scanner.take(",\"verified\":") else { return nil }
             let verified: Bool
-            if scanner.take("true") { verified = true } else if scanner.take("false") { verified = false } else { return nil }
+            if scanner.take("true") {
+                verified = true
+            } else if scanner.take("false") {
+                verified = false
+            } else {
+                return nil
+            }
             guard scanner.take("}"), scanner.isAtEnd else { return nil }
             return FileResult(index: Int(index), verified: verified, storedAs: storedAs, error: error)
         }
@@ -40,19 +46,28 @@ extension Manifest: HandReadJSON {
         payload.withUnsafeBytes { bytes -> Manifest? in
             var scanner = JSONScanner(bytes)
             guard scanner.take("{\"chunkSize\":"), let chunkSize = scanner.unsigned(below: UInt64(Int.max)),
-                  scanner.take(",\"entries\":[") else { return nil }
+                scanner.take(",\"entries\":[")
+            else { return nil }
             var entries: [ManifestEntry] = []
             if !scanner.take("]") {
                 repeat {
                     guard scanner.take("{\"kind\":") else { return nil }
                     let kind: ManifestEntry.Kind
-                    if scanner.take("\"file\"") { kind = .file } else if scanner.take("\"directory\"") { kind = .directory } else { return nil }
+                    if scanner.take("\"file\"") {
+                        kind = .file
+                    } else if scanner.take("\"directory\"") {
+                        kind = .directory
+                    } else {
+                        return nil
+                    }
                     guard scanner.take(",\"mode\":"), let mode = scanner.unsigned(below: UInt64(UInt32.max) + 1),
-                          scanner.take(",\"modified\":"), let modified = scanner.number(),
-                          scanner.take(",\"path\":"), let path = scanner.string(),
-                          scanner.take(",\"size\":"), let size = scanner.unsigned(below: UInt64.max),
-                          scanner.take("}") else { return nil }
-                    entries.append(ManifestEntry(path: path, kind: kind, size: size, mode: UInt32(mode), modified: modified))
+                        scanner.take(",\"modified\":"), let modified = scanner.number(),
+                        scanner.take(",\"path\":"), let path = scanner.string(),
+                        scanner.take(",\"size\":"), let size = scanner.unsigned(below: UInt64.max),
+                        scanner.take("}")
+                    else { return nil }
+                    entries.append(
+                        ManifestEntry(path: path, kind: kind, size: size, mode: UInt32(mode), modified: modified))
                 } while scanner.take(",")
                 guard scanner.take("]") else { return nil }
             }
@@ -86,7 +101,8 @@ extension Answer: HandReadJSON {
                         guard scanner.take("]") else { return nil }
                     }
                     guard scanner.take(",\"index\":"), let index = scanner.unsigned(below: UInt64(Int.max)),
-                          scanner.take("}") else { return nil }
+                        scanner.take("}")
+                    else { return nil }
                     accepted.append(Entry(index: Int(index), have: have, existing: existing))
                 } while scanner.take(",")
                 guard scanner.take("]") else { return nil }

@@ -36,7 +36,9 @@ struct JSONScanner {
             end += 1
         }
         guard end < bytes.count else { return nil }
-        guard let text = String(validating: UnsafeRawBufferPointer(rebasing: bytes[(position + 1)..<end]), as: UTF8.self) else { return nil }
+        guard
+            let text = String(validating: UnsafeRawBufferPointer(rebasing: bytes[(position + 1)..<end]), as: UTF8.self)
+        else { return nil }
         position = end + 1
         return text
     }
@@ -83,7 +85,9 @@ struct JSONScanner {
         let token = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[position..<end]), as: UTF8.self)
         guard let value = Double(token), value.isFinite else { return nil }
         // A number too small for a Double (1e-400) reads as 0 here; JSONDecoder refuses it.
-        if value == 0, token.utf8.prefix(while: { $0 != 0x65 && $0 != 0x45 }).contains(where: { (0x31...0x39).contains($0) }) {
+        if value == 0,
+            token.utf8.prefix(while: { $0 != 0x65 && $0 != 0x45 }).contains(where: { (0x31...0x39).contains($0) })
+        {
             return nil
         }
         position = end

@@ -36,7 +36,8 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
         // costs the square of a run's length (a 400 KB path of marks would keep a core busy for
         // minutes); within the limit, a run costs little.
         guard text.utf8.count <= TransferLimits.maximumPathBytes else {
-            throw PeerTransferError.unsafePath("the path \"\(shown)\" is longer than \(TransferLimits.maximumPathBytes) bytes")
+            throw PeerTransferError.unsafePath(
+                "the path \"\(shown)\" is longer than \(TransferLimits.maximumPathBytes) bytes")
         }
         // ASCII is its own composed form (most paths: no copy made).
         let composed = TransferPlan.composed(text)
@@ -59,7 +60,10 @@ public struct RelativePath: Sendable, Hashable, CustomStringConvertible {
         // Printable ASCII holds neither kind of character refused below: most paths are
         // passed by one look at their bytes (a tree's offer has thousands).
         let printableASCII = text.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7f }
-        guard printableASCII || !text.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7f...0x9f).contains($0.value) }) else {
+        guard
+            printableASCII
+                || !text.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7f...0x9f).contains($0.value) })
+        else {
             return "contains NUL or another control character"
         }
         let parts = Self.split(text)
@@ -113,10 +117,12 @@ extension Manifest {
     ///   ``PeerTransferError/protocolViolation(_:)`` for the first problem.
     func validate() throws -> [RelativePath] {
         guard chunkSize == TransferLimits.chunkSize else {
-            throw PeerTransferError.protocolViolation("a chunk size of \(chunkSize) bytes (this receiver uses \(TransferLimits.chunkSize))")
+            throw PeerTransferError.protocolViolation(
+                "a chunk size of \(chunkSize) bytes (this receiver uses \(TransferLimits.chunkSize))")
         }
         guard entries.count <= TransferLimits.maximumEntries else {
-            throw PeerTransferError.limit("\(entries.count) entries offered (the limit is \(TransferLimits.maximumEntries))")
+            throw PeerTransferError.limit(
+                "\(entries.count) entries offered (the limit is \(TransferLimits.maximumEntries))")
         }
         // By bytes, as the file system compares names, of the composed forms (NFC: the two
         // spellings of "é" are one path).
@@ -126,27 +132,37 @@ extension Manifest {
         for entry in entries {
             let path = try RelativePath(validating: entry.path)
             guard seen.insert(Array(path.description.utf8)).inserted else {
-                throw PeerTransferError.protocolViolation("the path \"\(Terminal.escape(entry.path))\" is offered twice (perhaps spelt two ways that Unicode holds equal)")
+                throw PeerTransferError.protocolViolation(
+                    "the path \"\(Terminal.escape(entry.path))\" is offered twice (perhaps spelt two ways that Unicode holds equal)"
+                )
             }
             switch entry.kind {
             case .file:
                 guard entry.size <= TransferLimits.maximumFileSize else {
-                    throw PeerTransferError.limit("\"\(Terminal.escape(entry.path))\" is \(entry.size) bytes (the limit is 1 TiB)")
+                    throw PeerTransferError.limit(
+                        "\"\(Terminal.escape(entry.path))\" is \(entry.size) bytes (the limit is 1 TiB)")
                 }
                 // Its part file's path (from the inbox) must fit in a path too: what no call can
                 // reach (PATH_MAX, 4,096 bytes with its NUL) no sweep or count could see.
-                let partPathBytes = path.description.utf8.count + TransferLimits.partName(of: "", from: "").utf8.count - "unknown".utf8.count + TransferLimits.partTagDigits
+                let partPathBytes =
+                    path.description.utf8.count + TransferLimits.partName(of: "", from: "").utf8.count
+                    - "unknown".utf8.count + TransferLimits.partTagDigits
                 guard partPathBytes < TransferLimits.maximumPathBytes else {
-                    throw PeerTransferError.unsafePath("\"\(Terminal.escape(Receiver.shortened(entry.path, toBytes: 200)))\" is a path of \(path.description.utf8.count) bytes; a file's path can be at most \(TransferLimits.maximumPathBytes - 1 - (partPathBytes - path.description.utf8.count)) (its part file's path, NAME.<24 hex of the sender's key>.peerxfer-part, must fit in \(TransferLimits.maximumPathBytes - 1))")
+                    throw PeerTransferError.unsafePath(
+                        "\"\(Terminal.escape(Receiver.shortened(entry.path, toBytes: 200)))\" is a path of \(path.description.utf8.count) bytes; a file's path can be at most \(TransferLimits.maximumPathBytes - 1 - (partPathBytes - path.description.utf8.count)) (its part file's path, NAME.<24 hex of the sender's key>.peerxfer-part, must fit in \(TransferLimits.maximumPathBytes - 1))"
+                    )
                 }
                 // It may arrive as NAME.<24 hex of the sender's key>.peerxfer-part first, which must fit in a file name too.
                 let room = TransferLimits.maximumReceivedNameBytes
                 guard path.name.utf8.count <= room else {
-                    throw PeerTransferError.unsafePath("\"\(Terminal.escape(entry.path))\" has a file name of \(path.name.utf8.count) bytes; at most \(room) can be received (the part file's name, NAME.<24 hex of the sender's key>.peerxfer-part, must fit in 255)")
+                    throw PeerTransferError.unsafePath(
+                        "\"\(Terminal.escape(entry.path))\" has a file name of \(path.name.utf8.count) bytes; at most \(room) can be received (the part file's name, NAME.<24 hex of the sender's key>.peerxfer-part, must fit in 255)"
+                    )
                 }
             case .directory:
                 guard entry.size == 0 else {
-                    throw PeerTransferError.protocolViolation("the folder \"\(Terminal.escape(entry.path))\" has a size")
+                    throw PeerTransferError.protocolViolation(
+                        "the folder \"\(Terminal.escape(entry.path))\" has a size")
                 }
             }
             paths.append(path)
@@ -183,7 +199,8 @@ extension Manifest {
             if entry.kind == .file { files[number(Node(parent: parent, name: Array(path.name.utf8)))] = entry.path }
         }
         if let clash = files.first(where: { folders.contains($0.key) }) {
-            throw PeerTransferError.protocolViolation("\"\(Terminal.escape(clash.value))\" is offered as a file and as a folder")
+            throw PeerTransferError.protocolViolation(
+                "\"\(Terminal.escape(clash.value))\" is offered as a file and as a folder")
         }
     }
 }

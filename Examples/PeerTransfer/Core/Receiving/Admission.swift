@@ -81,7 +81,9 @@ struct Admission {
         guard let greeter = greeting.first(where: { $0.id == id }) else { return [] }
         greeting.removeAll { $0.id == id }
         let fromSource = slots.values.count { $0 == greeter.source }
-        guard slots.count < limits.transfers, fromSource < max(1, limits.transfersPerSource) else { return [.refuseBusy(id)] }
+        guard slots.count < limits.transfers, fromSource < max(1, limits.transfersPerSource) else {
+            return [.refuseBusy(id)]
+        }
         slots[id] = greeter.source
         return [.admit(id)]
     }
@@ -127,12 +129,23 @@ final class RefusalTally: Sendable {
         }
         var parts: [String] = []
         if taken.endedBeforeOffer > 0 {
-            parts.append("\(Wording.counted(taken.endedBeforeOffer, "connection")) ended before any offer (the last: \(taken.lastCause))")
+            parts.append(
+                "\(Wording.counted(taken.endedBeforeOffer, "connection")) ended before any offer (the last: \(taken.lastCause))"
+            )
         }
-        if taken.evicted > 0 { parts.append("\(Wording.counted(taken.evicted, "connection")) still greeting closed to make room for newer ones") }
-        if taken.busy > 0 { parts.append("\(Wording.counted(taken.busy, "sender")) refused: all \(TransferLimits.maximumConcurrentTransfers) transfer slots busy") }
+        if taken.evicted > 0 {
+            parts.append(
+                "\(Wording.counted(taken.evicted, "connection")) still greeting closed to make room for newer ones")
+        }
+        if taken.busy > 0 {
+            parts.append(
+                "\(Wording.counted(taken.busy, "sender")) refused: all \(TransferLimits.maximumConcurrentTransfers) transfer slots busy"
+            )
+        }
         guard !parts.isEmpty else { return nil }
-        return ("in the last \(interval.components.seconds) s: " + parts.joined(separator: "; "),
-                taken.endedBeforeOffer + taken.evicted + taken.busy)
+        return (
+            "in the last \(interval.components.seconds) s: " + parts.joined(separator: "; "),
+            taken.endedBeforeOffer + taken.evicted + taken.busy
+        )
     }
 }

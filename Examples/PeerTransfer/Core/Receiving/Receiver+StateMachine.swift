@@ -92,11 +92,13 @@ extension Receiver {
             case .awaitingHello:
                 due = [.hello, .failure]
                 if due.contains(kind) && length > TransferLimits.maximumHello {
-                    throw PeerTransferError.limit("a \(kind) message of \(length) bytes before the hello (the limit is \(TransferLimits.maximumHello))")
+                    throw PeerTransferError.limit(
+                        "a \(kind) message of \(length) bytes before the hello (the limit is \(TransferLimits.maximumHello))"
+                    )
                 }
             case .awaitingManifest: due = [.manifest, .failure]
             case .deciding: due = [.failure]
-            case .receiving, .finished: return   // judged whole, by received(_:)
+            case .receiving, .finished: return  // judged whole, by received(_:)
             }
             guard due.contains(kind) else {
                 throw PeerTransferError.protocolViolation("an unexpected \(kind) message \(stateName)")
@@ -112,7 +114,10 @@ extension Receiver {
                 case (.awaitingHello, .hello):
                     let peer = try frame.decode(Hello.self)
                     guard peer.protocolVersion == TransferLimits.protocolVersion else {
-                        return fail(.protocolViolation("protocol version \(peer.protocolVersion) is not spoken here (this receiver speaks \(TransferLimits.protocolVersion))"))
+                        return fail(
+                            .protocolViolation(
+                                "protocol version \(peer.protocolVersion) is not spoken here (this receiver speaks \(TransferLimits.protocolVersion))"
+                            ))
                     }
                     state = .awaitingManifest
                     return [.reply(.message(.hello, hello))]
@@ -130,7 +135,9 @@ extension Receiver {
                     state = .receiving(receiving)
                     return actions
                 case (.receiving(var receiving), .done):
-                    guard !receiving.senderDone else { throw PeerTransferError.protocolViolation("a second done message") }
+                    guard !receiving.senderDone else {
+                        throw PeerTransferError.protocolViolation("a second done message")
+                    }
                     _ = try frame.decode(Done.self)
                     receiving.senderDone = true
                     // Files the sender never completed count as failed.
@@ -139,8 +146,12 @@ extension Receiver {
                     open = open.filter { $0.value.finishing }
                     state = .receiving(receiving)
                     return unfinished.keys.sorted().map {
-                        .reply(.message(.fileResult, FileResult(index: $0, verified: false, storedAs: nil,
-                                                                error: "the sender stopped before the end of the file")))
+                        .reply(
+                            .message(
+                                .fileResult,
+                                FileResult(
+                                    index: $0, verified: false, storedAs: nil,
+                                    error: "the sender stopped before the end of the file")))
                     } + endIfSettled()
                 case (_, .failure):
                     let failure = try frame.decode(Failure.self)
@@ -173,7 +184,8 @@ extension Receiver {
                     actions.append(.makeDirectory(index: entry.index))
                 case .file:
                     let limit = min(UInt64(entry.have.count) * UInt64(manifest.chunkSize), offered.size)
-                    open[entry.index] = FileState(size: offered.size, next: nil, resumeLimit: limit, existing: entry.existing)
+                    open[entry.index] = FileState(
+                        size: offered.size, next: nil, resumeLimit: limit, existing: entry.existing)
                 }
             }
             state = .receiving(receiving)
@@ -218,26 +230,36 @@ extension Receiver {
 
         private mutating func chunk(_ chunk: ChunkFrame, in receiving: inout Receiving) throws -> [Action] {
             let index = Int(chunk.index)
-            guard !receiving.senderDone else { throw PeerTransferError.protocolViolation("a chunk after the done message") }
+            guard !receiving.senderDone else {
+                throw PeerTransferError.protocolViolation("a chunk after the done message")
+            }
             guard var file = open[index], !file.finishing else {
-                throw PeerTransferError.protocolViolation("a chunk for entry \(index), which is not accepted or already complete")
+                throw PeerTransferError.protocolViolation(
+                    "a chunk for entry \(index), which is not accepted or already complete")
             }
             let chunkSize = UInt64(receiving.manifest.chunkSize)
             let expectedLength = min(chunkSize, file.size &- chunk.offset)
-            guard chunk.offset < file.size, chunk.offset % chunkSize == 0, UInt64(chunk.data.count) == expectedLength else {
-                throw PeerTransferError.protocolViolation("a chunk of \(chunk.data.count) bytes at \(chunk.offset) for entry \(index), which is \(file.size) bytes in chunks of \(chunkSize)")
+            guard chunk.offset < file.size, chunk.offset % chunkSize == 0, UInt64(chunk.data.count) == expectedLength
+            else {
+                throw PeerTransferError.protocolViolation(
+                    "a chunk of \(chunk.data.count) bytes at \(chunk.offset) for entry \(index), which is \(file.size) bytes in chunks of \(chunkSize)"
+                )
             }
             var actions: [Action] = []
             if let next = file.next {
                 guard chunk.offset == next else {
-                    throw PeerTransferError.protocolViolation("entry \(index) skipped from byte \(next) to \(chunk.offset)")
+                    throw PeerTransferError.protocolViolation(
+                        "entry \(index) skipped from byte \(next) to \(chunk.offset)")
                 }
             } else {
                 if let current = inProgress, current != index {
-                    throw PeerTransferError.protocolViolation("entry \(index) started before entry \(current) was complete (files go one after another)")
+                    throw PeerTransferError.protocolViolation(
+                        "entry \(index) started before entry \(current) was complete (files go one after another)")
                 }
                 guard chunk.offset <= file.resumeLimit else {
-                    throw PeerTransferError.protocolViolation("entry \(index) resumed at \(chunk.offset), past the \(file.resumeLimit) bytes the receiver has")
+                    throw PeerTransferError.protocolViolation(
+                        "entry \(index) resumed at \(chunk.offset), past the \(file.resumeLimit) bytes the receiver has"
+                    )
                 }
                 actions.append(.openFile(index: index, offset: chunk.offset))
                 inProgress = index
@@ -252,22 +274,32 @@ extension Receiver {
         /// already holds with the same digest (or an empty one), with no bytes at all.
         private mutating func fileEnd(_ end: FileEnd, in receiving: inout Receiving) throws -> [Action] {
             let index = Int(end.index)
-            guard !receiving.senderDone else { throw PeerTransferError.protocolViolation("a fileEnd after the done message") }
+            guard !receiving.senderDone else {
+                throw PeerTransferError.protocolViolation("a fileEnd after the done message")
+            }
             guard var file = open[index], !file.finishing else {
-                throw PeerTransferError.protocolViolation("the end of entry \(index), which is not accepted or already ended")
+                throw PeerTransferError.protocolViolation(
+                    "the end of entry \(index), which is not accepted or already ended")
             }
             var actions: [Action] = []
             if end.sha256 == FileEnd.withdrawn {
                 // The sender takes the file back, at any point of it: it fails alone.
                 if let current = inProgress, current != index {
-                    throw PeerTransferError.protocolViolation("entry \(index) ended before entry \(current) was complete (files go one after another)")
+                    throw PeerTransferError.protocolViolation(
+                        "entry \(index) ended before entry \(current) was complete (files go one after another)")
                 }
                 inProgress = nil
                 guard file.next != nil else {
                     open[index] = nil
                     receiving.failed += 1
-                    return [.reply(.message(.fileResult, FileResult(index: index, verified: false, storedAs: nil,
-                                                                    error: Self.withdrawnReason)))]
+                    return [
+                        .reply(
+                            .message(
+                                .fileResult,
+                                FileResult(
+                                    index: index, verified: false, storedAs: nil,
+                                    error: Self.withdrawnReason)))
+                    ]
                 }
                 file.finishing = true
                 open[index] = file
@@ -279,18 +311,26 @@ extension Receiver {
                 }
             } else {
                 if let current = inProgress, current != index {
-                    throw PeerTransferError.protocolViolation("entry \(index) ended before entry \(current) was complete (files go one after another)")
+                    throw PeerTransferError.protocolViolation(
+                        "entry \(index) ended before entry \(current) was complete (files go one after another)")
                 }
                 if let existing = file.existing, existing == end.sha256 {
                     // The inbox already holds this very file under its name: nothing to write.
                     open[index] = nil
                     receiving.verified += 1
-                    return [.alreadyHeld(index: index),
-                            .reply(.message(.fileResult, FileResult(index: index, verified: true,
-                                                                    storedAs: receiving.paths[index].description, error: nil)))]
+                    return [
+                        .alreadyHeld(index: index),
+                        .reply(
+                            .message(
+                                .fileResult,
+                                FileResult(
+                                    index: index, verified: true,
+                                    storedAs: receiving.paths[index].description, error: nil))),
+                    ]
                 }
                 guard file.size == 0 else {
-                    throw PeerTransferError.protocolViolation("entry \(index) ended before its first byte (it is \(file.size) bytes)")
+                    throw PeerTransferError.protocolViolation(
+                        "entry \(index) ended before its first byte (it is \(file.size) bytes)")
                 }
                 file.next = 0
                 actions.append(.openFile(index: index, offset: 0))
@@ -302,14 +342,17 @@ extension Receiver {
         }
 
         /// Why a file the sender withdrew failed.
-        static let withdrawnReason = "the file changed while the sender read it, so the sender withdrew it; nothing of it was kept"
+        static let withdrawnReason =
+            "the file changed while the sender read it, so the sender withdrew it; nothing of it was kept"
 
         /// The summary and the end, once the sender is done and no file is being finished.
         private mutating func endIfSettled() -> [Action] {
             guard case .receiving(let receiving) = state, receiving.senderDone, open.isEmpty else { return [] }
             finishedCounts = (receiving.verified, receiving.failed)
             state = .finished
-            return [.reply(.message(.summary, Summary(verified: receiving.verified, failed: receiving.failed))), .close]
+            return [
+                .reply(.message(.summary, Summary(verified: receiving.verified, failed: receiving.failed))), .close,
+            ]
         }
 
         private mutating func fail(_ error: PeerTransferError) -> [Action] {
@@ -323,7 +366,8 @@ extension Receiver {
             case .awaitingHello: return "before the hello"
             case .awaitingManifest: return "before the manifest"
             case .deciding: return "while the manifest was being judged"
-            case .receiving(let receiving): return receiving.senderDone ? "after the sender finished" : "during the transfer"
+            case .receiving(let receiving):
+                return receiving.senderDone ? "after the sender finished" : "during the transfer"
             case .finished: return "after the end"
             }
         }

@@ -187,11 +187,14 @@ struct Receiver {
                             } else {
                                 let reason = result.error ?? "not named"
                                 events(.fileFailed(id: id, path: Terminal.escape(path.description), reason: reason))
-                                logger.warning("\(Terminal.escape(path.description)) from \(senderName) failed: \(reason)")
+                                logger.warning(
+                                    "\(Terminal.escape(path.description)) from \(senderName) failed: \(reason)")
                             }
                         } movedAside: { parent, name, aside in
                             let folder = parent.isEmpty ? "" : parent.joined(separator: "/") + "/"
-                            logger.notice("\"\(Terminal.escape(folder + name))\", sent earlier by an untrusted sender, is now \"\(Terminal.escape(folder + aside))\": its name goes to the file of \(senderName), a trusted sender")
+                            logger.notice(
+                                "\"\(Terminal.escape(folder + name))\", sent earlier by an untrusted sender, is now \"\(Terminal.escape(folder + aside))\": its name goes to the file of \(senderName), a trusted sender"
+                            )
                         }
                     }
                 }.get()
@@ -211,26 +214,33 @@ struct Receiver {
             var pending: [Receiver.StateMachine.Action] = []
             loop: while true {
                 if pending.isEmpty {
-                    guard let frame = try await reader.next(admitting: { kind, length in
-                        try machine.admit(kind, length: length)
-                    }) else {
+                    guard
+                        let frame = try await reader.next(admitting: { kind, length in
+                            try machine.admit(kind, length: length)
+                        })
+                    else {
                         outcome = machine.connectionEnded()
                         break loop
                     }
                     // Until the offer has come, the short bound still holds: a sender sends its
                     // hello and its offer together, and a slot is not held by one that stops.
-                    watchdog.touch(bound: frame.kind == .manifest || manifest != nil ? idleBound : min(helloBound, idleBound))
+                    watchdog.touch(
+                        bound: frame.kind == .manifest || manifest != nil ? idleBound : min(helloBound, idleBound))
                     if let answeredAt, pace.isTooSlow(bytes: progress, since: answeredAt, now: .now) {
                         throw PeerTransferError.limit(pace.refusal)
                     }
                     if frame.kind == .hello, let peer = try? frame.decode(Hello.self) {
                         senderName = Terminal.escape(Self.shortened(peer.name, toBytes: 100))
                         if case .known = policy, trustedLabel(senderKey) == nil {
-                            let refusal = "this receiver takes files only from known senders, and the key \(senderKey) is not trusted here"
+                            let refusal =
+                                "this receiver takes files only from known senders, and the key \(senderKey) is not trusted here"
                             // The sender is not told where this receiver keeps its configuration.
-                            let failure = PeerTransferError.trust("\(refusal) (on the receiver: peerxfer trust \(senderKey))")
-                            try await send(.message(.failure, Failure(code: failure.wireCode, message: failure.message)), on: pair)
-                            outcome = .trust("\(refusal); to take files from it: peerxfer trust \(senderKey)\(configOption)")
+                            let failure = PeerTransferError.trust(
+                                "\(refusal) (on the receiver: peerxfer trust \(senderKey))")
+                            try await send(
+                                .message(.failure, Failure(code: failure.wireCode, message: failure.message)), on: pair)
+                            outcome = .trust(
+                                "\(refusal); to take files from it: peerxfer trust \(senderKey)\(configOption)")
                             // Counted, not logged each: keys are free to make, and the log must
                             // not become the attack. The interval's line names the last one.
                             quietCause = outcome?.message
@@ -239,7 +249,11 @@ struct Receiver {
                         // Identified and admitted by the policy: only now does it take a slot.
                         guard admit() else {
                             refusedBusy = true
-                            let busy = Failure(code: "busy", message: "the receiver is busy with \(TransferLimits.maximumConcurrentTransfers) transfers; try again later")
+                            let busy = Failure(
+                                code: "busy",
+                                message:
+                                    "the receiver is busy with \(TransferLimits.maximumConcurrentTransfers) transfers; try again later"
+                            )
                             try? await send(.message(.failure, busy), on: pair)
                             try? await pair.finishSending()
                             break loop
@@ -267,10 +281,13 @@ struct Receiver {
                 case .decide(let offered, let paths):
                     manifest = offered
                     events(.offered(id: id, sender: senderName, files: offered.fileCount, bytes: offered.totalBytes))
-                    logger.info("offer from the key \(senderKey.prefix(16))… (calling itself \"\(senderName)\"): \(Wording.counted(offered.fileCount, "file")), \(Wording.counted(Int(clamping: offered.totalBytes), "byte"))")
+                    logger.info(
+                        "offer from the key \(senderKey.prefix(16))… (calling itself \"\(senderName)\"): \(Wording.counted(offered.fileCount, "file")), \(Wording.counted(Int(clamping: offered.totalBytes), "byte"))"
+                    )
                     // A person or a hook may take up to 120 s; the sender waits 150 s.
                     watchdog.touch(bound: .seconds(150))
-                    let decision = await decide(offered, paths, senderName: senderName, senderKey: senderKey, over: pair, watchdog: watchdog)
+                    let decision = await decide(
+                        offered, paths, senderName: senderName, senderKey: senderKey, over: pair, watchdog: watchdog)
                     watchdog.touch(bound: idleBound)
                     switch decision {
                     case .success(let decided):
@@ -279,8 +296,11 @@ struct Receiver {
                         partsFound = decided.partFound
                         answeredAt = .now
                         // The sender may first hash what this inbox already holds.
-                        watchdog.touch(bound: idleBound + TransferLimits.hashingAllowance(
-                            for: decided.answer, chunkSize: offered.chunkSize, sizes: offered.entries.map(\.size)))
+                        watchdog.touch(
+                            bound: idleBound
+                                + TransferLimits.hashingAllowance(
+                                    for: decided.answer, chunkSize: offered.chunkSize,
+                                    sizes: offered.entries.map(\.size)))
                         pending += machine.decided(decided.answer)
                     case .failure(let error):
                         pending += machine.refused(error)
@@ -288,11 +308,16 @@ struct Receiver {
                 case .makeDirectory(let index):
                     let path = try RelativePath(validating: manifest!.entries[index].path)
                     do {
-                        if let fd = try inbox.openDirectory(path.components, create: true, cache: folders, madeFor: senderKey) { close(fd) }
+                        if let fd = try inbox.openDirectory(
+                            path.components, create: true, cache: folders, madeFor: senderKey)
+                        {
+                            close(fd)
+                        }
                     } catch let error as PeerTransferError where error.isUnsafePath {
                         // A symlink (or file) planted where the folder goes: nothing is made
                         // through it, and the files below it fail alone when they open.
-                        logger.warning("folder \(Terminal.escape(path.description)) from \(senderName) not made: \(error.message)")
+                        logger.warning(
+                            "folder \(Terminal.escape(path.description)) from \(senderName) not made: \(error.message)")
                     }
                 case .openFile(let index, let offset):
                     if heldFiles.remove(index) != nil {
@@ -307,7 +332,8 @@ struct Receiver {
                         if BufferedFile.isBuffered(size: size, from: offset) {
                             // Written, synced and named with its batch, on the publishing thread.
                             let claim = try inbox.claim(path, for: senderKey)
-                            buffered[index] = BufferedFile(path: path, size: size, replacesPart: partsFound.contains(index), claim: claim)
+                            buffered[index] = BufferedFile(
+                                path: path, size: size, replacesPart: partsFound.contains(index), claim: claim)
                             break
                         }
                         let file = try inbox.openPart(path, for: senderKey, cache: folders)
@@ -339,7 +365,7 @@ struct Receiver {
                         inbox.keptPromise(kept)
                         promised -= kept
                     } else {
-                        break   // a file that fails alone
+                        break  // a file that fails alone
                     }
                     received += UInt64(data.count)
                     progress += UInt64(data.count)
@@ -356,10 +382,14 @@ struct Receiver {
                             pending += fileFailed(index, entry, Receiver.StateMachine.withdrawnReason)
                         } else if digest.hex == offered {
                             if !verified.hasRoom(forBuffered: file.size) { pending += try await publishVerified() }
-                            verified.append(index, buffered: file, mode: storedMode(entry.mode), modified: entry.modified)
+                            verified.append(
+                                index, buffered: file, mode: storedMode(entry.mode), modified: entry.modified)
                             if verified.isFull { pending += try await publishVerified() }
                         } else {
-                            pending += fileFailed(index, entry, "its SHA-256 is \(digest.hex), not the \(Terminal.escape(offered)) the sender read; nothing of it was kept")
+                            pending += fileFailed(
+                                index, entry,
+                                "its SHA-256 is \(digest.hex), not the \(Terminal.escape(offered)) the sender read; nothing of it was kept"
+                            )
                         }
                         break
                     }
@@ -391,7 +421,10 @@ struct Receiver {
                     } else {
                         file.discard()
                         file.closeFiles()
-                        pending += fileFailed(index, entry, "its SHA-256 is \(digest.hex), not the \(Terminal.escape(offered)) the sender read; the part file was removed")
+                        pending += fileFailed(
+                            index, entry,
+                            "its SHA-256 is \(digest.hex), not the \(Terminal.escape(offered)) the sender read; the part file was removed"
+                        )
                     }
                     if verified.isFull {
                         pending += try await publishVerified()
@@ -399,7 +432,8 @@ struct Receiver {
                 case .fail(let error, let tellPeer):
                     outcome = error
                     if tellPeer {
-                        try? await send(.message(.failure, Failure(code: error.wireCode, message: error.message)), on: pair)
+                        try? await send(
+                            .message(.failure, Failure(code: error.wireCode, message: error.message)), on: pair)
                         try? await pair.finishSending()
                     }
                     break loop
@@ -432,10 +466,13 @@ struct Receiver {
             } else if answeredAt == nil {
                 outcome = .runtime("the connection ended before the offer was accepted: \(cause)")
             } else if received == 0 {
-                outcome = .runtime("the connection ended after the offer was accepted, before any file's bytes came: \(cause)")
+                outcome = .runtime(
+                    "the connection ended after the offer was accepted, before any file's bytes came: \(cause)")
             } else {
                 // Most often a sender stopped half way (Ctrl-C, a lost link): say what happens next.
-                outcome = .runtime("the connection was cut before the transfer ended: \(cause). Part files are kept, and the same send resumes from them")
+                outcome = .runtime(
+                    "the connection was cut before the transfer ended: \(cause). Part files are kept, and the same send resumes from them"
+                )
             }
         }
         // Writes still queued for files left unfinished end before their descriptors close.
@@ -472,19 +509,24 @@ struct Receiver {
 
     /// The policy's answer, with what the inbox already has, and the bytes of free space
     /// promised to the transfer (see ``Inbox/promise(_:)``).
-    private func decide(_ manifest: Manifest, _ paths: [RelativePath], senderName: String,
-                        senderKey: String, over pair: BoundStreamPair, watchdog: ProgressWatchdog) async -> Result<Decision, PeerTransferError> {
+    private func decide(
+        _ manifest: Manifest, _ paths: [RelativePath], senderName: String,
+        senderKey: String, over pair: BoundStreamPair, watchdog: ProgressWatchdog
+    ) async -> Result<Decision, PeerTransferError> {
         // Before anyone is asked: an offer this sender's leftovers leave no room for is refused
         // whatever the answer (see ``Inbox/checkPartRoom(for:adding:replacing:)``).
-        if let refusal = Self.partRoomRefusal(manifest, paths, inbox: inbox, senderKey: senderKey) { return .failure(refusal) }
+        if let refusal = Self.partRoomRefusal(manifest, paths, inbox: inbox, senderKey: senderKey) {
+            return .failure(refusal)
+        }
         var chosen: Set<Int>
         var declineReason: String?
         switch policy {
         case .all, .known:
             chosen = Set(manifest.entries.indices)
         case .ask(let judge):
-            let offer = IncomingOffer(senderName: senderName, senderKey: senderKey, senderLabel: trustedLabel(senderKey).map(Terminal.escape),
-                                      code: VerificationCode.between(ownKey, senderKey), manifest: manifest)
+            let offer = IncomingOffer(
+                senderName: senderName, senderKey: senderKey, senderLabel: trustedLabel(senderKey).map(Terminal.escape),
+                code: VerificationCode.between(ownKey, senderKey), manifest: manifest)
             switch await Self.judge(offer, with: judge, unlessTheSenderLeaves: pair, watchdog: watchdog) {
             case .success(let judged):
                 chosen = judged.accepted
@@ -495,7 +537,11 @@ struct Receiver {
         chosen = chosen.filter { manifest.entries.indices.contains($0) }
         // (The sender shows it as "the receiver says: …".)
         if chosen.isEmpty {
-            return .success(Decision(answer: Answer(accepted: [], reason: declineReason ?? "declined, by the person or the hook that answers offers there")))
+            return .success(
+                Decision(
+                    answer: Answer(
+                        accepted: [],
+                        reason: declineReason ?? "declined, by the person or the hook that answers offers there")))
         }
         // What the inbox already holds is found by hashing files (earlier transfers' results and
         // part files, up to the whole offer's size): on a thread of its own, so that the shared
@@ -504,19 +550,23 @@ struct Receiver {
         // the hashing (between chunks), and what was hashed in full is remembered for its next
         // offer (see ``Inbox/partDigests``).
         let stop = StopFlag()
-        let hashings = inbox.partDigests.hashings   // (for the debug log: the count is the daemon's)
-        let held = await Self.race({ [inbox, chosen] in
-            await withTaskCancellationHandler {
-                await onThreadOfItsOwn { () -> Decision in
-                    Self.whatIsHeld(manifest, paths, chosen: chosen, inbox: inbox, senderKey: senderKey, stop: stop)
+        let hashings = inbox.partDigests.hashings  // (for the debug log: the count is the daemon's)
+        let held = await Self.race(
+            { [inbox, chosen] in
+                await withTaskCancellationHandler {
+                    await onThreadOfItsOwn { () -> Decision in
+                        Self.whatIsHeld(manifest, paths, chosen: chosen, inbox: inbox, senderKey: senderKey, stop: stop)
+                    }
+                } onCancel: {
+                    stop.set()
                 }
-            } onCancel: {
-                stop.set()
-            }
-        }, unlessTheSenderLeaves: pair, watchdog: watchdog)
+            }, unlessTheSenderLeaves: pair, watchdog: watchdog)
         defer {
             let more = inbox.partDigests.hashings - hashings
-            if more > 0 { logger.debug("hashed part files \(more) time(s) while answering an offer from the key \(senderKey.prefix(16))…") }
+            if more > 0 {
+                logger.debug(
+                    "hashed part files \(more) time(s) while answering an offer from the key \(senderKey.prefix(16))…")
+            }
         }
         guard case .success(var decision) = held else {
             if case .failure(let error) = held { return .failure(error) }
@@ -530,7 +580,9 @@ struct Receiver {
             return .failure(.runtime("\(error)"))
         }
         let declined = manifest.entries.count - decision.answer.accepted.count
-        if declined > 0 { decision.answer.reason = "the receiver declined \(declined) of \(manifest.entries.count) entries" }
+        if declined > 0 {
+            decision.answer.reason = "the receiver declined \(declined) of \(manifest.entries.count) entries"
+        }
         return .success(decision)
     }
 
@@ -538,18 +590,22 @@ struct Receiver {
     /// the protocol by sending before the answer) withdraws its question, which is cancelled,
     /// instead of staying open for a person to answer in vain, with later offers waiting
     /// behind it. Only the judging is raced: nothing is promised in the inbox until it ends.
-    private static func judge(_ offer: IncomingOffer, with judge: @escaping @Sendable (IncomingOffer) async -> Judgement,
-                              unlessTheSenderLeaves pair: BoundStreamPair,
-                              watchdog: ProgressWatchdog) async -> Result<Judgement, PeerTransferError> {
+    private static func judge(
+        _ offer: IncomingOffer, with judge: @escaping @Sendable (IncomingOffer) async -> Judgement,
+        unlessTheSenderLeaves pair: BoundStreamPair,
+        watchdog: ProgressWatchdog
+    ) async -> Result<Judgement, PeerTransferError> {
         await race({ await judge(offer) }, unlessTheSenderLeaves: pair, watchdog: watchdog)
     }
 
     /// Runs `work` while watching the connection: the sender sends nothing until it has the
     /// answer, so the end, an error or a byte means it left (or broke the protocol), and
     /// `work` is cancelled. Its result otherwise.
-    private static func race<T: Sendable>(_ work: @escaping @Sendable () async -> T,
-                                          unlessTheSenderLeaves pair: BoundStreamPair,
-                                          watchdog: ProgressWatchdog) async -> Result<T, PeerTransferError> {
+    private static func race<T: Sendable>(
+        _ work: @escaping @Sendable () async -> T,
+        unlessTheSenderLeaves pair: BoundStreamPair,
+        watchdog: ProgressWatchdog
+    ) async -> Result<T, PeerTransferError> {
         await withTaskGroup(of: Result<T, PeerTransferError>?.self) { group in
             group.addTask { .success(await work()) }
             group.addTask {
@@ -559,8 +615,10 @@ struct Receiver {
                 defer { byte.deallocate() }
                 do {
                     let count = try await pair.input.read(into: byte)
-                    return .failure(count == 0 ? .runtime(Self.leftBeforeTheAnswer)
-                                               : .protocolViolation("the sender sent data before its offer was answered"))
+                    return .failure(
+                        count == 0
+                            ? .runtime(Self.leftBeforeTheAnswer)
+                            : .protocolViolation("the sender sent data before its offer was answered"))
                 } catch is CancellationError {
                     return nil
                 } catch {
@@ -602,8 +660,10 @@ struct Receiver {
     /// The answer's entries for the `chosen` ones (with what the inbox already holds of each),
     /// the bytes still to come, the files offered as `existing` and the small files whose part
     /// file was found. Blocking: it hashes files.
-    private static func whatIsHeld(_ manifest: Manifest, _ paths: [RelativePath], chosen: Set<Int>,
-                                   inbox: Inbox, senderKey: String, stop: StopFlag? = nil) -> Decision {
+    private static func whatIsHeld(
+        _ manifest: Manifest, _ paths: [RelativePath], chosen: Set<Int>,
+        inbox: Inbox, senderKey: String, stop: StopFlag? = nil
+    ) -> Decision {
         var accepted: [Answer.Entry] = []
         var needed: UInt64 = 0
         var held = Set<Int>()
@@ -626,14 +686,16 @@ struct Receiver {
                 accepted.append(Answer.Entry(index: index, existing: existing.hex))
                 continue
             }
-            if stop?.isSet == true { break }   // the sender left: no one will read the answer
-            let part = inbox.resumablePart(path, chunkSize: manifest.chunkSize, for: senderKey, cache: folders, stop: stop)
+            if stop?.isSet == true { break }  // the sender left: no one will read the answer
+            let part = inbox.resumablePart(
+                path, chunkSize: manifest.chunkSize, for: senderKey, cache: folders, stop: stop)
             let have = part ?? []
             if part != nil, entry.size <= BufferedFile.sizeLimit { partFound.insert(index) }
             needed += entry.size - min(entry.size, UInt64(have.count) * UInt64(manifest.chunkSize))
             accepted.append(Answer.Entry(index: index, have: have.map(\.hex)))
         }
-        return Decision(answer: Answer(accepted: accepted, reason: nil), promised: needed, held: held, partFound: partFound)
+        return Decision(
+            answer: Answer(accepted: accepted, reason: nil), promised: needed, held: held, partFound: partFound)
     }
 }
 
@@ -641,12 +703,16 @@ extension Receiver {
     /// Why `sender` may not send `manifest` for want of room for its part files (files past
     /// one chunk arrive in part files), or nil. Never blocks on the disk: it reads the inbox's
     /// ledger of part files (see `PartLedger.swift`).
-    static func partRoomRefusal(_ manifest: Manifest, _ paths: [RelativePath], inbox: Inbox, senderKey: String) -> PeerTransferError? {
+    static func partRoomRefusal(
+        _ manifest: Manifest, _ paths: [RelativePath], inbox: Inbox, senderKey: String
+    ) -> PeerTransferError? {
         var bytes: UInt64 = 0
         var parts: [String: UInt64] = [:]
-        for (entry, path) in zip(manifest.entries, paths) where entry.kind == .file && entry.size > BufferedFile.sizeLimit {
+        for (entry, path) in zip(manifest.entries, paths)
+        where entry.kind == .file && entry.size > BufferedFile.sizeLimit {
             bytes += entry.size
-            parts[(path.parent + [TransferLimits.partName(of: path.name, from: senderKey)]).joined(separator: "/")] = entry.size
+            parts[(path.parent + [TransferLimits.partName(of: path.name, from: senderKey)]).joined(separator: "/")] =
+                entry.size
         }
         do {
             try inbox.checkPartRoom(for: senderKey, adding: bytes, replacing: parts)

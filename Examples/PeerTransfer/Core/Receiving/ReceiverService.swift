@@ -45,26 +45,33 @@ public final class ReceiverService: Sendable {
     /// wide-area `domain` (signed DNS updates).
     /// - Throws: ``PeerTransferError/runtime(_:)`` when the inbox cannot be opened or the
     ///   service cannot be published (no avahi-daemon, port taken).
-    public static func start(name: String, inbox inboxPath: String, configuration: PeerConfiguration,
-                             policy: AcceptPolicy, port: Int = 0, pace: TransferPace = TransferPace(),
-                             domain: String = "local", wideArea: WideAreaPublishing? = nil, keepsExecuteBits: Bool = false, logger: Logger,
-                             events: @escaping @Sendable (ReceiveEvent) -> Void = { _ in }) async throws -> ReceiverService {
+    public static func start(
+        name: String, inbox inboxPath: String, configuration: PeerConfiguration,
+        policy: AcceptPolicy, port: Int = 0, pace: TransferPace = TransferPace(),
+        domain: String = "local", wideArea: WideAreaPublishing? = nil, keepsExecuteBits: Bool = false, logger: Logger,
+        events: @escaping @Sendable (ReceiveEvent) -> Void = { _ in }
+    ) async throws -> ReceiverService {
         let knownFile = configuration.knownPeersFile
         // A file that cannot be read trusts no one (fails closed).
         let inbox = try Inbox(path: inboxPath) { key in (try? KnownPeers.load(from: knownFile))?.trusted[key] != nil }
         if !inbox.recordsSenders {
-            logger.warning("the inbox's file system keeps no extended attributes: part files cannot be told apart by sender (any peer may resume or discard another's interrupted file), and files sent again are sent whole")
+            logger.warning(
+                "the inbox's file system keeps no extended attributes: part files cannot be told apart by sender (any peer may resume or discard another's interrupted file), and files sent again are sent whole"
+            )
         }
-        var tls = TLSConfiguration.server(certificateChainFile: configuration.identity.certificateFile,
-                                          privateKeyFile: configuration.identity.privateKeyFile)
+        var tls = TLSConfiguration.server(
+            certificateChainFile: configuration.identity.certificateFile,
+            privateKeyFile: configuration.identity.privateKeyFile)
         tls.requiresClientCertificate = true
-        tls.validatesCertificateChain = false   // senders are self-signed; their key is judged by the policy
+        tls.validatesCertificateChain = false  // senders are self-signed; their key is judged by the policy
         tls.minimumVersion = .v1_3
         tls.tls13CipherSuites = TransferLimits.cipherSuites
         let txt: TXTRecord
         do {
-            txt = try TXTRecord(["v": "\(TransferLimits.protocolVersion)", "id": configuration.deviceID,
-                                 "fp": configuration.identity.publicKeySHA256])
+            txt = try TXTRecord([
+                "v": "\(TransferLimits.protocolVersion)", "id": configuration.deviceID,
+                "fp": configuration.identity.publicKeySHA256,
+            ])
         } catch {
             throw PeerTransferError.runtime("cannot make the TXT record: \(error)")
         }
@@ -73,25 +80,32 @@ public final class ReceiverService: Sendable {
         let advertisement: ServiceAdvertisement
         do {
             if let wideArea {
-                advertisement = try await ServiceAdvertisement.listen(name: name, type: TransferLimits.serviceType, domain: domain,
-                                                                      port: port, txtRecord: txt, tls: tls, limits: limits,
-                                                                      bufferSize: TransferLimits.connectionBufferSize, wideArea: wideArea)
+                advertisement = try await ServiceAdvertisement.listen(
+                    name: name, type: TransferLimits.serviceType, domain: domain,
+                    port: port, txtRecord: txt, tls: tls, limits: limits,
+                    bufferSize: TransferLimits.connectionBufferSize, wideArea: wideArea)
             } else {
-                advertisement = try await ServiceAdvertisement.listen(name: name, type: TransferLimits.serviceType, port: port,
-                                                                      txtRecord: txt, tls: tls, limits: limits,
-                                                                      bufferSize: TransferLimits.connectionBufferSize)
+                advertisement = try await ServiceAdvertisement.listen(
+                    name: name, type: TransferLimits.serviceType, port: port,
+                    txtRecord: txt, tls: tls, limits: limits,
+                    bufferSize: TransferLimits.connectionBufferSize)
             }
         } catch {
             throw PeerTransferError.runtime("cannot publish \"\(name)\": \(error)")
         }
-        let hello = Hello(protocolVersion: TransferLimits.protocolVersion, device: configuration.deviceID, name: advertisement.name)
-        return ReceiverService(advertisement: advertisement, inbox: inbox, policy: policy, hello: hello,
-                               configuration: configuration, pace: pace, keepsExecuteBits: keepsExecuteBits, logger: logger, events: events)
+        let hello = Hello(
+            protocolVersion: TransferLimits.protocolVersion, device: configuration.deviceID, name: advertisement.name)
+        return ReceiverService(
+            advertisement: advertisement, inbox: inbox, policy: policy, hello: hello,
+            configuration: configuration, pace: pace, keepsExecuteBits: keepsExecuteBits, logger: logger, events: events
+        )
     }
 
-    private init(advertisement: ServiceAdvertisement, inbox: Inbox, policy: AcceptPolicy, hello: Hello,
-                 configuration: PeerConfiguration, pace: TransferPace, keepsExecuteBits: Bool, logger: Logger,
-                 events: @escaping @Sendable (ReceiveEvent) -> Void) {
+    private init(
+        advertisement: ServiceAdvertisement, inbox: Inbox, policy: AcceptPolicy, hello: Hello,
+        configuration: PeerConfiguration, pace: TransferPace, keepsExecuteBits: Bool, logger: Logger,
+        events: @escaping @Sendable (ReceiveEvent) -> Void
+    ) {
         self.keepsExecuteBits = keepsExecuteBits
         self.advertisement = advertisement
         self.pace = pace
@@ -129,8 +143,10 @@ public final class ReceiverService: Sendable {
                 while !Task.isCancelled {
                     let swept = await onThreadOfItsOwn { sweeper.sweep(inbox.path) }
                     if swept.removed > 0 {
-                        await onThreadOfItsOwn { inbox.countParts() }   // what the sweeper removed no longer counts
-                        logger.notice("removed \(Wording.counted(swept.removed, "part file")) (\(swept.bytes) bytes) that no sender came back for within \(Wording.duration(Double(sweeper.maximumAge.components.seconds))), or to keep \(Int(sweeper.reserve * 100)) % of the disk free")
+                        await onThreadOfItsOwn { inbox.countParts() }  // what the sweeper removed no longer counts
+                        logger.notice(
+                            "removed \(Wording.counted(swept.removed, "part file")) (\(swept.bytes) bytes) that no sender came back for within \(Wording.duration(Double(sweeper.maximumAge.components.seconds))), or to keep \(Int(sweeper.reserve * 100)) % of the disk free"
+                        )
                     }
                     try? await Task.sleep(for: .seconds(3600))
                 }
@@ -156,12 +172,15 @@ public final class ReceiverService: Sendable {
                 }
             }
             for await connection in advertisement.connections {
-                let id = nextID.withLock { $0 += 1; return $0 }
+                let id = nextID.withLock {
+                    $0 += 1; return $0
+                }
                 let source = connection.remoteAddress.map { Self.sourceAddress($0) } ?? "?"
                 greetingPairs.withLock { $0[id] = connection.streams }
                 carryOut(admission.withLock { $0.arrived(id, from: source) })
-                var receiver = Receiver(id: id, inbox: inbox, policy: policy, hello: hello, trustedLabel: trusted,
-                                        events: events, logger: logger)
+                var receiver = Receiver(
+                    id: id, inbox: inbox, policy: policy, hello: hello, trustedLabel: trusted,
+                    events: events, logger: logger)
                 receiver.pace = pace
                 receiver.idleBound = pace.idleBound
                 receiver.configOption = configuration.configOption
@@ -240,4 +259,3 @@ public final class ReceiverService: Sendable {
         _ = mallocTrim?(0)
     }
 }
-

@@ -103,8 +103,10 @@ struct VerifiedBatch: @unchecked Sendable {
     ///   cannot be synced (the transfer ends on it). A file that cannot be made where it goes
     ///   (something planted there, another transfer writing it) or named fails alone, in its
     ///   result.
-    func publish(in inbox: Inbox, for sender: String, named: (FileResult, RelativePath) -> Void,
-                 movedAside: (_ parent: [String], _ name: String, _ to: String) -> Void = { _, _, _ in }) throws -> [FileResult] {
+    func publish(
+        in inbox: Inbox, for sender: String, named: (FileResult, RelativePath) -> Void,
+        movedAside: (_ parent: [String], _ name: String, _ to: String) -> Void = { _, _, _ in }
+    ) throws -> [FileResult] {
         let cache = FolderCache()
         // Each file's part file, or why it has none (it fails alone).
         var parts: [Result<PartFile, PeerTransferError>] = []
@@ -125,9 +127,12 @@ struct VerifiedBatch: @unchecked Sendable {
                     continue
                 }
                 do {
-                    parts.append(try Self.write(buffered, mode: mode, modified: modified, in: inbox, for: sender, cache: cache))
+                    parts.append(
+                        try Self.write(buffered, mode: mode, modified: modified, in: inbox, for: sender, cache: cache))
                 } catch {
-                    let failure = error as? PeerTransferError ?? .runtime("writing \(Terminal.escape(buffered.path.description)): \(error)")
+                    let failure =
+                        error as? PeerTransferError
+                        ?? .runtime("writing \(Terminal.escape(buffered.path.description)): \(error)")
                     stopped = failure
                     parts.append(.failure(failure))
                 }
@@ -150,7 +155,8 @@ struct VerifiedBatch: @unchecked Sendable {
                 if let moved = file.movedAside { movedAside(path.parent, moved.name, moved.to) }
                 result.verified = true
                 let key = FolderCache.key(path.parent)
-                if folders[key] == nil, let folder = try? inbox.openDirectory(path.parent, create: false, cache: cache) {
+                if folders[key] == nil, let folder = try? inbox.openDirectory(path.parent, create: false, cache: cache)
+                {
                     folders[key] = folder
                 }
             } catch let error as PeerTransferError {
@@ -174,11 +180,14 @@ struct VerifiedBatch: @unchecked Sendable {
     /// - Returns: the written file, or why this file alone cannot be received.
     /// - Throws: a failure to write (a full disk, an I/O error), which ends the transfer as it
     ///   would have when the bytes arrived.
-    private static func write(_ buffered: BufferedFile, mode: UInt32, modified: Double, in inbox: Inbox,
-                              for sender: String, cache: FolderCache) throws -> Result<PartFile, PeerTransferError> {
+    private static func write(
+        _ buffered: BufferedFile, mode: UInt32, modified: Double, in inbox: Inbox,
+        for sender: String, cache: FolderCache
+    ) throws -> Result<PartFile, PeerTransferError> {
         let file: PartFile
         do {
-            file = buffered.replacesPart
+            file =
+                buffered.replacesPart
                 ? try inbox.openPart(buffered.path, for: sender, cache: cache)
                 : try inbox.openUnnamedFile(buffered.path, for: sender, cache: cache)
         } catch let error as PeerTransferError where error.failsOneFileOnly {

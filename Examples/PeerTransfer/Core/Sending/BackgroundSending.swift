@@ -24,7 +24,8 @@ public struct PeerTransferUpload: PeerUploadProtocol {
         }
         let plan = try await TransferPlan.prepare(paths: [url.path])
         for skipped in plan.skipped {
-            logger?.warning("background send of \(Terminal.escape(url.path)): skipped \(Terminal.escape(skipped.description))")
+            logger?.warning(
+                "background send of \(Terminal.escape(url.path)): skipped \(Terminal.escape(skipped.description))")
         }
         var sender = Sender(configuration: configuration, displayName: displayName)
         sender.findTimeout = 10
@@ -32,16 +33,24 @@ public struct PeerTransferUpload: PeerUploadProtocol {
         let total = Int64(clamping: plan.manifest.totalBytes)
         let report: SendReport
         do {
-            report = try await sender.send(plan, to: service.service.name, events: { event in
-                if case .progress(let sent, _) = event { context.reportProgress(sent: Int64(clamping: sent), total: total) }
-            })
+            report = try await sender.send(
+                plan, to: service.service.name,
+                events: { event in
+                    if case .progress(let sent, _) = event {
+                        context.reportProgress(sent: Int64(clamping: sent), total: total)
+                    }
+                })
         } catch let error as PeerTransferError where error.isTrustFailure {
             // Paused, not given up (see isRetryable): said where the person looks, the log.
-            logger?.warning("background send of \(Terminal.escape(url.path)) to \"\(Terminal.escape(service.service.name))\" paused, it tries again later: \(error.message)")
+            logger?.warning(
+                "background send of \(Terminal.escape(url.path)) to \"\(Terminal.escape(service.service.name))\" paused, it tries again later: \(error.message)"
+            )
             throw error
         }
         if !report.failed.isEmpty {
-            throw PeerTransferError.fileFailed("\(report.failed.count) file(s) failed verification: \(report.failed.prefix(3).joined(separator: "; "))")
+            throw PeerTransferError.fileFailed(
+                "\(report.failed.count) file(s) failed verification: \(report.failed.prefix(3).joined(separator: "; "))"
+            )
         }
         if !report.declined.isEmpty {
             throw PeerTransferError.declined("the receiver declined \(report.declined.count) entries")
@@ -65,15 +74,20 @@ public struct PeerTransferUpload: PeerUploadProtocol {
 extension PeerConfiguration {
     /// The configuration of this device's background session (its folder is
     /// `CONFIG/background`). `runsTasks`: true for the daemon, false for `send --background`.
-    public func backgroundSessionConfiguration(runsTasks: Bool, displayName: String, logger: Logger? = nil) -> PeerSessionConfiguration {
+    public func backgroundSessionConfiguration(
+        runsTasks: Bool, displayName: String, logger: Logger? = nil
+    ) -> PeerSessionConfiguration {
         var session = PeerSessionConfiguration.background(withIdentifier: "peerxfer")
-        session.backgroundStateDirectory = URL(fileURLWithPath: (directory as NSString).appendingPathComponent("background"))
+        session.backgroundStateDirectory = URL(
+            fileURLWithPath: (directory as NSString).appendingPathComponent("background"))
         session.runsBackgroundTasks = runsTasks
         session.uploadProtocol = PeerTransferUpload(configuration: self, displayName: displayName, logger: logger)
         if let attempts = ProcessInfo.processInfo.environment["PEERXFER_MAX_ATTEMPTS"].flatMap(Int.init), attempts > 0 {
             session.maximumAttempts = attempts
         }
-        if let delay = ProcessInfo.processInfo.environment["PEERXFER_RETRY_DELAY"].flatMap(Double.init), delay > 0, delay.isFinite {
+        if let delay = ProcessInfo.processInfo.environment["PEERXFER_RETRY_DELAY"].flatMap(Double.init), delay > 0,
+            delay.isFinite
+        {
             session.retryDelay = delay
         }
         return session
@@ -104,15 +118,18 @@ public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Send
         }
         // Cancelled by the user (`peerxfer cancel`): an outcome of its own, not a failure.
         let cancelled = (error as? PeerSessionError)?.code == .cancelled
-        status?.recordOutbound(task: upload.persistentIdentifier, peer: Terminal.escape(upload.service.name), path: upload.taskDescription ?? "?",
-                               bytes: UInt64(max(0, upload.countOfBytesSent)), started: Date(),
-                               error: error.map { "\($0)" }, cancelled: cancelled)
+        status?.recordOutbound(
+            task: upload.persistentIdentifier, peer: Terminal.escape(upload.service.name),
+            path: upload.taskDescription ?? "?",
+            bytes: UInt64(max(0, upload.countOfBytesSent)), started: Date(),
+            error: error.map { "\($0)" }, cancelled: cancelled)
         if cancelled {
             logger.info("background send \(Self.describe(upload)) cancelled")
         } else if let error {
             logger.warning("background send \(Self.describe(upload)) failed: \(error)")
         } else {
-            logger.info("background send \(Self.describe(upload)) delivered and verified (\(upload.attempts) attempt(s))")
+            logger.info(
+                "background send \(Self.describe(upload)) delivered and verified (\(upload.attempts) attempt(s))")
         }
     }
 

@@ -23,7 +23,8 @@ enum FileHashing {
             return
         }
         let slots = 3
-        let buffers = (0..<slots).map { _ in UnsafeMutableRawBufferPointer.allocate(byteCount: blockSize, alignment: 16) }
+        let buffers = (0..<slots).map { _ in UnsafeMutableRawBufferPointer.allocate(byteCount: blockSize, alignment: 16)
+        }
         let free = DispatchSemaphore(value: slots)
         let hashing = DispatchQueue(label: "peerxfer.hash-file")
         let queued = DispatchGroup()
@@ -65,14 +66,17 @@ enum FileHashing {
     }
 
     /// Reads the next block at `offset` (up to `end`).
-    private static func readBlock(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64,
-                                  upTo end: UInt64) throws -> Int {
+    private static func readBlock(
+        _ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: UInt64,
+        upTo end: UInt64
+    ) throws -> Int {
         let want = Int(min(UInt64(buffer.count), end - offset))
         while true {
             let n = pread(fd, buffer.baseAddress!, want, off_t(offset))
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else {
-                throw PeerTransferError.runtime(n == 0 ? "the file is shorter than expected" : "read failed: \(String(cString: strerror(errno)))")
+                throw PeerTransferError.runtime(
+                    n == 0 ? "the file is shorter than expected" : "read failed: \(String(cString: strerror(errno)))")
             }
             return n
         }
@@ -86,8 +90,10 @@ enum FileHashing {
     }
 
     /// SHA-256 of each whole `chunkSize` chunk of the first `length` bytes of `fd`.
-    static func chunkDigests(of fd: Int32, length: UInt64, chunkSize: Int,
-                             stop: StopFlag? = nil) throws -> [SHA256Digest] {
+    static func chunkDigests(
+        of fd: Int32, length: UInt64, chunkSize: Int,
+        stop: StopFlag? = nil
+    ) throws -> [SHA256Digest] {
         var digests: [SHA256Digest] = []
         var offset: UInt64 = 0
         while offset + UInt64(chunkSize) <= length {
@@ -106,7 +112,9 @@ enum FileHashing {
     ///   shorter than `length` now.
     static func digest(ofFile path: String, length: UInt64) throws -> SHA256Digest {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw PeerTransferError.runtime("cannot open \(path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else {
+            throw PeerTransferError.runtime("cannot open \(path): \(String(cString: strerror(errno)))")
+        }
         defer { close(fd) }
         do {
             return try digest(of: fd, length: length)

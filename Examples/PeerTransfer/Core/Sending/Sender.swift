@@ -12,7 +12,8 @@ public enum SendEvent: Sendable {
     /// The receiver answered: entries accepted (`acceptedFiles` of them files, the rest
     /// folders), declined, files it already had, and the bytes this run will send (after
     /// resuming).
-    case answered(accepted: Int, acceptedFiles: Int, declined: Int, alreadyThere: Int, bytesToSend: UInt64, reason: String?)
+    case answered(
+        accepted: Int, acceptedFiles: Int, declined: Int, alreadyThere: Int, bytesToSend: UInt64, reason: String?)
     /// A file starts (at `offset` when resuming).
     case fileStarted(index: Int, path: String, size: UInt64, offset: UInt64)
     /// Bytes handed to the connection so far in this run, of `total`.
@@ -73,8 +74,10 @@ public struct Sender: Sendable {
     /// - Throws: ``PeerTransferError``: `peerNotFound` (not visible in time), `trust` (key
     ///   changed, spoofed, or the receiver does not know us), `declined` (nothing accepted),
     ///   `runtime`/`protocolViolation` for failures on the way.
-    public func send(_ plan: TransferPlan, to name: String,
-                     events: @escaping @Sendable (SendEvent) -> Void = { _ in }) async throws -> SendReport {
+    public func send(
+        _ plan: TransferPlan, to name: String,
+        events: @escaping @Sendable (SendEvent) -> Void = { _ in }
+    ) async throws -> SendReport {
         try await send(preparing: { plan }, to: name, events: events)
     }
 
@@ -82,8 +85,10 @@ public struct Sender: Sendable {
     /// looked for (walking a large tree and the DNS-SD lookup overlap; the connection is made
     /// once the plan is ready, so no receiver waits on a sender that is still walking).
     /// - Throws: what `preparing` throws, or what ``send(_:to:events:)`` throws.
-    public func send(preparing: @escaping @Sendable () async throws -> TransferPlan, to name: String,
-                     events: @escaping @Sendable (SendEvent) -> Void = { _ in }) async throws -> SendReport {
+    public func send(
+        preparing: @escaping @Sendable () async throws -> TransferPlan, to name: String,
+        events: @escaping @Sendable (SendEvent) -> Void = { _ in }
+    ) async throws -> SendReport {
         events(.resolving(name: name))
         let asked = DiscoveredService(name: name, type: TransferLimits.serviceType, domain: domain)
         let onTheLink = ["local", "local.", ""].contains(domain.lowercased())
@@ -124,7 +129,8 @@ public struct Sender: Sendable {
             foundByKey = true
         }
         if onTheLink, let wanted = try wantedKey(for: resolved.service.name),
-           (try? Self.advertisedKey(resolved, name: name))?.hasPrefix(wanted) != true {
+            (try? Self.advertisedKey(resolved, name: name))?.hasPrefix(wanted) != true
+        {
             let found = await ReceiverSearch.receivers(withKey: wanted, within: Self.searchByKey)
             if let first = found.first {
                 resolved = first
@@ -138,17 +144,20 @@ public struct Sender: Sendable {
         // do not compare case), so that one receiver has one pin whatever the spelling.
         let published = resolved.service.name
         let key = try Self.advertisedKey(resolved, name: published)
-        let spelled = onTheLink ? published : published + "." + (domain.hasSuffix(".") ? String(domain.dropLast()) : domain)
+        let spelled =
+            onTheLink ? published : published + "." + (domain.hasSuffix(".") ? String(domain.dropLast()) : domain)
         let decision = try await decide(about: spelled, key: key, asked: published, foundByKey: foundByKey)
         let service = resolved.service
 
-        var tls = TLSConfiguration(role: .client, pinnedSHA256: [key],
-                                   certificateChainFile: configuration.identity.certificateFile,
-                                   privateKeyFile: configuration.identity.privateKeyFile, minimumVersion: .v1_3)
+        var tls = TLSConfiguration(
+            role: .client, pinnedSHA256: [key],
+            certificateChainFile: configuration.identity.certificateFile,
+            privateKeyFile: configuration.identity.privateKeyFile, minimumVersion: .v1_3)
         tls.peerName = nil
         tls.tls13CipherSuites = TransferLimits.cipherSuites
         // Those advertising exactly this key, should the first fail its TLS check.
-        var candidates = [service] + alternatives.filter { (try? Self.advertisedKey($0, name: name)) == key }.map(\.service)
+        var candidates =
+            [service] + alternatives.filter { (try? Self.advertisedKey($0, name: name)) == key }.map(\.service)
         let pair: BoundStreamPair
         do {
             while true {
@@ -156,14 +165,17 @@ public struct Sender: Sendable {
                 do {
                     pair = try await connect(candidate, tls: tls)
                     break
-                } catch let error as SocketStreamError where error.tlsError?.code == .pinMismatch && !candidates.isEmpty {
-                    continue   // an impostor advertising the key: the next one
+                } catch let error as SocketStreamError where error.tlsError?.code == .pinMismatch && !candidates.isEmpty
+                {
+                    continue  // an impostor advertising the key: the next one
                 }
             }
         } catch let error as SocketStreamError where error.code == .tls {
             let failure = error.tlsError.map { "\($0)" } ?? "\(error)"
             if let presented = error.tlsError?.presentedPublicKeyFingerprint ?? error.tlsError?.presentedFingerprint {
-                throw PeerTransferError.trust("the receiver \"\(Terminal.escape(name))\" presented a key (\(presented)) that is not the one it advertises (\(key)); refused before sending anything, this device's own key included")
+                throw PeerTransferError.trust(
+                    "the receiver \"\(Terminal.escape(name))\" presented a key (\(presented)) that is not the one it advertises (\(key)); refused before sending anything, this device's own key included"
+                )
             }
             throw PeerTransferError.trust("TLS with \"\(Terminal.escape(name))\" failed: \(failure)")
         } catch {
@@ -178,7 +190,9 @@ public struct Sender: Sendable {
         if decision.pinsNow {
             try KnownPeers.update(at: configuration.knownPeersFile) { known in
                 if case .keyChanged(let pinnedAs, let pinnedKey) = known.verdict(forReceiver: spelled, key: key) {
-                    throw Self.keyChanged(name: name, key: key, pinnedAs: pinnedAs, pinnedKey: pinnedKey, configOption: configuration.configOption)
+                    throw Self.keyChanged(
+                        name: name, key: key, pinnedAs: pinnedAs, pinnedKey: pinnedKey,
+                        configOption: configuration.configOption)
                 }
                 // Found by its key under another name: the name the user gave is the one that
                 // now stands for this key (the other is the link's doing, "Kitchen #2").
@@ -199,9 +213,11 @@ public struct Sender: Sendable {
         } catch let error as PeerTransferError {
             throw error
         } catch let error as SocketStreamError {
-            throw PeerTransferError.runtime("the connection to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
+            throw PeerTransferError.runtime(
+                "the connection to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
         } catch {
-            throw PeerTransferError.runtime("the transfer to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
+            throw PeerTransferError.runtime(
+                "the transfer to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
         }
     }
 
@@ -217,10 +233,13 @@ public struct Sender: Sendable {
     /// Judges the receiver by its key: the expected key when one was given, then the pins
     /// (a changed key is refused), then ``firstContact`` for a receiver new here.
     /// - Throws: ``PeerTransferError/trust(_:)`` when it must not be sent to.
-    private func decide(about spelled: String, key: String, asked name: String, foundByKey: Bool) async throws -> Decision {
+    private func decide(
+        about spelled: String, key: String, asked name: String, foundByKey: Bool
+    ) async throws -> Decision {
         let option = configuration.configOption
         if let expected = expectedKey, !key.hasPrefix(expected) {
-            throw PeerTransferError.trust("""
+            throw PeerTransferError.trust(
+                """
                 the receiver "\(Terminal.escape(name))" answers with the key \(key), not the one you expected (\(expected)…); \
                 refused, nothing was sent. It may be another device using that name: compare with `peerxfer identity` on the receiver
                 """)
@@ -238,37 +257,48 @@ public struct Sender: Sendable {
             // A device paired under another name answers to a name not paired: it may be that
             // device renamed, or that device squatting a name meant for another. Asked as
             // for a new receiver, never sent to silently.
-            return try await firstContact(with: spelled, key: key, asked: name, knownAs: pinnedAs, known: known, option: option)
+            return try await firstContact(
+                with: spelled, key: key, asked: name, knownAs: pinnedAs, known: known, option: option)
         case .trustedKey(let label):
-            return try await firstContact(with: spelled, key: key, asked: name,
-                                          knownAs: label == KnownPeers.trustedByFingerprint ? "a trusted sender" : label, known: known, option: option)
+            return try await firstContact(
+                with: spelled, key: key, asked: name,
+                knownAs: label == KnownPeers.trustedByFingerprint ? "a trusted sender" : label, known: known,
+                option: option)
         case .new:
-            return try await firstContact(with: spelled, key: key, asked: name, knownAs: nil, known: known, option: option)
+            return try await firstContact(
+                with: spelled, key: key, asked: name, knownAs: nil, known: known, option: option)
         }
     }
 
     /// First contact with the name `spelled` answering with `key` (known to this device as
     /// `knownAs`, under another name, when it is): the expected key, a queued send's grant,
     /// ``firstContact``, in that order.
-    private func firstContact(with spelled: String, key: String, asked name: String, knownAs: String?,
-                              known: KnownPeers, option: String) async throws -> Decision {
+    private func firstContact(
+        with spelled: String, key: String, asked name: String, knownAs: String?,
+        known: KnownPeers, option: String
+    ) async throws -> Decision {
         if expectedKey != nil { return Decision(firstUse: true, pinsNow: true, renamedFrom: knownAs) }
         if honoursQueuedGrants, known.grantsNewKey(to: spelled) {
             return Decision(firstUse: true, pinsNow: true, renamedFrom: knownAs)
         }
         let code = VerificationCode.between(configuration.identity.publicKeySHA256, key)
-        let also = knownAs.map { " (this key is paired here as \"\(Terminal.escape($0))\": the same device under a new name, or that device answering to a name meant for another)" } ?? ""
+        let also =
+            knownAs.map {
+                " (this key is paired here as \"\(Terminal.escape($0))\": the same device under a new name, or that device answering to a name meant for another)"
+            } ?? ""
         switch firstContact {
         case .acceptNewKey:
             return Decision(firstUse: true, pinsNow: true, renamedFrom: knownAs)
         case .ask(let question):
             guard await question(NewReceiver(name: name, key: key, code: code, knownAs: knownAs)) else {
-                throw PeerTransferError.trust("you did not trust \"\(Terminal.escape(name))\" (key \(key.prefix(16))…); nothing was sent")
+                throw PeerTransferError.trust(
+                    "you did not trust \"\(Terminal.escape(name))\" (key \(key.prefix(16))…); nothing was sent")
             }
             return Decision(firstUse: true, pinsNow: true, renamedFrom: knownAs)
         case .refuse:
             let quoted = ShellWord.quoted(spelled)
-            throw PeerTransferError.trust("""
+            throw PeerTransferError.trust(
+                """
                 "\(Terminal.escape(name))" is new to this device, and anyone on the link can answer to a name: nothing was sent. \
                 It answers with the key \(key)\(also) (verification code \(code)). If `peerxfer identity` on the receiver shows that key, \
                 pair with it once: peerxfer trust --pin \(quoted) \(key)\(option) \
@@ -290,9 +320,12 @@ public struct Sender: Sendable {
     static let searchByKey: Double = 3
 
     /// The refusal of a receiver whose name (or a look-alike of it) is pinned to another key.
-    public static func keyChanged(name: String, key: String, pinnedAs: String, pinnedKey: String, configOption: String) -> PeerTransferError {
+    public static func keyChanged(
+        name: String, key: String, pinnedAs: String, pinnedKey: String, configOption: String
+    ) -> PeerTransferError {
         let same = pinnedAs == name ? "" : " (pinned as \"\(Terminal.escape(pinnedAs))\", which looks the same)"
-        return PeerTransferError.trust("""
+        return PeerTransferError.trust(
+            """
             KEY CHANGED: the receiver "\(Terminal.escape(name))"\(same) now advertises the key \(key), but its pinned key is \(pinnedKey); \
             someone may be impersonating it. Nothing was sent. If it really got a new key, run: peerxfer untrust \(ShellWord.quoted(pinnedAs))\(configOption)
             """)
@@ -307,10 +340,13 @@ public struct Sender: Sendable {
         while true {
             do {
                 if let wideArea {
-                    return try await service.connect(tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout, wideArea: wideArea)
+                    return try await service.connect(
+                        tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout, wideArea: wideArea)
                 }
                 return try await service.connect(tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout)
-            } catch let error as SocketStreamError where error.code == .connectionRefused && .now + Self.refusedRetry < deadline {
+            } catch let error as SocketStreamError
+                where error.code == .connectionRefused && .now + Self.refusedRetry < deadline
+            {
                 try await Task.sleep(for: Self.refusedRetry)
             }
         }
@@ -330,7 +366,9 @@ public struct Sender: Sendable {
     /// Looks for the receiver `service`: its resolved address and TXT record, or why not
     /// (``PeerTransferError/peerNotFound(_:)`` when it is not there in time,
     /// ``PeerTransferError/runtime(_:)`` when the name server failed).
-    private func lookUp(_ service: DiscoveredService, name: String, onTheLink: Bool) async -> Result<ResolvedService, PeerTransferError> {
+    private func lookUp(
+        _ service: DiscoveredService, name: String, onTheLink: Bool
+    ) async -> Result<ResolvedService, PeerTransferError> {
         do {
             if let wideArea {
                 return .success(try await Self.resolve(service, wideArea: wideArea, within: findTimeout))
@@ -341,11 +379,15 @@ public struct Sender: Sendable {
             return .success(try await service.resolve(timeout: findTimeout, settle: Self.resolveSettle))
         } catch let error as DiscoveryError where ![.notFound, .timedOut, .cancelled].contains(error.code) {
             // The name server failed (no answer, a refusal): not a receiver that is not there.
-            return .failure(.runtime("cannot look for \"\(Terminal.escape(name))\" in \(Terminal.escape(domain)): \(error)"))
+            return .failure(
+                .runtime("cannot look for \"\(Terminal.escape(name))\" in \(Terminal.escape(domain)): \(error)"))
         } catch {
             let place = onTheLink ? "" : " in \(Terminal.escape(domain))"
             let listing = onTheLink ? "; `peerxfer peers` lists the receivers that can be seen" : ""
-            return .failure(.peerNotFound("no peerxfer receiver named \"\(Terminal.escape(name))\"\(place) was found within \(Int(findTimeout)) s (\(error))\(listing)"))
+            return .failure(
+                .peerNotFound(
+                    "no peerxfer receiver named \"\(Terminal.escape(name))\"\(place) was found within \(Int(findTimeout)) s (\(error))\(listing)"
+                ))
         }
     }
 
@@ -356,13 +398,18 @@ public struct Sender: Sendable {
 
     /// Resolves `service` by unicast DNS, looking again every second while it is not in the zone
     /// yet, until `seconds` have passed (as the link's resolve waits for an answer).
-    static func resolve(_ service: DiscoveredService, wideArea: WideAreaBrowsing, within seconds: TimeInterval) async throws -> ResolvedService {
+    static func resolve(
+        _ service: DiscoveredService, wideArea: WideAreaBrowsing, within seconds: TimeInterval
+    ) async throws -> ResolvedService {
         let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
         while true {
-            let left = Double((deadline - .now).components.seconds) + Double((deadline - .now).components.attoseconds) / 1e18
+            let left =
+                Double((deadline - .now).components.seconds) + Double((deadline - .now).components.attoseconds) / 1e18
             do {
                 return try await service.resolve(wideArea: wideArea, timeout: max(0.1, left))
-            } catch let error as DiscoveryError where error.code == .notFound && ContinuousClock.now + .seconds(1) < deadline {
+            } catch let error as DiscoveryError
+                where error.code == .notFound && ContinuousClock.now + .seconds(1) < deadline
+            {
                 try await Task.sleep(for: .seconds(1))
             }
         }
@@ -373,24 +420,36 @@ public struct Sender: Sendable {
     ///   valid key.
     public static func advertisedKey(_ resolved: ResolvedService, name: String) throws -> String {
         guard let version = resolved.txtRecord.string(for: "v"),
-              version.split(separator: ",").contains(where: { Int($0) == TransferLimits.protocolVersion }) else {
-            throw PeerTransferError.protocolViolation("\"\(Terminal.escape(name))\" does not speak peerxfer protocol \(TransferLimits.protocolVersion) (it advertises v=\(Terminal.escape(resolved.txtRecord.string(for: "v") ?? "nothing")))")
+            version.split(separator: ",").contains(where: { Int($0) == TransferLimits.protocolVersion })
+        else {
+            throw PeerTransferError.protocolViolation(
+                "\"\(Terminal.escape(name))\" does not speak peerxfer protocol \(TransferLimits.protocolVersion) (it advertises v=\(Terminal.escape(resolved.txtRecord.string(for: "v") ?? "nothing")))"
+            )
         }
         guard let key = resolved.txtRecord.string(for: "fp")?.lowercased(), SHA256DigestText.isValid(key) else {
-            throw PeerTransferError.trust("\"\(Terminal.escape(name))\" advertises no valid key fingerprint (fp); refused")
+            throw PeerTransferError.trust(
+                "\"\(Terminal.escape(name))\" advertises no valid key fingerprint (fp); refused")
         }
         return key
     }
 
-    private func exchange(_ plan: TransferPlan, over pair: BoundStreamPair, watchdog: ProgressWatchdog,
-                          events: @escaping @Sendable (SendEvent) -> Void) async throws -> SendReport {
+    private func exchange(
+        _ plan: TransferPlan, over pair: BoundStreamPair, watchdog: ProgressWatchdog,
+        events: @escaping @Sendable (SendEvent) -> Void
+    ) async throws -> SendReport {
         var reader = FrameReader(pair.input)
         let output = pair.output
-        try await output.write(Frame.message(.hello, Hello(protocolVersion: TransferLimits.protocolVersion,
-                                                           device: configuration.deviceID, name: displayName)).encoded)
+        try await output.write(
+            Frame.message(
+                .hello,
+                Hello(
+                    protocolVersion: TransferLimits.protocolVersion,
+                    device: configuration.deviceID, name: displayName)
+            ).encoded)
         let peerHello = try await Self.expect(.hello, Hello.self, from: &reader)
         guard peerHello.protocolVersion == TransferLimits.protocolVersion else {
-            throw PeerTransferError.protocolViolation("the receiver speaks protocol \(peerHello.protocolVersion), not \(TransferLimits.protocolVersion)")
+            throw PeerTransferError.protocolViolation(
+                "the receiver speaks protocol \(peerHello.protocolVersion), not \(TransferLimits.protocolVersion)")
         }
         try await output.write(Frame.message(.manifest, plan.manifest).encoded)
         let answer = try await Self.expect(.answer, Answer.self, from: &reader)
@@ -401,18 +460,26 @@ public struct Sender: Sendable {
         // the receiver already has: part files to resume, files already in its inbox). That
         // may take a while before the first frame: the receiver allows for it (see
         // `TransferLimits.hashingAllowance`), and so does this side.
-        watchdog.touch(bound: idleBound + TransferLimits.hashingAllowance(for: answer, chunkSize: plan.manifest.chunkSize,
-                                                                          sizes: entries.map(\.size)))
+        watchdog.touch(
+            bound: idleBound
+                + TransferLimits.hashingAllowance(
+                    for: answer, chunkSize: plan.manifest.chunkSize,
+                    sizes: entries.map(\.size)))
         let outgoing = await onThreadOfItsOwn { Self.outgoing(plan, answer: answer) }
         watchdog.touch(bound: idleBound)
         let acceptedIndexes = Set(answer.accepted.map(\.index).filter { entries.indices.contains($0) })
         let declined = entries.indices.filter { !acceptedIndexes.contains($0) }.map { entries[$0].path }
         let alreadyThere = outgoing.filter { $0.unchanged != nil }.count
-        let bytesSkipped = outgoing.reduce(UInt64(0)) { $0 + ($1.unchanged != nil ? entries[$1.index].size : $1.offset) }
+        let bytesSkipped = outgoing.reduce(UInt64(0)) {
+            $0 + ($1.unchanged != nil ? entries[$1.index].size : $1.offset)
+        }
         let total = outgoing.reduce(UInt64(0)) { $0 + ($1.unchanged != nil ? 0 : entries[$1.index].size - $1.offset) }
-        events(.answered(accepted: acceptedIndexes.count, acceptedFiles: acceptedIndexes.filter { entries[$0].kind == .file }.count,
-                         declined: declined.count, alreadyThere: alreadyThere,
-                         bytesToSend: total, reason: answer.reason.map(Terminal.escape)))
+        events(
+            .answered(
+                accepted: acceptedIndexes.count,
+                acceptedFiles: acceptedIndexes.filter { entries[$0].kind == .file }.count,
+                declined: declined.count, alreadyThere: alreadyThere,
+                bytesToSend: total, reason: answer.reason.map(Terminal.escape)))
 
         // The receiver's verdicts arrive while we send: a task reads them.
         // Files whose fileEnd is on its way: a verdict on any other is a lie (the receiver
@@ -421,8 +488,9 @@ public struct Sender: Sendable {
         let results = Task { [reader, acceptedIndexes] in
             var reader = reader
             do {
-                return try await Self.collectResults(from: &reader, entries: entries, accepted: acceptedIndexes,
-                                                     ended: ended, watchdog: watchdog, events: events)
+                return try await Self.collectResults(
+                    from: &reader, entries: entries, accepted: acceptedIndexes,
+                    ended: ended, watchdog: watchdog, events: events)
             } catch {
                 // A receiver that failed the transfer, or broke the protocol, is sent nothing
                 // more: the sending below ends at once, and reports this error.
@@ -500,7 +568,8 @@ public struct Sender: Sendable {
                         // right behind it.
                         item.hasher.update(UnsafeRawBufferPointer(data))
                         let end = fileEnd()
-                        end.copyBytes(to: UnsafeMutableRawBufferPointer(rebasing: frame[wireSize..<wireSize + end.count]))
+                        end.copyBytes(
+                            to: UnsafeMutableRawBufferPointer(rebasing: frame[wireSize..<wireSize + end.count]))
                         wireSize += end.count
                     } else {
                         hashing.submit(UnsafeRawBufferPointer(data), to: item.hasher)
@@ -512,7 +581,7 @@ public struct Sender: Sendable {
                     offset += UInt64(length)
                     sent += UInt64(length)
                     events(.progress(sent: sent, total: total))
-                    if whole { continue files }   // its end went with it
+                    if whole { continue files }  // its end went with it
                 }
                 await hashing.settle(toAtMost: 0)
                 try await output.write(fileEnd())
@@ -537,13 +606,16 @@ public struct Sender: Sendable {
         if unconfirmed > 0 {
             failed.append("\(unconfirmed) accepted file(s): the receiver ended without saying they were verified")
         }
-        return SendReport(verified: outcome.verified, failed: failed, declined: declined,
-                          bytesSent: sent, bytesSkipped: bytesSkipped)
+        return SendReport(
+            verified: outcome.verified, failed: failed, declined: declined,
+            bytesSent: sent, bytesSkipped: bytesSkipped)
     }
 
-    private static func collectResults(from reader: inout FrameReader, entries: [ManifestEntry], accepted: Set<Int>,
-                                       ended: EndedFiles, watchdog: ProgressWatchdog,
-                                       events: @Sendable (SendEvent) -> Void) async throws -> (verified: Int, failed: [String]) {
+    private static func collectResults(
+        from reader: inout FrameReader, entries: [ManifestEntry], accepted: Set<Int>,
+        ended: EndedFiles, watchdog: ProgressWatchdog,
+        events: @Sendable (SendEvent) -> Void
+    ) async throws -> (verified: Int, failed: [String]) {
         var verified = 0
         var failed: [String] = []
         var answered = Set<Int>()
@@ -553,13 +625,16 @@ public struct Sender: Sendable {
             case .fileResult:
                 let result = try frame.decode(FileResult.self)
                 guard accepted.contains(result.index), entries[result.index].kind == .file else {
-                    throw PeerTransferError.protocolViolation("a result for entry \(result.index), which is not an accepted file")
+                    throw PeerTransferError.protocolViolation(
+                        "a result for entry \(result.index), which is not an accepted file")
                 }
                 guard ended.contains(result.index) else {
-                    throw PeerTransferError.protocolViolation("a result for entry \(result.index), whose end was not sent yet")
+                    throw PeerTransferError.protocolViolation(
+                        "a result for entry \(result.index), whose end was not sent yet")
                 }
                 guard !(result.verified && ended.withdrew(result.index)) else {
-                    throw PeerTransferError.protocolViolation("entry \(result.index) reported verified, though this sender withdrew it")
+                    throw PeerTransferError.protocolViolation(
+                        "entry \(result.index) reported verified, though this sender withdrew it")
                 }
                 guard answered.insert(result.index).inserted else {
                     throw PeerTransferError.protocolViolation("a second result for entry \(result.index)")
@@ -567,8 +642,10 @@ public struct Sender: Sendable {
                 let path = entries[result.index].path
                 if result.verified {
                     verified += 1
-                    events(.fileVerified(index: result.index, path: path,
-                                         storedAs: Terminal.escape(result.storedAs ?? path)))
+                    events(
+                        .fileVerified(
+                            index: result.index, path: path,
+                            storedAs: Terminal.escape(result.storedAs ?? path)))
                 } else {
                     let reason = Terminal.escape(result.error ?? "not verified")
                     failed.append("\(path): \(reason)")
@@ -588,7 +665,9 @@ public struct Sender: Sendable {
     }
 
     /// Reads the next frame, which must be `kind` (a failure frame becomes its error).
-    static func expect<M: Decodable>(_ kind: Frame.Kind, _ type: M.Type, from reader: inout FrameReader) async throws -> M {
+    static func expect<M: Decodable>(
+        _ kind: Frame.Kind, _ type: M.Type, from reader: inout FrameReader
+    ) async throws -> M {
         guard let frame = try await reader.next() else {
             throw PeerTransferError.runtime("the receiver closed the connection (waiting for its \(kind))")
         }
@@ -639,18 +718,23 @@ public struct Sender: Sendable {
         let entries = plan.manifest.entries
         var taken = Set<Int>()
         var outgoing: [Outgoing] = []
-        for accepted in answer.accepted.sorted(by: { $0.index < $1.index }) where entries.indices.contains(accepted.index) {
+        for accepted in answer.accepted.sorted(by: { $0.index < $1.index })
+        where entries.indices.contains(accepted.index) {
             // An index given twice is taken once.
             guard taken.insert(accepted.index).inserted, entries[accepted.index].kind == .file else { continue }
             let entry = entries[accepted.index], source = plan.sources[accepted.index]!
             do {
                 if let existing = accepted.existing,
-                   try FileHashing.digest(ofFile: source, length: entry.size).hex == existing {
-                    outgoing.append(Outgoing(index: accepted.index, offset: entry.size, hasher: SHA256Hasher(), unchanged: existing))
+                    try FileHashing.digest(ofFile: source, length: entry.size).hex == existing
+                {
+                    outgoing.append(
+                        Outgoing(index: accepted.index, offset: entry.size, hasher: SHA256Hasher(), unchanged: existing)
+                    )
                     continue
                 }
-                let (offset, hasher) = try resumePoint(source: source, have: accepted.have,
-                                                       chunkSize: plan.manifest.chunkSize, size: entry.size)
+                let (offset, hasher) = try resumePoint(
+                    source: source, have: accepted.have,
+                    chunkSize: plan.manifest.chunkSize, size: entry.size)
                 outgoing.append(Outgoing(index: accepted.index, offset: offset, hasher: hasher))
             } catch {
                 outgoing.append(Outgoing(index: accepted.index, offset: 0, hasher: SHA256Hasher(), withdrawn: true))
@@ -662,11 +746,15 @@ public struct Sender: Sendable {
     /// Where to resume: after the longest run of the receiver's chunk digests that match ours,
     /// but before the file's last chunk, which is always sent (a file ends with a chunk, then
     /// its `fileEnd`); and a hasher holding the bytes before it.
-    static func resumePoint(source: String, have: [String], chunkSize: Int, size: UInt64) throws -> (UInt64, SHA256Hasher) {
+    static func resumePoint(
+        source: String, have: [String], chunkSize: Int, size: UInt64
+    ) throws -> (UInt64, SHA256Hasher) {
         let whole = SHA256Hasher()
         guard !have.isEmpty else { return (0, whole) }
         let fd = open(source, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw PeerTransferError.runtime("cannot open \(source): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else {
+            throw PeerTransferError.runtime("cannot open \(source): \(String(cString: strerror(errno)))")
+        }
         defer { close(fd) }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
         defer { buffer.deallocate() }
@@ -694,21 +782,26 @@ public struct Sender: Sendable {
     private static func identity(of fd: Int32) -> Identity? {
         var info = stat()
         guard fstat(fd, &info) == 0 else { return nil }
-        return Identity(size: UInt64(info.st_size), modified: TransferPlan.modificationTime(info),
-                        times: [info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_ctim.tv_sec, info.st_ctim.tv_nsec])
+        return Identity(
+            size: UInt64(info.st_size), modified: TransferPlan.modificationTime(info),
+            times: [info.st_mtim.tv_sec, info.st_mtim.tv_nsec, info.st_ctim.tv_sec, info.st_ctim.tv_nsec])
     }
 
     /// The file ended before the bytes the plan listed.
     struct FileShrank: Error {}
 
-    private static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, count: Int, at offset: UInt64,
-                                  path: String) throws {
+    private static func readFully(
+        _ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, count: Int, at offset: UInt64,
+        path: String
+    ) throws {
         var done = 0
         while done < count {
             let n = pread(fd, buffer.baseAddress! + done, count - done, off_t(offset) + off_t(done))
             if n < 0 && errno == EINTR { continue }
             if n == 0 { throw FileShrank() }
-            guard n > 0 else { throw PeerTransferError.runtime("cannot read \(path): \(String(cString: strerror(errno)))") }
+            guard n > 0 else {
+                throw PeerTransferError.runtime("cannot read \(path): \(String(cString: strerror(errno)))")
+            }
             done += n
         }
     }

@@ -29,7 +29,8 @@ public struct TransferPlan: Sendable {
     ///   ``PeerTransferError/limit(_:)`` beyond the protocol's limits;
     ///   ``PeerTransferError/runtime(_:)`` when a file cannot be opened for reading.
     public static func make(paths: [String]) throws -> TransferPlan {
-        var plan = TransferPlan(manifest: Manifest(chunkSize: TransferLimits.chunkSize, entries: []), sources: [], skipped: [])
+        var plan = TransferPlan(
+            manifest: Manifest(chunkSize: TransferLimits.chunkSize, entries: []), sources: [], skipped: [])
         for argument in try checkArguments(paths) {
             try plan.add(argument.path, as: argument.name, info: argument.info)
             guard plan.manifest.entries.count <= TransferLimits.maximumEntries else {
@@ -59,9 +60,12 @@ public struct TransferPlan: Sendable {
                 throw PeerTransferError.usage("\(argument): \(String(cString: strerror(errno)))")
             }
             let rootName = url.lastPathComponent
-            guard rootName != "/" && !rootName.isEmpty else { throw PeerTransferError.usage("cannot send the root folder itself") }
+            guard rootName != "/" && !rootName.isEmpty else {
+                throw PeerTransferError.usage("cannot send the root folder itself")
+            }
             guard roots.insert(rootName).inserted else {
-                throw PeerTransferError.usage("two arguments are named \"\(rootName)\"; they would land on the same path")
+                throw PeerTransferError.usage(
+                    "two arguments are named \"\(rootName)\"; they would land on the same path")
             }
             checked.append((url.path, rootName, info))
         }
@@ -105,14 +109,20 @@ public struct TransferPlan: Sendable {
         case S_IFREG:
             // Unreadable files fail the plan now, with their names, not the transfer half way.
             let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
-            guard fd >= 0 else { throw PeerTransferError.runtime("cannot read \(path): \(String(cString: strerror(errno)))") }
+            guard fd >= 0 else {
+                throw PeerTransferError.runtime("cannot read \(path): \(String(cString: strerror(errno)))")
+            }
             close(fd)
-            manifest.entries.append(ManifestEntry(path: relative, kind: .file, size: UInt64(info.st_size),
-                                                  mode: UInt32(info.st_mode & 0o777), modified: modified))
+            manifest.entries.append(
+                ManifestEntry(
+                    path: relative, kind: .file, size: UInt64(info.st_size),
+                    mode: UInt32(info.st_mode & 0o777), modified: modified))
             sources.append(path)
         case S_IFDIR:
-            manifest.entries.append(ManifestEntry(path: relative, kind: .directory, size: 0,
-                                                  mode: UInt32(info.st_mode & 0o777), modified: modified))
+            manifest.entries.append(
+                ManifestEntry(
+                    path: relative, kind: .directory, size: 0,
+                    mode: UInt32(info.st_mode & 0o777), modified: modified))
             sources.append(nil)
             let children: [String]
             do {
@@ -135,7 +145,12 @@ public struct TransferPlan: Sendable {
                 }
                 if let twin = spellings.updateValue(child, forKey: Array(Self.composed(child).utf8)) {
                     spellings[Array(Self.composed(child).utf8)] = twin
-                    skipped.append(Skipped(path: childPath, reason: "not sent, its name is another spelling of \"\((path as NSString).appendingPathComponent(twin))\" in Unicode (the receiver stores names in composed form, NFC, where the two are one): rename one of them"))
+                    skipped.append(
+                        Skipped(
+                            path: childPath,
+                            reason:
+                                "not sent, its name is another spelling of \"\((path as NSString).appendingPathComponent(twin))\" in Unicode (the receiver stores names in composed form, NFC, where the two are one): rename one of them"
+                        ))
                     continue
                 }
                 var childInfo = stat()
@@ -147,7 +162,8 @@ public struct TransferPlan: Sendable {
                 // A name the protocol cannot carry (a control character, say) leaves out that
                 // entry, not the whole send: the rest of the tree goes, and the user is told.
                 let childRelative = relative + "/" + child
-                if let why = Self.unsendable(childRelative, name: child, isFile: childInfo.st_mode & S_IFMT == S_IFREG) {
+                if let why = Self.unsendable(childRelative, name: child, isFile: childInfo.st_mode & S_IFMT == S_IFREG)
+                {
                     skipped.append(Skipped(path: childPath, reason: "not sent, its path \(why)"))
                     continue
                 }

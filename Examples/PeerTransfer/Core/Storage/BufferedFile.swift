@@ -47,8 +47,9 @@ struct BufferedFile {
     /// Adds `bytes`, which start at `offset`. The receiver's state machine admits only the
     /// next bytes of a file, inside its size; anything else is a bug here.
     mutating func append(_ bytes: Data, at offset: UInt64) {
-        precondition(offset == UInt64(data.count) && offset + UInt64(bytes.count) <= size,
-                     "buffered file bytes out of order")
+        precondition(
+            offset == UInt64(data.count) && offset + UInt64(bytes.count) <= size,
+            "buffered file bytes out of order")
         data.append(bytes)
     }
 

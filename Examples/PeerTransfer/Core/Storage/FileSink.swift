@@ -68,8 +68,10 @@ final class FileSink: @unchecked Sendable {
 
     /// A sink for `file`, whose first bytes `hasher` already holds, of `size` bytes in all;
     /// at most `limit` bytes wait on each queue, and a flush starts every `flushStep` bytes.
-    init(file: PartFile, continuing hasher: SHA256Hasher, size: UInt64, limit: Int = 16 << 20,
-         flushStep: Int = FileSink.flushStep) {
+    init(
+        file: PartFile, continuing hasher: SHA256Hasher, size: UInt64, limit: Int = 16 << 20,
+        flushStep: Int = FileSink.flushStep
+    ) {
         self.file = file
         self.hasher = hasher
         let queued = size > Self.inlineLimit

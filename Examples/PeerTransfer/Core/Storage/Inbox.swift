@@ -46,7 +46,9 @@ final class Inbox: @unchecked Sendable {
         // every transfer: refused at the start instead.
         guard faccessat(root, ".", W_OK | X_OK, AT_EACCESS) == 0 else {
             let reason = String(cString: strerror(errno))
-            throw PeerTransferError.usage("cannot write to the inbox \(Terminal.escape(path)) (\(reason)); give --inbox a folder this user can write")
+            throw PeerTransferError.usage(
+                "cannot write to the inbox \(Terminal.escape(path)) (\(reason)); give --inbox a folder this user can write"
+            )
         }
     }
 
@@ -61,7 +63,7 @@ final class Inbox: @unchecked Sendable {
     /// a whole batch of received files durable before they get their names.
     func syncData() throws {
         guard let syncfs = Self.syncfs else {
-            sync()   // no syncfs in this libc: the whole system, which includes the inbox
+            sync()  // no syncfs in this libc: the whole system, which includes the inbox
             return
         }
         guard syncfs(root) == 0 else {
@@ -80,7 +82,8 @@ final class Inbox: @unchecked Sendable {
     func freeBytes() throws -> UInt64 {
         var info = statvfs()
         guard fstatvfs(root, &info) == 0 else {
-            throw PeerTransferError.runtime("cannot read the free space of \(path): \(String(cString: strerror(errno)))")
+            throw PeerTransferError.runtime(
+                "cannot read the free space of \(path): \(String(cString: strerror(errno)))")
         }
         return UInt64(info.f_bavail) * UInt64(info.f_frsize)
     }
@@ -97,7 +100,8 @@ final class Inbox: @unchecked Sendable {
             let available = free - min(free, promised)
             guard bytes <= available else {
                 // What other transfers were promised is this receiver's business, not the peer's.
-                throw PeerTransferError.noSpace("the receiver has \(available) bytes free for this transfer, which needs \(bytes)")
+                throw PeerTransferError.noSpace(
+                    "the receiver has \(available) bytes free for this transfer, which needs \(bytes)")
             }
             promised += bytes
         }
@@ -126,8 +130,10 @@ final class Inbox: @unchecked Sendable {
     ///   folder; ``PeerTransferError/fileFailed(_:)`` when one cannot be opened or made for lack
     ///   of permission (the files below it fail alone); ``PeerTransferError/noSpace(_:)``;
     ///   ``PeerTransferError/runtime(_:)`` for other failures.
-    func openDirectory(_ components: [String], create: Bool, mode: mode_t = 0o755,
-                       cache: FolderCache? = nil, madeFor sender: String? = nil) throws -> Int32? {
+    func openDirectory(
+        _ components: [String], create: Bool, mode: mode_t = 0o755,
+        cache: FolderCache? = nil, madeFor sender: String? = nil
+    ) throws -> Int32? {
         if let cache, !components.isEmpty {
             switch cache.lookUp(components, creating: create) {
             case .open(let fd, let device, let inode):
@@ -150,7 +156,9 @@ final class Inbox: @unchecked Sendable {
         for (depth, component) in components.enumerated() {
             var next = openat(current, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             // A file an untrusted sender left where a trusted sender's folder goes moves aside.
-            if next < 0 && errno == ENOTDIR && create, let sender, moveStrangersFileAside(component, in: current, for: sender) {
+            if next < 0 && errno == ENOTDIR && create, let sender,
+                moveStrangersFileAside(component, in: current, for: sender)
+            {
                 errno = ENOENT
             }
             if next < 0 && errno == ENOENT && create {
@@ -162,10 +170,14 @@ final class Inbox: @unchecked Sendable {
                     let shown = Self.shown(components.prefix(depth + 1))
                     switch failure {
                     case ENOSPC, EDQUOT: throw PeerTransferError.noSpace("no space for the folder \(shown)")
-                    case ENOTDIR: throw PeerTransferError.unsafePath("something in the way of the folder \(shown) is not a folder")
+                    case ENOTDIR:
+                        throw PeerTransferError.unsafePath(
+                            "something in the way of the folder \(shown) is not a folder")
                     case EACCES, EPERM: throw PeerTransferError.fileFailed("cannot create \(shown): \(reason)")
                     // The folder it goes in was removed or moved away meanwhile: this path alone.
-                    case ENOENT: throw PeerTransferError.fileFailed("cannot create \(shown): a folder on its way went away meanwhile")
+                    case ENOENT:
+                        throw PeerTransferError.fileFailed(
+                            "cannot create \(shown): a folder on its way went away meanwhile")
                     default: throw PeerTransferError.runtime("cannot create \(shown): \(reason)")
                     }
                 }
@@ -181,7 +193,8 @@ final class Inbox: @unchecked Sendable {
                 switch failure {
                 case ENOENT where !create: return nil
                 case ELOOP, ENOTDIR:
-                    throw PeerTransferError.unsafePath("\(where_) in the inbox is a symlink or not a folder; nothing is written through it")
+                    throw PeerTransferError.unsafePath(
+                        "\(where_) in the inbox is a symlink or not a folder; nothing is written through it")
                 case EACCES, EPERM:
                     // This folder alone: the files below it fail, the others go on.
                     throw PeerTransferError.fileFailed("cannot open \(where_): \(String(cString: strerror(failure)))")
@@ -208,8 +221,9 @@ final class Inbox: @unchecked Sendable {
         defer { close(held) }
         var info = stat()
         guard fstat(held, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG,
-              let deliverer = PartFile.deliverer(ofPath: "/proc/self/fd/\(held)"), SHA256DigestText.isValid(deliverer),
-              deliverer != sender, !trusts(deliverer) else { return false }
+            let deliverer = PartFile.deliverer(ofPath: "/proc/self/fd/\(held)"), SHA256DigestText.isValid(deliverer),
+            deliverer != sender, !trusts(deliverer)
+        else { return false }
         let mark = "from " + String(deliverer.prefix(8))
         for attempt in 0..<PartFile.numberedNames {
             let aside = PartFile.labelled(name, attempt == 0 ? mark : "\(mark), \(attempt)")
@@ -227,7 +241,9 @@ final class Inbox: @unchecked Sendable {
         var prefix = ""
         for component in components {
             prefix = prefix.isEmpty ? component : prefix + "/" + component
-            guard fstatat(root, prefix, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFDIR else { return false }
+            guard fstatat(root, prefix, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
+                return false
+            }
         }
         return UInt64(info.st_dev) == device && UInt64(info.st_ino) == inode
     }
@@ -239,8 +255,10 @@ final class Inbox: @unchecked Sendable {
     /// ``PartFile/recordSender(_:new:)``): offering anyone the digest of any
     /// file would let a peer learn what others sent (a short file's digest gives its bytes away
     /// to a few guesses).
-    func digest(ofFile path: RelativePath, size: UInt64, deliveredBy sender: String,
-                cache: FolderCache? = nil) -> SHA256Digest? {
+    func digest(
+        ofFile path: RelativePath, size: UInt64, deliveredBy sender: String,
+        cache: FolderCache? = nil
+    ) -> SHA256Digest? {
         guard let directory = try? openDirectory(path.parent, create: false, cache: cache) else { return nil }
         defer { close(directory) }
         // O_NONBLOCK: a FIFO planted under the name must not hang the daemon (regular files
@@ -250,7 +268,8 @@ final class Inbox: @unchecked Sendable {
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, UInt64(info.st_size) == size,
-              PartFile.deliverer(of: fd) == sender, !sender.isEmpty else { return nil }
+            PartFile.deliverer(of: fd) == sender, !sender.isEmpty
+        else { return nil }
         let key = DigestCache.Key(info)
         return digests.digest(for: key) {
             guard let digest = try? FileHashing.digest(of: fd, length: size) else { return nil }
@@ -263,29 +282,36 @@ final class Inbox: @unchecked Sendable {
 
     /// SHA-256 of each whole chunk of `sender`'s part file for `path` (empty when there is none,
     /// or when another sender wrote it: its digests would tell this one about someone else's file).
-    func partChunkDigests(_ path: RelativePath, chunkSize: Int, for sender: String,
-                          cache: FolderCache? = nil) -> [SHA256Digest] {
+    func partChunkDigests(
+        _ path: RelativePath, chunkSize: Int, for sender: String,
+        cache: FolderCache? = nil
+    ) -> [SHA256Digest] {
         resumablePart(path, chunkSize: chunkSize, for: sender, cache: cache) ?? []
     }
 
     /// SHA-256 of each whole chunk of `sender`'s part file for `path`; nil when there is no
     /// part file that `sender` may resume (none, another sender's, one being written now).
-    func resumablePart(_ path: RelativePath, chunkSize: Int, for sender: String,
-                       cache: FolderCache? = nil, stop: StopFlag? = nil) -> [SHA256Digest]? {
+    func resumablePart(
+        _ path: RelativePath, chunkSize: Int, for sender: String,
+        cache: FolderCache? = nil, stop: StopFlag? = nil
+    ) -> [SHA256Digest]? {
         guard let directory = try? openDirectory(path.parent, create: false, cache: cache) else { return nil }
         defer { close(directory) }
-        let fd = openat(directory, TransferLimits.partName(of: path.name, from: sender), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        let fd = openat(
+            directory, TransferLimits.partName(of: path.name, from: sender),
+            O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var info = stat()
         // Only a plain part file of our own counts: not a FIFO or device, not a hard link to a
         // file elsewhere, not one another transfer is writing now (it holds the lock).
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_nlink == 1,
-              PartFile.mayResume(fd, sender: sender), flock(fd, LOCK_SH | LOCK_NB) == 0 else { return nil }
+            PartFile.mayResume(fd, sender: sender), flock(fd, LOCK_SH | LOCK_NB) == 0
+        else { return nil }
         // Only a probe: held while hashing (seconds for a large file), the lock would make a
         // transfer that opens this part file meanwhile fail. The digests are a hint; the whole
         // file is checked again before it gets its name.
-        _ = flock(fd, LOCK_UN)   // closing the descriptor below releases it anyway
+        _ = flock(fd, LOCK_UN)  // closing the descriptor below releases it anyway
         // Remembered by the file's identity and times (as delivered files' digests are): the
         // same part file offered again is not hashed again. A hashing stopped because the
         // offer's sender left answers nothing and is not remembered.
@@ -293,7 +319,10 @@ final class Inbox: @unchecked Sendable {
         key.chunkSize = chunkSize
         if stop?.isSet == true { return nil }
         return partDigests.digests(for: key) {
-            guard let digests = try? FileHashing.chunkDigests(of: fd, length: UInt64(info.st_size), chunkSize: chunkSize, stop: stop) else {
+            guard
+                let digests = try? FileHashing.chunkDigests(
+                    of: fd, length: UInt64(info.st_size), chunkSize: chunkSize, stop: stop)
+            else {
                 return nil
             }
             var after = stat()
@@ -319,12 +348,15 @@ final class Inbox: @unchecked Sendable {
         for _ in 0..<3 {
             if let file = try openPart(path, for: sender, cache: cache, attempt: ()) { return file }
         }
-        throw PeerTransferError.fileFailed("the part file of \(Terminal.escape(path.description)) was removed three times as it was opened; try again")
+        throw PeerTransferError.fileFailed(
+            "the part file of \(Terminal.escape(path.description)) was removed three times as it was opened; try again")
     }
 
     /// One try of ``openPart(_:for:cache:)``: nil when the part file lost its name before it
     /// was locked.
-    private func openPart(_ path: RelativePath, for sender: String, cache: FolderCache?, attempt: Void) throws -> PartFile? {
+    private func openPart(
+        _ path: RelativePath, for sender: String, cache: FolderCache?, attempt: Void
+    ) throws -> PartFile? {
         guard let directory = try openDirectory(path.parent, create: true, cache: cache, madeFor: sender) else {
             throw PeerTransferError.runtime("cannot create the folder of \(path)")
         }
@@ -338,7 +370,7 @@ final class Inbox: @unchecked Sendable {
             switch failure {
             case ELOOP:
                 throw PeerTransferError.unsafePath("\(shown) is a symlink; nothing is written through it")
-            case EISDIR, ENOTDIR, ENXIO:   // a folder, or a socket (ENXIO), where the part file goes
+            case EISDIR, ENOTDIR, ENXIO:  // a folder, or a socket (ENXIO), where the part file goes
                 throw PeerTransferError.unsafePath("\(shown) is taken by something that is not a file")
             case EACCES, EPERM, ETXTBSY, ENAMETOOLONG:
                 throw PeerTransferError.fileFailed("cannot open \(shown): \(String(cString: strerror(failure)))")
@@ -354,7 +386,8 @@ final class Inbox: @unchecked Sendable {
         guard statted, (info.st_mode & S_IFMT) == S_IFREG, info.st_nlink == 1 else {
             close(fd)
             close(directory)
-            throw PeerTransferError.unsafePath("\(shown) is not a plain file of its own (a hard link, a FIFO or a device); nothing is written to it")
+            throw PeerTransferError.unsafePath(
+                "\(shown) is not a plain file of its own (a hard link, a FIFO or a device); nothing is written to it")
         }
         // Another sender's part file (waiting for it to resume, or being written by it) is left
         // alone, unlocked: this transfer's copy goes to a file without a name.
@@ -369,9 +402,13 @@ final class Inbox: @unchecked Sendable {
             // other (the part file recorded no writer yet) gets a copy of its own.
             let writer = PartFile.deliverer(of: fd)
             close(fd)
-            guard writer == sender else { return try openUnnamedPart(path, in: directory, for: sender, refused: Self.noSecondCopy(of: path)) }
+            guard writer == sender else {
+                return try openUnnamedPart(path, in: directory, for: sender, refused: Self.noSecondCopy(of: path))
+            }
             close(directory)
-            throw PeerTransferError.fileFailed("another transfer is receiving \(Terminal.escape(path.description)) right now; try again when it is done")
+            throw PeerTransferError.fileFailed(
+                "another transfer is receiving \(Terminal.escape(path.description)) right now; try again when it is done"
+            )
         }
         guard Self.stillNamed(name, in: directory, fd) else {
             close(fd)
@@ -403,7 +440,9 @@ final class Inbox: @unchecked Sendable {
     func claim(_ path: RelativePath, for sender: String) throws -> ReceivingClaim {
         let key = Array(sender.utf8) + [0] + FolderCache.key(path.components)
         guard receiving.withLock({ $0.insert(key).inserted }) else {
-            throw PeerTransferError.fileFailed("another transfer is receiving \(Terminal.escape(path.description)) right now; try again when it is done")
+            throw PeerTransferError.fileFailed(
+                "another transfer is receiving \(Terminal.escape(path.description)) right now; try again when it is done"
+            )
         }
         return ReceivingClaim(inbox: self, key: key)
     }
@@ -438,8 +477,9 @@ final class Inbox: @unchecked Sendable {
             case EOPNOTSUPP, EISDIR, EINVAL:
                 self.usesUnnamedFiles = false
                 return try self.openPart(path, for: sender, cache: cache)
-            default:   // EACCES, EPERM
-                throw PeerTransferError.fileFailed("cannot make a file in the folder of \(Terminal.escape(path.description)): \(reason)")
+            default:  // EACCES, EPERM
+                throw PeerTransferError.fileFailed(
+                    "cannot make a file in the folder of \(Terminal.escape(path.description)): \(reason)")
             }
         }
     }
@@ -450,8 +490,10 @@ final class Inbox: @unchecked Sendable {
     ///   `directory` already closed.
     /// - Throws: ``PeerTransferError/noSpace(_:)``; what `refused` throws;
     ///   ``PeerTransferError/runtime(_:)`` for other failures.
-    private func openUnnamedPart(_ path: RelativePath, in directory: Int32, for sender: String,
-                                 refused: (_ failure: Int32, _ reason: String) throws -> PartFile) throws -> PartFile {
+    private func openUnnamedPart(
+        _ path: RelativePath, in directory: Int32, for sender: String,
+        refused: (_ failure: Int32, _ reason: String) throws -> PartFile
+    ) throws -> PartFile {
         let fd = openat(directory, ".", PartFile.unnamedFileFlags | O_RDWR | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
             let failure = errno
@@ -459,11 +501,13 @@ final class Inbox: @unchecked Sendable {
             let reason = String(cString: strerror(failure))
             switch failure {
             case ENOSPC, EDQUOT:
-                throw PeerTransferError.noSpace("the inbox's disk is full (receiving \(Terminal.escape(path.description)))")
+                throw PeerTransferError.noSpace(
+                    "the inbox's disk is full (receiving \(Terminal.escape(path.description)))")
             case EOPNOTSUPP, EISDIR, EINVAL, EACCES, EPERM:
                 return try refused(failure, reason)
             default:
-                throw PeerTransferError.runtime("cannot make a file in the folder of \(Terminal.escape(path.description)): \(reason)")
+                throw PeerTransferError.runtime(
+                    "cannot make a file in the folder of \(Terminal.escape(path.description)): \(reason)")
             }
         }
         let file = PartFile(inbox: self, directory: directory, fd: fd, path: path, partName: nil, sender: sender)
@@ -474,7 +518,9 @@ final class Inbox: @unchecked Sendable {
     /// For a second sender whose copy cannot go to a file without a name: that file fails.
     private static func noSecondCopy(of path: RelativePath) -> (Int32, String) throws -> PartFile {
         { _, reason in
-            throw PeerTransferError.fileFailed("the part file for \(Terminal.escape(path.description)) belongs to another sender's transfer, and this file system cannot hold a second copy beside it without a name (\(reason))")
+            throw PeerTransferError.fileFailed(
+                "the part file for \(Terminal.escape(path.description)) belongs to another sender's transfer, and this file system cannot hold a second copy beside it without a name (\(reason))"
+            )
         }
     }
 

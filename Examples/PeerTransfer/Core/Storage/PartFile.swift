@@ -47,7 +47,8 @@ final class PartFile {
     private func withFolder<T>(cache: FolderCache? = nil, _ body: (Int32) throws -> T) throws -> T {
         if directory >= 0 { return try body(directory) }
         guard let folder = try inbox.openDirectory(path.parent, create: false, cache: cache) else {
-            throw PeerTransferError.runtime("the folder of \(Terminal.escape(path.description)) went away before it got its name")
+            throw PeerTransferError.runtime(
+                "the folder of \(Terminal.escape(path.description)) went away before it got its name")
         }
         defer { close(folder) }
         return try body(folder)
@@ -62,7 +63,9 @@ final class PartFile {
         // Cutting a shorter file "back" would lengthen it with zeros, which would then be
         // taken for the sender's bytes.
         guard UInt64(info.st_size) >= offset else {
-            throw PeerTransferError.fileFailed("the part file of \(Terminal.escape(path.description)) holds \(info.st_size) bytes, fewer than the \(offset) to resume after (it changed since the answer); send it again")
+            throw PeerTransferError.fileFailed(
+                "the part file of \(Terminal.escape(path.description)) holds \(info.st_size) bytes, fewer than the \(offset) to resume after (it changed since the answer); send it again"
+            )
         }
         if UInt64(info.st_size) > offset {
             guard ftruncate(fd, off_t(offset)) == 0 else { throw ioError("ftruncate") }
@@ -122,7 +125,7 @@ final class PartFile {
         }
         written = max(written, offset + UInt64(data.count))
         if writesDirectly {
-            writeBackStart = written   // nothing of it waits in the page cache
+            writeBackStart = written  // nothing of it waits in the page cache
         } else if written - writeBackStart >= Self.writeBackStep {
             startWriteBack()
         }
@@ -186,8 +189,10 @@ final class PartFile {
         // bogus one, NaN or 1e300, is left out rather than trapping in the conversion).
         if modified.isFinite, abs(modified) < 1e11 {
             let seconds = modified.rounded(.down)
-            var times = [timespec(tv_sec: time(nil), tv_nsec: 0),
-                         timespec(tv_sec: Int(seconds), tv_nsec: Int((modified - seconds) * 1e9))]
+            var times = [
+                timespec(tv_sec: time(nil), tv_nsec: 0),
+                timespec(tv_sec: Int(seconds), tv_nsec: Int((modified - seconds) * 1e9)),
+            ]
             guard futimens(fd, &times) == 0 else { throw ioError("futimens") }
         }
         // The folder's descriptor goes; the file's own stays open, holding the lock that keeps
@@ -222,16 +227,20 @@ final class PartFile {
                 return (path.parent + [candidate]).joined(separator: "/")
             }
             for attempt in 0..<(Self.numberedNames + 64) {
-                let candidate = attempt == 0 ? path.name
-                    : attempt < Self.numberedNames ? Self.numbered(path.name, attempt)
-                    : Self.labelled(path.name, String(UInt32.random(in: 0x1000_0000...UInt32.max), radix: 16))
+                let candidate =
+                    attempt == 0
+                    ? path.name
+                    : attempt < Self.numberedNames
+                        ? Self.numbered(path.name, attempt)
+                        : Self.labelled(path.name, String(UInt32.random(in: 0x1000_0000...UInt32.max), radix: 16))
                 // link(2) refuses to replace an existing name: no file is ever overwritten. The
                 // name is linked to the open, verified file itself (through /proc), not to
                 // whatever the part file's name points at by now: a file renamed over it
                 // after verification is never published in its place.
                 // A file that got a name of its own in a try to take a name back (see
                 // `takeName`) moves from it instead.
-                let linked = swapName.map { Self.renameat2?(folder, $0, folder, candidate, Self.renameNoReplace) == 0 }
+                let linked =
+                    swapName.map { Self.renameat2?(folder, $0, folder, candidate, Self.renameNoReplace) == 0 }
                     ?? (linkat(AT_FDCWD, "/proc/self/fd/\(fd)", folder, candidate, AT_SYMLINK_FOLLOW) == 0)
                 if linked {
                     swapName = nil
@@ -240,15 +249,19 @@ final class PartFile {
                 if errno == ENOENT {
                     // The verified file has no name left: someone replaced or removed its part
                     // file. Linux links no file without a name; nothing is published for it.
-                    throw PeerTransferError.unsafePath("the part file of \(Terminal.escape(path.description)) was replaced or removed after it was verified; nothing is published in its place")
+                    throw PeerTransferError.unsafePath(
+                        "the part file of \(Terminal.escape(path.description)) was replaced or removed after it was verified; nothing is published in its place"
+                    )
                 }
                 guard errno == EEXIST else { throw ioError("linkat of the verified file") }
                 // A name an untrusted sender's file took first is not lost to a trusted
                 // sender's: that file moves aside and this one gets the name.
                 if takesNamesBack, takeName(candidate, in: folder) { return try named(candidate) }
             }
-            if let swapName { _ = unlinkat(folder, swapName, 0) }   // no name for it anywhere: no hidden one either
-            throw PeerTransferError.runtime("no free name for \(Terminal.escape(path.description)) after \(Self.numberedNames) numbered and 64 random tries")
+            if let swapName { _ = unlinkat(folder, swapName, 0) }  // no name for it anywhere: no hidden one either
+            throw PeerTransferError.runtime(
+                "no free name for \(Terminal.escape(path.description)) after \(Self.numberedNames) numbered and 64 random tries"
+            )
         }
     }
 
@@ -274,8 +287,9 @@ final class PartFile {
         defer { close(held) }
         var heldInfo = stat()
         guard fstat(held, &heldInfo) == 0, [S_IFREG, S_IFDIR].contains(heldInfo.st_mode & S_IFMT),
-              let deliverer = Self.deliverer(ofPath: "/proc/self/fd/\(held)"), SHA256DigestText.isValid(deliverer),
-              deliverer != sender, !inbox.trusts(deliverer) else { return false }
+            let deliverer = Self.deliverer(ofPath: "/proc/self/fd/\(held)"), SHA256DigestText.isValid(deliverer),
+            deliverer != sender, !inbox.trusts(deliverer)
+        else { return false }
         // This file under a name of its own, to exchange with the held one; kept should the
         // name not be taken (see `swapName`).
         if swapName == nil {
@@ -299,12 +313,16 @@ final class PartFile {
         // unless another was put there meanwhile (then the exchange is undone).
         var swapped = stat()
         guard fstatat(folder, swap, &swapped, AT_SYMLINK_NOFOLLOW) == 0,
-              swapped.st_dev == heldInfo.st_dev, swapped.st_ino == heldInfo.st_ino else { return undo() }
+            swapped.st_dev == heldInfo.st_dev, swapped.st_ino == heldInfo.st_ino
+        else { return undo() }
         let mark = "from " + String(deliverer.prefix(8))
         for attempt in 0..<(Self.numberedNames + 64) {
-            let aside = attempt == 0 ? Self.labelled(name, mark)
-                : attempt < Self.numberedNames ? Self.labelled(name, "\(mark), \(attempt)")
-                : Self.labelled(name, "\(mark), " + String(UInt32.random(in: 0x1000_0000...UInt32.max), radix: 16))
+            let aside =
+                attempt == 0
+                ? Self.labelled(name, mark)
+                : attempt < Self.numberedNames
+                    ? Self.labelled(name, "\(mark), \(attempt)")
+                    : Self.labelled(name, "\(mark), " + String(UInt32.random(in: 0x1000_0000...UInt32.max), radix: 16))
             if renameat2(folder, swap, folder, aside, Self.renameNoReplace) == 0 {
                 movedAside = (name, aside)
                 swapName = nil
@@ -318,10 +336,13 @@ final class PartFile {
 
     /// glibc's renameat2(2), looked up at run time (Swift's Glibc module leaves out
     /// _GNU_SOURCE declarations); nil in a libc without it.
-    static let renameat2: (@convention(c) (Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UInt32) -> Int32)? = {
-        guard let symbol = dlsym(nil, "renameat2") else { return nil }
-        return unsafeBitCast(symbol, to: (@convention(c) (Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UInt32) -> Int32).self)
-    }()
+    static let renameat2:
+        (@convention(c) (Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UInt32) -> Int32)? = {
+            guard let symbol = dlsym(nil, "renameat2") else { return nil }
+            return unsafeBitCast(
+                symbol,
+                to: (@convention(c) (Int32, UnsafePointer<CChar>?, Int32, UnsafePointer<CChar>?, UInt32) -> Int32).self)
+        }()
     /// `O_PATH`, left out by Swift's Glibc module (the same bit on every architecture Swift
     /// runs on, as `O_TMPFILE`'s): a descriptor that names a file without opening it for I/O.
     static let pathOnly: Int32 = 0o10000000
@@ -355,7 +376,9 @@ final class PartFile {
     static func deliverer(ofPath path: String) -> String? {
         guard let getPathAttribute else { return nil }
         var bytes = [UInt8](repeating: 0, count: 128)
-        let count = bytes.withUnsafeMutableBytes { getPathAttribute(path, delivererAttribute, $0.baseAddress, $0.count) }
+        let count = bytes.withUnsafeMutableBytes {
+            getPathAttribute(path, delivererAttribute, $0.baseAddress, $0.count)
+        }
         guard count > 0 else { return nil }
         return String(decoding: bytes[0..<count], as: UTF8.self)
     }
@@ -370,21 +393,30 @@ final class PartFile {
     }
 
     /// glibc's getxattr(2), looked up at run time (as the two below).
-    private static let getPathAttribute: (@convention(c) (UnsafePointer<CChar>?, UnsafePointer<CChar>?, UnsafeMutableRawPointer?, Int) -> Int)? = {
-        guard let symbol = dlsym(nil, "getxattr") else { return nil }
-        return unsafeBitCast(symbol, to: (@convention(c) (UnsafePointer<CChar>?, UnsafePointer<CChar>?, UnsafeMutableRawPointer?, Int) -> Int).self)
-    }()
+    private static let getPathAttribute:
+        (@convention(c) (UnsafePointer<CChar>?, UnsafePointer<CChar>?, UnsafeMutableRawPointer?, Int) -> Int)? = {
+            guard let symbol = dlsym(nil, "getxattr") else { return nil }
+            return unsafeBitCast(
+                symbol,
+                to: (@convention(c) (UnsafePointer<CChar>?, UnsafePointer<CChar>?, UnsafeMutableRawPointer?, Int) -> Int)
+                    .self)
+        }()
 
     /// glibc's fsetxattr(2) and fgetxattr(2), looked up at run time (Swift's Glibc module
     /// leaves out sys/xattr.h).
-    private static let setAttribute: (@convention(c) (Int32, UnsafePointer<CChar>?, UnsafeRawPointer?, Int, Int32) -> Int32)? = {
-        guard let symbol = dlsym(nil, "fsetxattr") else { return nil }
-        return unsafeBitCast(symbol, to: (@convention(c) (Int32, UnsafePointer<CChar>?, UnsafeRawPointer?, Int, Int32) -> Int32).self)
-    }()
-    private static let getAttribute: (@convention(c) (Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?, Int) -> Int)? = {
-        guard let symbol = dlsym(nil, "fgetxattr") else { return nil }
-        return unsafeBitCast(symbol, to: (@convention(c) (Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?, Int) -> Int).self)
-    }()
+    private static let setAttribute:
+        (@convention(c) (Int32, UnsafePointer<CChar>?, UnsafeRawPointer?, Int, Int32) -> Int32)? = {
+            guard let symbol = dlsym(nil, "fsetxattr") else { return nil }
+            return unsafeBitCast(
+                symbol, to: (@convention(c) (Int32, UnsafePointer<CChar>?, UnsafeRawPointer?, Int, Int32) -> Int32).self
+            )
+        }()
+    private static let getAttribute:
+        (@convention(c) (Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?, Int) -> Int)? = {
+            guard let symbol = dlsym(nil, "fgetxattr") else { return nil }
+            return unsafeBitCast(
+                symbol, to: (@convention(c) (Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?, Int) -> Int).self)
+        }()
 
     /// Removes the part file (after a failed verification or a withdrawal), if the part name is
     /// still this file's: never another sender's part file, nor whatever was renamed over it.
@@ -470,6 +502,7 @@ final class PartFile {
     }
 
     private func ioError(_ call: String) -> PeerTransferError {
-        PeerTransferError.runtime("\(call) on \(Terminal.escape(path.description)): \(String(cString: strerror(errno)))")
+        PeerTransferError.runtime(
+            "\(call) on \(Terminal.escape(path.description)): \(String(cString: strerror(errno)))")
     }
 }

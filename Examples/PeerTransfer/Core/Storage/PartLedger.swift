@@ -10,7 +10,7 @@ import SalutStreams
 extension Inbox {
     /// The tag of `sender` in its part files' names (`NAME.<tag>.peerxfer-part`).
     static func partTag(of sender: String) -> String {
-        let suffix = TransferLimits.partName(of: "", from: sender)   // ".<tag>.peerxfer-part"
+        let suffix = TransferLimits.partName(of: "", from: sender)  // ".<tag>.peerxfer-part"
         return String(decoding: suffix.utf8.dropFirst().dropLast(TransferLimits.partSuffix.utf8.count), as: UTF8.self)
     }
 
@@ -21,7 +21,9 @@ extension Inbox {
         var found: [String: [String: UInt64]] = [:]
         for case let relative as String in walk where TransferLimits.isPartName(relative) {
             var info = stat()
-            guard fstatat(root, relative, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
+            guard fstatat(root, relative, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+                continue
+            }
             // NAME.<tag>.peerxfer-part: the tag is what lies between the last two dots.
             let bare = relative.utf8.dropLast(TransferLimits.partSuffix.utf8.count)
             guard let dot = bare.lastIndex(of: UInt8(ascii: ".")) else { continue }
@@ -43,7 +45,8 @@ extension Inbox {
         guard bytes > 0 else { return }
         var info = statvfs()
         guard fstatvfs(root, &info) == 0 else {
-            throw PeerTransferError.runtime("cannot read the size of the inbox's disk: \(String(cString: strerror(errno)))")
+            throw PeerTransferError.runtime(
+                "cannot read the size of the inbox's disk: \(String(cString: strerror(errno)))")
         }
         let limit = UInt64(Double(UInt64(info.f_blocks) * UInt64(info.f_frsize)) * partShareOfOneSender.withLock { $0 })
         let tag = Self.partTag(of: sender)
@@ -58,8 +61,12 @@ extension Inbox {
         let held = others.values.reduce(0, +)
         let suffix = TransferLimits.partName(of: "", from: sender).utf8.count
         let names = others.keys.sorted().map { String(decoding: $0.utf8.dropLast(suffix), as: UTF8.self) }
-        let shown = names.prefix(3).map { "\"" + Terminal.escape($0) + "\"" }.joined(separator: ", ") + (names.count > 3 ? "…" : "")
-        throw PeerTransferError.limit("this sender already has \(Wording.bytes(held)) of unfinished files at the receiver (\(Wording.counted(names.count, "file")) whose transfer was cut: \(shown)), and the receiver keeps at most \(Wording.bytes(limit)) of them for one sender; with this offer's \(Wording.bytes(bytes)) still to come, that is too much. Send those files again to finish them, send less at once, or wait until the receiver clears them (after the days of its --keep-parts)")
+        let shown =
+            names.prefix(3).map { "\"" + Terminal.escape($0) + "\"" }.joined(separator: ", ")
+            + (names.count > 3 ? "…" : "")
+        throw PeerTransferError.limit(
+            "this sender already has \(Wording.bytes(held)) of unfinished files at the receiver (\(Wording.counted(names.count, "file")) whose transfer was cut: \(shown)), and the receiver keeps at most \(Wording.bytes(limit)) of them for one sender; with this offer's \(Wording.bytes(bytes)) still to come, that is too much. Send those files again to finish them, send less at once, or wait until the receiver clears them (after the days of its --keep-parts)"
+        )
     }
 
     /// Takes `sender`'s part file for `path` out of the ledger: its file got its name, or was

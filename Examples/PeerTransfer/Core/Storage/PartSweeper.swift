@@ -43,7 +43,9 @@ public struct PartSweeper: Sendable {
         defer { close(root) }
         for case let relative as String in walk where TransferLimits.isPartName(relative) {
             var info = stat()
-            guard fstatat(root, relative, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFREG else { continue }
+            guard fstatat(root, relative, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+                continue
+            }
             let modified = Date(timeIntervalSince1970: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
             parts.append((relative, modified, UInt64(info.st_size)))
         }
@@ -82,19 +84,25 @@ public struct PartSweeper: Sendable {
     /// path may be longer than a call takes (PATH_MAX).
     static func removeUnlessInUse(_ path: String, from root: Int32 = AT_FDCWD) -> Bool {
         let url = URL(fileURLWithPath: path, relativeTo: root == AT_FDCWD ? nil : URL(fileURLWithPath: "/"))
-        let parent = root == AT_FDCWD ? url.deletingLastPathComponent().path
+        let parent =
+            root == AT_FDCWD
+            ? url.deletingLastPathComponent().path
             : String(path.utf8.lastIndex(of: UInt8(ascii: "/")).map { path[..<$0] } ?? ".")
         let folder = openat(root, parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard folder >= 0 else { return false }
         defer { close(folder) }
-        let name = root == AT_FDCWD ? url.lastPathComponent
-            : String(path.utf8.lastIndex(of: UInt8(ascii: "/")).map { path[path.utf8.index(after: $0)...] } ?? path[...])
+        let name =
+            root == AT_FDCWD
+            ? url.lastPathComponent
+            : String(
+                path.utf8.lastIndex(of: UInt8(ascii: "/")).map { path[path.utf8.index(after: $0)...] } ?? path[...])
         let fd = openat(folder, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else { return false }
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, flock(fd, LOCK_EX | LOCK_NB) == 0,
-              Inbox.stillNamed(name, in: folder, fd, alone: false) else { return false }
+            Inbox.stillNamed(name, in: folder, fd, alone: false)
+        else { return false }
         return unlinkat(folder, name, 0) == 0
     }
 }

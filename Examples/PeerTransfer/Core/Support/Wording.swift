@@ -13,7 +13,8 @@ extension Wording {
     /// `seconds` in the largest whole unit that fits: "7 days", "1 hour", "90 seconds".
     public static func duration(_ seconds: Double) -> String {
         let whole = Int(max(0, min(seconds, 1e12)))
-        for (size, unit) in [(86_400, "day"), (3_600, "hour"), (60, "minute")] where whole >= size && whole % size == 0 {
+        for (size, unit) in [(86_400, "day"), (3_600, "hour"), (60, "minute")] where whole >= size && whole % size == 0
+        {
             return counted(whole / size, unit)
         }
         return counted(whole, "second")

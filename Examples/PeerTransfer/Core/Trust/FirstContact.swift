@@ -45,10 +45,12 @@ enum ReceiverSearch {
                 var tried = Set<DiscoveredService>()
                 do {
                     for try await update in try ServiceBrowser(type: TransferLimits.serviceType) {
-                        for service in update.services.sorted(by: { $0.name < $1.name }) where tried.insert(service).inserted {
+                        for service in update.services.sorted(by: { $0.name < $1.name })
+                        where tried.insert(service).inserted {
                             guard let resolved = try? await service.resolve(timeout: 1, settle: 0.02),
-                                  let key = resolved.txtRecord.string(for: "fp")?.lowercased(),
-                                  SHA256DigestText.isValid(key), key.hasPrefix(prefix) else { continue }
+                                let key = resolved.txtRecord.string(for: "fp")?.lowercased(),
+                                SHA256DigestText.isValid(key), key.hasPrefix(prefix)
+                            else { continue }
                             found.withLock { $0.append(resolved) }
                         }
                     }

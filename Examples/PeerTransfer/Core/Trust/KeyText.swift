@@ -26,10 +26,14 @@ public enum KeyText {
         let kept = text.unicodeScalars.filter { $0 != ":" && $0 != " " }
         if let wrong = kept.firstIndex(where: { !isASCIIHexDigit($0) }) {
             let position = kept.distance(from: kept.startIndex, to: wrong) + 1
-            throw PeerTransferError.usage("\(option): \"\(Terminal.escape(text))\" is not a key: character \(position) (\(Terminal.escape(String(kept[wrong])))) is not a hex digit 0-9 or a-f")
+            throw PeerTransferError.usage(
+                "\(option): \"\(Terminal.escape(text))\" is not a key: character \(position) (\(Terminal.escape(String(kept[wrong])))) is not a hex digit 0-9 or a-f"
+            )
         }
         guard let hex = digits(text), hex.count >= shortestPrefix, hex.count <= 64 else {
-            throw PeerTransferError.usage("\(option): give the key as `peerxfer identity` prints it, all 64 hex digits or at least the first \(shortestPrefix) (\"\(Terminal.escape(text))\" has \(kept.count))")
+            throw PeerTransferError.usage(
+                "\(option): give the key as `peerxfer identity` prints it, all 64 hex digits or at least the first \(shortestPrefix) (\"\(Terminal.escape(text))\" has \(kept.count))"
+            )
         }
         return hex
     }

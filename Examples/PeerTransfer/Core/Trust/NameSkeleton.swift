@@ -21,7 +21,10 @@ public enum NameSkeleton {
         var out = String.UnicodeScalarView()
         for scalar in folded.unicodeScalars {
             if DisguisingScalars.contains(scalar) || [0x200c, 0x200d, 0xfe0e, 0xfe0f].contains(scalar.value)
-                || scalar.properties.generalCategory == .nonspacingMark { continue }
+                || scalar.properties.generalCategory == .nonspacingMark
+            {
+                continue
+            }
             for latin in mapped(scalar) {
                 if latin.properties.isWhitespace {
                     if let last = out.last, last != " " { out.append(" ") }
@@ -37,7 +40,7 @@ public enum NameSkeleton {
     /// `scalar` as the Latin letters it passes for, or itself.
     private static func mapped(_ scalar: Unicode.Scalar) -> [Unicode.Scalar] {
         if scalar.properties.isWhitespace { return [" "] }
-        if scalar == "I" { return ["l"] }   // a capital I and a small l are drawn alike
+        if scalar == "I" { return ["l"] }  // a capital I and a small l are drawn alike
         guard let latin = lookAlikes[scalar.value] else { return [scalar] }
         return Array(latin.unicodeScalars)
     }
