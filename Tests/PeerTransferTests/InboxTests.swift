@@ -113,10 +113,12 @@ final class InboxTests: XCTestCase {
         locked.closeFiles()
         XCTAssertEqual(try receive("mine", as: "locked.txt", from: trusted, into: inbox), "locked.txt")
         XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/locked (from ab12cd34).txt", encoding: .utf8), "l")
+        // A stranger's folder stays where it is (trusted senders' files may be in it by now):
+        // the trusted file is numbered beside it.
         XCTAssertEqual(try receive("inside", as: "Report.pdf/x.txt", from: stranger, into: inbox), "Report.pdf/x.txt")
-        XCTAssertEqual(try receive("report", as: "Report.pdf", from: trusted, into: inbox), "Report.pdf")
-        XCTAssertEqual(
-            try String(contentsOfFile: folder + "/inbox/Report (from ab12cd34).pdf/x.txt", encoding: .utf8), "inside")
+        XCTAssertEqual(try receive("mine", as: "Report.pdf/t.txt", from: trusted, into: inbox), "Report.pdf/t.txt")
+        XCTAssertEqual(try receive("report", as: "Report.pdf", from: trusted, into: inbox), "Report (1).pdf")
+        XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/Report.pdf/t.txt", encoding: .utf8), "mine")
         // A stranger's file where a trusted sender's folder goes.
         XCTAssertEqual(try receive("squat", as: "docs", from: stranger, into: inbox), "docs")
         XCTAssertEqual(try receive("a", as: "docs/a.txt", from: trusted, into: inbox), "docs/a.txt")
@@ -154,11 +156,13 @@ final class InboxTests: XCTestCase {
             part.closeFiles()
         }
         // Counted by a walk (the daemon's, every few minutes), by each sender's tag.
-        XCTAssertEqual(inbox.partLedger.value, [:], "nothing counted before the walk")
+        XCTAssertEqual(inbox.partLedger.value.walked, [:], "nothing counted before the walk")
         inbox.countParts()
-        XCTAssertEqual(inbox.partLedger.value[Inbox.partTag(of: greedy)]?.values.reduce(0, +), 2_400)
-        XCTAssertNil(inbox.partLedger.value[Inbox.partTag(of: other)])
-        XCTAssertThrowsError(try inbox.checkPartRoom(for: greedy, adding: 1_000, replacing: ["new.bin.x": 1_000])) {
+        XCTAssertEqual(inbox.partLedger.value.walked[Inbox.partTag(of: greedy)]?.values.reduce(0, +), 2_400)
+        XCTAssertNil(inbox.partLedger.value.walked[Inbox.partTag(of: other)])
+        XCTAssertThrowsError(
+            try inbox.checkPartRoom(for: greedy, adding: 1_000, replacing: ["new.bin.x": 1_000], transfer: 1)
+        ) {
             error in
             guard let failure = error as? PeerTransferError, failure.wireCode == "limit" else {
                 return XCTFail("\(error)")
@@ -167,33 +171,42 @@ final class InboxTests: XCTestCase {
             XCTAssertTrue(message.contains("this sender already has 2"), message)
             XCTAssertTrue(
                 message.contains(
-                    "of unfinished files at the receiver (2 files whose transfer was cut: \"one.bin\", \"sub/two.bin\")"
+                    "of unfinished files at the receiver (2 files whose transfer was cut or is under way: \"one.bin\", \"sub/two.bin\")"
                 ), message)
             XCTAssertTrue(message.contains("Send those files again to finish them"), message)
         }
         XCTAssertNoThrow(
-            try inbox.checkPartRoom(for: other, adding: 9_000, replacing: ["big.bin.x": 9_000]),
+            try inbox.checkPartRoom(for: other, adding: 9_000, replacing: ["big.bin.x": 9_000], transfer: 2),
             "with nothing left over, one offer is held to the free space alone")
         XCTAssertThrowsError(
-            try inbox.checkPartRoom(for: other, adding: 1_000, replacing: ["more.bin.x": 1_000]),
-            "an offer taken is counted at once: the next one sees it")
+            try inbox.checkPartRoom(for: other, adding: 1_000, replacing: ["more.bin.x": 1_000], transfer: 3),
+            "an offer taken is reserved at once: the next one sees it")
+        inbox.countParts()
+        XCTAssertThrowsError(
+            try inbox.checkPartRoom(for: other, adding: 1_000, replacing: ["more.bin.x": 1_000], transfer: 3),
+            "a walk does not undo a transfer's reservation")
+        // The transfer ends having written nothing: its reservation no longer counts.
+        inbox.settleParts(of: 2)
+        XCTAssertNoThrow(
+            try inbox.checkPartRoom(for: other, adding: 1_000, replacing: ["more.bin.x": 1_000], transfer: 3))
+        inbox.settleParts(of: 3)
         // Resuming (or sending again) a file whose part file is there counts its bytes once.
         let one = TransferLimits.partName(of: "one.bin", from: greedy)
-        XCTAssertNoThrow(try inbox.checkPartRoom(for: greedy, adding: 1_500, replacing: [one: 1_500]))
+        XCTAssertNoThrow(try inbox.checkPartRoom(for: greedy, adding: 1_500, replacing: [one: 1_500], transfer: 4))
         // A file that gets its name is no longer counted.
         let done = try inbox.openPart(try RelativePath(validating: "sub/two.bin"), for: greedy)
         try done.write(Data(repeating: 7, count: 1_200), at: 0)
         try done.finishWriting(mode: 0o644, modified: 0)
         XCTAssertEqual(try done.publish(), "sub/two.bin")
         done.closeFiles()
-        XCTAssertEqual(inbox.partLedger.value[Inbox.partTag(of: greedy)]?.keys.sorted(), [one])
+        XCTAssertEqual(inbox.partLedger.value.held(by: Inbox.partTag(of: greedy), besides: [:]).keys.sorted(), [one])
         // Part names are found by their bytes: a character that joins the dot before the
         // suffix into one grapheme (U+0D4E) does not hide a part file from the count.
         let hidden = try inbox.openPart(try RelativePath(validating: "p1\u{0D4E}"), for: greedy)
         try hidden.write(Data(repeating: 7, count: 10), at: 0)
         hidden.closeFiles()
         inbox.countParts()
-        XCTAssertEqual(inbox.partLedger.value[Inbox.partTag(of: greedy)]?.count, 2)
+        XCTAssertEqual(inbox.partLedger.value.walked[Inbox.partTag(of: greedy)]?.count, 2)
     }
 
     func testFreeSpaceIsPromisedToOneTransferAtATime() throws {

@@ -237,8 +237,16 @@ final class PeerXferTrustTests: SalutTestCase {
         XCTAssertEqual(try lab.run(["trust", c, "--config", lab.path("c")]).status, 0)
         let (_, listed) = try lab.run(["trust", "--list", "--config", lab.path("c")])
         XCTAssertTrue(listed.contains("receiver \"Kitchen\"  key \(a)") && listed.contains("sender key \(c)"), listed)
-        // The start of a key (8 hex digits or more) names it, when it names one only.
-        XCTAssertEqual(try lab.run(["untrust", String(a.prefix(8)), "--config", lab.path("c")]).status, 0)
+        // The start of a key (8 hex digits or more) names it, when it names one only; the key
+        // goes under every name it has here, and each is said.
+        XCTAssertEqual(try lab.run(["trust", "--pin", "Kitchen (old name)", a, "--config", lab.path("c")]).status, 0)
+        let (forgot, forgotOutput) = try lab.run(["untrust", String(a.prefix(8)), "--config", lab.path("c")])
+        XCTAssertEqual(forgot, 0, forgotOutput)
+        XCTAssertTrue(
+            forgotOutput.contains("forgot the receiver \"Kitchen\" [key \(a.prefix(16))…] (pinned)"), forgotOutput)
+        XCTAssertTrue(
+            forgotOutput.contains("forgot the receiver \"Kitchen (old name)\" [key \(a.prefix(16))…] (pinned)"),
+            forgotOutput)
         let (_, after) = try lab.run(["trust", "--list", "--config", lab.path("c")])
         XCTAssertFalse(after.contains(a), after)
         XCTAssertTrue(after.contains(c), after)

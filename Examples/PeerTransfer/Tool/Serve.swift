@@ -96,7 +96,7 @@ struct Serve: AsyncParsableCommand {
     @Option(
         name: .customLong("parts-per-sender"), parsing: .unconditional,
         help: ArgumentHelp(
-            "Percent of the inbox's disk that one sender's unfinished files (left by cut transfers) and its next offer may hold together; past it the offer is refused, saying so. A sender with none is held only to the free space.",
+            "Percent of the inbox's disk that one sender's unfinished files (left by cut transfers) and the files over 1 MiB of its next offer may hold together; past it the offer is refused, saying so (exit 1 at the sender). A sender with none is held only to the free space; files of 1 MiB or less never leave unfinished files.",
             valueName: "percent"))
     var partsPerSender: Double = 50
 

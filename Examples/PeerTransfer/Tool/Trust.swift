@@ -219,9 +219,10 @@ struct Untrust: AsyncParsableCommand {
 
     func run() async throws {
         let configuration = try config.loadExisting()
+        var forgotten: [String] = []
         try KnownPeers.update(at: configuration.knownPeersFile) { known in
             let fingerprint = peer.lowercased().filter { $0 != ":" }
-            var removed = 0
+            var removed: [String] = []
             // The name as pinned, in any ASCII case (not a look-alike: that is another name).
             // Trust is by key: forgetting a receiver forgets its key under every name it was
             // pinned as (a renamed device, a name found by key) and as a trusted sender.
@@ -244,17 +245,24 @@ struct Untrust: AsyncParsableCommand {
                 keys.formUnion(matching)
             }
             for (key, label) in known.trusted where label == peer { keys.insert(key) }
-            for key in keys {
-                for (name, pinned) in known.pins where pinned == key {
+            for key in keys.sorted() {
+                let short = "[key \(key.prefix(16))…]"
+                for (name, pinned) in known.pins.sorted(by: { $0.key < $1.key }) where pinned == key {
                     known.pins[name] = nil
-                    removed += 1
+                    removed.append("the receiver \"\(Terminal.escape(name))\" \(short) (pinned)")
                 }
-                if known.trusted.removeValue(forKey: key) != nil { removed += 1 }
+                if let label = known.trusted.removeValue(forKey: key) {
+                    removed.append("the sender \"\(Terminal.escape(label))\" \(short) (trusted)")
+                }
             }
-            guard removed > 0 else {
-                throw PeerTransferError.usage("\"\(Terminal.escape(peer))\" is neither pinned nor trusted here")
+            guard !removed.isEmpty else {
+                throw PeerTransferError.usage(
+                    "\"\(Terminal.escape(peer))\" is neither pinned nor trusted here (peerxfer trust --list shows what is)"
+                )
             }
+            forgotten = removed
         }
-        printLine("forgot \"\(Terminal.escape(peer))\"")
+        // Trust is by key: the same key under other names goes too, and the person is told.
+        for line in forgotten { printLine("forgot \(line)") }
     }
 }

@@ -127,6 +127,9 @@ struct Receiver {
         var manifest: Manifest?
         var senderKey = ""
         var senderName = "?"
+        // What this sender's offer reserved for part files becomes what is on disk once the
+        // transfer ends (a cut 4 GiB file counts for the bytes it left, not for 4 GiB).
+        defer { inbox.settleParts(of: id) }
         var received: UInt64 = 0
         // Once the offer is answered: since when, and the file bytes received or found already
         // there since (see `pace`).
@@ -515,7 +518,7 @@ struct Receiver {
     ) async -> Result<Decision, PeerTransferError> {
         // Before anyone is asked: an offer this sender's leftovers leave no room for is refused
         // whatever the answer (see ``Inbox/checkPartRoom(for:adding:replacing:)``).
-        if let refusal = Self.partRoomRefusal(manifest, paths, inbox: inbox, senderKey: senderKey) {
+        if let refusal = Self.partRoomRefusal(manifest, paths, inbox: inbox, senderKey: senderKey, transfer: id) {
             return .failure(refusal)
         }
         var chosen: Set<Int>
@@ -704,7 +707,7 @@ extension Receiver {
     /// one chunk arrive in part files), or nil. Never blocks on the disk: it reads the inbox's
     /// ledger of part files (see `PartLedger.swift`).
     static func partRoomRefusal(
-        _ manifest: Manifest, _ paths: [RelativePath], inbox: Inbox, senderKey: String
+        _ manifest: Manifest, _ paths: [RelativePath], inbox: Inbox, senderKey: String, transfer: Int
     ) -> PeerTransferError? {
         var bytes: UInt64 = 0
         var parts: [String: UInt64] = [:]
@@ -715,7 +718,7 @@ extension Receiver {
                 entry.size
         }
         do {
-            try inbox.checkPartRoom(for: senderKey, adding: bytes, replacing: parts)
+            try inbox.checkPartRoom(for: senderKey, adding: bytes, replacing: parts, transfer: transfer)
             return nil
         } catch {
             return error as? PeerTransferError ?? .runtime("\(error)")

@@ -97,6 +97,20 @@ public struct TransferPlan: Sendable {
         return nil
     }
 
+    /// How `name` is spelt beyond ASCII, to tell apart two names that look the same:
+    /// "with U+0065 U+0301" (the non-ASCII characters, and the letter each mark follows).
+    static func spelled(_ name: String) -> String {
+        let scalars = Array(name.unicodeScalars)
+        var shown: [String] = []
+        for (index, scalar) in scalars.enumerated() where !scalar.isASCII {
+            if index > 0, scalars[index - 1].isASCII, scalar.properties.generalCategory == .nonspacingMark {
+                shown.append(String(format: "U+%04X", scalars[index - 1].value))
+            }
+            shown.append(String(format: "U+%04X", scalar.value))
+        }
+        return shown.isEmpty ? "all ASCII" : "with " + shown.joined(separator: " ")
+    }
+
     /// `text` in Unicode's composed form (NFC), as the receiver stores names (ASCII as it is).
     static func composed(_ text: String) -> String {
         text.utf8.allSatisfy { $0 < 0x80 } ? text : text.precomposedStringWithCanonicalMapping
@@ -149,7 +163,7 @@ public struct TransferPlan: Sendable {
                         Skipped(
                             path: childPath,
                             reason:
-                                "not sent, its name is another spelling of \"\((path as NSString).appendingPathComponent(twin))\" in Unicode (the receiver stores names in composed form, NFC, where the two are one): rename one of them"
+                                "not sent, its name (\(Self.spelled(child))) is another spelling of \"\((path as NSString).appendingPathComponent(twin))\" (\(Self.spelled(twin))) in Unicode: the receiver stores names in composed form (NFC), where the two are one; rename one of them"
                         ))
                     continue
                 }

@@ -111,9 +111,9 @@ final class Inbox: @unchecked Sendable {
     /// ``PartSweeper/shareOfOneSender``).
     let partShareOfOneSender = Locked<Double>(PartSweeper().shareOfOneSender)
 
-    /// Every sender's part files as last counted (see `PartLedger.swift`): by the sender's
-    /// tag, each part file's path from the inbox and its bytes.
-    let partLedger = Locked<[String: [String: UInt64]]>([:])
+    /// Every sender's part files, as last counted and as transfers under way reserved them
+    /// (see `PartLedger.swift`).
+    let partLedger = Locked(PartLedger())
 
     /// Takes back `bytes` of a promise: written (the free space now counts them) or no longer
     /// needed.

@@ -206,8 +206,8 @@ final class PartFile {
 
     /// Gives the verified file its final name: the offered one, or `name (1).ext`,
     /// `name (2).ext`… when that is taken, up to ``numberedNames``, then a name with a random
-    /// number (never replacing a file). For a trusted sender, a name held by a file or folder
-    /// that an untrusted sender delivered is taken back: that one moves to
+    /// number (never replacing a file). For a trusted sender, a name held by a file that an
+    /// untrusted sender delivered is taken back: that file moves to
     /// `name (from <8 hex of its sender's key>).ext` (see ``takeName(_:in:)``), so no one can
     /// push a trusted sender's file to another name by sending one of that name first. Call
     /// once its data is on disk; the caller syncs the folder (see ``VerifiedBatch``).
@@ -270,8 +270,8 @@ final class PartFile {
     /// once its first name is gone, and the next names are tried by renaming from it.
     private var swapName: String?
 
-    /// Gives this (verified) file the name `name` in `folder`, which a file or folder an
-    /// untrusted sender delivered holds now, and moves that one aside to
+    /// Gives this (verified) file the name `name` in `folder`, which a file an untrusted
+    /// sender delivered holds now, and moves that file aside to
     /// `NAME (from <8 hex>).EXT`: first an atomic exchange of names (renameat2's
     /// `RENAME_EXCHANGE`, so the name never points at nothing), then a rename that replaces
     /// nothing. Nothing is ever removed. False, with the names as they were, when the name holds
@@ -286,7 +286,9 @@ final class PartFile {
         guard held >= 0 else { return false }
         defer { close(held) }
         var heldInfo = stat()
-        guard fstat(held, &heldInfo) == 0, [S_IFREG, S_IFDIR].contains(heldInfo.st_mode & S_IFMT),
+        // Files only: a stranger's folder may hold trusted senders' files by now, which must
+        // not move with it.
+        guard fstat(held, &heldInfo) == 0, (heldInfo.st_mode & S_IFMT) == S_IFREG,
             let deliverer = Self.deliverer(ofPath: "/proc/self/fd/\(held)"), SHA256DigestText.isValid(deliverer),
             deliverer != sender, !inbox.trusts(deliverer)
         else { return false }

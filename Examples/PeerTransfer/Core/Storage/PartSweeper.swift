@@ -32,20 +32,10 @@ public struct PartSweeper: Sendable {
     public func sweep(_ path: String, now: Date = Date()) -> Outcome {
         var outcome = Outcome()
         var parts: [(path: String, modified: Date, size: UInt64)] = []
-        // Paths from the inbox's own descriptor: a deep part file's whole path may be longer
-        // than a call takes (PATH_MAX). Symlinks are not followed (the enumerator does not
-        // descend into them, and each part file is looked at with AT_SYMLINK_NOFOLLOW).
         let root = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard root >= 0, let walk = FileManager.default.enumerator(atPath: path) else {
-            if root >= 0 { close(root) }
-            return outcome
-        }
+        guard root >= 0 else { return outcome }
         defer { close(root) }
-        for case let relative as String in walk where TransferLimits.isPartName(relative) {
-            var info = stat()
-            guard fstatat(root, relative, &info, AT_SYMLINK_NOFOLLOW) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
-                continue
-            }
+        Self.forEachPartFile(below: root) { relative, info in
             let modified = Date(timeIntervalSince1970: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9)
             parts.append((relative, modified, UInt64(info.st_size)))
         }
@@ -67,6 +57,41 @@ public struct PartSweeper: Sendable {
             }
         }
         return outcome
+    }
+
+    /// Calls `body` with the path (from `root`) and status of every part file below the folder
+    /// `root` (blocking). Walked from descriptors, folder by folder (`openat`, `fdopendir`), so
+    /// that a part file deeper than a whole path can name (PATH_MAX, counting the inbox's own
+    /// path) is found all the same; symlinks are not followed; names are matched as bytes.
+    static func forEachPartFile(below root: Int32, _ body: (String, stat) -> Void) {
+        func walk(_ fd: Int32, _ prefix: String, depth: Int) {
+            guard let folder = fdopendir(fd) else {
+                close(fd)
+                return
+            }
+            defer { closedir(folder) }
+            let descriptor = dirfd(folder)
+            while let entry = readdir(folder) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+                }
+                if name == "." || name == ".." { continue }
+                var info = stat()
+                guard fstatat(descriptor, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+                let relative = prefix.isEmpty ? name : prefix + "/" + name
+                switch info.st_mode & S_IFMT {
+                case S_IFDIR where depth <= TransferLimits.maximumDepth:
+                    let child = openat(descriptor, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                    if child >= 0 { walk(child, relative, depth: depth + 1) }
+                case S_IFREG where TransferLimits.isPartName(name):
+                    body(relative, info)
+                default:
+                    break
+                }
+            }
+        }
+        let start = dup(root)
+        if start >= 0 { walk(start, "", depth: 0) }
     }
 
     /// The share of the file system at `path` free for unprivileged writers; nil when unknown.
