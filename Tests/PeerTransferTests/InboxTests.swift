@@ -119,6 +119,13 @@ final class InboxTests: XCTestCase {
         XCTAssertEqual(try receive("mine", as: "Report.pdf/t.txt", from: trusted, into: inbox), "Report.pdf/t.txt")
         XCTAssertEqual(try receive("report", as: "Report.pdf", from: trusted, into: inbox), "Report (1).pdf")
         XCTAssertEqual(try String(contentsOfFile: folder + "/inbox/Report.pdf/t.txt", encoding: .utf8), "mine")
+        // A stranger's folder holding only strangers' files moves aside like a file.
+        XCTAssertEqual(
+            try receive("inside", as: "Plan.pdf/deep/x.txt", from: stranger, into: inbox), "Plan.pdf/deep/x.txt")
+        XCTAssertEqual(try receive("plan", as: "Plan.pdf", from: trusted, into: inbox), "Plan.pdf")
+        XCTAssertEqual(
+            try String(contentsOfFile: folder + "/inbox/Plan (from ab12cd34).pdf/deep/x.txt", encoding: .utf8), "inside"
+        )
         // A stranger's file where a trusted sender's folder goes.
         XCTAssertEqual(try receive("squat", as: "docs", from: stranger, into: inbox), "docs")
         XCTAssertEqual(try receive("a", as: "docs/a.txt", from: trusted, into: inbox), "docs/a.txt")
@@ -206,7 +213,8 @@ final class InboxTests: XCTestCase {
         try hidden.write(Data(repeating: 7, count: 10), at: 0)
         hidden.closeFiles()
         inbox.countParts()
-        XCTAssertEqual(inbox.partLedger.value.walked[Inbox.partTag(of: greedy)]?.count, 2)
+        XCTAssertEqual(
+            inbox.partLedger.value.walked[Inbox.partTag(of: greedy)]?.count, 2, "a walk after a walk finds them all")
     }
 
     func testFreeSpaceIsPromisedToOneTransferAtATime() throws {

@@ -742,7 +742,7 @@ final class PeerXferTransferTests: XCTestCase {
         let leftover = inbox + "/old.bin" + TransferLimits.partName(of: "", from: try lab.key(ofConfig: "sender"))
         try Data(count: 3 * chunk).write(to: URL(fileURLWithPath: leftover))
         // (The daemon counts part files when it starts, then every few minutes.)
-        try lab.serve(name: name, config: "receiver", inbox: inbox, extra: ["--parts-per-sender", "25"])
+        let daemon = try lab.serve(name: name, config: "receiver", inbox: inbox, extra: ["--parts-per-sender", "25"])
         try lab.makeFile("src/big.bin", size: 2 * chunk)
         let (status, output) = try lab.send([lab.path("src/big.bin")], to: name, config: "sender")
         XCTAssertEqual(status, 1, output)
@@ -761,6 +761,10 @@ final class PeerXferTransferTests: XCTestCase {
         let (again, againOutput) = try lab.send([lab.path("src/big.bin")], to: name, config: "sender")
         XCTAssertEqual(again, 0, againOutput)
         XCTAssertEqual(PeerXferLab.listing(inbox), ["big (1).bin", "big.bin", "old.bin"])
+        // The log names an untrusted sender by the name it claims, marked as claimed, and its key.
+        let key = try lab.key(ofConfig: "sender")
+        XCTAssertTrue(
+            daemon.waitForOutput(containing: "(claimed) [key \(key.prefix(8))…] complete", seconds: 10), daemon.output)
     }
 
     func testUsageErrorsExit2AndHelpTeachesTheExitCodes() throws {

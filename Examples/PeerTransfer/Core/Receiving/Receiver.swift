@@ -127,6 +127,9 @@ struct Receiver {
         var manifest: Manifest?
         var senderKey = ""
         var senderName = "?"
+        // How the log and the status name the sender: the label it is trusted under, or the
+        // name it claims, marked as claimed; with its key either way.
+        var senderShown = "?"
         // What this sender's offer reserved for part files becomes what is on disk once the
         // transfer ends (a cut 4 GiB file counts for the bytes it left, not for 4 GiB).
         defer { inbox.settleParts(of: id) }
@@ -180,7 +183,7 @@ struct Receiver {
             // are written (see `.write`).
             let writing = min(promised, batch.bufferedBytes)
             promised -= writing
-            publishing = Task { [inbox, id, events, senderKey, senderName, logger] in
+            publishing = Task { [inbox, id, events, senderKey, senderShown, logger] in
                 defer { inbox.keptPromise(writing) }
                 return try await onThreadOfItsOwn {
                     Result {
@@ -191,12 +194,12 @@ struct Receiver {
                                 let reason = result.error ?? "not named"
                                 events(.fileFailed(id: id, path: Terminal.escape(path.description), reason: reason))
                                 logger.warning(
-                                    "\(Terminal.escape(path.description)) from \(senderName) failed: \(reason)")
+                                    "\(Terminal.escape(path.description)) from \(senderShown) failed: \(reason)")
                             }
                         } movedAside: { parent, name, aside in
                             let folder = parent.isEmpty ? "" : parent.joined(separator: "/") + "/"
                             logger.notice(
-                                "\"\(Terminal.escape(folder + name))\", sent earlier by an untrusted sender, is now \"\(Terminal.escape(folder + aside))\": its name goes to the file of \(senderName), a trusted sender"
+                                "\"\(Terminal.escape(folder + name))\", sent earlier by an untrusted sender, is now \"\(Terminal.escape(folder + aside))\": its name goes to the file of the trusted sender \(senderShown)"
                             )
                         }
                     }
@@ -207,7 +210,7 @@ struct Receiver {
 
         func fileFailed(_ index: Int, _ entry: ManifestEntry, _ reason: String) -> [Receiver.StateMachine.Action] {
             events(.fileFailed(id: id, path: Terminal.escape(entry.path), reason: reason))
-            logger.warning("\(Terminal.escape(entry.path)) from \(senderName) failed: \(reason)")
+            logger.warning("\(Terminal.escape(entry.path)) from \(senderShown) failed: \(reason)")
             return machine.fileFinished(FileResult(index: index, verified: false, storedAs: nil, error: reason))
         }
         var reader = FrameReader(pair.input)
@@ -234,6 +237,7 @@ struct Receiver {
                     }
                     if frame.kind == .hello, let peer = try? frame.decode(Hello.self) {
                         senderName = Terminal.escape(Self.shortened(peer.name, toBytes: 100))
+                        senderShown = Self.shown(claimed: senderName, key: senderKey, label: trustedLabel(senderKey))
                         if case .known = policy, trustedLabel(senderKey) == nil {
                             let refusal =
                                 "this receiver takes files only from known senders, and the key \(senderKey) is not trusted here"
@@ -283,7 +287,7 @@ struct Receiver {
                     try await pair.output.write(wire)
                 case .decide(let offered, let paths):
                     manifest = offered
-                    events(.offered(id: id, sender: senderName, files: offered.fileCount, bytes: offered.totalBytes))
+                    events(.offered(id: id, sender: senderShown, files: offered.fileCount, bytes: offered.totalBytes))
                     logger.info(
                         "offer from the key \(senderKey.prefix(16))… (calling itself \"\(senderName)\"): \(Wording.counted(offered.fileCount, "file")), \(Wording.counted(Int(clamping: offered.totalBytes), "byte"))"
                     )
@@ -320,7 +324,8 @@ struct Receiver {
                         // A symlink (or file) planted where the folder goes: nothing is made
                         // through it, and the files below it fail alone when they open.
                         logger.warning(
-                            "folder \(Terminal.escape(path.description)) from \(senderName) not made: \(error.message)")
+                            "folder \(Terminal.escape(path.description)) from \(senderShown) not made: \(error.message)"
+                        )
                     }
                 case .openFile(let index, let offset):
                     if heldFiles.remove(index) != nil {
@@ -489,7 +494,7 @@ struct Receiver {
         pair.output.close()
         let summary = machine.summaryCounts
         if refusedBusy {
-            logger.debug("refused a sender (\(senderName)): every transfer slot is busy")
+            logger.debug("refused a sender (\(senderShown)): every transfer slot is busy")
             return
         }
         if let quietCause, let endedBeforeOffer {
@@ -499,9 +504,9 @@ struct Receiver {
             return
         }
         if let outcome {
-            logger.warning("transfer from \(senderName) ended: \(outcome.message)")
+            logger.warning("transfer from \(senderShown) ended: \(outcome.message)")
         } else {
-            logger.info("transfer from \(senderName) complete: \(summary.verified) verified, \(summary.failed) failed")
+            logger.info("transfer from \(senderShown) complete: \(summary.verified) verified, \(summary.failed) failed")
         }
         events(.ended(id: id, verified: summary.verified, failed: summary.failed, error: outcome))
     }
@@ -703,6 +708,15 @@ struct Receiver {
 }
 
 extension Receiver {
+    /// A sender as the log and the status name it: `"Laptop" [key 368bc9ff…]` for a key trusted
+    /// under the label Laptop, `"vm" (claimed) [key 368bc9ff…]` for one that is not (the name is
+    /// whatever the peer chose to say). `claimed` is already escaped for a terminal.
+    static func shown(claimed: String, key: String, label: String?) -> String {
+        let short = "[key \(key.prefix(8))…]"
+        if let label, label != KnownPeers.trustedByFingerprint { return "\"\(Terminal.escape(label))\" \(short)" }
+        return "\"\(claimed)\" (claimed) \(short)"
+    }
+
     /// Why `sender` may not send `manifest` for want of room for its part files (files past
     /// one chunk arrive in part files), or nil. Never blocks on the disk: it reads the inbox's
     /// ledger of part files (see `PartLedger.swift`).

@@ -207,7 +207,7 @@ final class PartFile {
     /// Gives the verified file its final name: the offered one, or `name (1).ext`,
     /// `name (2).ext`… when that is taken, up to ``numberedNames``, then a name with a random
     /// number (never replacing a file). For a trusted sender, a name held by a file that an
-    /// untrusted sender delivered is taken back: that file moves to
+    /// untrusted sender delivered (or a folder holding only such files) is taken back: it moves to
     /// `name (from <8 hex of its sender's key>).ext` (see ``takeName(_:in:)``), so no one can
     /// push a trusted sender's file to another name by sending one of that name first. Call
     /// once its data is on disk; the caller syncs the folder (see ``VerifiedBatch``).
@@ -286,12 +286,22 @@ final class PartFile {
         guard held >= 0 else { return false }
         defer { close(held) }
         var heldInfo = stat()
-        // Files only: a stranger's folder may hold trusted senders' files by now, which must
-        // not move with it.
-        guard fstat(held, &heldInfo) == 0, (heldInfo.st_mode & S_IFMT) == S_IFREG,
-            let deliverer = Self.deliverer(ofPath: "/proc/self/fd/\(held)"), SHA256DigestText.isValid(deliverer),
-            deliverer != sender, !inbox.trusts(deliverer)
+        guard fstat(held, &heldInfo) == 0,
+            let deliverer = Self.deliverer(ofPath: "/proc/self/fd/\(held)"), isStranger(deliverer)
         else { return false }
+        switch heldInfo.st_mode & S_IFMT {
+        case S_IFREG:
+            break
+        case S_IFDIR:
+            // A stranger's folder moves only when everything in it is strangers' too: trusted
+            // senders' files (or part files being written) may be in it by now, and must not move.
+            let folderFD = openat(folder, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard folderFD >= 0 else { return false }
+            var budget = Self.folderEntriesLookedAt
+            guard onlyStrangers(in: folderFD, budget: &budget) else { return false }
+        default:
+            return false
+        }
         // This file under a name of its own, to exchange with the held one; kept should the
         // name not be taken (see `swapName`).
         if swapName == nil {
@@ -334,6 +344,56 @@ final class PartFile {
         }
         // Nowhere to move it: everything goes back as it was.
         return undo()
+    }
+
+    /// True for a key recorded on a file that is a sender's (64 hex digits), not this file's
+    /// sender and not trusted here.
+    private func isStranger(_ key: String) -> Bool {
+        SHA256DigestText.isValid(key) && key != sender && !inbox.trusts(key)
+    }
+
+    /// How many entries of a stranger's folder are looked at, at most, before it is left where
+    /// it is (the trusted file is then numbered beside it).
+    static let folderEntriesLookedAt = 1_000
+
+    /// True when every entry below the folder `fd` (which it closes) is a file or folder an
+    /// untrusted sender made, within `budget` entries; false for anything else (a trusted
+    /// sender's file, the person's own, a symlink, a device, too many entries).
+    private func onlyStrangers(in fd: Int32, budget: inout Int) -> Bool {
+        guard let listing = fdopendir(fd) else {
+            close(fd)
+            return false
+        }
+        defer { closedir(listing) }
+        let descriptor = dirfd(listing)
+        while let entry = readdir(listing) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name == "." || name == ".." { continue }
+            budget -= 1
+            let named = openat(descriptor, name, Self.pathOnly | O_NOFOLLOW | O_CLOEXEC)
+            guard budget >= 0, named >= 0 else {
+                if named >= 0 { close(named) }
+                return false
+            }
+            var info = stat()
+            let judged =
+                fstat(named, &info) == 0
+                && Self.deliverer(ofPath: "/proc/self/fd/\(named)").map(isStranger) == true
+            close(named)
+            guard judged else { return false }
+            switch info.st_mode & S_IFMT {
+            case S_IFREG:
+                continue
+            case S_IFDIR:
+                let child = openat(descriptor, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                guard child >= 0, onlyStrangers(in: child, budget: &budget) else { return false }
+            default:
+                return false
+            }
+        }
+        return true
     }
 
     /// glibc's renameat2(2), looked up at run time (Swift's Glibc module leaves out

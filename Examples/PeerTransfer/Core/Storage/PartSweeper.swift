@@ -90,7 +90,9 @@ public struct PartSweeper: Sendable {
                 }
             }
         }
-        let start = dup(root)
+        // A descriptor of its own, not a dup: a dup shares the directory's read position, and a
+        // second walk would start where the first ended, finding nothing.
+        let start = openat(root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if start >= 0 { walk(start, "", depth: 0) }
     }
 
