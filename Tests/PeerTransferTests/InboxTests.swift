@@ -178,7 +178,7 @@ final class InboxTests: XCTestCase {
             XCTAssertTrue(message.contains("this sender already has 2"), message)
             XCTAssertTrue(
                 message.contains(
-                    "of unfinished files at the receiver (2 files whose transfer was cut or is under way: \"one.bin\", \"sub/two.bin\")"
+                    "of unfinished files at the receiver, or on their way (2 files whose transfer was cut or is under way: \"one.bin\", \"sub/two.bin\")"
                 ), message)
             XCTAssertTrue(message.contains("Send those files again to finish them"), message)
         }

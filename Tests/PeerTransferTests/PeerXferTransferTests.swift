@@ -748,7 +748,7 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(status, 1, output)
         XCTAssertTrue(
             output.contains(
-                "this sender already has 3.1 MB of unfinished files at the receiver (1 file whose transfer was cut or is under way: \"old.bin\"), and the receiver keeps at most 4.2 MB of them for one sender"
+                "this sender already has 3.1 MB of unfinished files at the receiver, or on their way (1 file whose transfer was cut or is under way: \"old.bin\"), and the receiver keeps at most 4.2 MB of them for one sender"
             ), output)
         XCTAssertEqual(PeerXferLab.listing(inbox), [(leftover as NSString).lastPathComponent], "nothing is written")
         // Another sender has its own share; and once the leftover is finished (sent again, as

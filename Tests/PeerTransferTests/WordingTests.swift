@@ -1,5 +1,5 @@
 import XCTest
-import PeerTransferCore
+@testable import PeerTransferCore
 
 final class WordingTests: XCTestCase {
     func testDurationsReadInTheLargestWholeUnit() {
@@ -64,5 +64,26 @@ final class ShellWordTests: XCTestCase {
         XCTAssertEqual(shown.count, 100)
         XCTAssertTrue(shown.hasSuffix(".pdf.exe") && shown.hasPrefix("invoice") && shown.contains("…"), shown)
         XCTAssertEqual(Wording.shortened("short.txt", to: 100), "short.txt")
+    }
+
+    func testASenderIsNamedByItsTrustedLabelOrItsClaimedNameMarkedAsClaimed() {
+        let key = "368bc9ff" + String(repeating: "0", count: 56)
+        XCTAssertEqual(Receiver.shown(claimed: "vm", key: key, label: "Laptop"), "\"Laptop\" [key 368bc9ff…]")
+        XCTAssertEqual(Receiver.shown(claimed: "vm", key: key, label: nil), "\"vm\" (claimed) [key 368bc9ff…]")
+        XCTAssertEqual(
+            Receiver.shown(claimed: "vm", key: key, label: KnownPeers.trustedByFingerprint),
+            "\"vm\" (claimed, key trusted) [key 368bc9ff…]")
+        // A claimed name with quotes cannot pass for a trusted label.
+        let forged = Receiver.shown(claimed: "Laptop\" [key 368bc9ff…]", key: key, label: nil)
+        XCTAssertEqual(forged, "\"Laptop\\\" [key 368bc9ff…]\" (claimed) [key 368bc9ff…]")
+        XCTAssertFalse(forged.hasPrefix("\"Laptop\" "), forged)
+    }
+
+    func testTwoSpellingsOfANameAreToldApartByTheirCharacters() {
+        XCTAssertEqual(TransferPlan.spelled("caf\u{e9}.txt"), "with U+00E9")
+        XCTAssertEqual(TransferPlan.spelled("cafe\u{301}.txt"), "with U+0065 U+0301")
+        XCTAssertEqual(TransferPlan.spelled("plain.txt"), "all ASCII")
+        XCTAssertTrue(
+            TransferPlan.spelled(String(repeating: "\u{3042}", count: 20)).hasSuffix(" …"), "a long list is cut")
     }
 }

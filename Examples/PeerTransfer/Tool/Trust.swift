@@ -244,7 +244,10 @@ struct Untrust: AsyncParsableCommand {
                 }
                 keys.formUnion(matching)
             }
-            for (key, label) in known.trusted where label == peer { keys.insert(key) }
+            // By label, but not the placeholder of keys trusted without one (that would be all).
+            for (key, label) in known.trusted where label == peer && label != KnownPeers.trustedByFingerprint {
+                keys.insert(key)
+            }
             for key in keys.sorted() {
                 let short = "[key \(key.prefix(16))…]"
                 for (name, pinned) in known.pins.sorted(by: { $0.key < $1.key }) where pinned == key {
@@ -252,7 +255,10 @@ struct Untrust: AsyncParsableCommand {
                     removed.append("the receiver \"\(Terminal.escape(name))\" \(short) (pinned)")
                 }
                 if let label = known.trusted.removeValue(forKey: key) {
-                    removed.append("the sender \"\(Terminal.escape(label))\" \(short) (trusted)")
+                    removed.append(
+                        label == KnownPeers.trustedByFingerprint
+                            ? "the sender \(short) (trusted by its key)"
+                            : "the sender \"\(Terminal.escape(label))\" \(short) (trusted)")
                 }
             }
             guard !removed.isEmpty else {

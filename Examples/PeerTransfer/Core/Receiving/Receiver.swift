@@ -522,7 +522,7 @@ struct Receiver {
         senderKey: String, over pair: BoundStreamPair, watchdog: ProgressWatchdog
     ) async -> Result<Decision, PeerTransferError> {
         // Before anyone is asked: an offer this sender's leftovers leave no room for is refused
-        // whatever the answer (see ``Inbox/checkPartRoom(for:adding:replacing:)``).
+        // whatever the answer (see ``Inbox/checkPartRoom(for:adding:replacing:transfer:)``).
         if let refusal = Self.partRoomRefusal(manifest, paths, inbox: inbox, senderKey: senderKey, transfer: id) {
             return .failure(refusal)
         }
@@ -713,8 +713,13 @@ extension Receiver {
     /// whatever the peer chose to say). `claimed` is already escaped for a terminal.
     static func shown(claimed: String, key: String, label: String?) -> String {
         let short = "[key \(key.prefix(8))…]"
-        if let label, label != KnownPeers.trustedByFingerprint { return "\"\(Terminal.escape(label))\" \(short)" }
-        return "\"\(claimed)\" (claimed) \(short)"
+        // Quotes in a claimed name are escaped: `Laptop" [key …]` cannot pass for a label.
+        let quoted = "\"" + claimed.replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        switch label {
+        case KnownPeers.trustedByFingerprint?: return "\(quoted) (claimed, key trusted) \(short)"
+        case let label?: return "\"\(Terminal.escape(label))\" \(short)"
+        case nil: return "\(quoted) (claimed) \(short)"
+        }
     }
 
     /// Why `sender` may not send `manifest` for want of room for its part files (files past

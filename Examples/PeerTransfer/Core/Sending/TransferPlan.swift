@@ -108,7 +108,8 @@ public struct TransferPlan: Sendable {
             }
             shown.append(String(format: "U+%04X", scalar.value))
         }
-        return shown.isEmpty ? "all ASCII" : "with " + shown.joined(separator: " ")
+        guard !shown.isEmpty else { return "all ASCII" }
+        return "with " + shown.prefix(8).joined(separator: " ") + (shown.count > 8 ? " …" : "")
     }
 
     /// `text` in Unicode's composed form (NFC), as the receiver stores names (ASCII as it is).

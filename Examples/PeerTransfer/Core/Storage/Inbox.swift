@@ -114,6 +114,8 @@ final class Inbox: @unchecked Sendable {
     /// Every sender's part files, as last counted and as transfers under way reserved them
     /// (see `PartLedger.swift`).
     let partLedger = Locked(PartLedger())
+    /// Held through a walk of the inbox for the ledger: one walk at a time.
+    let partWalk = Locked(0)
 
     /// Takes back `bytes` of a promise: written (the free space now counts them) or no longer
     /// needed.
@@ -227,7 +229,18 @@ final class Inbox: @unchecked Sendable {
         let mark = "from " + String(deliverer.prefix(8))
         for attempt in 0..<PartFile.numberedNames {
             let aside = PartFile.labelled(name, attempt == 0 ? mark : "\(mark), \(attempt)")
-            if renameat2(folder, name, folder, aside, PartFile.renameNoReplace) == 0 { return true }
+            if renameat2(folder, name, folder, aside, PartFile.renameNoReplace) == 0 {
+                // The file moved must be the one judged: another put under the name meanwhile
+                // goes back.
+                var moved = stat()
+                guard fstatat(folder, aside, &moved, AT_SYMLINK_NOFOLLOW) == 0,
+                    moved.st_dev == info.st_dev, moved.st_ino == info.st_ino
+                else {
+                    _ = renameat2(folder, aside, folder, name, PartFile.renameNoReplace)
+                    return false
+                }
+                return true
+            }
             guard errno == EEXIST else { return false }
         }
         return false

@@ -295,10 +295,7 @@ final class PartFile {
         case S_IFDIR:
             // A stranger's folder moves only when everything in it is strangers' too: trusted
             // senders' files (or part files being written) may be in it by now, and must not move.
-            let folderFD = openat(folder, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            guard folderFD >= 0 else { return false }
-            var budget = Self.folderEntriesLookedAt
-            guard onlyStrangers(in: folderFD, budget: &budget) else { return false }
+            guard strangersOnly(in: folder, name, heldInfo) else { return false }
         default:
             return false
         }
@@ -327,6 +324,9 @@ final class PartFile {
         guard fstatat(folder, swap, &swapped, AT_SYMLINK_NOFOLLOW) == 0,
             swapped.st_dev == heldInfo.st_dev, swapped.st_ino == heldInfo.st_ino
         else { return undo() }
+        // A folder judged before the exchange may have got a trusted file since: judged again,
+        // now that no new path leads into it under its old name.
+        if (heldInfo.st_mode & S_IFMT) == S_IFDIR, !strangersOnly(in: folder, swap, heldInfo) { return undo() }
         let mark = "from " + String(deliverer.prefix(8))
         for attempt in 0..<(Self.numberedNames + 64) {
             let aside =
@@ -356,6 +356,20 @@ final class PartFile {
     /// it is (the trusted file is then numbered beside it).
     static let folderEntriesLookedAt = 1_000
 
+    /// True when the folder `name` in `folder` is still the one `judged` describes and holds
+    /// only strangers' files and folders (see `onlyStrangers`).
+    private func strangersOnly(in folder: Int32, _ name: String, _ judged: stat) -> Bool {
+        let folderFD = openat(folder, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard folderFD >= 0 else { return false }
+        var info = stat()
+        guard fstat(folderFD, &info) == 0, info.st_dev == judged.st_dev, info.st_ino == judged.st_ino else {
+            close(folderFD)
+            return false
+        }
+        var budget = Self.folderEntriesLookedAt
+        return onlyStrangers(in: folderFD, budget: &budget)
+    }
+
     /// True when every entry below the folder `fd` (which it closes) is a file or folder an
     /// untrusted sender made, within `budget` entries; false for anything else (a trusted
     /// sender's file, the person's own, a symlink, a device, too many entries).
@@ -367,9 +381,9 @@ final class PartFile {
         defer { closedir(listing) }
         let descriptor = dirfd(listing)
         while let entry = readdir(listing) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) {
-                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
-            }
+            // A name that is not UTF-8 could not be named again by its text: such a folder stays.
+            let raw = withUnsafeBytes(of: entry.pointee.d_name) { Array($0.prefix { $0 != 0 }) }
+            guard let name = String(validating: raw, as: UTF8.self) else { return false }
             if name == "." || name == ".." { continue }
             budget -= 1
             let named = openat(descriptor, name, Self.pathOnly | O_NOFOLLOW | O_CLOEXEC)

@@ -1,7 +1,7 @@
 import Foundation
 import SalutStreams
 
-/// What each sender's part files hold, for the per-sender cap (``Inbox/checkPartRoom(for:adding:replacing:)``):
+/// What each sender's part files hold, for the per-sender cap (``Inbox/checkPartRoom(for:adding:replacing:transfer:)``):
 /// the part files found by a walk of the inbox now and then (``Inbox/countParts()``, which the
 /// daemon runs every few minutes, off any offer's way), and the part files each transfer under
 /// way reserved when its offer was taken, at their full size, until it ends (then they count
@@ -15,6 +15,15 @@ struct PartLedger: Sendable {
     /// What each transfer under way reserved: by the transfer's number, its sender's tag and
     /// its part files' paths and full sizes.
     var reserved: [Int: (tag: String, parts: [String: UInt64])] = [:]
+    /// While a walk runs: what transfers that ended and files that were named changed since it
+    /// began (by tag and path: the bytes now, or nil for gone), laid over what it finds.
+    var changedDuringWalk: [String: [String: UInt64?]]?
+
+    /// Records that `tag`'s part file at `path` now holds `bytes` (nil: it is gone).
+    mutating func set(_ tag: String, _ path: String, to bytes: UInt64?) {
+        walked[tag, default: [:]][path] = bytes
+        changedDuringWalk?[tag, default: [:]][path] = .some(bytes)
+    }
 
     /// The bytes `tag`'s part files hold or will, but for the paths in `replacing`, and those
     /// paths (from the inbox).
@@ -42,15 +51,30 @@ extension Inbox {
     /// Walks the inbox (blocking) and replaces what the last walk found with every part file
     /// there, by its sender's tag (transfers' reservations stay).
     func countParts() {
+        // One walk at a time (the sweeper's task and the counting task may both ask).
+        partWalk.withLock { _ in countPartsAlone() }
+    }
+
+    private func countPartsAlone() {
+        partLedger.withLock { $0.changedDuringWalk = [:] }
         var found: [String: [String: UInt64]] = [:]
-        PartSweeper.forEachPartFile(below: root) { relative, info in
+        let whole = PartSweeper.forEachPartFile(below: root) { relative, info in
             // NAME.<tag>.peerxfer-part: the tag is what lies between the last two dots.
             let bare = relative.utf8.dropLast(TransferLimits.partSuffix.utf8.count)
             guard let dot = bare.lastIndex(of: UInt8(ascii: ".")) else { return }
             let tag = String(decoding: bare[bare.index(after: dot)...], as: UTF8.self).lowercased()
             found[tag, default: [:]][relative] = UInt64(info.st_size)
         }
-        partLedger.withLock { $0.walked = found }
+        partLedger.withLock { ledger in
+            defer { ledger.changedDuringWalk = nil }
+            // A walk cut short is not all there is: what was counted before stays.
+            guard whole else { return }
+            // What changed while the walk ran is newer than what it saw.
+            for (tag, paths) in ledger.changedDuringWalk ?? [:] {
+                for (path, bytes) in paths { found[tag, default: [:]][path] = bytes }
+            }
+            ledger.walked = found
+        }
     }
 
     /// Checks that `sender` may have `bytes` more in part files, at the paths `replacing` (from
@@ -88,7 +112,7 @@ extension Inbox {
             names.prefix(3).map { "\"" + Terminal.escape(Receiver.shortened($0, toBytes: 120)) + "\"" }
             .joined(separator: ", ") + (names.count > 3 ? "…" : "")
         throw PeerTransferError.limit(
-            "this sender already has \(Wording.bytes(held)) of unfinished files at the receiver (\(Wording.counted(names.count, "file")) whose transfer was cut or is under way: \(shown)), and the receiver keeps at most \(Wording.bytes(limit)) of them for one sender; with this offer's \(Wording.bytes(bytes)) still to come, that is too much. Send those files again to finish them, send less at once, or wait until the receiver clears them (after the days of its --keep-parts)"
+            "this sender already has \(Wording.bytes(held)) of unfinished files at the receiver, or on their way (\(Wording.counted(names.count, "file")) whose transfer was cut or is under way: \(shown)), and the receiver keeps at most \(Wording.bytes(limit)) of them for one sender; with this offer's \(Wording.bytes(bytes)) still to come, that is too much. Send those files again to finish them, send less at once, or wait until the receiver clears them (after the days of its --keep-parts)"
         )
     }
 
@@ -105,22 +129,16 @@ extension Inbox {
         }
         partLedger.withLock { ledger in
             ledger.reserved[transfer] = nil
-            for relative in reservation.parts.keys {
-                ledger.walked[reservation.tag, default: [:]][relative] = actual[relative]
-            }
+            for relative in reservation.parts.keys { ledger.set(reservation.tag, relative, to: actual[relative]) }
         }
     }
 
-    /// Takes `sender`'s part file for `path` out of the counts: its file got its name, or was
-    /// given up.
+    /// Takes `sender`'s part file for `path` out of what was found on disk: its file got its
+    /// name, or was given up. A transfer's reservation stays until that transfer ends (another
+    /// transfer of the sender may be writing the same path).
     func forgetPart(of sender: String, _ path: RelativePath) {
         let relative = (path.parent + [TransferLimits.partName(of: path.name, from: sender)]).joined(separator: "/")
         let tag = Self.partTag(of: sender)
-        partLedger.withLock { ledger in
-            ledger.walked[tag]?[relative] = nil
-            for (transfer, reservation) in ledger.reserved where reservation.tag == tag {
-                ledger.reserved[transfer]?.parts[relative] = nil
-            }
-        }
+        partLedger.withLock { $0.set(tag, relative, to: nil) }
     }
 }

@@ -63,37 +63,65 @@ public struct PartSweeper: Sendable {
     /// `root` (blocking). Walked from descriptors, folder by folder (`openat`, `fdopendir`), so
     /// that a part file deeper than a whole path can name (PATH_MAX, counting the inbox's own
     /// path) is found all the same; symlinks are not followed; names are matched as bytes.
-    static func forEachPartFile(below root: Int32, _ body: (String, stat) -> Void) {
-        func walk(_ fd: Int32, _ prefix: String, depth: Int) {
+    /// - Returns: false when the walk was cut short (a folder could not be read to its end):
+    ///   what it found is then not all there is.
+    @discardableResult
+    static func forEachPartFile(below root: Int32, _ body: (String, stat) -> Void) -> Bool {
+        var whole = true
+        func walk(_ fd: Int32, _ prefix: String, depth: Int, device: UInt64) {
             guard let folder = fdopendir(fd) else {
                 close(fd)
+                whole = false
                 return
             }
             defer { closedir(folder) }
             let descriptor = dirfd(folder)
-            while let entry = readdir(folder) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            while true {
+                errno = 0
+                guard let entry = readdir(folder) else {
+                    if errno != 0 { whole = false }
+                    return
                 }
-                if name == "." || name == ".." { continue }
-                var info = stat()
-                guard fstatat(descriptor, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+                // The name's own bytes for the calls (a name that is not UTF-8 still names its
+                // file); its text only for the paths reported.
+                var raw = entry.pointee.d_name
+                let capacity = MemoryLayout.size(ofValue: raw)
+                let (name, info, isFolder) = withUnsafePointer(to: &raw) { tuple in
+                    tuple.withMemoryRebound(to: CChar.self, capacity: capacity) {
+                        bytes -> (String, stat?, Int32?) in
+                        let name = String(
+                            decoding: UnsafeRawBufferPointer(start: bytes, count: strlen(bytes)), as: UTF8.self)
+                        if name == "." || name == ".." { return (name, nil, nil) }
+                        var info = stat()
+                        guard fstatat(descriptor, bytes, &info, AT_SYMLINK_NOFOLLOW) == 0 else {
+                            return (name, nil, nil)
+                        }
+                        // Folders on this file system only (a mount below the inbox is not its).
+                        guard (info.st_mode & S_IFMT) == S_IFDIR, UInt64(info.st_dev) == device,
+                            depth <= TransferLimits.maximumDepth
+                        else { return (name, info, nil) }
+                        return (name, info, openat(descriptor, bytes, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
+                    }
+                }
+                guard let info else { continue }
                 let relative = prefix.isEmpty ? name : prefix + "/" + name
-                switch info.st_mode & S_IFMT {
-                case S_IFDIR where depth <= TransferLimits.maximumDepth:
-                    let child = openat(descriptor, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                    if child >= 0 { walk(child, relative, depth: depth + 1) }
-                case S_IFREG where TransferLimits.isPartName(name):
+                if let isFolder {
+                    if isFolder >= 0 { walk(isFolder, relative, depth: depth + 1, device: device) }
+                } else if (info.st_mode & S_IFMT) == S_IFREG, TransferLimits.isPartName(name) {
                     body(relative, info)
-                default:
-                    break
                 }
             }
         }
         // A descriptor of its own, not a dup: a dup shares the directory's read position, and a
         // second walk would start where the first ended, finding nothing.
         let start = openat(root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if start >= 0 { walk(start, "", depth: 0) }
+        var rootInfo = stat()
+        guard start >= 0, fstat(start, &rootInfo) == 0 else {
+            if start >= 0 { close(start) }
+            return false
+        }
+        walk(start, "", depth: 0, device: UInt64(rootInfo.st_dev))
+        return whole
     }
 
     /// The share of the file system at `path` free for unprivileged writers; nil when unknown.
