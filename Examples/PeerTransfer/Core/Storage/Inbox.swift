@@ -212,6 +212,12 @@ final class Inbox: @unchecked Sendable {
         return current
     }
 
+    /// True for a key recorded on a file that is a sender's (64 hex digits), not `sender` and
+    /// not trusted here: a stranger to `sender`, whose files give their names up to its.
+    func isStranger(_ key: String, to sender: String) -> Bool {
+        SHA256DigestText.isValid(key) && key != sender && !trusts(key)
+    }
+
     /// Moves the file `name` in `folder` to `NAME (from <8 hex>).EXT` when an untrusted sender
     /// delivered it and `sender` is trusted: a stranger's file does not keep a trusted sender's
     /// files out of the folder of that name (see ``PartFile/publish(cache:)`` for files). True
@@ -223,12 +229,10 @@ final class Inbox: @unchecked Sendable {
         defer { close(held) }
         var info = stat()
         guard fstat(held, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG,
-            let deliverer = PartFile.deliverer(ofPath: "/proc/self/fd/\(held)"), SHA256DigestText.isValid(deliverer),
-            deliverer != sender, !trusts(deliverer)
+            let deliverer = PartFile.deliverer(ofPath: "/proc/self/fd/\(held)"), isStranger(deliverer, to: sender)
         else { return false }
-        let mark = "from " + String(deliverer.prefix(8))
         for attempt in 0..<PartFile.numberedNames {
-            let aside = PartFile.labelled(name, attempt == 0 ? mark : "\(mark), \(attempt)")
+            let aside = PartFile.candidateName(name, marked: PartFile.asideMark(of: deliverer), attempt: attempt)
             if renameat2(folder, name, folder, aside, PartFile.renameNoReplace) == 0 {
                 // The file moved must be the one judged: another put under the name meanwhile
                 // goes back.

@@ -227,12 +227,7 @@ final class PartFile {
                 return (path.parent + [candidate]).joined(separator: "/")
             }
             for attempt in 0..<(Self.numberedNames + 64) {
-                let candidate =
-                    attempt == 0
-                    ? path.name
-                    : attempt < Self.numberedNames
-                        ? Self.numbered(path.name, attempt)
-                        : Self.labelled(path.name, String(UInt32.random(in: 0x1000_0000...UInt32.max), radix: 16))
+                let candidate = Self.candidateName(path.name, attempt: attempt)
                 // link(2) refuses to replace an existing name: no file is ever overwritten. The
                 // name is linked to the open, verified file itself (through /proc), not to
                 // whatever the part file's name points at by now: a file renamed over it
@@ -327,14 +322,8 @@ final class PartFile {
         // A folder judged before the exchange may have got a trusted file since: judged again,
         // now that no new path leads into it under its old name.
         if (heldInfo.st_mode & S_IFMT) == S_IFDIR, !strangersOnly(in: folder, swap, heldInfo) { return undo() }
-        let mark = "from " + String(deliverer.prefix(8))
         for attempt in 0..<(Self.numberedNames + 64) {
-            let aside =
-                attempt == 0
-                ? Self.labelled(name, mark)
-                : attempt < Self.numberedNames
-                    ? Self.labelled(name, "\(mark), \(attempt)")
-                    : Self.labelled(name, "\(mark), " + String(UInt32.random(in: 0x1000_0000...UInt32.max), radix: 16))
+            let aside = Self.candidateName(name, marked: Self.asideMark(of: deliverer), attempt: attempt)
             if renameat2(folder, swap, folder, aside, Self.renameNoReplace) == 0 {
                 movedAside = (name, aside)
                 swapName = nil
@@ -346,11 +335,27 @@ final class PartFile {
         return undo()
     }
 
-    /// True for a key recorded on a file that is a sender's (64 hex digits), not this file's
-    /// sender and not trusted here.
-    private func isStranger(_ key: String) -> Bool {
-        SHA256DigestText.isValid(key) && key != sender && !inbox.trusts(key)
+    /// True for a key recorded on a file that is a sender's, not this file's sender and not
+    /// trusted here (see ``Inbox/isStranger(_:to:)``).
+    private func isStranger(_ key: String) -> Bool { inbox.isStranger(key, to: sender) }
+
+    /// The name tried at `attempt` for `name`: the name itself, then `name (1).ext`… up to
+    /// ``numberedNames``, then a random number; with `mark` (a file moved aside),
+    /// `name (mark).ext`, `name (mark, 1).ext`… the same way.
+    static func candidateName(_ name: String, marked mark: String? = nil, attempt: Int) -> String {
+        let number =
+            attempt < numberedNames ? String(attempt) : String(UInt32.random(in: 0x1000_0000...UInt32.max), radix: 16)
+        switch (mark, attempt) {
+        case (nil, 0): return name
+        case (nil, _): return labelled(name, number)
+        case (let mark?, 0): return labelled(name, mark)
+        case (let mark?, _): return labelled(name, "\(mark), \(number)")
+        }
     }
+
+    /// What a file moved aside for a trusted sender's is marked with: `from <8 hex of its
+    /// sender's key>`.
+    static func asideMark(of deliverer: String) -> String { "from " + String(deliverer.prefix(8)) }
 
     /// How many entries of a stranger's folder are looked at, at most, before it is left where
     /// it is (the trusted file is then numbered beside it).
