@@ -138,7 +138,9 @@ let package = Package(
                                                        .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams", "SalutTestSupport", "FuzzChecks"]),
         .testTarget(name: "SalutSessionTests", dependencies: ["SalutSession", "SalutTestSupport"]),
-        .testTarget(name: "PeerTransferTests", dependencies: ["PeerTransferCore", "Salut", "SalutTestSupport"]),
+        .testTarget(
+            name: "PeerTransferTests",
+            dependencies: ["PeerTransferCore", "Salut", "SalutTestSupport", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "LabTests", dependencies: ["Salut", "SalutTestSupport"]),
     ]
 )

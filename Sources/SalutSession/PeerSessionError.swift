@@ -43,7 +43,17 @@ public struct PeerSessionError: Error, Sendable, Hashable, CustomStringConvertib
     }
 
     private let details: Details
-    private init(_ details: Details) { self.details = details }
+    /// The error of the layer that failed, for ``Code-swift.struct/transferFailed`` (an upload
+    /// protocol's own error, say): what `NSUnderlyingErrorKey` holds in a `URLError`. It takes no
+    /// part in equality: two errors are equal when their code and details are.
+    public let underlyingError: (any Error)?
+    private init(_ details: Details, underlying: (any Error)? = nil) {
+        self.details = details
+        self.underlyingError = underlying
+    }
+
+    public static func == (a: PeerSessionError, b: PeerSessionError) -> Bool { a.details == b.details }
+    public func hash(into hasher: inout Hasher) { hasher.combine(details) }
 
     // MARK: Making errors
 
@@ -118,6 +128,6 @@ public struct PeerSessionError: Error, Sendable, Hashable, CustomStringConvertib
         if let own = error as? PeerSessionError { return own }
         if let socket = error as? SocketStreamError { return socket == .cancelled ? .cancelled : .connection(socket) }
         if let failure = error as? StreamFailure { return .notAllowed(failure.description) }
-        return .transferFailed("\(error)")
+        return PeerSessionError(.transferFailed("\(error)"), underlying: error)
     }
 }

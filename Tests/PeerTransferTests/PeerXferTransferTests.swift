@@ -374,7 +374,7 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(PeerXferLab.listing(lab.path("outside")), [], "nothing written through the symlink")
     }
 
-    func testDeclinedAndPartlyAcceptedOffersExit5() throws {
+    func testEachWayAnOfferIsNotTakenHasItsOwnWordsAndExitCode() throws {
         let lab = try PeerXferLab()
         let declining = PeerXferLab.uniqueName("Declines")
         try lab.serve(
@@ -384,25 +384,26 @@ final class PeerXferTransferTests: XCTestCase {
         try lab.makeFile("src/skip.txt", size: 10, seed: 2)
         let (status, output) = try lab.send(
             [lab.path("src/keep.txt"), lab.path("src/skip.txt")], to: declining, config: "sender")
-        XCTAssertEqual(status, 5, output)
+        XCTAssertEqual(status, 9, output)
         XCTAssertTrue(output.contains("the receiver says: declined by the receiver's accept hook"), output)
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox1")), [])
         // With no terminal and no hook, nobody was asked: said so, not "declined by a person".
         let nobody = PeerXferLab.uniqueName("Nobody asks")
         try lab.serve(name: nobody, config: "r3", inbox: lab.path("inbox3"), accept: "ask")
         let (unasked, unaskedOutput) = try lab.send([lab.path("src/keep.txt")], to: nobody, config: "sender")
-        XCTAssertEqual(unasked, 5, unaskedOutput)
+        XCTAssertEqual(unasked, 8, unaskedOutput)
         XCTAssertTrue(
             unaskedOutput.contains(
-                "declined without asking anyone: the receiver runs --accept ask with no terminal and no --hook"),
+                "no one to ask: the receiver runs --accept ask with no terminal and no --hook"),
             unaskedOutput)
+        XCTAssertFalse(unaskedOutput.contains("declined"), unaskedOutput)
 
         let choosy = PeerXferLab.uniqueName("Choosy")
         try lab.serve(
             name: choosy, config: "r2", inbox: lab.path("inbox2"), accept: "ask", extra: ["--hook", "grep keep"])
         let (partly, partlyOutput) = try lab.send(
             [lab.path("src/keep.txt"), lab.path("src/skip.txt")], to: choosy, config: "sender")
-        XCTAssertEqual(partly, 5, partlyOutput)
+        XCTAssertEqual(partly, 9, partlyOutput)
         XCTAssertEqual(PeerXferLab.listing(lab.path("inbox2")), ["keep.txt"])
         XCTAssertTrue(
             partlyOutput.contains("declined 1 of 2 entries: skip.txt\""), "the declined entry is named: \(partlyOutput)"
@@ -542,7 +543,7 @@ final class PeerXferTransferTests: XCTestCase {
         let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"), accept: "known")
         try lab.makeFile("src/a.txt", size: 100)
         let (status, output) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
-        XCTAssertEqual(status, 6, output)
+        XCTAssertEqual(status, 10, output)
         XCTAssertTrue(output.contains("not trusted"), output)
         XCTAssertFalse(
             output.contains(lab.path("receiver")),
@@ -1044,9 +1045,9 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(restarted.waitForOutput(containing: "delivered and verified", seconds: 60), restarted.output)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/queued.bin"), lab.path("inbox/queued.bin")))
         // The status file is written behind the log: look until it shows the send, or 20 s.
-        let delivered = "out to \(receiverName) (task \(taskID), \(lab.path("src/queued.bin"))): done"
+        let delivered = "out to \(receiverName) (task \(taskID), \(lab.path("src/queued.bin"))), 1 file, "
         let after = try lab.status(of: "sender", once: delivered)
-        XCTAssertTrue(after.contains(delivered), after)
+        XCTAssertTrue(after.contains(delivered) && after.contains(": done, 1/1 verified"), after)
         XCTAssertTrue(after.contains("background queue: empty"), after)
         XCTAssertTrue(restarted.output.contains("background send task \(taskID) ("), restarted.output)
         // JSON carries the whole id, which `send --background --json` prints.
@@ -1098,8 +1099,8 @@ final class PeerXferTransferTests: XCTestCase {
             daemon.waitForOutput(containing: "(\(lab.path("src/unwanted.bin"))) to ", seconds: 20)
                 && daemon.waitForOutput(containing: "cancelled", seconds: 20), daemon.output)
         XCTAssertFalse(daemon.output.contains("failed: cancelled"), daemon.output)
-        let after = try lab.status(of: "sender", once: "): cancelled")
-        XCTAssertTrue(after.contains("): cancelled, 0/1 files verified"), after)
+        let after = try lab.status(of: "sender", once: ": cancelled")
+        XCTAssertTrue(after.contains("unwanted.bin), 1 file, ") && after.contains(": cancelled\n"), after)
         XCTAssertTrue(after.contains("background queue: empty"), after)
         XCTAssertEqual(try lab.run(["cancel", id, "--config", lab.path("sender")]).status, 1, "already gone")
     }

@@ -19,8 +19,12 @@ struct PeerXfer: AsyncParsableCommand {
                 1  runtime error (I/O, connection lost, a file failed verification)
                 2  usage error (bad arguments)
                 3  the receiver was not found in time
-                5  declined by the receiver (all or part of the offer)
-                6  trust failure (a receiver not paired yet and no terminal to ask, a changed key, a key other than the advertised or expected one; an unknown sender under --accept known)
+                5  declined by the person at the receiver (all or part of the offer)
+                6  trust failure (a receiver not paired yet and no terminal to ask, a changed key, a key other than the advertised or expected one)
+                7  no answer: no one at the receiver answered in time (or it stopped first)
+                8  the receiver cannot ask anyone (--accept ask with no terminal and no hook)
+                9  declined by the receiver's accept hook (all or part of the offer)
+               10  declined by the receiver's policy: it takes files only from senders it trusts (--accept known)
               130  `send` stopped with Ctrl-C (run it again to resume); 143 SIGTERM, 129 SIGHUP
 
             Examples:

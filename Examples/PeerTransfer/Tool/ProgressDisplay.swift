@@ -182,7 +182,9 @@ final class ProgressDisplay: Sendable {
     /// terminal the error's own line says it: the progress line is cleared for it).
     func ended(by error: PeerTransferError) {
         if json {
-            printJSON(["event": "error", "exitCode": Int(error.exitCode), "message": error.message])
+            printJSON([
+                "event": "error", "exitCode": Int(error.exitCode), "outcome": error.outcome, "message": error.message,
+            ])
         } else {
             clearLine()
         }

@@ -150,7 +150,7 @@ struct Send: AsyncParsableCommand {
             // Named (the first ten), so the user knows what to send elsewhere or ask about.
             let named = report.declined.prefix(10).map(Terminal.escape).joined(separator: ", ")
             let more = report.declined.count > 10 ? " and \(report.declined.count - 10) more" : ""
-            throw PeerTransferError.declined(
+            throw report.declineError(
                 "the receiver declined \(report.declined.count) of \(display.entriesTotal) entries: \(named)\(more)")
         }
     }

@@ -15,7 +15,7 @@ struct Serve: AsyncParsableCommand {
 
             For senders on other subnets, publish in a wide-area DNS zone whose server takes signed updates (docs/wide-area.md): --domain home.arpa --tsig-key FILE [--dns-server ADDRESS].
 
-            --accept ask puts each offer to the person at this terminal (y/N, 120 s), or, with --hook, to a command: it runs under `sh -c` with PEERXFER_KEY (the sender's key, proven in the handshake: decide on this), PEERXFER_TRUSTED (yes/no), PEERXFER_LABEL (the name you trusted that key under, empty if not), PEERXFER_SENDER (the name the sender claims: anyone can claim any name), PEERXFER_FILES and PEERXFER_BYTES set and the offered paths on its standard input, one per line (escaped as they would be shown); exit status 0 accepts the offer (only the paths it prints on its standard output, one per line, when it prints any), anything else declines it. The hook has 120 s, in a process group of its own; once it exits, anything it left running in that group is killed. With neither a terminal nor a hook, offers are declined.
+            --accept ask puts each offer to the person at this terminal (y/N, 120 s), or, with --hook, to a command: it runs under `sh -c` with PEERXFER_KEY (the sender's key, proven in the handshake: decide on this), PEERXFER_TRUSTED (yes/no), PEERXFER_LABEL (the name you trusted that key under, empty if not), PEERXFER_SENDER (the name the sender claims: anyone can claim any name), PEERXFER_FILES and PEERXFER_BYTES set and the offered paths on its standard input, one per line (escaped as they would be shown); exit status 0 accepts the offer (only the paths it prints on its standard output, one per line, when it prints any), anything else declines it. The hook has 120 s, in a process group of its own; once it exits, anything it left running in that group is killed. With neither a terminal nor a hook, no offer can be put to anyone: senders are told so (exit 8 there), not that someone declined.
             """
     )
 
@@ -152,7 +152,7 @@ struct Serve: AsyncParsableCommand {
             policy = .ask(OfferJudge(hook: hook, logger: logger, knownPeersFile: configuration.knownPeersFile).judge)
             if hook == nil && isatty(0) != 1 {
                 logger.warning(
-                    "--accept ask with no terminal to ask on and no --hook: every offer will be declined (use --accept known or all, or a --hook)"
+                    "--accept ask with no terminal to ask on and no --hook: no offer can be put to anyone, and each sender is told so (use --accept known or all, or a --hook)"
                 )
             }
         }
@@ -232,21 +232,21 @@ struct OfferJudge: Sendable {
 
     func judge(_ offer: IncomingOffer) async -> Judgement {
         // Withdrawn while it waited for its turn (its sender left, or the daemon stops).
-        guard await Self.turn.take() else { return .declined(Self.stopped) }
+        guard await Self.turn.take() else { return .declined(Self.stopped, by: .noAnswer) }
         defer { Task { await Self.turn.release() } }
-        if Task.isCancelled { return .declined(Self.stopped) }
+        if Task.isCancelled { return .declined(Self.stopped, by: .noAnswer) }
         let all = Set(offer.manifest.entries.indices)
         if let hook {
-            let chosen = await runHook(hook, offer: offer)
-            return chosen.accepted.isEmpty ? .declined(chosen.reason) : Judgement(accepted: chosen.accepted)
+            return await runHook(hook, offer: offer)
         }
         let size = Wording.bytes(offer.manifest.totalBytes)
         guard isatty(0) == 1 else {
             logger.warning(
-                "declined an offer from \(offer.senderName) without asking anyone: --accept ask has no terminal and no --hook"
+                "could not ask anyone about an offer from \(offer.senderName): --accept ask has no terminal and no --hook"
             )
             return .declined(
-                "declined without asking anyone: the receiver runs --accept ask with no terminal and no --hook")
+                "no one to ask: the receiver runs --accept ask with no terminal and no --hook, so offers are put to nobody",
+                by: .cannotAsk)
         }
         // What is offered, before the question: the first entries by name (folders end in /),
         // each indented and cut short, so that no name can pass for a line of the tool's own
@@ -265,9 +265,10 @@ struct OfferJudge: Sendable {
         let question =
             "\(offer.introduction) offers \(Wording.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)\(always)Accept? [y/N\(always.isEmpty ? "" : "/a")] "
         guard let stop = CancelPipe() else {
-            logger.error("declined an offer from \(offer.senderName): no descriptor left to wait for the answer")
+            logger.error(
+                "could not ask about an offer from \(offer.senderName): no descriptor left to wait for the answer")
             return .declined(
-                "declined without asking anyone: the receiver could not wait for an answer (out of descriptors)")
+                "not asked: the receiver could not wait for an answer (out of descriptors)", by: .cannotAsk)
         }
         defer { stop.close() }
         // Nothing typed before the question answers it (an answer meant for a question that
@@ -328,7 +329,8 @@ struct OfferJudge: Sendable {
             return .declined(
                 Task.isCancelled
                     ? Self.stopped
-                    : "no answer: no one answered the question at the receiver within \(Int(Self.questionLimit)) s")
+                    : "no answer: no one answered the question at the receiver within \(Int(Self.questionLimit)) s",
+                by: .noAnswer)
         }
         return .declined("declined by the person at the receiver")
     }
@@ -340,8 +342,8 @@ struct OfferJudge: Sendable {
     static let stopped = "not answered: the receiver stopped before the question was answered"
 
     /// The entries the hook accepts: all when it exits 0 printing nothing, those whose paths
-    /// it prints when it exits 0 printing some, none otherwise (or after 120 s).
-    private func runHook(_ command: String, offer: IncomingOffer) async -> (accepted: Set<Int>, reason: String) {
+    /// it prints when it exits 0 printing some, none otherwise (or after 120 s, as no answer).
+    private func runHook(_ command: String, offer: IncomingOffer) async -> Judgement {
         var environment = ProcessInfo.processInfo.environment
         environment["PEERXFER_SENDER"] = offer.senderName
         environment["PEERXFER_KEY"] = offer.senderKey
@@ -354,21 +356,20 @@ struct OfferJudge: Sendable {
             command, environment: environment, input: Data(listing.utf8), limit: Self.hookLimit)
         if Task.isCancelled {
             logger.info("the accept hook for the offer from \(offer.senderName) was ended: the offer was withdrawn")
-            return ([], Self.stopped)
+            return .declined(Self.stopped, by: .noAnswer)
         }
         if let failure = outcome.failure {
             logger.error("the accept hook could not start: \(failure)")
-            return ([], "declined without asking anyone: the receiver's accept hook could not start")
+            return .declined("not asked: the receiver's accept hook could not start", by: .cannotAsk)
         }
         guard outcome.status == 0 else {
             let how = outcome.status.map { "status \($0)" } ?? "killed, or out of its \(Int(Self.hookLimit)) s"
             logger.info("the accept hook declined the offer from \(offer.senderName) (\(how))")
-            return (
-                [],
-                outcome.status == nil
-                    ? "no answer: the receiver's accept hook did not decide within \(Int(Self.hookLimit)) s"
-                    : "declined by the receiver's accept hook"
-            )
+            return outcome.status == nil
+                ? .declined(
+                    "no answer: the receiver's accept hook did not decide within \(Int(Self.hookLimit)) s",
+                    by: .noAnswer)
+                : .declined("declined by the receiver's accept hook", by: .hook)
         }
         let lines = Set(
             String(decoding: outcome.printed, as: UTF8.self).split(separator: "\n").map(String.init).filter {
@@ -380,7 +381,9 @@ struct OfferJudge: Sendable {
             ? Set(entries.indices)
             : Set(entries.indices.filter { lines.contains(Terminal.escape(entries[$0].path)) })
         logger.info("the accept hook accepted \(chosen.count) of \(entries.count) entries from \(offer.senderName)")
-        return (chosen, "declined by the receiver's accept hook (it chose none of the entries)")
+        return Judgement(
+            accepted: chosen, reason: "declined by the receiver's accept hook (it chose none of the entries)",
+            cause: .hook)
     }
 
     /// How long the next question waits after one is withdrawn.

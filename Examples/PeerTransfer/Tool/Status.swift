@@ -121,15 +121,44 @@ struct Status: AsyncParsableCommand {
         printLine(queue.isEmpty ? "background queue: empty" : "background queue:")
         for send in queue { printLine("  \(send.line)") }
         if status.transfers.isEmpty { printLine("no transfers yet") }
-        for transfer in status.transfers {
-            let progress = transfer.bytes > 0 ? " \(transfer.bytesReceived * 100 / transfer.bytes)%" : ""
-            let task =
-                transfer.task.map {
-                    " (task \(Terminal.escape(TaskID.short($0)))\(transfer.path.map { ", \(Terminal.escape($0))" } ?? ""))"
-                } ?? ""
-            printLine(
-                "#\(transfer.id) \(transfer.direction == "out" ? "out to" : "in from") \(transfer.peer)\(task): \(transfer.state)\(transfer.state == "receiving" ? progress : ""), \(transfer.verified)/\(transfer.files) files verified\(transfer.failed > 0 ? ", \(transfer.failed) failed" : "")\(transfer.error.map { " (\(Terminal.escape($0)))" } ?? "")"
-            )
+        for transfer in status.transfers { printLine(Self.line(for: transfer)) }
+    }
+
+    /// One transfer as `status` shows it: id, time, direction and peer, what was sent, and the
+    /// outcome in words (`declined by the person there`, not `failed`).
+    static func line(for transfer: DaemonStatus.Transfer) -> String {
+        let time = Date(timeIntervalSince1970: transfer.started).formatted(
+            .dateTime.month(.abbreviated).day().hour(.twoDigits(amPM: .omitted)).minute())
+        let what =
+            transfer.task.map {
+                " (task \(Terminal.escape(TaskID.short($0)))\(transfer.path.map { ", \(Terminal.escape($0))" } ?? ""))"
+            } ?? ""
+        let files = Wording.counted(transfer.files, "file")
+        let size = Wording.bytes(transfer.bytes)
+        var state = words(forState: transfer.state)
+        if transfer.state == "receiving", transfer.bytes > 0 {
+            state += " \(transfer.bytesReceived * 100 / transfer.bytes)%"
+        }
+        if transfer.state == "done" || transfer.state == "receiving" || transfer.state == "failed" {
+            state += ", \(transfer.verified)/\(transfer.files) verified"
+            if transfer.failed > 0 { state += ", \(transfer.failed) failed" }
+        }
+        let error = transfer.error.map { " (\(Terminal.escape($0)))" } ?? ""
+        return
+            "#\(transfer.id) \(time) \(transfer.direction == "out" ? "out to" : "in from") \(transfer.peer)\(what), \(files), \(size): \(state)\(error)"
+    }
+
+    /// A transfer's state in words.
+    static func words(forState state: String) -> String {
+        switch state {
+        case "asking": return "waiting for the answer"
+        case "declined": return "declined by the person there"
+        case "declined-by-hook": return "declined by the accept hook"
+        case "declined-by-policy": return "declined by policy (the sender's key is not trusted)"
+        case "no-answer": return "no answer in time"
+        case "cannot-ask": return "not asked (no terminal and no hook on the receiver)"
+        case "interrupted": return "interrupted (the daemon stopped)"
+        default: return state
         }
     }
 }

@@ -15,7 +15,10 @@ public struct DaemonStatus: Codable, Sendable, Equatable {
         public var bytesReceived: UInt64
         public var verified: Int
         public var failed: Int
-        /// `receiving`, `done`, `failed`, or (a background send) `cancelled`.
+        /// `asking` (the offer waits for its answer), `receiving`, `done`, `cancelled` (a
+        /// background send), `interrupted` (the daemon stopped during it), or how it ended
+        /// otherwise as ``PeerTransferError/outcome`` names it (`declined`, `no-answer`, …,
+        /// `failed`).
         public var state: String
         public var error: String?
         public var started: Double
@@ -34,7 +37,8 @@ public struct DaemonStatus: Codable, Sendable, Equatable {
     public var pid: Int32
     public var running: Bool
     public var updated: Double
-    /// The most recent transfers, newest last (at most 50).
+    /// The most recent transfers, newest last (at most ``StatusBook/historyLength``), those of
+    /// earlier runs of the daemon included.
     public var transfers: [Transfer]
 
     /// Reads the status file at `path`; nil when there is none.
@@ -62,7 +66,13 @@ public final class StatusBook: Sendable {
         var lastWrite = ContinuousClock.Instant.now
         /// A write of the latest status is queued and has not started.
         var writeQueued = false
+        /// Added to a receiver's transfer id (which starts at 1 in each run of the daemon) so
+        /// that ids stay unique across the history kept from earlier runs.
+        var idOffset = 0
     }
+
+    /// How many transfers the status keeps, across restarts.
+    public static let historyLength = 50
     private let file: String
     private let state = Locked(State())
     /// Writes the file, off the receivers' paths: a slow disk delays the view, not a transfer.
@@ -79,8 +89,23 @@ public final class StatusBook: Sendable {
         writer.sync {}
     }
 
-    /// The daemon is up.
+    /// The daemon is up. The transfers an earlier run recorded are kept (those it left
+    /// unfinished as `interrupted`).
     public func started(name: String, port: UInt16, inbox: String, key: String) {
+        // A file that cannot be read starts the history afresh (it is only a view).
+        let earlier = ((try? DaemonStatus.load(from: file)) ?? nil)?.transfers ?? []
+        state.withLock { state in
+            state.status.transfers =
+                earlier.suffix(Self.historyLength).map { transfer in
+                    var transfer = transfer
+                    if transfer.ended == nil {
+                        transfer.state = "interrupted"
+                        transfer.ended = transfer.started
+                    }
+                    return transfer
+                } + state.status.transfers
+            state.idOffset = earlier.map(\.id).max() ?? 0
+        }
         update(force: true) {
             $0.name = name
             $0.port = port
@@ -97,16 +122,19 @@ public final class StatusBook: Sendable {
 
     /// Records a receiver's event.
     public func record(_ event: ReceiveEvent) {
-        switch event {
+        let offset = state.withLock { $0.idOffset }
+        switch event.renumbered(by: offset) {
         case .offered(let id, let sender, let files, let bytes):
             update(force: true) {
                 $0.transfers.append(
                     .init(
                         id: id, direction: "in", peer: sender, files: files, bytes: bytes, bytesReceived: 0,
-                        verified: 0, failed: 0, state: "receiving", error: nil,
+                        verified: 0, failed: 0, state: "asking", error: nil,
                         started: Date().timeIntervalSince1970, ended: nil))
-                if $0.transfers.count > 50 { $0.transfers.removeFirst($0.transfers.count - 50) }
+                $0.keepHistory()
             }
+        case .answered(let id):
+            update(force: true) { status in status.modify(id) { $0.state = "receiving" } }
         case .progress(let id, let bytes):
             update(force: false) { status in status.modify(id) { $0.bytesReceived = bytes } }
         case .fileVerified(let id, _):
@@ -120,7 +148,7 @@ public final class StatusBook: Sendable {
                 status.modify(id) {
                     $0.verified = verified
                     $0.failed = failed
-                    $0.state = error == nil && failed == 0 ? "done" : "failed"
+                    $0.state = error?.outcome ?? (failed == 0 ? "done" : "failed")
                     $0.error = error?.message
                     $0.ended = Date().timeIntervalSince1970
                 }
@@ -129,21 +157,21 @@ public final class StatusBook: Sendable {
     }
 
     /// Records a background send that ended (delivered, cancelled, or failed for good): `task`
-    /// is its task's whole id, `path` what it sent.
+    /// is its task's whole id, `path` what it sent, `files` how many files it held; `state` is
+    /// `done`, `cancelled`, or how it failed (``PeerTransferError/outcome``).
     public func recordOutbound(
-        task: String, peer: String, path: String, bytes: UInt64, started: Date, error: String?,
-        cancelled: Bool = false
+        task: String, peer: String, path: String, files: Int, bytes: UInt64, started: Date, state: String,
+        error: String?
     ) {
         update(force: true) {
             let id = ($0.transfers.map(\.id).max() ?? 0) + 1
             $0.transfers.append(
                 .init(
-                    id: id, direction: "out", peer: peer, files: 1, bytes: bytes, bytesReceived: bytes,
-                    verified: error == nil ? 1 : 0, failed: error == nil || cancelled ? 0 : 1,
-                    state: cancelled ? "cancelled" : error == nil ? "done" : "failed", error: cancelled ? nil : error,
-                    started: started.timeIntervalSince1970, ended: Date().timeIntervalSince1970,
-                    task: task, path: path))
-            if $0.transfers.count > 50 { $0.transfers.removeFirst($0.transfers.count - 50) }
+                    id: id, direction: "out", peer: peer, files: files, bytes: bytes, bytesReceived: bytes,
+                    verified: state == "done" ? files : 0, failed: state == "failed" ? files : 0,
+                    state: state, error: error, started: started.timeIntervalSince1970,
+                    ended: Date().timeIntervalSince1970, task: task, path: path))
+            $0.keepHistory()
         }
     }
 
@@ -176,8 +204,31 @@ public final class StatusBook: Sendable {
 }
 
 extension DaemonStatus {
+    /// Drops the oldest transfers beyond ``StatusBook/historyLength``.
+    fileprivate mutating func keepHistory() {
+        if transfers.count > StatusBook.historyLength {
+            transfers.removeFirst(transfers.count - StatusBook.historyLength)
+        }
+    }
+
     fileprivate mutating func modify(_ id: Int, _ change: (inout Transfer) -> Void) {
         guard let index = transfers.lastIndex(where: { $0.id == id && $0.direction == "in" }) else { return }
         change(&transfers[index])
+    }
+}
+
+extension ReceiveEvent {
+    /// The same event for the transfer `id + offset`.
+    fileprivate func renumbered(by offset: Int) -> ReceiveEvent {
+        switch self {
+        case .offered(let id, let sender, let files, let bytes):
+            return .offered(id: id + offset, sender: sender, files: files, bytes: bytes)
+        case .answered(let id): return .answered(id: id + offset)
+        case .progress(let id, let bytes): return .progress(id: id + offset, bytes: bytes)
+        case .fileVerified(let id, let storedAs): return .fileVerified(id: id + offset, storedAs: storedAs)
+        case .fileFailed(let id, let path, let reason): return .fileFailed(id: id + offset, path: path, reason: reason)
+        case .ended(let id, let verified, let failed, let error):
+            return .ended(id: id + offset, verified: verified, failed: failed, error: error)
+        }
     }
 }

@@ -107,13 +107,18 @@ extension Answer: HandReadJSON {
                 } while scanner.take(",")
                 guard scanner.take("]") else { return nil }
             }
+            var cause: String?
+            if scanner.take(",\"cause\":") {
+                guard let text = scanner.string() else { return nil }
+                cause = text
+            }
             var reason: String?
             if scanner.take(",\"reason\":") {
                 guard let text = scanner.string() else { return nil }
                 reason = text
             }
             guard scanner.take("}"), scanner.isAtEnd else { return nil }
-            return Answer(accepted: accepted, reason: reason)
+            return Answer(accepted: accepted, reason: reason, cause: cause)
         }
     }
 }

@@ -31,6 +31,7 @@ extension Answer: HandWrittenJSON {
             out += ",\"index\":" + String(entry.index) + "}"
         }
         out += "]"
+        if let cause { out += ",\"cause\":" + JSONLine.string(cause) }
         if let reason { out += ",\"reason\":" + JSONLine.string(reason) }
         return out + "}"
     }

@@ -68,6 +68,10 @@ struct Answer: Codable, Sendable, Equatable {
     var accepted: [Entry]
     /// Why some or all were declined, for the sender's user.
     var reason: String?
+    /// Who declined the entries not accepted, as a failure frame's code names it (`declined`
+    /// for a person, `declined-hook` for the accept hook); nil when all were accepted, or from
+    /// a receiver that does not say (read as a person).
+    var cause: String?
 }
 
 /// The receiver's word on one file.

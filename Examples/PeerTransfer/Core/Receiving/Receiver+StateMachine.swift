@@ -172,6 +172,7 @@ extension Receiver {
         mutating func decided(_ answer: Answer) -> [Action] {
             guard case .deciding(let manifest, let paths) = state else { return [] }
             if answer.accepted.isEmpty {
+                // (The shell sends a judge's full decline as a refusal, with its cause.)
                 return fail(.declined(answer.reason ?? "the receiver declined the transfer"))
             }
             let receiving = Receiving(manifest: manifest, paths: paths)

@@ -14,23 +14,53 @@ public enum AcceptPolicy: Sendable {
     case ask(@Sendable (IncomingOffer) async -> Judgement)
 }
 
-/// What the judge of an offer decided: the entries it accepts and, when it accepts none, what
-/// the sender is told ("the receiver says: …"), named truthfully (declined by a person is not
-/// "no one answered").
+/// What the judge of an offer decided: the entries it accepts and, for the rest, who declined
+/// them and what the sender is told ("the receiver says: …"), named truthfully (declined by a
+/// person is not "no one answered").
 public struct Judgement: Sendable, Equatable {
+    /// Who or what ended the question, for the entries not accepted.
+    public enum Cause: Sendable, Equatable {
+        /// The person at the receiver said no.
+        case person
+        /// The accept hook (`serve --hook`) said no.
+        case hook
+        /// No one answered in time, or the receiver stopped first: nobody said no.
+        case noAnswer
+        /// There was no one and nothing to ask (no terminal and no hook, a hook that cannot
+        /// start).
+        case cannotAsk
+    }
+
     /// The indexes of the entries accepted.
     public var accepted: Set<Int>
     /// Why nothing was accepted, for the sender; nil for the general wording.
     public var reason: String?
+    /// Who declined what was not accepted.
+    public var cause: Cause
 
-    /// A judgement accepting `accepted`, with `reason` when it accepts nothing.
-    public init(accepted: Set<Int>, reason: String? = nil) {
+    /// A judgement accepting `accepted`; the rest declined by `cause` (a person by default),
+    /// with `reason` when it accepts nothing.
+    public init(accepted: Set<Int>, reason: String? = nil, cause: Cause = .person) {
         self.accepted = accepted
         self.reason = reason
+        self.cause = cause
     }
 
-    /// Declined, saying why.
-    public static func declined(_ reason: String) -> Judgement { Judgement(accepted: [], reason: reason) }
+    /// Nothing accepted, by `cause`, saying why.
+    public static func declined(_ reason: String, by cause: Cause = .person) -> Judgement {
+        Judgement(accepted: [], reason: reason, cause: cause)
+    }
+
+    /// The failure a sender is told of when nothing was accepted.
+    var refusal: PeerTransferError {
+        let reason = reason ?? "declined, by the person or the hook that answers offers there"
+        switch cause {
+        case .person: return .declined(reason)
+        case .hook: return .declinedByHook(reason)
+        case .noAnswer: return .noAnswer(reason)
+        case .cannotAsk: return .cannotAsk(reason)
+        }
+    }
 }
 
 /// An offer as a receiver's policy sees it.
@@ -67,6 +97,8 @@ public struct IncomingOffer: Sendable {
 /// What a receiver reports about its transfers, for logs and `peerxfer status`.
 public enum ReceiveEvent: Sendable {
     case offered(id: Int, sender: String, files: Int, bytes: UInt64)
+    /// The offer was accepted (all or part of it): its bytes may come.
+    case answered(id: Int)
     case progress(id: Int, bytes: UInt64)
     case fileVerified(id: Int, storedAs: String)
     case fileFailed(id: Int, path: String, reason: String)
@@ -242,11 +274,11 @@ struct Receiver {
                             let refusal =
                                 "this receiver takes files only from known senders, and the key \(senderKey) is not trusted here"
                             // The sender is not told where this receiver keeps its configuration.
-                            let failure = PeerTransferError.trust(
+                            let failure = PeerTransferError.declinedByPolicy(
                                 "\(refusal) (on the receiver: peerxfer trust \(senderKey))")
                             try await send(
                                 .message(.failure, Failure(code: failure.wireCode, message: failure.message)), on: pair)
-                            outcome = .trust(
+                            outcome = .declinedByPolicy(
                                 "\(refusal); to take files from it: peerxfer trust \(senderKey)\(configOption)")
                             // Counted, not logged each: keys are free to make, and the log must
                             // not become the attack. The interval's line names the last one.
@@ -298,6 +330,7 @@ struct Receiver {
                     watchdog.touch(bound: idleBound)
                     switch decision {
                     case .success(let decided):
+                        events(.answered(id: id))
                         promised = decided.promised
                         heldFiles = decided.held
                         partsFound = decided.partFound
@@ -527,7 +560,7 @@ struct Receiver {
             return .failure(refusal)
         }
         var chosen: Set<Int>
-        var declineReason: String?
+        var decliner = Judgement.Cause.person
         switch policy {
         case .all, .known:
             chosen = Set(manifest.entries.indices)
@@ -536,20 +569,14 @@ struct Receiver {
                 senderName: senderName, senderKey: senderKey, senderLabel: trustedLabel(senderKey).map(Terminal.escape),
                 code: VerificationCode.between(ownKey, senderKey), manifest: manifest)
             switch await Self.judge(offer, with: judge, unlessTheSenderLeaves: pair, watchdog: watchdog) {
-            case .success(let judged):
+            case .success(var judged):
+                judged.accepted = judged.accepted.filter { manifest.entries.indices.contains($0) }
+                // (The sender shows it as "the receiver says: …", and its outcome by the cause.)
+                if judged.accepted.isEmpty { return .failure(judged.refusal) }
                 chosen = judged.accepted
-                declineReason = judged.reason
+                decliner = judged.cause
             case .failure(let error): return .failure(error)
             }
-        }
-        chosen = chosen.filter { manifest.entries.indices.contains($0) }
-        // (The sender shows it as "the receiver says: …".)
-        if chosen.isEmpty {
-            return .success(
-                Decision(
-                    answer: Answer(
-                        accepted: [],
-                        reason: declineReason ?? "declined, by the person or the hook that answers offers there")))
         }
         // What the inbox already holds is found by hashing files (earlier transfers' results and
         // part files, up to the whole offer's size): on a thread of its own, so that the shared
@@ -589,7 +616,9 @@ struct Receiver {
         }
         let declined = manifest.entries.count - decision.answer.accepted.count
         if declined > 0 {
-            decision.answer.reason = "the receiver declined \(declined) of \(manifest.entries.count) entries"
+            let who = decliner == .hook ? "the receiver's accept hook" : "the person at the receiver"
+            decision.answer.reason = "\(who) declined \(declined) of \(manifest.entries.count) entries"
+            decision.answer.cause = Judgement(accepted: [], cause: decliner).refusal.wireCode
         }
         return .success(decision)
     }

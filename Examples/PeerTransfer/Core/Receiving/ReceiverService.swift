@@ -59,13 +59,7 @@ public final class ReceiverService: Sendable {
                 "the inbox's file system keeps no extended attributes: part files cannot be told apart by sender (any peer may resume or discard another's interrupted file), and files sent again are sent whole"
             )
         }
-        var tls = TLSConfiguration.server(
-            certificateChainFile: configuration.identity.certificateFile,
-            privateKeyFile: configuration.identity.privateKeyFile)
-        tls.requiresClientCertificate = true
-        tls.validatesCertificateChain = false  // senders are self-signed; their key is judged by the policy
-        tls.minimumVersion = .v1_3
-        tls.tls13CipherSuites = TransferLimits.cipherSuites
+        let tls = configuration.receiverTLS
         let txt: TXTRecord
         do {
             txt = try TXTRecord([

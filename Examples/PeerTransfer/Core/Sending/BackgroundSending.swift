@@ -23,6 +23,7 @@ public struct PeerTransferUpload: PeerUploadProtocol {
             throw PeerTransferError.usage("peerxfer sends files and folders, not data or streams")
         }
         let plan = try await TransferPlan.prepare(paths: [url.path])
+        Self.plannedFiles.withLock { $0[url.path] = plan.manifest.fileCount }
         for skipped in plan.skipped {
             logger?.warning(
                 "background send of \(Terminal.escape(url.path)): skipped \(Terminal.escape(skipped.description))")
@@ -53,19 +54,24 @@ public struct PeerTransferUpload: PeerUploadProtocol {
             )
         }
         if !report.declined.isEmpty {
-            throw PeerTransferError.declined("the receiver declined \(report.declined.count) entries")
+            throw report.declineError("the receiver declined \(report.declined.count) entries")
         }
     }
 
-    /// Refusals and bad input will not pass by waiting; the rest may. A trust failure (a
+    /// Refusals and bad input will not pass by waiting (``PeerTransferError/isFinal``); the
+    /// rest may: an offer no one answered is made again later. A trust failure (a
     /// receiver answering its name with another key) pauses the send rather than ending it:
     /// an impostor that is there for a moment must not cost a week's queue. The send waits and
     /// tries again, `peerxfer status` showing why ("last error: KEY CHANGED…"), until the real
     /// receiver answers, the user pairs or untrusts, or cancels it.
+    /// How many files the last plan made for each path held, for the status of its send once
+    /// it ends (the session's task knows its path, not what the folder held).
+    static let plannedFiles = Locked([String: Int]())
+
     public func isRetryable(_ error: any Error) -> Bool {
         if error is CancellationError { return false }
         if let transfer = error as? PeerTransferError {
-            return !(transfer.isDeclined || transfer.exitCode == 2)
+            return !transfer.isFinal
         }
         return true
     }
@@ -116,13 +122,18 @@ public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Send
             logger.info("background send \(Self.describe(upload)) stays queued for the next start")
             return
         }
-        // Cancelled by the user (`peerxfer cancel`): an outcome of its own, not a failure.
-        let cancelled = (error as? PeerSessionError)?.code == .cancelled
+        // Cancelled by the user (`peerxfer cancel`): an outcome of its own, not a failure; a
+        // refusal by the receiver is named as the sender's own error names it.
+        let sessionError = error as? PeerSessionError
+        let cancelled = sessionError?.code == .cancelled
+        let transferError = (error as? PeerTransferError) ?? (sessionError?.underlyingError as? PeerTransferError)
+        let path = upload.taskDescription ?? "?"
         status?.recordOutbound(
-            task: upload.persistentIdentifier, peer: Terminal.escape(upload.service.name),
-            path: upload.taskDescription ?? "?",
+            task: upload.persistentIdentifier, peer: Terminal.escape(upload.service.name), path: path,
+            files: PeerTransferUpload.plannedFiles.withLock { $0.removeValue(forKey: path) } ?? 1,
             bytes: UInt64(max(0, upload.countOfBytesSent)), started: Date(),
-            error: error.map { "\($0)" }, cancelled: cancelled)
+            state: cancelled ? "cancelled" : error == nil ? "done" : transferError?.outcome ?? "failed",
+            error: cancelled ? nil : transferError?.message ?? error.map { "\($0)" })
         if cancelled {
             logger.info("background send \(Self.describe(upload)) cancelled")
         } else if let error {

@@ -36,6 +36,15 @@ public struct SendReport: Sendable {
     public var bytesSent: UInt64
     /// File bytes not sent because the receiver had them (resumed or already there).
     public var bytesSkipped: UInt64
+    /// Who declined the ``declined`` entries, as the receiver's answer said (a failure
+    /// frame's code; nil when none was declined or the receiver did not say).
+    var declineCode: String? = nil
+
+    /// The failure that reports the ``declined`` entries, saying `message`: declined by the
+    /// receiver's hook when its answer said so, else by the person there.
+    public func declineError(_ message: String) -> PeerTransferError {
+        declineCode == PeerTransferError.declinedByHook("").wireCode ? .declinedByHook(message) : .declined(message)
+    }
 }
 
 /// Sends a ``TransferPlan`` to a peerxfer receiver found by name.
@@ -149,12 +158,7 @@ public struct Sender: Sendable {
         let decision = try await decide(about: spelled, key: key, asked: published, foundByKey: foundByKey)
         let service = resolved.service
 
-        var tls = TLSConfiguration(
-            role: .client, pinnedSHA256: [key],
-            certificateChainFile: configuration.identity.certificateFile,
-            privateKeyFile: configuration.identity.privateKeyFile, minimumVersion: .v1_3)
-        tls.peerName = nil
-        tls.tls13CipherSuites = TransferLimits.cipherSuites
+        let tls = configuration.senderTLS(pinning: key)
         // Those advertising exactly this key, should the first fail its TLS check.
         var candidates =
             [service] + alternatives.filter { (try? Self.advertisedKey($0, name: name)) == key }.map(\.service)
@@ -204,7 +208,19 @@ public struct Sender: Sendable {
             }
         }
         events(.connected(name: published, key: key, firstUse: decision.firstUse, renamedFrom: decision.renamedFrom))
+        return try await transfer(plan, over: pair, to: name, events: events)
+    }
 
+    /// Offers `plan` over `pair`, an open connection to the receiver `name` (whose key was
+    /// judged), and sends what it accepts; a receiver silent for longer than its bound is
+    /// left. The part of ``send(_:to:events:)`` after the connection is made (in-process
+    /// tests drive it over a loopback connection).
+    /// - Throws: ``PeerTransferError``: what the receiver refused (`declined`, `trust`, …) as it
+    ///   said it, a failed connection as `runtime` naming `name`.
+    func transfer(
+        _ plan: TransferPlan, over pair: BoundStreamPair, to name: String,
+        events: @escaping @Sendable (SendEvent) -> Void
+    ) async throws -> SendReport {
         let watchdog = ProgressWatchdog(bound: .seconds(150))
         let watching = Task { await watchdog.watch(pair, what: "from the receiver") }
         defer { watching.cancel() }
@@ -608,7 +624,7 @@ public struct Sender: Sendable {
         }
         return SendReport(
             verified: outcome.verified, failed: failed, declined: declined,
-            bytesSent: sent, bytesSkipped: bytesSkipped)
+            bytesSent: sent, bytesSkipped: bytesSkipped, declineCode: declined.isEmpty ? nil : answer.cause)
     }
 
     private static func collectResults(

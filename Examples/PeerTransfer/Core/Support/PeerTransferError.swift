@@ -7,6 +7,7 @@ import Foundation
 public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConvertible {
     private enum Code: Hashable, Sendable {
         case usage, runtime, peerNotFound, declined, trust, protocolViolation, unsafePath, limit, noSpace, fileFailed
+        case declinedByHook, declinedByPolicy, noAnswer, cannotAsk
     }
 
     private let code: Code
@@ -24,8 +25,19 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
     public static func runtime(_ message: String) -> PeerTransferError { .init(.runtime, message) }
     /// The named peer was not found in time.
     public static func peerNotFound(_ message: String) -> PeerTransferError { .init(.peerNotFound, message) }
-    /// The receiver declined the transfer or part of it.
+    /// The person at the receiver declined the transfer or part of it.
     public static func declined(_ message: String) -> PeerTransferError { .init(.declined, message) }
+    /// The receiver's accept hook (`serve --hook`) declined the transfer or part of it.
+    public static func declinedByHook(_ message: String) -> PeerTransferError { .init(.declinedByHook, message) }
+    /// The receiver's policy declined the sender without asking anyone (`serve --accept known`
+    /// and a key not trusted there).
+    public static func declinedByPolicy(_ message: String) -> PeerTransferError { .init(.declinedByPolicy, message) }
+    /// No one answered the offer in time (the person at the receiver, or its hook), or the
+    /// receiver stopped before it was answered: nobody said no.
+    public static func noAnswer(_ message: String) -> PeerTransferError { .init(.noAnswer, message) }
+    /// The receiver has no way to ask anyone (`--accept ask` without a terminal or a hook, a
+    /// hook that cannot start): the offer was not put to anybody.
+    public static func cannotAsk(_ message: String) -> PeerTransferError { .init(.cannotAsk, message) }
     /// A key did not match its pin, or the receiver does not know the sender.
     public static func trust(_ message: String) -> PeerTransferError { .init(.trust, message) }
     /// The peer broke the protocol (bad frame, out-of-order message, unknown version).
@@ -41,8 +53,15 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
 
     /// True for ``trust(_:)`` failures.
     public var isTrustFailure: Bool { code == .trust }
-    /// True for ``declined(_:)``.
-    public var isDeclined: Bool { code == .declined }
+    /// True when someone or something at the receiver said no: ``declined(_:)``,
+    /// ``declinedByHook(_:)`` or ``declinedByPolicy(_:)`` (not ``noAnswer(_:)`` or
+    /// ``cannotAsk(_:)``: nobody said no there).
+    public var isDeclined: Bool { [.declined, .declinedByHook, .declinedByPolicy].contains(code) }
+    /// True when the same send, tried again unchanged, gets the same outcome: a person or a
+    /// hook said no, the receiver has no way to ask, or the arguments are bad. A policy
+    /// refusal is not final (the receiver may come to trust the key), nor is an offer no one
+    /// answered (someone may be there next time).
+    public var isFinal: Bool { [.declined, .declinedByHook, .cannotAsk, .usage].contains(code) }
     /// True for ``unsafePath(_:)``: something about this path (or what was planted under it)
     /// keeps it from being stored; other paths are not concerned.
     public var isUnsafePath: Bool { code == .unsafePath }
@@ -52,14 +71,33 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
     /// process out of descriptors) ends the transfer.
     public var failsOneFileOnly: Bool { code == .unsafePath || code == .fileFailed }
 
-    /// The tool's exit code: 2 usage, 3 peer not found, 5 declined, 6 trust, 1 anything else.
+    /// The tool's exit code: 2 usage, 3 peer not found, 5 declined by a person, 6 trust,
+    /// 7 no answer, 8 the receiver cannot ask, 9 declined by the receiver's hook, 10 declined by
+    /// the receiver's policy, 1 anything else.
     public var exitCode: Int32 {
         switch code {
         case .usage: return 2
         case .peerNotFound: return 3
         case .declined: return 5
         case .trust: return 6
+        case .noAnswer: return 7
+        case .cannotAsk: return 8
+        case .declinedByHook: return 9
+        case .declinedByPolicy: return 10
         default: return 1
+        }
+    }
+
+    /// How the transfer ended, as `peerxfer status` and the JSON name it: `declined`,
+    /// `declined-by-hook`, `declined-by-policy`, `no-answer`, `cannot-ask`, or `failed`.
+    public var outcome: String {
+        switch code {
+        case .declined: return "declined"
+        case .declinedByHook: return "declined-by-hook"
+        case .declinedByPolicy: return "declined-by-policy"
+        case .noAnswer: return "no-answer"
+        case .cannotAsk: return "cannot-ask"
+        default: return "failed"
         }
     }
 
@@ -71,6 +109,10 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
         case .usage, .runtime, .fileFailed: return "internal"
         case .peerNotFound: return "not-found"
         case .declined: return "declined"
+        case .declinedByHook: return "declined-hook"
+        case .declinedByPolicy: return "declined-policy"
+        case .noAnswer: return "no-answer"
+        case .cannotAsk: return "cannot-ask"
         case .trust: return "trust"
         case .protocolViolation: return "protocol"
         case .unsafePath: return "path"
@@ -84,6 +126,10 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
         let text = "the receiver says: \(Terminal.escape(message))"
         switch code {
         case "declined": return .declined(text)
+        case "declined-hook": return .declinedByHook(text)
+        case "declined-policy": return .declinedByPolicy(text)
+        case "no-answer": return .noAnswer(text)
+        case "cannot-ask": return .cannotAsk(text)
         case "trust": return .trust(text)
         case "protocol", "version": return .protocolViolation(text)
         case "path": return .unsafePath(text)

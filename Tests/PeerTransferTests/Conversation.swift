@@ -1,0 +1,144 @@
+import Foundation
+import Logging
+import Salut
+import XCTest
+@testable import PeerTransferCore
+
+/// A sender and a receiver in this process, over a TLS 1.3 connection on loopback: the
+/// protocol's conversations without processes or avahi-daemon. The sender is the one
+/// `peerxfer send` runs once it has found and judged the receiver; the receiver is the one the
+/// daemon runs on each accepted connection.
+final class Conversation {
+    let folder: String
+    let sender: PeerConfiguration
+    let receiver: PeerConfiguration
+    /// Where the receiver stores what it accepts.
+    var inbox: String { folder + "/inbox" }
+    /// Which offers the receiver takes.
+    var policy: AcceptPolicy = .all
+    /// Whether the receiver has a transfer slot for the sender.
+    var hasSlot = true
+    /// Sender keys the receiver trusts, with their labels.
+    var trusted: [String: String] = [:]
+
+    init() throws {
+        folder = FileManager.default.temporaryDirectory.appendingPathComponent("px-talk-\(UUID().uuidString)").path
+        sender = try PeerConfiguration(directory: folder + "/sender")
+        receiver = try PeerConfiguration(directory: folder + "/receiver")
+        try FileManager.default.createDirectory(atPath: folder + "/src", withIntermediateDirectories: true)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: folder) }
+
+    /// Makes `relative` under the sender's `src` folder with `size` bytes of a pattern.
+    @discardableResult
+    func makeFile(_ relative: String, size: Int, seed: UInt8 = 1) throws -> String {
+        let path = folder + "/src/" + relative
+        try FileManager.default.createDirectory(
+            atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        var bytes = [UInt8](repeating: 0, count: size)
+        for index in bytes.indices { bytes[index] = UInt8(truncatingIfNeeded: index &* 31 &+ Int(seed)) }
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    /// What one conversation gave: the sender's report or error, and what the receiver reported
+    /// and logged.
+    struct Outcome {
+        var sent: Result<SendReport, PeerTransferError>
+        var received: [ReceiveEvent]
+        var log: [String]
+
+        /// The sender's error (a test failure when it succeeded).
+        func error(file: StaticString = #filePath, line: UInt = #line) -> PeerTransferError? {
+            guard case .failure(let error) = sent else {
+                XCTFail("the send succeeded", file: file, line: line)
+                return nil
+            }
+            return error
+        }
+
+        /// The receiver's outcome, from its `ended` event.
+        var receiverError: PeerTransferError? {
+            for event in received {
+                if case .ended(_, _, _, let error) = event { return error }
+            }
+            return nil
+        }
+    }
+
+    /// Offers `paths` (under the sender's `src` folder) and sends what the receiver accepts;
+    /// returns once both ends are done.
+    func send(_ paths: [String]) async throws -> Outcome {
+        let events = Locked([ReceiveEvent]())
+        let log = Locked([String]())
+        let listener = try StreamListener(port: 0, tls: receiver.receiverTLS)
+        defer { listener.stop() }
+        let trusted = self.trusted
+        let inbox = try Inbox(path: self.inbox) { trusted[$0] != nil }
+        var receiving = Receiver(
+            id: 1, inbox: inbox, policy: policy,
+            hello: Hello(protocolVersion: TransferLimits.protocolVersion, device: receiver.deviceID, name: "Receiver"),
+            trustedLabel: { trusted[$0] }, events: { event in events.withLock { $0.append(event) } },
+            logger: Logger(label: "receiver", factory: { _ in CollectingLogHandler(lines: log) }))
+        receiving.ownKey = receiver.identity.publicKeySHA256
+        let slot = hasSlot
+        receiving.admit = { slot }
+        let receiverDone = AsyncStream<Void>.makeStream()
+        listener.accept { [receiving] connection in
+            Task {
+                await receiving.run(connection.streams)
+                receiverDone.continuation.finish()
+            }
+        }
+        let plan = try await TransferPlan.prepare(paths: paths.map { folder + "/src/" + $0 })
+        let pair = SocketStreams.pair(
+            toHost: "127.0.0.1", port: Int(listener.port),
+            tls: sender.senderTLS(pinning: receiver.identity.publicKeySHA256))
+        let sent: Result<SendReport, PeerTransferError>
+        do {
+            try await pair.open()
+            defer {
+                pair.input.close()
+                pair.output.close()
+            }
+            let sending = Sender(configuration: sender, displayName: "Sender")
+            sent = .success(try await sending.transfer(plan, over: pair, to: "Receiver", events: { _ in }))
+        } catch let error as PeerTransferError {
+            sent = .failure(error)
+        }
+        for await _ in receiverDone.stream {}
+        return Outcome(sent: sent, received: events.withLock { $0 }, log: log.withLock { $0 })
+    }
+
+    /// The bytes of `relative` in the inbox, nil when it is not there.
+    func received(_ relative: String) -> Data? {
+        FileManager.default.contents(atPath: inbox + "/" + relative)
+    }
+
+    /// The bytes of `relative` under the sender's `src` folder.
+    func original(_ relative: String) -> Data? {
+        FileManager.default.contents(atPath: folder + "/src/" + relative)
+    }
+
+    /// What the inbox holds, every entry's path relative to it, sorted.
+    func inboxListing() -> [String] {
+        ((FileManager.default.subpaths(atPath: inbox)) ?? []).sorted()
+    }
+}
+
+/// Keeps every log line's message, to check what the receiver's log says.
+struct CollectingLogHandler: LogHandler {
+    let lines: Locked<[String]>
+    var logLevel: Logger.Level = .debug
+    var metadata: Logger.Metadata = [:]
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        lines.withLock { $0.append("\(event.level): \(event.message)") }
+    }
+}

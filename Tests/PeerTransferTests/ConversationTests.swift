@@ -1,0 +1,135 @@
+import Foundation
+import XCTest
+@testable import PeerTransferCore
+
+/// The protocol's conversations between a real sender and a real receiver in this process
+/// (TLS on loopback, no processes, no avahi-daemon): what each end reports, and what lands.
+final class ConversationTests: XCTestCase {
+    func testATreeArrivesVerifiedAndASecondSendFindsItThere() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("tree/a.txt", size: 10)
+        try talk.makeFile("tree/sub/big.bin", size: 3 << 20, seed: 2)
+        try FileManager.default.createDirectory(
+            atPath: talk.folder + "/src/tree/empty", withIntermediateDirectories: true)
+        let first = try await talk.send(["tree"])
+        let report = try first.sent.get()
+        XCTAssertEqual(report.verified, 2)
+        XCTAssertEqual(report.failed, [])
+        XCTAssertEqual(report.bytesSent, (3 << 20) + 10)
+        XCTAssertEqual(talk.received("tree/a.txt"), talk.original("tree/a.txt"))
+        XCTAssertEqual(talk.received("tree/sub/big.bin"), talk.original("tree/sub/big.bin"))
+        XCTAssertEqual(talk.inboxListing(), ["tree", "tree/a.txt", "tree/empty", "tree/sub", "tree/sub/big.bin"])
+        XCTAssertNil(first.receiverError)
+        XCTAssertTrue(first.log.contains { $0.contains("complete: 2 verified, 0 failed") }, "\(first.log)")
+
+        // Sent again: the receiver already has both, and no file byte goes.
+        let again = try await talk.send(["tree"])
+        let second = try again.sent.get()
+        XCTAssertEqual(second.verified, 2)
+        XCTAssertEqual(second.bytesSent, 0)
+        XCTAssertEqual(second.bytesSkipped, (3 << 20) + 10)
+        XCTAssertEqual(talk.inboxListing().count, 5, "nothing numbered beside the files: \(talk.inboxListing())")
+    }
+
+    func testAnInterruptedFileResumesAfterTheChunksTheReceiverHas() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("big.bin", size: 3 << 20 + 5)
+        // What an interrupted send left: this sender's part file with the first two chunks.
+        let inbox = try Inbox(path: talk.inbox)
+        let part = try inbox.openPart(
+            try RelativePath(validating: "big.bin"), for: talk.sender.identity.publicKeySHA256)
+        try part.write(talk.original("big.bin")!.prefix(2 << 20), at: 0)
+        part.closeFiles()
+        let report = try await talk.send(["big.bin"]).sent.get()
+        XCTAssertEqual(report.bytesSkipped, 2 << 20)
+        XCTAssertEqual(report.bytesSent, (1 << 20) + 5)
+        XCTAssertEqual(talk.received("big.bin"), talk.original("big.bin"))
+        XCTAssertEqual(talk.inboxListing(), ["big.bin"], "the part file became the file")
+    }
+
+    /// Each way an offer is not taken: its own words, outcome and exit code on the sender, the
+    /// same outcome on the receiver, and nothing in the inbox.
+    func testEachWayAnOfferIsNotTakenIsNamedTruthfullyOnBothEnds() async throws {
+        let cases: [(Judgement, String, Int32, String)] = [
+            (.declined("declined by the person at the receiver"), "declined", 5, "declined by the person"),
+            (.declined("declined by the receiver's accept hook", by: .hook), "declined-by-hook", 9, "accept hook"),
+            (.declined("no answer: no one answered", by: .noAnswer), "no-answer", 7, "no one answered"),
+            (.declined("no one to ask: no terminal", by: .cannotAsk), "cannot-ask", 8, "no one to ask"),
+        ]
+        for (judgement, outcome, exitCode, words) in cases {
+            let talk = try Conversation()
+            try talk.makeFile("a.txt", size: 10)
+            talk.policy = .ask { _ in judgement }
+            let result = try await talk.send(["a.txt"])
+            let error = try XCTUnwrap(result.error(), outcome)
+            XCTAssertEqual(error.outcome, outcome)
+            XCTAssertEqual(error.exitCode, exitCode, outcome)
+            XCTAssertTrue(error.message.hasPrefix("the receiver says: "), error.message)
+            XCTAssertTrue(error.message.contains(words), error.message)
+            XCTAssertEqual(result.receiverError?.outcome, outcome)
+            XCTAssertEqual(talk.inboxListing(), [], outcome)
+        }
+    }
+
+    func testAPartlyDeclinedOfferSendsTheRestAndNamesWhoDeclined() async throws {
+        for (cause, exitCode) in [(Judgement.Cause.person, 5), (.hook, 9)] {
+            let talk = try Conversation()
+            try talk.makeFile("keep.txt", size: 10)
+            try talk.makeFile("skip.txt", size: 10, seed: 2)
+            talk.policy = .ask { offer in
+                Judgement(
+                    accepted: Set(
+                        offer.manifest.entries.indices.filter { offer.manifest.entries[$0].path == "keep.txt" }),
+                    cause: cause)
+            }
+            let report = try await talk.send(["keep.txt", "skip.txt"]).sent.get()
+            XCTAssertEqual(report.verified, 1)
+            XCTAssertEqual(report.declined, ["skip.txt"])
+            XCTAssertEqual(report.declineError("x").exitCode, Int32(exitCode))
+            XCTAssertEqual(talk.inboxListing(), ["keep.txt"])
+        }
+    }
+
+    func testAnUntrustedSenderIsDeclinedByPolicyUntilTrusted() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("a.txt", size: 10)
+        talk.policy = .known
+        let refused = try await talk.send(["a.txt"])
+        let refusal = refused.error()
+        let error = try XCTUnwrap(refusal)
+        XCTAssertEqual(error.exitCode, 10)
+        XCTAssertEqual(error.outcome, "declined-by-policy")
+        XCTAssertTrue(error.message.contains("takes files only from known senders"), error.message)
+        XCTAssertTrue(
+            error.message.contains(talk.sender.identity.publicKeySHA256), "the key to trust: \(error.message)")
+        XCTAssertEqual(talk.inboxListing(), [])
+
+        talk.trusted[talk.sender.identity.publicKeySHA256] = "laptop"
+        let trusted = try await talk.send(["a.txt"]).sent.get()
+        XCTAssertEqual(trusted.verified, 1)
+        XCTAssertEqual(talk.received("a.txt"), talk.original("a.txt"))
+    }
+
+    func testAReceiverWithEverySlotTakenSaysItIsBusy() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("a.txt", size: 10)
+        talk.hasSlot = false
+        let busy = try await talk.send(["a.txt"]).error()
+        let error = try XCTUnwrap(busy)
+        XCTAssertEqual(error.exitCode, 1)
+        XCTAssertTrue(error.message.contains("the receiver is busy"), error.message)
+        XCTAssertEqual(talk.inboxListing(), [])
+    }
+
+    func testTheReceiversLogNamesATrustedSenderByItsLabelAndAStrangerAsClaimed() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("a.txt", size: 10)
+        let stranger = try await talk.send(["a.txt"])
+        XCTAssertTrue(
+            stranger.log.contains { $0.contains("transfer from \"Sender\" (claimed) [key") }, "\(stranger.log)")
+        talk.trusted[talk.sender.identity.publicKeySHA256] = "laptop"
+        try talk.makeFile("b.txt", size: 10)
+        let known = try await talk.send(["b.txt"])
+        XCTAssertTrue(known.log.contains { $0.contains("transfer from \"laptop\" [key") }, "\(known.log)")
+    }
+}
