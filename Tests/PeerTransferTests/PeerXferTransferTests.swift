@@ -1118,6 +1118,39 @@ final class PeerXferTransferTests: XCTestCase {
 
     /// A daemon (config "sender") with `file` queued by `send --background` for a receiver that
     /// is not there, once the daemon says it waits for it.
+    func testABackgroundSendIsWatchedFromTheSenderPhaseByPhase() throws {
+        let lab = try PeerXferLab()
+        try lab.makeFile("src/folder/a.bin", size: 1000)
+        try lab.makeFile("src/folder/b.bin", size: 2000, seed: 2)
+        try lab.makeFile("src/folder/c.bin", size: 3000, seed: 3)
+        try lab.serve(name: PeerXferLab.uniqueName("Outbox"), config: "sender", inbox: lab.path("sender-inbox"))
+        // A receiver whose hook takes its time: the sender's status shows the wait for it.
+        let receiverName = PeerXferLab.uniqueName("Slow to answer")
+        let go = lab.path("go")
+        try lab.serve(
+            name: receiverName, config: "receiver", inbox: lab.path("inbox"), accept: "ask",
+            extra: ["--hook", "cat >/dev/null; while [ ! -e '\(go)' ]; do sleep 0.1; done"])
+        let (queued, output) = try lab.run([
+            "send", lab.path("src/folder"), "--to", receiverName, "--config", lab.path("sender"), "--background",
+            "--accept-new-key",
+        ])
+        XCTAssertEqual(queued, 0, output)
+        let waiting = try lab.status(of: "sender", once: "waiting for \(receiverName)'s answer (")
+        XCTAssertTrue(waiting.contains(", 3 files, 6 KB: waiting for \(receiverName)'s answer (2:"), waiting)
+        // The queue's line says the same, not "transferring".
+        XCTAssertTrue(waiting.contains("→ \"\(receiverName)\": waiting for \"\(receiverName)\"'s answer (#"), waiting)
+        // In JSON: the state and since when.
+        let (_, json) = try lab.run(["status", "--json", "--config", lab.path("sender")])
+        XCTAssertTrue(json.contains("\"state\":\"waiting-for-answer\""), json)
+        XCTAssertTrue(FileManager.default.createFile(atPath: go, contents: nil))
+        let done = try lab.status(of: "sender", once: ": done, 3/3 verified")
+        XCTAssertTrue(done.contains("out to \(receiverName) (task "), done)
+        XCTAssertTrue(done.contains("background queue: empty"), done)
+        // The receiver's own status: from whom, what, and that it was done.
+        let received = try lab.status(of: "receiver", once: ": done, 3/3 verified")
+        XCTAssertTrue(received.contains(", 3 files, 6 KB: done"), received)
+    }
+
     private func daemonWaitingWithAQueuedSend(_ file: String, in lab: PeerXferLab) throws -> Foreign {
         try lab.makeFile("src/" + file, size: 1000, seed: 6)
         let daemon = try lab.serve(

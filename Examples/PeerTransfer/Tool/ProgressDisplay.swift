@@ -22,6 +22,9 @@ final class ProgressDisplay: Sendable {
         var fileStart: UInt64 = 0
         var fileStartSent: UInt64 = 0
         var lineShown = false
+        /// While the offer waits for its answer: since when, and from whom (a line counts down).
+        var waitingSince: ContinuousClock.Instant?
+        var receiver = ""
     }
     private let json: Bool
     private let state = Locked(State())
@@ -75,15 +78,16 @@ final class ProgressDisplay: Sendable {
                     firstUse
                     ? "new here: pinned now"
                     : renamedFrom.map { "known device, pinned as \"\(Terminal.escape($0))\"" } ?? "matches its pin"
-                printError(
-                    "connected to \"\(Terminal.escape(name))\" (key \(key.prefix(16))…, \(verdict)); waiting for it to accept the offer"
-                )
+                printError("connected to \"\(Terminal.escape(name))\" (key \(key.prefix(16))…, \(verdict))")
+                countDownToTheAnswer(from: Terminal.escape(name))
             }
         case .answered(let accepted, let files, let declined, let there, let bytes, let reason):
             state.withLock {
                 $0.total = bytes
                 $0.started = .now
+                $0.waitingSince = nil
             }
+            clearLine()
             if json {
                 var object: [String: Any] = [
                     "event": "answered", "accepted": accepted, "acceptedFiles": files, "declined": declined,
@@ -221,8 +225,37 @@ final class ProgressDisplay: Sendable {
         return await TerminalQuestion.ask("Trust this key and send? [y/N] ")
     }
 
+    /// Counts down, on a line redrawn each second, the time the receiver has left to answer
+    /// (a person may be deciding there), until the answer comes or the send ends.
+    private func countDownToTheAnswer(from name: String) {
+        let since = ContinuousClock.Instant.now
+        state.withLock {
+            $0.waitingSince = since
+            $0.receiver = name
+        }
+        Task { [self] in
+            while true {
+                let waiting = state.withLock { state -> Bool in
+                    guard state.waitingSince == since else { return false }
+                    let left = Sender.answerWait - since.duration(to: .now)
+                    let seconds = max(0, Double(left.components.seconds))
+                    // Drawn under the lock that ending the wait takes: never after it ended.
+                    writeAll(
+                        "\r\u{1b}[Kwaiting for \"\(state.receiver)\" to answer the offer (\(Wording.clock(seconds)) left)",
+                        to: 2)
+                    state.lineShown = true
+                    return true
+                }
+                guard waiting else { return }
+                try? await Task.sleep(for: .seconds(1))
+            }
+        }
+    }
+
     private func clearLine() {
         let shown = state.withLock { state -> Bool in
+            // Whatever ends the line ends the countdown with it.
+            state.waitingSince = nil
             defer { state.lineShown = false }
             return state.lineShown
         }
@@ -232,26 +265,23 @@ final class ProgressDisplay: Sendable {
     private static func line(_ state: State) -> String {
         let elapsed = state.started.duration(to: .now)
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        let rate = seconds > 0.05 ? Double(state.sent) / seconds : 0
+        // A rate over less than a quarter of a second says nothing yet: not shown as 0.
+        let rate = seconds >= 0.25 ? Double(state.sent) / seconds : 0
         let fraction = state.total > 0 ? Double(state.sent) / Double(state.total) : 1
         let width = 24
         let filled = Int(fraction * Double(width))
         let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
-        let eta = rate > 0 ? Self.duration(Double(state.total - state.sent) / rate) : "--:--"
+        let eta =
+            state.sent >= state.total
+            ? "0:00" : rate > 0 ? Wording.clock(Double(state.total - state.sent) / rate) : "--:--"
+        let speed = rate > 0 ? "\(bytes(UInt64(rate)))/s" : "measuring"
         let fileDone = state.fileStart + (state.sent - state.fileStartSent)
         let filePercent = state.fileSize > 0 ? Int(Double(fileDone) / Double(state.fileSize) * 100) : 100
         let name = Terminal.escape(String(state.currentFile.suffix(40)))
         return
-            "[\(bar)] \(Int(fraction * 100))% \(bytes(state.sent))/\(bytes(state.total)) \(bytes(UInt64(rate)))/s ETA \(eta) · \(name) \(filePercent)% (file \(state.filesStarted) of \(state.filesTotal))"
+            "[\(bar)] \(Int(fraction * 100))% \(bytes(state.sent))/\(bytes(state.total)) \(speed) ETA \(eta) · \(name) \(filePercent)% (file \(state.filesStarted) of \(state.filesTotal))"
     }
 
     static func bytes(_ count: UInt64) -> String { Wording.bytes(count) }
 
-    private static func duration(_ seconds: Double) -> String {
-        guard seconds.isFinite else { return "--:--" }
-        let total = Int(seconds.rounded())
-        return total >= 3600
-            ? String(format: "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60)
-            : String(format: "%d:%02d", total / 60, total % 60)
-    }
 }

@@ -187,7 +187,7 @@ struct Serve: AsyncParsableCommand {
         let displayName = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer"
         let background = PeerSession(
             configuration: configuration.backgroundSessionConfiguration(
-                runsTasks: true, displayName: displayName, logger: logger),
+                runsTasks: true, displayName: displayName, logger: logger, status: status),
             delegate: BackgroundSendLog(logger: logger, status: status))
         if !background.runsBackgroundTasks {
             logger.warning(
@@ -336,7 +336,7 @@ struct OfferJudge: Sendable {
     }
 
     /// Seconds a person has to answer a question.
-    static let questionLimit: Double = 120
+    static let questionLimit = TransferLimits.answerTime
 
     /// Why an offer ends unanswered when the daemon stops or its sender left.
     static let stopped = "not answered: the receiver stopped before the question was answered"
@@ -397,7 +397,7 @@ struct OfferJudge: Sendable {
     }
 
     /// Seconds a hook has to decide.
-    static let hookLimit: TimeInterval = 120
+    static let hookLimit = TransferLimits.answerTime
 
     /// How many of an offer's entries the terminal question lists.
     static let entriesShown = 10

@@ -14,21 +14,31 @@ struct Status: AsyncParsableCommand {
     @Flag(help: "The status as one JSON object.")
     var json = false
 
-    @Flag(help: "Show it again each time it changes, until interrupted.")
+    @Flag(
+        help:
+            "Keep watching until interrupted: on a terminal the view is redrawn in place each second (progress, rates, time left); otherwise (or with --json) each change is one JSON object on a line of its own."
+    )
     var follow = false
 
     func run() async throws {
         try config.requireExisting()
         let directory = config.directory ?? PeerConfiguration.defaultDirectory
         let file = (directory as NSString).appendingPathComponent("status.json")
+        let live = follow && !json && isatty(1) == 1
+        let lines = follow && !live
         var last: DaemonStatus?
+        var first = true
         repeat {
             let status = try DaemonStatus.load(from: file)
-            if status != last || last == nil {
-                show(status)
+            if live {
+                // Home, the view, then clear what an older, longer view left below it.
+                writeAll("\u{1b}[H" + render(status).map { $0 + "\u{1b}[K\n" }.joined() + "\u{1b}[J", to: 1)
+            } else if status != last || first {
+                if lines || json { printObject(object(status)) } else { render(status).forEach(printLine) }
                 last = status
             }
-            if follow { try await Task.sleep(for: .milliseconds(500)) }
+            first = false
+            if follow { try await Task.sleep(for: live ? .seconds(1) : .milliseconds(500)) }
         } while follow
     }
 
@@ -42,9 +52,19 @@ struct Status: AsyncParsableCommand {
         var lastError: String?
         var cancelRequested: Bool
 
+        /// Where the daemon's status says this send is, when it is under way (its row there
+        /// has the progress): said instead of the session's coarser phase.
+        var live: DaemonStatus.Transfer?
+
         var line: String {
+            let now =
+                live.map {
+                    "\(DaemonStatus.Transfer.words(forState: $0.state, peer: "\"\(Terminal.escape(service))\"")) (#\($0.id))"
+                }
+                ?? phase
             let state =
-                cancelRequested ? "cancelled (the daemon drops it when it starts)" : "\(phase), \(attempts) attempt(s)"
+                cancelRequested
+                ? "cancelled (the daemon drops it when it starts)" : "\(now), \(Wording.counted(attempts, "attempt"))"
             return
                 "task \(TaskID.short(id)): \(Terminal.escape(what)) → \"\(Terminal.escape(service))\": \(state)\(lastError.map { "; last error: \(Terminal.escape($0))" } ?? "")"
         }
@@ -87,78 +107,44 @@ struct Status: AsyncParsableCommand {
         }
     }
 
-    private func show(_ status: DaemonStatus?) {
+    /// The status as one JSON object (the queue included; names escaped as `peers --json` does).
+    private func object(_ status: DaemonStatus?) -> [String: Any] {
+        guard let status else { return ["running": false, "queue": backgroundQueue().map(\.object)] }
+        // Through JSONSerialization both ways: its numbers come back as NSNumber, which
+        // JSONLine's Swift-typed switch is not meant for.
+        guard let data = try? JSONEncoder().encode(status),
+            var object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else { return ["running": status.daemonAlive] }
+        object["running"] = status.daemonAlive
+        object["queue"] = backgroundQueue().map(\.object)
+        return object
+    }
+
+    /// The status as lines for a person.
+    private func render(_ status: DaemonStatus?) -> [String] {
+        var lines: [String] = []
         guard let status else {
             // Sends queued before any daemon ran are still there (and can be cancelled).
             let queue = backgroundQueue()
-            if json {
-                printObject(["running": false, "queue": queue.map(\.object)])
-            } else {
-                printLine("no daemon has run with this configuration (peerxfer serve)")
-                if !queue.isEmpty { printLine("background queue (delivered once a daemon runs):") }
-                for send in queue { printLine("  \(send.line)") }
-            }
-            return
+            lines.append("no daemon has run with this configuration (peerxfer serve)")
+            if !queue.isEmpty { lines.append("background queue (delivered once a daemon runs):") }
+            lines += queue.map { "  \($0.line)" }
+            return lines
         }
-        if json {
-            // Through JSONSerialization both ways: its numbers come back as NSNumber, which
-            // JSONLine's Swift-typed switch is not meant for.
-            if let data = try? JSONEncoder().encode(status),
-                var object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-            {
-                object["running"] = status.daemonAlive
-                object["queue"] = backgroundQueue().map(\.object)
-                printObject(object)
-            }
-            return
-        }
-        printLine(
+        lines.append(
             status.daemonAlive
                 ? "serving \"\(Terminal.escape(status.name))\" on port \(status.port), inbox \(status.inbox), pid \(status.pid)"
                 : "not running (last seen as \"\(Terminal.escape(status.name))\")")
-        printLine("key \(status.key)")
-        let queue = backgroundQueue()
-        printLine(queue.isEmpty ? "background queue: empty" : "background queue:")
-        for send in queue { printLine("  \(send.line)") }
-        if status.transfers.isEmpty { printLine("no transfers yet") }
-        for transfer in status.transfers { printLine(Self.line(for: transfer)) }
-    }
-
-    /// One transfer as `status` shows it: id, time, direction and peer, what was sent, and the
-    /// outcome in words (`declined by the person there`, not `failed`).
-    static func line(for transfer: DaemonStatus.Transfer) -> String {
-        let time = Date(timeIntervalSince1970: transfer.started).formatted(
-            .dateTime.month(.abbreviated).day().hour(.twoDigits(amPM: .omitted)).minute())
-        let what =
-            transfer.task.map {
-                " (task \(Terminal.escape(TaskID.short($0)))\(transfer.path.map { ", \(Terminal.escape($0))" } ?? ""))"
-            } ?? ""
-        let files = Wording.counted(transfer.files, "file")
-        let size = Wording.bytes(transfer.bytes)
-        var state = words(forState: transfer.state)
-        if transfer.state == "receiving", transfer.bytes > 0 {
-            state += " \(transfer.bytesReceived * 100 / transfer.bytes)%"
+        lines.append("key \(status.key)")
+        var queue = backgroundQueue()
+        // (A row a dead daemon left says nothing of now: the session's record does.)
+        for index in queue.indices where status.daemonAlive {
+            queue[index].live = status.transfers.last { $0.task == queue[index].id && $0.ended == nil }
         }
-        if transfer.state == "done" || transfer.state == "receiving" || transfer.state == "failed" {
-            state += ", \(transfer.verified)/\(transfer.files) verified"
-            if transfer.failed > 0 { state += ", \(transfer.failed) failed" }
-        }
-        let error = transfer.error.map { " (\(Terminal.escape($0)))" } ?? ""
-        return
-            "#\(transfer.id) \(time) \(transfer.direction == "out" ? "out to" : "in from") \(transfer.peer)\(what), \(files), \(size): \(state)\(error)"
-    }
-
-    /// A transfer's state in words.
-    static func words(forState state: String) -> String {
-        switch state {
-        case "asking": return "waiting for the answer"
-        case "declined": return "declined by the person there"
-        case "declined-by-hook": return "declined by the accept hook"
-        case "declined-by-policy": return "declined by policy (the sender's key is not trusted)"
-        case "no-answer": return "no answer in time"
-        case "cannot-ask": return "not asked (no terminal and no hook on the receiver)"
-        case "interrupted": return "interrupted (the daemon stopped)"
-        default: return state
-        }
+        lines.append(queue.isEmpty ? "background queue: empty" : "background queue:")
+        lines += queue.map { "  \($0.line)" }
+        if status.transfers.isEmpty { lines.append("no transfers yet") }
+        lines += status.transfers.map { $0.shown() }
+        return lines
     }
 }

@@ -43,12 +43,16 @@ public final class PeerUploadContext: @unchecked Sendable {
     public let attempt: Int
     /// What an earlier attempt saved (nil for the first).
     public let checkpoint: Data?
+    /// The task's id, stable across relaunches (``PeerUploadTask/persistentIdentifier``): to
+    /// tell the application's own records of this upload apart from another's.
+    public let persistentIdentifier: String
     private weak var task: PeerUploadTask?
     private let lock = StateLock()
     private var saved: Data?
 
     init(task: PeerUploadTask, attempt: Int, checkpoint: Data?) {
         self.task = task
+        self.persistentIdentifier = task.persistentIdentifier
         self.attempt = attempt
         self.checkpoint = checkpoint
         saved = checkpoint

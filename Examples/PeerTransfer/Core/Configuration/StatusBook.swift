@@ -28,6 +28,11 @@ public struct DaemonStatus: Codable, Sendable, Equatable {
         public var task: String? = nil
         /// For a background send: the file or folder it sent.
         public var path: String? = nil
+        /// When the current state began (seconds since 1970): the wait for an answer, the
+        /// sending, for the time left and the rate `status` shows.
+        public var since: Double? = nil
+        /// The whole key of the peer, when known (`trust` takes any unambiguous start of it).
+        public var key: String? = nil
     }
 
     public var name: String
@@ -124,17 +129,23 @@ public final class StatusBook: Sendable {
     public func record(_ event: ReceiveEvent) {
         let offset = state.withLock { $0.idOffset }
         switch event.renumbered(by: offset) {
-        case .offered(let id, let sender, let files, let bytes):
+        case .offered(let id, let sender, let key, let files, let bytes):
             update(force: true) {
+                let now = Date().timeIntervalSince1970
                 $0.transfers.append(
                     .init(
                         id: id, direction: "in", peer: sender, files: files, bytes: bytes, bytesReceived: 0,
                         verified: 0, failed: 0, state: "asking", error: nil,
-                        started: Date().timeIntervalSince1970, ended: nil))
+                        started: now, ended: nil, since: now, key: key))
                 $0.keepHistory()
             }
         case .answered(let id):
-            update(force: true) { status in status.modify(id) { $0.state = "receiving" } }
+            update(force: true) { status in
+                status.modify(id) {
+                    $0.state = "receiving"
+                    $0.since = Date().timeIntervalSince1970
+                }
+            }
         case .progress(let id, let bytes):
             update(force: false) { status in status.modify(id) { $0.bytesReceived = bytes } }
         case .fileVerified(let id, _):
@@ -156,22 +167,49 @@ public final class StatusBook: Sendable {
         }
     }
 
+    /// Records where a background send is: `state` is `waiting-for-receiver`,
+    /// `waiting-for-answer`, `sending` or `verifying`; `sent` and `total` its file bytes, when
+    /// known. Progress alone is written at most twice a second.
+    public func recordOutbound(
+        task: String, peer: String, path: String, state: String, files: Int? = nil, key: String? = nil,
+        sent: UInt64? = nil, total: UInt64? = nil
+    ) {
+        update(force: sent == nil) { status in
+            let now = Date().timeIntervalSince1970
+            let index = status.outbound(task: task, peer: peer, path: path, now: now)
+            var transfer = status.transfers[index]
+            if transfer.state != state {
+                transfer.state = state
+                transfer.since = now
+            }
+            if let files { transfer.files = files }
+            if let key { transfer.key = key }
+            if let sent { transfer.bytesReceived = sent }
+            if let total { transfer.bytes = total }
+            status.transfers[index] = transfer
+        }
+    }
+
     /// Records a background send that ended (delivered, cancelled, or failed for good): `task`
     /// is its task's whole id, `path` what it sent, `files` how many files it held; `state` is
     /// `done`, `cancelled`, or how it failed (``PeerTransferError/outcome``).
-    public func recordOutbound(
-        task: String, peer: String, path: String, files: Int, bytes: UInt64, started: Date, state: String,
-        error: String?
+    public func recordOutboundEnd(
+        task: String, peer: String, path: String, files: Int?, bytes: UInt64, state: String, error: String?
     ) {
-        update(force: true) {
-            let id = ($0.transfers.map(\.id).max() ?? 0) + 1
-            $0.transfers.append(
-                .init(
-                    id: id, direction: "out", peer: peer, files: files, bytes: bytes, bytesReceived: bytes,
-                    verified: state == "done" ? files : 0, failed: state == "failed" ? files : 0,
-                    state: state, error: error, started: started.timeIntervalSince1970,
-                    ended: Date().timeIntervalSince1970, task: task, path: path))
-            $0.keepHistory()
+        update(force: true) { status in
+            let now = Date().timeIntervalSince1970
+            let index = status.outbound(task: task, peer: peer, path: path, now: now)
+            var transfer = status.transfers[index]
+            if let files { transfer.files = files }
+            transfer.bytesReceived = max(transfer.bytesReceived, bytes)
+            transfer.bytes = max(transfer.bytes, bytes)
+            transfer.verified = state == "done" ? transfer.files : 0
+            transfer.failed = state == "failed" ? transfer.files : 0
+            transfer.state = state
+            transfer.error = error
+            transfer.ended = now
+            transfer.since = nil
+            status.transfers[index] = transfer
         }
     }
 
@@ -204,6 +242,19 @@ public final class StatusBook: Sendable {
 }
 
 extension DaemonStatus {
+    /// The index of the running background send `task`, added when it has none yet.
+    fileprivate mutating func outbound(task: String, peer: String, path: String, now: Double) -> Int {
+        if let index = transfers.lastIndex(where: { $0.task == task && $0.ended == nil }) { return index }
+        let id = (transfers.map(\.id).max() ?? 0) + 1
+        transfers.append(
+            .init(
+                id: id, direction: "out", peer: peer, files: 1, bytes: 0, bytesReceived: 0, verified: 0, failed: 0,
+                state: "waiting-for-receiver", error: nil, started: now, ended: nil, task: task, path: path, since: now)
+        )
+        keepHistory()
+        return transfers.count - 1
+    }
+
     /// Drops the oldest transfers beyond ``StatusBook/historyLength``.
     fileprivate mutating func keepHistory() {
         if transfers.count > StatusBook.historyLength {
@@ -221,8 +272,8 @@ extension ReceiveEvent {
     /// The same event for the transfer `id + offset`.
     fileprivate func renumbered(by offset: Int) -> ReceiveEvent {
         switch self {
-        case .offered(let id, let sender, let files, let bytes):
-            return .offered(id: id + offset, sender: sender, files: files, bytes: bytes)
+        case .offered(let id, let sender, let key, let files, let bytes):
+            return .offered(id: id + offset, sender: sender, key: key, files: files, bytes: bytes)
         case .answered(let id): return .answered(id: id + offset)
         case .progress(let id, let bytes): return .progress(id: id + offset, bytes: bytes)
         case .fileVerified(let id, let storedAs): return .fileVerified(id: id + offset, storedAs: storedAs)

@@ -7,6 +7,9 @@ public enum TransferLimits {
     /// File data travels in chunks of this size (the last one of a file may be shorter); resume
     /// compares SHA-256 digests of whole chunks.
     public static let chunkSize = 1 << 20
+    /// Seconds the person at a receiver (or its accept hook) has to answer an offer; the
+    /// sender waits ``Sender/answerWait``, a little longer.
+    public static let answerTime: Double = 120
     /// The largest control message (JSON) a peer may send.
     public static let maximumControlMessage = 16 << 20
     /// The largest hello message (a device id and a name; the receiver shows 100 bytes of it).

@@ -96,7 +96,7 @@ public struct IncomingOffer: Sendable {
 
 /// What a receiver reports about its transfers, for logs and `peerxfer status`.
 public enum ReceiveEvent: Sendable {
-    case offered(id: Int, sender: String, files: Int, bytes: UInt64)
+    case offered(id: Int, sender: String, key: String, files: Int, bytes: UInt64)
     /// The offer was accepted (all or part of it): its bytes may come.
     case answered(id: Int)
     case progress(id: Int, bytes: UInt64)
@@ -319,7 +319,10 @@ struct Receiver {
                     try await pair.output.write(wire)
                 case .decide(let offered, let paths):
                     manifest = offered
-                    events(.offered(id: id, sender: senderShown, files: offered.fileCount, bytes: offered.totalBytes))
+                    events(
+                        .offered(
+                            id: id, sender: senderShown, key: senderKey, files: offered.fileCount,
+                            bytes: offered.totalBytes))
                     logger.info(
                         "offer from the key \(senderKey.prefix(16))… (calling itself \"\(senderName)\"): \(Wording.counted(offered.fileCount, "file")), \(Wording.counted(Int(clamping: offered.totalBytes), "byte"))"
                     )

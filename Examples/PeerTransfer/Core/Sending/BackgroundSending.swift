@@ -9,13 +9,18 @@ public struct PeerTransferUpload: PeerUploadProtocol {
     let configuration: PeerConfiguration
     let displayName: String
     let logger: Logger?
+    let status: StatusBook?
 
     /// An upload protocol sending as this device; `logger` hears of entries left out of a
-    /// folder (names the protocol cannot carry, symlinks), which no one else would see.
-    public init(configuration: PeerConfiguration, displayName: String, logger: Logger? = nil) {
+    /// folder (names the protocol cannot carry, symlinks), which no one else would see, and
+    /// `status` of where each send is (for `peerxfer status`).
+    public init(
+        configuration: PeerConfiguration, displayName: String, logger: Logger? = nil, status: StatusBook? = nil
+    ) {
         self.configuration = configuration
         self.displayName = displayName
         self.logger = logger
+        self.status = status
     }
 
     public func upload(_ body: PeerUploadBody, to service: ResolvedService, context: PeerUploadContext) async throws {
@@ -33,12 +38,29 @@ public struct PeerTransferUpload: PeerUploadProtocol {
         sender.honoursQueuedGrants = true
         let total = Int64(clamping: plan.manifest.totalBytes)
         let report: SendReport
+        let (task, peer, path) = (context.persistentIdentifier, Terminal.escape(service.service.name), url.path)
+        let status = self.status
+        status?.recordOutbound(
+            task: task, peer: peer, path: path, state: "connecting", files: plan.manifest.fileCount,
+            total: plan.manifest.totalBytes)
         do {
             report = try await sender.send(
                 plan, to: service.service.name,
                 events: { event in
-                    if case .progress(let sent, _) = event {
+                    switch event {
+                    case .connected(_, let key, _, _):
+                        status?.recordOutbound(
+                            task: task, peer: peer, path: path, state: "waiting-for-answer", key: key)
+                    case .answered(_, let files, _, _, let bytes, _):
+                        status?.recordOutbound(
+                            task: task, peer: peer, path: path, state: "sending", files: files, sent: 0, total: bytes)
+                    case .progress(let sent, let sendTotal):
                         context.reportProgress(sent: Int64(clamping: sent), total: total)
+                        status?.recordOutbound(
+                            task: task, peer: peer, path: path, state: sent >= sendTotal ? "verifying" : "sending",
+                            sent: sent, total: sendTotal)
+                    default:
+                        break
                     }
                 })
         } catch let error as PeerTransferError where error.isTrustFailure {
@@ -81,13 +103,14 @@ extension PeerConfiguration {
     /// The configuration of this device's background session (its folder is
     /// `CONFIG/background`). `runsTasks`: true for the daemon, false for `send --background`.
     public func backgroundSessionConfiguration(
-        runsTasks: Bool, displayName: String, logger: Logger? = nil
+        runsTasks: Bool, displayName: String, logger: Logger? = nil, status: StatusBook? = nil
     ) -> PeerSessionConfiguration {
         var session = PeerSessionConfiguration.background(withIdentifier: "peerxfer")
         session.backgroundStateDirectory = URL(
             fileURLWithPath: (directory as NSString).appendingPathComponent("background"))
         session.runsBackgroundTasks = runsTasks
-        session.uploadProtocol = PeerTransferUpload(configuration: self, displayName: displayName, logger: logger)
+        session.uploadProtocol = PeerTransferUpload(
+            configuration: self, displayName: displayName, logger: logger, status: status)
         if let attempts = ProcessInfo.processInfo.environment["PEERXFER_MAX_ATTEMPTS"].flatMap(Int.init), attempts > 0 {
             session.maximumAttempts = attempts
         }
@@ -114,6 +137,15 @@ public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Send
 
     public func peerSession(_ session: PeerSession, task: PeerUploadTask, isWaiting phase: PeerUploadTask.Phase) {
         logger.info("background send \(Self.describe(task)): \(phase)")
+        let state: String
+        switch phase {
+        case .waitingForService: state = "waiting-for-receiver"
+        case .waitingToRetry: state = "waiting-to-retry"
+        default: return
+        }
+        status?.recordOutbound(
+            task: task.persistentIdentifier, peer: Terminal.escape(task.service.name),
+            path: task.taskDescription ?? "?", state: state)
     }
 
     public func peerSession(_ session: PeerSession, task: PeerSessionTask, didCompleteWithError error: (any Error)?) {
@@ -128,10 +160,10 @@ public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Send
         let cancelled = sessionError?.code == .cancelled
         let transferError = (error as? PeerTransferError) ?? (sessionError?.underlyingError as? PeerTransferError)
         let path = upload.taskDescription ?? "?"
-        status?.recordOutbound(
+        status?.recordOutboundEnd(
             task: upload.persistentIdentifier, peer: Terminal.escape(upload.service.name), path: path,
-            files: PeerTransferUpload.plannedFiles.withLock { $0.removeValue(forKey: path) } ?? 1,
-            bytes: UInt64(max(0, upload.countOfBytesSent)), started: Date(),
+            files: PeerTransferUpload.plannedFiles.withLock { $0.removeValue(forKey: path) },
+            bytes: UInt64(max(0, upload.countOfBytesSent)),
             state: cancelled ? "cancelled" : error == nil ? "done" : transferError?.outcome ?? "failed",
             error: cancelled ? nil : transferError?.message ?? error.map { "\($0)" })
         if cancelled {

@@ -55,8 +55,11 @@ public struct Sender: Sendable {
     public var displayName: String
     /// How long to look for the receiver before giving up with a peer-not-found error.
     public var findTimeout: TimeInterval = 10
-    /// How long the receiver may make no progress (while a person decides, 150 s).
+    /// How long the receiver may make no progress (while a person decides, ``answerWait``).
     public var idleBound: Duration = .seconds(60)
+    /// How long the sender waits for the receiver's answer to its offer: the 120 s a person or
+    /// a hook has there, and time to spare.
+    public static let answerWait: Duration = .seconds(150)
     /// The DNS-SD domain the receiver is published in: `local` (the link), or a wide-area zone.
     public var domain = "local"
     /// For a wide-area ``domain``: find the receiver with unicast DNS queries to this name
@@ -221,7 +224,7 @@ public struct Sender: Sendable {
         _ plan: TransferPlan, over pair: BoundStreamPair, to name: String,
         events: @escaping @Sendable (SendEvent) -> Void
     ) async throws -> SendReport {
-        let watchdog = ProgressWatchdog(bound: .seconds(150))
+        let watchdog = ProgressWatchdog(bound: Self.answerWait)
         let watching = Task { await watchdog.watch(pair, what: "from the receiver") }
         defer { watching.cancel() }
         do {

@@ -34,3 +34,15 @@ extension Wording {
         count == 0 ? "0 bytes" : ByteCountFormatter.string(fromByteCount: Int64(clamping: count), countStyle: .file)
     }
 }
+
+extension Wording {
+    /// `seconds` as a clock shows a time left: "1:42", "1:02:03"; "--:--" when it is not a
+    /// finite number.
+    public static func clock(_ seconds: Double) -> String {
+        guard seconds.isFinite else { return "--:--" }
+        let total = Int(max(0, min(seconds, 1e9)).rounded())
+        return total >= 3600
+            ? String(format: "%d:%02d:%02d", total / 3600, total / 60 % 60, total % 60)
+            : String(format: "%d:%02d", total / 60, total % 60)
+    }
+}
