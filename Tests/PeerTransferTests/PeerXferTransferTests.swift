@@ -715,11 +715,40 @@ final class PeerXferTransferTests: XCTestCase {
             "--config", lab.path("sender"), "--wait", "1",
         ])
         XCTAssertEqual(status, 3, output)
-        XCTAssertTrue(output.contains("was found within 1 s"), output)
+        XCTAssertTrue(output.contains("answered within 1 second"), output)
         XCTAssertLessThan(Date().timeIntervalSince(started), 15, "--wait must bound the search")
         let failure = events(output, "error").last ?? [:]
         XCTAssertEqual(failure["exitCode"] as? Int, 3, "a JSON line says why: \(output)")
-        XCTAssertTrue((failure["message"] as? String ?? "").contains("was found within 1 s"), output)
+        XCTAssertTrue((failure["message"] as? String ?? "").contains("answered within 1 second"), output)
+    }
+
+    func testATypoGetsDidYouMeanAndAPairedReceiverThatIsOffSaysWhenItWasLastReached() throws {
+        let lab = try PeerXferLab()
+        try lab.makeFile("src/a.txt", size: 1)
+        let name = PeerXferLab.uniqueName("Kitchen")
+        let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        // One letter dropped: the name on the link is offered.
+        let typo = name.replacingOccurrences(of: "tch", with: "th")
+        let (status, output) = try lab.run([
+            "send", lab.path("src/a.txt"), "--to", typo, "--config", lab.path("sender"), "--wait", "1",
+        ])
+        XCTAssertEqual(status, 3, output)
+        XCTAssertTrue(output.contains("Did you mean \"\(name)\" (on the link now)?"), output)
+
+        // Sent to once (and so paired), then stopped: said as such, with when it was reached.
+        XCTAssertEqual(try lab.send([lab.path("src/a.txt")], to: name, config: "sender").status, 0)
+        XCTAssertEqual(kill(daemon.process.processIdentifier, SIGTERM), 0)
+        XCTAssertTrue(daemon.waitForExit(seconds: 20), daemon.output)
+        let (off, offOutput) = try lab.run([
+            "send", lab.path("src/a.txt"), "--to", name, "--config", lab.path("sender"), "--wait", "1",
+        ])
+        XCTAssertEqual(off, 3, offOutput)
+        XCTAssertTrue(
+            offOutput.contains(
+                "\"\(name)\" is paired with this device but did not answer within 1 second; it was last reached just now"
+            ),
+            offOutput)
+        XCTAssertTrue(offOutput.contains("`send --background` delivers when it appears"), offOutput)
     }
 
     func testAFullDiskIsRefusedBeforeAcceptingAndLeavesNothing() throws {

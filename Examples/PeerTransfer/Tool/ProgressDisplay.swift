@@ -28,9 +28,12 @@ final class ProgressDisplay: Sendable {
     }
     private let json: Bool
     private let state = Locked(State())
+    /// Seconds the receiver is looked for (`send --wait`), said while it is.
+    private let lookupSeconds: Double?
 
-    init(json: Bool) {
+    init(json: Bool, lookupSeconds: Double? = nil) {
         self.json = json
+        self.lookupSeconds = lookupSeconds
     }
 
     func note(_ text: String) {
@@ -66,7 +69,8 @@ final class ProgressDisplay: Sendable {
             if json {
                 printJSON(["event": "resolving", "peer": name])
             } else {
-                printError("looking for \"\(Terminal.escape(name))\"…")
+                let bound = lookupSeconds.map { " (up to \(Wording.duration($0.rounded(.up))))" } ?? ""
+                printError("looking for \"\(Terminal.escape(name))\"\(bound)…")
             }
         case .connected(let name, let key, let firstUse, let renamedFrom):
             if json {

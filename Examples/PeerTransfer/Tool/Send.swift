@@ -89,7 +89,7 @@ struct Send: AsyncParsableCommand {
         let configuration = try config.loadSayingIfMade(
             ", with a new key (receivers that trust this device's usual key will not know it)")
         if background { return try await queue(configuration) }
-        let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1)
+        let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1, lookupSeconds: wait)
         // Ctrl-C (or SIGTERM, or a closed terminal's SIGHUP) ends the send with 128 + the
         // signal, as a shell shows it, saying how to resume it.
         let stops = Self.onStop { display.interrupted(by: $0) }

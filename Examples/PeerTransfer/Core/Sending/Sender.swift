@@ -133,9 +133,10 @@ public struct Sender: Sendable {
         case .success(let found):
             resolved = found
         case .failure(let error):
-            guard error.exitCode == 3, onTheLink, let wanted = try wantedKey(for: name) else { throw error }
+            guard error.exitCode == 3, onTheLink else { throw error }
+            guard let wanted = try wantedKey(for: name) else { throw await notFound(name) }
             let found = await ReceiverSearch.receivers(withKey: wanted, within: Self.searchByKey)
-            guard let first = found.first else { throw error }
+            guard let first = found.first else { throw await notFound(name) }
             resolved = first
             alternatives = Array(found.dropFirst())
             foundByKey = true
@@ -185,6 +186,10 @@ public struct Sender: Sendable {
                 )
             }
             throw PeerTransferError.trust("TLS with \"\(Terminal.escape(name))\" failed: \(failure)")
+        } catch let error as SocketStreamError where error.code == .nameNotFound && onTheLink {
+            // Gone between the look-up and the connection (it stopped a moment ago, and the
+            // link's cache still held it): not there, as a look-up that found nothing.
+            throw await notFound(name)
         } catch {
             throw PeerTransferError.runtime("cannot connect to \"\(Terminal.escape(name))\": \(error)")
         }
@@ -210,6 +215,7 @@ public struct Sender: Sendable {
                 known.revokeNewKeyGrants { ServiceNames.sameIgnoringASCIICase($0, spelled) }
             }
         }
+        if onTheLink { LastSeen.record(published, in: configuration) }
         events(.connected(name: published, key: key, firstUse: decision.firstUse, renamedFrom: decision.renamedFrom))
         return try await transfer(plan, over: pair, to: name, events: events)
     }
@@ -239,6 +245,40 @@ public struct Sender: Sendable {
                 "the transfer to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
         }
     }
+
+    /// Why `name` was not found on the link, for a person: a paired receiver is said to be
+    /// paired, with when it was last reached; another name gets the names it may be a typo of,
+    /// from those on the link and those paired here.
+    private func notFound(_ name: String) async -> PeerTransferError {
+        let shown = "\"\(Terminal.escape(name))\""
+        let within = "within \(Wording.duration(findTimeout.rounded(.up)))"
+        let known = try? KnownPeers.load(from: configuration.knownPeersFile)
+        if let pinned = known?.pinnedSpelling(of: name), ServiceNames.sameIgnoringASCIICase(pinned, name) {
+            let seen = LastSeen.date(of: pinned, in: configuration).map {
+                "; it was last reached \(Wording.ago(Date().timeIntervalSince($0)))"
+            }
+            return .peerNotFound(
+                "\"\(Terminal.escape(pinned))\" is paired with this device but did not answer \(within)\(seen ?? ""): it may be off, asleep or on another network (`send --background` delivers when it appears)"
+            )
+        }
+        let onTheLink = await ReceiverSearch.names(within: Self.namesLookup)
+        let suggestions = NameSuggestions.closest(to: name, among: onTheLink.union(known?.pins.keys ?? [:].keys))
+        if !suggestions.isEmpty {
+            let listed = suggestions.map { candidate in
+                "\"\(Terminal.escape(candidate))\"\(onTheLink.contains(candidate) ? " (on the link now)" : " (paired, not seen now)")"
+            }
+            return .peerNotFound(
+                "no receiver named \(shown) answered \(within). Did you mean \(listed.joined(separator: " or "))?")
+        }
+        let seen =
+            onTheLink.isEmpty
+            ? "no receiver is visible on the link at all (is the other device's `peerxfer serve` running, on this network?)"
+            : "`peerxfer peers` lists the \(Wording.counted(onTheLink.count, "receiver")) that can be seen"
+        return .peerNotFound("no receiver named \(shown) answered \(within); \(seen)")
+    }
+
+    /// Seconds spent gathering the names on the link for "did you mean".
+    static let namesLookup: Double = 1
 
     /// What the sender makes of the receiver `spelled` advertising `key` (`asked` is the name
     /// as the user gave it): whether it may be sent to, and whether it is pinned once it proves

@@ -46,3 +46,16 @@ extension Wording {
             : String(format: "%d:%02d", total / 60, total % 60)
     }
 }
+
+extension Wording {
+    /// How long ago `seconds` is, roughly, as people say it: "just now", "5 minutes ago",
+    /// "3 hours ago", "2 days ago".
+    public static func ago(_ seconds: Double) -> String {
+        let whole = Int(max(0, min(seconds, 1e12)))
+        if whole < 60 { return "just now" }
+        for (size, unit) in [(86_400, "day"), (3_600, "hour"), (60, "minute")] where whole >= size {
+            return counted(whole / size, unit) + " ago"
+        }
+        return "just now"
+    }
+}

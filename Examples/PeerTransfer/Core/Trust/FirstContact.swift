@@ -70,4 +70,23 @@ enum ReceiverSearch {
         }
         return found.value
     }
+
+    /// The names of the receivers seen on the link within `seconds` (their announcements are
+    /// usually held by avahi-daemon already, so most come at once).
+    static func names(within seconds: Double) async -> Set<String> {
+        let found = Locked(Set<String>())
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                do {
+                    for try await update in try ServiceBrowser(type: TransferLimits.serviceType) {
+                        found.withLock { $0.formUnion(update.services.map(\.name)) }
+                    }
+                } catch {}
+            }
+            group.addTask { try? await Task.sleep(for: .milliseconds(Int(seconds * 1000))) }
+            await group.next()
+            group.cancelAll()
+        }
+        return found.value
+    }
 }
