@@ -558,7 +558,21 @@ final class PeerXferTransferTests: XCTestCase {
         let key =
             (try JSONSerialization.jsonObject(with: Data(identity.utf8)) as? [String: Any])?["key"] as? String ?? ""
         XCTAssertEqual(key.count, 64, identity)
-        XCTAssertEqual(try lab.run(["trust", key, "--config", lab.path("receiver")]).status, 0)
+        // The start of the key of a sender that offered here: 8 digits need a terminal to confirm
+        // on (a key can be made to match them), 16 do not.
+        let (short, shortOutput) = try lab.run(["trust", String(key.prefix(8)), "--config", lab.path("receiver")])
+        XCTAssertEqual(short, 2, shortOutput)
+        XCTAssertTrue(shortOutput.contains("give at least 16 hex digits"), shortOutput)
+        let (unseen, unseenOutput) = try lab.run(["trust", "0123456789abcdef", "--config", lab.path("receiver")])
+        XCTAssertEqual(unseen, 2, unseenOutput)
+        XCTAssertTrue(
+            unseenOutput.contains("no sender whose key starts with 0123456789abcdef has offered"), unseenOutput)
+        let (prefixed, prefixedOutput) = try lab.run([
+            "trust", String(key.prefix(16)), "--config", lab.path("receiver"),
+        ])
+        XCTAssertEqual(prefixed, 0, prefixedOutput)
+        XCTAssertTrue(prefixedOutput.contains("trusted key \(key)"), prefixedOutput)
+        XCTAssertTrue(prefixedOutput.contains("verification code"), prefixedOutput)
         let (trusted, trustedOutput) = try lab.send([lab.path("src/a.txt")], to: name, config: "sender")
         XCTAssertEqual(trusted, 0, trustedOutput)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/a.txt"), lab.path("inbox/a.txt")))
@@ -720,6 +734,30 @@ final class PeerXferTransferTests: XCTestCase {
         let failure = events(output, "error").last ?? [:]
         XCTAssertEqual(failure["exitCode"] as? Int, 3, "a JSON line says why: \(output)")
         XCTAssertTrue((failure["message"] as? String ?? "").contains("answered within 1 second"), output)
+    }
+
+    func testASenderIsKnownByTheNameItWasGivenFromThenOn() throws {
+        let lab = try PeerXferLab()
+        let name = PeerXferLab.uniqueName("Named")
+        let daemon = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        try lab.makeFile("src/a.txt", size: 10)
+        let (status, output) = try lab.run(
+            [
+                "send", lab.path("src/a.txt"), "--to", name, "--name", "Ana's laptop", "--config", lab.path("sender"),
+                "--accept-new-key",
+            ])
+        XCTAssertEqual(status, 0, output)
+        XCTAssertTrue(daemon.waitForOutput(containing: "\"Ana's laptop\" (claimed)", seconds: 20), daemon.output)
+        // Kept: the next send, and `identity`, use it without --name.
+        let (_, identity) = try lab.run(["identity", "--config", lab.path("sender")])
+        XCTAssertTrue(identity.contains("name \"Ana's laptop\""), identity)
+        try lab.makeFile("src/b.txt", size: 10, seed: 2)
+        XCTAssertEqual(try lab.send([lab.path("src/b.txt")], to: name, config: "sender").status, 0)
+        XCTAssertEqual(daemon.output.components(separatedBy: "\"Ana's laptop\" (claimed)").count - 1, 2, daemon.output)
+        // A name no one could read as it is, refused.
+        let (bad, badOutput) = try lab.run(
+            ["send", lab.path("src/a.txt"), "--to", name, "--name", "Ana\u{202E}txt", "--config", lab.path("sender")])
+        XCTAssertEqual(bad, 2, badOutput)
     }
 
     func testATypoGetsDidYouMeanAndAPairedReceiverThatIsOffSaysWhenItWasLastReached() throws {

@@ -20,9 +20,11 @@ struct Identity: AsyncParsableCommand {
         if json {
             printJSON([
                 "key": configuration.identity.publicKeySHA256, "device": configuration.deviceID,
+                "name": configuration.deviceName,
                 "certificate": configuration.identity.certificateFile,
             ])
         } else {
+            printLine("name \"\(Terminal.escape(configuration.deviceName))\" (change it with --name on send or serve)")
             printLine("key \(configuration.identity.publicKeySHA256)")
             printLine("device \(configuration.deviceID)")
             printLine(

@@ -24,6 +24,12 @@ struct Send: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The receiver's name, as `peerxfer peers` lists it.", valueName: "name"))
     var to: String
 
+    @Option(
+        help: ArgumentHelp(
+            "This device's name, as the receiver is told (it shows it with this device's key). Kept for later commands; default: the name given last, else the host name.",
+            valueName: "name"))
+    var name: String?
+
     @OptionGroup var config: ConfigOptions
 
     @OptionGroup var place: DomainOptions
@@ -65,6 +71,7 @@ struct Send: AsyncParsableCommand {
         }
         // A name no receiver can have fails now, not after a look-up (or, queued, a week).
         try PeerNameRule.check(to, option: "--to")
+        if let name { try PeerNameRule.check(name, option: "--name") }
         try place.check()
         if let expectKey {
             do {
@@ -86,8 +93,9 @@ struct Send: AsyncParsableCommand {
     func run() async throws {
         logging.apply(default: .warning)
         // A new configuration is a new identity, which receivers that know this device do not.
-        let configuration = try config.loadSayingIfMade(
+        var configuration = try config.loadSayingIfMade(
             ", with a new key (receivers that trust this device's usual key will not know it)")
+        if let name { try configuration.keepName(name) }
         if background { return try await queue(configuration) }
         let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1, lookupSeconds: wait)
         // Ctrl-C (or SIGTERM, or a closed terminal's SIGHUP) ends the send with 128 + the
@@ -127,9 +135,7 @@ struct Send: AsyncParsableCommand {
                 throw error
             }
         }
-        var sender = Sender(
-            configuration: configuration,
-            displayName: ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer")
+        var sender = Sender(configuration: configuration, displayName: configuration.deviceName)
         sender.findTimeout = wait
         sender.domain = place.domain
         sender.wideArea = place.nameServer.map { WideAreaBrowsing(nameServer: $0) }

@@ -19,8 +19,11 @@ struct Serve: AsyncParsableCommand {
             """
     )
 
-    @Option(help: ArgumentHelp("The name to publish (another is picked if it is taken).", valueName: "name"))
-    var name: String = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer"
+    @Option(
+        help: ArgumentHelp(
+            "This device's name: published for senders to find (another is picked if it is taken), and told to receivers when this device sends. Kept for later commands; default: the name given last, else the host name.",
+            valueName: "name"))
+    var name: String?
 
     @Option(help: ArgumentHelp("Where received files land (created if missing).", valueName: "dir"))
     var inbox: String = (NSHomeDirectory() as NSString).appendingPathComponent("peerxfer-inbox")
@@ -106,8 +109,10 @@ struct Serve: AsyncParsableCommand {
 
     func validate() throws {
         guard (0...65_535).contains(port) else { throw ValidationError("--port must be 0…65535, not \(port)") }
-        guard !name.isEmpty, name.utf8.count <= 63 else { throw ValidationError("--name must be 1 to 63 bytes") }
-        try PeerNameRule.check(name, option: "--name")
+        if let name {
+            guard !name.isEmpty, name.utf8.count <= 63 else { throw ValidationError("--name must be 1 to 63 bytes") }
+            try PeerNameRule.check(name, option: "--name")
+        }
         if hook != nil && accept != .ask { throw ValidationError("--hook applies only to --accept ask") }
         guard slowGrace.isFinite, slowGrace >= 0, slowGrace <= 86_400 else {
             throw ValidationError("--slow-grace must be 0…86400 seconds")
@@ -143,7 +148,9 @@ struct Serve: AsyncParsableCommand {
         // on this configuration would share its key and queue and overwrite its status.
         let lock = try DaemonLock(directory: config.directory ?? PeerConfiguration.defaultDirectory)
         defer { withExtendedLifetime(lock) {} }
-        let configuration = try config.load()
+        var configuration = try config.load()
+        if let name { try configuration.keepName(name) }
+        let name = configuration.deviceName
         let policy: AcceptPolicy
         switch accept {
         case .all: policy = .all
@@ -184,7 +191,7 @@ struct Serve: AsyncParsableCommand {
             name: service.name, port: service.port, inbox: service.inboxPath,
             key: configuration.identity.publicKeySHA256)
         // The user's own background session: it sends what `send --background` queued.
-        let displayName = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer"
+        let displayName = configuration.deviceName
         let background = PeerSession(
             configuration: configuration.backgroundSessionConfiguration(
                 runsTasks: true, displayName: displayName, logger: logger, status: status),

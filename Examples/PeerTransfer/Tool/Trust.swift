@@ -12,6 +12,7 @@ struct Trust: AsyncParsableCommand {
               peerxfer trust --pin Kitchen 368bc9ff…(64 hex digits)   pin the key `peerxfer identity` printed on Kitchen (no network needed)
               peerxfer trust Kitchen                               look Kitchen up, show its key and verification code, and ask
               peerxfer trust 368bc9ff…(64 hex digits)              trust a sender's key to deliver under `serve --accept known`
+              peerxfer trust 368bc9ff                              the same, for a sender that offered files here (its whole key is shown to confirm)
             A pinned receiver is sent to only while it proves that key; a key change is refused (exit 6) until `peerxfer untrust NAME`. Pairing by name also trusts the key as a sender, and by --pin too.
 
             Exit codes: 0 trusted; 1 runtime error; 2 usage error; 3 no receiver of that name was found within --wait seconds; 6 not trusted: the name advertises no key or a key other than the one pinned, or (without a terminal to ask on) a name given without its key.
@@ -20,7 +21,7 @@ struct Trust: AsyncParsableCommand {
 
     @Argument(
         help: ArgumentHelp(
-            "A receiver's name, or a sender's key: all 64 hex digits, as `peerxfer identity` prints it.",
+            "A receiver's name, or a sender's key: all 64 hex digits as `peerxfer identity` prints it, or the start of the key of a sender that offered files here (8 digits at least; 16 without a terminal to confirm on).",
             valueName: "name-or-key"))
     var peer: String = ""
 
@@ -89,10 +90,8 @@ struct Trust: AsyncParsableCommand {
         }
         let fingerprint = peer.lowercased().filter { $0 != ":" }
         let digits = fingerprint.filter { $0 != "…" }
-        if digits.count >= 12, digits.count < 64, KeyText.digits(digits) != nil {
-            throw PeerTransferError.usage(
-                "\"\(Terminal.escape(peer))\" looks like a shortened key: give all 64 hex digits (`peerxfer identity` prints them on that device; a receiver's log and its question show a sender's whole key; `peerxfer peers --json` shows receivers'), or the receiver's name"
-            )
+        if digits.count >= 8, digits.count < 64, let hex = KeyText.digits(digits) {
+            return try await trustSeenKey(startingWith: hex, configuration: configuration)
         }
         if let whole = KeyText.whole(peer) {
             try KnownPeers.update(at: file) { $0.trusted[whole] = $0.trusted[whole] ?? KnownPeers.trustedByFingerprint }
@@ -164,6 +163,63 @@ struct Trust: AsyncParsableCommand {
             throw PeerTransferError.trust("not trusted: you answered no")
         }
         try Self.pin(published, to: advertised, in: file, configOption: configuration.configOption)
+    }
+
+    /// `trust PREFIX`: trusts the sender whose key starts with `prefix`, among the keys of those
+    /// that offered files here (the daemon's status keeps them) — when exactly one does. The
+    /// whole key is shown, with who offered and when; on a terminal the person confirms it.
+    /// Without one, at least ``KeyText/shortestPrefix`` digits are needed: 8 digits can be
+    /// matched by a key made for the purpose, 16 cannot.
+    private func trustSeenKey(startingWith prefix: String, configuration: PeerConfiguration) async throws {
+        let asked = isatty(0) == 1 && isatty(2) == 1
+        let status = (try? DaemonStatus.load(from: configuration.statusFile)) ?? nil
+        // Key → who it was and what it did here, newest last.
+        var seen: [String: String] = [:]
+        for away in status?.turnedAway ?? [] where away.key.hasPrefix(prefix) {
+            seen[away.key] = "was turned away here on \(Self.time(away.time)) (not trusted), as \(away.sender)"
+        }
+        for offer in status?.transfers ?? [] where offer.direction == "in" {
+            if let key = offer.key, key.hasPrefix(prefix) {
+                seen[key] =
+                    "offered \(Wording.counted(offer.files, "file")) here on \(Self.time(offer.started)), as \(offer.peer)"
+            }
+        }
+        guard seen.count == 1, let (key, what) = seen.first else {
+            throw PeerTransferError.usage(
+                seen.isEmpty
+                    ? "no sender whose key starts with \(prefix) has offered files here lately: give all 64 hex digits, as `peerxfer identity` prints them on that device"
+                    : "\(Wording.counted(seen.count, "sender")) whose keys start with \(prefix) came here: give more of the key (`peerxfer status --json` lists their whole keys)"
+            )
+        }
+        let known = try KnownPeers.load(from: configuration.knownPeersFile)
+        if known.trusted[key] != nil {
+            printLine("the key \(key) is trusted here already")
+            return
+        }
+        let code = VerificationCode.between(configuration.identity.publicKeySHA256, key)
+        guard asked || prefix.count >= KeyText.shortestPrefix else {
+            throw PeerTransferError.usage(
+                "with no terminal to confirm on, give at least \(KeyText.shortestPrefix) hex digits of the key (or all 64): \(prefix.count) could be matched by a key made for the purpose"
+            )
+        }
+        printError(
+            """
+            the sender whose key starts with \(prefix) \(what):
+              key                \(key)
+              verification code  \(code)
+            Compare the key with what `peerxfer identity` prints on that device.
+            """)
+        if asked, !(await TerminalQuestion.ask("Trust this key to deliver here? [y/N] ")) {
+            throw PeerTransferError.trust("not trusted: you answered no")
+        }
+        try KnownPeers.update(at: configuration.knownPeersFile) {
+            $0.trusted[key] = $0.trusted[key] ?? KnownPeers.trustedByFingerprint
+        }
+        printLine("trusted key \(key)")
+    }
+
+    private static func time(_ seconds: Double) -> String {
+        Date(timeIntervalSince1970: seconds).formatted(date: .abbreviated, time: .shortened)
     }
 
     /// `--list`: the paired receivers and the trusted senders, one a line (JSON-free on purpose:

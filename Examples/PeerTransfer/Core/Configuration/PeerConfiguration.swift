@@ -22,6 +22,10 @@ public struct PeerConfiguration: Sendable {
     public let identity: TLSIdentity
     /// This device's id (a random UUID made on first use), published in the TXT record.
     public let deviceID: String
+    /// This device's name as people see it: the one given to `--name` last (kept in
+    /// `device.json`), else the host's name. Senders introduce themselves by it; a receiver
+    /// publishes itself under it.
+    public private(set) var deviceName: String
 
     /// ` --config 'FOLDER'` when this configuration is not in the default folder, else nothing:
     /// what a command shown to the user needs to act on this configuration (safe to print, and
@@ -61,14 +65,12 @@ public struct PeerConfiguration: Sendable {
         }
         let deviceFile = (directory as NSString).appendingPathComponent("device.json")
         func recorded() -> String? {
-            guard let data = FileManager.default.contents(atPath: deviceFile),
-                let device = try? JSONDecoder().decode([String: String].self, from: data), let id = device["id"],
-                !id.isEmpty
-            else {
-                return nil
-            }
+            guard let id = Self.device(deviceFile)["id"], !id.isEmpty else { return nil }
             return id
         }
+        deviceName =
+            Self.device(deviceFile)["name"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "peerxfer"
         if let id = recorded() {
             deviceID = id
         } else {
@@ -89,6 +91,40 @@ public struct PeerConfiguration: Sendable {
                     "cannot set up the configuration folder \(Terminal.escape(directory)): \(error)")
             }
         }
+    }
+
+    private var deviceFile: String { (directory as NSString).appendingPathComponent("device.json") }
+
+    /// What `device.json` holds (`id`, and `name` once one was given); empty when it cannot be read.
+    private static func device(_ file: String) -> [String: String] {
+        guard let data = FileManager.default.contents(atPath: file) else { return [:] }
+        return (try? JSONDecoder().decode([String: String].self, from: data)) ?? [:]
+    }
+
+    /// Makes `name` this device's name from now on (kept in `device.json`), unless it is it
+    /// already. The caller checks the name first (``ServiceNames/checkName(_:allowEmpty:)``).
+    /// - Throws: ``PeerTransferError/runtime(_:)`` when the file cannot be written.
+    public mutating func keepName(_ name: String) throws {
+        guard Self.device(deviceFile)["name"] != name else {
+            deviceName = name
+            return
+        }
+        let file = deviceFile
+        do {
+            try FileLock.withExclusiveLock(on: (directory as NSString).appendingPathComponent("device.lock")) {
+                var device = Self.device(file)
+                device["id"] = deviceID
+                device["name"] = name
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys]
+                try ConfigFile.write(try encoder.encode(device), to: file, mode: 0o600)
+            }
+        } catch let error as PeerTransferError {
+            throw error
+        } catch {
+            throw PeerTransferError.runtime("cannot keep the name in \(Terminal.escape(file)): \(error)")
+        }
+        deviceName = name
     }
 
     /// The file of pinned and trusted keys.

@@ -46,6 +46,19 @@ public struct DaemonStatus: Codable, Sendable, Equatable {
     /// earlier runs of the daemon included.
     public var transfers: [Transfer]
 
+    /// A sender the policy turned away before it could offer (`--accept known`).
+    public struct TurnedAway: Codable, Sendable, Equatable {
+        /// Its name as shown (escaped), and its whole key.
+        public var sender: String
+        public var key: String
+        /// When, seconds since 1970.
+        public var time: Double
+    }
+
+    /// The senders turned away most recently, newest last (at most 20, one entry a key): what
+    /// `peerxfer trust` finds a key by its start in, with the offers.
+    public var turnedAway: [TurnedAway]? = nil
+
     /// Reads the status file at `path`; nil when there is none.
     /// - Throws: ``PeerTransferError/runtime(_:)`` when it exists but is not a status file.
     public static func load(from path: String) throws -> DaemonStatus? {
@@ -98,7 +111,8 @@ public final class StatusBook: Sendable {
     /// unfinished as `interrupted`).
     public func started(name: String, port: UInt16, inbox: String, key: String) {
         // A file that cannot be read starts the history afresh (it is only a view).
-        let earlier = ((try? DaemonStatus.load(from: file)) ?? nil)?.transfers ?? []
+        let earlierStatus = (try? DaemonStatus.load(from: file)) ?? nil
+        let earlier = earlierStatus?.transfers ?? []
         state.withLock { state in
             state.status.transfers =
                 earlier.suffix(Self.historyLength).map { transfer in
@@ -110,6 +124,7 @@ public final class StatusBook: Sendable {
                     return transfer
                 } + state.status.transfers
             state.idOffset = earlier.map(\.id).max() ?? 0
+            if state.status.turnedAway == nil { state.status.turnedAway = earlierStatus?.turnedAway }
         }
         update(force: true) {
             $0.name = name
@@ -138,6 +153,12 @@ public final class StatusBook: Sendable {
                         verified: 0, failed: 0, state: "asking", error: nil,
                         started: now, ended: nil, since: now, key: key))
                 $0.keepHistory()
+            }
+        case .turnedAway(let sender, let key):
+            update(force: true) { status in
+                var list = (status.turnedAway ?? []).filter { $0.key != key }
+                list.append(.init(sender: sender, key: key, time: Date().timeIntervalSince1970))
+                status.turnedAway = Array(list.suffix(20))
             }
         case .answered(let id):
             update(force: true) { status in
@@ -275,6 +296,7 @@ extension ReceiveEvent {
         case .offered(let id, let sender, let key, let files, let bytes):
             return .offered(id: id + offset, sender: sender, key: key, files: files, bytes: bytes)
         case .answered(let id): return .answered(id: id + offset)
+        case .turnedAway: return self
         case .progress(let id, let bytes): return .progress(id: id + offset, bytes: bytes)
         case .fileVerified(let id, let storedAs): return .fileVerified(id: id + offset, storedAs: storedAs)
         case .fileFailed(let id, let path, let reason): return .fileFailed(id: id + offset, path: path, reason: reason)

@@ -99,6 +99,9 @@ public enum ReceiveEvent: Sendable {
     case offered(id: Int, sender: String, key: String, files: Int, bytes: UInt64)
     /// The offer was accepted (all or part of it): its bytes may come.
     case answered(id: Int)
+    /// A sender was turned away by the policy before it could offer anything (`--accept
+    /// known`, and its key is not trusted): `sender` as shown, `key` its whole key.
+    case turnedAway(sender: String, key: String)
     case progress(id: Int, bytes: UInt64)
     case fileVerified(id: Int, storedAs: String)
     case fileFailed(id: Int, path: String, reason: String)
@@ -280,6 +283,7 @@ struct Receiver {
                                 .message(.failure, Failure(code: failure.wireCode, message: failure.message)), on: pair)
                             outcome = .declinedByPolicy(
                                 "\(refusal); to take files from it: peerxfer trust \(senderKey)\(configOption)")
+                            events(.turnedAway(sender: senderShown, key: senderKey))
                             // Counted, not logged each: keys are free to make, and the log must
                             // not become the attack. The interval's line names the last one.
                             quietCause = outcome?.message
