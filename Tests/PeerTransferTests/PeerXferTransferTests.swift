@@ -427,7 +427,7 @@ final class PeerXferTransferTests: XCTestCase {
             PeerXferLab.binary, "send", "--accept-new-key", lab.path("src/t"), "--to", name,
             "--config", lab.path("sender"), "--json",
         ])
-        XCTAssertTrue(daemon.waitForOutput(containing: "Accept? [y/N/a]", seconds: 20), daemon.output)
+        XCTAssertTrue(daemon.waitForOutput(containing: "Accept? [y/N/a/p]", seconds: 20), daemon.output)
         // Before the question: who offers, how much, and what, by name (folders end in /).
         XCTAssertTrue(daemon.output.contains("offers 2 files ("), daemon.output)
         // The verdict and the key before the name the sender claims, and the code both show.
@@ -443,12 +443,40 @@ final class PeerXferTransferTests: XCTestCase {
         }
         // "a": accept, and trust the sender's key from now on (as `peerxfer trust KEY`).
         XCTAssertTrue(daemon.output.contains("(a: accept, and always trust the key "), daemon.output)
+        // An answer that is none of the choices is asked again, not taken as a no.
+        daemon.write("maybe\n")
+        XCTAssertTrue(
+            daemon.waitForOutput(
+                containing: "Please answer y (yes), n (no), a (always) or p (pick files)", seconds: 20),
+            daemon.output)
         daemon.write("a\n")
         XCTAssertTrue(sender.waitForExit(seconds: 30), sender.output)
         XCTAssertEqual(sender.process.terminationStatus, 0, sender.output)
         XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/t/sub/b.txt"), lab.path("inbox/t/sub/b.txt")))
         let trusted = try KnownPeers.load(from: lab.path("receiver/known-peers.json")).trusted
         XCTAssertNotNil(trusted[try lab.key(ofConfig: "sender")], "\(trusted)")
+
+        // "p" picks: the entries are numbered, and only those named are accepted.
+        try lab.makeFile("src/x.txt", size: 10)
+        try lab.makeFile("src/y.txt", size: 10, seed: 2)
+        let picky = try Foreign([
+            PeerXferLab.binary, "send", lab.path("src/x.txt"), lab.path("src/y.txt"), "--to", name,
+            "--config", lab.path("sender"), "--json",
+        ])
+        defer { picky.stop() }
+        XCTAssertTrue(
+            daemon.waitForOutput(containing: "y.txt\r\n  (p: pick which to accept)\r\nAccept? [y/N/p]", seconds: 20),
+            daemon.output)
+        daemon.write("p\n")
+        XCTAssertTrue(daemon.waitForOutput(containing: "  2. y.txt", seconds: 20), daemon.output)
+        daemon.write("7\n")
+        XCTAssertTrue(daemon.waitForOutput(containing: "Numbers from 1 to 2", seconds: 20), daemon.output)
+        daemon.write("2\n")
+        XCTAssertTrue(picky.waitForExit(seconds: 30), picky.output)
+        XCTAssertEqual(picky.process.terminationStatus, 5, "part declined by the person: \(picky.output)")
+        XCTAssertTrue(picky.output.contains("the receiver declined 1 of 2 entries: x.txt"), picky.output)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: lab.path("inbox/y.txt")))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: lab.path("inbox/x.txt")))
 
         // A sender that leaves while its question is open withdraws it: the next offer is
         // asked at once, not after a person answers in vain or the question's 120 s.

@@ -114,3 +114,28 @@ final class NameSuggestionsTests: XCTestCase {
         XCTAssertEqual(Wording.clock(.infinity), "--:--")
     }
 }
+
+/// What a person may type at a receiver's question.
+final class OfferAnswerTests: XCTestCase {
+    func testAnswersAreReadLeniently() {
+        XCTAssertEqual(OfferAnswer(" Y "), .yes)
+        XCTAssertEqual(OfferAnswer("yes"), .yes)
+        XCTAssertEqual(OfferAnswer(""), .no, "the question's default")
+        XCTAssertEqual(OfferAnswer("No"), .no)
+        XCTAssertEqual(OfferAnswer("always"), .always)
+        XCTAssertEqual(OfferAnswer("p"), .pick)
+        XCTAssertEqual(OfferAnswer("yse"), .unclear, "a typo is asked again, not taken as a no")
+        XCTAssertEqual(OfferAnswer("ja"), .unclear)
+    }
+
+    func testPicksAreNumbersAndRangesWithinTheList() {
+        XCTAssertEqual(OfferAnswer.picked("1 3-5, 8", count: 10), [0, 2, 3, 4, 7])
+        XCTAssertEqual(OfferAnswer.picked("", count: 3), [])
+        XCTAssertNil(OfferAnswer.picked("0", count: 3))
+        XCTAssertNil(OfferAnswer.picked("4", count: 3))
+        XCTAssertNil(OfferAnswer.picked("3-1", count: 3))
+        XCTAssertNil(OfferAnswer.picked("1-2-3", count: 3))
+        XCTAssertNil(OfferAnswer.picked("two", count: 3))
+        XCTAssertNil(OfferAnswer.picked("1-99999999999999999999", count: 3))
+    }
+}

@@ -81,7 +81,7 @@ struct EscapingLogHandler: LogHandler {
         let details = merged.sorted { $0.key < $1.key }.map { " \($0.key)=\($0.value)" }.joined()
         let time = timestamps ? Date().formatted(.iso8601) + " " : ""
         let line = "\(time)peerxfer: \(event.level): " + Self.defused(event.message.description + details) + "\n"
-        writeAll(line, to: 2)
+        QuestionGate.write(line)
     }
 
     /// `text` with each character the terminal would act on escaped, and nothing else changed.

@@ -266,11 +266,11 @@ struct OfferJudge: Sendable {
         if entries.count > Self.entriesShown { listing += "(and \(entries.count - Self.entriesShown) more)\n" }
         // The verdict first, then what this device knows of the key, the claimed name last: no
         // text the peer chose comes before the key.
-        let always =
+        let alwaysChoice =
             offer.senderTrusted || knownPeersFile == nil
             ? "" : "  (a: accept, and always trust the key \(offer.senderKey))\n"
         let question =
-            "\(offer.introduction) offers \(Wording.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)\(always)Accept? [y/N\(always.isEmpty ? "" : "/a")] "
+            "\(offer.introduction) offers \(Wording.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)\(alwaysChoice)  (p: pick which to accept)\nAccept? [y/N\(alwaysChoice.isEmpty ? "" : "/a")/p] "
         guard let stop = CancelPipe() else {
             logger.error(
                 "could not ask about an offer from \(offer.senderName): no descriptor left to wait for the answer")
@@ -283,27 +283,56 @@ struct OfferJudge: Sendable {
         if tcflush(0, TCIFLUSH) != 0 {
             logger.warning("cannot clear what was typed before the question: \(String(cString: strerror(errno)))")
         }
-        writeAll(question, to: 2)
-        // Waited for on a thread of its own: the shared pool of async threads keeps serving
-        // other peers meanwhile. A shutdown (SIGTERM, Ctrl-C) cancels the wait: the offer is
-        // declined, and the daemon stops without waiting out the 120 s.
-        let answer = await withTaskCancellationHandler {
-            await onThreadOfItsOwn { () -> String? in
-                var fds = [
-                    pollfd(fd: 0, events: Int16(POLLIN), revents: 0),
-                    pollfd(fd: stop.readEnd, events: Int16(POLLIN), revents: 0),
-                ]
-                guard poll(&fds, 2, Int32(Self.questionLimit * 1000)) > 0, fds[1].revents == 0, fds[0].revents != 0
-                else { return nil }
-                return readLine()
+        // Log lines wait until the question is answered (or withdrawn).
+        let (chosen, always) = await QuestionGate.whileAsking { () -> (Set<Int>?, Bool) in
+            var chosen: Set<Int>?
+            var always = false
+            writeAll(question, to: 2)
+            let deadline = Date().addingTimeInterval(Self.questionLimit)
+            var answer = await readAnswer(until: deadline, stop: stop)
+            // An answer that is not one of the choices is asked again, never taken as a no.
+            asking: while let line = answer {
+                switch OfferAnswer(line) {
+                case .yes: chosen = all
+                case .no: chosen = []
+                case .always:
+                    // (From a sender trusted already: a yes.)
+                    chosen = all
+                    always = !alwaysChoice.isEmpty
+                case .pick:
+                    let shown = entries.prefix(Self.pickable).enumerated().map { number, entry in
+                        let name = Terminal.escape(entry.path) + (entry.kind == .directory ? "/" : "")
+                        return "  \(number + 1). \(Wording.shortened(name, to: Self.nameShown))\n"
+                    }.joined()
+                    let more =
+                        entries.count > Self.pickable
+                        ? "(only the first \(Self.pickable) of \(entries.count) can be picked here; the rest are declined)\n"
+                        : ""
+                    writeAll(shown + more + "Accept which? (numbers, like 1 3-5; nothing declines all) ", to: 2)
+                    while let picked = await readAnswer(until: deadline, stop: stop) {
+                        if let numbers = OfferAnswer.picked(picked, count: min(entries.count, Self.pickable)) {
+                            chosen = numbers
+                            break asking
+                        }
+                        writeAll("Numbers from 1 to \(min(entries.count, Self.pickable)), like 1 3-5: ", to: 2)
+                    }
+                    answer = nil
+                    break asking
+                default:
+                    writeAll(
+                        "Please answer y (yes), n (no)\(alwaysChoice.isEmpty ? "" : ", a (always)") or p (pick files): ",
+                        to: 2)
+                    answer = await readAnswer(until: deadline, stop: stop)
+                    continue asking
+                }
+                break asking
             }
-        } onCancel: {
-            stop.wake()
+            return (chosen, always)
         }
         // The prompt's line ends, unanswered: withdrawn (its sender left, or the daemon stops),
         // or out of time.
         // Said on a line of its own, naming the offer: log lines may have come in between.
-        if answer == nil {
+        if chosen == nil {
             let withdrawn = Task.isCancelled
             writeAll(
                 withdrawn
@@ -315,9 +344,13 @@ struct OfferJudge: Sendable {
                 // before it is asked, so that a "y" meant for this offer never accepts another.
                 await Self.pause(Self.afterWithdrawal)
             }
+            return .declined(
+                Task.isCancelled
+                    ? Self.stopped
+                    : "no answer: no one answered the question at the receiver within \(Int(Self.questionLimit)) s",
+                by: .noAnswer)
         }
-        let word = answer?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
-        if (word == "a" || word == "always"), !offer.senderTrusted, let knownPeersFile {
+        if always, let knownPeersFile {
             // Trusted as `peerxfer trust KEY` would, labelled with the name it claims.
             do {
                 try KnownPeers.update(at: knownPeersFile) {
@@ -329,18 +362,36 @@ struct OfferJudge: Sendable {
             } catch {
                 logger.error("cannot record the key \(offer.senderKey) as trusted: \(error)")
             }
-            return Judgement(accepted: all)
         }
-        if word.hasPrefix("y") { return Judgement(accepted: all) }
-        if answer == nil {
-            return .declined(
-                Task.isCancelled
-                    ? Self.stopped
-                    : "no answer: no one answered the question at the receiver within \(Int(Self.questionLimit)) s",
-                by: .noAnswer)
-        }
-        return .declined("declined by the person at the receiver")
+        let accepted = chosen ?? []
+        return accepted.isEmpty
+            ? .declined("declined by the person at the receiver")
+            : Judgement(accepted: accepted, cause: .person)
     }
+
+    /// A line typed at the terminal before `deadline`; nil when the time ran out or the wait
+    /// was stopped (the offer withdrawn, the daemon stopping). Waited for on a thread of its
+    /// own: the shared pool of async threads keeps serving other peers meanwhile.
+    private func readAnswer(until deadline: Date, stop: CancelPipe) async -> String? {
+        await withTaskCancellationHandler {
+            await onThreadOfItsOwn { () -> String? in
+                let left = deadline.timeIntervalSinceNow
+                guard left > 0 else { return nil }
+                var fds = [
+                    pollfd(fd: 0, events: Int16(POLLIN), revents: 0),
+                    pollfd(fd: stop.readEnd, events: Int16(POLLIN), revents: 0),
+                ]
+                guard poll(&fds, 2, Int32(left * 1000)) > 0, fds[1].revents == 0, fds[0].revents != 0
+                else { return nil }
+                return readLine()
+            }
+        } onCancel: {
+            stop.wake()
+        }
+    }
+
+    /// How many entries a pick lists and takes.
+    static let pickable = 200
 
     /// Seconds a person has to answer a question.
     static let questionLimit = TransferLimits.answerTime

@@ -7,9 +7,11 @@ enum TerminalQuestion {
     /// Prints `prompt` and waits for a line: true for "y" or "yes" (any case); false for
     /// anything else, or the end of input.
     static func ask(_ prompt: String) async -> Bool {
-        FileHandle.standardError.write(Data(prompt.utf8))
-        let answer: String? = await withCheckedContinuation { continuation in
-            Thread.detachNewThread { continuation.resume(returning: readLine()) }
+        let answer: String? = await QuestionGate.whileAsking {
+            writeAll(prompt, to: 2)
+            return await withCheckedContinuation { continuation in
+                Thread.detachNewThread { continuation.resume(returning: readLine()) }
+            }
         }
         let word = answer?.trimmingCharacters(in: .whitespaces).lowercased()
         return word == "y" || word == "yes"
