@@ -72,6 +72,10 @@ public struct PeerSessionError: Error, Sendable, Hashable, CustomStringConvertib
     public static func invalidResumeData(_ why: String) -> PeerSessionError { .init(.invalidResumeData(why)) }
     /// A transfer's own work failed, with its description.
     public static func transferFailed(_ why: String) -> PeerSessionError { .init(.transferFailed(why)) }
+    /// A transfer's own work failed with `underlying` (kept as ``underlyingError``).
+    static func transferFailed(_ why: String, underlying: (any Error)?) -> PeerSessionError {
+        .init(.transferFailed(why), underlying: underlying)
+    }
 
     // MARK: Reading errors
 

@@ -586,9 +586,9 @@ final class PeerXferTransferTests: XCTestCase {
         let key =
             (try JSONSerialization.jsonObject(with: Data(identity.utf8)) as? [String: Any])?["key"] as? String ?? ""
         XCTAssertEqual(key.count, 64, identity)
-        // The start of the key of a sender that offered here: 8 digits need a terminal to confirm
-        // on (a key can be made to match them), 16 do not.
-        let (short, shortOutput) = try lab.run(["trust", String(key.prefix(8)), "--config", lab.path("receiver")])
+        // The start of the key of a sender that came here: 16 digits at least (8 can be matched
+        // by a key made for the purpose).
+        let (short, shortOutput) = try lab.run(["trust", String(key.prefix(12)), "--config", lab.path("receiver")])
         XCTAssertEqual(short, 2, shortOutput)
         XCTAssertTrue(shortOutput.contains("give at least 16 hex digits"), shortOutput)
         let (unseen, unseenOutput) = try lab.run(["trust", "0123456789abcdef", "--config", lab.path("receiver")])
@@ -1213,6 +1213,26 @@ final class PeerXferTransferTests: XCTestCase {
 
     /// A daemon (config "sender") with `file` queued by `send --background` for a receiver that
     /// is not there, once the daemon says it waits for it.
+    func testABackgroundSendDeclinedByAHookIsRecordedAsSuchNotAsFailed() throws {
+        let lab = try PeerXferLab()
+        try lab.makeFile("src/no.bin", size: 100)
+        try lab.serve(name: PeerXferLab.uniqueName("Outbox"), config: "sender", inbox: lab.path("sender-inbox"))
+        let receiverName = PeerXferLab.uniqueName("Says no")
+        try lab.serve(
+            name: receiverName, config: "receiver", inbox: lab.path("inbox"), accept: "ask",
+            extra: ["--hook", "cat >/dev/null; exit 1"])
+        let (queued, output) = try lab.run([
+            "send", lab.path("src/no.bin"), "--to", receiverName, "--config", lab.path("sender"), "--background",
+            "--accept-new-key",
+        ])
+        XCTAssertEqual(queued, 0, output)
+        let shown = try lab.status(of: "sender", once: ": declined by the accept hook")
+        XCTAssertTrue(
+            shown.contains(": declined by the accept hook (the receiver says: declined by the receiver's accept hook)"),
+            shown)
+        XCTAssertFalse(shown.contains("failed"), shown)
+    }
+
     func testABackgroundSendIsWatchedFromTheSenderPhaseByPhase() throws {
         let lab = try PeerXferLab()
         try lab.makeFile("src/folder/a.bin", size: 1000)

@@ -139,3 +139,21 @@ final class OfferAnswerTests: XCTestCase {
         XCTAssertNil(OfferAnswer.picked("1-99999999999999999999", count: 3))
     }
 }
+
+/// A peer's free text, as the tool keeps and shows it.
+final class PeerTextTests: XCTestCase {
+    func testAPeersLongTextIsCutBeforeItIsEscaped() {
+        let flood = String(repeating: "\u{1}", count: 2_000_000)
+        let error = PeerTransferError.fromWire(code: "declined", message: flood)
+        XCTAssertLessThan(error.message.utf8.count, 5_000, "cut, not 8 MB of escapes")
+        XCTAssertTrue(error.message.hasSuffix("… (cut at 1000 bytes)"), String(error.message.suffix(40)))
+        XCTAssertEqual(error.exitCode, 5)
+        XCTAssertEqual(Terminal.escapePeerText("short \u{1b}"), "short \\x1b")
+    }
+
+    func testAClaimedNamesQuotesAreEscapedOnce() {
+        XCTAssertEqual(Receiver.quotable("Bob\") trusted (\"x"), "Bob\\\") trusted (\\\"x")
+        XCTAssertEqual(Receiver.quotable(Receiver.quotable("a\"b")), "a\\\"b", "not twice")
+        XCTAssertEqual(Receiver.quotable("a\\\\\"b"), "a\\\\\\\"b", "an escaped backslash does not escape the quote")
+    }
+}

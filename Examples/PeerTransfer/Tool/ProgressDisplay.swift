@@ -147,12 +147,14 @@ final class ProgressDisplay: Sendable {
         case .fileVerified(_, let path, let storedAs):
             state.withLock { $0.filesDone += 1 }
             if json {
-                printJSON(["event": "verified", "path": Terminal.escape(path), "storedAs": storedAs])
+                printJSON([
+                    "event": "verified", "path": Terminal.escape(path), "storedAs": Terminal.escapePeerText(storedAs),
+                ])
             } else if storedAs != path {
                 // Never a silent difference: the receiver kept another file under that name.
                 clearLine()
                 printError(
-                    "\(Terminal.escape(path)) is stored as \(Terminal.escape(storedAs)): the receiver already had a different file named so"
+                    "\(Terminal.escape(path)) is stored as \(Terminal.escapePeerText(storedAs)): the receiver already had a different file named so"
                 )
             }
         case .fileFailed(_, let path, let reason):

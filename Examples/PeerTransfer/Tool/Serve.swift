@@ -103,6 +103,19 @@ struct Serve: AsyncParsableCommand {
             valueName: "percent"))
     var partsPerSender: Double = 50
 
+    @Option(
+        help: ArgumentHelp(
+            "Serve a web page on this machine to send files (drop them on it), answer offers and watch transfers: PORT on 127.0.0.1, or ADDRESS:PORT (0 picks a free port). The address to open, with its secret token, is printed and given by `peerxfer status --json` as webURL. With --accept ask, offers are answered on the page.",
+            valueName: "[address:]port"))
+    var web: String?
+
+    @Flag(
+        name: .customLong("web-remote"),
+        help:
+            "Let --web listen on an address other than loopback: anyone who can reach it and learns the token can send as this device and answer its offers. Prefer an SSH tunnel."
+    )
+    var webRemote = false
+
     enum AcceptMode: String, ExpressibleByArgument, CaseIterable {
         case ask, known, all
     }
@@ -129,6 +142,16 @@ struct Serve: AsyncParsableCommand {
         guard partsPerSender.isFinite, partsPerSender > 0, partsPerSender <= 100 else {
             throw ValidationError("--parts-per-sender must be a percentage above 0, at most 100, not \(partsPerSender)")
         }
+        if let web {
+            let (host, _) = try Self.webAddress(web)
+            if !Self.isLoopback(host) && !webRemote {
+                throw ValidationError(
+                    "--web \(web) listens beyond this machine; add --web-remote if that is meant (anyone who reaches it with the token can send as this device), or give a port alone for 127.0.0.1"
+                )
+            }
+        } else if webRemote {
+            throw ValidationError("--web-remote applies to --web")
+        }
         try place.check()
         if place.isLink && tsigKey != nil {
             throw ValidationError("--tsig-key is for a wide-area --domain; local is published through avahi-daemon")
@@ -150,14 +173,17 @@ struct Serve: AsyncParsableCommand {
         defer { withExtendedLifetime(lock) {} }
         var configuration = try config.load()
         if let name { try configuration.keepName(name) }
+        let questions = WebQuestions()
         let name = configuration.deviceName
         let policy: AcceptPolicy
         switch accept {
         case .all: policy = .all
         case .known: policy = .known
         case .ask:
-            policy = .ask(OfferJudge(hook: hook, logger: logger, knownPeersFile: configuration.knownPeersFile).judge)
-            if hook == nil && isatty(0) != 1 {
+            var judge = OfferJudge(hook: hook, logger: logger, knownPeersFile: configuration.knownPeersFile)
+            if web != nil && hook == nil { judge.web = questions }
+            policy = .ask(judge.judge)
+            if hook == nil && web == nil && isatty(0) != 1 {
                 logger.warning(
                     "--accept ask with no terminal to ask on and no --hook: no offer can be put to anyone, and each sender is told so (use --accept known or all, or a --hook)"
                 )
@@ -192,10 +218,13 @@ struct Serve: AsyncParsableCommand {
             key: configuration.identity.publicKeySHA256)
         // The user's own background session: it sends what `send --background` queued.
         let displayName = configuration.deviceName
+        // Absolute: a send's path is compared with it when the send ends.
+        let outbox = URL(fileURLWithPath: configuration.directory).standardizedFileURL
+            .appendingPathComponent("web-outbox").path
         let background = PeerSession(
             configuration: configuration.backgroundSessionConfiguration(
                 runsTasks: true, displayName: displayName, logger: logger, status: status),
-            delegate: BackgroundSendLog(logger: logger, status: status))
+            delegate: BackgroundSendLog(logger: logger, status: status, copiesFolder: outbox))
         if !background.runsBackgroundTasks {
             logger.warning(
                 "this daemon cannot run the background queue (\(Terminal.escape(configuration.directory))/background is not writable, or another process holds its runner lock); it only receives"
@@ -205,15 +234,78 @@ struct Serve: AsyncParsableCommand {
         // SIGHUP or SIGTERM right after the line stops the daemon gracefully, never kills it.
         let serving =
             "serving \"\(service.name)\" on port \(service.port), inbox \(service.inboxPath), key \(configuration.identity.publicKeySHA256)"
+        var services: [any Service] = [ReceiverLifecycle(service: service, ready: { printLine(serving) })]
+        if let web {
+            let (host, port) = try Self.webAddress(web)
+            if !Self.isLoopback(host) {
+                logger.warning(
+                    "the web page listens on \(host), beyond this machine: anyone who reaches it and learns its token can send as this device and answer its offers"
+                )
+            }
+            let receivers = LinkReceivers(excluding: { service.name })
+            let page = WebPage(
+                configuration: configuration, status: status, questions: questions, receivers: receivers,
+                queue: { file, to in
+                    let task = background.uploadTask(
+                        to: DiscoveredService(name: to, type: TransferLimits.serviceType), fromFile: file)
+                    task.taskDescription = file.path
+                    task.resume()
+                    if let error = task.error { throw error }
+                    return task.persistentIdentifier
+                }, outbox: outbox, token: WebPage.makeToken(), logger: logger)
+            let shownHost = host.contains(":") ? "[\(host)]" : host
+            services.append(
+                page.application(host: host, port: port) { port in
+                    let url = "http://\(shownHost):\(port)/?token=\(page.token)"
+                    status.webPage(url)
+                    printLine("web page: \(url)")
+                })
+            services.append(BackgroundWork { await receivers.run() })
+        }
         let group = ServiceGroup(
-            services: [ReceiverLifecycle(service: service, ready: { printLine(serving) })],
-            gracefulShutdownSignals: [.sigterm, .sigint, .sighup], logger: logger)
+            services: services, gracefulShutdownSignals: [.sigterm, .sigint, .sighup], logger: logger)
         try await group.run()
         // Queued sends stay queued for the next start (a stop is not a cancel).
         background.invalidateLeavingBackgroundTasks()
         status.stopped()
         status.flush()
         logger.info("stopped")
+    }
+}
+
+extension Serve {
+    /// `--web`'s address and port: "8080" is 127.0.0.1:8080; "ADDRESS:PORT", with an IPv6
+    /// address in brackets.
+    static func webAddress(_ text: String) throws -> (host: String, port: Int) {
+        var host = "127.0.0.1"
+        var portText = Substring(text)
+        if let colon = text.lastIndex(of: ":") {
+            host = String(text[..<colon])
+            portText = text[text.index(after: colon)...]
+            if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        }
+        guard let port = Int(portText), (0...65_535).contains(port) else {
+            throw ValidationError("--web: \"\(text)\" is not a port (0…65535) or ADDRESS:PORT")
+        }
+        var v4 = in_addr(), v6 = in6_addr()
+        guard host == "localhost" || inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1 else {
+            throw ValidationError("--web: \"\(host)\" is not an IP address")
+        }
+        return (host == "localhost" ? "127.0.0.1" : host, port)
+    }
+
+    /// True for 127.0.0.0/8 and ::1.
+    static func isLoopback(_ host: String) -> Bool {
+        host.hasPrefix("127.") || host == "::1"
+    }
+}
+
+/// Work that runs beside the daemon's services until graceful shutdown.
+struct BackgroundWork: Service {
+    let work: @Sendable () async -> Void
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown { await work() }
     }
 }
 
@@ -235,6 +327,8 @@ struct OfferJudge: Sendable {
     let logger: Logger
     /// Where "a" (always) records the sender's key as trusted.
     var knownPeersFile: String?
+    /// The web page's questions (`serve --web`): offers are put there, not to the terminal.
+    var web: WebQuestions?
     private static let turn = AsyncTurn()
 
     func judge(_ offer: IncomingOffer) async -> Judgement {
@@ -245,6 +339,22 @@ struct OfferJudge: Sendable {
         let all = Set(offer.manifest.entries.indices)
         if let hook {
             return await runHook(hook, offer: offer)
+        }
+        if let web {
+            logger.notice("an offer from \(offer.introduction) waits for an answer on the web page")
+            switch await web.ask(offer, within: Self.questionLimit) {
+            case .yes?: return Judgement(accepted: all)
+            case .always?:
+                trustForGood(offer)
+                return Judgement(accepted: all)
+            case .no?: return .declined("declined by the person at the receiver")
+            case nil:
+                return .declined(
+                    Task.isCancelled
+                        ? Self.stopped
+                        : "no answer: no one answered on the receiver's web page within \(Int(Self.questionLimit)) s",
+                    by: .noAnswer)
+            }
         }
         let size = Wording.bytes(offer.manifest.totalBytes)
         guard isatty(0) == 1 else {
@@ -350,23 +460,26 @@ struct OfferJudge: Sendable {
                     : "no answer: no one answered the question at the receiver within \(Int(Self.questionLimit)) s",
                 by: .noAnswer)
         }
-        if always, let knownPeersFile {
-            // Trusted as `peerxfer trust KEY` would, labelled with the name it claims.
-            do {
-                try KnownPeers.update(at: knownPeersFile) {
-                    $0.trusted[offer.senderKey] = $0.trusted[offer.senderKey] ?? offer.senderName
-                }
-                writeAll(
-                    "(the key \(offer.senderKey) is trusted from now on; `peerxfer untrust \(offer.senderKey)` forgets it)\n",
-                    to: 2)
-            } catch {
-                logger.error("cannot record the key \(offer.senderKey) as trusted: \(error)")
-            }
-        }
+        if always { trustForGood(offer) }
         let accepted = chosen ?? []
         return accepted.isEmpty
             ? .declined("declined by the person at the receiver")
             : Judgement(accepted: accepted, cause: .person)
+    }
+
+    /// Trusts the offer's sender key from now on, as `peerxfer trust KEY` would, labelled with
+    /// the name it claims (an "always" answer).
+    private func trustForGood(_ offer: IncomingOffer) {
+        guard !offer.senderTrusted, let knownPeersFile else { return }
+        do {
+            try KnownPeers.update(at: knownPeersFile) {
+                $0.trusted[offer.senderKey] = $0.trusted[offer.senderKey] ?? offer.senderName
+            }
+            logger.notice(
+                "the key \(offer.senderKey) is trusted from now on; `peerxfer untrust \(offer.senderKey)` forgets it")
+        } catch {
+            logger.error("cannot record the key \(offer.senderKey) as trusted: \(error)")
+        }
     }
 
     /// A line typed at the terminal before `deadline`; nil when the time ran out or the wait

@@ -12,7 +12,7 @@ struct Trust: AsyncParsableCommand {
               peerxfer trust --pin Kitchen 368bc9ff…(64 hex digits)   pin the key `peerxfer identity` printed on Kitchen (no network needed)
               peerxfer trust Kitchen                               look Kitchen up, show its key and verification code, and ask
               peerxfer trust 368bc9ff…(64 hex digits)              trust a sender's key to deliver under `serve --accept known`
-              peerxfer trust 368bc9ff                              the same, for a sender that offered files here (its whole key is shown to confirm)
+              peerxfer trust 368bc9ff2a0d14e7                      the same, by its first 16 digits, for a sender that came here (its whole key is shown to confirm)
             A pinned receiver is sent to only while it proves that key; a key change is refused (exit 6) until `peerxfer untrust NAME`. Pairing by name also trusts the key as a sender, and by --pin too.
 
             Exit codes: 0 trusted; 1 runtime error; 2 usage error; 3 no receiver of that name was found within --wait seconds; 6 not trusted: the name advertises no key or a key other than the one pinned, or (without a terminal to ask on) a name given without its key.
@@ -21,7 +21,7 @@ struct Trust: AsyncParsableCommand {
 
     @Argument(
         help: ArgumentHelp(
-            "A receiver's name, or a sender's key: all 64 hex digits as `peerxfer identity` prints it, or the start of the key of a sender that offered files here (8 digits at least; 16 without a terminal to confirm on).",
+            "A receiver's name, or a sender's key: all 64 hex digits as `peerxfer identity` prints it, or the start of the key (16 hex digits at least) of a sender that offered files here or was turned away.",
             valueName: "name-or-key"))
     var peer: String = ""
 
@@ -90,7 +90,7 @@ struct Trust: AsyncParsableCommand {
         }
         let fingerprint = peer.lowercased().filter { $0 != ":" }
         let digits = fingerprint.filter { $0 != "…" }
-        if digits.count >= 8, digits.count < 64, let hex = KeyText.digits(digits) {
+        if digits.count >= 12, digits.count < 64, let hex = KeyText.digits(digits) {
             return try await trustSeenKey(startingWith: hex, configuration: configuration)
         }
         if let whole = KeyText.whole(peer) {
@@ -165,12 +165,19 @@ struct Trust: AsyncParsableCommand {
         try Self.pin(published, to: advertised, in: file, configOption: configuration.configOption)
     }
 
-    /// `trust PREFIX`: trusts the sender whose key starts with `prefix`, among the keys of those
-    /// that offered files here (the daemon's status keeps them) — when exactly one does. The
-    /// whole key is shown, with who offered and when; on a terminal the person confirms it.
-    /// Without one, at least ``KeyText/shortestPrefix`` digits are needed: 8 digits can be
-    /// matched by a key made for the purpose, 16 cannot.
+    /// `trust PREFIX`: trusts the sender whose key starts with `prefix` (at least
+    /// ``KeyText/shortestPrefix`` digits: fewer can be matched by a key made for the purpose),
+    /// among the keys of those that offered files here or were turned away (the daemon's
+    /// status keeps them), when exactly one does. The whole key is shown, with who it was and
+    /// when; on a terminal the person confirms it.
     private func trustSeenKey(startingWith prefix: String, configuration: PeerConfiguration) async throws {
+        // Fewer digits can be matched by a key made for the purpose (8 take hours of one
+        // core), and an attacker can push the real sender out of the list by making keys.
+        guard prefix.count >= KeyText.shortestPrefix else {
+            throw PeerTransferError.usage(
+                "give at least \(KeyText.shortestPrefix) hex digits of the key (or all 64): \(prefix.count) could be matched by a key made for the purpose (`peerxfer identity` on that device prints the key; the receiver's log and its question show 16 digits of it)"
+            )
+        }
         let asked = isatty(0) == 1 && isatty(2) == 1
         let status = (try? DaemonStatus.load(from: configuration.statusFile)) ?? nil
         // Key → who it was and what it did here, newest last.
@@ -197,11 +204,7 @@ struct Trust: AsyncParsableCommand {
             return
         }
         let code = VerificationCode.between(configuration.identity.publicKeySHA256, key)
-        guard asked || prefix.count >= KeyText.shortestPrefix else {
-            throw PeerTransferError.usage(
-                "with no terminal to confirm on, give at least \(KeyText.shortestPrefix) hex digits of the key (or all 64): \(prefix.count) could be matched by a key made for the purpose"
-            )
-        }
+
         printError(
             """
             the sender whose key starts with \(prefix) \(what):

@@ -188,6 +188,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
                 hasFreshStream: freshStream != nil)
         }
         var resolved: ResolvedService?
+        // The upload protocol's own error from the last attempt, for the delegate (see
+        // `PeerSessionError.underlyingError`).
+        var lastError: (any Error)?
         var actions = machine.start(now: Date())
         while !actions.isEmpty {
             let action = actions.removeFirst()
@@ -223,6 +226,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
                     try await uploader.upload(body, to: resolved, context: context)
                     actions += Task.isCancelled ? machine.cancelled() : machine.attemptSucceeded()
                 } catch {
+                    lastError = error
                     lock.withLock { record.error = "\(error)" }
                     actions +=
                         Task.isCancelled
@@ -235,7 +239,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
                 endWait()
                 actions += Task.isCancelled ? machine.cancelled() : machine.retryDelayEnded(now: Date())
             case .complete(let failure):
-                finish(failure)
+                finish(failure, underlying: lastError)
             }
         }
     }
@@ -338,7 +342,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         }
     }
 
-    private func finish(_ failure: PeerUploadTask.StateMachine.Failure?) {
+    private func finish(_ failure: PeerUploadTask.StateMachine.Failure?, underlying: (any Error)? = nil) {
         if case .cancelled? = failure, background.isLeaving {
             // Stopped because this runner is going away: the record stays pending as last
             // written, for the next runner to adopt; only this process's object ends.
@@ -354,7 +358,8 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
             error = .transferFailed("a retry needed the body again and the delegate gave no new body stream")
         case .failed(let reason, let attempts, let retryable)?:
             error = .transferFailed(
-                retryable ? "gave up after \(attempts) attempts; the last failed with: \(reason)" : reason)
+                retryable ? "gave up after \(attempts) attempts; the last failed with: \(reason)" : reason,
+                underlying: underlying)
         }
         lock.withLock {
             record.outcome = error == nil ? .succeeded : .failed

@@ -59,6 +59,9 @@ public struct DaemonStatus: Codable, Sendable, Equatable {
     /// `peerxfer trust` finds a key by its start in, with the offers.
     public var turnedAway: [TurnedAway]? = nil
 
+    /// The address of the daemon's web page with its token, while it serves one (`serve --web`).
+    public var webURL: String? = nil
+
     /// Reads the status file at `path`; nil when there is none.
     /// - Throws: ``PeerTransferError/runtime(_:)`` when it exists but is not a status file.
     public static func load(from path: String) throws -> DaemonStatus? {
@@ -84,6 +87,8 @@ public final class StatusBook: Sendable {
         var lastWrite = ContinuousClock.Instant.now
         /// A write of the latest status is queued and has not started.
         var writeQueued = false
+        /// A write held back by the throttle is scheduled.
+        var writeLater = false
         /// Added to a receiver's transfer id (which starts at 1 in each run of the daemon) so
         /// that ids stay unique across the history kept from earlier runs.
         var idOffset = 0
@@ -106,6 +111,9 @@ public final class StatusBook: Sendable {
     public func flush() {
         writer.sync {}
     }
+
+    /// The status as it is now (written to the file at most twice a second).
+    public var current: DaemonStatus { state.withLock { $0.status } }
 
     /// The daemon is up. The transfers an earlier run recorded are kept (those it left
     /// unfinished as `interrupted`).
@@ -137,7 +145,15 @@ public final class StatusBook: Sendable {
 
     /// The daemon stopped.
     public func stopped() {
-        update(force: true) { $0.running = false }
+        update(force: true) {
+            $0.running = false
+            $0.webURL = nil
+        }
+    }
+
+    /// The web page's address, with its token (`serve --web`).
+    public func webPage(_ url: String?) {
+        update(force: true) { $0.webURL = url }
     }
 
     /// Records a receiver's event.
@@ -155,7 +171,8 @@ public final class StatusBook: Sendable {
                 $0.keepHistory()
             }
         case .turnedAway(let sender, let key):
-            update(force: true) { status in
+            // Throttled: a flood of refused keys rewrites the file twice a second at most.
+            update(force: false) { status in
                 var list = (status.turnedAway ?? []).filter { $0.key != key }
                 list.append(.init(sender: sender, key: key, time: Date().timeIntervalSince1970))
                 status.turnedAway = Array(list.suffix(20))
@@ -235,29 +252,51 @@ public final class StatusBook: Sendable {
     }
 
     private func update(force: Bool, _ change: (inout DaemonStatus) -> Void) {
-        let queue = state.withLock { state -> Bool in
+        enum Write { case none, now, later }
+        let write = state.withLock { state -> Write in
             change(&state.status)
             let now = ContinuousClock.Instant.now
-            guard force || now - state.lastWrite >= .milliseconds(500) else { return false }
+            guard force || now - state.lastWrite >= .milliseconds(500) else {
+                // Held back by the throttle: written half a second from now, with whatever
+                // else changed meanwhile (a last change is never left unwritten).
+                if state.writeLater { return .none }
+                state.writeLater = true
+                return .later
+            }
             state.lastWrite = now
             defer { state.writeQueued = true }
-            return !state.writeQueued
+            return state.writeQueued ? .none : .now
         }
-        guard queue else { return }
-        writer.async { [self] in
-            // The latest status when the write starts: changes made while it waited ride along.
-            let status = state.withLock { state -> DaemonStatus in
-                state.writeQueued = false
-                state.status.updated = Date().timeIntervalSince1970
-                return state.status
+        switch write {
+        case .none:
+            return
+        case .later:
+            writer.asyncAfter(deadline: .now() + .milliseconds(500)) { [self] in
+                state.withLock {
+                    $0.writeLater = false
+                    $0.lastWrite = .now
+                }
+                writeLatest()
             }
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            // A view, rewritten often: renamed into place whole, not synced to disk. One that
-            // cannot be written only costs `peerxfer status` its view.
-            if let data = try? encoder.encode(status) {
-                try? ConfigFile.write(data, to: file, mode: 0o600, durable: false)
-            }
+        case .now:
+            writer.async { [self] in writeLatest() }
+        }
+    }
+
+    /// Writes the status as it is now (on `writer`).
+    private func writeLatest() {
+        // The latest status when the write starts: changes made while it waited ride along.
+        let status = state.withLock { state -> DaemonStatus in
+            state.writeQueued = false
+            state.status.updated = Date().timeIntervalSince1970
+            return state.status
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        // A view, rewritten often: renamed into place whole, not synced to disk. One that
+        // cannot be written only costs `peerxfer status` its view.
+        if let data = try? encoder.encode(status) {
+            try? ConfigFile.write(data, to: file, mode: 0o600, durable: false)
         }
     }
 }

@@ -271,7 +271,8 @@ struct Receiver {
                         throw PeerTransferError.limit(pace.refusal)
                     }
                     if frame.kind == .hello, let peer = try? frame.decode(Hello.self) {
-                        senderName = Terminal.escape(Self.shortened(peer.name, toBytes: 100))
+                        // Escaped, quotes too: wherever it is shown in quotes, it cannot close them.
+                        senderName = Self.quotable(Terminal.escape(Self.shortened(peer.name, toBytes: 100)))
                         senderShown = Self.shown(claimed: senderName, key: senderKey, label: trustedLabel(senderKey))
                         if case .known = policy, trustedLabel(senderKey) == nil {
                             let refusal =
@@ -747,10 +748,22 @@ extension Receiver {
     /// A sender as the log and the status name it: `"Laptop" [key 368bc9ff…]` for a key trusted
     /// under the label Laptop, `"vm" (claimed) [key 368bc9ff…]` for one that is not (the name is
     /// whatever the peer chose to say). `claimed` is already escaped for a terminal.
+    /// `text` with its quotes escaped (`\"`), once: a quote escaped already stays as it is.
+    static func quotable(_ text: String) -> String {
+        var out = ""
+        var escaping = false
+        for character in text {
+            if character == "\"" && !escaping { out.append("\\") }
+            escaping = character == "\\" && !escaping
+            out.append(character)
+        }
+        return out
+    }
+
     static func shown(claimed: String, key: String, label: String?) -> String {
         let short = "[key \(key.prefix(8))…]"
         // Quotes in a claimed name are escaped: `Laptop" [key …]` cannot pass for a label.
-        let quoted = "\"" + claimed.replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        let quoted = "\"" + quotable(claimed) + "\""
         switch label {
         case KnownPeers.trustedByFingerprint?: return "\(quoted) (claimed, key trusted) \(short)"
         case let label?: return "\"\(Terminal.escape(label))\" \(short)"

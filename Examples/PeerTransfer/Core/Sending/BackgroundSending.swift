@@ -125,14 +125,20 @@ extension PeerConfiguration {
 
 /// The daemon's delegate for its background session: logs each event.
 public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Sendable {
-    // @unchecked: only the logger, which is thread-safe; calls arrive one at a time.
+    // @unchecked: immutable lets only (a thread-safe logger, a Sendable status book, a string);
+    // calls arrive one at a time.
     private let logger: Logger
     private let status: StatusBook?
+    /// A folder whose files are copies made for sending (the web page's uploads): a send of
+    /// one of them that ends, delivered, cancelled or failed for good, removes its copy.
+    private let copiesFolder: String?
 
-    /// A log that also records ended sends in `status` (for `peerxfer status`).
-    public init(logger: Logger, status: StatusBook? = nil) {
+    /// A log that also records ended sends in `status` (for `peerxfer status`); the copies
+    /// in `copiesFolder` (see ``copiesFolder``) are removed once sent.
+    public init(logger: Logger, status: StatusBook? = nil, copiesFolder: String? = nil) {
         self.logger = logger
         self.status = status
+        self.copiesFolder = copiesFolder
     }
 
     public func peerSession(_ session: PeerSession, task: PeerUploadTask, isWaiting phase: PeerUploadTask.Phase) {
@@ -166,6 +172,10 @@ public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Send
             bytes: UInt64(max(0, upload.countOfBytesSent)),
             state: cancelled ? "cancelled" : error == nil ? "done" : transferError?.outcome ?? "failed",
             error: cancelled ? nil : transferError?.message ?? error.map { "\($0)" })
+        if let copiesFolder, path.hasPrefix(copiesFolder + "/") {
+            // (Its own folder, named for the upload: the copy and the folder go.)
+            try? FileManager.default.removeItem(atPath: (path as NSString).deletingLastPathComponent)
+        }
         if cancelled {
             logger.info("background send \(Self.describe(upload)) cancelled")
         } else if let error {

@@ -18,7 +18,8 @@ public enum SendEvent: Sendable {
     case fileStarted(index: Int, path: String, size: UInt64, offset: UInt64)
     /// Bytes handed to the connection so far in this run, of `total`.
     case progress(sent: UInt64, total: UInt64)
-    /// The receiver verified a file and stored it as `storedAs`.
+    /// The receiver verified a file and stored it as `storedAs` (as the receiver said it: escape
+    /// it to show it).
     case fileVerified(index: Int, path: String, storedAs: String)
     /// A file did not arrive verified.
     case fileFailed(index: Int, path: String, reason: String)
@@ -233,10 +234,21 @@ public struct Sender: Sendable {
         let watchdog = ProgressWatchdog(bound: Self.answerWait)
         let watching = Task { await watchdog.watch(pair, what: "from the receiver") }
         defer { watching.cancel() }
+        let answered = Locked(false)
         do {
-            return try await exchange(plan, over: pair, watchdog: watchdog, events: events)
+            return try await exchange(
+                plan, over: pair, watchdog: watchdog,
+                events: { event in
+                    if case .answered = event { answered.withLock { $0 = true } }
+                    events(event)
+                })
         } catch let error as PeerTransferError {
             throw error
+        } catch let error as SocketStreamError where watchdog.expired != nil && !answered.value {
+            // Silent from the offer on: nobody there said yes or no.
+            throw PeerTransferError.noAnswer(
+                "\"\(Terminal.escape(name))\" did not answer the offer within \(Wording.duration(Double(Self.answerWait.components.seconds))) (\(error))"
+            )
         } catch let error as SocketStreamError {
             throw PeerTransferError.runtime(
                 "the connection to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
@@ -538,7 +550,7 @@ public struct Sender: Sendable {
                 accepted: acceptedIndexes.count,
                 acceptedFiles: acceptedIndexes.filter { entries[$0].kind == .file }.count,
                 declined: declined.count, alreadyThere: alreadyThere,
-                bytesToSend: total, reason: answer.reason.map(Terminal.escape)))
+                bytesToSend: total, reason: answer.reason.map(Terminal.escapePeerText)))
 
         // The receiver's verdicts arrive while we send: a task reads them.
         // Files whose fileEnd is on its way: a verdict on any other is a lie (the receiver
@@ -701,12 +713,10 @@ public struct Sender: Sendable {
                 let path = entries[result.index].path
                 if result.verified {
                     verified += 1
-                    events(
-                        .fileVerified(
-                            index: result.index, path: path,
-                            storedAs: Terminal.escape(result.storedAs ?? path)))
+                    // (Escaped where it is shown, as the path is.)
+                    events(.fileVerified(index: result.index, path: path, storedAs: result.storedAs ?? path))
                 } else {
-                    let reason = Terminal.escape(result.error ?? "not verified")
+                    let reason = Terminal.escapePeerText(result.error ?? "not verified")
                     failed.append("\(path): \(reason)")
                     events(.fileFailed(index: result.index, path: path, reason: reason))
                 }

@@ -123,7 +123,7 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
 
     /// The error a failure frame from the peer stands for.
     static func fromWire(code: String, message: String) -> PeerTransferError {
-        let text = "the receiver says: \(Terminal.escape(message))"
+        let text = "the receiver says: \(Terminal.escapePeerText(message))"
         switch code {
         case "declined": return .declined(text)
         case "declined-hook": return .declinedByHook(text)

@@ -7,3 +7,23 @@ public enum Terminal {
     /// invisible and reordering characters as `\u{HHHH}`, backslashes doubled.
     public static func escape(_ text: String) -> String { TerminalText.escaped(text) }
 }
+
+extension Terminal {
+    /// The most bytes of a peer's free text (a failure's message, a reason, a file's error)
+    /// kept: a peer may send megabytes, which would fill a terminal and the status file.
+    public static let peerTextLimit = 1_000
+
+    /// A peer's free text, cut to ``peerTextLimit`` bytes (said so with "…") before it is
+    /// escaped, as ``escape(_:)`` does.
+    public static func escapePeerText(_ text: String) -> String {
+        guard text.utf8.count > peerTextLimit else { return escape(text) }
+        var kept = String.UnicodeScalarView()
+        var used = 0
+        for scalar in text.unicodeScalars {
+            used += String(scalar).utf8.count
+            guard used <= peerTextLimit else { break }
+            kept.append(scalar)
+        }
+        return escape(String(kept)) + "… (cut at \(peerTextLimit) bytes)"
+    }
+}
