@@ -90,6 +90,9 @@ enum WebAssets {
             return body;
           });
         };
+        // Spaces as %20: the server reads a query as RFC 3986 says, where "+" is a plus.
+        const query = (fields) =>
+          Object.entries(fields).map(([key, value]) => `${encodeURIComponent(key)}=${encodeURIComponent(value)}`).join("&");
         let chosen = "";
         let shown = {};
         const changed = (part, value) => {
@@ -139,8 +142,7 @@ enum WebAssets {
               const pair = make("button", "Pair with " + receiver.name);
               pair.type = "button";
               pair.addEventListener("click", () => {
-                const query = new URLSearchParams({ name: receiver.name, key: receiver.key });
-                api("/api/pair?" + query, { method: "POST" })
+                api("/api/pair?" + query({ name: receiver.name, key: receiver.key }), { method: "POST" })
                   .then(() => say(`Paired with ${receiver.name}.`))
                   .catch((error) => say(`Not paired: ${error.message}`));
               });
@@ -211,7 +213,7 @@ enum WebAssets {
           item.append(bar, words);
           $("uploads").append(item);
           const request = new XMLHttpRequest();
-          request.open("POST", "/api/send?" + new URLSearchParams({ to: chosen, file: file.name }));
+          request.open("POST", "/api/send?" + query({ to: chosen, file: file.name }));
           request.setRequestHeader("X-Peerxfer-Token", token);
           request.upload.addEventListener("progress", (event) => {
             if (event.lengthComputable) {
