@@ -44,6 +44,8 @@ final class StatusBookTests: XCTestCase {
         first.record(.ended(id: 1, verified: 1, failed: 0, error: nil))
         // Cut off mid-transfer (SIGKILL): no end recorded.
         first.record(.offered(id: 2, sender: "S", key: "k", files: 1, bytes: 10))
+        // A background send under way: queued still, when the daemon comes back.
+        first.recordOutbound(task: "t1", peer: "K", path: "/p", state: "sending", files: 1, sent: 5, total: 10)
         first.flush()
 
         let second = StatusBook(file: file)
@@ -53,10 +55,17 @@ final class StatusBookTests: XCTestCase {
         second.record(.ended(id: 1, verified: 2, failed: 0, error: nil))
         second.flush()
         let kept = try transfers()
-        XCTAssertEqual(kept.map(\.id), [1, 2, 3])
-        XCTAssertEqual(kept.map(\.state), ["done", "interrupted", "done"])
-        XCTAssertEqual(kept.map(\.peer), ["S", "S", "T"])
+        XCTAssertEqual(kept.map(\.id), [1, 2, 3, 4], "unique across runs and directions")
+        XCTAssertEqual(kept.map(\.state), ["done", "interrupted", "queued", "done"])
+        XCTAssertEqual(kept.map(\.peer), ["S", "S", "K", "T"])
         XCTAssertNotNil(kept[1].ended, "an interrupted transfer has ended")
+        XCTAssertNil(kept[2].ended, "a queued background send has not")
+        // When it runs again, its row goes on (not a second one).
+        second.recordOutbound(task: "t1", peer: "K", path: "/p", state: "sending", sent: 8, total: 10)
+        second.recordOutboundEnd(task: "t1", peer: "K", path: "/p", files: 1, bytes: 10, state: "done", error: nil)
+        second.flush()
+        let after = try transfers()
+        XCTAssertEqual(after.filter { $0.task == "t1" }.map(\.state), ["done"])
     }
 
     func testTheHistoryIsBounded() throws {
@@ -99,7 +108,7 @@ final class StatusWordsTests: XCTestCase {
 
     func testWaitsSayForWhomAndHowLong() {
         XCTAssertTrue(
-            transfer("waiting-for-answer").shown(now: 1_018).hasSuffix("waiting for Kitchen's answer (2:12 left)"))
+            transfer("waiting-for-answer").shown(now: 1_018).hasSuffix("waiting for Kitchen's answer (1:42 left)"))
         XCTAssertTrue(transfer("waiting-for-receiver").shown(now: 1_018).hasSuffix("waiting for Kitchen to appear"))
         var incoming = transfer("asking")
         incoming.direction = "in"

@@ -108,6 +108,15 @@ def send_cli(path, to, config, *extra):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
 
 
+def answer(item, text):
+    """Clicks the offer's button `text` once it takes clicks (an offer's buttons wait a moment
+    after it appears, so that a click meant for a withdrawn offer never answers its successor)."""
+    button = item.find_element(By.XPATH, f".//button[text()='{text}']")
+    assert not button.is_enabled(), "an offer's buttons take no click at once"
+    wait(f"{text} to take clicks", button.is_enabled, 10)
+    button.click()
+
+
 def offer_item(driver, text):
     """The offer whose text holds `text`."""
     for item in driver.find_elements(By.CSS_SELECTOR, "#offers > li"):
@@ -138,8 +147,14 @@ def test_the_page_lists_a_receiver_pairs_by_code_and_sends_a_chosen_file(driver)
     assert "photo.bin" in done[0].text and receiver.name in done[0].text, done[0].text
     assert filecmp.cmp(path, os.path.join(receiver.inbox, "photo.bin"), shallow=False)
     # The copy the page handed over goes once it is sent.
-    outbox = os.path.join(sender.config, "web-outbox")
+    outbox = os.path.join(sender.config, "outbox")
     wait("the copy removed", lambda: not os.listdir(outbox), 20)
+    # A page open in a browser does not hold the daemon up when it is told to stop.
+    sender.process.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    sender.process.wait(30)
+    assert time.monotonic() - started < 10, f"stopped after {time.monotonic() - started:.1f} s"
+    assert sender.process.returncode == 0, sender.output()
 
 
 def test_an_offer_accepted_in_the_page_lands_and_a_declined_one_does_not(driver):
@@ -151,7 +166,7 @@ def test_an_offer_accepted_in_the_page_lands_and_a_declined_one_does_not(driver)
     send = send_cli(wanted, receiver.name, config, "--name", "Ana's laptop")
     item = wait("the offer", lambda: offer_item(driver, "wanted.txt"))
     assert "Ana's laptop" in item.text and "offers 1 file" in item.text, item.text
-    item.find_element(By.XPATH, ".//button[text()='Accept']").click()
+    answer(item, "Accept")
     output, _ = send.communicate(timeout=60)
     assert send.returncode == 0, output
     assert filecmp.cmp(wanted, os.path.join(receiver.inbox, "wanted.txt"), shallow=False)
@@ -159,17 +174,16 @@ def test_an_offer_accepted_in_the_page_lands_and_a_declined_one_does_not(driver)
     unwanted = make_file("unwanted.txt", 1000, seed=2)
     send = send_cli(unwanted, receiver.name, config)
     item = wait("the second offer", lambda: offer_item(driver, "unwanted.txt"))
-    item.find_element(By.XPATH, ".//button[text()='Decline']").click()
+    answer(item, "Decline")
     output, _ = send.communicate(timeout=60)
     assert send.returncode == 5, output
     assert "declined by the person at the receiver" in output, output
     assert not os.path.exists(os.path.join(receiver.inbox, "unwanted.txt"))
-    history = wait("the history", lambda: driver.find_element(By.ID, "transfers").text)
-    wait("both outcomes in the history", lambda: "declined by the person there" in
-         driver.find_element(By.ID, "transfers").text)
+    history = wait("both outcomes in the history", lambda: (lambda text: text if "declined by the person there"
+                   in text and "done, 1/1 verified" in text else None)(driver.find_element(By.ID, "transfers").text))
+    assert "Ana's laptop" in history, history
     if SCREENSHOT:
         driver.save_screenshot(SCREENSHOT)
-    del history
 
 
 def test_hostile_names_render_as_text(driver):
@@ -183,7 +197,7 @@ def test_hostile_names_render_as_text(driver):
     assert "<img src=x onerror=document.title='pwned'><b>bold.txt" in item.text, item.text
     assert driver.find_elements(By.CSS_SELECTOR, "#offers img, #offers b, #offers script") == []
     assert driver.title == "peerxfer", driver.title
-    item.find_element(By.XPATH, ".//button[text()='Decline']").click()
+    answer(item, "Decline")
     send.communicate(timeout=60)
 
 

@@ -243,7 +243,8 @@ final class ProgressDisplay: Sendable {
             while true {
                 let waiting = state.withLock { state -> Bool in
                     guard state.waitingSince == since else { return false }
-                    let left = Sender.answerWait - since.duration(to: .now)
+                    // The receiver's own limit: it gives up asking then (the sender waits longer).
+                    let left = Duration.seconds(TransferLimits.answerTime) - since.duration(to: .now)
                     let seconds = max(0, Double(left.components.seconds))
                     // Drawn under the lock that ending the wait takes: never after it ended.
                     writeAll(

@@ -18,11 +18,28 @@ struct Send: AsyncParsableCommand {
             """
     )
 
-    @Argument(help: ArgumentHelp("Files and folders to send.", valueName: "path"))
-    var paths: [String]
+    @Argument(
+        help: ArgumentHelp(
+            "Files and folders to send; - sends standard input as one file (named by --as).", valueName: "path"))
+    var paths: [String] = []
 
-    @Option(help: ArgumentHelp("The receiver's name, as `peerxfer peers` lists it.", valueName: "name"))
-    var to: String
+    @Option(
+        name: .customLong("to"),
+        help: ArgumentHelp(
+            "The receiver's name, as `peerxfer peers` lists it. Several --to send to each in turn, with one summary; the exit status is then the first failed receiver's.",
+            valueName: "name"))
+    var receivers: [String] = []
+
+    @Option(
+        help: ArgumentHelp(
+            "Send this text as a file (text-DATE.txt, or the name given to --as).", valueName: "text"))
+    var text: String?
+
+    @Option(
+        name: .customLong("as"),
+        help: ArgumentHelp(
+            "The name the receiver stores standard input (-) or --text under.", valueName: "name"))
+    var storedName: String?
 
     @Option(
         help: ArgumentHelp(
@@ -65,12 +82,39 @@ struct Send: AsyncParsableCommand {
     var background = false
 
     func validate() throws {
-        guard !paths.isEmpty else { throw ValidationError("give at least one file or folder to send") }
+        guard !paths.isEmpty || text != nil else {
+            throw ValidationError("give at least one file or folder to send (or - for standard input, or --text)")
+        }
+        guard !receivers.isEmpty else {
+            throw ValidationError(
+                "give the receiver with --to NAME (`peerxfer peers` lists them; several --to send to each)")
+        }
+        guard paths.filter({ $0 == "-" }).count <= 1, !(paths.contains("-") && text != nil) else {
+            throw ValidationError("standard input (-) and --text send one file each: give one of them, once")
+        }
+        if let storedName {
+            guard paths.contains("-") || text != nil else {
+                throw ValidationError("--as names standard input (-) or --text; give one of them")
+            }
+            guard (try? RelativePath(validating: storedName))?.components.count == 1 else {
+                throw ValidationError(
+                    "--as \"\(Terminal.escape(storedName))\" cannot be a file's name (no /, not . or .., no control characters)"
+                )
+            }
+        }
+        if paths.contains("-") && isatty(0) == 1 {
+            throw ValidationError(
+                "- sends standard input, which is this terminal: pipe something in (cmd | peerxfer send - --to NAME)")
+        }
         guard wait.isFinite, wait >= 0.01, wait <= 86_400 else {
             throw ValidationError("--wait must be a number of seconds above 0 (0.01 at least), at most 86400")
         }
         // A name no receiver can have fails now, not after a look-up (or, queued, a week).
-        try PeerNameRule.check(to, option: "--to")
+        for to in receivers { try PeerNameRule.check(to, option: "--to") }
+        for (index, to) in receivers.enumerated()
+        where receivers[..<index].contains(where: { ServiceNames.sameIgnoringASCIICase($0, to) }) {
+            throw ValidationError("--to \"\(Terminal.escape(to))\" is given twice")
+        }
         if let name { try PeerNameRule.check(name, option: "--name") }
         try place.check()
         if let expectKey {
@@ -96,22 +140,100 @@ struct Send: AsyncParsableCommand {
         var configuration = try config.loadSayingIfMade(
             ", with a new key (receivers that trust this device's usual key will not know it)")
         if let name { try configuration.keepName(name) }
-        if background { return try await queue(configuration) }
-        let display = ProgressDisplay(json: json || isatty(1) != 1 || isatty(2) != 1, lookupSeconds: wait)
+        // Standard input and --text become files first: in a folder of this send's own (the
+        // daemon's outbox for a background send, which it empties once sent).
+        let made = try madeFiles(configuration)
+        defer { if !background, let folder = made.folder { try? FileManager.default.removeItem(atPath: folder) } }
+        let paths = made.paths
+        if background {
+            for to in receivers { try await queue(paths, to: to, configuration) }
+            return
+        }
+        let jsonOutput = json || isatty(1) != 1 || isatty(2) != 1
+        let shown = Locked(ProgressDisplay(json: jsonOutput, lookupSeconds: wait))
         // Ctrl-C (or SIGTERM, or a closed terminal's SIGHUP) ends the send with 128 + the
         // signal, as a shell shows it, saying how to resume it.
-        let stops = Self.onStop { display.interrupted(by: $0) }
+        let stops = Self.onStop { signal in shown.value.interrupted(by: signal) }
         defer { stops.forEach { $0.cancel() } }
-        do {
-            try await send(configuration, display: display)
-        } catch let error as PeerTransferError {
-            display.ended(by: error)  // scripts reading the JSON lines see why, not just a stop
-            throw error
+        var outcomes: [(receiver: String, error: PeerTransferError?)] = []
+        for to in receivers {
+            let display = ProgressDisplay(json: jsonOutput, lookupSeconds: wait)
+            shown.withLock { $0 = display }
+            if receivers.count > 1 { display.note("to \"\(Terminal.escape(to))\":") }
+            do {
+                try await send(paths, to: to, configuration, display: display)
+                outcomes.append((to, nil))
+            } catch let error as PeerTransferError {
+                display.ended(by: error)  // scripts reading the JSON lines see why, not just a stop
+                guard receivers.count > 1 else { throw error }
+                printError("peerxfer: \(error.message)")
+                outcomes.append((to, error))
+            }
         }
+        guard receivers.count > 1 else { return }
+        // One summary, a line a receiver; the exit status is the first failed one's.
+        for (to, error) in outcomes {
+            let outcome = error.map {
+                "\(DaemonStatus.Transfer.words(forState: $0.outcome, peer: to)) (exit \($0.exitCode))"
+            }
+            printError("  \"\(Terminal.escape(to))\": \(outcome ?? "delivered and verified")")
+        }
+        if let failed = outcomes.first(where: { $0.error != nil })?.error { throw ExitCode(failed.exitCode) }
     }
 
-    /// The foreground send, its progress and outcome shown by `display`.
-    private func send(_ configuration: PeerConfiguration, display: ProgressDisplay) async throws {
+    /// Standard input (`-`) and `--text` as files, in a new folder of their own (for a
+    /// background send, in the daemon's outbox, which it empties once they are sent); the
+    /// paths to send, with those files in place of `-`.
+    private func madeFiles(_ configuration: PeerConfiguration) throws -> (paths: [String], folder: String?) {
+        guard paths.contains("-") || text != nil else { return (paths, nil) }
+        let stamp = Date().formatted(
+            .iso8601.year().month().day().dateSeparator(.omitted).time(includingFractionalSeconds: false).timeSeparator(
+                .omitted))
+        let base =
+            background
+            ? (URL(fileURLWithPath: configuration.directory).standardizedFileURL.path as NSString)
+                .appendingPathComponent(Self.outboxName)
+            : NSTemporaryDirectory()
+        let folder = (base as NSString).appendingPathComponent("peerxfer-\(UUID().uuidString)")
+        do {
+            try FileManager.default.createDirectory(
+                atPath: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw PeerTransferError.runtime("cannot make a folder for what is sent: \(error)")
+        }
+        let name = storedName ?? (text != nil ? "text-\(stamp).txt" : "stdin-\(stamp)")
+        let file = (folder as NSString).appendingPathComponent(name)
+        do {
+            if let text {
+                try Data(text.utf8).write(to: URL(fileURLWithPath: file))
+            } else {
+                guard
+                    FileManager.default.createFile(atPath: file, contents: nil, attributes: [.posixPermissions: 0o600]),
+                    let out = FileHandle(forWritingAtPath: file)
+                else { throw PeerTransferError.runtime("cannot create \(file)") }
+                defer { try? out.close() }
+                while let chunk = try FileHandle.standardInput.read(upToCount: 1 << 20), !chunk.isEmpty {
+                    try out.write(contentsOf: chunk)
+                }
+            }
+        } catch {
+            try? FileManager.default.removeItem(atPath: folder)
+            throw PeerTransferError.runtime(
+                "cannot keep \(text != nil ? "the text" : "standard input") to send it: \(error)")
+        }
+        let listed = paths.map { $0 == "-" ? file : $0 } + (text != nil ? [file] : [])
+        return (listed, folder)
+    }
+
+    /// The folder (in the configuration) whose files are copies made to be sent, removed by
+    /// the daemon once sent: standard input and --text of background sends, the web page's
+    /// uploads.
+    static let outboxName = "outbox"
+
+    /// The foreground send to `to`, its progress and outcome shown by `display`.
+    private func send(
+        _ paths: [String], to: String, _ configuration: PeerConfiguration, display: ProgressDisplay
+    ) async throws {
         // The arguments are checked at once (a typo fails before anything else); their folders
         // are walked while the receiver is looked for, and each file is hashed as it is sent.
         try TransferPlan.checkArguments(paths)
@@ -210,35 +332,41 @@ struct Send: AsyncParsableCommand {
         _exit(128 + signal)
     }
 
-    /// Queues one background upload per path for the daemon.
-    private func queue(_ configuration: PeerConfiguration) async throws {
+    /// Queues `paths` for the daemon as one background send to `to` (one task, one question at
+    /// the receiver).
+    private func queue(_ paths: [String], to: String, _ configuration: PeerConfiguration) async throws {
         // The same checks as a foreground send, now, while the user is here to see them.
         // What a folder holds that will not go is said now, while the user is here to see it
         // (the daemon only logs it).
         let lister = ProgressDisplay(json: json)
         for skipped in try TransferPlan.make(paths: paths).skipped { lister.skipped(skipped) }
-        try await pairForBackground(configuration)
+        try await pairForBackground(to: to, configuration)
         let sessionConfiguration = configuration.backgroundSessionConfiguration(
             runsTasks: false, displayName: "peerxfer")
         let session = PeerSession(configuration: sessionConfiguration)
         let service = DiscoveredService(name: to, type: TransferLimits.serviceType)
-        var queued: [String] = []
-        for path in paths {
-            let url = URL(fileURLWithPath: path).standardizedFileURL
-            let task = session.uploadTask(to: service, fromFile: url)
-            task.taskDescription = url.path
-            task.resume()
-            if let error = task.error {
-                throw PeerTransferError.runtime("\(url.path) was not queued: \(error)")
-            }
-            queued.append(TaskID.short(task.persistentIdentifier))
-            if json {
-                printJSON(["event": "queued", "path": url.path, "peer": to, "task": task.persistentIdentifier])
-            } else {
-                printLine(
-                    "queued \(url.path) for \"\(Terminal.escape(to))\" (task \(TaskID.short(task.persistentIdentifier)))"
-                )
-            }
+        let whole = paths.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+        let task =
+            whole.count == 1
+            ? session.uploadTask(to: service, fromFile: URL(fileURLWithPath: whole[0]))
+            : session.uploadTask(to: service, from: PathList.encoded(whole))
+        let description = PathList.description(of: whole)
+        task.taskDescription = description
+        task.resume()
+        if let error = task.error {
+            throw PeerTransferError.runtime("\(Terminal.escape(description)) was not queued: \(error)")
+        }
+        let queued = [TaskID.short(task.persistentIdentifier)]
+        if json {
+            var event: [String: Any] = [
+                "event": "queued", "paths": whole, "peer": to, "task": task.persistentIdentifier,
+            ]
+            if whole.count == 1 { event["path"] = whole[0] }
+            printJSON(event)
+        } else {
+            printLine(
+                "queued \(Terminal.escape(description)) for \"\(Terminal.escape(to))\" (task \(TaskID.short(task.persistentIdentifier)))"
+            )
         }
         let status = try? DaemonStatus.load(from: configuration.statusFile)
         if status?.daemonAlive != true {
@@ -267,7 +395,7 @@ struct Send: AsyncParsableCommand {
     /// key pins it now (as `trust --pin`); with a shorter one the receiver must answer now so
     /// that its key is checked and pinned; `--accept-new-key` lets the daemon pin the key that
     /// answers first. Otherwise a name that is not paired is refused (exit 6).
-    private func pairForBackground(_ configuration: PeerConfiguration) async throws {
+    private func pairForBackground(to: String, _ configuration: PeerConfiguration) async throws {
         let file = configuration.knownPeersFile
         let known = try KnownPeers.load(from: file)
         let pinned = known.pinnedSpelling(of: to).flatMap { known.pins[$0] }

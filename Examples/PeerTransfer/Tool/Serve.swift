@@ -220,7 +220,7 @@ struct Serve: AsyncParsableCommand {
         let displayName = configuration.deviceName
         // Absolute: a send's path is compared with it when the send ends.
         let outbox = URL(fileURLWithPath: configuration.directory).standardizedFileURL
-            .appendingPathComponent("web-outbox").path
+            .appendingPathComponent(Send.outboxName).path
         let background = PeerSession(
             configuration: configuration.backgroundSessionConfiguration(
                 runsTasks: true, displayName: displayName, logger: logger, status: status),
@@ -243,12 +243,24 @@ struct Serve: AsyncParsableCommand {
                 )
             }
             let receivers = LinkReceivers(excluding: { service.name })
+            // Copies a daemon stopped before it sent (killed mid-upload, say) go: those of no
+            // queued send.
+            let queuedPaths = background.allTasks.compactMap { ($0 as? PeerUploadTask)?.taskDescription }
+            for folder in (try? FileManager.default.contentsOfDirectory(atPath: outbox)) ?? [] {
+                let path = (outbox as NSString).appendingPathComponent(folder)
+                if !queuedPaths.contains(where: { $0.hasPrefix(path + "/") }) {
+                    try? FileManager.default.removeItem(atPath: path)
+                }
+            }
             let page = WebPage(
                 configuration: configuration, status: status, questions: questions, receivers: receivers,
-                queue: { file, to in
-                    let task = background.uploadTask(
-                        to: DiscoveredService(name: to, type: TransferLimits.serviceType), fromFile: file)
-                    task.taskDescription = file.path
+                queue: { files, to in
+                    let service = DiscoveredService(name: to, type: TransferLimits.serviceType)
+                    let task =
+                        files.count == 1
+                        ? background.uploadTask(to: service, fromFile: files[0])
+                        : background.uploadTask(to: service, from: PathList.encoded(files.map(\.path)))
+                    task.taskDescription = PathList.description(of: files.map(\.path))
                     task.resume()
                     if let error = task.error { throw error }
                     return task.persistentIdentifier
@@ -262,8 +274,12 @@ struct Serve: AsyncParsableCommand {
                 })
             services.append(BackgroundWork { await receivers.run() })
         }
-        let group = ServiceGroup(
+        var groupConfiguration = ServiceGroupConfiguration(
             services: services, gracefulShutdownSignals: [.sigterm, .sigint, .sighup], logger: logger)
+        // A stop never hangs on a client that holds on (a web page open in a browser, a
+        // transfer that does not end): after this long, what still runs is cancelled.
+        groupConfiguration.maximumGracefulShutdownDuration = .seconds(30)
+        let group = ServiceGroup(configuration: groupConfiguration)
         try await group.run()
         // Queued sends stay queued for the next start (a stop is not a cancel).
         background.invalidateLeavingBackgroundTasks()
@@ -290,6 +306,11 @@ extension Serve {
         var v4 = in_addr(), v6 = in6_addr()
         guard host == "localhost" || inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1 else {
             throw ValidationError("--web: \"\(host)\" is not an IP address")
+        }
+        guard host != "0.0.0.0" && host != "::" else {
+            throw ValidationError(
+                "--web: give the address of the interface to listen on (browsers name it, and the page answers only to its own address), not \(host)"
+            )
         }
         return (host == "localhost" ? "127.0.0.1" : host, port)
     }
@@ -332,23 +353,35 @@ struct OfferJudge: Sendable {
     private static let turn = AsyncTurn()
 
     func judge(_ offer: IncomingOffer) async -> Judgement {
+        // The question's time counts from the offer, its wait for its turn included: its
+        // sender waits for the answer only so long.
+        let arrived = Date()
         // Withdrawn while it waited for its turn (its sender left, or the daemon stops).
         guard await Self.turn.take() else { return .declined(Self.stopped, by: .noAnswer) }
         defer { Task { await Self.turn.release() } }
         if Task.isCancelled { return .declined(Self.stopped, by: .noAnswer) }
+        let timeLeft = Self.questionLimit - Date().timeIntervalSince(arrived)
+        guard timeLeft >= Self.shortestQuestion else {
+            return .declined(
+                "no answer: the questions before it took the \(Int(Self.questionLimit)) s this offer had", by: .noAnswer
+            )
+        }
         let all = Set(offer.manifest.entries.indices)
         if let hook {
             return await runHook(hook, offer: offer)
         }
         if let web {
             logger.notice("an offer from \(offer.introduction) waits for an answer on the web page")
-            switch await web.ask(offer, within: Self.questionLimit) {
+            switch await web.ask(offer, within: timeLeft) {
             case .yes?: return Judgement(accepted: all)
             case .always?:
                 trustForGood(offer)
                 return Judgement(accepted: all)
             case .no?: return .declined("declined by the person at the receiver")
             case nil:
+                // Withdrawn: the next offer waits a moment before it takes this one's place on
+                // the page, so that a click meant for this one never answers another.
+                if Task.isCancelled { await Self.pause(Self.afterWithdrawal) }
                 return .declined(
                     Task.isCancelled
                         ? Self.stopped
@@ -398,7 +431,7 @@ struct OfferJudge: Sendable {
             var chosen: Set<Int>?
             var always = false
             writeAll(question, to: 2)
-            let deadline = Date().addingTimeInterval(Self.questionLimit)
+            let deadline = Date().addingTimeInterval(timeLeft)
             var answer = await readAnswer(until: deadline, stop: stop)
             // An answer that is not one of the choices is asked again, never taken as a no.
             asking: while let line = answer {
@@ -420,7 +453,14 @@ struct OfferJudge: Sendable {
                         : ""
                     writeAll(shown + more + "Accept which? (numbers, like 1 3-5; nothing declines all) ", to: 2)
                     while let picked = await readAnswer(until: deadline, stop: stop) {
-                        if let numbers = OfferAnswer.picked(picked, count: min(entries.count, Self.pickable)) {
+                        if var numbers = OfferAnswer.picked(picked, count: min(entries.count, Self.pickable)) {
+                            // A file picked inside a folder brings the folder with it.
+                            let paths = numbers.map { entries[$0].path }
+                            for (index, entry) in entries.enumerated()
+                            where entry.kind == .directory && paths.contains(where: { $0.hasPrefix(entry.path + "/") })
+                            {
+                                numbers.insert(index)
+                            }
                             chosen = numbers
                             break asking
                         }
@@ -508,6 +548,8 @@ struct OfferJudge: Sendable {
 
     /// Seconds a person has to answer a question.
     static let questionLimit = TransferLimits.answerTime
+    /// The least time left worth asking a person with (an offer that waited behind others).
+    static let shortestQuestion: TimeInterval = 5
 
     /// Why an offer ends unanswered when the daemon stops or its sender left.
     static let stopped = "not answered: the receiver stopped before the question was answered"

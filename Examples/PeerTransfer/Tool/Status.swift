@@ -32,7 +32,10 @@ struct Status: AsyncParsableCommand {
             let status = try DaemonStatus.load(from: file)
             if live {
                 // Home, the view, then clear what an older, longer view left below it.
-                writeAll("\u{1b}[H" + render(status).map { $0 + "\u{1b}[K\n" }.joined() + "\u{1b}[J", to: 1)
+                writeAll(
+                    "\u{1b}[H" + render(status, rows: Self.terminalRows()).map { $0 + "\u{1b}[K\n" }.joined()
+                        + "\u{1b}[J",
+                    to: 1)
             } else if status != last || first {
                 if lines || json { printObject(object(status)) } else { render(status).forEach(printLine) }
                 last = status
@@ -120,8 +123,16 @@ struct Status: AsyncParsableCommand {
         return object
     }
 
-    /// The status as lines for a person.
-    private func render(_ status: DaemonStatus?) -> [String] {
+    /// The terminal's height in lines (nil when it cannot be read).
+    private static func terminalRows() -> Int? {
+        var size = winsize()
+        guard ioctl(1, UInt(TIOCGWINSZ), &size) == 0, size.ws_row > 0 else { return nil }
+        return Int(size.ws_row)
+    }
+
+    /// The status as lines for a person; with `rows`, the newest transfers that fit in that
+    /// many lines (a view redrawn in place must not scroll).
+    private func render(_ status: DaemonStatus?, rows: Int? = nil) -> [String] {
         var lines: [String] = []
         guard let status else {
             // Sends queued before any daemon ran are still there (and can be cancelled).
@@ -144,7 +155,14 @@ struct Status: AsyncParsableCommand {
         lines.append(queue.isEmpty ? "background queue: empty" : "background queue:")
         lines += queue.map { "  \($0.line)" }
         if status.transfers.isEmpty { lines.append("no transfers yet") }
-        lines += status.transfers.map { $0.shown() }
+        var transfers = status.transfers
+        if let rows, lines.count + transfers.count > rows - 1 {
+            let room = max(0, rows - 2 - lines.count)
+            let hidden = transfers.count - room
+            transfers = Array(transfers.suffix(room))
+            lines.append("(\(Wording.counted(hidden, "older transfer")) above: `peerxfer status` lists them all)")
+        }
+        lines += transfers.map { $0.shown() }
         return lines
     }
 }

@@ -90,7 +90,7 @@ struct Trust: AsyncParsableCommand {
         }
         let fingerprint = peer.lowercased().filter { $0 != ":" }
         let digits = fingerprint.filter { $0 != "…" }
-        if digits.count >= 12, digits.count < 64, let hex = KeyText.digits(digits) {
+        if digits.count >= 8, digits.count < 64, let hex = KeyText.digits(digits) {
             return try await trustSeenKey(startingWith: hex, configuration: configuration)
         }
         if let whole = KeyText.whole(peer) {

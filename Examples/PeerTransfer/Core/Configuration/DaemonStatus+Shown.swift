@@ -21,11 +21,8 @@ extension DaemonStatus.Transfer {
             state += " " + Self.progress(done: transfer.bytesReceived, of: transfer.bytes, in: elapsed)
         case "waiting-for-answer", "asking":
             if let elapsed {
-                // The sender waits a little longer than the receiver asks.
-                let limit =
-                    transfer.state == "asking"
-                    ? TransferLimits.answerTime : Double(Sender.answerWait.components.seconds)
-                let left = max(0, limit - elapsed)
+                // The receiver's limit, on both ends (the sender waits a little longer).
+                let left = max(0, TransferLimits.answerTime - elapsed)
                 state += " (\(Wording.clock(left)) left)"
             }
         case "done", "failed":
@@ -34,7 +31,9 @@ extension DaemonStatus.Transfer {
         default:
             break
         }
-        let error = transfer.error.map { " (\(Terminal.escape($0)))" } ?? ""
+        // The cause, where the state's words do not say it all (a failure's, a hook's reason).
+        let said = ["declined", "no-answer", "cannot-ask", "declined-by-policy"].contains(transfer.state)
+        let error = said ? "" : transfer.error.map { " (\(Terminal.escape($0)))" } ?? ""
         return
             "#\(transfer.id) \(time) \(transfer.direction == "out" ? "out to" : "in from") \(transfer.peer)\(what), \(files), \(size): \(state)\(error)"
     }

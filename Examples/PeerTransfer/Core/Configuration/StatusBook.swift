@@ -89,9 +89,10 @@ public final class StatusBook: Sendable {
         var writeQueued = false
         /// A write held back by the throttle is scheduled.
         var writeLater = false
-        /// Added to a receiver's transfer id (which starts at 1 in each run of the daemon) so
-        /// that ids stay unique across the history kept from earlier runs.
-        var idOffset = 0
+        /// The status's id of each transfer under way, by its receiver's id (which starts at 1
+        /// in each run of the daemon): every row, incoming or outgoing, of this run or an
+        /// earlier one, takes the next id when it is added.
+        var inbound: [Int: Int] = [:]
     }
 
     /// How many transfers the status keeps, across restarts.
@@ -125,13 +126,17 @@ public final class StatusBook: Sendable {
             state.status.transfers =
                 earlier.suffix(Self.historyLength).map { transfer in
                     var transfer = transfer
-                    if transfer.ended == nil {
+                    // A transfer the daemon was receiving when it stopped is over; a background
+                    // send is not: it stays queued, and its row goes on when it runs again.
+                    if transfer.ended == nil && transfer.direction == "in" {
                         transfer.state = "interrupted"
                         transfer.ended = transfer.started
+                    } else if transfer.ended == nil {
+                        transfer.state = "queued"
+                        transfer.since = nil
                     }
                     return transfer
                 } + state.status.transfers
-            state.idOffset = earlier.map(\.id).max() ?? 0
             if state.status.turnedAway == nil { state.status.turnedAway = earlierStatus?.turnedAway }
         }
         update(force: true) {
@@ -158,17 +163,18 @@ public final class StatusBook: Sendable {
 
     /// Records a receiver's event.
     public func record(_ event: ReceiveEvent) {
-        let offset = state.withLock { $0.idOffset }
-        switch event.renumbered(by: offset) {
-        case .offered(let id, let sender, let key, let files, let bytes):
-            update(force: true) {
+        switch event {
+        case .offered(let receiverID, let sender, let key, let files, let bytes):
+            updateState(force: true) { state in
                 let now = Date().timeIntervalSince1970
-                $0.transfers.append(
+                let id = state.status.nextID
+                state.status.transfers.append(
                     .init(
                         id: id, direction: "in", peer: sender, files: files, bytes: bytes, bytesReceived: 0,
                         verified: 0, failed: 0, state: "asking", error: nil,
                         started: now, ended: nil, since: now, key: key))
-                $0.keepHistory()
+                state.status.keepHistory()
+                state.inbound[receiverID] = id
             }
         case .turnedAway(let sender, let key):
             // Throttled: a flood of refused keys rewrites the file twice a second at most.
@@ -177,31 +183,41 @@ public final class StatusBook: Sendable {
                 list.append(.init(sender: sender, key: key, time: Date().timeIntervalSince1970))
                 status.turnedAway = Array(list.suffix(20))
             }
-        case .answered(let id):
-            update(force: true) { status in
-                status.modify(id) {
-                    $0.state = "receiving"
-                    $0.since = Date().timeIntervalSince1970
-                }
+        case .answered(let receiverID):
+            modify(receiverID, force: true) {
+                $0.state = "receiving"
+                $0.since = Date().timeIntervalSince1970
             }
-        case .progress(let id, let bytes):
-            update(force: false) { status in status.modify(id) { $0.bytesReceived = bytes } }
-        case .fileVerified(let id, _):
+        case .progress(let receiverID, let bytes):
+            modify(receiverID, force: false) { $0.bytesReceived = bytes }
+        case .fileVerified(let receiverID, _):
             // Per-file counts go out with the next throttled write (10,000 small files must
             // not mean 10,000 status files): the transfer's end is always written.
-            update(force: false) { status in status.modify(id) { $0.verified += 1 } }
-        case .fileFailed(let id, _, _):
-            update(force: false) { status in status.modify(id) { $0.failed += 1 } }
-        case .ended(let id, let verified, let failed, let error):
-            update(force: true) { status in
-                status.modify(id) {
-                    $0.verified = verified
-                    $0.failed = failed
-                    $0.state = error?.outcome ?? (failed == 0 ? "done" : "failed")
-                    $0.error = error?.message
-                    $0.ended = Date().timeIntervalSince1970
-                }
+            modify(receiverID, force: false) { $0.verified += 1 }
+        case .fileFailed(let receiverID, _, _):
+            modify(receiverID, force: false) { $0.failed += 1 }
+        case .ended(let receiverID, let verified, let failed, let error):
+            modify(receiverID, force: true, ending: true) {
+                $0.verified = verified
+                $0.failed = failed
+                $0.state = error?.outcome ?? (failed == 0 ? "done" : "failed")
+                $0.error = error?.message
+                $0.ended = Date().timeIntervalSince1970
             }
+        }
+    }
+
+    /// Changes the row of the receiver's transfer `receiverID` (none: nothing to change; the
+    /// connection ended before any offer), forgetting the id once `ending`.
+    private func modify(
+        _ receiverID: Int, force: Bool, ending: Bool = false, _ change: @escaping (inout DaemonStatus.Transfer) -> Void
+    ) {
+        updateState(force: force) { state in
+            guard let id = state.inbound[receiverID],
+                let index = state.status.transfers.lastIndex(where: { $0.id == id && $0.direction == "in" })
+            else { return }
+            change(&state.status.transfers[index])
+            if ending { state.inbound[receiverID] = nil }
         }
     }
 
@@ -252,9 +268,13 @@ public final class StatusBook: Sendable {
     }
 
     private func update(force: Bool, _ change: (inout DaemonStatus) -> Void) {
+        updateState(force: force) { change(&$0.status) }
+    }
+
+    private func updateState(force: Bool, _ change: (inout State) -> Void) {
         enum Write { case none, now, later }
         let write = state.withLock { state -> Write in
-            change(&state.status)
+            change(&state)
             let now = ContinuousClock.Instant.now
             guard force || now - state.lastWrite >= .milliseconds(500) else {
                 // Held back by the throttle: written half a second from now, with whatever
@@ -302,10 +322,14 @@ public final class StatusBook: Sendable {
 }
 
 extension DaemonStatus {
+    /// The id the next row takes: one past the newest, whichever way it went and whichever run
+    /// of the daemon recorded it.
+    fileprivate var nextID: Int { (transfers.map(\.id).max() ?? 0) + 1 }
+
     /// The index of the running background send `task`, added when it has none yet.
     fileprivate mutating func outbound(task: String, peer: String, path: String, now: Double) -> Int {
         if let index = transfers.lastIndex(where: { $0.task == task && $0.ended == nil }) { return index }
-        let id = (transfers.map(\.id).max() ?? 0) + 1
+        let id = nextID
         transfers.append(
             .init(
                 id: id, direction: "out", peer: peer, files: 1, bytes: 0, bytesReceived: 0, verified: 0, failed: 0,
@@ -322,25 +346,4 @@ extension DaemonStatus {
         }
     }
 
-    fileprivate mutating func modify(_ id: Int, _ change: (inout Transfer) -> Void) {
-        guard let index = transfers.lastIndex(where: { $0.id == id && $0.direction == "in" }) else { return }
-        change(&transfers[index])
-    }
-}
-
-extension ReceiveEvent {
-    /// The same event for the transfer `id + offset`.
-    fileprivate func renumbered(by offset: Int) -> ReceiveEvent {
-        switch self {
-        case .offered(let id, let sender, let key, let files, let bytes):
-            return .offered(id: id + offset, sender: sender, key: key, files: files, bytes: bytes)
-        case .answered(let id): return .answered(id: id + offset)
-        case .turnedAway: return self
-        case .progress(let id, let bytes): return .progress(id: id + offset, bytes: bytes)
-        case .fileVerified(let id, let storedAs): return .fileVerified(id: id + offset, storedAs: storedAs)
-        case .fileFailed(let id, let path, let reason): return .fileFailed(id: id + offset, path: path, reason: reason)
-        case .ended(let id, let verified, let failed, let error):
-            return .ended(id: id + offset, verified: verified, failed: failed, error: error)
-        }
-    }
 }

@@ -47,7 +47,7 @@ public enum TransferLimits {
     /// tag matches another sender's (the recorded key tells two such apart anyway).
     static let partTagDigits = 24
     /// The longest file name that can be received: its part file's name must fit in 255 bytes.
-    static let maximumReceivedNameBytes = maximumNameBytes - partSuffix.utf8.count - partTagDigits - 1
+    public static let maximumReceivedNameBytes = maximumNameBytes - partSuffix.utf8.count - partTagDigits - 1
 
     /// True when `name` ends in the part-file suffix in any ASCII case, compared as bytes (a
     /// character such as U+0D4E joins the dot after it into one grapheme, which would hide the

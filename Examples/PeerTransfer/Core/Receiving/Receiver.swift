@@ -745,9 +745,6 @@ struct Receiver {
 }
 
 extension Receiver {
-    /// A sender as the log and the status name it: `"Laptop" [key 368bc9ff…]` for a key trusted
-    /// under the label Laptop, `"vm" (claimed) [key 368bc9ff…]` for one that is not (the name is
-    /// whatever the peer chose to say). `claimed` is already escaped for a terminal.
     /// `text` with its quotes escaped (`\"`), once: a quote escaped already stays as it is.
     static func quotable(_ text: String) -> String {
         var out = ""
@@ -760,6 +757,9 @@ extension Receiver {
         return out
     }
 
+    /// A sender as the log and the status name it: `"Laptop" [key 368bc9ff…]` for a key trusted
+    /// under the label Laptop, `"vm" (claimed) [key 368bc9ff…]` for one that is not (the name is
+    /// whatever the peer chose to say). `claimed` is already escaped for a terminal.
     static func shown(claimed: String, key: String, label: String?) -> String {
         let short = "[key \(key.prefix(8))…]"
         // Quotes in a claimed name are escaped: `Laptop" [key …]` cannot pass for a label.

@@ -24,21 +24,30 @@ public struct PeerTransferUpload: PeerUploadProtocol {
     }
 
     public func upload(_ body: PeerUploadBody, to service: ResolvedService, context: PeerUploadContext) async throws {
-        guard case .file(let url) = body else {
-            throw PeerTransferError.usage("peerxfer sends files and folders, not data or streams")
+        let paths: [String]
+        switch body {
+        case .file(let url): paths = [url.path]
+        case .data(let data):
+            guard let listed = PathList.decoded(data) else {
+                throw PeerTransferError.usage("a queued send's list of paths cannot be read")
+            }
+            paths = listed
+        case .stream:
+            throw PeerTransferError.usage("peerxfer sends files and folders, not streams")
         }
-        let plan = try await TransferPlan.prepare(paths: [url.path])
-        Self.plannedFiles.withLock { $0[url.path] = plan.manifest.fileCount }
+        let description = PathList.description(of: paths)
+        let plan = try await TransferPlan.prepare(paths: paths)
+        Self.plannedFiles.withLock { $0[context.persistentIdentifier] = plan.manifest.fileCount }
         for skipped in plan.skipped {
             logger?.warning(
-                "background send of \(Terminal.escape(url.path)): skipped \(Terminal.escape(skipped.description))")
+                "background send of \(Terminal.escape(description)): skipped \(Terminal.escape(skipped.description))")
         }
         var sender = Sender(configuration: configuration, displayName: displayName)
         sender.findTimeout = 10
         sender.honoursQueuedGrants = true
         let total = Int64(clamping: plan.manifest.totalBytes)
         let report: SendReport
-        let (task, peer, path) = (context.persistentIdentifier, Terminal.escape(service.service.name), url.path)
+        let (task, peer, path) = (context.persistentIdentifier, Terminal.escape(service.service.name), description)
         let status = self.status
         status?.recordOutbound(
             task: task, peer: peer, path: path, state: "connecting", files: plan.manifest.fileCount,
@@ -66,7 +75,7 @@ public struct PeerTransferUpload: PeerUploadProtocol {
         } catch let error as PeerTransferError where error.isTrustFailure {
             // Paused, not given up (see isRetryable): said where the person looks, the log.
             logger?.warning(
-                "background send of \(Terminal.escape(url.path)) to \"\(Terminal.escape(service.service.name))\" paused, it tries again later: \(error.message)"
+                "background send of \(Terminal.escape(description)) to \"\(Terminal.escape(service.service.name))\" paused, it tries again later: \(error.message)"
             )
             throw error
         }
@@ -86,8 +95,8 @@ public struct PeerTransferUpload: PeerUploadProtocol {
     /// an impostor that is there for a moment must not cost a week's queue. The send waits and
     /// tries again, `peerxfer status` showing why ("last error: KEY CHANGED…"), until the real
     /// receiver answers, the user pairs or untrusts, or cancels it.
-    /// How many files the last plan made for each path held, for the status of its send once
-    /// it ends (the session's task knows its path, not what the folder held).
+    /// How many files the last plan made for each task (by its id) held, for the status of its
+    /// send once it ends (the session's task knows its paths, not what the folders held).
     static let plannedFiles = Locked([String: Int]())
 
     public func isRetryable(_ error: any Error) -> Bool {
@@ -168,13 +177,17 @@ public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Send
         let path = upload.taskDescription ?? "?"
         status?.recordOutboundEnd(
             task: upload.persistentIdentifier, peer: Terminal.escape(upload.service.name), path: path,
-            files: PeerTransferUpload.plannedFiles.withLock { $0.removeValue(forKey: path) },
+            files: PeerTransferUpload.plannedFiles.withLock { $0.removeValue(forKey: upload.persistentIdentifier) },
             bytes: UInt64(max(0, upload.countOfBytesSent)),
             state: cancelled ? "cancelled" : error == nil ? "done" : transferError?.outcome ?? "failed",
             error: cancelled ? nil : transferError?.message ?? error.map { "\($0)" })
-        if let copiesFolder, path.hasPrefix(copiesFolder + "/") {
-            // (Its own folder, named for the upload: the copy and the folder go.)
-            try? FileManager.default.removeItem(atPath: (path as NSString).deletingLastPathComponent)
+        if let copiesFolder, path.hasPrefix(copiesFolder + "/"),
+            let folder = path.dropFirst(copiesFolder.count + 1).split(separator: "/").first,
+            folder != "..", folder != "."
+        {
+            // The copies are in a folder of their own, named for the send: it goes whole.
+            try? FileManager.default.removeItem(
+                atPath: (copiesFolder as NSString).appendingPathComponent(String(folder)))
         }
         if cancelled {
             logger.info("background send \(Self.describe(upload)) cancelled")
@@ -202,4 +215,31 @@ public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Send
 public enum TaskID {
     /// The first 8 characters of `id`.
     public static func short(_ id: String) -> String { String(id.prefix(8)) }
+}
+
+/// Several paths sent as one background send (one task, one offer, one question at the
+/// receiver): the task's body is their list, as data.
+public enum PathList {
+    private static let header = Data("peerxfer paths 1\n".utf8)
+
+    /// `paths` (absolute) as a task's body.
+    public static func encoded(_ paths: [String]) -> Data {
+        header + ((try? JSONEncoder().encode(paths)) ?? Data("[]".utf8))
+    }
+
+    /// The paths a body lists; nil when it is not such a list.
+    public static func decoded(_ data: Data) -> [String]? {
+        guard data.starts(with: header) else { return nil }
+        guard let paths = try? JSONDecoder().decode([String].self, from: data.dropFirst(header.count)),
+            !paths.isEmpty
+        else { return nil }
+        return paths
+    }
+
+    /// How a send of `paths` is named in the queue and the status: the path, or the first one
+    /// and how many more.
+    public static func description(of paths: [String]) -> String {
+        guard let first = paths.first else { return "?" }
+        return paths.count == 1 ? first : "\(first) and \(paths.count - 1) more"
+    }
 }

@@ -21,6 +21,11 @@ enum WebAssets {
               <p>This device's key: <code id="device-key"></code></p>
             </header>
             <main>
+              <section aria-labelledby="offers-heading">
+                <h2 id="offers-heading">Incoming offers</h2>
+                <p id="no-offers">None waiting.</p>
+                <ul id="offers" aria-live="polite"></ul>
+              </section>
               <section aria-labelledby="send-heading">
                 <h2 id="send-heading">Send files</h2>
                 <fieldset id="receivers">
@@ -35,11 +40,6 @@ enum WebAssets {
                 <button id="send" type="button">Send</button>
                 <p id="send-status" role="status" aria-live="polite"></p>
                 <ul id="uploads" aria-label="Files being handed to this daemon"></ul>
-              </section>
-              <section aria-labelledby="offers-heading">
-                <h2 id="offers-heading">Incoming offers</h2>
-                <p id="no-offers">None waiting.</p>
-                <ul id="offers" aria-live="polite"></ul>
               </section>
               <section aria-labelledby="history-heading">
                 <h2 id="history-heading">Transfers</h2>
@@ -120,15 +120,17 @@ enum WebAssets {
           const box = $("receivers");
           for (const old of box.querySelectorAll(".receiver")) old.remove();
           $("no-receivers").hidden = receivers.length > 0;
-          receivers.forEach((receiver, index) => {
+          // Paired ones first: those are the ones sent to most.
+          const ordered = receivers.filter((r) => r.trust === "paired").concat(receivers.filter((r) => r.trust !== "paired"));
+          ordered.forEach((receiver, index) => {
             const row = make("div", undefined, "receiver");
             const input = make("input");
             input.type = "radio";
             input.name = "to";
             input.id = "to-" + index;
-            input.value = receiver.name;
-            input.checked = receiver.name === chosen;
-            input.addEventListener("change", () => { chosen = receiver.name; });
+            input.value = receiver.raw;
+            input.checked = receiver.raw === chosen;
+            input.addEventListener("change", () => { chosen = receiver.raw; });
             const label = make("label", receiver.name);
             label.htmlFor = input.id;
             row.append(input, " ", label, " ");
@@ -142,8 +144,8 @@ enum WebAssets {
               const pair = make("button", "Pair with " + receiver.name);
               pair.type = "button";
               pair.addEventListener("click", () => {
-                api("/api/pair?" + query({ name: receiver.name, key: receiver.key }), { method: "POST" })
-                  .then(() => say(`Paired with ${receiver.name}.`))
+                api("/api/pair?" + query({ name: receiver.raw, key: receiver.key }), { method: "POST" })
+                  .then(() => say(`Paired with ${receiver.name}, both ways: it may send to this device too.`))
                   .catch((error) => say(`Not paired: ${error.message}`));
               });
               row.append(pair);
@@ -172,6 +174,10 @@ enum WebAssets {
             for (const [answer, text] of choices) {
               const button = make("button", text);
               button.type = "button";
+              // Not clickable at once: a click meant for an offer that was just withdrawn must
+              // not answer the one drawn in its place.
+              button.disabled = true;
+              setTimeout(() => { button.disabled = false; }, 1500);
               button.addEventListener("click", () => {
                 api(`/api/answer?offer=${offer.id}&answer=${answer}`, { method: "POST" })
                   .then(() => say(`${text}: done.`))
@@ -203,7 +209,7 @@ enum WebAssets {
 
         function say(text) { $("send-status").textContent = text; }
 
-        function upload(file) {
+        function upload(file, to, batch, count) {
           const item = make("li");
           const bar = make("progress");
           bar.max = 100;
@@ -213,7 +219,7 @@ enum WebAssets {
           item.append(bar, words);
           $("uploads").append(item);
           const request = new XMLHttpRequest();
-          request.open("POST", "/api/send?" + query({ to: chosen, file: file.name }));
+          request.open("POST", "/api/send?" + query({ to, file: file.name, batch, count }));
           request.setRequestHeader("X-Peerxfer-Token", token);
           request.upload.addEventListener("progress", (event) => {
             if (event.lengthComputable) {
@@ -224,9 +230,12 @@ enum WebAssets {
           request.addEventListener("load", () => {
             let body = {};
             try { body = JSON.parse(request.responseText); } catch (error) {}
-            if (request.status === 200) {
+            if (request.status === 200 && body.task) {
               bar.value = 100;
-              words.textContent = ` ${file.name}: queued for ${chosen} (task ${body.task.slice(0, 8)}); its progress is under Transfers`;
+              words.textContent = ` ${file.name}: queued for ${to} (task ${body.task.slice(0, 8)}); its progress is under Transfers`;
+            } else if (request.status === 200) {
+              bar.value = 100;
+              words.textContent = ` ${file.name}: handed over; it goes with the other files chosen with it`;
             } else {
               words.textContent = ` ${file.name}: not sent: ${body.error || request.statusText}`;
             }
@@ -238,7 +247,9 @@ enum WebAssets {
         function sendFiles(files) {
           if (!chosen) { say("Choose a receiver first."); return; }
           if (files.length === 0) { say("Choose or drop files first."); return; }
-          for (const file of files) upload(file);
+          // One batch: the daemon sends them as one offer, one question at the receiver.
+          const batch = Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
+          for (const file of files) upload(file, chosen, batch, files.length);
           say(`${files.length} file${files.length === 1 ? "" : "s"} handed to the daemon for ${chosen}.`);
         }
 

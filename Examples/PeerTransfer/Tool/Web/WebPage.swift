@@ -3,6 +3,7 @@ import Hummingbird
 import Logging
 import PeerTransferCore
 import Salut
+import ServiceLifecycle
 
 /// `serve --web`: a page on this machine (loopback unless said otherwise) that lists the
 /// receivers on the link, sends files dropped on it, answers incoming offers, and shows the
@@ -14,14 +15,36 @@ struct WebPage: Sendable {
     let status: StatusBook
     let questions: WebQuestions
     let receivers: LinkReceivers
-    /// Queues a background send of `file` to the receiver `to`; returns the task's id.
-    let queue: @Sendable (_ file: URL, _ to: String) throws -> String
+    /// Queues one background send of `files` to the receiver `to`; returns the task's id.
+    let queue: @Sendable (_ files: [URL], _ to: String) throws -> String
     /// Where files dropped on the page are kept until they are sent (each in a folder of its
     /// own, removed once its send ends).
     let outbox: String
     /// The secret the page's address carries.
     let token: String
     let logger: Logger
+    /// The batches (files dropped or chosen together) already queued.
+    private let queuedBatches = Locked(Set<String>())
+    /// The state as last encoded, and when: every live page reads the same one for a second.
+    private let encodedState = Locked<(at: ContinuousClock.Instant, data: Data)?>(nil)
+    /// Live pages (event streams) open now; at most ``eventStreamLimit``.
+    private let eventStreams = Locked(0)
+    static let eventStreamLimit = 16
+
+    init(
+        configuration: PeerConfiguration, status: StatusBook, questions: WebQuestions, receivers: LinkReceivers,
+        queue: @escaping @Sendable (_ files: [URL], _ to: String) throws -> String, outbox: String, token: String,
+        logger: Logger
+    ) {
+        self.configuration = configuration
+        self.status = status
+        self.questions = questions
+        self.receivers = receivers
+        self.queue = queue
+        self.outbox = outbox
+        self.token = token
+        self.logger = logger
+    }
 
     /// A random token: 32 bytes from the system's generator, as hex.
     static func makeToken() -> String {
@@ -39,12 +62,23 @@ struct WebPage: Sendable {
         router.get("/app.js") { _, _ in asset(WebAssets.script, type: "text/javascript; charset=utf-8") }
         router.get("/style.css") { _, _ in asset(WebAssets.style, type: "text/css; charset=utf-8") }
         router.get("/api/state") { _, _ in json(state()) }
-        router.get("/api/events") { _, _ in events() }
+        router.get("/api/events") { _, _ in
+            guard
+                eventStreams.withLock({ count -> Bool in
+                    guard count < Self.eventStreamLimit else { return false }
+                    count += 1
+                    return true
+                })
+            else {
+                return refusal(.serviceUnavailable, "too many pages are open on this daemon; close some and reload")
+            }
+            return events()
+        }
         router.post("/api/send") { request, context in try await send(request, context: context) }
         router.post("/api/pair") { request, _ in pair(request) }
         router.post("/api/answer") { request, _ in answer(request) }
-        var configuration = ApplicationConfiguration(address: .hostname(host, port: port), serverName: nil)
-        configuration.reuseAddress = false
+        // (SO_REUSEADDR, Hummingbird's default: a restart takes the port back at once.)
+        let configuration = ApplicationConfiguration(address: .hostname(host, port: port), serverName: nil)
         return Application(
             router: router, configuration: configuration,
             onServerRunning: { channel in
@@ -69,7 +103,8 @@ struct WebPage: Sendable {
         let known = (try? KnownPeers.load(from: configuration.knownPeersFile)) ?? KnownPeers()
         let now = Date()
         let receivers: [[String: Any]] = receivers.current.map { receiver in
-            var object: [String: Any] = ["name": Terminal.escape(receiver.name)]
+            // Shown escaped, as on a terminal; `raw` is what the page sends back to name it.
+            var object: [String: Any] = ["name": Terminal.escape(receiver.name), "raw": receiver.name]
             if let key = receiver.key {
                 object["key"] = key
                 object["code"] = VerificationCode.between(own, key)
@@ -116,13 +151,15 @@ struct WebPage: Sendable {
 
     /// The state as Server-Sent Events: sent at once, then again whenever it changes (looked at
     /// each second), with a comment every 15 s that keeps idle connections open. Ends when the
-    /// page goes.
+    /// page goes, or within a second of the daemon's shutdown (the server waits for its
+    /// connections to end before it stops).
     private func events() -> Response {
-        let body = ResponseBody { writer in
+        let body = ResponseBody { [eventStreams] writer in
+            defer { eventStreams.withLock { $0 -= 1 } }
             var last = Data()
             var quiet = 0
-            while !Task.isCancelled {
-                let data = Self.encoded(state())
+            while !Task.isCancelled && !Task.isShuttingDownGracefully {
+                let data = sharedState()
                 if data != last {
                     var event = ByteBuffer(string: "data: ")
                     event.writeBytes(data)
@@ -145,42 +182,74 @@ struct WebPage: Sendable {
             status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-store"], body: body)
     }
 
+    /// The state, encoded at most once a second for all the live pages.
+    private func sharedState() -> Data {
+        let now = ContinuousClock.Instant.now
+        if let cached = encodedState.withLock({ $0 }), now - cached.at < .milliseconds(900) { return cached.data }
+        let data = Self.encoded(state())
+        encodedState.withLock { $0 = (now, data) }
+        return data
+    }
+
     // MARK: What the page does
 
-    /// `POST /api/send?to=NAME&file=NAME` with the file's bytes as the body: kept in the
-    /// outbox, then queued as a background send (the daemon delivers it, resuming and
-    /// retrying, as `send --background` would). The receiver must be paired first.
+    /// `POST /api/send?to=NAME&file=NAME&batch=ID&count=N` with the file's bytes as the body:
+    /// kept in the outbox with the other files of its batch (those dropped or chosen together);
+    /// once the batch's `count` files are all there, they are queued as one background send
+    /// (one offer, one question at the receiver), which the daemon delivers, resuming and
+    /// retrying, as `send --background` would. The receiver must be paired first.
     private func send(_ request: Request, context: some RequestContext) async throws -> Response {
-        guard let to = request.uri.queryParameters["to"].map(String.init), !to.isEmpty,
-            let name = request.uri.queryParameters["file"].map(String.init)
-        else { return refusal(.badRequest, "give the receiver (to) and the file's name (file)") }
-        guard (try? ServiceNames.checkName(to, allowEmpty: false)) != nil else {
-            return refusal(.badRequest, "not a receiver's name")
+        let query = request.uri.queryParameters
+        guard let to = query["to"].map(String.init), !to.isEmpty, let name = query["file"].map(String.init),
+            let batch = query["batch"].map(String.init), batch.count == 32, batch.allSatisfy(\.isHexDigit),
+            let count = query["count"].flatMap({ Int(String($0)) }), (1...Self.batchLimit).contains(count)
+        else {
+            return refusal(
+                .badRequest, "give the receiver (to), the file's name (file), its batch (32 hex digits) and its count")
         }
-        guard let path = try? RelativePath(validating: name), path.components.count == 1 else {
-            return refusal(.badRequest, "\"\(Terminal.escape(name))\" cannot be a file's name")
+        if let problem = PeerNameRule.problem(to, option: "to") { return refusal(.badRequest, problem) }
+        guard let path = try? RelativePath(validating: name), path.components.count == 1,
+            !name.contains("\u{FFFD}"), name.utf8.count <= TransferLimits.maximumReceivedNameBytes,
+            name.trimmingCharacters(in: .whitespaces) == name
+        else {
+            return refusal(
+                .badRequest,
+                "\"\(Terminal.escape(name))\" cannot be a file's name here (one name, valid UTF-8, at most \(TransferLimits.maximumReceivedNameBytes) bytes, no spaces at its ends)"
+            )
         }
         let known = (try? KnownPeers.load(from: configuration.knownPeersFile)) ?? KnownPeers()
         guard known.pinnedSpelling(of: to).flatMap({ known.pins[$0] }) != nil else {
             return refusal(
                 .conflict, "\"\(Terminal.escape(to))\" is not paired: compare its code and pair with it first")
         }
-        let folder = (outbox as NSString).appendingPathComponent(UUID().uuidString)
+        guard !queuedBatches.withLock({ $0.contains(batch) }) else {
+            return refusal(.conflict, "that batch was sent already")
+        }
+        let folder = (outbox as NSString).appendingPathComponent("web-\(batch)")
         let file = (folder as NSString).appendingPathComponent(path.description)
         do {
             try FileManager.default.createDirectory(
                 atPath: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            try await Self.store(request.body, to: file, folder: outbox)
+            try await Self.store(
+                request.body, expected: request.headers[.contentLength].flatMap { UInt64($0) }, to: file,
+                folder: outbox)
         } catch {
+            // What this batch kept so far goes too: a batch never goes out in part.
             try? FileManager.default.removeItem(atPath: folder)
             return refusal(
                 HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"),
                 "the file could not be kept for sending: \(error)")
         }
+        let files = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).sorted()
+        guard files.count >= count,
+            queuedBatches.withLock({ $0.insert(batch).inserted })
+        else { return json(["kept": name, "waiting": max(0, count - files.count)]) }
         do {
-            let task = try queue(URL(fileURLWithPath: file), to)
+            let task = try queue(
+                files.map { URL(fileURLWithPath: (folder as NSString).appendingPathComponent($0)) }, to)
             logger.info(
-                "web page: queued \(Terminal.escape(name)) for \"\(Terminal.escape(to))\" (task \(task.prefix(8)))")
+                "web page: queued \(Wording.counted(files.count, "file")) for \"\(Terminal.escape(to))\" (task \(task.prefix(8)))"
+            )
             return json(["task": task])
         } catch {
             try? FileManager.default.removeItem(atPath: folder)
@@ -188,9 +257,13 @@ struct WebPage: Sendable {
         }
     }
 
-    /// Writes `body` to `file` (a new file, 0600), refusing to fill the disk: at most what is
-    /// free on `folder`'s file system less a twentieth of it.
-    static func store(_ body: RequestBody, to file: String, folder: String) async throws {
+    /// The most files one batch may hold.
+    static let batchLimit = 1_000
+
+    /// Writes `body` to `file` (a new file, 0600), refusing to fill the disk (at most what is
+    /// free on `folder`'s file system less a twentieth of it) and a body shorter or longer than
+    /// its `expected` length.
+    static func store(_ body: RequestBody, expected: UInt64?, to file: String, folder: String) async throws {
         var info = statvfs()
         guard statvfs(folder, &info) == 0 else {
             throw PeerTransferError.runtime("cannot read the free space: \(String(cString: strerror(errno)))")
@@ -205,6 +278,8 @@ struct WebPage: Sendable {
         }
         defer { close(fd) }
         var written: UInt64 = 0
+        // (The writes are small, one buffer as it arrives; the sync at the end, which may take a
+        // while on a slow disk, runs on a thread of its own.)
         for try await buffer in body {
             written += UInt64(buffer.readableBytes)
             guard written <= allowed else { throw PeerTransferError.noSpace("the file is larger than the free space") }
@@ -220,7 +295,11 @@ struct WebPage: Sendable {
                 }
             }
         }
-        guard fsync(fd) == 0 else { throw PeerTransferError.runtime("cannot sync \(file)") }
+        if let expected, written != expected {
+            throw PeerTransferError.runtime("the upload ended after \(written) of \(expected) bytes")
+        }
+        let synced = await onThreadOfItsOwn { fsync(fd) == 0 }
+        guard synced else { throw PeerTransferError.runtime("cannot sync \(file)") }
     }
 
     /// `POST /api/pair?name=NAME&key=KEY`: pins the receiver `name` to `key` — the key it
@@ -229,6 +308,7 @@ struct WebPage: Sendable {
         guard let name = request.uri.queryParameters["name"].map(String.init),
             let key = request.uri.queryParameters["key"].flatMap({ KeyText.whole(String($0)) })
         else { return refusal(.badRequest, "give the receiver's name and its whole key") }
+        if let problem = PeerNameRule.problem(name, option: "name") { return refusal(.badRequest, problem) }
         guard receivers.current.contains(where: { $0.name == name && $0.key == key }) else {
             return refusal(.conflict, "\"\(Terminal.escape(name))\" does not advertise that key now")
         }
@@ -245,7 +325,9 @@ struct WebPage: Sendable {
         } catch {
             return refusal(.conflict, "\(error)")
         }
-        logger.info("web page: paired with \"\(Terminal.escape(name))\" [key \(key.prefix(16))…]")
+        logger.info(
+            "web page: paired with \"\(Terminal.escape(name))\" [key \(key.prefix(16))…], both ways: it may deliver here too"
+        )
         return json(["paired": name])
     }
 
@@ -298,8 +380,14 @@ struct LateGuard<Context: RequestContext>: RouterMiddleware {
         _ request: Request, context: Context, next: (Request, Context) async throws -> Response
     ) async throws -> Response {
         let port = port()
-        var names = ["127.0.0.1", "localhost", "[::1]"]
-        if !names.contains(host) { names.append(host.contains(":") ? "[\(host)]" : host) }
+        // The names of the address it is bound to, and only those: a browser elsewhere names
+        // the address it reached; `localhost` only where it means this very address.
+        let names: [String]
+        switch host {
+        case "::1": names = ["[::1]", "localhost"]
+        case _ where host.hasPrefix("127."): names = [host, "localhost"]
+        default: names = [host.contains(":") ? "[\(host)]" : host]
+        }
         let guardian = WebGuard<Context>(token: token, hosts: Set(names.map { "\($0):\(port)".lowercased() }))
         return try await guardian.handle(request, context: context, next: next)
     }
