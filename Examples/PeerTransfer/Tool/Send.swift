@@ -146,7 +146,19 @@ struct Send: AsyncParsableCommand {
         defer { if !background, let folder = made.folder { try? FileManager.default.removeItem(atPath: folder) } }
         let paths = made.paths
         if background {
-            for to in receivers { try await queue(paths, to: to, configuration) }
+            // Each receiver's send has copies of its own (the daemon removes a send's copies
+            // once it ends); nothing queued, nothing kept.
+            var queuedAny = false
+            do {
+                for (index, to) in receivers.enumerated() {
+                    let own = index == 0 ? made : try Self.copied(made)
+                    try await queue(own.paths, to: to, configuration)
+                    queuedAny = true
+                }
+            } catch {
+                if !queuedAny, let folder = made.folder { try? FileManager.default.removeItem(atPath: folder) }
+                throw error
+            }
             return
         }
         let jsonOutput = json || isatty(1) != 1 || isatty(2) != 1
@@ -221,8 +233,24 @@ struct Send: AsyncParsableCommand {
             throw PeerTransferError.runtime(
                 "cannot keep \(text != nil ? "the text" : "standard input") to send it: \(error)")
         }
-        let listed = paths.map { $0 == "-" ? file : $0 } + (text != nil ? [file] : [])
+        // First: a background send's description is its first path, by which the daemon knows
+        // the copies to remove once it ends.
+        let listed = [file] + paths.filter { $0 != "-" }
         return (listed, folder)
+    }
+
+    /// `made` again, its folder copied whole to a new one beside it (another receiver's copies).
+    private static func copied(_ made: (paths: [String], folder: String?)) throws -> (paths: [String], folder: String?)
+    {
+        guard let folder = made.folder else { return made }
+        let other = ((folder as NSString).deletingLastPathComponent as NSString)
+            .appendingPathComponent("peerxfer-\(UUID().uuidString)")
+        do {
+            try FileManager.default.copyItem(atPath: folder, toPath: other)
+        } catch {
+            throw PeerTransferError.runtime("cannot copy what is sent for another receiver: \(error)")
+        }
+        return (made.paths.map { $0.hasPrefix(folder + "/") ? other + $0.dropFirst(folder.count) : $0 }, other)
     }
 
     /// The folder (in the configuration) whose files are copies made to be sent, removed by

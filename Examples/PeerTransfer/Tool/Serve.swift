@@ -243,14 +243,18 @@ struct Serve: AsyncParsableCommand {
                 )
             }
             let receivers = LinkReceivers(excluding: { service.name })
-            // Copies a daemon stopped before it sent (killed mid-upload, say) go: those of no
-            // queued send.
+            // The page's uploads a daemon stopped before it queued them (killed mid-upload, say)
+            // go: those of no queued send, untouched for ten minutes (another command may be
+            // writing its own; those of the command line are not the page's to sweep).
             let queuedPaths = background.allTasks.compactMap { ($0 as? PeerUploadTask)?.taskDescription }
-            for folder in (try? FileManager.default.contentsOfDirectory(atPath: outbox)) ?? [] {
-                let path = (outbox as NSString).appendingPathComponent(folder)
-                if !queuedPaths.contains(where: { $0.hasPrefix(path + "/") }) {
-                    try? FileManager.default.removeItem(atPath: path)
-                }
+            for entry in (try? FileManager.default.contentsOfDirectory(atPath: outbox)) ?? []
+            where entry.hasPrefix("web-") || entry.hasPrefix(".incoming-") {
+                let path = (outbox as NSString).appendingPathComponent(entry)
+                let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date
+                guard let modified, modified.timeIntervalSinceNow < -600,
+                    !queuedPaths.contains(where: { $0.hasPrefix(path + "/") })
+                else { continue }
+                try? FileManager.default.removeItem(atPath: path)
             }
             let page = WebPage(
                 configuration: configuration, status: status, questions: questions, receivers: receivers,
@@ -280,12 +284,15 @@ struct Serve: AsyncParsableCommand {
         // transfer that does not end): after this long, what still runs is cancelled.
         groupConfiguration.maximumGracefulShutdownDuration = .seconds(30)
         let group = ServiceGroup(configuration: groupConfiguration)
+        // However the group ends (a stop cut short at its bound throws): queued sends stay
+        // queued for the next start (a stop is not a cancel), and the status says stopped.
+        defer {
+            background.invalidateLeavingBackgroundTasks()
+            status.stopped()
+            status.flush()
+            logger.info("stopped")
+        }
         try await group.run()
-        // Queued sends stay queued for the next start (a stop is not a cancel).
-        background.invalidateLeavingBackgroundTasks()
-        status.stopped()
-        status.flush()
-        logger.info("stopped")
     }
 }
 

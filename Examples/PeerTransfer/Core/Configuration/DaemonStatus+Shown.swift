@@ -32,7 +32,7 @@ extension DaemonStatus.Transfer {
             break
         }
         // The cause, where the state's words do not say it all (a failure's, a hook's reason).
-        let said = ["declined", "no-answer", "cannot-ask", "declined-by-policy"].contains(transfer.state)
+        let said = ["declined", "cannot-ask", "declined-by-policy"].contains(transfer.state)
         let error = said ? "" : transfer.error.map { " (\(Terminal.escape($0)))" } ?? ""
         return
             "#\(transfer.id) \(time) \(transfer.direction == "out" ? "out to" : "in from") \(transfer.peer)\(what), \(files), \(size): \(state)\(error)"

@@ -213,8 +213,6 @@ public struct Sender: Sendable {
                 let askedIsFree = known.pinnedSpelling(of: name).map { known.pins[$0] == key } ?? true
                 let label = foundByKey && askedIsFree ? name : spelled
                 known.pin(label, to: key)
-                // Paired both ways, as `trust --pin` pairs: it may deliver here too.
-                known.trusted[key] = known.trusted[key] ?? label
                 known.revokeNewKeyGrants { ServiceNames.sameIgnoringASCIICase($0, spelled) }
             }
         }

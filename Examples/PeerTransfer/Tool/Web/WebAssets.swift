@@ -21,11 +21,6 @@ enum WebAssets {
               <p>This device's key: <code id="device-key"></code></p>
             </header>
             <main>
-              <section aria-labelledby="offers-heading">
-                <h2 id="offers-heading">Incoming offers</h2>
-                <p id="no-offers">None waiting.</p>
-                <ul id="offers" aria-live="polite"></ul>
-              </section>
               <section aria-labelledby="send-heading">
                 <h2 id="send-heading">Send files</h2>
                 <fieldset id="receivers">
@@ -40,6 +35,11 @@ enum WebAssets {
                 <button id="send" type="button">Send</button>
                 <p id="send-status" role="status" aria-live="polite"></p>
                 <ul id="uploads" aria-label="Files being handed to this daemon"></ul>
+              </section>
+              <section aria-labelledby="offers-heading">
+                <h2 id="offers-heading">Incoming offers</h2>
+                <p id="no-offers">None waiting.</p>
+                <ul id="offers" aria-live="polite"></ul>
               </section>
               <section aria-labelledby="history-heading">
                 <h2 id="history-heading">Transfers</h2>
@@ -265,6 +265,11 @@ enum WebAssets {
 
         const events = new EventSource("/api/events?token=" + encodeURIComponent(token));
         events.addEventListener("message", (event) => render(JSON.parse(event.data)));
-        events.addEventListener("error", () => say("Lost touch with the daemon; trying again…"));
+        events.addEventListener("error", () => {
+          // The browser tries again by itself unless the daemon refused the stream.
+          say(events.readyState === EventSource.CLOSED
+            ? "The daemon refused this page's updates (too many pages open, or it stopped): reload to try again."
+            : "Lost touch with the daemon; trying again…");
+        });
         """#
 }

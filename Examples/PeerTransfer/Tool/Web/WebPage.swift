@@ -63,16 +63,10 @@ struct WebPage: Sendable {
         router.get("/style.css") { _, _ in asset(WebAssets.style, type: "text/css; charset=utf-8") }
         router.get("/api/state") { _, _ in json(state()) }
         router.get("/api/events") { _, _ in
-            guard
-                eventStreams.withLock({ count -> Bool in
-                    guard count < Self.eventStreamLimit else { return false }
-                    count += 1
-                    return true
-                })
-            else {
+            guard let slot = EventStreamSlot(of: eventStreams, limit: Self.eventStreamLimit) else {
                 return refusal(.serviceUnavailable, "too many pages are open on this daemon; close some and reload")
             }
-            return events()
+            return events(holding: slot)
         }
         router.post("/api/send") { request, context in try await send(request, context: context) }
         router.post("/api/pair") { request, _ in pair(request) }
@@ -153,9 +147,10 @@ struct WebPage: Sendable {
     /// each second), with a comment every 15 s that keeps idle connections open. Ends when the
     /// page goes, or within a second of the daemon's shutdown (the server waits for its
     /// connections to end before it stops).
-    private func events() -> Response {
-        let body = ResponseBody { [eventStreams] writer in
-            defer { eventStreams.withLock { $0 -= 1 } }
+    private func events(holding slot: EventStreamSlot) -> Response {
+        let body = ResponseBody { writer in
+            // The slot goes back when the stream ends, or when the body is dropped unwritten.
+            withExtendedLifetime(slot) {}
             var last = Data()
             var quiet = 0
             while !Task.isCancelled && !Task.isShuttingDownGracefully {
@@ -227,18 +222,28 @@ struct WebPage: Sendable {
         }
         let folder = (outbox as NSString).appendingPathComponent("web-\(batch)")
         let file = (folder as NSString).appendingPathComponent(path.description)
+        // Received beside the batch under a name of its own, and put in the batch only once
+        // whole: a batch counts (and is sent with) complete files only.
+        let incoming = (outbox as NSString).appendingPathComponent(".incoming-\(UUID().uuidString)")
+        defer { unlink(incoming) }
         do {
             try FileManager.default.createDirectory(
                 atPath: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             try await Self.store(
-                request.body, expected: request.headers[.contentLength].flatMap { UInt64($0) }, to: file,
+                request.body, expected: request.headers[.contentLength].flatMap { UInt64($0) }, to: incoming,
                 folder: outbox)
         } catch {
-            // What this batch kept so far goes too: a batch never goes out in part.
-            try? FileManager.default.removeItem(atPath: folder)
             return refusal(
                 HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"),
                 "the file could not be kept for sending: \(error)")
+        }
+        // link(2) never replaces: a second file of one name in one batch is refused.
+        guard link(incoming, file) == 0 else {
+            return refusal(
+                .conflict,
+                errno == EEXIST
+                    ? "two files named \"\(Terminal.escape(name))\" were chosen together: send them apart"
+                    : "the file could not be kept for sending: \(String(cString: strerror(errno)))")
         }
         let files = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).sorted()
         guard files.count >= count,
@@ -391,4 +396,25 @@ struct LateGuard<Context: RequestContext>: RouterMiddleware {
         let guardian = WebGuard<Context>(token: token, hosts: Set(names.map { "\($0):\(port)".lowercased() }))
         return try await guardian.handle(request, context: context, next: next)
     }
+}
+
+/// One of the live pages' places (see ``WebPage/eventStreamLimit``), given back when the last
+/// reference to it goes: when its stream ends, or when a response that was never written is
+/// dropped.
+final class EventStreamSlot: Sendable {
+    private let count: Locked<Int>
+
+    /// A place, if fewer than `limit` are taken.
+    init?(of count: Locked<Int>, limit: Int) {
+        guard
+            count.withLock({ taken -> Bool in
+                guard taken < limit else { return false }
+                taken += 1
+                return true
+            })
+        else { return nil }
+        self.count = count
+    }
+
+    deinit { count.withLock { $0 -= 1 } }
 }
