@@ -273,6 +273,15 @@ public struct Sender: Sendable {
                 "\"\(Terminal.escape(pinned))\" is paired with this device but did not answer \(within)\(seen ?? ""): it may be off, asleep or on another network (`send --background` delivers when it appears)"
             )
         }
+        // Paired in a wide-area zone (pinned as "NAME.ZONE"): said so, with the option that finds it.
+        if let zoned = known?.pins.keys.sorted().first(where: {
+            $0.count > name.count + 1 && $0.hasPrefix(name + ".") && !$0.dropFirst(name.count + 1).contains(" ")
+        }) {
+            let zone = zoned.dropFirst(name.count + 1)
+            return .peerNotFound(
+                "no receiver named \(shown) answered on the link \(within); it is paired in \(Terminal.escape(String(zone))): add --domain \(Terminal.escape(String(zone)))"
+            )
+        }
         let onTheLink = await ReceiverSearch.names(within: Self.namesLookup)
         let suggestions = NameSuggestions.closest(to: name, among: onTheLink.union(known?.pins.keys ?? [:].keys))
         if !suggestions.isEmpty {
