@@ -17,13 +17,6 @@ extension Terminal {
     /// escaped, as ``escape(_:)`` does.
     public static func escapePeerText(_ text: String) -> String {
         guard text.utf8.count > peerTextLimit else { return escape(text) }
-        var kept = String.UnicodeScalarView()
-        var used = 0
-        for scalar in text.unicodeScalars {
-            used += String(scalar).utf8.count
-            guard used <= peerTextLimit else { break }
-            kept.append(scalar)
-        }
-        return escape(String(kept)) + "… (cut at \(peerTextLimit) bytes)"
+        return escape(Receiver.shortened(text, toBytes: peerTextLimit)) + "… (cut at \(peerTextLimit) bytes)"
     }
 }
