@@ -20,6 +20,13 @@ final class Conversation {
     var hasSlot = true
     /// Sender keys the receiver trusts, with their labels.
     var trusted: [String: String] = [:]
+    /// The next send's stopper (a new one after each send): a judge can stop the send with it.
+    private(set) var stopper = SendStopper()
+    /// When set, the next send is stopped this way once it has sent at least this many bytes.
+    var stopSending: (reason: SendStop, afterBytes: UInt64)?
+    /// When set, the next send's connection is reset by the sender, without a word, once the
+    /// receiver has at least this many bytes (a sender killed, a link lost).
+    var cutAfterBytes: UInt64?
 
     init() throws {
         folder = FileManager.default.temporaryDirectory.appendingPathComponent("px-talk-\(UUID().uuidString)").path
@@ -75,11 +82,19 @@ final class Conversation {
         let listener = try StreamListener(port: 0, tls: receiver.receiverTLS)
         defer { listener.stop() }
         let trusted = self.trusted
+        let (cutAfterBytes, senderEnd) = (self.cutAfterBytes, Locked<BoundStreamPair?>(nil))
         let inbox = try Inbox(path: self.inbox) { trusted[$0] != nil }
         var receiving = Receiver(
             id: 1, inbox: inbox, policy: policy,
             hello: Hello(protocolVersion: TransferLimits.protocolVersion, device: receiver.deviceID, name: "Receiver"),
-            trustedLabel: { trusted[$0] }, events: { event in events.withLock { $0.append(event) } },
+            trustedLabel: { trusted[$0] },
+            events: { event in
+                events.withLock { $0.append(event) }
+                // Cut once the receiver has that much (the bytes in flight would not count).
+                if case .progress(_, let bytes) = event, let cutAfterBytes, bytes >= cutAfterBytes {
+                    senderEnd.value?.reset()
+                }
+            },
             logger: Logger(label: "receiver", factory: { _ in CollectingLogHandler(lines: log) }))
         receiving.ownKey = receiver.identity.publicKeySHA256
         let slot = hasSlot
@@ -95,6 +110,7 @@ final class Conversation {
         let pair = SocketStreams.pair(
             toHost: "127.0.0.1", port: Int(listener.port),
             tls: sender.senderTLS(pinning: receiver.identity.publicKeySHA256))
+        senderEnd.withLock { $0 = pair }
         let sent: Result<SendReport, PeerTransferError>
         do {
             try await pair.open()
@@ -102,13 +118,28 @@ final class Conversation {
                 pair.input.close()
                 pair.output.close()
             }
-            let sending = Sender(configuration: sender, displayName: "Sender")
-            sent = .success(try await sending.transfer(plan, over: pair, to: "Receiver", events: { _ in }))
+            var sending = Sender(configuration: sender, displayName: "Sender")
+            let (stopper, stopSending) = (self.stopper, self.stopSending)
+            sending.stopper = stopper
+            sent = .success(
+                try await sending.transfer(
+                    plan, over: pair, to: "Receiver",
+                    events: { event in
+                        if case .progress(let bytes, _) = event, let stopSending, bytes >= stopSending.afterBytes {
+                            stopper.stop(stopSending.reason)
+                        }
+                    }))
         } catch let error as PeerTransferError {
             sent = .failure(error)
         }
         for await _ in receiverDone.stream {}
+        (self.stopper, self.stopSending, self.cutAfterBytes) = (SendStopper(), nil, nil)
         return Outcome(sent: sent, received: events.withLock { $0 }, log: log.withLock { $0 })
+    }
+
+    /// The part files in the inbox (what interrupted sends left).
+    func partFiles() -> [String] {
+        inboxListing().filter { $0.hasSuffix(".peerxfer-part") }
     }
 
     /// The bytes of `relative` in the inbox, nil when it is not there.

@@ -47,6 +47,89 @@ final class ConversationTests: XCTestCase {
         XCTAssertEqual(talk.inboxListing(), ["big.bin"], "the part file became the file")
     }
 
+    /// Cancelled half way (`peerxfer cancel`): both ends say cancelled, and the receiver removes
+    /// the part file it was writing and says so.
+    func testACancelledSendIsNamedOnBothEndsAndLeavesNoPartFile() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("big.bin", size: 6 << 20)
+        talk.stopSending = (.cancelled, 1 << 20)
+        let result = try await talk.send(["big.bin"])
+        let error = try XCTUnwrap(result.error())
+        XCTAssertEqual(error.outcome, "cancelled")
+        XCTAssertTrue(error.message.contains("was told, and removes what it received"), error.message)
+        XCTAssertEqual(result.receiverError?.outcome, "cancelled")
+        XCTAssertEqual(talk.inboxListing(), [], "nothing left of a cancelled send")
+        XCTAssertTrue(
+            result.log.contains { $0.contains("cancelled by the sender") && $0.contains("1 part file removed") },
+            "\(result.log)")
+    }
+
+    /// Stopped half way (Ctrl-C): both ends say stopped, the receiver keeps the part file and
+    /// says the send resumes, and the same send then resumes from it.
+    func testAStoppedSendKeepsItsPartFileAndTheSameSendResumesFromIt() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("big.bin", size: 6 << 20)
+        talk.stopSending = (.interrupted, 1 << 20)
+        let stopped = try await talk.send(["big.bin"])
+        let error = try XCTUnwrap(stopped.error())
+        XCTAssertEqual(error.outcome, "stopped")
+        XCTAssertTrue(error.message.contains("keeps what it received"), error.message)
+        XCTAssertEqual(stopped.receiverError?.outcome, "stopped")
+        XCTAssertEqual(talk.partFiles().count, 1, "\(talk.inboxListing())")
+        XCTAssertTrue(
+            stopped.log.contains { $0.contains("stopped after") && $0.contains("the same send resumes") },
+            "\(stopped.log)")
+        XCTAssertFalse(stopped.log.contains { $0.contains("close_notify") }, "no TLS detail: \(stopped.log)")
+
+        let resumed = try await talk.send(["big.bin"]).sent.get()
+        XCTAssertGreaterThan(resumed.bytesSkipped, 0, "resumed from the part file")
+        XCTAssertEqual(resumed.bytesSent + resumed.bytesSkipped, 6 << 20)
+        XCTAssertEqual(talk.received("big.bin"), talk.original("big.bin"))
+        XCTAssertEqual(talk.inboxListing(), ["big.bin"])
+    }
+
+    /// Cancelled while the receiver's question is open: the question is withdrawn, and the
+    /// part file an earlier interrupted send of the same file left is removed too.
+    func testCancellingWhileTheQuestionIsOpenWithdrawsItAndRemovesWhatAnEarlierSendLeft() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("big.bin", size: 3 << 20)
+        let inbox = try Inbox(path: talk.inbox)
+        let part = try inbox.openPart(
+            try RelativePath(validating: "big.bin"), for: talk.sender.identity.publicKeySHA256)
+        try part.write(talk.original("big.bin")!.prefix(1 << 20), at: 0)
+        part.closeFiles()
+        XCTAssertEqual(talk.partFiles().count, 1)
+        let stopper = talk.stopper
+        talk.policy = .ask { _ in
+            stopper.stop(.cancelled)
+            // Withdrawn (this task is cancelled) once the sender's word comes; the test fails
+            // with a decline should it never come.
+            try? await Task.sleep(for: .seconds(60))
+            return .declined("no one withdrew the question")
+        }
+        let result = try await talk.send(["big.bin"])
+        XCTAssertEqual(try XCTUnwrap(result.error()).outcome, "cancelled")
+        let receiverError = try XCTUnwrap(result.receiverError)
+        XCTAssertEqual(receiverError.outcome, "cancelled")
+        XCTAssertTrue(receiverError.message.contains("its question was withdrawn"), receiverError.message)
+        XCTAssertEqual(talk.inboxListing(), [], "the earlier send's part file went too")
+    }
+
+    /// A sender that ends without a word in the middle (killed, its link lost) is said to have
+    /// stopped, plainly, and what it sent is kept.
+    func testASenderGoneWithoutAWordIsSaidPlainlyAndItsPartFileKept() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("big.bin", size: 6 << 20)
+        talk.cutAfterBytes = 1 << 20
+        let result = try await talk.send(["big.bin"])
+        XCTAssertNotNil(result.error())
+        let receiverError = try XCTUnwrap(result.receiverError)
+        XCTAssertEqual(receiverError.outcome, "stopped")
+        XCTAssertTrue(receiverError.message.contains("the sender stopped without a word"), receiverError.message)
+        XCTAssertFalse(result.log.contains { $0.hasPrefix("warning") && $0.contains("close_notify") }, "\(result.log)")
+        XCTAssertEqual(talk.partFiles().count, 1, "\(talk.inboxListing())")
+    }
+
     /// Each way an offer is not taken: its own words, outcome and exit code on the sender, the
     /// same outcome on the receiver, and nothing in the inbox.
     func testEachWayAnOfferIsNotTakenIsNamedTruthfullyOnBothEnds() async throws {

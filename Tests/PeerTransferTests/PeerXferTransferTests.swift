@@ -191,13 +191,18 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(sender.process.endingSignal, SIGINT, sender.output)
         XCTAssertTrue(sender.output.contains("\"event\":\"interrupted\""), sender.output)
         XCTAssertTrue(sender.output.contains("\"signal\":\"SIGINT\""), sender.output)
+        // The receiver was told before the sender ended, and keeps what it has.
+        XCTAssertTrue(sender.output.contains("\"receiverTold\":true"), sender.output)
         XCTAssertTrue(
-            sender.output.contains("interrupted: run the same command again"),
+            sender.output.contains(
+                "interrupted; the receiver was told and keeps what it received: run the same command again"),
             "the hint is on standard error in JSON mode too: \(sender.output)")
-        // The receiver's log says the cut transfer can go on, not only that it failed.
+        // The receiver's log says the sender stopped and the transfer can go on (no TLS detail).
         XCTAssertTrue(
-            daemon.waitForOutput(containing: "Part files are kept, and the same send resumes from them", seconds: 10),
+            daemon.waitForOutput(containing: "what came is kept in part files, and the same send resumes", seconds: 10),
             daemon.output)
+        XCTAssertTrue(daemon.output.contains("the sender stopped the send"), daemon.output)
+        XCTAssertFalse(daemon.output.contains("close_notify"), daemon.output)
 
         // Again, on a terminal (script(1)'s pseudo-terminal): it says that it resumes, and how much
         // it does not send again.
@@ -243,7 +248,9 @@ final class PeerXferTransferTests: XCTestCase {
             "script(1) says 128 + the signal that ended its command: \(terminal.output)")
         // The progress line is erased first, so the message starts a clean line.
         XCTAssertTrue(
-            terminal.output.contains("\u{1b}[Kstopped by SIGTERM: run the same command again"),
+            terminal.output.contains(
+                "\u{1b}[Kstopped by SIGTERM; the receiver was told and keeps what it received: run the same command again"
+            ),
             terminal.output.debugDescription)
     }
 
@@ -1262,6 +1269,49 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(after.contains("unwanted.bin), 1 file, ") && after.contains(": cancelled\n"), after)
         XCTAssertTrue(after.contains("background queue: empty"), after)
         XCTAssertEqual(try lab.run(["cancel", id, "--config", lab.path("sender")]).status, 1, "already gone")
+    }
+
+    /// `peerxfer cancel` of a background send whose offer is being decided: the receiver's
+    /// question is withdrawn (its hook stopped), and the part file an earlier send of the same
+    /// file left there is removed, said in its log; the sender's status says cancelled.
+    func testCancellingABackgroundSendTellsTheReceiverWhichRemovesItsPartFile() throws {
+        let lab = try PeerXferLab()
+        try lab.makeFile("src/big.bin", size: 3 * chunk, seed: 5)
+        // What an earlier, interrupted send of it left in the receiver's inbox.
+        let inbox = try Inbox(path: lab.path("inbox"))
+        let part = try inbox.openPart(
+            try RelativePath(validating: "big.bin"), for: try lab.key(ofConfig: "sender"))
+        try part.write(Data(repeating: 7, count: chunk), at: 0)
+        part.closeFiles()
+        let partPath = try lab.partPath("inbox/big.bin", sentWith: "sender")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: partPath))
+
+        let receiverName = PeerXferLab.uniqueName("Mulling")
+        let receiver = try lab.serve(
+            name: receiverName, config: "receiver", inbox: lab.path("inbox"), accept: "ask",
+            extra: ["--hook", "exec sleep 100"])
+        let daemon = try lab.serve(
+            name: PeerXferLab.uniqueName("Outbox"), config: "sender", inbox: lab.path("sender-inbox"))
+        let (queued, output) = try lab.run([
+            "send", lab.path("src/big.bin"), "--to", receiverName, "--config", lab.path("sender"), "--background",
+            "--accept-new-key",
+        ])
+        XCTAssertEqual(queued, 0, output)
+        let waiting = try lab.status(of: "sender", once: "'s answer")
+        let id = try XCTUnwrap(
+            waiting.split(separator: "\n").first { $0.contains("big.bin") }?
+                .split(separator: " ").dropFirst().first.map { String($0.dropLast()) }, waiting)
+        XCTAssertEqual(try lab.run(["cancel", id, "--config", lab.path("sender")]).status, 0)
+
+        XCTAssertTrue(
+            receiver.waitForOutput(
+                containing: "cancelled by the sender after 0 bytes: 1 part file removed", seconds: 20),
+            receiver.output)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: partPath), "the part file was removed")
+        XCTAssertEqual(PeerXferLab.listing(lab.path("inbox")), [])
+        let after = try lab.status(of: "sender", once: ": cancelled")
+        XCTAssertTrue(after.contains("big.bin"), after)
+        XCTAssertFalse(daemon.output.contains("failed"), daemon.output)
     }
 
     func testStoppingTheDaemonWithSIGTERMKeepsTheBackgroundQueue() throws {

@@ -201,10 +201,11 @@ final class ProgressDisplay: Sendable {
     }
 
     /// Says that the send was stopped (Ctrl-C, SIGTERM, a closed terminal) and how to go on.
-    func interrupted(by signal: StopSignal) {
+    /// `told`: whether the receiver was told (it then keeps what it received, and says so).
+    func interrupted(by signal: StopSignal, told: Bool) {
         let done = state.withLock { $0.filesDone }
         if json {
-            printJSON(["event": "interrupted", "verified": done, "signal": signal.name])
+            printJSON(["event": "interrupted", "verified": done, "signal": signal.name, "receiverTold": told])
         } else {
             clearLine()
         }
@@ -213,7 +214,7 @@ final class ProgressDisplay: Sendable {
         // has confirmed yet.)
         let what = signal == .interrupt ? "interrupted" : "stopped by \(signal.name)"
         printError(
-            "\(what): run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)"
+            "\(what)\(told ? "; the receiver was told and keeps what it received" : ""): run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)"
         )
     }
 

@@ -165,15 +165,25 @@ struct Send: AsyncParsableCommand {
         let shown = Locked(ProgressDisplay(json: jsonOutput, lookupSeconds: wait))
         // Ctrl-C (or SIGTERM, or a closed terminal's SIGHUP) ends the send with 128 + the
         // signal, as a shell shows it, saying how to resume it.
-        let stops = Self.onStop { signal in shown.value.interrupted(by: signal) }
+        // The receiver is told first (briefly: at most 2 s), so that it says "stopped" and
+        // keeps what it has, rather than guessing at a lost link.
+        let stopper = Locked(SendStopper())
+        let stops = Self.onStop { signal in
+            let current = stopper.value
+            current.stop(.interrupted)
+            let told = current.waitUntilTold(seconds: 2)
+            shown.value.interrupted(by: signal, told: told && current.toldTheReceiver)
+        }
         defer { stops.forEach { $0.cancel() } }
         var outcomes: [(receiver: String, error: PeerTransferError?)] = []
         for to in receivers {
             let display = ProgressDisplay(json: jsonOutput, lookupSeconds: wait)
             shown.withLock { $0 = display }
+            let stopping = SendStopper()
+            stopper.withLock { $0 = stopping }
             if receivers.count > 1 { display.note("to \"\(Terminal.escape(to))\":") }
             do {
-                try await send(paths, to: to, configuration, display: display)
+                try await send(paths, to: to, configuration, display: display, stopper: stopping)
                 outcomes.append((to, nil))
             } catch let error as PeerTransferError {
                 display.ended(by: error)  // scripts reading the JSON lines see why, not just a stop
@@ -260,7 +270,8 @@ struct Send: AsyncParsableCommand {
 
     /// The foreground send to `to`, its progress and outcome shown by `display`.
     private func send(
-        _ paths: [String], to: String, _ configuration: PeerConfiguration, display: ProgressDisplay
+        _ paths: [String], to: String, _ configuration: PeerConfiguration, display: ProgressDisplay,
+        stopper: SendStopper
     ) async throws {
         // The arguments are checked at once (a typo fails before anything else); their folders
         // are walked while the receiver is looked for, and each file is hashed as it is sent.
@@ -286,6 +297,7 @@ struct Send: AsyncParsableCommand {
             }
         }
         var sender = Sender(configuration: configuration, displayName: configuration.deviceName)
+        sender.stopper = stopper
         sender.findTimeout = wait
         sender.domain = place.domain
         sender.wideArea = place.nameServer.map { WideAreaBrowsing(nameServer: $0) }

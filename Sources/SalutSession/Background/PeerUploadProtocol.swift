@@ -64,6 +64,14 @@ public final class PeerUploadContext: @unchecked Sendable {
         task?.checkpointSaved(checkpoint)
     }
 
+    /// True once the task was cancelled (``PeerSessionTask/cancel()``), as opposed to an
+    /// attempt stopped because the session is invalidated (the task stays queued for the next
+    /// launch): a protocol can tell its peer to drop what it received rather than keep it.
+    public var isTaskCancelled: Bool {
+        guard let task else { return false }
+        return task.state == .canceling && !task.background.isLeaving
+    }
+
     /// Reports bytes sent of the whole body (`total` -1 when unknown).
     public func reportProgress(sent: Int64, total: Int64) {
         task?.uploadProgressed(sent: sent, total: total)

@@ -47,7 +47,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     public let service: DiscoveredService
     /// What is sent.
     public let body: PeerUploadBody
-    private let background: BackgroundSessionState
+    let background: BackgroundSessionState
     private var record: BackgroundTaskRecord
     /// The record's parts that never change, readable without the lock.
     private let recordID: String

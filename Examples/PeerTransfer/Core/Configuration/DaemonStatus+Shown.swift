@@ -65,6 +65,8 @@ extension DaemonStatus.Transfer {
         case "no-answer": return "no answer in time"
         case "cannot-ask": return "not asked (no terminal and no hook on the receiver)"
         case "interrupted": return "interrupted (the daemon stopped)"
+        case "cancelled": return "cancelled"
+        case "stopped": return "stopped by the sender (what came is kept: sending again resumes)"
         default: return state
         }
     }

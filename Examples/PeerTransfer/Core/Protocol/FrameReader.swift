@@ -46,6 +46,9 @@ struct FrameReader {
         }
     }
 
+    /// True when bytes of a frame not yet whole were read (a read cancelled now loses them).
+    var holdsPartOfAFrame: Bool { decoder.bufferedCount > 0 }
+
     /// The reader's scratch space, allocated once (a fresh 256 KiB per read cost an mmap and
     /// its page faults).
     ///

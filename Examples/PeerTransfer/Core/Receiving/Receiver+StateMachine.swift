@@ -156,7 +156,7 @@ extension Receiver {
                 case (_, .failure):
                     let failure = try frame.decode(Failure.self)
                     state = .finished
-                    return [.fail(.runtime("the sender gave up: \(Terminal.escape(failure.message))"), tellPeer: false)]
+                    return [.fail(Self.senderStopped(failure), tellPeer: false)]
                 default:
                     throw PeerTransferError.protocolViolation("an unexpected \(frame.kind) message \(stateName)")
                 }
@@ -223,7 +223,20 @@ extension Receiver {
             switch state {
             case .finished: return nil
             case .receiving(let receiving) where receiving.senderDone: return nil
+            case .receiving: return .interrupted("the sender ended the connection during the transfer")
             default: return .runtime("the sender's connection ended \(stateName)")
+            }
+        }
+
+        /// What the sender's failure frame says: a cancelled send (its part files are then
+        /// removed), a stopped one (kept, to resume), or another reason to give up;
+        /// `beforeTheAnswer` while its offer was still being decided (its question withdrawn).
+        static func senderStopped(_ failure: Failure, beforeTheAnswer: Bool = false) -> PeerTransferError {
+            let when = beforeTheAnswer ? " before its offer was answered; its question was withdrawn" : ""
+            switch failure.code {
+            case SendStop.cancelled.wireCode: return .cancelled("the sender cancelled the send" + when)
+            case SendStop.interrupted.wireCode: return .interrupted("the sender stopped the send" + when)
+            default: return .runtime("the sender gave up: \(Terminal.escapePeerText(failure.message))")
             }
         }
 

@@ -160,6 +160,8 @@ struct Receiver {
         // Files whose part file could not be opened, and why: they fail alone.
         var unreceivable: [Int: String] = [:]
         var manifest: Manifest?
+        // The offered entries' paths, once validated.
+        var offeredPaths: [RelativePath] = []
         var senderKey = ""
         var senderName = "?"
         // How the log and the status name the sender: the label it is trusted under, or the
@@ -324,6 +326,7 @@ struct Receiver {
                     try await pair.output.write(wire)
                 case .decide(let offered, let paths):
                     manifest = offered
+                    offeredPaths = paths
                     events(
                         .offered(
                             id: id, sender: senderShown, key: senderKey, files: offered.fileCount,
@@ -508,20 +511,22 @@ struct Receiver {
             try? await pair.finishSending()
         } catch {
             let cause = watchdog.expired ?? "\(error)"
+            // For a person: a sender whose program ended without a word (killed, a machine that
+            // slept) or a lost link, said plainly; the TLS detail goes to the debug log only.
+            let plainly =
+                watchdog.expired.map { "the sender went silent (\($0))" }
+                ?? "the sender stopped without a word, or the link to it was lost"
+            if manifest != nil { logger.debug("the connection from \(senderShown) ended: \(cause)") }
             if manifest == nil {
                 // A scan, a client of another protocol, a failed handshake: no transfer began.
                 outcome = .runtime("the connection ended before any offer: \(cause)")
                 quietCause = cause
             } else if answeredAt == nil {
-                outcome = .runtime("the connection ended before the offer was accepted: \(cause)")
+                outcome = .runtime("\(plainly) before the offer was accepted")
             } else if received == 0 {
-                outcome = .runtime(
-                    "the connection ended after the offer was accepted, before any file's bytes came: \(cause)")
+                outcome = .interrupted("\(plainly), after the offer was accepted and before any file's bytes came")
             } else {
-                // Most often a sender stopped half way (Ctrl-C, a lost link): say what happens next.
-                outcome = .runtime(
-                    "the connection was cut before the transfer ended: \(cause). Part files are kept, and the same send resumes from them"
-                )
+                outcome = .interrupted(plainly)
             }
         }
         // Writes still queued for files left unfinished end before their descriptors close.
@@ -533,6 +538,22 @@ struct Receiver {
         _ = try? await collectPublished()
         pair.input.close()
         pair.output.close()
+        // A cancelled send leaves nothing behind: its sender's part files for what it offered
+        // go (files verified before the cancellation keep their names). Any other end keeps
+        // them, for the same send to resume from.
+        var partsRemoved = 0
+        if outcome?.outcome == "cancelled" {
+            for (index, entry) in (manifest?.entries ?? []).enumerated()
+            where entry.kind == .file && offeredPaths.indices.contains(index) {
+                if let sink = sinks.removeValue(forKey: index) {
+                    sink.file.discard()
+                    sink.file.closeFiles()
+                    partsRemoved += 1
+                } else if inbox.discardPart(offeredPaths[index], for: senderKey) {
+                    partsRemoved += 1
+                }
+            }
+        }
         let summary = machine.summaryCounts
         if refusedBusy {
             logger.debug("refused a sender (\(senderShown)): every transfer slot is busy")
@@ -544,7 +565,15 @@ struct Receiver {
             events(.ended(id: id, verified: 0, failed: 0, error: outcome))
             return
         }
-        if let outcome {
+        if let outcome, manifest != nil, outcome.outcome == "cancelled" {
+            logger.notice(
+                "transfer from \(senderShown) cancelled by the sender after \(Wording.counted(Int(clamping: received), "byte")): \(Wording.counted(partsRemoved, "part file")) removed"
+            )
+        } else if let outcome, manifest != nil, outcome.outcome == "stopped" {
+            logger.notice(
+                "transfer from \(senderShown) stopped after \(Wording.counted(Int(clamping: received), "byte")): \(outcome.message); what came is kept in part files, and the same send resumes from them"
+            )
+        } else if let outcome {
             logger.warning("transfer from \(senderShown) ended: \(outcome.message)")
         } else {
             logger.info("transfer from \(senderShown) complete: \(summary.verified) verified, \(summary.failed) failed")
@@ -654,18 +683,25 @@ struct Receiver {
         await withTaskGroup(of: Result<T, PeerTransferError>?.self) { group in
             group.addTask { .success(await work()) }
             group.addTask {
-                // The sender sends nothing until it has the answer: any byte, the end or an
-                // error is the end of this offer. A cancelled read takes nothing.
-                let byte = UnsafeMutableRawBufferPointer.allocate(byteCount: 1, alignment: 1)
-                defer { byte.deallocate() }
+                // The sender sends nothing until it has the answer but, when it stops, a
+                // failure frame saying why (cancelled, stopped): that, the end or an error is
+                // the end of this offer; anything else breaks the protocol. A read cancelled
+                // before any byte came takes nothing.
+                var reader = FrameReader(pair.input)
                 do {
-                    let count = try await pair.input.read(into: byte)
-                    return .failure(
-                        count == 0
-                            ? .runtime(Self.leftBeforeTheAnswer)
-                            : .protocolViolation("the sender sent data before its offer was answered"))
+                    let frame = try await reader.next(admitting: { kind, length in
+                        guard kind == .failure, length <= 4096 else {
+                            throw PeerTransferError.protocolViolation(
+                                "the sender sent data before its offer was answered")
+                        }
+                    })
+                    guard let frame else { return .failure(.runtime(Self.leftBeforeTheAnswer)) }
+                    return .failure(StateMachine.senderStopped(try frame.decode(Failure.self), beforeTheAnswer: true))
                 } catch is CancellationError {
-                    return nil
+                    return reader.holdsPartOfAFrame
+                        ? .failure(.protocolViolation("the sender sent data before its offer was answered")) : nil
+                } catch let error as PeerTransferError {
+                    return .failure(error)
                 } catch {
                     // Cut by this receiver's own bound on the wait, or by the sender (gone
                     // without a goodbye: a TLS stream cut short, a reset).

@@ -45,6 +45,9 @@ public struct PeerTransferUpload: PeerUploadProtocol {
         var sender = Sender(configuration: configuration, displayName: displayName)
         sender.findTimeout = 10
         sender.honoursQueuedGrants = true
+        // `peerxfer cancel` cancels: the receiver removes what it has of this send. A daemon
+        // that stops interrupts: the receiver keeps it, and the send resumes at the next start.
+        sender.cancellationMeans = { context.isTaskCancelled ? .cancelled : .interrupted }
         let total = Int64(clamping: plan.manifest.totalBytes)
         let report: SendReport
         let (task, peer, path) = (context.persistentIdentifier, Terminal.escape(service.service.name), description)

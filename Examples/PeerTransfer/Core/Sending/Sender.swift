@@ -74,6 +74,12 @@ public struct Sender: Sendable {
     /// Whether a name granted by a queued `send --background --accept-new-key` may be pinned on
     /// first contact: true only for the daemon's queued sends, never for a foreground send.
     public var honoursQueuedGrants = false
+    /// Stops this send between two frames and tells the receiver why (see ``SendStopper``):
+    /// call its ``SendStopper/stop(_:)`` from a signal handler, for example.
+    public var stopper = SendStopper()
+    /// What a cancellation of the task that sends means to the receiver: interrupted (it keeps
+    /// what it received, to resume) unless this says cancelled (it removes it).
+    public var cancellationMeans: @Sendable () -> SendStop = { .interrupted }
 
     /// A sender with this device's `configuration`.
     public init(configuration: PeerConfiguration, displayName: String) {
@@ -235,13 +241,31 @@ public struct Sender: Sendable {
         let watching = Task { await watchdog.watch(pair, what: "from the receiver") }
         defer { watching.cancel() }
         let answered = Locked(false)
+        let (stopper, cancellationMeans) = (self.stopper, self.cancellationMeans)
+        stopper.connected(pair)
         do {
-            return try await exchange(
-                plan, over: pair, watchdog: watchdog,
-                events: { event in
-                    if case .answered = event { answered.withLock { $0 = true } }
-                    events(event)
-                })
+            return try await withTaskCancellationHandler {
+                // Not cancelled with the caller: a cancellation stops the send through the
+                // stopper, between two frames, so that the receiver is told why (a write cut
+                // by the cancellation could leave half a frame, after which nothing can be said).
+                try await Task { [self] in
+                    try await exchange(
+                        plan, over: pair, watchdog: watchdog,
+                        events: { event in
+                            if case .answered = event { answered.withLock { $0 = true } }
+                            events(event)
+                        })
+                }.value
+            } onCancel: {
+                stopper.stop(cancellationMeans())
+            }
+        } catch  where stopper.reason != nil {
+            // The reason goes out before the connection is closed, and the receiver closes
+            // first (a close with its bytes unread would reset the connection, and a reset can
+            // lose what it has not read yet): the stopper's grace bounds both waits.
+            _ = await onThreadOfItsOwn { stopper.waitUntilTold(seconds: Self.stopGrace) }
+            await Self.readToTheEnd(pair.input)
+            throw Self.stopped(stopper.reason!, name: name)
         } catch let error as PeerTransferError {
             throw error
         } catch let error as SocketStreamError where watchdog.expired != nil && !answered.value {
@@ -255,6 +279,29 @@ public struct Sender: Sendable {
         } catch {
             throw PeerTransferError.runtime(
                 "the transfer to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
+        }
+    }
+
+    /// How long a stopped send waits for its receiver to be told and to close.
+    static let stopGrace: Double = 5
+
+    /// Reads `input` until its end or its failure (the stopper resets the connection after its
+    /// grace, which ends this).
+    private static func readToTheEnd(_ input: InputStream) async {
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 16)
+        defer { scratch.deallocate() }
+        while let count = try? await input.read(into: scratch), count > 0 {}
+    }
+
+    /// The error of a send stopped for `reason`, for the person who stopped it.
+    static func stopped(_ reason: SendStop, name: String) -> PeerTransferError {
+        switch reason {
+        case .cancelled:
+            return .cancelled(
+                "cancelled; \"\(Terminal.escape(name))\" was told, and removes what it received of this send")
+        case .interrupted:
+            return .interrupted(
+                "stopped; \"\(Terminal.escape(name))\" keeps what it received, and the same send resumes from there")
         }
     }
 
@@ -519,19 +566,19 @@ public struct Sender: Sendable {
     ) async throws -> SendReport {
         var reader = FrameReader(pair.input)
         let output = pair.output
-        try await output.write(
+        try await stopper.write(
             Frame.message(
                 .hello,
                 Hello(
                     protocolVersion: TransferLimits.protocolVersion,
                     device: configuration.deviceID, name: displayName)
-            ).encoded)
+            ).encoded, to: output)
         let peerHello = try await Self.expect(.hello, Hello.self, from: &reader)
         guard peerHello.protocolVersion == TransferLimits.protocolVersion else {
             throw PeerTransferError.protocolViolation(
                 "the receiver speaks protocol \(peerHello.protocolVersion), not \(TransferLimits.protocolVersion)")
         }
-        try await output.write(Frame.message(.manifest, plan.manifest).encoded)
+        try await stopper.write(Frame.message(.manifest, plan.manifest).encoded, to: output)
         let answer = try await Self.expect(.answer, Answer.self, from: &reader)
         watchdog.touch(bound: idleBound)
 
@@ -571,6 +618,8 @@ public struct Sender: Sendable {
                 return try await Self.collectResults(
                     from: &reader, entries: entries, accepted: acceptedIndexes,
                     ended: ended, watchdog: watchdog, events: events)
+            } catch is CancellationError {
+                throw CancellationError()  // the sending ended first (and says why)
             } catch {
                 // A receiver that failed the transfer, or broke the protocol, is sent nothing
                 // more: the sending below ends at once, and reports this error.
@@ -598,13 +647,15 @@ public struct Sender: Sendable {
                 let entry = entries[item.index]
                 if let digest = item.unchanged {
                     ended.insert(item.index)
-                    try await output.write(FileEnd(index: UInt32(item.index), sha256: digest).frame.encoded)
+                    try await stopper.write(
+                        FileEnd(index: UInt32(item.index), sha256: digest).frame.encoded, to: output)
                     continue
                 }
                 if item.withdrawn {
                     // It could not be read up to the receiver's part (it shrank, or went).
                     ended.insert(item.index, withdrawn: true)
-                    try await output.write(FileEnd(index: UInt32(item.index), sha256: FileEnd.withdrawn).frame.encoded)
+                    try await stopper.write(
+                        FileEnd(index: UInt32(item.index), sha256: FileEnd.withdrawn).frame.encoded, to: output)
                     continue
                 }
                 let source = plan.sources[item.index]!
@@ -656,7 +707,7 @@ public struct Sender: Sendable {
                     }
                     ChunkFrame.writeHeader(into: frame, index: UInt32(item.index), offset: offset, length: length)
                     let wire = Data(bytesNoCopy: frame.baseAddress!, count: wireSize, deallocator: .none)
-                    try await output.write(wire)
+                    try await stopper.write(wire, to: output)
                     watchdog.touch()
                     offset += UInt64(length)
                     sent += UInt64(length)
@@ -664,9 +715,10 @@ public struct Sender: Sendable {
                     if whole { continue files }  // its end went with it
                 }
                 await hashing.settle(toAtMost: 0)
-                try await output.write(fileEnd())
+                try await stopper.write(fileEnd(), to: output)
             }
-            try await output.write(Frame.message(.done, Done()).encoded)
+            try await stopper.write(Frame.message(.done, Done()).encoded, to: output)
+            stopper.finished()
             // Nothing more to send: our end of the data (close_notify, then FIN) goes out
             // behind the done message, and the receiver's verdicts still come in. Whether it
             // all arrived, only the receiver's summary tells (a receiver that has everything

@@ -350,6 +350,24 @@ final class Inbox: @unchecked Sendable {
         } ?? (stop?.isSet == true ? nil : [])
     }
 
+    /// Removes `sender`'s part file for `path` (what a cancelled send left): only a plain file
+    /// of that sender's that no transfer is writing now. True when one was removed.
+    func discardPart(_ path: RelativePath, for sender: String) -> Bool {
+        guard let directory = try? openDirectory(path.parent, create: false) else { return false }
+        defer { close(directory) }
+        let name = TransferLimits.partName(of: path.name, from: sender)
+        let fd = openat(directory, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG,
+            PartFile.mayResume(fd, sender: sender), flock(fd, LOCK_EX | LOCK_NB) == 0,
+            Self.stillNamed(name, in: directory, fd), unlinkat(directory, name, 0) == 0
+        else { return false }
+        forgetPart(of: sender, path)
+        return true
+    }
+
     /// Opens (creating) the part file for `path`, creating its folders, for the transfer from
     /// `sender` (whose key the file records).
     ///

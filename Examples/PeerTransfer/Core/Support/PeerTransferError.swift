@@ -7,7 +7,7 @@ import Foundation
 public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConvertible {
     private enum Code: Hashable, Sendable {
         case usage, runtime, peerNotFound, declined, trust, protocolViolation, unsafePath, limit, noSpace, fileFailed
-        case declinedByHook, declinedByPolicy, noAnswer, cannotAsk
+        case declinedByHook, declinedByPolicy, noAnswer, cannotAsk, cancelled, interrupted
     }
 
     private let code: Code
@@ -38,6 +38,12 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
     /// The receiver has no way to ask anyone (`--accept ask` without a terminal or a hook, a
     /// hook that cannot start): the offer was not put to anybody.
     public static func cannotAsk(_ message: String) -> PeerTransferError { .init(.cannotAsk, message) }
+    /// The send was cancelled: by the person at the sender (`peerxfer cancel`), or, as the
+    /// receiver reports it, by its sender (what it received of that send was removed).
+    public static func cancelled(_ message: String) -> PeerTransferError { .init(.cancelled, message) }
+    /// The send stopped before its end without being cancelled (Ctrl-C, a daemon stopping):
+    /// what the receiver has of it is kept, and the same send resumes from there.
+    public static func interrupted(_ message: String) -> PeerTransferError { .init(.interrupted, message) }
     /// A key did not match its pin, or the receiver does not know the sender.
     public static func trust(_ message: String) -> PeerTransferError { .init(.trust, message) }
     /// The peer broke the protocol (bad frame, out-of-order message, unknown version).
@@ -89,7 +95,8 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
     }
 
     /// How the transfer ended, as `peerxfer status` and the JSON name it: `declined`,
-    /// `declined-by-hook`, `declined-by-policy`, `no-answer`, `cannot-ask`, or `failed`.
+    /// `declined-by-hook`, `declined-by-policy`, `no-answer`, `cannot-ask`, `cancelled`,
+    /// `stopped` (by the sender, to resume later), or `failed`.
     public var outcome: String {
         switch code {
         case .declined: return "declined"
@@ -97,6 +104,8 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
         case .declinedByPolicy: return "declined-by-policy"
         case .noAnswer: return "no-answer"
         case .cannotAsk: return "cannot-ask"
+        case .cancelled: return "cancelled"
+        case .interrupted: return "stopped"
         default: return "failed"
         }
     }
@@ -118,6 +127,8 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
         case .unsafePath: return "path"
         case .limit: return "limit"
         case .noSpace: return "space"
+        case .cancelled: return SendStop.cancelled.wireCode
+        case .interrupted: return SendStop.interrupted.wireCode
         }
     }
 
@@ -135,6 +146,8 @@ public struct PeerTransferError: Error, Sendable, Hashable, CustomStringConverti
         case "path": return .unsafePath(text)
         case "limit": return .limit(text)
         case "space": return .noSpace(text)
+        case SendStop.cancelled.wireCode: return .cancelled(text)
+        case SendStop.interrupted.wireCode: return .interrupted(text)
         default: return .runtime(text)
         }
     }
