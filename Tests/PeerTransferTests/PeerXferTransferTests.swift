@@ -1001,9 +1001,29 @@ final class PeerXferTransferTests: XCTestCase {
             XCTAssertTrue(output.contains("cannot write to the inbox"), output)
             XCTAssertFalse(output.contains("serving"), output)
         }
+        // A file for an inbox, or a folder no one writes to (sysfs refuses the superuser too):
+        // one line, exit 2, before anything is published or warned about.
+        try lab.makeFile("a-file", size: 1)
+        for inbox in [lab.path("a-file"), "/sys/kernel"] {
+            let (status, output) = try lab.run([
+                "serve", "--name", PeerXferLab.uniqueName("Inbox"), "--inbox", inbox, "--config", lab.path("c"),
+            ])
+            XCTAssertEqual(status, 2, output)
+            XCTAssertTrue(output.contains("give --inbox a folder this user can write"), output)
+            XCTAssertEqual(output.split(separator: "\n").count, 1, output)
+        }
+        // The device's name is checked as a peer's is, wherever it is set.
+        XCTAssertEqual(try lab.run(["identity", "--name", "Kit\u{1}chen", "--config", lab.path("c")]).status, 2)
+        let (named, namedOutput) = try lab.run(["identity", "--name", "Den", "--config", lab.path("c")])
+        XCTAssertEqual(named, 0, namedOutput)
+        XCTAssertTrue(namedOutput.contains("name \"Den\""), namedOutput)
         XCTAssertEqual(try lab.run(["serve", "--port", "70000"]).status, 2)
         XCTAssertEqual(try lab.run(["serve", "--accept", "maybe"]).status, 2)
         XCTAssertEqual(try lab.run(["no-such-command"]).status, 2)
+        let (wrongCommand, wrongCommandOutput) = try lab.run(["sned", "a.txt", "--to", "Kitchen"])
+        XCTAssertEqual(wrongCommand, 2, wrongCommandOutput)
+        XCTAssertTrue(
+            wrongCommandOutput.contains("'sned' is not a command. Did you mean 'send'?"), wrongCommandOutput)
         // The key as `peers` shortens it is not taken for a name to look up for 5 s.
         let (shortened, shortenedOutput) = try lab.run(["trust", "fc62c7a588b6bec2…", "--config", lab.path("c")])
         XCTAssertEqual(shortened, 2, shortenedOutput)

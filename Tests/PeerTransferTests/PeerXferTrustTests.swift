@@ -120,6 +120,69 @@ final class PeerXferTrustTests: SalutTestCase {
         XCTAssertTrue(peers.contains("KEY CHANGED (looks like"), peers)
     }
 
+    /// The walk-through of docs/peerxfer.md ("Your first file"): two fresh configurations, one
+    /// command on each side, two answers typed, and the file is there with the devices paired
+    /// both ways (the sender pinned the receiver, the receiver trusts the sender). Prints how
+    /// long it took, for the docs.
+    func testFromTwoFreshDevicesToAFileReceivedAndPairedWithOneCommandEach() throws {
+        let lab = try PeerXferLab()
+        let started = Date()
+        let kitchen = PeerXferLab.uniqueName("Kitchen")
+        func onATerminal(_ arguments: [String]) throws -> Foreign {
+            let command = ([PeerXferLab.binary] + arguments).map { "'\($0)'" }.joined(separator: " ")
+            return try Foreign(["/usr/bin/script", "-qec", command, "/dev/null"])
+        }
+        // The receiver: one command.
+        let receiver = try onATerminal([
+            "serve", "--name", kitchen, "--accept", "ask", "--config", lab.path("kitchen"), "--inbox",
+            lab.path("inbox"),
+        ])
+        defer { receiver.stop() }
+        XCTAssertTrue(receiver.waitForOutput(containing: "serving", seconds: 20), receiver.output)
+        try lab.makeFile("src/notes.txt", size: 300)
+        // The sender: one command; it asks to trust the receiver, showing the code.
+        let sender = try onATerminal([
+            "send", lab.path("src/notes.txt"), "--to", kitchen, "--name", "Laptop", "--config", lab.path("laptop"),
+        ])
+        defer { sender.stop() }
+        XCTAssertTrue(sender.waitForOutput(containing: "Trust this key and send? [y/N]", seconds: 20), sender.output)
+        let code = VerificationCode.between(try key(lab, "laptop"), try key(lab, "kitchen"))
+        XCTAssertTrue(sender.output.contains("verification code  \(code)"), sender.output)
+        sender.write("y\n")
+        // The receiver's question shows the same code and the sender's name; "a" accepts and
+        // trusts the sender.
+        XCTAssertTrue(receiver.waitForOutput(containing: "Accept? [y/N/a/p]", seconds: 20), receiver.output)
+        XCTAssertTrue(receiver.output.contains("code \(code)"), receiver.output)
+        XCTAssertTrue(receiver.output.contains("\"Laptop\""), receiver.output)
+        receiver.write("a\n")
+        XCTAssertTrue(sender.waitForExit(seconds: 30), sender.output)
+        XCTAssertEqual(sender.process.terminationStatus, 0, sender.output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/notes.txt"), lab.path("inbox/notes.txt")))
+        print(
+            "walk-through: first file received and paired after \(String(format: "%.1f", -started.timeIntervalSinceNow)) s"
+        )
+
+        // Paired both ways: the next send asks nothing on the sender, and the receiver knows
+        // the sender by the name it was trusted under.
+        let (listed, list) = try lab.run(["trust", "--list", "--config", lab.path("laptop")])
+        XCTAssertEqual(listed, 0, list)
+        XCTAssertTrue(list.contains(kitchen), list)
+        let trusted = try KnownPeers.load(from: lab.path("kitchen/known-peers.json")).trusted
+        XCTAssertNotNil(trusted[try key(lab, "laptop")], "\(trusted)")
+        try lab.makeFile("src/more.txt", size: 30)
+        let again = try onATerminal(["send", lab.path("src/more.txt"), "--to", kitchen, "--config", lab.path("laptop")])
+        defer { again.stop() }
+        XCTAssertTrue(receiver.waitForOutput(containing: "trusted sender \"Laptop\"", seconds: 20), receiver.output)
+        XCTAssertTrue(
+            eventually(timeout: 20) { receiver.output.components(separatedBy: "Accept? [y/N").count == 3 },
+            receiver.output)
+        receiver.write("y\n")
+        XCTAssertTrue(again.waitForExit(seconds: 30), again.output)
+        XCTAssertEqual(again.process.terminationStatus, 0, again.output)
+        XCTAssertFalse(again.output.contains("Trust this key"), again.output)
+        XCTAssertTrue(PeerXferLab.sameContents(lab.path("src/more.txt"), lab.path("inbox/more.txt")))
+    }
+
     func testASendOnATerminalAsksWithTheCodeAndNoSendsNothing() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Asked")

@@ -41,6 +41,18 @@ final class SendStopperStateMachineTests: XCTestCase {
         XCTAssertFalse(machine.mayWrite())
     }
 
+    func testAStopperServesSendsOneAfterAnotherAndAStoppedOneStopsTheNext() {
+        var machine = SendStopper.StateMachine()
+        _ = machine.connected()
+        machine.finished()
+        XCTAssertEqual(machine.connected(), [], "the next send")
+        XCTAssertTrue(machine.mayWrite())
+        XCTAssertEqual(machine.wrote(completely: true), [])
+        XCTAssertEqual(machine.stop(.interrupted), [.tell(.interrupted)])
+        XCTAssertEqual(machine.connected(), [.tell(.interrupted)], "a send after the stop goes no further")
+        XCTAssertFalse(machine.mayWrite())
+    }
+
     func testAStopOnceEverythingWasSentHasNothingToTell() {
         var machine = SendStopper.StateMachine()
         _ = machine.connected()

@@ -10,13 +10,24 @@ struct Identity: AsyncParsableCommand {
             "Senders pair with this device by its key: `peerxfer trust --pin NAME KEY` or `peerxfer send --expect-key KEY`; a receiver that runs --accept known trusts this device as a sender with `peerxfer trust KEY`. Read the key here and type or paste it there: a key learned from the network could be anyone's."
     )
 
+    @Option(
+        help: ArgumentHelp(
+            "Set this device's name (what senders see of it, and receivers of what it sends), kept for later commands; default: the host name.",
+            valueName: "name"))
+    var name: String?
+
     @OptionGroup var config: ConfigOptions
 
     @Flag(help: "As a JSON object.")
     var json = false
 
+    func validate() throws {
+        if let name { try PeerNameRule.check(name, option: "--name") }
+    }
+
     func run() async throws {
-        let configuration = try config.load()
+        var configuration = try config.load()
+        if let name { try configuration.keepName(name) }
         if json {
             printJSON([
                 "key": configuration.identity.publicKeySHA256, "device": configuration.deviceID,
@@ -24,7 +35,8 @@ struct Identity: AsyncParsableCommand {
                 "certificate": configuration.identity.certificateFile,
             ])
         } else {
-            printLine("name \"\(Terminal.escape(configuration.deviceName))\" (change it with --name on send or serve)")
+            printLine(
+                "name \"\(Terminal.escape(configuration.deviceName))\" (change it with: peerxfer identity --name NAME)")
             printLine("key \(configuration.identity.publicKeySHA256)")
             printLine("device \(configuration.deviceID)")
             printLine(

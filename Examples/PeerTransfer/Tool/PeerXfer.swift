@@ -54,6 +54,22 @@ struct PeerXfer: AsyncParsableCommand {
             )
             Foundation.exit(2)
         }
+        // A mistyped command ("sned") gets the command it may be, not only "unexpected argument".
+        let arguments = CommandLine.arguments.dropFirst()
+        if let typed = arguments.first, !typed.hasPrefix("-"), typed != "help" {
+            // (Each command is named after its type: Serve is `serve`.)
+            let commands = configuration.subcommands.map {
+                $0.configuration.commandName ?? String(describing: $0).lowercased()
+            }
+            if !commands.contains(typed) {
+                let near = NameSuggestions.closest(to: typed, among: commands)
+                let hint = near.isEmpty ? "" : " Did you mean '\(near[0])'?"
+                printError(
+                    "peerxfer: '\(Terminal.escape(typed))' is not a command.\(hint) The commands: \(commands.joined(separator: ", ")) (see 'peerxfer --help')"
+                )
+                Foundation.exit(2)
+            }
+        }
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? AsyncParsableCommand {

@@ -183,11 +183,6 @@ struct Serve: AsyncParsableCommand {
             var judge = OfferJudge(hook: hook, logger: logger, knownPeersFile: configuration.knownPeersFile)
             if web != nil && hook == nil { judge.web = questions }
             policy = .ask(judge.judge)
-            if hook == nil && web == nil && isatty(0) != 1 {
-                logger.warning(
-                    "--accept ask with no terminal to ask on and no --hook: no offer can be put to anyone, and each sender is told so (use --accept known or all, or a --hook)"
-                )
-            }
         }
         let wideArea: WideAreaPublishing?
         if let tsigKey {
@@ -208,6 +203,12 @@ struct Serve: AsyncParsableCommand {
             pace: TransferPace(minimumRate: minimumRate, grace: .seconds(slowGrace), idleBound: .seconds(idleTimeout)),
             domain: place.domain, wideArea: wideArea, keepsExecuteBits: keepExecuteBits,
             logger: logger, events: { status.record($0) })
+        // (Said once the inbox and the port are known to be good: a refusal comes first.)
+        if case .ask = accept, hook == nil && web == nil && isatty(0) != 1 {
+            logger.warning(
+                "--accept ask with no terminal to ask on and no --hook: no offer can be put to anyone, and each sender is told so (use --accept known or all, or a --hook)"
+            )
+        }
         var sweeper = PartSweeper()
         sweeper.maximumAge = .seconds(Int64(keepParts * 86_400))
         sweeper.reserve = reserve / 100

@@ -119,7 +119,8 @@ struct Trust: AsyncParsableCommand {
             let keyHint =
                 KeyText.digits(digits) != nil
                 ? "; if \"\(Terminal.escape(peer))\" is the start of a key, give all 64 hex digits (`peerxfer peers --json` shows them)"
-                : "; `peerxfer peers` lists the receivers that can be seen, or pin its key with --pin NAME KEY"
+                : await Self.namesLike(peer).map { "; did you mean \($0)?" }
+                    ?? "; `peerxfer peers` lists the receivers that can be seen, or pin its key with --pin NAME KEY"
             throw PeerTransferError.peerNotFound(
                 "no receiver named \"\(Terminal.escape(peer))\" was found within \(wait.rounded() == wait ? String(Int(wait)) : String(wait)) s (\(error))\(keyHint)"
             )
@@ -223,6 +224,12 @@ struct Trust: AsyncParsableCommand {
 
     private static func time(_ seconds: Double) -> String {
         Date(timeIntervalSince1970: seconds).formatted(date: .abbreviated, time: .shortened)
+    }
+
+    /// The receivers on the link now whose names `typed` may be a typo of, quoted, or nil.
+    private static func namesLike(_ typed: String) async -> String? {
+        let near = NameSuggestions.closest(to: typed, among: await ReceiverSearch.names(within: 1))
+        return near.isEmpty ? nil : near.map { "\"\(Terminal.escape($0))\"" }.joined(separator: " or ")
     }
 
     /// `--list`: the paired receivers and the trusted senders, one a line (JSON-free on purpose:

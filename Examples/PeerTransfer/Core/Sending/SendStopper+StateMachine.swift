@@ -48,13 +48,14 @@ extension SendStopper {
             }
         }
 
-        /// A connection is open: frames may go out.
+        /// A connection is open: frames may go out. (After a send that finished, the next one
+        /// of the same sender; after a stop, it is told at once and goes no further.)
         mutating func connected() -> [Action] {
             switch state {
-            case .unconnected:
+            case .unconnected, .finished:
                 state = .connected(writing: false)
                 return []
-            case .stoppedUnconnected(let reason):
+            case .stoppedUnconnected(let reason), .told(let reason), .finishedAndStopped(let reason):
                 state = .told(reason)
                 return [.tell(reason)]
             default:

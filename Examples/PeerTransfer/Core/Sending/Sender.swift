@@ -74,9 +74,10 @@ public struct Sender: Sendable {
     /// Whether a name granted by a queued `send --background --accept-new-key` may be pinned on
     /// first contact: true only for the daemon's queued sends, never for a foreground send.
     public var honoursQueuedGrants = false
-    /// Stops this send between two frames and tells the receiver why (see ``SendStopper``):
-    /// call its ``SendStopper/stop(_:)`` from a signal handler, for example.
-    public var stopper = SendStopper()
+    /// Stops this sender's sends between two frames and tells the receiver why (see
+    /// ``SendStopper``): call its ``SendStopper/stop(_:)`` from a signal handler, for example.
+    /// Nil: each transfer has one of its own, stopped only by the cancellation of its task.
+    public var stopper: SendStopper?
     /// What a cancellation of the task that sends means to the receiver: interrupted (it keeps
     /// what it received, to resume) unless this says cancelled (it removes it).
     public var cancellationMeans: @Sendable () -> SendStop = { .interrupted }
@@ -241,7 +242,7 @@ public struct Sender: Sendable {
         let watching = Task { await watchdog.watch(pair, what: "from the receiver") }
         defer { watching.cancel() }
         let answered = Locked(false)
-        let (stopper, cancellationMeans) = (self.stopper, self.cancellationMeans)
+        let (stopper, cancellationMeans) = (self.stopper ?? SendStopper(), self.cancellationMeans)
         stopper.connected(pair)
         do {
             return try await withTaskCancellationHandler {
@@ -250,7 +251,7 @@ public struct Sender: Sendable {
                 // by the cancellation could leave half a frame, after which nothing can be said).
                 try await Task { [self] in
                     try await exchange(
-                        plan, over: pair, watchdog: watchdog,
+                        plan, over: pair, watchdog: watchdog, stopper: stopper,
                         events: { event in
                             if case .answered = event { answered.withLock { $0 = true } }
                             events(event)
@@ -561,7 +562,7 @@ public struct Sender: Sendable {
     }
 
     private func exchange(
-        _ plan: TransferPlan, over pair: BoundStreamPair, watchdog: ProgressWatchdog,
+        _ plan: TransferPlan, over pair: BoundStreamPair, watchdog: ProgressWatchdog, stopper: SendStopper,
         events: @escaping @Sendable (SendEvent) -> Void
     ) async throws -> SendReport {
         var reader = FrameReader(pair.input)

@@ -31,25 +31,28 @@ final class Inbox: @unchecked Sendable {
 
     /// Opens the inbox folder, creating it (mode 0700) if it does not exist. `trusts` tells
     /// trusted senders' keys (none by default).
-    /// - Throws: ``PeerTransferError/runtime(_:)`` when it cannot be created or opened.
+    /// - Throws: ``PeerTransferError/usage(_:)`` when it cannot be created, opened or written
+    ///   (a file, a read-only file system, another user's folder): the user's to fix.
     init(path: String, trusts: @escaping @Sendable (String) -> Bool = { _ in false }) throws {
         self.path = path
         self.trusts = trusts
-        if mkdir(path, 0o700) != 0 && errno != EEXIST {
-            throw PeerTransferError.runtime("cannot create the inbox \(path): \(String(cString: strerror(errno)))")
-        }
-        root = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard root >= 0 else {
-            throw PeerTransferError.runtime("cannot open the inbox \(path): \(String(cString: strerror(errno)))")
-        }
-        // A daemon that cannot write where files land would publish itself and then fail
-        // every transfer: refused at the start instead.
-        guard faccessat(root, ".", W_OK | X_OK, AT_EACCESS) == 0 else {
-            let reason = String(cString: strerror(errno))
-            throw PeerTransferError.usage(
-                "cannot write to the inbox \(Terminal.escape(path)) (\(reason)); give --inbox a folder this user can write"
+        func refusal(_ what: String) -> PeerTransferError {
+            .usage(
+                "\(what) the inbox \(Terminal.escape(path)) (\(String(cString: strerror(errno)))); give --inbox a folder this user can write"
             )
         }
+        if mkdir(path, 0o700) != 0 && errno != EEXIST { throw refusal("cannot create") }
+        root = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard root >= 0 else { throw refusal("cannot open") }
+        // A daemon that cannot write where files land would publish itself and then fail
+        // every transfer: refused at the start instead. Asked, then tried (the superuser
+        // passes every permission check, not a read-only file system's).
+        guard faccessat(root, ".", W_OK | X_OK, AT_EACCESS) == 0 else { throw refusal("cannot write to") }
+        let probe = ".peerxfer-probe-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let written = openat(root, probe, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
+        guard written >= 0 else { throw refusal("cannot write to") }
+        close(written)
+        _ = unlinkat(root, probe, 0)
     }
 
     deinit { close(root) }

@@ -33,7 +33,7 @@ public struct NewReceiver: Sendable {
 /// Finding a receiver by the key it advertises rather than by its name: a device that was
 /// renamed (avahi-daemon renames "Kitchen" to "Kitchen #2" when someone else claims the name
 /// first) is still the device that was paired.
-enum ReceiverSearch {
+public enum ReceiverSearch {
     /// The receivers on the link whose advertised key starts with `prefix`, found within
     /// `seconds` (once one is found, the others answering with it are waited for a moment
     /// more): an impostor may advertise the key too (its TLS check then fails), so the caller
@@ -73,7 +73,7 @@ enum ReceiverSearch {
 
     /// The names of the receivers seen on the link within `seconds` (their announcements are
     /// usually held by avahi-daemon already, so most come at once).
-    static func names(within seconds: Double) async -> Set<String> {
+    public static func names(within seconds: Double) async -> Set<String> {
         let found = Locked(Set<String>())
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
