@@ -24,6 +24,9 @@ final class Conversation {
     private(set) var stopper = SendStopper()
     /// When set, the next send is stopped this way once it has sent at least this many bytes.
     var stopSending: (reason: SendStop, afterBytes: UInt64)?
+    /// When set, the next send is stopped this way once the receiver has at least this many
+    /// bytes (whatever the sender is doing then: most often, a write waiting for room).
+    var stopWhenReceived: (reason: SendStop, bytes: UInt64)?
     /// When set, the next send's connection is reset by the sender, without a word, once the
     /// receiver has at least this many bytes (a sender killed, a link lost).
     var cutAfterBytes: UInt64?
@@ -83,6 +86,7 @@ final class Conversation {
         defer { listener.stop() }
         let trusted = self.trusted
         let (cutAfterBytes, senderEnd) = (self.cutAfterBytes, Locked<BoundStreamPair?>(nil))
+        let (stopper, stopWhenReceived) = (self.stopper, self.stopWhenReceived)
         let inbox = try Inbox(path: self.inbox) { trusted[$0] != nil }
         var receiving = Receiver(
             id: 1, inbox: inbox, policy: policy,
@@ -93,6 +97,9 @@ final class Conversation {
                 // Cut once the receiver has that much (the bytes in flight would not count).
                 if case .progress(_, let bytes) = event, let cutAfterBytes, bytes >= cutAfterBytes {
                     senderEnd.value?.reset()
+                }
+                if case .progress(_, let bytes) = event, let stopWhenReceived, bytes >= stopWhenReceived.bytes {
+                    stopper.stop(stopWhenReceived.reason)
                 }
             },
             logger: Logger(label: "receiver", factory: { _ in CollectingLogHandler(lines: log) }))
@@ -119,7 +126,7 @@ final class Conversation {
                 pair.output.close()
             }
             var sending = Sender(configuration: sender, displayName: "Sender")
-            let (stopper, stopSending) = (self.stopper, self.stopSending)
+            let stopSending = self.stopSending
             sending.stopper = stopper
             sent = .success(
                 try await sending.transfer(
@@ -133,7 +140,7 @@ final class Conversation {
             sent = .failure(error)
         }
         for await _ in receiverDone.stream {}
-        (self.stopper, self.stopSending, self.cutAfterBytes) = (SendStopper(), nil, nil)
+        (self.stopper, self.stopSending, self.cutAfterBytes, self.stopWhenReceived) = (SendStopper(), nil, nil, nil)
         return Outcome(sent: sent, received: events.withLock { $0 }, log: log.withLock { $0 })
     }
 

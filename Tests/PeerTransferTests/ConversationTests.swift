@@ -64,6 +64,22 @@ final class ConversationTests: XCTestCase {
             "\(result.log)")
     }
 
+    /// Cancelled at a moment the receiver picks (the sender most often waits for room to write
+    /// a chunk then): told once that chunk is out, never inside it; the part file goes.
+    func testACancelWhileAChunkIsBeingWrittenIsToldAfterItAndTheReceiverRemovesThePartFile() async throws {
+        for round in 1...3 {
+            let talk = try Conversation()
+            try talk.makeFile("big.bin", size: 16 << 20)
+            talk.stopWhenReceived = (.cancelled, UInt64(round) << 20)
+            let result = try await talk.send(["big.bin"])
+            let error = try XCTUnwrap(result.error())
+            XCTAssertEqual(error.outcome, "cancelled", "round \(round)")
+            XCTAssertTrue(error.message.contains("was told"), error.message)
+            XCTAssertEqual(result.receiverError?.outcome, "cancelled", "round \(round): \(result.log)")
+            XCTAssertEqual(talk.inboxListing(), [], "round \(round)")
+        }
+    }
+
     /// Stopped half way (Ctrl-C): both ends say stopped, the receiver keeps the part file and
     /// says the send resumes, and the same send then resumes from it.
     func testAStoppedSendKeepsItsPartFileAndTheSameSendResumesFromIt() async throws {

@@ -1332,6 +1332,24 @@ final class PeerXferTransferTests: XCTestCase {
         let after = try lab.status(of: "sender", once: ": cancelled")
         XCTAssertTrue(after.contains("big.bin"), after)
         XCTAssertFalse(daemon.output.contains("failed"), daemon.output)
+
+        // A daemon that stops is no cancel: the receiver hears the send stopped (its question
+        // withdrawn), and the send stays queued for the next start.
+        try lab.makeFile("src/later.bin", size: 1000, seed: 8)
+        XCTAssertEqual(
+            try lab.run([
+                "send", lab.path("src/later.bin"), "--to", receiverName, "--config", lab.path("sender"),
+                "--background",
+            ]).status, 0)
+        _ = try lab.status(of: "sender", once: "'s answer")
+        kill(daemon.process.processIdentifier, SIGTERM)
+        XCTAssertTrue(daemon.waitForExit(seconds: 20), daemon.output)
+        XCTAssertTrue(
+            receiver.waitForOutput(
+                containing: "the sender stopped the send before its offer was answered; its question was withdrawn",
+                seconds: 20), receiver.output)
+        let (_, kept) = try lab.run(["status", "--config", lab.path("sender")])
+        XCTAssertTrue(kept.contains("later.bin") && !kept.contains("background queue: empty"), kept)
     }
 
     func testStoppingTheDaemonWithSIGTERMKeepsTheBackgroundQueue() throws {

@@ -9,7 +9,7 @@ final class SendStopperStateMachineTests: XCTestCase {
         XCTAssertEqual(machine.connected(), [])
         XCTAssertTrue(machine.mayWrite())
         XCTAssertEqual(machine.wrote(completely: true), [])
-        XCTAssertEqual(machine.stop(.cancelled), [.tell(.cancelled)])
+        XCTAssertEqual(machine.stop(.cancelled), [.tell(.cancelled), .startDeadline])
         XCTAssertEqual(machine.reason, .cancelled)
         XCTAssertFalse(machine.mayWrite(), "nothing after the stop")
         XCTAssertEqual(machine.stop(.interrupted), [], "a second stop changes nothing")
@@ -20,7 +20,7 @@ final class SendStopperStateMachineTests: XCTestCase {
         var machine = SendStopper.StateMachine()
         _ = machine.connected()
         XCTAssertTrue(machine.mayWrite())
-        XCTAssertEqual(machine.stop(.interrupted), [.resetLater], "not inside the frame")
+        XCTAssertEqual(machine.stop(.interrupted), [.startDeadline], "not inside the frame")
         XCTAssertEqual(machine.wrote(completely: true), [.tell(.interrupted)])
         XCTAssertFalse(machine.mayWrite())
     }
@@ -37,19 +37,22 @@ final class SendStopperStateMachineTests: XCTestCase {
     func testAStopBeforeTheConnectionIsToldOnceItIsOpen() {
         var machine = SendStopper.StateMachine()
         XCTAssertEqual(machine.stop(.interrupted), [.nothingToTell])
-        XCTAssertEqual(machine.connected(), [.tell(.interrupted)])
+        XCTAssertEqual(machine.connected(), [.tell(.interrupted), .startDeadline])
         XCTAssertFalse(machine.mayWrite())
     }
 
     func testAStopperServesSendsOneAfterAnotherAndAStoppedOneStopsTheNext() {
         var machine = SendStopper.StateMachine()
         _ = machine.connected()
-        machine.finished()
+        XCTAssertTrue(machine.mayWrite())
+        XCTAssertEqual(machine.wrote(completely: true, last: true), [])
         XCTAssertEqual(machine.connected(), [], "the next send")
         XCTAssertTrue(machine.mayWrite())
         XCTAssertEqual(machine.wrote(completely: true), [])
-        XCTAssertEqual(machine.stop(.interrupted), [.tell(.interrupted)])
-        XCTAssertEqual(machine.connected(), [.tell(.interrupted)], "a send after the stop goes no further")
+        XCTAssertEqual(machine.connected(), [], "a send that ended early (declined), then the next")
+        XCTAssertEqual(machine.stop(.interrupted), [.tell(.interrupted), .startDeadline])
+        XCTAssertEqual(
+            machine.connected(), [.tell(.interrupted), .startDeadline], "a send after the stop goes no further")
         XCTAssertFalse(machine.mayWrite())
     }
 
@@ -57,10 +60,18 @@ final class SendStopperStateMachineTests: XCTestCase {
         var machine = SendStopper.StateMachine()
         _ = machine.connected()
         _ = machine.mayWrite()
-        _ = machine.wrote(completely: true)
-        machine.finished()
+        XCTAssertEqual(machine.wrote(completely: true, last: true), [])
         XCTAssertNil(machine.reason)
-        XCTAssertEqual(machine.stop(.cancelled), [.nothingToTell])
+        XCTAssertEqual(machine.stop(.cancelled), [.nothingToTell, .startDeadline], "the verdicts decide")
+        XCTAssertEqual(machine.reason, .cancelled)
+    }
+
+    func testAStopWhileTheLastFrameIsWrittenTellsNothing() {
+        var machine = SendStopper.StateMachine()
+        _ = machine.connected()
+        _ = machine.mayWrite()
+        XCTAssertEqual(machine.stop(.cancelled), [.startDeadline])
+        XCTAssertEqual(machine.wrote(completely: true, last: true), [.nothingToTell], "everything is out")
         XCTAssertEqual(machine.reason, .cancelled)
     }
 }

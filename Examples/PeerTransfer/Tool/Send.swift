@@ -168,11 +168,14 @@ struct Send: AsyncParsableCommand {
         // The receiver is told first (briefly: at most 2 s), so that it says "stopped" and
         // keeps what it has, rather than guessing at a lost link.
         let stopper = Locked(SendStopper())
+        let madeFolder = made.folder
         let stops = Self.onStop { signal in
             let current = stopper.value
             current.stop(.interrupted)
             let told = current.waitUntilTold(seconds: 2)
             shown.value.interrupted(by: signal, told: told && current.toldTheReceiver)
+            // The copy of standard input or --text goes too (the process ends without unwinding).
+            if let madeFolder { try? FileManager.default.removeItem(atPath: madeFolder) }
         }
         defer { stops.forEach { $0.cancel() } }
         var outcomes: [(receiver: String, error: PeerTransferError?)] = []

@@ -289,6 +289,9 @@ struct Serve: AsyncParsableCommand {
         // queued for the next start (a stop is not a cancel), and the status says stopped.
         defer {
             background.invalidateLeavingBackgroundTasks()
+            // Their receivers hear that the sends stopped (and keep what they have) before
+            // this process ends: briefly, a receiver that does not read is not waited for.
+            PeerTransferUpload.waitForStoppedSendsToTellTheirReceivers(seconds: 3)
             status.stopped()
             status.flush()
             logger.info("stopped")

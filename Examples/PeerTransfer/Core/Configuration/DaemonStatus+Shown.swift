@@ -66,7 +66,7 @@ extension DaemonStatus.Transfer {
         case "cannot-ask": return "not asked (no terminal and no hook on the receiver)"
         case "interrupted": return "interrupted (the daemon stopped)"
         case "cancelled": return "cancelled"
-        case "stopped": return "stopped by the sender (what came is kept: sending again resumes)"
+        case "stopped": return "stopped before its end (what came is kept: sending again resumes)"
         default: return state
         }
     }

@@ -230,9 +230,14 @@ extension Receiver {
 
         /// What the sender's failure frame says: a cancelled send (its part files are then
         /// removed), a stopped one (kept, to resume), or another reason to give up;
-        /// `beforeTheAnswer` while its offer was still being decided (its question withdrawn).
-        static func senderStopped(_ failure: Failure, beforeTheAnswer: Bool = false) -> PeerTransferError {
-            let when = beforeTheAnswer ? " before its offer was answered; its question was withdrawn" : ""
+        /// `beforeTheAnswer` while its offer was still being decided (`whileAsking`: put to a
+        /// person or a hook, whose question is withdrawn).
+        static func senderStopped(
+            _ failure: Failure, beforeTheAnswer: Bool = false, whileAsking: Bool = false
+        ) -> PeerTransferError {
+            let when =
+                !beforeTheAnswer
+                ? "" : " before its offer was answered" + (whileAsking ? "; its question was withdrawn" : "")
             switch failure.code {
             case SendStop.cancelled.wireCode: return .cancelled("the sender cancelled the send" + when)
             case SendStop.interrupted.wireCode: return .interrupted("the sender stopped the send" + when)

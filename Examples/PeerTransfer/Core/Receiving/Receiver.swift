@@ -509,6 +509,10 @@ struct Receiver {
             if manifest == nil { quietCause = error.message }
             try? await send(.message(.failure, Failure(code: error.wireCode, message: error.message)), on: pair)
             try? await pair.finishSending()
+        } catch is CancellationError where manifest != nil {
+            // This daemon is stopping (its task group cancels the transfers it runs).
+            outcome = .interrupted(
+                "this receiver stopped during the transfer; what came is kept, and the same send resumes from it")
         } catch {
             let cause = watchdog.expired ?? "\(error)"
             // For a person: a sender whose program ended without a word (killed, a machine that
@@ -570,8 +574,11 @@ struct Receiver {
                 "transfer from \(senderShown) cancelled by the sender after \(Wording.counted(Int(clamping: received), "byte")): \(Wording.counted(partsRemoved, "part file")) removed"
             )
         } else if let outcome, manifest != nil, outcome.outcome == "stopped" {
+            let kept =
+                outcome.message.contains("what came is kept")
+                ? "" : "; what came is kept in part files, and the same send resumes from them"
             logger.notice(
-                "transfer from \(senderShown) stopped after \(Wording.counted(Int(clamping: received), "byte")): \(outcome.message); what came is kept in part files, and the same send resumes from them"
+                "transfer from \(senderShown) stopped after \(Wording.counted(Int(clamping: received), "byte")): \(outcome.message)\(kept)"
             )
         } else if let outcome {
             logger.warning("transfer from \(senderShown) ended: \(outcome.message)")
@@ -669,16 +676,17 @@ struct Receiver {
         unlessTheSenderLeaves pair: BoundStreamPair,
         watchdog: ProgressWatchdog
     ) async -> Result<Judgement, PeerTransferError> {
-        await race({ await judge(offer) }, unlessTheSenderLeaves: pair, watchdog: watchdog)
+        await race({ await judge(offer) }, unlessTheSenderLeaves: pair, watchdog: watchdog, asking: true)
     }
 
     /// Runs `work` while watching the connection: the sender sends nothing until it has the
     /// answer, so the end, an error or a byte means it left (or broke the protocol), and
-    /// `work` is cancelled. Its result otherwise.
+    /// `work` is cancelled. Its result otherwise. `asking`: the work is a question put to a
+    /// person or a hook (a sender that stops withdraws it).
     private static func race<T: Sendable>(
         _ work: @escaping @Sendable () async -> T,
         unlessTheSenderLeaves pair: BoundStreamPair,
-        watchdog: ProgressWatchdog
+        watchdog: ProgressWatchdog, asking: Bool = false
     ) async -> Result<T, PeerTransferError> {
         await withTaskGroup(of: Result<T, PeerTransferError>?.self) { group in
             group.addTask { .success(await work()) }
@@ -696,7 +704,9 @@ struct Receiver {
                         }
                     })
                     guard let frame else { return .failure(.runtime(Self.leftBeforeTheAnswer)) }
-                    return .failure(StateMachine.senderStopped(try frame.decode(Failure.self), beforeTheAnswer: true))
+                    return .failure(
+                        StateMachine.senderStopped(
+                            try frame.decode(Failure.self), beforeTheAnswer: true, whileAsking: asking))
                 } catch is CancellationError {
                     return reader.holdsPartOfAFrame
                         ? .failure(.protocolViolation("the sender sent data before its offer was answered")) : nil

@@ -48,6 +48,11 @@ public struct PeerTransferUpload: PeerUploadProtocol {
         // `peerxfer cancel` cancels: the receiver removes what it has of this send. A daemon
         // that stops interrupts: the receiver keeps it, and the send resumes at the next start.
         sender.cancellationMeans = { context.isTaskCancelled ? .cancelled : .interrupted }
+        let stopper = SendStopper()
+        sender.stopper = stopper
+        let key = ObjectIdentifier(stopper)
+        Self.sending.withLock { $0[key] = stopper }
+        defer { _ = Self.sending.withLock { $0.removeValue(forKey: key) } }
         let total = Int64(clamping: plan.manifest.totalBytes)
         let report: SendReport
         let (task, peer, path) = (context.persistentIdentifier, Terminal.escape(service.service.name), description)
@@ -98,6 +103,18 @@ public struct PeerTransferUpload: PeerUploadProtocol {
     /// an impostor that is there for a moment must not cost a week's queue. The send waits and
     /// tries again, `peerxfer status` showing why ("last error: KEY CHANGED…"), until the real
     /// receiver answers, the user pairs or untrusts, or cancels it.
+    /// The stoppers of the sends under way in this process.
+    private static let sending = Locked([ObjectIdentifier: SendStopper]())
+
+    /// Waits, at most `seconds` in all, until every send that was stopped (by its session's
+    /// invalidation: a daemon stopping) has told its receiver: for a process about to exit.
+    public static func waitForStoppedSendsToTellTheirReceivers(seconds: Double) {
+        let deadline = Date().addingTimeInterval(seconds)
+        for stopper in sending.value.values where stopper.reason != nil {
+            _ = stopper.waitUntilTold(seconds: max(0, deadline.timeIntervalSinceNow))
+        }
+    }
+
     /// How many files the last plan made for each task (by its id) held, for the status of its
     /// send once it ends (the session's task knows its paths, not what the folders held).
     static let plannedFiles = Locked([String: Int]())

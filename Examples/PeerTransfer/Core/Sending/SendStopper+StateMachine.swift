@@ -8,14 +8,14 @@ extension SendStopper {
     struct StateMachine: Sendable {
         /// What the shell does.
         enum Action: Equatable, Sendable {
-            /// Write the failure frame for `reason` and end our side of the data; then, should
-            /// the receiver still not close, reset the connection after a short grace.
+            /// Write the failure frame for `reason` and end our side of the data.
             case tell(SendStop)
-            /// Nothing can be told (no connection, or the data is all sent): say so to whoever
-            /// waits for the telling; reset the connection after a grace if there is one.
+            /// Nothing can be told (no connection, a frame half written, or the data all sent):
+            /// say so to whoever waits for the telling.
             case nothingToTell
-            /// Reset the connection after the grace, should the write under way never end.
-            case resetLater
+            /// The stop's deadline starts: once it passes, the connection is reset, whatever
+            /// still waits on it (a write the receiver does not take, its close, its verdicts).
+            case startDeadline
         }
 
         private enum State: Equatable {
@@ -48,18 +48,18 @@ extension SendStopper {
             }
         }
 
-        /// A connection is open: frames may go out. (After a send that finished, the next one
-        /// of the same sender; after a stop, it is told at once and goes no further.)
+        /// A connection is open: frames may go out. After a send that ended, the next one of
+        /// the same sender; after a stop, it is told at once and goes no further.
         mutating func connected() -> [Action] {
             switch state {
-            case .unconnected, .finished:
+            case .unconnected, .finished, .connected(writing: false):
                 state = .connected(writing: false)
                 return []
             case .stoppedUnconnected(let reason), .told(let reason), .finishedAndStopped(let reason):
                 state = .told(reason)
-                return [.tell(reason)]
-            default:
-                assertionFailure("connected() in \(state)")
+                return [.tell(reason), .startDeadline]
+            case .connected(writing: true), .stopping:
+                assertionFailure("connected() in \(state): one stopper serves one send at a time")
                 return []
             }
         }
@@ -72,34 +72,31 @@ extension SendStopper {
                 return true
             case .stopping, .told, .finishedAndStopped, .stoppedUnconnected:
                 return false  // stopped: the sender writes nothing more
-            default:
+            case .unconnected, .connected(writing: true), .finished:
                 assertionFailure("mayWrite() in \(state)")
                 return false
             }
         }
 
-        /// The frame went out (`completely`), or its write failed.
-        mutating func wrote(completely: Bool) -> [Action] {
+        /// The frame went out (`completely`), or its write failed; `last`: it was the sender's
+        /// last (the receiver then has everything, and only its verdicts remain).
+        mutating func wrote(completely: Bool, last: Bool = false) -> [Action] {
             switch state {
             case .connected(writing: true):
-                state = .connected(writing: false)
+                state = last && completely ? .finished : .connected(writing: false)
                 return []
             case .stopping(let reason):
+                if last && completely {
+                    // Everything is out: nothing to take back, the verdicts decide.
+                    state = .finishedAndStopped(reason)
+                    return [.nothingToTell]
+                }
                 state = .told(reason)
                 // A write that failed may have left half a frame: nothing more can be said.
                 return completely ? [.tell(reason)] : [.nothingToTell]
             default:
-                assertionFailure("wrote(completely:) in \(state)")
+                assertionFailure("wrote(completely:last:) in \(state)")
                 return []
-            }
-        }
-
-        /// The last frame went out: the receiver has everything, and only its verdicts remain.
-        mutating func finished() {
-            switch state {
-            case .connected(writing: false): state = .finished
-            case .told, .stopping, .finishedAndStopped: break  // (a late report of the end)
-            default: assertionFailure("finished() in \(state)")
             }
         }
 
@@ -111,13 +108,13 @@ extension SendStopper {
                 return [.nothingToTell]
             case .connected(writing: false):
                 state = .told(reason)
-                return [.tell(reason)]
+                return [.tell(reason), .startDeadline]
             case .connected(writing: true):
                 state = .stopping(reason)
-                return [.resetLater]
+                return [.startDeadline]
             case .finished:
                 state = .finishedAndStopped(reason)
-                return [.nothingToTell]
+                return [.nothingToTell, .startDeadline]
             case .stoppedUnconnected, .stopping, .told, .finishedAndStopped:
                 return []
             }

@@ -30,18 +30,26 @@ public enum SendStop: String, Sendable, Equatable {
 /// interrupted one's kept. Give one to a ``Sender`` (``Sender/stopper``) and call
 /// ``stop(_:)`` from anywhere (a signal handler, a cancelled task); the sender writes nothing
 /// after it, and the receiver gets one failure frame between two of the sender's frames.
+/// Every wait a stop causes ends by its deadline (``grace``): the connection is reset then.
 ///
-/// The I/O shell of ``StateMachine``; one stopper serves one send.
+/// The I/O shell of ``StateMachine``. One stopper serves the sends of one sender one after
+/// another; once stopped, it stops every later send at its first frame.
 public final class SendStopper: Sendable {
-    private let machine = Locked(StateMachine())
-    private let connection = Locked<BoundStreamPair?>(nil)
-    /// Signalled once the receiver was told, or once nothing can be told.
-    private let toldSignal = DispatchSemaphore(value: 0)
-    private let wroteTheReason = Locked(false)
-    /// How long the receiver has to close the connection once told, before it is reset.
-    static let grace: Duration = .seconds(3)
+    /// What one send's telling came to.
+    private final class Telling: Sendable {
+        /// Signalled once the receiver was told, or once nothing can be told.
+        let done = DispatchSemaphore(value: 0)
+        /// Whether the failure frame went out.
+        let wrote = Locked(false)
+    }
 
-    /// A stopper for one send.
+    private let machine = Locked(StateMachine())
+    private let current = Locked<(pair: BoundStreamPair?, telling: Telling)>((nil, Telling()))
+    /// How long a stop may take, from the stop on: the failure frame's write, the end of our
+    /// side and the receiver's close; then the connection is reset.
+    static let grace: Duration = .seconds(10)
+
+    /// A stopper for the sends of one sender.
     public init() {}
 
     /// Why the send was stopped, once ``stop(_:)`` was called.
@@ -54,77 +62,78 @@ public final class SendStopper: Sendable {
     }
 
     /// True once the reason went out to the receiver (not when nothing could be told).
-    public var toldTheReceiver: Bool { wroteTheReason.value }
+    public var toldTheReceiver: Bool { current.value.telling.wrote.value }
 
     /// Blocks until the receiver was told (or nothing could be told), for at most `seconds`:
-    /// for a signal handler that ends the process once the receiver knows. True when told.
+    /// for a signal handler that ends the process once the receiver knows. True when told or
+    /// when there was nothing to tell.
     public func waitUntilTold(seconds: Double) -> Bool {
-        guard toldSignal.wait(timeout: .now() + seconds) == .success else { return false }
-        toldSignal.signal()  // (for another waiter)
+        let telling = current.value.telling
+        guard telling.done.wait(timeout: .now() + seconds) == .success else { return false }
+        telling.done.signal()  // (for another waiter)
         return true
     }
 
     // MARK: For the sender
 
-    /// The connection is open.
+    /// A connection is open (a send begins).
     func connected(_ pair: BoundStreamPair) {
-        connection.withLock { $0 = pair }
-        perform(machine.withLock { $0.connected() })
+        let actions = machine.withLock { machine -> [StateMachine.Action] in
+            let actions = machine.connected()
+            // A send of its own: what an earlier send told is not this one's.
+            current.withLock { $0 = (pair, actions.isEmpty ? Telling() : $0.telling) }
+            return actions
+        }
+        perform(actions)
     }
 
-    /// Writes `data` (whole frames) unless the send was stopped; a stop that came meanwhile is
-    /// told once it is written.
+    /// Writes `data` (whole frames; `last`, the sender's last) unless the send was stopped; a
+    /// stop that came meanwhile is told once it is written (then this throws ``Stopped``).
     /// - Throws: ``Stopped`` once the send was stopped; the write's own error.
-    func write(_ data: Data, to output: OutputStream) async throws {
+    func write(_ data: Data, to output: OutputStream, last: Bool = false) async throws {
         guard machine.withLock({ $0.mayWrite() }) else { throw Stopped() }
         do {
             try await output.write(data)
         } catch {
-            perform(machine.withLock { $0.wrote(completely: false) })
+            perform(machine.withLock { $0.wrote(completely: false, last: last) })
             throw error
         }
-        perform(machine.withLock { $0.wrote(completely: true) })
+        let actions = machine.withLock { $0.wrote(completely: true, last: last) }
+        perform(actions)
+        if actions.contains(where: { if case .tell = $0 { return true } else { return false } }) { throw Stopped() }
     }
 
-    /// Every frame was sent.
-    func finished() {
-        machine.withLock { $0.finished() }
-    }
-
-    /// Thrown by ``write(_:to:)`` once the send is stopped.
+    /// Thrown by ``write(_:to:last:)`` once the send is stopped.
     struct Stopped: Error {}
 
     private func perform(_ actions: [StateMachine.Action]) {
-        let pair = connection.value
+        let (pair, telling) = current.value
         for action in actions {
             switch action {
             case .tell(let reason):
                 guard let pair else {
-                    toldSignal.signal()
+                    telling.done.signal()
                     continue
                 }
-                Task { [wroteTheReason] in
+                Task {
                     let failure = Failure(code: reason.wireCode, message: reason.message)
                     if (try? await pair.output.write(Frame.message(.failure, failure).encoded)) != nil {
-                        wroteTheReason.withLock { $0 = true }
+                        telling.wrote.withLock { $0 = true }
                     }
                     try? await pair.finishSending()
-                    toldSignal.signal()
-                    await Self.reset(pair, afterGrace: ())
+                    telling.done.signal()
                 }
             case .nothingToTell:
-                toldSignal.signal()
-                if let pair { Task { await Self.reset(pair, afterGrace: ()) } }
-            case .resetLater:
-                if let pair { Task { await Self.reset(pair, afterGrace: ()) } }
+                telling.done.signal()
+            case .startDeadline:
+                guard let pair else { continue }
+                // Whatever still waits on the connection then (a write the receiver does not
+                // take, its close, its verdicts) ends. Harmless on a connection already closed.
+                Task {
+                    try? await Task.sleep(for: Self.grace)
+                    pair.reset()
+                }
             }
         }
-    }
-
-    /// Resets `pair` after the grace: a receiver that does not close once told (or a write that
-    /// never ends) does not hold the send. Harmless on a connection already closed.
-    private static func reset(_ pair: BoundStreamPair, afterGrace: Void) async {
-        try? await Task.sleep(for: grace)
-        pair.reset()
     }
 }

@@ -264,9 +264,11 @@ public struct Sender: Sendable {
             // The reason goes out before the connection is closed, and the receiver closes
             // first (a close with its bytes unread would reset the connection, and a reset can
             // lose what it has not read yet): the stopper's grace bounds both waits.
-            _ = await onThreadOfItsOwn { stopper.waitUntilTold(seconds: Self.stopGrace) }
+            _ = await onThreadOfItsOwn {
+                stopper.waitUntilTold(seconds: Double(SendStopper.grace.components.seconds) + 1)
+            }
             await Self.readToTheEnd(pair.input)
-            throw Self.stopped(stopper.reason!, name: name)
+            throw Self.stopped(stopper.reason!, name: name, told: stopper.toldTheReceiver)
         } catch let error as PeerTransferError {
             throw error
         } catch let error as SocketStreamError where watchdog.expired != nil && !answered.value {
@@ -283,26 +285,30 @@ public struct Sender: Sendable {
         }
     }
 
-    /// How long a stopped send waits for its receiver to be told and to close.
-    static let stopGrace: Double = 5
-
-    /// Reads `input` until its end or its failure (the stopper resets the connection after its
-    /// grace, which ends this).
+    /// Reads `input` until its end or its failure (the stopper resets the connection by its
+    /// deadline, which ends this).
     private static func readToTheEnd(_ input: InputStream) async {
         let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 16)
         defer { scratch.deallocate() }
         while let count = try? await input.read(into: scratch), count > 0 {}
     }
 
-    /// The error of a send stopped for `reason`, for the person who stopped it.
-    static func stopped(_ reason: SendStop, name: String) -> PeerTransferError {
-        switch reason {
-        case .cancelled:
+    /// The error of a send stopped for `reason`, for the person who stopped it; `told`: whether
+    /// the receiver was told.
+    static func stopped(_ reason: SendStop, name: String, told: Bool) -> PeerTransferError {
+        let receiver = "\"\(Terminal.escape(name))\""
+        switch (reason, told) {
+        case (.cancelled, true):
+            return .cancelled("cancelled; \(receiver) was told, and removes what it received of this send")
+        case (.cancelled, false):
             return .cancelled(
-                "cancelled; \"\(Terminal.escape(name))\" was told, and removes what it received of this send")
-        case .interrupted:
+                "cancelled; \(receiver) could not be told, and keeps what it received of this send until its daemon clears part files no one came back for"
+            )
+        case (.interrupted, true):
+            return .interrupted("stopped; \(receiver) keeps what it received, and the same send resumes from there")
+        case (.interrupted, false):
             return .interrupted(
-                "stopped; \"\(Terminal.escape(name))\" keeps what it received, and the same send resumes from there")
+                "stopped (\(receiver) could not be told); the same send resumes from what it received")
         }
     }
 
@@ -718,8 +724,7 @@ public struct Sender: Sendable {
                 await hashing.settle(toAtMost: 0)
                 try await stopper.write(fileEnd(), to: output)
             }
-            try await stopper.write(Frame.message(.done, Done()).encoded, to: output)
-            stopper.finished()
+            try await stopper.write(Frame.message(.done, Done()).encoded, to: output, last: true)
             // Nothing more to send: our end of the data (close_notify, then FIN) goes out
             // behind the done message, and the receiver's verdicts still come in. Whether it
             // all arrived, only the receiver's summary tells (a receiver that has everything

@@ -37,9 +37,9 @@ final class Inbox: @unchecked Sendable {
         self.path = path
         self.trusts = trusts
         func refusal(_ what: String) -> PeerTransferError {
-            .usage(
-                "\(what) the inbox \(Terminal.escape(path)) (\(String(cString: strerror(errno)))); give --inbox a folder this user can write"
-            )
+            let reason = String(cString: strerror(errno))  // (before anything else can change errno)
+            return .usage(
+                "\(what) the inbox \(Terminal.escape(path)) (\(reason)); give --inbox a folder this user can write")
         }
         if mkdir(path, 0o700) != 0 && errno != EEXIST { throw refusal("cannot create") }
         root = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
