@@ -27,9 +27,13 @@ struct NetSvc: AsyncParsableCommand {
               netsvc monitor "My Site" _http._tcp
               netsvc lookup myhost.local --ipv4
               netsvc domains
+              netsvc gateway --domain home.arpa --tsig-key gw.key --link-label lab-a
             """,
         version: "0.1.0",  // the package's version (CHANGELOG.md)
-        subcommands: [Browse.self, Publish.self, Resolve.self, Lookup.self, Connect.self, Monitor.self, Domains.self]
+        subcommands: [
+            Browse.self, Publish.self, Resolve.self, Lookup.self, Connect.self, Monitor.self, Domains.self,
+            Gateway.self,
+        ]
     )
 
     /// ArgumentParser's own entry point, except that usage errors exit 2 (as documented) instead

@@ -229,6 +229,8 @@ final class ConversationTests: XCTestCase {
         talk.trusted[talk.sender.identity.publicKeySHA256] = "laptop"
         try talk.makeFile("b.txt", size: 10)
         let known = try await talk.send(["b.txt"])
-        XCTAssertTrue(known.log.contains { $0.contains("transfer from \"laptop\" [key") }, "\(known.log)")
+        XCTAssertTrue(
+            known.log.contains { $0.contains("transfer from \"laptop\" (calling itself \"Sender\") [key") },
+            "\(known.log)")
     }
 }

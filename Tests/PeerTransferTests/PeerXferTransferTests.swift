@@ -1056,7 +1056,8 @@ final class PeerXferTransferTests: XCTestCase {
         ])
         XCTAssertEqual(fresh, 3, freshOutput)
         XCTAssertTrue(
-            freshOutput.contains("was not a peerxfer configuration; it is a new one now, with a new key"), freshOutput)
+            freshOutput.contains("made a new peerxfer configuration in") && freshOutput.contains("with a new key"),
+            freshOutput)
         // A few hex digits that name no receiver: the hint says how to give a key.
         let (short, shortOutput) = try lab.run(["trust", "63c04fbad6", "--wait", "0.5", "--config", lab.path("c")])
         XCTAssertEqual(short, 2, shortOutput)
@@ -1066,7 +1067,7 @@ final class PeerXferTransferTests: XCTestCase {
             "trust", String(repeating: "ab", count: 32), "--config", lab.path("new-config"),
         ])
         XCTAssertEqual(made, 0, madeOutput)
-        XCTAssertTrue(madeOutput.contains("was not a peerxfer configuration; it is a new one now"), madeOutput)
+        XCTAssertTrue(madeOutput.contains("made a new peerxfer configuration in"), madeOutput)
         let (versionStatus, version) = try lab.run(["--version"])
         XCTAssertEqual(versionStatus, 0, version)
         XCTAssertEqual(version.trimmingCharacters(in: .whitespacesAndNewlines), "0.1.0")
@@ -1334,12 +1335,16 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertFalse(daemon.output.contains("failed"), daemon.output)
 
         // A daemon that stops is no cancel: the receiver hears the send stopped (its question
-        // withdrawn), and the send stays queued for the next start.
+        // withdrawn), and the send stays queued for the next start. (The receiver is still new
+        // here: a first contact that was not accepted pinned nothing.)
+        XCTAssertNil(
+            try KnownPeers.load(from: lab.path("sender/known-peers.json")).pins[receiverName],
+            "pinned only once an offer is accepted")
         try lab.makeFile("src/later.bin", size: 1000, seed: 8)
         XCTAssertEqual(
             try lab.run([
                 "send", lab.path("src/later.bin"), "--to", receiverName, "--config", lab.path("sender"),
-                "--background",
+                "--background", "--accept-new-key",
             ]).status, 0)
         _ = try lab.status(of: "sender", once: "'s answer")
         kill(daemon.process.processIdentifier, SIGTERM)

@@ -68,7 +68,12 @@ final class ShellWordTests: XCTestCase {
 
     func testASenderIsNamedByItsTrustedLabelOrItsClaimedNameMarkedAsClaimed() {
         let key = "368bc9ff" + String(repeating: "0", count: 56)
-        XCTAssertEqual(Receiver.shown(claimed: "vm", key: key, label: "Laptop"), "\"Laptop\" [key 368bc9ff…]")
+        XCTAssertEqual(Receiver.shown(claimed: "laptop", key: key, label: "Laptop"), "\"Laptop\" [key 368bc9ff…]")
+        // Trusted under one name and calling itself another now: both, so that three log lines
+        // about one device do not read as three devices.
+        XCTAssertEqual(
+            Receiver.shown(claimed: "Desk", key: key, label: "Laptop"),
+            "\"Laptop\" (calling itself \"Desk\") [key 368bc9ff…]")
         XCTAssertEqual(Receiver.shown(claimed: "vm", key: key, label: nil), "\"vm\" (claimed) [key 368bc9ff…]")
         XCTAssertEqual(
             Receiver.shown(claimed: "vm", key: key, label: KnownPeers.trustedByFingerprint),

@@ -50,7 +50,7 @@ struct Cancel: AsyncParsableCommand {
                 }
                 guard let task = matches.first else {
                     throw PeerTransferError.runtime(
-                        "no queued background send has the id \(id) (delivered, failed or never queued here: peerxfer status shows the queue)"
+                        "no queued background send has the id \(id) (delivered, cancelled, failed or never queued here: peerxfer status shows the queue)"
                     )
                 }
                 chosen.append(task)

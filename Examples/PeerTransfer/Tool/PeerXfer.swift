@@ -55,8 +55,9 @@ struct PeerXfer: AsyncParsableCommand {
             Foundation.exit(2)
         }
         // A mistyped command ("sned") gets the command it may be, not only "unexpected argument".
-        let arguments = CommandLine.arguments.dropFirst()
-        if let typed = arguments.first, !typed.hasPrefix("-"), typed != "help" {
+        var arguments = CommandLine.arguments.dropFirst()
+        if arguments.first == "help" { arguments = arguments.dropFirst() }  // `help sned` too
+        if let typed = arguments.first, !typed.hasPrefix("-") {
             // (Each command is named after its type: Serve is `serve`.)
             let commands = configuration.subcommands.map {
                 $0.configuration.commandName ?? String(describing: $0).lowercased()
@@ -125,14 +126,15 @@ struct ConfigOptions: ParsableArguments {
 
     /// The configuration, made if missing (a device's first use), saying on standard error when
     /// a folder named with `--config` was not one yet: a typo, often, which leaves the usual
-    /// configuration unused. `consequence` ends the note.
+    /// configuration unused.
     /// - Throws: ``PeerTransferError/runtime(_:)`` when the folder or identity cannot be made.
-    func loadSayingIfMade(_ consequence: String = "") throws -> PeerConfiguration {
+    func loadSayingIfMade() throws -> PeerConfiguration {
         let made = (try? requireExisting()) == nil
         let configuration = try load()
         if made {
+            // (A typo in --config must not pass unseen: it is a device of its own from now on.)
             printError(
-                "note: \(Terminal.escape(configuration.directory)) was not a peerxfer configuration; it is a new one now\(consequence)"
+                "note: made a new peerxfer configuration in \(Terminal.escape(configuration.directory)), with a new key for this device"
             )
         }
         return configuration

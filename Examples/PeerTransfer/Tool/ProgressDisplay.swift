@@ -77,10 +77,12 @@ final class ProgressDisplay: Sendable {
                 var object: [String: Any] = ["event": "connected", "peer": name, "key": key, "firstUse": firstUse]
                 if let renamedFrom { object["renamedFrom"] = renamedFrom }
                 printJSON(object)
+                // The offer is out: the receiver has this long to answer it.
+                printJSON(["event": "waiting-for-answer", "peer": name, "seconds": Int(TransferLimits.answerTime)])
             } else {
                 let verdict =
                     firstUse
-                    ? "new here: pinned now"
+                    ? "new here: pinned once it accepts this offer"
                     : renamedFrom.map { "known device, pinned as \"\(Terminal.escape($0))\"" } ?? "matches its pin"
                 printError("connected to \"\(Terminal.escape(name))\" (key \(key.prefix(16))…, \(verdict))")
                 countDownToTheAnswer(from: Terminal.escape(name))
@@ -203,7 +205,7 @@ final class ProgressDisplay: Sendable {
     /// Says that the send was stopped (Ctrl-C, SIGTERM, a closed terminal) and how to go on.
     /// `told`: whether the receiver was told (it then keeps what it received, and says so).
     func interrupted(by signal: StopSignal, told: Bool) {
-        let done = state.withLock { $0.filesDone }
+        let (done, sent, answered) = state.withLock { ($0.filesDone, $0.sent, $0.waitingSince == nil && $0.total > 0) }
         if json {
             printJSON(["event": "interrupted", "verified": done, "signal": signal.name, "receiverTold": told])
         } else {
@@ -214,7 +216,9 @@ final class ProgressDisplay: Sendable {
         // has confirmed yet.)
         let what = signal == .interrupt ? "interrupted" : "stopped by \(signal.name)"
         printError(
-            "\(what)\(told ? "; the receiver was told and keeps what it received" : ""): run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)"
+            sent > 0 || answered
+                ? "\(what)\(told ? "; the receiver was told and keeps what it received" : ""): run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)"
+                : "\(what)\(told ? "; the receiver was told" : "") before anything was sent: run the same command again to send"
         )
     }
 

@@ -137,8 +137,7 @@ struct Send: AsyncParsableCommand {
     func run() async throws {
         logging.apply(default: .warning)
         // A new configuration is a new identity, which receivers that know this device do not.
-        var configuration = try config.loadSayingIfMade(
-            ", with a new key (receivers that trust this device's usual key will not know it)")
+        var configuration = try config.loadSayingIfMade()
         if let name { try configuration.keepName(name) }
         // Standard input and --text become files first: in a folder of this send's own (the
         // daemon's outbox for a background send, which it empties once sent).

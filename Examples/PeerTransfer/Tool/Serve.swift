@@ -15,7 +15,7 @@ struct Serve: AsyncParsableCommand {
 
             For senders on other subnets, publish in a wide-area DNS zone whose server takes signed updates (docs/wide-area.md): --domain home.arpa --tsig-key FILE [--dns-server ADDRESS].
 
-            --accept ask puts each offer to the person at this terminal (y/N, 120 s), or, with --hook, to a command: it runs under `sh -c` with PEERXFER_KEY (the sender's key, proven in the handshake: decide on this), PEERXFER_TRUSTED (yes/no), PEERXFER_LABEL (the name you trusted that key under, empty if not), PEERXFER_SENDER (the name the sender claims: anyone can claim any name), PEERXFER_FILES and PEERXFER_BYTES set and the offered paths on its standard input, one per line (escaped as they would be shown); exit status 0 accepts the offer (only the paths it prints on its standard output, one per line, when it prints any), anything else declines it. The hook has 120 s, in a process group of its own; once it exits, anything it left running in that group is killed. With neither a terminal nor a hook, no offer can be put to anyone: senders are told so (exit 8 there), not that someone declined.
+            --accept ask puts each offer to the person at this terminal, who has 120 s to answer y (yes), n (no, the default), a (yes, and always trust this sender's key) or p (pick which files to accept), or, with --hook, to a command: it runs under `sh -c` with PEERXFER_KEY (the sender's key, proven in the handshake: decide on this), PEERXFER_TRUSTED (yes/no), PEERXFER_LABEL (the name you trusted that key under, empty if not), PEERXFER_SENDER (the name the sender claims: anyone can claim any name), PEERXFER_FILES and PEERXFER_BYTES set and the offered paths on its standard input, one per line (escaped as they would be shown); exit status 0 accepts the offer (only the paths it prints on its standard output, one per line, when it prints any), anything else declines it. The hook has 120 s, in a process group of its own; once it exits, anything it left running in that group is killed. With neither a terminal nor a hook, no offer can be put to anyone: senders are told so (exit 8 there), not that someone declined.
             """
     )
 
@@ -167,6 +167,8 @@ struct Serve: AsyncParsableCommand {
         try await requireDiscoveryDaemon()
         // Part files, folders and connections: room beyond the usual soft limit of 1,024.
         if let problem = DescriptorLimit.raiseToHardLimit() { logger.warning("\(problem)") }
+        // An inbox that cannot be used is refused before a configuration is made for nothing.
+        try ReceiverService.checkInbox(inbox)
         // Before the configuration is read or made, and anything published: a second daemon
         // on this configuration would share its key and queue and overwrite its status.
         let lock = try DaemonLock(directory: config.directory ?? PeerConfiguration.defaultDirectory)

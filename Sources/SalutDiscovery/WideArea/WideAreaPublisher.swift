@@ -296,7 +296,11 @@ package actor WideAreaPublisher {
     }
 
     private func failure(_ rcode: UInt16) -> DiscoveryError {
-        let zone = updates.zone.description
+        Self.failure(rcode, zone: updates.zone.description)
+    }
+
+    /// What an update's response code other than NOERROR means, for `zone`.
+    static func failure(_ rcode: UInt16, zone: String) -> DiscoveryError {
         switch rcode {
         case DNSResponseCode.refused:
             return .updateRefused(zone: zone, detail: "REFUSED: the zone's update policy does not allow it")
@@ -306,7 +310,8 @@ package actor WideAreaPublisher {
         }
     }
 
-    private static func describe(_ failure: TSIGFailure, zone: String) -> DiscoveryError {
+    /// What a signature failure means, for `zone`.
+    static func describe(_ failure: TSIGFailure, zone: String) -> DiscoveryError {
         switch failure {
         case .refusedByServer(DNSResponseCode.badKey):
             return .signatureRejected("BADKEY: the server does not know this key (its name or algorithm)")
@@ -363,6 +368,38 @@ struct WideAreaServerFinder: Sendable {
     }
 
     init(nameServer: SocketAddress) { self.nameServer = nameServer }
+
+    /// The zone `name` is in (RFC 2136 §4, RFC 6763 §11): the owner of the SOA record the name
+    /// server gives for the name, in its answer or in the authority section of an answer that
+    /// says the name does not exist; failing that, the same asked of each parent in turn.
+    /// - Throws: ``DiscoveryError/Code-swift.struct/serverUnreachable`` when the name server
+    ///   does not answer, or names no zone for `name` or any parent.
+    func zone(containing name: DNSName) async throws -> DNSName {
+        let exchange = DNSExchange(server: nameServer)
+        var candidate = name
+        while !candidate.labels.isEmpty {
+            let answer = try await exchange.query(candidate, DNSType.startOfAuthority)
+            if answer.rcode == DNSResponseCode.noError || answer.rcode == DNSResponseCode.nameError {
+                if let soa = (answer.answers + answer.authorities).first(where: {
+                    $0.type == DNSType.startOfAuthority && candidate.isWithin($0.name)
+                }) {
+                    return soa.name
+                }
+            } else if answer.rcode == DNSResponseCode.refused || answer.rcode == DNSResponseCode.notAuthoritative {
+                lastRefusal = answer.rcode
+            }
+            guard let parent = try? DNSName(labels: Array(candidate.labels.dropFirst())) else { break }
+            candidate = parent
+        }
+        if let refusal = lastRefusal {
+            throw DiscoveryError.notAuthorized(
+                zone: name.description,
+                detail:
+                    "\(nameServer) answered \(DNSResponseCode.messageName(refusal)) when asked for the zone of \(name): it does not serve it"
+            )
+        }
+        throw DiscoveryError.serverUnreachable("\(nameServer) names no zone (no SOA) for \(name) or its parents")
+    }
 
     /// The addresses to send updates to, in the order to try them.
     /// - Throws: ``DiscoveryError/Code-swift.struct/serverUnreachable`` when the name server does not

@@ -571,15 +571,14 @@ struct Receiver {
         }
         if let outcome, manifest != nil, outcome.outcome == "cancelled" {
             logger.notice(
-                "transfer from \(senderShown) cancelled by the sender after \(Wording.counted(Int(clamping: received), "byte")): \(Wording.counted(partsRemoved, "part file")) removed"
+                "transfer from \(senderShown) cancelled by the sender after \(Wording.bytes(received)): \(Wording.counted(partsRemoved, "part file")) removed"
             )
         } else if let outcome, manifest != nil, outcome.outcome == "stopped" {
             let kept =
-                outcome.message.contains("what came is kept")
+                received == 0 || outcome.message.contains("what came is kept")
                 ? "" : "; what came is kept in part files, and the same send resumes from them"
             logger.notice(
-                "transfer from \(senderShown) stopped after \(Wording.counted(Int(clamping: received), "byte")): \(outcome.message)\(kept)"
-            )
+                "transfer from \(senderShown) stopped after \(Wording.bytes(received)): \(outcome.message)\(kept)")
         } else if let outcome {
             logger.warning("transfer from \(senderShown) ended: \(outcome.message)")
         } else {
@@ -812,7 +811,11 @@ extension Receiver {
         let quoted = "\"" + quotable(claimed) + "\""
         switch label {
         case KnownPeers.trustedByFingerprint?: return "\(quoted) (claimed, key trusted) \(short)"
-        case let label?: return "\"\(Terminal.escape(label))\" \(short)"
+        case let label? where Terminal.escape(label).lowercased() == claimed.lowercased() || claimed.isEmpty:
+            return "\"\(Terminal.escape(label))\" \(short)"
+        case let label?:
+            // Trusted under one name, calling itself another now: both, the label first.
+            return "\"\(Terminal.escape(label))\" (calling itself \(quoted)) \(short)"
         case nil: return "\(quoted) (claimed) \(short)"
         }
     }

@@ -45,6 +45,13 @@ public final class ReceiverService: Sendable {
     /// wide-area `domain` (signed DNS updates).
     /// - Throws: ``PeerTransferError/runtime(_:)`` when the inbox cannot be opened or the
     ///   service cannot be published (no avahi-daemon, port taken).
+    /// Checks that `path` can be the inbox (made if missing, and written to), before anything
+    /// else is made or published.
+    /// - Throws: ``PeerTransferError/usage(_:)`` naming what is wrong.
+    public static func checkInbox(_ path: String) throws {
+        _ = try Inbox(path: path)
+    }
+
     public static func start(
         name: String, inbox inboxPath: String, configuration: PeerConfiguration,
         policy: AcceptPolicy, port: Int = 0, pace: TransferPace = TransferPace(),

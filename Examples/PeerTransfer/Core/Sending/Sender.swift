@@ -5,7 +5,8 @@ import Salut
 public enum SendEvent: Sendable {
     /// Looking for the receiver by name.
     case resolving(name: String)
-    /// Connected over TLS to the receiver whose key is `key`; `firstUse` when it was pinned now.
+    /// Connected over TLS to the receiver whose key is `key`; `firstUse` when it is new here (it
+    /// is pinned once it accepts the offer).
     /// `renamedFrom`: the name its key was pinned under, when it is a known device met under
     /// a new name.
     case connected(name: String, key: String, firstUse: Bool, renamedFrom: String?)
@@ -205,9 +206,14 @@ public struct Sender: Sendable {
             pair.input.close()
             pair.output.close()
         }
-        // Pinned once the receiver proved the key in the handshake, on a fresh read of the book
-        // (a pin or an untrust made meanwhile by another command is kept, not written over).
-        if decision.pinsNow {
+        // Pinned on a fresh read of the book (a pin or an untrust made meanwhile by another
+        // command is kept, not written over). A known device found under another name: at once.
+        // A device new here: once it accepts the offer, for the person there sees the offer
+        // with the verification code beside this device's key, and says no if the codes differ
+        // (or never sees an offer at all, when something else answered to the name): a first
+        // contact not taken pins nothing, and the next send asks again.
+        let (configuration, wasFoundByKey) = (self.configuration, foundByKey)
+        let pin: @Sendable () throws -> Void = {
             try KnownPeers.update(at: configuration.knownPeersFile) { known in
                 if case .keyChanged(let pinnedAs, let pinnedKey) = known.verdict(forReceiver: spelled, key: key) {
                     throw Self.keyChanged(
@@ -218,14 +224,33 @@ public struct Sender: Sendable {
                 // now stands for this key (the other is the link's doing, "Kitchen #2").
                 // (Unless that name is pinned to another key: that pin stays, for `untrust`.)
                 let askedIsFree = known.pinnedSpelling(of: name).map { known.pins[$0] == key } ?? true
-                let label = foundByKey && askedIsFree ? name : spelled
+                let label = wasFoundByKey && askedIsFree ? name : spelled
                 known.pin(label, to: key)
                 known.revokeNewKeyGrants { ServiceNames.sameIgnoringASCIICase($0, spelled) }
             }
         }
+        if decision.pinsNow && !decision.firstUse { try pin() }
         if onTheLink { LastSeen.record(published, in: configuration) }
         events(.connected(name: published, key: key, firstUse: decision.firstUse, renamedFrom: decision.renamedFrom))
-        return try await transfer(plan, over: pair, to: name, events: events)
+        guard decision.pinsNow && decision.firstUse else {
+            return try await transfer(plan, over: pair, to: name, events: events)
+        }
+        let pinning = Locked<(done: Bool, error: (any Error)?)>((false, nil))
+        let report = try await transfer(
+            plan, over: pair, to: name,
+            events: { event in
+                if case .answered(let accepted, _, _, _, _, _) = event, accepted > 0,
+                    !pinning.withLock({ state in
+                        defer { state.done = true }
+                        return state.done
+                    })
+                {
+                    do { try pin() } catch { pinning.withLock { $0.error = error } }
+                }
+                events(event)
+            })
+        if let error = pinning.value.error { throw error }
+        return report
     }
 
     /// Offers `plan` over `pair`, an open connection to the receiver `name` (whose key was

@@ -1,0 +1,230 @@
+import Foundation
+
+extension DiscoveryGateway {
+    /// What the gateway decides, as a state machine: which services of the link it mirrors into
+    /// the zone (at most ``maximumServices``, first come first served), which of the zone's it
+    /// removes, in what order, and when it tries again. The shell reports what the link and the
+    /// zone say and what each update came to; the machine answers with the next step. No I/O:
+    /// every decision is tested without a network.
+    ///
+    /// One update is in flight at a time. The zone is first listed (what an earlier run left
+    /// under the label); services are written as they are resolved; removals wait until the
+    /// link has had time to fill in (``Event/linkSettled``), so that a restart never removes a
+    /// service only because it was not seen yet.
+    struct StateMachine: Sendable {
+        /// What the link and the zone said, and what an update came to.
+        enum Event: Sendable, Equatable {
+            /// A service is on the link (not resolved yet).
+            case seen(ServiceKey)
+            /// A service's records as the link has them now (its first resolution, or a change).
+            case found(MirroredService)
+            /// A service left the link (a goodbye, or its records expired).
+            case lost(ServiceKey)
+            /// What the zone holds under the label (read at the start).
+            case zoneListed([ServiceKey: MirroredService])
+            /// The link had time to show what it holds: services the zone has and the link does
+            /// not may now be removed.
+            case linkSettled
+            /// The update in flight was applied.
+            case updateSucceeded
+            /// The update in flight failed: `retryable` (the server did not answer, or
+            /// failed), or not (the key or the zone is refused: the gateway stops);
+            /// `unwritable`: this update cannot be made (records too large for an update, or
+            /// refused as malformed): its service is skipped, and the gateway goes on.
+            case updateFailed(reason: String, retryable: Bool, unwritable: Bool)
+            /// The delay before trying again is over.
+            case retryDue
+        }
+
+        /// What the shell does.
+        enum Action: Sendable, Equatable {
+            /// Resolve this service on the link, and keep reporting its changes.
+            case resolve(ServiceKey)
+            /// Stop resolving this service.
+            case stopResolving(ServiceKey)
+            /// Send this update to the zone, then report how it went.
+            case send(ZoneOperation)
+            /// Report ``Event/retryDue`` after this long.
+            case retry(after: Duration)
+            /// This service is not mirrored, for this reason (said once).
+            case skip(ServiceKey, reason: String)
+            /// The zone refuses the gateway's updates for good: stop, saying why.
+            case stop(reason: String)
+        }
+
+        /// At most this many services of the link are mirrored.
+        let maximumServices: Int
+        /// At most this many services seen on the link are remembered beyond those mirrored
+        /// (waiting for a place): more are ignored until some leave.
+        var maximumWaiting: Int { maximumServices * 4 }
+
+        /// Services seen on the link, in the order they came.
+        private var order: [ServiceKey] = []
+        /// Their records, once resolved.
+        private var linked: [ServiceKey: MirroredService] = [:]
+        /// What the zone holds of this label, as far as the gateway knows (nil until listed).
+        private var written: [ServiceKey: MirroredService]?
+        /// The service types the zone lists under `_services._dns-sd._udp` of the label.
+        private var enumerated: Set<String> = []
+        private var browseDomainWritten = false
+        private var settled = false
+        private var inFlight: ZoneOperation?
+        private var waitingToRetry = false
+        private var retryDelay: Duration?
+        /// Services whose records (as they are now) cannot be written: too large, or no
+        /// address that routes off the link. Written again once they change.
+        private var unwritable: [ServiceKey: MirroredService] = [:]
+        /// Services said to be skipped, so that it is said once.
+        private var toldSkipped: Set<ServiceKey> = []
+
+        init(maximumServices: Int) {
+            self.maximumServices = max(1, maximumServices)
+        }
+
+        /// How many services are mirrored in the zone now.
+        var mirroredCount: Int { written?.count ?? 0 }
+
+        /// The services mirrored, at most ``maximumServices``: the first that came.
+        private var admitted: ArraySlice<ServiceKey> { order.prefix(maximumServices) }
+
+        // MARK: Events
+
+        mutating func handle(_ event: Event) -> [Action] {
+            switch event {
+            case .seen(let key):
+                guard !order.contains(key) else { return [] }
+                guard order.count < maximumServices + maximumWaiting else {
+                    return tellSkipped(key, "more than \(maximumServices + maximumWaiting) services on the link")
+                }
+                order.append(key)
+                if order.count <= maximumServices { return [.resolve(key)] }
+                return tellSkipped(key, "over --max-services (\(maximumServices)): it waits until others leave")
+            case .found(let service):
+                guard admitted.contains(service.key) else { return [] }
+                linked[service.key] = service
+                if unwritable[service.key] != nil && unwritable[service.key] != service {
+                    unwritable[service.key] = nil  // changed: worth another try
+                    toldSkipped.remove(service.key)
+                }
+                if service.addresses.isEmpty {
+                    unwritable[service.key] = service
+                    return tellSkipped(service.key, "no address that routes off the link") + next()
+                }
+                return next()
+            case .lost(let key):
+                guard let index = order.firstIndex(of: key) else { return [] }
+                let wasAdmitted = index < maximumServices
+                order.remove(at: index)
+                linked[key] = nil
+                unwritable[key] = nil
+                toldSkipped.remove(key)
+                var actions: [Action] = wasAdmitted ? [.stopResolving(key)] : []
+                // Its place goes to the first one waiting.
+                if wasAdmitted, order.count >= maximumServices {
+                    actions.append(.resolve(order[maximumServices - 1]))
+                }
+                return actions + next()
+            case .zoneListed(let services):
+                written = services
+                enumerated = Set(services.keys.map(\.type))
+                return next()
+            case .linkSettled:
+                settled = true
+                return next()
+            case .updateSucceeded:
+                guard let operation = inFlight else { return unexpected(event) }
+                inFlight = nil
+                retryDelay = nil
+                apply(operation)
+                return next()
+            case .updateFailed(let reason, let retryable, let cannotBeMade):
+                guard let operation = inFlight else { return unexpected(event) }
+                inFlight = nil
+                if cannotBeMade {
+                    if case .write(let service, _, _) = operation {
+                        unwritable[service.key] = service
+                        return tellSkipped(service.key, "its records cannot be written (\(reason))") + next()
+                    }
+                    apply(operation)  // (a removal or a list the server will not take: not tried again)
+                    return next()
+                }
+                guard retryable else { return [.stop(reason: reason)] }
+                let delay = min((retryDelay ?? .milliseconds(500)) * 2, .seconds(60))
+                retryDelay = delay
+                waitingToRetry = true
+                return [.retry(after: delay)]
+            case .retryDue:
+                guard waitingToRetry else { return unexpected(event) }
+                waitingToRetry = false
+                return next()
+            }
+        }
+
+        // MARK: Deciding
+
+        /// The next update, when none is in flight and the zone is known.
+        private mutating func next() -> [Action] {
+            guard inFlight == nil, !waitingToRetry, let written else { return [] }
+            let wanted = admitted.compactMap { key -> MirroredService? in
+                guard let service = linked[key], unwritable[key] == nil else { return nil }
+                return service
+            }
+            // Services of the link that the zone lacks, or holds otherwise.
+            if let service = wanted.first(where: { written[$0.key] != $0 }) {
+                let old = written[service.key]
+                let staleHost = old.flatMap { $0.host != service.host ? $0.host : nil }
+                return begin(
+                    .write(
+                        service, replacing: old,
+                        droppingHost: staleHost.flatMap { hostIsUnused($0, besides: service.key) ? $0 : nil }))
+            }
+            // Services the zone holds and the link does not (any more): once the link settled.
+            let wantedKeys = Set(wanted.map(\.key))
+            if settled, let gone = written.keys.sorted().first(where: { !wantedKeys.contains($0) }) {
+                let host = written[gone]?.host
+                return begin(
+                    .remove(gone, droppingHost: host.flatMap { hostIsUnused($0, besides: gone) ? $0 : nil }))
+            }
+            // The label's list of types, and the zone's pointer to the label as a browsing domain.
+            let types = Set(written.keys.map(\.type))
+            let adding = types.subtracting(enumerated).sorted()
+            let removing = settled ? enumerated.subtracting(types).sorted() : []
+            if !adding.isEmpty || !removing.isEmpty || !browseDomainWritten {
+                return begin(.enumerate(adding: adding, removing: removing, browseDomain: !browseDomainWritten))
+            }
+            return []
+        }
+
+        private mutating func begin(_ operation: ZoneOperation) -> [Action] {
+            inFlight = operation
+            return [.send(operation)]
+        }
+
+        /// True when no service the zone holds, other than `key`'s, is on `host`.
+        private func hostIsUnused(_ host: String, besides key: ServiceKey) -> Bool {
+            !(written ?? [:]).contains { $0.key != key && $0.value.host == host }
+        }
+
+        private mutating func apply(_ operation: ZoneOperation) {
+            switch operation {
+            case .write(let service, _, _): written?[service.key] = service
+            case .remove(let key, _): written?[key] = nil
+            case .enumerate(let adding, let removing, let browseDomain):
+                enumerated.formUnion(adding)
+                enumerated.subtract(removing)
+                if browseDomain { browseDomainWritten = true }
+            }
+        }
+
+        private mutating func tellSkipped(_ key: ServiceKey, _ reason: String) -> [Action] {
+            guard toldSkipped.insert(key).inserted else { return [] }
+            return [.skip(key, reason: reason)]
+        }
+
+        /// An event that cannot come now: a mistake in the shell, asserted in debug builds.
+        private func unexpected(_ event: Event) -> [Action] {
+            assertionFailure("\(event) with nothing in flight (waiting to retry: \(waitingToRetry))")
+            return []
+        }
+    }
+}

@@ -1,0 +1,263 @@
+import Foundation
+import SalutStreams
+
+/// Mirrors the services of this link, found by mDNS through avahi-daemon, into a DNS zone by
+/// signed updates (RFC 2136), under a label of its own: a discovery proxy in the manner of
+/// RFC 8766, with an ordinary DNS server (BIND) as the store. Clients on other links find the
+/// services by wide-area DNS-SD (`avahi-browse -d`, ``ServiceBrowser`` with a wide-area
+/// domain, `dig`), and connect to them at their routed addresses.
+///
+/// ```swift
+/// let gateway = DiscoveryGateway(
+///     configuration: .init(domain: "home.arpa", label: "lab-a", key: try SalutTSIGKey(contentsOfFile: "gw.key")),
+///     reports: { print($0) })
+/// try await gateway.run()   // until the task is cancelled
+/// ```
+///
+/// `Office Printer._ipp._tcp` on the link becomes `Office Printer._ipp._tcp.lab-a.home.arpa`,
+/// its SRV naming `HOST.lab-a.home.arpa`, whose A and AAAA records are the host's addresses
+/// that route off the link (never 169.254/16, IPv6 link-local or loopback). TXT records follow
+/// changes; a service that leaves the link leaves the zone. On start the gateway reads what the
+/// zone holds under its label and, once the link had ``Configuration/settleTime`` to show what
+/// it holds, removes what left while it was not running. A server that does not answer is
+/// tried again, waiting twice as long each time (at most a minute); a key or zone the server
+/// refuses ends ``run()``.
+public final class DiscoveryGateway: Sendable {
+    /// What a gateway mirrors, and where.
+    public struct Configuration: Sendable {
+        /// The DNS domain the services are written under (`home.arpa`), inside a zone that takes
+        /// updates signed with ``key`` (the domain may be the zone or a name below it).
+        public var domain: String
+        /// This link's label: its services go under `LABEL.DOMAIN`. One DNS label.
+        public var label: String
+        /// The TSIG key the zone's server takes updates with.
+        public var key: SalutTSIGKey
+        /// The name server to ask for the zone and its primary; nil: `/etc/resolv.conf`'s first.
+        public var nameServer: SocketAddress?
+        /// The service types to mirror (`_ipp._tcp`); empty: every type on the link
+        /// (`_services._dns-sd._udp`), at most ``maximumTypes`` of them.
+        public var types: [String]
+        /// Types never mirrored.
+        public var excludedTypes: [String]
+        /// At most this many services of the link are mirrored (first come, first served).
+        public var maximumServices: Int
+        /// At most this many types are browsed when ``types`` is empty.
+        public var maximumTypes: Int
+        /// How long the link has to show what it holds before the zone's leftovers are removed.
+        public var settleTime: Duration
+        /// Sends nothing: each update is reported (``Report/wouldSend(_:)``) and taken as
+        /// applied. The zone is still read.
+        public var dryRun: Bool
+
+        /// A configuration; see each property.
+        public init(
+            domain: String, label: String, key: SalutTSIGKey, nameServer: SocketAddress? = nil, types: [String] = [],
+            excludedTypes: [String] = [], maximumServices: Int = 1000, maximumTypes: Int = 200,
+            settleTime: Duration = .seconds(3), dryRun: Bool = false
+        ) {
+            self.domain = domain
+            self.label = label
+            self.key = key
+            self.nameServer = nameServer
+            self.types = types
+            self.excludedTypes = excludedTypes
+            self.maximumServices = maximumServices
+            self.maximumTypes = maximumTypes
+            self.settleTime = settleTime
+            self.dryRun = dryRun
+        }
+    }
+
+    /// A service of the link by its name and type (`_ipp._tcp`).
+    public struct ServiceKey: Sendable, Hashable, Comparable, CustomStringConvertible {
+        /// The instance name.
+        public var name: String
+        /// The service type, `_name._tcp` or `_name._udp`.
+        public var type: String
+
+        /// A key; see each property.
+        public init(name: String, type: String) {
+            self.name = name
+            self.type = type
+        }
+
+        public static func < (a: ServiceKey, b: ServiceKey) -> Bool { (a.type, a.name) < (b.type, b.name) }
+
+        /// `Name._type._tcp`.
+        public var description: String { "\(name).\(type)" }
+    }
+
+    /// What the gateway did, for its log.
+    public enum Report: Sendable, Equatable {
+        /// The zone was found: updates go to `server`, services under `labelDomain`.
+        case started(zone: String, labelDomain: String, server: String)
+        /// The zone held this many services under the label at the start.
+        case listed(count: Int)
+        /// A service is in the zone as the link has it (written, or changed).
+        case mirrored(ServiceKey)
+        /// A service was removed from the zone (it left the link, or left while the gateway
+        /// was not running).
+        case removed(ServiceKey)
+        /// A service is not mirrored, and why.
+        case skipped(ServiceKey, reason: String)
+        /// An update failed and is tried again after `seconds`.
+        case retrying(reason: String, seconds: Double)
+        /// With ``Configuration/dryRun``: the update that would be sent, as `nsupdate` lines.
+        case wouldSend(String)
+    }
+
+    /// A service as the gateway writes it: the link's records, with the host's first label and
+    /// only the addresses that route off the link.
+    struct MirroredService: Sendable, Hashable {
+        var key: ServiceKey
+        /// The host's name on the link without `.local` (`printer` for `printer.local`).
+        var host: String
+        var port: UInt16
+        /// The TXT record's strings.
+        var txt: [[UInt8]]
+        /// IPv4 (4 bytes) and IPv6 (16 bytes) addresses, sorted.
+        var addresses: [[UInt8]]
+    }
+
+    /// One change to the zone.
+    enum ZoneOperation: Sendable, Hashable {
+        /// Writes `service` (replacing what the zone had of it), and removes `droppingHost`'s
+        /// address records (a host no service is on any more).
+        case write(MirroredService, replacing: MirroredService?, droppingHost: String?)
+        /// Removes a service, and `droppingHost`'s address records.
+        case remove(ServiceKey, droppingHost: String?)
+        /// Lists these types under the label (and no longer those), and the label as a
+        /// browsing domain of the zone.
+        case enumerate(adding: [String], removing: [String], browseDomain: Bool)
+    }
+
+    private let configuration: Configuration
+    private let reports: @Sendable (Report) -> Void
+
+    /// A gateway; `reports` hears what it does (on any thread, one report at a time).
+    public init(configuration: Configuration, reports: @escaping @Sendable (Report) -> Void = { _ in }) {
+        self.configuration = configuration
+        self.reports = reports
+    }
+
+    /// Finds the zone and its primary, then mirrors the link until the calling task is
+    /// cancelled.
+    /// - Throws: ``DiscoveryError``: ``DiscoveryError/Code-swift.struct/invalidDomain`` for a
+    ///   label, domain or type that DNS cannot carry;
+    ///   ``DiscoveryError/Code-swift.struct/serverUnreachable`` when no server for the zone is
+    ///   found; ``DiscoveryError/Code-swift.struct/signatureRejected``,
+    ///   ``DiscoveryError/Code-swift.struct/notAuthorized`` or
+    ///   ``DiscoveryError/Code-swift.struct/updateRefused`` when the server refuses the updates.
+    public func run() async throws {
+        try Self.check(configuration)
+        let zone = try await GatewayZone.open(configuration)
+        reports(
+            .started(
+                zone: zone.updates.zone.description, labelDomain: zone.updates.labelDomain.description,
+                server: zone.primaries.first.map { "\($0)" } ?? "?"))
+        let (events, sink) = AsyncStream<StateMachine.Event>.makeStream()
+        let work = Work()
+        defer { work.cancelAll() }
+        // The error that ends the gateway, once the zone refused an update for good.
+        let refusal = Locked<DiscoveryError?>(nil)
+        var machine = StateMachine(maximumServices: configuration.maximumServices)
+        work.start { [reports] in
+            let listed = await zone.listWithRetries(reports: reports)
+            reports(.listed(count: listed.count))
+            sink.yield(.zoneListed(listed))
+        }
+        work.start { [configuration] in
+            try? await Task.sleep(for: configuration.settleTime)
+            sink.yield(.linkSettled)
+        }
+        work.start { [configuration] in
+            await LinkWatcher(configuration: configuration).watch { sink.yield($0) }
+        }
+        for await event in events {
+            for action in machine.handle(event) {
+                switch action {
+                case .resolve(let key):
+                    work.start(for: key) { await LinkWatcher.follow(key) { sink.yield(.found($0)) } }
+                case .stopResolving(let key):
+                    work.stop(key)
+                case .send(let operation):
+                    work.start { [configuration, reports] in
+                        let (outcome, error) = await zone.apply(
+                            operation, dryRun: configuration.dryRun, reports: reports)
+                        if case .updateSucceeded = outcome { Self.report(operation, to: reports) }
+                        if let error { refusal.withLock { $0 = error } }
+                        sink.yield(outcome)
+                    }
+                case .retry(let delay):
+                    work.start {
+                        try? await Task.sleep(for: delay)
+                        sink.yield(.retryDue)
+                    }
+                case .skip(let key, let reason):
+                    reports(.skipped(key, reason: reason))
+                case .stop(let reason):
+                    throw refusal.value ?? DiscoveryError.dnsFailure(reason)
+                }
+            }
+        }
+    }
+
+    /// Checks what the configuration names before anything is asked of the network.
+    private static func check(_ configuration: Configuration) throws {
+        let label = configuration.label
+        guard !label.isEmpty, label.utf8.count <= 63, !label.contains("."),
+            label.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value != 0x7f })
+        else {
+            throw DiscoveryError.invalidDomain(
+                "\(label.debugDescription) is not a DNS label (1 to 63 bytes, no dots, spaces or control characters)")
+        }
+        for type in configuration.types + configuration.excludedTypes {
+            _ = try ServiceNames.parseType(type, domain: "local")
+        }
+        _ = try ServiceNames.normaliseDomain(configuration.domain)
+    }
+
+    private static func report(_ operation: ZoneOperation, to reports: @Sendable (Report) -> Void) {
+        switch operation {
+        case .write(let service, _, _): reports(.mirrored(service.key))
+        case .remove(let key, _): reports(.removed(key))
+        case .enumerate: break
+        }
+    }
+
+    /// The tasks a running gateway started, cancelled when it ends: the watchers, the update in
+    /// flight, the timers, and one resolution per service mirrored (by its key).
+    private final class Work: Sendable {
+        // (Locked: started from the gateway's loop, ended from there and from its end.)
+        private let tasks = Locked<(loose: [UUID: Task<Void, Never>], byKey: [ServiceKey: Task<Void, Never>])>(
+            ([:], [:]))
+
+        func start(_ body: @escaping @Sendable () async -> Void) {
+            let id = UUID()
+            // Made under the lock that its own end takes: it cannot end before it is recorded.
+            tasks.withLock { state in
+                state.loose[id] = Task { [tasks] in
+                    await body()
+                    _ = tasks.withLock { $0.loose.removeValue(forKey: id) }
+                }
+            }
+        }
+
+        func start(for key: ServiceKey, _ body: @escaping @Sendable () async -> Void) {
+            let task = Task { await body() }
+            tasks.withLock { $0.byKey[key] = task }
+        }
+
+        func stop(_ key: ServiceKey) {
+            tasks.withLock { $0.byKey.removeValue(forKey: key) }?.cancel()
+        }
+
+        func cancelAll() {
+            let all = tasks.withLock { state -> [Task<Void, Never>] in
+                defer { state = ([:], [:]) }
+                return Array(state.loose.values) + Array(state.byKey.values)
+            }
+            all.forEach { $0.cancel() }
+        }
+    }
+}

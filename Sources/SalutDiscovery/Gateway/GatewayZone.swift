@@ -1,0 +1,161 @@
+import Foundation
+import SalutStreams
+
+extension DiscoveryGateway {
+    /// The zone side of a gateway: the zone its domain is in, that zone's primary, and the signed
+    /// updates and queries the gateway sends there.
+    struct GatewayZone: Sendable {
+        let updates: GatewayUpdates
+        /// The primary's addresses, tried in turn.
+        let primaries: [SocketAddress]
+        let signer: TSIG
+
+        /// Finds the zone `LABEL.DOMAIN` is in and its primary, asking the configured name server.
+        /// - Throws: ``DiscoveryError`` (see ``DiscoveryGateway/run()``).
+        static func open(_ configuration: Configuration) async throws -> GatewayZone {
+            let domain: DNSName
+            let labelDomain: DNSName
+            do {
+                domain = try DNSName(parsing: try ServiceNames.normaliseDomain(configuration.domain))
+                labelDomain = try domain.prepending(Array(configuration.label.utf8))
+            } catch let error as DiscoveryError {
+                throw error
+            } catch {
+                throw DiscoveryError.invalidDomain("\(configuration.label).\(configuration.domain) (\(error))")
+            }
+            let finder = WideAreaServerFinder(
+                nameServer: try configuration.nameServer ?? WideAreaPublisher.systemNameServer())
+            let zone = try await finder.zone(containing: labelDomain)
+            let primaries = try await finder.primaries(of: zone)
+            do {
+                return GatewayZone(
+                    updates: try GatewayUpdates(zone: zone, domain: domain, label: configuration.label),
+                    primaries: primaries, signer: TSIG(key: configuration.key))
+            } catch {
+                throw DiscoveryError.invalidDomain("\(labelDomain) (\(error))")
+            }
+        }
+
+        // MARK: Reading the zone
+
+        /// What the zone holds under the label, read from the primary; asked again, waiting
+        /// twice as long each time (at most a minute), while the primary does not answer.
+        func listWithRetries(reports: @Sendable (Report) -> Void) async -> [ServiceKey: MirroredService] {
+            var delay = Duration.seconds(1)
+            while !Task.isCancelled {
+                do {
+                    return try await list()
+                } catch {
+                    reports(.retrying(reason: "reading the zone: \(error)", seconds: Double(delay.components.seconds)))
+                    try? await Task.sleep(for: delay)
+                    delay = min(delay * 2, .seconds(60))
+                }
+            }
+            return [:]
+        }
+
+        /// What the zone holds under the label: the types listed there, their instances, and
+        /// each one's records.
+        /// - Throws: ``DiscoveryError`` when the primary does not answer or fails.
+        func list() async throws -> [ServiceKey: MirroredService] {
+            guard let primary = primaries.first else { return [:] }
+            let exchange = DNSExchange(server: primary)
+            let list = try updates.typesName
+            var found: [ServiceKey: MirroredService] = [:]
+            for pointer in try await ask(exchange, list, DNSType.pointer) {
+                guard let target = pointer.target, target.isWithin(updates.labelDomain),
+                    target.labels.count == updates.labelDomain.labels.count + 2
+                else { continue }
+                let type = target.labels.prefix(2).map { String(decoding: $0, as: UTF8.self) }.joined(separator: ".")
+                let browser = try UnicastBrowser(
+                    type: type, domain: updates.labelDomain.description, nameServer: primary)
+                for name in try await browser.instances().names {
+                    guard let instance = try? await browser.resolve(name) else { continue }
+                    let key = ServiceKey(name: name, type: type)
+                    found[key] = MirroredService(
+                        key: key, host: String(instance.host.split(separator: ".").first ?? ""), port: instance.port,
+                        txt: instance.txt,
+                        addresses: instance.addresses.map(\.rawBytes).sorted { a, b in
+                            a.count != b.count ? a.count < b.count : a.lexicographicallyPrecedes(b)
+                        })
+                }
+            }
+            return found
+        }
+
+        private func ask(_ exchange: DNSExchange, _ name: DNSName, _ type: UInt16) async throws -> [DNSRecord] {
+            let answer = try await exchange.query(name, type)
+            switch answer.rcode {
+            case DNSResponseCode.noError: return answer.answers.filter { $0.type == type && $0.name == name }
+            case DNSResponseCode.nameError: return []
+            default:
+                throw DiscoveryError.dnsFailure(
+                    "\(exchange.server) answered \(DNSResponseCode.messageName(answer.rcode)) for \(name)")
+            }
+        }
+
+        // MARK: Writing the zone
+
+        /// Sends `operation`'s update (or, `dryRun`, reports it) and says how it went, with the
+        /// error that ends the gateway when the server refuses it for good.
+        func apply(
+            _ operation: ZoneOperation, dryRun: Bool, reports: @Sendable (Report) -> Void
+        ) async -> (StateMachine.Event, DiscoveryError?) {
+            let message: DNSMessage
+            do {
+                message = try updates.message(for: operation, id: .random(in: 0 ... .max))
+            } catch {
+                return (.updateFailed(reason: "\(error)", retryable: false, unwritable: true), nil)
+            }
+            let (bytes, mac) = signer.sign(message, at: Self.now())
+            guard bytes.count <= GatewayUpdates.largestUpdate else {
+                return (
+                    .updateFailed(reason: "an update of \(bytes.count) bytes", retryable: false, unwritable: true), nil
+                )
+            }
+            if dryRun {
+                reports(.wouldSend(GatewayUpdates.nsupdateLines(message)))
+                return (.updateSucceeded, nil)
+            }
+            var lastError: (any Error)?
+            for primary in primaries {
+                do {
+                    let (answer, _) = try await DNSExchange(server: primary).exchange(bytes)
+                    let verified: DNSMessage
+                    do {
+                        verified = try signer.verify(answer: answer, requestMAC: mac, at: Self.now())
+                    } catch let failure as TSIGFailure {
+                        let error = WideAreaPublisher.describe(failure, zone: updates.zone.description)
+                        return (.updateFailed(reason: "\(error)", retryable: false, unwritable: false), error)
+                    }
+                    switch verified.rcode {
+                    case DNSResponseCode.noError:
+                        return (.updateSucceeded, nil)
+                    case DNSResponseCode.serverFailure:
+                        return (
+                            .updateFailed(reason: "\(primary) answered SERVFAIL", retryable: true, unwritable: false),
+                            nil
+                        )
+                    case DNSResponseCode.formatError:
+                        // This update only (a record the server will not take): the others go on.
+                        return (
+                            .updateFailed(reason: "\(primary) answered FORMERR", retryable: false, unwritable: true),
+                            nil
+                        )
+                    default:
+                        let error = WideAreaPublisher.failure(verified.rcode, zone: updates.zone.description)
+                        return (.updateFailed(reason: "\(error)", retryable: false, unwritable: false), error)
+                    }
+                } catch let error as DiscoveryError where error.code == .serverUnreachable {
+                    lastError = error
+                } catch {
+                    return (.updateFailed(reason: "\(error)", retryable: true, unwritable: false), nil)
+                }
+            }
+            let reason = lastError.map { "\($0)" } ?? "no address for the primary"
+            return (.updateFailed(reason: reason, retryable: true, unwritable: false), nil)
+        }
+
+        private static func now() -> UInt64 { UInt64(max(0, Date().timeIntervalSince1970)) }
+    }
+}

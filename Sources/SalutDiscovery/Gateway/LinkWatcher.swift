@@ -1,0 +1,113 @@
+import Foundation
+import SalutStreams
+
+extension DiscoveryGateway {
+    /// The link side of a gateway: browses the types it mirrors through avahi-daemon and
+    /// reports each service seen and lost, and follows each admitted service's records.
+    struct LinkWatcher: Sendable {
+        let configuration: Configuration
+
+        /// Reports every service of the mirrored types seen or lost on the link until the
+        /// calling task is cancelled; a browse that fails (avahi-daemon restarting) starts again
+        /// a second later.
+        func watch(_ report: @escaping @Sendable (StateMachine.Event) -> Void) async {
+            let excluded = Set(configuration.excludedTypes.map { $0.lowercased() })
+            await withTaskGroup(of: Void.self) { group in
+                if !configuration.types.isEmpty {
+                    for type in configuration.types where !excluded.contains(type.lowercased()) {
+                        group.addTask { await Self.browse(type, report) }
+                    }
+                    return
+                }
+                // Every type on the link, as it appears (at most `maximumTypes`).
+                var browsed = Set<String>()
+                while !Task.isCancelled {
+                    do {
+                        for try await update in try ServiceBrowser.serviceTypes() {
+                            for case .added(let found) in update.changes {
+                                let type = found.name.lowercased()
+                                guard !excluded.contains(type),
+                                    (try? ServiceNames.parseType(type, domain: "local")) != nil,
+                                    browsed.count < configuration.maximumTypes, browsed.insert(type).inserted
+                                else { continue }
+                                group.addTask { await Self.browse(type, report) }
+                            }
+                        }
+                    } catch {
+                        SalutLogging.logger.warning("browsing the link's service types failed: \(error)")
+                    }
+                    try? await Task.sleep(for: .seconds(1))
+                }
+            }
+        }
+
+        /// Reports the services of `type` seen and lost, until cancelled.
+        private static func browse(_ type: String, _ report: @escaping @Sendable (StateMachine.Event) -> Void) async {
+            var known = Set<ServiceKey>()
+            while !Task.isCancelled {
+                do {
+                    for try await update in try ServiceBrowser(type: type) {
+                        for change in update.changes {
+                            switch change {
+                            case .added(let service):
+                                let key = ServiceKey(name: service.name, type: type)
+                                if known.insert(key).inserted { report(.seen(key)) }
+                            case .removed(let service):
+                                let key = ServiceKey(name: service.name, type: type)
+                                if known.remove(key) != nil { report(.lost(key)) }
+                            }
+                        }
+                    }
+                } catch {
+                    SalutLogging.logger.warning("browsing \(type) on the link failed: \(error)")
+                }
+                // The browse ended (the daemon went away): what it showed is gone with it, and
+                // comes back when it is seen again.
+                for key in known { report(.lost(key)) }
+                known = []
+                try? await Task.sleep(for: .seconds(1))
+            }
+        }
+
+        /// Reports `key`'s records each time they change (its first resolution included),
+        /// until cancelled.
+        static func follow(_ key: ServiceKey, _ report: @escaping @Sendable (MirroredService) -> Void) async {
+            let service = DiscoveredService(name: key.name, type: key.type, domain: "local")
+            guard let resolutions = try? service.resolutions() else { return }
+            for await resolved in resolutions {
+                report(MirroredService(key: key, resolved: resolved))
+            }
+        }
+    }
+}
+
+extension DiscoveryGateway.MirroredService {
+    /// The service as resolved on the link: its host's first label, its TXT strings as they
+    /// are, and only its addresses that route off the link.
+    init(key: DiscoveryGateway.ServiceKey, resolved: ResolvedService) {
+        self.key = key
+        var host = resolved.hostName
+        if host.hasSuffix(".") { host.removeLast() }
+        self.host = String(host.split(separator: ".", maxSplits: 1).first ?? Substring(host))
+        port = resolved.port
+        txt = DNSRecord.strings(inTextData: Array(resolved.txtRecord.data)) ?? []
+        addresses = Set(resolved.addresses.map(\.rawBytes).filter(Self.routesOffTheLink)).sorted { a, b in
+            a.count != b.count ? a.count < b.count : a.lexicographicallyPrecedes(b)
+        }
+    }
+
+    /// False for addresses that mean nothing off this link: IPv4 link-local (169.254/16),
+    /// loopback and unspecified; IPv6 link-local (fe80::/10), loopback and unspecified.
+    static func routesOffTheLink(_ bytes: [UInt8]) -> Bool {
+        switch bytes.count {
+        case 4:
+            return !(bytes[0] == 169 && bytes[1] == 254) && bytes[0] != 127 && bytes != [0, 0, 0, 0]
+        case 16:
+            let linkLocal = bytes[0] == 0xfe && (bytes[1] & 0xc0) == 0x80
+            let special = bytes.dropLast().allSatisfy { $0 == 0 } && (bytes[15] == 0 || bytes[15] == 1)
+            return !linkLocal && !special
+        default:
+            return false
+        }
+    }
+}

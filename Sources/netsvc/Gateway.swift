@@ -1,0 +1,205 @@
+import ArgumentParser
+import Foundation
+import Salut
+import SalutStreams
+
+/// `netsvc gateway`: this link's services, mirrored into a DNS zone (see ``DiscoveryGateway``).
+struct Gateway: AsyncParsableCommand, LogLevelCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Mirror this link's services into a DNS zone, for clients on other links (until interrupted).",
+        discussion: """
+            A discovery proxy without avahi's reflector: the services found on this link by mDNS are written by signed DNS updates under LABEL.ZONE (for example "Office Printer._ipp._tcp.lab-a.home.arpa"), with the SRV record naming HOST.LABEL.ZONE and that host's addresses beside it (never 169.254/16, IPv6 link-local or loopback addresses, which route nowhere else). TXT records follow changes, and a service that leaves the link leaves the zone. LABEL.ZONE is listed as a browsing domain of ZONE, so wide-area clients find it (`avahi-browse -d lab-a.home.arpa -a`, `netsvc browse _ipp._tcp --domain lab-a.home.arpa --dns-server …`, `dig`). Run one gateway per link, each with its own --link-label; two on one link write the same records.
+
+            On start the gateway reads what the zone holds under its label and, once the link has had --settle seconds to show its services, removes those that left while it was not running. A server that does not answer is tried again, waiting twice as long each time (at most a minute); a key or zone the server refuses ends the gateway (exit 1). SIGINT, SIGTERM or SIGHUP stop it; the zone keeps what it mirrored (the next start reconciles it).
+
+            Exit codes: 0 stopped by a signal, 1 the server refused the updates or could not be found, 2 bad arguments (a label that is not a DNS label, a type that is not _name._tcp or _name._udp, a key file that cannot be read), 3 avahi-daemon unavailable.
+
+            Examples:
+              netsvc gateway --domain home.arpa --tsig-key /etc/salut/gateway.key --link-label lab-a
+              netsvc gateway --domain home.arpa --tsig-key gw.key --types _ipp._tcp,_airplay._tcp --dry-run
+            """)
+
+    @Option(
+        help: ArgumentHelp("The DNS domain the services go under (a zone, or a name inside one).", valueName: "ZONE"))
+    var domain: String
+
+    @Option(
+        help: ArgumentHelp(
+            "The TSIG key the zone takes updates with (a file in BIND's tsig-keygen format).", valueName: "FILE"))
+    var tsigKey: String
+
+    @Option(
+        help: ArgumentHelp(
+            "This link's label: its services go under LABEL.ZONE. Default: this host's name.", valueName: "LABEL"))
+    var linkLabel: String?
+
+    @Option(
+        parsing: .upToNextOption,
+        help: ArgumentHelp(
+            "Only these service types (comma-separated or repeated), for example _ipp._tcp,_airplay._tcp. Default: every type on the link.",
+            valueName: "TYPES"))
+    var types: [String] = []
+
+    @Flag(help: "Every service type on the link (the default when --types is not given).")
+    var allTypes = false
+
+    @Option(
+        parsing: .upToNextOption,
+        help: ArgumentHelp("Never these service types (comma-separated or repeated).", valueName: "TYPES"))
+    var excludeTypes: [String] = []
+
+    @Option(
+        help: ArgumentHelp(
+            "At most this many services are mirrored, first come first served (1 to 100000).", valueName: "N"))
+    var maxServices = 1000
+
+    @Option(
+        parsing: .unconditional,
+        help: ArgumentHelp(
+            "Seconds the link has at the start to show its services before the zone's leftovers are removed (0.1 to 600).",
+            valueName: "SECONDS"))
+    var settle: Seconds = 3
+
+    @Option(
+        help: ArgumentHelp(
+            "The name server to ask for the zone and its primary, as ADDRESS or ADDRESS:PORT; default: /etc/resolv.conf.",
+            valueName: "ADDRESS"))
+    var dnsServer: String?
+
+    @Flag(help: "Send nothing: print each update as nsupdate lines (the zone is still read).")
+    var dryRun = false
+
+    @Flag(help: "Write one JSON object per line.")
+    var json = false
+
+    @OptionGroup var logging: LoggingOptions
+
+    /// The types named, split at commas.
+    private static func split(_ values: [String]) -> [String] {
+        values.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }.filter {
+            !$0.isEmpty
+        }
+    }
+
+    func validate() throws {
+        if allTypes && !types.isEmpty { throw ValidationError("--all-types and --types do not go together") }
+        for type in Self.split(types) + Self.split(excludeTypes) {
+            let parts = type.split(separator: ".")
+            guard parts.count == 2, parts[0].hasPrefix("_"), parts[0].count > 1, ["_tcp", "_udp"].contains(parts[1])
+            else {
+                throw ValidationError(
+                    "\"\(Terminal.escaped(type))\" is not a service type such as _ipp._tcp or _name._udp")
+            }
+        }
+        if !(1...100_000).contains(maxServices) {
+            throw ValidationError("--max-services \(maxServices) is outside 1…100000")
+        }
+        if !(0.1...600).contains(settle.value) { throw ValidationError("--settle \(settle.value) is outside 0.1…600") }
+        if let dnsServer, WideAreaBrowsing.nameServerAddress(dnsServer) == nil {
+            throw ValidationError("--dns-server \(dnsServer) is not an IP address, ADDRESS:PORT or [IPv6]:PORT")
+        }
+        let label = linkLabel ?? Self.hostLabel()
+        guard !label.isEmpty, label.utf8.count <= 63, !label.contains("."),
+            label.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value != 0x7f })
+        else {
+            throw ValidationError(
+                "--link-label \"\(Terminal.escaped(label))\" is not a DNS label (1 to 63 bytes, no dots, spaces or control characters)"
+            )
+        }
+        let bare = domain.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "."))
+        if bare == "local" || bare.hasSuffix(".local") {
+            throw ValidationError("--domain \(domain) is multicast DNS on the link, not a zone a name server holds")
+        }
+    }
+
+    /// This host's name up to its first dot.
+    private static func hostLabel() -> String {
+        String(ProcessInfo.processInfo.hostName.split(separator: ".").first ?? "")
+    }
+
+    func run() async throws {
+        if let warning = Publish.exposure(ofKeyFile: tsigKey) { note(warning) }
+        let key: SalutTSIGKey
+        do {
+            key = try SalutTSIGKey(contentsOfFile: tsigKey)
+        } catch {
+            Output.standardError("netsvc: --tsig-key \(Terminal.escaped(tsigKey)): \(error)\n")
+            throw ExitStatus.usage
+        }
+        try await requireDaemonOrFail()
+        let configuration = DiscoveryGateway.Configuration(
+            domain: domain, label: linkLabel ?? Self.hostLabel(), key: key,
+            nameServer: dnsServer.flatMap(WideAreaBrowsing.nameServerAddress), types: Self.split(types),
+            excludedTypes: Self.split(excludeTypes), maximumServices: maxServices,
+            settleTime: .milliseconds(Int(settle.value * 1000)), dryRun: dryRun)
+        let json = self.json
+        let gateway = DiscoveryGateway(configuration: configuration) { report in Self.show(report, json: json) }
+        let running = Task { try await gateway.run() }
+        let stopped = Task {
+            let signal = await Publish.waitForTermination(hangUpEnds: true)
+            running.cancel()
+            return signal
+        }
+        do {
+            try await running.value
+        } catch is CancellationError {
+        } catch {
+            stopped.cancel()
+            throw fail(error)
+        }
+        let signal = await stopped.value
+        if json { printJSON(["event": "stopped", "signal": signal]) } else { emit("stopped (\(signal))") }
+    }
+
+    private func requireDaemonOrFail() async throws {
+        do { try await requireDaemon() } catch { throw fail(error) }
+    }
+
+    private static func show(_ report: DiscoveryGateway.Report, json: Bool) {
+        switch report {
+        case .started(let zone, let labelDomain, let server):
+            if json {
+                printJSON(["event": "started", "zone": zone, "domain": labelDomain, "server": server])
+            } else {
+                emit("mirroring this link into \(Terminal.escaped(labelDomain)) (zone \(zone), updates to \(server))")
+            }
+        case .listed(let count):
+            if json {
+                printJSON(["event": "listed", "services": count])
+            } else {
+                emit("the zone holds \(count) service\(count == 1 ? "" : "s") of this label")
+            }
+        case .mirrored(let key):
+            if json {
+                printJSON(["event": "mirrored", "name": key.name, "type": key.type])
+            } else {
+                emit("mirrored \"\(Terminal.escaped(key.name))\" \(key.type)")
+            }
+        case .removed(let key):
+            if json {
+                printJSON(["event": "removed", "name": key.name, "type": key.type])
+            } else {
+                emit("removed \"\(Terminal.escaped(key.name))\" \(key.type)")
+            }
+        case .skipped(let key, let reason):
+            if json {
+                printJSON(["event": "skipped", "name": key.name, "type": key.type, "reason": reason])
+            } else {
+                emit("skipped \"\(Terminal.escaped(key.name))\" \(key.type): \(Terminal.escaped(reason))")
+            }
+        case .retrying(let reason, let seconds):
+            if json {
+                printJSON(["event": "retrying", "reason": reason, "seconds": seconds])
+            } else {
+                note("\(Terminal.escaped(reason)); trying again in \(Int(seconds)) s")
+            }
+        case .wouldSend(let lines):
+            if json {
+                printJSON(["event": "would-send", "update": lines])
+            } else {
+                // Each line escaped on its own (names in master-file form are escaped already).
+                emit(lines.split(separator: "\n").map { Terminal.escaped(String($0)) }.joined(separator: "\n"))
+            }
+        }
+    }
+}

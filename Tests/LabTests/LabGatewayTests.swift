@@ -1,0 +1,142 @@
+import Foundation
+import Salut
+import SalutTestSupport
+import XCTest
+
+/// `netsvc gateway` in the routed lab: a service published by mDNS on subnet A (by a foreign
+/// publisher, `avahi-publish`) is mirrored into BIND's `home.arpa` under `lab-a`, and found,
+/// resolved and followed from subnet B, where mDNS does not reach.
+final class LabGatewayTests: XCTestCase {
+    static let netsvc = BuiltProduct.path("netsvc")
+
+    override func setUpWithError() throws {
+        guard ProcessInfo.processInfo.environment["SALUT_ROUTED_LAB"] == "1" else {
+            throw XCTSkip(
+                "routed-lab tests run from Scripts/test, which brings up the two-subnet lab (SALUT_ROUTED_LAB=1)")
+        }
+    }
+
+    private let a1 = LabHost(name: "a1"), b1 = LabHost(name: "b1")
+
+    private func gateway(label: String, type: String) throws -> Foreign {
+        try a1.start([
+            Self.netsvc, "gateway", "--domain", "home.arpa", "--tsig-key", LabWideAreaTests.key, "--link-label", label,
+            "--types", type, "--settle", "1", "--json",
+        ])
+    }
+
+    /// B's unicast browse of `type` under `domain`, resolved, as JSON lines.
+    private func browseFromB(_ type: String, in domain: String) throws -> String {
+        try b1.run([
+            Self.netsvc, "browse", type, "--domain", domain, "--dns-server", "198.18.2.1", "--resolve", "--terminate",
+            "--json",
+        ])
+    }
+
+    /// Asks B's browse again until `condition` holds (unicast DNS pushes nothing), 20 s at most.
+    private func browseFromB(
+        _ type: String, in domain: String, until condition: (String) -> Bool
+    ) throws -> String {
+        var seen = ""
+        let deadline = Date().addingTimeInterval(20)
+        repeat { seen = try browseFromB(type, in: domain) } while !condition(seen) && Date() < deadline
+        return seen
+    }
+
+    func testAForeignServiceOnAIsMirroredFollowedAndRemovedForB() throws {
+        let type = "_gw\(UUID().uuidString.prefix(6).lowercased())._tcp"
+        let label = "lab-a\(UUID().uuidString.prefix(4).lowercased())"
+        let domain = "\(label).home.arpa"
+        let printer = try a1.start(["avahi-publish", "-s", "Office Printer", type, "631", "rp=ipp", "note=first"])
+        defer { printer.stop() }
+        let gateway = try gateway(label: label, type: type)
+        defer { gateway.stop() }
+        XCTAssertTrue(gateway.waitForOutput(containing: #""event":"mirrored""#, seconds: 30), gateway.output)
+
+        // Found and resolved from B by unicast DNS, at A's routed address.
+        let found = try browseFromB(type, in: domain)
+        XCTAssertTrue(found.contains(#""name":"Office Printer""#), found)
+        XCTAssertTrue(found.contains("198.18.1.10"), "subnet A's address: \(found)")
+        XCTAssertTrue(found.contains(#""rp":"ipp""#) && found.contains(#""note":"first""#), found)
+        // The label is a browsing domain of the zone, for wide-area clients; dig sees the SRV.
+        let browsing = try b1.run(["dig", "+short", "@198.18.2.1", "b._dns-sd._udp.home.arpa", "PTR"])
+        XCTAssertTrue(browsing.contains("\(domain)."), browsing)
+        let srv = try b1.run(["dig", "+short", "@198.18.2.1", "Office\\032Printer.\(type).\(domain)", "SRV"])
+        XCTAssertTrue(srv.contains("631 salut-a1.\(domain)."), srv)
+        // avahi-daemon's wide-area browse on B finds it too.
+        let avahi = try b1.run(["avahi-browse", "-d", domain, "-r", "-t", "-p", type])
+        XCTAssertTrue(avahi.contains("Office\\032Printer;\(type);\(domain);"), avahi)
+        // mDNS itself did not cross: it is not on B's link.
+        XCTAssertFalse(try b1.run([Self.netsvc, "browse", type, "--terminate"]).contains("Office Printer"))
+
+        // The TXT record changes on A (published again with another note): it follows.
+        printer.stop()
+        XCTAssertTrue(printer.waitForExit(seconds: 10))
+        let again = try a1.start(["avahi-publish", "-s", "Office Printer", type, "631", "rp=ipp", "note=second"])
+        defer { again.stop() }
+        let changed = try browseFromB(type, in: domain) { $0.contains(#""note":"second""#) }
+        XCTAssertTrue(changed.contains(#""note":"second""#), "the change reached B: \(changed)")
+
+        // Withdrawn on A (a goodbye): gone for B.
+        again.stop()
+        XCTAssertTrue(again.waitForExit(seconds: 10))
+        let gone = try browseFromB(type, in: domain) { !$0.contains("Office Printer") }
+        XCTAssertFalse(gone.contains("Office Printer"), gone)
+        XCTAssertTrue(gateway.waitForOutput(containing: #""event":"removed""#, seconds: 20), gateway.output)
+    }
+
+    func testAfterKill9AndARestartTheZoneEqualsTheLink() throws {
+        let type = "_gk\(UUID().uuidString.prefix(6).lowercased())._tcp"
+        let label = "lab-k\(UUID().uuidString.prefix(4).lowercased())"
+        let domain = "\(label).home.arpa"
+        let stays = try a1.start(["avahi-publish", "-s", "Stays", type, "80"])
+        defer { stays.stop() }
+        let leaves = try a1.start(["avahi-publish", "-s", "Leaves", type, "81"])
+        defer { leaves.stop() }
+        let first = try gateway(label: label, type: type)
+        defer { first.stop() }
+        let both = try browseFromB(type, in: domain) { $0.contains("Stays") && $0.contains("Leaves") }
+        XCTAssertTrue(both.contains("Stays") && both.contains("Leaves"), both)
+
+        // The gateway dies without a word; a service leaves while it is down.
+        XCTAssertEqual(kill(first.process.processIdentifier, SIGKILL), 0)
+        XCTAssertTrue(first.waitForExit(seconds: 10))
+        leaves.stop()
+        XCTAssertTrue(leaves.waitForExit(seconds: 10))
+
+        // Restarted: what left is removed once the link settled, what stays stays.
+        let second = try gateway(label: label, type: type)
+        defer { second.stop() }
+        XCTAssertTrue(second.waitForOutput(containing: #""event":"listed","services":2"#, seconds: 20), second.output)
+        let after = try browseFromB(type, in: domain) { !$0.contains("Leaves") }
+        XCTAssertFalse(after.contains("Leaves"), "the orphan was removed: \(after)")
+        XCTAssertTrue(after.contains("Stays"), after)
+    }
+
+    func testBadInputIsOneLineAndWritesNothing() throws {
+        // A label that is no DNS label, a type that is no type: usage errors before anything.
+        for (arguments, words) in [
+            (["--link-label", "lab.a"], "is not a DNS label"), (["--types", "ipp"], "is not a service type"),
+        ] {
+            let job = try a1.start(
+                [Self.netsvc, "gateway", "--domain", "home.arpa", "--tsig-key", LabWideAreaTests.key] + arguments)
+            XCTAssertTrue(job.waitForExit(seconds: 20), job.output)
+            XCTAssertEqual(job.process.terminationStatus, 2, job.output)
+            XCTAssertTrue(job.output.contains(words), job.output)
+        }
+        // A key the server refuses: exit 1, naming it.
+        let wrong = NSTemporaryDirectory() + "salut-gw-wrong-\(UUID().uuidString.prefix(6)).key"
+        try #"key "salut-publisher" { algorithm hmac-sha256; secret "d3Jvbmcgc2VjcmV0"; };"#.write(
+            toFile: wrong, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: wrong) }
+        let refused = try a1.start([
+            Self.netsvc, "gateway", "--domain", "home.arpa", "--tsig-key", wrong, "--link-label", "refused",
+            "--types", "_gwrefused._tcp", "--settle", "0.5",
+        ])
+        XCTAssertTrue(refused.waitForExit(seconds: 30), refused.output)
+        XCTAssertEqual(refused.process.terminationStatus, 1, refused.output)
+        XCTAssertTrue(refused.output.contains("BADSIG"), refused.output)
+        let written = try b1.run(["dig", "+short", "@198.18.2.1", "b._dns-sd._udp.home.arpa", "PTR"])
+        XCTAssertFalse(written.contains("refused.home.arpa"), written)
+    }
+}

@@ -1,0 +1,179 @@
+import XCTest
+
+@testable import SalutDiscovery
+
+/// What a gateway mirrors, removes and tries again, decided without a network.
+final class DiscoveryGatewayStateMachineTests: XCTestCase {
+    typealias Machine = DiscoveryGateway.StateMachine
+    typealias Key = DiscoveryGateway.ServiceKey
+    typealias Service = DiscoveryGateway.MirroredService
+
+    private func service(
+        _ name: String, type: String = "_ipp._tcp", host: String = "printer", port: UInt16 = 631,
+        txt: [[UInt8]] = [Array("rp=ipp".utf8)], addresses: [[UInt8]] = [[198, 18, 1, 20]]
+    ) -> Service {
+        Service(key: Key(name: name, type: type), host: host, port: port, txt: txt, addresses: addresses)
+    }
+
+    /// The operation of the single send among `actions`.
+    private func sent(
+        _ actions: [Machine.Action], file: StaticString = #filePath, line: UInt = #line
+    )
+        -> DiscoveryGateway.ZoneOperation?
+    {
+        let sends = actions.compactMap { action -> DiscoveryGateway.ZoneOperation? in
+            if case .send(let operation) = action { return operation }
+            return nil
+        }
+        XCTAssertLessThanOrEqual(sends.count, 1, "one update at a time", file: file, line: line)
+        return sends.first
+    }
+
+    /// Answers every update the machine sends (starting from `actions`) as applied, until it
+    /// sends no more; the operations in order.
+    private func drain(_ machine: inout Machine, from actions: [Machine.Action]) -> [DiscoveryGateway.ZoneOperation] {
+        var operations: [DiscoveryGateway.ZoneOperation] = []
+        var next = sent(actions)
+        while let operation = next {
+            operations.append(operation)
+            next = sent(machine.handle(.updateSucceeded))
+        }
+        return operations
+    }
+
+    func testNothingIsWrittenBeforeTheZoneIsReadThenTheServiceAndTheListFollow() {
+        var machine = Machine(maximumServices: 10)
+        let printer = service("Office Printer")
+        XCTAssertEqual(machine.handle(.seen(printer.key)), [.resolve(printer.key)])
+        XCTAssertEqual(machine.handle(.found(printer)), [], "the zone is not read yet")
+        XCTAssertEqual(
+            sent(machine.handle(.zoneListed([:]))), .write(printer, replacing: nil, droppingHost: nil))
+        XCTAssertEqual(machine.handle(.found(printer)), [], "one update in flight")
+        XCTAssertEqual(
+            sent(machine.handle(.updateSucceeded)),
+            .enumerate(adding: ["_ipp._tcp"], removing: [], browseDomain: true))
+        XCTAssertEqual(machine.handle(.updateSucceeded), [], "the zone is as the link")
+        XCTAssertEqual(machine.mirroredCount, 1)
+    }
+
+    func testATXTChangeIsWrittenAndAServiceThatLeavesIsRemovedWithItsHost() {
+        var machine = Machine(maximumServices: 10)
+        let printer = service("Office Printer")
+        _ = drain(&machine, from: machine.handle(.zoneListed([:])))  // the browsing domain
+        _ = machine.handle(.linkSettled)
+        _ = machine.handle(.seen(printer.key))
+        XCTAssertEqual(
+            drain(&machine, from: machine.handle(.found(printer))),
+            [
+                .write(printer, replacing: nil, droppingHost: nil),
+                .enumerate(adding: ["_ipp._tcp"], removing: [], browseDomain: false),
+            ])
+        var changed = printer
+        changed.txt = [Array("rp=ipp/print".utf8)]
+        XCTAssertEqual(
+            drain(&machine, from: machine.handle(.found(changed))),
+            [.write(changed, replacing: printer, droppingHost: nil)])
+        let actions = machine.handle(.lost(printer.key))
+        XCTAssertTrue(actions.contains(.stopResolving(printer.key)))
+        XCTAssertEqual(
+            drain(&machine, from: actions),
+            [
+                .remove(printer.key, droppingHost: "printer"),  // no other service on that host
+                .enumerate(adding: [], removing: ["_ipp._tcp"], browseDomain: false),
+            ])
+        XCTAssertEqual(machine.mirroredCount, 0)
+    }
+
+    func testLeftoversInTheZoneAreRemovedOnlyOnceTheLinkSettled() {
+        var machine = Machine(maximumServices: 10)
+        let kept = service("Kept"), gone = service("Gone", host: "old")
+        _ = machine.handle(.seen(kept.key))
+        _ = machine.handle(.found(kept))
+        XCTAssertEqual(
+            sent(machine.handle(.zoneListed([kept.key: kept, gone.key: gone]))),
+            .enumerate(adding: [], removing: [], browseDomain: true), "the zone has both already")
+        XCTAssertEqual(machine.handle(.updateSucceeded), [], "nothing removed before the link settled")
+        XCTAssertEqual(sent(machine.handle(.linkSettled)), .remove(gone.key, droppingHost: "old"))
+        XCTAssertEqual(machine.handle(.updateSucceeded), [])
+        XCTAssertEqual(machine.mirroredCount, 1)
+    }
+
+    func testAHostSharedByTwoServicesStaysUntilTheLastGoes() {
+        var machine = Machine(maximumServices: 10)
+        let web = service("Web", type: "_http._tcp", host: "box"), ipp = service("Print", host: "box")
+        _ = machine.handle(.zoneListed([web.key: web, ipp.key: ipp]))
+        _ = machine.handle(.updateSucceeded)  // the list
+        _ = machine.handle(.seen(web.key))
+        _ = machine.handle(.found(web))
+        XCTAssertEqual(sent(machine.handle(.linkSettled)), .remove(ipp.key, droppingHost: nil), "web is on box")
+    }
+
+    func testAtMostTheLimitIsMirroredAndAWaitingServiceTakesAFreedPlace() {
+        var machine = Machine(maximumServices: 2)
+        let a = service("A"), b = service("B"), c = service("C")
+        XCTAssertEqual(machine.handle(.seen(a.key)), [.resolve(a.key)])
+        XCTAssertEqual(machine.handle(.seen(b.key)), [.resolve(b.key)])
+        let over = machine.handle(.seen(c.key))
+        XCTAssertEqual(over.count, 1)
+        guard case .skip(c.key, let reason) = over.first else { return XCTFail("\(over)") }
+        XCTAssertTrue(reason.contains("--max-services (2)"), reason)
+        XCTAssertEqual(machine.handle(.found(c)), [], "not resolved, not written")
+        let freed = machine.handle(.lost(a.key))
+        XCTAssertEqual(freed, [.stopResolving(a.key), .resolve(c.key)])
+    }
+
+    func testAFloodBeyondWhatWaitsIsIgnoredAndSaidOnce() {
+        var machine = Machine(maximumServices: 1)
+        for index in 0..<5 { _ = machine.handle(.seen(Key(name: "S\(index)", type: "_x._tcp"))) }
+        let flooded = machine.handle(.seen(Key(name: "S5", type: "_x._tcp")))
+        guard case .skip(_, let reason)? = flooded.first else { return XCTFail("\(flooded)") }
+        XCTAssertTrue(reason.contains("more than 5 services"), reason)
+        XCTAssertEqual(machine.handle(.seen(Key(name: "S5", type: "_x._tcp"))), [], "said once")
+    }
+
+    func testAServiceWithoutARoutableAddressOrTooLargeIsSkippedAndTheRestGoOn() {
+        var machine = Machine(maximumServices: 10)
+        _ = drain(&machine, from: machine.handle(.zoneListed([:])))
+        let linkLocal = service("Link Only", addresses: [])
+        _ = machine.handle(.seen(linkLocal.key))
+        XCTAssertEqual(
+            machine.handle(.found(linkLocal)), [.skip(linkLocal.key, reason: "no address that routes off the link")])
+        let huge = service("Huge")
+        _ = machine.handle(.seen(huge.key))
+        XCTAssertEqual(sent(machine.handle(.found(huge))), .write(huge, replacing: nil, droppingHost: nil))
+        let after = machine.handle(.updateFailed(reason: "70000 bytes", retryable: false, unwritable: true))
+        XCTAssertTrue(after.contains { if case .skip(huge.key, _) = $0 { return true } else { return false } })
+        XCTAssertNil(sent(after), "not tried again as it is")
+        var smaller = huge
+        smaller.txt = []
+        XCTAssertEqual(sent(machine.handle(.found(smaller))), .write(smaller, replacing: nil, droppingHost: nil))
+    }
+
+    func testAServerThatDoesNotAnswerIsTriedAgainWaitingTwiceAsLongEachTime() {
+        var machine = Machine(maximumServices: 10)
+        let printer = service("P")
+        _ = machine.handle(.seen(printer.key))
+        _ = machine.handle(.found(printer))
+        let first = sent(machine.handle(.zoneListed([:])))
+        var delays: [Duration] = []
+        for _ in 0..<8 {
+            let actions = machine.handle(.updateFailed(reason: "timed out", retryable: true, unwritable: false))
+            guard case .retry(let delay)? = actions.first else { return XCTFail("\(actions)") }
+            delays.append(delay)
+            XCTAssertEqual(machine.handle(.found(printer)), [], "nothing sent while waiting")
+            XCTAssertEqual(sent(machine.handle(.retryDue)), first, "the same update again")
+        }
+        XCTAssertEqual(delays.prefix(4), [.seconds(1), .seconds(2), .seconds(4), .seconds(8)])
+        XCTAssertEqual(delays.last, .seconds(60), "at most a minute")
+        _ = machine.handle(.updateSucceeded)
+        XCTAssertEqual(machine.mirroredCount, 1)
+    }
+
+    func testARefusedKeyStopsTheGateway() {
+        var machine = Machine(maximumServices: 10)
+        _ = machine.handle(.zoneListed([:]))
+        XCTAssertEqual(
+            machine.handle(.updateFailed(reason: "BADKEY", retryable: false, unwritable: false)),
+            [.stop(reason: "BADKEY")])
+    }
+}
