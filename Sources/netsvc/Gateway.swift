@@ -197,8 +197,9 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
             if json {
                 printJSON(["event": "would-send", "update": lines])
             } else {
-                // Each line escaped on its own (names in master-file form are escaped already).
-                emit(lines.split(separator: "\n").map { Terminal.escaped(String($0)) }.joined(separator: "\n"))
+                // Already safe to print: names and TXT strings in master-file form write every
+                // byte outside printable ASCII as \DDD.
+                emit(lines)
             }
         }
     }

@@ -111,6 +111,35 @@ final class LabGatewayTests: XCTestCase {
         let after = try browseFromB(type, in: domain) { !$0.contains("Leaves") }
         XCTAssertFalse(after.contains("Leaves"), "the orphan was removed: \(after)")
         XCTAssertTrue(after.contains("Stays"), after)
+        // (The zone is left as it was found, for the other lab tests: the service leaves first.)
+        stays.stop()
+        XCTAssertTrue(
+            eventually(timeout: 20) { second.output.components(separatedBy: #""event":"removed""#).count == 3 },
+            second.output)
+    }
+
+    /// `publish --domain` with a name below the zone's apex (not a zone of its own): the zone is
+    /// found by the SOA walk, and the service is written there.
+    func testPublishingUnderANameBelowTheZoneFindsTheZone() throws {
+        let type = "_gs\(UUID().uuidString.prefix(6).lowercased())._tcp"
+        let domain = "lab-s\(UUID().uuidString.prefix(4).lowercased()).home.arpa"
+        let publisher = try a1.start([
+            Self.netsvc, "publish", "Below", type, "8080", "--domain", domain, "--tsig-key", LabWideAreaTests.key,
+        ])
+        defer { publisher.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "published", seconds: 20), publisher.output)
+        let found = try browseFromB(type, in: domain)
+        XCTAssertTrue(found.contains(#""name":"Below""#) && found.contains("198.18.1.10"), found)
+        // Withdrawn; the host's address (kept by a publisher that stops, as the host's) goes
+        // too, so that the other lab tests find the zone as it was.
+        publisher.stop()
+        XCTAssertTrue(publisher.waitForExit(seconds: 15))
+        let host = try a1.run(["hostname", "-s"]).trimmingCharacters(in: .whitespacesAndNewlines)
+        let cleaned = try a1.run([
+            "/bin/sh", "-c",
+            "printf 'server 198.18.1.1\\nupdate delete \(host).\(domain) A\\nsend\\n' | nsupdate -k '\(LabWideAreaTests.key)'",
+        ])
+        XCTAssertFalse(cleaned.contains("failed"), cleaned)
     }
 
     func testBadInputIsOneLineAndWritesNothing() throws {

@@ -74,10 +74,41 @@ extension DiscoveryGateway {
         static func follow(_ key: ServiceKey, _ report: @escaping @Sendable (MirroredService) -> Void) async {
             let service = DiscoveredService(name: key.name, type: key.type, domain: "local")
             guard let resolutions = try? service.resolutions() else { return }
-            for await resolved in resolutions {
-                report(MirroredService(key: key, resolved: resolved))
+            // The first answer often has one address of several (IPv6 link-local before IPv4):
+            // what comes within `firstSettle` of it is reported with it, once; later changes
+            // at once.
+            let state = Locked<(settled: Bool, latest: MirroredService?)>((false, nil))
+            let (firstSeen, signal) = AsyncStream<Void>.makeStream()
+            let reader = Task {
+                for await resolved in resolutions {
+                    let mirrored = MirroredService(key: key, resolved: resolved)
+                    let now = state.withLock { state -> Bool in
+                        if state.settled { return true }
+                        if state.latest == nil { signal.yield() }
+                        state.latest = mirrored
+                        return false
+                    }
+                    if now { report(mirrored) }
+                }
+            }
+            await withTaskCancellationHandler {
+                for await _ in firstSeen { break }
+                try? await Task.sleep(for: firstSettle)
+                let pending = state.withLock { state -> MirroredService? in
+                    state.settled = true
+                    defer { state.latest = nil }
+                    return state.latest
+                }
+                if let pending, !Task.isCancelled { report(pending) }
+                await reader.value
+            } onCancel: {
+                reader.cancel()
+                signal.finish()
             }
         }
+
+        /// How long the first resolution of a service gathers its addresses.
+        static let firstSettle: Duration = .milliseconds(500)
     }
 }
 

@@ -19,6 +19,9 @@ struct ServiceUpdates: Sendable, Equatable {
     let ttl: UInt32
     /// The lease asked for (RFC 9664), in seconds; nil sends none.
     let lease: UInt32?
+    /// The zone the server holds (the update's zone section): ``zone`` itself, unless the
+    /// records go below the zone's apex (see ``inZone(_:)``).
+    private(set) var updateZone: DNSName
 
     /// - Throws: ``DNSWireError`` when a name does not fit DNS's limits.
     init(
@@ -43,6 +46,15 @@ struct ServiceUpdates: Sendable, Equatable {
         self.txt = txt
         self.ttl = ttl
         self.lease = lease
+        updateZone = zoneName
+    }
+
+    /// The same records, sent as updates of `zone`, the zone the server holds that ``zone``
+    /// (a name below its apex, such as `lab-a.home.arpa` in `home.arpa`) is in.
+    func inZone(_ zone: DNSName) -> ServiceUpdates {
+        var copy = self
+        copy.updateZone = zone
+        return copy
     }
 
     /// Adds every record, on condition that the instance name is not in use (RFC 2136 §2.4.5):
@@ -116,7 +128,7 @@ struct ServiceUpdates: Sendable, Equatable {
 
     private func header(id: UInt16, withLease: Bool = true) -> DNSMessage {
         var message = DNSMessage(id: id, opcode: DNSMessage.update)
-        message.questions = [DNSQuestion(name: zone, type: DNSType.startOfAuthority)]
+        message.questions = [DNSQuestion(name: updateZone, type: DNSType.startOfAuthority)]
         if withLease, let lease {
             // EDNS(0) OPT with the Update Lease option (code 2): the lease and the key lease.
             var option: [UInt8] = []
@@ -142,5 +154,6 @@ struct ServiceUpdates: Sendable, Equatable {
         self.txt = txt ?? other.txt
         ttl = other.ttl
         lease = other.lease
+        updateZone = other.updateZone
     }
 }

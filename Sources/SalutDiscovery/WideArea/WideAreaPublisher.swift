@@ -63,7 +63,11 @@ package actor WideAreaPublisher {
     ///   ``DiscoveryError/Code-swift.struct/serverUnreachable``, or ``DiscoveryError/Code-swift.struct/dnsFailure``.
     @discardableResult
     package func publish() async throws -> String {
-        try await serially { try await self.register() }
+        try await serially {
+            // The zone and its primary first: the updates are made for that zone.
+            _ = try await self.primaries()
+            return try await self.register()
+        }
     }
 
     /// Replaces the TXT record, after whatever the publisher is already telling the server.
@@ -253,8 +257,12 @@ package actor WideAreaPublisher {
     private func primaries() async throws -> [DNSExchange] {
         if let server { return [server] }
         if let found = foundPrimaries { return found }
-        let addresses = try await WideAreaServerFinder(nameServer: nameServer ?? Self.systemNameServer()).primaries(
-            of: updates.zone)
+        // The zone the domain is in: the domain itself, or a zone above it (a name below the
+        // apex, as `lab-a.home.arpa` in `home.arpa`, takes updates sent to that zone).
+        let finder = WideAreaServerFinder(nameServer: try nameServer ?? Self.systemNameServer())
+        let zone = try await finder.zone(containing: updates.zone)
+        updates = updates.inZone(zone)
+        let addresses = try await finder.primaries(of: zone)
         let exchanges = addresses.map { DNSExchange(server: $0) }
         foundPrimaries = exchanges
         return exchanges
