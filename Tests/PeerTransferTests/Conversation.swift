@@ -144,6 +144,42 @@ final class Conversation {
         return Outcome(sent: sent, received: events.withLock { $0 }, log: log.withLock { $0 })
     }
 
+    /// Writes `frames` to the receiver in one write, as a hostile or hasty sender could, then
+    /// reads until the receiver closes; returns what the receiver reported and logged.
+    func offerRaw(_ frames: [Frame]) async throws -> Outcome {
+        let events = Locked([ReceiveEvent]())
+        let log = Locked([String]())
+        let listener = try StreamListener(port: 0, tls: receiver.receiverTLS)
+        defer { listener.stop() }
+        let trusted = self.trusted
+        let inbox = try Inbox(path: self.inbox) { trusted[$0] != nil }
+        var receiving = Receiver(
+            id: 1, inbox: inbox, policy: policy,
+            hello: Hello(protocolVersion: TransferLimits.protocolVersion, device: receiver.deviceID, name: "Receiver"),
+            trustedLabel: { trusted[$0] }, events: { event in events.withLock { $0.append(event) } },
+            logger: Logger(label: "receiver", factory: { _ in CollectingLogHandler(lines: log) }))
+        receiving.ownKey = receiver.identity.publicKeySHA256
+        let receiverDone = AsyncStream<Void>.makeStream()
+        listener.accept { [receiving] connection in
+            Task {
+                await receiving.run(connection.streams)
+                receiverDone.continuation.finish()
+            }
+        }
+        let pair = SocketStreams.pair(
+            toHost: "127.0.0.1", port: Int(listener.port),
+            tls: sender.senderTLS(pinning: receiver.identity.publicKeySHA256))
+        try await pair.open()
+        try await pair.output.write(frames.reduce(Data()) { $0 + $1.encoded })
+        var reader = FrameReader(pair.input)
+        while case .some(.some) = try? await reader.next() {}
+        pair.input.close()
+        pair.output.close()
+        for await _ in receiverDone.stream {}
+        return Outcome(
+            sent: .failure(.runtime("raw")), received: events.withLock { $0 }, log: log.withLock { $0 })
+    }
+
     /// The part files in the inbox (what interrupted sends left).
     func partFiles() -> [String] {
         inboxListing().filter { $0.hasSuffix(".peerxfer-part") }

@@ -1,4 +1,5 @@
 import Foundation
+import Salut
 import XCTest
 @testable import PeerTransferCore
 
@@ -129,6 +130,33 @@ final class ConversationTests: XCTestCase {
         XCTAssertEqual(receiverError.outcome, "cancelled")
         XCTAssertTrue(receiverError.message.contains("its question was withdrawn"), receiverError.message)
         XCTAssertEqual(talk.inboxListing(), [], "the earlier send's part file went too")
+    }
+
+    /// A cancel that comes in the same write as the offer (so the receiver reads both at once)
+    /// still withdraws the question at once, and no failure frame is sent back for it.
+    func testACancelInTheSameWriteAsTheOfferWithdrawsTheQuestion() async throws {
+        let talk = try Conversation()
+        let asked = Locked(0)
+        talk.policy = .ask { _ in
+            asked.withLock { $0 += 1 }
+            try? await Task.sleep(for: .seconds(60))
+            return .declined("the question stayed open")
+        }
+        let hello = Frame.message(
+            .hello, Hello(protocolVersion: TransferLimits.protocolVersion, device: "raw", name: "Raw"))
+        let manifest = Frame.message(
+            .manifest,
+            Manifest(
+                chunkSize: TransferLimits.chunkSize,
+                entries: [ManifestEntry(path: "a.bin", kind: .file, size: 10, mode: 0o644, modified: 0)]))
+        let cancel = Frame.message(.failure, Failure(code: "cancelled", message: "changed my mind"))
+        let started = ContinuousClock.now
+        let result = try await talk.offerRaw([hello, manifest, cancel])
+        XCTAssertLessThan(ContinuousClock.now - started, .seconds(30), "withdrawn, not answered after 60 s")
+        let error = try XCTUnwrap(result.receiverError)
+        XCTAssertEqual(error.outcome, "cancelled", error.message)
+        XCTAssertLessThanOrEqual(asked.value, 1)
+        XCTAssertEqual(talk.inboxListing(), [])
     }
 
     /// A sender that ends without a word in the middle (killed, its link lost) is said to have

@@ -2,7 +2,12 @@ import Foundation
 import SalutStreams
 
 /// Reads frames from a connection's input (owned by one task).
-struct FrameReader {
+///
+/// `@unchecked Sendable`: a reader is used by one task at a time, and handed whole (a value)
+/// from one to the next: the receiving task lends it to the task that watches the connection
+/// while an offer is decided, and takes it back, with what it read, once that task ended. Its
+/// stream is safe to read from one thread at a time; its scratch space is its own.
+struct FrameReader: @unchecked Sendable {
     /// Bytes taken from the connection at a time.
     static let readSize = 256 * 1024
     /// Bytes of a chunk's payload waited for before the reader wakes (fewer at the payload's

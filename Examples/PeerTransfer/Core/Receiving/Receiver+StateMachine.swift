@@ -199,6 +199,15 @@ extension Receiver {
             return fail(error)
         }
 
+        /// The sender stopped (cancelled, interrupted) while its offer was being decided: the
+        /// exchange ends without an answer, and without a failure frame back (it waits for
+        /// none).
+        mutating func senderLeft(_ error: PeerTransferError) -> [Action] {
+            guard case .deciding = state else { return [] }
+            state = .finished
+            return [.fail(error, tellPeer: false)]
+        }
+
         /// Files verified and failed so far.
         var summaryCounts: (verified: Int, failed: Int) {
             if case .receiving(let receiving) = state { return (receiving.verified, receiving.failed) }

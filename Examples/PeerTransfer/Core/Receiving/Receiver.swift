@@ -337,7 +337,8 @@ struct Receiver {
                     // A person or a hook may take up to 120 s; the sender waits 150 s.
                     watchdog.touch(bound: .seconds(150))
                     let decision = await decide(
-                        offered, paths, senderName: senderName, senderKey: senderKey, over: pair, watchdog: watchdog)
+                        offered, paths, senderName: senderName, senderKey: senderKey, reader: &reader,
+                        watchdog: watchdog)
                     watchdog.touch(bound: idleBound)
                     switch decision {
                     case .success(let decided):
@@ -353,6 +354,8 @@ struct Receiver {
                                     for: decided.answer, chunkSize: offered.chunkSize,
                                     sizes: offered.entries.map(\.size)))
                         pending += machine.decided(decided.answer)
+                    case .failure(let error) where ["cancelled", "stopped"].contains(error.outcome):
+                        pending += machine.senderLeft(error)  // (it waits for no answer)
                     case .failure(let error):
                         pending += machine.refused(error)
                     }
@@ -483,6 +486,9 @@ struct Receiver {
                     }
                 case .fail(let error, let tellPeer):
                     outcome = error
+                    // Before any offer: counted with the other connections that offered nothing,
+                    // not a log line each (a failure frame costs a peer nothing to send).
+                    if manifest == nil { quietCause = error.message }
                     if tellPeer {
                         try? await send(
                             .message(.failure, Failure(code: error.wireCode, message: error.message)), on: pair)
@@ -547,15 +553,22 @@ struct Receiver {
         // them, for the same send to resume from.
         var partsRemoved = 0
         if outcome?.outcome == "cancelled" {
+            // The files being written now, here; the others' part files (an offer may name many,
+            // deep in folders) on a thread of its own, each folder walked to once.
+            var others: [RelativePath] = []
             for (index, entry) in (manifest?.entries ?? []).enumerated()
             where entry.kind == .file && offeredPaths.indices.contains(index) {
                 if let sink = sinks.removeValue(forKey: index) {
                     sink.file.discard()
                     sink.file.closeFiles()
                     partsRemoved += 1
-                } else if inbox.discardPart(offeredPaths[index], for: senderKey) {
-                    partsRemoved += 1
+                } else {
+                    others.append(offeredPaths[index])
                 }
+            }
+            partsRemoved += await onThreadOfItsOwn { [inbox, senderKey, others] in
+                let folders = FolderCache()
+                return others.filter { inbox.discardPart($0, for: senderKey, cache: folders) }.count
             }
         }
         let summary = machine.summaryCounts
@@ -595,7 +608,7 @@ struct Receiver {
     /// promised to the transfer (see ``Inbox/promise(_:)``).
     private func decide(
         _ manifest: Manifest, _ paths: [RelativePath], senderName: String,
-        senderKey: String, over pair: BoundStreamPair, watchdog: ProgressWatchdog
+        senderKey: String, reader: inout FrameReader, watchdog: ProgressWatchdog
     ) async -> Result<Decision, PeerTransferError> {
         // Before anyone is asked: an offer this sender's leftovers leave no room for is refused
         // whatever the answer (see ``Inbox/checkPartRoom(for:adding:replacing:transfer:)``).
@@ -611,7 +624,7 @@ struct Receiver {
             let offer = IncomingOffer(
                 senderName: senderName, senderKey: senderKey, senderLabel: trustedLabel(senderKey).map(Terminal.escape),
                 code: VerificationCode.between(ownKey, senderKey), manifest: manifest)
-            switch await Self.judge(offer, with: judge, unlessTheSenderLeaves: pair, watchdog: watchdog) {
+            switch await Self.judge(offer, with: judge, reader: &reader, watchdog: watchdog) {
             case .success(var judged):
                 judged.accepted = judged.accepted.filter { manifest.entries.indices.contains($0) }
                 // (The sender shows it as "the receiver says: …", and its outcome by the cause.)
@@ -638,7 +651,7 @@ struct Receiver {
                 } onCancel: {
                     stop.set()
                 }
-            }, unlessTheSenderLeaves: pair, watchdog: watchdog)
+            }, reader: &reader, watchdog: watchdog)
         defer {
             let more = inbox.partDigests.hashings - hashings
             if more > 0 {
@@ -672,29 +685,34 @@ struct Receiver {
     /// behind it. Only the judging is raced: nothing is promised in the inbox until it ends.
     private static func judge(
         _ offer: IncomingOffer, with judge: @escaping @Sendable (IncomingOffer) async -> Judgement,
-        unlessTheSenderLeaves pair: BoundStreamPair,
-        watchdog: ProgressWatchdog
+        reader: inout FrameReader, watchdog: ProgressWatchdog
     ) async -> Result<Judgement, PeerTransferError> {
-        await race({ await judge(offer) }, unlessTheSenderLeaves: pair, watchdog: watchdog, asking: true)
+        await race({ await judge(offer) }, reader: &reader, watchdog: watchdog, asking: true)
     }
 
-    /// Runs `work` while watching the connection: the sender sends nothing until it has the
-    /// answer, so the end, an error or a byte means it left (or broke the protocol), and
-    /// `work` is cancelled. Its result otherwise. `asking`: the work is a question put to a
-    /// person or a hook (a sender that stops withdraws it).
+    /// What a raced task came to: the work's result, or what the connection said meanwhile
+    /// (nil when the read was cancelled first), with the reader as the read left it.
+    private enum Raced<T: Sendable>: Sendable {
+        case worked(T)
+        case read(PeerTransferError?, FrameReader)
+    }
+
+    /// Runs `work` while reading the connection through `reader` (the connection's own, so
+    /// that nothing it already holds, such as a failure frame that came with the offer, is
+    /// missed, and nothing is lost): the sender sends nothing until it has the answer but, when
+    /// it stops, a failure frame saying why (cancelled, stopped); that, the end or an error
+    /// ends the offer, and `work` is cancelled; anything else breaks the protocol. Its result
+    /// otherwise. `asking`: the work is a question put to a person or a hook (a sender that
+    /// stops withdraws it).
     private static func race<T: Sendable>(
-        _ work: @escaping @Sendable () async -> T,
-        unlessTheSenderLeaves pair: BoundStreamPair,
+        _ work: @escaping @Sendable () async -> T, reader: inout FrameReader,
         watchdog: ProgressWatchdog, asking: Bool = false
     ) async -> Result<T, PeerTransferError> {
-        await withTaskGroup(of: Result<T, PeerTransferError>?.self) { group in
-            group.addTask { .success(await work()) }
+        let start = reader
+        let (outcome, after) = await withTaskGroup(of: Raced<T>.self) { group in
+            group.addTask { .worked(await work()) }
             group.addTask {
-                // The sender sends nothing until it has the answer but, when it stops, a
-                // failure frame saying why (cancelled, stopped): that, the end or an error is
-                // the end of this offer; anything else breaks the protocol. A read cancelled
-                // before any byte came takes nothing.
-                var reader = FrameReader(pair.input)
+                var reader = start
                 do {
                     let frame = try await reader.next(admitting: { kind, length in
                         guard kind == .failure, length <= 4096 else {
@@ -702,34 +720,40 @@ struct Receiver {
                                 "the sender sent data before its offer was answered")
                         }
                     })
-                    guard let frame else { return .failure(.runtime(Self.leftBeforeTheAnswer)) }
-                    return .failure(
-                        StateMachine.senderStopped(
-                            try frame.decode(Failure.self), beforeTheAnswer: true, whileAsking: asking))
+                    guard let frame else { return .read(.runtime(Self.leftBeforeTheAnswer), reader) }
+                    let stopped = StateMachine.senderStopped(
+                        try frame.decode(Failure.self), beforeTheAnswer: true, whileAsking: asking)
+                    return .read(stopped, reader)
                 } catch is CancellationError {
-                    return reader.holdsPartOfAFrame
-                        ? .failure(.protocolViolation("the sender sent data before its offer was answered")) : nil
+                    return .read(nil, reader)  // (what it read stays in the reader)
                 } catch let error as PeerTransferError {
-                    return .failure(error)
+                    return .read(error, reader)
                 } catch {
                     // Cut by this receiver's own bound on the wait, or by the sender (gone
                     // without a goodbye: a TLS stream cut short, a reset).
                     if let expired = watchdog.expired {
-                        return .failure(.runtime("the offer was not answered in time (\(expired))"))
+                        return .read(.runtime("the offer was not answered in time (\(expired))"), reader)
                     }
-                    return .failure(.runtime(Self.leftBeforeTheAnswer))
+                    return .read(.runtime(Self.leftBeforeTheAnswer), reader)
                 }
             }
             var outcome: Result<T, PeerTransferError>?
-            while outcome == nil, let next = await group.next() { outcome = next }
-            group.cancelAll()
-            // The other side's end too: a read that ended or took a byte just as the work
-            // ended decides (that byte is gone, and the stream with it).
-            for await late in group {
-                if case .failure? = late { outcome = late }
+            var after = start
+            for await next in group {
+                switch next {
+                case .worked(let value):
+                    if outcome == nil { outcome = .success(value) }
+                case .read(let failure, let reader):
+                    after = reader
+                    // What the connection said decides, even as the work ends with it.
+                    if let failure { outcome = .failure(failure) }
+                }
+                group.cancelAll()
             }
-            return outcome ?? .failure(.runtime(leftBeforeTheAnswer))
+            return (outcome ?? .failure(.runtime(leftBeforeTheAnswer)), after)
         }
+        reader = after
+        return outcome
     }
 
     /// Why a transfer ended whose sender went away while its offer was being decided.

@@ -355,8 +355,8 @@ final class Inbox: @unchecked Sendable {
 
     /// Removes `sender`'s part file for `path` (what a cancelled send left): only a plain file
     /// of that sender's that no transfer is writing now. True when one was removed.
-    func discardPart(_ path: RelativePath, for sender: String) -> Bool {
-        guard let directory = try? openDirectory(path.parent, create: false) else { return false }
+    func discardPart(_ path: RelativePath, for sender: String, cache: FolderCache? = nil) -> Bool {
+        guard let directory = try? openDirectory(path.parent, create: false, cache: cache) else { return false }
         defer { close(directory) }
         let name = TransferLimits.partName(of: path.name, from: sender)
         let fd = openat(directory, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
