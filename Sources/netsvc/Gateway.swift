@@ -85,10 +85,10 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
         if allTypes && !types.isEmpty { throw ValidationError("--all-types and --types do not go together") }
         for type in Self.split(types) + Self.split(excludeTypes) {
             let parts = type.split(separator: ".")
-            guard parts.count == 2, parts[0].hasPrefix("_"), parts[0].count > 1, ["_tcp", "_udp"].contains(parts[1])
-            else {
+            guard parts.count == 2, DiscoveryGateway.mayMirror(type: type) else {
                 throw ValidationError(
-                    "\"\(Terminal.escaped(type))\" is not a service type such as _ipp._tcp or _name._udp")
+                    "\"\(Terminal.escaped(type))\" is not a service type such as _ipp._tcp or _name._udp (nor DNS-SD's own _dns-sd._udp)"
+                )
             }
         }
         if !(1...100_000).contains(maxServices) {

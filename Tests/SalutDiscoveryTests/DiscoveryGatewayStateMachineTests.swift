@@ -51,7 +51,7 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         XCTAssertEqual(machine.handle(.found(printer)), [], "one update in flight")
         XCTAssertEqual(
             sent(machine.handle(.updateSucceeded)),
-            .enumerate(adding: ["_ipp._tcp"], removing: [], browseDomain: true))
+            .enumerate(adding: [], removing: [], browseDomain: true), "the type was listed with its service")
         XCTAssertEqual(machine.handle(.updateSucceeded), [], "the zone is as the link")
         XCTAssertEqual(machine.mirroredCount, 1)
     }
@@ -64,10 +64,7 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         _ = machine.handle(.seen(printer.key))
         XCTAssertEqual(
             drain(&machine, from: machine.handle(.found(printer))),
-            [
-                .write(printer, replacing: nil, droppingHost: nil),
-                .enumerate(adding: ["_ipp._tcp"], removing: [], browseDomain: false),
-            ])
+            [.write(printer, replacing: nil, droppingHost: nil)])
         var changed = printer
         changed.txt = [Array("rp=ipp/print".utf8)]
         XCTAssertEqual(
@@ -158,7 +155,7 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         var delays: [Duration] = []
         for _ in 0..<8 {
             let actions = machine.handle(.updateFailed(reason: "timed out", retryable: true, unwritable: false))
-            guard case .retry(let delay)? = actions.first else { return XCTFail("\(actions)") }
+            guard case .retry(let delay, _)? = actions.first else { return XCTFail("\(actions)") }
             delays.append(delay)
             XCTAssertEqual(machine.handle(.found(printer)), [], "nothing sent while waiting")
             XCTAssertEqual(sent(machine.handle(.retryDue)), first, "the same update again")
@@ -175,5 +172,51 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         XCTAssertEqual(
             machine.handle(.updateFailed(reason: "BADKEY", retryable: false, unwritable: false)),
             [.stop(reason: "BADKEY")])
+    }
+
+    func testAServiceFromAHostThatIsNoHostOfTheLinkIsSkipped() {
+        var machine = Machine(maximumServices: 10)
+        _ = drain(&machine, from: machine.handle(.zoneListed([:])))
+        let odd = service("Odd", host: "")
+        _ = machine.handle(.seen(odd.key))
+        XCTAssertEqual(
+            machine.handle(.found(odd)),
+            [.skip(odd.key, reason: "its host is not a host name of the link (NAME.local)")])
+    }
+
+    func testOnlyHostNamesOfTheLinkAreTakenAndTheyKeepEveryLabel() {
+        XCTAssertEqual(Service.hostOnTheLink("printer.local."), "printer")
+        XCTAssertEqual(Service.hostOnTheLink("Box.Sub.local"), "box.sub", "every label: no two hosts share a name")
+        for name in ["_ipp._tcp.local", "printer.example.com", "a b.local", "-x.local", ".local", "x..local"] {
+            XCTAssertNil(Service.hostOnTheLink(name), name)
+        }
+        XCTAssertFalse(DiscoveryGateway.mayMirror(type: "_dns-sd._udp"))
+        XCTAssertFalse(DiscoveryGateway.mayMirror(type: "ipp"))
+        XCTAssertTrue(DiscoveryGateway.mayMirror(type: "_ipp._tcp"))
+    }
+
+    func testAWriteListsTheTypeAndReplacesTheHostsAddressesInOneUpdate() throws {
+        let updates = try GatewayUpdates(
+            zone: try DNSName(parsing: "home.arpa"), domain: try DNSName(parsing: "home.arpa"), label: "lab-a")
+        var printer = service("Office Printer", host: "box.sub")
+        printer.addresses = [[198, 18, 1, 20], Array(repeating: 0x20, count: 16)]
+        let message = try updates.message(for: .write(printer, replacing: nil, droppingHost: "old"), id: 1)
+        let lines = GatewayUpdates.nsupdateLines(message)
+        XCTAssertEqual(
+            lines.split(separator: "\n").map(String.init),
+            [
+                "zone home.arpa.",
+                "update delete Office\\032Printer._ipp._tcp.lab-a.home.arpa.",
+                "update add _ipp._tcp.lab-a.home.arpa. 120 PTR Office\\032Printer._ipp._tcp.lab-a.home.arpa.",
+                "update add Office\\032Printer._ipp._tcp.lab-a.home.arpa. 120 SRV 0 0 631 box.sub.lab-a.home.arpa.",
+                "update add Office\\032Printer._ipp._tcp.lab-a.home.arpa. 120 TXT \"rp=ipp\"",
+                "update add _services._dns-sd._udp.lab-a.home.arpa. 120 PTR _ipp._tcp.lab-a.home.arpa.",
+                "update delete box.sub.lab-a.home.arpa. A",
+                "update delete box.sub.lab-a.home.arpa. AAAA",
+                "update add box.sub.lab-a.home.arpa. 120 A 198.18.1.20",
+                "update add box.sub.lab-a.home.arpa. 120 AAAA 2020:2020:2020:2020:2020:2020:2020:2020",
+                "update delete old.lab-a.home.arpa.",
+                "send",
+            ])
     }
 }

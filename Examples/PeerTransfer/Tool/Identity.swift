@@ -36,7 +36,8 @@ struct Identity: AsyncParsableCommand {
             ])
         } else {
             printLine(
-                "name \"\(Terminal.escape(configuration.deviceName))\" (change it with: peerxfer identity --name NAME)")
+                "name \"\(Terminal.escape(configuration.deviceName).replacingOccurrences(of: "\"", with: "\\\""))\" (change it with: peerxfer identity --name NAME)"
+            )
             printLine("key \(configuration.identity.publicKeySHA256)")
             printLine("device \(configuration.deviceID)")
             printLine(

@@ -78,6 +78,9 @@ struct Status: AsyncParsableCommand {
                 "id": id, "description": Terminal.escape(what), "service": Terminal.escape(service),
                 "phase": phase, "attempts": attempts, "cancelRequested": cancelRequested,
             ]
+            // The session's phase is coarse ("transferring" from the connection on): the live
+            // state of the send says where it is (waiting for the answer, sending, verifying).
+            if let live { object["state"] = live.state }
             if let lastError { object["lastError"] = Terminal.escape(lastError) }
             return object
         }

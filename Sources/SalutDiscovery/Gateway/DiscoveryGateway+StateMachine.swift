@@ -44,8 +44,8 @@ extension DiscoveryGateway {
             case stopResolving(ServiceKey)
             /// Send this update to the zone, then report how it went.
             case send(ZoneOperation)
-            /// Report ``Event/retryDue`` after this long.
-            case retry(after: Duration)
+            /// Report ``Event/retryDue`` after this long (the update failed for `reason`).
+            case retry(after: Duration, reason: String)
             /// This service is not mirrored, for this reason (said once).
             case skip(ServiceKey, reason: String)
             /// The zone refuses the gateway's updates for good: stop, saying why.
@@ -106,6 +106,10 @@ extension DiscoveryGateway {
                     unwritable[service.key] = nil  // changed: worth another try
                     toldSkipped.remove(service.key)
                 }
+                if service.host.isEmpty {
+                    unwritable[service.key] = service
+                    return tellSkipped(service.key, "its host is not a host name of the link (NAME.local)") + next()
+                }
                 if service.addresses.isEmpty {
                     unwritable[service.key] = service
                     return tellSkipped(service.key, "no address that routes off the link") + next()
@@ -125,6 +129,7 @@ extension DiscoveryGateway {
                 }
                 return actions + next()
             case .zoneListed(let services):
+                guard written == nil else { return unexpected(event) }
                 written = services
                 enumerated = Set(services.keys.map(\.type))
                 return next()
@@ -152,7 +157,7 @@ extension DiscoveryGateway {
                 let delay = min((retryDelay ?? .milliseconds(500)) * 2, .seconds(60))
                 retryDelay = delay
                 waitingToRetry = true
-                return [.retry(after: delay)]
+                return [.retry(after: delay, reason: reason)]
             case .retryDue:
                 guard waitingToRetry else { return unexpected(event) }
                 waitingToRetry = false
@@ -202,12 +207,14 @@ extension DiscoveryGateway {
 
         /// True when no service the zone holds, other than `key`'s, is on `host`.
         private func hostIsUnused(_ host: String, besides key: ServiceKey) -> Bool {
-            !(written ?? [:]).contains { $0.key != key && $0.value.host == host }
+            !host.isEmpty && !(written ?? [:]).contains { $0.key != key && $0.value.host == host }
         }
 
         private mutating func apply(_ operation: ZoneOperation) {
             switch operation {
-            case .write(let service, _, _): written?[service.key] = service
+            case .write(let service, _, _):
+                written?[service.key] = service
+                enumerated.insert(service.key.type)  // (listed in the same update)
             case .remove(let key, _): written?[key] = nil
             case .enumerate(let adding, let removing, let browseDomain):
                 enumerated.formUnion(adding)

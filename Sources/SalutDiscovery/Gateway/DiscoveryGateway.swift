@@ -81,6 +81,7 @@ public final class DiscoveryGateway: Sendable {
             self.type = type
         }
 
+        /// By type, then name.
         public static func < (a: ServiceKey, b: ServiceKey) -> Bool { (a.type, a.name) < (b.type, b.name) }
 
         /// `Name._type._tcp`.
@@ -188,7 +189,8 @@ public final class DiscoveryGateway: Sendable {
                         if let error { refusal.withLock { $0 = error } }
                         sink.yield(outcome)
                     }
-                case .retry(let delay):
+                case .retry(let delay, let reason):
+                    reports(.retrying(reason: reason, seconds: Double(delay.components.seconds)))
                     work.start {
                         try? await Task.sleep(for: delay)
                         sink.yield(.retryDue)
@@ -200,6 +202,13 @@ public final class DiscoveryGateway: Sendable {
                 }
             }
         }
+    }
+
+    /// Whether services of `type` may be mirrored: a service type (`_name._tcp`, `_name._udp`)
+    /// other than DNS-SD's own `_dns-sd._udp`, whose names the gateway writes itself.
+    public static func mayMirror(type: String) -> Bool {
+        guard (try? ServiceNames.parseType(type, domain: "local")) != nil else { return false }
+        return !type.lowercased().hasSuffix("_dns-sd._udp")
     }
 
     /// Checks what the configuration names before anything is asked of the network.
@@ -245,7 +254,7 @@ public final class DiscoveryGateway: Sendable {
 
         func start(for key: ServiceKey, _ body: @escaping @Sendable () async -> Void) {
             let task = Task { await body() }
-            tasks.withLock { $0.byKey[key] = task }
+            tasks.withLock { $0.byKey.updateValue(task, forKey: key) }?.cancel()
         }
 
         func stop(_ key: ServiceKey) {

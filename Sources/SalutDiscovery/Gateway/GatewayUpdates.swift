@@ -44,9 +44,9 @@ struct GatewayUpdates: Sendable {
         try typeName(key.type).prepending(Array(key.name.utf8))
     }
 
-    /// `HOST.LABEL.ZONE`.
+    /// `HOST.LABEL.ZONE` (`box.sub.LABEL.ZONE` for the link's `box.sub.local`).
     func hostName(_ host: String) throws(DNSWireError) -> DNSName {
-        try labelDomain.prepending(Array(host.utf8))
+        try DNSName(parsing: host).appending(labelDomain)
     }
 
     /// `_services._dns-sd._udp.LABEL.ZONE`.
@@ -69,6 +69,9 @@ struct GatewayUpdates: Sendable {
             records.append(.pointer(try typeName(service.key.type), to: instance, ttl: ttl))
             records.append(.service(instance, port: service.port, target: host, ttl: ttl))
             records.append(.text(instance, strings: service.txt, ttl: ttl))
+            // The type is listed with its first service, in the same update: a gateway killed
+            // between the two would leave a service the next start cannot find.
+            records.append(.pointer(try typesName, to: try typeName(service.key.type), ttl: ttl))
             records.append(deleteSet(at: host, type: DNSType.ipv4Address))
             records.append(deleteSet(at: host, type: DNSType.ipv6Address))
             records += service.addresses.map { DNSRecord.address(host, bytes: $0, ttl: ttl) }

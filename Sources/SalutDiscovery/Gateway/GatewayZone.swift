@@ -70,10 +70,16 @@ extension DiscoveryGateway {
                 let browser = try UnicastBrowser(
                     type: type, domain: updates.labelDomain.description, nameServer: primary)
                 for name in try await browser.instances().names {
-                    guard let instance = try? await browser.resolve(name) else { continue }
                     let key = ServiceKey(name: name, type: type)
+                    guard let instance = try? await browser.resolve(name) else {
+                        // Listed and unreadable (no SRV): kept as known, so that it is removed
+                        // unless the link has it.
+                        found[key] = MirroredService(key: key, host: "", port: 0, txt: [[]], addresses: [])
+                        continue
+                    }
                     found[key] = MirroredService(
-                        key: key, host: String(instance.host.split(separator: ".").first ?? ""), port: instance.port,
+                        key: key, host: Self.linkHost(of: instance.host, under: updates.labelDomain),
+                        port: instance.port,
                         txt: instance.txt,
                         addresses: instance.addresses.map(\.rawBytes).sorted { a, b in
                             a.count != b.count ? a.count < b.count : a.lexicographicallyPrecedes(b)
@@ -81,6 +87,14 @@ extension DiscoveryGateway {
                 }
             }
             return found
+        }
+
+        /// The link's host name (`box.sub`) of a host written as `box.sub.LABEL.ZONE`; empty for
+        /// any other.
+        static func linkHost(of host: String, under labelDomain: DNSName) -> String {
+            let suffix = "." + labelDomain.description.dropLast()  // (no final dot)
+            guard host.lowercased().hasSuffix(suffix.lowercased()) else { return "" }
+            return String(host.dropLast(suffix.count))
         }
 
         private func ask(_ exchange: DNSExchange, _ name: DNSName, _ type: UInt16) async throws -> [DNSRecord] {

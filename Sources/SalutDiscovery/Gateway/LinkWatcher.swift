@@ -14,22 +14,33 @@ extension DiscoveryGateway {
             let excluded = Set(configuration.excludedTypes.map { $0.lowercased() })
             await withTaskGroup(of: Void.self) { group in
                 if !configuration.types.isEmpty {
-                    for type in configuration.types where !excluded.contains(type.lowercased()) {
+                    for type in configuration.types
+                    where !excluded.contains(type.lowercased()) && DiscoveryGateway.mayMirror(type: type) {
                         group.addTask { await Self.browse(type, report) }
                     }
                     return
                 }
                 // Every type on the link, as it appears (at most `maximumTypes`).
                 var browsed = Set<String>()
+                var toldFull = false
                 while !Task.isCancelled {
                     do {
                         for try await update in try ServiceBrowser.serviceTypes() {
                             for case .added(let found) in update.changes {
                                 let type = found.name.lowercased()
-                                guard !excluded.contains(type),
-                                    (try? ServiceNames.parseType(type, domain: "local")) != nil,
-                                    browsed.count < configuration.maximumTypes, browsed.insert(type).inserted
+                                guard !excluded.contains(type), DiscoveryGateway.mayMirror(type: type),
+                                    !browsed.contains(type)
                                 else { continue }
+                                guard browsed.count < configuration.maximumTypes else {
+                                    if !toldFull {
+                                        toldFull = true
+                                        SalutLogging.logger.warning(
+                                            "more than \(configuration.maximumTypes) service types on the link: \(type) and any later ones are not mirrored"
+                                        )
+                                    }
+                                    continue
+                                }
+                                browsed.insert(type)
                                 group.addTask { await Self.browse(type, report) }
                             }
                         }
@@ -113,18 +124,40 @@ extension DiscoveryGateway {
 }
 
 extension DiscoveryGateway.MirroredService {
-    /// The service as resolved on the link: its host's first label, its TXT strings as they
-    /// are, and only its addresses that route off the link.
+    /// The service as resolved on the link: its host's name without `.local` (empty when the
+    /// host is not a `.local` host name, which is then not written), its TXT strings as they are
+    /// (no strings read as the one empty string DNS carries), and only its addresses that route
+    /// off the link.
     init(key: DiscoveryGateway.ServiceKey, resolved: ResolvedService) {
         self.key = key
-        var host = resolved.hostName
-        if host.hasSuffix(".") { host.removeLast() }
-        self.host = String(host.split(separator: ".", maxSplits: 1).first ?? Substring(host))
+        host = Self.hostOnTheLink(resolved.hostName) ?? ""
         port = resolved.port
-        txt = DNSRecord.strings(inTextData: Array(resolved.txtRecord.data)) ?? []
+        let strings = DNSRecord.strings(inTextData: Array(resolved.txtRecord.data)) ?? []
+        txt = strings.isEmpty ? [[]] : strings
         addresses = Set(resolved.addresses.map(\.rawBytes).filter(Self.routesOffTheLink)).sorted { a, b in
             a.count != b.count ? a.count < b.count : a.lexicographicallyPrecedes(b)
         }
+    }
+
+    /// `name` without its `.local` ending (`printer`, `box.sub`), when it is a host name of
+    /// the link whose labels are letters, digits and hyphens (so that it can never be written
+    /// over the gateway's other names: `_ipp._tcp`, `_services._dns-sd._udp`); nil otherwise.
+    static func hostOnTheLink(_ name: String) -> String? {
+        var name = name.lowercased()
+        if name.hasSuffix(".") { name.removeLast() }
+        guard name.hasSuffix(".local") else { return nil }
+        let labels = name.dropLast(".local".count).split(separator: ".", omittingEmptySubsequences: false)
+        guard !labels.isEmpty, labels.count <= 4, labels.allSatisfy(isHostLabel) else { return nil }
+        return labels.joined(separator: ".")
+    }
+
+    /// Letters, digits and hyphens, 1 to 63 of them, not starting with a hyphen.
+    private static func isHostLabel(_ label: Substring) -> Bool {
+        (1...63).contains(label.utf8.count) && !label.hasPrefix("-")
+            && label.utf8.allSatisfy { byte in
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-")
+            }
     }
 
     /// False for addresses that mean nothing off this link: IPv4 link-local (169.254/16),
