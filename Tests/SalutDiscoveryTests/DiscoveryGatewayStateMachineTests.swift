@@ -219,4 +219,20 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
                 "send",
             ])
     }
+
+    func testAServiceThatDoesNotResolveGivesItsPlaceToOneWaiting() {
+        var machine = Machine(maximumServices: 1)
+        let silent = service("Silent"), waiting = service("Waiting")
+        XCTAssertEqual(machine.handle(.seen(silent.key)), [.resolve(silent.key)])
+        _ = machine.handle(.seen(waiting.key))
+        XCTAssertEqual(
+            machine.handle(.unresolved(silent.key)),
+            [
+                .skip(silent.key, reason: "it did not resolve in time"), .stopResolving(silent.key),
+                .resolve(waiting.key),
+            ])
+        XCTAssertEqual(machine.handle(.found(silent)), [], "no longer mirrored")
+        // Its turn comes back once the other leaves.
+        XCTAssertEqual(machine.handle(.lost(waiting.key)), [.stopResolving(waiting.key), .resolve(silent.key)])
+    }
 }

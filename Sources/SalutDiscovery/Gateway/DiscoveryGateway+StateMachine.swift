@@ -20,6 +20,10 @@ extension DiscoveryGateway {
             case found(MirroredService)
             /// A service left the link (a goodbye, or its records expired).
             case lost(ServiceKey)
+            /// A service being resolved gave no answer in time: it goes behind the services
+            /// waiting for a place, if any (a device cannot hold places with names that never
+            /// resolve).
+            case unresolved(ServiceKey)
             /// What the zone holds under the label (read at the start).
             case zoneListed([ServiceKey: MirroredService])
             /// The link had time to show what it holds: services the zone has and the link does
@@ -126,6 +130,17 @@ extension DiscoveryGateway {
                 // Its place goes to the first one waiting.
                 if wasAdmitted, order.count >= maximumServices {
                     actions.append(.resolve(order[maximumServices - 1]))
+                }
+                return actions + next()
+            case .unresolved(let key):
+                guard let index = order.firstIndex(of: key), index < maximumServices else { return [] }
+                var actions = tellSkipped(key, "it did not resolve in time")
+                order.remove(at: index)
+                order.append(key)
+                if order.count > maximumServices {
+                    // Another was waiting: it takes the place (this one waits, and is resolved
+                    // again once its turn comes back).
+                    actions += [.stopResolving(key), .resolve(order[maximumServices - 1])]
                 }
                 return actions + next()
             case .zoneListed(let services):

@@ -178,7 +178,10 @@ public final class DiscoveryGateway: Sendable {
             for action in machine.handle(event) {
                 switch action {
                 case .resolve(let key):
-                    work.start(for: key) { await LinkWatcher.follow(key) { sink.yield(.found($0)) } }
+                    work.start(for: key) {
+                        await LinkWatcher.follow(
+                            key, { sink.yield(.found($0)) }, unresolved: { sink.yield(.unresolved(key)) })
+                    }
                 case .stopResolving(let key):
                     work.stop(key)
                 case .send(let operation):

@@ -82,7 +82,10 @@ extension DiscoveryGateway {
 
         /// Reports `key`'s records each time they change (its first resolution included),
         /// until cancelled.
-        static func follow(_ key: ServiceKey, _ report: @escaping @Sendable (MirroredService) -> Void) async {
+        static func follow(
+            _ key: ServiceKey, _ report: @escaping @Sendable (MirroredService) -> Void,
+            unresolved: @escaping @Sendable () -> Void
+        ) async {
             let service = DiscoveredService(name: key.name, type: key.type, domain: "local")
             guard let resolutions = try? service.resolutions() else { return }
             // The first answer often has one address of several (IPv6 link-local before IPv4):
@@ -103,7 +106,22 @@ extension DiscoveryGateway {
                 }
             }
             await withTaskCancellationHandler {
-                for await _ in firstSeen { break }
+                // A service that does not resolve (a host that does not answer, a record too
+                // large for avahi-daemon) is said to, once, and may lose its place to another.
+                let resolvedInTime = await withTaskGroup(of: Bool.self) { group in
+                    group.addTask {
+                        for await _ in firstSeen { return true }
+                        return false
+                    }
+                    group.addTask {
+                        try? await Task.sleep(for: resolveBound)
+                        return false
+                    }
+                    let first = await group.next() ?? false
+                    group.cancelAll()
+                    return first
+                }
+                if !resolvedInTime && !Task.isCancelled { unresolved() }
                 try? await Task.sleep(for: firstSettle)
                 let pending = state.withLock { state -> MirroredService? in
                     state.settled = true
@@ -120,6 +138,8 @@ extension DiscoveryGateway {
 
         /// How long the first resolution of a service gathers its addresses.
         static let firstSettle: Duration = .milliseconds(500)
+        /// How long a service has to resolve before it is said not to.
+        static let resolveBound: Duration = .seconds(10)
     }
 }
 

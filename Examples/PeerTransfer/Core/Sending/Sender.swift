@@ -195,9 +195,13 @@ public struct Sender: Sendable {
                 )
             }
             throw PeerTransferError.trust("TLS with \"\(Terminal.escape(name))\" failed: \(failure)")
-        } catch let error as SocketStreamError where error.code == .nameNotFound && onTheLink {
+        } catch let error as SocketStreamError
+            where (error.code == .nameNotFound || error.code == .connectionRefused) && onTheLink
+        {
             // Gone between the look-up and the connection (it stopped a moment ago, and the
-            // link's cache still held it): not there, as a look-up that found nothing.
+            // link's cache still held it: its port refuses, or its name no longer resolves,
+            // for as long as the refusals were tried again): not there, as a look-up that found
+            // nothing.
             throw await notFound(name)
         } catch {
             throw PeerTransferError.runtime("cannot connect to \"\(Terminal.escape(name))\": \(error)")
