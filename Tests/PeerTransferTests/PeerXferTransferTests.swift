@@ -1020,6 +1020,9 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertEqual(try lab.run(["serve", "--port", "70000"]).status, 2)
         XCTAssertEqual(try lab.run(["serve", "--accept", "maybe"]).status, 2)
         XCTAssertEqual(try lab.run(["no-such-command"]).status, 2)
+        let (wrongOption, wrongOptionOutput) = try lab.run(["send", lab.path("missing"), "--too", "Kitchen"])
+        XCTAssertEqual(wrongOption, 2, wrongOptionOutput)
+        XCTAssertTrue(wrongOptionOutput.contains("unknown option --too; did you mean --to?"), wrongOptionOutput)
         let (wrongCommand, wrongCommandOutput) = try lab.run(["sned", "a.txt", "--to", "Kitchen"])
         XCTAssertEqual(wrongCommand, 2, wrongCommandOutput)
         XCTAssertTrue(
