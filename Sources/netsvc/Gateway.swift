@@ -99,9 +99,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
             throw ValidationError("--dns-server \(dnsServer) is not an IP address, ADDRESS:PORT or [IPv6]:PORT")
         }
         let label = linkLabel ?? Self.hostLabel()
-        guard !label.isEmpty, label.utf8.count <= 63, !label.contains("."),
-            label.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value != 0x7f })
-        else {
+        guard DiscoveryGateway.isLinkLabel(label) else {
             throw ValidationError(
                 "--link-label \"\(Terminal.escaped(label))\" is not a DNS label (1 to 63 bytes, no dots, spaces or control characters)"
             )

@@ -84,33 +84,15 @@ final class Conversation {
         let log = Locked([String]())
         let listener = try StreamListener(port: 0, tls: receiver.receiverTLS)
         defer { listener.stop() }
-        let trusted = self.trusted
         let (cutAfterBytes, senderEnd) = (self.cutAfterBytes, Locked<BoundStreamPair?>(nil))
         let (stopper, stopWhenReceived) = (self.stopper, self.stopWhenReceived)
-        let inbox = try Inbox(path: self.inbox) { trusted[$0] != nil }
-        var receiving = Receiver(
-            id: 1, inbox: inbox, policy: policy,
-            hello: Hello(protocolVersion: TransferLimits.protocolVersion, device: receiver.deviceID, name: "Receiver"),
-            trustedLabel: { trusted[$0] },
-            events: { event in
-                events.withLock { $0.append(event) }
-                // Cut once the receiver has that much (the bytes in flight would not count).
-                if case .progress(_, let bytes) = event, let cutAfterBytes, bytes >= cutAfterBytes {
-                    senderEnd.value?.reset()
-                }
-                if case .progress(_, let bytes) = event, let stopWhenReceived, bytes >= stopWhenReceived.bytes {
-                    stopper.stop(stopWhenReceived.reason)
-                }
-            },
-            logger: Logger(label: "receiver", factory: { _ in CollectingLogHandler(lines: log) }))
-        receiving.ownKey = receiver.identity.publicKeySHA256
-        let slot = hasSlot
-        receiving.admit = { slot }
-        let receiverDone = AsyncStream<Void>.makeStream()
-        listener.accept { [receiving] connection in
-            Task {
-                await receiving.run(connection.streams)
-                receiverDone.continuation.finish()
+        let receiverDone = try startReceiver(on: listener, events: events, log: log) { event in
+            // Cut once the receiver has that much (the bytes in flight would not count).
+            if case .progress(_, let bytes) = event, let cutAfterBytes, bytes >= cutAfterBytes {
+                senderEnd.value?.reset()
+            }
+            if case .progress(_, let bytes) = event, let stopWhenReceived, bytes >= stopWhenReceived.bytes {
+                stopper.stop(stopWhenReceived.reason)
             }
         }
         let plan = try await TransferPlan.prepare(paths: paths.map { folder + "/src/" + $0 })
@@ -139,7 +121,7 @@ final class Conversation {
         } catch let error as PeerTransferError {
             sent = .failure(error)
         }
-        for await _ in receiverDone.stream {}
+        for await _ in receiverDone {}
         (self.stopper, self.stopSending, self.cutAfterBytes, self.stopWhenReceived) = (SendStopper(), nil, nil, nil)
         return Outcome(sent: sent, received: events.withLock { $0 }, log: log.withLock { $0 })
     }
@@ -151,21 +133,7 @@ final class Conversation {
         let log = Locked([String]())
         let listener = try StreamListener(port: 0, tls: receiver.receiverTLS)
         defer { listener.stop() }
-        let trusted = self.trusted
-        let inbox = try Inbox(path: self.inbox) { trusted[$0] != nil }
-        var receiving = Receiver(
-            id: 1, inbox: inbox, policy: policy,
-            hello: Hello(protocolVersion: TransferLimits.protocolVersion, device: receiver.deviceID, name: "Receiver"),
-            trustedLabel: { trusted[$0] }, events: { event in events.withLock { $0.append(event) } },
-            logger: Logger(label: "receiver", factory: { _ in CollectingLogHandler(lines: log) }))
-        receiving.ownKey = receiver.identity.publicKeySHA256
-        let receiverDone = AsyncStream<Void>.makeStream()
-        listener.accept { [receiving] connection in
-            Task {
-                await receiving.run(connection.streams)
-                receiverDone.continuation.finish()
-            }
-        }
+        let receiverDone = try startReceiver(on: listener, events: events, log: log)
         let pair = SocketStreams.pair(
             toHost: "127.0.0.1", port: Int(listener.port),
             tls: sender.senderTLS(pinning: receiver.identity.publicKeySHA256))
@@ -175,9 +143,39 @@ final class Conversation {
         while case .some(.some) = try? await reader.next() {}
         pair.input.close()
         pair.output.close()
-        for await _ in receiverDone.stream {}
+        for await _ in receiverDone {}
         return Outcome(
             sent: .failure(.runtime("raw")), received: events.withLock { $0 }, log: log.withLock { $0 })
+    }
+
+    /// Starts the receiver on `listener`, its events kept in `events` (and passed to `watch`),
+    /// its log in `log`; the stream ends once it has run its connection to the end.
+    private func startReceiver(
+        on listener: StreamListener, events: Locked<[ReceiveEvent]>, log: Locked<[String]>,
+        watch: @escaping @Sendable (ReceiveEvent) -> Void = { _ in }
+    ) throws -> AsyncStream<Void> {
+        let trusted = self.trusted
+        let inbox = try Inbox(path: self.inbox) { trusted[$0] != nil }
+        var receiving = Receiver(
+            id: 1, inbox: inbox, policy: policy,
+            hello: Hello(protocolVersion: TransferLimits.protocolVersion, device: receiver.deviceID, name: "Receiver"),
+            trustedLabel: { trusted[$0] },
+            events: { event in
+                events.withLock { $0.append(event) }
+                watch(event)
+            },
+            logger: Logger(label: "receiver", factory: { _ in CollectingLogHandler(lines: log) }))
+        receiving.ownKey = receiver.identity.publicKeySHA256
+        let slot = hasSlot
+        receiving.admit = { slot }
+        let receiverDone = AsyncStream<Void>.makeStream()
+        listener.accept { [receiving] connection in
+            Task {
+                await receiving.run(connection.streams)
+                receiverDone.continuation.finish()
+            }
+        }
+        return receiverDone.stream
     }
 
     /// The part files in the inbox (what interrupted sends left).

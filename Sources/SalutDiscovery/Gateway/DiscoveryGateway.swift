@@ -214,12 +214,17 @@ public final class DiscoveryGateway: Sendable {
         return !type.lowercased().hasSuffix("_dns-sd._udp")
     }
 
+    /// Whether `label` can be a link's label (one DNS label under the zone): 1 to 63 bytes, no
+    /// dots, spaces or control characters.
+    public static func isLinkLabel(_ label: String) -> Bool {
+        !label.isEmpty && label.utf8.count <= 63 && !label.contains(".")
+            && label.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value != 0x7f }
+    }
+
     /// Checks what the configuration names before anything is asked of the network.
     private static func check(_ configuration: Configuration) throws {
         let label = configuration.label
-        guard !label.isEmpty, label.utf8.count <= 63, !label.contains("."),
-            label.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value != 0x7f })
-        else {
+        guard isLinkLabel(label) else {
             throw DiscoveryError.invalidDomain(
                 "\(label.debugDescription) is not a DNS label (1 to 63 bytes, no dots, spaces or control characters)")
         }

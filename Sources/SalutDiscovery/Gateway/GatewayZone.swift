@@ -59,10 +59,9 @@ extension DiscoveryGateway {
         /// - Throws: ``DiscoveryError`` when the primary does not answer or fails.
         func list() async throws -> [ServiceKey: MirroredService] {
             guard let primary = primaries.first else { return [:] }
-            let exchange = DNSExchange(server: primary)
             let list = try updates.typesName
             var found: [ServiceKey: MirroredService] = [:]
-            for pointer in try await ask(exchange, list, DNSType.pointer) {
+            for pointer in try await UnicastBrowser.records(list, DNSType.pointer, from: primary) {
                 guard let target = pointer.target, target.isWithin(updates.labelDomain),
                     target.labels.count == updates.labelDomain.labels.count + 2
                 else { continue }
@@ -81,9 +80,7 @@ extension DiscoveryGateway {
                         key: key, host: Self.linkHost(of: instance.host, under: updates.labelDomain),
                         port: instance.port,
                         txt: instance.txt,
-                        addresses: instance.addresses.map(\.rawBytes).sorted { a, b in
-                            a.count != b.count ? a.count < b.count : a.lexicographicallyPrecedes(b)
-                        })
+                        addresses: MirroredService.ordered(instance.addresses.map(\.rawBytes)))
                 }
             }
             return found
@@ -95,17 +92,6 @@ extension DiscoveryGateway {
             let suffix = "." + labelDomain.description.dropLast()  // (no final dot)
             guard host.lowercased().hasSuffix(suffix.lowercased()) else { return "" }
             return String(host.dropLast(suffix.count))
-        }
-
-        private func ask(_ exchange: DNSExchange, _ name: DNSName, _ type: UInt16) async throws -> [DNSRecord] {
-            let answer = try await exchange.query(name, type)
-            switch answer.rcode {
-            case DNSResponseCode.noError: return answer.answers.filter { $0.type == type && $0.name == name }
-            case DNSResponseCode.nameError: return []
-            default:
-                throw DiscoveryError.dnsFailure(
-                    "\(exchange.server) answered \(DNSResponseCode.messageName(answer.rcode)) for \(name)")
-            }
         }
 
         // MARK: Writing the zone

@@ -154,9 +154,13 @@ extension DiscoveryGateway.MirroredService {
         port = resolved.port
         let strings = DNSRecord.strings(inTextData: Array(resolved.txtRecord.data)) ?? []
         txt = strings.isEmpty ? [[]] : strings
-        addresses = Set(resolved.addresses.map(\.rawBytes).filter(Self.routesOffTheLink)).sorted { a, b in
-            a.count != b.count ? a.count < b.count : a.lexicographicallyPrecedes(b)
-        }
+        addresses = Self.ordered(resolved.addresses.map(\.rawBytes).filter(Self.routesOffTheLink))
+    }
+
+    /// `addresses` once each, IPv4 first, in byte order: one service's addresses compare equal
+    /// however the link or the zone listed them.
+    static func ordered(_ addresses: [[UInt8]]) -> [[UInt8]] {
+        Set(addresses).sorted { a, b in a.count != b.count ? a.count < b.count : a.lexicographicallyPrecedes(b) }
     }
 
     /// `name` without its `.local` ending (`printer`, `box.sub`), when it is a host name of

@@ -101,13 +101,20 @@ package struct UnicastBrowser: Sendable {
     }
 
     private func ask(_ name: DNSName, _ type: UInt16) async throws -> [DNSRecord] {
-        let answer = try await DNSExchange(server: nameServer).query(name, type)
+        try await Self.records(name, type, from: nameServer)
+    }
+
+    /// The `type` records of `name` as `server` answers (none for "no such name").
+    /// - Throws: ``DiscoveryError/Code-swift.struct/serverUnreachable`` when it does not
+    ///   answer; ``DiscoveryError/Code-swift.struct/dnsFailure`` for another error answer.
+    static func records(_ name: DNSName, _ type: UInt16, from server: SocketAddress) async throws -> [DNSRecord] {
+        let answer = try await DNSExchange(server: server).query(name, type)
         switch answer.rcode {
         case DNSResponseCode.noError: return answer.answers.filter { $0.type == type && $0.name == name }
         case DNSResponseCode.nameError: return []
         default:
             throw DiscoveryError.dnsFailure(
-                "\(nameServer) answered \(DNSResponseCode.messageName(answer.rcode)) for \(name)")
+                "\(server) answered \(DNSResponseCode.messageName(answer.rcode)) for \(name)")
         }
     }
 }
