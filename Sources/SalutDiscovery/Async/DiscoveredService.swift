@@ -36,6 +36,19 @@ public struct ResolvedService: Sendable, Hashable {
     public var txtRecord: TXTRecord
     /// Every address found so far: IPv4 and IPv6, IPv6 link-local ones with their scope id.
     public var addresses: [SocketAddress]
+
+    /// A resolved service made of its parts: what a resolve returns, made by hand (to test
+    /// code that acts on resolved services without a network, for example).
+    public init(
+        service: DiscoveredService, hostName: String, port: UInt16, txtRecord: TXTRecord,
+        addresses: [SocketAddress] = []
+    ) {
+        self.service = service
+        self.hostName = hostName
+        self.port = port
+        self.txtRecord = txtRecord
+        self.addresses = addresses
+    }
 }
 
 /// One change reported by a browser.

@@ -112,7 +112,13 @@ public struct Sender: Sendable {
     ) async throws -> SendReport {
         events(.resolving(name: name))
         let asked = DiscoveredService(name: name, type: TransferLimits.serviceType, domain: domain)
-        let onTheLink = ["local", "local.", ""].contains(domain.lowercased())
+        // Trust is by key (see `Sender.StateMachine`): this shell does what the machine says.
+        var machine = StateMachine(
+            StateMachine.Settings(
+                name: name, domain: domain, expectedKey: expectedKey, firstContact: firstContactRule,
+                honoursQueuedGrants: honoursQueuedGrants, ownKey: configuration.identity.publicKeySHA256,
+                configOption: configuration.configOption))
+        let onTheLink = machine.settings.onTheLink
         // The plan is made while the receiver is looked for. A plan that cannot be made (bad
         // arguments, the user's to fix) ends the lookup at once and is what is reported; a
         // receiver not found is reported once the plan is known to be good.
@@ -131,81 +137,42 @@ public struct Sender: Sendable {
             }
             return (plan!, looked!)
         }
-        // Trust is by key: when the name is not there, or answers with another key than the one
-        // expected or pinned, the device with that key is looked for on the link under any
-        // name (a squatter that took the name first makes avahi-daemon rename the real one).
-        var resolved: ResolvedService
-        var foundByKey = false
-        // Others advertising the same key, tried in turn if one fails its TLS check.
-        var alternatives: [ResolvedService] = []
-        switch looked {
-        case .success(let found):
-            resolved = found
-        case .failure(let error):
-            guard error.exitCode == 3, onTheLink else { throw error }
-            guard let wanted = try wantedKey(for: name) else { throw await notFound(name) }
-            let found = await ReceiverSearch.receivers(withKey: wanted, within: Self.searchByKey)
-            guard let first = found.first else { throw await notFound(name) }
-            resolved = first
-            alternatives = Array(found.dropFirst())
-            foundByKey = true
-        }
-        if onTheLink, let wanted = try wantedKey(for: resolved.service.name),
-            (try? Self.advertisedKey(resolved, name: name))?.hasPrefix(wanted) != true
-        {
-            let found = await ReceiverSearch.receivers(withKey: wanted, within: Self.searchByKey)
-            if let first = found.first {
-                resolved = first
-                alternatives = Array(found.dropFirst())
-                foundByKey = true
-            }
-        }
-        // Pinned by name on the link, by name and domain in a zone: "Office" on the link and
-        // "Office" in home.arpa are two receivers.
-        // Under the name as the receiver publishes it ("kitchen" finds "Kitchen": DNS-SD names
-        // do not compare case), so that one receiver has one pin whatever the spelling.
-        let published = resolved.service.name
-        let key = try Self.advertisedKey(resolved, name: published)
-        let spelled =
-            onTheLink ? published : published + "." + (domain.hasSuffix(".") ? String(domain.dropLast()) : domain)
-        let decision = try await decide(about: spelled, key: key, asked: published, foundByKey: foundByKey)
-        let service = resolved.service
-
-        let tls = configuration.senderTLS(pinning: key)
-        // Those advertising exactly this key, should the first fail its TLS check.
-        var candidates =
-            [service] + alternatives.filter { (try? Self.advertisedKey($0, name: name)) == key }.map(\.service)
-        let pair: BoundStreamPair
-        do {
-            while true {
-                let candidate = candidates.removeFirst()
-                do {
-                    pair = try await connect(candidate, tls: tls)
-                    break
-                } catch let error as SocketStreamError where error.tlsError?.code == .pinMismatch && !candidates.isEmpty
-                {
-                    continue  // an impostor advertising the key: the next one
+        let book = Result { try KnownPeers.load(from: self.configuration.knownPeersFile) }
+            .mapError { $0 as? PeerTransferError ?? .runtime("\($0)") }
+        var action = machine.lookedUp(looked, book: book)
+        var opened: BoundStreamPair?
+        let reached: StateMachine.Reached
+        while true {
+            switch action {
+            case .searchByKey(let wanted):
+                action = machine.searchedByKey(
+                    await ReceiverSearch.receivers(withKey: wanted, within: Self.searchByKey))
+                continue
+            case .reportNotFound:
+                throw await notFound(name)
+            case .fail(let error):
+                throw error
+            case .ask(let receiver):
+                guard case .ask(let question) = firstContact else {
+                    preconditionFailure("the machine asks only when the rule is to ask")
                 }
+                action = machine.answered(trusting: await question(receiver))
+                continue
+            case .connect(let service, let key):
+                do {
+                    opened = try await connect(service, tls: self.configuration.senderTLS(pinning: key))
+                    action = machine.connected()
+                } catch {
+                    action = machine.connectionFailed(Self.connectFailure(error))
+                }
+                continue
+            case .transfer(let receiver):
+                reached = receiver
             }
-        } catch let error as SocketStreamError where error.code == .tls {
-            let failure = error.tlsError.map { "\($0)" } ?? "\(error)"
-            if let presented = error.tlsError?.presentedPublicKeyFingerprint ?? error.tlsError?.presentedFingerprint {
-                throw PeerTransferError.trust(
-                    "the receiver \"\(Terminal.escape(name))\" presented a key (\(presented)) that is not the one it advertises (\(key)); refused before sending anything, this device's own key included"
-                )
-            }
-            throw PeerTransferError.trust("TLS with \"\(Terminal.escape(name))\" failed: \(failure)")
-        } catch let error as SocketStreamError
-            where (error.code == .nameNotFound || error.code == .connectionRefused) && onTheLink
-        {
-            // Gone between the look-up and the connection (it stopped a moment ago, and the
-            // link's cache still held it: its port refuses, or its name no longer resolves,
-            // for as long as the refusals were tried again): not there, as a look-up that found
-            // nothing.
-            throw await notFound(name)
-        } catch {
-            throw PeerTransferError.runtime("cannot connect to \"\(Terminal.escape(name))\": \(error)")
+            break
         }
+        guard let pair = opened else { preconditionFailure("the machine transfers only once connected") }
+        let (published, spelled, key) = (reached.published, reached.spelled, reached.key)
         defer {
             pair.input.close()
             pair.output.close()
@@ -216,7 +183,7 @@ public struct Sender: Sendable {
         // with the verification code beside this device's key, and says no if the codes differ
         // (or never sees an offer at all, when something else answered to the name): a first
         // contact not taken pins nothing, and the next send asks again.
-        let (configuration, wasFoundByKey) = (self.configuration, foundByKey)
+        let (configuration, wasFoundByKey) = (self.configuration, reached.foundByKey)
         let pin: @Sendable () throws -> Void = {
             try KnownPeers.update(at: configuration.knownPeersFile) { known in
                 if case .keyChanged(let pinnedAs, let pinnedKey) = known.verdict(forReceiver: spelled, key: key) {
@@ -233,10 +200,10 @@ public struct Sender: Sendable {
                 known.revokeNewKeyGrants { ServiceNames.sameIgnoringASCIICase($0, spelled) }
             }
         }
-        if decision.pinsNow && !decision.firstUse { try pin() }
+        if reached.pin == .beforeSending { try pin() }
         if onTheLink { LastSeen.record(published, in: configuration) }
-        events(.connected(name: published, key: key, firstUse: decision.firstUse, renamedFrom: decision.renamedFrom))
-        guard decision.pinsNow && decision.firstUse else {
+        events(.connected(name: published, key: key, firstUse: reached.firstUse, renamedFrom: reached.renamedFrom))
+        guard reached.pin == .onceAccepted else {
             return try await transfer(plan, over: pair, to: name, events: events)
         }
         let pinning = Locked<(done: Bool, error: (any Error)?)>((false, nil))
@@ -384,98 +351,29 @@ public struct Sender: Sendable {
     /// Seconds spent gathering the names on the link for "did you mean".
     static let namesLookup: Double = 1
 
-    /// What the sender makes of the receiver `spelled` advertising `key` (`asked` is the name
-    /// as the user gave it): whether it may be sent to, and whether it is pinned once it proves
-    /// the key.
-    private struct Decision {
-        var firstUse: Bool
-        var pinsNow: Bool
-        var renamedFrom: String?
-    }
-
-    /// Judges the receiver by its key: the expected key when one was given, then the pins
-    /// (a changed key is refused), then ``firstContact`` for a receiver new here.
-    /// - Throws: ``PeerTransferError/trust(_:)`` when it must not be sent to.
-    private func decide(
-        about spelled: String, key: String, asked name: String, foundByKey: Bool
-    ) async throws -> Decision {
-        let option = configuration.configOption
-        if let expected = expectedKey, !key.hasPrefix(expected) {
-            throw PeerTransferError.trust(
-                """
-                the receiver "\(Terminal.escape(name))" answers with the key \(key), not the one you expected (\(expected)…); \
-                refused, nothing was sent. It may be another device using that name: compare with `peerxfer identity` on the receiver
-                """)
-        }
-        let known = try KnownPeers.load(from: configuration.knownPeersFile)
-        switch known.verdict(forReceiver: spelled, key: key) {
-        case .pinned:
-            return Decision(firstUse: false, pinsNow: false)
-        case .keyChanged(let pinnedAs, let pinnedKey):
-            throw Self.keyChanged(name: name, key: key, pinnedAs: pinnedAs, pinnedKey: pinnedKey, configOption: option)
-        case .renamed(let pinnedAs) where foundByKey:
-            // The paired device, found by its key under the name the link gave it.
-            return Decision(firstUse: false, pinsNow: true, renamedFrom: pinnedAs)
-        case .renamed(let pinnedAs):
-            // A device paired under another name answers to a name not paired: it may be that
-            // device renamed, or that device squatting a name meant for another. Asked as
-            // for a new receiver, never sent to silently.
-            return try await firstContact(
-                with: spelled, key: key, asked: name, knownAs: pinnedAs, known: known, option: option)
-        case .trustedKey(let label):
-            return try await firstContact(
-                with: spelled, key: key, asked: name,
-                knownAs: label == KnownPeers.trustedByFingerprint ? "a trusted sender" : label, known: known,
-                option: option)
-        case .new:
-            return try await firstContact(
-                with: spelled, key: key, asked: name, knownAs: nil, known: known, option: option)
-        }
-    }
-
-    /// First contact with the name `spelled` answering with `key` (known to this device as
-    /// `knownAs`, under another name, when it is): the expected key, a queued send's grant,
-    /// ``firstContact``, in that order.
-    private func firstContact(
-        with spelled: String, key: String, asked name: String, knownAs: String?,
-        known: KnownPeers, option: String
-    ) async throws -> Decision {
-        if expectedKey != nil { return Decision(firstUse: true, pinsNow: true, renamedFrom: knownAs) }
-        if honoursQueuedGrants, known.grantsNewKey(to: spelled) {
-            return Decision(firstUse: true, pinsNow: true, renamedFrom: knownAs)
-        }
-        let code = VerificationCode.between(configuration.identity.publicKeySHA256, key)
-        let also =
-            knownAs.map {
-                " (this key is paired here as \"\(Terminal.escape($0))\": the same device under a new name, or that device answering to a name meant for another)"
-            } ?? ""
+    /// ``firstContact`` as the state machine knows it (without the question).
+    private var firstContactRule: StateMachine.FirstContactRule {
         switch firstContact {
-        case .acceptNewKey:
-            return Decision(firstUse: true, pinsNow: true, renamedFrom: knownAs)
-        case .ask(let question):
-            guard await question(NewReceiver(name: name, key: key, code: code, knownAs: knownAs)) else {
-                throw PeerTransferError.trust(
-                    "you did not trust \"\(Terminal.escape(name))\" (key \(key.prefix(16))…); nothing was sent")
-            }
-            return Decision(firstUse: true, pinsNow: true, renamedFrom: knownAs)
-        case .refuse:
-            let quoted = ShellWord.quoted(spelled)
-            throw PeerTransferError.trust(
-                """
-                "\(Terminal.escape(name))" is new to this device, and anyone on the link can answer to a name: nothing was sent. \
-                It answers with the key \(key)\(also) (verification code \(code)). If `peerxfer identity` on the receiver shows that key, \
-                pair with it once: peerxfer trust --pin \(quoted) \(key)\(option) \
-                (or add --expect-key \(key.prefix(16)) to this send); --accept-new-key trusts whatever key answers first
-                """)
+        case .refuse: return .refuse
+        case .acceptNewKey: return .acceptNewKey
+        case .ask: return .ask
         }
     }
 
-    /// The key the receiver `name` must have, when one is known: the expected key, else the
-    /// key pinned under that name (or one that looks like it).
-    private func wantedKey(for name: String) throws -> String? {
-        if let expectedKey { return expectedKey }
-        let known = try KnownPeers.load(from: configuration.knownPeersFile)
-        return known.pinnedSpelling(of: name).flatMap { known.pins[$0] }
+    /// Why a connection failed, as the state machine tells failures apart.
+    static func connectFailure(_ error: any Error) -> StateMachine.ConnectFailure {
+        guard let error = error as? SocketStreamError else { return .other(description: "\(error)") }
+        switch error.code {
+        case .tls:
+            return .tls(
+                pinMismatch: error.tlsError?.code == .pinMismatch,
+                presented: error.tlsError?.presentedPublicKeyFingerprint ?? error.tlsError?.presentedFingerprint,
+                description: error.tlsError.map { "\($0)" } ?? "\(error)")
+        case .nameNotFound, .connectionRefused:
+            return .unreachable(description: "\(error)")
+        default:
+            return .other(description: "\(error)")
+        }
     }
 
     /// Seconds spent looking for a receiver by its key, when its name is not there or answers

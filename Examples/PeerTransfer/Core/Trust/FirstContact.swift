@@ -18,7 +18,7 @@ public enum FirstContact: Sendable {
 }
 
 /// A receiver met for the first time, as the person deciding whether to trust it sees it.
-public struct NewReceiver: Sendable {
+public struct NewReceiver: Sendable, Equatable {
     /// The name it answers to (from the network: escape it before showing it).
     public var name: String
     /// The SHA-256 of the key it advertises and must prove, hex.
