@@ -1,41 +1,40 @@
 import Foundation
+import SalutStreams
 
 /// A continuation that is resumed at most once, by whichever of several racing events comes
 /// first (a result, a timeout, a cancellation). Later attempts are ignored.
 final class OneShot<T: Sendable>: @unchecked Sendable {
-    // @unchecked: `continuation`, `early` and `done` are guarded by `lock`.
+    // @unchecked: `continuation`, `early` and `done` are guarded by `lock` (a `StateLock`).
 
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var continuation: CheckedContinuation<T, any Error>?
     private var early: Result<T, DiscoveryError>?
     private var done = false
 
     /// Installs the continuation; if a result came before it, resumes at once.
     func set(_ continuation: CheckedContinuation<T, any Error>) {
-        lock.lock()
-        if let early {
-            lock.unlock()
-            continuation.resume(with: early.mapError { $0 as any Error })
-            return
+        let ready = lock.withLock { () -> Result<T, DiscoveryError>? in
+            if let early { return early }
+            self.continuation = continuation
+            return nil
         }
-        self.continuation = continuation
-        lock.unlock()
+        if let ready { continuation.resume(with: ready.mapError { $0 as any Error }) }
     }
 
     func succeed(_ value: T) { finish(.success(value)) }
     func fail(_ error: DiscoveryError) { finish(.failure(error)) }
 
     private func finish(_ result: Result<T, DiscoveryError>) {
-        lock.lock()
-        guard !done else { lock.unlock(); return }
-        done = true
-        guard let continuation else {
-            early = result
-            lock.unlock()
-            return
+        let waiting = lock.withLock { () -> CheckedContinuation<T, any Error>? in
+            guard !done else { return nil }
+            done = true
+            guard let continuation else {
+                early = result
+                return nil
+            }
+            self.continuation = nil
+            return continuation
         }
-        self.continuation = nil
-        lock.unlock()
-        continuation.resume(with: result.mapError { $0 as any Error })
+        waiting?.resume(with: result.mapError { $0 as any Error })
     }
 }

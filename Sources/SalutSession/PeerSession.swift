@@ -16,8 +16,8 @@ import SalutStreams
 /// ``invalidateAndCancel()``); after that, new tasks complete at once with
 /// ``PeerSessionError/sessionInvalidated``.
 open class PeerSession: NSObject, @unchecked Sendable {
-    // @unchecked: mutable state is guarded by `lock`; delegate calls go through `deliver`, one
-    // at a time and in order.
+    // @unchecked: mutable state is guarded by `lock` (a `StateLock`); delegate calls go through
+    // `deliver`, one at a time and in order.
 
     /// A session with the default configuration and no delegate (invalidating it does nothing).
     public static let shared = PeerSession(configuration: .default, delegate: nil, delegateQueue: nil, isShared: true)
@@ -51,7 +51,7 @@ open class PeerSession: NSObject, @unchecked Sendable {
     /// The background session's state (nil for other sessions).
     let background: BackgroundSessionState?
 
-    private let lock = NSLock()
+    private let lock = StateLock()
     private let isShared: Bool
     private var delegateObject: (any PeerSessionDelegate)?
     private var tasks: [Int: PeerSessionTask] = [:]
@@ -146,25 +146,26 @@ open class PeerSession: NSObject, @unchecked Sendable {
 
     /// Registers a task reloaded from disk under its old identifier (later ones count on).
     func registerKeeping<T: PeerSessionTask>(_ identifier: Int, _ make: (Int) -> T) -> T {
-        lock.lock()
-        let id = tasks[identifier] == nil && identifier > 0 ? identifier : nextIdentifier
-        nextIdentifier = max(nextIdentifier, id + 1)
-        let task = make(id)
-        tasks[id] = task
-        lock.unlock()
-        return task
+        lock.withLock {
+            let id = tasks[identifier] == nil && identifier > 0 ? identifier : nextIdentifier
+            nextIdentifier = max(nextIdentifier, id + 1)
+            let task = make(id)
+            tasks[id] = task
+            return task
+        }
     }
 
     /// Registers a new task; after invalidation the task is born completed with
     /// ``PeerSessionError/sessionInvalidated``.
     func register<T: PeerSessionTask>(_ make: (Int) -> T) -> T {
-        lock.lock()
-        let identifier = nextIdentifier
-        nextIdentifier += 1
-        let closed = invalidating || invalidated
-        let task = make(identifier)
-        if !closed { tasks[identifier] = task }
-        lock.unlock()
+        let (task, closed) = lock.withLock { () -> (T, Bool) in
+            let identifier = nextIdentifier
+            nextIdentifier += 1
+            let closed = invalidating || invalidated
+            let task = make(identifier)
+            if !closed { tasks[identifier] = task }
+            return (task, closed)
+        }
         if closed { task.complete(with: PeerSessionError.sessionInvalidated) }
         return task
     }

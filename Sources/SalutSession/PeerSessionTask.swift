@@ -9,8 +9,8 @@ import SalutStreams
 /// Calls that make no sense in the current state (resuming a completed task, cancelling twice)
 /// do nothing, as Apple documents for its tasks.
 open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
-    // @unchecked: mutable state is guarded by `lock`; delegate calls go through the session's
-    // serial delivery.
+    // @unchecked: mutable state is guarded by `lock` (a `StateLock`); delegate calls go through
+    // the session's serial delivery.
 
     /// Where a task is in its life.
     public enum State: Int, Sendable, CustomStringConvertible {
@@ -33,7 +33,7 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
     /// expectations are set.
     public let progress: Progress
 
-    let lock = NSLock()
+    let lock = StateLock()
     private var _state: State = .suspended
     private var suspendCount = 1
     private var started = false
@@ -57,34 +57,40 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
     // MARK: Properties
 
     /// The current state.
-    public var state: State { lock.lock(); defer { lock.unlock() }; return _state }
+    public var state: State { lock.withLock { _state } }
     /// Why the task failed; nil while it runs and after success.
-    public var error: (any Error)? { lock.lock(); defer { lock.unlock() }; return _error }
+    public var error: (any Error)? { lock.withLock { _error } }
     /// Free text for the app's own use.
     public var taskDescription: String? {
-        get { lock.lock(); defer { lock.unlock() }; return _description }
-        set { lock.lock(); _description = newValue; lock.unlock() }
+        get { lock.withLock { _description } }
+        set { lock.withLock { _description = newValue } }
     }
     /// The description, for subclasses that already hold `lock`.
     var taskDescriptionUnlocked: String? { _description }
     /// 0 (lowest) … 1 (highest); values outside are clamped.
     public var priority: Float {
-        get { lock.lock(); defer { lock.unlock() }; return _priority }
-        set { lock.lock(); _priority = min(1, max(0, newValue)); lock.unlock() }
+        get { lock.withLock { _priority } }
+        set { lock.withLock { _priority = min(1, max(0, newValue)) } }
     }
     /// Application bytes written so far.
-    public var countOfBytesSent: Int64 { lock.lock(); defer { lock.unlock() }; return sent }
+    public var countOfBytesSent: Int64 { lock.withLock { sent } }
     /// Application bytes read so far.
-    public var countOfBytesReceived: Int64 { lock.lock(); defer { lock.unlock() }; return received }
+    public var countOfBytesReceived: Int64 { lock.withLock { received } }
     /// How many bytes the app expects to send (-1: unknown); sets the progress total.
     public var countOfBytesExpectedToSend: Int64 {
-        get { lock.lock(); defer { lock.unlock() }; return expectedToSend }
-        set { lock.lock(); expectedToSend = newValue; lock.unlock(); updateProgress() }
+        get { lock.withLock { expectedToSend } }
+        set {
+            lock.withLock { expectedToSend = newValue }
+            updateProgress()
+        }
     }
     /// How many bytes the app expects to receive (-1: unknown); sets the progress total.
     public var countOfBytesExpectedToReceive: Int64 {
-        get { lock.lock(); defer { lock.unlock() }; return expectedToReceive }
-        set { lock.lock(); expectedToReceive = newValue; lock.unlock(); updateProgress() }
+        get { lock.withLock { expectedToReceive } }
+        set {
+            lock.withLock { expectedToReceive = newValue }
+            updateProgress()
+        }
     }
 
     // MARK: Life cycle
@@ -92,18 +98,21 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
     /// Starts the task, or resumes it after ``suspend()``. Each `suspend()` needs one `resume()`;
     /// extra calls do nothing.
     public func resume() {
-        lock.lock()
-        guard _state == .suspended || _state == .running else { lock.unlock(); return }
-        if suspendCount > 0 { suspendCount -= 1 }
-        guard suspendCount == 0, _state == .suspended else { lock.unlock(); return }
-        _state = .running
-        let first = !started
-        started = true
-        let waiters = runningWaiters
-        runningWaiters = []
-        lock.unlock()
-        waiters.forEach { $0.resume() }
-        if first {
+        typealias Resumed = (waiters: [CheckedContinuation<Void, Never>], first: Bool)
+        let resumed = lock.withLock { () -> Resumed? in
+            guard _state == .suspended || _state == .running else { return nil }
+            if suspendCount > 0 { suspendCount -= 1 }
+            guard suspendCount == 0, _state == .suspended else { return nil }
+            _state = .running
+            let first = !started
+            started = true
+            let waiters = runningWaiters
+            runningWaiters = []
+            return (waiters, first)
+        }
+        guard let resumed else { return }
+        resumed.waiters.forEach { $0.resume() }
+        if resumed.first {
             metrics.taskStarted()
             startWork()
         }
@@ -112,21 +121,24 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
     /// Pauses the task: queued operations wait (one in progress finishes), and the idle
     /// timeout does not count. Counted: it runs again after as many `resume()` calls.
     public func suspend() {
-        lock.lock(); defer { lock.unlock() }
-        guard _state == .suspended || _state == .running else { return }
-        suspendCount += 1
-        _state = .suspended
+        lock.withLock {
+            guard _state == .suspended || _state == .running else { return }
+            suspendCount += 1
+            _state = .suspended
+        }
     }
 
     /// Cancels the task: it completes with ``PeerSessionError/cancelled``; operations waiting
     /// or queued fail the same way. Nothing happens once it has completed.
     public func cancel() {
-        lock.lock()
-        guard _state == .suspended || _state == .running else { lock.unlock(); return }
-        _state = .canceling
-        let waiters = runningWaiters
-        runningWaiters = []
-        lock.unlock()
+        let cancelled = lock.withLock { () -> [CheckedContinuation<Void, Never>]? in
+            guard _state == .suspended || _state == .running else { return nil }
+            _state = .canceling
+            let waiters = runningWaiters
+            runningWaiters = []
+            return waiters
+        }
+        guard let waiters = cancelled else { return }
         waiters.forEach { $0.resume() }
         cancelWork()
     }
@@ -134,14 +146,12 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
     /// Suspends the caller while the task is suspended.
     func waitUntilRunning() async {
         await withCheckedContinuation { continuation in
-            lock.lock()
-            if _state == .suspended {
+            let parked = lock.withLock { () -> Bool in
+                guard _state == .suspended else { return false }
                 runningWaiters.append(continuation)
-                lock.unlock()
-            } else {
-                lock.unlock()
-                continuation.resume()
+                return true
             }
+            if !parked { continuation.resume() }
         }
     }
 
@@ -166,36 +176,40 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
 
     /// Completes the task (the first call wins): metrics, then `didCompleteWithError`.
     func complete(with error: (any Error)?) {
-        lock.lock()
-        guard _state != .completed else { lock.unlock(); return }
-        _state = .completed
-        _error = error
-        let waiters = runningWaiters
-        runningWaiters = []
-        let counts = (sent, received)
-        lock.unlock()
-        waiters.forEach { $0.resume() }
+        typealias Completed = (waiters: [CheckedContinuation<Void, Never>], sent: Int64, received: Int64)
+        let completed = lock.withLock { () -> Completed? in
+            guard _state != .completed else { return nil }
+            _state = .completed
+            _error = error
+            let waiters = runningWaiters
+            runningWaiters = []
+            return (waiters, sent, received)
+        }
+        guard let completed else { return }
+        completed.waiters.forEach { $0.resume() }
         finishWork()
         session.taskCompleted(
-            self, error: error, metrics: completedMetrics(metrics.finish(sent: counts.0, received: counts.1)))
+            self, error: error,
+            metrics: completedMetrics(metrics.finish(sent: completed.sent, received: completed.received)))
     }
 
     /// The metrics the delegate hears at completion; subclasses add what they know.
     func completedMetrics(_ metrics: PeerTaskMetrics) -> PeerTaskMetrics { metrics }
 
     func add(sent moreSent: Int, received moreReceived: Int) {
-        lock.lock()
-        sent += Int64(moreSent)
-        received += Int64(moreReceived)
-        lock.unlock()
+        lock.withLock {
+            sent += Int64(moreSent)
+            received += Int64(moreReceived)
+        }
         updateProgress()
     }
 
     private func updateProgress() {
-        lock.lock()
-        let done = sent + received
-        let total = expectedToSend >= 0 && expectedToReceive >= 0 ? expectedToSend + expectedToReceive : -1
-        lock.unlock()
+        let (done, total) = lock.withLock { () -> (Int64, Int64) in
+            let done = sent + received
+            let total = expectedToSend >= 0 && expectedToReceive >= 0 ? expectedToSend + expectedToReceive : -1
+            return (done, total)
+        }
         progress.totalUnitCount = total
         progress.completedUnitCount = done
     }

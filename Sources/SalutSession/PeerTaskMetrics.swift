@@ -61,17 +61,19 @@ public struct PeerTransactionMetrics: Sendable {
 
 /// Collects a transaction's timestamps as connection events and operations happen.
 final class MetricsRecorder: @unchecked Sendable {
-    // @unchecked: `transaction` is guarded by `lock`.
-    private let lock = NSLock()
+    // @unchecked: `transaction` and `started` are guarded by `lock` (a `StateLock`).
+    private let lock = StateLock()
     private var transaction = PeerTransactionMetrics(
         isReusedConnection: false, countOfRequestBodyBytesSent: 0,
         countOfResponseBodyBytesReceived: 0)
     private var started: Date?
 
-    func taskStarted() { lock.lock(); if started == nil { started = Date() }; lock.unlock() }
+    func taskStarted() {
+        lock.withLock { if started == nil { started = Date() } }
+    }
 
     func update(_ change: (inout PeerTransactionMetrics) -> Void) {
-        lock.lock(); change(&transaction); lock.unlock()
+        lock.withLock { change(&transaction) }
     }
 
     /// Records a step of making the connection.
@@ -101,13 +103,14 @@ final class MetricsRecorder: @unchecked Sendable {
     }
 
     func finish(sent: Int64, received: Int64) -> PeerTaskMetrics {
-        lock.lock(); defer { lock.unlock() }
-        transaction.countOfRequestBodyBytesSent = sent
-        transaction.countOfResponseBodyBytesReceived = received
-        let start = started ?? Date()
-        let made = transaction.fetchStartDate != nil
-        return PeerTaskMetrics(
-            taskInterval: DateInterval(start: start, end: max(start, Date())),
-            transactionMetrics: made ? [transaction] : [])
+        lock.withLock {
+            transaction.countOfRequestBodyBytesSent = sent
+            transaction.countOfResponseBodyBytesReceived = received
+            let start = started ?? Date()
+            let made = transaction.fetchStartDate != nil
+            return PeerTaskMetrics(
+                taskInterval: DateInterval(start: start, end: max(start, Date())),
+                transactionMetrics: made ? [transaction] : [])
+        }
     }
 }

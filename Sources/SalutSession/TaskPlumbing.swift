@@ -22,41 +22,44 @@ final class OperationLane: Sendable {
 
 /// A value that is set once and awaited by any number of tasks.
 final class Latch<Value: Sendable>: @unchecked Sendable {
-    // @unchecked: `value`, `waiters` and `cancellable` are guarded by `lock`.
-    private let lock = NSLock()
+    // @unchecked: `value`, `waiters` and `cancellable` are guarded by `lock` (a `StateLock`).
+    private let lock = StateLock()
     private var value: Value?
     private var waiters: [UInt64: CheckedContinuation<Value, Never>] = [:]
     private var nextWaiter: UInt64 = 0
 
     /// Sets the value (the first call wins) and wakes every waiter.
     func open(_ newValue: Value) {
-        lock.lock()
-        guard value == nil else { lock.unlock(); return }
-        value = newValue
-        let resumed = waiters.values
-        let resumedOptional = cancellable.values
-        waiters = [:]
-        cancellable = [:]
-        lock.unlock()
-        for waiter in resumed { waiter.resume(returning: newValue) }
-        for waiter in resumedOptional { waiter.resume(returning: newValue) }
+        typealias Woken = (
+            waiters: [CheckedContinuation<Value, Never>], cancellable: [CheckedContinuation<Value?, Never>]
+        )
+        let woken = lock.withLock { () -> Woken? in
+            guard value == nil else { return nil }
+            value = newValue
+            let resumed = Array(waiters.values)
+            let resumedOptional = Array(cancellable.values)
+            waiters = [:]
+            cancellable = [:]
+            return (resumed, resumedOptional)
+        }
+        guard let woken else { return }
+        for waiter in woken.waiters { waiter.resume(returning: newValue) }
+        for waiter in woken.cancellable { waiter.resume(returning: newValue) }
     }
 
-    var current: Value? { lock.lock(); defer { lock.unlock() }; return value }
+    var current: Value? { lock.withLock { value } }
 
     func wait() async -> Value {
         let id = lock.withLock { () -> UInt64 in
             nextWaiter += 1; return nextWaiter
         }
         return await withCheckedContinuation { continuation in
-            lock.lock()
-            if let value {
-                lock.unlock()
-                continuation.resume(returning: value)
-            } else {
+            let ready = lock.withLock { () -> Value? in
+                if let value { return value }
                 waiters[id] = continuation
-                lock.unlock()
+                return nil
             }
+            if let ready { continuation.resume(returning: ready) }
         }
     }
 
@@ -80,17 +83,14 @@ final class Latch<Value: Sendable>: @unchecked Sendable {
     /// Keeps the continuation until the value comes, unless it is there already or the task
     /// is already cancelled (then it is resumed at once).
     private func park(_ continuation: CheckedContinuation<Value?, Never>, id: UInt64) {
-        lock.lock()
-        if let value {
-            lock.unlock()
-            continuation.resume(returning: value)
-        } else if Task.isCancelled {
-            lock.unlock()
-            continuation.resume(returning: nil)
-        } else {
+        // What to resume the continuation with at once (nil: it was kept for later).
+        let now = lock.withLock { () -> Value?? in
+            if let value { return .some(value) }
+            if Task.isCancelled { return .some(nil) }
             cancellable[id] = continuation
-            lock.unlock()
+            return nil
         }
+        if let now { continuation.resume(returning: now) }
     }
 
     private func unpark(_ id: UInt64) -> CheckedContinuation<Value?, Never>? {

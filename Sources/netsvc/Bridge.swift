@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Salut
+import SalutStreams
 
 /// Copies bytes between file descriptors (stdin, stdout, a child's pipes) and streams, each
 /// direction on its own thread with blocking reads and writes: simple, and backpressure comes
@@ -71,8 +72,8 @@ enum Bridge {
 /// (a blocking read of stdin must not hold a pool thread), with what it is doing visible, so
 /// that the end of the service's side can be told apart from a lost upload.
 final class StandardInputUpload: @unchecked Sendable {
-    // @unchecked: `phase` and `moved` are guarded by `lock`; the stream is written by the
-    // upload's own thread only.
+    // @unchecked: `phase` and `moved` are guarded by `lock` (a `StateLock`); the stream is
+    // written by the upload's own thread only.
 
     enum Phase: Equatable {
         /// Waiting for standard input.
@@ -83,7 +84,7 @@ final class StandardInputUpload: @unchecked Sendable {
         case finished(Bool)
     }
 
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var phase = Phase.reading
     private var moved = 0
 

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Glibc
+import SalutStreams
 
 /// A shell command run for one connection (`publish --listen --exec`): `/bin/sh -c CMD` started
 /// with `posix_spawn`, in a process group of its own, with every signal at its default and
@@ -8,8 +9,8 @@ import Glibc
 /// output, and netsvc's standard error. Its exit is watched through a pidfd in the
 /// ``PipePoller`` (no thread of its own), and it is always reaped.
 final class Child: @unchecked Sendable {
-    // @unchecked: `status`, `waiters` and `exitTimer` are guarded by `lock`; the pipe ends
-    // are thread-safe.
+    // @unchecked: `status`, `waiters` and `exitTimer` are guarded by `lock` (a `StateLock`);
+    // the pipe ends are thread-safe.
 
     /// Why a command could not be started.
     struct SpawnError: Error, CustomStringConvertible {
@@ -21,7 +22,7 @@ final class Child: @unchecked Sendable {
     let input: PipeEnd
     /// Reads the child's standard output.
     let output: PipeEnd
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var status: Int32?
     private var waiters: [CheckedContinuation<Int32, Never>] = []
     private var exitTimer: (any DispatchSourceTimer)?
@@ -101,13 +102,12 @@ final class Child: @unchecked Sendable {
     /// that ended it (as a shell reports it).
     func exited() async -> Int32 {
         await withCheckedContinuation { continuation in
-            lock.lock()
-            if let status {
-                lock.unlock()
-                return continuation.resume(returning: status)
+            let exited = lock.withLock { () -> Int32? in
+                if let status { return status }
+                waiters.append(continuation)
+                return nil
             }
-            waiters.append(continuation)
-            lock.unlock()
+            if let exited { continuation.resume(returning: exited) }
         }
     }
 
@@ -171,26 +171,34 @@ final class Child: @unchecked Sendable {
     /// True once the child is reaped.
     @discardableResult
     private func reap() -> Bool {
-        lock.lock()
-        guard status == nil else { lock.unlock(); return true }
-        var info = siginfo_t()
-        let looked = waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT)
-        let exited = looked == 0 && info._sifields._sigchld.si_pid == pid
-        guard exited || (looked < 0 && errno == ECHILD) else { lock.unlock(); return false }  // still running
-        if exited { _ = Glibc.kill(-pid, SIGKILL) }  // ESRCH: nothing left in the group
-        var raw: Int32 = 0
-        let reaped = waitpid(pid, &raw, 0)
-        // WIFEXITED / WEXITSTATUS / WTERMSIG are macros Swift does not import. -1: the status
-        // is unknown (someone else reaped it).
-        let code: Int32 = reaped != pid ? -1 : (raw & 0x7f) == 0 ? (raw >> 8) & 0xff : 128 + (raw & 0x7f)
-        status = code
-        let woken = waiters
-        waiters = []
-        let timer = exitTimer
-        exitTimer = nil
-        lock.unlock()
-        timer?.cancel()
-        for waiter in woken { waiter.resume(returning: code) }
+        // Reaped now: its code, the waiters to wake and the polling timer to stop.
+        typealias Reaped = (
+            code: Int32, woken: [CheckedContinuation<Int32, Never>], timer: (any DispatchSourceTimer)?
+        )
+        // nil: still running; `.some(nil)`: reaped before.
+        let outcome = lock.withLock { () -> Reaped?? in
+            guard status == nil else { return .some(nil) }
+            var info = siginfo_t()
+            let looked = waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT)
+            let exited = looked == 0 && info._sifields._sigchld.si_pid == pid
+            guard exited || (looked < 0 && errno == ECHILD) else { return nil }  // still running
+            if exited { _ = Glibc.kill(-pid, SIGKILL) }  // ESRCH: nothing left in the group
+            var raw: Int32 = 0
+            let reaped = waitpid(pid, &raw, 0)
+            // WIFEXITED / WEXITSTATUS / WTERMSIG are macros Swift does not import. -1: the status
+            // is unknown (someone else reaped it).
+            let code: Int32 = reaped != pid ? -1 : (raw & 0x7f) == 0 ? (raw >> 8) & 0xff : 128 + (raw & 0x7f)
+            status = code
+            let woken = waiters
+            waiters = []
+            let timer = exitTimer
+            exitTimer = nil
+            return .some((code, woken, timer))
+        }
+        guard let outcome else { return false }
+        guard let reaped = outcome else { return true }
+        reaped.timer?.cancel()
+        for waiter in reaped.woken { waiter.resume(returning: reaped.code) }
         return true
     }
 

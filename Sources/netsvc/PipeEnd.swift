@@ -1,14 +1,16 @@
 import Dispatch
 import Foundation
 import Glibc
+import SalutStreams
 
 /// One end of a pipe to a child process, made non-blocking, read or written asynchronously:
 /// ``PipePoller`` wakes the waiting task when the pipe is ready, so no thread waits on it.
 /// Each end has one user (one task reads it, or one task writes it); ``close()`` may come from
 /// anywhere, once or more, and wakes a waiting user.
 final class PipeEnd: @unchecked Sendable {
-    // @unchecked: `closed` is guarded by `lock`, and every call on `fd`, its close included,
-    // is made under it after checking `closed`: no call reaches a closed descriptor.
+    // @unchecked: `closed` is guarded by `lock` (a `StateLock`), and every call on `fd`, its
+    // close included, is made under it after checking `closed`: no call reaches a closed
+    // descriptor.
 
     enum Direction { case reading, writing }
 
@@ -19,7 +21,7 @@ final class PipeEnd: @unchecked Sendable {
 
     private let fd: Int32
     private let direction: Direction
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var closed = false
 
     /// Takes ownership of `fd` (closed here if it cannot be made non-blocking).
@@ -44,13 +46,14 @@ final class PipeEnd: @unchecked Sendable {
     /// check and the call happen under the lock that `close()` takes, so no call ever reaches a
     /// descriptor that was closed (and whose number may already be someone else's).
     private func attempt(_ call: (Int32) -> Int) -> Attempt {
-        lock.lock(); defer { lock.unlock() }
-        guard !closed else { return .closed }
-        while true {
-            let n = call(fd)
-            if n >= 0 { return .done(n) }
-            if errno == EINTR { continue }
-            return errno == EAGAIN ? .wait : .failed(errno)
+        lock.withLock {
+            guard !closed else { return .closed }
+            while true {
+                let n = call(fd)
+                if n >= 0 { return .done(n) }
+                if errno == EINTR { continue }
+                return errno == EAGAIN ? .wait : .failed(errno)
+            }
         }
     }
 
@@ -92,24 +95,23 @@ final class PipeEnd: @unchecked Sendable {
     /// Closes the pipe (the child sees the end of its input, or a broken pipe); wakes a
     /// waiting reader or writer.
     func close() {
-        lock.lock()
-        guard !closed else { return lock.unlock() }
-        closed = true
-        PipePoller.shared.forget(fd)
-        _ = Glibc.close(fd)  // EINTR or EIO: the descriptor is released all the same
-        lock.unlock()
+        lock.withLock {
+            guard !closed else { return }
+            closed = true
+            PipePoller.shared.forget(fd)
+            _ = Glibc.close(fd)  // EINTR or EIO: the descriptor is released all the same
+        }
     }
 
     /// Waits until the pipe is ready; false when it was closed instead.
     private func readiness() async -> Bool {
         await withCheckedContinuation { continuation in
-            lock.lock()
-            guard !closed else {
-                lock.unlock()
-                return continuation.resume(returning: false)
+            let waiting = lock.withLock { () -> Bool in
+                guard !closed else { return false }
+                PipePoller.shared.wait(for: fd, writing: direction == .writing) { continuation.resume(returning: $0) }
+                return true
             }
-            PipePoller.shared.wait(for: fd, writing: direction == .writing) { continuation.resume(returning: $0) }
-            lock.unlock()
+            if !waiting { continuation.resume(returning: false) }
         }
     }
 }
