@@ -10,8 +10,9 @@ final class ReceiverStateMachineTests: XCTestCase {
     private func machineAtDecision(_ entries: [ManifestEntry]) -> Receiver.StateMachine {
         var machine = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
         XCTAssertEqual(
-            machine.received(.message(.hello, Hello(protocolVersion: 2, device: "s", name: "S"))),
-            [.reply(.message(.hello, Hello(protocolVersion: 2, device: "r", name: "R")))])
+            machine.received(.message(.hello, Hello(protocolVersion: 2, device: "s", name: "S"))), [.takeSlot])
+        XCTAssertEqual(
+            machine.slot(taken: true), [.reply(.message(.hello, Hello(protocolVersion: 2, device: "r", name: "R")))])
         let manifest = Manifest(chunkSize: chunk, entries: entries)
         let actions = machine.received(.message(.manifest, manifest))
         guard case .decide(let decided, let paths)? = actions.first else {
@@ -154,9 +155,38 @@ final class ReceiverStateMachineTests: XCTestCase {
 
     func testAnotherProtocolVersionIsRefusedWithAClearMessage() {
         var machine = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
-        isFailure(
-            machine.received(.message(.hello, Hello(protocolVersion: 1, device: "s", name: "S"))),
-            containing: "version 1")
+        XCTAssertEqual(
+            machine.received(.message(.hello, Hello(protocolVersion: 1, device: "s", name: "S"))), [.takeSlot])
+        isFailure(machine.slot(taken: true), containing: "version 1")
+        XCTAssertTrue(machine.isFinished)
+    }
+
+    func testAnUntrustedSenderIsTurnedAwayAtItsHelloBeforeItTakesASlot() {
+        var machine = Receiver.StateMachine(
+            hello: Hello(protocolVersion: 2, device: "r", name: "R"), onlyKnownSenders: true)
+        machine.identified(trusted: false)
+        XCTAssertEqual(
+            machine.received(.message(.hello, Hello(protocolVersion: 2, device: "s", name: "S"))), [.turnAway])
+        XCTAssertTrue(machine.isFinished, "nothing more is read from it")
+
+        var trusted = Receiver.StateMachine(
+            hello: Hello(protocolVersion: 2, device: "r", name: "R"), onlyKnownSenders: true)
+        trusted.identified(trusted: true)
+        XCTAssertEqual(
+            trusted.received(.message(.hello, Hello(protocolVersion: 2, device: "s", name: "S"))), [.takeSlot])
+
+        var anyone = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
+        anyone.identified(trusted: false)
+        XCTAssertEqual(
+            anyone.received(.message(.hello, Hello(protocolVersion: 2, device: "s", name: "S"))), [.takeSlot])
+    }
+
+    func testASenderFindingEverySlotTakenIsToldTheReceiverIsBusy() {
+        var machine = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
+        XCTAssertEqual(
+            machine.received(.message(.hello, Hello(protocolVersion: 2, device: "s", name: "S"))), [.takeSlot])
+        XCTAssertThrowsError(try machine.admit(.manifest, length: 10), "nothing is read while the slot is taken")
+        XCTAssertEqual(machine.slot(taken: false), [.refuseBusy])
         XCTAssertTrue(machine.isFinished)
     }
 
@@ -269,6 +299,7 @@ final class ReceiverStateMachineTests: XCTestCase {
         }
         XCTAssertThrowsError(try machine.admit(.manifest, length: 10))
         _ = machine.received(.message(.hello, Hello(protocolVersion: 2, device: "s", name: "S")))
+        _ = machine.slot(taken: true)
         XCTAssertNoThrow(try machine.admit(.manifest, length: TransferLimits.maximumControlMessage))
         XCTAssertThrowsError(try machine.admit(.fileEnd, length: FileEnd.size))
         machine = machineAtDecision([file("a", 10)])

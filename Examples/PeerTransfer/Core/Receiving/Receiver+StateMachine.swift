@@ -29,6 +29,14 @@ extension Receiver {
             case fail(PeerTransferError, tellPeer: Bool)
             /// The exchange is over: close the connection cleanly.
             case close
+            /// The sender identified itself and the policy admits it: take one of the daemon's
+            /// transfer slots, then call ``slot(taken:)``.
+            case takeSlot
+            /// The policy takes files only from known senders, and this sender's key is not
+            /// trusted here: tell it so and close (counted, not logged each time).
+            case turnAway
+            /// Every transfer slot is taken: tell the sender the receiver is busy and close.
+            case refuseBusy
         }
 
         private struct FileState {
@@ -52,6 +60,8 @@ extension Receiver {
 
         private enum State {
             case awaitingHello
+            /// The hello was admitted by the policy; a slot is being taken.
+            case awaitingSlot(Hello)
             case awaitingManifest
             case deciding(Manifest, [RelativePath])
             case receiving(Receiving)
@@ -67,10 +77,45 @@ extension Receiver {
         /// another, so a receiver holds one open file per connection, whatever the sender sends.
         private var inProgress: Int?
         private let hello: Hello
+        /// Whether only senders whose key is trusted here may offer anything (`--accept known`).
+        private let onlyKnownSenders: Bool
+        /// Whether the key the sender proved in the handshake is trusted here.
+        private var senderIsTrusted = false
 
-        /// A machine that answers the sender's hello with `hello`.
-        init(hello: Hello) {
+        /// A machine that answers the sender's hello with `hello`; `onlyKnownSenders`: a sender
+        /// whose key is not trusted is turned away at its hello, before it takes a slot.
+        init(hello: Hello, onlyKnownSenders: Bool = false) {
             self.hello = hello
+            self.onlyKnownSenders = onlyKnownSenders
+        }
+
+        /// The TLS handshake is done: the sender proved a key, trusted here or not.
+        mutating func identified(trusted: Bool) {
+            guard case .awaitingHello = state else {
+                assertionFailure("identified(trusted:) in \(stateName)")
+                return
+            }
+            senderIsTrusted = trusted
+        }
+
+        /// The shell tried to take a transfer slot for this sender (``Action/takeSlot``).
+        mutating func slot(taken: Bool) -> [Action] {
+            guard case .awaitingSlot(let peer) = state else {
+                assertionFailure("slot(taken:) \(stateName)")
+                return []
+            }
+            guard taken else {
+                state = .finished
+                return [.refuseBusy]
+            }
+            guard peer.protocolVersion == TransferLimits.protocolVersion else {
+                return fail(
+                    .protocolViolation(
+                        "protocol version \(peer.protocolVersion) is not spoken here (this receiver speaks \(TransferLimits.protocolVersion))"
+                    ))
+            }
+            state = .awaitingManifest
+            return [.reply(.message(.hello, hello))]
         }
 
         /// True once the exchange ended, cleanly or not.
@@ -96,6 +141,7 @@ extension Receiver {
                         "a \(kind) message of \(length) bytes before the hello (the limit is \(TransferLimits.maximumHello))"
                     )
                 }
+            case .awaitingSlot: due = []  // (the shell takes the slot before it reads on)
             case .awaitingManifest: due = [.manifest, .failure]
             case .deciding: due = [.failure]
             case .receiving, .finished: return  // judged whole, by received(_:)
@@ -113,14 +159,14 @@ extension Receiver {
                 switch (state, frame.kind) {
                 case (.awaitingHello, .hello):
                     let peer = try frame.decode(Hello.self)
-                    guard peer.protocolVersion == TransferLimits.protocolVersion else {
-                        return fail(
-                            .protocolViolation(
-                                "protocol version \(peer.protocolVersion) is not spoken here (this receiver speaks \(TransferLimits.protocolVersion))"
-                            ))
+                    // The policy first: a sender turned away learns nothing more of this
+                    // receiver, and takes no slot.
+                    if onlyKnownSenders && !senderIsTrusted {
+                        state = .finished
+                        return [.turnAway]
                     }
-                    state = .awaitingManifest
-                    return [.reply(.message(.hello, hello))]
+                    state = .awaitingSlot(peer)
+                    return [.takeSlot]
                 case (.awaitingManifest, .manifest):
                     let manifest = try frame.decode(Manifest.self)
                     let paths = try manifest.validate()
@@ -170,7 +216,10 @@ extension Receiver {
         /// The shell judged the manifest: `answer` lists the accepted entries and what the inbox
         /// already has of each. An answer accepting nothing declines the transfer.
         mutating func decided(_ answer: Answer) -> [Action] {
-            guard case .deciding(let manifest, let paths) = state else { return [] }
+            guard case .deciding(let manifest, let paths) = state else {
+                assertionFailure("decided(_:) \(stateName): the shell asks for a decision once")
+                return []
+            }
             if answer.accepted.isEmpty {
                 // (The shell sends a judge's full decline as a refusal, with its cause.)
                 return fail(.declined(answer.reason ?? "the receiver declined the transfer"))
@@ -195,7 +244,10 @@ extension Receiver {
 
         /// The shell refused the manifest before deciding (not enough space, for example).
         mutating func refused(_ error: PeerTransferError) -> [Action] {
-            guard case .deciding = state else { return [] }
+            guard case .deciding = state else {
+                assertionFailure("refused(_:) \(stateName)")
+                return []
+            }
             return fail(error)
         }
 
@@ -203,7 +255,10 @@ extension Receiver {
         /// exchange ends without an answer, and without a failure frame back (it waits for
         /// none).
         mutating func senderLeft(_ error: PeerTransferError) -> [Action] {
-            guard case .deciding = state else { return [] }
+            guard case .deciding = state else {
+                assertionFailure("senderLeft(_:) \(stateName)")
+                return []
+            }
             state = .finished
             return [.fail(error, tellPeer: false)]
         }
@@ -392,6 +447,7 @@ extension Receiver {
         private var stateName: String {
             switch state {
             case .awaitingHello: return "before the hello"
+            case .awaitingSlot: return "while a transfer slot was being taken"
             case .awaitingManifest: return "before the manifest"
             case .deciding: return "while the manifest was being judged"
             case .receiving(let receiving):

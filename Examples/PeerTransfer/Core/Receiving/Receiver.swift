@@ -12,6 +12,12 @@ public enum AcceptPolicy: Sendable {
     /// Each offer is put to `judge`, which returns the indexes of the entries to accept (none
     /// declines), and why when it declines.
     case ask(@Sendable (IncomingOffer) async -> Judgement)
+
+    /// Whether a sender must be trusted here before it may offer anything.
+    var takesOnlyKnownSenders: Bool {
+        if case .known = self { return true }
+        return false
+    }
 }
 
 /// What the judge of an offer decided: the entries it accepts and, for the rest, who declined
@@ -153,7 +159,7 @@ struct Receiver {
         let watchdog = ProgressWatchdog(bound: min(helloBound, idleBound))
         let watching = Task { await watchdog.watch(pair, what: "from the sender") }
         defer { watching.cancel() }
-        var machine = Receiver.StateMachine(hello: hello)
+        var machine = Receiver.StateMachine(hello: hello, onlyKnownSenders: policy.takesOnlyKnownSenders)
         var sinks: [Int: FileSink] = [:]
         // Small files received into memory, written when their batch is published.
         var buffered: [Int: BufferedFile] = [:]
@@ -254,6 +260,7 @@ struct Receiver {
         do {
             try await pair.open()
             senderKey = pair.peerTrust?.publicKeySHA256 ?? ""
+            machine.identified(trusted: trustedLabel(senderKey) != nil)
             var pending: [Receiver.StateMachine.Action] = []
             loop: while true {
                 if pending.isEmpty {
@@ -276,34 +283,6 @@ struct Receiver {
                         // Escaped, quotes too: wherever it is shown in quotes, it cannot close them.
                         senderName = Self.quotable(Terminal.escape(Self.shortened(peer.name, toBytes: 100)))
                         senderShown = Self.shown(claimed: senderName, key: senderKey, label: trustedLabel(senderKey))
-                        if case .known = policy, trustedLabel(senderKey) == nil {
-                            let refusal =
-                                "this receiver takes files only from known senders, and the key \(senderKey) is not trusted here"
-                            // The sender is not told where this receiver keeps its configuration.
-                            let failure = PeerTransferError.declinedByPolicy(
-                                "\(refusal) (on the receiver: peerxfer trust \(senderKey))")
-                            try await send(
-                                .message(.failure, Failure(code: failure.wireCode, message: failure.message)), on: pair)
-                            outcome = .declinedByPolicy(
-                                "\(refusal); to take files from it: peerxfer trust \(senderKey)\(configOption)")
-                            events(.turnedAway(sender: senderShown, key: senderKey))
-                            // Counted, not logged each: keys are free to make, and the log must
-                            // not become the attack. The interval's line names the last one.
-                            quietCause = outcome?.message
-                            break loop
-                        }
-                        // Identified and admitted by the policy: only now does it take a slot.
-                        guard admit() else {
-                            refusedBusy = true
-                            let busy = Failure(
-                                code: "busy",
-                                message:
-                                    "the receiver is busy with \(TransferLimits.maximumConcurrentTransfers) transfers; try again later"
-                            )
-                            try? await send(.message(.failure, busy), on: pair)
-                            try? await pair.finishSending()
-                            break loop
-                        }
                     }
                     if frame.kind == .done {
                         // The results of every file go before the summary.
@@ -359,6 +338,34 @@ struct Receiver {
                     case .failure(let error):
                         pending += machine.refused(error)
                     }
+                case .takeSlot:
+                    // Identified and admitted by the policy: only now does it take a slot.
+                    pending += machine.slot(taken: admit())
+                case .turnAway:
+                    let refusal =
+                        "this receiver takes files only from known senders, and the key \(senderKey) is not trusted here"
+                    // The sender is not told where this receiver keeps its configuration.
+                    let failure = PeerTransferError.declinedByPolicy(
+                        "\(refusal) (on the receiver: peerxfer trust \(senderKey))")
+                    try await send(
+                        .message(.failure, Failure(code: failure.wireCode, message: failure.message)), on: pair)
+                    outcome = .declinedByPolicy(
+                        "\(refusal); to take files from it: peerxfer trust \(senderKey)\(configOption)")
+                    events(.turnedAway(sender: senderShown, key: senderKey))
+                    // Counted, not logged each: keys are free to make, and the log must not
+                    // become the attack. The interval's line names the last one.
+                    quietCause = outcome?.message
+                    break loop
+                case .refuseBusy:
+                    refusedBusy = true
+                    let busy = Failure(
+                        code: "busy",
+                        message:
+                            "the receiver is busy with \(TransferLimits.maximumConcurrentTransfers) transfers; try again later"
+                    )
+                    try? await send(.message(.failure, busy), on: pair)
+                    try? await pair.finishSending()
+                    break loop
                 case .makeDirectory(let index):
                     let path = try RelativePath(validating: manifest!.entries[index].path)
                     do {
