@@ -8,7 +8,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
     static let configuration = CommandConfiguration(
         abstract: "Mirror this link's services into a DNS zone, for clients on other links (until interrupted).",
         discussion: """
-            A discovery proxy without avahi's reflector: the services found on this link by mDNS are written by signed DNS updates under LABEL.ZONE (for example "Office Printer._ipp._tcp.lab-a.home.arpa"), with the SRV record naming HOST.LABEL.ZONE and that host's addresses beside it (never 169.254/16, IPv6 link-local or loopback addresses, which route nowhere else). TXT records follow changes, and a service that leaves the link leaves the zone. LABEL.ZONE is listed as a browsing domain of ZONE, so wide-area clients find it (`avahi-browse -d lab-a.home.arpa -a`, `netsvc browse _ipp._tcp --domain lab-a.home.arpa --dns-server …`, `dig`). Run one gateway per link, each with its own --link-label; two on one link write the same records.
+            A discovery proxy without avahi's reflector: the services found on this link by mDNS are written by signed DNS updates under LABEL.ZONE (for example "Office Printer._ipp._tcp.lab-a.home.arpa"), with the SRV record naming HOST.LABEL.ZONE and that host's addresses beside it (never 169.254/16, IPv6 link-local or loopback addresses, which route nowhere else). TXT records follow changes, and a service that leaves the link leaves the zone. LABEL.ZONE is listed as a browsing domain of ZONE, so wide-area clients find it (`avahi-browse -d lab-a.home.arpa -a`, `netsvc browse _ipp._tcp --domain lab-a.home.arpa --dns-server …`, `dig`). Run one gateway per link, each with its own --link-label; two on one link write the same records. With --announce-remote, the services the other links' gateways wrote are also announced on this link by mDNS, so that a phone here sees another link's printer as one of its own link's (on a host HOST.LABEL.local, at its routed address).
 
             On start the gateway reads what the zone holds under its label and, once the link has had --settle seconds to show its services, removes those that left while it was not running. A server that does not answer is tried again, waiting twice as long each time (at most a minute); a key or zone the server refuses ends the gateway (exit 1). SIGINT, SIGTERM or SIGHUP stop it; the zone keeps what it mirrored (the next start reconciles it).
 
@@ -16,6 +16,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
 
             Examples:
               netsvc gateway --domain home.arpa --tsig-key /etc/salut/gateway.key --link-label lab-a
+              netsvc gateway --domain home.arpa --tsig-key gw.key --link-label lab-b --announce-remote
               netsvc gateway --domain home.arpa --tsig-key gw.key --types _ipp._tcp,_airplay._tcp --dry-run
             """)
 
@@ -68,6 +69,14 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
 
     @Flag(help: "Send nothing: print each update as nsupdate lines (the zone is still read).")
     var dryRun = false
+
+    @Flag(
+        help: ArgumentHelp(
+            "Also announce the other links' services, as their gateways wrote them into the zone, on this link by mDNS (for phones and other clients that speak only mDNS).",
+            discussion:
+                "Each is announced on a host HOST.LABEL.local with its routed addresses, and withdrawn when it leaves the zone; the zone is read every 2 seconds. A gateway never writes such hosts' services back into the zone."
+        ))
+    var announceRemote = false
 
     @Flag(help: "Write one JSON object per line.")
     var json = false
@@ -129,7 +138,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
             domain: domain, label: linkLabel ?? Self.hostLabel(), key: key,
             nameServer: dnsServer.flatMap(WideAreaBrowsing.nameServerAddress), types: Self.split(types),
             excludedTypes: Self.split(excludeTypes), maximumServices: maxServices,
-            settleTime: .milliseconds(Int(settle.value * 1000)), dryRun: dryRun)
+            settleTime: .milliseconds(Int(settle.value * 1000)), dryRun: dryRun, announceRemote: announceRemote)
         let json = self.json
         let gateway = DiscoveryGateway(configuration: configuration) { report in Self.show(report, json: json) }
         let running = Task { try await gateway.run() }
@@ -198,6 +207,23 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
                 // Already safe to print: names and TXT strings in master-file form write every
                 // byte outside printable ASCII as \DDD.
                 emit(lines)
+            }
+        case .announced(let key, let label, let name):
+            if json {
+                printJSON(["event": "announced", "name": key.name, "type": key.type, "from": label, "as": name])
+            } else {
+                let renamed = name == key.name ? "" : " as \"\(Terminal.escaped(name))\" (the name is taken here)"
+                emit(
+                    "announced \"\(Terminal.escaped(key.name))\" \(key.type) from \(Terminal.escaped(label)) on this link\(renamed)"
+                )
+            }
+        case .unannounced(let key, let label):
+            if json {
+                printJSON(["event": "unannounced", "name": key.name, "type": key.type, "from": label])
+            } else {
+                emit(
+                    "no longer announcing \"\(Terminal.escaped(key.name))\" \(key.type) from \(Terminal.escaped(label)): it left the zone"
+                )
             }
         }
     }

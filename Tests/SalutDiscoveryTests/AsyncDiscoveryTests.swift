@@ -259,3 +259,53 @@ extension AsyncDiscoveryTests {
         XCTAssertFalse(after.contains("Short\\032Lived"), "still listed 5 s after withdraw: \(after)")
     }
 }
+
+extension AsyncDiscoveryTests {
+    /// A service published on behalf of another host (a gateway announcing another link's
+    /// printer): avahi-browse resolves it to that host and its address, and the host goes with
+    /// its handle.
+    func testAServiceOnAnotherHostResolvesToThatHostsAddress() async throws {
+        let type = uniqueType()
+        let hostName = "printer-\(UInt16.random(in: 1...UInt16.max)).lab-x.local"
+        let host = try await HostAdvertisement.publish(hostName: hostName, addresses: ["198.18.1.10"])
+        let ad = try await ServiceAdvertisement.publish(name: "Far Printer", type: type, port: 631, host: host.hostName)
+        var line: String?
+        let deadline = Date().addingTimeInterval(10)
+        while line == nil && Date() < deadline {
+            let out = try Foreign(["avahi-browse", "-rpt", type]).finish()
+            line = out.split(separator: "\n").map(String.init).first {
+                $0.hasPrefix("=;") && $0.contains("Far\\032Printer")
+            }
+        }
+        let fields = try XCTUnwrap(line, "avahi-browse never resolved it").split(
+            separator: ";", omittingEmptySubsequences: false)
+        XCTAssertEqual(fields[6], Substring(hostName))
+        XCTAssertEqual(fields[7], "198.18.1.10")
+        XCTAssertEqual(fields[8], "631")
+        let resolved = try await DiscoveredService(name: "Far Printer", type: type).resolve()
+        XCTAssertEqual(resolved.hostName, hostName)
+        XCTAssertTrue(resolved.addresses.contains { $0.host == "198.18.1.10" }, "\(resolved.addresses)")
+
+        // A name not in .local, or an address that is none, is refused.
+        for (name, addresses) in [("printer.example.com", ["198.18.1.10"]), ("p.lab-x.local", ["not an address"])] {
+            do {
+                _ = try await HostAdvertisement.publish(hostName: name, addresses: addresses)
+                XCTFail("\(name) \(addresses) must be refused")
+            } catch let error as DiscoveryError where error.code == .invalidDomain {}
+        }
+
+        await ad.withdraw()
+        await host.withdraw()
+        let gone = try await withDeadline(10, "the host's withdrawal") { () -> Bool in
+            while true {
+                do {
+                    _ = try await DiscoveryContext.shared.addresses(ofHost: hostName, family: .ipv4, timeout: 1)
+                } catch {
+                    return true
+                }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        XCTAssertTrue(gone)
+    }
+}

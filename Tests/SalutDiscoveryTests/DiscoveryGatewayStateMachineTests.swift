@@ -181,12 +181,18 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         _ = machine.handle(.seen(odd.key))
         XCTAssertEqual(
             machine.handle(.found(odd)),
-            [.skip(odd.key, reason: "its host is not a host name of the link (NAME.local)")])
+            [
+                .skip(
+                    odd.key,
+                    reason:
+                        "its host is not one of the link's (NAME.local): a host HOST.LABEL.local is another link's, announced here by a gateway, and never written back"
+                )
+            ])
     }
 
-    func testOnlyHostNamesOfTheLinkAreTakenAndTheyKeepEveryLabel() {
+    func testOnlyHostNamesOfTheLinkAreTakenNotThoseAGatewayAnnounces() {
         XCTAssertEqual(Service.hostOnTheLink("printer.local."), "printer")
-        XCTAssertEqual(Service.hostOnTheLink("Box.Sub.local"), "box.sub", "every label: no two hosts share a name")
+        XCTAssertNil(Service.hostOnTheLink("printer.lab-a.local"), "another link's host, announced here: no echo")
         for name in ["_ipp._tcp.local", "printer.example.com", "a b.local", "-x.local", ".local", "x..local"] {
             XCTAssertNil(Service.hostOnTheLink(name), name)
         }
@@ -234,5 +240,77 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         XCTAssertEqual(machine.handle(.found(silent)), [], "no longer mirrored")
         // Its turn comes back once the other leaves.
         XCTAssertEqual(machine.handle(.lost(waiting.key)), [.stopResolving(waiting.key), .resolve(silent.key)])
+    }
+
+    // MARK: Announcing the other links' services
+
+    private func announcement(
+        _ name: String, label: String = "lab-a", host: String = "printer", port: UInt16 = 631,
+        note: String = "first", addresses: [[UInt8]] = [[198, 18, 1, 10]]
+    ) -> DiscoveryGateway.Announcement {
+        DiscoveryGateway.Announcement(
+            label: label,
+            service: Service(
+                key: .init(name: name, type: "_ipp._tcp"), host: host, port: port, txt: [Array("note=\(note)".utf8)],
+                addresses: addresses))
+    }
+
+    private func keyed(
+        _ list: [DiscoveryGateway.Announcement]
+    ) -> [DiscoveryGateway.Announcement.ID: DiscoveryGateway
+        .Announcement]
+    {
+        Dictionary(uniqueKeysWithValues: list.map { ($0.id, $0) })
+    }
+
+    func testAnotherLinksServicesAreAnnouncedOnAHostOfTheirOwnOncePerHost() {
+        let printer = announcement("Office Printer"), scanner = announcement("Scanner")
+        let plan = DiscoveryGateway.AnnouncementPlan(made: [:], hosts: [:], wanted: keyed([printer, scanner]))
+        XCTAssertEqual(plan.publishHosts, ["printer.lab-a.local": [[198, 18, 1, 10]]], "one host for both")
+        XCTAssertEqual(plan.publishServices, [printer, scanner])
+        XCTAssertEqual(printer.hostName, "printer.lab-a.local")
+        XCTAssertTrue(plan.withdrawServices.isEmpty && plan.withdrawHosts.isEmpty && plan.changeText.isEmpty)
+    }
+
+    func testAServiceThatLeavesTheZoneIsWithdrawnWithItsHostOnceNoneIsLeft() {
+        let printer = announcement("Office Printer"), scanner = announcement("Scanner")
+        let hosts = ["printer.lab-a.local": [[UInt8]]([[198, 18, 1, 10]])]
+        let one = DiscoveryGateway.AnnouncementPlan(
+            made: keyed([printer, scanner]), hosts: hosts, wanted: keyed([printer]))
+        XCTAssertEqual(one.withdrawServices, [scanner.id])
+        XCTAssertTrue(one.withdrawHosts.isEmpty, "the printer is still on it")
+        let none = DiscoveryGateway.AnnouncementPlan(made: keyed([printer]), hosts: hosts, wanted: [:])
+        XCTAssertEqual(none.withdrawServices, [printer.id])
+        XCTAssertEqual(none.withdrawHosts, ["printer.lab-a.local"])
+        XCTAssertTrue(
+            DiscoveryGateway.AnnouncementPlan(made: keyed([printer]), hosts: hosts, wanted: keyed([printer])).isEmpty,
+            "nothing changed: nothing to do")
+    }
+
+    func testATXTChangeKeepsItsPlaceAndAPortChangePublishesAgain() {
+        let printer = announcement("Office Printer")
+        let hosts = ["printer.lab-a.local": [[UInt8]]([[198, 18, 1, 10]])]
+        let text = DiscoveryGateway.AnnouncementPlan(
+            made: keyed([printer]), hosts: hosts, wanted: keyed([announcement("Office Printer", note: "second")]))
+        XCTAssertEqual(text.changeText.map(\.service.txt), [[Array("note=second".utf8)]])
+        XCTAssertTrue(text.withdrawServices.isEmpty && text.publishServices.isEmpty)
+        let moved = announcement("Office Printer", port: 632)
+        let port = DiscoveryGateway.AnnouncementPlan(made: keyed([printer]), hosts: hosts, wanted: keyed([moved]))
+        XCTAssertEqual(port.withdrawServices, [printer.id])
+        XCTAssertEqual(port.publishServices, [moved])
+    }
+
+    func testAHostWhoseAddressesChangeIsPublishedAgainAndTheSameNameOnTwoLinksStaysTwo() {
+        let printer = announcement("Office Printer")
+        let hosts = ["printer.lab-a.local": [[UInt8]]([[198, 18, 1, 10]])]
+        let readdressed = announcement("Office Printer", addresses: [[198, 18, 1, 11]])
+        let plan = DiscoveryGateway.AnnouncementPlan(made: keyed([printer]), hosts: hosts, wanted: keyed([readdressed]))
+        XCTAssertEqual(plan.withdrawHosts, ["printer.lab-a.local"])
+        XCTAssertEqual(plan.publishHosts, ["printer.lab-a.local": [[198, 18, 1, 11]]])
+        XCTAssertTrue(plan.publishServices.isEmpty, "its services keep naming the host")
+        let otherLink = announcement("Office Printer", label: "lab-c")
+        let both = DiscoveryGateway.AnnouncementPlan(made: [:], hosts: [:], wanted: keyed([printer, otherLink]))
+        XCTAssertEqual(both.publishServices.count, 2, "the label keeps them apart")
+        XCTAssertEqual(Set(both.publishHosts.keys), ["printer.lab-a.local", "printer.lab-c.local"])
     }
 }

@@ -62,19 +62,25 @@ public final class ServiceAdvertisement: Sendable {
     ///   - timeout: how long to wait for the daemon to establish the service, in seconds. NaN,
     ///     zero or a negative value takes the default (10 s); at most a billion seconds are waited.
     ///   - context: the connection to the avahi-daemon to publish through.
+    ///   - host: the host the service is on, when it is not this one: a host name whose
+    ///     addresses are published on the link (``HostAdvertisement``); nil for this host.
     /// - Throws: ``DiscoveryError/collision(name:)`` when the name is taken and renaming is not
     ///   allowed; ``DiscoveryError/timedOut`` when it is not established in time (for example
     ///   because no daemon runs); validation errors for bad input, as
     ///   ``validate(name:type:domain:port:txtRecord:subtypes:)`` (a TXT record over
-    ///   ``TXTRecord/maximumPublishedSize`` included).
+    ///   ``TXTRecord/maximumPublishedSize`` included), and
+    ///   ``DiscoveryError/Code-swift.struct/invalidDomain`` for a `host` that is no host name.
     public static func publish(
         name: String, type: String, domain: String = "local", port: Int,
         txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], allowRename: Bool = true,
-        timeout: TimeInterval = 10, context: DiscoveryContext = .shared
+        timeout: TimeInterval = 10, context: DiscoveryContext = .shared, host: String? = nil
     ) async throws -> ServiceAdvertisement {
-        try await publish(
+        if let host, !AvahiValues.isValidDomain(host) || host.isEmpty {
+            throw DiscoveryError.invalidDomain("\(host.debugDescription) is not a host name")
+        }
+        return try await publish(
             name: name, type: type, domain: domain, port: port, txtRecord: txtRecord, subtypes: subtypes,
-            allowRename: allowRename, timeout: timeout, context: context, listener: nil)
+            allowRename: allowRename, timeout: timeout, context: context, listener: nil, host: host)
     }
 
     /// Publishes a service in a wide-area domain (a unicast DNS zone) with signed DNS updates,
@@ -182,10 +188,10 @@ public final class ServiceAdvertisement: Sendable {
     ///     default; a larger buffer lets a bulk reader take more at each wake-up).
     ///   - allowRename: pick an alternative name on collision (true) or fail (false).
     ///   - timeout: how long to wait for the daemon to establish the service, in seconds, taken
-    ///     as by ``publish(name:type:domain:port:txtRecord:subtypes:allowRename:timeout:context:)``.
+    ///     as by ``publish(name:type:domain:port:txtRecord:subtypes:allowRename:timeout:context:host:)``.
     ///   - context: the connection to the avahi-daemon to publish through.
     /// - Throws: ``DiscoveryError/listenFailed(_:)`` when the port cannot be bound or the TLS
-    ///   identity cannot be loaded; otherwise as ``publish(name:type:domain:port:txtRecord:subtypes:allowRename:timeout:context:)``.
+    ///   identity cannot be loaded; otherwise as ``publish(name:type:domain:port:txtRecord:subtypes:allowRename:timeout:context:host:)``.
     public static func listen(
         name: String, type: String, domain: String = "local", port: Int = 0,
         txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], tls: TLSConfiguration? = nil,
@@ -228,7 +234,7 @@ public final class ServiceAdvertisement: Sendable {
         return listener.connections
     }
 
-    /// Checks what ``publish(name:type:domain:port:txtRecord:subtypes:allowRename:timeout:context:)``
+    /// Checks what ``publish(name:type:domain:port:txtRecord:subtypes:allowRename:timeout:context:host:)``
     /// checks before it asks the daemon, without asking it: the name (empty for the host's name,
     /// at most 63 bytes), the type and each subtype, the domain, the port, and the TXT record's
     /// size (``TXTRecord/validateForPublishing()``). For validating input early, as a form or a
@@ -264,11 +270,13 @@ public final class ServiceAdvertisement: Sendable {
 
     private static func publish(
         name: String, type: String, domain: String, port: Int, txtRecord: TXTRecord, subtypes: [String],
-        allowRename: Bool, timeout: TimeInterval, context: DiscoveryContext, listener: StreamListener?
+        allowRename: Bool, timeout: TimeInterval, context: DiscoveryContext, listener: StreamListener?,
+        host: String? = nil
     ) async throws -> ServiceAdvertisement {
-        let request = try request(
+        var request = try request(
             name: name, type: type, domain: domain, port: port, txtRecord: txtRecord,
             subtypes: subtypes, allowRename: allowRename)
+        request.host = host
         let waiter = OneShot<String>()
         let current = Locked(name)
         let operation = RegisterOperation(context: context, request: request) { event in

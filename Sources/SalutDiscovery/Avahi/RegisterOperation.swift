@@ -29,6 +29,9 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
         var allowRename: Bool
         /// Subtypes beyond the one `type` may carry, for example `_printer`.
         var extraSubtypes: [String] = []
+        /// The host the SRV record names, when it is not this host (one whose addresses are
+        /// published by someone else: ``HostAdvertisement``, `avahi-publish -a`).
+        var host: String?
     }
 
     private var request: Request
@@ -98,7 +101,7 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
         defer { avahi_string_list_free(list) }
         var result = avahi_entry_group_add_service_strlst(
             group, any, anyProto, AvahiPublishFlags(rawValue: 0), request.name, request.type.base,
-            request.domain, nil, request.port, list)
+            request.domain, request.host, request.port, list)
         if result == Int32(AVAHI_ERR_COLLISION) { return collided() }
         for subtype in [request.type.subtype].compactMap({ $0 }) + request.extraSubtypes where result >= 0 {
             result = avahi_entry_group_add_service_subtype(

@@ -112,7 +112,10 @@ extension DiscoveryGateway {
                 }
                 if service.host.isEmpty {
                     unwritable[service.key] = service
-                    return tellSkipped(service.key, "its host is not a host name of the link (NAME.local)") + next()
+                    return tellSkipped(
+                        service.key,
+                        "its host is not one of the link's (NAME.local): a host HOST.LABEL.local is another link's, announced here by a gateway, and never written back"
+                    ) + next()
                 }
                 if service.addresses.isEmpty {
                     unwritable[service.key] = service

@@ -48,12 +48,20 @@ public final class DiscoveryGateway: Sendable {
         /// Sends nothing: each update is reported (``Report/wouldSend(_:)``) and taken as
         /// applied. The zone is still read.
         public var dryRun: Bool
+        /// Whether the services the other links' gateways wrote into the zone (under other
+        /// labels) are announced on this link by mDNS, for clients that speak only mDNS: each
+        /// on a host `HOST.LABEL.local` with its routed addresses, withdrawn when it leaves
+        /// the zone. A gateway never writes such a host's services back into the zone.
+        public var announceRemote: Bool
+        /// How often the zone is read for ``announceRemote`` (DNS pushes nothing).
+        public var announceInterval: Duration
 
         /// A configuration; see each property.
         public init(
             domain: String, label: String, key: SalutTSIGKey, nameServer: SocketAddress? = nil, types: [String] = [],
             excludedTypes: [String] = [], maximumServices: Int = 1000, maximumTypes: Int = 200,
-            settleTime: Duration = .seconds(3), dryRun: Bool = false
+            settleTime: Duration = .seconds(3), dryRun: Bool = false, announceRemote: Bool = false,
+            announceInterval: Duration = .seconds(2)
         ) {
             self.domain = domain
             self.label = label
@@ -65,6 +73,8 @@ public final class DiscoveryGateway: Sendable {
             self.maximumTypes = maximumTypes
             self.settleTime = settleTime
             self.dryRun = dryRun
+            self.announceRemote = announceRemote
+            self.announceInterval = announceInterval
         }
     }
 
@@ -105,6 +115,13 @@ public final class DiscoveryGateway: Sendable {
         case retrying(reason: String, seconds: Double)
         /// With ``Configuration/dryRun``: the update that would be sent, as `nsupdate` lines.
         case wouldSend(String)
+        /// With ``Configuration/announceRemote``: a service of the link `fromLabel` is
+        /// announced on this link (or its TXT record changed), under the name `as` (another
+        /// than its own when the name was taken here).
+        case announced(ServiceKey, fromLabel: String, as: String)
+        /// With ``Configuration/announceRemote``: a service of the link `fromLabel` left the
+        /// zone, and is no longer announced here.
+        case unannounced(ServiceKey, fromLabel: String)
     }
 
     /// A service as the gateway writes it: the link's records, with the host's first label and
@@ -159,6 +176,11 @@ public final class DiscoveryGateway: Sendable {
         let (events, sink) = AsyncStream<StateMachine.Event>.makeStream()
         let work = Work()
         defer { work.cancelAll() }
+        if configuration.announceRemote {
+            work.start { [configuration, reports] in
+                await RemoteAnnouncer(zone: zone, configuration: configuration, reports: reports).run()
+            }
+        }
         // The error that ends the gateway, once the zone refused an update for good.
         let refusal = Locked<DiscoveryError?>(nil)
         var machine = StateMachine(maximumServices: configuration.maximumServices)

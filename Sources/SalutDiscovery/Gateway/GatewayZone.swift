@@ -54,20 +54,22 @@ extension DiscoveryGateway {
             return [:]
         }
 
-        /// What the zone holds under the label: the types listed there, their instances, and
-        /// each one's records.
+        /// What the zone holds under the label (or under `labelDomain`, another link's): the
+        /// types listed there, their instances, and each one's records.
         /// - Throws: ``DiscoveryError`` when the primary does not answer or fails.
-        func list() async throws -> [ServiceKey: MirroredService] {
+        func list(under labelDomain: DNSName? = nil) async throws -> [ServiceKey: MirroredService] {
             guard let primary = primaries.first else { return [:] }
-            let list = try updates.typesName
+            let labelDomain = labelDomain ?? updates.labelDomain
+            let list = try DNSName(parsing: "_services._dns-sd._udp").appending(labelDomain)
             var found: [ServiceKey: MirroredService] = [:]
             for pointer in try await UnicastBrowser.records(list, DNSType.pointer, from: primary) {
-                guard let target = pointer.target, target.isWithin(updates.labelDomain),
-                    target.labels.count == updates.labelDomain.labels.count + 2
+                guard let target = pointer.target, target.isWithin(labelDomain),
+                    target.labels.count == labelDomain.labels.count + 2
                 else { continue }
                 let type = target.labels.prefix(2).map { String(decoding: $0, as: UTF8.self) }.joined(separator: ".")
+                guard DiscoveryGateway.mayMirror(type: type) else { continue }
                 let browser = try UnicastBrowser(
-                    type: type, domain: updates.labelDomain.description, nameServer: primary)
+                    type: type, domain: labelDomain.description, nameServer: primary)
                 for name in try await browser.instances().names {
                     let key = ServiceKey(name: name, type: type)
                     guard let instance = try? await browser.resolve(name) else {
@@ -77,13 +79,32 @@ extension DiscoveryGateway {
                         continue
                     }
                     found[key] = MirroredService(
-                        key: key, host: Self.linkHost(of: instance.host, under: updates.labelDomain),
+                        key: key, host: Self.linkHost(of: instance.host, under: labelDomain),
                         port: instance.port,
                         txt: instance.txt,
                         addresses: MirroredService.ordered(instance.addresses.map(\.rawBytes)))
                 }
             }
             return found
+        }
+
+        /// The labels of the other links written into the zone (the browsing domains
+        /// `LABEL.DOMAIN` listed under `b._dns-sd._udp.DOMAIN`), this gateway's own left out.
+        /// - Throws: ``DiscoveryError`` when the primary does not answer or fails.
+        func otherLabels() async throws -> [String: DNSName] {
+            guard let primary = primaries.first else { return [:] }
+            let browsing = try DNSName(parsing: "b._dns-sd._udp").appending(updates.domain)
+            var labels: [String: DNSName] = [:]
+            for pointer in try await UnicastBrowser.records(browsing, DNSType.pointer, from: primary) {
+                guard let target = pointer.target, target.isWithin(updates.domain),
+                    target.labels.count == updates.domain.labels.count + 1, target != updates.labelDomain,
+                    let first = target.labels.first
+                else { continue }
+                let label = String(decoding: first, as: UTF8.self)
+                guard DiscoveryGateway.isLinkLabel(label) else { continue }
+                labels[label] = target
+            }
+            return labels
         }
 
         /// The link's host name (`box.sub`) of a host written as `box.sub.LABEL.ZONE`; empty for

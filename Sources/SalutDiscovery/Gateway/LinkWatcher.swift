@@ -163,15 +163,17 @@ extension DiscoveryGateway.MirroredService {
         Set(addresses).sorted { a, b in a.count != b.count ? a.count < b.count : a.lexicographicallyPrecedes(b) }
     }
 
-    /// `name` without its `.local` ending (`printer`, `box.sub`), when it is a host name of
-    /// the link whose labels are letters, digits and hyphens (so that it can never be written
-    /// over the gateway's other names: `_ipp._tcp`, `_services._dns-sd._udp`); nil otherwise.
+    /// `name` without its `.local` ending (`printer`), when it is a host name of the link: one
+    /// label of letters, digits and hyphens (so that it can never be written over the
+    /// gateway's other names: `_ipp._tcp`, `_services._dns-sd._udp`); nil otherwise. A host
+    /// named `HOST.LABEL.local` is another link's, announced here by a gateway
+    /// (``Configuration/announceRemote``): never written back into the zone.
     static func hostOnTheLink(_ name: String) -> String? {
         var name = name.lowercased()
         if name.hasSuffix(".") { name.removeLast() }
         guard name.hasSuffix(".local") else { return nil }
         let labels = name.dropLast(".local".count).split(separator: ".", omittingEmptySubsequences: false)
-        guard !labels.isEmpty, labels.count <= 4, labels.allSatisfy(isHostLabel) else { return nil }
+        guard labels.count == 1, labels.allSatisfy(isHostLabel) else { return nil }
         return labels.joined(separator: ".")
     }
 
