@@ -168,4 +168,67 @@ final class LabGatewayTests: XCTestCase {
         let written = try b1.run(["dig", "+short", "@198.18.2.1", "b._dns-sd._udp.home.arpa", "PTR"])
         XCTAssertFalse(written.contains("refused.home.arpa"), written)
     }
+
+    /// `--announce-remote` on B: A's service, mirrored into the zone by A's gateway, is announced
+    /// on B's link by mDNS, so that a client that speaks only mDNS (avahi-browse without `-d`)
+    /// finds it, at A's routed address, and connects to it; B's gateway does not write it back
+    /// under its own label; withdrawn on A, it is gone from B's link.
+    func testAnotherLinksServiceIsAnnouncedOnBByMDNSAndReachable() throws {
+        let type = "_ga\(UUID().uuidString.prefix(6).lowercased())._tcp"
+        let suffix = UUID().uuidString.prefix(4).lowercased()
+        let (labelA, labelB) = ("lab-a\(suffix)", "lab-b\(suffix)")
+        let port = Int.random(in: 20_000...29_999)
+        let server = try a1.start(["python3", "-m", "http.server", "\(port)", "--bind", "198.18.1.10"])
+        defer { server.stop() }
+        let printer = try a1.start(["avahi-publish", "-s", "Far Printer", type, "\(port)", "note=first"])
+        defer { printer.stop() }
+        let gatewayA = try gateway(label: labelA, type: type)
+        defer { gatewayA.stop() }
+        XCTAssertTrue(gatewayA.waitForOutput(containing: #""event":"mirrored""#, seconds: 30), gatewayA.output)
+        let gatewayB = try b1.start([
+            Self.netsvc, "gateway", "--domain", "home.arpa", "--tsig-key", LabWideAreaTests.key, "--link-label", labelB,
+            "--types", type, "--settle", "1", "--json", "--announce-remote",
+        ])
+        defer { gatewayB.stop() }
+        XCTAssertTrue(
+            gatewayB.waitForOutput(containing: #""event":"announced","from":"\#(labelA)""#, seconds: 30),
+            gatewayB.output)
+
+        // Plain mDNS on B finds it, on A's host under the label, at A's routed address.
+        var line: String?
+        let deadline = Date().addingTimeInterval(20)
+        repeat {
+            line = try b1.run(["avahi-browse", "-rpt", type]).split(separator: "\n").map(String.init).first {
+                $0.hasPrefix("=;") && $0.contains("Far\\032Printer") && $0.contains(";198.18.1.10;")
+            }
+        } while line == nil && Date() < deadline
+        let fields = try XCTUnwrap(line, "B's mDNS never showed A's service").split(
+            separator: ";", omittingEmptySubsequences: false)
+        XCTAssertEqual(fields[6], Substring("salut-a1.\(labelA).local"))
+        XCTAssertEqual(fields[8], Substring("\(port)"))
+        XCTAssertEqual(fields[9], "\"note=first\"")
+        // A client on B connects to it where mDNS said.
+        let status = try b1.run([
+            "python3", "-c",
+            "import urllib.request; print(urllib.request.urlopen('http://\(fields[7]):\(fields[8])/', timeout=10).status)",
+        ])
+        XCTAssertEqual(status.trimmingCharacters(in: .whitespacesAndNewlines), "200", status)
+        // No echo: B's gateway saw it on its link and did not write it under its own label.
+        XCTAssertTrue(gatewayB.waitForOutput(containing: "another link's", seconds: 10), gatewayB.output)
+        let echoed = try b1.run(["dig", "+short", "@198.18.2.1", "_services._dns-sd._udp.\(labelB).home.arpa", "PTR"])
+        XCTAssertEqual(echoed.trimmingCharacters(in: .whitespacesAndNewlines), "", echoed)
+
+        // Withdrawn on A: A's gateway removes it from the zone, B's withdraws it from B's link.
+        printer.stop()
+        XCTAssertTrue(printer.waitForExit(seconds: 10))
+        XCTAssertTrue(
+            gatewayB.waitForOutput(containing: #""event":"unannounced""#, seconds: 30), gatewayB.output)
+        var after = ""
+        let goneBy = Date().addingTimeInterval(10)
+        repeat {
+            after = try b1.run(["avahi-browse", "-pt", type])
+        } while after.contains("Far\\032Printer")
+            && Date() < goneBy
+        XCTAssertFalse(after.contains("Far\\032Printer"), "still on B's link: \(after)")
+    }
 }
