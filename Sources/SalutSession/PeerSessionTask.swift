@@ -129,7 +129,9 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
     }
 
     /// Cancels the task: it completes with ``PeerSessionError/cancelled``; operations waiting
-    /// or queued fail the same way. Nothing happens once it has completed.
+    /// or queued fail the same way. A stream task's connection is cut with a reset (its peer's
+    /// read fails; it never sees a clean end), unless its streams were captured. Nothing
+    /// happens once it has completed.
     public func cancel() {
         let cancelled = lock.withLock { () -> [CheckedContinuation<Void, Never>]? in
             guard _state == .suspended || _state == .running else { return nil }

@@ -333,8 +333,14 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
         timers.forEach { $0.cancel() }
         connection.open(.failure(failure))
         if !captured, case .success(let pair)? = connection.current {
-            pair.input.close()
-            pair.output.close()
+            if (error as? PeerSessionError) == .cancelled {
+                // Cancelled, as URLSession's cancel does: the connection is cut (a reset), so a
+                // peer that reads on sees a failure, never the clean end of a finished upload.
+                pair.reset(.cancelled)
+            } else {
+                pair.input.close()
+                pair.output.close()
+            }
         }
         if holdsSlot {
             let slots = session.slots, key = target.key

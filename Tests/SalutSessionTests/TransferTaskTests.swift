@@ -13,6 +13,9 @@ final class ResumableReceiver: @unchecked Sendable {
     let listener: StreamListener
     let received = Locked(Data())
     let connections = Locked(0)
+    /// How each connection ended, in order: "clean" (the sender finished sending), "failed"
+    /// (a reset, an error), or "done" (every byte in).
+    let endings = Locked<[String]>([])
     let chunk: Int
     let total: Int
 
@@ -43,13 +46,17 @@ final class ResumableReceiver: @unchecked Sendable {
         while received.value.count < total {
             let want = min(chunk, total - received.value.count)
             let part = await pair.read(minimum: want, maximum: want, limit: OperationLimit())
-            guard part.data.count == want else { return }
+            guard part.data.count == want else {
+                endings.withLock { $0.append(part.error != nil ? "failed" : part.atEnd ? "clean" : "short") }
+                return
+            }
             let count = received.withLock {
                 $0.append(part.data); return $0.count
             }
             var ack = UInt64(count).bigEndian
             _ = await pair.write(Data(bytes: &ack, count: 8), limit: OperationLimit())
         }
+        endings.withLock { $0.append("done") }
         pair.output.close()
     }
 
@@ -113,6 +120,11 @@ final class TransferTaskTests: SalutTestCase {
         let part = receiver.received.value.count
         XCTAssertGreaterThanOrEqual(part, payload.count / 4)
         XCTAssertLessThan(part, payload.count, "cancelled before the end")
+        // The receiver's read failed (a reset): a cancel is never taken for a finished upload.
+        try await withDeadline(10, "the receiver sees the first connection end") {
+            while receiver.endings.value.isEmpty { try await Task.sleep(nanoseconds: 2_000_000) }
+        }
+        XCTAssertEqual(receiver.endings.value, ["failed"])
 
         let second = try session.transferTask(
             withResumeData: resumeData, transfer: ChunkedSend(payload: payload, chunk: 64 * 1024))
@@ -124,6 +136,7 @@ final class TransferTaskTests: SalutTestCase {
         XCTAssertEqual(second.progress.fractionCompleted, 1)
         XCTAssertTrue(receiver.received.value == payload, "every byte arrived once, in order")
         XCTAssertEqual(receiver.connections.value, 2)
+        XCTAssertEqual(receiver.endings.value, ["failed", "done"])
         XCTAssertLessThan(second.countOfBytesSent, Int64(payload.count), "the second attempt sent only the rest")
     }
 
