@@ -4,7 +4,8 @@ import SalutStreams
 /// What happened during one task, like `URLSessionTaskMetrics`: its interval and one
 /// transaction per connection attempt.
 public struct PeerTaskMetrics: Sendable {
-    /// From `resume()` to completion.
+    /// From the first `resume()` to completion: for a background upload task, across
+    /// relaunches (the first resume is kept with its record).
     public var taskInterval: DateInterval
     /// One entry per connection the task made (stream tasks make one).
     public var transactionMetrics: [PeerTransactionMetrics]

@@ -31,6 +31,15 @@ struct CountingUpload: PeerUploadProtocol {
     }
 }
 
+/// An upload protocol that reports half its body sent, then waits until it is stopped.
+struct HalfwayUpload: PeerUploadProtocol {
+    func upload(_ body: PeerUploadBody, to service: ResolvedService, context: PeerUploadContext) async throws {
+        context.reportProgress(sent: 500, total: 1000)
+        while !Task.isCancelled { try? await Task.sleep(nanoseconds: 10_000_000) }
+        throw CancellationError()
+    }
+}
+
 /// A published service that counts what each connection sends, after cutting the first
 /// `failures` connections as soon as they arrive.
 final class CountingReceiver: @unchecked Sendable {
@@ -364,6 +373,63 @@ final class BackgroundSessionTests: SalutTestCase {
         let next = PeerSession(configuration: configuration, delegate: UploadDelegate())
         defer { next.invalidateAndCancel() }
         XCTAssertEqual(next.allTasks.compactMap { ($0 as? PeerUploadTask)?.taskDescription }, ["kept across a stop"])
+    }
+
+    /// A relaunched task starts from the bytes its record says were sent (written while it
+    /// transferred), and its metrics' interval starts at its first resume, in the earlier
+    /// process.
+    func testARelaunchedTaskKeepsItsCountOfBytesSentAndItsFirstResume() async throws {
+        let type = uniqueType()
+        let receiver = try await CountingReceiver(name: "Relaunched", type: type)
+        defer { receiver.stop() }
+        let stalling = configuration { $0.uploadProtocol = HalfwayUpload() }
+        let resumed = Date()
+        do {
+            let first = PeerSession(configuration: stalling, delegate: UploadDelegate())
+            let body = Data(repeating: 7, count: 1000)
+            let task = first.uploadTask(to: DiscoveredService(name: "Relaunched", type: type), from: body)
+            task.resume()
+            // Half the body reported sent: the record says so while the attempt still runs.
+            let journal = try BackgroundJournal(directory: stalling.backgroundStateDirectory!)
+            try await withDeadline(10, "the record's count of bytes sent") {
+                while journal.records().first?.bytesSent != 500 { try await Task.sleep(nanoseconds: 20_000_000) }
+            }
+            XCTAssertEqual(task.state, .running)
+            first.invalidateLeavingBackgroundTasks()
+            try await withDeadline(10, "the first runner stops") {
+                while task.state != .completed { try await Task.sleep(nanoseconds: 20_000_000) }
+            }
+        }
+        // The first runner is gone (as its process would be): the next session runs the task.
+        let relaunch = { () -> PeerSessionConfiguration in
+            var relaunch = stalling
+            relaunch.uploadProtocol = CountingUpload()
+            return relaunch
+        }()
+        let delegate = UploadDelegate()
+        let relaunched = Date()
+        let next = try await withDeadline(10, "the runner's lock let go") { () -> PeerSession in
+            while true {
+                let candidate = PeerSession(configuration: relaunch, delegate: delegate)
+                if candidate.runsBackgroundTasks { return candidate }
+                candidate.invalidateAndCancel()
+                try await Task.sleep(nanoseconds: 50_000_000)
+            }
+        }
+        defer { next.invalidateAndCancel() }
+        let adopted = try XCTUnwrap(next.allTasks.compactMap { $0 as? PeerUploadTask }.first)
+        XCTAssertGreaterThanOrEqual(adopted.countOfBytesSent, 500, "from the record, not from 0")
+        do {
+            try await delegate.wait(for: "complete \(adopted.taskIdentifier)", seconds: 15)
+        } catch {
+            XCTFail("\(delegate.events); \(adopted.phase); \(adopted.recordedError ?? "-"); \(adopted.state)")
+            throw error
+        }
+        XCTAssertEqual(delegate.outcome(of: adopted), "ok")
+        let metrics = try XCTUnwrap(delegate.metrics(of: adopted))
+        XCTAssertLessThan(metrics.taskInterval.start, relaunched, "from the first resume, in the first process")
+        XCTAssertGreaterThanOrEqual(metrics.taskInterval.start, resumed.addingTimeInterval(-1))
+        XCTAssertEqual(metrics.attempts, 2, "the first process's attempt counts")
     }
 
     /// A runner whose one upload task waits for a service that is not there, and a session on

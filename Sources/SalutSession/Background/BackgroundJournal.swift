@@ -27,6 +27,9 @@ struct BackgroundTaskRecord: Codable, Sendable, Equatable {
     var bytesExpected: Int64
     /// Waits for the service and for retries, as metrics report them.
     var waits: [PeerTaskWait]
+    /// When the task was first resumed, in whichever process: where its metrics' task interval
+    /// starts, across relaunches (nil in records written before it was kept).
+    var firstResumed: Date? = nil
 }
 
 /// The background session's state folder: a record per task, written whole and atomically

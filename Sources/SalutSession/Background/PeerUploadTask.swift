@@ -60,6 +60,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     private var freshStream: InputStream?
     /// A view, in a process that only queues, of a task another process runs.
     private let isSnapshot: Bool
+    /// When progress was last written to the record (at most once a second: see
+    /// ``uploadProgressed(sent:total:)``).
+    private var progressWritten = Date.distantPast
 
     init(
         session: PeerSession, identifier: Int, background: BackgroundSessionState, record: BackgroundTaskRecord,
@@ -80,6 +83,8 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         self.taskDescription = record.taskDescription
         if record.bytesExpected >= 0 { countOfBytesExpectedToSend = record.bytesExpected }
         countOfBytesExpectedToReceive = 0
+        // A relaunched task starts from the last count its record holds, not from 0.
+        if record.bytesSent > 0 { add(sent: Int(clamping: record.bytesSent), received: 0) }
     }
 
     /// Where the task is now.
@@ -104,7 +109,10 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     override func startWork() {
         super.startWork()
         if isSnapshot { return }
-        lock.withLock { record.taskDescription = taskDescriptionUnlocked }
+        lock.withLock {
+            record.taskDescription = taskDescriptionUnlocked
+            if record.firstResumed == nil { record.firstResumed = Date() }
+        }
         guard background.runsTasks else {
             lock.withLock { _phase = .queuedWithRunner }
             // The runner's watcher sees the record and takes the task over; a record that could
@@ -164,15 +172,23 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         persist()
     }
 
+    /// The upload protocol reported `sent` bytes of `total`: counted, and written to the
+    /// record at most once a second (so a relaunched task shows the last count, and a fast
+    /// protocol that reports every chunk does not rewrite its record for each).
     func uploadProgressed(sent: Int64, total: Int64) {
-        let (previous, changedTotal) = lock.withLock { () -> (Int64, Bool) in
+        let (previous, changedTotal, write) = lock.withLock { () -> (Int64, Bool, Bool) in
             let previous = record.bytesSent
+            let changedTotal = record.bytesExpected != total
             record.bytesSent = sent
-            defer { record.bytesExpected = total }
-            return (previous, record.bytesExpected != total)
+            record.bytesExpected = total
+            let now = Date()
+            let write = now.timeIntervalSince(progressWritten) >= 1
+            if write { progressWritten = now }
+            return (previous, changedTotal, write)
         }
         if changedTotal { countOfBytesExpectedToSend = total }
         if sent > previous { add(sent: Int(sent - previous), received: 0) }
+        if write { persist() }
     }
 
     // MARK: The driver
@@ -395,12 +411,16 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         try? background.journal.save(snapshot)
     }
 
-    /// Metrics carry the waits.
+    /// Metrics carry the waits and the attempts, and their interval starts at the first
+    /// `resume()`, in this process or an earlier one.
     override func completedMetrics(_ metrics: PeerTaskMetrics) -> PeerTaskMetrics {
         var metrics = metrics
         lock.withLock {
             metrics.waits = record.waits
             metrics.attempts = record.attempts
+            if let first = record.firstResumed, first < metrics.taskInterval.start {
+                metrics.taskInterval = DateInterval(start: first, end: metrics.taskInterval.end)
+            }
         }
         return metrics
     }
