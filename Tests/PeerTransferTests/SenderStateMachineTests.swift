@@ -60,7 +60,9 @@ final class SenderStateMachineTests: XCTestCase {
         var machine = machine()
         let error = failure(machine.lookedUp(.success(resolved("Kitchen", key: kitchenKey)), book: .success(book())))
         XCTAssertEqual(error?.exitCode, 6)
-        XCTAssertTrue(error?.message.contains("peerxfer trust --pin 'Kitchen' \(kitchenKey)") == true, "\(error!)")
+        XCTAssertTrue(
+            error?.message.contains("peerxfer trust --pin 'Kitchen' \(kitchenKey)") == true,
+            "\(String(describing: error))")
         XCTAssertTrue(
             error?.message.contains(VerificationCode.between(ownKey, kitchenKey)) == true, "the code is shown")
     }
@@ -97,7 +99,20 @@ final class SenderStateMachineTests: XCTestCase {
             .searchByKey(kitchenKey))
         let refused = failure(machine.searchedByKey([]))
         XCTAssertEqual(refused?.exitCode, 6)
-        XCTAssertTrue(refused?.message.hasPrefix("KEY CHANGED") == true, "\(refused!)")
+        XCTAssertTrue(refused?.message.hasPrefix("KEY CHANGED") == true, "\(String(describing: refused))")
+    }
+
+    func testTheDecisionNamesTheReceiverAsItPublishesItself() {
+        var asked = machine("kitchen", rule: .ask)
+        let action = asked.lookedUp(.success(resolved("Kitchen", key: kitchenKey)), book: .success(book()))
+        guard case .ask(let receiver) = action else { return XCTFail("\(action)") }
+        XCTAssertEqual(receiver.name, "Kitchen")
+        let said = failure(asked.answered(trusting: false))
+        XCTAssertTrue(said?.message.contains("you did not trust \"Kitchen\"") == true, "\(String(describing: said))")
+        var refused = machine("kitchen")
+        let error = failure(refused.lookedUp(.success(resolved("Kitchen", key: kitchenKey)), book: .success(book())))
+        XCTAssertTrue(
+            error?.message.hasPrefix("\"Kitchen\" is new to this device") == true, "\(String(describing: error))")
     }
 
     func testASquattedNameSendsToTheDeviceWithThePinnedKeyUnderItsNewName() {
@@ -139,7 +154,7 @@ final class SenderStateMachineTests: XCTestCase {
             wrong.lookedUp(.success(resolved("Kitchen", key: squatterKey)), book: .success(book())),
             .searchByKey(String(kitchenKey.prefix(16))))
         let error = failure(wrong.searchedByKey([]))
-        XCTAssertTrue(error?.message.contains("not the one you expected") == true, "\(error!)")
+        XCTAssertTrue(error?.message.contains("not the one you expected") == true, "\(String(describing: error))")
 
         var right = machine(expecting: String(kitchenKey.prefix(16)))
         let kitchen = resolved("Kitchen", key: kitchenKey)
@@ -180,7 +195,8 @@ final class SenderStateMachineTests: XCTestCase {
             .connect(real.service, key: kitchenKey), "only those advertising the same key are tried")
         let error = failure(
             machine.connectionFailed(.tls(pinMismatch: true, presented: squatterKey, description: "pin")))
-        XCTAssertTrue(error?.message.contains("presented a key (\(squatterKey))") == true, "\(error!)")
+        XCTAssertTrue(
+            error?.message.contains("presented a key (\(squatterKey))") == true, "\(String(describing: error))")
     }
 
     func testAReceiverGoneSinceTheLookUpIsNotThereOnTheLinkAndCannotConnectInAZone() {

@@ -176,11 +176,40 @@ public final class DiscoveryGateway: Sendable {
         let (events, sink) = AsyncStream<StateMachine.Event>.makeStream()
         let work = Work()
         defer { work.cancelAll() }
-        if configuration.announceRemote {
-            work.start { [configuration, reports] in
-                await RemoteAnnouncer(zone: zone, configuration: configuration, reports: reports).run()
-            }
+        // The services announced here from the zone: never taken for the link's own.
+        let announced = Locked<Set<ServiceKey>>([])
+        let announcer: Task<Void, Never>? =
+            configuration.announceRemote
+            ? Task { [configuration, reports] in
+                await RemoteAnnouncer(
+                    zone: zone, configuration: configuration, reports: reports,
+                    announcing: { key, isAnnounced in
+                        announced.withLock { set in
+                            if isAnnounced { set.insert(key) } else { set.remove(key) }
+                        }
+                        // Seen on the link before it was known as ours: its place is freed.
+                        if isAnnounced { sink.yield(.lost(key)) }
+                    }
+                ).run()
+            } : nil
+        do {
+            try await mirror(zone: zone, events: events, sink: sink, work: work, announced: announced)
+        } catch {
+            // What was announced is withdrawn before the gateway says it stopped.
+            announcer?.cancel()
+            await announcer?.value
+            throw error
         }
+        announcer?.cancel()
+        await announcer?.value
+    }
+
+    /// The link mirrored into the zone: the state machine's events, its actions performed,
+    /// until the calling task is cancelled or the zone refuses the updates for good.
+    private func mirror(
+        zone: GatewayZone, events: AsyncStream<StateMachine.Event>,
+        sink: AsyncStream<StateMachine.Event>.Continuation, work: Work, announced: Locked<Set<ServiceKey>>
+    ) async throws {
         // The error that ends the gateway, once the zone refused an update for good.
         let refusal = Locked<DiscoveryError?>(nil)
         var machine = StateMachine(maximumServices: configuration.maximumServices)
@@ -197,6 +226,7 @@ public final class DiscoveryGateway: Sendable {
             await LinkWatcher(configuration: configuration).watch { sink.yield($0) }
         }
         for await event in events {
+            if case .seen(let key) = event, announced.withLock({ $0.contains(key) }) { continue }
             for action in machine.handle(event) {
                 switch action {
                 case .resolve(let key):
@@ -254,6 +284,10 @@ public final class DiscoveryGateway: Sendable {
             _ = try ServiceNames.parseType(type, domain: "local")
         }
         _ = try ServiceNames.normaliseDomain(configuration.domain)
+        if configuration.announceRemote && configuration.announceInterval < .seconds(1) {
+            throw DiscoveryError.invalidDomain(
+                "an announce interval under a second would read the zone without a pause")
+        }
     }
 
     private static func report(_ operation: ZoneOperation, to reports: @Sendable (Report) -> Void) {

@@ -54,23 +54,35 @@ extension DiscoveryGateway {
             return [:]
         }
 
-        /// What the zone holds under the label (or under `labelDomain`, another link's): the
-        /// types listed there, their instances, and each one's records.
+        /// What the zone holds under the label: the types listed there, their instances, and
+        /// each one's records. An instance listed and unreadable (no SRV, or no answer for it)
+        /// has no host and port 0 (see ``MirroredService/isUnreadable``).
         /// - Throws: ``DiscoveryError`` when the primary does not answer or fails.
-        func list(under labelDomain: DNSName? = nil) async throws -> [ServiceKey: MirroredService] {
+        func list() async throws -> [ServiceKey: MirroredService] {
+            try await list(under: updates.labelDomain, admitting: { _ in true }, limit: .max, maximumTypes: .max)
+        }
+
+        /// What the zone holds under another link's `labelDomain`, as ``list()`` reads it: only
+        /// the types `admitting` takes (and DNS-SD's own never), at most `maximumTypes` of them
+        /// and `limit` services (reading stops there).
+        func list(
+            under labelDomain: DNSName, admitting: (String) -> Bool, limit: Int, maximumTypes: Int
+        ) async throws -> [ServiceKey: MirroredService] {
             guard let primary = primaries.first else { return [:] }
-            let labelDomain = labelDomain ?? updates.labelDomain
             let list = try DNSName(parsing: "_services._dns-sd._udp").appending(labelDomain)
             var found: [ServiceKey: MirroredService] = [:]
+            var types = 0
             for pointer in try await UnicastBrowser.records(list, DNSType.pointer, from: primary) {
                 guard let target = pointer.target, target.isWithin(labelDomain),
                     target.labels.count == labelDomain.labels.count + 2
                 else { continue }
                 let type = target.labels.prefix(2).map { String(decoding: $0, as: UTF8.self) }.joined(separator: ".")
-                guard DiscoveryGateway.mayMirror(type: type) else { continue }
+                guard admitting(type), types < maximumTypes, found.count < limit else { continue }
+                types += 1
                 let browser = try UnicastBrowser(
                     type: type, domain: labelDomain.description, nameServer: primary)
                 for name in try await browser.instances().names {
+                    guard found.count < limit else { break }
                     let key = ServiceKey(name: name, type: type)
                     guard let instance = try? await browser.resolve(name) else {
                         // Listed and unreadable (no SRV): kept as known, so that it is removed
@@ -89,22 +101,33 @@ extension DiscoveryGateway {
         }
 
         /// The labels of the other links written into the zone (the browsing domains
-        /// `LABEL.DOMAIN` listed under `b._dns-sd._udp.DOMAIN`), this gateway's own left out.
+        /// `LABEL.DOMAIN` listed under `b._dns-sd._udp.DOMAIN`), this gateway's own left out,
+        /// lowercased, at most `limit` of them (in order); only those that can name a host
+        /// label (letters, digits, hyphens).
         /// - Throws: ``DiscoveryError`` when the primary does not answer or fails.
-        func otherLabels() async throws -> [String: DNSName] {
+        func otherLabels(limit: Int) async throws -> [String: DNSName] {
             guard let primary = primaries.first else { return [:] }
             let browsing = try DNSName(parsing: "b._dns-sd._udp").appending(updates.domain)
+            let own = updates.labelDomain.description.lowercased()
             var labels: [String: DNSName] = [:]
             for pointer in try await UnicastBrowser.records(browsing, DNSType.pointer, from: primary) {
                 guard let target = pointer.target, target.isWithin(updates.domain),
-                    target.labels.count == updates.domain.labels.count + 1, target != updates.labelDomain,
+                    target.labels.count == updates.domain.labels.count + 1, target.description.lowercased() != own,
                     let first = target.labels.first
                 else { continue }
-                let label = String(decoding: first, as: UTF8.self)
-                guard DiscoveryGateway.isLinkLabel(label) else { continue }
+                let label = String(decoding: first, as: UTF8.self).lowercased()
+                guard MirroredService.isHostLabel(Substring(label)) else { continue }
                 labels[label] = target
             }
-            return labels
+            return Dictionary(
+                uniqueKeysWithValues: labels.sorted { $0.key < $1.key }.prefix(limit).map { ($0.key, $0.value) })
+        }
+
+        /// The zone's serial, as the primary gives it: it changes with every change to the zone.
+        /// - Throws: ``DiscoveryError`` when the primary does not answer or fails.
+        func serial() async throws -> UInt32? {
+            guard let primary = primaries.first else { return nil }
+            return try await UnicastBrowser.records(updates.zone, DNSType.startOfAuthority, from: primary).first?.serial
         }
 
         /// The link's host name (`box.sub`) of a host written as `box.sub.LABEL.ZONE`; empty for

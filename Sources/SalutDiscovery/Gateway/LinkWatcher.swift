@@ -177,8 +177,12 @@ extension DiscoveryGateway.MirroredService {
         return labels.joined(separator: ".")
     }
 
+    /// Whether this is a service listed in the zone whose records could not be read (see
+    /// ``DiscoveryGateway/GatewayZone/list()``).
+    var isUnreadable: Bool { host.isEmpty && port == 0 }
+
     /// Letters, digits and hyphens, 1 to 63 of them, not starting with a hyphen.
-    private static func isHostLabel(_ label: Substring) -> Bool {
+    static func isHostLabel(_ label: Substring) -> Bool {
         (1...63).contains(label.utf8.count) && !label.hasPrefix("-")
             && label.utf8.allSatisfy { byte in
                 (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)

@@ -7,35 +7,65 @@ extension DiscoveryGateway {
     /// speaks mDNS sees another link's printer as a service of its own link, on a host
     /// `HOST.LABEL.local` whose addresses are the printer's routed ones.
     ///
-    /// DNS pushes nothing, so the zone is read again every ``Configuration/announceInterval``;
-    /// each read is turned into an ``AnnouncementPlan`` and applied. A zone that cannot be read
-    /// changes nothing (what is announced stays until a read says otherwise). Everything
-    /// announced is withdrawn when the gateway stops.
+    /// DNS pushes nothing, so the zone's serial is asked every ``Configuration/announceInterval``
+    /// and the zone read again when it changed; each read becomes an ``AnnouncementPlan``,
+    /// applied a few names at a time. A zone that cannot be read, or a service whose records do
+    /// not answer, changes nothing (what is announced stays until a read says otherwise). An
+    /// announcement that fails for good (its name or host taken) is not tried again until the
+    /// zone changes it; one that fails otherwise is tried at the next read. Everything
+    /// announced is withdrawn before ``run()`` returns.
+    ///
+    /// The announcements go through a connection to avahi-daemon of their own, so that they
+    /// cannot use up the objects the daemon allows the gateway's browsing (1,024 per client by
+    /// default): hence at most ``maximumAnnounced`` of them.
     struct RemoteAnnouncer: Sendable {
         let zone: GatewayZone
         let configuration: Configuration
         let reports: @Sendable (Report) -> Void
+        /// Told the key of each service announced here (under the name it got: true) and of
+        /// each withdrawn (false), so that the gateway does not take them for the link's own.
+        let announcing: @Sendable (ServiceKey, Bool) -> Void
 
-        /// The announcements on the link and the handles that keep them there, owned by the
-        /// announcer's one task.
+        /// At most this many services are announced (each takes two of the daemon's objects at
+        /// most: its own, and its host's).
+        static let maximumAnnounced = 400
+        /// At most this many other links are read.
+        static let maximumLabels = 64
+        /// At most this many names are published at once.
+        static let publishingAtOnce = 16
+
+        /// What is announced now, owned by the announcer's one task.
         private struct Made {
-            var services: [Announcement.ID: (announcement: Announcement, handle: ServiceAdvertisement)] = [:]
-            var hosts: [String: (addresses: [[UInt8]], handle: HostAdvertisement)] = [:]
-            /// Announcements that could not be made, as they were: not tried again until the
-            /// zone changes them.
-            var failed: [Announcement.ID: Announcement] = [:]
+            var announcements: [Announcement.ID: Announcement] = [:]
+            var services: [Announcement.ID: ServiceAdvertisement] = [:]
+            var hosts: [String: [[UInt8]]] = [:]
+            var hostHandles: [String: HostAdvertisement] = [:]
+            /// Announcements that failed for good, as they were: not tried again until the zone
+            /// changes them.
+            var refused: [Announcement.ID: Announcement] = [:]
+            /// Failures already reported (said once, until the announcement is made).
+            var told = Set<String>()
         }
 
         /// Announces until the calling task is cancelled, then withdraws everything.
         func run() async {
+            let context = DiscoveryContext(label: "gateway announcements")
             var made = Made()
+            var lastSerial: UInt32?
             var toldFailure = false
             while !Task.isCancelled {
                 do {
-                    let wanted = try await readZone()
+                    // An unchanged zone is not read again (unless something failed and may
+                    // be tried again).
+                    let serial = try await zone.serial()
+                    if serial == nil || serial != lastSerial || made.told.count > made.refused.count {
+                        let (wanted, unreadable) = try await readZone()
+                        let settled = await apply(wanted: wanted, unreadable: unreadable, to: &made, context: context)
+                        lastSerial = settled && unreadable.isEmpty ? serial : nil
+                    }
                     toldFailure = false
-                    await apply(wanted: wanted, to: &made)
                 } catch {
+                    if Task.isCancelled { break }
                     if !toldFailure {
                         reports(
                             .retrying(
@@ -47,125 +77,238 @@ extension DiscoveryGateway {
                 try? await Task.sleep(for: configuration.announceInterval)
             }
             await withTaskGroup(of: Void.self) { group in
-                for (_, service) in made.services { group.addTask { await service.handle.withdraw() } }
-                for (_, host) in made.hosts { group.addTask { await host.handle.withdraw() } }
+                for (_, handle) in made.services { group.addTask { await handle.withdraw() } }
+                for (_, handle) in made.hostHandles { group.addTask { await handle.withdraw() } }
             }
         }
 
-        /// The announcements the zone asks for: every other label's services that have a host
-        /// and an address, at most ``Configuration/maximumServices`` (in label and name order).
-        private func readZone() async throws -> [Announcement.ID: Announcement] {
+        /// The announcements the zone asks for: every other label's services of the types this
+        /// gateway takes that have a host of one label and an address, at most
+        /// ``maximumAnnounced`` (in label and name order); and the services listed whose
+        /// records did not answer.
+        private func readZone() async throws -> (
+            wanted: [Announcement.ID: Announcement], unreadable: Set<Announcement.ID>
+        ) {
+            let limit = min(configuration.maximumServices, Self.maximumAnnounced)
+            let excluded = Set(configuration.excludedTypes.map { $0.lowercased() })
+            let only = Set(configuration.types.map { $0.lowercased() })
+            let admitting: (String) -> Bool = { type in
+                let type = type.lowercased()
+                return DiscoveryGateway.mayMirror(type: type) && !excluded.contains(type)
+                    && (only.isEmpty || only.contains(type))
+            }
             var wanted: [Announcement.ID: Announcement] = [:]
-            for (label, domain) in try await zone.otherLabels().sorted(by: { $0.key < $1.key }) {
-                for (_, service) in try await zone.list(under: domain).sorted(by: { $0.key < $1.key })
-                where !service.host.isEmpty && !service.addresses.isEmpty {
-                    guard wanted.count < configuration.maximumServices else { return wanted }
+            var unreadable = Set<Announcement.ID>()
+            for (label, domain) in try await zone.otherLabels(limit: Self.maximumLabels).sorted(by: { $0.key < $1.key })
+            {
+                let listed = try await zone.list(
+                    under: domain, admitting: admitting, limit: limit - wanted.count,
+                    maximumTypes: configuration.maximumTypes)
+                for (_, service) in listed.sorted(by: { $0.key < $1.key }) {
                     let announcement = Announcement(label: label, service: service)
-                    wanted[announcement.id] = announcement
+                    if service.isUnreadable {
+                        unreadable.insert(announcement.id)
+                    } else if MirroredService.isHostLabel(Substring(service.host)), !service.addresses.isEmpty,
+                        wanted.count < limit
+                    {
+                        // (A host the link cannot name, of several labels or escapes, is not
+                        // announced: it would be published as any name the zone says.)
+                        wanted[announcement.id] = announcement
+                    }
                 }
+                if wanted.count >= limit { break }
             }
-            return wanted
+            return (wanted, unreadable)
         }
 
-        /// Changes the link from what `made` holds to `wanted`.
-        private func apply(wanted: [Announcement.ID: Announcement], to made: inout Made) async {
-            // What failed and is still wanted as it was is not tried again.
-            made.failed = made.failed.filter { wanted[$0.key] == $0.value }
-            let attempted = wanted.filter { made.failed[$0.key] == nil }
-            let plan = AnnouncementPlan(
-                made: made.services.mapValues(\.announcement), hosts: made.hosts.mapValues(\.addresses),
-                wanted: attempted)
-            guard !plan.isEmpty else { return }
+        /// Changes the link from what `made` holds to `wanted` (the `unreadable` ones keep what
+        /// they have); true when every change was made.
+        private func apply(
+            wanted: [Announcement.ID: Announcement], unreadable: Set<Announcement.ID>, to made: inout Made,
+            context: DiscoveryContext
+        ) async -> Bool {
+            var wanted = wanted
+            for id in unreadable { if let kept = made.announcements[id] { wanted[id] = kept } }
+            // What failed for good and is still wanted as it was is not tried again.
+            made.refused = made.refused.filter { wanted[$0.key] == $0.value }
+            let attempted = wanted.filter { made.refused[$0.key] == nil }
+            let plan = AnnouncementPlan(made: made.announcements, hosts: made.hosts, wanted: attempted)
+            guard !plan.isEmpty else { return true }
+            if configuration.dryRun { return dryRun(plan, made: &made) }
+            var complete = true
             for id in plan.withdrawServices {
-                guard let gone = made.services.removeValue(forKey: id) else { continue }
-                await gone.handle.withdraw()
+                made.announcements[id] = nil
+                if let handle = made.services.removeValue(forKey: id) {
+                    await handle.withdraw()
+                    announcing(ServiceKey(name: handle.name, type: id.key.type), false)
+                }
                 if attempted[id] == nil { reports(.unannounced(id.key, fromLabel: id.label)) }
             }
             for host in plan.withdrawHosts {
-                await made.hosts.removeValue(forKey: host)?.handle.withdraw()
+                made.hosts[host] = nil
+                await made.hostHandles.removeValue(forKey: host)?.withdraw()
             }
-            // Hosts, then their services, each group at once (avahi-daemon probes each name
-            // for about a second: one after another, a hundred would take minutes).
-            let hosts = await withTaskGroup(of: (String, [[UInt8]], Result<HostAdvertisement, DiscoveryError>).self) {
-                group in
-                for (host, addresses) in plan.publishHosts {
-                    group.addTask {
-                        do {
-                            return (
-                                host, addresses,
-                                .success(
-                                    try await HostAdvertisement.publish(
-                                        hostName: host, rawAddresses: addresses))
-                            )
-                        } catch {
-                            return (host, addresses, .failure(error as? DiscoveryError ?? .dnsFailure("\(error)")))
-                        }
-                    }
-                }
-                return await group.reduce(into: []) { $0.append($1) }
+            // Hosts, then their services, a few at a time (avahi-daemon probes each name for
+            // about a second: one after another, a hundred would take minutes).
+            let hosts = await Self.inTurns(plan.publishHosts.sorted { $0.key < $1.key }) { pair in
+                await Result(catching: {
+                    try await HostAdvertisement.publish(hostName: pair.key, rawAddresses: pair.value, context: context)
+                })
             }
-            var hostFailures: [String: DiscoveryError] = [:]
-            for (host, addresses, result) in hosts {
-                switch result {
-                case .success(let handle): made.hosts[host] = (addresses, handle)
-                case .failure(let error): hostFailures[host] = error
-                }
-            }
-            let services = await withTaskGroup(of: (Announcement, Result<ServiceAdvertisement, DiscoveryError>).self) {
-                group in
-                for announcement in plan.publishServices {
-                    if let failure = hostFailures[announcement.hostName] {
-                        group.addTask { (announcement, .failure(failure)) }
-                        continue
-                    }
-                    group.addTask {
-                        do {
-                            return (
-                                announcement,
-                                .success(
-                                    try await ServiceAdvertisement.publish(
-                                        name: announcement.service.key.name, type: announcement.service.key.type,
-                                        port: Int(announcement.service.port),
-                                        txtRecord: announcement.service.txtRecord, host: announcement.hostName))
-                            )
-                        } catch {
-                            return (announcement, .failure(error as? DiscoveryError ?? .dnsFailure("\(error)")))
-                        }
-                    }
-                }
-                return await group.reduce(into: []) { $0.append($1) }
-            }
-            for (announcement, result) in services.sorted(by: { $0.0.id < $1.0.id }) {
+            var hostFailures: [String: any Error] = [:]
+            for ((host, addresses), result) in hosts.map({ (($0.0.key, $0.0.value), $0.1) }) {
                 switch result {
                 case .success(let handle):
-                    made.services[announcement.id] = (announcement, handle)
+                    made.hosts[host] = addresses
+                    made.hostHandles[host] = handle
+                case .failure(let error):
+                    hostFailures[host] = error
+                }
+            }
+            if Task.isCancelled { return false }
+            let failedHosts = hostFailures
+            let services = await Self.inTurns(plan.publishServices) {
+                announcement -> Result<ServiceAdvertisement, any Error> in
+                if let failure = failedHosts[announcement.hostName] { return .failure(failure) }
+                return await Result(catching: {
+                    try await ServiceAdvertisement.publish(
+                        name: announcement.service.key.name, type: announcement.service.key.type,
+                        port: Int(announcement.service.port), txtRecord: announcement.service.txtRecord,
+                        context: context, host: announcement.hostName)
+                })
+            }
+            if Task.isCancelled { return false }
+            for (announcement, result) in services {
+                let id = announcement.id
+                switch result {
+                case .success(let handle):
+                    made.announcements[id] = announcement
+                    made.services[id] = handle
+                    made.told.remove("\(id)")
+                    announcing(ServiceKey(name: handle.name, type: announcement.service.key.type), true)
                     reports(.announced(announcement.service.key, fromLabel: announcement.label, as: handle.name))
                 case .failure(let error):
-                    made.failed[announcement.id] = announcement
-                    reports(
-                        .skipped(
-                            announcement.service.key,
-                            reason: "not announced from \(announcement.label) on this link: \(error)"))
+                    complete = false
+                    let forGood =
+                        (error as? DiscoveryError).map { [.collision, .invalidDomain].contains($0.code) } ?? false
+                    if forGood { made.refused[id] = announcement }
+                    if made.told.insert("\(id)").inserted {
+                        reports(
+                            .skipped(
+                                announcement.service.key,
+                                reason:
+                                    "not announced from \(announcement.label) on this link\(forGood ? "" : " (tried again at the next read of the zone)"): \(error)"
+                            ))
+                    }
                 }
             }
             for announcement in plan.changeText {
-                guard let current = made.services[announcement.id] else { continue }
+                guard let handle = made.services[announcement.id] else { continue }
                 do {
-                    try await current.handle.changeTXTRecord(to: announcement.service.txtRecord)
-                    made.services[announcement.id] = (announcement, current.handle)
-                    reports(
-                        .announced(announcement.service.key, fromLabel: announcement.label, as: current.handle.name))
+                    try await handle.changeTXTRecord(to: announcement.service.txtRecord)
+                    made.announcements[announcement.id] = announcement
+                    reports(.announced(announcement.service.key, fromLabel: announcement.label, as: handle.name))
                 } catch {
-                    reports(
-                        .skipped(announcement.service.key, reason: "its new TXT record was not announced: \(error)"))
+                    complete = false
+                    if made.told.insert("txt \(announcement.id)").inserted {
+                        reports(
+                            .skipped(announcement.service.key, reason: "its new TXT record was not announced: \(error)")
+                        )
+                    }
+                }
+            }
+            // A host that could not be published again (its addresses changed) is said once
+            // for the services still naming it.
+            for (host, error) in hostFailures where made.told.insert("host \(host)").inserted {
+                for (id, announcement) in made.announcements where announcement.hostName == host {
+                    reports(.skipped(id.key, reason: "its host \(host) could not be announced again: \(error)"))
                 }
             }
             // Hosts no service names any more.
-            let named = Set(made.services.values.map(\.announcement.hostName))
-            for host in made.hosts.keys where !named.contains(host) {
-                await made.hosts.removeValue(forKey: host)?.handle.withdraw()
+            let named = Set(made.announcements.values.map(\.hostName))
+            for host in made.hostHandles.keys where !named.contains(host) {
+                made.hosts[host] = nil
+                await made.hostHandles.removeValue(forKey: host)?.withdraw()
             }
+            return complete && hostFailures.isEmpty
         }
+
+        /// With ``Configuration/dryRun``: says what would be announced or withdrawn, and takes
+        /// it as done.
+        private func dryRun(_ plan: AnnouncementPlan, made: inout Made) -> Bool {
+            var lines: [String] = []
+            for id in plan.withdrawServices {
+                made.announcements[id] = nil
+                lines.append("withdraw \(id.key) (from \(id.label))")
+            }
+            for host in plan.withdrawHosts {
+                made.hosts[host] = nil
+                lines.append("withdraw host \(host)")
+            }
+            for (host, addresses) in plan.publishHosts.sorted(by: { $0.key < $1.key }) {
+                made.hosts[host] = addresses
+                lines.append("announce host \(host) at \(addresses.map(Self.text).joined(separator: " "))")
+            }
+            for announcement in plan.publishServices + plan.changeText {
+                made.announcements[announcement.id] = announcement
+                lines.append(
+                    "announce \(announcement.service.key) (from \(announcement.label)) on \(announcement.hostName) port \(announcement.service.port)"
+                )
+            }
+            // (Names from the zone: escaped as the gateway's other dry-run lines are.)
+            reports(.wouldSend(lines.map(Self.escaped).joined(separator: "\n")))
+            return true
+        }
+
+        /// `text` with every byte outside printable ASCII, and the backslash, written `\DDD` (as
+        /// the gateway's `nsupdate` lines write names): safe to print.
+        private static func escaped(_ text: String) -> String {
+            var out = ""
+            for byte in text.utf8 {
+                if (0x20..<0x7f).contains(byte) && byte != UInt8(ascii: "\\") {
+                    out.unicodeScalars.append(Unicode.Scalar(byte))
+                } else {
+                    out += "\\" + String(format: "%03d", Int(byte))
+                }
+            }
+            return out
+        }
+
+        /// `bytes` as an address in text.
+        private static func text(_ bytes: [UInt8]) -> String {
+            bytes.count == 4
+                ? SocketAddress(ipv4: bytes, port: 0).host : SocketAddress(ipv6: bytes, port: 0).host
+        }
+
+        /// Runs `body` for each item, ``publishingAtOnce`` at a time; the results in the items'
+        /// order.
+        private static func inTurns<Item: Sendable, Value: Sendable>(
+            _ items: [Item], _ body: @escaping @Sendable (Item) async -> Value
+        ) async -> [(Item, Value)] {
+            var results: [(Int, Item, Value)] = []
+            var next = items.startIndex
+            await withTaskGroup(of: (Int, Item, Value).self) { group in
+                func add() {
+                    guard next < items.endIndex else { return }
+                    let (index, item) = (next, items[next])
+                    next += 1
+                    group.addTask { (index, item, await body(item)) }
+                }
+                for _ in 0..<publishingAtOnce { add() }
+                for await result in group {
+                    results.append(result)
+                    add()
+                }
+            }
+            return results.sorted { $0.0 < $1.0 }.map { ($0.1, $0.2) }
+        }
+    }
+}
+
+extension Result where Failure == any Error {
+    /// The result of `body`: its value, or what it threw.
+    init(catching body: () async throws -> Success) async {
+        do { self = .success(try await body()) } catch { self = .failure(error) }
     }
 }
 

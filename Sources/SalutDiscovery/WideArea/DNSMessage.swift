@@ -177,6 +177,12 @@ struct DNSRecord: Sendable, Equatable {
         return strings
     }
 
+    /// An SOA record's serial (which a server changes with every change to its zone).
+    var serial: UInt32? {
+        guard type == DNSType.startOfAuthority, data.count >= 20 else { return nil }
+        return data[data.count - 20..<data.count - 16].reduce(0) { $0 << 8 | UInt32($1) }
+    }
+
     /// An SOA record's primary server (MNAME).
     var primaryServer: DNSName? {
         guard type == DNSType.startOfAuthority else { return nil }

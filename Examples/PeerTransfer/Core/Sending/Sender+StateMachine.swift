@@ -184,7 +184,7 @@ extension Sender {
                 return end(
                     .fail(
                         .trust(
-                            "you did not trust \"\(Terminal.escape(settings.name))\" (key \(judged.reached.key.prefix(16))…); nothing was sent"
+                            "you did not trust \"\(Terminal.escape(judged.reached.published))\" (key \(judged.reached.key.prefix(16))…); nothing was sent"
                         )))
             }
             return connect(judged)
@@ -258,7 +258,8 @@ extension Sender {
                     published: published, spelled: spelled, key: key, firstUse: false, renamedFrom: nil, pin: .never,
                     foundByKey: foundByKey),
                 service: resolved.service, alternatives: alternatives)
-            let name = settings.name
+            // The trust decision speaks of the receiver as it publishes itself.
+            let name = published
             if let expected = settings.expectedKey, !key.hasPrefix(expected) {
                 return end(
                     .fail(

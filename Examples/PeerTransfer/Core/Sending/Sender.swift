@@ -151,6 +151,8 @@ public struct Sender: Sendable {
             case .reportNotFound:
                 throw await notFound(name)
             case .fail(let error):
+                opened?.input.close()
+                opened?.output.close()
                 throw error
             case .ask(let receiver):
                 guard case .ask(let question) = firstContact else {
