@@ -37,7 +37,9 @@ public final class HostAdvertisement: Sendable {
     ///   - context: the connection to the avahi-daemon to publish through.
     /// - Throws: ``DiscoveryError/collision(name:)`` when another host on the link has the
     ///   name; ``DiscoveryError/Code-swift.struct/invalidDomain`` for a name that is not a host
-    ///   name in `.local`, or an address that is not one; ``DiscoveryError/timedOut``.
+    ///   name in `.local`, or an address that is not one; ``DiscoveryError/timedOut``;
+    ///   ``DiscoveryError/cancelled`` when the calling task is cancelled; the daemon's refusal
+    ///   (too many objects for this client, for example) as a ``DiscoveryError``.
     public static func publish(
         hostName: String, addresses: [String], timeout: TimeInterval = 10, context: DiscoveryContext = .shared
     ) async throws -> HostAdvertisement {

@@ -21,7 +21,8 @@ import SalutStreams
 /// zone holds under its label and, once the link had ``Configuration/settleTime`` to show what
 /// it holds, removes what left while it was not running. A server that does not answer is
 /// tried again, waiting twice as long each time (at most a minute); a key or zone the server
-/// refuses ends ``run()``.
+/// refuses ends ``run()``. With ``Configuration/announceRemote``, the other way too: the
+/// services other links' gateways wrote into the zone are announced on this link by mDNS.
 public final class DiscoveryGateway: Sendable {
     /// What a gateway mirrors, and where.
     public struct Configuration: Sendable {
@@ -109,9 +110,10 @@ public final class DiscoveryGateway: Sendable {
         /// A service was removed from the zone (it left the link, or left while the gateway
         /// was not running).
         case removed(ServiceKey)
-        /// A service is not mirrored, and why.
+        /// A service is not mirrored (or, with ``Configuration/announceRemote``, another
+        /// link's is not announced here), and why.
         case skipped(ServiceKey, reason: String)
-        /// An update failed and is tried again after `seconds`.
+        /// An update, or a read of the zone, failed and is tried again after `seconds`.
         case retrying(reason: String, seconds: Double)
         /// With ``Configuration/dryRun``: the update that would be sent, as `nsupdate` lines.
         case wouldSend(String)
@@ -158,8 +160,9 @@ public final class DiscoveryGateway: Sendable {
         self.reports = reports
     }
 
-    /// Finds the zone and its primary, then mirrors the link until the calling task is
-    /// cancelled.
+    /// Finds the zone and its primary, then mirrors the link (and announces the other links'
+    /// services, with ``Configuration/announceRemote``) until the calling task is cancelled;
+    /// what it announced is withdrawn before it returns.
     /// - Throws: ``DiscoveryError``: ``DiscoveryError/Code-swift.struct/invalidDomain`` for a
     ///   label, domain or type that DNS cannot carry;
     ///   ``DiscoveryError/Code-swift.struct/serverUnreachable`` when no server for the zone is

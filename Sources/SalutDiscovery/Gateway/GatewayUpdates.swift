@@ -44,7 +44,7 @@ struct GatewayUpdates: Sendable {
         try typeName(key.type).prepending(Array(key.name.utf8))
     }
 
-    /// `HOST.LABEL.ZONE` (`box.sub.LABEL.ZONE` for the link's `box.sub.local`).
+    /// `HOST.LABEL.ZONE` (`printer.LABEL.ZONE` for the link's `printer.local`).
     func hostName(_ host: String) throws(DNSWireError) -> DNSName {
         try DNSName(parsing: host).appending(labelDomain)
     }

@@ -1,9 +1,11 @@
 import Foundation
 
 extension Receiver {
-    /// The receiving side of one connection, as a state machine: each event (a frame from the
-    /// sender, the decision on the manifest, a file verified or not) moves the state and returns
-    /// the actions the I/O shell (``Receiver``) performs. No I/O here, so every order of events
+    /// The receiving side of one connection, as a state machine: each event (the key the
+    /// sender proved, a frame from it, the transfer slot taken or not, the decision on the
+    /// manifest, a file verified or not) moves the state and returns the actions the I/O shell
+    /// (``Receiver``) performs. The trust decision is here: a sender the policy does not admit is
+    /// turned away at its hello, before it takes a slot. No I/O here, so every order of events
     /// is testable without a socket.
     struct StateMachine {
         /// What the shell does.
