@@ -62,6 +62,10 @@ open class PeerSession: NSObject, @unchecked Sendable {
     /// Deliveries waiting for the one on `delegateQueue` to finish (guarded by `lock`).
     private var pendingDeliveries: [@Sendable () -> Void] = []
     private var delivering = false
+    /// After a relaunch with tasks pending: the identifiers of the tasks carried on whose
+    /// completion did-finish-events waits for (guarded by `lock`); nil once it was called, or
+    /// when there was nothing to wait for.
+    private var eventsAwaited: Set<Int>?
 
     /// Makes a session.
     /// - Parameters:
@@ -104,9 +108,14 @@ open class PeerSession: NSObject, @unchecked Sendable {
         }
         super.init()
         if let background, background.runsTasks {
-            adoptQueuedTasks()
-            deliverToDelegate { delegate in
-                (delegate as? PeerSessionUploadDelegate)?.peerSessionDidFinishEvents(forBackgroundSession: self)
+            // A relaunch with something pending: the events of the completions no delegate
+            // heard, and of the tasks carried on once they end, then did-finish-events (as
+            // URLSession calls it after the events of a relaunch). Nothing pending: no call.
+            let (delivered, carried) = adoptQueuedTasks()
+            if delivered > 0 || !carried.isEmpty {
+                // (Those already completed are not waited for: they left `tasks` first.)
+                lock.withLock { eventsAwaited = Set(carried.filter { tasks[$0] != nil }) }
+                finishEventsIfAllDelivered()
             }
             background.watch { [weak self] in self?.adoptQueuedTasks() }
         } else {
@@ -284,10 +293,26 @@ open class PeerSession: NSObject, @unchecked Sendable {
             taskDelegate.peerSession(self, task: task, didFinishCollecting: metrics)
             taskDelegate.peerSession(self, task: task, didCompleteWithError: error)
         }
-        let last = lock.withLock { () -> Bool in
+        let (last, awaited) = lock.withLock { () -> (Bool, Bool) in
             tasks.removeValue(forKey: task.taskIdentifier)
-            return invalidating && tasks.isEmpty
+            let awaited = eventsAwaited?.remove(task.taskIdentifier) != nil
+            return (invalidating && tasks.isEmpty, awaited)
         }
+        if awaited { finishEventsIfAllDelivered() }
         if last { becomeInvalid() }
+    }
+
+    /// Once no task carried on at the relaunch is left running: did-finish-events, after the
+    /// completions already handed to the delegate queue (it delivers in order).
+    private func finishEventsIfAllDelivered() {
+        let done = lock.withLock { () -> Bool in
+            guard eventsAwaited?.isEmpty == true else { return false }
+            eventsAwaited = nil
+            return true
+        }
+        guard done else { return }
+        deliverToDelegate { delegate in
+            (delegate as? PeerSessionUploadDelegate)?.peerSessionDidFinishEvents(forBackgroundSession: self)
+        }
     }
 }

@@ -27,7 +27,9 @@ public struct PeerSessionConfiguration: Sendable {
     /// survive a crash or a restart of the process, wait for their service to be visible,
     /// retry after a lost connection and resume. Re-creating a session with the same
     /// identifier lists its tasks again (``PeerSession/allTasks``) and delivers the events
-    /// that no delegate heard, then ``PeerSessionUploadDelegate/peerSessionDidFinishEvents(forBackgroundSession:)``.
+    /// that no delegate heard, and once the tasks it carried on have ended too,
+    /// ``PeerSessionUploadDelegate/peerSessionDidFinishEvents(forBackgroundSession:)`` (not
+    /// called when nothing was pending).
     ///
     /// One process at a time runs a background session's tasks (it holds a lock in the state
     /// folder); a session made with the same identifier in another process, or with

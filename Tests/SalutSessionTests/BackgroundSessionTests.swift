@@ -139,6 +139,10 @@ final class UploadDelegate: PeerSessionUploadDelegate, @unchecked Sendable {
     func peerSessionDidFinishEvents(forBackgroundSession session: PeerSession) {
         record("finishedEvents")
     }
+
+    func peerSession(_ session: PeerSession, didBecomeInvalidWithError error: (any Error)?) {
+        record("invalid")
+    }
 }
 
 /// Background sessions against the real avahi-daemon: waiting for a service, retrying after a
@@ -373,6 +377,76 @@ final class BackgroundSessionTests: SalutTestCase {
         let next = PeerSession(configuration: configuration, delegate: UploadDelegate())
         defer { next.invalidateAndCancel() }
         XCTAssertEqual(next.allTasks.compactMap { ($0 as? PeerUploadTask)?.taskDescription }, ["kept across a stop"])
+    }
+
+    /// URLSession's order after a relaunch: the completion no delegate heard (a task that
+    /// finished in a runner with no delegate), then the task carried on once it ends, then
+    /// did-finish-events; a session with nothing pending never calls it.
+    func testAfterARelaunchDidFinishEventsComesAfterEveryPendingEventAndOnlyThen() async throws {
+        let type = uniqueType()
+        let configuration = configuration()
+        let receiver = try await CountingReceiver(name: "Heard Later", type: type)
+        var doneIdentifier = 0
+        do {
+            // A runner with no delegate: its task delivers, and nobody hears of it.
+            let deaf = PeerSession(configuration: configuration)
+            let done = deaf.uploadTask(to: DiscoveredService(name: "Heard Later", type: type), from: Data("early".utf8))
+            doneIdentifier = done.taskIdentifier
+            let carried = deaf.uploadTask(
+                to: DiscoveredService(name: "Comes Later", type: type), from: Data("carried".utf8))
+            done.resume()
+            carried.resume()
+            try await withDeadline(20, "the first task delivered") {
+                while done.state != .completed { try await Task.sleep(nanoseconds: 20_000_000) }
+            }
+            XCTAssertNil(done.error)
+            deaf.invalidateLeavingBackgroundTasks()
+            try await withDeadline(10, "the runner stops") {
+                while carried.state != .completed { try await Task.sleep(nanoseconds: 20_000_000) }
+            }
+        }
+        receiver.stop()
+        let journal = try BackgroundJournal(directory: configuration.backgroundStateDirectory!)
+        XCTAssertEqual(
+            Set(journal.records().map(\.outcome)), [.succeeded, .pending],
+            "the outcome nobody heard is kept for the next launch")
+
+        // The relaunch, with a delegate.
+        let delegate = UploadDelegate()
+        let relaunched = try await withDeadline(10, "the runner's lock let go") { () -> PeerSession in
+            while true {
+                let candidate = PeerSession(configuration: configuration, delegate: delegate)
+                if candidate.runsBackgroundTasks { return candidate }
+                candidate.invalidateAndCancel()
+                try await Task.sleep(nanoseconds: 50_000_000)
+            }
+        }
+        defer { relaunched.invalidateAndCancel() }
+        try await delegate.wait(for: "complete \(doneIdentifier)")
+        let carried = try XCTUnwrap(
+            relaunched.allTasks.compactMap { $0 as? PeerUploadTask }.first { $0.service.name == "Comes Later" })
+        try await delegate.wait(for: "waiting \(carried.taskIdentifier)")
+        XCTAssertFalse(
+            delegate.events.contains("finishedEvents"), "the carried-on task is not done: \(delegate.events)")
+        let later = try await CountingReceiver(name: "Comes Later", type: type)
+        defer { later.stop() }
+        try await delegate.wait(for: "finishedEvents")
+        let order = delegate.events.filter { $0.hasPrefix("complete") || $0 == "finishedEvents" }
+        XCTAssertEqual(
+            order, ["complete \(doneIdentifier)", "complete \(carried.taskIdentifier)", "finishedEvents"],
+            "\(delegate.events)")
+        XCTAssertEqual(delegate.outcome(of: carried), "ok")
+        try await withDeadline(10, "every record served its purpose") {
+            while !journal.records().isEmpty { try await Task.sleep(nanoseconds: 20_000_000) }
+        }
+
+        // Nothing pending: no did-finish-events (the invalidation, delivered after anything the
+        // session queued at its start, comes alone).
+        let quiet = UploadDelegate()
+        let empty = PeerSession(configuration: self.configuration(), delegate: quiet)
+        empty.finishTasksAndInvalidate()
+        try await quiet.wait(for: "invalid")
+        XCTAssertEqual(quiet.events, ["invalid"])
     }
 
     /// A relaunched task starts from the bytes its record says were sent (written while it

@@ -126,11 +126,13 @@ extension PeerSession {
 
     /// Runner side: makes task objects for records it has none for (queued by other
     /// processes, or left by an earlier run of this one), resumes the pending ones, and
-    /// delivers the completions no delegate heard. Returns how many events it delivered.
+    /// delivers the completions no delegate heard. Returns how many completions it delivered,
+    /// and the identifiers of the tasks it resumed.
     @discardableResult
-    func adoptQueuedTasks() -> Int {
-        guard let background, background.runsTasks else { return 0 }
+    func adoptQueuedTasks() -> (delivered: Int, resumed: [Int]) {
+        guard let background, background.runsTasks else { return (0, []) }
         var delivered = 0
+        var resumed: [Int] = []
         for record in background.journal.records() where background.adopt(record.id) {
             let body: PeerUploadBody
             switch record.bodyKind {
@@ -145,6 +147,7 @@ extension PeerSession {
             }
             switch record.outcome {
             case .pending:
+                resumed.append(task.taskIdentifier)
                 task.resume()
             case .succeeded, .failed:
                 delivered += 1
@@ -160,7 +163,7 @@ extension PeerSession {
                 background.journal.clearCancelRequest(id)
             }
         }
-        return delivered
+        return (delivered, resumed)
     }
 }
 

@@ -107,8 +107,9 @@ public protocol PeerSessionUploadDelegate: PeerSessionTaskDelegate {
     /// The task is waiting: for its service to become visible, or before another attempt.
     func peerSession(_ session: PeerSession, task: PeerUploadTask, isWaiting phase: PeerUploadTask.Phase)
 
-    /// A background session re-created after a relaunch has delivered every event it had kept
-    /// for this process (completions that happened while no delegate heard them).
+    /// A background session re-created after a relaunch has delivered every event that was
+    /// pending then: the completions no delegate heard, and those of the tasks it carried on
+    /// (called once they have all ended). Not called when nothing was pending.
     func peerSessionDidFinishEvents(forBackgroundSession session: PeerSession)
 }
 

@@ -387,9 +387,12 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
             persist()
         }
         complete(with: error)
-        // Once the delegate has heard of it, the record has served its purpose.
+        // Once a delegate has heard of it, the record has served its purpose; with none to
+        // hear it, the record keeps the outcome, and the next launch delivers it.
         let journal = background.journal, id = recordID
-        session.deliver { journal.remove(id) }
+        session.deliverToDelegate(orElse: {}) { delegate in
+            if delegate is PeerSessionTaskDelegate { journal.remove(id) }
+        }
     }
 
     /// Shows the task as handed to the runner.
@@ -402,7 +405,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         lock.withLock { _phase = .completed }
         complete(with: record.outcome == .succeeded ? nil : PeerSessionError.transferFailed(record.error ?? "failed"))
         let journal = background.journal, id = recordID
-        session.deliver { journal.remove(id) }
+        session.deliverToDelegate(orElse: {}) { delegate in
+            if delegate is PeerSessionTaskDelegate { journal.remove(id) }
+        }
     }
 
     private func persist() {
