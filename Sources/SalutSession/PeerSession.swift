@@ -164,6 +164,11 @@ open class PeerSession: NSObject, @unchecked Sendable {
         }
     }
 
+    /// New tasks get identifiers above `identifier` (those of tasks other processes made).
+    func reserveIdentifiers(through identifier: Int) {
+        lock.withLock { nextIdentifier = max(nextIdentifier, identifier + 1) }
+    }
+
     /// Registers a new task; after invalidation the task is born completed with
     /// ``PeerSessionError/sessionInvalidated``.
     func register<T: PeerSessionTask>(_ make: (Int) -> T) -> T {

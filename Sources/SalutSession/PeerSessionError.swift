@@ -30,6 +30,9 @@ public struct PeerSessionError: Error, Sendable, Hashable, CustomStringConvertib
         public static let invalidResumeData = Code("invalidResumeData")
         /// A transfer's own work failed.
         public static let transferFailed = Code("transferFailed")
+        /// Not a failure, and not a delivery: a background upload was handed to the process
+        /// that runs its session, which reports the delivery (``PeerUploadTask/isQueuedElsewhere``).
+        public static let queuedWithRunner = Code("queuedWithRunner")
     }
 
     private enum Details: Hashable, Sendable {
@@ -40,6 +43,7 @@ public struct PeerSessionError: Error, Sendable, Hashable, CustomStringConvertib
         case notAllowed(String)
         case invalidResumeData(String)
         case transferFailed(String)
+        case queuedWithRunner
     }
 
     private let details: Details
@@ -72,6 +76,10 @@ public struct PeerSessionError: Error, Sendable, Hashable, CustomStringConvertib
     public static func invalidResumeData(_ why: String) -> PeerSessionError { .init(.invalidResumeData(why)) }
     /// A transfer's own work failed, with its description.
     public static func transferFailed(_ why: String) -> PeerSessionError { .init(.transferFailed(why)) }
+    /// A background upload task of a process that only queues completes with this: its record
+    /// is written for the process that runs the session, which delivers it; nothing was sent
+    /// yet, and this process hears no more of it.
+    public static let queuedWithRunner = PeerSessionError(.queuedWithRunner)
     /// A transfer's own work failed with `underlying` (kept as ``underlyingError``).
     static func transferFailed(_ why: String, underlying: (any Error)?) -> PeerSessionError {
         .init(.transferFailed(why), underlying: underlying)
@@ -89,6 +97,7 @@ public struct PeerSessionError: Error, Sendable, Hashable, CustomStringConvertib
         case .notAllowed: .notAllowed
         case .invalidResumeData: .invalidResumeData
         case .transferFailed: .transferFailed
+        case .queuedWithRunner: .queuedWithRunner
         }
     }
 
@@ -124,6 +133,8 @@ public struct PeerSessionError: Error, Sendable, Hashable, CustomStringConvertib
         case .notAllowed(let why): return why
         case .invalidResumeData(let why): return "invalid resume data: \(why)"
         case .transferFailed(let why): return "transfer failed: \(why)"
+        case .queuedWithRunner:
+            return "queued for the process that runs the background session (not sent yet: that process delivers it)"
         }
     }
 

@@ -410,7 +410,8 @@ struct Send: AsyncParsableCommand {
         let description = PathList.description(of: whole)
         task.taskDescription = description
         task.resume()
-        if let error = task.error {
+        // Queued for the daemon: the task says so (not a delivery, not a failure).
+        if let error = task.error, (error as? PeerSessionError)?.code != .queuedWithRunner {
             throw PeerTransferError.runtime("\(Terminal.escape(description)) was not queued: \(error)")
         }
         let queued = [TaskID.short(task.persistentIdentifier)]

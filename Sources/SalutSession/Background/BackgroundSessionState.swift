@@ -104,6 +104,10 @@ extension PeerSession {
             return task
         }
         let deadline = Date().addingTimeInterval(min(configuration.timeoutIntervalForResource, 1e9))
+        if !background.runsTasks {
+            // Unique beside the tasks other processes queued since this session was made.
+            reserveIdentifiers(through: background.journal.records().map(\.taskIdentifier).max() ?? 0)
+        }
         return register { identifier in
             var record = BackgroundTaskRecord.fresh(
                 service: service, kind: kind, filePath: filePath, identifier: identifier, deadline: deadline)
@@ -172,7 +176,11 @@ extension PeerSession {
     /// pending records another process runs, so that ``allTasks`` lists them.
     func viewQueuedTasks() {
         guard let background, !background.runsTasks else { return }
-        for record in background.journal.records() where record.outcome == .pending && background.adopt(record.id) {
+        let records = background.journal.records()
+        // Identifiers unique in this process's view: the new tasks it makes count on from the
+        // last one recorded, whoever made it.
+        reserveIdentifiers(through: records.map(\.taskIdentifier).max() ?? 0)
+        for record in records where record.outcome == .pending && background.adopt(record.id) {
             let task = PeerUploadTask(
                 session: self, identifier: record.taskIdentifier, background: background, record: record,
                 body: .file(URL(fileURLWithPath: record.filePath ?? "")), reloaded: true, snapshot: true)
