@@ -7,7 +7,9 @@ public struct PeerTaskMetrics: Sendable {
     /// From the first `resume()` to completion: for a background upload task, across
     /// relaunches (the first resume is kept with its record).
     public var taskInterval: DateInterval
-    /// One entry per connection the task made (stream tasks make one).
+    /// One entry per connection the task made (stream tasks make one; a background upload,
+    /// one per connection its protocol made through ``PeerUploadContext/connect(to:tls:bufferSize:resolveTimeout:)``
+    /// in this process).
     public var transactionMetrics: [PeerTransactionMetrics]
     /// For background upload tasks: the waits for the service and between attempts.
     public var waits: [PeerTaskWait] = []
@@ -100,6 +102,17 @@ final class MetricsRecorder: @unchecked Sendable {
                 metrics.negotiatedTLSCipherSuite = details.tls?.cipherSuite
             case .failed: break
             }
+        }
+    }
+
+    /// The connection's transaction with these byte counts; nil when no connection was begun.
+    func transaction(sent: Int64, received: Int64) -> PeerTransactionMetrics? {
+        lock.withLock {
+            guard transaction.fetchStartDate != nil else { return nil }
+            var made = transaction
+            made.countOfRequestBodyBytesSent = sent
+            made.countOfResponseBodyBytesReceived = received
+            return made
         }
     }
 

@@ -17,7 +17,8 @@ struct CountingUpload: PeerUploadProtocol {
             for try await chunk in stream.chunks { collected.append(chunk) }
             bytes = collected
         }
-        let pair = try await service.service.connect(resolveTimeout: 5)
+        // Through the context: the session records the connection in the task's metrics.
+        let pair = try await context.connect(to: service)
         defer { pair.input.close(); pair.output.close() }
         try await pair.output.write(bytes)
         try await pair.finishSending()
@@ -198,6 +199,13 @@ final class BackgroundSessionTests: SalutTestCase {
         try await delegate.wait(for: "complete \(task.taskIdentifier)")
         XCTAssertEqual(delegate.outcome(of: task), "ok")
         XCTAssertEqual(receiver.deliveries, [body])
+        // One transaction for the one connection, measured by the session around the protocol.
+        let transactions = try XCTUnwrap(delegate.metrics(of: task)).transactionMetrics
+        XCTAssertEqual(transactions.count, 1, "\(transactions)")
+        XCTAssertNotNil(transactions.first?.connectEndDate)
+        XCTAssertEqual(transactions.first?.remotePort, Int(receiver.advertisement.listener?.port ?? 0))
+        XCTAssertNotNil(transactions.first?.remoteAddress)
+        XCTAssertEqual(transactions.first?.countOfRequestBodyBytesSent, Int64(body.count))
         XCTAssertEqual(task.countOfBytesSent, Int64(body.count))
         let metrics = try XCTUnwrap(delegate.metrics(of: task))
         XCTAssertEqual(metrics.attempts, 1)
@@ -226,6 +234,10 @@ final class BackgroundSessionTests: SalutTestCase {
         XCTAssertEqual(delegate.events.filter { $0.hasPrefix("needNewBodyStream") }.count, 1)
         XCTAssertEqual(receiver.deliveries, [body])
         XCTAssertEqual(delegate.metrics(of: task)?.waits.map(\.reason), [.retryDelay])
+        // A transaction per connection: the one cut, then the one that delivered.
+        let transactions = delegate.metrics(of: task)?.transactionMetrics ?? []
+        XCTAssertEqual(transactions.count, 2, "\(transactions)")
+        XCTAssertEqual(transactions.last?.countOfRequestBodyBytesSent, Int64(body.count))
     }
 
     func testAServiceThatDisappearsAndComesBackGetsTheUploadOnTheNextAttempt() async throws {
@@ -308,7 +320,8 @@ final class BackgroundSessionTests: SalutTestCase {
         queued.resume()
         XCTAssertEqual(queued.phase, .queuedWithRunner)
         XCTAssertEqual(queued.state, .completed, "handed over: this process's part is done")
-        XCTAssertNil(queued.error)
+        XCTAssertEqual(queued.error as? PeerSessionError, .queuedWithRunner, "queued, not claimed delivered")
+        XCTAssertTrue(queued.isQueuedElsewhere)
         client.finishTasksAndInvalidate()
         // And a runner that died just after a task completed, before its delegate heard of it.
         var finished = BackgroundTaskRecord.fresh(
@@ -340,6 +353,12 @@ final class BackgroundSessionTests: SalutTestCase {
         let views = viewer.allTasks.compactMap { $0 as? PeerUploadTask }
         XCTAssertEqual(views.map(\.taskDescription), ["waiting one"])
         XCTAssertEqual(views.first?.phase, .queuedWithRunner)
+        XCTAssertEqual(views.first?.isQueuedElsewhere, true)
+        // A task this process makes does not take the view's identifier.
+        let mine = viewer.uploadTask(to: DiscoveredService(name: "Other", type: uniqueType()), from: Data("y".utf8))
+        XCTAssertNotEqual(mine.taskIdentifier, views.first?.taskIdentifier)
+        XCTAssertNotEqual(mine.taskIdentifier, task.taskIdentifier)
+        mine.cancel()
         XCTAssertEqual(views.first?.recordedPhase, "waiting for the service")
         XCTAssertEqual(views.first?.persistentIdentifier, task.persistentIdentifier)
     }

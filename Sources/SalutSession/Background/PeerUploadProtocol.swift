@@ -49,6 +49,11 @@ public final class PeerUploadContext: @unchecked Sendable {
     private weak var task: PeerUploadTask?
     private let lock = StateLock()
     private var saved: Data?
+    /// The body bytes last reported sent (guarded by `lock`).
+    private var reportedSent: Int64 = 0
+    /// The connections made through ``connect(to:tls:bufferSize:resolveTimeout:)``, with the
+    /// bytes reported sent when each was made (guarded by `lock`).
+    private var connections: [(recorder: MetricsRecorder, sentAtStart: Int64)] = []
 
     init(task: PeerUploadTask, attempt: Int, checkpoint: Data?) {
         self.task = task
@@ -74,7 +79,42 @@ public final class PeerUploadContext: @unchecked Sendable {
 
     /// Reports bytes sent of the whole body (`total` -1 when unknown).
     public func reportProgress(sent: Int64, total: Int64) {
+        lock.withLock { reportedSent = sent }
         task?.uploadProgressed(sent: sent, total: total)
+    }
+
+    /// Connects to `service` (the one ``PeerUploadProtocol/upload(_:to:context:)`` was given),
+    /// as `DiscoveredService.connect(tls:bufferSize:resolveTimeout:context:)` does, and records
+    /// the connection in the task's metrics: one ``PeerTransactionMetrics`` per connection made
+    /// this way, with its timestamps, addresses and TLS version and cipher measured by the
+    /// session, and as bytes sent the body bytes reported (``reportProgress(sent:total:)``)
+    /// while it was the attempt's latest connection (the session does not read your protocol's
+    /// bytes; bytes received are not counted for uploads).
+    /// - Throws: what `DiscoveredService.connect` throws (a `SocketStreamError`).
+    public func connect(
+        to service: ResolvedService, tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,
+        resolveTimeout: TimeInterval = 5
+    ) async throws -> BoundStreamPair {
+        let recorder = MetricsRecorder()
+        recorder.update { $0.fetchStartDate = Date() }
+        let pair = service.service.streams(
+            tls: tls, bufferSize: bufferSize, resolveTimeout: resolveTimeout,
+            context: task?.session.discoveryContext ?? .shared)
+        pair.observeConnection { recorder.record($0) }
+        lock.withLock { connections.append((recorder, reportedSent)) }
+        try await pair.open()
+        return pair
+    }
+
+    /// The transactions of the connections this attempt made through ``connect(to:tls:bufferSize:resolveTimeout:)``.
+    func transactions() -> [PeerTransactionMetrics] {
+        lock.withLock {
+            connections.indices.compactMap { index in
+                let sentFrom = connections[index].sentAtStart
+                let sentTo = index + 1 < connections.count ? connections[index + 1].sentAtStart : reportedSent
+                return connections[index].recorder.transaction(sent: max(0, sentTo - sentFrom), received: 0)
+            }
+        }
     }
 
     var latestCheckpoint: Data? { lock.withLock { saved } }

@@ -18,8 +18,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         /// Created, not resumed.
         case notStarted
         /// Handed to the process that runs this background session: this process only queues,
-        /// and its task completes (without error) as soon as the record is written; the
-        /// runner's session reports the delivery.
+        /// and its task completes with ``PeerSessionError/queuedWithRunner`` (not a failure,
+        /// not a delivery) as soon as the record is written; the runner's session reports the
+        /// delivery.
         case queuedWithRunner
         /// Waiting for the service to become visible in discovery.
         case waitingForService
@@ -63,6 +64,8 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     /// When progress was last written to the record (at most once a second: see
     /// ``uploadProgressed(sent:total:)``).
     private var progressWritten = Date.distantPast
+    /// The connections the attempts made in this process, for the metrics.
+    private var transactions: [PeerTransactionMetrics] = []
 
     init(
         session: PeerSession, identifier: Int, background: BackgroundSessionState, record: BackgroundTaskRecord,
@@ -89,6 +92,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
 
     /// Where the task is now.
     public var phase: Phase { lock.withLock { _phase } }
+    /// True for a task this process only queued or only views: another process runs it
+    /// (see ``Phase/queuedWithRunner``); this process never learns how it ended.
+    public var isQueuedElsewhere: Bool { isSnapshot || phase == .queuedWithRunner }
     /// Attempts made so far (by this process and, for a reloaded task, earlier ones).
     public var attempts: Int { lock.withLock { record.attempts } }
     /// The waits so far: for the service, and between attempts.
@@ -123,8 +129,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
                 lock.withLock { _phase = .completed }
                 return complete(with: error as? PeerSessionError ?? .transferFailed("\(error)"))
             }
-            // Handed over: this process's part is done (the runner's session reports delivery).
-            complete(with: nil)
+            // Handed over: this process's part is done, and says so without claiming a delivery
+            // (the runner's session reports that).
+            complete(with: PeerSessionError.queuedWithRunner)
             return
         }
         // Made under the lock that `cancelWork` reads it under: a cancel is either seen by the
@@ -238,6 +245,10 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
                 let body = currentBody()
                 let context = PeerUploadContext(
                     task: self, attempt: attempt, checkpoint: lock.withLock { record.checkpoint })
+                defer {
+                    let made = context.transactions()
+                    lock.withLock { transactions += made }
+                }
                 do {
                     try await uploader.upload(body, to: resolved, context: context)
                     actions += Task.isCancelled ? machine.cancelled() : machine.attemptSucceeded()
@@ -423,6 +434,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         lock.withLock {
             metrics.waits = record.waits
             metrics.attempts = record.attempts
+            metrics.transactionMetrics = transactions
             if let first = record.firstResumed, first < metrics.taskInterval.start {
                 metrics.taskInterval = DateInterval(start: first, end: metrics.taskInterval.end)
             }
