@@ -80,6 +80,11 @@ let package = Package(
         ),
 
         .executableTarget(
+            name: "resumable-upload",
+            dependencies: ["Salut"],
+            path: "Examples/ResumableUpload"
+        ),
+        .executableTarget(
             name: "apple-sample",
             dependencies: ["Salut"],
             path: "Examples/AppleSample"

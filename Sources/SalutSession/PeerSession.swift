@@ -293,10 +293,13 @@ open class PeerSession: NSObject, @unchecked Sendable {
     /// A task completed: metrics, then completion, to the delegate; then invalidation if it was
     /// the last task of an invalidating session.
     func taskCompleted(_ task: PeerSessionTask, error: (any Error)?, metrics: PeerTaskMetrics) {
-        deliverToDelegate { delegate in
-            guard let taskDelegate = delegate as? PeerSessionTaskDelegate else { return }
+        deliverToDelegate(orElse: { task.completionDelivered(heard: false) }) { delegate in
+            guard let taskDelegate = delegate as? PeerSessionTaskDelegate else {
+                return task.completionDelivered(heard: false)
+            }
             taskDelegate.peerSession(self, task: task, didFinishCollecting: metrics)
             taskDelegate.peerSession(self, task: task, didCompleteWithError: error)
+            task.completionDelivered(heard: true)
         }
         let (last, awaited) = lock.withLock { () -> (Bool, Bool) in
             tasks.removeValue(forKey: task.taskIdentifier)

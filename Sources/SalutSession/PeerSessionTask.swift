@@ -195,6 +195,11 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
             metrics: completedMetrics(metrics.finish(sent: completed.sent, received: completed.received)))
     }
 
+    /// The completion was delivered, on the delegate queue, before anything queued after it:
+    /// `heard` when a task delegate heard it. Subclasses act on it (a background task forgets
+    /// its record).
+    func completionDelivered(heard: Bool) {}
+
     /// The metrics the delegate hears at completion; subclasses add what they know.
     func completedMetrics(_ metrics: PeerTaskMetrics) -> PeerTaskMetrics { metrics }
 

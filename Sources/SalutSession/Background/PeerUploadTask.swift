@@ -66,6 +66,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     private var progressWritten = Date.distantPast
     /// The connections the attempts made in this process, for the metrics.
     private var transactions: [PeerTransactionMetrics] = []
+    /// Whether its record is removed once a delegate heard of its completion (a delivered or
+    /// failed task; not one left for the next runner, nor one only queued here).
+    private var forgetsRecordOnceHeard = false
 
     init(
         session: PeerSession, identifier: Int, background: BackgroundSessionState, record: BackgroundTaskRecord,
@@ -290,7 +293,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     private func waitForService(until deadline: Date) async -> ResolvedService? {
         let context = session.discoveryContext
         let service = self.service
-        if let resolved = try? await service.resolve(timeout: 2, context: context) { return resolved }
+        // A service that is there resolves at once (from avahi-daemon's cache, or within a
+        // moment): past half a second, the task says it waits, as its phase already does.
+        if let resolved = try? await service.resolve(timeout: 0.5, context: context) { return resolved }
         beginWait(.serviceNotVisible)
         defer { endWait() }
         return await withTaskGroup(of: ResolvedService?.self) { group in
@@ -397,13 +402,17 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         } else {
             persist()
         }
+        lock.withLock { forgetsRecordOnceHeard = true }
         complete(with: error)
-        // Once a delegate has heard of it, the record has served its purpose; with none to
-        // hear it, the record keeps the outcome, and the next launch delivers it.
-        let journal = background.journal, id = recordID
-        session.deliverToDelegate(orElse: {}) { delegate in
-            if delegate is PeerSessionTaskDelegate { journal.remove(id) }
-        }
+    }
+
+    /// Once a delegate has heard of its completion, the record has served its purpose: it is
+    /// removed in the same delivery, before did-finish-events (an app that exits then must not
+    /// hear the completion again at its next launch). With none to hear it, the record keeps
+    /// the outcome, and the next launch delivers it.
+    override func completionDelivered(heard: Bool) {
+        guard heard, lock.withLock({ forgetsRecordOnceHeard }) else { return }
+        background.journal.remove(recordID)
     }
 
     /// Shows the task as handed to the runner.
@@ -414,11 +423,8 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     /// Completes a task reloaded from a finished record: its events were not delivered before.
     func completeFromRecord(_ record: BackgroundTaskRecord) {
         lock.withLock { _phase = .completed }
+        lock.withLock { forgetsRecordOnceHeard = true }
         complete(with: record.outcome == .succeeded ? nil : PeerSessionError.transferFailed(record.error ?? "failed"))
-        let journal = background.journal, id = recordID
-        session.deliverToDelegate(orElse: {}) { delegate in
-            if delegate is PeerSessionTaskDelegate { journal.remove(id) }
-        }
     }
 
     private func persist() {
