@@ -19,6 +19,11 @@ public final class HostAdvertisement: Sendable {
     /// The host name as published, ending in `.local`.
     public var hostName: String { operation.hostName }
 
+    /// Why the records were withdrawn for good after they were published (another host on
+    /// the link took the name later, or the daemon refused them when it came back); nil while
+    /// they stand.
+    public var failure: DiscoveryError? { operation.failure.value }
+
     private init(operation: AddressRecordOperation) {
         self.operation = operation
     }

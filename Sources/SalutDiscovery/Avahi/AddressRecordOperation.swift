@@ -26,6 +26,8 @@ final class AddressRecordOperation: QueueOperation, @unchecked Sendable {
     let addresses: [[UInt8]]
     private let deliver: @Sendable (Event) -> Void
     private var group: OpaquePointer?
+    /// Why the records were given up, once they were (readable from any thread).
+    let failure = Locked<DiscoveryError?>(nil)
 
     init(
         context: DiscoveryContext, hostName: String, addresses: [[UInt8]],
@@ -98,6 +100,7 @@ final class AddressRecordOperation: QueueOperation, @unchecked Sendable {
     }
 
     private func fail(_ error: DiscoveryError) {
+        failure.withLock { $0 = error }
         halt()
         deliver(.failed(error))
     }

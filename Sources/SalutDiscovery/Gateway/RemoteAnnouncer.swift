@@ -58,7 +58,8 @@ extension DiscoveryGateway {
                     // An unchanged zone is not read again (unless something failed and may
                     // be tried again).
                     let serial = try await zone.serial()
-                    if serial == nil || serial != lastSerial || made.told.count > made.refused.count {
+                    let hostLost = made.hostHandles.values.contains { $0.failure != nil }
+                    if serial == nil || serial != lastSerial || made.told.count > made.refused.count || hostLost {
                         let (wanted, unreadable) = try await readZone()
                         let settled = await apply(wanted: wanted, unreadable: unreadable, to: &made, context: context)
                         lastSerial = settled && unreadable.isEmpty ? serial : nil
@@ -129,6 +130,18 @@ extension DiscoveryGateway {
         ) async -> Bool {
             var wanted = wanted
             for id in unreadable { if let kept = made.announcements[id] { wanted[id] = kept } }
+            // A host whose records were withdrawn since (its name taken on the link later): said
+            // once, and published again as the plan says.
+            for (host, handle) in made.hostHandles {
+                guard let failure = handle.failure else { continue }
+                made.hosts[host] = nil
+                made.hostHandles[host] = nil
+                if made.told.insert("lost \(host)").inserted {
+                    for (id, announcement) in made.announcements where announcement.hostName == host {
+                        reports(.skipped(id.key, reason: "its host \(host) was withdrawn from this link: \(failure)"))
+                    }
+                }
+            }
             // What failed for good and is still wanted as it was is not tried again.
             made.refused = made.refused.filter { wanted[$0.key] == $0.value }
             let attempted = wanted.filter { made.refused[$0.key] == nil }
