@@ -190,6 +190,18 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
             ])
     }
 
+    func testOnlyAddressesThatRouteToAHostAreWrittenOrAnnounced() {
+        for bytes: [UInt8] in [
+            [127, 0, 0, 1], [169, 254, 7, 7], [0, 0, 0, 0], [224, 0, 0, 251], [255, 255, 255, 255],
+            [0xfe, 0x80] + Array(repeating: 0, count: 13) + [1], Array(repeating: 0, count: 15) + [1],
+            [0xff, 0x02] + Array(repeating: 0, count: 13) + [0xfb],
+        ] {
+            XCTAssertFalse(Service.routesOffTheLink(bytes), "\(bytes)")
+        }
+        XCTAssertTrue(Service.routesOffTheLink([198, 18, 1, 10]))
+        XCTAssertTrue(Service.routesOffTheLink([0x20, 0x01, 0x0d, 0xb8] + Array(repeating: 0, count: 11) + [1]))
+    }
+
     func testOnlyHostNamesOfTheLinkAreTakenNotThoseAGatewayAnnounces() {
         XCTAssertEqual(Service.hostOnTheLink("printer.local."), "printer")
         XCTAssertNil(Service.hostOnTheLink("printer.lab-a.local"), "another link's host, announced here: no echo")

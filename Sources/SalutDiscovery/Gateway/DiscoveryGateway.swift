@@ -186,12 +186,12 @@ public final class DiscoveryGateway: Sendable {
             ? Task { [configuration, reports] in
                 await RemoteAnnouncer(
                     zone: zone, configuration: configuration, reports: reports,
-                    announcing: { key, isAnnounced in
+                    announcing: { key, change in
                         announced.withLock { set in
-                            if isAnnounced { set.insert(key) } else { set.remove(key) }
+                            if case .withdrawn = change { set.remove(key) } else { set.insert(key) }
                         }
                         // Seen on the link before it was known as ours: its place is freed.
-                        if isAnnounced { sink.yield(.lost(key)) }
+                        if case .published = change { sink.yield(.lost(key)) }
                     }
                 ).run()
             } : nil

@@ -190,16 +190,18 @@ extension DiscoveryGateway.MirroredService {
             }
     }
 
-    /// False for addresses that mean nothing off this link: IPv4 link-local (169.254/16),
-    /// loopback and unspecified; IPv6 link-local (fe80::/10), loopback and unspecified.
+    /// False for addresses that mean nothing off this link, or are no host's: IPv4 link-local
+    /// (169.254/16), loopback, unspecified, multicast (224/4) and broadcast; IPv6 link-local
+    /// (fe80::/10), loopback, unspecified and multicast (ff00::/8).
     static func routesOffTheLink(_ bytes: [UInt8]) -> Bool {
         switch bytes.count {
         case 4:
             return !(bytes[0] == 169 && bytes[1] == 254) && bytes[0] != 127 && bytes != [0, 0, 0, 0]
+                && !(224...239).contains(bytes[0]) && bytes != [255, 255, 255, 255]
         case 16:
             let linkLocal = bytes[0] == 0xfe && (bytes[1] & 0xc0) == 0x80
             let special = bytes.dropLast().allSatisfy { $0 == 0 } && (bytes[15] == 0 || bytes[15] == 1)
-            return !linkLocal && !special
+            return !linkLocal && !special && bytes[0] != 0xff
         default:
             return false
         }

@@ -22,9 +22,20 @@ extension DiscoveryGateway {
         let zone: GatewayZone
         let configuration: Configuration
         let reports: @Sendable (Report) -> Void
-        /// Told the key of each service announced here (under the name it got: true) and of
-        /// each withdrawn (false), so that the gateway does not take them for the link's own.
-        let announcing: @Sendable (ServiceKey, Bool) -> Void
+        /// Told of each service announced here, so that the gateway does not take it for one of
+        /// the link's own.
+        let announcing: @Sendable (ServiceKey, AnnouncementChange) -> Void
+
+        /// What happens to an announced service's name on this link.
+        enum AnnouncementChange: Sendable {
+            /// It is about to be published under this name.
+            case publishing
+            /// It stands under this name (its own, or avahi-daemon's alternative): if the link
+            /// was seen to have it, it is this announcement.
+            case published
+            /// It is no longer announced under this name.
+            case withdrawn
+        }
 
         /// At most this many services are announced (each takes two of the daemon's objects at
         /// most: its own, and its host's).
@@ -33,6 +44,9 @@ extension DiscoveryGateway {
         static let maximumLabels = 64
         /// At most this many names are published at once.
         static let publishingAtOnce = 16
+        /// How often an unchanged zone is read again while an announcement waits to be tried
+        /// again.
+        static let retryEvery: Duration = .seconds(30)
 
         /// What is announced now, owned by the announcer's one task.
         private struct Made {
@@ -52,6 +66,7 @@ extension DiscoveryGateway {
             let context = DiscoveryContext(label: "gateway announcements")
             var made = Made()
             var lastSerial: UInt32?
+            var lastRead = ContinuousClock.now
             var toldFailure = false
             while !Task.isCancelled {
                 do {
@@ -59,7 +74,10 @@ extension DiscoveryGateway {
                     // be tried again).
                     let serial = try await zone.serial()
                     let hostLost = made.hostHandles.values.contains { $0.failure != nil }
-                    if serial == nil || serial != lastSerial || made.told.count > made.refused.count || hostLost {
+                    // Something to try again (a failure not for good): at most every 30 s.
+                    let retryDue = made.told.count > made.refused.count && .now - lastRead > Self.retryEvery
+                    if serial == nil || serial != lastSerial || retryDue || hostLost {
+                        lastRead = .now
                         let (wanted, unreadable) = try await readZone()
                         let settled = await apply(wanted: wanted, unreadable: unreadable, to: &made, context: context)
                         lastSerial = settled && unreadable.isEmpty ? serial : nil
@@ -98,26 +116,39 @@ extension DiscoveryGateway {
                 return DiscoveryGateway.mayMirror(type: type) && !excluded.contains(type)
                     && (only.isEmpty || only.contains(type))
             }
-            var wanted: [Announcement.ID: Announcement] = [:]
             var unreadable = Set<Announcement.ID>()
+            // Each link's share first: the links take turns, one service each, so that one link
+            // with many services cannot crowd the others out of the limit.
+            var byLabel: [[Announcement]] = []
             for (label, domain) in try await zone.otherLabels(limit: Self.maximumLabels).sorted(by: { $0.key < $1.key })
             {
                 let listed = try await zone.list(
-                    under: domain, admitting: admitting, limit: limit - wanted.count,
-                    maximumTypes: configuration.maximumTypes)
+                    under: domain, admitting: admitting, limit: limit, maximumTypes: configuration.maximumTypes)
+                var announcements: [Announcement] = []
                 for (_, service) in listed.sorted(by: { $0.key < $1.key }) {
-                    let announcement = Announcement(label: label, service: service)
+                    var announcement = Announcement(label: label, service: service)
                     if service.isUnreadable {
                         unreadable.insert(announcement.id)
-                    } else if MirroredService.isHostLabel(Substring(service.host)), !service.addresses.isEmpty,
-                        wanted.count < limit
-                    {
-                        // (A host the link cannot name, of several labels or escapes, is not
-                        // announced: it would be published as any name the zone says.)
-                        wanted[announcement.id] = announcement
+                        continue
+                    }
+                    // Only addresses that mean something off the zone's link: never loopback,
+                    // link-local or unspecified ones, whatever the zone holds.
+                    announcement.service.addresses = service.addresses.filter(MirroredService.routesOffTheLink)
+                    // (A host the link cannot name, of several labels or escapes, is not
+                    // announced: it would be published as any name the zone says.)
+                    if MirroredService.isHostLabel(Substring(service.host)), !announcement.service.addresses.isEmpty {
+                        announcements.append(announcement)
                     }
                 }
-                if wanted.count >= limit { break }
+                byLabel.append(announcements)
+            }
+            var wanted: [Announcement.ID: Announcement] = [:]
+            var turn = 0
+            while wanted.count < limit, byLabel.contains(where: { turn < $0.count }) {
+                for announcements in byLabel where turn < announcements.count && wanted.count < limit {
+                    wanted[announcements[turn].id] = announcements[turn]
+                }
+                turn += 1
             }
             return (wanted, unreadable)
         }
@@ -153,7 +184,7 @@ extension DiscoveryGateway {
                 made.announcements[id] = nil
                 if let handle = made.services.removeValue(forKey: id) {
                     await handle.withdraw()
-                    announcing(ServiceKey(name: handle.name, type: id.key.type), false)
+                    announcing(ServiceKey(name: handle.name, type: id.key.type), .withdrawn)
                 }
                 if attempted[id] == nil { reports(.unannounced(id.key, fromLabel: id.label)) }
             }
@@ -179,6 +210,7 @@ extension DiscoveryGateway {
                 }
             }
             if Task.isCancelled { return false }
+            for announcement in plan.publishServices { announcing(announcement.service.key, .publishing) }
             let failedHosts = hostFailures
             let services = await Self.inTurns(plan.publishServices) {
                 announcement -> Result<ServiceAdvertisement, any Error> in
@@ -198,10 +230,15 @@ extension DiscoveryGateway {
                     made.announcements[id] = announcement
                     made.services[id] = handle
                     made.told.remove("\(id)")
-                    announcing(ServiceKey(name: handle.name, type: announcement.service.key.type), true)
+                    if handle.name != announcement.service.key.name {
+                        // Renamed: the name it was meant to have is another service's here.
+                        announcing(announcement.service.key, .withdrawn)
+                    }
+                    announcing(ServiceKey(name: handle.name, type: announcement.service.key.type), .published)
                     reports(.announced(announcement.service.key, fromLabel: announcement.label, as: handle.name))
                 case .failure(let error):
                     complete = false
+                    announcing(announcement.service.key, .withdrawn)
                     let forGood =
                         (error as? DiscoveryError).map { [.collision, .invalidDomain].contains($0.code) } ?? false
                     if forGood { made.refused[id] = announcement }
