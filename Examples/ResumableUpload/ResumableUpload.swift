@@ -12,6 +12,10 @@
 //   receiver → 8 bytes, big-endian: how many bytes of it the receiver already holds
 //   sender   → the rest of the file, from there
 //   receiver → "DONE\n" once it holds all `size` bytes (written and synced)
+//
+// Plain TCP, to keep the example short: anyone on the link could send such a receiver files.
+// A real app runs TLS with keys it trusts (`context.connect(to: service, tls: …)` on the
+// sender, `ServiceAdvertisement.listen(…, tls: …)` on the receiver) and bounds what it takes.
 import Foundation
 import Salut
 
@@ -56,56 +60,77 @@ struct ResumableUpload: PeerUploadProtocol {
         guard done == Data("DONE\n".utf8) else { throw PeerSessionError.transferFailed("no DONE from the receiver") }
     }
 
-    /// Exactly `count` bytes from `input` (the receiver sends nothing more until it is
-    /// answered, so nothing past them is dropped).
-    /// - Throws: ``PeerSessionError`` when the stream ends first.
+    /// Exactly `count` bytes from `input`.
+    /// - Throws: ``PeerSessionError`` when the stream ends first; the stream's error.
     static func readExactly(_ count: Int, from input: InputStream) async throws -> Data {
-        var data = Data()
-        for try await chunk in input.chunks {
-            data.append(chunk)
-            if data.count >= count { return data.prefix(count) }
-        }
-        throw PeerSessionError.transferFailed("the peer ended the connection early")
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: count, alignment: 1)
+        defer { buffer.deallocate() }
+        // At least `count` into a buffer of `count`: exactly `count`, nothing past them read.
+        let read = try await input.read(into: buffer, atLeast: count)
+        guard read == count else { throw PeerSessionError.transferFailed("the peer ended the connection early") }
+        return Data(buffer)
     }
 }
 
-/// Prints each delegate call on a line of its own, in the order the session makes them.
-final class Events: PeerSessionUploadDelegate, @unchecked Sendable {
-    // @unchecked: `pending` is set before the session exists, then changed only by the
-    // session's delegate calls, which come one at a time on its delegate queue.
-    let (done, signal) = AsyncStream<Void>.makeStream()
-    var pending: Int
-    let relaunched: Bool
+/// Prints each delegate call on a line of its own, in the order the session makes them, and
+/// tells `send` when the tasks it waits for are done.
+final class Events: PeerSessionUploadDelegate, Sendable {
+    /// What `send` waits for: these tasks' completions and, after a relaunch with events
+    /// pending, did-finish-events.
+    private struct Waiting {
+        var awaited: Set<Int> = []
+        var completed: Set<Int> = []
+        var failed = 0
+        var relaunchEventsDue = false
+        var told = false
+    }
+    private let waiting = Locked(Waiting())
+    let (done, signal) = AsyncStream<Int>.makeStream()
 
-    init(pending: Int, relaunched: Bool) {
-        self.pending = pending
-        self.relaunched = relaunched
+    /// Waits for `tasks` too, and for did-finish-events when `relaunchEvents`.
+    func await(tasks: [Int], relaunchEvents: Bool) {
+        waiting.withLock {
+            $0.awaited.formUnion(tasks)
+            if relaunchEvents { $0.relaunchEventsDue = true }
+        }
+        signalIfDone()
     }
 
-    func say(_ line: String) {
-        sayLine(line)
+    /// Once every awaited task completed and no did-finish-events is due: the number of
+    /// uploads that failed, to `done`.
+    private func signalIfDone() {
+        let failed = waiting.withLock { state -> Int? in
+            guard !state.told, state.awaited.isSubset(of: state.completed), !state.relaunchEventsDue else { return nil }
+            state.told = true
+            return state.failed
+        }
+        if let failed { signal.yield(failed) }
     }
 
     func peerSession(_ session: PeerSession, task: PeerUploadTask, isWaiting phase: PeerUploadTask.Phase) {
-        say("waiting: \(phase)")
+        sayLine("waiting: \(task.taskDescription ?? "?"): \(phase)")
     }
 
     func peerSession(_ session: PeerSession, task: PeerSessionTask, didFinishCollecting metrics: PeerTaskMetrics) {
-        say(
-            "metrics: \(metrics.attempts) attempt(s), \(metrics.transactionMetrics.count) connection(s) in this process"
+        let connections = metrics.transactionMetrics.map { "\($0.countOfRequestBodyBytesSent)" }
+        sayLine(
+            "metrics: \(metrics.attempts) attempt(s); bytes sent by each connection of this process: \(connections.joined(separator: ", "))"
         )
     }
 
     func peerSession(_ session: PeerSession, task: PeerSessionTask, didCompleteWithError error: (any Error)?) {
-        say("complete: \(error.map { "\($0)" } ?? "delivered"), \(task.countOfBytesSent) bytes sent")
-        pending -= 1
-        // A first launch has no relaunch events to wait for.
-        if pending == 0 && !relaunched { signal.yield() }
+        sayLine("complete: \(task.taskDescription ?? "?"): \(error.map { "\($0)" } ?? "delivered")")
+        waiting.withLock {
+            $0.completed.insert(task.taskIdentifier)
+            if error != nil { $0.failed += 1 }
+        }
+        signalIfDone()
     }
 
     func peerSessionDidFinishEvents(forBackgroundSession session: PeerSession) {
-        say("finished events")
-        signal.yield()
+        sayLine("finished events")
+        waiting.withLock { $0.relaunchEventsDue = false }
+        signalIfDone()
     }
 }
 
@@ -119,11 +144,15 @@ enum ResumableUploadTool {
         case "send" where arguments.count == 4:
             await send(to: arguments[1], file: arguments[2] == "-" ? nil : arguments[2], state: arguments[3])
         default:
+            let said =
+                arguments.first.map {
+                    "resumable-upload: \"\($0)\" with \(arguments.count - 1) argument(s) is not a command it takes\n"
+                } ?? ""
             FileHandle.standardError.write(
                 Data(
                     """
-                    usage: resumable-upload receive NAME FOLDER
-                           resumable-upload send NAME FILE STATE   (FILE "-": carry on with what STATE holds)
+                    \(said)usage: resumable-upload receive NAME FOLDER
+                           resumable-upload send NAME FILE STATE   (FILE "-": carry on with what STATE holds; NAME is then not used)
                     environment: RESUMABLE_PACE=BYTES_PER_SECOND slows the sender down
 
                     """.utf8))
@@ -132,32 +161,51 @@ enum ResumableUploadTool {
     }
 
     /// Queues `file` (unless nil) in the background session kept in `state`, and waits until
-    /// every task of it is delivered; a relaunch (nil) carries on with what is pending.
+    /// it and the tasks carried on from an earlier launch are done; exit 1 when one failed.
     static func send(to name: String, file: String?, state: String) async {
         var configuration = PeerSessionConfiguration.background(withIdentifier: "resumable-upload")
         configuration.backgroundStateDirectory = URL(fileURLWithPath: state)
         configuration.uploadProtocol = ResumableUpload(
             pace: Int(ProcessInfo.processInfo.environment["RESUMABLE_PACE"] ?? "") ?? 0)
         configuration.retryDelay = 0.2
-        let probe = BackgroundSessionProbe.pending(in: state)
-        let events = Events(pending: probe + (file == nil ? 0 : 1), relaunched: probe > 0)
+        let events = Events()
         let session = PeerSession(configuration: configuration, delegate: events)
+        // Right after the session is made: the tasks it carries on from an earlier launch, and
+        // whether did-finish-events will come.
+        let carried = session.allTasks.compactMap { $0 as? PeerUploadTask }.filter { !$0.isQueuedElsewhere }
+        let relaunchEvents = session.deliversRelaunchEvents
+        if !carried.isEmpty || relaunchEvents {
+            sayLine("relaunched: \(carried.count) task(s) carried on")
+        }
+        var mine = carried.map(\.taskIdentifier)
         if let file {
             let task = session.uploadTask(
                 to: DiscoveredService(name: name, type: serviceType), fromFile: URL(fileURLWithPath: file))
             task.taskDescription = file
             task.resume()
-            events.say("queued: \(file) for \"\(name)\"")
-        } else {
-            events.say("relaunched: \(session.allTasks.count) task(s) carried on")
-        }
-        if events.pending == 0 && probe == 0 {
-            events.say("nothing to send")
+            if task.isQueuedElsewhere {
+                // Another sender runs this state folder's tasks: it delivers this one.
+                sayLine("queued: \(file) for \"\(name)\", handed to the sender already running on \(state)")
+                exit(0)
+            }
+            // (A file that cannot be read has failed already: its completion said why.)
+            if task.error == nil { sayLine("queued: \(file) for \"\(name)\" (task \(task.persistentIdentifier))") }
+            mine.append(task.taskIdentifier)
+        } else if !session.runsBackgroundTasks {
+            sayLine("another sender runs the tasks of \(state): it delivers them")
+            exit(0)
+        } else if mine.isEmpty && !relaunchEvents {
+            sayLine("nothing to send")
             exit(0)
         }
-        for await _ in events.done { break }
+        events.await(tasks: mine, relaunchEvents: relaunchEvents)
+        var failed = 0
+        for await count in events.done {
+            failed = count
+            break
+        }
         session.finishTasksAndInvalidate()
-        exit(0)
+        exit(failed > 0 ? 1 : 0)
     }
 
     /// Serves as `name` until killed: each upload is kept in `folder` as it arrives
@@ -176,69 +224,63 @@ enum ResumableUploadTool {
         }
     }
 
-    /// One attempt of one upload: the header, what is held, the rest, DONE.
+    /// One attempt of one upload: the header, what is held, the rest, DONE. An upload that is
+    /// whole already (its DONE was lost) is answered with its size and DONE at once.
     static func serve(_ pair: BoundStreamPair, folder: String) async {
         defer { pair.input.close(); pair.output.close() }
         do {
             try await pair.open()
+            // The header, a byte at a time (it is short; nothing past it is read here).
             var header = Data()
-            var rest = Data()
-            loop: for try await chunk in pair.input.chunks {
-                for (index, byte) in chunk.enumerated() {
-                    if byte == UInt8(ascii: "\n") {
-                        rest = chunk.suffix(from: chunk.startIndex + index + 1)
-                        break loop
-                    }
-                    header.append(byte)
-                    guard header.count < 100 else { return }
-                }
+            let byte = UnsafeMutableRawBufferPointer.allocate(byteCount: 1, alignment: 1)
+            defer { byte.deallocate() }
+            while header.count < 100 {
+                guard try await pair.input.read(into: byte, atLeast: 1) == 1 else { return }
+                if byte[0] == UInt8(ascii: "\n") { break }
+                header.append(byte[0])
             }
             let words = String(decoding: header, as: UTF8.self).split(separator: " ")
             guard words.count == 3, words[0] == "UPLOAD", words[1].count == 36,
                 words[1].allSatisfy({ $0.isASCII && ($0.isHexDigit || $0 == "-") }), let size = UInt64(words[2])
-            else { return }
-            let part = "\(folder)/\(words[1]).part"
+            else { return sayLine("refused a connection that did not start with UPLOAD ID SIZE") }
+            let id = String(words[1])
+            let whole = "\(folder)/\(id)", part = whole + ".part"
+            if let existing = try? FileManager.default.attributesOfItem(atPath: whole)[.size] as? UInt64,
+                existing == size
+            {
+                try await pair.output.write(bigEndian(size) + Data("DONE\n".utf8))
+                return
+            }
             if !FileManager.default.fileExists(atPath: part) {
                 guard FileManager.default.createFile(atPath: part, contents: nil) else { return }
             }
             let file = try FileHandle(forUpdating: URL(fileURLWithPath: part))
             defer { try? file.close() }
-            var held = try file.seekToEnd()
-            var answer = Data()
-            for shift in stride(from: 56, through: 0, by: -8) {
-                answer.append(UInt8(truncatingIfNeeded: held >> UInt64(shift)))
-            }
-            try await pair.output.write(answer)
-            if !rest.isEmpty {
-                try file.write(contentsOf: rest)
-                held += UInt64(rest.count)
-            }
-            while held < size {
-                var got = false
+            var held = min(try file.seekToEnd(), size)
+            sayLine("upload \(id): \(held) of \(size) bytes held, the rest comes")
+            try await pair.output.write(bigEndian(held))
+            if held < size {
                 for try await chunk in pair.input.chunks {
-                    try file.write(contentsOf: chunk.prefix(Int(size - held)))
-                    held += UInt64(min(chunk.count, Int(size - held)))
-                    got = true
-                    if held >= size { break }
+                    let kept = chunk.prefix(Int(size - held))
+                    try file.write(contentsOf: kept)
+                    held += UInt64(kept.count)
+                    if held == size { break }  // the sender now waits for DONE
                 }
-                if !got || held < size { return }  // the sender went away: what came is kept
             }
+            // The sender went away before the end: what came is kept for its next attempt.
+            guard held == size else { return sayLine("upload \(id): \(held) of \(size) bytes held, the sender left") }
             try file.synchronize()
-            try FileManager.default.moveItem(atPath: part, toPath: "\(folder)/\(words[1])")
+            try FileManager.default.moveItem(atPath: part, toPath: whole)
+            sayLine("upload \(id): whole (\(size) bytes)")
             try await pair.output.write(Data("DONE\n".utf8))
             try await pair.finishSending()
         } catch {
             return  // a cut connection: what came is kept for the next attempt
         }
     }
-}
 
-/// How many tasks a background session's state folder holds pending (so that a relaunch knows
-/// to wait for did-finish-events).
-enum BackgroundSessionProbe {
-    static func pending(in state: String) -> Int {
-        let tasks = URL(fileURLWithPath: state).appendingPathComponent("tasks").path
-        return ((try? FileManager.default.contentsOfDirectory(atPath: tasks)) ?? []).filter { $0.hasSuffix(".json") }
-            .count
+    /// `value` as 8 bytes, big-endian.
+    static func bigEndian(_ value: UInt64) -> Data {
+        withUnsafeBytes(of: value.bigEndian) { Data($0) }
     }
 }

@@ -62,6 +62,18 @@ open class PeerSession: NSObject, @unchecked Sendable {
     /// Deliveries waiting for the one on `delegateQueue` to finish (guarded by `lock`).
     private var pendingDeliveries: [@Sendable () -> Void] = []
     private var delivering = false
+    /// Whether this session found events pending when it was made (completions no delegate
+    /// heard, tasks to carry on), and so calls
+    /// ``PeerSessionUploadDelegate/peerSessionDidFinishEvents(forBackgroundSession:)`` once
+    /// they are delivered; false when it will not call it (nothing was pending, or this process
+    /// only queues). An app that relaunches to finish its uploads waits for that call when
+    /// this is true, and has nothing to wait for otherwise.
+    public var deliversRelaunchEvents: Bool { lock.withLock { relaunchEvents } }
+    private var relaunchEvents = false
+
+    /// Why a background session's state folder could not be used (its upload tasks fail
+    /// saying so), nil when it could.
+    let backgroundFailure: String?
     /// After a relaunch with tasks pending: the identifiers of the tasks carried on whose
     /// completion did-finish-events waits for (guarded by `lock`); nil once it was called, or
     /// when there was nothing to wait for.
@@ -99,12 +111,20 @@ open class PeerSession: NSObject, @unchecked Sendable {
         discoveryContext = context
         resolver = context.addressResolver
         if let identifier = configuration.identifier, let directory = configuration.backgroundStateDirectory {
-            // A folder that cannot be made leaves a session whose upload tasks fail at once.
-            background = try? BackgroundSessionState(
-                identifier: identifier, directory: directory,
-                wantsToRun: configuration.runsBackgroundTasks)
+            // A folder that cannot be made leaves a session whose upload tasks fail at once,
+            // saying why.
+            do {
+                background = try BackgroundSessionState(
+                    identifier: identifier, directory: directory,
+                    wantsToRun: configuration.runsBackgroundTasks)
+                backgroundFailure = nil
+            } catch {
+                background = nil
+                backgroundFailure = "\(error)"
+            }
         } else {
             background = nil
+            backgroundFailure = nil
         }
         super.init()
         if let background, background.runsTasks {
@@ -113,6 +133,7 @@ open class PeerSession: NSObject, @unchecked Sendable {
             // URLSession calls it after the events of a relaunch). Nothing pending: no call.
             let (delivered, carried) = adoptQueuedTasks()
             if delivered > 0 || !carried.isEmpty {
+                lock.withLock { relaunchEvents = true }
                 // (Those already completed are not waited for: they left `tasks` first.)
                 lock.withLock { eventsAwaited = Set(carried.filter { tasks[$0] != nil }) }
                 finishEventsIfAllDelivered()

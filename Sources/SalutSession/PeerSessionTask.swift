@@ -72,7 +72,10 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
         get { lock.withLock { _priority } }
         set { lock.withLock { _priority = min(1, max(0, newValue)) } }
     }
-    /// Application bytes written so far.
+    /// Application bytes written so far. For a background upload task: how far into the body
+    /// its protocol has reported sending, across attempts and relaunches (bytes the peer held
+    /// already, when the protocol reports from where it resumed, count too; an attempt that
+    /// starts lower does not count the same bytes twice): at most the body's size.
     public var countOfBytesSent: Int64 { lock.withLock { sent } }
     /// Application bytes read so far.
     public var countOfBytesReceived: Int64 { lock.withLock { received } }

@@ -25,7 +25,7 @@ final class ResumableUploadExampleTests: XCTestCase {
             "/usr/bin/env", "RESUMABLE_PACE=1000000", Self.tool, "send", name, folder + "/file.bin", folder + "/state",
         ])
         defer { first.stop() }
-        XCTAssertTrue(first.waitForOutput(containing: "waiting: waiting for the service", seconds: 20), first.output)
+        XCTAssertTrue(first.waitForOutput(containing: ": waiting for the service", seconds: 20), first.output)
         let receiver = try Foreign([Self.tool, "receive", name, folder + "/inbox"])
         defer { receiver.stop() }
 
@@ -52,7 +52,7 @@ final class ResumableUploadExampleTests: XCTestCase {
         XCTAssertEqual(
             lines.map { $0.split(separator: ":").first.map(String.init) ?? $0 },
             ["relaunched", "metrics", "complete", "finished events"], again.output)
-        XCTAssertTrue(again.output.contains("complete: delivered"), again.output)
+        XCTAssertTrue(again.output.contains("complete: \(folder)/file.bin: delivered"), again.output)
         XCTAssertTrue(
             again.output.contains("metrics: 2 attempt(s)"), "the first process's attempt counts: \(again.output)")
         let delivered = try FileManager.default.contentsOfDirectory(atPath: folder + "/inbox").filter {

@@ -441,6 +441,7 @@ final class BackgroundSessionTests: SalutTestCase {
             }
         }
         defer { relaunched.invalidateAndCancel() }
+        XCTAssertTrue(relaunched.deliversRelaunchEvents, "the app knows to wait for did-finish-events")
         try await delegate.wait(for: "complete \(doneIdentifier)")
         let carried = try XCTUnwrap(
             relaunched.allTasks.compactMap { $0 as? PeerUploadTask }.first { $0.service.name == "Comes Later" })
@@ -463,9 +464,35 @@ final class BackgroundSessionTests: SalutTestCase {
         // session queued at its start, comes alone).
         let quiet = UploadDelegate()
         let empty = PeerSession(configuration: self.configuration(), delegate: quiet)
+        XCTAssertFalse(empty.deliversRelaunchEvents)
         empty.finishTasksAndInvalidate()
         try await quiet.wait(for: "invalid")
         XCTAssertEqual(quiet.events, ["invalid"])
+    }
+
+    /// A file that cannot be read fails at once, saying why (no attempts, no waiting), and a
+    /// state folder that cannot be used says which and why.
+    func testAFileThatCannotBeReadAndAStateFolderThatCannotBeUsedFailAtOnceSayingWhy() async throws {
+        let delegate = UploadDelegate()
+        let session = PeerSession(configuration: configuration(), delegate: delegate)
+        defer { session.invalidateAndCancel() }
+        let missing = session.uploadTask(
+            to: DiscoveredService(name: "Anyone", type: uniqueType()),
+            fromFile: URL(fileURLWithPath: "/nonexistent/salut-\(UUID().uuidString)"))
+        missing.resume()
+        try await delegate.wait(for: "complete \(missing.taskIdentifier)", seconds: 5)
+        XCTAssertTrue(
+            delegate.outcome(of: missing)?.contains("No such file or directory") == true, delegate.events.description)
+        XCTAssertEqual(missing.attempts, 0)
+
+        var unusable = PeerSessionConfiguration.background(withIdentifier: "test")
+        unusable.backgroundStateDirectory = URL(fileURLWithPath: "/proc/salut-cannot-be-here")
+        let broken = PeerSession(configuration: unusable)
+        defer { broken.invalidateAndCancel() }
+        let task = broken.uploadTask(to: DiscoveredService(name: "Anyone", type: uniqueType()), from: Data("x".utf8))
+        XCTAssertTrue(
+            "\(task.error.map { "\($0)" } ?? "")".contains("/proc/salut-cannot-be-here"),
+            "\(String(describing: task.error))")
     }
 
     /// A relaunched task starts from the bytes its record says were sent (written while it

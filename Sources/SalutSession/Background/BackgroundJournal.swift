@@ -43,8 +43,9 @@ final class BackgroundJournal: Sendable {
 
     /// Opens (creating, mode 0700) the folder.
     /// - Throws: ``PeerSessionError/transferFailed(_:)`` when it cannot be created.
-    init(directory: URL) throws {
+    init(directory: URL, creatingFolders: Bool = true) throws {
         self.directory = directory
+        guard creatingFolders else { return }
         do {
             for folder in [
                 directory, directory.appendingPathComponent("tasks"), directory.appendingPathComponent("bodies"),

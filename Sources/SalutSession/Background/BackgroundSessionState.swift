@@ -37,9 +37,9 @@ final class BackgroundSessionState: @unchecked Sendable {
     /// True when this process runs the session's tasks.
     var runsTasks: Bool { runnerLock.isHeld }
 
-    init(identifier: String, directory: URL, wantsToRun: Bool) throws {
+    init(identifier: String, directory: URL, wantsToRun: Bool, standIn: Bool = false) throws {
         self.identifier = identifier
-        journal = try BackgroundJournal(directory: directory)
+        journal = try BackgroundJournal(directory: directory, creatingFolders: !standIn)
         runnerLock = BackgroundRunnerLock(directory: directory, tryToHold: wantsToRun)
     }
 
@@ -100,7 +100,9 @@ extension PeerSession {
             }
             task.complete(
                 with: PeerSessionError.notAllowed(
-                    "upload tasks need a background session (PeerSessionConfiguration.background(withIdentifier:))"))
+                    backgroundFailure.map { "the background session's state folder cannot be used: \($0)" }
+                        ?? "upload tasks need a background session (PeerSessionConfiguration.background(withIdentifier:))"
+                ))
             return task
         }
         let deadline = Date().addingTimeInterval(min(configuration.timeoutIntervalForResource, 1e9))
@@ -194,8 +196,13 @@ extension BackgroundSessionState {
     /// A stand-in for upload tasks made on a session that is not a background session (they
     /// complete at once with an error and touch no disk).
     static let unavailable: BackgroundSessionState = {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("salut-no-background")
-        return (try? BackgroundSessionState(identifier: "", directory: directory, wantsToRun: false))!
+        // Nothing is made on disk for it (any user, any folder's permissions).
+        let directory = URL(fileURLWithPath: "/nonexistent/salut-no-background")
+        do {
+            return try BackgroundSessionState(identifier: "", directory: directory, wantsToRun: false, standIn: true)
+        } catch {
+            preconditionFailure("a stand-in that touches no disk cannot fail: \(error)")
+        }
     }()
 }
 

@@ -66,6 +66,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     private var progressWritten = Date.distantPast
     /// The connections the attempts made in this process, for the metrics.
     private var transactions: [PeerTransactionMetrics] = []
+    /// How far into the body the protocol has reported sending, at most (the task's
+    /// `countOfBytesSent`: an attempt that starts again lower does not count its bytes twice).
+    private var furthestSent: Int64 = 0
     /// Whether its record is removed once a delegate heard of its completion (a delivered or
     /// failed task; not one left for the next runner, nor one only queued here).
     private var forgetsRecordOnceHeard = false
@@ -90,6 +93,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         if record.bytesExpected >= 0 { countOfBytesExpectedToSend = record.bytesExpected }
         countOfBytesExpectedToReceive = 0
         // A relaunched task starts from the last count its record holds, not from 0.
+        furthestSent = max(0, record.bytesSent)
         if record.bytesSent > 0 { add(sent: Int(clamping: record.bytesSent), received: 0) }
     }
 
@@ -118,6 +122,13 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     override func startWork() {
         super.startWork()
         if isSnapshot { return }
+        // A file that cannot be read fails at once, as URLSession's does: no attempt, no wait.
+        if case .file(let url) = body, access(url.path, R_OK) != 0 {
+            let reason = String(cString: strerror(errno))
+            lock.withLock { _phase = .completed }
+            background.journal.remove(recordID)
+            return complete(with: PeerSessionError.transferFailed("cannot read \(url.path): \(reason)"))
+        }
         lock.withLock {
             record.taskDescription = taskDescriptionUnlocked
             if record.firstResumed == nil { record.firstResumed = Date() }
@@ -187,7 +198,8 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     /// protocol that reports every chunk does not rewrite its record for each).
     func uploadProgressed(sent: Int64, total: Int64) {
         let (previous, changedTotal, write) = lock.withLock { () -> (Int64, Bool, Bool) in
-            let previous = record.bytesSent
+            let previous = furthestSent
+            furthestSent = max(furthestSent, sent)
             let changedTotal = record.bytesExpected != total
             record.bytesSent = sent
             record.bytesExpected = total
