@@ -78,10 +78,13 @@ final class Events: PeerSessionUploadDelegate, Sendable {
     /// What `send` waits for: these tasks' completions and, after a relaunch with events
     /// pending, did-finish-events.
     private struct Waiting {
+        /// Set once `send` said what it waits for: nothing is decided before.
+        var armed = false
         var awaited: Set<Int> = []
         var completed: Set<Int> = []
         var failed = 0
-        var relaunchEventsDue = false
+        var waitsForRelaunchEvents = false
+        var heardRelaunchEvents = false
         var told = false
     }
     private let waiting = Locked(Waiting())
@@ -91,7 +94,8 @@ final class Events: PeerSessionUploadDelegate, Sendable {
     func await(tasks: [Int], relaunchEvents: Bool) {
         waiting.withLock {
             $0.awaited.formUnion(tasks)
-            if relaunchEvents { $0.relaunchEventsDue = true }
+            $0.waitsForRelaunchEvents = relaunchEvents
+            $0.armed = true
         }
         signalIfDone()
     }
@@ -100,7 +104,9 @@ final class Events: PeerSessionUploadDelegate, Sendable {
     /// uploads that failed, to `done`.
     private func signalIfDone() {
         let failed = waiting.withLock { state -> Int? in
-            guard !state.told, state.awaited.isSubset(of: state.completed), !state.relaunchEventsDue else { return nil }
+            guard state.armed, !state.told, state.awaited.isSubset(of: state.completed),
+                !state.waitsForRelaunchEvents || state.heardRelaunchEvents
+            else { return nil }
             state.told = true
             return state.failed
         }
@@ -129,7 +135,7 @@ final class Events: PeerSessionUploadDelegate, Sendable {
 
     func peerSessionDidFinishEvents(forBackgroundSession session: PeerSession) {
         sayLine("finished events")
-        waiting.withLock { $0.relaunchEventsDue = false }
+        waiting.withLock { $0.heardRelaunchEvents = true }
         signalIfDone()
     }
 }
@@ -241,8 +247,9 @@ enum ResumableUploadTool {
             }
             let words = String(decoding: header, as: UTF8.self).split(separator: " ")
             guard words.count == 3, words[0] == "UPLOAD", words[1].count == 36,
-                words[1].allSatisfy({ $0.isASCII && ($0.isHexDigit || $0 == "-") }), let size = UInt64(words[2])
-            else { return sayLine("refused a connection that did not start with UPLOAD ID SIZE") }
+                words[1].allSatisfy({ $0.isASCII && ($0.isHexDigit || $0 == "-") }), let size = UInt64(words[2]),
+                size <= maximumSize
+            else { return sayLine("refused a connection that did not start with UPLOAD ID SIZE (at most 1 TiB)") }
             let id = String(words[1])
             let whole = "\(folder)/\(id)", part = whole + ".part"
             if let existing = try? FileManager.default.attributesOfItem(atPath: whole)[.size] as? UInt64,
@@ -256,7 +263,11 @@ enum ResumableUploadTool {
             }
             let file = try FileHandle(forUpdating: URL(fileURLWithPath: part))
             defer { try? file.close() }
-            var held = min(try file.seekToEnd(), size)
+            var held = try file.seekToEnd()
+            if held > size {  // longer than the upload says: only its first `size` bytes count
+                try file.truncate(atOffset: size)
+                held = size
+            }
             sayLine("upload \(id): \(held) of \(size) bytes held, the rest comes")
             try await pair.output.write(bigEndian(held))
             if held < size {
@@ -278,6 +289,9 @@ enum ResumableUploadTool {
             return  // a cut connection: what came is kept for the next attempt
         }
     }
+
+    /// The largest upload taken (the network says the size: it is bounded before it is used).
+    static let maximumSize: UInt64 = 1 << 40
 
     /// `value` as 8 bytes, big-endian.
     static func bigEndian(_ value: UInt64) -> Data {

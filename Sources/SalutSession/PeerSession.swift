@@ -67,7 +67,8 @@ open class PeerSession: NSObject, @unchecked Sendable {
     /// ``PeerSessionUploadDelegate/peerSessionDidFinishEvents(forBackgroundSession:)`` once
     /// they are delivered; false when it will not call it (nothing was pending, or this process
     /// only queues). An app that relaunches to finish its uploads waits for that call when
-    /// this is true, and has nothing to wait for otherwise.
+    /// this is true (its delegate must be a ``PeerSessionUploadDelegate`` to hear it), and has
+    /// nothing to wait for otherwise.
     public var deliversRelaunchEvents: Bool { lock.withLock { relaunchEvents } }
     private var relaunchEvents = false
 
@@ -316,7 +317,8 @@ open class PeerSession: NSObject, @unchecked Sendable {
     func taskCompleted(_ task: PeerSessionTask, error: (any Error)?, metrics: PeerTaskMetrics) {
         deliverToDelegate(orElse: { task.completionDelivered(heard: false) }) { delegate in
             guard let taskDelegate = delegate as? PeerSessionTaskDelegate else {
-                return task.completionDelivered(heard: false)
+                // A delegate that does not take task events: the app chose not to hear them.
+                return task.completionDelivered(heard: true)
             }
             taskDelegate.peerSession(self, task: task, didFinishCollecting: metrics)
             taskDelegate.peerSession(self, task: task, didCompleteWithError: error)

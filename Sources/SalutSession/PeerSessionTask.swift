@@ -199,7 +199,8 @@ open class PeerSessionTask: NSObject, @unchecked Sendable, ProgressReporting {
     }
 
     /// The completion was delivered, on the delegate queue, before anything queued after it:
-    /// `heard` when a task delegate heard it. Subclasses act on it (a background task forgets
+    /// `heard` when a delegate was there (a task delegate heard it, or the app's delegate
+    /// takes no task events). Subclasses act on it (a background task forgets
     /// its record).
     func completionDelivered(heard: Bool) {}
 

@@ -269,7 +269,8 @@ struct Serve: AsyncParsableCommand {
                         : background.uploadTask(to: service, from: PathList.encoded(files.map(\.path)))
                     task.taskDescription = PathList.description(of: files.map(\.path))
                     task.resume()
-                    if let error = task.error { throw error }
+                    // Queued for the daemon that runs the queue (not a failure, not a delivery).
+                    if let error = task.error, !task.isQueuedElsewhere { throw error }
                     return task.persistentIdentifier
                 }, outbox: outbox, token: WebPage.makeToken(), logger: logger)
             let shownHost = host.contains(":") ? "[\(host)]" : host

@@ -180,15 +180,20 @@ public final class DiscoveryGateway: Sendable {
         let work = Work()
         defer { work.cancelAll() }
         // The services announced here from the zone: never taken for the link's own.
-        let announced = Locked<Set<ServiceKey>>([])
+        // (Counted: two announcements from two links may meet under one name for a moment.)
+        let announced = Locked<[ServiceKey: Int]>([:])
         let announcer: Task<Void, Never>? =
             configuration.announceRemote
             ? Task { [configuration, reports] in
                 await RemoteAnnouncer(
                     zone: zone, configuration: configuration, reports: reports,
                     announcing: { key, change in
-                        announced.withLock { set in
-                            if case .withdrawn = change { set.remove(key) } else { set.insert(key) }
+                        announced.withLock { counts in
+                            switch change {
+                            case .publishing: counts[key, default: 0] += 1
+                            case .withdrawn: counts[key] = (counts[key] ?? 1) > 1 ? counts[key]! - 1 : nil
+                            case .published: break
+                            }
                         }
                         // Seen on the link before it was known as ours: its place is freed.
                         if case .published = change { sink.yield(.lost(key)) }
@@ -211,7 +216,7 @@ public final class DiscoveryGateway: Sendable {
     /// until the calling task is cancelled or the zone refuses the updates for good.
     private func mirror(
         zone: GatewayZone, events: AsyncStream<StateMachine.Event>,
-        sink: AsyncStream<StateMachine.Event>.Continuation, work: Work, announced: Locked<Set<ServiceKey>>
+        sink: AsyncStream<StateMachine.Event>.Continuation, work: Work, announced: Locked<[ServiceKey: Int]>
     ) async throws {
         // The error that ends the gateway, once the zone refused an update for good.
         let refusal = Locked<DiscoveryError?>(nil)
@@ -229,7 +234,7 @@ public final class DiscoveryGateway: Sendable {
             await LinkWatcher(configuration: configuration).watch { sink.yield($0) }
         }
         for await event in events {
-            if case .seen(let key) = event, announced.withLock({ $0.contains(key) }) { continue }
+            if case .seen(let key) = event, announced.withLock({ $0[key] != nil }) { continue }
             for action in machine.handle(event) {
                 switch action {
                 case .resolve(let key):

@@ -30,8 +30,8 @@ extension DiscoveryGateway {
         enum AnnouncementChange: Sendable {
             /// It is about to be published under this name.
             case publishing
-            /// It stands under this name (its own, or avahi-daemon's alternative): if the link
-            /// was seen to have it, it is this announcement.
+            /// It stands under this name (said `publishing` first): if the link was seen to
+            /// have it, it is this announcement.
             case published
             /// It is no longer announced under this name.
             case withdrawn
@@ -57,8 +57,13 @@ extension DiscoveryGateway {
             /// Announcements that failed for good, as they were: not tried again until the zone
             /// changes them.
             var refused: [Announcement.ID: Announcement] = [:]
-            /// Failures already reported (said once, until the announcement is made).
+            /// Hosts whose name another machine on the link took, with the addresses they had:
+            /// not published again (nor their services) until the zone changes them.
+            var refusedHosts: [String: [[UInt8]]] = [:]
+            /// Failures already reported (said once per version of the zone).
             var told = Set<String>()
+            /// Whether a failure that may pass was met: the zone is read again in 30 s.
+            var retryPending = false
         }
 
         /// Announces until the calling task is cancelled, then withdraws everything.
@@ -74,13 +79,16 @@ extension DiscoveryGateway {
                     // be tried again).
                     let serial = try await zone.serial()
                     let hostLost = made.hostHandles.values.contains { $0.failure != nil }
-                    // Something to try again (a failure not for good): at most every 30 s.
-                    let retryDue = made.told.count > made.refused.count && .now - lastRead > Self.retryEvery
+                    // Something to try again (a failure that may pass): at most every 30 s.
+                    let retryDue = made.retryPending && .now - lastRead > Self.retryEvery
                     if serial == nil || serial != lastSerial || retryDue || hostLost {
+                        // A new version of the zone: its failures may be said again.
+                        if serial != lastSerial { made.told = [] }
                         lastRead = .now
                         let (wanted, unreadable) = try await readZone()
-                        let settled = await apply(wanted: wanted, unreadable: unreadable, to: &made, context: context)
-                        lastSerial = settled && unreadable.isEmpty ? serial : nil
+                        await apply(wanted: wanted, unreadable: unreadable, to: &made, context: context)
+                        if !unreadable.isEmpty { made.retryPending = true }
+                        lastSerial = serial
                     }
                     toldFailure = false
                 } catch {
@@ -120,10 +128,12 @@ extension DiscoveryGateway {
             // Each link's share first: the links take turns, one service each, so that one link
             // with many services cannot crowd the others out of the limit.
             var byLabel: [[Announcement]] = []
-            for (label, domain) in try await zone.otherLabels(limit: Self.maximumLabels).sorted(by: { $0.key < $1.key })
-            {
+            let labels = try await zone.otherLabels(limit: Self.maximumLabels).sorted(by: { $0.key < $1.key })
+            // Each link's share of the limit is read, no more (a read costs queries per service).
+            let share = labels.isEmpty ? limit : (limit + labels.count - 1) / labels.count
+            for (label, domain) in labels {
                 let listed = try await zone.list(
-                    under: domain, admitting: admitting, limit: limit, maximumTypes: configuration.maximumTypes)
+                    under: domain, admitting: admitting, limit: share, maximumTypes: configuration.maximumTypes)
                 var announcements: [Announcement] = []
                 for (_, service) in listed.sorted(by: { $0.key < $1.key }) {
                     var announcement = Announcement(label: label, service: service)
@@ -154,32 +164,48 @@ extension DiscoveryGateway {
         }
 
         /// Changes the link from what `made` holds to `wanted` (the `unreadable` ones keep what
-        /// they have); true when every change was made.
+        /// they have); sets `made.retryPending` when something may succeed later.
         private func apply(
             wanted: [Announcement.ID: Announcement], unreadable: Set<Announcement.ID>, to made: inout Made,
             context: DiscoveryContext
-        ) async -> Bool {
+        ) async {
             var wanted = wanted
+            made.retryPending = false
             for id in unreadable { if let kept = made.announcements[id] { wanted[id] = kept } }
-            // A host whose records were withdrawn since (its name taken on the link later): said
-            // once, and published again as the plan says.
+            // A host whose name another machine took since: its services go too (their SRV would
+            // send clients to that machine), said once; neither comes back until the zone
+            // changes the host's addresses.
             for (host, handle) in made.hostHandles {
                 guard let failure = handle.failure else { continue }
+                made.refusedHosts[host] = made.hosts[host] ?? []
                 made.hosts[host] = nil
                 made.hostHandles[host] = nil
-                if made.told.insert("lost \(host)").inserted {
-                    for (id, announcement) in made.announcements where announcement.hostName == host {
-                        reports(.skipped(id.key, reason: "its host \(host) was withdrawn from this link: \(failure)"))
+                for (id, announcement) in made.announcements where announcement.hostName == host {
+                    made.announcements[id] = nil
+                    if let service = made.services.removeValue(forKey: id) {
+                        await service.withdraw()
+                        announcing(ServiceKey(name: service.name, type: id.key.type), .withdrawn)
+                    }
+                    if made.told.insert("lost \(id)").inserted {
+                        reports(
+                            .skipped(
+                                id.key,
+                                reason:
+                                    "withdrawn from this link: another machine took its host's name \(host) (\(failure)); announced again once the zone changes the host"
+                            ))
                     }
                 }
             }
             // What failed for good and is still wanted as it was is not tried again.
             made.refused = made.refused.filter { wanted[$0.key] == $0.value }
-            let attempted = wanted.filter { made.refused[$0.key] == nil }
+            let wantedHosts = AnnouncementPlan.hosts(of: wanted.values)
+            made.refusedHosts = made.refusedHosts.filter { wantedHosts[$0.key] == $0.value }
+            let attempted = wanted.filter {
+                made.refused[$0.key] == nil && made.refusedHosts[$0.value.hostName] == nil
+            }
             let plan = AnnouncementPlan(made: made.announcements, hosts: made.hosts, wanted: attempted)
-            guard !plan.isEmpty else { return true }
+            guard !plan.isEmpty else { return }
             if configuration.dryRun { return dryRun(plan, made: &made) }
-            var complete = true
             for id in plan.withdrawServices {
                 made.announcements[id] = nil
                 if let handle = made.services.removeValue(forKey: id) {
@@ -207,9 +233,14 @@ extension DiscoveryGateway {
                     made.hostHandles[host] = handle
                 case .failure(let error):
                     hostFailures[host] = error
+                    if (error as? DiscoveryError)?.code == .collision {
+                        made.refusedHosts[host] = addresses
+                    } else {
+                        made.retryPending = true
+                    }
                 }
             }
-            if Task.isCancelled { return false }
+            if Task.isCancelled { return }
             for announcement in plan.publishServices { announcing(announcement.service.key, .publishing) }
             let failedHosts = hostFailures
             let services = await Self.inTurns(plan.publishServices) {
@@ -222,7 +253,7 @@ extension DiscoveryGateway {
                         context: context, host: announcement.hostName)
                 })
             }
-            if Task.isCancelled { return false }
+            if Task.isCancelled { return }
             for (announcement, result) in services {
                 let id = announcement.id
                 switch result {
@@ -233,21 +264,21 @@ extension DiscoveryGateway {
                     if handle.name != announcement.service.key.name {
                         // Renamed: the name it was meant to have is another service's here.
                         announcing(announcement.service.key, .withdrawn)
+                        announcing(ServiceKey(name: handle.name, type: announcement.service.key.type), .publishing)
                     }
                     announcing(ServiceKey(name: handle.name, type: announcement.service.key.type), .published)
                     reports(.announced(announcement.service.key, fromLabel: announcement.label, as: handle.name))
                 case .failure(let error):
-                    complete = false
                     announcing(announcement.service.key, .withdrawn)
                     let forGood =
                         (error as? DiscoveryError).map { [.collision, .invalidDomain].contains($0.code) } ?? false
-                    if forGood { made.refused[id] = announcement }
+                    if forGood { made.refused[id] = announcement } else { made.retryPending = true }
                     if made.told.insert("\(id)").inserted {
                         reports(
                             .skipped(
                                 announcement.service.key,
                                 reason:
-                                    "not announced from \(announcement.label) on this link\(forGood ? "" : " (tried again at the next read of the zone)"): \(error)"
+                                    "not announced from \(announcement.label) on this link\(forGood ? "" : " (tried again within 30 s)"): \(error)"
                             ))
                     }
                 }
@@ -259,7 +290,7 @@ extension DiscoveryGateway {
                     made.announcements[announcement.id] = announcement
                     reports(.announced(announcement.service.key, fromLabel: announcement.label, as: handle.name))
                 } catch {
-                    complete = false
+                    made.retryPending = true
                     if made.told.insert("txt \(announcement.id)").inserted {
                         reports(
                             .skipped(announcement.service.key, reason: "its new TXT record was not announced: \(error)")
@@ -280,12 +311,12 @@ extension DiscoveryGateway {
                 made.hosts[host] = nil
                 await made.hostHandles.removeValue(forKey: host)?.withdraw()
             }
-            return complete && hostFailures.isEmpty
+
         }
 
         /// With ``Configuration/dryRun``: says what would be announced or withdrawn, and takes
         /// it as done.
-        private func dryRun(_ plan: AnnouncementPlan, made: inout Made) -> Bool {
+        private func dryRun(_ plan: AnnouncementPlan, made: inout Made) {
             var lines: [String] = []
             for id in plan.withdrawServices {
                 made.announcements[id] = nil
@@ -307,7 +338,6 @@ extension DiscoveryGateway {
             }
             // (Names from the zone: escaped as the gateway's other dry-run lines are.)
             reports(.wouldSend(lines.map(Self.escaped).joined(separator: "\n")))
-            return true
         }
 
         /// `text` with every byte outside printable ASCII, and the backslash, written `\DDD` (as

@@ -49,13 +49,16 @@ public final class PeerUploadContext: @unchecked Sendable {
     private weak var task: PeerUploadTask?
     private let lock = StateLock()
     private var saved: Data?
-    /// The body bytes last reported sent (guarded by `lock`).
+    /// How far into the body the protocol has reported, at most (from where the task had
+    /// reached when this attempt began: a resumed attempt reports its offset first) (guarded
+    /// by `lock`).
     private var reportedSent: Int64 = 0
     /// The connections made through ``connect(to:tls:bufferSize:resolveTimeout:)``, with the
     /// bytes reported sent when each was made (guarded by `lock`).
     private var connections: [(recorder: MetricsRecorder, sentAtStart: Int64)] = []
 
-    init(task: PeerUploadTask, attempt: Int, checkpoint: Data?) {
+    init(progressBaseline: Int64 = 0, task: PeerUploadTask, attempt: Int, checkpoint: Data?) {
+        reportedSent = progressBaseline
         self.task = task
         self.persistentIdentifier = task.persistentIdentifier
         self.attempt = attempt
@@ -79,7 +82,7 @@ public final class PeerUploadContext: @unchecked Sendable {
 
     /// Reports bytes sent of the whole body (`total` -1 when unknown).
     public func reportProgress(sent: Int64, total: Int64) {
-        lock.withLock { reportedSent = sent }
+        lock.withLock { reportedSent = max(reportedSent, sent) }
         task?.uploadProgressed(sent: sent, total: total)
     }
 

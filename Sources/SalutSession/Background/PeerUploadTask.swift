@@ -61,6 +61,8 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     private var freshStream: InputStream?
     /// A view, in a process that only queues, of a task another process runs.
     private let isSnapshot: Bool
+    /// Made from a record an earlier launch (or another process) left.
+    private let isReloaded: Bool
     /// When progress was last written to the record (at most once a second: see
     /// ``uploadProgressed(sent:total:)``).
     private var progressWritten = Date.distantPast
@@ -78,6 +80,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
         body: PeerUploadBody, reloaded: Bool = false, snapshot: Bool = false
     ) {
         isSnapshot = snapshot
+        isReloaded = reloaded
         self.service = DiscoveredService(
             name: record.serviceName, type: record.serviceType, domain: record.serviceDomain)
         self.body = body
@@ -122,8 +125,10 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     override func startWork() {
         super.startWork()
         if isSnapshot { return }
-        // A file that cannot be read fails at once, as URLSession's does: no attempt, no wait.
-        if case .file(let url) = body, access(url.path, R_OK) != 0 {
+        // A new task's file that cannot be read fails at once, as URLSession's does: no
+        // attempt, no wait. (A task carried on from an earlier launch tries as before: its file
+        // may be on a disk not mounted yet.)
+        if !isReloaded, case .file(let url) = body, access(url.path, R_OK) != 0 {
             let reason = String(cString: strerror(errno))
             lock.withLock { _phase = .completed }
             background.journal.remove(recordID)
@@ -199,9 +204,10 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     func uploadProgressed(sent: Int64, total: Int64) {
         let (previous, changedTotal, write) = lock.withLock { () -> (Int64, Bool, Bool) in
             let previous = furthestSent
-            furthestSent = max(furthestSent, sent)
+            // Never past the body's size, when known; never lower than reached already.
+            furthestSent = max(furthestSent, total >= 0 ? min(sent, total) : sent)
             let changedTotal = record.bytesExpected != total
-            record.bytesSent = sent
+            record.bytesSent = furthestSent
             record.bytesExpected = total
             let now = Date()
             let write = now.timeIntervalSince(progressWritten) >= 1
@@ -209,7 +215,8 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
             return (previous, changedTotal, write)
         }
         if changedTotal { countOfBytesExpectedToSend = total }
-        if sent > previous { add(sent: Int(sent - previous), received: 0) }
+        let now = lock.withLock { furthestSent }
+        if now > previous { add(sent: Int(now - previous), received: 0) }
         if write { persist() }
     }
 
@@ -258,7 +265,9 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
                     continue
                 }
                 let body = currentBody()
+                let baseline = lock.withLock { furthestSent }
                 let context = PeerUploadContext(
+                    progressBaseline: baseline,
                     task: self, attempt: attempt, checkpoint: lock.withLock { record.checkpoint })
                 defer {
                     let made = context.transactions()

@@ -189,6 +189,12 @@ public final class BackgroundSendLog: PeerSessionUploadDelegate, @unchecked Send
             logger.info("background send \(Self.describe(upload)) stays queued for the next start")
             return
         }
+        if upload.isQueuedElsewhere {
+            // Handed to the daemon that runs this configuration's queue: it delivers it (and
+            // its copies stay, for it to read).
+            logger.info("background send \(Self.describe(upload)) handed to the daemon that runs the queue")
+            return
+        }
         // Cancelled by the user (`peerxfer cancel`): an outcome of its own, not a failure; a
         // refusal by the receiver is named as the sender's own error names it.
         let sessionError = error as? PeerSessionError
