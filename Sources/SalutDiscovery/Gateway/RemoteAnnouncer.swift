@@ -180,21 +180,7 @@ extension DiscoveryGateway {
                 made.refusedHosts[host] = made.hosts[host] ?? []
                 made.hosts[host] = nil
                 made.hostHandles[host] = nil
-                for (id, announcement) in made.announcements where announcement.hostName == host {
-                    made.announcements[id] = nil
-                    if let service = made.services.removeValue(forKey: id) {
-                        await service.withdraw()
-                        announcing(ServiceKey(name: service.name, type: id.key.type), .withdrawn)
-                    }
-                    if made.told.insert("lost \(id)").inserted {
-                        reports(
-                            .skipped(
-                                id.key,
-                                reason:
-                                    "withdrawn from this link: another machine took its host's name \(host) (\(failure)); announced again once the zone changes the host"
-                            ))
-                    }
-                }
+                await withdrawServices(on: host, because: failure, from: &made)
             }
             // What failed for good and is still wanted as it was is not tried again.
             made.refused = made.refused.filter { wanted[$0.key] == $0.value }
@@ -235,6 +221,9 @@ extension DiscoveryGateway {
                     hostFailures[host] = error
                     if (error as? DiscoveryError)?.code == .collision {
                         made.refusedHosts[host] = addresses
+                        // Published again (its addresses changed) and taken: the services
+                        // still naming it go too.
+                        await withdrawServices(on: host, because: error, from: &made)
                     } else {
                         made.retryPending = true
                     }
@@ -312,6 +301,26 @@ extension DiscoveryGateway {
                 await made.hostHandles.removeValue(forKey: host)?.withdraw()
             }
 
+        }
+
+        /// Withdraws the services announced on `host`, whose name another machine took (their SRV
+        /// would send clients there), each said once.
+        private func withdrawServices(on host: String, because failure: any Error, from made: inout Made) async {
+            for (id, announcement) in made.announcements where announcement.hostName == host {
+                made.announcements[id] = nil
+                if let service = made.services.removeValue(forKey: id) {
+                    await service.withdraw()
+                    announcing(ServiceKey(name: service.name, type: id.key.type), .withdrawn)
+                }
+                if made.told.insert("lost \(id)").inserted {
+                    reports(
+                        .skipped(
+                            id.key,
+                            reason:
+                                "withdrawn from this link: another machine took its host's name \(host) (\(failure)); announced again once the zone changes the host"
+                        ))
+                }
+            }
         }
 
         /// With ``Configuration/dryRun``: says what would be announced or withdrawn, and takes

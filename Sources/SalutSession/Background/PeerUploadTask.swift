@@ -202,7 +202,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
     /// record at most once a second (so a relaunched task shows the last count, and a fast
     /// protocol that reports every chunk does not rewrite its record for each).
     func uploadProgressed(sent: Int64, total: Int64) {
-        let (previous, changedTotal, write) = lock.withLock { () -> (Int64, Bool, Bool) in
+        let (grown, changedTotal, write) = lock.withLock { () -> (Int64, Bool, Bool) in
             let previous = furthestSent
             // Never past the body's size, when known; never lower than reached already.
             furthestSent = max(furthestSent, total >= 0 ? min(sent, total) : sent)
@@ -212,11 +212,12 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
             let now = Date()
             let write = now.timeIntervalSince(progressWritten) >= 1
             if write { progressWritten = now }
-            return (previous, changedTotal, write)
+            // How much this report moved it, decided under the lock (two reports at once
+            // cannot both count the same bytes).
+            return (furthestSent - previous, changedTotal, write)
         }
         if changedTotal { countOfBytesExpectedToSend = total }
-        let now = lock.withLock { furthestSent }
-        if now > previous { add(sent: Int(now - previous), received: 0) }
+        if grown > 0 { add(sent: Int(grown), received: 0) }
         if write { persist() }
     }
 
