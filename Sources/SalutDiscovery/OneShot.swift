@@ -21,6 +21,19 @@ final class OneShot<T: Sendable>: @unchecked Sendable {
         if let ready { continuation.resume(with: ready.mapError { $0 as any Error }) }
     }
 
+    /// Waits for the result: what `succeed` or `fail` gives first, ``DiscoveryError/timedOut``
+    /// once `seconds` pass (counted on `queue`), ``DiscoveryError/cancelled`` when the calling
+    /// task is cancelled.
+    /// - Throws: the ``DiscoveryError`` that came first.
+    func value(within seconds: TimeInterval, on queue: DispatchQueue) async throws -> T {
+        queue.asyncAfter(deadline: .now() + seconds) { self.fail(.timedOut) }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { set($0) }
+        } onCancel: {
+            fail(.cancelled)
+        }
+    }
+
     func succeed(_ value: T) { finish(.success(value)) }
     func fail(_ error: DiscoveryError) { finish(.failure(error)) }
 

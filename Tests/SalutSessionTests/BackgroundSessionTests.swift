@@ -432,14 +432,7 @@ final class BackgroundSessionTests: SalutTestCase {
 
         // The relaunch, with a delegate.
         let delegate = UploadDelegate()
-        let relaunched = try await withDeadline(10, "the runner's lock let go") { () -> PeerSession in
-            while true {
-                let candidate = PeerSession(configuration: configuration, delegate: delegate)
-                if candidate.runsBackgroundTasks { return candidate }
-                candidate.invalidateAndCancel()
-                try await Task.sleep(nanoseconds: 50_000_000)
-            }
-        }
+        let relaunched = try await nextRunner(configuration, delegate: delegate)
         defer { relaunched.invalidateAndCancel() }
         XCTAssertTrue(relaunched.deliversRelaunchEvents, "the app knows to wait for did-finish-events")
         try await delegate.wait(for: "complete \(doneIdentifier)")
@@ -528,14 +521,7 @@ final class BackgroundSessionTests: SalutTestCase {
         }()
         let delegate = UploadDelegate()
         let relaunched = Date()
-        let next = try await withDeadline(10, "the runner's lock let go") { () -> PeerSession in
-            while true {
-                let candidate = PeerSession(configuration: relaunch, delegate: delegate)
-                if candidate.runsBackgroundTasks { return candidate }
-                candidate.invalidateAndCancel()
-                try await Task.sleep(nanoseconds: 50_000_000)
-            }
-        }
+        let next = try await nextRunner(relaunch, delegate: delegate)
         defer { next.invalidateAndCancel() }
         let adopted = try XCTUnwrap(next.allTasks.compactMap { $0 as? PeerUploadTask }.first)
         XCTAssertGreaterThanOrEqual(adopted.countOfBytesSent, 500, "from the record, not from 0")
@@ -550,6 +536,21 @@ final class BackgroundSessionTests: SalutTestCase {
         XCTAssertLessThan(metrics.taskInterval.start, relaunched, "from the first resume, in the first process")
         XCTAssertGreaterThanOrEqual(metrics.taskInterval.start, resumed.addingTimeInterval(-1))
         XCTAssertEqual(metrics.attempts, 2, "the first process's attempt counts")
+    }
+
+    /// The session that runs `configuration`'s tasks once the runner before it has let go of
+    /// its lock (as its process would, ending), within 10 s.
+    private func nextRunner(
+        _ configuration: PeerSessionConfiguration, delegate: UploadDelegate
+    ) async throws -> PeerSession {
+        try await withDeadline(10, "the runner's lock let go") { () -> PeerSession in
+            while true {
+                let candidate = PeerSession(configuration: configuration, delegate: delegate)
+                if candidate.runsBackgroundTasks { return candidate }
+                candidate.invalidateAndCancel()
+                try await Task.sleep(nanoseconds: 50_000_000)
+            }
+        }
     }
 
     /// A runner whose one upload task waits for a service that is not there, and a session on

@@ -81,15 +81,8 @@ public final class HostAdvertisement: Sendable {
             }
         }
         operation.start()
-        context.queue.asyncAfter(deadline: .now() + OperationLimit.clampedSeconds(timeout, default: 10)) {
-            waiter.fail(.timedOut)
-        }
         do {
-            try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { waiter.set($0) }
-            } onCancel: {
-                waiter.fail(.cancelled)
-            }
+            try await waiter.value(within: OperationLimit.clampedSeconds(timeout, default: 10), on: context.queue)
         } catch {
             operation.stop()
             throw error

@@ -289,15 +289,8 @@ public final class ServiceAdvertisement: Sendable {
             }
         }
         operation.start()
-        context.queue.asyncAfter(deadline: .now() + OperationLimit.clampedSeconds(timeout, default: 10)) {
-            waiter.fail(.timedOut)
-        }
         do {
-            _ = try await withTaskCancellationHandler {
-                try await withCheckedThrowingContinuation { waiter.set($0) }
-            } onCancel: {
-                waiter.fail(.cancelled)
-            }
+            _ = try await waiter.value(within: OperationLimit.clampedSeconds(timeout, default: 10), on: context.queue)
         } catch {
             operation.stop()
             throw error
