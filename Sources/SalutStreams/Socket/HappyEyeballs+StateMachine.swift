@@ -88,6 +88,7 @@ extension HappyEyeballs {
 
         /// The pacing delay passed with the last attempt still pending: start the next one.
         mutating func pacerFired() -> [Action] {
+            // Late: the pacer fired as connecting ended, or after an attempt's end re-paced it.
             guard case .connecting(let inFlight, let remaining, true) = state else { return [] }
             state = .connecting(inFlight: inFlight, remaining: remaining, pacerArmed: false)
             return beginNext()
@@ -121,6 +122,7 @@ extension HappyEyeballs {
 
         /// The overall deadline passed.
         mutating func deadlineReached() -> [Action] {
+            // Late: connecting ended (connected, failed or cancelled) as the deadline passed.
             guard case .connecting(let inFlight, _, _) = state else { return [] }
             state = .finished
             var error = SocketStreamError.timedOut(target.description)
@@ -132,7 +134,7 @@ extension HappyEyeballs {
         mutating func cancelled() -> [Action] {
             guard case .connecting(let inFlight, _, _) = state else {
                 if state == .idle { state = .finished; return [.fail(.cancelled)] }
-                return []
+                return []  // late: connecting already ended
             }
             state = .finished
             return inFlight.keys.sorted().map(Action.abandonAttempt) + [.fail(.cancelled)]

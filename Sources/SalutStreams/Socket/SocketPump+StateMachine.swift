@@ -119,7 +119,29 @@ extension SocketPump {
 
         private(set) var state: State = .idle
 
+        /// The last event that came in a state that never asks for it, with that state: a bug in
+        /// the shell (asserted in debug builds while ``assertsUnexpectedEvents``). Nil while none
+        /// came. Late events are not unexpected: an outcome arriving after the connection was
+        /// released (an action queued in the same step ran after the release), a readiness a
+        /// source reported before it was cancelled, and the user's hints (wrote, read, closed),
+        /// which mean nothing in a state that already covers them.
+        private(set) var unexpectedEvent: String?
+        /// Whether an unexpected event stops a debug build (`assertionFailure`); tests that feed
+        /// every event to every state turn it off and read ``unexpectedEvent`` instead.
+        var assertsUnexpectedEvents = true
+
         init() {}
+
+        /// Answers an outcome event whose action is not due in this state: late (no action) once
+        /// the connection is released; otherwise impossible, so recorded and asserted.
+        private mutating func notDue(_ event: String) -> [Action] {
+            guard state != .closed else { return [] }
+            unexpectedEvent = "\(event) in \(state)"
+            if assertsUnexpectedEvents {
+                assertionFailure("SocketPump.StateMachine: \(event) in \(state), which never asks for it")
+            }
+            return []
+        }
 
         // MARK: Interest
 
@@ -162,7 +184,7 @@ extension SocketPump {
         /// reads at once unless `readsAtOnce` is false: then its input stays ``Input/dormant``
         /// until ``readingWanted()`` (a TLS handshake always reads).
         mutating func start(secure: Bool, readsAtOnce: Bool = true) -> [Action] {
-            guard state == .idle else { return [] }
+            guard state == .idle else { return notDue("start") }
             if secure {
                 state = .handshaking(wait: .nothing, resuming: nil)
                 return [.stepHandshake]
@@ -177,7 +199,7 @@ extension SocketPump {
         typealias HandshakeProgress = TLSConnection.HandshakeStep
 
         mutating func handshakeStepped(_ progress: HandshakeProgress) -> [Action] {
-            guard case .handshaking(_, let resuming) = state else { return [] }
+            guard case .handshaking(_, let resuming) = state else { return notDue("handshakeStepped") }
             switch progress {
             case .wantRead:
                 state = .handshaking(wait: .read, resuming: resuming)
@@ -196,7 +218,7 @@ extension SocketPump {
 
         /// The trust decision; `failure` says why a refused peer was refused.
         mutating func trustDecided(accepted: Bool, failure: TLSError) -> [Action] {
-            guard case .evaluatingTrust(let resuming) = state else { return [] }
+            guard case .evaluatingTrust(let resuming) = state else { return notDue("trustDecided") }
             guard accepted else {
                 state = .closed
                 return [.fail(.tls(failure), endsSetup: true, breaksConnection: resuming != nil), .release]
@@ -231,6 +253,7 @@ extension SocketPump {
                 }
                 state = .flowing(flow)
                 return actions
+            // Late: a readiness the source reported before the shell stopped watching.
             case .idle, .evaluatingTrust, .closed: return []
             }
         }
@@ -247,6 +270,7 @@ extension SocketPump {
                 if flow.output == .sending { actions.append(.send) }
                 state = .flowing(flow)
                 return actions
+            // Late: a readiness the source reported before the shell stopped watching.
             case .idle, .evaluatingTrust, .closed: return []
             }
         }
@@ -255,7 +279,7 @@ extension SocketPump {
 
         /// The inbound buffer has no room: stop reading until the user reads.
         mutating func inboundFull() -> [Action] {
-            guard case .flowing(var flow) = state, flow.input == .reading else { return [] }
+            guard case .flowing(var flow) = state, flow.input == .reading else { return notDue("inboundFull") }
             flow.input = .full
             state = .flowing(flow)
             return []
@@ -263,7 +287,7 @@ extension SocketPump {
 
         /// What a receive did.
         mutating func received(_ outcome: TransferOutcome) -> [Action] {
-            guard case .flowing(var flow) = state, flow.input == .reading else { return [] }
+            guard case .flowing(var flow) = state, flow.input == .reading else { return notDue("received") }
             switch outcome {
             case .moved:
                 return [.receive]
@@ -298,7 +322,7 @@ extension SocketPump {
 
         /// What a peek after the peer's close_notify found.
         mutating func peeked(_ peek: Peek) -> [Action] {
-            guard case .flowing(var flow) = state, flow.input == .peerClosedTLS else { return [] }
+            guard case .flowing(var flow) = state, flow.input == .peerClosedTLS else { return notDue("peeked") }
             switch peek {
             case .endOfStream:
                 flow.input = .ended
@@ -319,7 +343,7 @@ extension SocketPump {
         /// The pump has nothing queued and the outbound buffer is empty; `outputClosed` when the
         /// user closed the output stream.
         mutating func nothingToSend(outputClosed: Bool) -> [Action] {
-            guard case .flowing(var flow) = state, flow.output == .sending else { return [] }
+            guard case .flowing(var flow) = state, flow.output == .sending else { return notDue("nothingToSend") }
             switch flow.change {
             case .upgrade:
                 return [.sendPreface]
@@ -339,7 +363,7 @@ extension SocketPump {
 
         /// What a send did.
         mutating func sent(_ outcome: TransferOutcome) -> [Action] {
-            guard case .flowing(var flow) = state, flow.output == .sending else { return [] }
+            guard case .flowing(var flow) = state, flow.output == .sending else { return notDue("sent") }
             switch outcome {
             case .moved:
                 return [.send]
@@ -358,7 +382,9 @@ extension SocketPump {
 
         /// A writer's direct send found that TLS must read first: its bytes go through the buffer.
         mutating func directSendNeedsReadable() -> [Action] {
-            guard case .flowing(var flow) = state, flow.output == .idle || flow.output == .sending else { return [] }
+            guard case .flowing(var flow) = state, flow.output == .idle || flow.output == .sending else {
+                return notDue("directSendNeedsReadable")
+            }
             flow.output = .needsReadable
             state = .flowing(flow)
             return []
@@ -366,13 +392,13 @@ extension SocketPump {
 
         /// A writer's direct send failed.
         mutating func directSendFailed(_ error: SocketStreamError) -> [Action] {
-            guard case .flowing = state else { return [] }
+            guard case .flowing = state else { return notDue("directSendFailed") }
             return fail(error)
         }
 
         /// What sending our half-close did.
         mutating func sendingFinished(_ outcome: TransferOutcome) -> [Action] {
-            guard case .flowing(var flow) = state, flow.output == .sending else { return [] }
+            guard case .flowing(var flow) = state, flow.output == .sending else { return notDue("sendingFinished") }
             switch outcome {
             case .wouldBlock:
                 return []
@@ -393,6 +419,8 @@ extension SocketPump {
         /// once, so that what already waits in the socket (bytes, the end) is in the buffer when the
         /// call that woke it (`hasBytesAvailable`, a read) looks.
         mutating func readingWanted() -> [Action] {
+            // A hint: only a dormant input changes (a reading one already reads, a handshake reads
+            // whatever the input does, a closed connection has nothing to read).
             guard case .flowing(var flow) = state, flow.input == .dormant else { return [] }
             flow.input = .reading
             state = .flowing(flow)
@@ -401,6 +429,8 @@ extension SocketPump {
 
         /// The user read (room again) or closed the input stream.
         mutating func inboundChanged(readerClosed: Bool) -> [Action] {
+            // A hint: before the flow starts (the flow's first receive looks at the reader) and
+            // after the release, nothing changes; nor does room in a buffer that was not full.
             guard case .flowing(var flow) = state else { return [] }
             if readerClosed {
                 if flow.input == .ended { return [] }
@@ -415,6 +445,8 @@ extension SocketPump {
 
         /// The user wrote to the output stream or closed it.
         mutating func outboundChanged() -> [Action] {
+            // A hint: an output already sending (or waiting for TLS) sends what was written, one
+            // before the flow sends at its start, and a finished or released one sends nothing.
             guard case .flowing(var flow) = state, flow.output == .idle else { return [] }
             flow.output = .sending
             state = .flowing(flow)
@@ -433,6 +465,8 @@ extension SocketPump {
                 state = .closed
                 return [.fail(.cancelled, endsSetup: flow.change == .upgrade, breaksConnection: true), .release]
             default:
+                // A flow with no change under way goes on (it sends what was written, then
+                // half-closes); an idle or released connection has nothing to give up.
                 return []
             }
         }
@@ -457,7 +491,7 @@ extension SocketPump {
 
         /// What sending the upgrade's preface did: on to the handshake once it is all out.
         mutating func prefaceSent(complete: Bool) -> [Action] {
-            guard case .flowing(let flow) = state, flow.change == .upgrade else { return [] }
+            guard case .flowing(let flow) = state, flow.change == .upgrade else { return notDue("prefaceSent") }
             guard complete else { return [] }  // the socket is full: wait for writability
             var resuming = flow
             resuming.change = nil
@@ -484,7 +518,9 @@ extension SocketPump {
 
         /// What sending our close_notify (for a downgrade) did.
         mutating func closeNotifySent(_ outcome: TransferOutcome) -> [Action] {
-            guard case .flowing(var flow) = state, case .downgrade(false, let peerDone) = flow.change else { return [] }
+            guard case .flowing(var flow) = state, case .downgrade(false, let peerDone) = flow.change else {
+                return notDue("closeNotifySent")
+            }
             switch outcome {
             case .wouldBlock:
                 return []
@@ -521,6 +557,7 @@ extension SocketPump {
         private mutating func fail(_ error: SocketStreamError) -> [Action] {
             switch state {
             case .closed, .idle:
+                // Late, or before the start: nothing to end.
                 state = .closed
                 return []
             case .handshaking(_, let resuming), .evaluatingTrust(let resuming):
