@@ -201,6 +201,9 @@ extension BoundStreamPair {
     /// The peer's address once a socket connection is ready (nil for a bound pair).
     public var remoteAddress: SocketAddress? { connection?.details?.remoteAddress }
 
+    /// The bytes the socket connection carried each way so far (nil for a bound pair).
+    package var traffic: TrafficCounter? { connection?.pump.traffic }
+
     /// Addresses and TLS details once a socket connection is ready.
     package var connectionDetails: ConnectionDetails? { connection?.details }
 

@@ -7,6 +7,9 @@ import XCTest
 
 /// A toy upload protocol: send the whole body, end the data, and expect the byte count back.
 struct CountingUpload: PeerUploadProtocol {
+    /// Whether it reports its progress to the session (once, at the end).
+    var reportsProgress = true
+
     func upload(_ body: PeerUploadBody, to service: ResolvedService, context: PeerUploadContext) async throws {
         let bytes: Data
         switch body {
@@ -28,7 +31,7 @@ struct CountingUpload: PeerUploadProtocol {
             throw PeerSessionError.transferFailed(
                 "the receiver counted \(String(decoding: answer, as: UTF8.self)), not \(bytes.count)")
         }
-        context.reportProgress(sent: Int64(bytes.count), total: Int64(bytes.count))
+        if reportsProgress { context.reportProgress(sent: Int64(bytes.count), total: Int64(bytes.count)) }
     }
 }
 
@@ -206,6 +209,9 @@ final class BackgroundSessionTests: SalutTestCase {
         XCTAssertEqual(transactions.first?.remotePort, Int(receiver.advertisement.listener?.port ?? 0))
         XCTAssertNotNil(transactions.first?.remoteAddress)
         XCTAssertEqual(transactions.first?.countOfRequestBodyBytesSent, Int64(body.count))
+        XCTAssertEqual(
+            transactions.first?.countOfResponseBodyBytesReceived, Int64("\(body.count)".utf8.count),
+            "the receiver's answer, counted on the connection")
         XCTAssertEqual(task.countOfBytesSent, Int64(body.count))
         let metrics = try XCTUnwrap(delegate.metrics(of: task))
         XCTAssertEqual(metrics.attempts, 1)
@@ -214,6 +220,28 @@ final class BackgroundSessionTests: SalutTestCase {
         try await withDeadline(5, "the record is removed once delivered") {
             while Self.recordCount(configuration) > 0 { try await Task.sleep(for: .milliseconds(10)) }
         }
+    }
+
+    /// The transaction's bytes are what the connection carried, counted by the session: a
+    /// protocol that reports no progress still gets them.
+    func testATransactionCountsTheConnectionsBytesWhateverTheProtocolReports() async throws {
+        let type = uniqueType()
+        let receiver = try await CountingReceiver(name: "Quiet", type: type)
+        defer { receiver.stop() }
+        let delegate = UploadDelegate()
+        let session = PeerSession(
+            configuration: configuration { $0.uploadProtocol = CountingUpload(reportsProgress: false) },
+            delegate: delegate)
+        defer { session.invalidateAndCancel() }
+        let body = Data(repeating: 3, count: 300_000)
+        let task = session.uploadTask(to: DiscoveredService(name: "Quiet", type: type), from: body)
+        task.resume()
+        try await delegate.wait(for: "complete \(task.taskIdentifier)")
+        XCTAssertEqual(delegate.outcome(of: task), "ok")
+        XCTAssertEqual(task.countOfBytesSent, 0, "the protocol reported nothing")
+        let transaction = try XCTUnwrap(delegate.metrics(of: task)?.transactionMetrics.first)
+        XCTAssertEqual(transaction.countOfRequestBodyBytesSent, 300_000)
+        XCTAssertEqual(transaction.countOfResponseBodyBytesReceived, 6, "\"300000\"")
     }
 
     func testALostConnectionIsRetriedWithAFreshBodyStream() async throws {
@@ -238,6 +266,7 @@ final class BackgroundSessionTests: SalutTestCase {
         let transactions = delegate.metrics(of: task)?.transactionMetrics ?? []
         XCTAssertEqual(transactions.count, 2, "\(transactions)")
         XCTAssertEqual(transactions.last?.countOfRequestBodyBytesSent, Int64(body.count))
+        XCTAssertEqual(transactions.first?.countOfResponseBodyBytesReceived, 0, "the cut connection answered nothing")
     }
 
     func testAServiceThatDisappearsAndComesBackGetsTheUploadOnTheNextAttempt() async throws {

@@ -49,16 +49,11 @@ public final class PeerUploadContext: @unchecked Sendable {
     private weak var task: PeerUploadTask?
     private let lock = StateLock()
     private var saved: Data?
-    /// How far into the body the protocol has reported, at most (from where the task had
-    /// reached when this attempt began: a resumed attempt reports its offset first) (guarded
-    /// by `lock`).
-    private var reportedSent: Int64 = 0
     /// The connections made through ``connect(to:tls:bufferSize:resolveTimeout:)``, with the
-    /// bytes reported sent when each was made (guarded by `lock`).
-    private var connections: [(recorder: MetricsRecorder, sentAtStart: Int64)] = []
+    /// counter of the bytes each carried (guarded by `lock`).
+    private var connections: [(recorder: MetricsRecorder, traffic: TrafficCounter?)] = []
 
-    init(progressBaseline: Int64 = 0, task: PeerUploadTask, attempt: Int, checkpoint: Data?) {
-        reportedSent = progressBaseline
+    init(task: PeerUploadTask, attempt: Int, checkpoint: Data?) {
         self.task = task
         self.persistentIdentifier = task.persistentIdentifier
         self.attempt = attempt
@@ -82,17 +77,15 @@ public final class PeerUploadContext: @unchecked Sendable {
 
     /// Reports bytes sent of the whole body (`total` -1 when unknown).
     public func reportProgress(sent: Int64, total: Int64) {
-        lock.withLock { reportedSent = max(reportedSent, sent) }
         task?.uploadProgressed(sent: sent, total: total)
     }
 
     /// Connects to `service` (the one ``PeerUploadProtocol/upload(_:to:context:)`` was given),
     /// as `DiscoveredService.connect(tls:bufferSize:resolveTimeout:context:)` does, and records
     /// the connection in the task's metrics: one ``PeerTransactionMetrics`` per connection made
-    /// this way, with its timestamps, addresses and TLS version and cipher measured by the
-    /// session, and as bytes sent the body bytes reported (``reportProgress(sent:total:)``)
-    /// while it was the attempt's latest connection (the session does not read your protocol's
-    /// bytes; bytes received are not counted for uploads).
+    /// this way, with its timestamps, addresses, TLS version and cipher, and the bytes your
+    /// protocol wrote and read on it (after TLS: its own bytes, headers and body alike), all
+    /// measured by the session on the connection.
     /// - Throws: what `DiscoveredService.connect` throws (a `SocketStreamError`).
     public func connect(
         to service: ResolvedService, tls: TLSConfiguration? = nil, bufferSize: Int = 256 * 1024,
@@ -104,7 +97,7 @@ public final class PeerUploadContext: @unchecked Sendable {
             tls: tls, bufferSize: bufferSize, resolveTimeout: resolveTimeout,
             context: task?.session.discoveryContext ?? .shared)
         pair.observeConnection { recorder.record($0) }
-        lock.withLock { connections.append((recorder, reportedSent)) }
+        lock.withLock { connections.append((recorder, pair.traffic)) }
         try await pair.open()
         return pair
     }
@@ -112,10 +105,9 @@ public final class PeerUploadContext: @unchecked Sendable {
     /// The transactions of the connections this attempt made through ``connect(to:tls:bufferSize:resolveTimeout:)``.
     func transactions() -> [PeerTransactionMetrics] {
         lock.withLock {
-            connections.indices.compactMap { index in
-                let sentFrom = connections[index].sentAtStart
-                let sentTo = index + 1 < connections.count ? connections[index + 1].sentAtStart : reportedSent
-                return connections[index].recorder.transaction(sent: max(0, sentTo - sentFrom), received: 0)
+            connections.compactMap { connection in
+                connection.recorder.transaction(
+                    sent: connection.traffic?.bytesSent ?? 0, received: connection.traffic?.bytesReceived ?? 0)
             }
         }
     }

@@ -266,9 +266,7 @@ open class PeerUploadTask: PeerSessionTask, @unchecked Sendable {
                     continue
                 }
                 let body = currentBody()
-                let baseline = lock.withLock { furthestSent }
                 let context = PeerUploadContext(
-                    progressBaseline: baseline,
                     task: self, attempt: attempt, checkpoint: lock.withLock { record.checkpoint })
                 defer {
                     let made = context.transactions()

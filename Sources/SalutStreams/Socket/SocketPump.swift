@@ -99,6 +99,9 @@ final class SocketPump: @unchecked Sendable {
     private var timer: DispatchSourceTimer?
     private var timerDeadline: ContinuousClock.Instant?
 
+    /// The bytes this connection carried each way (see ``TrafficCounter``).
+    let traffic = TrafficCounter()
+
     init(queue: DispatchQueue, inbound: BoundBuffer, outbound: BoundBuffer) {
         self.queue = queue
         self.inbound = inbound
@@ -233,6 +236,7 @@ final class SocketPump: @unchecked Sendable {
         }
         switch transport.send(from: buffer, count: length) {
         case .moved(let n):
+            traffic.add(sent: n)
             if n > 0, deadlines != nil { carried() }
             return .sent(n)
         case .wouldBlock:
@@ -478,6 +482,7 @@ final class SocketPump: @unchecked Sendable {
         case .moved(let n):
             _ = inbound.write(
                 from: scratch.baseAddress!.assumingMemoryBound(to: UInt8.self), length: n, blocking: false)
+            traffic.add(received: n)
             if deadlines != nil { carried() }
         case .ended:
             if deadlines != nil { carried() }
@@ -508,6 +513,7 @@ final class SocketPump: @unchecked Sendable {
         let outcome = transport.send(from: outScratch!.baseAddress! + sendFrom, count: sendTo - sendFrom)
         if case .moved(let n) = outcome {
             sendFrom += n
+            traffic.add(sent: n)
             if deadlines != nil { carried() }
         }
         return machine.sent(outcome)
@@ -521,6 +527,7 @@ final class SocketPump: @unchecked Sendable {
             switch outcome {
             case .moved(let n):
                 upgradePreface.removeFirst(n)
+                traffic.add(sent: n)
             case .wouldBlock, .needsOtherDirection:
                 return false
             case .ended, .failed:
