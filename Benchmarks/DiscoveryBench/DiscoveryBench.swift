@@ -1,7 +1,7 @@
 // discovery-bench: Salut's discovery against Avahi's own tools, measured in one run against the
 // same daemon. Prints a table and the figures docs/benchmarks.md records.
 //
-//   discovery-bench [--rounds N] [--services N]
+//   discovery-bench [--rounds N] [--services N] [--resolve N]
 //
 // 1. Latency: a browser is started, then `avahi-publish` announces a new service; we time
 //    publish → found and publish → resolved, for Salut (ServiceBrowser + resolve) and for
@@ -9,6 +9,10 @@
 // 2. Many services: a child process publishes N services; then a fresh Salut browser process
 //    and a fresh `avahi-browse -p` each run until all N are listed: wall time, CPU time and
 //    peak memory (GNU time).
+// 3. Resolving many of one type: a child publishes N services (`--resolve`, 200); every one is
+//    resolved at once, with one shared browser of the type (as Salut does) and, as the baseline
+//    in the same run, with a browser of the type each (as it did before), three rounds
+//    alternating: wall time, avahi-daemon's CPU (from /proc) and this process's.
 import Foundation
 import Salut
 
@@ -106,7 +110,7 @@ func salutLatency() async throws -> (found: Double, resolved: Double) {
         for try await update in try ServiceBrowser(type: type) {
             for case .added(let service) in update.changes {
                 let found = Date()
-                _ = try await service.resolve(timeout: 5, settle: 0)
+                _ = try await service.resolve(timeout: 5, settle: 0.001)
                 let resolved = Date()
                 let t0 = start.value!
                 return (found.timeIntervalSince(t0), resolved.timeIntervalSince(t0))
@@ -202,6 +206,62 @@ func timed(
     return (Usage(wall: fields[0], cpu: fields[1] + fields[2], maxKiB: Int(fields[3])), child.allLines)
 }
 
+// MARK: Resolving many of one type
+
+/// The CPU seconds (user + system) avahi-daemon has used so far, from /proc; nil when it is not
+/// found.
+func daemonCPU() -> Double? {
+    guard let pids = try? String(contentsOfFile: "/run/avahi-daemon/pid", encoding: .utf8),
+        let pid = Int(pids.trimmingCharacters(in: .whitespacesAndNewlines)),
+        let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        let close = stat.lastIndex(of: ")")
+    else { return nil }
+    // Fields after the command: state is 3rd overall; utime and stime are 14th and 15th.
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
+/// This process's CPU seconds so far.
+func ownCPU() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
+        + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}
+
+/// Resolves every one of `count` services of `type` at once, in a context of its own; with
+/// `browserEach`, each resolution also runs a browser of the type of its own (what a resolution
+/// cost before resolutions shared one). Wall time until all resolved, avahi-daemon's CPU and
+/// this process's.
+func resolveAll(
+    _ count: Int, _ type: String, browserEach: Bool
+) async throws -> (wall: Double, daemon: Double, own: Double) {
+    let context = DiscoveryContext(label: "bench-resolve")
+    let daemonBefore = daemonCPU() ?? .nan, ownBefore = ownCPU()
+    let start = Date()
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        var browsers: [Task<Void, Never>] = []
+        for index in 0..<count {
+            if browserEach {
+                browsers.append(
+                    Task {
+                        guard let browser = try? ServiceBrowser(type: type, context: context) else { return }
+                        do { for try await _ in browser {} } catch {}
+                    })
+            }
+            group.addTask {
+                _ = try await DiscoveredService(name: "svc-\(index)", type: type).resolve(
+                    timeout: 60, settle: 0.001, context: context)
+            }
+        }
+        try await group.waitForAll()
+        browsers.forEach { $0.cancel() }
+    }
+    let wall = Date().timeIntervalSince(start)
+    return (wall, (daemonCPU() ?? .nan) - daemonBefore, ownCPU() - ownBefore)
+}
+
 // MARK: Main
 
 @main
@@ -215,6 +275,7 @@ struct DiscoveryBench {
         }
         let rounds = option("--rounds", 7)
         let services = option("--services", 1000)
+        let resolving = option("--resolve", 200)
         let info = try await DiscoveryContext.shared.daemonInfo()
         print("discovery-bench: \(info.version), \(rounds) latency rounds, \(services) services")
 
@@ -254,5 +315,38 @@ struct DiscoveryBench {
         print(
             "  avahi-browse -p         wall \(String(format: "%.2f", avahi.wall)) s   cpu \(String(format: "%.2f", avahi.cpu)) s   peak RSS \(avahi.maxKiB) KiB"
         )
+
+        // Resolving many services of one type at once (a gateway mirroring a crowded link).
+        let crowd = uniqueType("res")
+        let crowdPublisher = try Child([me, "publish-many", "\(resolving)", crowd])
+        defer { crowdPublisher.stop() }
+        guard crowdPublisher.firstLine(where: { $0.hasPrefix("ready") }, timeout: 120) != nil else {
+            print("publishing \(resolving) services did not finish in 120 s"); exit(1)
+        }
+        print("")
+        print("resolve \(resolving) services of one type at once (each round printed, alternating):")
+        var shared: [(wall: Double, daemon: Double, own: Double)] = []
+        var each: [(wall: Double, daemon: Double, own: Double)] = []
+        for round in 1...3 {
+            let baseline = try await resolveAll(resolving, crowd, browserEach: true)
+            each.append(baseline)
+            print(
+                String(
+                    format:
+                        "  round %d  a browser each (as before)   wall %.2f s   avahi-daemon cpu %.2f s   own cpu %.2f s",
+                    round, baseline.wall, baseline.daemon, baseline.own))
+            let now = try await resolveAll(resolving, crowd, browserEach: false)
+            shared.append(now)
+            print(
+                String(
+                    format:
+                        "  round %d  one shared browser         wall %.2f s   avahi-daemon cpu %.2f s   own cpu %.2f s",
+                    round, now.wall, now.daemon, now.own))
+        }
+        print(
+            String(
+                format: "  median ratio (a browser each / shared): wall %.1f×, avahi-daemon cpu %.1f×",
+                median(each.map(\.wall)) / median(shared.map(\.wall)),
+                median(each.map(\.daemon)) / median(shared.map(\.daemon))))
     }
 }

@@ -53,6 +53,8 @@ public final class DiscoveryContext: @unchecked Sendable {
     private var client: OpaquePointer?
     private var current: ConnectionState = .connecting
     private var operations: [ObjectIdentifier: any AvahiOperation] = [:]
+    /// The type browsers shared by resolutions (``InstancePaths``), by type and domain.
+    var instancePaths: [String: InstancePaths] = [:]
     private var watchers: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
     private var retry: DispatchWorkItem?
     /// Set by `deinit` (on any thread, hence the lock): freeing the client, or an Avahi event

@@ -6,17 +6,19 @@ import Dispatch
 /// DNS-SD names compare without regard to ASCII case (RFC 6762 section 16), and Apple's
 /// resolver finds "Kitchen" when asked for "kitchen"; Avahi's resolver answers only the
 /// spelling that was published. So when the spelling asked for has not answered within a
-/// moment, this browses the service's type and resolves every instance whose name matches
-/// but for case, reporting through the same `deliver` as the exact resolution. A resolution
-/// that answers at once (the usual case) never starts the browse.
+/// moment, this watches the service's type (through its shared browser, ``InstancePaths``) and
+/// resolves every instance whose name matches but for case, reporting through the same
+/// `deliver` as the exact resolution. A resolution that answers at once (the usual case) never
+/// starts watching.
 final class OtherCaseResolution: @unchecked Sendable {
-    // @unchecked: `browse`, `resolvers`, `resolving` and `stopped` are touched only on
-    // `context.queue` (the delayed start, the browse's deliveries and `stop` all run there).
+    // @unchecked: `watching`, `resolvers`, `resolving` and `stopped` are touched only on
+    // `context.queue` (the delayed start, the watch's reports and `stop` all run there).
 
     private let context: DiscoveryContext
     private let service: DiscoveredService
     private let deliver: @Sendable (ResolvedService) -> Void
-    private var browse: BrowseOperation?
+    /// The type's shared browser, while this watches it.
+    private var watching: InstancePaths?
     private var resolvers: [ResolveOperation] = []
     private var resolving = Set<String>()
     private var stopped = false
@@ -42,8 +44,8 @@ final class OtherCaseResolution: @unchecked Sendable {
     func stop() {
         context.queue.async {
             self.stopped = true
-            self.browse?.stop()
-            self.browse = nil
+            self.watching?.unwatch(self.service.name, by: ObjectIdentifier(self))
+            self.watching = nil
             self.resolvers.forEach { $0.stop() }
             self.resolvers = []
         }
@@ -52,28 +54,21 @@ final class OtherCaseResolution: @unchecked Sendable {
     /// On the queue.
     private func startBrowsing() {
         guard !stopped else { return }
-        let operation = BrowseOperation(context: context, target: .services(type: service.type, domain: service.domain))
-        { [weak self] event in
-            guard case .update(let update) = event else { return }
-            // Deliveries come on the queue.
-            self?.found(update.services)
+        let paths = InstancePaths.of(type: service.type, domain: service.domain, in: context)
+        watching = paths
+        // (The handler holds this object until `stop` ends the watch.)
+        paths.watch(service.name, by: ObjectIdentifier(self), ignoringCase: true) { name, seen, _ in
+            if seen { self.found(name) }
         }
-        browse = operation
-        operation.start()
     }
 
-    /// On the queue: resolves each newly seen instance named like the service but for case.
-    private func found(_ services: Set<DiscoveredService>) {
-        guard !stopped else { return }
-        for other in services
-        where other.name != service.name && !resolving.contains(other.name)
-            && ServiceNames.sameIgnoringASCIICase(other.name, service.name)
-        {
-            resolving.insert(other.name)
-            let spelled = DiscoveredService(name: other.name, type: service.type, domain: service.domain)
-            let resolver = ResolveOperation(context: context, service: spelled, deliver: deliver)
-            resolvers.append(resolver)
-            resolver.start()
-        }
+    /// On the queue: resolves an instance named like the service but for case, once.
+    private func found(_ name: String) {
+        guard !stopped, name != service.name, !resolving.contains(name) else { return }
+        resolving.insert(name)
+        let spelled = DiscoveredService(name: name, type: service.type, domain: service.domain)
+        let resolver = ResolveOperation(context: context, service: spelled, deliver: deliver)
+        resolvers.append(resolver)
+        resolver.start()
     }
 }

@@ -5,18 +5,20 @@ import SalutStreams
 /// Resolves one service on every interface and protocol it is seen on.
 ///
 /// A single Avahi resolver with unspecified interface and protocol answers with one address.
-/// To report all of them (IPv4 and IPv6, every interface) this runs a browser for the service's
-/// type and, for each (interface, protocol) the named instance appears on, a resolver asking for
-/// that protocol's address. Each answer is merged into one `ResolvedService` and delivered again
-/// whenever it gains an address or its TXT record changes.
+/// To report all of them (IPv4 and IPv6, every interface) this watches where the named instance
+/// appears (``InstancePaths``: one browser of the type, shared by the context's resolutions of
+/// that type) and, for each (interface, protocol), runs a resolver asking for that protocol's
+/// address. Each answer is merged into one `ResolvedService` and delivered again whenever it
+/// gains an address or its TXT record changes.
 final class ResolveOperation: QueueOperation, @unchecked Sendable {
     // @unchecked: every mutable property is used only on `context.queue`.
 
-    private struct Path: Hashable { var interface: AvahiIfIndex; var proto: AvahiProtocol }
+    private typealias Path = InstancePaths.Path
 
     let service: DiscoveredService
     private let deliver: @Sendable (ResolvedService) -> Void
-    private var browser: OpaquePointer?
+    /// Where the instance is seen, while this watches it.
+    private var instancePaths: InstancePaths?
     private var resolvers: [Path: OpaquePointer] = [:]
     private var result: ResolvedService?
 
@@ -31,42 +33,34 @@ final class ResolveOperation: QueueOperation, @unchecked Sendable {
     // MARK: AvahiOperation
 
     override func clientIsRunning(_ client: OpaquePointer) {
-        guard browser == nil, !stopped else { return }
-        let me = userdata
-        browser = avahi_service_browser_new(
-            client, AvahiIfIndex(AVAHI_IF_UNSPEC), AvahiProtocol(AVAHI_PROTO_UNSPEC), service.type, service.domain,
-            AvahiLookupFlags(rawValue: 0),
-            { _, interface, proto, event, name, _, _, _, userdata in
-                let op = ResolveOperation.from(userdata)
-                guard let name, String(cString: name) == op.service.name else { return }
-                op.instance(event, Path(interface: interface, proto: proto))
-            }, me)
+        guard instancePaths == nil, !stopped else { return }
+        let paths = InstancePaths.of(type: service.type, domain: service.domain, in: context)
+        instancePaths = paths
+        // (The handler holds this operation until `releaseAvahiObjects` stops the watch.)
+        paths.watch(service.name, by: ObjectIdentifier(self)) { _, seen, path in self.instance(seen, path) }
     }
 
     // MARK: Private
 
-    private func instance(_ event: AvahiBrowserEvent, _ path: Path) {
-        switch event {
-        case AVAHI_BROWSER_NEW:
-            guard resolvers[path] == nil, let client = context.runningClient else { return }
-            let me = userdata
-            let resolver = avahi_service_resolver_new(
-                client, path.interface, path.proto, service.name, service.type, service.domain, path.proto,
-                AvahiLookupFlags(rawValue: 0),
-                { _, interface, _, event, _, _, _, host, address, port, txt, _, userdata in
-                    let op = ResolveOperation.from(userdata)
-                    guard event == AVAHI_RESOLVER_FOUND else { return }
-                    op.found(
-                        host: AvahiValues.string(host),
-                        address: address.flatMap { AvahiValues.socketAddress($0, port: port, interface: interface) },
-                        port: port, txt: AvahiValues.txtRecord(txt))
-                }, me)
-            if let resolver { resolvers[path] = resolver }
-        case AVAHI_BROWSER_REMOVE:
+    private func instance(_ seen: Bool, _ path: Path) {
+        if !seen {
             if let resolver = resolvers.removeValue(forKey: path) { avahi_service_resolver_free(resolver) }
-        default:
-            break
+            return
         }
+        guard resolvers[path] == nil, let client = context.runningClient, !stopped else { return }
+        let me = userdata
+        let resolver = avahi_service_resolver_new(
+            client, path.interface, path.proto, service.name, service.type, service.domain, path.proto,
+            AvahiLookupFlags(rawValue: 0),
+            { _, interface, _, event, _, _, _, host, address, port, txt, _, userdata in
+                let op = ResolveOperation.from(userdata)
+                guard event == AVAHI_RESOLVER_FOUND else { return }
+                op.found(
+                    host: AvahiValues.string(host),
+                    address: address.flatMap { AvahiValues.socketAddress($0, port: port, interface: interface) },
+                    port: port, txt: AvahiValues.txtRecord(txt))
+            }, me)
+        if let resolver { resolvers[path] = resolver }
     }
 
     private func found(host: String, address: SocketAddress?, port: UInt16, txt: TXTRecord) {
@@ -88,7 +82,7 @@ final class ResolveOperation: QueueOperation, @unchecked Sendable {
     override func releaseAvahiObjects() {
         for resolver in resolvers.values { avahi_service_resolver_free(resolver) }
         resolvers = [:]
-        if let browser { avahi_service_browser_free(browser) }
-        browser = nil
+        instancePaths?.unwatch(service.name, by: ObjectIdentifier(self))
+        instancePaths = nil
     }
 }
