@@ -41,11 +41,15 @@ let package = Package(
         .target(name: "SalutDiscovery", dependencies: ["CAvahi", "SalutStreams"]),
         .target(name: "SalutSession", dependencies: ["SalutStreams", "SalutDiscovery"]),
         .target(name: "Salut", dependencies: ["SalutStreams", "SalutDiscovery", "SalutSession"]),
+        // What the tools (netsvc, peerxfer) and the tests share that is not Salut's API: the
+        // process spawner. Package-only; no product.
+        .target(name: "SalutTools"),
 
         .executableTarget(
             name: "netsvc",
             dependencies: [
                 "Salut",
+                "SalutTools",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -65,6 +69,7 @@ let package = Package(
             dependencies: [
                 "PeerTransferCore",
                 "Salut",
+                "SalutTools",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -143,10 +148,10 @@ let package = Package(
         .executableTarget(name: "FuzzPins", dependencies: ["FuzzChecks"], path: "Fuzz/FuzzPins"),
 
         // Child processes, deadlines and certificates shared by the test targets.
-        .target(name: "SalutTestSupport", path: "Tests/SalutTestSupport"),
+        .target(name: "SalutTestSupport", dependencies: ["SalutTools"], path: "Tests/SalutTestSupport"),
         .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut", "SalutTestSupport", "FuzzChecks",
                                                        .product(name: "Logging", package: "swift-log")]),
-        .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams", "SalutTestSupport", "FuzzChecks"]),
+        .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams", "SalutTestSupport", "SalutTools", "FuzzChecks"]),
         .testTarget(name: "SalutSessionTests", dependencies: ["SalutSession", "SalutTestSupport"]),
         .testTarget(
             name: "PeerTransferTests",

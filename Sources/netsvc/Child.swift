@@ -2,9 +2,10 @@ import Dispatch
 import Foundation
 import Glibc
 import SalutStreams
+import SalutTools
 
 /// A shell command run for one connection (`publish --listen --exec`): `/bin/sh -c CMD` started
-/// with `posix_spawn`, in a process group of its own, with every signal at its default and
+/// with ``Spawner`` (`posix_spawn`), in a process group of its own, with every signal at its default and
 /// unblocked, no descriptor of netsvc's but a pipe for its standard input, one for its standard
 /// output, and netsvc's standard error. Its exit is watched through a pidfd in the
 /// ``PipePoller`` (no thread of its own), and it is always reaped.
@@ -30,66 +31,38 @@ final class Child: @unchecked Sendable {
     /// Starts `command` with `environment` added to netsvc's own.
     /// - Throws: ``SpawnError`` when a pipe cannot be made or the shell cannot be started.
     init(command: String, environment: [String: String]) throws {
-        let toChild = try Self.makePipe()
-        let fromChild: [Int32]
-        do { fromChild = try Self.makePipe() } catch {
-            close(toChild[0]); close(toChild[1])
-            throw error
+        let toChild: (read: Int32, write: Int32)
+        let fromChild: (read: Int32, write: Int32)
+        do {
+            toChild = try Spawner.pipe()
+        } catch { throw SpawnError(description: "\(error)") }
+        do { fromChild = try Spawner.pipe() } catch {
+            close(toChild.read); close(toChild.write)
+            throw SpawnError(description: "\(error)")
         }
-        var actions = posix_spawn_file_actions_t()
-        var attributes = posix_spawnattr_t()
-        guard posix_spawn_file_actions_init(&actions) == 0, posix_spawnattr_init(&attributes) == 0 else {
-            for fd in toChild + fromChild { close(fd) }
-            throw SpawnError(description: "posix_spawn: out of memory")
-        }
-        defer {
-            posix_spawn_file_actions_destroy(&actions)
-            posix_spawnattr_destroy(&attributes)
-        }
-        var none = sigset_t(), all = sigset_t()
-        sigemptyset(&none)
-        sigfillset(&all)
-        let prepared = [
-            posix_spawn_file_actions_adddup2(&actions, toChild[0], 0),
-            posix_spawn_file_actions_adddup2(&actions, fromChild[1], 1),
-            Self.closeOthers(&actions),
-            posix_spawnattr_setsigmask(&attributes, &none),
-            posix_spawnattr_setsigdefault(&attributes, &all),
-            posix_spawnattr_setpgroup(&attributes, 0),
-            posix_spawnattr_setflags(
-                &attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP)),
-        ]
-        if let failed = prepared.first(where: { $0 != 0 }) {
-            for fd in toChild + fromChild { close(fd) }
-            throw SpawnError(description: "posix_spawn setup: \(String(cString: strerror(failed)))")
-        }
-        let arguments = ["/bin/sh", "-c", command]
-        var merged = ProcessInfo.processInfo.environment
-        merged.merge(environment) { $1 }
-        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-        var envp: [UnsafeMutablePointer<CChar>?] = merged.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer {
-            argv.forEach { free($0) }
-            envp.forEach { free($0) }
-        }
-        var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, "/bin/sh", &actions, &attributes, &argv, &envp)
-        close(toChild[0])
-        close(fromChild[1])
-        guard spawned == 0 else {
-            close(toChild[1]); close(fromChild[0])
-            throw SpawnError(description: "cannot start /bin/sh: \(String(cString: strerror(spawned)))")
+        var options = Spawner.Options()
+        options.standardInput = toChild.read
+        options.standardOutput = fromChild.write
+        options.leadsProcessGroup = true
+        options.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let spawned = Result { try Spawner.spawn(["/bin/sh", "-c", command], options) }
+        close(toChild.read)
+        close(fromChild.write)
+        guard case .success(let pid) = spawned else {
+            close(toChild.write); close(fromChild.read)
+            if case .failure(let error) = spawned { throw SpawnError(description: "\(error)") }
+            throw SpawnError(description: "cannot start /bin/sh")
         }
         self.pid = pid
         do {
-            input = try PipeEnd(toChild[1], .writing)
+            input = try PipeEnd(toChild.write, .writing)
         } catch {
-            close(fromChild[0])
+            close(fromChild.read)
             Self.killAndReap(pid)
             throw SpawnError(description: "\(error)")
         }
         do {
-            output = try PipeEnd(fromChild[0], .reading)
+            output = try PipeEnd(fromChild.read, .reading)
         } catch {
             input.close()
             Self.killAndReap(pid)
@@ -202,35 +175,11 @@ final class Child: @unchecked Sendable {
         return true
     }
 
-    /// A pipe whose ends are close-on-exec (the child gets its two ends through dup2 only).
-    /// (`pipe2` is not visible from Swift's Glibc module.)
-    private static func makePipe() throws -> [Int32] {
-        var ends: [Int32] = [-1, -1]
-        guard pipe(&ends) == 0 else { throw SpawnError(description: "pipe: \(String(cString: strerror(errno)))") }
-        for fd in ends where fcntl(fd, F_SETFD, FD_CLOEXEC) != 0 {
-            let message = String(cString: strerror(errno))
-            close(ends[0]); close(ends[1])
-            throw SpawnError(description: "fcntl(FD_CLOEXEC): \(message)")
-        }
-        return ends
-    }
-
     // MARK: glibc functions the Glibc module does not declare
 
-    private typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
     private typealias PidfdOpen = @convention(c) (pid_t, UInt32) -> Int32
 
-    /// `posix_spawn_file_actions_addclosefrom_np` (glibc 2.34 and later).
-    private static let addCloseFrom: CloseFrom? = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np")
-        .map { unsafeBitCast($0, to: CloseFrom.self) }
     /// `pidfd_open` (glibc 2.36 and later, Linux 5.3 and later).
     private static let pidfdOpen: PidfdOpen? = dlsym(nil, "pidfd_open").map { unsafeBitCast($0, to: PidfdOpen.self) }
 
-    /// The child gets no descriptor of netsvc's beyond 0, 1 and 2 (its listening sockets, other
-    /// connections, the D-Bus connection). Every descriptor netsvc opens is close-on-exec
-    /// already; closefrom also covers any a library opened without it.
-    private static func closeOthers(_ actions: inout posix_spawn_file_actions_t) -> Int32 {
-        guard let addCloseFrom else { return 0 }
-        return addCloseFrom(&actions, 3)
-    }
 }

@@ -1,8 +1,9 @@
 import Dispatch
 import Foundation
 import Glibc
+import SalutTools
 
-/// A child process spawned with `posix_spawnp` (not Foundation's `Process`, which leaks
+/// A child process spawned with `posix_spawnp` through `Spawner` (not Foundation's `Process`, which leaks
 /// itself and its pipes in swift-corelibs-foundation and would hide real leaks from the
 /// sanitizer runs): standard output and error go to one pipe the parent reads, standard input
 /// comes from a pipe the parent writes. Every signal is unblocked and at its default in the
@@ -32,55 +33,31 @@ public final class ChildProcess: @unchecked Sendable {
     /// - Throws: ``SpawnError`` when a pipe or the spawn fails.
     public init(_ arguments: [String], onOutput: @escaping @Sendable (Data) -> Void) throws {
         precondition(!arguments.isEmpty, "a command to run")
-        var inPipe: [Int32] = [0, 0], outPipe: [Int32] = [0, 0]
-        guard pipe(&inPipe) == 0 else { throw SpawnError(description: "pipe: \(String(cString: strerror(errno)))") }
-        guard pipe(&outPipe) == 0 else {
-            close(inPipe[0]); close(inPipe[1])
-            throw SpawnError(description: "pipe: \(String(cString: strerror(errno)))")
+        let inPipe: (read: Int32, write: Int32), outPipe: (read: Int32, write: Int32)
+        do { inPipe = try Spawner.pipe() } catch { throw SpawnError(description: "\(error)") }
+        do { outPipe = try Spawner.pipe() } catch {
+            close(inPipe.read); close(inPipe.write)
+            throw SpawnError(description: "\(error)")
         }
-        // Not inherited by other children (the child gets its ends through dup2).
-        for fd in inPipe + outPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        var actions = posix_spawn_file_actions_t()
-        var attributes = posix_spawnattr_t()
-        posix_spawn_file_actions_init(&actions)
-        posix_spawnattr_init(&attributes)
-        defer {
-            posix_spawn_file_actions_destroy(&actions)
-            posix_spawnattr_destroy(&attributes)
-        }
-        posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
-        posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
-        posix_spawn_file_actions_adddup2(&actions, outPipe[1], 2)
-        // Nothing else of ours goes to the child: the test process's sockets (its D-Bus
-        // connection, listeners) would otherwise stay open in it, in a restarted daemon even.
-        if let closeFrom = Self.addCloseFrom {
-            _ = closeFrom(&actions, 3)
-        } else {
-            Self.markOpenDescriptorsCloseOnExec()
-        }
-        var none = sigset_t(), all = sigset_t()
-        sigemptyset(&none)
-        sigfillset(&all)
-        posix_spawnattr_setsigmask(&attributes, &none)
-        posix_spawnattr_setsigdefault(&attributes, &all)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-
-        var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-        defer { argv.forEach { free($0) } }
-        var pid: pid_t = 0
-        let result = posix_spawnp(&pid, arguments[0], &actions, &attributes, &argv, environ)
-        close(inPipe[0])
-        close(outPipe[1])
-        guard result == 0 else {
-            close(inPipe[1]); close(outPipe[0])
-            throw SpawnError(description: "cannot run \(arguments[0]): \(String(cString: strerror(result)))")
+        var options = Spawner.Options()
+        options.standardInput = inPipe.read
+        options.standardOutput = outPipe.write
+        options.standardError = outPipe.write
+        options.searchesPath = true
+        let spawned = Result { try Spawner.spawn(arguments, options) }
+        close(inPipe.read)
+        close(outPipe.write)
+        guard case .success(let pid) = spawned else {
+            close(inPipe.write); close(outPipe.read)
+            if case .failure(let error) = spawned { throw SpawnError(description: "\(error)") }
+            throw SpawnError(description: "cannot run \(arguments[0])")
         }
         processIdentifier = pid
-        stdinFD = inPipe[1]
+        stdinFD = inPipe.write
         var stopPipe: [Int32] = [0, 0]
         guard pipe(&stopPipe) == 0 else {
             let reason = String(cString: strerror(errno))
-            close(inPipe[1]); close(outPipe[0])
+            close(inPipe.write); close(outPipe.read)
             kill(pid, SIGKILL)
             var raw: Int32 = 0
             while waitpid(pid, &raw, 0) < 0 && errno == EINTR {}
@@ -88,7 +65,7 @@ public final class ChildProcess: @unchecked Sendable {
         }
         for fd in stopPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         stopFD = stopPipe[1]
-        Self.startReading(outPipe[0], until: stopPipe[0], onOutput: onOutput)
+        Self.startReading(outPipe.read, until: stopPipe[0], onOutput: onOutput)
     }
 
     /// Reads the child's output on a thread of its own until end of file, or until the stop
@@ -125,23 +102,6 @@ public final class ChildProcess: @unchecked Sendable {
         }
         thread.name = "salut.test.child-output"
         thread.start()
-    }
-
-    /// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later), looked up at run time
-    /// because the Glibc module does not declare it.
-    private typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
-    private static let addCloseFrom: CloseFrom? = {
-        guard let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") else { return nil }
-        return unsafeBitCast(symbol, to: CloseFrom.self)
-    }()
-
-    /// Without it: every descriptor above 2 gets close-on-exec (the test process never execs).
-    private static func markOpenDescriptorsCloseOnExec() {
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return }
-        for fd in names.compactMap(Int32.init) where fd > 2 {
-            let flags = fcntl(fd, F_GETFD)
-            if flags >= 0 { _ = fcntl(fd, F_SETFD, flags | FD_CLOEXEC) }
-        }
     }
 
     deinit {

@@ -2,6 +2,7 @@ import Foundation
 import SalutStreams
 import Glibc
 import PeerTransferCore
+import SalutTools
 
 /// Runs `--accept ask --hook`'s command on a thread of its own, never on the shared pool of
 /// async threads (a hook that takes its time, or one whose background child keeps its output
@@ -44,23 +45,33 @@ enum HookRunner {
         _ command: String, environment: [String: String], input: Data, limit: TimeInterval,
         cancelled: () -> Bool
     ) -> Outcome {
-        var toChild: [Int32] = [-1, -1], fromChild: [Int32] = [-1, -1]
-        guard pipe(&toChild) == 0 else {
-            return Outcome(status: nil, printed: Data(), failure: "pipe: \(String(cString: strerror(errno)))")
+        let toChild: (read: Int32, write: Int32), fromChild: (read: Int32, write: Int32)
+        do {
+            toChild = try Spawner.pipe()
+        } catch {
+            return Outcome(status: nil, printed: Data(), failure: "\(error)")
         }
-        guard pipe(&fromChild) == 0 else {
-            close(toChild[0]); close(toChild[1])
-            return Outcome(status: nil, printed: Data(), failure: "pipe: \(String(cString: strerror(errno)))")
+        do {
+            fromChild = try Spawner.pipe()
+        } catch {
+            close(toChild.read); close(toChild.write)
+            return Outcome(status: nil, printed: Data(), failure: "\(error)")
         }
-        // Only the hook gets them, as its 0 and 1 (dup2 clears the flag on those copies).
-        for fd in toChild + fromChild { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        let (spawned, failure) = spawn(command, environment: environment, stdin: toChild[0], stdout: fromChild[1])
-        guard let pid = spawned else {
-            for fd in toChild + fromChild { close(fd) }
+        // Only the hook gets them, as its 0 and 1 (its 2 is the daemon's).
+        var options = Spawner.Options()
+        options.standardInput = toChild.read
+        options.standardOutput = fromChild.write
+        options.leadsProcessGroup = true
+        options.environment = environment
+        options.defaultSignals = [SIGPIPE, SIGTERM, SIGINT]
+        let spawned = Result { try Spawner.spawn(["/bin/sh", "-c", command], options) }
+        close(toChild.read); close(fromChild.write)
+        guard case .success(let pid) = spawned else {
+            close(toChild.write); close(fromChild.read)
+            let failure = if case .failure(let error) = spawned { "\(error)" } else { "cannot start /bin/sh" }
             return Outcome(status: nil, printed: Data(), failure: failure)
         }
-        close(toChild[0]); close(fromChild[1])
-        var writer: Int32 = toChild[1], reader: Int32 = fromChild[0]
+        var writer: Int32 = toChild.write, reader: Int32 = fromChild.read
         _ = fcntl(writer, F_SETFL, fcntl(writer, F_GETFL) | O_NONBLOCK)
         _ = fcntl(reader, F_SETFL, fcntl(reader, F_GETFL) | O_NONBLOCK)
 
@@ -110,43 +121,4 @@ enum HookRunner {
         return Outcome(status: status, printed: printed, failure: nil)
     }
 
-    /// `sh -c command` with `stdin` and `stdout` as its 0 and 1 (2 is the daemon's), leading a
-    /// process group of its own, with default signal dispositions and an empty signal mask.
-    private static func spawn(
-        _ command: String, environment: [String: String], stdin: Int32, stdout: Int32
-    ) -> (pid_t?, String?) {
-        var actions = posix_spawn_file_actions_t()
-        var attributes = posix_spawnattr_t()
-        guard posix_spawn_file_actions_init(&actions) == 0 else { return (nil, "posix_spawn_file_actions_init failed") }
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        guard posix_spawnattr_init(&attributes) == 0 else { return (nil, "posix_spawnattr_init failed") }
-        defer { posix_spawnattr_destroy(&attributes) }
-        var defaults = sigset_t(), empty = sigset_t()
-        sigemptyset(&defaults)
-        sigaddset(&defaults, SIGPIPE)
-        sigaddset(&defaults, SIGTERM)
-        sigaddset(&defaults, SIGINT)
-        sigemptyset(&empty)
-        let flags = Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK)
-        guard posix_spawn_file_actions_adddup2(&actions, stdin, 0) == 0,
-            posix_spawn_file_actions_adddup2(&actions, stdout, 1) == 0,
-            posix_spawnattr_setflags(&attributes, flags) == 0,
-            posix_spawnattr_setpgroup(&attributes, 0) == 0,
-            posix_spawnattr_setsigdefault(&attributes, &defaults) == 0,
-            posix_spawnattr_setsigmask(&attributes, &empty) == 0
-        else {
-            return (nil, "cannot prepare the hook's process")
-        }
-        let words: [String] = ["/bin/sh", "-c", command]
-        let arguments: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) } + [nil]
-        let variables: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer {
-            for pointer in arguments { free(pointer) }
-            for pointer in variables { free(pointer) }
-        }
-        var pid: pid_t = 0
-        let result = posix_spawn(&pid, "/bin/sh", &actions, &attributes, arguments, variables)
-        guard result == 0 else { return (nil, "cannot start /bin/sh: \(String(cString: strerror(result)))") }
-        return (pid, nil)
-    }
 }
