@@ -42,8 +42,8 @@ let package = Package(
         .target(name: "SalutSession", dependencies: ["SalutStreams", "SalutDiscovery"]),
         .target(name: "Salut", dependencies: ["SalutStreams", "SalutDiscovery", "SalutSession"]),
         // What the tools (netsvc, peerxfer) and the tests share that is not Salut's API: the
-        // process spawner. Package-only; no product.
-        .target(name: "SalutTools"),
+        // process spawner and the cancellable async turn. Package-only; no product.
+        .target(name: "SalutTools", dependencies: ["SalutStreams"]),
 
         .executableTarget(
             name: "netsvc",

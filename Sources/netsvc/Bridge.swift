@@ -1,4 +1,5 @@
 import Foundation
+import SalutTools
 import Glibc
 import Salut
 import SalutStreams
@@ -189,8 +190,7 @@ struct UploadFailure: Error, CustomStringConvertible {
 /// `--exec`), in the order the connections ask; the others wait their turn (their bytes are
 /// buffered meanwhile, up to the stream buffer, then TCP holds the peer back).
 actor StdioTurns {
-    private var busy = false
-    private var waiting: [CheckedContinuation<Void, Never>] = []
+    private let turn = AsyncTurn()
     private let input = SharedStandardInput()
 
     /// Bridges `connection` to stdin/stdout once it is its turn, until the peer's data ends.
@@ -207,8 +207,9 @@ actor StdioTurns {
             if !Task.isCancelled, connection.streams.hasReceivedBytes { spoke() }
         }
         defer { watcher.cancel() }
-        await takeTurn()
-        defer { endTurn() }
+        // (A connection cut while it waits, evicted or at the end, stops waiting at once.)
+        guard await turn.take() else { return }
+        defer { turn.release() }
         guard !Task.isCancelled, !evicted.isSet else { return }
         report("connected", peer, nil, nil)
         input.attach(connection.output)
@@ -236,15 +237,6 @@ actor StdioTurns {
         }
         connection.input.close()
         report("disconnected", peer, nil, failure)
-    }
-
-    private func takeTurn() async {
-        guard busy else { busy = true; return }
-        await withCheckedContinuation { waiting.append($0) }
-    }
-
-    private func endTurn() {
-        if waiting.isEmpty { busy = false } else { waiting.removeFirst().resume() }
     }
 }
 

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import PeerTransferCore
 import Salut
+import SalutTools
 
 /// Puts offers to a person or a hook, one at a time.
 struct OfferJudge: Sendable {
@@ -19,7 +20,7 @@ struct OfferJudge: Sendable {
         let arrived = Date()
         // Withdrawn while it waited for its turn (its sender left, or the daemon stops).
         guard await Self.turn.take() else { return .declined(Self.stopped, by: .noAnswer) }
-        defer { Task { await Self.turn.release() } }
+        defer { Self.turn.release() }
         if Task.isCancelled { return .declined(Self.stopped, by: .noAnswer) }
         let timeLeft = Self.questionLimit - Date().timeIntervalSince(arrived)
         guard timeLeft >= Self.shortestQuestion else {
