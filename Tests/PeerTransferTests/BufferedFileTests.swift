@@ -137,6 +137,18 @@ final class BufferedFileTests: XCTestCase {
             XCTAssertEqual((error as? PeerTransferError)?.wireCode, PeerTransferError.noSpace("").wireCode, "\(error)")
         }
         let named = told.filter(\.verified).map(\.index)
+        // Each failed file's reason is about that file: the one the disk filled on names itself,
+        // the ones after it say they were not written (a log line "f5.bin failed: … (writing
+        // f2.bin)" named the wrong file).
+        let failed = told.filter { !$0.verified }
+        if let first = failed.first {
+            XCTAssertTrue(first.error?.contains("disk is full (writing f\(first.index).bin)") == true, "\(failed)")
+        }
+        for later in failed.dropFirst() {
+            XCTAssertTrue(
+                later.error?.hasPrefix("not written: the inbox's disk filled up with f\(failed[0].index).bin") == true,
+                "\(later)")
+        }
         XCTAssertFalse(named.isEmpty, "the files written before the disk filled are named: \(told)")
         XCTAssertEqual(named, Array(0..<named.count), "in order, and none after the failure")
         XCTAssertEqual(told.count, 6, "every file has its result")

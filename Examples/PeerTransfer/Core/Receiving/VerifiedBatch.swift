@@ -115,15 +115,17 @@ struct VerifiedBatch: @unchecked Sendable {
             for case .success(let file) in parts { file.closeFiles() }
             for case (_, .written(let file)) in files { file.closeFiles() }
         }
-        // The failure that stopped the writing of buffered files, thrown once the rest is named.
-        var stopped: PeerTransferError?
+        // The failure that stopped the writing of buffered files, thrown once the rest is named,
+        // and the file it happened on.
+        var stopped: (error: PeerTransferError, path: RelativePath)?
         for (_, waiting) in files {
             switch waiting {
             case .written(let file):
                 parts.append(.success(file))
             case .buffered(let buffered, let mode, let modified):
                 if let stopped {
-                    parts.append(.failure(stopped))
+                    // Its own words: this file was not written (the error names the other file).
+                    parts.append(.failure(Self.notWritten(after: stopped.error, on: stopped.path)))
                     continue
                 }
                 do {
@@ -133,7 +135,7 @@ struct VerifiedBatch: @unchecked Sendable {
                     let failure =
                         error as? PeerTransferError
                         ?? .runtime("writing \(Terminal.escape(buffered.path.description)): \(error)")
-                    stopped = failure
+                    stopped = (failure, buffered.path)
                     parts.append(.failure(failure))
                 }
             }
@@ -170,8 +172,18 @@ struct VerifiedBatch: @unchecked Sendable {
                 throw PeerTransferError.runtime("fsync of a folder of the inbox: \(String(cString: strerror(errno)))")
             }
         }
-        if let stopped { throw stopped }
+        if let stopped { throw stopped.error }
         return results
+    }
+
+    /// Why a buffered file after `failure` (on the file at `path`) was not written: the same kind
+    /// of failure (no space stays no space), in words about this file.
+    static func notWritten(after failure: PeerTransferError, on path: RelativePath) -> PeerTransferError {
+        let earlier = Terminal.escape(path.description)
+        if failure.wireCode == PeerTransferError.noSpace("").wireCode {
+            return .noSpace("not written: the inbox's disk filled up with \(earlier), received before it")
+        }
+        return .runtime("not written: writing \(earlier), received before it, failed (\(failure.message))")
     }
 
     /// Writes `buffered` to a file without a name in its folder, or, when it replaces the
