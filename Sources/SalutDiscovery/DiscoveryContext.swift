@@ -55,6 +55,9 @@ public final class DiscoveryContext: @unchecked Sendable {
     private var operations: [ObjectIdentifier: any AvahiOperation] = [:]
     /// The type browsers shared by resolutions (``InstancePaths``), by type and domain.
     var instancePaths: [String: InstancePaths] = [:]
+    /// How many unwatched names each of them remembers (``InstancePaths/rememberedNames``;
+    /// lowered by tests).
+    var rememberedInstanceNames = InstancePaths.rememberedNames
     private var watchers: [UUID: AsyncStream<ConnectionState>.Continuation] = [:]
     private var retry: DispatchWorkItem?
     /// Set by `deinit` (on any thread, hence the lock): freeing the client, or an Avahi event

@@ -38,9 +38,13 @@ struct ConnectionServer: Sendable {
                         return
                     }
                     let evicted = EvictionMark()
+                    // The work for this connection, cancelled when it is evicted (so that one
+                    // waiting for its turn at stdin/stdout stops waiting at once).
+                    let serving = Locked<Task<Void, Never>?>(nil)
                     let evict: @Sendable () -> Void = {
                         evicted.set()
                         connection.streams.reset(.limitExceeded(Self.evictionReason))
+                        serving.value?.cancel()
                     }
                     let streams = connection.streams
                     guard let id = active.enter(hasSentBytes: { streams.hasReceivedBytes }, evict: evict) else {
@@ -53,8 +57,17 @@ struct ConnectionServer: Sendable {
                     if let command {
                         await runChild(command, for: connection, peer: peer, spoke: spoke, evicted: evicted)
                     } else if let stdio {
-                        await stdio.serve(connection, peer: peer, spoke: spoke, evicted: evicted) {
-                            report($0, $1, status: $2, reason: $3)
+                        let task = Task {
+                            await stdio.serve(connection, peer: peer, spoke: spoke, evicted: evicted) {
+                                report($0, $1, status: $2, reason: $3)
+                            }
+                        }
+                        serving.withLock { $0 = task }
+                        if evicted.isSet { task.cancel() }  // evicted before the task was known
+                        await withTaskCancellationHandler {
+                            await task.value
+                        } onCancel: {
+                            task.cancel()
                         }
                     }
                 }

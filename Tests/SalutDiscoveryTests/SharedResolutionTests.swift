@@ -61,6 +61,48 @@ final class SharedResolutionTests: XCTestCase {
         XCTAssertEqual(browsers, 1)
     }
 
+    /// A type more crowded than the shared browser remembers: names it dropped while nobody
+    /// watched them still resolve (by a resolver on any interface), while another resolution
+    /// of the type keeps the browser.
+    func testNamesTheSharedBrowserDidNotRememberStillResolve() async throws {
+        let type = uniqueType("sr")
+        let context = DiscoveryContext(label: "shared-resolution-crowd")
+        await withCheckedContinuation { continuation in
+            context.queue.async {
+                context.rememberedInstanceNames = 2
+                continuation.resume()
+            }
+        }
+        var ads: [ServiceAdvertisement] = []
+        for index in 0..<6 {
+            ads.append(try await ServiceAdvertisement.publish(name: "Crowd \(index)", type: type, port: 4200 + index))
+        }
+        defer { ads.forEach { $0.cancel() } }
+        let first = try DiscoveredService(name: "Crowd 0", type: type).resolutions(context: context)
+        var iterator = first.makeAsyncIterator()
+        let zero = await iterator.next()
+        XCTAssertEqual(zero?.port, 4200)
+        // The browser hears of all six and remembers two besides the watched one.
+        try await withDeadline(10, "names dropped by the shared browser") {
+            while !(await Self.dropsNames(in: context)) { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        for index in 1..<6 {
+            let resolved = try await DiscoveredService(name: "Crowd \(index)", type: type).resolve(
+                timeout: 10, context: context)
+            XCTAssertEqual(resolved.port, UInt16(4200 + index))
+            XCTAssertFalse(resolved.addresses.isEmpty)
+        }
+    }
+
+    /// Whether the context's shared browser went past its memory (read on its queue).
+    private static func dropsNames(in context: DiscoveryContext) async -> Bool {
+        await withCheckedContinuation { continuation in
+            context.queue.async {
+                continuation.resume(returning: context.instancePaths.values.contains { $0.mayMissNames })
+            }
+        }
+    }
+
     /// How many shared type browsers the context holds (read on its queue).
     private static func sharedBrowsers(in context: DiscoveryContext) async -> Int {
         await withCheckedContinuation { continuation in

@@ -492,8 +492,7 @@ final class SocketPumpStateMachineTests: SalutTestCase {
     /// shell: recorded (and asserted in debug builds); the same outcome after the release, a
     /// stray readiness and the user's hints are late, not bugs.
     func testAnOutcomeNobodyAskedForIsFlaggedButALateOneIsNot() {
-        var idle = plainFlow()
-        _ = idle.nothingToSend(outputClosed: false)
+        var idle = Machine()
         idle.assertsUnexpectedEvents = false
         XCTAssertEqual(idle.sent(.moved(1)), [])
         XCTAssertEqual(idle.unexpectedEvent?.hasPrefix("sent in "), true, "\(idle.unexpectedEvent ?? "nil")")
@@ -509,6 +508,12 @@ final class SocketPumpStateMachineTests: SalutTestCase {
         XCTAssertEqual(released.handshakeStepped(.done), [])
         XCTAssertEqual(released.socketReadable(), [])
         XCTAssertNil(released.unexpectedEvent)
+        // A second send queued in the same step finds the output idle: late, not a bug.
+        var twice = plainFlow()
+        XCTAssertEqual(twice.nothingToSend(outputClosed: false), [])
+        XCTAssertEqual(twice.nothingToSend(outputClosed: false), [])
+        XCTAssertEqual(twice.sent(.moved(1)), [])
+        XCTAssertNil(twice.unexpectedEvent)
         var hinted = plainFlow()
         XCTAssertEqual(hinted.outboundChanged(), [], "already sending")
         XCTAssertEqual(hinted.readingWanted(), [], "already reading")

@@ -522,6 +522,70 @@ final class TLSTests: SalutTestCase {
         XCTAssertTrue(refused == nil || refused!.isEmpty, "an anonymous client got data")
     }
 
+    /// A listener's trust evaluator judges each client during the handshake: the admitted key
+    /// talks, another is refused before any of its bytes reach the application.
+    func testAListenersEvaluatorAdmitsOneClientKeyAndRefusesAnotherBeforeItsBytes() async throws {
+        let admitted = try TestCertificate.make(commonName: "admitted", alternativeNames: "DNS:admitted")
+        let stranger = try TestCertificate.make(commonName: "stranger", alternativeNames: "DNS:stranger")
+        var serverTLS = TLSConfiguration.server(
+            certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+        serverTLS.requiresClientCertificate = true
+        // Self-signed clients: the evaluator, not a chain, decides.
+        serverTLS.validatesCertificateChain = false
+        let judged = Locked<[String]>([])
+        let listener = try StreamListener(
+            port: 0, tls: serverTLS,
+            trustEvaluator: { trust, decide in
+                judged.withLock { $0.append(trust.publicKeySHA256) }
+                decide(trust.publicKeySHA256 == admitted.publicKeySHA256)
+            })
+        defer { listener.stop() }
+        let outcomes = Locked<[String]>([])
+        listener.accept { connection in
+            Task {
+                do {
+                    try await connection.streams.open()
+                } catch {
+                    outcomes.withLock {
+                        $0.append("refused: \((error as? SocketStreamError)?.tlsError?.code == .rejectedByEvaluator)")
+                    }
+                    return
+                }
+                var got = Data()
+                for try await chunk in connection.input.chunks { got.append(chunk) }
+                outcomes.withLock { $0.append("read: \(String(decoding: got, as: UTF8.self))") }
+                try await connection.output.write(got)
+                connection.output.close()
+            }
+        }
+        func client(_ identity: TestCertificate) -> BoundStreamPair {
+            SocketStreams.pair(
+                toHost: "127.0.0.1", port: Int(listener.port),
+                tls: TLSConfiguration(
+                    pinnedSHA256: [certificate.certificateSHA256], certificateChainFile: identity.certificateFile,
+                    privateKeyFile: identity.keyFile))
+        }
+        let good = client(admitted)
+        try await withDeadline(20, "the admitted client opens") { try await good.open() }
+        try await good.output.write(Data("hello".utf8))
+        good.output.close()
+        let echoed = try await withDeadline(20, "the echo") { try await readBytes(good.input, count: Int.max) }
+        XCTAssertEqual(String(decoding: echoed, as: UTF8.self), "hello")
+
+        let bad = client(stranger)
+        _ = try await withDeadline(20, "the stranger's try") { () -> Data? in
+            guard (try? await bad.open()) != nil else { return nil }
+            try? await bad.output.write(Data("password=hunter2".utf8))
+            return try? await readBytes(bad.input, count: 1)
+        }
+        try await withDeadline(20, "both judged") {
+            while outcomes.withLock({ $0.count }) < 2 { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        XCTAssertEqual(
+            outcomes.withLock { $0 }, ["read: hello", "refused: true"], "no byte of the stranger's was read")
+        XCTAssertEqual(judged.withLock { $0 }, [admitted.publicKeySHA256, stranger.publicKeySHA256])
+    }
+
     func testCipherSuitesAskedForAreTheOnesNegotiated() async throws {
         // Our client's order against an OpenSSL server (which follows the client's order).
         let (server, port) = try reversingServer(certificate)

@@ -26,7 +26,9 @@ final class InstancePaths: QueueOperation, @unchecked Sendable {
     typealias Handler = (_ name: String, _ seen: Bool, _ path: Path) -> Void
 
     /// How many unwatched names are remembered at most (a watcher that comes later hears of
-    /// them at once); names beyond wait for avahi-daemon to say them again.
+    /// them at once). avahi-daemon says each name once per browser, so a name seen beyond this
+    /// while nobody watched it stays unknown here: ``mayMissNames`` says so, and a watcher then
+    /// looks for its instance another way.
     static let rememberedNames = 4_096
 
     private struct Watch {
@@ -45,6 +47,12 @@ final class InstancePaths: QueueOperation, @unchecked Sendable {
     private var seen: [String: Set<Path>] = [:]
     /// The watches, by their name in ASCII lower case, then by watcher.
     private var watches: [String: [ObjectIdentifier: Watch]] = [:]
+    /// Set once a name went unremembered (past ``rememberedNames``).
+    private var droppedNames = false
+
+    /// True when a name may be on the link without this knowing it: names went unremembered,
+    /// or avahi-daemon would not make the browser. Call on the context's queue.
+    var mayMissNames: Bool { droppedNames || browser == nil }
 
     private init(context: DiscoveryContext, type: String, domain: String) {
         self.type = type
@@ -83,7 +91,7 @@ final class InstancePaths: QueueOperation, @unchecked Sendable {
         let key = Self.folded(name)
         let watch = Watch(name: name, ignoringCase: ignoringCase, handler: handler)
         watches[key, default: [:]][watcher] = watch
-        let known = ignoringCase ? seen.filter { Self.folded($0.key) == key } : seen.filter { $0.key == name }
+        let known = ignoringCase ? seen.filter { Self.folded($0.key) == key } : seen[name].map { [name: $0] } ?? [:]
         for (spelling, paths) in known {
             for path in paths { handler(spelling, true, path) }
         }
@@ -126,6 +134,7 @@ final class InstancePaths: QueueOperation, @unchecked Sendable {
         browser = nil
         // The daemon will say again what it sees (to the browser made after a reconnection).
         seen = [:]
+        droppedNames = false
     }
 
     // MARK: Private
@@ -135,7 +144,10 @@ final class InstancePaths: QueueOperation, @unchecked Sendable {
         let interested = (watches[Self.folded(name)] ?? [:]).values.filter { $0.wants(name) }
         switch event {
         case AVAHI_BROWSER_NEW:
-            guard seen[name] != nil || !interested.isEmpty || seen.count < Self.rememberedNames else { return }
+            guard seen[name] != nil || !interested.isEmpty || seen.count < context.rememberedInstanceNames else {
+                droppedNames = true
+                return
+            }
             guard seen[name, default: []].insert(path).inserted else { return }
             for watch in interested { watch.handler(name, true, path) }
         case AVAHI_BROWSER_REMOVE:

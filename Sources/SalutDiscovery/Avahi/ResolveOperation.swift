@@ -38,6 +38,12 @@ final class ResolveOperation: QueueOperation, @unchecked Sendable {
         instancePaths = paths
         // (The handler holds this operation until `releaseAvahiObjects` stops the watch.)
         paths.watch(service.name, by: ObjectIdentifier(self)) { _, seen, path in self.instance(seen, path) }
+        // Not heard of, and the shared browser may not know every name (a crowded type, or no
+        // browser): one resolver on any interface and protocol finds it all the same (with one
+        // address; others come as the browser reports the instance's paths).
+        if resolvers.isEmpty, paths.mayMissNames {
+            instance(true, Path(interface: AvahiIfIndex(AVAHI_IF_UNSPEC), proto: AvahiProtocol(AVAHI_PROTO_UNSPEC)))
+        }
     }
 
     // MARK: Private

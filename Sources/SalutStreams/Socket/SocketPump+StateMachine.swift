@@ -279,7 +279,8 @@ extension SocketPump {
 
         /// The inbound buffer has no room: stop reading until the user reads.
         mutating func inboundFull() -> [Action] {
-            guard case .flowing(var flow) = state, flow.input == .reading else { return notDue("inboundFull") }
+            guard case .flowing(var flow) = state else { return notDue("inboundFull") }
+            guard flow.input == .reading else { return [] }  // late: see `received`
             flow.input = .full
             state = .flowing(flow)
             return []
@@ -287,7 +288,9 @@ extension SocketPump {
 
         /// What a receive did.
         mutating func received(_ outcome: TransferOutcome) -> [Action] {
-            guard case .flowing(var flow) = state, flow.input == .reading else { return notDue("received") }
+            guard case .flowing(var flow) = state else { return notDue("received") }
+            // Late: a second receive queued in the same step, after the first changed the input.
+            guard flow.input == .reading else { return [] }
             switch outcome {
             case .moved:
                 return [.receive]
@@ -322,7 +325,8 @@ extension SocketPump {
 
         /// What a peek after the peer's close_notify found.
         mutating func peeked(_ peek: Peek) -> [Action] {
-            guard case .flowing(var flow) = state, flow.input == .peerClosedTLS else { return notDue("peeked") }
+            guard case .flowing(var flow) = state else { return notDue("peeked") }
+            guard flow.input == .peerClosedTLS else { return [] }  // late: a second look, queued in the same step
             switch peek {
             case .endOfStream:
                 flow.input = .ended
@@ -343,7 +347,10 @@ extension SocketPump {
         /// The pump has nothing queued and the outbound buffer is empty; `outputClosed` when the
         /// user closed the output stream.
         mutating func nothingToSend(outputClosed: Bool) -> [Action] {
-            guard case .flowing(var flow) = state, flow.output == .sending else { return notDue("nothingToSend") }
+            guard case .flowing(var flow) = state else { return notDue("nothingToSend") }
+            // Late: a second send queued in the same step (a return to plain bytes queues its own),
+            // after the first changed the output.
+            guard flow.output == .sending else { return [] }
             switch flow.change {
             case .upgrade:
                 return [.sendPreface]
@@ -363,7 +370,8 @@ extension SocketPump {
 
         /// What a send did.
         mutating func sent(_ outcome: TransferOutcome) -> [Action] {
-            guard case .flowing(var flow) = state, flow.output == .sending else { return notDue("sent") }
+            guard case .flowing(var flow) = state else { return notDue("sent") }
+            guard flow.output == .sending else { return [] }  // late: see `nothingToSend`
             switch outcome {
             case .moved:
                 return [.send]
@@ -398,7 +406,8 @@ extension SocketPump {
 
         /// What sending our half-close did.
         mutating func sendingFinished(_ outcome: TransferOutcome) -> [Action] {
-            guard case .flowing(var flow) = state, flow.output == .sending else { return notDue("sendingFinished") }
+            guard case .flowing(var flow) = state else { return notDue("sendingFinished") }
+            guard flow.output == .sending else { return [] }  // late: see `nothingToSend`
             switch outcome {
             case .wouldBlock:
                 return []

@@ -456,8 +456,14 @@ final class SocketPump: @unchecked Sendable {
             }
             return machine.trustDecided(accepted: trust.policyFailure == nil, failure: failure)
         }
+        // The first answer counts: an evaluator that calls back twice changes nothing after it.
+        let answered = Locked(false)
         evaluator(trust) { [weak self] accepted in
-            guard let self else { return }
+            guard
+                answered.withLock({ done in
+                    defer { done = true }; return !done
+                }), let self
+            else { return }
             if !accepted {
                 SalutLogging.logger.notice(
                     "TLS peer \(peer) (key SHA-256 \(trust.publicKeySHA256)) refused by the trust evaluator")

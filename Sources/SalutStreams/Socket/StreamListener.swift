@@ -37,6 +37,7 @@ public final class StreamListener: Sendable {
     public let localAddresses: [SocketAddress]
     private let sockets: [Int32]
     private let tls: TLSContext?
+    private let trustEvaluator: TLSTrustEvaluator?
     private let bufferSize: Int
     /// The bounds every accepted connection gets.
     public let limits: ConnectionLimits
@@ -58,14 +59,24 @@ public final class StreamListener: Sendable {
     ///     default), and how many may be setting up at once (64; the oldest is cut to make
     ///     room). Accepted connections start at once, so these count from the accept, whenever
     ///     their streams are opened.
+    ///   - trustEvaluator: judges each client during its TLS handshake (with `tls`): it gets the
+    ///     client's ``TLSPeerTrust`` (its certificate's and public key's SHA-256, and
+    ///     ``TLSPeerTrust/policyFailure`` when `tls`'s own checks, such as its pins or the chain,
+    ///     refused it) and has the last word, as a client's evaluator does. A client it refuses
+    ///     fails the accepted streams' `open()` before any of its bytes reach the application,
+    ///     with that policy failure when there was one, ``TLSError/rejectedByEvaluator``
+    ///     otherwise. Set `requiresClientCertificate` in `tls` so that clients have a key to
+    ///     judge (and `validatesCertificateChain` to false for self-signed ones); without `tls`
+    ///     it is not used.
     /// - Throws: ``SocketStreamError/invalidAddress(_:)`` for a port outside 0…65535,
     ///   ``SocketStreamError/system(call:errno:message:)`` when binding fails (the port is in use,
     ///   for example), or the ``TLSError`` of a bad TLS configuration as ``SocketStreamError/tls(_:)``.
     public init(
         port: Int = 0, tls: TLSConfiguration? = nil, bufferSize: Int = 64 * 1024, backlog: Int32 = 512,
-        limits: ConnectionLimits = ConnectionLimits()
+        limits: ConnectionLimits = ConnectionLimits(), trustEvaluator: TLSTrustEvaluator? = nil
     ) throws {
         guard (0...65535).contains(port) else { throw SocketStreamError.invalidAddress("port \(port)") }
+        self.trustEvaluator = tls == nil ? nil : trustEvaluator
         if var tls {
             tls.role = .server
             do { self.tls = try TLSContext(tls) } catch let error as TLSError { throw SocketStreamError.tls(error) }
@@ -88,7 +99,8 @@ public final class StreamListener: Sendable {
     public func accept(_ handler: @escaping @Sendable (AcceptedConnection) -> Void) {
         guard !stopped.value else { return }
         let queue = self.queue, sockets = self.sockets
-        let setup = ConnectionSetup(tls: tls, bufferSize: bufferSize, limits: limits, queue: settingUp)
+        let setup = ConnectionSetup(
+            tls: tls, evaluator: trustEvaluator, bufferSize: bufferSize, limits: limits, queue: settingUp)
         running.withLock { current in
             guard current == nil, !stopped.value else { return }
             var watches: [ReadinessWatch] = []
@@ -150,6 +162,7 @@ public final class StreamListener: Sendable {
     private struct ConnectionSetup: @unchecked Sendable {
         // @unchecked: TLSContext is read-only after creation; the rest is Sendable.
         let tls: TLSContext?
+        let evaluator: TLSTrustEvaluator?
         let bufferSize: Int
         let limits: ConnectionLimits
         let queue: SetupQueue
@@ -204,6 +217,7 @@ public final class StreamListener: Sendable {
                 origin: .accepted(fd: client, tls: setup.tls, limits: setup.limits),
                 bufferSize: setup.bufferSize)
             connection.pump.onSetUpEnded = setup.queue.admit(connection.pump)
+            if let evaluator = setup.evaluator { connection.state.withLock { $0.evaluator = evaluator } }
             let streams = connection.makePair()
             connection.startAccepted()
             handler(AcceptedConnection(streams: streams, remoteAddress: remote))

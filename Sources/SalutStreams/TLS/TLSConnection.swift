@@ -23,7 +23,8 @@ public struct TLSPeerTrust: Sendable, Hashable {
 
 /// Decides whether to trust a peer after the configured policy has been applied (see
 /// ``TLSPeerTrust/policyFailure``); call the completion with true to go on. Called on the
-/// connection's queue; may complete later, from any thread.
+/// connection's queue; may complete later, from any thread. The first call of the completion
+/// decides; later ones are ignored.
 public typealias TLSTrustEvaluator = @Sendable (TLSPeerTrust, @escaping @Sendable (Bool) -> Void) -> Void
 
 /// One TLS session over a connected non-blocking socket: handshake steps, then encrypted
