@@ -66,7 +66,15 @@ final class ResolveOperation: QueueOperation, @unchecked Sendable {
                     address: address.flatMap { AvahiValues.socketAddress($0, port: port, interface: interface) },
                     port: port, txt: AvahiValues.txtRecord(txt))
             }, me)
-        if let resolver { resolvers[path] = resolver }
+        if let resolver {
+            resolvers[path] = resolver
+        } else {
+            // (Most often the daemon's limit of objects per client.) Tried again when the
+            // instance is seen anew; said at debug level, as a flood would say it many times.
+            SalutLogging.logger.debug(
+                "cannot resolve \"\(service.name)\" \(service.type): \(DiscoveryError.avahiMessage(avahi_client_errno(client)))"
+            )
+        }
     }
 
     private func found(host: String, address: SocketAddress?, port: UInt16, txt: TXTRecord) {

@@ -20,36 +20,63 @@ extension DiscoveryGateway {
                     }
                     return
                 }
-                // Every type on the link, as it appears (at most `maximumTypes`).
-                var browsed = Set<String>()
-                var toldFull = false
-                while !Task.isCancelled {
-                    do {
-                        for try await update in try ServiceBrowser.serviceTypes() {
-                            for case .added(let found) in update.changes {
+                // Every type on the link, as it appears (at most `maximumTypes` at a time).
+                await Self.watchEveryType(configuration, excluded: excluded, report)
+            }
+        }
+
+        /// Browses every type the link has, as types appear and go: a type that leaves the link
+        /// frees its place (its browse stops, its services are reported lost), and the next type
+        /// that waited for a place takes it. At most `maximumTypes` are browsed at a time, and
+        /// four times as many wait, in the order they appeared.
+        private static func watchEveryType(
+            _ configuration: Configuration, excluded: Set<String>,
+            _ report: @escaping @Sendable (StateMachine.Event) -> Void
+        ) async {
+            var browsed: [String: Task<Void, Never>] = [:]
+            var waiting: [String] = []
+            var toldFull = false
+            func start(_ type: String) {
+                browsed[type] = Task { await Self.browse(type, report) }
+            }
+            while !Task.isCancelled {
+                do {
+                    for try await update in try ServiceBrowser.serviceTypes() {
+                        for change in update.changes {
+                            switch change {
+                            case .added(let found):
                                 let type = found.name.lowercased()
                                 guard !excluded.contains(type), DiscoveryGateway.mayMirror(type: type),
-                                    !browsed.contains(type)
+                                    browsed[type] == nil, !waiting.contains(type)
                                 else { continue }
-                                guard browsed.count < configuration.maximumTypes else {
-                                    if !toldFull {
-                                        toldFull = true
-                                        SalutLogging.logger.warning(
-                                            "more than \(configuration.maximumTypes) service types on the link: \(type) and any later ones are not mirrored"
-                                        )
-                                    }
+                                if browsed.count < configuration.maximumTypes {
+                                    start(type)
                                     continue
                                 }
-                                browsed.insert(type)
-                                group.addTask { await Self.browse(type, report) }
+                                if waiting.count < 4 * configuration.maximumTypes { waiting.append(type) }
+                                if !toldFull {
+                                    toldFull = true
+                                    SalutLogging.logger.warning(
+                                        "more than \(configuration.maximumTypes) service types on the link: \(type) and later ones wait until types leave the link"
+                                    )
+                                }
+                            case .removed(let found):
+                                let type = found.name.lowercased()
+                                waiting.removeAll { $0 == type }
+                                guard let browse = browsed.removeValue(forKey: type) else { continue }
+                                browse.cancel()  // (it reports its services lost)
+                                if !waiting.isEmpty { start(waiting.removeFirst()) }
+                                if waiting.isEmpty { toldFull = false }
                             }
                         }
-                    } catch {
-                        SalutLogging.logger.warning("browsing the link's service types failed: \(error)")
                     }
-                    try? await Task.sleep(for: .seconds(1))
+                } catch {
+                    SalutLogging.logger.warning("browsing the link's service types failed: \(error)")
                 }
+                try? await Task.sleep(for: .seconds(1))
             }
+            for browse in browsed.values { browse.cancel() }
+            for browse in browsed.values { await browse.value }
         }
 
         /// Reports the services of `type` seen and lost, until cancelled.
@@ -80,14 +107,25 @@ extension DiscoveryGateway {
             }
         }
 
+        /// How many services one connection to avahi-daemon follows at most: each holds a
+        /// resolver per interface and protocol (two on a dual-stack link, four on two), and the
+        /// daemon gives a client 1,024 objects.
+        static let servicesPerContext = 200
+
+        /// How many connections to avahi-daemon follow `services` services.
+        static func contextCount(forServices services: Int) -> Int {
+            max(1, (services + servicesPerContext - 1) / servicesPerContext)
+        }
+
         /// Reports `key`'s records each time they change (its first resolution included),
-        /// until cancelled.
+        /// until cancelled; resolves through `context`.
         static func follow(
-            _ key: ServiceKey, _ report: @escaping @Sendable (MirroredService) -> Void,
+            _ key: ServiceKey, in context: DiscoveryContext = .shared,
+            _ report: @escaping @Sendable (MirroredService) -> Void,
             unresolved: @escaping @Sendable () -> Void
         ) async {
             let service = DiscoveredService(name: key.name, type: key.type, domain: "local")
-            guard let resolutions = try? service.resolutions() else { return }
+            guard let resolutions = try? service.resolutions(context: context) else { return }
             // The first answer often has one address of several (IPv6 link-local before IPv4):
             // what comes within `firstSettle` of it is reported with it, once; later changes
             // at once.
