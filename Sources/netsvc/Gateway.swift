@@ -55,6 +55,12 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
     var maxServices = 1000
 
     @Option(
+        help: ArgumentHelp(
+            "Without --types: at most this many service types are watched at a time; more wait until types leave the link (1 to 10000).",
+            valueName: "N"))
+    var maxTypes = 200
+
+    @Option(
         parsing: .unconditional,
         help: ArgumentHelp(
             "Seconds the link has at the start to show its services before the zone's leftovers are removed (0.1 to 600).",
@@ -103,6 +109,9 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
         if !(1...100_000).contains(maxServices) {
             throw ValidationError("--max-services \(maxServices) is outside 1…100000")
         }
+        if !(1...10_000).contains(maxTypes) {
+            throw ValidationError("--max-types \(maxTypes) is outside 1…10000")
+        }
         if !(0.1...600).contains(settle.value) { throw ValidationError("--settle \(settle.value) is outside 0.1…600") }
         if let dnsServer, WideAreaBrowsing.nameServerAddress(dnsServer) == nil {
             throw ValidationError("--dns-server \(dnsServer) is not an IP address, ADDRESS:PORT or [IPv6]:PORT")
@@ -137,7 +146,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
         let configuration = DiscoveryGateway.Configuration(
             domain: domain, label: linkLabel ?? Self.hostLabel(), key: key,
             nameServer: dnsServer.flatMap(WideAreaBrowsing.nameServerAddress), types: Self.split(types),
-            excludedTypes: Self.split(excludeTypes), maximumServices: maxServices,
+            excludedTypes: Self.split(excludeTypes), maximumServices: maxServices, maximumTypes: maxTypes,
             settleTime: .milliseconds(Int(settle.value * 1000)), dryRun: dryRun, announceRemote: announceRemote)
         let json = self.json
         let gateway = DiscoveryGateway(configuration: configuration) { report in Self.show(report, json: json) }

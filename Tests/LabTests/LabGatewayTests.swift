@@ -142,6 +142,34 @@ final class LabGatewayTests: XCTestCase {
         XCTAssertFalse(cleaned.contains("failed"), cleaned)
     }
 
+    /// Watching every type, at most `--max-types` at a time: a type that leaves the link frees
+    /// its place, and a type that waited for one is mirrored then (the places were never given
+    /// back: one burst of types blinded a gateway to new types until it restarted).
+    func testATypeThatLeavesTheLinkFreesItsPlaceForOneThatWaited() throws {
+        let tag = UUID().uuidString.prefix(6).lowercased()
+        let (first, second) = ("_gf\(tag)._tcp", "_gs\(tag)._tcp")
+        let label = "lab-t\(tag.prefix(4))"
+        let early = try a1.start(["avahi-publish", "-s", "Early", first, "4001"])
+        defer { early.stop() }
+        let gateway = try a1.start([
+            Self.netsvc, "gateway", "--domain", "home.arpa", "--tsig-key", LabWideAreaTests.key, "--link-label", label,
+            "--max-types", "1", "--settle", "1", "--json",
+        ])
+        defer { gateway.stop() }
+        XCTAssertTrue(
+            gateway.waitForOutput(containing: #""event":"mirrored","name":"Early","type":"\#(first)""#, seconds: 30),
+            gateway.output)
+        let late = try a1.start(["avahi-publish", "-s", "Late", second, "4002"])
+        defer { late.stop() }
+        XCTAssertTrue(gateway.waitForOutput(containing: "wait until types leave the link", seconds: 30), gateway.output)
+        early.stop()
+        XCTAssertTrue(
+            gateway.waitForOutput(containing: #""event":"mirrored","name":"Late","type":"\#(second)""#, seconds: 30),
+            gateway.output)
+        let listed = try b1.run(["dig", "+short", "@198.18.2.1", "_services._dns-sd._udp.\(label).home.arpa", "PTR"])
+        XCTAssertTrue(listed.contains(second), listed)
+    }
+
     func testBadInputIsOneLineAndWritesNothing() throws {
         // A label that is no DNS label, a type that is no type: usage errors before anything.
         for (arguments, words) in [
