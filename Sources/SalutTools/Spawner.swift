@@ -98,6 +98,52 @@ package enum Spawner {
         return pid
     }
 
+    /// A started program's process id and the parent's ends of its two pipes.
+    package struct Piped: Sendable {
+        /// The program's process id.
+        package var pid: pid_t
+        /// Writes to its standard input.
+        package var input: Int32
+        /// Reads its standard output (and its standard error, when asked).
+        package var output: Int32
+    }
+
+    /// Starts `arguments` as ``spawn(_:_:)`` does, with a pipe to its standard input and one from
+    /// its standard output (`errorToOutput`: its standard error into the same pipe); returns the
+    /// parent's ends, which the caller closes.
+    /// - Throws: ``Failure`` when a pipe cannot be made or the program cannot be started (no
+    ///   descriptor is left open then).
+    package static func spawnPiped(
+        _ arguments: [String], _ options: Options, errorToOutput: Bool = false
+    ) throws
+        -> Piped
+    {
+        let toChild = try pipe()
+        let fromChild: (read: Int32, write: Int32)
+        do {
+            fromChild = try pipe()
+        } catch {
+            close(toChild.read)
+            close(toChild.write)
+            throw error
+        }
+        var options = options
+        options.standardInput = toChild.read
+        options.standardOutput = fromChild.write
+        if errorToOutput { options.standardError = fromChild.write }
+        let started = Result { try spawn(arguments, options) }
+        close(toChild.read)
+        close(fromChild.write)
+        switch started {
+        case .success(let pid):
+            return Piped(pid: pid, input: toChild.write, output: fromChild.read)
+        case .failure(let error):
+            close(toChild.write)
+            close(fromChild.read)
+            throw error
+        }
+    }
+
     /// A pipe whose two ends are close-on-exec (a child gets an end only through the options'
     /// `dup2`): `(read, write)`.
     /// - Throws: ``Failure`` when the pipe cannot be made.

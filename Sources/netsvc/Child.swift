@@ -31,38 +31,26 @@ final class Child: @unchecked Sendable {
     /// Starts `command` with `environment` added to netsvc's own.
     /// - Throws: ``SpawnError`` when a pipe cannot be made or the shell cannot be started.
     init(command: String, environment: [String: String]) throws {
-        let toChild: (read: Int32, write: Int32)
-        let fromChild: (read: Int32, write: Int32)
-        do {
-            toChild = try Spawner.pipe()
-        } catch { throw SpawnError(description: "\(error)") }
-        do { fromChild = try Spawner.pipe() } catch {
-            close(toChild.read); close(toChild.write)
-            throw SpawnError(description: "\(error)")
-        }
         var options = Spawner.Options()
-        options.standardInput = toChild.read
-        options.standardOutput = fromChild.write
         options.leadsProcessGroup = true
         options.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let spawned = Result { try Spawner.spawn(["/bin/sh", "-c", command], options) }
-        close(toChild.read)
-        close(fromChild.write)
-        guard case .success(let pid) = spawned else {
-            close(toChild.write); close(fromChild.read)
-            if case .failure(let error) = spawned { throw SpawnError(description: "\(error)") }
-            throw SpawnError(description: "cannot start /bin/sh")
+        let started: Spawner.Piped
+        do {
+            started = try Spawner.spawnPiped(["/bin/sh", "-c", command], options)
+        } catch {
+            throw SpawnError(description: "\(error)")
         }
+        let pid = started.pid
         self.pid = pid
         do {
-            input = try PipeEnd(toChild.write, .writing)
+            input = try PipeEnd(started.input, .writing)
         } catch {
-            close(fromChild.read)
+            close(started.output)
             Self.killAndReap(pid)
             throw SpawnError(description: "\(error)")
         }
         do {
-            output = try PipeEnd(fromChild.read, .reading)
+            output = try PipeEnd(started.output, .reading)
         } catch {
             input.close()
             Self.killAndReap(pid)

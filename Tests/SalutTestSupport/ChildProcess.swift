@@ -33,31 +33,21 @@ public final class ChildProcess: @unchecked Sendable {
     /// - Throws: ``SpawnError`` when a pipe or the spawn fails.
     public init(_ arguments: [String], onOutput: @escaping @Sendable (Data) -> Void) throws {
         precondition(!arguments.isEmpty, "a command to run")
-        let inPipe: (read: Int32, write: Int32), outPipe: (read: Int32, write: Int32)
-        do { inPipe = try Spawner.pipe() } catch { throw SpawnError(description: "\(error)") }
-        do { outPipe = try Spawner.pipe() } catch {
-            close(inPipe.read); close(inPipe.write)
+        var options = Spawner.Options()
+        options.searchesPath = true
+        let started: Spawner.Piped
+        do {
+            started = try Spawner.spawnPiped(arguments, options, errorToOutput: true)
+        } catch {
             throw SpawnError(description: "\(error)")
         }
-        var options = Spawner.Options()
-        options.standardInput = inPipe.read
-        options.standardOutput = outPipe.write
-        options.standardError = outPipe.write
-        options.searchesPath = true
-        let spawned = Result { try Spawner.spawn(arguments, options) }
-        close(inPipe.read)
-        close(outPipe.write)
-        guard case .success(let pid) = spawned else {
-            close(inPipe.write); close(outPipe.read)
-            if case .failure(let error) = spawned { throw SpawnError(description: "\(error)") }
-            throw SpawnError(description: "cannot run \(arguments[0])")
-        }
+        let pid = started.pid
         processIdentifier = pid
-        stdinFD = inPipe.write
+        stdinFD = started.input
         var stopPipe: [Int32] = [0, 0]
         guard pipe(&stopPipe) == 0 else {
             let reason = String(cString: strerror(errno))
-            close(inPipe.write); close(outPipe.read)
+            close(started.input); close(started.output)
             kill(pid, SIGKILL)
             var raw: Int32 = 0
             while waitpid(pid, &raw, 0) < 0 && errno == EINTR {}
@@ -65,7 +55,7 @@ public final class ChildProcess: @unchecked Sendable {
         }
         for fd in stopPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         stopFD = stopPipe[1]
-        Self.startReading(outPipe.read, until: stopPipe[0], onOutput: onOutput)
+        Self.startReading(started.output, until: stopPipe[0], onOutput: onOutput)
     }
 
     /// Reads the child's output on a thread of its own until end of file, or until the stop

@@ -45,33 +45,19 @@ enum HookRunner {
         _ command: String, environment: [String: String], input: Data, limit: TimeInterval,
         cancelled: () -> Bool
     ) -> Outcome {
-        let toChild: (read: Int32, write: Int32), fromChild: (read: Int32, write: Int32)
-        do {
-            toChild = try Spawner.pipe()
-        } catch {
-            return Outcome(status: nil, printed: Data(), failure: "\(error)")
-        }
-        do {
-            fromChild = try Spawner.pipe()
-        } catch {
-            close(toChild.read); close(toChild.write)
-            return Outcome(status: nil, printed: Data(), failure: "\(error)")
-        }
-        // Only the hook gets them, as its 0 and 1 (its 2 is the daemon's).
+        // The hook gets the pipes as its 0 and 1 (its 2 is the daemon's).
         var options = Spawner.Options()
-        options.standardInput = toChild.read
-        options.standardOutput = fromChild.write
         options.leadsProcessGroup = true
         options.environment = environment
         options.defaultSignals = [SIGPIPE, SIGTERM, SIGINT]
-        let spawned = Result { try Spawner.spawn(["/bin/sh", "-c", command], options) }
-        close(toChild.read); close(fromChild.write)
-        guard case .success(let pid) = spawned else {
-            close(toChild.write); close(fromChild.read)
-            let failure = if case .failure(let error) = spawned { "\(error)" } else { "cannot start /bin/sh" }
-            return Outcome(status: nil, printed: Data(), failure: failure)
+        let started: Spawner.Piped
+        do {
+            started = try Spawner.spawnPiped(["/bin/sh", "-c", command], options)
+        } catch {
+            return Outcome(status: nil, printed: Data(), failure: "\(error)")
         }
-        var writer: Int32 = toChild.write, reader: Int32 = fromChild.read
+        let pid = started.pid
+        var writer: Int32 = started.input, reader: Int32 = started.output
         _ = fcntl(writer, F_SETFL, fcntl(writer, F_GETFL) | O_NONBLOCK)
         _ = fcntl(reader, F_SETFL, fcntl(reader, F_GETFL) | O_NONBLOCK)
 
