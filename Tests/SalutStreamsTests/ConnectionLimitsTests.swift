@@ -144,6 +144,60 @@ final class ConnectionLimitsTests: SalutTestCase {
         XCTAssertTrue(outcomes.all.compactMap { $0 }.allSatisfy { $0.code == .limitExceeded })
     }
 
+    /// One address flooding the set-up places cuts its own connections, not another host's:
+    /// the oldest connection of the address with the most goes first.
+    func testOneAddressFloodingCutsItsOwnConnectionsNotAnotherHosts() async throws {
+        let limits = ConnectionLimits(handshakeTimeout: 3600, firstByteTimeout: 3600, maximumConnectionsSettingUp: 4)
+        let listener = try StreamListener(port: 0, limits: limits)
+        defer { listener.stop() }
+        let served = Locked<[Data]>([])
+        listener.accept { connection in
+            Task {
+                guard (try? await connection.streams.open()) != nil else { return }
+                guard let first = try? await readBytes(connection.input, count: 2) else { return }
+                served.withLock { $0.append(first) }
+                try? await connection.output.write(first)
+                connection.output.close()
+            }
+        }
+        let early = try (0..<3).map { _ in try RawClient(port: Int(listener.port), from: "127.0.0.1") }
+        let neighbour = try RawClient(port: Int(listener.port), from: "127.0.0.2")
+        try await waitUntil("4 setting up") { listener.connectionsSettingUp == 4 }
+        // Twenty more from the flooding address: each cuts one of its own.
+        let flood = try (0..<20).map { _ in try RawClient(port: Int(listener.port), from: "127.0.0.1") }
+        for client in early { XCTAssertTrue(client.waitForClose(seconds: 10), "the flooder's oldest were cut") }
+        for client in flood.prefix(17) { XCTAssertTrue(client.waitForClose(seconds: 10)) }
+        // The neighbour, silent all along, is still there and served once it speaks.
+        neighbour.send(Data("hi".utf8))
+        XCTAssertEqual(neighbour.receive(count: 2, seconds: 10), Data("hi".utf8), "the other host was not cut")
+        XCTAssertEqual(served.withLock { $0 }, [Data("hi".utf8)])
+    }
+
+    func testTheConnectionCutIsTheOldestOfTheAddressWithTheMost() {
+        // Oldest first, the newcomer last.
+        XCTAssertEqual(SetupQueue.indexToCut(sources: ["a", "b", "a", "c"]), 0, "a has the most: its oldest")
+        XCTAssertEqual(SetupQueue.indexToCut(sources: ["b", "a", "a", "a"]), 1, "the newcomer's own address")
+        XCTAssertEqual(SetupQueue.indexToCut(sources: ["a", "b", "b", "a"]), 0, "a tie: the older of the two")
+        XCTAssertEqual(SetupQueue.indexToCut(sources: ["a", "b", "c", "d"]), 0, "one each: the oldest")
+        XCTAssertEqual(SetupQueue.indexToCut(sources: ["b", "a"]), 0, "never the newcomer")
+    }
+
+    func testAConnectionCountsUnderItsIPv4AddressOrItsIPv6Slash64() throws {
+        func address(_ text: String) throws -> SocketAddress {
+            try XCTUnwrap(SocketAddress.literal(text, port: 80))
+        }
+        XCTAssertEqual(SetupQueue.source(of: try address("198.18.0.7")), "198.18.0.7")
+        XCTAssertEqual(SetupQueue.source(of: try address("::ffff:198.18.0.7")), "198.18.0.7")
+        XCTAssertEqual(
+            SetupQueue.source(of: try address("2001:db8:1:2::1")),
+            SetupQueue.source(of: try address("2001:db8:1:2:ffff::9")),
+            "one /64")
+        XCTAssertNotEqual(
+            SetupQueue.source(of: try address("2001:db8:1:2::1")), SetupQueue.source(of: try address("2001:db8:1:3::1"))
+        )
+        XCTAssertNil(SetupQueue.source(of: nil))
+    }
+
     func testADialledTLSHandshakeWithASilentServerIsBounded() async throws {
         // A server that accepts and never answers: our ClientHello goes unanswered.
         let listener = try StreamListener(

@@ -216,7 +216,7 @@ public final class StreamListener: Sendable {
             let connection = SocketConnection(
                 origin: .accepted(fd: client, tls: setup.tls, limits: setup.limits),
                 bufferSize: setup.bufferSize)
-            connection.pump.onSetUpEnded = setup.queue.admit(connection.pump)
+            connection.pump.onSetUpEnded = setup.queue.admit(connection.pump, from: SetupQueue.source(of: remote))
             if let evaluator = setup.evaluator { connection.state.withLock { $0.evaluator = evaluator } }
             let streams = connection.makePair()
             connection.startAccepted()
