@@ -109,11 +109,14 @@ public struct StreamFailure: Error, Sendable, Hashable, CustomStringConvertible 
         public static let readerClosed = Code("readerClosed")
         /// The stream is not open.
         public static let notOpen = Code("notOpen")
+        /// A line read with ``InputStream/lines(maximumLength:)`` was longer than its limit.
+        public static let lineTooLong = Code("lineTooLong")
     }
 
     private enum Details: Hashable, Sendable {
         case readerClosed
         case notOpen
+        case lineTooLong(limit: Int)
     }
 
     private let details: Details
@@ -123,12 +126,15 @@ public struct StreamFailure: Error, Sendable, Hashable, CustomStringConvertible 
     public static let readerClosed = StreamFailure(.readerClosed)
     /// The stream is not open (never opened, or already closed).
     public static let notOpen = StreamFailure(.notOpen)
+    /// A line went past `limit` bytes without its end (``InputStream/lines(maximumLength:)``).
+    public static func lineTooLong(limit: Int) -> StreamFailure { StreamFailure(.lineTooLong(limit: limit)) }
 
     /// The kind of failure.
     public var code: Code {
         switch details {
         case .readerClosed: .readerClosed
         case .notOpen: .notOpen
+        case .lineTooLong: .lineTooLong
         }
     }
 
@@ -137,6 +143,7 @@ public struct StreamFailure: Error, Sendable, Hashable, CustomStringConvertible 
         switch details {
         case .readerClosed: return "the reading end of the stream pair was closed"
         case .notOpen: return "the stream is not open"
+        case .lineTooLong(let limit): return "a line went past \(limit) bytes without its end"
         }
     }
 }

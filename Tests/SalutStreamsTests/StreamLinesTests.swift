@@ -1,0 +1,37 @@
+import Foundation
+import SalutStreams
+import SalutTestSupport
+import XCTest
+
+/// `InputStream.lines(maximumLength:)`, over a bound pair: what a line-based protocol reads.
+final class StreamLinesTests: XCTestCase {
+    /// Writes `pieces` (each a separate write) then ends the data; returns the reader's lines.
+    private func lines(_ pieces: [String], maximumLength: Int = 64 * 1024) async throws -> [String] {
+        let pair = BoundStreamPair(bufferSize: 64)
+        let writer = Task {
+            for piece in pieces { try await pair.output.write(Data(piece.utf8)) }
+            pair.output.close()
+        }
+        var read: [String] = []
+        for try await line in pair.input.lines(maximumLength: maximumLength) { read.append(line) }
+        try await writer.value
+        return read
+    }
+
+    func testLinesEndAtNewlinesWhateverTheWritesAndTheLastMayLackOne() async throws {
+        let read = try await lines(["one\ntw", "o\r\n", "\nthree ", "and more\nlast"])
+        XCTAssertEqual(read, ["one", "two", "", "three and more", "last"])
+        let none = try await lines([])
+        XCTAssertEqual(none, [])
+    }
+
+    func testALineLongerThanTheLimitFailsWithoutBeingHeld() async throws {
+        do {
+            _ = try await lines(["short\n", String(repeating: "x", count: 300)], maximumLength: 100)
+            XCTFail("a 300-byte line passed a 100-byte limit")
+        } catch let failure as StreamFailure {
+            XCTAssertEqual(failure.code, .lineTooLong)
+            XCTAssertEqual("\(failure)", "a line went past 100 bytes without its end")
+        }
+    }
+}
