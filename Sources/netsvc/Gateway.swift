@@ -31,7 +31,8 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
 
     @Option(
         help: ArgumentHelp(
-            "This link's label: its services go under LABEL.ZONE. Default: this host's name.", valueName: "LABEL"))
+            "This link's label: its services go under LABEL.ZONE. Every link's gateway needs a label of its own (two gateways under one label overwrite each other's services). Default: this host's mDNS name, said at start.",
+            valueName: "LABEL"))
     var linkLabel: String?
 
     @Option(
@@ -116,8 +117,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
         if let dnsServer, WideAreaBrowsing.nameServerAddress(dnsServer) == nil {
             throw ValidationError("--dns-server \(dnsServer) is not an IP address, ADDRESS:PORT or [IPv6]:PORT")
         }
-        let label = linkLabel ?? Self.hostLabel()
-        guard DiscoveryGateway.isLinkLabel(label) else {
+        if let label = linkLabel, !DiscoveryGateway.isLinkLabel(label) {
             throw ValidationError(
                 "--link-label \"\(Terminal.escaped(label))\" is not a DNS label (1 to 63 bytes, no dots, spaces or control characters)"
             )
@@ -143,8 +143,25 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
             throw ExitStatus.usage
         }
         try await requireDaemonOrFail()
+        let label: String
+        if let linkLabel {
+            label = linkLabel
+        } else {
+            // avahi-daemon's name for this host is unique on the link (mDNS sees to it); the
+            // kernel's may be the same on every machine ("raspberrypi").
+            label = (try? await DiscoveryContext.shared.daemonInfo(timeout: 3))?.hostName ?? Self.hostLabel()
+            guard DiscoveryGateway.isLinkLabel(label) else {
+                Output.standardError(
+                    "netsvc: this host's name \"\(Terminal.escaped(label))\" is not a DNS label: give one with --link-label\n"
+                )
+                throw ExitStatus.usage
+            }
+            note(
+                "no --link-label: this link's services go under \"\(label)\" (this host's mDNS name); every link's gateway needs a label of its own, as two under one label overwrite each other's services"
+            )
+        }
         let configuration = DiscoveryGateway.Configuration(
-            domain: domain, label: linkLabel ?? Self.hostLabel(), key: key,
+            domain: domain, label: label, key: key,
             nameServer: dnsServer.flatMap(WideAreaBrowsing.nameServerAddress), types: Self.split(types),
             excludedTypes: Self.split(excludeTypes), maximumServices: maxServices, maximumTypes: maxTypes,
             settleTime: .milliseconds(Int(settle.value * 1000)), dryRun: dryRun, announceRemote: announceRemote)
