@@ -16,41 +16,50 @@ public struct StreamLines: AsyncSequence {
     public struct Iterator: AsyncIteratorProtocol {
         var chunks: StreamChunks.Iterator
         let limit: Int
-        /// Bytes read and not yet handed out as lines.
+        /// Bytes read; those before `start` were handed out already (dropped once per chunk,
+        /// not once per line: many short lines cost no more than one long one).
         var pending: [UInt8] = []
+        var start = 0
         /// How far `pending` is known to hold no line end.
         var searched = 0
         var ended = false
 
         /// - Throws: ``StreamFailure/lineTooLong(limit:)`` when a line goes past the limit
-        ///   without its end; otherwise as ``StreamChunks/Iterator/next()``.
+        ///   (ended or not); otherwise as ``StreamChunks/Iterator/next()``.
         public mutating func next() async throws -> String? {
             while true {
-                if let end = pending[searched...].firstIndex(of: UInt8(ascii: "\n")) {
-                    var line = pending[..<end]
-                    if line.last == UInt8(ascii: "\r") { line = line.dropLast() }
-                    let text = String(decoding: line, as: UTF8.self)
-                    pending.removeSubrange(...end)
-                    searched = 0
-                    return text
+                if let end = pending[Swift.max(start, searched)...].firstIndex(of: UInt8(ascii: "\n")) {
+                    guard end - start <= limit else { throw StreamFailure.lineTooLong(limit: limit) }
+                    let line = Self.text(pending[start..<end])
+                    start = end + 1
+                    searched = start
+                    return line
                 }
                 searched = pending.count
-                guard pending.count <= limit else { throw StreamFailure.lineTooLong(limit: limit) }
+                guard pending.count - start <= limit else { throw StreamFailure.lineTooLong(limit: limit) }
                 if ended {
-                    guard !pending.isEmpty else { return nil }
+                    guard start < pending.count else { return nil }
                     // The last line, without its end.
-                    defer {
-                        pending = []
-                        searched = 0
-                    }
-                    return String(decoding: pending, as: UTF8.self)
+                    defer { start = pending.count }
+                    return Self.text(pending[start...])
                 }
                 guard let chunk = try await chunks.next() else {
                     ended = true
                     continue
                 }
+                // What was handed out goes before the next chunk comes in.
+                if start > 0 {
+                    pending.removeFirst(start)
+                    searched -= start
+                    start = 0
+                }
                 pending.append(contentsOf: chunk)
             }
+        }
+
+        /// A line's bytes as text, without a `\r` at its end.
+        private static func text(_ bytes: ArraySlice<UInt8>) -> String {
+            String(decoding: bytes.last == UInt8(ascii: "\r") ? bytes.dropLast() : bytes, as: UTF8.self)
         }
     }
 }

@@ -57,7 +57,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
 
     @Option(
         help: ArgumentHelp(
-            "Without --types: at most this many service types are watched at a time; more wait until types leave the link (1 to 10000).",
+            "Without --types: at most this many service types are watched at a time; more wait until types leave the link (1 to 500).",
             valueName: "N"))
     var maxTypes = 200
 
@@ -110,8 +110,9 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
         if !(1...100_000).contains(maxServices) {
             throw ValidationError("--max-services \(maxServices) is outside 1…100000")
         }
-        if !(1...10_000).contains(maxTypes) {
-            throw ValidationError("--max-types \(maxTypes) is outside 1…10000")
+        // (Each type is a browser on one connection to avahi-daemon, which allows 1,024 objects.)
+        if !(1...500).contains(maxTypes) {
+            throw ValidationError("--max-types \(maxTypes) is outside 1…500")
         }
         if !(0.1...600).contains(settle.value) { throw ValidationError("--settle \(settle.value) is outside 0.1…600") }
         if let dnsServer, WideAreaBrowsing.nameServerAddress(dnsServer) == nil {
@@ -149,7 +150,8 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
         } else {
             // avahi-daemon's name for this host is unique on the link (mDNS sees to it); the
             // kernel's may be the same on every machine ("raspberrypi").
-            label = (try? await DiscoveryContext.shared.daemonInfo(timeout: 3))?.hostName ?? Self.hostLabel()
+            let mdnsName = (try? await DiscoveryContext.shared.daemonInfo(timeout: 3))?.hostName
+            label = mdnsName ?? Self.hostLabel()
             guard DiscoveryGateway.isLinkLabel(label) else {
                 Output.standardError(
                     "netsvc: this host's name \"\(Terminal.escaped(label))\" is not a DNS label: give one with --link-label\n"
@@ -157,7 +159,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
                 throw ExitStatus.usage
             }
             note(
-                "no --link-label: this link's services go under \"\(label)\" (this host's mDNS name); every link's gateway needs a label of its own, as two under one label overwrite each other's services"
+                "no --link-label: this link's services go under \"\(label)\" (this host's \(mdnsName == nil ? "name" : "mDNS name")); every link's gateway needs a label of its own, as two under one label overwrite each other's services"
             )
         }
         let configuration = DiscoveryGateway.Configuration(

@@ -182,18 +182,18 @@ final class ConnectionLimitsTests: SalutTestCase {
         XCTAssertEqual(SetupQueue.indexToCut(sources: ["b", "a"]), 0, "never the newcomer")
     }
 
-    func testAConnectionCountsUnderItsIPv4AddressOrItsIPv6Slash64() throws {
+    func testAConnectionCountsUnderItsWholeAddress() throws {
         func address(_ text: String) throws -> SocketAddress {
             try XCTUnwrap(SocketAddress.literal(text, port: 80))
         }
         XCTAssertEqual(SetupQueue.source(of: try address("198.18.0.7")), "198.18.0.7")
         XCTAssertEqual(SetupQueue.source(of: try address("::ffff:198.18.0.7")), "198.18.0.7")
-        XCTAssertEqual(
-            SetupQueue.source(of: try address("2001:db8:1:2::1")),
-            SetupQueue.source(of: try address("2001:db8:1:2:ffff::9")),
-            "one /64")
+        // Two neighbours on one link share its /64: they are two addresses, not one.
         XCTAssertNotEqual(
-            SetupQueue.source(of: try address("2001:db8:1:2::1")), SetupQueue.source(of: try address("2001:db8:1:3::1"))
+            SetupQueue.source(of: try address("2001:db8:1:2::1")), SetupQueue.source(of: try address("2001:db8:1:2::9"))
+        )
+        XCTAssertEqual(
+            SetupQueue.source(of: try address("2001:db8:1:2::1")), SetupQueue.source(of: try address("2001:db8:1:2::1"))
         )
         XCTAssertNil(SetupQueue.source(of: nil))
     }

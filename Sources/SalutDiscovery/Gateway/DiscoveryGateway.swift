@@ -221,13 +221,13 @@ public final class DiscoveryGateway: Sendable {
         // The error that ends the gateway, once the zone refused an update for good.
         let refusal = Locked<DiscoveryError?>(nil)
         var machine = StateMachine(maximumServices: configuration.maximumServices)
-        // Resolutions spread over connections to avahi-daemon of their own: the daemon gives each
-        // client 1,024 objects, and a followed service holds one resolver per interface and
-        // protocol it is seen on (two on a dual-stack link), so one connection ran out near 500.
-        let resolving = (0..<LinkWatcher.contextCount(forServices: configuration.maximumServices)).map {
+        // Resolutions spread over connections to avahi-daemon of their own, the least loaded
+        // first: the daemon gives each client 1,024 objects, and a followed service holds one
+        // resolver per interface and protocol it is seen on (two on a dual-stack link), so one
+        // connection ran out near 500.
+        var resolving = ResolvingPool(share: LinkWatcher.servicesPerContext, maximumContexts: 32) {
             DiscoveryContext(label: "gateway-resolve-\($0)")
         }
-        var resolutions = 0
         work.start { [reports] in
             let listed = await zone.listWithRetries(reports: reports)
             reports(.listed(count: listed.count))
@@ -245,13 +245,13 @@ public final class DiscoveryGateway: Sendable {
             for action in machine.handle(event) {
                 switch action {
                 case .resolve(let key):
-                    let context = resolving[resolutions % resolving.count]
-                    resolutions &+= 1
+                    let context = resolving.assign(key)
                     work.start(for: key) {
                         await LinkWatcher.follow(
                             key, in: context, { sink.yield(.found($0)) }, unresolved: { sink.yield(.unresolved(key)) })
                     }
                 case .stopResolving(let key):
+                    resolving.release(key)
                     work.stop(key)
                 case .send(let operation):
                     work.start { [configuration, reports] in

@@ -35,9 +35,17 @@ extension DiscoveryGateway {
         ) async {
             var browsed: [String: Task<Void, Never>] = [:]
             var waiting: [String] = []
+            var isWaiting = Set<String>()
             var toldFull = false
             func start(_ type: String) {
                 browsed[type] = Task { await Self.browse(type, report) }
+            }
+            /// Stops browsing `type` and waits until its services are reported lost (so that a
+            /// type back at once is seen again after, never before, its old services are lost).
+            func stop(_ type: String) async {
+                guard let browse = browsed.removeValue(forKey: type) else { return }
+                browse.cancel()
+                await browse.value
             }
             while !Task.isCancelled {
                 do {
@@ -47,13 +55,16 @@ extension DiscoveryGateway {
                             case .added(let found):
                                 let type = found.name.lowercased()
                                 guard !excluded.contains(type), DiscoveryGateway.mayMirror(type: type),
-                                    browsed[type] == nil, !waiting.contains(type)
+                                    browsed[type] == nil, !isWaiting.contains(type)
                                 else { continue }
                                 if browsed.count < configuration.maximumTypes {
                                     start(type)
                                     continue
                                 }
-                                if waiting.count < 4 * configuration.maximumTypes { waiting.append(type) }
+                                if waiting.count < 4 * configuration.maximumTypes {
+                                    waiting.append(type)
+                                    isWaiting.insert(type)
+                                }
                                 if !toldFull {
                                     toldFull = true
                                     SalutLogging.logger.warning(
@@ -62,10 +73,14 @@ extension DiscoveryGateway {
                                 }
                             case .removed(let found):
                                 let type = found.name.lowercased()
-                                waiting.removeAll { $0 == type }
-                                guard let browse = browsed.removeValue(forKey: type) else { continue }
-                                browse.cancel()  // (it reports its services lost)
-                                if !waiting.isEmpty { start(waiting.removeFirst()) }
+                                if isWaiting.remove(type) != nil { waiting.removeAll { $0 == type } }
+                                guard browsed[type] != nil else { continue }
+                                await stop(type)
+                                if let next = waiting.first {
+                                    waiting.removeFirst()
+                                    isWaiting.remove(next)
+                                    start(next)
+                                }
                                 if waiting.isEmpty { toldFull = false }
                             }
                         }
@@ -73,10 +88,16 @@ extension DiscoveryGateway {
                 } catch {
                     SalutLogging.logger.warning("browsing the link's service types failed: \(error)")
                 }
+                // The listing ended (avahi-daemon went away): types that left meanwhile would
+                // hold their places, so every browse stops (its services reported lost) and the
+                // next listing starts afresh.
+                for type in Array(browsed.keys) { await stop(type) }
+                waiting = []
+                isWaiting = []
+                toldFull = false
                 try? await Task.sleep(for: .seconds(1))
             }
-            for browse in browsed.values { browse.cancel() }
-            for browse in browsed.values { await browse.value }
+            for type in Array(browsed.keys) { await stop(type) }
         }
 
         /// Reports the services of `type` seen and lost, until cancelled.
@@ -111,11 +132,6 @@ extension DiscoveryGateway {
         /// resolver per interface and protocol (two on a dual-stack link, four on two), and the
         /// daemon gives a client 1,024 objects.
         static let servicesPerContext = 200
-
-        /// How many connections to avahi-daemon follow `services` services.
-        static func contextCount(forServices services: Int) -> Int {
-            max(1, (services + servicesPerContext - 1) / servicesPerContext)
-        }
 
         /// Reports `key`'s records each time they change (its first resolution included),
         /// until cancelled; resolves through `context`.

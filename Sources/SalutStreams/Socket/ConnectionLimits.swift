@@ -37,9 +37,9 @@ public struct ConnectionLimits: Sendable, Hashable {
     public var idleTimeout: TimeInterval?
 
     /// How many accepted connections may be setting up (the handshake and the first byte
-    /// above) at once. When one more arrives, the connection that has been setting up longest
-    /// is cut to make room: a flood of silent peers cannot keep a prompt one out. The listener
-    /// keeps accepting meanwhile. Default 64; values below 1 count as 1.
+    /// above) at once. When one more arrives, the oldest connection of the address with the
+    /// most setting up is cut to make room: a flood of silent peers cannot keep a prompt one
+    /// out, and one address flooding cuts its own. The listener keeps accepting meanwhile. Default 64; values below 1 count as 1.
     public var maximumConnectionsSettingUp: Int
 
     /// Limits with the given values; those left out keep their defaults (10 s for the

@@ -20,17 +20,18 @@ final class SetupQueue: Sendable {
     /// How many connections are setting up now.
     var count: Int { entries.value.waiting.count }
 
-    /// The address a connection counts under: an IPv4 address, or an IPv6 address's /64 (one
-    /// host may hold a whole /64, as one holds one IPv4 address).
+    /// The address a connection counts under: its IP address (an IPv4-mapped IPv6 address as
+    /// its IPv4 address; an IPv6 link-local one with its interface). Whole addresses, not
+    /// prefixes: on a LAN every host of the link shares the link's IPv6 /64, and counting them as
+    /// one would make the neighbours one "busy address" that a flood from elsewhere cuts first.
     static func source(of address: SocketAddress?) -> String? {
         guard let address else { return nil }
         guard address.isIPv6 else { return address.host }
         let bytes = address.rawBytes
-        // An IPv4-mapped address (::ffff:a.b.c.d) counts as its IPv4 address.
         if bytes.prefix(12) == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff] {
             return bytes.suffix(4).map(String.init).joined(separator: ".")
         }
-        return bytes.prefix(8).map { String($0, radix: 16) }.joined(separator: ":") + "::/64"
+        return bytes.map { String($0, radix: 16) }.joined(separator: ":") + "%\(address.scopeID)"
     }
 
     /// Counts `pump`, from the address `source`, as setting up; when there is no room, cuts the

@@ -56,8 +56,8 @@ public final class StreamListener: Sendable {
     ///   - backlog: the `listen` backlog.
     ///   - limits: how long an accepted connection may take to finish its TLS handshake and
     ///     carry its first byte (10 s each by default), how long it may stay idle (no bound by
-    ///     default), and how many may be setting up at once (64; the oldest is cut to make
-    ///     room). Accepted connections start at once, so these count from the accept, whenever
+    ///     default), and how many may be setting up at once (64; the oldest of the busiest
+    ///     address is cut to make room). Accepted connections start at once, so these count from the accept, whenever
     ///     their streams are opened.
     ///   - trustEvaluator: judges each client during its TLS handshake (with `tls`): it gets the
     ///     client's ``TLSPeerTrust`` (its certificate's and public key's SHA-256, and
