@@ -1,6 +1,6 @@
 import Foundation
 
-/// An input stream's text, line by line (``InputStream/lines(maximumLength:)``).
+/// An input stream's text, line by line (`InputStream.lines(maximumLength:)`).
 public struct StreamLines: AsyncSequence {
     public typealias Element = String
 

@@ -109,7 +109,7 @@ public struct StreamFailure: Error, Sendable, Hashable, CustomStringConvertible 
         public static let readerClosed = Code("readerClosed")
         /// The stream is not open.
         public static let notOpen = Code("notOpen")
-        /// A line read with ``InputStream/lines(maximumLength:)`` was longer than its limit.
+        /// A line read with `InputStream.lines(maximumLength:)` was longer than its limit.
         public static let lineTooLong = Code("lineTooLong")
     }
 
@@ -126,7 +126,7 @@ public struct StreamFailure: Error, Sendable, Hashable, CustomStringConvertible 
     public static let readerClosed = StreamFailure(.readerClosed)
     /// The stream is not open (never opened, or already closed).
     public static let notOpen = StreamFailure(.notOpen)
-    /// A line went past `limit` bytes without its end (``InputStream/lines(maximumLength:)``).
+    /// A line went past `limit` bytes without its end (`InputStream.lines(maximumLength:)`).
     public static func lineTooLong(limit: Int) -> StreamFailure { StreamFailure(.lineTooLong(limit: limit)) }
 
     /// The kind of failure.
