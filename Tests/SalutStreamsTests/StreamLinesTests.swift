@@ -17,7 +17,14 @@ final class StreamLinesTests: XCTestCase {
             pair.output.close()
         }
         var read: [String] = []
-        for try await line in pair.input.lines(maximumLength: maximumLength) { read.append(line) }
+        do {
+            for try await line in pair.input.lines(maximumLength: maximumLength) { read.append(line) }
+        } catch {
+            // The writer may wait for room that the reader will not make: its write fails now.
+            pair.input.close()
+            _ = try? await writer.value
+            throw error
+        }
         try await writer.value
         return read
     }
