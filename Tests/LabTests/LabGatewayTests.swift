@@ -168,6 +168,10 @@ final class LabGatewayTests: XCTestCase {
             gateway.output)
         let listed = try b1.run(["dig", "+short", "@198.18.2.1", "_services._dns-sd._udp.\(label).home.arpa", "PTR"])
         XCTAssertTrue(listed.contains(second), listed)
+        // The zone is left as it was found: the later tests read it whole.
+        late.stop()
+        XCTAssertTrue(
+            gateway.waitForOutput(containing: #""event":"removed","name":"Late""#, seconds: 30), gateway.output)
     }
 
     func testBadInputIsOneLineAndWritesNothing() throws {
