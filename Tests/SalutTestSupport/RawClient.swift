@@ -20,27 +20,27 @@ public final class RawClient {
                 close(fd)
                 throw POSIXError(.EINVAL)
             }
-            let bound = withUnsafePointer(to: &local) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                    bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-                }
-            }
-            guard bound == 0 else {
-                let code = errno
-                close(fd)
-                throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
-            }
+            try Self.call(bind, fd, local)
         }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = UInt16(port).bigEndian
         address.sin_addr.s_addr = UInt32(0x7f00_0001).bigEndian
-        let connected = withUnsafePointer(to: &address) {
+        try Self.call(connect, fd, address)
+    }
+
+    /// Calls `bind` or `connect` on `fd` with `address`; closes `fd` and throws its errno when it
+    /// fails.
+    private static func call(
+        _ function: (Int32, UnsafePointer<sockaddr>?, socklen_t) -> Int32, _ fd: Int32, _ address: sockaddr_in
+    ) throws {
+        var address = address
+        let result = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                function(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        guard connected == 0 else {
+        guard result == 0 else {
             let code = errno
             close(fd)
             throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
