@@ -45,6 +45,9 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
     private var pendingOperations = 0
     private var lastActivity = Date()
     private var timers: [DispatchSourceTimer] = []
+    /// The work that connects; cancelled when the task ends, so a task still waiting for one of
+    /// its host's slots leaves the line at once.
+    private var connecting: Task<Void, Never>?
     /// Bytes a cancelled read had collected: the next read returns them first.
     private var carried = Data()
     /// Reads and writes queued behind a TLS start or stop wait for this.
@@ -318,7 +321,9 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
 
     override func startWork() {
         armTimers()
-        Task.detached { await self.connect() }
+        let connecting = Task.detached { await self.connect() }
+        lock.withLock { self.connecting = connecting }
+        if isFinished { connecting.cancel() }  // ended before the handle was kept
     }
 
     override func cancelWork() {
@@ -326,11 +331,13 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
     }
 
     override func finishWork() {
-        let (timers, captured, holdsSlot) = lock.withLock { () -> ([DispatchSourceTimer], Bool, Bool) in
-            defer { self.timers = []; self.holdsSlot = false }
-            return (self.timers, self.captured, self.holdsSlot)
+        let (timers, captured, holdsSlot, connecting) = lock.withLock {
+            () -> ([DispatchSourceTimer], Bool, Bool, Task<Void, Never>?) in
+            defer { self.timers = []; self.holdsSlot = false; self.connecting = nil }
+            return (self.timers, self.captured, self.holdsSlot, self.connecting)
         }
         timers.forEach { $0.cancel() }
+        connecting?.cancel()
         connection.open(.failure(failure))
         if !captured, case .success(let pair)? = connection.current {
             if (error as? PeerSessionError) == .cancelled {
@@ -343,8 +350,7 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
             }
         }
         if holdsSlot {
-            let slots = session.slots, key = target.key
-            Task { await slots.release(key) }
+            session.slots.release(target.key)
         }
     }
 
@@ -365,7 +371,8 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
     }
 
     private func connect() async {
-        await session.slots.acquire(target.key, priority: priority)
+        // A task cancelled while it waits leaves the line and never takes a slot.
+        guard await session.slots.acquire(target.key, priority: priority) else { return }
         let stillWanted =
             lock.withLock { () -> Bool in
                 holdsSlot = true

@@ -252,7 +252,7 @@ final class StreamTaskTests: SalutTestCase {
         }
         let key = "127.0.0.1:\(server.port)"
         try await withDeadline(5, "both wait for the slot") {
-            while await session.slots.waitingCount(for: key) < 2 { try await Task.sleep(nanoseconds: 1_000_000) }
+            while session.slots.waitingCount(for: key) < 2 { try await Task.sleep(nanoseconds: 1_000_000) }
         }
         XCTAssertEqual(order.value, [], "nothing runs while the only slot is held")
         holder.cancel()
@@ -263,5 +263,41 @@ final class StreamTaskTests: SalutTestCase {
         XCTAssertEqual(order.value.count, 2)
         low.cancel()
         high.cancel()
+    }
+
+    func testATaskCancelledWhileWaitingForASlotLeavesTheLineAtOnce() async throws {
+        let server = try EchoServer()
+        var one = PeerSessionConfiguration.ephemeral
+        one.maximumConnectionsPerHost = 1
+        let delegate = RecordingDelegate()
+        let session = PeerSession(configuration: one, delegate: delegate)
+        let holder = session.streamTask(withHostName: "127.0.0.1", port: server.port)
+        holder.resume()
+        try await holder.write(Data("h".utf8), timeout: 5)
+        _ = try await holder.readData(ofMinLength: 1, maxLength: 1, timeout: 5)
+        let waiter = session.streamTask(withHostName: "127.0.0.1", port: server.port)
+        waiter.resume()
+        let key = "127.0.0.1:\(server.port)"
+        try await withDeadline(5, "the second task waits for the only slot") {
+            while session.slots.waitingCount(for: key) < 1 { try await Task.sleep(nanoseconds: 1_000_000) }
+        }
+        waiter.cancel()
+        // It leaves while the holder still has the slot (it used to keep its place until then).
+        try await withDeadline(5, "the cancelled task left the line") {
+            while session.slots.waitingCount(for: key) > 0 { try await Task.sleep(nanoseconds: 1_000_000) }
+        }
+        try await delegate.wait(for: "complete \(waiter.taskIdentifier)")
+        XCTAssertEqual(waiter.error as? PeerSessionError, .cancelled)
+        // The slot is still the holder's and works; a new task gets it once the holder ends.
+        try await holder.write(Data("i".utf8), timeout: 5)
+        let (echo, _) = try await holder.readData(ofMinLength: 1, maxLength: 1, timeout: 5)
+        XCTAssertEqual(echo, Data("i".utf8))
+        holder.cancel()
+        let next = session.streamTask(withHostName: "127.0.0.1", port: server.port)
+        next.resume()
+        try await next.write(Data("n".utf8), timeout: 5)
+        let (reply, _) = try await next.readData(ofMinLength: 1, maxLength: 1, timeout: 5)
+        XCTAssertEqual(reply, Data("n".utf8))
+        next.cancel()
     }
 }
