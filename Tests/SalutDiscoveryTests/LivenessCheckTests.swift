@@ -1,0 +1,96 @@
+import Foundation
+import SalutDiscovery
+import SalutTestSupport
+import XCTest
+
+/// `LivenessCheck` against the real avahi-daemon: a service with a responder answers; a ghost
+/// (announced by a foreign responder that left without its goodbye, so the daemon's cache still
+/// lists it) does not.
+final class LivenessCheckTests: XCTestCase {
+    func testAServiceWithAResponderAnswersAndAGhostTheDaemonStillListsDoesNot() async throws {
+        let type = uniqueType("g")
+        let ad = try await ServiceAdvertisement.publish(name: "Alive One", type: type, port: 4321)
+        try GhostResponder.announce("Gone Without Goodbye", type: type, port: 4322)
+        defer { try? GhostResponder.announce("Gone Without Goodbye", type: type, port: 4322, goodbye: true) }
+        let update = try await listing(type, holds: ["Alive One", "Gone Without Goodbye"])
+        let alive = try XCTUnwrap(update.services.first { $0.name == "Alive One" })
+        let ghost = try XCTUnwrap(update.services.first { $0.name == "Gone Without Goodbye" })
+
+        let check = LivenessCheck(attempts: 2, interval: .milliseconds(500))
+        let aliveAnswers = try await check.isAnswering(alive, on: update.sightings[alive] ?? [])
+        XCTAssertTrue(aliveAnswers, "a published service answers a direct query")
+        let ghostAnswers = try await check.isAnswering(ghost, on: update.sightings[ghost] ?? [])
+        XCTAssertFalse(ghostAnswers, "the ghost is listed but nobody answers for it")
+        // Names compare without regard to case, as mDNS names do.
+        let otherCase = DiscoveredService(name: "ALIVE one", type: type)
+        let otherCaseAnswers = try await check.isAnswering(otherCase, on: update.sightings[alive] ?? [])
+        XCTAssertTrue(otherCaseAnswers)
+
+        // Once withdrawn, the real one no longer answers either.
+        await ad.withdraw()
+        let withdrawnAnswers = try await check.isAnswering(alive, on: update.sightings[alive] ?? [])
+        XCTAssertFalse(withdrawnAnswers)
+        let nowhere = try await check.isAnswering(alive, on: [])
+        XCTAssertFalse(nowhere, "seen nowhere: nothing to ask")
+    }
+
+    func testAServiceOutsideTheLinkIsATypedError() async throws {
+        let service = DiscoveredService(name: "Printer", type: "_ipp._tcp", domain: "example.com")
+        do {
+            _ = try await LivenessCheck().isAnswering(service, on: [])
+            XCTFail("a wide-area service cannot be checked by mDNS")
+        } catch let error as DiscoveryError {
+            XCTAssertEqual(error.code, .invalidDomain)
+        }
+    }
+
+    /// The first update whose services include every name in `names`.
+    private func listing(_ type: String, holds names: Set<String>) async throws -> BrowseUpdate {
+        try await withDeadline(10, "\(names) listed by the daemon") {
+            for try await update in try ServiceBrowser(type: type)
+            where names.isSubset(of: Set(update.services.map(\.name))) {
+                return update
+            }
+            throw CancellationError()
+        }
+    }
+}
+
+/// A foreign mDNS responder on loopback that announces a service and leaves at once, without
+/// its goodbye: avahi-daemon caches the records (the browse record for 75 minutes) though no
+/// one will answer for them. `goodbye` sends the records with TTL 0 instead, to clean up.
+enum GhostResponder {
+    static func announce(_ name: String, type: String, port: Int, goodbye: Bool = false) throws {
+        let script = """
+            import socket, struct, sys
+            instance, kind, port, ttl = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+            def name(text):
+                out = b''
+                for label in text.split('.'):
+                    out += bytes([len(label.encode())]) + label.encode()
+                return out + b'\\0'
+            def record(owner, rtype, ttl, data, flush=False):
+                return owner + struct.pack('>HHIH', rtype, 0x8001 if flush else 1, ttl, len(data)) + data
+            full = bytes([len(instance.encode())]) + instance.encode() + name(kind + '.local')
+            host = name('ghost-host.local')
+            records = [
+                record(name(kind + '.local'), 12, 4500 if ttl else 0, full),
+                record(full, 33, 120 if ttl else 0, struct.pack('>HHH', 0, 0, port) + host, True),
+                record(full, 16, 4500 if ttl else 0, b'\\x05v=one', True),
+                record(host, 1, 120 if ttl else 0, socket.inet_aton('127.0.0.1'), True),
+            ]
+            packet = struct.pack('>HHHHHH', 0, 0x8400, 0, len(records), 0, 0) + b''.join(records)
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(('', 5353))  # mDNS answers count only from port 5353
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton('127.0.0.1'))
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 255)
+            s.sendto(packet, ('224.0.0.251', 5353))
+            """
+        let run = try Foreign(["python3", "-c", script, name, type, String(port), goodbye ? "0" : "1"])
+        let output = run.finish(seconds: 10)
+        guard !run.process.isRunning, run.process.terminationStatus == 0 else {
+            throw NSError(domain: "GhostResponder", code: 1, userInfo: [NSLocalizedDescriptionKey: output])
+        }
+    }
+}
