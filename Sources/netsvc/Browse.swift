@@ -7,7 +7,8 @@ struct Browse: AsyncParsableCommand {
         abstract: "Show services as they appear (+) and disappear (-).",
         discussion: """
             Lines are: +/-, name, type, domain, interface and protocol of the first sighting;
-            with --resolve also host:port, addresses (IPv6 with %scope) and TXT. --terminate
+            with --resolve also host:port, addresses (IPv6 with %scope) and TXT; with --verify, a
+            removal that is not the daemon's own says why ("stopped answering"). --terminate
             exits once the daemon's cache and the first network answers are in, like
             avahi-browse -t. --json writes one object per line instead (event, name, type,
             domain, interface, protocol, host, addresses, port, txt; binary TXT values as
@@ -17,6 +18,7 @@ struct Browse: AsyncParsableCommand {
               netsvc browse _http._tcp
               netsvc browse _http._tcp --resolve --terminate --json
               netsvc browse --all --terminate
+              netsvc browse _ipp._tcp --verify --verify-every 5
               netsvc browse _ipp._tcp --interface eth1 --ipv4 --ignore-local
               netsvc browse _http._tcp --domain home.arpa --dns-server 198.18.1.53 --resolve
 
@@ -56,6 +58,18 @@ struct Browse: AsyncParsableCommand {
     @Flag(help: "Leave out services published by this host.")
     var ignoreLocal = false
 
+    @Flag(
+        help: ArgumentHelp(
+            "Show a service only while it answers a direct mDNS query, asked when it is found and every --verify-every seconds: one whose host left without its goodbye reaching us is listed as removed within about --verify-every + 3 seconds, instead of staying listed until the daemon's record expires (up to 75 minutes)."
+        ))
+    var verify = false
+
+    @Option(
+        help: ArgumentHelp(
+            "With --verify, how often each listed service is asked again (1 to 3600; every check is one small multicast query).",
+            valueName: "seconds"))
+    var verifyEvery: Seconds = 10
+
     @Option(
         help: ArgumentHelp(
             "Browse the wide-area --domain by unicast DNS queries to this name server (ADDRESS, ADDRESS:PORT or [IPv6]:PORT) instead of through avahi-daemon.",
@@ -77,6 +91,18 @@ struct Browse: AsyncParsableCommand {
                     "--dns-server is for a wide-area --domain (local is browsed through avahi-daemon)")
             }
         }
+        if verify {
+            if dnsServer != nil {
+                throw ValidationError("--verify asks the link by mDNS; it does not go with --dns-server")
+            }
+            if !((try? ServiceNames.normaliseDomain(domain)).map(ServiceNames.isOnTheLink) ?? false) {
+                throw ValidationError(
+                    "--verify asks the link by mDNS: it needs --domain local (\(domain) is wide-area)")
+            }
+        } else if verifyEvery.value != 10 {
+            throw ValidationError("--verify-every goes with --verify")
+        }
+        if verifyEvery.value < 1 { throw ValidationError("--verify-every must be 1…3600 seconds") }
         if all == (type != nil) {
             throw ValidationError(all ? "give a TYPE or --all, not both" : "give a service TYPE, or --all")
         }
@@ -102,15 +128,21 @@ struct Browse: AsyncParsableCommand {
             }
             try await requireDaemon()
             let printer = BrowsePrinter(json: json, resolve: resolve, family: family, interface: interface)
+            let listing = Listing(
+                printer: printer,
+                watch: verify
+                    ? LivenessWatch(
+                        printer: printer, period: .seconds(verifyEvery.value),
+                        verbose: logging.verbose || logging.level <= .info) : nil)
             if let type {
                 let browser = try ServiceBrowser(
                     type: type, domain: domain, interface: interface, family: family, includeLocal: !ignoreLocal)
                 for try await update in browser {
-                    for change in update.changes { await printer.report(change, in: update) }
-                    if terminate && update.isComplete { return }
+                    for change in update.changes { await listing.report(change, in: update) }
+                    if terminate && update.isComplete { return await listing.finish() }
                 }
             } else {
-                try await browseAll(printer)
+                try await browseAll(listing)
             }
         } catch {
             throw fail(error)
@@ -119,7 +151,7 @@ struct Browse: AsyncParsableCommand {
 
     /// Browses the service types, and each type as it appears; with --terminate, ends when the
     /// type list and every type's browse are complete.
-    private func browseAll(_ printer: BrowsePrinter) async throws {
+    private func browseAll(_ listing: Listing) async throws {
         enum Event: Sendable {
             case types(BrowseUpdate)
             case services(type: String, BrowseUpdate)
@@ -158,10 +190,10 @@ struct Browse: AsyncParsableCommand {
                 }
                 if update.isComplete { typesComplete = true }
             case .services(let type, let update):
-                for change in update.changes { await printer.report(change, in: update) }
+                for change in update.changes { await listing.report(change, in: update) }
                 if update.isComplete { complete.insert(type) }
             }
-            if terminate && typesComplete && complete.isSuperset(of: started) { return }
+            if terminate && typesComplete && complete.isSuperset(of: started) { return await listing.finish() }
         }
     }
 }
@@ -232,6 +264,23 @@ extension Browse {
     }
 }
 
+/// Where browse changes go: straight to the printer, or through the liveness watch (--verify).
+struct Listing: Sendable {
+    let printer: BrowsePrinter
+    let watch: LivenessWatch?
+
+    func report(_ change: BrowseChange, in update: BrowseUpdate) async {
+        guard let watch else { return await printer.report(change, in: update) }
+        switch change {
+        case .added(let service): await watch.found(service, sightings: update.sightings[service] ?? [])
+        case .removed(let service): await watch.lost(service, sightings: update.sightings[service] ?? [])
+        }
+    }
+
+    /// Before --terminate exits: every service listed has been checked and printed.
+    func finish() async { await watch?.finish() }
+}
+
 /// Prints browse changes as columns or JSON lines.
 struct BrowsePrinter: Sendable {
     let json: Bool
@@ -245,7 +294,17 @@ struct BrowsePrinter: Sendable {
             case .added(let s): ("add", s)
             case .removed(let s): ("remove", s)
             }
-        let first = update.sightings[service]?.first
+        await report(event, service, sightings: update.sightings[service] ?? [])
+    }
+
+    /// Prints one line: `event` is "add" or "remove"; `reason` says why when it is not the
+    /// daemon's own news (a service that stopped answering, with --verify).
+    func report(
+        _ event: String, _ service: DiscoveredService, sightings: [ServiceSighting], reason: String? = nil
+    )
+        async
+    {
+        let first = sightings.first
         let interface = first?.interface ?? "", proto = first.map { $0.isIPv6 ? "IPv6" : "IPv4" } ?? ""
         var resolved: ResolvedService?
         var failure: String?
@@ -274,6 +333,7 @@ struct BrowsePrinter: Sendable {
                 object["resolved"] = resolved != nil
                 if let failure { object["resolveError"] = failure }
             }
+            if let reason { object["reason"] = reason }
             printJSON(object)
         } else {
             let sign = event == "add" ? Terminal.green("+") : Terminal.red("-")
@@ -291,6 +351,7 @@ struct BrowsePrinter: Sendable {
             } else if let failure {
                 line += "  (not resolved: \(Terminal.escaped(failure)))"
             }
+            if let reason { line += "  " + Terminal.dim("(\(reason))") }
             emit(line)
         }
     }

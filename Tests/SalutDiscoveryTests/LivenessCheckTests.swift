@@ -56,11 +56,27 @@ final class LivenessCheckTests: XCTestCase {
     }
 }
 
-/// A foreign mDNS responder on loopback that announces a service and leaves at once, without
-/// its goodbye: avahi-daemon caches the records (the browse record for 75 minutes) though no
-/// one will answer for them. `goodbye` sends the records with TTL 0 instead, to clean up.
+/// A foreign mDNS responder on loopback that announces a service, answers direct queries for
+/// it for `answering` seconds, and leaves without its goodbye: avahi-daemon caches the records
+/// (the browse record for 75 minutes) though no one answers for them any more. `goodbye` sends
+/// the records with TTL 0 instead, to clean up.
 enum GhostResponder {
+    /// Announces and returns at once (the ghost never answers).
     static func announce(_ name: String, type: String, port: Int, goodbye: Bool = false) throws {
+        let run = try start(name, type: type, port: port, answering: 0, goodbye: goodbye)
+        let output = run.finish(seconds: 10)
+        guard !run.process.isRunning, run.process.terminationStatus == 0 else {
+            throw NSError(domain: "GhostResponder", code: 1, userInfo: [NSLocalizedDescriptionKey: output])
+        }
+    }
+
+    /// The responder's process: it prints "answering" once announced, then answers for
+    /// `answering` seconds and exits without a goodbye.
+    static func start(
+        _ name: String, type: String, port: Int, answering: Int, goodbye: Bool = false
+    ) throws
+        -> Foreign
+    {
         let script = """
             import socket, struct, sys
             instance, kind, port, ttl = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -86,11 +102,29 @@ enum GhostResponder {
             s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton('127.0.0.1'))
             s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 255)
             s.sendto(packet, ('224.0.0.251', 5353))
+            answering = int(sys.argv[5])
+            if answering > 0:
+                import time
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+                             socket.inet_aton('224.0.0.251') + socket.inet_aton('127.0.0.1'))
+                print('answering', flush=True)
+                end = time.monotonic() + answering
+                while time.monotonic() < end:
+                    s.settimeout(max(0.01, end - time.monotonic()))
+                    try:
+                        query, source = s.recvfrom(9000)
+                    except socket.timeout:
+                        break
+                    # A query (QR clear) whose first question is our SRV: answered to its port.
+                    if len(query) < 12 or query[2] & 0x80 or query[4:6] != b'\\0\\1':
+                        continue
+                    question_end = 12 + len(full) + 4
+                    if query[12:12 + len(full)].lower() != full.lower() or query[question_end - 4:question_end - 2] != b'\\0\\x21':
+                        continue
+                    answer = query[:2] + struct.pack('>HHHHH', 0x8400, 1, 1, 0, 0) + query[12:question_end] + records[1]
+                    s.sendto(answer, source)
             """
-        let run = try Foreign(["python3", "-c", script, name, type, String(port), goodbye ? "0" : "1"])
-        let output = run.finish(seconds: 10)
-        guard !run.process.isRunning, run.process.terminationStatus == 0 else {
-            throw NSError(domain: "GhostResponder", code: 1, userInfo: [NSLocalizedDescriptionKey: output])
-        }
+        return try Foreign(
+            ["python3", "-c", script, name, type, String(port), goodbye ? "0" : "1", String(answering)])
     }
 }

@@ -207,6 +207,53 @@ final class NetsvcBrowseTests: XCTestCase {
         XCTAssertTrue(plain.contains("Painted") && !plain.contains("\u{1B}["), plain.debugDescription)
     }
 
+    func testVerifyListsOnlyServicesThatAnswerAndReportsOneThatStopsAnsweringAsRemoved() throws {
+        let type = uniqueType("v")
+        let publisher = try Foreign([netsvc, "publish", "Real One", type, "4242"])
+        defer { publisher.stop() }
+        XCTAssertTrue(publisher.waitForOutput(containing: "published", seconds: 10), publisher.output)
+        // A ghost: announced, never answering (its host left without its goodbye reaching us).
+        try GhostResponder.announce("Long Gone", type: type, port: 4243)
+        // One that answers for a while, then leaves without a goodbye.
+        let fading = try GhostResponder.start("Fading", type: type, port: 4244, answering: 8)
+        defer {
+            fading.stop()
+            for name in ["Long Gone", "Fading"] {
+                try? GhostResponder.announce(name, type: type, port: 1, goodbye: true)
+            }
+        }
+        XCTAssertTrue(fading.waitForOutput(containing: "answering", seconds: 10), fading.output)
+
+        // Without --verify the daemon's cache lists all three; with it, the ghost is left out.
+        let (plainCode, plain) = try run([netsvc, "browse", type, "--terminate"])
+        XCTAssertEqual(plainCode, 0, plain)
+        XCTAssertTrue(plain.contains("Long Gone") && plain.contains("Real One") && plain.contains("Fading"), plain)
+        let (code, verified) = try run([netsvc, "browse", type, "--terminate", "--verify", "--log-level", "info"])
+        XCTAssertEqual(code, 0, verified)
+        XCTAssertTrue(verified.contains("+ Real One") && verified.contains("+ Fading"), verified)
+        XCTAssertFalse(verified.contains("+ Long Gone"), verified)
+        XCTAssertTrue(verified.contains("Long Gone (\(type)) is listed by avahi-daemon but does not answer"), verified)
+
+        // Watching: the one that stops answering is reported removed within the bound (one
+        // period and a 3 s check), while the daemon still lists it.
+        let watch = try Foreign([netsvc, "browse", type, "--verify", "--verify-every", "1", "--json"])
+        defer { watch.stop() }
+        XCTAssertTrue(watch.waitForOutput(containing: "\"name\":\"Fading\"", seconds: 10), watch.output)
+        XCTAssertTrue(fading.waitForExit(seconds: 15), "the responder left")
+        XCTAssertTrue(
+            watch.waitForOutput(containing: "\"reason\":\"stopped answering", seconds: 15),
+            "reported within 15 s of the responder leaving: \(watch.output)")
+        let removal = jsonLines(watch.output).first { $0["event"] as? String == "remove" }
+        XCTAssertEqual(removal?["name"] as? String, "Fading", watch.output)
+        XCTAssertTrue(try run(["avahi-browse", "-pt", type]).1.contains("Fading"), "the daemon still lists it")
+        XCTAssertFalse(jsonLines(watch.output).contains { $0["name"] as? String == "Long Gone" }, watch.output)
+
+        // Bad combinations are usage errors.
+        XCTAssertEqual(try run([netsvc, "browse", type, "--verify-every", "5"]).0, 2)
+        XCTAssertEqual(try run([netsvc, "browse", type, "--verify", "--verify-every", "0.5"]).0, 2)
+        XCTAssertEqual(try run([netsvc, "browse", type, "--verify", "--domain", "example.com"]).0, 2)
+    }
+
     func testPublishWithSubtypesIsFoundUnderEach() throws {
         let type = uniqueType("u")
         let publisher = try Foreign([
