@@ -11,14 +11,14 @@ struct Browse: AsyncParsableCommand {
             removal that is not the daemon's own says why ("stopped answering"). --terminate
             exits once the daemon's cache and the first network answers are in, like
             avahi-browse -t. --json writes one object per line instead (event, name, type,
-            domain, interface, protocol, host, addresses, port, txt; binary TXT values as
-            "base64:…").
+            domain, interface, protocol, host, addresses, port, txt, and with --verify a
+            removal's reason; binary TXT values as "base64:…").
 
             Examples:
               netsvc browse _http._tcp
               netsvc browse _http._tcp --resolve --terminate --json
               netsvc browse --all --terminate
-              netsvc browse _ipp._tcp --verify --verify-every 5
+              netsvc browse _ipp._tcp --verify
               netsvc browse _ipp._tcp --interface eth1 --ipv4 --ignore-local
               netsvc browse _http._tcp --domain home.arpa --dns-server 198.18.1.53 --resolve
 
@@ -60,15 +60,15 @@ struct Browse: AsyncParsableCommand {
 
     @Flag(
         help: ArgumentHelp(
-            "Show a service only while it answers a direct mDNS query, asked when it is found and every --verify-every seconds: one whose host left without its goodbye reaching us is listed as removed within about --verify-every + 3 seconds, instead of staying listed until the daemon's record expires (up to 75 minutes)."
+            "Show a service only while it answers a direct mDNS query, asked when it is found and every --verify-every seconds: one whose host left without its goodbye reaching us is listed as removed within about --verify-every + 6 seconds (12 by default), instead of staying listed until the daemon's record expires (up to 75 minutes)."
         ))
     var verify = false
 
     @Option(
         help: ArgumentHelp(
-            "With --verify, how often each listed service is asked again (1 to 3600; every check is one small multicast query).",
+            "With --verify, how often each listed service is asked again (1 to 3600, default 6; a check is a small multicast query on each interface and protocol the service is seen on, sent up to 4 times while it gets no answer).",
             valueName: "seconds"))
-    var verifyEvery: Seconds = 10
+    var verifyEvery: Seconds?
 
     @Option(
         help: ArgumentHelp(
@@ -99,10 +99,10 @@ struct Browse: AsyncParsableCommand {
                 throw ValidationError(
                     "--verify asks the link by mDNS: it needs --domain local (\(domain) is wide-area)")
             }
-        } else if verifyEvery.value != 10 {
+        } else if verifyEvery != nil {
             throw ValidationError("--verify-every goes with --verify")
         }
-        if verifyEvery.value < 1 { throw ValidationError("--verify-every must be 1…3600 seconds") }
+        if let verifyEvery, verifyEvery.value < 1 { throw ValidationError("--verify-every must be 1…3600 seconds") }
         if all == (type != nil) {
             throw ValidationError(all ? "give a TYPE or --all, not both" : "give a service TYPE, or --all")
         }
@@ -132,7 +132,7 @@ struct Browse: AsyncParsableCommand {
                 printer: printer,
                 watch: verify
                     ? LivenessWatch(
-                        printer: printer, period: .seconds(verifyEvery.value),
+                        printer: printer, period: .seconds((verifyEvery ?? 6).value),
                         verbose: logging.verbose || logging.level <= .info) : nil)
             if let type {
                 let browser = try ServiceBrowser(

@@ -3,20 +3,33 @@ import Salut
 
 /// `browse --verify`: a service is shown only while its responder answers a direct mDNS query
 /// (`LivenessCheck`), asked when the daemon lists it and again every period. One that stops
-/// answering is listed as removed, saying so, though avahi-daemon's cache may list it for an
-/// hour more; one that answers again comes back. A service the daemon lists that never
-/// answered is not shown (said once on stderr at --log-level info).
+/// answering (twice in a row: a second check at once confirms the first) is listed as removed,
+/// saying so, though avahi-daemon's cache may list it for an hour more; one that answers again
+/// comes back. A service the daemon lists that never answered is not shown (said once on
+/// stderr at --log-level info).
 ///
-/// Concurrency: an actor; each watched service has one task that checks and sleeps. Lines are
-/// printed by one task, in the order they were decided, so a service's removal never
-/// overtakes its addition (whose resolution may take a while).
+/// Concurrency: an actor; each watched service has one task that checks and sleeps, cancelled
+/// when the daemon drops the service. A result carries the generation of the entry it was
+/// asked for, so a late answer about an earlier listing of the same name is ignored. Lines are
+/// printed by one task, in the order they were decided, so a service's removal never overtakes
+/// its addition (whose resolution may take a while).
 actor LivenessWatch {
     private struct Watched {
+        var generation: UInt64
         var task: Task<Void, Never>
         var sightings: [ServiceSighting]
         var shown = false
         var checked = false
         var saidSilent = false
+        var saidFailure = false
+    }
+
+    /// Per interface: whether any service there ever answered, and how many were silent on
+    /// their first check (a firewall that drops the answers makes every one silent).
+    private struct InterfaceRecord {
+        var answered = false
+        var silentAtFirst = 0
+        var warned = false
     }
 
     private struct Line: Sendable {
@@ -30,12 +43,17 @@ actor LivenessWatch {
     private let period: Duration
     private let verbose: Bool
     private var watched: [DiscoveredService: Watched] = [:]
+    private var interfaces: [String: InterfaceRecord] = [:]
+    private var generations: UInt64 = 0
     private var settling: [CheckedContinuation<Void, Never>] = []
     private let lines: AsyncStream<Line>.Continuation
     private let printing: Task<Void, Never>
 
     init(printer: BrowsePrinter, period: Duration, verbose: Bool) {
-        check = LivenessCheck(attempts: 3, interval: .seconds(1))
+        // Four tries 0.75 s apart: about 3 s. On a link losing 10 % each way a live service
+        // misses all four about once in 700 checks; the second check at once makes a false
+        // removal about one in 500,000.
+        check = LivenessCheck(attempts: 4, interval: .milliseconds(750))
         self.period = period
         self.verbose = verbose
         let (stream, continuation) = AsyncStream.makeStream(of: Line.self)
@@ -47,26 +65,23 @@ actor LivenessWatch {
         }
     }
 
-    /// The daemon lists `service`: it is checked now and every period until ``lost(_:)``.
+    /// The daemon lists `service`: it is checked now and every period until ``lost(_:sightings:)``.
     func found(_ service: DiscoveredService, sightings: [ServiceSighting]) {
-        if watched[service] != nil {
-            watched[service]?.sightings = sightings
-            return
-        }
+        guard watched[service] == nil else { return }
+        generations += 1
+        let generation = generations
         let task = Task { [check, period] in
             while !Task.isCancelled {
-                let sightings = self.sightings(of: service)
-                let answered: Bool?
-                do { answered = try await check.isAnswering(service, on: sightings) } catch {
-                    // Our own failure to ask (an interface gone) says nothing about the service.
-                    note("cannot check \(Terminal.escaped(service.name)): \(error)")
-                    answered = nil
+                var outcome = await Self.ask(check, service, sightings)
+                if case .silent = outcome, self.isShown(service, generation), !Task.isCancelled {
+                    outcome = await Self.ask(check, service, sightings)  // confirmed before it is said
                 }
-                self.checked(service, answered: answered)
+                guard !Task.isCancelled else { return }
+                self.checked(service, generation: generation, outcome: outcome)
                 try? await Task.sleep(for: period)
             }
         }
-        watched[service] = Watched(task: task, sightings: sightings)
+        watched[service] = Watched(generation: generation, task: task, sightings: sightings)
     }
 
     /// The daemon no longer lists `service` (its goodbye came, or its records expired).
@@ -78,7 +93,7 @@ actor LivenessWatch {
     }
 
     /// Returns once every service listed so far has had its first check and its line is
-    /// printed; then the watch is over (for --terminate).
+    /// printed; then the watch is over (for --terminate, or when the browse ends).
     func finish() async {
         if watched.values.contains(where: { !$0.checked }) {
             await withCheckedContinuation { settling.append($0) }
@@ -89,36 +104,81 @@ actor LivenessWatch {
         await printing.value
     }
 
-    private func sightings(of service: DiscoveredService) -> [ServiceSighting] {
-        watched[service]?.sightings ?? []
+    private enum Outcome {
+        case answered
+        case silent
+        case failed(String)
     }
 
-    private func checked(_ service: DiscoveredService, answered: Bool?) {
-        guard var entry = watched[service] else { return }  // lost meanwhile
+    private static func ask(
+        _ check: LivenessCheck, _ service: DiscoveredService, _ sightings: [ServiceSighting]
+    )
+        async -> Outcome
+    {
+        do { return try await check.isAnswering(service, on: sightings) ? .answered : .silent } catch {
+            return .failed((error as? DiscoveryError)?.description ?? "\(error)")
+        }
+    }
+
+    private func isShown(_ service: DiscoveredService, _ generation: UInt64) -> Bool {
+        watched[service].map { $0.generation == generation && $0.shown } ?? false
+    }
+
+    private func checked(_ service: DiscoveredService, generation: UInt64, outcome: Outcome) {
+        guard var entry = watched[service], entry.generation == generation else { return }  // lost meanwhile
+        let first = !entry.checked
         entry.checked = true
-        switch answered {
-        case true? where !entry.shown:
-            entry.shown = true
-            lines.yield(Line(event: "add", service: service, sightings: entry.sightings))
-        case false? where entry.shown:
-            entry.shown = false
-            lines.yield(
-                Line(
-                    event: "remove", service: service, sightings: entry.sightings,
-                    reason: "stopped answering; avahi-daemon may still list it"))
-        case false? where !entry.saidSilent && verbose:
-            entry.saidSilent = true
-            note(
-                "\(Terminal.escaped(service.name)) (\(Terminal.escaped(service.type))) is listed by avahi-daemon but does not answer: not shown"
-            )
-        case nil where !entry.shown:
-            // Could not ask: shown rather than hidden for our own failure.
-            entry.shown = true
-            lines.yield(Line(event: "add", service: service, sightings: entry.sightings))
-        default: break
+        switch outcome {
+        case .answered:
+            record(entry.sightings, answered: true, first: first)
+            if !entry.shown {
+                entry.shown = true
+                lines.yield(Line(event: "add", service: service, sightings: entry.sightings))
+            }
+        case .silent:
+            record(entry.sightings, answered: false, first: first)
+            if entry.shown {
+                entry.shown = false
+                lines.yield(
+                    Line(
+                        event: "remove", service: service, sightings: entry.sightings,
+                        reason: "stopped answering; avahi-daemon may still list it"))
+            } else if !entry.saidSilent && verbose {
+                entry.saidSilent = true
+                note(
+                    "\(Terminal.escaped(service.name)) (\(Terminal.escaped(service.type))) is listed by avahi-daemon but does not answer: not shown"
+                )
+            }
+        case .failed(let reason):
+            // Our own failure to ask (an interface gone) says nothing about the service: it is
+            // shown rather than hidden, and the failure said once.
+            if !entry.saidFailure {
+                entry.saidFailure = true
+                note("cannot check \(Terminal.escaped(service.name)): \(Terminal.escaped(reason))")
+            }
+            if !entry.shown {
+                entry.shown = true
+                lines.yield(Line(event: "add", service: service, sightings: entry.sightings))
+            }
         }
         watched[service] = entry
         settleIfDone()
+    }
+
+    /// Warns once per interface where the first checks of three services were all silent and
+    /// nothing ever answered: more likely a firewall than three ghosts.
+    private func record(_ sightings: [ServiceSighting], answered: Bool, first: Bool) {
+        for name in Set(sightings.map(\.interface)) {
+            var entry = interfaces[name, default: InterfaceRecord()]
+            if answered { entry.answered = true } else if first { entry.silentAtFirst += 1 }
+            if !entry.answered && !entry.warned && entry.silentAtFirst >= 3 {
+                entry.warned = true
+                note(
+                    "no service on \(Terminal.escaped(name)) has answered a direct query yet: if a firewall here lets in mDNS only to the multicast group (firewalld's and ufw's mDNS rules do), it drops the answers, which come by unicast from port 5353; allow UDP from port 5353, or browse without --verify"
+                )
+            }
+            interfaces[name] = entry
+        }
     }
 
     private func settleIfDone() {

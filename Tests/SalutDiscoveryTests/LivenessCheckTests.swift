@@ -10,25 +10,28 @@ final class LivenessCheckTests: XCTestCase {
     func testAServiceWithAResponderAnswersAndAGhostTheDaemonStillListsDoesNot() async throws {
         let type = uniqueType("g")
         let ad = try await ServiceAdvertisement.publish(name: "Alive One", type: type, port: 4321)
+        defer { ad.cancel() }
         try GhostResponder.announce("Gone Without Goodbye", type: type, port: 4322)
         defer { try? GhostResponder.announce("Gone Without Goodbye", type: type, port: 4322, goodbye: true) }
-        let update = try await listing(type, holds: ["Alive One", "Gone Without Goodbye"])
-        let alive = try XCTUnwrap(update.services.first { $0.name == "Alive One" })
-        let ghost = try XCTUnwrap(update.services.first { $0.name == "Gone Without Goodbye" })
+        let sightings = try await listing(type, holds: ["Alive One", "Gone Without Goodbye"])
+        let alive = DiscoveredService(name: "Alive One", type: type)
+        let ghost = DiscoveredService(name: "Gone Without Goodbye", type: type)
+        let aliveSeen = try XCTUnwrap(sightings[alive]), ghostSeen = try XCTUnwrap(sightings[ghost])
+        XCTAssertFalse(aliveSeen.isEmpty || ghostSeen.isEmpty, "\(sightings)")
 
         let check = LivenessCheck(attempts: 2, interval: .milliseconds(500))
-        let aliveAnswers = try await check.isAnswering(alive, on: update.sightings[alive] ?? [])
+        let aliveAnswers = try await check.isAnswering(alive, on: aliveSeen)
         XCTAssertTrue(aliveAnswers, "a published service answers a direct query")
-        let ghostAnswers = try await check.isAnswering(ghost, on: update.sightings[ghost] ?? [])
+        let ghostAnswers = try await check.isAnswering(ghost, on: ghostSeen)
         XCTAssertFalse(ghostAnswers, "the ghost is listed but nobody answers for it")
         // Names compare without regard to case, as mDNS names do.
         let otherCase = DiscoveredService(name: "ALIVE one", type: type)
-        let otherCaseAnswers = try await check.isAnswering(otherCase, on: update.sightings[alive] ?? [])
+        let otherCaseAnswers = try await check.isAnswering(otherCase, on: aliveSeen)
         XCTAssertTrue(otherCaseAnswers)
 
         // Once withdrawn, the real one no longer answers either.
         await ad.withdraw()
-        let withdrawnAnswers = try await check.isAnswering(alive, on: update.sightings[alive] ?? [])
+        let withdrawnAnswers = try await check.isAnswering(alive, on: aliveSeen)
         XCTAssertFalse(withdrawnAnswers)
         let nowhere = try await check.isAnswering(alive, on: [])
         XCTAssertFalse(nowhere, "seen nowhere: nothing to ask")
@@ -44,12 +47,16 @@ final class LivenessCheckTests: XCTestCase {
         }
     }
 
-    /// The first update whose services include every name in `names`.
-    private func listing(_ type: String, holds names: Set<String>) async throws -> BrowseUpdate {
+    /// Where each service was seen, gathered from the updates until every name in `names` is
+    /// listed.
+    private func listing(
+        _ type: String, holds names: Set<String>
+    ) async throws -> [DiscoveredService: [ServiceSighting]] {
         try await withDeadline(10, "\(names) listed by the daemon") {
-            for try await update in try ServiceBrowser(type: type)
-            where names.isSubset(of: Set(update.services.map(\.name))) {
-                return update
+            var sightings: [DiscoveredService: [ServiceSighting]] = [:]
+            for try await update in try ServiceBrowser(type: type) {
+                sightings.merge(update.sightings) { $1 }
+                if names.isSubset(of: Set(update.services.map(\.name))) { return sightings }
             }
             throw CancellationError()
         }
@@ -57,23 +64,23 @@ final class LivenessCheckTests: XCTestCase {
 }
 
 /// A foreign mDNS responder on loopback that announces a service, answers direct queries for
-/// it for `answering` seconds, and leaves without its goodbye: avahi-daemon caches the records
-/// (the browse record for 75 minutes) though no one answers for them any more. `goodbye` sends
-/// the records with TTL 0 instead, to clean up.
+/// it until its standard input closes (if `answering`), and leaves without its goodbye:
+/// avahi-daemon caches the records (the browse record for 75 minutes) though no one answers
+/// for them any more. `goodbye` sends the records with TTL 0 instead, to clean up.
 enum GhostResponder {
     /// Announces and returns at once (the ghost never answers).
     static func announce(_ name: String, type: String, port: Int, goodbye: Bool = false) throws {
-        let run = try start(name, type: type, port: port, answering: 0, goodbye: goodbye)
+        let run = try start(name, type: type, port: port, answering: false, goodbye: goodbye)
         let output = run.finish(seconds: 10)
         guard !run.process.isRunning, run.process.terminationStatus == 0 else {
             throw NSError(domain: "GhostResponder", code: 1, userInfo: [NSLocalizedDescriptionKey: output])
         }
     }
 
-    /// The responder's process: it prints "answering" once announced, then answers for
-    /// `answering` seconds and exits without a goodbye.
+    /// The responder's process: it prints "answering" once announced, then (if `answering`)
+    /// answers until its input is closed (`closeInput()`) and exits without a goodbye.
     static func start(
-        _ name: String, type: String, port: Int, answering: Int, goodbye: Bool = false
+        _ name: String, type: String, port: Int, answering: Bool, goodbye: Bool = false
     ) throws
         -> Foreign
     {
@@ -102,19 +109,16 @@ enum GhostResponder {
             s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton('127.0.0.1'))
             s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 255)
             s.sendto(packet, ('224.0.0.251', 5353))
-            answering = int(sys.argv[5])
-            if answering > 0:
-                import time
+            if sys.argv[5] == '1':
+                import select
                 s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
                              socket.inet_aton('224.0.0.251') + socket.inet_aton('127.0.0.1'))
                 print('answering', flush=True)
-                end = time.monotonic() + answering
-                while time.monotonic() < end:
-                    s.settimeout(max(0.01, end - time.monotonic()))
-                    try:
-                        query, source = s.recvfrom(9000)
-                    except socket.timeout:
-                        break
+                while True:
+                    ready, _, _ = select.select([s, sys.stdin], [], [], 60)
+                    if not ready or sys.stdin in ready:
+                        break  # told to go (or a minute passed): no goodbye
+                    query, source = s.recvfrom(9000)
                     # A query (QR clear) whose first question is our SRV: answered to its port.
                     if len(query) < 12 or query[2] & 0x80 or query[4:6] != b'\\0\\1':
                         continue
@@ -125,6 +129,6 @@ enum GhostResponder {
                     s.sendto(answer, source)
             """
         return try Foreign(
-            ["python3", "-c", script, name, type, String(port), goodbye ? "0" : "1", String(answering)])
+            ["python3", "-c", script, name, type, String(port), goodbye ? "0" : "1", answering ? "1" : "0"])
     }
 }

@@ -214,8 +214,8 @@ final class NetsvcBrowseTests: XCTestCase {
         XCTAssertTrue(publisher.waitForOutput(containing: "published", seconds: 10), publisher.output)
         // A ghost: announced, never answering (its host left without its goodbye reaching us).
         try GhostResponder.announce("Long Gone", type: type, port: 4243)
-        // One that answers for a while, then leaves without a goodbye.
-        let fading = try GhostResponder.start("Fading", type: type, port: 4244, answering: 8)
+        // One that answers until it is told to leave, then leaves without a goodbye.
+        let fading = try GhostResponder.start("Fading", type: type, port: 4244, answering: true)
         defer {
             fading.stop()
             for name in ["Long Gone", "Fading"] {
@@ -235,11 +235,12 @@ final class NetsvcBrowseTests: XCTestCase {
         XCTAssertTrue(verified.contains("Long Gone (\(type)) is listed by avahi-daemon but does not answer"), verified)
 
         // Watching: the one that stops answering is reported removed within the bound (one
-        // period and a 3 s check), while the daemon still lists it.
+        // period and two 3 s checks), while the daemon still lists it.
         let watch = try Foreign([netsvc, "browse", type, "--verify", "--verify-every", "1", "--json"])
         defer { watch.stop() }
         XCTAssertTrue(watch.waitForOutput(containing: "\"name\":\"Fading\"", seconds: 10), watch.output)
-        XCTAssertTrue(fading.waitForExit(seconds: 15), "the responder left")
+        fading.closeInput()
+        XCTAssertTrue(fading.waitForExit(seconds: 10), "the responder left")
         XCTAssertTrue(
             watch.waitForOutput(containing: "\"reason\":\"stopped answering", seconds: 15),
             "reported within 15 s of the responder leaving: \(watch.output)")
@@ -250,6 +251,7 @@ final class NetsvcBrowseTests: XCTestCase {
 
         // Bad combinations are usage errors.
         XCTAssertEqual(try run([netsvc, "browse", type, "--verify-every", "5"]).0, 2)
+        XCTAssertEqual(try run([netsvc, "browse", type, "--verify-every", "6"]).0, 2, "even the default value")
         XCTAssertEqual(try run([netsvc, "browse", type, "--verify", "--verify-every", "0.5"]).0, 2)
         XCTAssertEqual(try run([netsvc, "browse", type, "--verify", "--domain", "example.com"]).0, 2)
     }

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Asks the link directly whether a service still has a responder, whatever avahi-daemon's
 /// cache says.
 ///
@@ -5,20 +7,25 @@
 /// stays in every cache until its records expire, which for the browse record is 75 minutes.
 /// A check sends a one-shot multicast DNS query for the service's SRV record on each interface
 /// and protocol it was seen on (RFC 6762 §5.1: answered by the responders themselves, never
-/// from a cache) and waits for an answer; RFC 6762 §10.5 calls acting on such silence
-/// "passive observation of failures".
+/// from a cache) and waits for an answer.
 ///
 /// ```swift
 /// let check = LivenessCheck()
-/// if try await !check.isAnswering(service, on: update.sightings[service] ?? []) {
+/// // `sightings`: where it was seen, kept from the update that listed it.
+/// if try await !check.isAnswering(service, on: sightings) {
 ///     print("\(service.name) is listed but gone")
 /// }
 /// ```
 ///
 /// What a check cannot tell: a host that is asleep or briefly off the link does not answer
 /// and may come back; on a lossy link every attempt can be lost (raise ``attempts``); and any
-/// host on the link can answer for any name, as with mDNS itself. Only services in `local`
-/// (mDNS) can be checked this way.
+/// host on the link can answer for any name, as with mDNS itself. The answer comes back by
+/// unicast from port 5353 to the query's own port: a host firewall that lets in only mDNS to
+/// the multicast group (firewalld's and ufw's mDNS rules) drops it, and then every service
+/// looks silent. Only services on the link (`local`) can be checked this way.
+///
+/// The sightings are where the service was seen when it was listed: ask again with the
+/// sightings of a later ``BrowseUpdate`` that names it, if it has moved.
 public struct LivenessCheck: Sendable {
     /// How many times the query is sent (1…10) before the service is called silent.
     public var attempts: Int {
@@ -46,13 +53,16 @@ public struct LivenessCheck: Sendable {
     ///   a name that is no DNS name, (``DiscoveryError/Code-swift.struct/dnsFailure``) when no
     ///   query could be sent on any interface.
     public func isAnswering(_ service: DiscoveredService, on sightings: [ServiceSighting]) async throws -> Bool {
-        let domain = service.domain.hasSuffix(".") ? String(service.domain.dropLast()) : service.domain
-        guard domain.lowercased() == "local" else { throw DiscoveryError.invalidDomain(service.domain) }
+        guard let domain = try? ServiceNames.normaliseDomain(service.domain), ServiceNames.isOnTheLink(domain) else {
+            throw DiscoveryError.invalidDomain(service.domain)
+        }
         // A subtype's instances have their SRV record under the base type.
-        let baseType = service.type.range(of: "._sub.").map { String(service.type[$0.upperBound...]) } ?? service.type
+        let baseType =
+            service.type.range(of: "._sub.", options: .caseInsensitive).map { String(service.type[$0.upperBound...]) }
+            ?? service.type
         let name: DNSName
         do {
-            name = try DNSName(parsing: "\(baseType).local").prepending(Array(service.name.utf8))
+            name = try DNSName(parsing: "\(baseType).\(domain)").prepending(Array(service.name.utf8))
         } catch {
             throw DiscoveryError.invalidServiceName(service.name, reason: "it makes no DNS name: \(error)")
         }

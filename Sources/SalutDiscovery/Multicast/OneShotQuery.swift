@@ -1,13 +1,16 @@
 import Dispatch
 import Glibc
+import SalutStreams
 
 /// A one-shot multicast DNS query (RFC 6762 §5.1): one question sent to the mDNS group on one
 /// interface from an ordinary port, so that responders answer straight back to that port. It
 /// asks the responders themselves, never a cache: a service whose host is gone, or whose
 /// withdrawal was lost on the way, gets no answer, whatever avahi-daemon's cache still lists.
 ///
-/// The system calls block, so a query runs on a dispatch worker; every wait is bounded by
-/// `attempts` × `interval`, and the socket is closed on every path.
+/// Nothing blocks: the socket is non-blocking, read by a dispatch source and paced by a timer
+/// on one serial queue per query, so many queries at once cost no threads. Every wait is
+/// bounded by `attempts` × `interval`; a cancelled caller ends its query at once. The socket
+/// is closed on every path (by the read source's cancel handler).
 struct OneShotQuery: Sendable {
     let question: DNSQuestion
     let interfaceIndex: Int32
@@ -15,133 +18,254 @@ struct OneShotQuery: Sendable {
     var attempts = 3
     var interval: Duration = .seconds(1)
 
-    /// True once an answer holds a record of the question's name and type; false when none
-    /// came after every attempt.
+    /// True once an answer holds a live record (TTL above 0) of the question's name and type;
+    /// false when none came after every attempt, or the caller was cancelled.
     /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code-swift.struct/dnsFailure``) when the
     ///   query cannot be sent (the interface is gone, for example).
     func isAnswered() async throws -> Bool {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async { continuation.resume(with: Result { try self.askNow() }) }
+        let socket = try QuerySocket(interfaceIndex: interfaceIndex, overIPv6: overIPv6)
+        let run = QueryRun(query: self, socket: socket)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in run.start(continuation) }
+        } onCancel: {
+            run.cancel()
         }
     }
 
-    private func askNow() throws -> Bool {
-        let family = overIPv6 ? AF_INET6 : AF_INET
-        let fd = socket(
-            family, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw failure("socket") }
-        defer { close(fd) }
-        try leaveBy(fd)
-        var query = DNSMessage(id: .random(in: 1 ... .max), opcode: DNSMessage.query)
-        query.questions = [question]
-        let message = query.encoded()
-        var buffer = [UInt8](repeating: 0, count: 9_000)  // mDNS's largest message
-        for _ in 0..<max(1, attempts) {
-            try send(message, on: fd)
-            let deadline = ContinuousClock.now + interval
-            while let wait = milliseconds(until: deadline) {
-                var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                let ready = poll(&entry, 1, wait)
-                if ready < 0, errno == EINTR { continue }
-                guard ready > 0 else { break }
-                let received = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-                if received < 0 {
-                    if errno == EINTR || errno == EAGAIN { continue }
-                    throw failure("recv")
-                }
-                if answers(Array(buffer[..<received]), id: query.id) { return true }
+    /// Whether `bytes`, from port `sourcePort`, answer the question: a response (QR set, no
+    /// error) from the mDNS port with the query's ID that holds a live record of the asked name
+    /// and type. Anything else on the port, malformed or not, is dropped.
+    func isAnswer(_ bytes: [UInt8], id: UInt16, sourcePort: UInt16) -> Bool {
+        guard sourcePort == 5353, let message = try? DNSMessage(decoding: bytes), message.isResponse,
+            message.id == id, message.rcode == 0
+        else { return false }
+        return (message.answers + message.additionals).contains {
+            $0.type == question.type && $0.recordClass & 0x7FFF == question.questionClass && $0.ttl > 0
+                && $0.name == question.name
+        }
+    }
+}
+
+/// One query's life on its serial queue: send, wait an interval, send again, until an answer
+/// or the last attempt's interval ends; then the continuation is resumed once and the socket
+/// released.
+// @unchecked: every stored property is touched only on `queue` (start, the read source, the
+// timer and cancel all run there).
+private final class QueryRun: @unchecked Sendable {
+    private let query: OneShotQuery
+    private let socket: QuerySocket
+    private let queue = DispatchQueue(label: "salut.one-shot-query")
+    private var continuation: CheckedContinuation<Bool, any Error>?
+    private var reader: (any DispatchSourceRead)?
+    private var timer: (any DispatchSourceTimer)?
+    private var sent = 0
+    private var finished = false
+    private let id = UInt16.random(in: 1 ... .max)
+    private lazy var message: [UInt8] = {
+        var message = DNSMessage(id: id, opcode: DNSMessage.query)
+        message.questions = [query.question]
+        return message.encoded()
+    }()
+
+    init(query: OneShotQuery, socket: QuerySocket) {
+        self.query = query
+        self.socket = socket
+    }
+
+    func start(_ continuation: CheckedContinuation<Bool, any Error>) {
+        queue.async { [self] in
+            self.continuation = continuation
+            guard !finished else { return finish(.success(false)) }  // cancelled before it began
+            let reader = DispatchSource.makeReadSource(fileDescriptor: socket.descriptor, queue: queue)
+            reader.setEventHandler { [self] in readAll() }
+            let socket = self.socket
+            reader.setCancelHandler { socket.close() }
+            self.reader = reader
+            reader.resume()
+            let timer = DispatchSource.makeTimerSource(queue: queue)
+            timer.schedule(
+                deadline: .now(),
+                repeating: .nanoseconds(
+                    Int(
+                        query.interval.components.seconds * 1_000_000_000 + query.interval.components.attoseconds
+                            / 1_000_000_000)))
+            timer.setEventHandler { [self] in tick() }
+            self.timer = timer
+            timer.resume()
+        }
+    }
+
+    func cancel() {
+        queue.async { [self] in finish(.success(false)) }
+    }
+
+    /// Each interval: the next attempt, or the end.
+    private func tick() {
+        guard sent < max(1, query.attempts) else { return finish(.success(false)) }
+        sent += 1
+        do { try socket.send(message) } catch { finish(.failure(error)) }
+    }
+
+    private func readAll() {
+        while !finished {
+            switch socket.receive() {
+            case .datagram(let bytes, let port):
+                if query.isAnswer(bytes, id: id, sourcePort: port) { return finish(.success(true)) }
+            case .none:
+                return
+            case .failed(let error):
+                return finish(.failure(error))
             }
         }
-        return false
     }
 
-    /// Whether `bytes` answer the query: a response with its ID that holds the asked record
-    /// (anything else on the port, malformed or not, is dropped).
-    private func answers(_ bytes: [UInt8], id: UInt16) -> Bool {
-        guard let message = try? DNSMessage(decoding: bytes), message.isResponse, message.id == id else { return false }
-        return (message.answers + message.additionals).contains {
-            $0.type == question.type && $0.name == question.name
+    private func finish(_ result: Result<Bool, any Error>) {
+        if !finished {
+            finished = true
+            timer?.cancel()
+            if let reader { reader.cancel() } else { socket.close() }
+        }
+        continuation?.resume(with: result)
+        continuation = nil
+    }
+}
+
+/// The query's UDP socket (C interop): non-blocking, sending on one interface with the hop
+/// limit of 255 that mDNS asks for, to the mDNS group.
+// @unchecked: the descriptor is set once; `close()` runs once, on the query's queue.
+private final class QuerySocket: @unchecked Sendable {
+    enum Received {
+        case datagram([UInt8], sourcePort: UInt16)
+        case none
+        case failed(DiscoveryError)
+    }
+
+    let descriptor: Int32
+    private let interfaceIndex: Int32
+    private let overIPv6: Bool
+    private var buffer = [UInt8](repeating: 0, count: 9_000)  // mDNS's largest message
+    private var closed = false
+
+    init(interfaceIndex: Int32, overIPv6: Bool) throws {
+        self.interfaceIndex = interfaceIndex
+        self.overIPv6 = overIPv6
+        let type = Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
+        descriptor = Glibc.socket(overIPv6 ? AF_INET6 : AF_INET, type, 0)
+        guard descriptor >= 0 else { throw Self.failure("socket", interfaceIndex) }
+        do { try leaveBy() } catch {
+            Glibc.close(descriptor)
+            throw error
         }
     }
 
-    /// Sends on the sighting's interface, with the hop limit of 255 that mDNS asks for.
-    private func leaveBy(_ fd: Int32) throws {
+    func close() {
+        guard !closed else { return }
+        closed = true
+        Glibc.close(descriptor)
+    }
+
+    private func leaveBy() throws {
         var hops: Int32 = 255
+        let size = socklen_t(MemoryLayout<Int32>.size)
         if overIPv6 {
             var index = UInt32(bitPattern: interfaceIndex)
             guard
-                setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_MULTICAST_IF, &index, socklen_t(MemoryLayout<UInt32>.size))
+                setsockopt(
+                    descriptor, Int32(IPPROTO_IPV6), IPV6_MULTICAST_IF, &index, socklen_t(MemoryLayout<UInt32>.size))
                     == 0
-            else { throw interfaceFailure("IPV6_MULTICAST_IF") }
-            guard
-                setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_MULTICAST_HOPS, &hops, socklen_t(MemoryLayout<Int32>.size))
-                    == 0
-            else { throw failure("setsockopt(IPV6_MULTICAST_HOPS)") }
+            else { throw Self.interfaceFailure("IPV6_MULTICAST_IF", interfaceIndex) }
+            guard setsockopt(descriptor, Int32(IPPROTO_IPV6), IPV6_MULTICAST_HOPS, &hops, size) == 0 else {
+                throw Self.failure("setsockopt(IPV6_MULTICAST_HOPS)", interfaceIndex)
+            }
         } else {
             var request = ip_mreqn()
             request.imr_ifindex = interfaceIndex
             guard
-                setsockopt(fd, Int32(IPPROTO_IP), IP_MULTICAST_IF, &request, socklen_t(MemoryLayout<ip_mreqn>.size))
+                setsockopt(
+                    descriptor, Int32(IPPROTO_IP), IP_MULTICAST_IF, &request, socklen_t(MemoryLayout<ip_mreqn>.size))
                     == 0
-            else { throw interfaceFailure("IP_MULTICAST_IF") }
-            guard setsockopt(fd, Int32(IPPROTO_IP), IP_MULTICAST_TTL, &hops, socklen_t(MemoryLayout<Int32>.size)) == 0
-            else { throw failure("setsockopt(IP_MULTICAST_TTL)") }
+            else { throw Self.interfaceFailure("IP_MULTICAST_IF", interfaceIndex) }
+            guard setsockopt(descriptor, Int32(IPPROTO_IP), IP_MULTICAST_TTL, &hops, size) == 0 else {
+                throw Self.failure("setsockopt(IP_MULTICAST_TTL)", interfaceIndex)
+            }
         }
     }
 
-    private func send(_ message: [UInt8], on fd: Int32) throws {
-        let sent: Int
+    /// Sends `message` to the group. A datagram the kernel has no room for now is a lost
+    /// attempt (what the attempts are for); a refusal to send is an error.
+    func send(_ message: [UInt8]) throws {
+        var storage = sockaddr_storage()
+        let length: socklen_t
         if overIPv6 {
-            var group = sockaddr_in6()
-            group.sin6_family = sa_family_t(AF_INET6)
-            group.sin6_port = in_port_t(5353).bigEndian
-            group.sin6_addr.__in6_u.__u6_addr8 = (0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfb)
-            group.sin6_scope_id = UInt32(bitPattern: interfaceIndex)
-            sent = withUnsafePointer(to: &group) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                    message.withUnsafeBytes {
-                        sendto(
-                            fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), address,
-                            socklen_t(MemoryLayout<sockaddr_in6>.size))
-                    }
-                }
+            length = withUnsafeMutableBytes(of: &storage) { raw in
+                let group = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in6.self)
+                group.pointee.sin6_family = sa_family_t(AF_INET6)
+                group.pointee.sin6_port = in_port_t(5353).bigEndian
+                group.pointee.sin6_addr.__in6_u.__u6_addr8 = (0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfb)
+                group.pointee.sin6_scope_id = UInt32(bitPattern: interfaceIndex)
+                return socklen_t(MemoryLayout<sockaddr_in6>.size)
             }
         } else {
-            var group = sockaddr_in()
-            group.sin_family = sa_family_t(AF_INET)
-            group.sin_port = in_port_t(5353).bigEndian
-            group.sin_addr.s_addr = in_addr_t(0xE000_00FB).bigEndian  // 224.0.0.251
-            sent = withUnsafePointer(to: &group) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                    message.withUnsafeBytes {
-                        sendto(
-                            fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), address,
-                            socklen_t(MemoryLayout<sockaddr_in>.size))
-                    }
+            length = withUnsafeMutableBytes(of: &storage) { raw in
+                let group = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in.self)
+                group.pointee.sin_family = sa_family_t(AF_INET)
+                group.pointee.sin_port = in_port_t(5353).bigEndian
+                group.pointee.sin_addr.s_addr = in_addr_t(0xE000_00FB).bigEndian  // 224.0.0.251
+                return socklen_t(MemoryLayout<sockaddr_in>.size)
+            }
+        }
+        let sent = withUnsafePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
+                message.withUnsafeBytes {
+                    sendto(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), address, length)
                 }
             }
         }
-        // A datagram lost on the way is what the attempts are for; a refusal to send is not.
-        if sent != message.count, errno != EAGAIN, errno != ENOBUFS {
-            throw errno == ENODEV || errno == ENXIO ? interfaceFailure("sendto") : failure("sendto")
+        guard sent != message.count else { return }
+        let code = errno
+        if sent >= 0 || code == EAGAIN || code == ENOBUFS || code == EINTR { return }
+        throw code == ENODEV || code == ENXIO
+            ? Self.interfaceFailure("sendto", interfaceIndex, code) : Self.failure("sendto", interfaceIndex, code)
+    }
+
+    /// The next datagram waiting, with its source port, or `.none` when there is none now.
+    func receive() -> Received {
+        var source = sockaddr_storage()
+        var sourceLength = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let received = buffer.withUnsafeMutableBytes { bytes in
+            withUnsafeMutablePointer(to: &source) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    recvfrom(descriptor, bytes.baseAddress, bytes.count, 0, $0, &sourceLength)
+                }
+            }
         }
+        if received < 0 {
+            let code = errno
+            if code == EAGAIN || code == EWOULDBLOCK || code == EINTR { return .none }
+            // An ICMP error for an earlier datagram: not an answer, not a reason to stop.
+            if code == ECONNREFUSED || code == EHOSTUNREACH || code == ENETUNREACH { return .none }
+            return .failed(Self.failure("recvfrom", interfaceIndex, code))
+        }
+        let port = withUnsafeBytes(of: &source) { raw -> UInt16 in
+            let family = raw.load(as: sa_family_t.self)
+            if family == sa_family_t(AF_INET6) {
+                return UInt16(
+                    bigEndian: raw.load(
+                        fromByteOffset: MemoryLayout<sockaddr_in6>.offset(of: \.sin6_port)!, as: UInt16.self))
+            }
+            return UInt16(
+                bigEndian: raw.load(fromByteOffset: MemoryLayout<sockaddr_in>.offset(of: \.sin_port)!, as: UInt16.self))
+        }
+        return .datagram(Array(buffer[..<received]), sourcePort: port)
     }
 
-    private func milliseconds(until deadline: ContinuousClock.Instant) -> Int32? {
-        let left = ContinuousClock.now.duration(to: deadline)
-        guard left > .zero else { return nil }
-        let (seconds, attoseconds) = left.components
-        return Int32(clamping: seconds * 1000 + attoseconds / 1_000_000_000_000_000 + 1)
+    private static func failure(_ call: String, _ index: Int32, _ code: Int32 = errno) -> DiscoveryError {
+        .dnsFailure("a one-shot mDNS query on interface \(index) failed: \(call): \(String(cString: strerror(code)))")
     }
 
-    private func failure(_ call: String) -> DiscoveryError {
+    private static func interfaceFailure(_ call: String, _ index: Int32, _ code: Int32 = errno) -> DiscoveryError {
         .dnsFailure(
-            "a one-shot mDNS query on interface \(interfaceIndex) failed: \(call): \(String(cString: strerror(errno)))")
-    }
-
-    private func interfaceFailure(_ call: String) -> DiscoveryError {
-        .dnsFailure(
-            "interface \(interfaceIndex) cannot send a one-shot mDNS query (is it gone?): \(call): \(String(cString: strerror(errno)))"
+            "interface \(index) cannot send a one-shot mDNS query (is it gone?): \(call): \(String(cString: strerror(code)))"
         )
     }
 }
