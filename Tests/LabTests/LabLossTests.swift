@@ -81,10 +81,10 @@ final class LabLossTests: XCTestCase {
         XCTAssertEqual(last?["event"] as? String, "add", "the service that stays is listed: \(watch.output)")
     }
 
-    /// A send across a link losing 5 % each way completes byte-exact while one address holds 64
+    /// A send across a link losing 5 % each way completes byte-exact while one address holds 500
     /// idle TCP connections and 50 TLS ClientHellos that never go on (opening each again when
-    /// it is cut) against the receiver; after it, the receiver is back to its descriptors and
-    /// threads.
+    /// it is cut) and opens and closes others as fast as it can; after it, the receiver is back
+    /// to its descriptors and threads (`Scripts/lab-flood`).
     func testASendUnderLossAndAnIdleAndSilentFloodArrivesWholeAndTheReceiverRecovers() throws {
         try LabHost.requireLab()
         let h1 = LabHost(name: "h1"), h2 = LabHost(name: "h2")
@@ -99,6 +99,7 @@ final class LabLossTests: XCTestCase {
             for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 131 &+ i >> 11) }
         }
         try payload.write(to: URL(fileURLWithPath: folder + "/outbox/payload.bin"))
+        try Data(payload.reversed()).write(to: URL(fileURLWithPath: folder + "/outbox/quiet.bin"))
         let name = "Loss Inbox \(UInt16.random(in: 0...UInt16.max))"
         let receiver = try h1.start([
             Self.peerxfer, "serve", "--name", name, "--inbox", folder + "/inbox", "--config", folder + "/h1",
@@ -117,9 +118,21 @@ final class LabLossTests: XCTestCase {
         let key = identity.components(separatedBy: "\"key\":\"").dropFirst().first.map { String($0.prefix(64)) } ?? ""
         XCTAssertEqual(key.count, 64, identity)
 
+        // The attacker has an address of its own on h2 (a second host, as far as the receiver
+        // can tell); the good sender uses h2's first.
+        _ = try h2.run(["ip", "addr", "replace", "198.18.0.102/24", "dev", "lab0"])
+        defer { _ = try? h2.run(["ip", "addr", "del", "198.18.0.102/24", "dev", "lab0"]) }
+        // Unattacked first, for the figure printed below.
+        let quiet = try h2.run(
+            [
+                Self.peerxfer, "send", folder + "/outbox/quiet.bin", "--to", name, "--config", folder + "/h2",
+                "--json", "--wait", "20", "--expect-key", key,
+            ], timeout: 120)
+        XCTAssertTrue(quiet.contains("\"verified\":1"), quiet)
         try setLoss(h1, 5)
         let attack = try h2.start([
-            "python3", "-c", Self.flood, "198.18.0.1", String(port ?? 0), "64", "50", "90",
+            LabHost.packageRoot.appendingPathComponent("Scripts/lab-flood").path, "198.18.0.1", String(port ?? 0),
+            "--idle", "500", "--hellos", "50", "--churn", "--seconds", "90", "--source", "198.18.0.102",
         ])
         defer { attack.stop() }
         XCTAssertTrue(attack.waitForOutput(containing: "holding", seconds: 30), attack.output)
@@ -131,9 +144,15 @@ final class LabLossTests: XCTestCase {
         let done = sent.split(separator: "\n").last { $0.contains("\"event\":\"done\"") }.map(String.init) ?? ""
         XCTAssertTrue(done.contains("\"verified\":1") && done.contains("\"failed\":0"), sent)
         XCTAssertEqual(FileManager.default.contents(atPath: folder + "/inbox/payload.bin"), payload)
+        let quietDone = quiet.split(separator: "\n").last { $0.contains("\"event\":\"done\"") } ?? ""
+        print("lab loss: 8 MiB with no loss and no flood: \(quietDone)")
         print("lab loss: 8 MiB under 5 % loss and the flood: \(done)")
 
         attack.stop()
+        XCTAssertTrue(attack.waitForOutput(containing: "churned", seconds: 10), attack.output)
+        let counts = attack.output.split(separator: "\n").last { $0.hasPrefix("held") }.map(String.init) ?? ""
+        print("lab loss: the flood: \(counts)")
+        XCTAssertFalse(counts.hasSuffix("churned 0"), "the flood opened and closed connections: \(counts)")
         try setLoss(h1, 0)
         // Every attacking connection is cut or closed; the receiver is back where it was.
         let recovered = eventually(timeout: 30) {
@@ -146,57 +165,64 @@ final class LabLossTests: XCTestCase {
         )
     }
 
+    /// A send whose receiver's link goes down for 3 s in the middle, on a link losing 10 % each
+    /// way, ends with the file byte-exact at the receiver: the connection rides out the flap,
+    /// or the send fails and the same command run again resumes from what had arrived.
+    func testASendThroughALinkFlapArrivesWholeResumingIfItWasCut() throws {
+        try LabHost.requireLab()
+        let h1 = LabHost(name: "h1"), h2 = LabHost(name: "h2")
+        defer {
+            _ = try? h1.run(["ip", "link", "set", "lab0", "up"])
+            try? setLoss(h1, 0)
+        }
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "lab-flap-\(UUID().uuidString.prefix(8))"
+        ).path
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        try FileManager.default.createDirectory(atPath: folder + "/outbox", withIntermediateDirectories: true)
+        var payload = Data(count: 128 << 20)
+        payload.withUnsafeMutableBytes { raw in
+            for i in stride(from: 0, to: raw.count, by: 8) {
+                raw.storeBytes(of: UInt64(i) &* 0x9E37_79B9_7F4A_7C15, toByteOffset: i, as: UInt64.self)
+            }
+        }
+        try payload.write(to: URL(fileURLWithPath: folder + "/outbox/flap.bin"))
+        let name = "Flap Inbox \(UInt16.random(in: 0...UInt16.max))"
+        let receiver = try h1.start([
+            Self.peerxfer, "serve", "--name", name, "--inbox", folder + "/inbox", "--config", folder + "/h1",
+            "--accept", "all",
+        ])
+        defer { receiver.stop() }
+        XCTAssertTrue(receiver.waitForOutput(containing: "serving", seconds: 20), receiver.output)
+        let identity = try h1.run([Self.peerxfer, "identity", "--config", folder + "/h1", "--json"], timeout: 30)
+        let key = identity.components(separatedBy: "\"key\":\"").dropFirst().first.map { String($0.prefix(64)) } ?? ""
+        XCTAssertEqual(key.count, 64, identity)
+        try setLoss(h1, 10)
+        let command = [
+            Self.peerxfer, "send", folder + "/outbox/flap.bin", "--to", name, "--config", folder + "/h2", "--json",
+            "--wait", "30", "--expect-key", key,
+        ]
+        let send = try h2.start(command)
+        defer { send.stop() }
+        XCTAssertTrue(send.waitForOutput(containing: "\"event\":\"progress\"", seconds: 60), send.output)
+        _ = try h1.run(["ip", "link", "set", "lab0", "down"])
+        Thread.sleep(forTimeInterval: 3)  // the flap itself: how long the link stays down
+        _ = try h1.run(["ip", "link", "set", "lab0", "up"])
+        XCTAssertTrue(send.waitForExit(seconds: 180), "the send ended: \(send.output)")
+        var outputs = [send.output]
+        if send.process.terminationStatus != 0 {
+            // Cut by the flap: the same command again sends only what is missing.
+            outputs.append(try h2.run(command, timeout: 180))
+        }
+        let done =
+            outputs.last?.split(separator: "\n").last { $0.contains("\"event\":\"done\"") }.map(String.init) ?? ""
+        XCTAssertTrue(
+            done.contains("\"verified\":1") && done.contains("\"failed\":0"), outputs.joined(separator: "\n---\n"))
+        XCTAssertTrue(FileManager.default.contents(atPath: folder + "/inbox/flap.bin") == payload, "byte-exact")
+        print("lab flap: \(outputs.count == 1 ? "rode out the flap" : "cut, then resumed"): \(done)")
+    }
+
     private static func count(_ folder: String) -> Int {
         (try? FileManager.default.contentsOfDirectory(atPath: folder).count) ?? -1
     }
-
-    /// Holds IDLE plain TCP connections and HELLOS that sent a TLS ClientHello and nothing
-    /// more, against HOST:PORT, opening each again when the receiver cuts it, for SECONDS.
-    private static let flood = """
-        import socket, ssl, sys, time, select
-        host, port, idle, hellos, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        def idle_one():
-            return socket.create_connection((host, port), timeout=5)
-        def hello_one():
-            raw = socket.create_connection((host, port), timeout=5)
-            tls = context.wrap_socket(raw, do_handshake_on_connect=False)
-            tls.setblocking(False)
-            try:
-                tls.do_handshake()
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                pass
-            return tls
-        held = {}
-        def open_one(kind):
-            try:
-                s = idle_one() if kind == 'idle' else hello_one()
-                held[s] = kind
-            except OSError:
-                pass
-        for _ in range(idle): open_one('idle')
-        for _ in range(hellos): open_one('hello')
-        print('holding', len(held), flush=True)
-        reopened = 0
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            ready, _, _ = select.select(list(held), [], [], 0.5)
-            for s in ready:
-                try:
-                    data = s.recv(4096)
-                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                    continue
-                except OSError:
-                    data = b''
-                if not data:
-                    kind = held.pop(s)
-                    s.close()
-                    open_one(kind)
-                    reopened += 1
-            missing = idle + hellos - len(held)
-            for _ in range(missing): open_one('idle')
-        print('reopened', reopened, flush=True)
-        """
 }
