@@ -59,6 +59,7 @@ final class HostSlots: Sendable {
     func release(_ host: String) {
         let next = state.withLock { state -> CheckedContinuation<Bool, Never>? in
             guard var line = state.waiting[host], !line.isEmpty else {
+                assert(state.open[host, default: 0] > 0, "a slot of \(host) released that was not taken")
                 state.open[host, default: 1] -= 1
                 if state.open[host] == 0 { state.open[host] = nil }
                 return nil

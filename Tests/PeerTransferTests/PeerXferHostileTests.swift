@@ -1,5 +1,6 @@
 import Foundation
 @testable import PeerTransferCore
+import Salut
 import SalutTestSupport
 import XCTest
 
@@ -330,6 +331,22 @@ final class AdmissionTests: XCTestCase {
         XCTAssertEqual(shared.identified(2), [.admit(2)])
         XCTAssertEqual(shared.identified(3), [.refuseBusy(3)], "past its source's share")
         XCTAssertEqual(shared.identified(9), [.admit(9)])
+    }
+
+    /// Sources are whole addresses: two IPv6 neighbours on a link share its /64 (every
+    /// link-local address is in fe80::/64) and must not share a source's share.
+    func testIPv6NeighboursOnOneLinkAreTwoSources() {
+        let one = SocketAddress(ipv6: [0xfe, 0x80] + Array(repeating: 0, count: 13) + [1], port: 1, scopeID: 2)
+        let two = SocketAddress(ipv6: [0xfe, 0x80] + Array(repeating: 0, count: 13) + [2], port: 1, scopeID: 2)
+        XCTAssertNotEqual(ReceiverService.sourceAddress(one), ReceiverService.sourceAddress(two))
+        XCTAssertEqual(
+            ReceiverService.sourceAddress(one),
+            ReceiverService.sourceAddress(
+                SocketAddress(ipv6: [0xfe, 0x80] + Array(repeating: 0, count: 13) + [1], port: 9, scopeID: 2)),
+            "the port does not matter")
+        XCTAssertNotEqual(
+            ReceiverService.sourceAddress(SocketAddress(ipv4: [198, 18, 0, 1], port: 1)),
+            ReceiverService.sourceAddress(SocketAddress(ipv4: [198, 18, 0, 2], port: 1)))
     }
 
     func testAFloodFromOneSourceEvictsOnlyItsOwnOldest() {

@@ -236,15 +236,12 @@ public final class ReceiverService: Sendable {
         }
     }
 
-    /// The unit of fairness a peer's socket address belongs to: its IPv4 address, or the /64
-    /// of its IPv6 address (one host holds a whole /64 and may use any address in it).
+    /// The unit of fairness a peer's socket address belongs to: the whole address (an IPv6
+    /// link-local one with its scope). Not an IPv6 /64: on a LAN every neighbour shares the
+    /// link's /64 (fe80::/64 for all of them), so one attacker speaking IPv6 would take every
+    /// IPv6 neighbour's share with its own; the library's listener counts whole addresses too.
     static func sourceAddress(_ address: SocketAddress) -> String {
-        guard address.isIPv6 else { return address.host }
-        let bare = address.host.split(separator: "%").first.map(String.init) ?? address.host
-        var bytes = in6_addr()
-        guard inet_pton(AF_INET6, bare, &bytes) == 1 else { return address.host }
-        let prefix = withUnsafeBytes(of: bytes) { Array($0.prefix(8)) }
-        return prefix.map { String(format: "%02x", $0) }.joined() + "::/64"
+        address.host
     }
 
     /// glibc's malloc_trim(3), looked up at run time (as syncfs(2) is, see ``Inbox``): returns
