@@ -371,3 +371,26 @@ final class AdmissionTests: XCTestCase {
         XCTAssertEqual(full.identified(2), [])
     }
 }
+
+final class MemoryTrimTests: XCTestCase {
+    /// A thousand requests while one trim runs make one more trim, not a thousand (each used to
+    /// start a thread of its own).
+    func testRequestsWhileATrimWaitsOrRunsMakeOneTrim() throws {
+        let count = Locked(0)
+        let gate = DispatchSemaphore(value: 0)
+        let trim = MemoryTrim(delay: .milliseconds(10)) {
+            if count.withLock({
+                $0 += 1; return $0
+            }) == 1 {
+                gate.wait()
+            }  // the first one runs long
+        }
+        trim.request()
+        XCTAssertTrue(eventually(timeout: 5) { count.value == 1 }, "the first trim runs")
+        for _ in 0..<1_000 { trim.request() }
+        XCTAssertTrue(trim.isPending, "one more is waiting")
+        gate.signal()
+        XCTAssertTrue(eventually(timeout: 5) { count.value == 2 && !trim.isPending }, "\(count.value)")
+        XCTAssertEqual(count.value, 2, "a thousand requests made one trim")
+    }
+}

@@ -20,6 +20,7 @@ public final class ReceiverService: Sendable {
     private let admission = Locked(Admission())
     private let greetingPairs = Locked([Int: BoundStreamPair]())
     private let tally = RefusalTally()
+    private let memoryTrim = MemoryTrim()
     /// Whether received files keep their execute bits (see ``Receiver/keepsExecuteBits``).
     public let keepsExecuteBits: Bool
     /// What clears part files no one came back for (set before ``run()``).
@@ -202,10 +203,9 @@ public final class ReceiverService: Sendable {
                         return machine.transferring.isEmpty
                     }
                     // A large offer's manifest can leave a hundred MiB free in malloc's arenas;
-                    // once nothing runs, it goes back to the system.
-                    // (On a thread of its own: over a large heap it takes a while, and the
-                    // shared pool's threads serve the other peers.)
-                    if idle { await onThreadOfItsOwn { Self.giveBackFreeMemory() } }
+                    // once nothing runs, it goes back to the system (one trim at a time, off
+                    // the shared pool: a flood of connections asks thousands of times).
+                    if idle { memoryTrim.request() }
                 }
             }
             group.cancelAll()
@@ -242,18 +242,5 @@ public final class ReceiverService: Sendable {
     /// IPv6 neighbour's share with its own; the library's listener counts whole addresses too.
     static func sourceAddress(_ address: SocketAddress) -> String {
         address.host
-    }
-
-    /// glibc's malloc_trim(3), looked up at run time (as syncfs(2) is, see ``Inbox``): returns
-    /// the free memory of every arena to the system.
-    private static let mallocTrim: (@convention(c) (Int) -> Int32)? = {
-        guard let symbol = dlsym(nil, "malloc_trim") else { return nil }
-        return unsafeBitCast(symbol, to: (@convention(c) (Int) -> Int32).self)
-    }()
-
-    /// Gives malloc's free memory back to the system (best effort: a libc without
-    /// malloc_trim keeps it for the next transfer).
-    private static func giveBackFreeMemory() {
-        _ = mallocTrim?(0)
     }
 }
