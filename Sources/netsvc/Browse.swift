@@ -12,7 +12,8 @@ struct Browse: AsyncParsableCommand {
             exits once the daemon's cache and the first network answers are in, like
             avahi-browse -t. --json writes one object per line instead (event, name, type,
             domain, interface, protocol, host, addresses, port, txt, and with --verify a
-            removal's reason; binary TXT values as "base64:…").
+            line's reason, "not-answering" or "answering-again", with its sentence in
+            "detail"; binary TXT values as "base64:…").
 
             Examples:
               netsvc browse _http._tcp
@@ -60,15 +61,16 @@ struct Browse: AsyncParsableCommand {
 
     @Flag(
         help: ArgumentHelp(
-            "Show a service only while it answers a direct mDNS query, asked when it is found and every --verify-every seconds: one whose host left without its goodbye reaching us is listed as removed within about --verify-every + 6 seconds (12 by default), instead of staying listed until the daemon's record expires (up to 75 minutes)."
+            "Show a service only while it answers a direct mDNS query, asked when it is found and every --verify-every seconds: one whose host left without its goodbye reaching us is listed as removed (\"stopped answering\") within about --verify-every + 6 seconds (12 by default), instead of staying listed until the daemon's record expires (up to 75 minutes); one that answers again is listed again; one that never answered is not shown (--log-level info names it). With --terminate, netsvc waits for each service's first check (about 3 s for a silent one)."
         ))
     var verify = false
 
     @Option(
+        parsing: .unconditional,
         help: ArgumentHelp(
             "With --verify, how often each listed service is asked again (1 to 3600, default 6; a check is a small multicast query on each interface and protocol the service is seen on, sent up to 4 times while it gets no answer).",
             valueName: "seconds"))
-    var verifyEvery: Seconds?
+    var verifyEvery: Double?
 
     @Option(
         help: ArgumentHelp(
@@ -100,9 +102,11 @@ struct Browse: AsyncParsableCommand {
                     "--verify asks the link by mDNS: it needs --domain local (\(domain) is wide-area)")
             }
         } else if verifyEvery != nil {
-            throw ValidationError("--verify-every goes with --verify")
+            throw ValidationError("--verify-every needs --verify (add --verify, or leave out --verify-every)")
         }
-        if let verifyEvery, verifyEvery.value < 1 { throw ValidationError("--verify-every must be 1…3600 seconds") }
+        if let verifyEvery, !(verifyEvery.isFinite && (1...3600).contains(verifyEvery)) {
+            throw ValidationError("--verify-every must be 1 to 3600 seconds")
+        }
         if all == (type != nil) {
             throw ValidationError(all ? "give a TYPE or --all, not both" : "give a service TYPE, or --all")
         }
@@ -132,8 +136,7 @@ struct Browse: AsyncParsableCommand {
                 printer: printer,
                 watch: verify
                     ? LivenessWatch(
-                        printer: printer, period: .seconds((verifyEvery ?? 6).value),
-                        verbose: logging.verbose || logging.level <= .info) : nil)
+                        printer: printer, period: .seconds(verifyEvery ?? 6)) : nil)
             if let type {
                 let browser = try ServiceBrowser(
                     type: type, domain: domain, interface: interface, family: family, includeLocal: !ignoreLocal)
@@ -300,7 +303,7 @@ struct BrowsePrinter: Sendable {
     /// Prints one line: `event` is "add" or "remove"; `reason` says why when it is not the
     /// daemon's own news (a service that stopped answering, with --verify).
     func report(
-        _ event: String, _ service: DiscoveredService, sightings: [ServiceSighting], reason: String? = nil
+        _ event: String, _ service: DiscoveredService, sightings: [ServiceSighting], reason: LivenessWatch.Reason? = nil
     )
         async
     {
@@ -333,7 +336,10 @@ struct BrowsePrinter: Sendable {
                 object["resolved"] = resolved != nil
                 if let failure { object["resolveError"] = failure }
             }
-            if let reason { object["reason"] = reason }
+            if let reason {
+                object["reason"] = reason.rawValue
+                object["detail"] = reason.sentence
+            }
             printJSON(object)
         } else {
             let sign = event == "add" ? Terminal.green("+") : Terminal.red("-")
@@ -351,7 +357,7 @@ struct BrowsePrinter: Sendable {
             } else if let failure {
                 line += "  (not resolved: \(Terminal.escaped(failure)))"
             }
-            if let reason { line += "  " + Terminal.dim("(\(reason))") }
+            if let reason { line += "  " + Terminal.dim("(\(reason.sentence))") }
             emit(line)
         }
     }

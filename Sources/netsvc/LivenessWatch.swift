@@ -5,8 +5,8 @@ import Salut
 /// (`LivenessCheck`), asked when the daemon lists it and again every period. One that stops
 /// answering (twice in a row: a second check at once confirms the first) is listed as removed,
 /// saying so, though avahi-daemon's cache may list it for an hour more; one that answers again
-/// comes back. A service the daemon lists that never answered is not shown (said once on
-/// stderr at --log-level info).
+/// comes back (its line says so). A service the daemon lists that never answered is not shown
+/// (said once on stderr at --log-level info).
 ///
 /// Concurrency: an actor; each watched service has one task that checks and sleeps, cancelled
 /// when the daemon drops the service. A result carries the generation of the entry it was
@@ -19,6 +19,7 @@ actor LivenessWatch {
         var task: Task<Void, Never>
         var sightings: [ServiceSighting]
         var shown = false
+        var wasShown = false
         var checked = false
         var saidSilent = false
         var saidFailure = false
@@ -36,12 +37,25 @@ actor LivenessWatch {
         var event: String
         var service: DiscoveredService
         var sightings: [ServiceSighting]
-        var reason: String?
+        var reason: Reason?
+    }
+
+    /// Why a line is not the daemon's own news: a stable word for scripts (JSON "reason") and
+    /// its sentence for people.
+    enum Reason: String, Sendable {
+        case notAnswering = "not-answering"
+        case answeringAgain = "answering-again"
+
+        var sentence: String {
+            switch self {
+            case .notAnswering: "stopped answering; avahi-daemon may still list it"
+            case .answeringAgain: "answering again"
+            }
+        }
     }
 
     private let check: LivenessCheck
     private let period: Duration
-    private let verbose: Bool
     private var watched: [DiscoveredService: Watched] = [:]
     private var interfaces: [String: InterfaceRecord] = [:]
     private var generations: UInt64 = 0
@@ -49,13 +63,12 @@ actor LivenessWatch {
     private let lines: AsyncStream<Line>.Continuation
     private let printing: Task<Void, Never>
 
-    init(printer: BrowsePrinter, period: Duration, verbose: Bool) {
+    init(printer: BrowsePrinter, period: Duration) {
         // Four tries 0.75 s apart: about 3 s. On a link losing 10 % each way a live service
         // misses all four about once in 700 checks; the second check at once makes a false
         // removal about one in 500,000.
         check = LivenessCheck(attempts: 4, interval: .milliseconds(750))
         self.period = period
-        self.verbose = verbose
         let (stream, continuation) = AsyncStream.makeStream(of: Line.self)
         lines = continuation
         printing = Task {
@@ -133,20 +146,22 @@ actor LivenessWatch {
             record(entry.sightings, answered: true, first: first)
             if !entry.shown {
                 entry.shown = true
-                lines.yield(Line(event: "add", service: service, sightings: entry.sightings))
+                lines.yield(
+                    Line(
+                        event: "add", service: service, sightings: entry.sightings,
+                        reason: entry.wasShown ? .answeringAgain : nil))
+                entry.wasShown = true
             }
         case .silent:
             record(entry.sightings, answered: false, first: first)
             if entry.shown {
                 entry.shown = false
                 lines.yield(
-                    Line(
-                        event: "remove", service: service, sightings: entry.sightings,
-                        reason: "stopped answering; avahi-daemon may still list it"))
-            } else if !entry.saidSilent && verbose {
+                    Line(event: "remove", service: service, sightings: entry.sightings, reason: .notAnswering))
+            } else if !entry.saidSilent {
                 entry.saidSilent = true
-                note(
-                    "\(Terminal.escaped(service.name)) (\(Terminal.escaped(service.type))) is listed by avahi-daemon but does not answer: not shown"
+                SalutLogging.logger.info(
+                    "\(Terminal.escaped(service.name)) (\(Terminal.escaped(service.type))) is listed by avahi-daemon but does not answer a direct query: not shown"
                 )
             }
         case .failed(let reason):
@@ -154,10 +169,13 @@ actor LivenessWatch {
             // shown rather than hidden, and the failure said once.
             if !entry.saidFailure {
                 entry.saidFailure = true
-                note("cannot check \(Terminal.escaped(service.name)): \(Terminal.escaped(reason))")
+                SalutLogging.logger.warning(
+                    "cannot check \(Terminal.escaped(service.name)): \(Terminal.escaped(reason)); it is shown unchecked"
+                )
             }
             if !entry.shown {
                 entry.shown = true
+                entry.wasShown = true
                 lines.yield(Line(event: "add", service: service, sightings: entry.sightings))
             }
         }
@@ -166,15 +184,15 @@ actor LivenessWatch {
     }
 
     /// Warns once per interface where the first checks of three services were all silent and
-    /// nothing ever answered: more likely a firewall than three ghosts.
+    /// nothing ever answered: three ghosts, or a firewall that drops the answers.
     private func record(_ sightings: [ServiceSighting], answered: Bool, first: Bool) {
         for name in Set(sightings.map(\.interface)) {
             var entry = interfaces[name, default: InterfaceRecord()]
             if answered { entry.answered = true } else if first { entry.silentAtFirst += 1 }
             if !entry.answered && !entry.warned && entry.silentAtFirst >= 3 {
                 entry.warned = true
-                note(
-                    "no service on \(Terminal.escaped(name)) has answered a direct query yet: if a firewall here lets in mDNS only to the multicast group (firewalld's and ufw's mDNS rules do), it drops the answers, which come by unicast from port 5353; allow UDP from port 5353, or browse without --verify"
+                SalutLogging.logger.warning(
+                    "none of the \(entry.silentAtFirst) services on \(Terminal.escaped(name)) answered a direct query: they may be gone, or a firewall here drops the answers (they come by unicast from UDP port 5353, and firewalld's and ufw's mDNS rules admit only multicast); allow UDP from source port 5353, or browse without --verify"
                 )
             }
             interfaces[name] = entry

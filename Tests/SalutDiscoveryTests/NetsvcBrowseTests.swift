@@ -242,17 +242,22 @@ final class NetsvcBrowseTests: XCTestCase {
         fading.closeInput()
         XCTAssertTrue(fading.waitForExit(seconds: 10), "the responder left")
         XCTAssertTrue(
-            watch.waitForOutput(containing: "\"reason\":\"stopped answering", seconds: 15),
+            watch.waitForOutput(containing: "\"reason\":\"not-answering\"", seconds: 15),
             "reported within 15 s of the responder leaving: \(watch.output)")
         let removal = jsonLines(watch.output).first { $0["event"] as? String == "remove" }
         XCTAssertEqual(removal?["name"] as? String, "Fading", watch.output)
+        XCTAssertEqual(removal?["detail"] as? String, "stopped answering; avahi-daemon may still list it")
         XCTAssertTrue(try run(["avahi-browse", "-pt", type]).1.contains("Fading"), "the daemon still lists it")
         XCTAssertFalse(jsonLines(watch.output).contains { $0["name"] as? String == "Long Gone" }, watch.output)
 
         // Bad combinations are usage errors.
         XCTAssertEqual(try run([netsvc, "browse", type, "--verify-every", "5"]).0, 2)
         XCTAssertEqual(try run([netsvc, "browse", type, "--verify-every", "6"]).0, 2, "even the default value")
-        XCTAssertEqual(try run([netsvc, "browse", type, "--verify", "--verify-every", "0.5"]).0, 2)
+        for bad in ["0.5", "0", "3601", "nan", "-5"] {
+            let (status, text) = try run([netsvc, "browse", type, "--verify", "--verify-every", bad])
+            XCTAssertEqual(status, 2, bad)
+            XCTAssertTrue(text.contains("--verify-every must be 1 to 3600 seconds"), "\(bad): \(text)")
+        }
         XCTAssertEqual(try run([netsvc, "browse", type, "--verify", "--domain", "example.com"]).0, 2)
     }
 
