@@ -141,6 +141,7 @@ struct Browse: AsyncParsableCommand {
                 let browser = try ServiceBrowser(
                     type: type, domain: domain, interface: interface, family: family, includeLocal: !ignoreLocal)
                 for try await update in browser {
+                    await listing.follow(update)
                     for change in update.changes { await listing.report(change, in: update) }
                     if terminate && update.isComplete { return await listing.finish() }
                 }
@@ -193,6 +194,7 @@ struct Browse: AsyncParsableCommand {
                 }
                 if update.isComplete { typesComplete = true }
             case .services(let type, let update):
+                await listing.follow(update)
                 for change in update.changes { await listing.report(change, in: update) }
                 if update.isComplete { complete.insert(type) }
             }
@@ -271,6 +273,11 @@ extension Browse {
 struct Listing: Sendable {
     let printer: BrowsePrinter
     let watch: LivenessWatch?
+
+    /// Where the listed services are seen now (an update may say so without changes).
+    func follow(_ update: BrowseUpdate) async {
+        await watch?.seen(update.sightings)
+    }
 
     func report(_ change: BrowseChange, in update: BrowseUpdate) async {
         guard let watch else { return await printer.report(change, in: update) }

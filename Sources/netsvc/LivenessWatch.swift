@@ -85,9 +85,10 @@ actor LivenessWatch {
         let generation = generations
         let task = Task { [check, period] in
             while !Task.isCancelled {
-                var outcome = await Self.ask(check, service, sightings)
+                var outcome = await Self.ask(check, service, self.sightings(of: service))
                 if case .silent = outcome, self.isShown(service, generation), !Task.isCancelled {
-                    outcome = await Self.ask(check, service, sightings)  // confirmed before it is said
+                    // Confirmed before it is said (where it is seen now).
+                    outcome = await Self.ask(check, service, self.sightings(of: service))
                 }
                 guard !Task.isCancelled else { return }
                 self.checked(service, generation: generation, outcome: outcome)
@@ -95,6 +96,13 @@ actor LivenessWatch {
             }
         }
         watched[service] = Watched(generation: generation, task: task, sightings: sightings)
+    }
+
+    /// Where listed services are seen now: their next checks ask there.
+    func seen(_ sightings: [DiscoveredService: [ServiceSighting]]) {
+        for (service, places) in sightings where watched[service] != nil && !places.isEmpty {
+            watched[service]?.sightings = places
+        }
     }
 
     /// The daemon no longer lists `service` (its goodbye came, or its records expired).
@@ -131,6 +139,10 @@ actor LivenessWatch {
         do { return try await check.isAnswering(service, on: sightings) ? .answered : .silent } catch {
             return .failed((error as? DiscoveryError)?.description ?? "\(error)")
         }
+    }
+
+    private func sightings(of service: DiscoveredService) -> [ServiceSighting] {
+        watched[service]?.sightings ?? []
     }
 
     private func isShown(_ service: DiscoveredService, _ generation: UInt64) -> Bool {

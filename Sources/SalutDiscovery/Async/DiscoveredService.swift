@@ -73,8 +73,10 @@ public struct ServiceSighting: Sendable, Hashable {
 public struct BrowseUpdate: Sendable {
     /// What changed, in order.
     public var changes: [BrowseChange]
-    /// For each service in ``changes``: where it is seen (for a removal: where it was last
-    /// seen), ordered by interface index, IPv4 first.
+    /// For each service in ``changes``, and for each listed service seen on an interface or
+    /// protocol more or fewer since the last update (such an update may have no changes):
+    /// where it is seen (for a removal: where it was last seen), ordered by interface index,
+    /// IPv4 first.
     public var sightings: [DiscoveredService: [ServiceSighting]] = [:]
     /// Every service known after these changes.
     public var services: Set<DiscoveredService>

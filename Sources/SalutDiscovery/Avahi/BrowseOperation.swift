@@ -46,6 +46,8 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
     /// Where services that went away were last seen, for the update that reports it.
     private var lastSeen: [DiscoveredService: Set<Path>] = [:]
     private var pending: [BrowseChange] = []
+    /// Services still listed whose interfaces or protocols changed since the last update.
+    private var moved: Set<DiscoveredService> = []
     private var cacheExhausted = false
     private var complete = false
     private var flushScheduled = false
@@ -135,7 +137,11 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
         case AVAHI_BROWSER_NEW where !filter.includeLocal && flags.rawValue & AVAHI_LOOKUP_RESULT_LOCAL.rawValue != 0:
             return  // published by this host, and the caller asked to ignore those
         case AVAHI_BROWSER_NEW:
-            if seen[service] == nil { pending.append(.added(service)) }
+            if seen[service] == nil {
+                pending.append(.added(service))
+            } else if !seen[service]!.contains(path) {
+                moved.insert(service)
+            }
             seen[service, default: []].insert(path)
             scheduleFlush()
         case AVAHI_BROWSER_REMOVE:
@@ -148,6 +154,8 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
                 scheduleFlush()
             } else {
                 seen[service] = paths
+                moved.insert(service)
+                scheduleFlush()
             }
         case AVAHI_BROWSER_CACHE_EXHAUSTED:
             cacheExhausted = true
@@ -190,19 +198,21 @@ final class BrowseOperation: QueueOperation, @unchecked Sendable {
 
     private func flush(evenIfEmpty: Bool = false) {
         flushScheduled = false
-        guard !stopped, !pending.isEmpty || evenIfEmpty else { return }
+        guard !stopped, !pending.isEmpty || !moved.isEmpty || evenIfEmpty else { return }
         var update = BrowseUpdate(changes: pending, services: Set(seen.keys), isComplete: complete)
-        for change in pending {
-            let service: DiscoveredService
+        let changed = pending.map { change -> DiscoveredService in
             switch change {
-            case .added(let s), .removed(let s): service = s
+            case .added(let s), .removed(let s): s
             }
+        }
+        for service in changed + moved.filter({ seen[$0] != nil }) {
             let paths = seen[service] ?? lastSeen[service] ?? []
             update.sightings[service] = paths.sorted { ($0.interface, $0.proto) < ($1.interface, $1.proto) }.map(
                 Self.sighting)
         }
         lastSeen = [:]
         pending = []
+        moved = []
         deliver(.update(update))
     }
 }
