@@ -61,7 +61,7 @@ struct Browse: AsyncParsableCommand {
 
     @Flag(
         help: ArgumentHelp(
-            "Show a service only while it answers a direct mDNS query, asked when it is found and every --verify-every seconds: one whose host left without its goodbye reaching us is listed as removed (\"stopped answering\") within about --verify-every + 6 seconds (12 by default), instead of staying listed until the daemon's record expires (up to 75 minutes); one that answers again is listed again; one that never answered is not shown (--log-level info names it). With --terminate, netsvc waits for each service's first check (about 3 s for a silent one)."
+            "Show a service only while it answers a direct mDNS query, asked when it is found and every --verify-every seconds: one whose host left without its goodbye reaching us is listed as removed (\"stopped answering\") within about --verify-every + 6 seconds (12 by default), instead of staying listed until the daemon's record expires (up to 75 minutes); one that answers again is listed again; one that never answered is not shown (--log-level info names it). With --terminate, netsvc waits for each service's first check (about 3 s for a silent one; 128 services are checked at a time)."
         ))
     var verify = false
 

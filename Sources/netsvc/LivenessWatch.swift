@@ -60,6 +60,11 @@ actor LivenessWatch {
     private var interfaces: [String: InterfaceRecord] = [:]
     private var generations: UInt64 = 0
     private var settling: [CheckedContinuation<Void, Never>] = []
+    /// Checks in flight, at most ``checksAtOnce``; the others wait in line (a socket a check
+    /// and interface, and a burst of multicast, for every listed service at once otherwise).
+    private var checking = 0
+    private var waitingToCheck: [CheckedContinuation<Void, Never>] = []
+    static let checksAtOnce = 128
     private let lines: AsyncStream<Line>.Continuation
     private let printing: Task<Void, Never>
 
@@ -85,11 +90,13 @@ actor LivenessWatch {
         let generation = generations
         let task = Task { [check, period] in
             while !Task.isCancelled {
+                await self.takeCheckSlot()
                 var outcome = await Self.ask(check, service, self.sightings(of: service))
                 if case .silent = outcome, self.isShown(service, generation), !Task.isCancelled {
                     // Confirmed before it is said (where it is seen now).
                     outcome = await Self.ask(check, service, self.sightings(of: service))
                 }
+                self.releaseCheckSlot()
                 guard !Task.isCancelled else { return }
                 self.checked(service, generation: generation, outcome: outcome)
                 try? await Task.sleep(for: period)
@@ -138,6 +145,22 @@ actor LivenessWatch {
     {
         do { return try await check.isAnswering(service, on: sightings) ? .answered : .silent } catch {
             return .failed((error as? DiscoveryError)?.description ?? "\(error)")
+        }
+    }
+
+    private func takeCheckSlot() async {
+        if checking < Self.checksAtOnce {
+            checking += 1
+            return
+        }
+        await withCheckedContinuation { waitingToCheck.append($0) }  // the slot is handed over
+    }
+
+    private func releaseCheckSlot() {
+        if waitingToCheck.isEmpty {
+            checking -= 1
+        } else {
+            waitingToCheck.removeFirst().resume()
         }
     }
 

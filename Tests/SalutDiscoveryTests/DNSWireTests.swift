@@ -266,4 +266,34 @@ final class DNSWireTests: SalutTestCase {
         answer.additionals[0].data = [0, 2, 0, 8, 0, 0]  // cut short
         XCTAssertNil(WideAreaPublisher.grantedLease(in: answer))
     }
+
+    /// A message of questions whose names point at the name before them: the question at
+    /// `index` follows `index` pointers. `lastPointsAt` makes every question from there on
+    /// point at that one's name instead (many long chains in one message).
+    private func chained(_ count: Int, lastPointsAt: Int? = nil) -> [UInt8] {
+        var bytes: [UInt8] = [0, 1, 0, 0, UInt8(count >> 8), UInt8(count & 0xFF), 0, 0, 0, 0, 0, 0]
+        var starts: [Int] = []
+        for index in 0..<count {
+            starts.append(bytes.count)
+            if index == 0 {
+                bytes += [1, 0x61, 0]
+            } else {
+                let target = lastPointsAt.map { index > $0 ? starts[$0] : starts[index - 1] } ?? starts[index - 1]
+                bytes += [0xC0 | UInt8(target >> 8), UInt8(target & 0xFF)]
+            }
+            bytes += [0, 33, 0, 1]
+        }
+        return bytes
+    }
+
+    func testPointerChainsAreBoundedPerNameAndPerMessage() throws {
+        XCTAssertNoThrow(try DNSMessage(decoding: chained(DNSReader.pointersPerName + 1)), "64 pointers in a name")
+        XCTAssertThrowsError(try DNSMessage(decoding: chained(DNSReader.pointersPerName + 2)), "65 pointers")
+        // Many names of 64 pointers each: past the message's budget of steps, refused.
+        let bomb = chained(400, lastPointsAt: DNSReader.pointersPerName - 1)
+        XCTAssertThrowsError(try DNSMessage(decoding: bomb)) { error in
+            XCTAssertTrue("\(error)".contains("too many steps"), "\(error)")
+        }
+        XCTAssertLessThan(bomb.count, 3_000, "a small message")
+    }
 }

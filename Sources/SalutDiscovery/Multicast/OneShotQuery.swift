@@ -8,7 +8,9 @@ import SalutStreams
 /// withdrawal was lost on the way, gets no answer, whatever avahi-daemon's cache still lists.
 ///
 /// Nothing blocks: the socket is non-blocking, read by a dispatch source and paced by a timer
-/// on one serial queue per query, so many queries at once cost no threads. Every wait is
+/// on one serial queue shared by every query of the process, so many queries at once cost one
+/// thread; a read event takes at most 32 datagrams, so a flood on the port cannot hold off a
+/// query's timer. A datagram's header (port, ID, QR, error) is checked before it is decoded. Every wait is
 /// bounded by `attempts` × `interval`; a cancelled caller ends its query at once. The socket
 /// is closed on every path (by the read source's cancel handler).
 struct OneShotQuery: Sendable {
@@ -36,8 +38,12 @@ struct OneShotQuery: Sendable {
     /// error) from the mDNS port with the query's ID that holds a live record of the asked name
     /// and type. Anything else on the port, malformed or not, is dropped.
     func isAnswer(_ bytes: [UInt8], id: UInt16, sourcePort: UInt16) -> Bool {
-        guard sourcePort == 5353, let message = try? DNSMessage(decoding: bytes), message.isResponse,
-            message.id == id, message.rcode == 0
+        // The header first (port, ID, QR, no error): most strangers' datagrams cost nothing more.
+        guard sourcePort == 5353, bytes.count >= 12, UInt16(bytes[0]) << 8 | UInt16(bytes[1]) == id,
+            bytes[2] & 0x80 != 0, bytes[3] & 0x0F == 0
+        else { return false }
+        guard let message = try? DNSMessage(decoding: bytes), message.isResponse, message.id == id,
+            message.rcode == 0
         else { return false }
         return (message.answers + message.additionals).contains {
             $0.type == question.type && $0.recordClass & 0x7FFF == question.questionClass && $0.ttl > 0
@@ -49,12 +55,15 @@ struct OneShotQuery: Sendable {
 /// One query's life on its serial queue: send, wait an interval, send again, until an answer
 /// or the last attempt's interval ends; then the continuation is resumed once and the socket
 /// released.
-// @unchecked: every stored property is touched only on `queue` (start, the read source, the
-// timer and cancel all run there).
+// @unchecked: every stored property is touched only on `queue`, one serial queue shared by all
+// queries (start, the read sources, the timers and cancel all run there).
 private final class QueryRun: @unchecked Sendable {
     private let query: OneShotQuery
     private let socket: QuerySocket
-    private let queue = DispatchQueue(label: "salut.one-shot-query")
+    /// One serial queue for every query of the process: the work of an event is small, and a
+    /// queue each made a thread each when hundreds of checks ran at once.
+    private static let sharedQueue = DispatchQueue(label: "salut.one-shot-query")
+    private var queue: DispatchQueue { Self.sharedQueue }
     private var continuation: CheckedContinuation<Bool, any Error>?
     private var reader: (any DispatchSourceRead)?
     private var timer: (any DispatchSourceTimer)?
@@ -106,8 +115,12 @@ private final class QueryRun: @unchecked Sendable {
         do { try socket.send(message) } catch { finish(.failure(error)) }
     }
 
+    /// Reads what waits, at most 32 datagrams an event: a flood on the port cannot keep the
+    /// shared queue from the timers (the next attempt, the end) and the other queries.
     private func readAll() {
-        while !finished {
+        var budget = 32
+        while !finished && budget > 0 {
+            budget -= 1
             switch socket.receive() {
             case .datagram(let bytes, let port):
                 if query.isAnswer(bytes, id: id, sourcePort: port) { return finish(.success(true)) }

@@ -279,6 +279,15 @@ enum DNSWireError: Error, Equatable, CustomStringConvertible {
 struct DNSReader {
     private let bytes: [UInt8]
     private(set) var offset = 0
+    /// Labels and pointers followed so far in this message: bounded, so that a message of
+    /// names that each walk a long chain of pointers (a few kilobytes can ask for a million
+    /// steps) is refused rather than read.
+    private var steps = 0
+    /// A name follows at most this many pointers (a name has at most 127 labels; encoders
+    /// point once or twice).
+    static let pointersPerName = 64
+    /// The labels and pointers one message may make the reader follow in all.
+    static let stepsPerMessage = 20_000
 
     init(_ bytes: [UInt8]) { self.bytes = bytes }
 
@@ -311,8 +320,11 @@ struct DNSReader {
         var position = offset
         var resumeAt: Int?
         var limit = position  // a pointer must point before this
+        var pointers = 0
         while true {
             guard position < bytes.count else { throw .malformed("a name runs past the end") }
+            steps += 1
+            guard steps <= Self.stepsPerMessage else { throw .malformed("names that take too many steps to read") }
             let length = Int(bytes[position])
             switch length & 0xC0 {
             case 0:
@@ -329,6 +341,8 @@ struct DNSReader {
                 let target = (length & 0x3F) << 8 | Int(bytes[position + 1])
                 guard target < limit else { throw .malformed("a compression pointer that does not point backwards") }
                 if resumeAt == nil { resumeAt = position + 2 }
+                pointers += 1
+                guard pointers <= Self.pointersPerName else { throw .malformed("a name of too many pointers") }
                 limit = target
                 position = target
             default:
