@@ -91,6 +91,10 @@ actor LivenessWatch {
         let task = Task { [check, period] in
             while !Task.isCancelled {
                 await self.takeCheckSlot()
+                if Task.isCancelled {  // dropped while it waited: the slot goes to the next
+                    self.releaseCheckSlot()
+                    return
+                }
                 var outcome = await Self.ask(check, service, self.sightings(of: service))
                 if case .silent = outcome, self.isShown(service, generation), !Task.isCancelled {
                     // Confirmed before it is said (where it is seen now).
@@ -200,18 +204,14 @@ actor LivenessWatch {
                 )
             }
         case .failed(let reason):
-            // Our own failure to ask (an interface gone) says nothing about the service: it is
-            // shown rather than hidden, and the failure said once.
+            // Our own failure to ask (an interface gone, no descriptor left) says nothing about
+            // the service: what is shown stays shown and what is not stays hidden until a check
+            // can be made; the failure is said once.
             if !entry.saidFailure {
                 entry.saidFailure = true
                 SalutLogging.logger.warning(
-                    "cannot check \(Terminal.escaped(service.name)): \(Terminal.escaped(reason)); it is shown unchecked"
+                    "cannot check \(Terminal.escaped(service.name)): \(Terminal.escaped(reason)); it stays \(entry.shown ? "shown" : "hidden") until a check can be made"
                 )
-            }
-            if !entry.shown {
-                entry.shown = true
-                entry.wasShown = true
-                lines.yield(Line(event: "add", service: service, sightings: entry.sightings))
             }
         }
         watched[service] = entry

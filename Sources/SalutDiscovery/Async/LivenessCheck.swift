@@ -44,14 +44,16 @@ public struct LivenessCheck: Sendable {
     }
 
     /// True as soon as a responder answers for `service` on one of `sightings` (asked on all
-    /// of them at once); false when none answered after every attempt, or `sightings` is empty.
+    /// of them at once); false when every query was made and none was answered after every
+    /// attempt, or `sightings` is empty.
     /// - Parameters:
     ///   - service: a service found by a browser, in the `local` domain.
     ///   - sightings: where it was seen (``BrowseUpdate/sightings``).
     /// - Throws: ``DiscoveryError`` (``DiscoveryError/Code-swift.struct/invalidDomain``) for a
     ///   service outside `local`, (``DiscoveryError/Code-swift.struct/invalidServiceName``) for
-    ///   a name that is no DNS name, (``DiscoveryError/Code-swift.struct/dnsFailure``) when no
-    ///   query could be sent on any interface.
+    ///   a name that is no DNS name, (``DiscoveryError/Code-swift.struct/dnsFailure``) when a
+    ///   query could not be made on one of the sightings and none answered (the answer is then
+    ///   unknown).
     public func isAnswering(_ service: DiscoveredService, on sightings: [ServiceSighting]) async throws -> Bool {
         guard let domain = try? ServiceNames.normaliseDomain(service.domain), ServiceNames.isOnTheLink(domain) else {
             throw DiscoveryError.invalidDomain(service.domain)
@@ -87,8 +89,9 @@ public struct LivenessCheck: Sendable {
                 case .failure(let error): failures.append(error)
                 }
             }
-            // No query could be sent at all: that is an error, not silence.
-            if let failure = failures.first, failures.count == queries.count { return .failure(failure) }
+            // A query that could not be made (on the interface that would have answered, maybe)
+            // leaves the answer unknown: an error, not silence.
+            if let failure = failures.first { return .failure(failure) }
             return .success(false)
         }
         return try outcome.get()

@@ -68,6 +68,9 @@ private final class QueryRun: @unchecked Sendable {
     private var reader: (any DispatchSourceRead)?
     private var timer: (any DispatchSourceTimer)?
     private var sent = 0
+    /// Attempts that got out, and the last refusal of one that did not.
+    private var left = 0
+    private var lastRefusal: DiscoveryError?
     private var finished = false
     private let id = UInt16.random(in: 1 ... .max)
     private lazy var message: [UInt8] = {
@@ -110,9 +113,19 @@ private final class QueryRun: @unchecked Sendable {
 
     /// Each interval: the next attempt, or the end.
     private func tick() {
-        guard sent < max(1, query.attempts) else { return finish(.success(false)) }
+        guard sent < max(1, query.attempts) else {
+            // Silence counts only when an attempt got out; otherwise the answer is unknown.
+            return finish(left > 0 || lastRefusal == nil ? .success(false) : .failure(lastRefusal!))
+        }
         sent += 1
-        do { try socket.send(message) } catch { finish(.failure(error)) }
+        do {
+            try socket.send(message)
+            left += 1
+        } catch let lost as QuerySocket.SendLost {
+            if case .refused(let error) = lost { lastRefusal = error }
+        } catch {
+            finish(.failure(error))
+        }
     }
 
     /// Reads what waits, at most 32 datagrams an event: a flood on the port cannot keep the
@@ -147,6 +160,12 @@ private final class QueryRun: @unchecked Sendable {
 /// limit of 255 that mDNS asks for, to the mDNS group.
 // @unchecked: the descriptor is set once; `close()` runs once, on the query's queue.
 private final class QuerySocket: @unchecked Sendable {
+    /// An attempt that did not leave; the query goes on with the next one.
+    enum SendLost: Error {
+        case lost(Int32)
+        case refused(DiscoveryError)
+    }
+
     enum Received {
         case datagram([UInt8], sourcePort: UInt16)
         case none
@@ -204,8 +223,9 @@ private final class QuerySocket: @unchecked Sendable {
         }
     }
 
-    /// Sends `message` to the group. A datagram the kernel has no room for now is a lost
-    /// attempt (what the attempts are for); a refusal to send is an error.
+    /// Sends `message` to the group.
+    /// - Throws: ``SendLost`` for an attempt that did not get out (no room now, or refused by
+    ///   a filter): the next attempt may; ``DiscoveryError`` when the interface is gone.
     func send(_ message: [UInt8]) throws {
         var storage = sockaddr_storage()
         let length: socklen_t
@@ -236,9 +256,13 @@ private final class QuerySocket: @unchecked Sendable {
         }
         guard sent != message.count else { return }
         let code = errno
-        if sent >= 0 || code == EAGAIN || code == ENOBUFS || code == EINTR { return }
-        throw code == ENODEV || code == ENXIO
-            ? Self.interfaceFailure("sendto", interfaceIndex, code) : Self.failure("sendto", interfaceIndex, code)
+        if sent >= 0 || code == EAGAIN || code == ENOBUFS || code == EINTR { throw SendLost.lost(code) }
+        if code == ENODEV || code == ENXIO || code == EADDRNOTAVAIL || code == ENETDOWN {
+            throw Self.interfaceFailure("sendto", interfaceIndex, code)
+        }
+        // Refused on the way out (a firewall's drop says EPERM): a lost attempt like a lost
+        // datagram, unless no attempt gets out at all.
+        throw SendLost.refused(Self.failure("sendto", interfaceIndex, code))
     }
 
     /// The next datagram waiting, with its source port, or `.none` when there is none now.

@@ -286,10 +286,15 @@ struct DNSReader {
     /// A name follows at most this many pointers (a name has at most 127 labels; encoders
     /// point once or twice).
     static let pointersPerName = 64
-    /// The labels and pointers one message may make the reader follow in all.
-    static let stepsPerMessage = 20_000
+    /// The labels and pointers one message may make the reader follow in all: 4 a byte, and
+    /// 20,000 at least (a real answer takes under 1 a byte: a record's 2-byte owner pointer
+    /// and its target's labels; a name bomb takes up to 64 pointers for each 2 bytes).
+    let stepsAllowed: Int
 
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    init(_ bytes: [UInt8]) {
+        self.bytes = bytes
+        stepsAllowed = max(20_000, 4 * bytes.count)
+    }
 
     var remaining: Int { bytes.count - offset }
 
@@ -324,7 +329,7 @@ struct DNSReader {
         while true {
             guard position < bytes.count else { throw .malformed("a name runs past the end") }
             steps += 1
-            guard steps <= Self.stepsPerMessage else { throw .malformed("names that take too many steps to read") }
+            guard steps <= stepsAllowed else { throw .malformed("names that take too many steps to read") }
             let length = Int(bytes[position])
             switch length & 0xC0 {
             case 0:
