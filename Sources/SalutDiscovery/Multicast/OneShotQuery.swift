@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Glibc
 import SalutStreams
 
@@ -95,12 +96,7 @@ private final class QueryRun: @unchecked Sendable {
             self.reader = reader
             reader.resume()
             let timer = DispatchSource.makeTimerSource(queue: queue)
-            timer.schedule(
-                deadline: .now(),
-                repeating: .nanoseconds(
-                    Int(
-                        query.interval.components.seconds * 1_000_000_000 + query.interval.components.attoseconds
-                            / 1_000_000_000)))
+            timer.schedule(deadline: .now(), repeating: OperationLimit.dispatchInterval(query.interval))
             timer.setEventHandler { [self] in tick() }
             self.timer = timer
             timer.resume()
@@ -175,12 +171,20 @@ private final class QuerySocket: @unchecked Sendable {
     let descriptor: Int32
     private let interfaceIndex: Int32
     private let overIPv6: Bool
+    /// The mDNS group, 224.0.0.251 or ff02::fb on the interface, port 5353.
+    private let group: SocketAddress
     private var buffer = [UInt8](repeating: 0, count: 9_000)  // mDNS's largest message
     private var closed = false
 
     init(interfaceIndex: Int32, overIPv6: Bool) throws {
         self.interfaceIndex = interfaceIndex
         self.overIPv6 = overIPv6
+        group =
+            overIPv6
+            ? SocketAddress(
+                ipv6: [0xff, 0x02] + Array(repeating: 0, count: 13) + [0xfb], port: 5353,
+                scopeID: UInt32(bitPattern: interfaceIndex))
+            : SocketAddress(ipv4: [224, 0, 0, 251], port: 5353)
         let type = Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
         descriptor = Glibc.socket(overIPv6 ? AF_INET6 : AF_INET, type, 0)
         guard descriptor >= 0 else { throw Self.failure("socket", interfaceIndex) }
@@ -227,31 +231,11 @@ private final class QuerySocket: @unchecked Sendable {
     /// - Throws: ``SendLost`` for an attempt that did not get out (no room now, or refused by
     ///   a filter): the next attempt may; ``DiscoveryError`` when the interface is gone.
     func send(_ message: [UInt8]) throws {
-        var storage = sockaddr_storage()
-        let length: socklen_t
-        if overIPv6 {
-            length = withUnsafeMutableBytes(of: &storage) { raw in
-                let group = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in6.self)
-                group.pointee.sin6_family = sa_family_t(AF_INET6)
-                group.pointee.sin6_port = in_port_t(5353).bigEndian
-                group.pointee.sin6_addr.__in6_u.__u6_addr8 = (0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xfb)
-                group.pointee.sin6_scope_id = UInt32(bitPattern: interfaceIndex)
-                return socklen_t(MemoryLayout<sockaddr_in6>.size)
-            }
-        } else {
-            length = withUnsafeMutableBytes(of: &storage) { raw in
-                let group = raw.baseAddress!.assumingMemoryBound(to: sockaddr_in.self)
-                group.pointee.sin_family = sa_family_t(AF_INET)
-                group.pointee.sin_port = in_port_t(5353).bigEndian
-                group.pointee.sin_addr.s_addr = in_addr_t(0xE000_00FB).bigEndian  // 224.0.0.251
-                return socklen_t(MemoryLayout<sockaddr_in>.size)
-            }
-        }
-        let sent = withUnsafePointer(to: &storage) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                message.withUnsafeBytes {
-                    sendto(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), address, length)
-                }
+        let sent = group.withBytes { address in
+            message.withUnsafeBytes {
+                sendto(
+                    descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL),
+                    address.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(address.count))
             }
         }
         guard sent != message.count else { return }
@@ -283,16 +267,7 @@ private final class QuerySocket: @unchecked Sendable {
             if code == ECONNREFUSED || code == EHOSTUNREACH || code == ENETUNREACH { return .none }
             return .failed(Self.failure("recvfrom", interfaceIndex, code))
         }
-        let port = withUnsafeBytes(of: &source) { raw -> UInt16 in
-            let family = raw.load(as: sa_family_t.self)
-            if family == sa_family_t(AF_INET6) {
-                return UInt16(
-                    bigEndian: raw.load(
-                        fromByteOffset: MemoryLayout<sockaddr_in6>.offset(of: \.sin6_port)!, as: UInt16.self))
-            }
-            return UInt16(
-                bigEndian: raw.load(fromByteOffset: MemoryLayout<sockaddr_in>.offset(of: \.sin_port)!, as: UInt16.self))
-        }
+        let port = SocketAddress(Data(bytes: &source, count: Int(sourceLength)))?.port ?? 0
         return .datagram(Array(buffer[..<received]), sourcePort: port)
     }
 
