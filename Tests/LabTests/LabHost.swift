@@ -36,4 +36,19 @@ struct LabHost {
     }
 }
 
-enum LabError: Error { case timedOut(String) }
+extension LabHost {
+    /// The key of the peerxfer configuration in `config` on this host, as `peerxfer identity
+    /// --json` prints it (what a person reads on the receiver and gives the sender).
+    /// - Throws: ``LabError/noKey(_:)`` with the output when it holds no 64-digit key.
+    func peerxferKey(_ peerxfer: String, config: String) throws -> String {
+        let identity = try run([peerxfer, "identity", "--config", config, "--json"], timeout: 30)
+        let key = identity.components(separatedBy: "\"key\":\"").dropFirst().first.map { String($0.prefix(64)) } ?? ""
+        guard key.count == 64 else { throw LabError.noKey(identity) }
+        return key
+    }
+}
+
+enum LabError: Error {
+    case timedOut(String)
+    case noKey(String)
+}

@@ -120,9 +120,7 @@ final class LabLossTests: XCTestCase {
             (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.trimmingCharacters(
                 in: .whitespacesAndNewlines),
             "peerxfer", "the lab's exec chain ends in the receiver itself")
-        let identity = try h1.run([Self.peerxfer, "identity", "--config", folder + "/h1", "--json"], timeout: 30)
-        let key = identity.components(separatedBy: "\"key\":\"").dropFirst().first.map { String($0.prefix(64)) } ?? ""
-        XCTAssertEqual(key.count, 64, identity)
+        let key = try h1.peerxferKey(Self.peerxfer, config: folder + "/h1")
 
         // The attacker has an address of its own on h2 (a second host, as far as the receiver
         // can tell); the good sender uses h2's first.
@@ -202,9 +200,7 @@ final class LabLossTests: XCTestCase {
         ])
         defer { receiver.stop() }
         XCTAssertTrue(receiver.waitForOutput(containing: "serving", seconds: 20), receiver.output)
-        let identity = try h1.run([Self.peerxfer, "identity", "--config", folder + "/h1", "--json"], timeout: 30)
-        let key = identity.components(separatedBy: "\"key\":\"").dropFirst().first.map { String($0.prefix(64)) } ?? ""
-        XCTAssertEqual(key.count, 64, identity)
+        let key = try h1.peerxferKey(Self.peerxfer, config: folder + "/h1")
         try setLoss(h1, 10)
         let command = [
             Self.peerxfer, "send", folder + "/outbox/flap.bin", "--to", name, "--config", folder + "/h2", "--json",

@@ -31,9 +31,7 @@ final class LabPeerTransferTests: XCTestCase {
         XCTAssertTrue(receiver.waitForOutput(containing: "serving", seconds: 20), receiver.output)
 
         // Paired the safe way: the key `identity` prints on h1, given to the sender on h2.
-        let identity = try h1.run([Self.peerxfer, "identity", "--config", folder + "/h1", "--json"], timeout: 30)
-        let key = identity.components(separatedBy: "\"key\":\"").dropFirst().first.map { String($0.prefix(64)) } ?? ""
-        XCTAssertEqual(key.count, 64, identity)
+        let key = try h1.peerxferKey(Self.peerxfer, config: folder + "/h1")
         let out = try h2.run(
             [
                 Self.peerxfer, "send", tree, "--to", "Lab Inbox", "--config", folder + "/h2", "--json",
