@@ -94,6 +94,12 @@ let package = Package(
             dependencies: ["Salut"],
             path: "Examples/AppleSample"
         ),
+        // CFNetwork's spelling of streams, end to end (tests run it against openssl s_server).
+        .executableTarget(
+            name: "cfnetwork-client",
+            dependencies: ["Salut"],
+            path: "Examples/CFNetworkClient"
+        ),
         .executableTarget(
             name: "discovery-bench",
             dependencies: ["Salut"],

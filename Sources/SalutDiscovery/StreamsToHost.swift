@@ -19,6 +19,30 @@ extension Stream {
     }
 }
 
+/// CFNetwork's spelling of ``Foundation/Stream/getStreamsToHost(withName:port:inputStream:outputStream:)``:
+/// an unopened pair of streams to `host` and `port`, returned retained, as CoreFoundation's
+/// "Create" rule says (take them with `takeRetainedValue()`; each is an `InputStream` or
+/// `OutputStream`). Set TLS on them with `CFReadStreamSetProperty` or `setProperty` before
+/// opening; open them with `CFReadStreamOpen` and `CFWriteStreamOpen` or `open()`. A nil host
+/// gives no streams.
+public func CFStreamCreatePairWithSocketToHost(
+    _ alloc: CFAllocator?,
+    _ host: CFString?,
+    _ port: UInt32,
+    _ readStream: UnsafeMutablePointer<Unmanaged<CFReadStream>?>?,
+    _ writeStream: UnsafeMutablePointer<Unmanaged<CFWriteStream>?>?
+) {
+    guard let host else {
+        storeCreatedPair(input: nil, output: nil, in: readStream, writeStream)
+        return
+    }
+    var input: InputStream?
+    var output: OutputStream?
+    Stream.getStreamsToHost(
+        withName: String(describing: host), port: Int(port), inputStream: &input, outputStream: &output)
+    storeCreatedPair(input: input, output: output, in: readStream, writeStream)
+}
+
 /// `getaddrinfo` for everything but `.local` names, which go to Avahi (the system resolver
 /// often has no mDNS).
 let discoveryResolver: AddressResolver = DiscoveryContext.shared.addressResolver

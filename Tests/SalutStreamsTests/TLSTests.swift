@@ -166,30 +166,9 @@ final class TLSTests: SalutTestCase {
     }
 
     func testAnAppleSettingsDictionaryIsHonouredAndARefusedOneNeverSendsInTheClear() async throws {
-        // A plaintext listener that prints each piece it receives as hex ("chunk …"), and
-        // everything a client sent ("got …", "-" for nothing) when it goes.
-        let listener = try Foreign([
-            "python3", "-c",
-            """
-            import socket, sys
-            s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
-            print("port", s.getsockname()[1], flush=True)
-            s.settimeout(30)
-            while True:
-                c, _ = s.accept(); c.settimeout(5); got = b""
-                try:
-                    while True:
-                        b = c.recv(65536)
-                        if not b: break
-                        got += b
-                        print("chunk", b.hex(), flush=True)
-                except Exception: pass
-                print("got", got.hex() or "-", flush=True)
-            """,
-        ])
+        let listener = try RecordingListener()
         defer { listener.stop() }
-        XCTAssertTrue(listener.waitForOutput(containing: "port ", seconds: 10), listener.output)
-        let port = Int(listener.output.components(separatedBy: "port ").last!.prefix { $0.isNumber })!
+        let port = listener.port
         let secret = Data("password=hunter2\n".utf8)
         let key = kCFStreamPropertySSLSettings as Stream.PropertyKey
 
@@ -217,8 +196,7 @@ final class TLSTests: SalutTestCase {
         XCTAssertTrue(listener.waitForOutput(containing: "got ", seconds: 20), listener.output)
         let first = listener.output.components(separatedBy: "got ").last!.prefix { $0 != "\n" }
         XCTAssertTrue(first.hasPrefix("16030"), "a TLS record came first: \(first)")
-        XCTAssertFalse(
-            first.contains(secret.map { String(format: "%02x", $0) }.joined()), "the password went in the clear")
+        XCTAssertFalse(listener.received(secret), "the password went in the clear")
 
         // Settings that cannot be honoured: setProperty says false, and code that ignores it
         // gets failed streams on open, before any byte moves (no connection at all).
@@ -246,7 +224,7 @@ final class TLSTests: SalutTestCase {
         XCTAssertEqual(late.output.streamStatus, .error)
         late.input.close(); late.output.close()
         XCTAssertTrue(listener.waitForOutput(containing: "got -", seconds: 20), listener.output)
-        XCTAssertFalse(listener.output.contains(secret.map { String(format: "%02x", $0) }.joined()), listener.output)
+        XCTAssertFalse(listener.received(secret), listener.output)
     }
 
     func testTLSAskedForRightAfterOpenStartsOnTheOpenConnectionAsOnApple() async throws {

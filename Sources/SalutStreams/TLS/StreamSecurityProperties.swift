@@ -1,26 +1,29 @@
 import Foundation
 
 // Apple's SSL-settings property and dictionary keys. On Apple platforms they are CFString
-// constants. Here the property is an NSString, so that both `kCFStreamPropertySSLSettings as
-// Stream.PropertyKey` and `Stream.PropertyKey(kCFStreamPropertySSLSettings as String)` compile
-// unchanged (see StreamPropertySpellings.swift), and the dictionary keys are Strings with the
-// same values, so `kCFStreamSSLPeerName as String` does.
+// constants. Here they are NSStrings (CFString is NSString's name here, CoreFoundationNames.swift),
+// so that `kCFStreamPropertySSLSettings as Stream.PropertyKey`,
+// `Stream.PropertyKey(kCFStreamPropertySSLSettings as String)`, `kCFStreamSSLPeerName as String`
+// and `[kCFStreamSSLPeerName: kCFNull] as NSDictionary` all compile unchanged (see
+// StreamPropertySpellings.swift).
 
 /// The stream property holding an SSL-settings dictionary (set before opening). Computed: an
 /// NSString is not `Sendable`, so a stored global one could not be shared between threads.
 public var kCFStreamPropertySSLSettings: NSString { NSString(string: "kCFStreamPropertySSLSettings") }
-/// Settings key: the name the peer's certificate must carry (a String), or `NSNull()` to skip
-/// the name check. Defaults to the host that was dialled.
-public let kCFStreamSSLPeerName = "kCFStreamSSLPeerName"
+/// Settings key: the name the peer's certificate must carry (a String), or `NSNull()`
+/// (`kCFNull`) to skip the name check. Defaults to the host that was dialled.
+public var kCFStreamSSLPeerName: NSString { NSString(string: "kCFStreamSSLPeerName") }
 /// Settings key: validate the peer's certificate chain (Bool, default true).
-public let kCFStreamSSLValidatesCertificateChain = "kCFStreamSSLValidatesCertificateChain"
+public var kCFStreamSSLValidatesCertificateChain: NSString {
+    NSString(string: "kCFStreamSSLValidatesCertificateChain")
+}
 /// Settings key: act as the TLS server (Bool, default false); needs a certificate and key
 /// (``SalutSSLSettingsKey/certificateChainFile`` and ``SalutSSLSettingsKey/privateKeyFile``).
-public let kCFStreamSSLIsServer = "kCFStreamSSLIsServer"
+public var kCFStreamSSLIsServer: NSString { NSString(string: "kCFStreamSSLIsServer") }
 /// Settings key: the security level, as for the security-level property: a
 /// `StreamSocketSecurityLevel`, its raw value, or one of the `kCFStreamSocketSecurityLevel…`
 /// constants.
-public let kCFStreamSSLLevel = "kCFStreamSSLLevel"
+public var kCFStreamSSLLevel: NSString { NSString(string: "kCFStreamSSLLevel") }
 // CFNetwork's spellings of the security level, NSStrings as `kCFStreamPropertySSLSettings` is
 // (CFStrings on Apple's systems), so `kCFStreamPropertySocketSecurityLevel as Stream.PropertyKey`
 // compiles unchanged.
@@ -100,8 +103,8 @@ extension TLSConfiguration {
         for key in sslSettings.keys where !Self.knownKeys.contains(key) {
             throw TLSError.invalidConfiguration("unknown SSL settings key \(key)")
         }
-        if let isServer = try bool(kCFStreamSSLIsServer) { role = isServer ? .server : .client }
-        if let name = sslSettings[kCFStreamSSLPeerName] {
+        if let isServer = try bool(kCFStreamSSLIsServer as String) { role = isServer ? .server : .client }
+        if let name = sslSettings[kCFStreamSSLPeerName as String] {
             if name is NSNull {
                 peerName = ""  // no name check
             } else if let text = name as? String {
@@ -110,8 +113,10 @@ extension TLSConfiguration {
                 throw TLSError.invalidConfiguration("\(kCFStreamSSLPeerName) must be a String or NSNull")
             }
         }
-        if let validates = try bool(kCFStreamSSLValidatesCertificateChain) { validatesCertificateChain = validates }
-        if let value = sslSettings[kCFStreamSSLLevel] {
+        if let validates = try bool(kCFStreamSSLValidatesCertificateChain as String) {
+            validatesCertificateChain = validates
+        }
+        if let value = sslSettings[kCFStreamSSLLevel as String] {
             guard let level = Self.securityLevel(value) else {
                 throw TLSError.invalidConfiguration(
                     "\(kCFStreamSSLLevel) must be a StreamSocketSecurityLevel or its raw value")
@@ -140,7 +145,8 @@ extension TLSConfiguration {
     }
 
     private static let knownKeys: Set<String> = [
-        kCFStreamSSLPeerName, kCFStreamSSLValidatesCertificateChain, kCFStreamSSLIsServer, kCFStreamSSLLevel,
+        kCFStreamSSLPeerName as String, kCFStreamSSLValidatesCertificateChain as String,
+        kCFStreamSSLIsServer as String, kCFStreamSSLLevel as String,
         SalutSSLSettingsKey.pinnedSHA256, SalutSSLSettingsKey.certificateChainFile, SalutSSLSettingsKey.privateKeyFile,
         SalutSSLSettingsKey.trustedRootsFile, SalutSSLSettingsKey.minimumVersion, SalutSSLSettingsKey.maximumVersion,
     ]
