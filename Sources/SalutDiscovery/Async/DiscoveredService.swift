@@ -70,7 +70,7 @@ public struct ServiceSighting: Sendable, Hashable {
 }
 
 /// A batch of browse changes, delivered together.
-public struct BrowseUpdate: Sendable {
+public struct BrowseUpdate: Sendable, Hashable {
     /// What changed, in order.
     public var changes: [BrowseChange]
     /// For each service in ``changes``, and for each listed service seen on an interface or
@@ -83,4 +83,7 @@ public struct BrowseUpdate: Sendable {
     /// True once Avahi has delivered everything from its cache and the first network answers
     /// (ALL_FOR_NOW); updates after that are live changes.
     public var isComplete: Bool
+    /// The TXT record of each listed service whose record is known, from a browser made with
+    /// ``ServiceBrowser/includingTXTRecords(waitingUpTo:maximumWatched:)``; empty otherwise.
+    public var txtRecords: [DiscoveredService: TXTRecord] = [:]
 }
