@@ -138,8 +138,7 @@ enum PeerDirectory {
             guard let resolved = try? await service.resolve(timeout: 3) else { continue }
             // From the network: only a well-formed fingerprint is shown (and compared), lowercased
             // as the sender compares it; anything else reads as no key.
-            let advertised = resolved.txtRecord.string(for: "fp")?.lowercased() ?? ""
-            let key = SHA256DigestText.isValid(advertised) ? advertised : ""
+            let key = resolved.advertisedPublicKeySHA256(forTXTKey: "fp") ?? ""
             peers.append(
                 Peer(
                     name: service.name, host: resolved.hostName, port: resolved.port, key: key,

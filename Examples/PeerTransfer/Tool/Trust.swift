@@ -125,7 +125,7 @@ struct Trust: AsyncParsableCommand {
                 "no receiver named \"\(Terminal.escape(peer))\" was found within \(wait.rounded() == wait ? String(Int(wait)) : String(wait)) s (\(error))\(keyHint)"
             )
         }
-        guard let advertised = resolved.txtRecord.string(for: "fp").flatMap(KeyText.whole) else {
+        guard let advertised = resolved.advertisedPublicKeySHA256(forTXTKey: "fp") else {
             throw PeerTransferError.trust("\"\(Terminal.escape(peer))\" advertises no key fingerprint")
         }
         let published = resolved.service.name

@@ -33,6 +33,12 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let protocolError = Code("protocolError")
         /// The connection ended without a TLS close_notify.
         public static let closedWithoutCloseNotify = Code("closedWithoutCloseNotify")
+        /// A service to be connected to pinned to the key it advertises advertises no key (no
+        /// such TXT entry, or not a SHA-256 fingerprint); nothing was connected.
+        public static let advertisedKeyMissing = Code("advertisedKeyMissing")
+        /// A service advertises another key than the one trusted for it before (trust on
+        /// first use); nothing was connected. Another device may be using its name.
+        public static let advertisedKeyChanged = Code("advertisedKeyChanged")
     }
 
     private enum Details: Hashable, Sendable {
@@ -45,6 +51,8 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
         case rejectedByEvaluator
         case protocolError(String)
         case closedWithoutCloseNotify
+        case advertisedKeyMissing(service: String, txtKey: String)
+        case advertisedKeyChanged(service: String, advertised: String, trusted: String)
     }
 
     private let details: Details
@@ -82,6 +90,15 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
     public static let rejectedByEvaluator = TLSError(.rejectedByEvaluator)
     /// OpenSSL reported an error after the handshake.
     public static func protocolError(_ reason: String) -> TLSError { .init(.protocolError(reason)) }
+    /// `service` advertises no public-key fingerprint under `txtKey` in its TXT record.
+    public static func advertisedKeyMissing(service: String, txtKey: String) -> TLSError {
+        .init(.advertisedKeyMissing(service: service, txtKey: txtKey))
+    }
+    /// `service` advertises the key `advertised` (SHA-256 of its public key, hex) where the key
+    /// `trusted` was trusted for it before.
+    public static func advertisedKeyChanged(service: String, advertised: String, trusted: String) -> TLSError {
+        .init(.advertisedKeyChanged(service: service, advertised: advertised, trusted: trusted))
+    }
     /// The peer's TCP connection ended without a TLS close_notify first: the data may have
     /// been cut short (by the peer, or by someone in between), so it is not a clean end.
     public static let closedWithoutCloseNotify = TLSError(.closedWithoutCloseNotify)
@@ -100,6 +117,8 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
         case .rejectedByEvaluator: .rejectedByEvaluator
         case .protocolError: .protocolError
         case .closedWithoutCloseNotify: .closedWithoutCloseNotify
+        case .advertisedKeyMissing: .advertisedKeyMissing
+        case .advertisedKeyChanged: .advertisedKeyChanged
         }
     }
 
@@ -136,6 +155,14 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
         return nil
     }
 
+    /// The key a service advertises where another was trusted for it
+    /// (``Code-swift.struct/advertisedKeyChanged``): the SHA-256 of its public key, lower-case
+    /// hex. Trust it only once its owner confirms the key changed.
+    public var advertisedPublicKeyFingerprint: String? {
+        if case .advertisedKeyChanged(_, let advertised, _) = details { return advertised }
+        return nil
+    }
+
     /// A one-line message for people.
     public var description: String {
         switch details {
@@ -152,6 +179,12 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
         case .rejectedByEvaluator: return "TLS peer rejected by the trust evaluator"
         case .protocolError(let reason): return "TLS error: \(reason)"
         case .closedWithoutCloseNotify: return "connection closed without TLS close_notify (the data may be truncated)"
+        case .advertisedKeyMissing(let service, let txtKey):
+            return
+                "\(TerminalText.escaped(service)) advertises no TLS key (no SHA-256 fingerprint under \"\(TerminalText.escaped(txtKey))\" in its TXT record); not connected"
+        case .advertisedKeyChanged(let service, let advertised, let trusted):
+            return
+                "\(TerminalText.escaped(service)) now advertises TLS key \(advertised), not the key \(trusted) trusted for it before: another device may be using its name; not connected (trust the new key only if its owner confirms it changed)"
         }
     }
 }

@@ -162,7 +162,7 @@ public struct Sender: Sendable {
                 continue
             case .connect(let service, let key):
                 do {
-                    opened = try await connect(service, tls: self.configuration.senderTLS(pinning: key))
+                    opened = try await connect(service, key: key)
                     action = machine.connected()
                 } catch {
                     action = machine.connectionFailed(Self.connectFailure(error))
@@ -367,9 +367,13 @@ public struct Sender: Sendable {
         guard let error = error as? SocketStreamError else { return .other(description: "\(error)") }
         switch error.code {
         case .tls:
+            // A name that now advertises another key is, for the sender, a key that did not
+            // match its pin: someone else may hold the name.
+            let keyDiffers = [TLSError.Code.pinMismatch, .advertisedKeyChanged].contains(error.tlsError?.code)
             return .tls(
-                pinMismatch: error.tlsError?.code == .pinMismatch,
-                presented: error.tlsError?.presentedPublicKeyFingerprint ?? error.tlsError?.presentedFingerprint,
+                pinMismatch: keyDiffers,
+                presented: error.tlsError?.presentedPublicKeyFingerprint
+                    ?? error.tlsError?.advertisedPublicKeyFingerprint ?? error.tlsError?.presentedFingerprint,
                 description: error.tlsError.map { "\($0)" } ?? "\(error)")
         case .nameNotFound, .connectionRefused:
             return .unreachable(description: "\(error)")
@@ -398,7 +402,8 @@ public struct Sender: Sendable {
     /// ``refusalWindow`` (or ``findTimeout`` if shorter): a receiver restarted a moment ago
     /// listens on a new port, and its old one may still be answered for about a second.
     /// - Throws: the last connection's error (``SocketStreamError``); `CancellationError`.
-    private func connect(_ service: DiscoveredService, tls: TLSConfiguration) async throws -> BoundStreamPair {
+    private func connect(_ service: DiscoveredService, key: String) async throws -> BoundStreamPair {
+        let tls = configuration.senderTLS(pinning: key)
         let deadline = ContinuousClock.now + min(Self.refusalWindow, .milliseconds(Int(findTimeout * 1000)))
         while true {
             do {
@@ -406,7 +411,12 @@ public struct Sender: Sendable {
                     return try await service.connect(
                         tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout, wideArea: wideArea)
                 }
-                return try await service.connect(tls: tls, bufferSize: 4 << 20, resolveTimeout: findTimeout)
+                // Pinned to the key the receiver advertises, which must still be `key`: the
+                // library's "pin the advertised key, trust on first use" (the lookup's answer
+                // serves, so no second round of mDNS).
+                return try await service.connect(
+                    pinningAdvertisedKey: "fp", trustedKey: key, tls: tls, bufferSize: 4 << 20,
+                    resolveTimeout: findTimeout)
             } catch let error as SocketStreamError
                 where error.code == .connectionRefused && .now + Self.refusedRetry < deadline
             {
@@ -489,7 +499,7 @@ public struct Sender: Sendable {
                 "\"\(Terminal.escape(name))\" does not speak peerxfer protocol \(TransferLimits.protocolVersion) (it advertises v=\(Terminal.escape(resolved.txtRecord.string(for: "v") ?? "nothing")))"
             )
         }
-        guard let key = resolved.txtRecord.string(for: "fp")?.lowercased(), SHA256DigestText.isValid(key) else {
+        guard let key = resolved.advertisedPublicKeySHA256(forTXTKey: "fp") else {
             throw PeerTransferError.trust(
                 "\"\(Terminal.escape(name))\" advertises no valid key fingerprint (fp); refused")
         }

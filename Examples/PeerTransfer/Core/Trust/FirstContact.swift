@@ -48,8 +48,7 @@ public enum ReceiverSearch {
                         for service in update.services.sorted(by: { $0.name < $1.name })
                         where tried.insert(service).inserted {
                             guard let resolved = try? await service.resolve(timeout: 1, settle: 0.02),
-                                let key = resolved.txtRecord.string(for: "fp")?.lowercased(),
-                                SHA256DigestText.isValid(key), key.hasPrefix(prefix)
+                                let key = resolved.advertisedPublicKeySHA256(forTXTKey: "fp"), key.hasPrefix(prefix)
                             else { continue }
                             found.withLock { $0.append(resolved) }
                         }

@@ -1,0 +1,93 @@
+import Foundation
+import SalutStreams
+
+// "Pin the key this service advertises": a service publishes the SHA-256 of its TLS public key
+// in its TXT record (peerxfer's `fp`, the LAN-chat example's `fp`), and a client connects with
+// TLS pinned to that key, trusting it on first use and refusing a later change.
+
+extension ResolvedService {
+    /// The SHA-256 of a TLS public key the service advertises under `txtKey` in its TXT record,
+    /// as 64 lower-case hex digits (the form of ``TLSPeerTrust/publicKeySHA256`` and
+    /// ``TLSIdentity/publicKeySHA256``); nil when the record has no such entry or its value is
+    /// not 64 hex digits (the value is from the network: nothing else is taken).
+    public func advertisedPublicKeySHA256(forTXTKey txtKey: String) -> String? {
+        guard let value = txtRecord.string(for: txtKey), let digest = SHA256Digest(hex: value) else { return nil }
+        return digest.hex
+    }
+}
+
+extension DiscoveredService {
+    /// Resolves the service, reads the SHA-256 of the TLS public key it advertises under
+    /// `txtKey` in its TXT record, and connects with TLS pinned to that key: the connection
+    /// stands only if the service holds the private key of what it advertises (no certificate
+    /// chain or name is checked; the pin replaces them).
+    ///
+    /// Alone, this proves only that you reached whoever advertises under this name now. Trust on
+    /// first use makes it a policy: keep the key of the first connection
+    /// (`pair.peerTrust?.publicKeySHA256`) and pass it as `trustedKey` from then on; a service
+    /// that advertises another key is then refused before anything is connected.
+    ///
+    /// ```swift
+    /// let pair = try await service.connect(pinningAdvertisedKey: "fp", trustedKey: remembered[service.name])
+    /// remembered[service.name] = pair.peerTrust?.publicKeySHA256
+    /// ```
+    /// - Parameters:
+    ///   - txtKey: the TXT entry holding the key's SHA-256 (64 hex digits).
+    ///   - trustedKey: the key trusted for this service before (hex, either case, colons
+    ///     allowed), or nil on first use.
+    ///   - tls: the rest of the TLS configuration (this end's certificate for mutual TLS, the
+    ///     versions); its pins are replaced by the advertised key.
+    ///   - bufferSize: bytes buffered in each direction.
+    ///   - resolveTimeout: how long resolving may take (as for ``resolve(timeout:settle:context:)``).
+    ///   - context: the connection to the avahi-daemon to resolve through.
+    /// - Returns: the open streams.
+    /// - Throws: a `SocketStreamError`: `nameNotFound` when the service does not resolve; a TLS
+    ///   error (``SocketStreamError/tlsError``) of code `advertisedKeyMissing` when it advertises
+    ///   no key, `advertisedKeyChanged` when it advertises another key than `trustedKey` (its
+    ///   `advertisedPublicKeyFingerprint` says which), `invalidConfiguration` when `trustedKey`
+    ///   is not a SHA-256 fingerprint, `pinMismatch` when the server presents another key than
+    ///   it advertises; connection failures as for any host.
+    public func connect(
+        pinningAdvertisedKey txtKey: String, trustedKey: String? = nil, tls: TLSConfiguration = .client,
+        bufferSize: Int = 256 * 1024, resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared
+    ) async throws -> BoundStreamPair {
+        var trusted: String?
+        if let trustedKey {
+            let digits = trustedKey.filter { $0 != ":" && $0 != " " }
+            guard let digest = SHA256Digest(hex: digits) else {
+                throw SocketStreamError.tls(
+                    .invalidConfiguration(
+                        "the trusted key \"\(trustedKey)\" is not a SHA-256 fingerprint (64 hex digits)"))
+            }
+            trusted = digest.hex
+        }
+        // A resolution made a moment ago (`resolve()` to read the record first) serves, as for
+        // `connect(tls:)`; else one now. Either way the connection goes to the addresses of
+        // the same answer whose key it pins.
+        let resolved: ResolvedService
+        if let recent = context.recentResolutions.take(self) {
+            resolved = recent
+        } else {
+            do {
+                resolved = try await resolve(timeout: resolveTimeout, context: context)
+                _ = context.recentResolutions.take(self)  // used here, not by a later connect
+            } catch {
+                throw SocketStreamError.nameNotFound(description, detail: "\(error)")
+            }
+        }
+        guard let advertised = resolved.advertisedPublicKeySHA256(forTXTKey: txtKey) else {
+            throw SocketStreamError.tls(.advertisedKeyMissing(service: resolved.service.description, txtKey: txtKey))
+        }
+        if let trusted, trusted != advertised {
+            throw SocketStreamError.tls(
+                .advertisedKeyChanged(service: resolved.service.description, advertised: advertised, trusted: trusted))
+        }
+        var pinned = tls
+        pinned.pinnedSHA256 = [advertised]
+        let pair = SocketStreams.pair(
+            toHost: description, port: 0, bufferSize: bufferSize, tls: pinned,
+            targetResolver: { _, _ in (resolved.addresses, resolved.hostName) })
+        try await pair.open()
+        return pair
+    }
+}
