@@ -94,6 +94,12 @@ let package = Package(
             dependencies: ["Salut"],
             path: "Examples/AppleSample"
         ),
+        // A LAN chat on Salut's async API: TLS, keys in TXT, pinned connections (a test runs three).
+        .executableTarget(
+            name: "lan-chat",
+            dependencies: ["Salut"],
+            path: "Examples/LANChat"
+        ),
         // CFNetwork's spelling of streams, end to end (tests run it against openssl s_server).
         .executableTarget(
             name: "cfnetwork-client",

@@ -1,0 +1,66 @@
+import Foundation
+import SalutTestSupport
+import XCTest
+
+/// Examples/LANChat (`lan-chat`), three instances and an impostor, through the avahi-daemon.
+final class LANChatExampleTests: XCTestCase {
+    func testThreePeersChatAndAnImpostorUnderAKnownNameIsRefusedBothWays() throws {
+        let binary = BuiltProduct.path("lan-chat")
+        guard FileManager.default.isExecutableFile(atPath: binary) else {
+            return XCTFail("build lan-chat first (Scripts/test does: swift build --build-tests)")
+        }
+        let type = uniqueType("lc")
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("lan-chat-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        func start(_ name: String, _ folder: String) throws -> Foreign {
+            try FileManager.default.createDirectory(atPath: root + "/" + folder, withIntermediateDirectories: true)
+            return try Foreign([binary, name, root + "/" + folder, type])
+        }
+        func expect(_ peer: Foreign, _ text: String, _ seconds: Double = 20, line: UInt = #line) {
+            XCTAssertTrue(peer.waitForOutput(containing: text, seconds: seconds), "\(text): \(peer.output)", line: line)
+        }
+        let alice = try start("alice", "a")
+        let bob = try start("bob", "b")
+        let carol = try start("carol", "c")
+        defer { for peer in [alice, bob, carol] { peer.stop() } }
+        for (peer, others) in [(alice, ["bob", "carol"]), (bob, ["alice", "carol"]), (carol, ["alice", "bob"])] {
+            for other in others { expect(peer, "joined: \(other)") }
+        }
+
+        // A line reaches every other peer, labelled with the name its key was trusted under;
+        // text from the network is escaped (the bell is shown, not rung).
+        alice.write("bonjour from alice\u{07}\n")
+        expect(bob, "[alice] bonjour from alice\\x07")
+        expect(carol, "[alice] bonjour from alice\\x07")
+        carol.write("salut\n")
+        expect(alice, "[carol] salut")
+        expect(bob, "[carol] salut")
+
+        // Carol leaves; someone else takes her name with another key.
+        carol.closeInput()
+        XCTAssertTrue(carol.waitForExit(seconds: 20), carol.output)
+        expect(alice, "left: carol (")
+        expect(bob, "left: carol (")
+        let impostor = try start("carol", "m")
+        defer { impostor.stop() }
+        expect(impostor, "listening as carol (key ")
+        let key = String(impostor.output.components(separatedBy: "(key ").last!.prefix(64))
+        // Alice and Bob do not connect to it (it advertises another key than they trust for
+        // "carol"), and refuse it as a client (its key is not carol's).
+        for peer in [alice, bob] {
+            expect(peer, "refused carol: ")
+            XCTAssertTrue(peer.output.contains("now advertises TLS key \(key)"), peer.output)
+            expect(peer, "refused a client with key \(key)")
+        }
+        // With TLS 1.3 a client hears of its refusal after its side of the handshake: its
+        // connections end with the peers' alert, and nothing it types reaches them.
+        expect(impostor, "left: alice (")
+        expect(impostor, "left: bob (")
+        impostor.write("i am carol\n")
+        alice.write("still here\n")
+        expect(bob, "[alice] still here")
+        XCTAssertFalse(alice.output.contains("i am carol") || bob.output.contains("i am carol"))
+        for peer in [alice, bob] { peer.closeInput() }
+        XCTAssertTrue(alice.waitForExit(seconds: 20) && bob.waitForExit(seconds: 20))
+    }
+}
