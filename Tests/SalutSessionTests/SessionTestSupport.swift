@@ -144,6 +144,11 @@ final class SilentServer: @unchecked Sendable {
         for connection in held.value { try await connection.output.write(Data(text.utf8)) }
     }
 
+    /// Ends what it sends on every connection accepted so far (the peer reads the end).
+    func finishSending() {
+        for connection in held.value { connection.output.close() }
+    }
+
     deinit { listener.stop() }
 }
 

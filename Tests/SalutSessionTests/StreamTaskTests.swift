@@ -24,6 +24,42 @@ final class StreamTaskTests: SalutTestCase {
         task.cancel()
     }
 
+    func testAStreamTasksLinesEndAtNewlinesWhateverTheReadsAndALongOneFails() async throws {
+        let server = try SilentServer()
+        let session = PeerSession(configuration: .ephemeral)
+        let task = session.streamTask(withHostName: "127.0.0.1", port: server.port)
+        task.resume()
+        XCTAssertTrue(eventually(timeout: 10) { server.count == 1 }, "the task connected")
+        var lines = task.lines(maximumLength: 8, timeout: 5).makeAsyncIterator()
+        try await server.say("one\r\ntw")
+        let first = try await lines.next()
+        XCTAssertEqual(first, "one")
+        try await server.say("o\nthree")
+        let second = try await lines.next()
+        XCTAssertEqual(second, "two")
+        server.finishSending()
+        let last = try await lines.next()
+        XCTAssertEqual(last, "three", "the last line, without its end")
+        let end = try await lines.next()
+        XCTAssertNil(end)
+        task.cancel()
+
+        // A peer that never ends its line: refused past the limit, not held.
+        let flooding = try SilentServer()
+        let flooded = session.streamTask(withHostName: "127.0.0.1", port: flooding.port)
+        flooded.resume()
+        XCTAssertTrue(eventually(timeout: 10) { flooding.count == 1 }, "the task connected")
+        try await flooding.say(String(repeating: "x", count: 20))
+        do {
+            for try await line in flooded.lines(maximumLength: 8, timeout: 5) { XCTFail("a line: \(line)") }
+            XCTFail("no failure")
+        } catch let failure as StreamFailure {
+            XCTAssertEqual(failure, .lineTooLong(limit: 8))
+        }
+        flooded.cancel()
+        session.invalidateAndCancel()
+    }
+
     func testIdleAndResourceTimeoutsFailTheTask() async throws {
         let server = try SilentServer()
         var idle = PeerSessionConfiguration.ephemeral
