@@ -1,92 +1,130 @@
-// lan-chat: a LAN chat on Salut's async API. Usage: lan-chat NAME DIRECTORY [TYPE]
-// (TYPE default _lanchat._tcp; lines come from stdin). Publishes NAME with TLS and the SHA-256 of its key in its TXT record (`fp`), browses for the
-// others with their TXT records, connects to each pinned to the key it advertises (trusted on
-// first use, kept in DIRECTORY/known), sends each line typed to all of them and prints what
-// arrives. A client is accepted only if its key is advertised under a name not trusted with
-// another key: an impostor under a known name is refused both ways.
+// lan-chat: a LAN chat on Salut's async API: TLS, each key's SHA-256 in TXT (`fp`), connections
+// pinned to advertised keys (trusted on first use), each client's key judged as it connects.
 import Foundation
 import Salut
 
+let usage = """
+    usage: lan-chat NAME DIRECTORY [TYPE]
+      NAME       the name the others see; DIRECTORY keeps this chat's key and the keys it trusts
+                 (DIRECTORY/known: a peer whose key changed is refused until its entry is removed)
+      TYPE       the service type (default _lanchat._tcp); type lines, end with Ctrl-D or Ctrl-C
+    """
+
 actor Chat {
     let name: String
-    let knownFile: String
+    let knownFile: URL
     let identity: TLSConfiguration  // this end's certificate, shown to the peers it joins
+    let ownKey: String
     var known: [String: String]  // peer name -> key trusted on first use (kept in knownFile)
     var advertised: [String: String] = [:]  // peer name -> key its TXT record advertises now
     var tried: [String: String?] = [:]  // peer name -> the key it advertised when last joined
+    var joining: Set<String> = []
     var outgoing: [String: BoundStreamPair] = [:]  // we write, they read
-    var incoming: [BoundStreamPair] = []  // they write, we read
+    var incoming: [String: BoundStreamPair] = [:]  // they write, we read: one per peer
 
-    init(name: String, knownFile: String, identity: TLSConfiguration) {
-        (self.name, self.knownFile, self.identity) = (name, knownFile, identity)
-        let text = (try? String(contentsOfFile: knownFile, encoding: .utf8)) ?? ""
-        let pairs = text.split(separator: "\n").map { $0.split(separator: " ", maxSplits: 1).map(String.init) }
-        known = Dictionary(pairs.filter { $0.count == 2 }.map { ($0[1], $0[0]) }, uniquingKeysWith: { $1 })
+    init(name: String, knownFile: URL, identity: TLSConfiguration, ownKey: String) {
+        (self.name, self.knownFile, self.identity, self.ownKey) = (name, knownFile, identity, ownKey)
+        known = (try? JSONDecoder().decode([String: String].self, from: Data(contentsOf: knownFile))) ?? [:]
     }
 
-    /// The peer a client's key belongs to: one advertising it under a name not trusted with
-    /// another key. Waits up to 5 s for the browse to see it (a client may come first).
+    /// The peer a client's key belongs to: the name trusted with it, or else the one name that
+    /// advertises it and has no key trusted yet. Waits up to 5 s for the browse to see it.
     func admit(_ key: String) async -> String? {
         for _ in 0..<50 {
-            if let peer = advertised.first(where: { $0.value == key && (known[$0.key] ?? key) == key }) {
-                return peer.key
-            }
+            if let peer = known.first(where: { $0.value == key })?.key, advertised[peer] == key { return peer }
+            let claims = advertised.filter { $0.value == key && known[$0.key] == nil }.map(\.key)
+            if claims.count == 1 { return claims[0] }
             try? await Task.sleep(for: .milliseconds(100))
         }
+        say("refused a client: no name we trust advertises its key \(key)")
         return nil
     }
 
-    /// Joins each listed peer it is not connected to, when new or when its key changed (a name
-    /// taken over by another device may change only its TXT record).
-    func seen(_ update: BrowseUpdate) async {
-        for case .removed(let service) in update.changes { drop(service.name, because: "gone") }
-        advertised = [:]
-        for (service, record) in update.txtRecords { advertised[service.name] = record.string(for: "fp") }
-        let added = Set(update.changes.compactMap { if case .added(let service) = $0 { service } else { nil } })
-        for service in update.services where service.name != name && outgoing[service.name] == nil {
-            guard added.contains(service) || tried[service.name] != .some(advertised[service.name]) else { continue }
-            tried[service.name] = advertised[service.name]
-            await join(service)
+    /// Joins each listed peer not connected to, when new or its key changed (a name taken over).
+    func seen(_ update: BrowseUpdate) {
+        for case .removed(let service) in update.changes {
+            tried[service.name] = nil
+            drop(service.name, outgoing[service.name], "it left")
         }
+        advertised = update.txtRecords.reduce(into: [:]) { all, entry in
+            all[entry.key.name] = entry.value.advertisedPublicKeySHA256(forTXTKey: "fp")
+        }
+        for service in update.services where service.name != name && outgoing[service.name] == nil {
+            let key = advertised[service.name]
+            guard joining.count < 8, !joining.contains(service.name), tried[service.name] != .some(key) else {
+                continue
+            }
+            tried[service.name] = key
+            joining.insert(service.name)
+            Task { await join(service) }
+        }
+    }
+
+    /// Who else holds `key`: this chat, or a peer trusted under another name than `name`.
+    func holder(of key: String?, besides name: String) -> String? {
+        key == ownKey ? "this chat" : known.first { $0.value == key && $0.key != name }?.key
     }
 
     func join(_ service: DiscoveredService) async {
+        defer { joining.remove(service.name) }
+        // A name pointing at another peer (or here) with its key: not a peer of its own.
+        if let holder = holder(of: advertised[service.name], besides: service.name) {
+            return say("not connecting to \(service.name): that is \(holder)'s key")
+        }
         do {
             let pair = try await service.connect(
                 pinningAdvertisedKey: "fp", trustedKey: known[service.name], tls: identity)
-            if known[service.name] == nil, let key = pair.peerTrust?.publicKeySHA256 {
+            let key = pair.peerTrust?.publicKeySHA256 ?? ""
+            if let holder = holder(of: key, besides: service.name) {  // its record changed meanwhile
+                pair.input.close(); pair.output.close()
+                return say("not connecting to \(service.name): that is \(holder)'s key")
+            }
+            if known[service.name] == nil {
                 known[service.name] = key  // trust on first use
-                let lines = known.map { "\($0.value) \($0.key)" }.sorted().joined(separator: "\n")
-                try? lines.write(toFile: knownFile, atomically: true, encoding: .utf8)
+                try? JSONEncoder().encode(known).write(to: knownFile, options: .atomic)
             }
             outgoing[service.name] = pair
-            say("joined: \(service.name)")
+            say("connected to \(service.name)")
             Task {  // it never writes to us: this ends when it goes, or refuses our key
-                var why = "closed"
+                var why = "it closed the connection"
                 do { for try await _ in pair.input.chunks {} } catch { why = "\(error)" }
-                drop(service.name, because: why)
+                drop(service.name, pair, why)
             }
         } catch {
-            say("refused \(service.name): \(error)")
+            say("not connecting to \(service.name): \(error)")
         }
     }
 
-    func drop(_ peer: String, because why: String) {
-        guard let pair = outgoing.removeValue(forKey: peer) else { return }
+    func drop(_ peer: String, _ pair: BoundStreamPair?, _ why: String) {
+        guard let pair, outgoing[peer]?.input === pair.input else { return }
+        outgoing[peer] = nil
+        say("disconnected from \(peer) (\(why))")
         pair.input.close(); pair.output.close()
-        say("left: \(peer) (\(why))")
     }
 
-    func accepted(_ pair: BoundStreamPair) { incoming.append(pair) }
+    func accepted(_ pair: BoundStreamPair, from peer: String) {
+        if let older = incoming.updateValue(pair, forKey: peer) { older.input.close(); older.output.close() }
+    }
+    func ended(_ pair: BoundStreamPair, from peer: String) {
+        if incoming[peer]?.input === pair.input { incoming[peer] = nil }
+        pair.input.close(); pair.output.close()
+    }
+
+    /// Sends to each peer in turn; one that takes over 5 s to take a line is dropped.
     func send(_ line: String) async {
         for (peer, pair) in outgoing {
-            do { try await pair.output.write(Data((line + "\n").utf8)) } catch { drop(peer, because: "\(error)") }
+            let writing = Task { try await pair.output.write(Data((line + "\n").utf8)) }
+            let watchdog = Task {
+                try await Task.sleep(for: .seconds(5)); writing.cancel()
+            }
+            do { try await writing.value } catch { drop(peer, pair, "it stopped reading: \(error)") }
+            watchdog.cancel()
         }
     }
 
     func leave() {
-        for peer in outgoing.keys { drop(peer, because: "leaving") }
-        for pair in incoming { pair.input.close(); pair.output.close() }
+        for (peer, pair) in outgoing { drop(peer, pair, "this chat is leaving") }
+        for (peer, pair) in incoming { ended(pair, from: peer) }
     }
 }
 
@@ -94,28 +132,21 @@ actor Chat {
 func say(_ text: String) { FileHandle.standardOutput.write(Data((TerminalText.escaped(text) + "\n").utf8)) }
 
 let arguments = CommandLine.arguments
-guard arguments.count >= 3 else {
-    FileHandle.standardError.write(Data("usage: lan-chat NAME DIRECTORY [TYPE]\n".utf8))
-    exit(2)
-}
-let (name, directory) = (arguments[1], arguments[2])
-let type = arguments.count > 3 ? arguments[3] : "_lanchat._tcp"
+guard (3...4).contains(arguments.count) else { FileHandle.standardError.write(Data((usage + "\n").utf8)); exit(2) }
+let (name, directory, type) = (arguments[1], arguments[2], arguments.count > 3 ? arguments[3] : "_lanchat._tcp")
 do {
+    let browser = try ServiceBrowser(type: type).includingTXTRecords()  // a bad type fails before a file is made
     let identity = try TLSIdentity.loadOrCreate(directory: directory, commonName: name)
     let (certificate, key) = (identity.certificateFile, identity.privateKeyFile)
     let chat = Chat(
-        name: name, knownFile: directory + "/known",
-        identity: TLSConfiguration(certificateChainFile: certificate, privateKeyFile: key))
+        name: name, knownFile: URL(fileURLWithPath: directory).appendingPathComponent("known"),
+        identity: TLSConfiguration(certificateChainFile: certificate, privateKeyFile: key),
+        ownKey: identity.publicKeySHA256)
     var tls = TLSConfiguration.server(certificateChainFile: certificate, privateKeyFile: key)
     tls.requiresClientCertificate = true
-    tls.validatesCertificateChain = false  // self-signed: each client's key is judged below
-    // A peer may stay quiet for long: no first-byte bound once its key has passed.
-    let listener = try StreamListener(tls: tls, limits: ConnectionLimits(firstByteTimeout: nil)) { trust, decide in
-        Task {
-            let peer = await chat.admit(trust.publicKeySHA256)
-            if peer == nil { say("refused a client with key \(trust.publicKeySHA256)") }
-            decide(peer != nil)
-        }
+    tls.validatesCertificateChain = false  // self-signed: each client's key is judged by `admit`
+    let listener = try StreamListener(tls: tls) { trust, decide in
+        Task { decide(await chat.admit(trust.publicKeySHA256) != nil) }
     }
     let ad = try await ServiceAdvertisement.publish(
         name: name, type: type, port: Int(listener.port), txtRecord: try TXTRecord(["fp": identity.publicKeySHA256]),
@@ -125,20 +156,31 @@ do {
         for await connection in listener.connections {
             Task {
                 guard (try? await connection.streams.open()) != nil else { return }
-                await chat.accepted(connection.streams)
                 let from = await chat.admit(connection.streams.peerTrust?.publicKeySHA256 ?? "") ?? "?"
+                await chat.accepted(connection.streams, from: from)
+                // It may stay quiet for long: saying hello is the first byte the listener awaits.
+                try? await connection.output.write(Data("hello\n".utf8))
                 do {
                     for try await line in connection.input.lines(maximumLength: 4096) { say("[\(from)] \(line)") }
-                } catch {}
+                } catch { say("closed the connection from \(from): \(error)") }
+                await chat.ended(connection.streams, from: from)
             }
         }
     }
-    Task { for try await update in try ServiceBrowser(type: type).includingTXTRecords() { await chat.seen(update) } }
+    Task { for try await update in browser { await chat.seen(update) } }
     let (lines, sink) = AsyncStream<String>.makeStream()
     Thread.detachNewThread {
         while let line = readLine() { sink.yield(line) }; sink.finish()
     }
+    let stops = [SIGINT, SIGTERM].map { number in  // Ctrl-C or a stop: leave as at the input's end
+        signal(number, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: number)
+        source.setEventHandler { sink.finish() }
+        source.resume()
+        return source
+    }
     for await line in lines { await chat.send(line) }
+    stops.forEach { $0.cancel() }
     await chat.leave()
     await ad.withdraw()
     listener.stop()

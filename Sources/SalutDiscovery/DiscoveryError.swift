@@ -1,3 +1,4 @@
+import Foundation
 import CAvahi
 
 /// An error from Salut's discovery layer: bad input caught before reaching Avahi, or a failure
@@ -311,4 +312,10 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
 
     /// ` "text"`, or nothing for empty text (Avahi's errors do not say which name they refused).
     private static func quoted(_ text: String) -> String { text.isEmpty ? "" : " \"\(text)\"" }
+}
+
+/// `localizedDescription` (and so `CFReadStreamCopyError(_:)`'s text, Foundation's alerts and
+/// logs) reads as `description`, not as "The operation could not be completed".
+extension DiscoveryError: LocalizedError {
+    public var errorDescription: String? { description }
 }

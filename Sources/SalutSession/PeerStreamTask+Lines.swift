@@ -12,8 +12,10 @@ extension PeerStreamTask {
     /// bytes (and one read): past it the sequence throws `StreamFailure.lineTooLong(limit:)`.
     /// - Parameters:
     ///   - maximumLength: the longest line taken, in bytes (at least 1).
-    ///   - timeout: how long each read may wait for bytes, in seconds, as for `readData`; a peer
-    ///     silent that long ends the sequence with ``PeerSessionError``'s timeout.
+    ///   - timeout: how long each read may wait for bytes, in seconds, as for `readData` (0: no
+    ///     bound, for a chat whose peer may stay quiet; the task's own idle timeout still
+    ///     applies); a peer silent that long ends the sequence with
+    ///     ``PeerSessionError/timedOut(_:)``.
     public func lines(maximumLength: Int = 64 * 1024, timeout: TimeInterval = 60) -> Lines {
         Lines(task: self, maximumLength: maximumLength, timeout: timeout)
     }

@@ -89,12 +89,26 @@ final class AdvertisedKeyTests: XCTestCase {
         XCTAssertEqual(mismatch?.code, .pinMismatch, "\(String(describing: mismatch))")
         XCTAssertEqual(mismatch?.presentedPublicKeyFingerprint, other.publicKeySHA256)
 
+        // A server-role configuration given by mistake still connects as a client, pinned.
+        let serverRole = server(real)
+        let asServer = await refusal { try await liar.connect(pinningAdvertisedKey: "fp", tls: serverRole) }
+        XCTAssertEqual(asServer?.code, .pinMismatch, "\(String(describing: asServer))")
+        // A service advertising its certificate's hash, not its key's: refused, for the key
+        // remembered from such a connection would never match what it advertises.
+        let (certAd, certAccepting) = try await publish("Cert", type: type, fp: real.certificateSHA256, holding: real)
+        defer { certAccepting.cancel() }
+        let byCertificate = await refusal {
+            try await DiscoveredService(name: certAd.name, type: type).connect(pinningAdvertisedKey: "fp")
+        }
+        XCTAssertEqual(byCertificate?.code, .pinMismatch, "\(String(describing: byCertificate))")
+
         // No key, or something that is not one (escaped in the message): refused, typed.
         let (bareAd, bareAccepting) = try await publish("Bare", type: type, fp: "\u{1b}[2Jnot-a-key", holding: real)
         defer { bareAccepting.cancel() }
         let bare = DiscoveredService(name: bareAd.name, type: type)
         let missing = await refusal { try await bare.connect(pinningAdvertisedKey: "fp") }
         XCTAssertEqual(missing?.code, .advertisedKeyMissing, "\(String(describing: missing))")
+        XCTAssertFalse("\(String(describing: missing))".contains("\u{1b}"), "nothing from the network unescaped")
         let otherEntry = await refusal { try await service.connect(pinningAdvertisedKey: "key") }
         XCTAssertEqual(otherEntry?.code, .advertisedKeyMissing)
         XCTAssertTrue("\(String(describing: otherEntry))".contains("\"key\""))
@@ -103,7 +117,7 @@ final class AdvertisedKeyTests: XCTestCase {
         let wrong = await refusal { try await service.connect(pinningAdvertisedKey: "fp", trustedKey: "kitchen") }
         XCTAssertEqual(wrong?.code, .invalidConfiguration)
 
-        for ad in [realAd, impostorAd, liarAd, bareAd] { await ad.withdraw() }
+        for ad in [realAd, impostorAd, liarAd, certAd, bareAd] { await ad.withdraw() }
     }
 
     func testAResolvedRecordGivesItsAdvertisedKeyOnlyWhenItIsOne() throws {

@@ -1,10 +1,11 @@
 import Foundation
+import Salut
 import SalutTestSupport
 import XCTest
 
 /// Examples/LANChat (`lan-chat`), three instances and an impostor, through the avahi-daemon.
 final class LANChatExampleTests: XCTestCase {
-    func testThreePeersChatAndAnImpostorUnderAKnownNameIsRefusedBothWays() throws {
+    func testThreePeersChatAndAnImpostorUnderAKnownNameIsRefusedBothWays() async throws {
         let binary = BuiltProduct.path("lan-chat")
         guard FileManager.default.isExecutableFile(atPath: binary) else {
             return XCTFail("build lan-chat first (Scripts/test does: swift build --build-tests)")
@@ -24,7 +25,7 @@ final class LANChatExampleTests: XCTestCase {
         let carol = try start("carol", "c")
         defer { for peer in [alice, bob, carol] { peer.stop() } }
         for (peer, others) in [(alice, ["bob", "carol"]), (bob, ["alice", "carol"]), (carol, ["alice", "bob"])] {
-            for other in others { expect(peer, "joined: \(other)") }
+            for other in others { expect(peer, "connected to \(other)") }
         }
 
         // A line reaches every other peer, labelled with the name its key was trusted under;
@@ -36,11 +37,14 @@ final class LANChatExampleTests: XCTestCase {
         expect(alice, "[carol] salut")
         expect(bob, "[carol] salut")
 
-        // Carol leaves; someone else takes her name with another key.
-        carol.closeInput()
+        // Carol is stopped (SIGTERM): she leaves cleanly, closing her connections with TLS's
+        // close_notify. Then someone else takes her name with another key.
+        kill(carol.process.processIdentifier, SIGTERM)
         XCTAssertTrue(carol.waitForExit(seconds: 20), carol.output)
-        expect(alice, "left: carol (")
-        expect(bob, "left: carol (")
+        expect(carol, "disconnected from alice (this chat is leaving)")
+        expect(alice, "disconnected from carol (")
+        expect(bob, "disconnected from carol (")
+        XCTAssertFalse(alice.output.contains("close_notify") || bob.output.contains("close_notify"), alice.output)
         let impostor = try start("carol", "m")
         defer { impostor.stop() }
         expect(impostor, "listening as carol (key ")
@@ -48,18 +52,31 @@ final class LANChatExampleTests: XCTestCase {
         // Alice and Bob do not connect to it (it advertises another key than they trust for
         // "carol"), and refuse it as a client (its key is not carol's).
         for peer in [alice, bob] {
-            expect(peer, "refused carol: ")
+            expect(peer, "not connecting to carol: ")
             XCTAssertTrue(peer.output.contains("now advertises TLS key \(key)"), peer.output)
-            expect(peer, "refused a client with key \(key)")
+            expect(peer, "refused a client: no name we trust advertises its key \(key)")
         }
         // With TLS 1.3 a client hears of its refusal after its side of the handshake: its
         // connections end with the peers' alert, and nothing it types reaches them.
-        expect(impostor, "left: alice (")
-        expect(impostor, "left: bob (")
-        impostor.write("i am carol\n")
+        expect(impostor, "disconnected from alice (")
+        expect(impostor, "disconnected from bob (")
+        // A name that points at bob's listener and advertises bob's key (holding no key of its
+        // own), with a line break in it: not trusted as another name for bob, and the file of
+        // trusted keys stays whole.
+        let bobKey = String(bob.output.components(separatedBy: "(key ").last!.prefix(64))
+        let bobPort = try await DiscoveredService(name: "bob", type: type).resolve(timeout: 10).port
+        let squatter = try Foreign(["avahi-publish", "-s", "x\nZ bob", type, "\(bobPort)", "fp=\(bobKey)"])
+        defer { squatter.stop() }
+        expect(alice, "not connecting to x\\x0aZ bob: that is bob's key")
+        expect(bob, "not connecting to x\\x0aZ bob: that is this chat's key")
+        let known = try JSONDecoder().decode(
+            [String: String].self, from: Data(contentsOf: URL(fileURLWithPath: root + "/a/known")))
+        XCTAssertEqual(known["bob"], bobKey)
+        XCTAssertEqual(Set(known.keys), ["bob", "carol"])
+
+        // The chat goes on between the others.
         alice.write("still here\n")
         expect(bob, "[alice] still here")
-        XCTAssertFalse(alice.output.contains("i am carol") || bob.output.contains("i am carol"))
         for peer in [alice, bob] { peer.closeInput() }
         XCTAssertTrue(alice.waitForExit(seconds: 20) && bob.waitForExit(seconds: 20))
     }

@@ -5,14 +5,23 @@ import SalutStreams
 // in its TXT record (peerxfer's `fp`, the LAN-chat example's `fp`), and a client connects with
 // TLS pinned to that key, trusting it on first use and refusing a later change.
 
-extension ResolvedService {
-    /// The SHA-256 of a TLS public key the service advertises under `txtKey` in its TXT record,
-    /// as 64 lower-case hex digits (the form of ``TLSPeerTrust/publicKeySHA256`` and
-    /// ``TLSIdentity/publicKeySHA256``); nil when the record has no such entry or its value is
-    /// not 64 hex digits (the value is from the network: nothing else is taken).
+extension TXTRecord {
+    /// The SHA-256 of a TLS public key advertised under `txtKey`, as 64 lower-case hex digits
+    /// (the form of ``TLSPeerTrust/publicKeySHA256`` and ``TLSIdentity/publicKeySHA256``); nil
+    /// when the record has no such entry or its value is not 64 hex digits (the value is from
+    /// the network: nothing else is taken). For the records of a browse
+    /// (``BrowseUpdate/txtRecords``).
     public func advertisedPublicKeySHA256(forTXTKey txtKey: String) -> String? {
-        guard let value = txtRecord.string(for: txtKey), let digest = SHA256Digest(hex: value) else { return nil }
+        guard let value = string(for: txtKey), let digest = SHA256Digest(hex: value) else { return nil }
         return digest.hex
+    }
+}
+
+extension ResolvedService {
+    /// The SHA-256 of a TLS public key the service advertises under `txtKey` in its TXT record
+    /// (``TXTRecord/advertisedPublicKeySHA256(forTXTKey:)``).
+    public func advertisedPublicKeySHA256(forTXTKey txtKey: String) -> String? {
+        txtRecord.advertisedPublicKeySHA256(forTXTKey: txtKey)
     }
 }
 
@@ -36,7 +45,7 @@ extension DiscoveredService {
     ///   - trustedKey: the key trusted for this service before (hex, either case, colons
     ///     allowed), or nil on first use.
     ///   - tls: the rest of the TLS configuration (this end's certificate for mutual TLS, the
-    ///     versions); its pins are replaced by the advertised key.
+    ///     versions); it is used as a client's, and its pins are replaced by the advertised key.
     ///   - bufferSize: bytes buffered in each direction.
     ///   - resolveTimeout: how long resolving may take (as for ``resolve(timeout:settle:context:)``).
     ///   - context: the connection to the avahi-daemon to resolve through.
@@ -46,7 +55,8 @@ extension DiscoveredService {
     ///   no key, `advertisedKeyChanged` when it advertises another key than `trustedKey` (its
     ///   `advertisedPublicKeyFingerprint` says which), `invalidConfiguration` when `trustedKey`
     ///   is not a SHA-256 fingerprint, `pinMismatch` when the server presents another key than
-    ///   it advertises; connection failures as for any host.
+    ///   it advertises (or what it advertises is its certificate's hash, not its key's);
+    ///   connection failures as for any host; `CancellationError` when the task is cancelled.
     public func connect(
         pinningAdvertisedKey txtKey: String, trustedKey: String? = nil, tls: TLSConfiguration = .client,
         bufferSize: Int = 256 * 1024, resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared
@@ -57,7 +67,8 @@ extension DiscoveredService {
             guard let digest = SHA256Digest(hex: digits) else {
                 throw SocketStreamError.tls(
                     .invalidConfiguration(
-                        "the trusted key \"\(trustedKey)\" is not a SHA-256 fingerprint (64 hex digits)"))
+                        "the trusted key \"\(TerminalText.escaped(trustedKey))\" is not a SHA-256 fingerprint (64 hex digits)"
+                    ))
             }
             trusted = digest.hex
         }
@@ -71,6 +82,8 @@ extension DiscoveredService {
             do {
                 resolved = try await resolve(timeout: resolveTimeout, context: context)
                 _ = context.recentResolutions.take(self)  // used here, not by a later connect
+            } catch let error as DiscoveryError where error.code == .cancelled {
+                throw CancellationError()
             } catch {
                 throw SocketStreamError.nameNotFound(description, detail: "\(error)")
             }
@@ -83,11 +96,22 @@ extension DiscoveredService {
                 .advertisedKeyChanged(service: resolved.service.description, advertised: advertised, trusted: trusted))
         }
         var pinned = tls
+        pinned.role = .client  // a server-role configuration would check nothing
         pinned.pinnedSHA256 = [advertised]
         let pair = SocketStreams.pair(
             toHost: description, port: 0, bufferSize: bufferSize, tls: pinned,
             targetResolver: { _, _ in (resolved.addresses, resolved.hostName) })
         try await pair.open()
+        // A pin also matches a certificate's hash; what is advertised must be the key's, or
+        // the key remembered from this connection would never match the advertisement again.
+        guard let trust = pair.peerTrust, trust.publicKeySHA256 == advertised else {
+            pair.input.close()
+            pair.output.close()
+            throw SocketStreamError.tls(
+                .pinMismatch(
+                    certificate: pair.peerTrust?.certificateSHA256 ?? "none",
+                    publicKey: pair.peerTrust?.publicKeySHA256 ?? "none"))
+        }
         return pair
     }
 }

@@ -9,11 +9,12 @@ extension ServiceBrowser.IncludingTXTRecords {
     /// service together with its record. Updates that come while one is held join it. A TXT
     /// record that arrives or changes while nothing is held is handed over as an update with no
     /// changes. At most `maximumWatched` services are watched at a time; the others are listed
-    /// without a record.
+    /// without a record until a place frees (then they are watched, oldest name first). Each
+    /// watch has a number, so that a record from a watch already stopped is told apart.
     struct StateMachine {
         enum Action: Hashable {
-            /// Start following the service's TXT record.
-            case watch(DiscoveredService)
+            /// Start following the service's TXT record; its records come with this number.
+            case watch(DiscoveredService, Int)
             /// Stop following it (the service is gone).
             case stopWatching(DiscoveredService)
             /// Hand this update to the application.
@@ -25,7 +26,9 @@ extension ServiceBrowser.IncludingTXTRecords {
         let maximumWatched: Int
         private var services: Set<DiscoveredService> = []
         private var records: [DiscoveredService: TXTRecord] = [:]
-        private var watched: Set<DiscoveredService> = []
+        /// The services followed, with their watches' numbers.
+        private var watched: [DiscoveredService: Int] = [:]
+        private var watches = 0
         private var isComplete = false
         /// The update being held, and the added services whose records it waits for.
         private var held: BrowseUpdate?
@@ -43,19 +46,21 @@ extension ServiceBrowser.IncludingTXTRecords {
             for change in update.changes {
                 switch change {
                 case .added(let service):
-                    guard !watched.contains(service), records[service] == nil else { continue }
-                    if watched.count < maximumWatched {
-                        watched.insert(service)
-                        awaited.insert(service)
-                        actions.append(.watch(service))
-                    }
+                    guard watched[service] == nil, watched.count < maximumWatched else { continue }
+                    awaited.insert(service)
+                    actions.append(watch(service))
                 case .removed(let service):
                     records[service] = nil
                     awaited.remove(service)
-                    if watched.remove(service) != nil { actions.append(.stopWatching(service)) }
+                    if watched.removeValue(forKey: service) != nil { actions.append(.stopWatching(service)) }
                 }
             }
             services = update.services
+            // Places freed by removals go to listed services that waited for one.
+            if watched.count < maximumWatched {
+                let waiting = services.filter { watched[$0] == nil }.sorted { $0.description < $1.description }
+                for service in waiting.prefix(maximumWatched - watched.count) { actions.append(watch(service)) }
+            }
             isComplete = update.isComplete
             if var joined = held {
                 joined.changes += update.changes
@@ -74,10 +79,12 @@ extension ServiceBrowser.IncludingTXTRecords {
             return actions
         }
 
-        /// The TXT record of `service` is `record` (first seen, or changed).
-        mutating func received(_ record: TXTRecord, for service: DiscoveredService) -> [Action] {
-            // Late: the service went while its record was on the way (documented: no action).
-            guard watched.contains(service) else { return [] }
+        /// The watch numbered `number` says the TXT record of `service` is `record` (first
+        /// seen, or changed).
+        mutating func received(_ record: TXTRecord, for service: DiscoveredService, watch number: Int) -> [Action] {
+            // Late: the service went (and maybe came back, watched anew) while this record was
+            // on the way (documented: no action).
+            guard watched[service] == number else { return [] }
             guard records[service] != record else { return [] }
             records[service] = record
             if held != nil {
@@ -97,6 +104,19 @@ extension ServiceBrowser.IncludingTXTRecords {
             guard number == hold, held != nil else { return [] }
             awaited.removeAll()
             return [deliverHeld()]
+        }
+
+        /// The browser ended: an update still held goes as it is.
+        mutating func browsingEnded() -> [Action] {
+            guard held != nil else { return [] }
+            awaited.removeAll()
+            return [deliverHeld()]
+        }
+
+        private mutating func watch(_ service: DiscoveredService) -> Action {
+            watches += 1
+            watched[service] = watches
+            return .watch(service, watches)
         }
 
         private var currentRecords: [DiscoveredService: TXTRecord] {

@@ -15,8 +15,8 @@ extension ServiceBrowser {
     ///
     /// The cost: the TXT record of each listed service is followed through the avahi-daemon (one
     /// record browser a service: one mDNS query when it is added, then only the changes its
-    /// publisher announces), or, for a browser of a wide-area domain made with `wideArea:`, read
-    /// once by one unicast resolution. An update that adds services waits for their records, up to
+    /// publisher announces), or, for a browser of a wide-area domain made with `wideArea:`,
+    /// asked of its name server at the record's TTL. An update that adds services waits for their records, up to
     /// `wait`; a service whose record has not come by then is listed without one, and its record
     /// follows in a later update with no changes (as does every later change of a record).
     /// - Parameters:
@@ -45,26 +45,23 @@ extension ServiceBrowser {
         private enum Event: Sendable {
             case browsed(BrowseUpdate)
             case ended((any Error)?)
-            case record(TXTRecord, DiscoveredService)
+            case record(TXTRecord, DiscoveredService, watch: Int)
             case deadline(Int)
         }
 
         /// The updates; the sequence throws what the browser throws.
-        public func makeAsyncIterator() -> AsyncThrowingStream<BrowseUpdate, any Error>.Iterator {
+        public func makeAsyncIterator() -> Iterator {
             let (browser, wait, maximumWatched) = (self.browser, self.wait, self.maximumWatched)
-            return AsyncThrowingStream<BrowseUpdate, any Error> { continuation in
-                let driver = Task {
-                    await Self.drive(browser, wait: wait, maximumWatched: maximumWatched, into: continuation)
-                }
-                continuation.onTermination = { _ in driver.cancel() }
-            }.makeAsyncIterator()
+            let outbox = Outbox()
+            let task = Task { await Self.drive(browser, wait: wait, maximumWatched: maximumWatched, into: outbox) }
+            return Iterator(outbox: outbox, driver: Driver(task))
         }
 
         /// The shell: one task owns the machine and performs its actions; the browser, each
         /// record watch and each deadline are tasks that only send it events.
         private static func drive(
             _ browser: ServiceBrowser, wait: Duration, maximumWatched: Int,
-            into continuation: AsyncThrowingStream<BrowseUpdate, any Error>.Continuation
+            into outbox: Outbox
         ) async {
             let (events, sink) = AsyncStream<Event>.makeStream()
             var machine = StateMachine(maximumWatched: maximumWatched)
@@ -89,17 +86,21 @@ extension ServiceBrowser {
                 let actions: [StateMachine.Action]
                 switch event {
                 case .browsed(let update): actions = machine.browsed(update)
-                case .record(let record, let service): actions = machine.received(record, for: service)
+                case .record(let record, let service, let number):
+                    actions = machine.received(record, for: service, watch: number)
                 case .deadline(let number): actions = machine.deadlinePassed(number)
                 case .ended(let error):
-                    continuation.finish(throwing: error)
+                    // An update held for records goes before the end.
+                    for case .deliver(let update) in machine.browsingEnded() { outbox.put(update) }
+                    outbox.finish(throwing: error)
                     return
                 }
                 for action in actions {
                     switch action {
-                    case .deliver(let update): continuation.yield(update)
-                    case .watch(let service):
-                        watches[service] = Task { await Self.follow(service, of: browser, into: sink) }
+                    case .deliver(let update): outbox.put(update)
+                    case .watch(let service, let number):
+                        watches[service]?.cancel()
+                        watches[service] = Task { await Self.follow(service, number, of: browser, into: sink) }
                     case .stopWatching(let service):
                         watches.removeValue(forKey: service)?.cancel()
                     case .startDeadline(let number):
@@ -111,21 +112,23 @@ extension ServiceBrowser {
                     }
                 }
             }
-            continuation.finish()  // cancelled: the consumer left
+            outbox.finish()  // cancelled: the consumer left
         }
 
         /// Sends the service's TXT record, and every change of it, until cancelled.
         private static func follow(
-            _ service: DiscoveredService, of browser: ServiceBrowser, into sink: AsyncStream<Event>.Continuation
+            _ service: DiscoveredService, _ number: Int, of browser: ServiceBrowser,
+            into sink: AsyncStream<Event>.Continuation
         ) async {
             if let unicast = browser.unicast {
-                if let resolved = try? await service.resolve(wideArea: unicast) {
-                    sink.yield(.record(resolved.txtRecord, service))
-                }
+                guard let records = try? service.txtRecordUpdates(wideArea: unicast) else { return }
+                do {
+                    for try await record in records { sink.yield(.record(record, service, watch: number)) }
+                } catch {}  // a first look that failed: listed without a record
                 return
             }
             guard let records = try? service.txtRecordUpdates(context: browser.context) else { return }
-            for await record in records { sink.yield(.record(record, service)) }
+            for await record in records { sink.yield(.record(record, service, watch: number)) }
         }
     }
 }

@@ -147,3 +147,9 @@ public struct StreamFailure: Error, Sendable, Hashable, CustomStringConvertible 
         }
     }
 }
+
+/// `localizedDescription` (and so `CFReadStreamCopyError(_:)`'s text, Foundation's alerts and
+/// logs) reads as `description`, not as "The operation could not be completed".
+extension StreamFailure: LocalizedError {
+    public var errorDescription: String? { description }
+}

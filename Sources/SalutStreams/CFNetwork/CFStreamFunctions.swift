@@ -46,8 +46,7 @@ package func storeCreatedPair(
 public func CFReadStreamSetProperty(
     _ stream: CFReadStream?, _ propertyName: CFStreamPropertyKey?, _ propertyValue: CFTypeRef?
 ) -> Bool {
-    guard let stream, let propertyName else { return false }
-    return stream.setProperty(propertyValue, forKey: propertyName.streamKey)
+    setStreamProperty(stream, propertyName, propertyValue)
 }
 
 /// Sets a property of a write stream; see ``CFReadStreamSetProperty(_:_:_:)``.
@@ -55,8 +54,13 @@ public func CFReadStreamSetProperty(
 public func CFWriteStreamSetProperty(
     _ stream: CFWriteStream?, _ propertyName: CFStreamPropertyKey?, _ propertyValue: CFTypeRef?
 ) -> Bool {
-    guard let stream, let propertyName else { return false }
-    return stream.setProperty(propertyValue, forKey: propertyName.streamKey)
+    setStreamProperty(stream, propertyName, propertyValue)
+}
+
+/// Either stream's `setProperty(_:forKey:)`; false without a stream or a key.
+private func setStreamProperty(_ stream: Stream?, _ key: CFStreamPropertyKey?, _ value: CFTypeRef?) -> Bool {
+    guard let stream, let key else { return false }
+    return stream.setProperty(value, forKey: key.streamKey)
 }
 
 /// A read stream's property (`InputStream.property(forKey:)`), or nil.

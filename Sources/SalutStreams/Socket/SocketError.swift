@@ -168,3 +168,9 @@ public struct SocketStreamError: Error, Sendable, Hashable, CustomStringConverti
         }
     }
 }
+
+/// `localizedDescription` (and so `CFReadStreamCopyError(_:)`'s text, Foundation's alerts and
+/// logs) reads as `description`, not as "The operation could not be completed".
+extension SocketStreamError: LocalizedError {
+    public var errorDescription: String? { description }
+}

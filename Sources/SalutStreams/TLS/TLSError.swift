@@ -33,8 +33,8 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let protocolError = Code("protocolError")
         /// The connection ended without a TLS close_notify.
         public static let closedWithoutCloseNotify = Code("closedWithoutCloseNotify")
-        /// A service to be connected to pinned to the key it advertises advertises no key (no
-        /// such TXT entry, or not a SHA-256 fingerprint); nothing was connected.
+        /// A service was to be connected to with its advertised key pinned, but its TXT record
+        /// holds no key (no such entry, or not a SHA-256 fingerprint); nothing was connected.
         public static let advertisedKeyMissing = Code("advertisedKeyMissing")
         /// A service advertises another key than the one trusted for it before (trust on
         /// first use); nothing was connected. Another device may be using its name.
@@ -187,4 +187,10 @@ public struct TLSError: Error, Sendable, Hashable, CustomStringConvertible {
                 "\(TerminalText.escaped(service)) now advertises TLS key \(advertised), not the key \(trusted) trusted for it before: another device may be using its name; not connected (trust the new key only if its owner confirms it changed)"
         }
     }
+}
+
+/// `localizedDescription` (and so `CFReadStreamCopyError(_:)`'s text, Foundation's alerts and
+/// logs) reads as `description`, not as "The operation could not be completed".
+extension TLSError: LocalizedError {
+    public var errorDescription: String? { description }
 }
