@@ -19,7 +19,7 @@ extension Stream {
     }
 }
 
-/// CFNetwork's spelling of ``Foundation/Stream/getStreamsToHost(withName:port:inputStream:outputStream:)``:
+/// CFNetwork's spelling of `Stream.getStreamsToHost(withName:port:inputStream:outputStream:)`:
 /// an unopened pair of streams to `host` and `port`, returned retained, as CoreFoundation's
 /// "Create" rule says (take them with `takeRetainedValue()`; each is an `InputStream` or
 /// `OutputStream`). Set TLS on them with `CFReadStreamSetProperty` or `setProperty` before

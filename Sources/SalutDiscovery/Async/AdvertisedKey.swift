@@ -7,7 +7,7 @@ import SalutStreams
 
 extension TXTRecord {
     /// The SHA-256 of a TLS public key advertised under `txtKey`, as 64 lower-case hex digits
-    /// (the form of ``TLSPeerTrust/publicKeySHA256`` and ``TLSIdentity/publicKeySHA256``); nil
+    /// (the form of `TLSPeerTrust.publicKeySHA256` and `TLSIdentity.publicKeySHA256`); nil
     /// when the record has no such entry or its value is not 64 hex digits (the value is from
     /// the network: nothing else is taken). For the records of a browse
     /// (``BrowseUpdate/txtRecords``).
@@ -51,7 +51,7 @@ extension DiscoveredService {
     ///   - context: the connection to the avahi-daemon to resolve through.
     /// - Returns: the open streams.
     /// - Throws: a `SocketStreamError`: `nameNotFound` when the service does not resolve; a TLS
-    ///   error (``SocketStreamError/tlsError``) of code `advertisedKeyMissing` when it advertises
+    ///   error (`SocketStreamError.tlsError`) of code `advertisedKeyMissing` when it advertises
     ///   no key, `advertisedKeyChanged` when it advertises another key than `trustedKey` (its
     ///   `advertisedPublicKeyFingerprint` says which), `invalidConfiguration` when `trustedKey`
     ///   is not a SHA-256 fingerprint, `pinMismatch` when the server presents another key than
