@@ -112,6 +112,7 @@ actor Chat {
 
     /// Sends to each peer in turn; one that takes over 5 s to take a line is dropped.
     func send(_ line: String) async {
+        if outgoing.isEmpty { say("(nobody to send to yet: that line went nowhere)") }
         for (peer, pair) in outgoing {
             let writing = Task { try await pair.output.write(Data((line + "\n").utf8)) }
             let watchdog = Task {

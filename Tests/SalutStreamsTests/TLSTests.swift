@@ -72,6 +72,9 @@ final class TLSTests: SalutTestCase {
             return XCTFail("got \(String(describing: error))")
         }
         XCTAssertTrue(reason.contains("self-signed") || reason.contains("self signed"), reason)
+        // And what to do next: the key to pin, or the trust store.
+        XCTAssertTrue(reason.contains("pin its key (SHA-256 \(certificate.publicKeySHA256))"), reason)
+        XCTAssertTrue(reason.contains("SSL_CERT_FILE"), reason)
         XCTAssertEqual(pair.input.streamStatus, .error)
         XCTAssertEqual(pair.output.streamStatus, .error)
         XCTAssertEqual(pair.input.streamError as? SocketStreamError, error)
@@ -128,6 +131,7 @@ final class TLSTests: SalutTestCase {
             return XCTFail("got \(String(describing: error))")
         }
         XCTAssertTrue(reason.contains("hostname mismatch"), reason)
+        XCTAssertTrue(reason.contains("the certificate is for /CN=localhost"), reason)
     }
 
     func testAppleStyleSettingsDictionaryWithPublicKeyPin() async throws {

@@ -205,7 +205,21 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
             let result = SSL_get_verify_result(ssl)
             if result != X509_V_OK || !verificationProblems.isEmpty {
                 let codes = verificationProblems.isEmpty ? [Int32(result)] : verificationProblems
-                let reasons = codes.map { String(cString: X509_verify_cert_error_string(Int($0))) }
+                var reasons = codes.map { String(cString: X509_verify_cert_error_string(Int($0))) }
+                // What to do next, for the cases people meet first: a test server's own
+                // certificate, and a certificate for another name.
+                let unknownIssuer = [
+                    X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT, X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN,
+                    X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY, X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE,
+                ]
+                if codes.contains(where: { unknownIssuer.contains($0) }) {
+                    reasons.append(
+                        "to trust this server, pin its key (SHA-256 \(trust.publicKeySHA256)) or add its certificate "
+                            + "to the trust store (for one run: SSL_CERT_FILE=its-certificate.pem)")
+                }
+                if codes.contains(X509_V_ERR_HOSTNAME_MISMATCH) {
+                    reasons.append("the certificate is for \(TerminalText.escaped(trust.subject))")
+                }
                 trust.policyFailure = .untrustedPeer(reason: reasons.joined(separator: "; "))
             }
         }
