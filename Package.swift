@@ -42,8 +42,8 @@ let package = Package(
         .target(name: "SalutSession", dependencies: ["SalutStreams", "SalutDiscovery"]),
         .target(name: "Salut", dependencies: ["SalutStreams", "SalutDiscovery", "SalutSession"]),
         // What the tools (netsvc, peerxfer) and the tests share that is not Salut's API: the
-        // process spawner and the cancellable async turn. Package-only; no product.
-        .target(name: "SalutTools", dependencies: ["SalutStreams"]),
+        // process spawner, the cancellable async turn, mistyped command lines. Package-only; no product.
+        .target(name: "SalutTools", dependencies: ["SalutStreams", "SalutDiscovery"]),
 
         .executableTarget(
             name: "netsvc",
@@ -161,7 +161,7 @@ let package = Package(
 
         // Child processes, deadlines and certificates shared by the test targets.
         .target(name: "SalutTestSupport", dependencies: ["SalutTools"], path: "Tests/SalutTestSupport"),
-        .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut", "SalutTestSupport", "FuzzChecks",
+        .testTarget(name: "SalutDiscoveryTests", dependencies: ["SalutDiscovery", "CAvahi", "Salut", "SalutTestSupport", "SalutTools", "FuzzChecks",
                                                        .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "SalutStreamsTests", dependencies: ["SalutStreams", "SalutTestSupport", "SalutTools", "FuzzChecks"]),
         .testTarget(name: "SalutSessionTests", dependencies: ["SalutSession", "SalutTestSupport"]),

@@ -3,6 +3,7 @@ import Foundation
 import SalutStreams
 import Glibc
 import Salut
+import SalutTools
 
 /// `netsvc`: publish, browse, resolve and look up DNS-SD services from the command line.
 @main
@@ -44,6 +45,7 @@ struct NetSvc: AsyncParsableCommand {
         var ignore = sigaction()
         ignore.__sigaction_handler.sa_handler = SIG_IGN
         if sigaction(SIGPIPE, &ignore, nil) != 0 { note("cannot ignore SIGPIPE: \(String(cString: strerror(errno)))") }
+        refuseMistypedArguments()
         do {
             // The log level is read from the arguments on their own: the parsed command is
             // handed whole to its `run`.
@@ -61,6 +63,38 @@ struct NetSvc: AsyncParsableCommand {
                 Foundation.exit(ExitStatus.usage.rawValue)
             }
             exit(withError: error)
+        }
+    }
+}
+
+extension NetSvc {
+    /// Refuses a mistyped subcommand (`brwose`) or option (`--domian`), saying what it may be
+    /// and exiting 2, before ArgumentParser, which says first what is missing instead.
+    static func refuseMistypedArguments() {
+        var arguments = Array(CommandLine.arguments.dropFirst())
+        let asksForHelp = arguments.first == "help"
+        if asksForHelp { arguments.removeFirst() }
+        guard let typed = arguments.first, !typed.hasPrefix("-") else { return }
+        let commands = configuration.subcommands.map {
+            ($0.configuration.commandName ?? String(describing: $0).lowercased(), $0)
+        }
+        if let mistyped = MistypedArguments.unknownCommand(typed, commands: commands.map(\.0)) {
+            let hint = mistyped.suggestions.first.map { " Did you mean '\($0)'?" } ?? ""
+            Output.standardError(
+                "netsvc: '\(Terminal.escaped(typed))' is not a command.\(hint) The commands: \(commands.map(\.0).joined(separator: ", ")) (see 'netsvc --help')\n"
+            )
+            Foundation.exit(ExitStatus.usage.rawValue)
+        }
+        guard !asksForHelp, let command = commands.first(where: { $0.0 == typed })?.1 else { return }
+        if let mistyped = MistypedArguments.firstUnknownOption(
+            in: Array(arguments.dropFirst()),
+            options: MistypedArguments.options(inHelp: command.helpMessage(includeHidden: true)))
+        {
+            let hint = mistyped.suggestions.first.map { "; did you mean \($0)?" } ?? ""
+            Output.standardError(
+                "netsvc \(typed): unknown option \(Terminal.escaped(mistyped.typed))\(hint) (see 'netsvc \(typed) --help')\n"
+            )
+            Foundation.exit(ExitStatus.usage.rawValue)
         }
     }
 }

@@ -20,6 +20,16 @@ final class WordingTests: XCTestCase {
         XCTAssertEqual(TaskID.short("3f2a9c1e-0000-4000-8000-000000000000"), "3f2a9c1e")
         XCTAssertEqual(TaskID.short("abc"), "abc")
     }
+
+    func testAgoReadsAsPeopleSayIt() {
+        XCTAssertEqual(Wording.ago(5), "just now")
+        XCTAssertEqual(Wording.ago(300), "5 minutes ago")
+        XCTAssertEqual(Wording.ago(7_300), "2 hours ago")
+        XCTAssertEqual(Wording.ago(3 * 86_400 + 5), "3 days ago")
+        XCTAssertEqual(Wording.clock(102), "1:42")
+        XCTAssertEqual(Wording.clock(3723), "1:02:03")
+        XCTAssertEqual(Wording.clock(.infinity), "--:--")
+    }
 }
 
 final class ShellWordTests: XCTestCase {
@@ -90,33 +100,6 @@ final class ShellWordTests: XCTestCase {
         XCTAssertEqual(TransferPlan.spelled("plain.txt"), "all ASCII")
         XCTAssertTrue(
             TransferPlan.spelled(String(repeating: "\u{3042}", count: 20)).hasSuffix(" …"), "a long list is cut")
-    }
-}
-
-/// "Did you mean …": the names a person probably meant.
-final class NameSuggestionsTests: XCTestCase {
-    func testTyposCaseAndStartsFindTheNameAndStrangersDoNot() {
-        let names = ["Kitchen", "Office PC", "Living Room", "kitchen-2", "Attic"]
-        XCTAssertEqual(NameSuggestions.closest(to: "kitchn", among: names), ["Kitchen"])
-        XCTAssertEqual(NameSuggestions.closest(to: "kitchen", among: names).first, "Kitchen")
-        XCTAssertEqual(NameSuggestions.closest(to: "Kticehn", among: names), [])  // too far
-        XCTAssertEqual(NameSuggestions.closest(to: "Kithcen", among: names), ["Kitchen"])  // two swapped
-        XCTAssertEqual(NameSuggestions.closest(to: "offi", among: names), ["Office PC"])
-        XCTAssertEqual(NameSuggestions.closest(to: "Garage", among: names), [])
-        XCTAssertEqual(NameSuggestions.closest(to: "Kitchen", among: ["Kitchen"]), [], "not the name itself")
-        XCTAssertEqual(NameSuggestions.closest(to: "", among: names), [])
-        // A long hostile name costs nothing much, and suggests nothing.
-        XCTAssertEqual(NameSuggestions.closest(to: "kitchen", among: [String(repeating: "x", count: 100_000)]), [])
-    }
-
-    func testAgoReadsAsPeopleSayIt() {
-        XCTAssertEqual(Wording.ago(5), "just now")
-        XCTAssertEqual(Wording.ago(300), "5 minutes ago")
-        XCTAssertEqual(Wording.ago(7_300), "2 hours ago")
-        XCTAssertEqual(Wording.ago(3 * 86_400 + 5), "3 days ago")
-        XCTAssertEqual(Wording.clock(102), "1:42")
-        XCTAssertEqual(Wording.clock(3723), "1:02:03")
-        XCTAssertEqual(Wording.clock(.infinity), "--:--")
     }
 }
 

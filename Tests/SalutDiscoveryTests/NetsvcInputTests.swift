@@ -86,6 +86,13 @@ final class NetsvcInputTests: XCTestCase {
             (["browse", "_x"], "invalid service type \"_x\""),
             (["browse", "_xy._tcp", "--interface", "nosuch0"], "no network interface named \"nosuch0\""),
             (["publish", "x", "_xy._tcp", "1", "--subtype", "bad subtype"], "invalid service type"),
+            // A mistyped option is named as such, with what it may be, even when a required
+            // option is missing too (ArgumentParser alone would only say that one is missing).
+            (["gateway", "--domian", "home.arpa"], "netsvc gateway: unknown option --domian; did you mean --domain?"),
+            (["browse", "_xy._tcp", "--termnate"], "unknown option --termnate; did you mean --terminate?"),
+            (["resolve", "--tmeout=3", "x"], "unknown option --tmeout; did you mean --timeout?"),
+            (["brwose", "_xy._tcp"], "netsvc: 'brwose' is not a command. Did you mean 'browse'?"),
+            (["help", "pubilsh"], "'pubilsh' is not a command. Did you mean 'publish'?"),
         ]
         for (arguments, message) in cases {
             let (code, out) = try run(noDaemon + [netsvc] + arguments)
@@ -93,6 +100,35 @@ final class NetsvcInputTests: XCTestCase {
             XCTAssertTrue(out.contains(message), "\(arguments): \(out)")
             XCTAssertFalse(out.contains("Avahi error"), "our own message, not Avahi's number: \(out)")
         }
+    }
+
+    func testAGatewayThatCannotStartSaysWhyInItsJSONLogToo() throws {
+        // A key file that is not there: a usage error, said on standard error and as the JSON
+        // log's last line.
+        let (keyCode, keyOutput) = try run(
+            noDaemon + [netsvc, "gateway", "--domain", "home.arpa", "--tsig-key", "/nonexistent/gw.key", "--json"])
+        XCTAssertEqual(keyCode, 2, keyOutput)
+        XCTAssertTrue(keyOutput.contains("netsvc: --tsig-key /nonexistent/gw.key:"), keyOutput)
+        let keyEvent = try XCTUnwrap(keyOutput.split(separator: "\n").last { $0.hasPrefix("{") }, keyOutput)
+        let keyObject = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(keyEvent.utf8)) as? [String: Any])
+        XCTAssertEqual(keyObject["event"] as? String, "error", keyOutput)
+        XCTAssertEqual(keyObject["exit"] as? Int, 2, keyOutput)
+        XCTAssertTrue((keyObject["message"] as? String)?.contains("/nonexistent/gw.key") == true, keyOutput)
+
+        // No daemon: exit 3, and the JSON says so.
+        let key = FileManager.default.temporaryDirectory.appendingPathComponent("gw-\(getpid()).key")
+        try "key \"gw.\" {\n algorithm hmac-sha256;\n secret \"c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0\";\n};\n".write(
+            to: key, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: key) }
+        chmod(key.path, 0o600)
+        let (daemonCode, daemonOutput) = try run(
+            noDaemon + [netsvc, "gateway", "--domain", "home.arpa", "--tsig-key", key.path, "--json"])
+        XCTAssertEqual(daemonCode, 3, daemonOutput)
+        let daemonEvent = try XCTUnwrap(daemonOutput.split(separator: "\n").last { $0.hasPrefix("{") }, daemonOutput)
+        let daemonObject = try XCTUnwrap(
+            JSONSerialization.jsonObject(with: Data(daemonEvent.utf8)) as? [String: Any])
+        XCTAssertEqual(daemonObject["event"] as? String, "error", daemonOutput)
+        XCTAssertEqual(daemonObject["exit"] as? Int, 3, daemonOutput)
     }
 
     func testOversizedTXTRecordIsAUsageErrorThatSaysTheSizeAndTheLimit() throws {

@@ -82,21 +82,6 @@ struct Send: AsyncParsableCommand {
     var background = false
 
     func validate() throws {
-        // ArgumentParser checks these before it says an option is unknown: a mistyped option
-        // (`--too`) is said first, as the option it may be.
-        let options = Set(
-            Self.helpMessage().split(whereSeparator: { !$0.isLetter && $0 != "-" }).filter { $0.hasPrefix("--") }
-                .map(String.init))
-        let words = Array(CommandLine.arguments.dropFirst(2).prefix(while: { $0 != "--" }))
-        // (A word right after a known option may be its value: `--text "--x"`.)
-        if let mistyped = words.indices.first(where: { index in
-            words[index].hasPrefix("--") && !options.contains(String(words[index].split(separator: "=").first ?? ""))
-                && (index == 0 || !options.contains(words[index - 1]))
-        }).map({ words[$0] }) {
-            let near = NameSuggestions.closest(to: mistyped, among: options)
-            throw ValidationError(
-                "unknown option \(Terminal.escape(mistyped))\(near.first.map { "; did you mean \($0)?" } ?? "")")
-        }
         guard !paths.isEmpty || text != nil else {
             throw ValidationError("give at least one file or folder to send (or - for standard input, or --text)")
         }

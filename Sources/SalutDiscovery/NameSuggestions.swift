@@ -1,5 +1,14 @@
 /// The names a person probably meant when a name they typed is not there: "did you mean
 /// Kitchen?" for `kitchn`, `Kitchen` for `kitchen` or `kit`.
+///
+/// For a service name looked up and not found (offer the names a browser lists), a command or
+/// option mistyped on a command line, a peer name not paired. Suggestions are only worked out
+/// within a small number of edits, so a long name from the network costs little:
+///
+/// ```swift
+/// let near = NameSuggestions.closest(to: "kitchn", among: ["Kitchen", "Office PC"])
+/// // ["Kitchen"]
+/// ```
 public enum NameSuggestions {
     /// The names in `candidates` close to `typed`, closest first (at most three): the same but
     /// for letter case, one that starts with what was typed, or one within a few edits (one for
