@@ -303,7 +303,7 @@ public struct DiscoveryError: Error, Sendable, Hashable, CustomStringConvertible
         case .invalidKey(let reason): return "cannot use the TSIG key: \(reason)"
         case .updateRefused(let zone, let detail): return "the DNS server refused the update of \(zone) (\(detail))"
         case .notAuthorized(let zone, let detail):
-            return "the DNS server does not accept updates of \(zone) from this key (\(detail))"
+            return "the DNS server does not take updates of \(zone) (\(detail))"
         case .signatureRejected(let reason): return "the DNS server rejected the signature: \(reason)"
         case .serverUnreachable(let reason): return "no DNS server answered: \(reason)"
         case .dnsFailure(let reason): return "DNS failure: \(reason)"

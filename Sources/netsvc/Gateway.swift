@@ -141,6 +141,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
             key = try SalutTSIGKey(contentsOfFile: tsigKey)
         } catch {
             Output.standardError("netsvc: --tsig-key \(Terminal.escaped(tsigKey)): \(error)\n")
+            tellFailure("--tsig-key \(tsigKey): \(error)", exit: ExitStatus.usage)
             throw ExitStatus.usage
         }
         try await requireDaemonOrFail()
@@ -156,6 +157,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
                 Output.standardError(
                     "netsvc: this host's name \"\(Terminal.escaped(label))\" is not a DNS label: give one with --link-label\n"
                 )
+                tellFailure("this host's name \"\(label)\" is not a DNS label", exit: ExitStatus.usage)
                 throw ExitStatus.usage
             }
             note(
@@ -167,6 +169,11 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
             nameServer: dnsServer.flatMap(WideAreaBrowsing.nameServerAddress), types: Self.split(types),
             excludedTypes: Self.split(excludeTypes), maximumServices: maxServices, maximumTypes: maxTypes,
             settleTime: .milliseconds(Int(settle.value * 1000)), dryRun: dryRun, announceRemote: announceRemote)
+        if announceRemote && maxServices > DiscoveryGateway.maximumAnnouncedServices {
+            note(
+                "--announce-remote announces at most \(DiscoveryGateway.maximumAnnouncedServices) of the zone's services on this link (avahi-daemon's per-client limit), whatever --max-services says; the links take turns"
+            )
+        }
         let json = self.json
         let gateway = DiscoveryGateway(configuration: configuration) { report in Self.show(report, json: json) }
         let running = Task { try await gateway.run() }
@@ -180,14 +187,34 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
         } catch is CancellationError {
         } catch {
             stopped.cancel()
-            throw fail(error)
+            let code = fail(error)
+            tellFailure(Self.message(of: error), exit: code)
+            throw code
         }
         let signal = await stopped.value
         if json { printJSON(["event": "stopped", "signal": signal]) } else { emit("stopped (\(signal))") }
     }
 
     private func requireDaemonOrFail() async throws {
-        do { try await requireDaemon() } catch { throw fail(error) }
+        do {
+            try await requireDaemon()
+        } catch {
+            let code = fail(error)
+            tellFailure(Self.message(of: error), exit: code)
+            throw code
+        }
+    }
+
+    /// With --json, a failure that ends the gateway is the last line of the log too
+    /// (`{"event": "error", "message": …, "exit": N}`), not only a line on standard error: a
+    /// script or log collector that reads the JSON learns why it stopped.
+    private func tellFailure(_ message: String, exit code: ExitCode) {
+        guard json else { return }
+        printJSON(["event": "error", "message": message, "exit": Int(code.rawValue)])
+    }
+
+    private static func message(of error: any Error) -> String {
+        (error as? DiscoveryError)?.description ?? "\(error)"
     }
 
     private static func show(_ report: DiscoveryGateway.Report, json: Bool) {

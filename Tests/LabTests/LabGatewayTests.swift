@@ -199,6 +199,19 @@ final class LabGatewayTests: XCTestCase {
         XCTAssertTrue(refused.output.contains("BADSIG"), refused.output)
         let written = try b1.run(["dig", "+short", "@198.18.2.1", "b._dns-sd._udp.home.arpa", "PTR"])
         XCTAssertFalse(written.contains("refused.home.arpa"), written)
+        // A zone the server does not hold: exit 1, saying so (not blaming the key).
+        let elsewhere = try a1.start([
+            Self.netsvc, "gateway", "--domain", "no-such-zone.example", "--tsig-key", LabWideAreaTests.key,
+            "--link-label", "elsewhere", "--types", "_gwrefused._tcp",
+        ])
+        XCTAssertTrue(elsewhere.waitForExit(seconds: 30), elsewhere.output)
+        XCTAssertEqual(elsewhere.process.terminationStatus, 1, elsewhere.output)
+        XCTAssertTrue(elsewhere.output.contains("holds no zone with that name in it"), elsewhere.output)
+        XCTAssertTrue(
+            elsewhere.output.split(separator: "\n").contains {
+                $0.hasPrefix("netsvc: ") && $0.contains("no-such-zone")
+            },
+            "one line says it all: \(elsewhere.output)")
     }
 
     /// `--announce-remote` on B: A's service, mirrored into the zone by A's gateway, is announced

@@ -52,7 +52,9 @@ public final class DiscoveryGateway: Sendable {
         /// Whether the services the other links' gateways wrote into the zone (under other
         /// labels) are announced on this link by mDNS, for clients that speak only mDNS: each
         /// on a host `HOST.LABEL.local` with its routed addresses, withdrawn when it leaves
-        /// the zone. A gateway never writes such a host's services back into the zone.
+        /// the zone. A gateway never writes such a host's services back into the zone. At most
+        /// ``DiscoveryGateway/maximumAnnouncedServices`` are announced (fewer when
+        /// ``maximumServices`` is lower), the links taking turns.
         public var announceRemote: Bool
         /// How often the zone is read for ``announceRemote`` (DNS pushes nothing).
         public var announceInterval: Duration
@@ -275,6 +277,11 @@ public final class DiscoveryGateway: Sendable {
             }
         }
     }
+
+    /// The most services ``Configuration/announceRemote`` announces on the link (400): each
+    /// takes up to two of the objects avahi-daemon allows one client (1,024 by default), on a
+    /// connection of their own.
+    public static let maximumAnnouncedServices = 400
 
     /// Whether services of `type` may be mirrored: a service type (`_name._tcp`, `_name._udp`)
     /// other than DNS-SD's own `_dns-sd._udp`, whose names the gateway writes itself.

@@ -39,7 +39,7 @@ extension DiscoveryGateway {
 
         /// At most this many services are announced (each takes two of the daemon's objects at
         /// most: its own, and its host's).
-        static let maximumAnnounced = 400
+        static let maximumAnnounced = DiscoveryGateway.maximumAnnouncedServices
         /// At most this many other links are read.
         static let maximumLabels = 64
         /// At most this many names are published at once.

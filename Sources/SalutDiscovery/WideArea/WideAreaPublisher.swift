@@ -313,7 +313,11 @@ package actor WideAreaPublisher {
         case DNSResponseCode.refused:
             return .updateRefused(zone: zone, detail: "REFUSED: the zone's update policy does not allow it")
         case DNSResponseCode.notAuthoritative, DNSResponseCode.notZone:
-            return .notAuthorized(zone: zone, detail: DNSResponseCode.name(rcode))
+            return .notAuthorized(
+                zone: zone,
+                detail:
+                    "\(DNSResponseCode.name(rcode)): it is not the zone's primary, or the zone's policy does not let this key update that name"
+            )
         default: return .dnsFailure("the server answered \(DNSResponseCode.messageName(rcode)) for \(zone)")
         }
     }
@@ -403,7 +407,7 @@ struct WideAreaServerFinder: Sendable {
             throw DiscoveryError.notAuthorized(
                 zone: name.description,
                 detail:
-                    "\(nameServer) answered \(DNSResponseCode.messageName(refusal)) when asked for the zone of \(name): it does not serve it"
+                    "\(nameServer) answered \(DNSResponseCode.messageName(refusal)) when asked for the zone of \(name): it holds no zone with that name in it; check the domain's spelling, or ask the server that holds it"
             )
         }
         throw DiscoveryError.serverUnreachable("\(nameServer) names no zone (no SOA) for \(name) or its parents")
@@ -432,7 +436,7 @@ struct WideAreaServerFinder: Sendable {
             throw DiscoveryError.notAuthorized(
                 zone: zone.description,
                 detail:
-                    "\(nameServer) answered \(DNSResponseCode.messageName(refusal)) when asked for the zone's server: it does not serve \(zone)"
+                    "\(nameServer) answered \(DNSResponseCode.messageName(refusal)) when asked for the zone's server: it does not hold \(zone); check the domain's spelling, or ask the server that holds it"
             )
         }
         throw DiscoveryError.serverUnreachable(
