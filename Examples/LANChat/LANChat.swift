@@ -133,6 +133,7 @@ actor Chat {
 func say(_ text: String) { FileHandle.standardOutput.write(Data((TerminalText.escaped(text) + "\n").utf8)) }
 
 let arguments = CommandLine.arguments
+if arguments.count == 2 && ["-h", "--help"].contains(arguments[1]) { print(usage); exit(0) }
 guard (3...4).contains(arguments.count) else { FileHandle.standardError.write(Data((usage + "\n").utf8)); exit(2) }
 let (name, directory, type) = (arguments[1], arguments[2], arguments.count > 3 ? arguments[3] : "_lanchat._tcp")
 do {

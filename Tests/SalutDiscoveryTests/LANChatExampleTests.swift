@@ -5,6 +5,21 @@ import XCTest
 
 /// Examples/LANChat (`lan-chat`), three instances and an impostor, through the avahi-daemon.
 final class LANChatExampleTests: XCTestCase {
+    func testHelpTeachesTheArgumentsAndBadArgumentsAreAUsageError() throws {
+        let binary = BuiltProduct.path("lan-chat")
+        guard FileManager.default.isExecutableFile(atPath: binary) else {
+            return XCTFail("build lan-chat first (Scripts/test does: swift build --build-tests)")
+        }
+        let help = try Foreign([binary, "--help"])
+        let helpText = help.finish(seconds: 10)
+        XCTAssertEqual(help.process.terminationStatus, 0, helpText)
+        XCTAssertTrue(helpText.contains("usage: lan-chat NAME DIRECTORY [TYPE]"), helpText)
+        let bad = try Foreign([binary, "only-a-name"])
+        let badText = bad.finish(seconds: 10)
+        XCTAssertEqual(bad.process.terminationStatus, 2, badText)
+        XCTAssertTrue(badText.contains("usage: lan-chat"), badText)
+    }
+
     func testThreePeersChatAndAnImpostorUnderAKnownNameIsRefusedBothWays() async throws {
         let binary = BuiltProduct.path("lan-chat")
         guard FileManager.default.isExecutableFile(atPath: binary) else {

@@ -1,3 +1,5 @@
+import SalutStreams
+import SalutTestSupport
 import XCTest
 
 @testable import SalutDiscovery
@@ -50,4 +52,32 @@ final class OneShotQueryTests: XCTestCase {
         XCTAssertFalse(query.isAnswer([], id: 7, sourcePort: 5353))
         XCTAssertFalse(query.isAnswer([UInt8](repeating: 0xC0, count: 600), id: 0xC0C0, sourcePort: 5353))
     }
+
+    /// A caller that stops waiting ends its query at once: the answer is "no answer" (false,
+    /// not a hang for the 100 attempts asked) and the query's socket is closed.
+    func testACancelledQueryEndsAtOnceAndClosesItsSocket() async throws {
+        func openDescriptors() -> Int {
+            (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd"))?.count ?? -1
+        }
+        let before = openDescriptors()
+        let nobody = try DNSName(parsing: "Nobody \(UUID().uuidString.prefix(8))._ipp._tcp.local")
+        var silent = OneShotQuery(
+            question: DNSQuestion(name: nobody, type: DNSType.service), interfaceIndex: 1, overIPv6: false)
+        silent.attempts = 100
+        silent.interval = .seconds(1)
+        let asking = Task { try await silent.isAnswered() }
+        // The query is under way once its socket is open.
+        XCTAssertTrue(eventually(timeout: 5) { openDescriptors() > before }, "the query never opened its socket")
+        asking.cancel()
+        let outcome = Locked<String?>(nil)
+        Task {
+            let said: String
+            do { said = "answered: \(try await asking.value)" } catch { said = "threw \(error)" }
+            outcome.withLock { $0 = said }
+        }
+        XCTAssertTrue(eventually(timeout: 10) { outcome.withLock { $0 } != nil }, "a cancelled query kept waiting")
+        XCTAssertEqual(outcome.withLock { $0 }, "answered: false", "a cancelled query has no answer")
+        XCTAssertTrue(eventually(timeout: 5) { openDescriptors() <= before }, "the query's socket stayed open")
+    }
+
 }
