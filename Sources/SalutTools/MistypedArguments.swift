@@ -17,30 +17,90 @@ package enum MistypedArguments {
         }
     }
 
+    /// The long options a command takes, and which of them take a value.
+    package struct Options: Equatable, Sendable {
+        /// Every long option (`--name`).
+        package var names: Set<String>
+        /// Those followed by a value (`--name <value>` in the help).
+        package var takingValues: Set<String>
+
+        package init(names: Set<String>, takingValues: Set<String>) {
+            self.names = names
+            self.takingValues = takingValues
+        }
+
+        /// ArgumentParser's own options, which every command takes (the root's `--version`
+        /// included) though its help may not list them.
+        package static let builtIn = Options(
+            names: [
+                "--help", "--help-hidden", "--version", "--experimental-dump-help", "--generate-completion-script",
+            ],
+            takingValues: ["--generate-completion-script"])
+
+        /// These options and `other`'s.
+        package func union(_ other: Options) -> Options {
+            Options(names: names.union(other.names), takingValues: takingValues.union(other.takingValues))
+        }
+    }
+
     /// The first word of `words` (the arguments after the command's name) that looks like a
-    /// long option (`--name` or `--name=value`) but is none of `options`. A word right after a
-    /// known option may be that option's value (`--text "--x"`), and everything after `--` is
-    /// an operand: neither is checked.
-    package static func firstUnknownOption(in words: [String], options: Set<String>) -> Finding? {
-        let checked = words.prefix { $0 != "--" }
-        for (index, word) in zip(checked.indices, checked) where word.hasPrefix("--") && word.count > 2 {
-            let name = String(word.split(separator: "=", maxSplits: 1).first ?? "")
-            if options.contains(name) { continue }
-            if index > checked.startIndex, options.contains(checked[index - 1]) { continue }
-            return Finding(typed: name, suggestions: NameSuggestions.closest(to: name, among: options))
+    /// long option (`--name` or `--name=value`) but is none of `options`. The word after an
+    /// option that takes a value is that value (`--text "--x"`), and everything after `--` is an
+    /// operand: neither is checked. A word that starts with a long dash and then names an option
+    /// (`—json`, as pasted from a formatted page) is one too.
+    package static func firstUnknownOption(in words: [String], options: Options) -> Finding? {
+        var expectingValue = false
+        for word in words {
+            if word == "--" { return nil }
+            if expectingValue {
+                expectingValue = false
+                continue
+            }
+            // A dash that a word processor or a web page made long: `—terminate` for `--terminate`.
+            // (Only when it names an option: a name or a file may start with such a dash.)
+            if let first = word.first, first == "\u{2014}" || first == "\u{2013}" {
+                let meant = "--" + word.dropFirst().prefix { $0 != "=" }
+                if options.names.contains(meant) { return Finding(typed: word, suggestions: [meant]) }
+                continue
+            }
+            guard word.hasPrefix("--"), word.count > 2 else { continue }
+            let parts = word.split(separator: "=", maxSplits: 1)
+            let name = String(parts.first ?? "")
+            guard options.names.contains(name) else {
+                return Finding(typed: name, suggestions: NameSuggestions.closest(to: name, among: options.names))
+            }
+            expectingValue = parts.count == 1 && options.takingValues.contains(name)
         }
         return nil
     }
 
-    /// The long options (`--name`) a command's help text names.
-    package static func options(inHelp help: String) -> Set<String> {
-        let words = help.split { !$0.isLetter && !$0.isNumber && $0 != "-" }
-        return Set(words.filter { $0.hasPrefix("--") && $0.count > 2 }.map(String.init))
+    /// The long options of a command's help text, as ArgumentParser lays it out: the rows of
+    /// its OPTIONS section (two spaces, then `-`), up to the two spaces before each row's
+    /// description, so that an option a description or the discussion mentions is not taken
+    /// for one of this command's. `--name <value>` takes a value, a bare `--name` is a flag
+    /// (`--x/--no-x` names both). Give the help unwrapped (`helpMessage(columns:)` with a large
+    /// width): a wrapped row is only partly read.
+    package static func options(inHelp help: String) -> Options {
+        var names = Set<String>()
+        var takingValues = Set<String>()
+        for line in help.split(separator: "\n") where line.hasPrefix("  -") {
+            let row = line.dropFirst(2)
+            let specification = row.range(of: "  ").map { row[..<$0.lowerBound] } ?? row
+            let words = specification.split(whereSeparator: { $0 == " " || $0 == "," || $0 == "/" })
+            for (index, word) in words.enumerated() where word.hasPrefix("--") && word.count > 2 {
+                let name = String(word.prefix { $0.isLetter || $0.isNumber || $0 == "-" })
+                names.insert(name)
+                if name.count == word.count, index + 1 < words.count, words[index + 1].hasPrefix("<") {
+                    takingValues.insert(name)
+                }
+            }
+        }
+        return Options(names: names, takingValues: takingValues)
     }
 
-    /// `typed` when it is not one of `commands`, with the commands it may be.
+    /// `typed` when it is not one of `commands` (nor `help`), with the commands it may be.
     package static func unknownCommand(_ typed: String, commands: [String]) -> Finding? {
-        guard !commands.contains(typed) else { return nil }
+        guard !commands.contains(typed), typed != "help" else { return nil }
         return Finding(typed: typed, suggestions: NameSuggestions.closest(to: typed, among: commands))
     }
 }

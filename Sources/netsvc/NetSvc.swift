@@ -11,7 +11,8 @@ struct NetSvc: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "netsvc",
         abstract: "Publish, browse and resolve DNS-SD (mDNS) services through the avahi-daemon.",
-        discussion: """
+        discussion: HelpText.unwrapped(
+            """
             Exit codes: 0 success, 1 not found, timed out, refused or not trusted, 2 usage error (bad arguments), 3 avahi-daemon unavailable, 4 name collision with --no-rename. When the daemon is not running: `Scripts/avahi-sandbox start` in a Salut checkout, or `sudo systemctl start avahi-daemon` on a normal system.
 
             Human output has aligned columns, coloured only on a terminal without NO_COLOR; --json writes one object per line for scripts.
@@ -29,7 +30,7 @@ struct NetSvc: AsyncParsableCommand {
               netsvc lookup myhost.local --ipv4
               netsvc domains
               netsvc gateway --domain home.arpa --tsig-key gw.key --link-label lab-a
-            """,
+            """),
         version: "0.1.0",  // the package's version (CHANGELOG.md)
         subcommands: [
             Browse.self, Publish.self, Resolve.self, Lookup.self, Connect.self, Monitor.self, Domains.self,
@@ -88,7 +89,8 @@ extension NetSvc {
         guard !asksForHelp, let command = commands.first(where: { $0.0 == typed })?.1 else { return }
         if let mistyped = MistypedArguments.firstUnknownOption(
             in: Array(arguments.dropFirst()),
-            options: MistypedArguments.options(inHelp: command.helpMessage(includeHidden: true)))
+            options: MistypedArguments.options(inHelp: command.helpMessage(includeHidden: true, columns: 10_000)).union(
+                .builtIn))
         {
             let hint = mistyped.suggestions.first.map { "; did you mean \($0)?" } ?? ""
             Output.standardError(
@@ -120,7 +122,7 @@ func fail(_ error: any Error) -> ExitCode {
         case .collision: code = ExitStatus.collision
         case .invalidServiceType, .invalidServiceName, .invalidDomain, .invalidHostName, .invalidPort,
             .invalidTXTRecord,
-            .unknownInterface:
+            .unknownInterface, .invalidKey:
             code = ExitStatus.usage
         default: code = .failure
         }

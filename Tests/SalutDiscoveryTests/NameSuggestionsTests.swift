@@ -21,31 +21,70 @@ final class NameSuggestionsTests: XCTestCase {
 
 /// The command-line checks netsvc and peerxfer make before ArgumentParser reads the arguments.
 final class MistypedArgumentsTests: XCTestCase {
-    let options: Set<String> = ["--domain", "--tsig-key", "--text", "--help"]
+    let options = MistypedArguments.options(
+        inHelp: """
+            OVERVIEW: Mirror the link (see --pin, which this command does not take).
+
+            USAGE: netsvc gateway [--json] --domain <ZONE> [--text <text>] [--rename/--no-rename]
+
+            OPTIONS:
+              --domain <ZONE>   The zone (see also --accept).
+              --tsig-key <FILE>  The key.
+              --json            JSON.
+              --text <text>     Text.
+              --rename/--no-rename
+                                Whether to rename; --other is not an option here.
+              -h, --help        Show help information.
+            """
+    ).union(.builtIn)
+
+    func testOptionsAndWhetherTheyTakeAValueAreReadFromTheHelp() {
+        XCTAssertEqual(
+            options.names,
+            [
+                "--json", "--domain", "--text", "--rename", "--no-rename", "--tsig-key", "--help", "--help-hidden",
+                "--version", "--experimental-dump-help", "--generate-completion-script",
+            ])
+        XCTAssertEqual(
+            options.takingValues, ["--domain", "--text", "--tsig-key", "--generate-completion-script"])
+    }
 
     func testTheFirstUnknownLongOptionIsNamedWithWhatItMayBe() {
         XCTAssertEqual(
             MistypedArguments.firstUnknownOption(in: ["--domian", "x"], options: options),
             .init(typed: "--domian", suggestions: ["--domain"]))
-        XCTAssertEqual(
-            MistypedArguments.firstUnknownOption(in: ["--domian=x"], options: options)?.typed, "--domian")
+        XCTAssertEqual(MistypedArguments.firstUnknownOption(in: ["--domian=x"], options: options)?.typed, "--domian")
         XCTAssertEqual(
             MistypedArguments.firstUnknownOption(in: ["--zzz"], options: options),
             .init(typed: "--zzz", suggestions: []))
+        // After a flag, the next word is checked (a flag takes no value).
+        XCTAssertEqual(
+            MistypedArguments.firstUnknownOption(in: ["--json", "--domian", "x"], options: options)?.typed, "--domian")
+        XCTAssertEqual(
+            MistypedArguments.firstUnknownOption(in: ["--domain=x", "--tsig-kye", "k"], options: options)?.typed,
+            "--tsig-kye")
+        // A long dash, as a formatted page turns `--`.
+        XCTAssertEqual(
+            MistypedArguments.firstUnknownOption(in: ["\u{2014}json"], options: options),
+            .init(typed: "\u{2014}json", suggestions: ["--json"]))
+        XCTAssertNil(MistypedArguments.firstUnknownOption(in: ["\u{2014}Fancy Name"], options: options))
+        // Options the prose mentions are not this command's.
+        XCTAssertEqual(MistypedArguments.firstUnknownOption(in: ["--pin"], options: options)?.typed, "--pin")
+        XCTAssertEqual(MistypedArguments.firstUnknownOption(in: ["--accept"], options: options)?.typed, "--accept")
+        XCTAssertEqual(MistypedArguments.firstUnknownOption(in: ["--other"], options: options)?.typed, "--other")
     }
 
-    func testValuesOperandsAndShortOptionsAreLeftAlone() {
+    func testValuesOperandsBuiltInsAndShortOptionsAreLeftAlone() {
         XCTAssertNil(MistypedArguments.firstUnknownOption(in: ["--domain", "x", "--tsig-key=k"], options: options))
         XCTAssertNil(MistypedArguments.firstUnknownOption(in: ["--text", "--looks-like-one"], options: options))
         XCTAssertNil(MistypedArguments.firstUnknownOption(in: ["--", "--anything"], options: options))
-        XCTAssertNil(MistypedArguments.firstUnknownOption(in: ["-h", "-", "--"], options: options))
+        XCTAssertNil(
+            MistypedArguments.firstUnknownOption(in: ["-h", "-", "--no-rename", "--version"], options: options))
     }
 
-    func testOptionsAreReadFromHelpAndCommandsAreCheckedByName() {
-        XCTAssertEqual(
-            MistypedArguments.options(inHelp: "  --domain <ZONE>   The zone (or --tsig-key).\n  -h, --help"),
-            ["--domain", "--tsig-key", "--help"])
+    func testCommandsAreCheckedByName() {
         XCTAssertNil(MistypedArguments.unknownCommand("browse", commands: ["browse", "publish"]))
+        XCTAssertNil(MistypedArguments.unknownCommand("help", commands: ["browse", "publish"]), "help help")
         XCTAssertEqual(
             MistypedArguments.unknownCommand("brwose", commands: ["browse", "publish"])?.suggestions, ["browse"])
     }

@@ -93,12 +93,22 @@ final class NetsvcInputTests: XCTestCase {
             (["resolve", "--tmeout=3", "x"], "unknown option --tmeout; did you mean --timeout?"),
             (["brwose", "_xy._tcp"], "netsvc: 'brwose' is not a command. Did you mean 'browse'?"),
             (["help", "pubilsh"], "'pubilsh' is not a command. Did you mean 'publish'?"),
+            // After a flag, the next word is still checked.
+            (["gateway", "--dry-run", "--domian", "x", "--tsig-key", "k"], "unknown option --domian; did you mean"),
         ]
         for (arguments, message) in cases {
             let (code, out) = try run(noDaemon + [netsvc] + arguments)
             XCTAssertEqual(code, 2, "\(arguments): \(out)")
             XCTAssertTrue(out.contains(message), "\(arguments): \(out)")
             XCTAssertFalse(out.contains("Avahi error"), "our own message, not Avahi's number: \(out)")
+        }
+    }
+
+    func testArgumentParsersOwnOptionsStillWorkAfterASubcommand() throws {
+        for arguments in [["browse", "--version"], ["gateway", "--help-hidden"], ["help", "help"]] {
+            let (code, out) = try run(noDaemon + [netsvc] + arguments)
+            XCTAssertEqual(code, 0, "\(arguments): \(out)")
+            XCTAssertFalse(out.contains("unknown option") || out.contains("is not a command"), "\(arguments): \(out)")
         }
     }
 

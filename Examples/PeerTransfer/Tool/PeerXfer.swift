@@ -75,7 +75,9 @@ struct PeerXfer: AsyncParsableCommand {
                 let command = commands.first(where: { $0.0 == typed })?.1,
                 let mistyped = MistypedArguments.firstUnknownOption(
                     in: Array(arguments.dropFirst()),
-                    options: MistypedArguments.options(inHelp: command.helpMessage(includeHidden: true)))
+                    options: MistypedArguments.options(
+                        inHelp: command.helpMessage(includeHidden: true, columns: 10_000)
+                    ).union(.builtIn))
             {
                 let hint = mistyped.suggestions.first.map { "; did you mean \($0)?" } ?? ""
                 printError(
