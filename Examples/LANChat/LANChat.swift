@@ -5,9 +5,11 @@ import Salut
 
 let usage = """
     usage: lan-chat NAME DIRECTORY [TYPE]
-      NAME       the name the others see; DIRECTORY keeps this chat's key and the keys it trusts
-                 (DIRECTORY/known: a peer whose key changed is refused until its entry is removed)
-      TYPE       the service type (default _lanchat._tcp); type lines, end with Ctrl-D or Ctrl-C
+      NAME       the name the others see
+      DIRECTORY  keeps this chat's key and the keys it trusts (DIRECTORY/known: a peer whose key
+                 changed is refused until its entry is removed); made if missing
+      TYPE       the service type (default _lanchat._tcp)
+    Then type lines to send them; Ctrl-D or Ctrl-C leaves.
     """
 
 actor Chat {
@@ -134,7 +136,14 @@ func say(_ text: String) { FileHandle.standardOutput.write(Data((TerminalText.es
 
 let arguments = CommandLine.arguments
 if arguments.count == 2 && ["-h", "--help"].contains(arguments[1]) { print(usage); exit(0) }
-guard (3...4).contains(arguments.count) else { FileHandle.standardError.write(Data((usage + "\n").utf8)); exit(2) }
+guard (3...4).contains(arguments.count), !arguments[1].hasPrefix("-") else {
+    let problem =
+        arguments.count > 1 && arguments[1].hasPrefix("-")
+        ? "lan-chat: unknown option \(TerminalText.escaped(arguments[1]))"
+        : arguments.count < 3 ? "lan-chat: give a NAME and a DIRECTORY" : "lan-chat: too many arguments"
+    FileHandle.standardError.write(Data((problem + "\n" + usage + "\n").utf8))
+    exit(2)
+}
 let (name, directory, type) = (arguments[1], arguments[2], arguments.count > 3 ? arguments[3] : "_lanchat._tcp")
 do {
     let browser = try ServiceBrowser(type: type).includingTXTRecords()  // a bad type fails before a file is made
@@ -188,5 +197,5 @@ do {
     listener.stop()
 } catch {
     FileHandle.standardError.write(Data("lan-chat: \(error)\n".utf8))
-    exit(1)
+    exit((error as? DiscoveryError)?.code == .invalidServiceType ? 2 : 1)  // a bad TYPE is a usage error
 }

@@ -1,11 +1,13 @@
 import ArgumentParser
 import Foundation
 import Salut
+import SalutTools
 
 struct Browse: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show services as they appear (+) and disappear (-).",
-        discussion: """
+        discussion: HelpText.unwrapped(
+            """
             Lines are: +/-, name, type, domain, interface and protocol of the first sighting;
             with --resolve also host:port, addresses (IPv6 with %scope) and TXT; with --verify, a
             removal that is not the daemon's own says why ("stopped answering"). --terminate
@@ -21,13 +23,13 @@ struct Browse: AsyncParsableCommand {
               netsvc browse --all --terminate
               netsvc browse _ipp._tcp --verify
               netsvc browse _ipp._tcp --interface eth1 --ipv4 --ignore-local
-              netsvc browse _http._tcp --domain home.arpa --dns-server 198.18.1.53 --resolve
+              netsvc browse _http._tcp --resolve --domain home.arpa --dns-server 198.18.1.1
 
             With --dns-server, a wide-area --domain is browsed with unicast DNS queries to that
             name server (PTR, then SRV, TXT and addresses), asked again when the records' TTL
             runs out; the interface column says "dns" (JSON: "interface":"dns",
             "protocol":"unicast"), the rest is as on the link.
-            """)
+            """))
 
     @Argument(help: "The service type, for example _http._tcp (omit with --all).")
     var type: String?
@@ -38,7 +40,10 @@ struct Browse: AsyncParsableCommand {
     @Flag(help: "Browse every service type on the network (_services._dns-sd._udp).")
     var all = false
 
-    @Flag(help: "Resolve each service found: host, port, addresses and TXT.")
+    @Flag(
+        help:
+            "Resolve each service found: host, port, addresses and TXT. Up to 16 are resolved at once, each line printed when its resolution ends (one that does not answer within 5 s is printed with why)."
+    )
     var resolve = false
 
     @Flag(help: "Exit once everything currently on the network has been listed.")
@@ -288,7 +293,10 @@ struct Listing: Sendable {
     }
 
     /// Before --terminate exits: every service listed has been checked and printed.
-    func finish() async { await watch?.finish() }
+    func finish() async {
+        await watch?.finish()
+        await printer.finish()
+    }
 }
 
 /// Prints browse changes as columns or JSON lines.
@@ -297,6 +305,15 @@ struct BrowsePrinter: Sendable {
     let resolve: Bool
     let family: DiscoveryContext.AddressFamily
     let interface: String?
+    /// With --resolve, the lines waiting for their resolution.
+    private let resolving = ResolvingLines()
+
+    init(json: Bool, resolve: Bool, family: DiscoveryContext.AddressFamily, interface: String?) {
+        (self.json, self.resolve, self.family, self.interface) = (json, resolve, family, interface)
+    }
+
+    /// Waits until every line is printed (with --resolve, each after its resolution).
+    func finish() async { await resolving.drain() }
 
     func report(_ change: BrowseChange, in update: BrowseUpdate) async {
         let (event, service): (String, DiscoveredService) =
@@ -308,12 +325,21 @@ struct BrowsePrinter: Sendable {
     }
 
     /// Prints one line: `event` is "add" or "remove"; `reason` says why when it is not the
-    /// daemon's own news (a service that stopped answering, with --verify).
+    /// daemon's own news (a service that stopped answering, with --verify). With --resolve the
+    /// line is queued: it is printed once its resolution ends, beside the others'.
     func report(
         _ event: String, _ service: DiscoveredService, sightings: [ServiceSighting], reason: LivenessWatch.Reason? = nil
     )
         async
     {
+        guard resolve else { return await print(event, service, sightings: sightings, reason: reason) }
+        await resolving.add(service) { await print(event, service, sightings: sightings, reason: reason) }
+    }
+
+    /// Resolves the service (with --resolve, for an addition) and prints its line.
+    private func print(
+        _ event: String, _ service: DiscoveredService, sightings: [ServiceSighting], reason: LivenessWatch.Reason?
+    ) async {
         let first = sightings.first
         let interface = first?.interface ?? "", proto = first.map { $0.isIPv6 ? "IPv6" : "IPv4" } ?? ""
         var resolved: ResolvedService?

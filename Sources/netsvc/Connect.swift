@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Glibc
 import Salut
+import SalutTools
 
 /// TLS choices for a connecting client.
 struct ClientTLSOptions: ParsableArguments {
@@ -34,13 +35,14 @@ struct ClientTLSOptions: ParsableArguments {
 struct Connect: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Connect to a service by name and pipe stdin/stdout through it (netcat by service name).",
-        discussion: """
+        discussion: HelpText.unwrapped(
+            """
             Resolves the service, connects (IPv6 and IPv4, Happy Eyeballs), then copies stdin to the service and the service's answer to stdout. At the end of stdin the sending side is closed (a half-close), and netsvc exits once the service closes its side. Exit code 0 means the service's answer ended cleanly and is all on stdout, and all of stdin that was read was handed to the network. When the service ends its side while stdin still has bytes waiting, the rest is still sent while the service takes it; if the service goes away instead (or takes nothing for 30 s), that is a failure. When stdin is idle (a terminal nobody types into), netsvc exits with the service. Exit codes: 0 done, 1 not found, refused, TLS refused, or the connection failed before both directions were done (the message says which), 2 usage, 3 no avahi-daemon.
 
             Examples:
               echo hello | netsvc connect "Echo" _echo._tcp
               netsvc connect "Files" _salut._tcp --pin 3f1c…e9 < request.bin > reply.bin
-            """)
+            """))
 
     @OptionGroup var target: ServiceArguments
 

@@ -1,13 +1,15 @@
 import ArgumentParser
 import Foundation
 import Salut
+import SalutTools
 import SalutStreams
 
 /// `netsvc gateway`: this link's services, mirrored into a DNS zone (see ``DiscoveryGateway``).
 struct Gateway: AsyncParsableCommand, LogLevelCommand {
     static let configuration = CommandConfiguration(
         abstract: "Mirror this link's services into a DNS zone, for clients on other links (until interrupted).",
-        discussion: """
+        discussion: HelpText.unwrapped(
+            """
             A discovery proxy without avahi's reflector: the services found on this link by mDNS are written by signed DNS updates under LABEL.ZONE (for example "Office Printer._ipp._tcp.lab-a.home.arpa"), with the SRV record naming HOST.LABEL.ZONE and that host's addresses beside it (never 169.254/16, IPv6 link-local or loopback addresses, which route nowhere else). TXT records follow changes, and a service that leaves the link leaves the zone. LABEL.ZONE is listed as a browsing domain of ZONE, so wide-area clients find it (`avahi-browse -d lab-a.home.arpa -a`, `netsvc browse _ipp._tcp --domain lab-a.home.arpa --dns-server …`, `dig`). Run one gateway per link, each with its own --link-label; two on one link write the same records. With --announce-remote, the services the other links' gateways wrote are also announced on this link by mDNS, so that a phone here sees another link's printer as one of its own link's (on a host HOST.LABEL.local, at its routed address).
 
             On start the gateway reads what the zone holds under its label and, once the link has had --settle seconds to show its services, removes those that left while it was not running. A server that does not answer is tried again, waiting twice as long each time (at most a minute); a key or zone the server refuses ends the gateway (exit 1). SIGINT, SIGTERM or SIGHUP stop it; the zone keeps what it mirrored (the next start reconciles it).
@@ -15,10 +17,12 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
             Exit codes: 0 stopped by a signal, 1 the server refused the updates or could not be found, 2 bad arguments (a label that is not a DNS label, a type that is not _name._tcp or _name._udp, a key file that cannot be read), 3 avahi-daemon unavailable.
 
             Examples:
-              netsvc gateway --domain home.arpa --tsig-key /etc/salut/gateway.key --link-label lab-a
-              netsvc gateway --domain home.arpa --tsig-key gw.key --link-label lab-b --announce-remote
-              netsvc gateway --domain home.arpa --tsig-key gw.key --types _ipp._tcp,_airplay._tcp --dry-run
-            """)
+              netsvc gateway --domain home.arpa --tsig-key gw.key --link-label lab-a
+              netsvc gateway --domain home.arpa --tsig-key gw.key --link-label lab-b \\
+                  --announce-remote
+              netsvc gateway --domain home.arpa --tsig-key gw.key \\
+                  --types _ipp._tcp,_airplay._tcp --dry-run
+            """))
 
     @Option(
         help: ArgumentHelp("The DNS domain the services go under (a zone, or a name inside one).", valueName: "ZONE"))
@@ -169,9 +173,11 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
             nameServer: dnsServer.flatMap(WideAreaBrowsing.nameServerAddress), types: Self.split(types),
             excludedTypes: Self.split(excludeTypes), maximumServices: maxServices, maximumTypes: maxTypes,
             settleTime: .milliseconds(Int(settle.value * 1000)), dryRun: dryRun, announceRemote: announceRemote)
-        if announceRemote && maxServices > DiscoveryGateway.maximumAnnouncedServices {
+        // (Said when --max-services asks for more: the default, 1,000, goes without saying.)
+        let askedForMore = CommandLine.arguments.contains { $0 == "--max-services" || $0.hasPrefix("--max-services=") }
+        if announceRemote && askedForMore && maxServices > DiscoveryGateway.maximumAnnouncedServices {
             note(
-                "--announce-remote announces at most \(DiscoveryGateway.maximumAnnouncedServices) of the zone's services on this link (avahi-daemon's per-client limit), whatever --max-services says; the links take turns"
+                "--announce-remote announces at most \(DiscoveryGateway.maximumAnnouncedServices) of the zone's services on this link (avahi-daemon's limit per client), whatever --max-services says, shared evenly among the other links"
             )
         }
         let json = self.json

@@ -1,14 +1,16 @@
 import ArgumentParser
 import Foundation
 import Salut
+import SalutTools
 
 struct Lookup: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print the addresses of an mDNS host name.",
-        discussion: """
+        discussion: HelpText.unwrapped(
+            """
             Example:
               netsvc lookup myhost.local --ipv6
-            """)
+            """))
 
     @Argument(help: "The host name, for example myhost.local.")
     var host: String

@@ -1,11 +1,13 @@
 import ArgumentParser
 import Foundation
 import Salut
+import SalutTools
 
 struct Monitor: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print a service's TXT record now and at every change, until interrupted.",
-        discussion: """
+        discussion: HelpText.unwrapped(
+            """
             Each line is the whole record (KEY=VALUE, in wire order); --json writes
             {"event":"txt","name":…,"type":…,"domain":…,"txt":{…}} per change.
 
@@ -15,8 +17,8 @@ struct Monitor: AsyncParsableCommand {
 
             Examples:
               netsvc monitor "Living Room" _airplay._tcp --json
-              netsvc monitor "Lab Printer" _ipp._tcp --domain home.arpa --dns-server 198.18.1.53
-            """)
+              netsvc monitor Printer _ipp._tcp --domain home.arpa --dns-server 198.18.1.1
+            """))
 
     @OptionGroup var target: ServiceArguments
 
@@ -78,14 +80,15 @@ struct Monitor: AsyncParsableCommand {
 struct Domains: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List the browsing (or registration) domains the network announces.",
-        discussion: """
+        discussion: HelpText.unwrapped(
+            """
             "local" always comes first; others come from the network's DNS-SD announcements.
             Exits once the daemon has answered (like avahi-browse -D -t).
 
             Examples:
               netsvc domains
               netsvc domains --registration --json
-            """)
+            """))
 
     @Flag(help: "Registration domains instead of browsing domains.")
     var registration = false

@@ -2,12 +2,14 @@ import ArgumentParser
 import Dispatch
 import Foundation
 import Salut
+import SalutTools
 import SalutStreams
 
 struct Publish: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Publish a service until interrupted (SIGINT, SIGTERM or SIGHUP withdraws it).",
-        discussion: """
+        discussion: HelpText.unwrapped(
+            """
             Prints the final name, which differs from NAME after a collision unless --no-rename is given (then it exits 4).
 
             With --listen, netsvc itself listens on PORT (0 picks a free one) on IPv4 and IPv6, publishes that port, and serves each connection: by default it bridges the connection to its own stdin/stdout, one connection at a time (the others wait their turn); with --exec it runs CMD (through /bin/sh) for each connection, connected to the child's stdin/stdout. The child finds the peer's address in NETSVC_PEER.
@@ -18,9 +20,11 @@ struct Publish: AsyncParsableCommand {
               netsvc publish "My Site" _http._tcp 8080 path=/index.html
               netsvc publish "Echo" _echo._tcp 0 --listen --exec cat
               netsvc publish "Inbox" _drop._tcp 0 --listen > received.bin
-              netsvc publish "Secure" _echo._tcp 0 --listen --exec cat --tls-cert c.pem --tls-key k.pem
-              netsvc publish "Printer" _ipp._tcp 631 --txt-file status.txt   # then: kill -HUP <pid>
-            """)
+              netsvc publish "Secure" _echo._tcp 0 --listen --exec cat \\
+                  --tls-cert c.pem --tls-key k.pem
+              netsvc publish "Printer" _ipp._tcp 631 --txt-file status.txt
+                  (then kill -HUP <pid> when status.txt changed)
+            """))
 
     @Argument(help: "The instance name (\"\" for this host's name).")
     var name: String

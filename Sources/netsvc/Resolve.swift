@@ -1,16 +1,18 @@
 import ArgumentParser
 import Foundation
 import Salut
+import SalutTools
 
 struct Resolve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Resolve one service to its host, port, addresses and TXT record.",
-        discussion: """
+        discussion: HelpText.unwrapped(
+            """
             Exits 1 when the service does not answer in time.
 
             Example:
               netsvc resolve "My Site" _http._tcp --timeout 3 --json
-            """)
+            """))
 
     @OptionGroup var target: ServiceArguments
 
@@ -41,6 +43,18 @@ struct Resolve: AsyncParsableCommand {
                 emit("  addresses  \(result.addresses.map(\.host).joined(separator: ", "))")
                 emit("  txt        \(Terminal.escaped(result.txtRecord.description))")
             }
+        } catch let error as DiscoveryError where error.code == .timedOut {
+            // Said with what did not answer and for how long, in JSON too with --json.
+            let message =
+                "\"\(target.name)\" \(target.type) in \(target.domain) did not resolve within \(String(format: "%g", timeout.value)) s (is it still published? `netsvc browse \(target.type) --terminate` lists what is)"
+            if json {
+                printJSON([
+                    "event": "error", "name": target.name, "type": target.type, "domain": target.domain,
+                    "message": message, "exit": Int(ExitStatus.notFound.rawValue),
+                ])
+            }
+            note(Terminal.escaped(message))
+            throw ExitStatus.notFound
         } catch {
             throw fail(error)
         }

@@ -14,10 +14,15 @@ final class LANChatExampleTests: XCTestCase {
         let helpText = help.finish(seconds: 10)
         XCTAssertEqual(help.process.terminationStatus, 0, helpText)
         XCTAssertTrue(helpText.contains("usage: lan-chat NAME DIRECTORY [TYPE]"), helpText)
-        let bad = try Foreign([binary, "only-a-name"])
-        let badText = bad.finish(seconds: 10)
-        XCTAssertEqual(bad.process.terminationStatus, 2, badText)
-        XCTAssertTrue(badText.contains("usage: lan-chat"), badText)
+        for (arguments, problem) in [
+            (["only-a-name"], "give a NAME and a DIRECTORY"), (["--nmae", "dir"], "unknown option --nmae"),
+            (["alice", "/nonexistent/x", "not-a-type"], "invalid service type"),
+        ] {
+            let bad = try Foreign([binary] + arguments)
+            let badText = bad.finish(seconds: 10)
+            XCTAssertEqual(bad.process.terminationStatus, 2, badText)
+            XCTAssertTrue(badText.contains(problem), badText)
+        }
     }
 
     func testThreePeersChatAndAnImpostorUnderAKnownNameIsRefusedBothWays() async throws {

@@ -78,6 +78,26 @@ final class NetsvcBrowseTests: XCTestCase {
         return String(decoding: bytes, as: UTF8.self)
     }
 
+    /// With --resolve, a service that does not resolve holds up no other: one found while the
+    /// first still waits for its host's address is printed first, resolved.
+    func testAServiceThatDoesNotResolveHoldsUpNoOther() throws {
+        let type = uniqueType("w")
+        let nowhere = try Foreign([
+            "avahi-publish", "-s", "-H", "nowhere-\(UUID().uuidString.prefix(6)).local", "Nowhere", type, "5003",
+        ])
+        defer { nowhere.stop() }
+        XCTAssertTrue(nowhere.waitForOutput(containing: "Established", seconds: 10), nowhere.output)
+        let browse = try Foreign([netsvc, "browse", type, "--resolve", "--json"])
+        defer { browse.stop() }
+        let later = try Foreign(["avahi-publish", "-s", "Later", type, "5004"])
+        defer { later.stop() }
+        XCTAssertTrue(browse.waitForOutput(containing: #""name":"Nowhere""#, seconds: 20), browse.output)
+        let adds = jsonLines(browse.output).filter { $0["event"] as? String == "add" }
+        XCTAssertEqual(adds.compactMap { $0["name"] as? String }, ["Later", "Nowhere"], browse.output)
+        XCTAssertEqual(adds.first?["resolved"] as? Bool, true, browse.output)
+        XCTAssertEqual(adds.last?["resolved"] as? Bool, false, browse.output)
+    }
+
     func testBrowseResolveMatchesAvahiBrowse() throws {
         let type = uniqueType("c")
         let ours = try Foreign([netsvc, "publish", "Salut Side", type, "5001", "color=blue", "flag"])

@@ -50,9 +50,15 @@ final class NetsvcTests: XCTestCase {
     }
 
     func testNotFoundExits1() throws {
-        let (code, out) = try run(["resolve", "Nobody Home", uniqueType(), "--timeout", "1"])
+        let type = uniqueType()
+        let (code, out) = try run(["resolve", "Nobody Home", type, "--timeout", "1"])
         XCTAssertEqual(code, 1, out)
-        XCTAssertTrue(out.contains("timed out"), out)
+        XCTAssertTrue(out.contains("\"Nobody Home\" \(type) in local did not resolve within 1 s"), out)
+        // With --json, the same as an object a script can read.
+        let (jsonCode, jsonOut) = try run(["resolve", "Nobody Home", type, "--timeout", "0.5", "--json"])
+        XCTAssertEqual(jsonCode, 1, jsonOut)
+        XCTAssertTrue(jsonOut.contains(#""event":"error""#) && jsonOut.contains(#""exit":1"#), jsonOut)
+        XCTAssertTrue(jsonOut.contains("within 0.5 s"), jsonOut)
     }
 
     func testNoDaemonExits3WithAHint() throws {
