@@ -206,7 +206,7 @@ final class LabGatewayTests: XCTestCase {
         ])
         XCTAssertTrue(elsewhere.waitForExit(seconds: 30), elsewhere.output)
         XCTAssertEqual(elsewhere.process.terminationStatus, 1, elsewhere.output)
-        XCTAssertTrue(elsewhere.output.contains("holds no zone with that name in it"), elsewhere.output)
+        XCTAssertTrue(elsewhere.output.contains("holds no zone for that name"), elsewhere.output)
         XCTAssertTrue(
             elsewhere.output.split(separator: "\n").contains {
                 $0.hasPrefix("netsvc: ") && $0.contains("no-such-zone")

@@ -312,12 +312,12 @@ package actor WideAreaPublisher {
         switch rcode {
         case DNSResponseCode.refused:
             return .updateRefused(zone: zone, detail: "REFUSED: the zone's update policy does not allow it")
-        case DNSResponseCode.notAuthoritative, DNSResponseCode.notZone:
+        case DNSResponseCode.notAuthoritative:
             return .notAuthorized(
-                zone: zone,
-                detail:
-                    "\(DNSResponseCode.name(rcode)): it is not the zone's primary, or the zone's policy does not let this key update that name"
-            )
+                zone: zone, detail: "NOTAUTH: it is not authoritative for the zone, or does not accept this key for it")
+        case DNSResponseCode.notZone:
+            return .notAuthorized(
+                zone: zone, detail: "NOTZONE: the update names records outside the zone it was sent for")
         default: return .dnsFailure("the server answered \(DNSResponseCode.messageName(rcode)) for \(zone)")
         }
     }
@@ -407,7 +407,7 @@ struct WideAreaServerFinder: Sendable {
             throw DiscoveryError.notAuthorized(
                 zone: name.description,
                 detail:
-                    "\(nameServer) answered \(DNSResponseCode.messageName(refusal)) when asked for the zone of \(name): it holds no zone with that name in it; check the domain's spelling, or ask the server that holds it"
+                    "\(nameServer) answered \(DNSResponseCode.messageName(refusal)) when asked for the zone of \(name): it holds no zone for that name, or does not answer this host's queries; check the domain's spelling, or ask the server that holds it"
             )
         }
         throw DiscoveryError.serverUnreachable("\(nameServer) names no zone (no SOA) for \(name) or its parents")
@@ -436,7 +436,7 @@ struct WideAreaServerFinder: Sendable {
             throw DiscoveryError.notAuthorized(
                 zone: zone.description,
                 detail:
-                    "\(nameServer) answered \(DNSResponseCode.messageName(refusal)) when asked for the zone's server: it does not hold \(zone); check the domain's spelling, or ask the server that holds it"
+                    "\(nameServer) answered \(DNSResponseCode.messageName(refusal)) when asked for the zone's server: it does not hold \(zone), or does not answer this host's queries; check the domain's spelling, or ask the server that holds it"
             )
         }
         throw DiscoveryError.serverUnreachable(
