@@ -57,7 +57,7 @@ extension BoundStreamPair {
             return result
         }
         let wanted = max(1, minimum)
-        stream.connection?.inputWanted()
+        await stream.connection?.inputWanted()
         while result.data.count < wanted {
             let buffer = stream.buffer
             await buffer.readable(within: limit)
@@ -99,10 +99,7 @@ extension BoundStreamPair {
             let buffer = stream.buffer
             await buffer.writable(within: limit)
             if let stop = limit.state { return PairWriteResult(written: offset, stopped: stop) }
-            let n = data.withUnsafeBytes { raw in
-                stream.writeWithoutBlocking(
-                    raw.bindMemory(to: UInt8.self).baseAddress! + offset, length: data.count - offset)
-            }
+            let n = await stream.write(data, from: offset)
             if n < 0 { return PairWriteResult(written: offset, error: stream.streamError ?? StreamFailure.notOpen) }
             offset += n
         }

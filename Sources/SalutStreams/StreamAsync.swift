@@ -67,7 +67,7 @@ extension InputStream {
         let n: Int
         if let bound = self as? BoundInputStream {
             await bound.events.settled(bound, gate: bound.gate, then: bound.refresh)
-            bound.connection?.inputWanted()
+            await bound.connection?.inputWanted()
             await bound.buffer.readable(atLeast: min(minimum, buffer.count))
             try Task.checkCancellation()
             n = bound.readWithoutBlocking(base.assumingMemoryBound(to: UInt8.self), maxLength: buffer.count)
@@ -94,10 +94,7 @@ extension OutputStream {
                 await bound.events.settled(bound, gate: bound.gate, then: bound.refresh)
                 await bound.buffer.writable()
                 try Task.checkCancellation()
-                n = data.withUnsafeBytes { raw in
-                    bound.writeWithoutBlocking(
-                        raw.bindMemory(to: UInt8.self).baseAddress! + offset, length: data.count - offset)
-                }
+                n = await bound.write(data, from: offset)
             } else {
                 n = data.withUnsafeBytes { raw in
                     write(raw.bindMemory(to: UInt8.self).baseAddress! + offset, maxLength: data.count - offset)
@@ -170,7 +167,7 @@ extension BoundStreamPair {
     /// at once for others).
     package func waitUntilReadable() async {
         guard let bound = input as? BoundInputStream else { return }
-        bound.connection?.inputWanted()
+        await bound.connection?.inputWanted()
         await bound.buffer.readable()
     }
 

@@ -212,11 +212,6 @@ final class BoundOutputStream: OutputStream {
         write(buffer, length: len, blocking: true)
     }
 
-    /// A write that never blocks (for the async side, after waiting for space); 0 when full.
-    func writeWithoutBlocking(_ buffer: UnsafePointer<UInt8>, length: Int) -> Int {
-        write(buffer, length: length, blocking: false)
-    }
-
     private func write(_ buffer: UnsafePointer<UInt8>, length: Int, blocking: Bool) -> Int {
         if blocking, events.streamStatus == .opening { gate?.waitUntilSettled(); connectionSettled() }
         guard events.streamStatus == .open else { return -1 }
@@ -244,6 +239,31 @@ final class BoundOutputStream: OutputStream {
                 break
             }
         }
+        return bufferedWrite(buffer, length: length, blocking: blocking)
+    }
+
+    /// A write for a task, after it waited for space, that never blocks: what fits of `data`
+    /// from `offset` (0 when full), as a non-blocking write would take it, except that a direct send to the socket is made on the
+    /// connection's queue while the task waits suspended, never with its thread blocked on that
+    /// queue (see `SocketPump.sendDirectly(_:from:)`). 0 when full.
+    func write(_ data: Data, from offset: Int) async -> Int {
+        guard events.streamStatus == .open else { return -1 }
+        guard offset < data.count else { return 0 }
+        events.consumed(.hasSpaceAvailable)
+        connection?.startPendingUpgrade()
+        connection?.carriedBytes.store(true, ordering: .releasing)
+        if let pump = connection?.pump, case .sent(let n) = await pump.sendDirectly(data, from: offset) {
+            refresh()
+            return n
+        }
+        return data.withUnsafeBytes { raw in
+            bufferedWrite(
+                raw.bindMemory(to: UInt8.self).baseAddress! + offset, length: data.count - offset, blocking: false)
+        }
+    }
+
+    /// Copies into the buffer the pump sends from.
+    private func bufferedWrite(_ buffer: UnsafePointer<UInt8>, length: Int, blocking: Bool) -> Int {
         switch self.buffer.write(from: buffer, length: length, blocking: blocking) {
         case .wrote(let n):
             refresh()

@@ -118,6 +118,12 @@ final class SocketConnection: @unchecked Sendable {
         if !inputUsed.exchange(true, ordering: .acquiringAndReleasing) { pump.readingWanted() }
     }
 
+    /// ``inputWanted()`` for a task, which waits suspended instead of blocking its thread.
+    func inputWanted() async {
+        guard !inputUsed.load(ordering: .relaxed) else { return }
+        if !inputUsed.exchange(true, ordering: .acquiringAndReleasing) { await pump.readingWanted() }
+    }
+
     /// Details of the connection once it is ready (addresses, TLS).
     var details: ConnectionDetails? { state.value.details }
 

@@ -229,6 +229,22 @@ final class SocketPump: @unchecked Sendable {
         return outcome
     }
 
+    /// `sendDirectly` for a task (the async write): the same send, made on `queue` while the
+    /// task waits suspended. A task must not block in `queue.sync` as a thread may: the
+    /// cooperative pool's threads come from the global pool that `queue` targets, so with every
+    /// one of them waiting on a queue that has work queued, nothing runs that work until
+    /// libdispatch adds a thread (about a second later).
+    func sendDirectly(_ data: Data, from offset: Int) async -> DirectSend {
+        await withCheckedContinuation { (continuation: CheckedContinuation<DirectSend, Never>) in
+            queue.async {
+                let outcome = data.withUnsafeBytes { raw in
+                    self.sendDirectlyOnQueue(from: raw.baseAddress! + offset, length: raw.count - offset)
+                }
+                continuation.resume(returning: outcome)
+            }
+        }
+    }
+
     /// `sendDirectly` on the queue.
     private func sendDirectlyOnQueue(from buffer: UnsafeRawPointer, length: Int) -> DirectSend {
         guard machine.allowsDirectSend, let transport, sendFrom == sendTo, outbound.snapshot.available == 0 else {
@@ -263,6 +279,17 @@ final class SocketPump: @unchecked Sendable {
             queue.async { self.handle { $0.readingWanted() } }
         } else {
             queue.sync { handle { $0.readingWanted() } }
+        }
+    }
+
+    /// `readingWanted` for a task: done on `queue` while the task waits suspended (never
+    /// `queue.sync` from a task: see ``sendDirectly(_:from:)``).
+    func readingWanted() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            queue.async {
+                self.handle { $0.readingWanted() }
+                continuation.resume()
+            }
         }
     }
 
