@@ -252,7 +252,10 @@ final class BoundOutputStream: OutputStream {
         events.consumed(.hasSpaceAvailable)
         connection?.startPendingUpgrade()
         connection?.carriedBytes.store(true, ordering: .releasing)
-        if let pump = connection?.pump, case .sent(let n) = await pump.sendDirectly(data, from: offset) {
+        // (Bytes already queued go first: then the buffer takes these too, without the hop.)
+        if let pump = connection?.pump, self.buffer.snapshot.available == 0,
+            case .sent(let n) = await pump.sendDirectly(data, from: offset)
+        {
             refresh()
             return n
         }

@@ -393,8 +393,11 @@ final class SocketConnection: @unchecked Sendable {
         let isSettings = sslSettings != nil
         // Bytes the peer already sent in the clear make TLS too late even when nobody has read
         // them: a dormant input looks at the socket now (outside the lock: waking it takes the
-        // pump's queue), so that they are in the buffer for the check below.
-        inputWanted()
+        // pump's queue), so that they are in the buffer for the check below. Always the pump's
+        // look itself, not the once-only flag: a task's first read may have set the flag and
+        // still be on its way to the queue.
+        inputUsed.store(true, ordering: .releasing)
+        pump.readingWanted()
         let decision = state.withLock { state -> Decision in
             func apply() {
                 if let sslSettings {

@@ -43,7 +43,7 @@ struct SecuritySetup: @unchecked Sendable {
 /// streams dropped without closing still end it (their deinit closes the buffers).
 final class SocketPump: @unchecked Sendable {
     // @unchecked: every mutable property is used only on `queue` (the public entry points hop
-    // onto it; `sendDirectly` runs inside `queue.sync`).
+    // onto it; a thread's `sendDirectly` runs inside `queue.sync`, a task's in `queue.async`).
 
     let queue: DispatchQueue
     let inbound: BoundBuffer
@@ -217,8 +217,9 @@ final class SocketPump: @unchecked Sendable {
     }
 
     /// Sends straight from the caller's bytes when nothing is queued ahead of them (called from
-    /// the writing thread, never on `queue`): saves the copy through the buffer and the hop to
-    /// the queue, which is most of the cost of a busy writer.
+    /// a writing thread, never on `queue` nor from a task: see ``sendDirectly(_:from:)``): saves
+    /// the copy through the buffer and the hop to the queue, which is most of the cost of a busy
+    /// writer.
     func sendDirectly(from buffer: UnsafeRawPointer, length: Int) -> DirectSend {
         // Never from the queue itself (a trust evaluator or connection observer writing): that
         // would wait for itself. The buffered path is taken instead.
