@@ -13,7 +13,8 @@ struct Browse: AsyncParsableCommand {
             removal that is not the daemon's own says why ("stopped answering"). --terminate
             exits once the daemon's cache and the first network answers are in, like
             avahi-browse -t. --json writes one object per line instead (event, name, type,
-            domain, interface, protocol, host, addresses, port, txt, and with --verify a
+            domain, interface, protocol, host, addresses, port, txt; with --resolve "resolved" (true or
+            false) and "resolveError" (why not); and with --verify a
             line's reason, "not-answering" or "answering-again", with its sentence in
             "detail"; binary TXT values as "base64:…").
 

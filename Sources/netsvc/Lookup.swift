@@ -41,6 +41,12 @@ struct Lookup: AsyncParsableCommand {
             {
                 emit(address.host)
             }
+        } catch let error as DiscoveryError where error.code == .timedOut {
+            let family = ipv4 ? "IPv4 " : ipv6 ? "IPv6 " : ""
+            note(
+                "no \(family)address for \(Terminal.escaped(host)) within \(String(format: "%g", timeout.value)) s (is the machine on, and on this network? `netsvc browse --all --terminate` lists the services, with their hosts, that answer here)"
+            )
+            throw ExitStatus.notFound
         } catch {
             throw fail(error)
         }

@@ -23,7 +23,7 @@ struct Publish: AsyncParsableCommand {
               netsvc publish "Secure" _echo._tcp 0 --listen --exec cat \\
                   --tls-cert c.pem --tls-key k.pem
               netsvc publish "Printer" _ipp._tcp 631 --txt-file status.txt
-                  (then kill -HUP <pid> when status.txt changed)
+              kill -HUP <its pid>   # after changing status.txt: the TXT record follows
             """))
 
     @Argument(help: "The instance name (\"\" for this host's name).")

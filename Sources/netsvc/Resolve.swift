@@ -44,9 +44,22 @@ struct Resolve: AsyncParsableCommand {
                 emit("  txt        \(Terminal.escaped(result.txtRecord.description))")
             }
         } catch let error as DiscoveryError where error.code == .timedOut {
-            // Said with what did not answer and for how long, in JSON too with --json.
-            let message =
-                "\"\(target.name)\" \(target.type) in \(target.domain) did not resolve within \(String(format: "%g", timeout.value)) s (is it still published? `netsvc browse \(target.type) --terminate` lists what is)"
+            // Said with what did not answer, for how long and why (a browse tells a service that
+            // is not there from one whose host does not answer), in JSON too with --json.
+            var message =
+                "\"\(target.name)\" \(target.type) in \(target.domain) did not resolve within \(String(format: "%g", timeout.value)) s"
+            let listing = "`netsvc browse \(target.type) --terminate` lists what is"
+            switch await Self.listedNames(of: target) {
+            case .some(let names) where names.contains(target.name):
+                message +=
+                    ": it is published, but its host gave no address in time (it may have left, or not be reachable from here)"
+            case .some(let names):
+                let near = NameSuggestions.closest(to: target.name, among: names).first
+                message +=
+                    ": no service of that name is published\(near.map { " (did you mean \"\($0)\"?)" } ?? ""); \(listing)"
+            case .none:
+                message += " (is it still published? \(listing))"
+            }
             if json {
                 printJSON([
                     "event": "error", "name": target.name, "type": target.type, "domain": target.domain,
@@ -57,6 +70,35 @@ struct Resolve: AsyncParsableCommand {
             throw ExitStatus.notFound
         } catch {
             throw fail(error)
+        }
+    }
+}
+
+extension Resolve {
+    /// The names a browse of the service's type lists within 2 s (the daemon's cache and the
+    /// first answers); nil when the browse could not say in time.
+    static func listedNames(of target: ServiceArguments) async -> Set<String>? {
+        await withTaskGroup(of: Set<String>?.self) { group in
+            group.addTask {
+                // (The user asked to resolve, not to browse: a long type is not warned about.)
+                guard let browser = try? ServiceBrowser.withoutTypeNote(type: target.type, domain: target.domain)
+                else { return nil }
+                var names = Set<String>()
+                do {
+                    for try await update in browser {
+                        for case .added(let service) in update.changes { names.insert(service.name) }
+                        if update.isComplete { return names }
+                    }
+                } catch {}
+                return nil
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(2))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
         }
     }
 }

@@ -53,12 +53,28 @@ final class NetsvcTests: XCTestCase {
         let type = uniqueType()
         let (code, out) = try run(["resolve", "Nobody Home", type, "--timeout", "1"])
         XCTAssertEqual(code, 1, out)
-        XCTAssertTrue(out.contains("\"Nobody Home\" \(type) in local did not resolve within 1 s"), out)
+        XCTAssertTrue(
+            out.contains(
+                "\"Nobody Home\" \(type) in local did not resolve within 1 s: no service of that name is published"),
+            out)
         // With --json, the same as an object a script can read.
         let (jsonCode, jsonOut) = try run(["resolve", "Nobody Home", type, "--timeout", "0.5", "--json"])
         XCTAssertEqual(jsonCode, 1, jsonOut)
         XCTAssertTrue(jsonOut.contains(#""event":"error""#) && jsonOut.contains(#""exit":1"#), jsonOut)
         XCTAssertTrue(jsonOut.contains("within 0.5 s"), jsonOut)
+
+        // A service that is published but whose host has no address is told apart, and a name
+        // close to a published one gets it as a suggestion.
+        let ghost = try Foreign([
+            "avahi-publish", "-s", "-H", "nowhere-\(UUID().uuidString.prefix(6)).local", "Ghost Printer", type, "9",
+        ])
+        defer { ghost.stop() }
+        XCTAssertTrue(ghost.waitForOutput(containing: "Established", seconds: 10), ghost.output)
+        let (ghostCode, ghostOut) = try run(["resolve", "Ghost Printer", type, "--timeout", "1"])
+        XCTAssertEqual(ghostCode, 1, ghostOut)
+        XCTAssertTrue(ghostOut.contains("it is published, but its host gave no address in time"), ghostOut)
+        let (_, nearOut) = try run(["resolve", "Ghost Printr", type, "--timeout", "1"])
+        XCTAssertTrue(nearOut.contains("(did you mean \"Ghost Printer\"?)"), nearOut)
     }
 
     func testNoDaemonExits3WithAHint() throws {

@@ -47,6 +47,15 @@ public struct ServiceBrowser: AsyncSequence, Sendable {
         filter = try Self.filter(interface: interface, family: family, includeLocal: includeLocal)
     }
 
+    /// A browser for `type` in `domain` that notes no long type: for a browse the user did not
+    /// ask for by that type (netsvc's look at what is published, after a failed resolution).
+    package static func withoutTypeNote(type: String, domain: String) throws -> ServiceBrowser {
+        let parsed = try ServiceNames.parseType(type, domain: domain)
+        return ServiceBrowser(
+            context: .shared,
+            target: .services(type: parsed.browseType, domain: try ServiceNames.normaliseDomain(domain)))
+    }
+
     /// Browses for the service types present in `domain` (DNS-SD's `_services._dns-sd._udp`).
     /// Each service's `name` is a type such as `_http._tcp`. Filters as for instances.
     public static func serviceTypes(
