@@ -1,4 +1,5 @@
 import SalutDiscovery
+import SalutStreams
 
 /// A command line's mistyped words, found before ArgumentParser reads it: ArgumentParser
 /// reports a missing argument or a failed validation before an unknown option, so
@@ -96,6 +97,32 @@ package enum MistypedArguments {
             }
         }
         return Options(names: names, takingValues: takingValues)
+    }
+
+    /// The line that refuses a mistyped command or option of `tool` (netsvc, peerxfer), or nil
+    /// when there is none to refuse: `arguments` are the words after the tool's name, and
+    /// `commands` its subcommands, each with its help text (asked for only when the command is
+    /// the one typed). `help COMMAND` checks the command's name only.
+    package static func refusal(
+        of arguments: [String], tool: String, commands: [(name: String, help: () -> String)]
+    ) -> String? {
+        var words = arguments[...]
+        let asksForHelp = words.first == "help"
+        if asksForHelp { words = words.dropFirst() }
+        guard let typed = words.first, !typed.hasPrefix("-") else { return nil }
+        let names = commands.map(\.name)
+        if let mistyped = unknownCommand(typed, commands: names) {
+            let hint = mistyped.suggestions.first.map { " Did you mean '\($0)'?" } ?? ""
+            return
+                "\(tool): '\(TerminalText.escaped(typed))' is not a command.\(hint) The commands: \(names.joined(separator: ", ")) (see '\(tool) --help')"
+        }
+        guard !asksForHelp, let help = commands.first(where: { $0.name == typed })?.help,
+            let mistyped = firstUnknownOption(
+                in: Array(words.dropFirst()), options: options(inHelp: help()).union(.builtIn))
+        else { return nil }
+        let hint = mistyped.suggestions.first.map { "; did you mean \($0)?" } ?? ""
+        return
+            "\(tool) \(typed): unknown option \(TerminalText.escaped(mistyped.typed))\(hint) (see '\(tool) \(typed) --help')"
     }
 
     /// `typed` when it is not one of `commands` (nor `help`), with the commands it may be.

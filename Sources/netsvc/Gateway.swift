@@ -193,22 +193,21 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
         } catch is CancellationError {
         } catch {
             stopped.cancel()
-            let code = fail(error)
-            tellFailure(Self.message(of: error), exit: code)
-            throw code
+            throw failing(error)
         }
         let signal = await stopped.value
         if json { printJSON(["event": "stopped", "signal": signal]) } else { emit("stopped (\(signal))") }
     }
 
     private func requireDaemonOrFail() async throws {
-        do {
-            try await requireDaemon()
-        } catch {
-            let code = fail(error)
-            tellFailure(Self.message(of: error), exit: code)
-            throw code
-        }
+        do { try await requireDaemon() } catch { throw failing(error) }
+    }
+
+    /// `fail`, and with --json the same as the log's last line.
+    private func failing(_ error: any Error) -> ExitCode {
+        let code = fail(error)
+        tellFailure(failure(of: error).message, exit: code)
+        return code
     }
 
     /// With --json, a failure that ends the gateway is the last line of the log too
@@ -217,10 +216,6 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
     private func tellFailure(_ message: String, exit code: ExitCode) {
         guard json else { return }
         printJSON(["event": "error", "message": message, "exit": Int(code.rawValue)])
-    }
-
-    private static func message(of error: any Error) -> String {
-        (error as? DiscoveryError)?.description ?? "\(error)"
     }
 
     private static func show(_ report: DiscoveryGateway.Report, json: Bool) {

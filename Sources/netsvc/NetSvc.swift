@@ -72,30 +72,16 @@ extension NetSvc {
     /// Refuses a mistyped subcommand (`brwose`) or option (`--domian`), saying what it may be
     /// and exiting 2, before ArgumentParser, which says first what is missing instead.
     static func refuseMistypedArguments() {
-        var arguments = Array(CommandLine.arguments.dropFirst())
-        let asksForHelp = arguments.first == "help"
-        if asksForHelp { arguments.removeFirst() }
-        guard let typed = arguments.first, !typed.hasPrefix("-") else { return }
-        let commands = configuration.subcommands.map {
-            ($0.configuration.commandName ?? String(describing: $0).lowercased(), $0)
-        }
-        if let mistyped = MistypedArguments.unknownCommand(typed, commands: commands.map(\.0)) {
-            let hint = mistyped.suggestions.first.map { " Did you mean '\($0)'?" } ?? ""
-            Output.standardError(
-                "netsvc: '\(Terminal.escaped(typed))' is not a command.\(hint) The commands: \(commands.map(\.0).joined(separator: ", ")) (see 'netsvc --help')\n"
+        let commands = configuration.subcommands.map { command in
+            (
+                name: command.configuration.commandName ?? String(describing: command).lowercased(),
+                help: { command.helpMessage(includeHidden: true, columns: 10_000) }
             )
-            Foundation.exit(ExitStatus.usage.rawValue)
         }
-        guard !asksForHelp, let command = commands.first(where: { $0.0 == typed })?.1 else { return }
-        if let mistyped = MistypedArguments.firstUnknownOption(
-            in: Array(arguments.dropFirst()),
-            options: MistypedArguments.options(inHelp: command.helpMessage(includeHidden: true, columns: 10_000)).union(
-                .builtIn))
+        if let refusal = MistypedArguments.refusal(
+            of: Array(CommandLine.arguments.dropFirst()), tool: "netsvc", commands: commands)
         {
-            let hint = mistyped.suggestions.first.map { "; did you mean \($0)?" } ?? ""
-            Output.standardError(
-                "netsvc \(typed): unknown option \(Terminal.escaped(mistyped.typed))\(hint) (see 'netsvc \(typed) --help')\n"
-            )
+            Output.standardError(refusal + "\n")
             Foundation.exit(ExitStatus.usage.rawValue)
         }
     }
@@ -111,6 +97,13 @@ enum ExitStatus {
 
 /// Turns a discovery error into a one-line message on stderr and the matching exit code.
 func fail(_ error: any Error) -> ExitCode {
+    let (message, code) = failure(of: error)
+    Output.standardError("netsvc: \(Terminal.escaped(message))\n")
+    return code
+}
+
+/// What `fail` says of `error` (unescaped) and the exit code it gives.
+func failure(of error: any Error) -> (message: String, code: ExitCode) {
     let message: String
     let code: ExitCode
     switch error {
@@ -130,8 +123,7 @@ func fail(_ error: any Error) -> ExitCode {
         message = "\(error)"
         code = .failure
     }
-    Output.standardError("netsvc: \(Terminal.escaped(message))\n")
-    return code
+    return (message, code)
 }
 
 /// Checks that the daemon answers, so a missing daemon is exit code 3 with a hint, not a hang.

@@ -56,35 +56,19 @@ struct PeerXfer: AsyncParsableCommand {
             Foundation.exit(2)
         }
         // A mistyped command ("sned") or option ("--too") gets what it may be, before
-        // ArgumentParser, which would first say what is missing instead.
-        var arguments = Array(CommandLine.arguments.dropFirst())
-        if arguments.first == "help" { arguments.removeFirst() }  // `help sned` too
-        if let typed = arguments.first, !typed.hasPrefix("-") {
-            // (Each command is named after its type: Serve is `serve`.)
-            let commands = configuration.subcommands.map {
-                ($0.configuration.commandName ?? String(describing: $0).lowercased(), $0)
-            }
-            if let mistyped = MistypedArguments.unknownCommand(typed, commands: commands.map(\.0)) {
-                let hint = mistyped.suggestions.first.map { " Did you mean '\($0)'?" } ?? ""
-                printError(
-                    "peerxfer: '\(Terminal.escape(typed))' is not a command.\(hint) The commands: \(commands.map(\.0).joined(separator: ", ")) (see 'peerxfer --help')"
-                )
-                Foundation.exit(2)
-            }
-            if CommandLine.arguments.dropFirst().first != "help",
-                let command = commands.first(where: { $0.0 == typed })?.1,
-                let mistyped = MistypedArguments.firstUnknownOption(
-                    in: Array(arguments.dropFirst()),
-                    options: MistypedArguments.options(
-                        inHelp: command.helpMessage(includeHidden: true, columns: 10_000)
-                    ).union(.builtIn))
-            {
-                let hint = mistyped.suggestions.first.map { "; did you mean \($0)?" } ?? ""
-                printError(
-                    "peerxfer \(typed): unknown option \(Terminal.escape(mistyped.typed))\(hint) (see 'peerxfer \(typed) --help')"
-                )
-                Foundation.exit(2)
-            }
+        // ArgumentParser, which would first say what is missing instead. (Each command is named
+        // after its type: Serve is `serve`.)
+        let commands = configuration.subcommands.map { command in
+            (
+                name: command.configuration.commandName ?? String(describing: command).lowercased(),
+                help: { command.helpMessage(includeHidden: true, columns: 10_000) }
+            )
+        }
+        if let refusal = MistypedArguments.refusal(
+            of: Array(CommandLine.arguments.dropFirst()), tool: "peerxfer", commands: commands)
+        {
+            printError(refusal)
+            Foundation.exit(2)
         }
         do {
             var command = try parseAsRoot()

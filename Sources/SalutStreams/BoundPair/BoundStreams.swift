@@ -216,11 +216,7 @@ final class BoundOutputStream: OutputStream {
         if blocking, events.streamStatus == .opening { gate?.waitUntilSettled(); connectionSettled() }
         guard events.streamStatus == .open else { return -1 }
         guard length > 0 else { return 0 }
-        events.consumed(.hasSpaceAvailable)
-        // TLS asked for after opening starts before this byte leaves; asked for from now on,
-        // it comes too late.
-        connection?.startPendingUpgrade()
-        connection?.carriedBytes.store(true, ordering: .releasing)
+        startingToWrite()
         if let pump = connection?.pump {
             while true {
                 switch pump.sendDirectly(from: buffer, length: length) {
@@ -243,15 +239,13 @@ final class BoundOutputStream: OutputStream {
     }
 
     /// A write for a task, after it waited for space, that never blocks: what fits of `data`
-    /// from `offset` (0 when full), as a non-blocking write would take it, except that a direct send to the socket is made on the
-    /// connection's queue while the task waits suspended, never with its thread blocked on that
-    /// queue (see `SocketPump.sendDirectly(_:from:)`). 0 when full.
+    /// from `offset` (0 when full), as a non-blocking write takes it, except that a direct send
+    /// to the socket is made on the connection's queue while the task waits suspended, never
+    /// with its thread blocked on that queue (see `SocketPump.sendDirectly(_:from:)`).
     func write(_ data: Data, from offset: Int) async -> Int {
         guard events.streamStatus == .open else { return -1 }
         guard offset < data.count else { return 0 }
-        events.consumed(.hasSpaceAvailable)
-        connection?.startPendingUpgrade()
-        connection?.carriedBytes.store(true, ordering: .releasing)
+        startingToWrite()
         // (Bytes already queued go first: then the buffer takes these too, without the hop.)
         if let pump = connection?.pump, self.buffer.snapshot.available == 0,
             case .sent(let n) = await pump.sendDirectly(data, from: offset)
@@ -263,6 +257,14 @@ final class BoundOutputStream: OutputStream {
             bufferedWrite(
                 raw.bindMemory(to: UInt8.self).baseAddress! + offset, length: data.count - offset, blocking: false)
         }
+    }
+
+    /// What every write does before its bytes go: the space event is taken, and TLS asked for
+    /// after opening starts before this byte leaves (asked for from now on, it comes too late).
+    private func startingToWrite() {
+        events.consumed(.hasSpaceAvailable)
+        connection?.startPendingUpgrade()
+        connection?.carriedBytes.store(true, ordering: .releasing)
     }
 
     /// Copies into the buffer the pump sends from.

@@ -236,13 +236,18 @@ final class SocketPump: @unchecked Sendable {
     /// one of them waiting on a queue that has work queued, nothing runs that work until
     /// libdispatch adds a thread (about a second later).
     func sendDirectly(_ data: Data, from offset: Int) async -> DirectSend {
-        await withCheckedContinuation { (continuation: CheckedContinuation<DirectSend, Never>) in
-            queue.async {
-                let outcome = data.withUnsafeBytes { raw in
-                    self.sendDirectlyOnQueue(from: raw.baseAddress! + offset, length: raw.count - offset)
-                }
-                continuation.resume(returning: outcome)
+        await onQueue {
+            data.withUnsafeBytes { raw in
+                self.sendDirectlyOnQueue(from: raw.baseAddress! + offset, length: raw.count - offset)
             }
+        }
+    }
+
+    /// Runs `work` on `queue` while the calling task waits suspended: how a task does what a
+    /// thread does in `queue.sync`.
+    private func onQueue<Result: Sendable>(_ work: @escaping @Sendable () -> Result) async -> Result {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Result, Never>) in
+            queue.async { continuation.resume(returning: work()) }
         }
     }
 
@@ -286,12 +291,7 @@ final class SocketPump: @unchecked Sendable {
     /// `readingWanted` for a task: done on `queue` while the task waits suspended (never
     /// `queue.sync` from a task: see ``sendDirectly(_:from:)``).
     func readingWanted() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            queue.async {
-                self.handle { $0.readingWanted() }
-                continuation.resume()
-            }
-        }
+        await onQueue { self.handle { $0.readingWanted() } }
     }
 
     /// The user read from the inbound buffer (room again) or closed the input stream.
