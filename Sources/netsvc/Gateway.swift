@@ -14,6 +14,8 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
 
             On start the gateway reads what the zone holds under its label and, once the link has had --settle seconds to show its services, removes those that left while it was not running. A server that does not answer is tried again, waiting twice as long each time (at most a minute); a key or zone the server refuses ends the gateway (exit 1). SIGINT, SIGTERM or SIGHUP stop it; the zone keeps what it mirrored (the next start reconciles it).
 
+            Its status (how many services of this link the zone holds, how many wait for a place, what it announces from each other label, and the last error) is printed on SIGUSR1 (`pkill -USR1 -f "netsvc gateway"`), and with --json written as a "status" line whenever it changes (at most once a second).
+
             Exit codes: 0 stopped by a signal, 1 the server refused the updates or could not be found, 2 bad arguments (a label that is not a DNS label, a type that is not _name._tcp or _name._udp, a key file that cannot be read), 3 avahi-daemon unavailable.
 
             Examples:
@@ -182,6 +184,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
         }
         let json = self.json
         let gateway = DiscoveryGateway(configuration: configuration) { report in Self.show(report, json: json) }
+        Self.printStatusOnSIGUSR1(of: gateway, json: json)
         let running = Task { try await gateway.run() }
         let stopped = Task {
             let signal = await Publish.waitForTermination(hangUpEnds: true)
@@ -218,8 +221,66 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
         printJSON(["event": "error", "message": message, "exit": Int(code.rawValue)])
     }
 
+    /// On each SIGUSR1, `gateway`'s status as it is now: a line on standard output (a JSON
+    /// object with --json), as an admin asks a running daemon (`pkill -USR1 -f "netsvc gateway"`).
+    private static func printStatusOnSIGUSR1(of gateway: DiscoveryGateway, json: Bool) {
+        signal(SIGUSR1, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGUSR1, queue: .main)
+        source.setEventHandler {
+            guard let status = gateway.status else {
+                if json {
+                    printJSON(["event": "status", "starting": true])
+                } else {
+                    emit("status: starting (the zone and its server are not found yet)")
+                }
+                return
+            }
+            if json { printJSON(statusObject(status)) } else { emit("status: \(describe(status))") }
+        }
+        source.resume()
+        SignalSources.keep([source])
+    }
+
+    /// `status` as a JSON log line.
+    static func statusObject(_ status: DiscoveryGateway.Status) -> [String: Any] {
+        var object: [String: Any] = [
+            "event": "status", "domain": status.labelDomain, "mirrored": status.mirrored, "waiting": status.waiting,
+            "announced": status.announced, "retrying": status.retrying,
+        ]
+        if let error = status.lastError { object["lastError"] = error }
+        if let date = status.lastErrorDate { object["lastErrorAt"] = ISO8601DateFormatter().string(from: date) }
+        return object
+    }
+
+    /// `status` as words: "3 services of this link in lab-a.home.arpa; announcing 2 from
+    /// lab-b; the server takes its updates, no error so far".
+    static func describe(_ status: DiscoveryGateway.Status) -> String {
+        func services(_ count: Int) -> String { "\(count) service\(count == 1 ? "" : "s")" }
+        var words = "\(services(status.mirrored)) of this link in \(Terminal.escaped(status.labelDomain))"
+        if status.waiting > 0 { words += " (\(status.waiting) more wait for a place: --max-services)" }
+        if !status.announced.isEmpty {
+            words +=
+                "; announcing "
+                + status.announced.sorted { $0.key < $1.key }.map { "\($0.value) from \(Terminal.escaped($0.key))" }
+                .joined(separator: ", ")
+        }
+        let error = status.lastError.map { reason in
+            let when = status.lastErrorDate.map { ", at \(ISO8601DateFormatter().string(from: $0))" } ?? ""
+            return "the last error\(when): \(Terminal.escaped(reason))"
+        }
+        if status.retrying {
+            words += "; the zone is behind the link: an update waits to be tried again"
+            if let error { words += " (\(error))" }
+        } else {
+            words += "; the server takes its updates" + (error.map { " (\($0))" } ?? ", no error so far")
+        }
+        return words
+    }
+
     private static func show(_ report: DiscoveryGateway.Report, json: Bool) {
         switch report {
+        case .status(let status):
+            if json { printJSON(statusObject(status)) }
         case .started(let zone, let labelDomain, let server):
             if json {
                 printJSON(["event": "started", "zone": zone, "domain": labelDomain, "server": server])

@@ -18,11 +18,22 @@ final class LabGatewayTests: XCTestCase {
 
     private let a1 = LabHost(name: "a1"), b1 = LabHost(name: "b1")
 
-    private func gateway(label: String, type: String) throws -> Foreign {
-        try a1.start([
-            Self.netsvc, "gateway", "--domain", "home.arpa", "--tsig-key", LabWideAreaTests.key, "--link-label", label,
-            "--types", type, "--settle", "1", "--json",
-        ])
+    private func gateway(label: String, type: String, json: Bool = true) throws -> Foreign {
+        try a1.start(
+            [
+                Self.netsvc, "gateway", "--domain", "home.arpa", "--tsig-key", LabWideAreaTests.key, "--link-label",
+                label, "--types", type, "--settle", "1",
+            ] + (json ? ["--json"] : []))
+    }
+
+    /// python-zeroconf, a foreign mDNS stack (Tests/Foreign/zeroconf_peer.py), on a host.
+    private static let zeroconf = LabHost.packageRoot.appendingPathComponent("Tests/Foreign/zeroconf_peer.py").path
+
+    /// The lab's DNS server (BIND on the router), stopped and started again from its folder.
+    private static func dnsServer(_ verb: String) throws -> String {
+        let folder = URL(fileURLWithPath: LabWideAreaTests.key).deletingLastPathComponent().path
+        return try LabHost(name: "r1").run(
+            [LabHost.packageRoot.appendingPathComponent("Scripts/dns-server").path, verb, folder], timeout: 40)
     }
 
     /// B's unicast browse of `type` under `domain`, resolved, as JSON lines.
@@ -33,12 +44,13 @@ final class LabGatewayTests: XCTestCase {
         ])
     }
 
-    /// Asks B's browse again until `condition` holds (unicast DNS pushes nothing), 20 s at most.
+    /// Asks B's browse again until `condition` holds (unicast DNS pushes nothing), `seconds` at
+    /// most.
     private func browseFromB(
-        _ type: String, in domain: String, until condition: (String) -> Bool
+        _ type: String, in domain: String, seconds: TimeInterval = 20, until condition: (String) -> Bool
     ) throws -> String {
         var seen = ""
-        let deadline = Date().addingTimeInterval(20)
+        let deadline = Date().addingTimeInterval(seconds)
         repeat { seen = try browseFromB(type, in: domain) } while !condition(seen) && Date() < deadline
         return seen
     }
@@ -49,15 +61,27 @@ final class LabGatewayTests: XCTestCase {
         let domain = "\(label).home.arpa"
         let printer = try a1.start(["avahi-publish", "-s", "Office Printer", type, "631", "rp=ipp", "note=first"])
         defer { printer.stop() }
+        // A second publisher of another stack: python-zeroconf, on a host of its own.
+        let scanner = try a1.start([Self.zeroconf, "publish", "198.18.1.10", "Hall Scanner", type, "9100", "ty=zc"])
+        defer { scanner.stop() }
+        XCTAssertTrue(scanner.waitForOutput(containing: "published", seconds: 20), scanner.output)
         let gateway = try gateway(label: label, type: type)
         defer { gateway.stop() }
         XCTAssertTrue(gateway.waitForOutput(containing: #""event":"mirrored""#, seconds: 30), gateway.output)
 
-        // Found and resolved from B by unicast DNS, at A's routed address.
-        let found = try browseFromB(type, in: domain)
+        // Found and resolved from B by unicast DNS, at A's routed address: both publishers'.
+        let found = try browseFromB(type, in: domain) { $0.contains("Office Printer") && $0.contains("Hall Scanner") }
         XCTAssertTrue(found.contains(#""name":"Office Printer""#), found)
         XCTAssertTrue(found.contains("198.18.1.10"), "subnet A's address: \(found)")
         XCTAssertTrue(found.contains(#""rp":"ipp""#) && found.contains(#""note":"first""#), found)
+        XCTAssertTrue(found.contains(#""name":"Hall Scanner""#) && found.contains(#""ty":"zc""#), found)
+        let scannerHost = try b1.run(["dig", "+short", "@198.18.2.1", "zc-hall.\(domain)", "A"])
+        XCTAssertEqual(scannerHost.trimmingCharacters(in: .whitespacesAndNewlines), "198.18.1.10", scannerHost)
+        // The status line says what the zone holds now.
+        XCTAssertTrue(
+            gateway.waitForOutput(containing: #""mirrored":2,"retrying":false"#, seconds: 20), gateway.output)
+        scanner.stop()
+        XCTAssertTrue(scanner.waitForExit(seconds: 10), scanner.output)
         // The label is a browsing domain of the zone, for wide-area clients; dig sees the SRV.
         let browsing = try b1.run(["dig", "+short", "@198.18.2.1", "b._dns-sd._udp.home.arpa", "PTR"])
         XCTAssertTrue(browsing.contains("\(domain)."), browsing)
@@ -82,7 +106,148 @@ final class LabGatewayTests: XCTestCase {
         XCTAssertTrue(again.waitForExit(seconds: 10))
         let gone = try browseFromB(type, in: domain) { !$0.contains("Office Printer") }
         XCTAssertFalse(gone.contains("Office Printer"), gone)
-        XCTAssertTrue(gateway.waitForOutput(containing: #""event":"removed""#, seconds: 20), gateway.output)
+        XCTAssertTrue(
+            gateway.waitForOutput(containing: #""event":"removed","name":"Office Printer""#, seconds: 20),
+            gateway.output)
+    }
+
+    /// The DNS server restarts while the gateway runs, and the link changes meanwhile: the
+    /// updates it refuses are tried again (the JSON status says the zone is behind, and why),
+    /// and once it answers the zone catches up: the new service in, the withdrawn one out,
+    /// nothing written twice.
+    func testAServerThatRestartsCatchesUpAndTheStatusSaysSo() throws {
+        let type = "_gb\(UUID().uuidString.prefix(6).lowercased())._tcp"
+        let label = "lab-r\(UUID().uuidString.prefix(4).lowercased())"
+        let domain = "\(label).home.arpa"
+        let early = try a1.start(["avahi-publish", "-s", "Early", type, "7001"])
+        defer { early.stop() }
+        let gateway = try gateway(label: label, type: type)
+        defer { gateway.stop() }
+        XCTAssertTrue(
+            gateway.waitForOutput(containing: #""mirrored":1,"retrying":false"#, seconds: 30), gateway.output)
+
+        _ = try Self.dnsServer("stop")
+        var resumed = false
+        defer { if !resumed { _ = try? Self.dnsServer("resume") } }
+        let late = try a1.start(["avahi-publish", "-s", "Late", type, "7002"])
+        defer { late.stop() }
+        early.stop()
+        XCTAssertTrue(early.waitForExit(seconds: 10))
+        XCTAssertTrue(
+            gateway.waitForOutput(containing: #""event":"retrying""#, seconds: 30), "no retry: \(gateway.output)")
+        XCTAssertTrue(
+            gateway.waitForOutput(containing: #""retrying":true"#, seconds: 10), "no status: \(gateway.output)")
+        XCTAssertTrue(gateway.output.contains(#""lastError":"#), gateway.output)
+
+        _ = try Self.dnsServer("resume")
+        resumed = true
+        // (The retries wait twice as long each time, a minute at most: within ~40 s here.)
+        let caughtUp = try browseFromB(type, in: domain, seconds: 60) { $0.contains("Late") && !$0.contains("Early") }
+        XCTAssertTrue(caughtUp.contains(#""name":"Late""#), "the zone did not catch up: \(caughtUp)")
+        XCTAssertFalse(caughtUp.contains("Early"), caughtUp)
+        let srv = try b1.run(["dig", "+short", "@198.18.2.1", "Late.\(type).\(domain)", "SRV"])
+        XCTAssertEqual(srv.split(separator: "\n").count, 1, "written once: \(srv)")
+        XCTAssertTrue(
+            gateway.waitForOutput(containing: #""mirrored":1,"retrying":false"#, seconds: 20)
+                && gateway.output.components(separatedBy: #""retrying":false"#).count >= 3,
+            "the status says it caught up: \(gateway.output)")
+        // (The zone is left as it was found.)
+        late.stop()
+        XCTAssertTrue(
+            gateway.waitForOutput(containing: #""event":"removed","name":"Late""#, seconds: 30), gateway.output)
+    }
+
+    /// A device on A announces 5,000 services at once (raw mDNS, Tests/Foreign/mdns_flood.py):
+    /// the zone holds --max-services of them, the status counts the rest as waiting, and the
+    /// gateway's memory stays under 150 MiB; their goodbyes empty the zone of them again.
+    func testAFloodOfServicesFillsTheZoneToTheLimitInBoundedMemory() throws {
+        let type = "_gx\(UUID().uuidString.prefix(6).lowercased())._tcp"
+        let label = "lab-f\(UUID().uuidString.prefix(4).lowercased())"
+        let domain = "\(label).home.arpa"
+        let flood = LabHost.packageRoot.appendingPathComponent("Tests/Foreign/mdns_flood.py").path
+        let gateway = try a1.start([
+            Self.netsvc, "gateway", "--domain", "home.arpa", "--tsig-key", LabWideAreaTests.key, "--link-label", label,
+            "--types", type, "--settle", "1", "--max-services", "50", "--json",
+        ])
+        defer { gateway.stop() }
+        XCTAssertTrue(gateway.waitForOutput(containing: #""event":"started""#, seconds: 20), gateway.output)
+        let sent = try a1.run([flood, "198.18.1.10", type, "5000"], timeout: 60)
+        XCTAssertTrue(sent.contains("sent 625 packets"), sent)
+        defer { _ = try? a1.run([flood, "198.18.1.10", type, "5000", "goodbye"], timeout: 60) }
+        XCTAssertTrue(
+            gateway.waitForOutput(containing: #""mirrored":50,"retrying":false"#, seconds: 90),
+            String(gateway.output.suffix(2000)))
+        let pointers = try b1.run(["dig", "+short", "@198.18.2.1", "\(type).\(domain)", "PTR"])
+        XCTAssertEqual(pointers.split(separator: "\n").count, 50, "the limit, no more")
+        let waiting = gateway.output.split(separator: "\n").last { $0.contains(#""event":"status""#) } ?? ""
+        XCTAssertFalse(waiting.contains(#""waiting":0"#), "the rest wait: \(waiting)")
+        let status = try String(contentsOfFile: "/proc/\(gateway.process.processIdentifier)/status", encoding: .utf8)
+        let peak = status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") }.flatMap {
+            Int($0.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+        }
+        let kibibytes = try XCTUnwrap(peak, status)
+        XCTAssertLessThan(kibibytes, 150 * 1024, "the gateway's peak memory, KiB")
+        print("LabGatewayTests: the gateway's peak memory during a flood of 5,000 services: \(kibibytes / 1024) MiB")
+
+        // They leave: the zone is as it was found.
+        let left = try a1.run([flood, "198.18.1.10", type, "5000", "goodbye"], timeout: 60)
+        XCTAssertTrue(left.contains("sent"), left)
+        var remaining = pointers
+        XCTAssertTrue(
+            try eventually(timeout: 60, interval: 1) {
+                remaining = try b1.run(["dig", "+short", "@198.18.2.1", "\(type).\(domain)", "PTR"])
+                return remaining.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty
+            }, "still in the zone: \(remaining)")
+    }
+
+    /// Two gateways on one link under one label (for redundancy): the zone holds each record
+    /// once; a change and a withdrawal reach it while either runs; SIGUSR1 has one say where it
+    /// stands.
+    func testTwoGatewaysOnOneLinkWriteEachRecordOnce() throws {
+        let type = "_g2\(UUID().uuidString.prefix(6).lowercased())._tcp"
+        let label = "lab-d\(UUID().uuidString.prefix(4).lowercased())"
+        let domain = "\(label).home.arpa"
+        let printer = try a1.start(["avahi-publish", "-s", "Twice", type, "7101", "note=one"])
+        defer { printer.stop() }
+        let first = try gateway(label: label, type: type)
+        defer { first.stop() }
+        let second = try gateway(label: label, type: type, json: false)
+        defer { second.stop() }
+        XCTAssertTrue(first.waitForOutput(containing: #""event":"mirrored""#, seconds: 30), first.output)
+        XCTAssertTrue(second.waitForOutput(containing: "mirrored \"Twice\"", seconds: 30), second.output)
+        let name = "Twice.\(type).\(domain)"
+        for (record, expected) in [("SRV", "7101 salut-a1.\(domain)."), ("TXT", "\"note=one\"")] {
+            let answer = try b1.run(["dig", "+short", "@198.18.2.1", name, record])
+            XCTAssertEqual(answer.split(separator: "\n").count, 1, "\(record) once: \(answer)")
+            XCTAssertTrue(answer.contains(expected), answer)
+        }
+        let pointers = try b1.run(["dig", "+short", "@198.18.2.1", "\(type).\(domain)", "PTR"])
+        XCTAssertEqual(pointers.split(separator: "\n").count, 1, pointers)
+        let address = try b1.run(["dig", "+short", "@198.18.2.1", "salut-a1.\(domain)", "A"])
+        XCTAssertEqual(address.trimmingCharacters(in: .whitespacesAndNewlines), "198.18.1.10", address)
+
+        // Asked, the text-mode one says where it stands.
+        let statusLines = { second.output.split(separator: "\n").filter { $0.hasPrefix("status: ") } }
+        XCTAssertEqual(kill(second.process.processIdentifier, SIGUSR1), 0)
+        XCTAssertTrue(eventually(timeout: 10) { !statusLines().isEmpty }, second.output)
+        XCTAssertTrue(
+            statusLines().first?.contains("1 service of this link in \(domain)") == true, second.output)
+
+        // One stops: a change made then reaches the zone through the other, once.
+        first.stop()
+        XCTAssertTrue(first.waitForExit(seconds: 10), first.output)
+        printer.stop()
+        XCTAssertTrue(printer.waitForExit(seconds: 10))
+        let changed = try a1.start(["avahi-publish", "-s", "Twice", type, "7101", "note=two"])
+        defer { changed.stop() }
+        let seen = try browseFromB(type, in: domain) { $0.contains(#""note":"two""#) }
+        XCTAssertTrue(seen.contains(#""note":"two""#), seen)
+        let txt = try b1.run(["dig", "+short", "@198.18.2.1", name, "TXT"])
+        XCTAssertEqual(txt.trimmingCharacters(in: .whitespacesAndNewlines), "\"note=two\"", txt)
+        changed.stop()
+        XCTAssertTrue(changed.waitForExit(seconds: 10))
+        let gone = try browseFromB(type, in: domain) { !$0.contains("Twice") }
+        XCTAssertFalse(gone.contains("Twice"), gone)
     }
 
     func testAfterKill9AndARestartTheZoneEqualsTheLink() throws {
@@ -238,6 +403,9 @@ final class LabGatewayTests: XCTestCase {
         XCTAssertTrue(
             gatewayB.waitForOutput(containing: #""event":"announced","from":"\#(labelA)""#, seconds: 30),
             gatewayB.output)
+        XCTAssertTrue(
+            gatewayB.waitForOutput(containing: #""announced":{"\#(labelA)":1}"#, seconds: 10),
+            "B's status counts what it announces from A: \(gatewayB.output)")
 
         // Plain mDNS on B finds it, on A's host under the label, at A's routed address.
         var line: String?
@@ -258,6 +426,10 @@ final class LabGatewayTests: XCTestCase {
             "import urllib.request; print(urllib.request.urlopen('http://\(fields[7]):\(fields[8])/', timeout=10).status)",
         ])
         XCTAssertEqual(status.trimmingCharacters(in: .whitespacesAndNewlines), "200", status)
+        // Another stack's browser on B (python-zeroconf) finds and resolves it the same.
+        let foreign = try b1.run([Self.zeroconf, "browse", "198.18.2.10", type, "6"], timeout: 30)
+        XCTAssertTrue(
+            foreign.contains("found;Far Printer;salut-a1.\(labelA).local.;198.18.1.10;\(port);note=first"), foreign)
         // No echo: B's gateway, which mirrors this type on its link, did not write it under its
         // own label.
         XCTAssertFalse(gatewayB.output.contains(#""event":"mirrored""#), gatewayB.output)

@@ -1,3 +1,5 @@
+import SalutStreams
+import SalutTestSupport
 import XCTest
 
 @testable import SalutDiscovery
@@ -115,8 +117,10 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         guard case .skip(c.key, let reason) = over.first else { return XCTFail("\(over)") }
         XCTAssertTrue(reason.contains("--max-services (2)"), reason)
         XCTAssertEqual(machine.handle(.found(c)), [], "not resolved, not written")
+        XCTAssertEqual(machine.waitingCount, 1, "C waits for a place")
         let freed = machine.handle(.lost(a.key))
         XCTAssertEqual(freed, [.stopResolving(a.key), .resolve(c.key)])
+        XCTAssertEqual(machine.waitingCount, 0)
     }
 
     func testAFloodBeyondWhatWaitsIsIgnoredAndSaidOnce() {
@@ -157,6 +161,7 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
             let actions = machine.handle(.updateFailed(reason: "timed out", retryable: true, unwritable: false))
             guard case .retry(let delay, _)? = actions.first else { return XCTFail("\(actions)") }
             delays.append(delay)
+            XCTAssertTrue(machine.isWaitingToRetry)
             XCTAssertEqual(machine.handle(.found(printer)), [], "nothing sent while waiting")
             XCTAssertEqual(sent(machine.handle(.retryDue)), first, "the same update again")
         }
@@ -164,6 +169,44 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         XCTAssertEqual(delays.last, .seconds(60), "at most a minute")
         _ = machine.handle(.updateSucceeded)
         XCTAssertEqual(machine.mirroredCount, 1)
+        XCTAssertFalse(machine.isWaitingToRetry)
+    }
+
+    /// The status board: a burst of changes is one report (the status at its end), a failure
+    /// is the last error with the zone behind, and announcements count per label (a TXT
+    /// change announced again counts once).
+    func testTheStatusIsSaidOnceABurstIsOverWithTheLastErrorAndAnnouncementsPerLabel() {
+        let said = Locked<[DiscoveryGateway.Status]>([])
+        let board = DiscoveryGateway.StatusBoard(labelDomain: "lab-a.home.arpa", interval: .milliseconds(200)) {
+            guard case .status(let status) = $0 else { return }
+            said.withLock { $0.append(status) }
+        }
+        defer { board.finish() }
+        let printer = Key(name: "Printer", type: "_ipp._tcp")
+        for count in 1...50 { board.observe(mirrored: count, waiting: 0, retrying: false) }
+        board.observe(.announced(printer, fromLabel: "lab-b", as: "Printer"))
+        board.observe(.announced(printer, fromLabel: "lab-b", as: "Printer"))
+        XCTAssertTrue(eventually(timeout: 10) { said.value.count == 1 }, "\(said.value)")
+        var expected = DiscoveryGateway.Status(labelDomain: "lab-a.home.arpa")
+        expected.mirrored = 50
+        expected.announced = ["lab-b": 1]
+        XCTAssertEqual(said.value, [expected], "one report for the burst, as it ended")
+
+        board.observe(.retrying(reason: "the server did not answer", seconds: 2))
+        board.observe(mirrored: 50, waiting: 3, retrying: true)
+        XCTAssertTrue(eventually(timeout: 10) { said.value.count == 2 }, "\(said.value)")
+        let failing = said.value.last
+        XCTAssertEqual(failing?.lastError, "the server did not answer")
+        XCTAssertNotNil(failing?.lastErrorDate)
+        XCTAssertEqual(failing?.retrying, true)
+        XCTAssertEqual(failing?.waiting, 3)
+
+        board.observe(.unannounced(printer, fromLabel: "lab-b"))
+        board.observe(mirrored: 50, waiting: 3, retrying: false)
+        XCTAssertTrue(eventually(timeout: 10) { said.value.count == 3 }, "\(said.value)")
+        XCTAssertEqual(said.value.last?.announced, [:])
+        XCTAssertEqual(said.value.last?.retrying, false)
+        XCTAssertEqual(said.value.last?.lastError, "the server did not answer", "the last error stays said")
     }
 
     func testARefusedKeyStopsTheGateway() {

@@ -88,6 +88,12 @@ extension DiscoveryGateway {
         /// How many services are mirrored in the zone now.
         var mirroredCount: Int { written?.count ?? 0 }
 
+        /// How many services of the link wait for a place (over ``maximumServices``).
+        var waitingCount: Int { max(0, order.count - maximumServices) }
+
+        /// Whether an update failed and waits to be tried again (the zone is behind the link).
+        var isWaitingToRetry: Bool { waitingToRetry }
+
         /// The services mirrored, at most ``maximumServices``: the first that came.
         private var admitted: ArraySlice<ServiceKey> { order.prefix(maximumServices) }
 

@@ -126,6 +126,8 @@ public final class DiscoveryGateway: Sendable {
         /// With ``Configuration/announceRemote``: a service of the link `fromLabel` left the
         /// zone, and is no longer announced here.
         case unannounced(ServiceKey, fromLabel: String)
+        /// Where the gateway stands now (said when it changed, at most once a second).
+        case status(Status)
     }
 
     /// A service as the gateway writes it: the link's records, with the host's first label and
@@ -155,6 +157,13 @@ public final class DiscoveryGateway: Sendable {
 
     private let configuration: Configuration
     private let reports: @Sendable (Report) -> Void
+    /// The running gateway's status board (nil until ``run()`` found the zone).
+    private let board = Locked<StatusBoard?>(nil)
+
+    /// Where the gateway stands now: nil until ``run()`` found the zone, then as fresh as
+    /// every change (``Report/status(_:)`` may wait up to a second to say it). After ``run()``
+    /// returned, where it stood when it stopped.
+    public var status: Status? { board.value?.status }
 
     /// A gateway; `reports` hears what it does (on any thread, one report at a time).
     public init(configuration: Configuration, reports: @escaping @Sendable (Report) -> Void = { _ in }) {
@@ -174,21 +183,38 @@ public final class DiscoveryGateway: Sendable {
     public func run() async throws {
         try Self.check(configuration)
         let zone = try await GatewayZone.open(configuration)
+        // (Names as people write them, without the root's dot.)
+        func written(_ name: String) -> String { name.hasSuffix(".") ? String(name.dropLast()) : name }
+        let labelDomain = written(zone.updates.labelDomain.description)
         reports(
             .started(
-                zone: zone.updates.zone.description, labelDomain: zone.updates.labelDomain.description,
+                zone: written(zone.updates.zone.description), labelDomain: labelDomain,
                 server: zone.primaries.first.map { "\($0)" } ?? "?"))
         let (events, sink) = AsyncStream<StateMachine.Event>.makeStream()
         let work = Work()
         defer { work.cancelAll() }
+        // The parts report from tasks of their own: one report at a time, as `init` promises.
+        let oneAtATime = Locked(())
+        let serialReports: @Sendable (Report) -> Void = { [reports] report in
+            oneAtATime.withLock { _ in reports(report) }
+        }
+        let board = StatusBoard(labelDomain: labelDomain, reports: serialReports)
+        self.board.exchange(board)
+        defer { board.finish() }
+        // Every report goes by the status board too (a retry is its last error, an
+        // announcement counts for its label).
+        let told: @Sendable (Report) -> Void = { report in
+            serialReports(report)
+            board.observe(report)
+        }
         // The services announced here from the zone: never taken for the link's own.
         // (Counted: two announcements from two links may meet under one name for a moment.)
         let announced = Locked<[ServiceKey: Int]>([:])
         let announcer: Task<Void, Never>? =
             configuration.announceRemote
-            ? Task { [configuration, reports] in
+            ? Task { [configuration] in
                 await RemoteAnnouncer(
-                    zone: zone, configuration: configuration, reports: reports,
+                    zone: zone, configuration: configuration, reports: told,
                     announcing: { key, change in
                         announced.withLock { counts in
                             switch change {
@@ -203,7 +229,8 @@ public final class DiscoveryGateway: Sendable {
                 ).run()
             } : nil
         do {
-            try await mirror(zone: zone, events: events, sink: sink, work: work, announced: announced)
+            try await mirror(
+                zone: zone, events: events, sink: sink, work: work, announced: announced, board: board, reports: told)
         } catch {
             // What was announced is withdrawn before the gateway says it stopped.
             announcer?.cancel()
@@ -218,7 +245,8 @@ public final class DiscoveryGateway: Sendable {
     /// until the calling task is cancelled or the zone refuses the updates for good.
     private func mirror(
         zone: GatewayZone, events: AsyncStream<StateMachine.Event>,
-        sink: AsyncStream<StateMachine.Event>.Continuation, work: Work, announced: Locked<[ServiceKey: Int]>
+        sink: AsyncStream<StateMachine.Event>.Continuation, work: Work, announced: Locked<[ServiceKey: Int]>,
+        board: StatusBoard, reports: @escaping @Sendable (Report) -> Void
     ) async throws {
         // The error that ends the gateway, once the zone refused an update for good.
         let refusal = Locked<DiscoveryError?>(nil)
@@ -242,9 +270,22 @@ public final class DiscoveryGateway: Sendable {
         work.start { [configuration] in
             await LinkWatcher(configuration: configuration).watch { sink.yield($0) }
         }
+        // The update in flight, said once the machine counted it (so that the status is never
+        // behind a "mirrored" or "removed" it follows).
+        var sending: ZoneOperation?
         for await event in events {
             if case .seen(let key) = event, announced.withLock({ $0[key] != nil }) { continue }
-            for action in machine.handle(event) {
+            let actions = machine.handle(event)
+            board.observe(
+                mirrored: machine.mirroredCount, waiting: machine.waitingCount, retrying: machine.isWaitingToRetry)
+            switch event {
+            case .updateSucceeded:
+                if let operation = sending { Self.report(operation, to: reports) }
+                sending = nil
+            case .updateFailed: sending = nil
+            default: break
+            }
+            for action in actions {
                 switch action {
                 case .resolve(let key):
                     let context = resolving.assign(key)
@@ -256,10 +297,10 @@ public final class DiscoveryGateway: Sendable {
                     resolving.release(key)
                     work.stop(key)
                 case .send(let operation):
+                    sending = operation
                     work.start { [configuration, reports] in
                         let (outcome, error) = await zone.apply(
                             operation, dryRun: configuration.dryRun, reports: reports)
-                        if case .updateSucceeded = outcome { Self.report(operation, to: reports) }
                         if let error { refusal.withLock { $0 = error } }
                         sink.yield(outcome)
                     }
