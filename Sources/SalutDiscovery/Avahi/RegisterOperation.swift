@@ -88,7 +88,13 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
     }
 
     override func releaseAvahiObjects() {
-        if let group { avahi_entry_group_free(group) }
+        // (A free the daemon did not take leaves the entries published: said, since nothing
+        // else would show it.)
+        if let group, case let result = avahi_entry_group_free(group), result < 0 {
+            SalutLogging.logger.warning(
+                "withdrawing \"\(request.name)\" \(request.type.browseType): avahi-daemon refused: \(String(cString: avahi_strerror(result)))"
+            )
+        }
         group = nil
     }
 

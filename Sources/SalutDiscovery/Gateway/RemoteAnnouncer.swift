@@ -42,8 +42,10 @@ extension DiscoveryGateway {
         static let maximumAnnounced = DiscoveryGateway.maximumAnnouncedServices
         /// At most this many other links are read.
         static let maximumLabels = 64
-        /// At most this many names are published at once.
-        static let publishingAtOnce = 16
+        /// At most this many names are published at once: avahi-daemon probes each for about
+        /// a second, so a few at a time had hundreds of services take most of a minute to show
+        /// on the link (docs/benchmarks.md, the gateway against the reflector).
+        static let publishingAtOnce = 200
         /// How often an unchanged zone is read again while an announcement waits to be tried
         /// again.
         static let retryEvery: Duration = .seconds(30)
@@ -127,13 +129,28 @@ extension DiscoveryGateway {
             var unreadable = Set<Announcement.ID>()
             // Each link's share first: the links take turns, one service each, so that one link
             // with many services cannot crowd the others out of the limit.
-            var byLabel: [[Announcement]] = []
             let labels = try await zone.otherLabels(limit: Self.maximumLabels).sorted(by: { $0.key < $1.key })
-            // Each link's share of the limit is read, no more (a read costs queries per service).
-            let share = labels.isEmpty ? limit : (limit + labels.count - 1) / labels.count
-            for (label, domain) in labels {
-                let listed = try await zone.list(
-                    under: domain, admitting: admitting, limit: share, maximumTypes: configuration.maximumTypes)
+            // Each link's share of the limit is read, no more (a read costs queries per service);
+            // what the links with fewer leave is shared among those that filled theirs, which are
+            // read again with the larger share (a zone with many quiet labels gave a busy link
+            // only its 1/N of the limit).
+            var listedByLabel: [String: [ServiceKey: MirroredService]] = [:]
+            var share = labels.isEmpty ? limit : (limit + labels.count - 1) / labels.count
+            var toRead = labels
+            while !toRead.isEmpty {
+                for (label, domain) in toRead {
+                    listedByLabel[label] = try await zone.list(
+                        under: domain, admitting: admitting, limit: share, maximumTypes: configuration.maximumTypes)
+                }
+                let full = toRead.filter { listedByLabel[$0.key]?.count == share }
+                let spare = limit - listedByLabel.values.reduce(0) { $0 + $1.count }
+                guard !full.isEmpty, spare > 0 else { break }
+                share += (spare + full.count - 1) / full.count
+                toRead = full
+            }
+            var byLabel: [[Announcement]] = []
+            for (label, _) in labels {
+                let listed = listedByLabel[label] ?? [:]
                 var announcements: [Announcement] = []
                 for (_, service) in listed.sorted(by: { $0.key < $1.key }) {
                     var announcement = Announcement(label: label, service: service)
