@@ -14,7 +14,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
 
             On start the gateway reads what the zone holds under its label and, once the link has had --settle seconds to show its services, removes those that left while it was not running. A server that does not answer is tried again, waiting twice as long each time (at most a minute); a key or zone the server refuses ends the gateway (exit 1). SIGINT, SIGTERM or SIGHUP stop it; the zone keeps what it mirrored (the next start reconciles it).
 
-            Its status (how many services of this link the zone holds, how many wait for a place, what it announces from each other label, and the last error) is printed on SIGUSR1 (`pkill -USR1 -f "netsvc gateway"`), and with --json written as a "status" line whenever it changes (at most once a second).
+            Its status (how many services of this link the zone holds, how many wait for a place, what it announces from each other label, and the last error) is printed on SIGUSR1 (`kill -USR1 PID`, or `systemctl kill -s USR1 netsvc-gateway` for the unit), and with --json written as a "status" line whenever it changes (at most once a second).
 
             Exit codes: 0 stopped by a signal, 1 the server refused the updates or could not be found, 2 bad arguments (a label that is not a DNS label, a type that is not _name._tcp or _name._udp, a key file that cannot be read), 3 avahi-daemon unavailable.
 
@@ -222,7 +222,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
     }
 
     /// On each SIGUSR1, `gateway`'s status as it is now: a line on standard output (a JSON
-    /// object with --json), as an admin asks a running daemon (`pkill -USR1 -f "netsvc gateway"`).
+    /// object with --json), as an admin asks a running daemon (`kill -USR1 PID`).
     private static func printStatusOnSIGUSR1(of gateway: DiscoveryGateway, json: Bool) {
         signal(SIGUSR1, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: SIGUSR1, queue: .main)

@@ -161,15 +161,16 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
             let actions = machine.handle(.updateFailed(reason: "timed out", retryable: true, unwritable: false))
             guard case .retry(let delay, _)? = actions.first else { return XCTFail("\(actions)") }
             delays.append(delay)
-            XCTAssertTrue(machine.isWaitingToRetry)
+            XCTAssertTrue(machine.isBehind)
             XCTAssertEqual(machine.handle(.found(printer)), [], "nothing sent while waiting")
             XCTAssertEqual(sent(machine.handle(.retryDue)), first, "the same update again")
+            XCTAssertTrue(machine.isBehind, "still behind while the retry is in flight")
         }
         XCTAssertEqual(delays.prefix(4), [.seconds(1), .seconds(2), .seconds(4), .seconds(8)])
         XCTAssertEqual(delays.last, .seconds(60), "at most a minute")
         _ = machine.handle(.updateSucceeded)
         XCTAssertEqual(machine.mirroredCount, 1)
-        XCTAssertFalse(machine.isWaitingToRetry)
+        XCTAssertFalse(machine.isBehind)
     }
 
     /// The status board: a burst of changes is one report (the status at its end), a failure
@@ -183,7 +184,7 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         }
         defer { board.finish() }
         let printer = Key(name: "Printer", type: "_ipp._tcp")
-        for count in 1...50 { board.observe(mirrored: count, waiting: 0, retrying: false) }
+        for count in 1...50 { board.observe(mirrored: count, waiting: 0, behind: false, listed: true) }
         board.observe(.announced(printer, fromLabel: "lab-b", as: "Printer"))
         board.observe(.announced(printer, fromLabel: "lab-b", as: "Printer"))
         XCTAssertTrue(eventually(timeout: 10) { said.value.count == 1 }, "\(said.value)")
@@ -193,7 +194,7 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         XCTAssertEqual(said.value, [expected], "one report for the burst, as it ended")
 
         board.observe(.retrying(reason: "the server did not answer", seconds: 2))
-        board.observe(mirrored: 50, waiting: 3, retrying: true)
+        board.observe(mirrored: 50, waiting: 3, behind: true, listed: true)
         XCTAssertTrue(eventually(timeout: 10) { said.value.count == 2 }, "\(said.value)")
         let failing = said.value.last
         XCTAssertEqual(failing?.lastError, "the server did not answer")
@@ -202,11 +203,26 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         XCTAssertEqual(failing?.waiting, 3)
 
         board.observe(.unannounced(printer, fromLabel: "lab-b"))
-        board.observe(mirrored: 50, waiting: 3, retrying: false)
+        board.observe(mirrored: 50, waiting: 3, behind: false, listed: true)
         XCTAssertTrue(eventually(timeout: 10) { said.value.count == 3 }, "\(said.value)")
         XCTAssertEqual(said.value.last?.announced, [:])
         XCTAssertEqual(said.value.last?.retrying, false)
         XCTAssertEqual(said.value.last?.lastError, "the server did not answer", "the last error stays said")
+    }
+
+    /// Before the zone is read, a failed read is the zone being behind; once read, it is not.
+    func testAZoneThatCannotBeReadAtTheStartIsSaidToBeBehind() {
+        let said = Locked<[DiscoveryGateway.Status]>([])
+        let board = DiscoveryGateway.StatusBoard(labelDomain: "lab-a.home.arpa", interval: .milliseconds(50)) {
+            guard case .status(let status) = $0 else { return }
+            said.withLock { $0.append(status) }
+        }
+        defer { board.finish() }
+        board.observe(mirrored: 0, waiting: 0, behind: false, listed: false)
+        board.observe(.retrying(reason: "reading the zone: no answer", seconds: 1))
+        XCTAssertTrue(eventually(timeout: 10) { said.value.last?.retrying == true }, "\(said.value)")
+        board.observe(mirrored: 0, waiting: 0, behind: false, listed: true)
+        XCTAssertTrue(eventually(timeout: 10) { said.value.last?.retrying == false }, "\(said.value)")
     }
 
     func testARefusedKeyStopsTheGateway() {

@@ -91,8 +91,12 @@ extension DiscoveryGateway {
         /// How many services of the link wait for a place (over ``maximumServices``).
         var waitingCount: Int { max(0, order.count - maximumServices) }
 
-        /// Whether an update failed and waits to be tried again (the zone is behind the link).
-        var isWaitingToRetry: Bool { waitingToRetry }
+        /// Whether an update failed and has not gone through since (waiting to be tried again,
+        /// or being tried again): the zone is behind the link.
+        var isBehind: Bool { retryDelay != nil }
+
+        /// Whether the zone's holding under the label has been read (``Event/zoneListed(_:)``).
+        var isListed: Bool { written != nil }
 
         /// The services mirrored, at most ``maximumServices``: the first that came.
         private var admitted: ArraySlice<ServiceKey> { order.prefix(maximumServices) }

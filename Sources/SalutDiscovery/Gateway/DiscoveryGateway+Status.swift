@@ -12,13 +12,15 @@ extension DiscoveryGateway {
         /// (what it read at the start, then what it wrote and removed).
         public var mirrored: Int
         /// How many services of the link wait for a place (over
-        /// ``Configuration/maximumServices``).
+        /// ``Configuration/maximumServices``); at most four times that many are counted (more
+        /// are ignored until some leave).
         public var waiting: Int
         /// With ``Configuration/announceRemote``: how many services each other label has
         /// announced on this link, by label.
         public var announced: [String: Int]
-        /// Whether an update or a read of the zone failed and waits to be tried again: the
-        /// zone is behind the link until it succeeds.
+        /// Whether an update failed and has not gone through since (it waits to be tried
+        /// again, or is being tried), or the zone could not be read at the start yet: the zone
+        /// is behind the link until it goes through.
         public var retrying: Bool
         /// Why the last update or read of the zone failed; nil while nothing failed.
         public var lastError: String?
@@ -46,7 +48,13 @@ extension DiscoveryGateway {
             /// The report waiting for its interval to end.
             var scheduled: Task<Void, Never>?
             var finished = false
+            /// Whether the zone was read (until then, a failed read is the zone being behind).
+            var listed = false
+            var listingFailed = false
         }
+        // (Held while a status is reported, and by `finish()`: no report after it, none out of
+        // order.)
+        private let reporting = Locked(())
         // (Locked: changed from the gateway's loop and from the announcer's task.)
         private let state: Locked<State>
         private let interval: Duration
@@ -69,6 +77,10 @@ extension DiscoveryGateway {
                 change {
                     $0.status.lastError = reason
                     $0.status.lastErrorDate = Date()
+                    if !$0.listed {
+                        $0.listingFailed = true
+                        $0.status.retrying = true
+                    }
                 }
             case .announced(let key, let label, _):
                 change {
@@ -86,21 +98,26 @@ extension DiscoveryGateway {
             }
         }
 
-        /// Takes in where the state machine stands.
-        func observe(mirrored: Int, waiting: Int, retrying: Bool) {
+        /// Takes in where the state machine stands: its counts, whether an update has not gone
+        /// through since it failed (`behind`), whether the zone was read (`listed`).
+        func observe(mirrored: Int, waiting: Int, behind: Bool, listed: Bool) {
             change {
+                $0.listed = listed
                 $0.status.mirrored = mirrored
                 $0.status.waiting = waiting
-                $0.status.retrying = retrying
+                $0.status.retrying = behind || (!listed && $0.listingFailed)
             }
         }
 
-        /// Says nothing more (a report waiting for its interval is dropped).
+        /// Says nothing more (a report waiting for its interval is dropped; one being made ends
+        /// first).
         func finish() {
-            state.withLock { state -> Task<Void, Never>? in
-                state.finished = true
-                return state.scheduled
-            }?.cancel()
+            reporting.withLock { _ in
+                state.withLock { state -> Task<Void, Never>? in
+                    state.finished = true
+                    return state.scheduled
+                }?.cancel()
+            }
         }
 
         private func change(_ body: (inout State) -> Void) {
@@ -116,13 +133,15 @@ extension DiscoveryGateway {
         }
 
         private func sayIt() {
-            let status = state.withLock { state -> Status? in
-                state.scheduled = nil
-                guard !state.finished, state.status != state.said else { return nil }
-                state.said = state.status
-                return state.status
+            reporting.withLock { _ in
+                let status = state.withLock { state -> Status? in
+                    state.scheduled = nil
+                    guard !state.finished, state.status != state.said else { return nil }
+                    state.said = state.status
+                    return state.status
+                }
+                if let status { reports(.status(status)) }
             }
-            if let status { reports(.status(status)) }
         }
     }
 }

@@ -277,7 +277,8 @@ public final class DiscoveryGateway: Sendable {
             if case .seen(let key) = event, announced.withLock({ $0[key] != nil }) { continue }
             let actions = machine.handle(event)
             board.observe(
-                mirrored: machine.mirroredCount, waiting: machine.waitingCount, retrying: machine.isWaitingToRetry)
+                mirrored: machine.mirroredCount, waiting: machine.waitingCount, behind: machine.isBehind,
+                listed: machine.isListed)
             switch event {
             case .updateSucceeded:
                 if let operation = sending { Self.report(operation, to: reports) }

@@ -133,11 +133,14 @@ extension DiscoveryGateway {
             // Each link's share of the limit is read, no more (a read costs queries per service);
             // what the links with fewer leave is shared among those that filled theirs, which are
             // read again with the larger share (a zone with many quiet labels gave a busy link
-            // only its 1/N of the limit).
+            // only its 1/N of the limit). At most three reads in all: a zone whose labels hold
+            // every size cannot make one read of the zone cost more than about three limits.
             var listedByLabel: [String: [ServiceKey: MirroredService]] = [:]
             var share = labels.isEmpty ? limit : (limit + labels.count - 1) / labels.count
             var toRead = labels
-            while !toRead.isEmpty {
+            var passes = 0
+            while !toRead.isEmpty, passes < 3 {
+                passes += 1
                 for (label, domain) in toRead {
                     listedByLabel[label] = try await zone.list(
                         under: domain, admitting: admitting, limit: share, maximumTypes: configuration.maximumTypes)
