@@ -339,7 +339,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
                 printJSON(["event": "unannounced", "name": key.name, "type": key.type, "from": label])
             } else {
                 emit(
-                    "no longer announcing \"\(Terminal.escaped(key.name))\" \(key.type) from \(Terminal.escaped(label)): it left the zone"
+                    "no longer announcing \"\(Terminal.escaped(key.name))\" \(key.type) from \(Terminal.escaped(label))"
                 )
             }
         }

@@ -123,8 +123,9 @@ public final class DiscoveryGateway: Sendable {
         /// announced on this link (or its TXT record changed), under the name `as` (another
         /// than its own when the name was taken here).
         case announced(ServiceKey, fromLabel: String, as: String)
-        /// With ``Configuration/announceRemote``: a service of the link `fromLabel` left the
-        /// zone, and is no longer announced here.
+        /// With ``Configuration/announceRemote``: a service of the link `fromLabel` is no longer
+        /// announced here: it left the zone, or it was withdrawn or could not be announced again
+        /// (a ``skipped(_:reason:)`` report says why).
         case unannounced(ServiceKey, fromLabel: String)
         /// Where the gateway stands now (said when it changed, at most once a second).
         case status(Status)

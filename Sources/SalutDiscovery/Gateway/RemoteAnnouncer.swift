@@ -279,6 +279,10 @@ extension DiscoveryGateway {
                     reports(.announced(announcement.service.key, fromLabel: announcement.label, as: handle.name))
                 case .failure(let error):
                     announcing(announcement.service.key, .withdrawn)
+                    // (Announced before and withdrawn to be announced anew: no longer here.)
+                    if plan.withdrawServices.contains(id) {
+                        reports(.unannounced(id.key, fromLabel: id.label))
+                    }
                     let forGood =
                         (error as? DiscoveryError).map { [.collision, .invalidDomain].contains($0.code) } ?? false
                     if forGood { made.refused[id] = announcement } else { made.retryPending = true }
@@ -331,6 +335,7 @@ extension DiscoveryGateway {
                 if let service = made.services.removeValue(forKey: id) {
                     await service.withdraw()
                     announcing(ServiceKey(name: service.name, type: id.key.type), .withdrawn)
+                    reports(.unannounced(id.key, fromLabel: id.label))
                 }
                 if made.told.insert("lost \(id)").inserted {
                     reports(
