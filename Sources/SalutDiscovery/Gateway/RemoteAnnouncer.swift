@@ -44,8 +44,14 @@ extension DiscoveryGateway {
         static let maximumLabels = 64
         /// At most this many names are published at once: avahi-daemon probes each for about
         /// a second, so a few at a time had hundreds of services take most of a minute to show
-        /// on the link (docs/benchmarks.md, the gateway against the reflector).
-        static let publishingAtOnce = 200
+        /// on the link (docs/benchmarks.md, the gateway against the reflector), while hundreds
+        /// at once send more than the daemon's packet budget (below).
+        static let publishingAtOnce = 64
+        /// At most this many services are withdrawn a second. avahi-daemon sends at most
+        /// `ratelimit-burst` packets a second on an interface (Debian sets 1,000) and drops the
+        /// rest: 400 withdrawn at once lost some of their goodbyes, and the link's caches kept
+        /// those services for up to 75 minutes.
+        static let withdrawalsPerSecond = 100
         /// How often an unchanged zone is read again while an announcement waits to be tried
         /// again.
         static let retryEvery: Duration = .seconds(30)
@@ -105,10 +111,13 @@ extension DiscoveryGateway {
                 }
                 try? await Task.sleep(for: configuration.announceInterval)
             }
-            await withTaskGroup(of: Void.self) { group in
-                for (_, handle) in made.services { group.addTask { await handle.withdraw() } }
-                for (_, handle) in made.hostHandles { group.addTask { await handle.withdraw() } }
+            // (Paced, even now: a goodbye the daemon drops leaves the service in every cache.)
+            var pace = WithdrawalPace()
+            for (_, handle) in made.services {
+                await handle.withdraw()
+                await pace.oneMore()
             }
+            for (_, handle) in made.hostHandles { await handle.withdraw() }
         }
 
         /// The announcements the zone asks for: every other label's services of the types this
@@ -212,10 +221,12 @@ extension DiscoveryGateway {
             let plan = AnnouncementPlan(made: made.announcements, hosts: made.hosts, wanted: attempted)
             guard !plan.isEmpty else { return }
             if configuration.dryRun { return dryRun(plan, made: &made) }
+            var pace = WithdrawalPace()
             for id in plan.withdrawServices {
                 made.announcements[id] = nil
                 if let handle = made.services.removeValue(forKey: id) {
                     await handle.withdraw()
+                    await pace.oneMore()
                     announcing(ServiceKey(name: handle.name, type: id.key.type), .withdrawn)
                 }
                 if attempted[id] == nil { reports(.unannounced(id.key, fromLabel: id.label)) }
@@ -392,6 +403,27 @@ extension DiscoveryGateway {
         private static func text(_ bytes: [UInt8]) -> String {
             bytes.count == 4
                 ? SocketAddress(ipv4: bytes, port: 0).host : SocketAddress(ipv6: bytes, port: 0).host
+        }
+
+        /// Withdrawals at most ``withdrawalsPerSecond`` a second: after each tenth of them, the
+        /// rest of that tenth of a second is waited (not cancellable: a withdrawal that starts
+        /// finishes, even as the gateway stops).
+        struct WithdrawalPace {
+            private var count = 0
+            private var since = ContinuousClock.now
+
+            mutating func oneMore() async {
+                count += 1
+                let batch = max(1, withdrawalsPerSecond / 10)
+                guard count % batch == 0 else { return }
+                let due = since + .milliseconds(100)
+                let clock = ContinuousClock()
+                if due > clock.now {
+                    // (A detached sleep: a cancelled gateway still paces its last goodbyes.)
+                    await Task.detached { try? await clock.sleep(until: due) }.value
+                }
+                since = clock.now
+            }
         }
 
         /// Runs `body` for each item, ``publishingAtOnce`` at a time; the results in the items'
