@@ -184,12 +184,10 @@ public final class DiscoveryGateway: Sendable {
     public func run() async throws {
         try Self.check(configuration)
         let zone = try await GatewayZone.open(configuration)
-        // (Names as people write them, without the root's dot.)
-        func written(_ name: String) -> String { name.hasSuffix(".") ? String(name.dropLast()) : name }
-        let labelDomain = written(zone.updates.labelDomain.description)
+        let labelDomain = zone.updates.labelDomain.text
         reports(
             .started(
-                zone: written(zone.updates.zone.description), labelDomain: labelDomain,
+                zone: zone.updates.zone.text, labelDomain: labelDomain,
                 server: zone.primaries.first.map { "\($0)" } ?? "?"))
         let (events, sink) = AsyncStream<StateMachine.Event>.makeStream()
         let work = Work()

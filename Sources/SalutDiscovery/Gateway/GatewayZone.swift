@@ -133,7 +133,7 @@ extension DiscoveryGateway {
         /// The link's host name (`box.sub`) of a host written as `box.sub.LABEL.ZONE`; empty for
         /// any other.
         static func linkHost(of host: String, under labelDomain: DNSName) -> String {
-            let suffix = "." + labelDomain.description.dropLast()  // (no final dot)
+            let suffix = "." + labelDomain.text
             guard host.lowercased().hasSuffix(suffix.lowercased()) else { return "" }
             return String(host.dropLast(suffix.count))
         }

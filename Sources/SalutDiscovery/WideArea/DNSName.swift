@@ -97,6 +97,10 @@ struct DNSName: Hashable, Sendable, CustomStringConvertible {
         return out
     }
 
+    /// The name as people write it, without the root's final dot (`lab-a.home.arpa`; empty
+    /// for the root).
+    var text: String { labels.isEmpty ? "" : String(description.dropLast()) }
+
     var description: String {
         guard !labels.isEmpty else { return "." }
         return labels.map { label in
