@@ -173,15 +173,23 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         XCTAssertFalse(machine.isBehind)
     }
 
+    /// A status board for `lab-a.home.arpa` and the statuses it said, in order.
+    private func recordingBoard(
+        interval: Duration
+    ) -> (DiscoveryGateway.StatusBoard, Locked<[DiscoveryGateway.Status]>) {
+        let said = Locked<[DiscoveryGateway.Status]>([])
+        let board = DiscoveryGateway.StatusBoard(labelDomain: "lab-a.home.arpa", interval: interval) {
+            guard case .status(let status) = $0 else { return }
+            said.withLock { $0.append(status) }
+        }
+        return (board, said)
+    }
+
     /// The status board: a burst of changes is one report (the status at its end), a failure
     /// is the last error with the zone behind, and announcements count per label (a TXT
     /// change announced again counts once).
     func testTheStatusIsSaidOnceABurstIsOverWithTheLastErrorAndAnnouncementsPerLabel() {
-        let said = Locked<[DiscoveryGateway.Status]>([])
-        let board = DiscoveryGateway.StatusBoard(labelDomain: "lab-a.home.arpa", interval: .milliseconds(200)) {
-            guard case .status(let status) = $0 else { return }
-            said.withLock { $0.append(status) }
-        }
+        let (board, said) = recordingBoard(interval: .milliseconds(200))
         defer { board.finish() }
         let printer = Key(name: "Printer", type: "_ipp._tcp")
         for count in 1...50 { board.observe(mirrored: count, waiting: 0, behind: false, listed: true) }
@@ -212,11 +220,7 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
 
     /// Before the zone is read, a failed read is the zone being behind; once read, it is not.
     func testAZoneThatCannotBeReadAtTheStartIsSaidToBeBehind() {
-        let said = Locked<[DiscoveryGateway.Status]>([])
-        let board = DiscoveryGateway.StatusBoard(labelDomain: "lab-a.home.arpa", interval: .milliseconds(50)) {
-            guard case .status(let status) = $0 else { return }
-            said.withLock { $0.append(status) }
-        }
+        let (board, said) = recordingBoard(interval: .milliseconds(50))
         defer { board.finish() }
         board.observe(mirrored: 0, waiting: 0, behind: false, listed: false)
         board.observe(.retrying(reason: "reading the zone: no answer", seconds: 1))
