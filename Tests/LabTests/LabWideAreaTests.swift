@@ -218,9 +218,7 @@ final class LabWideAreaTests: XCTestCase {
         defer { publisher.stop() }
         XCTAssertTrue(publisher.waitForOutput(containing: "(listening)", seconds: 20), publisher.output)
         // The session runs on b1: this very test binary, run there for the half below.
-        let tests =
-            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
-            ?? LabHost.packageRoot.appendingPathComponent(".build/debug/SalutPackageTests.xctest").path
+        let tests = BuiltProduct.testBundle
         let inner = try b1.run(
             [
                 "env", "SALUT_LAB_INNER=b1", "SALUT_LAB_TYPE=\(type)", tests,

@@ -4,11 +4,22 @@ import Salut
 import XCTest
 @testable import PeerTransferCore
 
-/// A sender and a receiver in this process, over a TLS 1.3 connection on loopback: the
-/// protocol's conversations without processes or avahi-daemon. The sender is the one
-/// `peerxfer send` runs once it has found and judged the receiver; the receiver is the one the
-/// daemon runs on each accepted connection.
+/// A sender and a receiver in this process, over a connection held in memory (or, when asked,
+/// TLS 1.3 on loopback): the protocol's conversations without processes or avahi-daemon. The
+/// sender is the one `peerxfer send` runs once it has found and judged the receiver; the
+/// receiver is the one the daemon runs on each accepted connection.
 final class Conversation {
+    /// What carries the conversation.
+    enum Link {
+        /// The two ends of ``BoundStreamPair/makeConnection(bufferSize:)``: the receiver is
+        /// told the sender's key, as a TLS handshake would have proved it.
+        case memory
+        /// TLS 1.3 on loopback, each end proving its key.
+        case tls
+    }
+    /// What carries the next conversations.
+    var link = Link.memory
+
     let folder: String
     let sender: PeerConfiguration
     let receiver: PeerConfiguration
@@ -30,6 +41,9 @@ final class Conversation {
     /// When set, the next send's connection is reset by the sender, without a word, once the
     /// receiver has at least this many bytes (a sender killed, a link lost).
     var cutAfterBytes: UInt64?
+    /// When set, called with the bytes the next send has sent so far, each time it sent more
+    /// (to change a file while it is read, for example).
+    var whileSending: (@Sendable (UInt64) -> Void)?
 
     init() throws {
         folder = FileManager.default.temporaryDirectory.appendingPathComponent("px-talk-\(UUID().uuidString)").path
@@ -82,11 +96,10 @@ final class Conversation {
     func send(_ paths: [String]) async throws -> Outcome {
         let events = Locked([ReceiveEvent]())
         let log = Locked([String]())
-        let listener = try StreamListener(port: 0, tls: receiver.receiverTLS)
-        defer { listener.stop() }
         let (cutAfterBytes, senderEnd) = (self.cutAfterBytes, Locked<BoundStreamPair?>(nil))
         let (stopper, stopWhenReceived) = (self.stopper, self.stopWhenReceived)
-        let receiverDone = try startReceiver(on: listener, events: events, log: log) { event in
+        let plan = try await TransferPlan.prepare(paths: paths.map { folder + "/src/" + $0 })
+        let (pair, receiverDone, listener) = try connect(events: events, log: log) { event in
             // Cut once the receiver has that much (the bytes in flight would not count).
             if case .progress(_, let bytes) = event, let cutAfterBytes, bytes >= cutAfterBytes {
                 senderEnd.value?.reset()
@@ -95,10 +108,7 @@ final class Conversation {
                 stopper.stop(stopWhenReceived.reason)
             }
         }
-        let plan = try await TransferPlan.prepare(paths: paths.map { folder + "/src/" + $0 })
-        let pair = SocketStreams.pair(
-            toHost: "127.0.0.1", port: Int(listener.port),
-            tls: sender.senderTLS(pinning: receiver.identity.publicKeySHA256))
+        defer { listener?.stop() }
         senderEnd.withLock { $0 = pair }
         let sent: Result<SendReport, PeerTransferError>
         do {
@@ -108,13 +118,15 @@ final class Conversation {
                 pair.output.close()
             }
             var sending = Sender(configuration: sender, displayName: "Sender")
-            let stopSending = self.stopSending
+            let (stopSending, whileSending) = (self.stopSending, self.whileSending)
             sending.stopper = stopper
             sent = .success(
                 try await sending.transfer(
                     plan, over: pair, to: "Receiver",
                     events: { event in
-                        if case .progress(let bytes, _) = event, let stopSending, bytes >= stopSending.afterBytes {
+                        guard case .progress(let bytes, _) = event else { return }
+                        whileSending?(bytes)
+                        if let stopSending, bytes >= stopSending.afterBytes {
                             stopper.stop(stopSending.reason)
                         }
                     }))
@@ -123,7 +135,43 @@ final class Conversation {
         }
         for await _ in receiverDone {}
         (self.stopper, self.stopSending, self.cutAfterBytes, self.stopWhenReceived) = (SendStopper(), nil, nil, nil)
+        whileSending = nil
         return Outcome(sent: sent, received: events.withLock { $0 }, log: log.withLock { $0 })
+    }
+
+    /// Offers `paths` (under the sender's `src` folder) to a scripted receiver instead of the
+    /// real one, over a connection in memory: `script` reads the sender's frames and writes its
+    /// own (a liar, a receiver of another version), then its end closes. Returns what the
+    /// sender reported: its events, and its report or error.
+    func sendToScripted(
+        _ paths: [String],
+        receiver script: @escaping @Sendable (inout FrameReader, OutputStream) async throws -> Void
+    ) async throws -> (events: [SendEvent], sent: Result<SendReport, PeerTransferError>) {
+        let plan = try await TransferPlan.prepare(paths: paths.map { folder + "/src/" + $0 })
+        let (senderEnd, receiverEnd) = BoundStreamPair.makeConnection(bufferSize: 256 * 1024)
+        let scripted = Task {
+            try? await receiverEnd.open()
+            var reader = FrameReader(receiverEnd.input)
+            try? await script(&reader, receiverEnd.output)
+            receiverEnd.input.close()
+            receiverEnd.output.close()
+        }
+        let events = Locked([SendEvent]())
+        let sent: Result<SendReport, PeerTransferError>
+        do {
+            try await senderEnd.open()
+            defer {
+                senderEnd.input.close()
+                senderEnd.output.close()
+            }
+            sent = .success(
+                try await Sender(configuration: sender, displayName: "Sender").transfer(
+                    plan, over: senderEnd, to: "Receiver", events: { event in events.withLock { $0.append(event) } }))
+        } catch let error as PeerTransferError {
+            sent = .failure(error)
+        }
+        await scripted.value
+        return (events.value, sent)
     }
 
     /// Writes `frames` to the receiver in one write, as a hostile or hasty sender could, then
@@ -131,12 +179,8 @@ final class Conversation {
     func offerRaw(_ frames: [Frame]) async throws -> Outcome {
         let events = Locked([ReceiveEvent]())
         let log = Locked([String]())
-        let listener = try StreamListener(port: 0, tls: receiver.receiverTLS)
-        defer { listener.stop() }
-        let receiverDone = try startReceiver(on: listener, events: events, log: log)
-        let pair = SocketStreams.pair(
-            toHost: "127.0.0.1", port: Int(listener.port),
-            tls: sender.senderTLS(pinning: receiver.identity.publicKeySHA256))
+        let (pair, receiverDone, listener) = try connect(events: events, log: log)
+        defer { listener?.stop() }
         try await pair.open()
         try await pair.output.write(frames.reduce(Data()) { $0 + $1.encoded })
         var reader = FrameReader(pair.input)
@@ -148,12 +192,46 @@ final class Conversation {
             sent: .failure(.runtime("raw")), received: events.withLock { $0 }, log: log.withLock { $0 })
     }
 
-    /// Starts the receiver on `listener`, its events kept in `events` (and passed to `watch`),
-    /// its log in `log`; the stream ends once it has run its connection to the end.
-    private func startReceiver(
-        on listener: StreamListener, events: Locked<[ReceiveEvent]>, log: Locked<[String]>,
+    /// Starts a receiver and connects to it over ``link``: the sender's end (not yet open), a
+    /// stream that ends once the receiver has run the connection to its end, and the listener
+    /// to stop (over TLS). The receiver's events are kept in `events` (and passed to `watch`),
+    /// its log in `log`.
+    private func connect(
+        events: Locked<[ReceiveEvent]>, log: Locked<[String]>,
         watch: @escaping @Sendable (ReceiveEvent) -> Void = { _ in }
-    ) throws -> AsyncStream<Void> {
+    ) throws -> (BoundStreamPair, AsyncStream<Void>, StreamListener?) {
+        let receiving = try makeReceiver(events: events, log: log, watch: watch)
+        let receiverDone = AsyncStream<Void>.makeStream()
+        switch link {
+        case .memory:
+            let (senderEnd, receiverEnd) = BoundStreamPair.makeConnection(bufferSize: 256 * 1024)
+            let key = sender.identity.publicKeySHA256
+            Task {
+                await receiving.run(receiverEnd, senderKey: key)
+                receiverDone.continuation.finish()
+            }
+            return (senderEnd, receiverDone.stream, nil)
+        case .tls:
+            let listener = try StreamListener(port: 0, tls: receiver.receiverTLS)
+            listener.accept { connection in
+                Task {
+                    await receiving.run(connection.streams)
+                    receiverDone.continuation.finish()
+                }
+            }
+            let senderEnd = SocketStreams.pair(
+                toHost: "127.0.0.1", port: Int(listener.port),
+                tls: sender.senderTLS(pinning: receiver.identity.publicKeySHA256))
+            return (senderEnd, receiverDone.stream, listener)
+        }
+    }
+
+    /// The receiver the daemon would run, its events kept in `events` (and passed to `watch`),
+    /// its log in `log`.
+    private func makeReceiver(
+        events: Locked<[ReceiveEvent]>, log: Locked<[String]>,
+        watch: @escaping @Sendable (ReceiveEvent) -> Void
+    ) throws -> Receiver {
         let trusted = self.trusted
         let inbox = try Inbox(path: self.inbox) { trusted[$0] != nil }
         var receiving = Receiver(
@@ -168,14 +246,7 @@ final class Conversation {
         receiving.ownKey = receiver.identity.publicKeySHA256
         let slot = hasSlot
         receiving.admit = { slot }
-        let receiverDone = AsyncStream<Void>.makeStream()
-        listener.accept { [receiving] connection in
-            Task {
-                await receiving.run(connection.streams)
-                receiverDone.continuation.finish()
-            }
-        }
-        return receiverDone.stream
+        return receiving
     }
 
     /// The part files in the inbox (what interrupted sends left).

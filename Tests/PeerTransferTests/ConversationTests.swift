@@ -4,10 +4,18 @@ import XCTest
 @testable import PeerTransferCore
 
 /// The protocol's conversations between a real sender and a real receiver in this process
-/// (TLS on loopback, no processes, no avahi-daemon): what each end reports, and what lands.
+/// (over a connection in memory, or TLS on loopback where said; no processes, no
+/// avahi-daemon): what each end reports, and what lands.
 final class ConversationTests: XCTestCase {
     func testATreeArrivesVerifiedAndASecondSendFindsItThere() async throws {
+        for link in [Conversation.Link.memory, .tls] {
+            try await treeArrivesVerified(over: link)
+        }
+    }
+
+    private func treeArrivesVerified(over link: Conversation.Link) async throws {
         let talk = try Conversation()
+        talk.link = link
         try talk.makeFile("tree/a.txt", size: 10)
         try talk.makeFile("tree/sub/big.bin", size: 3 << 20, seed: 2)
         try FileManager.default.createDirectory(
@@ -160,9 +168,11 @@ final class ConversationTests: XCTestCase {
     }
 
     /// A sender that ends without a word in the middle (killed, its link lost) is said to have
-    /// stopped, plainly, and what it sent is kept.
+    /// stopped, plainly, and what it sent is kept. Over TLS: a connection lost is a reset
+    /// there, where the two ends of a connection in memory can only close.
     func testASenderGoneWithoutAWordIsSaidPlainlyAndItsPartFileKept() async throws {
         let talk = try Conversation()
+        talk.link = .tls
         try talk.makeFile("big.bin", size: 6 << 20)
         talk.cutAfterBytes = 1 << 20
         let result = try await talk.send(["big.bin"])

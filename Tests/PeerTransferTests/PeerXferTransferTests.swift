@@ -22,12 +22,10 @@ final class PeerXferTransferTests: XCTestCase {
 
     /// Polls `part` until it holds `bytes` (30 s at most); the size last seen.
     private func waitForPart(_ part: String, toHold bytes: UInt64) -> UInt64 {
-        let deadline = Date().addingTimeInterval(30)
         var seen: UInt64 = 0
-        while Date() < deadline {
+        eventually(timeout: 30, interval: 0.005) {
             seen = (try? FileManager.default.attributesOfItem(atPath: part))?[.size] as? UInt64 ?? 0
-            if seen >= bytes { break }
-            Thread.sleep(forTimeInterval: 0.005)
+            return seen >= bytes
         }
         return seen
     }

@@ -1,7 +1,8 @@
 import Foundation
-import SalutStreams
 import SalutTestSupport
 import XCTest
+
+@testable import SalutStreams
 
 /// Records stream events on the run loop of a worker thread.
 final class EventLog: NSObject, StreamDelegate, @unchecked Sendable {
@@ -39,6 +40,46 @@ func write(_ stream: OutputStream, _ bytes: [UInt8]) -> Int {
 }
 
 final class BoundStreamsTests: SalutTestCase {
+    static func buffer(of pair: BoundStreamPair) -> BoundBuffer { (pair.input as! BoundInputStream).buffer }
+    static func scheduler(of stream: InputStream) -> DelegateScheduler {
+        (stream as! BoundInputStream).events.scheduler
+    }
+
+    /// The two ends of a connection in memory talk both ways, each closing its own way: an
+    /// output's close is the other end's end of data, an input's close fails the other's writes.
+    func testTheTwoEndsOfAConnectionInMemoryTalkBothWays() async throws {
+        let (client, server) = BoundStreamPair.makeConnection(bufferSize: 8)
+        try await client.open()
+        try await server.open()
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 1)
+        defer { scratch.deallocate() }
+        // More than the buffer holds: the write waits for the reader, which takes it all.
+        let question = Data((0..<40).map { UInt8($0) })
+        async let asked: Void = client.output.write(question)
+        var heard = Data()
+        while heard.count < question.count {
+            let count = try await server.input.read(into: scratch)
+            XCTAssertGreaterThan(count, 0)
+            heard.append(contentsOf: scratch.prefix(count))
+        }
+        try await asked
+        XCTAssertEqual(heard, question)
+        try await server.output.write(Data("yes".utf8))
+        try await server.finishSending()
+        let answer = try await client.input.read(into: scratch)
+        XCTAssertEqual(answer, 3)
+        XCTAssertEqual(Data(scratch.prefix(3)), Data("yes".utf8))
+        let end = try await client.input.read(into: scratch)
+        XCTAssertEqual(end, 0, "the server's output closed: end of data")
+        XCTAssertNil(client.peerTrust)
+        server.input.close()
+        do {
+            try await client.output.write(Data([1]))
+            XCTFail("a write to a closed input must fail")
+        } catch {
+            XCTAssertEqual(error as? StreamFailure, .readerClosed)
+        }
+    }
     func testCallSiteAsOnMacOS() {
         var input: InputStream?
         var output: OutputStream?
@@ -92,7 +133,7 @@ final class BoundStreamsTests: SalutTestCase {
             XCTAssertEqual(n, -1)
             blocked.fulfill()
         }
-        Thread.sleep(forTimeInterval: 0.05)
+        XCTAssertTrue(eventually(timeout: 5, interval: 0.005) { Self.buffer(of: pair).blockedThreads.writers == 1 })
         pair.input.close()
         wait(for: [blocked], timeout: 5)
         XCTAssertEqual(pair.output.streamStatus, .error)
@@ -112,7 +153,7 @@ final class BoundStreamsTests: SalutTestCase {
             got.fulfill()
         }
         started.wait()
-        Thread.sleep(forTimeInterval: 0.05)
+        XCTAssertTrue(eventually(timeout: 5, interval: 0.005) { Self.buffer(of: pair).blockedThreads.readers == 1 })
         XCTAssertEqual(write(pair.output, [42, 43]), 2)
         wait(for: [got], timeout: 5)
     }
@@ -141,7 +182,8 @@ final class BoundStreamsTests: SalutTestCase {
         XCTAssertEqual(write(pair.output, [1]), 1)
         XCTAssertEqual(log.wait(for: pair.input, count: 2), [.openCompleted, .hasBytesAvailable])
         XCTAssertEqual(write(pair.output, [2]), 1)
-        Thread.sleep(forTimeInterval: 0.1)
+        // Every event the write made due was handed to the scheduler before `write` returned.
+        XCTAssertTrue(eventually(timeout: 5, interval: 0.005) { Self.scheduler(of: pair.input).isQuiet })
         XCTAssertEqual(
             log.events(of: pair.input).filter { $0 == .hasBytesAvailable }.count, 1,
             "no second hasBytesAvailable until the client reads")
@@ -150,7 +192,7 @@ final class BoundStreamsTests: SalutTestCase {
         XCTAssertEqual(bytes(pair.input, max: 1), [2])
         pair.output.close()
         XCTAssertEqual(log.wait(for: pair.input, count: 4).last, .endEncountered)
-        Thread.sleep(forTimeInterval: 0.1)
+        XCTAssertTrue(eventually(timeout: 5, interval: 0.005) { Self.scheduler(of: pair.input).isQuiet })
         XCTAssertEqual(log.events(of: pair.input).filter { $0 == .endEncountered }.count, 1)
 
         // The reader closing is an error for a scheduled writer.

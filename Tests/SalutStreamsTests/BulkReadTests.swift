@@ -31,7 +31,7 @@ final class BulkReadTests: SalutTestCase {
         // Either it parks (10 bytes are too few) or, were the minimum ignored, it has
         // returned the 10 bytes: wait for whichever comes first.
         let reading = UncheckedTask(read)
-        try await waitUntil("the reader parks or returns") { buffer.parkedReaders == 1 || reading.isDone }
+        try await eventually("the reader parks or returns") { buffer.parkedReaders == 1 || reading.isDone }
         try await write(Array(repeating: 2, count: 30), to: pair.output)
         XCTAssertEqual(buffer.parkedReaders, 1, "40 bytes are still below the minimum of 50")
         try await write(Array(repeating: 3, count: 20), to: pair.output)
@@ -51,7 +51,7 @@ final class BulkReadTests: SalutTestCase {
         let read = Self.startRead(pair.input, room: 100, atLeast: 50)
         // Parked with 3 of its 50 bytes: the end must wake it (were it not parked yet, the
         // test would only check the read after the end).
-        try await waitUntil("the reader parks") { buffer.parkedReaders == 1 }
+        try await eventually("the reader parks") { buffer.parkedReaders == 1 }
         pair.output.close()
         let got = try await withDeadline(10, "the read at the end") { try await read.value }
         XCTAssertEqual(got, [7, 8, 9])

@@ -49,11 +49,11 @@ final class ConnectionLimitsTests: SalutTestCase {
         serve(listener, into: outcomes)
         let silent = try RawClient(port: Int(listener.port))
         XCTAssertTrue(silent.waitForClose(seconds: 10), "the silent peer was never cut")
-        try await waitUntil("the server saw the error") { outcomes.all.count == 1 }
+        try await eventually("the server saw the error") { outcomes.all.count == 1 }
         XCTAssertEqual(outcomes.all, [.limitExceeded("the TLS handshake did not finish within 0.3 s")])
         // The listener counts the connection out on its own queue, which may come a moment after
         // the streams heard the error (seen under ThreadSanitizer's slower clock).
-        try await waitUntil("no connection left setting up") { listener.connectionsSettingUp == 0 }
+        try await eventually("no connection left setting up") { listener.connectionsSettingUp == 0 }
     }
 
     func testAPeerThatSendsPartOfAClientHelloAndStopsIsCutToo() async throws {
@@ -116,7 +116,7 @@ final class ConnectionLimitsTests: SalutTestCase {
         let client = try RawClient(port: Int(listener.port))
         client.send(Data("x".utf8))
         XCTAssertTrue(client.waitForClose(seconds: 10))
-        try await waitUntil("the reader saw the error") { failure.all.count == 1 }
+        try await eventually("the reader saw the error") { failure.all.count == 1 }
         XCTAssertEqual(failure.all, [.limitExceeded("idle for 0.3 s")])
     }
 
@@ -130,7 +130,7 @@ final class ConnectionLimitsTests: SalutTestCase {
         let silent = try (0..<40).map { _ in try RawClient(port: Int(listener.port)) }
         // The 32 oldest were cut to make room, the 8 newest wait.
         for client in silent.prefix(32) { XCTAssertTrue(client.waitForClose(seconds: 10)) }
-        try await waitUntil("8 left setting up") { listener.connectionsSettingUp == 8 }
+        try await eventually("8 left setting up") { listener.connectionsSettingUp == 8 }
         let tls = TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256])
         let pair = SocketStreams.pair(toHost: "127.0.0.1", port: Int(listener.port), tls: tls)
         try await withDeadline(10, "a prompt TLS client is served") {
@@ -162,7 +162,7 @@ final class ConnectionLimitsTests: SalutTestCase {
         }
         let early = try (0..<3).map { _ in try RawClient(port: Int(listener.port), from: "127.0.0.1") }
         let neighbour = try RawClient(port: Int(listener.port), from: "127.0.0.2")
-        try await waitUntil("4 setting up") { listener.connectionsSettingUp == 4 }
+        try await eventually("4 setting up") { listener.connectionsSettingUp == 4 }
         // Twenty more from the flooding address: each cuts one of its own.
         let flood = try (0..<20).map { _ in try RawClient(port: Int(listener.port), from: "127.0.0.1") }
         for client in early { XCTAssertTrue(client.waitForClose(seconds: 10), "the flooder's oldest were cut") }
@@ -211,12 +211,5 @@ final class ConnectionLimitsTests: SalutTestCase {
             tls: TLSConfiguration(validatesCertificateChain: false))
         let error = await openError(pair)
         XCTAssertEqual(error, .limitExceeded("the TLS handshake did not finish within 10 s"))
-    }
-}
-
-/// Polls `condition` every 10 ms until it holds; fails after `seconds`.
-func waitUntil(_ what: String, seconds: Double = 10, _ condition: @escaping @Sendable () -> Bool) async throws {
-    try await withDeadline(seconds, what) {
-        while !condition() { try await Task.sleep(nanoseconds: 10_000_000) }
     }
 }

@@ -5,13 +5,13 @@ import Foundation
 /// release build's folder…), so a sanitizer or release run never tests a stale debug binary
 /// left in another build folder.
 public enum BuiltProduct {
+    /// The running test executable (on Linux, the `.xctest` file itself): what a test runs
+    /// again, in another network namespace for example, to run one of its tests there.
+    public static let testBundle: String =
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+
     /// The folder of this run's build products.
-    public static let folder: URL = {
-        // The running test executable (on Linux, the `.xctest` file itself).
-        let running =
-            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        return URL(fileURLWithPath: running).deletingLastPathComponent()
-    }()
+    public static let folder = URL(fileURLWithPath: testBundle).deletingLastPathComponent()
 
     /// The path of the product `name` (`peerxfer`, `netsvc`…) built for this run. A missing
     /// one is a test failure at its first use (the process cannot start), not a silent fallback

@@ -77,3 +77,13 @@ public func eventually(timeout: Double, interval: Double = 0.05, _ condition: ()
         Thread.sleep(forTimeInterval: interval)
     }
 }
+
+/// Checks `condition` every `interval` until it holds, from async code; throws
+/// ``DeadlineExceeded`` naming `what` once `timeout` seconds have passed.
+public func eventually(
+    _ what: String, timeout: Double = 10, interval: Double = 0.01, _ condition: @escaping @Sendable () -> Bool
+) async throws {
+    try await withDeadline(timeout, what) {
+        while !condition() { try await Task.sleep(nanoseconds: UInt64(interval * 1e9)) }
+    }
+}

@@ -288,6 +288,10 @@ final class BoundBuffer: @unchecked Sendable {
     /// Async readers waiting now (for tests: a reader that has parked has seen too few bytes).
     var parkedReaders: Int { lock.withLock { readWaiters.count } }
 
+    /// Threads blocked now in an unscheduled read or write (for tests: a thread counted here
+    /// has found no bytes, or no room, and waits for the other end).
+    var blockedThreads: (readers: Int, writers: Int) { lock.withLock { (blockedReaders, blockedWriters) } }
+
     /// The async readers whose minimum `available` bytes meet, removed from the waiters.
     private func takeReadWaiters(satisfiedBy available: Int) -> [CheckedContinuation<Void, Never>] {
         guard !readWaiters.isEmpty else { return [] }

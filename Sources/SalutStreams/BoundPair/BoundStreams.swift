@@ -376,6 +376,24 @@ public struct BoundStreamPair: @unchecked Sendable {
         self.input = input
         self.output = output
     }
+
+    /// Makes the two ends of a connection held in memory: what one end's output writes, the
+    /// other end's input reads, each way through a buffer of `bufferSize` bytes (at least 1).
+    /// Two programs' halves can talk over it in one process, with no socket and no TLS (what a
+    /// protocol's tests want). Closing an output ends the data the other end reads; closing an
+    /// input makes the other end's writes fail. ``finishSending()`` closes the output and
+    /// returns at once; there is no peer to trust (``peerTrust`` is nil).
+    ///
+    /// ```swift
+    /// let (client, server) = BoundStreamPair.makeConnection(bufferSize: 64 * 1024)
+    /// ```
+    public static func makeConnection(bufferSize: Int) -> (BoundStreamPair, BoundStreamPair) {
+        let there = BoundStreamPair(bufferSize: bufferSize), back = BoundStreamPair(bufferSize: bufferSize)
+        return (
+            BoundStreamPair(input: back.input, output: there.output),
+            BoundStreamPair(input: there.input, output: back.output)
+        )
+    }
 }
 
 /// A weak reference to a stream that can travel into the buffer's callbacks.

@@ -3,7 +3,7 @@ import Logging
 import SalutStreams
 
 extension Receiver {
-    /// One connection's exchange while ``Receiver/run(_:)`` drives it: the state the
+    /// One connection's exchange while ``Receiver/run(_:senderKey:)`` drives it: the state the
     /// ``Receiver/StateMachine``'s actions act on (the files being written, the batch being
     /// published, the free space promised, how the sender is named) and one method per action.
     ///
@@ -71,9 +71,13 @@ extension Receiver {
         private var logger: Logger { receiver.logger }
         private func report(_ event: ReceiveEvent) { receiver.events(event) }
 
-        init(_ receiver: Receiver, on pair: BoundStreamPair, watchdog: ProgressWatchdog) {
+        /// The sender's key as given (see ``Receiver/run(_:senderKey:)``), else nil.
+        private let givenKey: String?
+
+        init(_ receiver: Receiver, on pair: BoundStreamPair, senderKey: String?, watchdog: ProgressWatchdog) {
             self.receiver = receiver
             self.pair = pair
+            givenKey = senderKey
             self.watchdog = watchdog
             machine = StateMachine(hello: receiver.hello, onlyKnownSenders: receiver.policy.takesOnlyKnownSenders)
             reader = FrameReader(pair.input)
@@ -86,7 +90,7 @@ extension Receiver {
         func converse() async {
             do {
                 try await pair.open()
-                senderKey = pair.peerTrust?.publicKeySHA256 ?? ""
+                senderKey = givenKey ?? pair.peerTrust?.publicKeySHA256 ?? ""
                 machine.identified(trusted: receiver.trustedLabel(senderKey) != nil)
                 while true {
                     if pending.isEmpty {

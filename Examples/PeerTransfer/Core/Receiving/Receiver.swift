@@ -154,12 +154,14 @@ struct Receiver {
 
     /// Runs the exchange to its end; never throws (failures are sent to the peer, logged and
     /// reported as events). A thin shell: ``Exchange`` performs the machine's actions.
-    func run(_ pair: BoundStreamPair) async {
+    /// `senderKey`: the sender's key when the streams carry no TLS (the two ends of an
+    /// in-memory connection, whose other end is known); nil: the key its TLS handshake proved.
+    func run(_ pair: BoundStreamPair, senderKey: String? = nil) async {
         // Until the hello, the shorter bound: a connection that says nothing holds nothing long.
         let watchdog = ProgressWatchdog(bound: min(helloBound, idleBound))
         let watching = Task { await watchdog.watch(pair, what: "from the sender") }
         defer { watching.cancel() }
-        let exchange = Exchange(self, on: pair, watchdog: watchdog)
+        let exchange = Exchange(self, on: pair, senderKey: senderKey, watchdog: watchdog)
         defer { exchange.release() }
         await exchange.converse()
         await exchange.settle()

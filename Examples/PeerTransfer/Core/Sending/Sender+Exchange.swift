@@ -1,0 +1,247 @@
+import Foundation
+import Salut
+
+extension Sender {
+    /// Offers `plan` over `pair`, an open connection to the receiver `name` (whose key was
+    /// judged), and sends what it accepts; a receiver silent for longer than its bound is
+    /// left. The part of ``send(_:to:events:)`` after the connection is made (in-process
+    /// tests drive it over a connection in memory).
+    /// - Throws: ``PeerTransferError``: what the receiver refused (`declined`, `trust`, …) as it
+    ///   said it, a failed connection as `runtime` naming `name`.
+    func transfer(
+        _ plan: TransferPlan, over pair: BoundStreamPair, to name: String,
+        events: @escaping @Sendable (SendEvent) -> Void
+    ) async throws -> SendReport {
+        let watchdog = ProgressWatchdog(bound: Self.answerWait)
+        let watching = Task { await watchdog.watch(pair, what: "from the receiver") }
+        defer { watching.cancel() }
+        let answered = Locked(false)
+        let (stopper, cancellationMeans) = (self.stopper ?? SendStopper(), self.cancellationMeans)
+        stopper.connected(pair)
+        do {
+            return try await withTaskCancellationHandler {
+                // Not cancelled with the caller: a cancellation stops the send through the
+                // stopper, between two frames, so that the receiver is told why (a write cut
+                // by the cancellation could leave half a frame, after which nothing can be said).
+                try await Task { [self] in
+                    try await exchange(
+                        plan, over: pair, watchdog: watchdog, stopper: stopper,
+                        events: { event in
+                            if case .answered = event { answered.withLock { $0 = true } }
+                            events(event)
+                        })
+                }.value
+            } onCancel: {
+                stopper.stop(cancellationMeans())
+            }
+        } catch  where stopper.reason != nil {
+            // The reason goes out before the connection is closed, and the receiver closes
+            // first (a close with its bytes unread would reset the connection, and a reset can
+            // lose what it has not read yet): the stopper's grace bounds both waits.
+            _ = await onThreadOfItsOwn {
+                stopper.waitUntilTold(seconds: Double(SendStopper.grace.components.seconds) + 1)
+            }
+            await Self.readToTheEnd(pair.input)
+            throw Self.stopped(stopper.reason!, name: name, told: stopper.toldTheReceiver)
+        } catch let error as PeerTransferError {
+            throw error
+        } catch let error as SocketStreamError where watchdog.expired != nil && !answered.value {
+            // Silent from the offer on: nobody there said yes or no.
+            throw PeerTransferError.noAnswer(
+                "\"\(Terminal.escape(name))\" did not answer the offer within \(Wording.duration(Double(Self.answerWait.components.seconds))) (\(error))"
+            )
+        } catch let error as SocketStreamError {
+            throw PeerTransferError.runtime(
+                "the connection to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
+        } catch {
+            throw PeerTransferError.runtime(
+                "the transfer to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
+        }
+    }
+
+    /// Reads `input` until its end or its failure (the stopper resets the connection by its
+    /// deadline, which ends this).
+    private static func readToTheEnd(_ input: InputStream) async {
+        let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: 16 * 1024, alignment: 16)
+        defer { scratch.deallocate() }
+        while let count = try? await input.read(into: scratch), count > 0 {}
+    }
+
+    /// The error of a send stopped for `reason`, for the person who stopped it; `told`: whether
+    /// the receiver was told.
+    static func stopped(_ reason: SendStop, name: String, told: Bool) -> PeerTransferError {
+        let receiver = "\"\(Terminal.escape(name))\""
+        switch (reason, told) {
+        case (.cancelled, true):
+            return .cancelled("cancelled; \(receiver) was told, and removes what it received of this send")
+        case (.cancelled, false):
+            return .cancelled(
+                "cancelled; \(receiver) could not be told, and keeps what it received of this send until its daemon clears part files no one came back for"
+            )
+        case (.interrupted, true):
+            return .interrupted("stopped; \(receiver) keeps what it received, and the same send resumes from there")
+        case (.interrupted, false):
+            return .interrupted(
+                "stopped (\(receiver) could not be told); the same send resumes from what it received")
+        }
+    }
+
+    /// The conversation over an open connection, in the protocol's order: hellos, the offer
+    /// and its answer, then the accepted files sent by one task while another reads the
+    /// receiver's verdicts (checked by a ``VerdictStateMachine``), and the report.
+    private func exchange(
+        _ plan: TransferPlan, over pair: BoundStreamPair, watchdog: ProgressWatchdog, stopper: SendStopper,
+        events: @escaping @Sendable (SendEvent) -> Void
+    ) async throws -> SendReport {
+        var reader = FrameReader(pair.input)
+        try await greet(reading: &reader, output: pair.output, stopper: stopper)
+        let answer = try await offer(plan, reading: &reader, output: pair.output, stopper: stopper)
+        watchdog.touch(bound: idleBound)
+        let outgoing = await whatToSend(plan, answer: answer, watchdog: watchdog)
+        let tally = Tally(plan.manifest.entries, answer: answer, outgoing: outgoing)
+        events(
+            .answered(
+                accepted: tally.accepted.count, acceptedFiles: tally.acceptedFiles, declined: tally.declined.count,
+                alreadyThere: tally.alreadyThere, bytesToSend: tally.bytesToSend,
+                reason: answer.reason.map(Terminal.escapePeerText)))
+        let verdicts = Locked(VerdictStateMachine(entries: plan.manifest.entries, accepted: tally.accepted))
+        let results = readVerdicts(from: reader, into: verdicts, pair: pair, watchdog: watchdog, events: events)
+        let files = FileSender(
+            plan, output: pair.output, stopper: stopper, watchdog: watchdog, verdicts: verdicts,
+            total: tally.bytesToSend, events: events)
+        do {
+            defer { files.release() }
+            for item in outgoing { try await files.send(item) }
+            try await stopper.write(Frame.message(.done, Done()).encoded, to: pair.output, last: true)
+            // Nothing more to send: our end of the data (close_notify, then FIN) goes out
+            // behind the done message, and the receiver's verdicts still come in. Whether it
+            // all arrived, only the receiver's summary tells (a receiver that has everything
+            // may answer and close before our half-close).
+            try? await pair.finishSending()
+        } catch {
+            // The receiver's reason, when it sent one, says more than our broken write.
+            results.cancel()
+            if case .failure(let receiverError as PeerTransferError) = await results.result { throw receiverError }
+            throw error
+        }
+        let (verified, failed) = try await results.value
+        return SendReport(
+            verified: verified, failed: failed, declined: tally.declined, bytesSent: files.sent,
+            bytesSkipped: tally.bytesSkipped, declineCode: tally.declined.isEmpty ? nil : answer.cause)
+    }
+
+    /// Says hello and checks the receiver's: it must speak this protocol version.
+    private func greet(reading reader: inout FrameReader, output: OutputStream, stopper: SendStopper) async throws {
+        let hello = Hello(
+            protocolVersion: TransferLimits.protocolVersion, device: configuration.deviceID, name: displayName)
+        try await stopper.write(Frame.message(.hello, hello).encoded, to: output)
+        let peerHello = try await Self.expect(.hello, Hello.self, from: &reader)
+        guard peerHello.protocolVersion == TransferLimits.protocolVersion else {
+            throw PeerTransferError.protocolViolation(
+                "the receiver speaks protocol \(peerHello.protocolVersion), not \(TransferLimits.protocolVersion)")
+        }
+    }
+
+    /// Offers the plan's manifest; the receiver's answer (a refusal becomes its error).
+    private func offer(
+        _ plan: TransferPlan, reading reader: inout FrameReader, output: OutputStream, stopper: SendStopper
+    ) async throws -> Answer {
+        try await stopper.write(Frame.message(.manifest, plan.manifest).encoded, to: output)
+        return try await Self.expect(.answer, Answer.self, from: &reader)
+    }
+
+    /// What to send of each accepted file, found on a thread of its own (it hashes what the
+    /// receiver already has: part files to resume, files already in its inbox). That may take
+    /// a while before the first frame: the receiver allows for it (see
+    /// `TransferLimits.hashingAllowance`), and so does this side.
+    private func whatToSend(_ plan: TransferPlan, answer: Answer, watchdog: ProgressWatchdog) async -> [Outgoing] {
+        watchdog.touch(
+            bound: idleBound
+                + TransferLimits.hashingAllowance(
+                    for: answer, chunkSize: plan.manifest.chunkSize, sizes: plan.manifest.entries.map(\.size)))
+        let outgoing = await onThreadOfItsOwn { Self.outgoing(plan, answer: answer) }
+        watchdog.touch(bound: idleBound)
+        return outgoing
+    }
+
+    /// What the answer means for this send, counted.
+    private struct Tally {
+        /// The entries accepted (files and folders).
+        var accepted: Set<Int>
+        /// How many of them are files.
+        var acceptedFiles: Int
+        /// The paths declined.
+        var declined: [String]
+        /// Files the receiver holds already.
+        var alreadyThere: Int
+        /// File bytes not sent: the receiver has them (resumed, or already there).
+        var bytesSkipped: UInt64
+        /// File bytes this run sends.
+        var bytesToSend: UInt64
+
+        init(_ entries: [ManifestEntry], answer: Answer, outgoing: [Outgoing]) {
+            let accepted = Set(answer.accepted.map(\.index).filter { entries.indices.contains($0) })
+            self.accepted = accepted
+            acceptedFiles = accepted.filter { entries[$0].kind == .file }.count
+            declined = entries.indices.filter { !accepted.contains($0) }.map { entries[$0].path }
+            alreadyThere = outgoing.filter { $0.unchanged != nil }.count
+            bytesSkipped = outgoing.reduce(0) { $0 + ($1.unchanged != nil ? entries[$1.index].size : $1.offset) }
+            bytesToSend = outgoing.reduce(0) { $0 + ($1.unchanged != nil ? 0 : entries[$1.index].size - $1.offset) }
+        }
+    }
+
+    /// Reads the receiver's verdicts while the files go out, on a task of its own: what it
+    /// verified and what failed, once it summed up. A receiver that fails the transfer, or
+    /// breaks the protocol, is sent nothing more: the connection is reset, which ends the
+    /// sending at once, and the task's error is what the send reports.
+    private func readVerdicts(
+        from reader: FrameReader, into verdicts: Locked<VerdictStateMachine>, pair: BoundStreamPair,
+        watchdog: ProgressWatchdog, events: @escaping @Sendable (SendEvent) -> Void
+    ) -> Task<(verified: Int, failed: [String]), any Error> {
+        Task {
+            var reader = reader
+            do {
+                while true {
+                    let frame = try await reader.next()
+                    if frame != nil { watchdog.touch() }
+                    let action = verdicts.withLock { machine in
+                        frame.map { machine.received($0) } ?? machine.connectionEnded()
+                    }
+                    switch action {
+                    case .verified(let index, let path, let storedAs):
+                        // (Escaped where it is shown, as the path is.)
+                        events(.fileVerified(index: index, path: path, storedAs: storedAs))
+                    case .failed(let index, let path, let reason):
+                        events(.fileFailed(index: index, path: path, reason: reason))
+                    case .summarized(let verified, let failed):
+                        return (verified, failed)
+                    case .fail(let error):
+                        throw error
+                    }
+                }
+            } catch is CancellationError {
+                throw CancellationError()  // the sending ended first (and says why)
+            } catch {
+                pair.reset()
+                throw error
+            }
+        }
+    }
+
+    /// Reads the next frame, which must be `kind` (a failure frame becomes its error).
+    static func expect<M: Decodable>(
+        _ kind: Frame.Kind, _ type: M.Type, from reader: inout FrameReader
+    ) async throws -> M {
+        guard let frame = try await reader.next() else {
+            throw PeerTransferError.runtime("the receiver closed the connection (waiting for its \(kind))")
+        }
+        if frame.kind == .failure {
+            let failure = try frame.decode(Failure.self)
+            throw PeerTransferError.fromWire(code: failure.code, message: failure.message)
+        }
+        guard frame.kind == kind else {
+            throw PeerTransferError.protocolViolation("the receiver sent \(frame.kind) where \(kind) was due")
+        }
+        return try frame.decode(type)
+    }
+}

@@ -1,0 +1,178 @@
+import Foundation
+import Salut
+import XCTest
+@testable import PeerTransferCore
+
+/// The protocol's refusals, failed verdicts and lies, in this process over a connection in
+/// memory: a real sender facing a real receiver or a scripted one, a real receiver facing raw
+/// frames. What each end says, and that nothing lands that should not.
+final class ConversationRefusalTests: XCTestCase {
+    private let chunk = TransferLimits.chunkSize
+
+    private static func hello(version: Int = TransferLimits.protocolVersion) -> Frame {
+        Frame.message(.hello, Hello(protocolVersion: version, device: "scripted", name: "Scripted"))
+    }
+
+    private static func manifest(_ entries: [ManifestEntry]) -> Frame {
+        Frame.message(.manifest, Manifest(chunkSize: TransferLimits.chunkSize, entries: entries))
+    }
+
+    private static func file(_ path: String, size: UInt64) -> ManifestEntry {
+        ManifestEntry(path: path, kind: .file, size: size, mode: 0o644, modified: 0)
+    }
+
+    /// Reads the sender's frames up to (and with) the first of `kind`.
+    private static func read(
+        upTo kind: Frame.Kind, from reader: inout FrameReader
+    ) async throws -> [Frame] {
+        var frames: [Frame] = []
+        while let frame = try await reader.next() {
+            frames.append(frame)
+            if frame.kind == kind { return frames }
+        }
+        throw PeerTransferError.runtime("the sender ended before its \(kind)")
+    }
+
+    /// Says hello back and answers the offer, accepting `accepted`.
+    private static func greetAndAccept(
+        _ accepted: [Int], reader: inout FrameReader, output: OutputStream
+    ) async throws {
+        _ = try await read(upTo: .hello, from: &reader)
+        try await output.write(hello().encoded)
+        _ = try await read(upTo: .manifest, from: &reader)
+        let answer = Answer(accepted: accepted.map { Answer.Entry(index: $0) })
+        try await output.write(Frame.message(.answer, answer).encoded)
+    }
+
+    // MARK: - Failed verdicts
+
+    /// A file that grows while it is sent is withdrawn: it fails alone on both ends, with the
+    /// reason, the other file arrives verified, and nothing of the changed one is kept.
+    func testAFileChangedWhileItIsSentFailsAloneOnBothEnds() async throws {
+        let talk = try Conversation()
+        let grown = try talk.makeFile("grows.bin", size: 6 * chunk)
+        try talk.makeFile("stays.txt", size: 100, seed: 3)
+        let once = Locked(false)
+        talk.whileSending = { sent in
+            guard sent >= 1 << 20, !once.exchange(true) else { return }
+            let handle = FileHandle(forWritingAtPath: grown)!
+            handle.seekToEndOfFile()
+            handle.write(Data("more".utf8))
+            handle.closeFile()
+        }
+        let outcome = try await talk.send(["grows.bin", "stays.txt"])
+        let report = try outcome.sent.get()
+        XCTAssertEqual(report.verified, 1)
+        XCTAssertEqual(report.failed.count, 1, "\(report.failed)")
+        XCTAssertTrue(
+            report.failed[0].hasPrefix("grows.bin: the file changed while the sender read it"), "\(report.failed)")
+        XCTAssertEqual(talk.received("stays.txt"), talk.original("stays.txt"))
+        XCTAssertEqual(talk.inboxListing(), ["stays.txt"], "nothing of the changed file is kept")
+        XCTAssertTrue(
+            outcome.received.contains {
+                if case .fileFailed(_, let path, let reason) = $0 {
+                    return path == "grows.bin" && reason.contains("withdrew")
+                }
+                return false
+            }, "\(outcome.received)")
+        XCTAssertTrue(outcome.log.contains { $0.contains("complete: 1 verified, 1 failed") }, "\(outcome.log)")
+    }
+
+    // MARK: - Refusals
+
+    /// A receiver of another protocol version is left after its hello: nothing is offered.
+    func testAReceiverOfAnotherVersionIsLeftBeforeTheOffer() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("a.txt", size: 10)
+        let offered = Locked(false)
+        let (_, sent) = try await talk.sendToScripted(["a.txt"]) { reader, output in
+            _ = try await Self.read(upTo: .hello, from: &reader)
+            try await output.write(Self.hello(version: 99).encoded)
+            if let frame = try? await reader.next(), frame.kind == .manifest { offered.withLock { $0 = true } }
+        }
+        guard case .failure(let error) = sent else { return XCTFail("the send succeeded") }
+        XCTAssertEqual(error.wireCode, "protocol")
+        XCTAssertTrue(error.message.contains("speaks protocol 99"), error.message)
+        XCTAssertFalse(offered.value, "nothing is offered to a receiver of another version")
+    }
+
+    /// A sender of another protocol version, a path that leaves the inbox, and an offer larger
+    /// than the inbox's free space are each refused by the receiver, with its reason, and
+    /// nothing lands.
+    func testTheReceiverRefusesAnotherVersionAnUnsafePathAndAnOfferItHasNoRoomFor() async throws {
+        let cases: [(frames: [Frame], outcome: String, words: String)] = [
+            ([Self.hello(version: 99)], "protocol", "version 99"),
+            ([Self.hello(), Self.manifest([Self.file("../escape.txt", size: 10)])], "path", "\"..\" component"),
+            ([Self.hello(), Self.manifest([Self.file("/etc/escape.txt", size: 10)])], "path", "is absolute"),
+            (
+                [Self.hello(), Self.manifest([Self.file("huge.bin", size: TransferLimits.maximumFileSize)])],
+                "space", "bytes free"
+            ),
+        ]
+        for (frames, outcome, words) in cases {
+            let talk = try Conversation()
+            let result = try await talk.offerRaw(frames)
+            let error = try XCTUnwrap(result.receiverError, "\(words): \(result.log)")
+            XCTAssertEqual(error.wireCode, outcome, "\(words): \(error.message)")
+            XCTAssertTrue(error.message.contains(words), error.message)
+            XCTAssertEqual(talk.inboxListing(), [], words)
+        }
+    }
+
+    // MARK: - A receiver that lies
+
+    /// A verdict on a file whose end was not sent yet is a lie: the send ends at it, with the
+    /// reason, and the lie is never reported as a verified file.
+    func testAVerdictBeforeTheFilesEndIsALieThatEndsTheSend() async throws {
+        let talk = try Conversation()
+        // Far more than the connection holds: its end cannot have been sent when the lie comes.
+        try talk.makeFile("big.bin", size: 16 * chunk)
+        let (events, sent) = try await talk.sendToScripted(["big.bin"]) { reader, output in
+            try await Self.greetAndAccept([0], reader: &reader, output: output)
+            let lie = FileResult(index: 0, verified: true, storedAs: "big.bin", error: nil)
+            try await output.write(Frame.message(.fileResult, lie).encoded)
+        }
+        guard case .failure(let error) = sent else { return XCTFail("the send succeeded") }
+        XCTAssertEqual(error.wireCode, "protocol")
+        XCTAssertTrue(error.message.contains("whose end was not sent yet"), error.message)
+        XCTAssertFalse(
+            events.contains { if case .fileVerified = $0 { return true } else { return false } },
+            "a lie is not a verified file: \(events)")
+    }
+
+    /// A summary that leaves out an accepted file is no proof it arrived: that file counts as
+    /// failed, the one the receiver vouched for as verified.
+    func testASummaryThatSkipsAFileCountsItFailed() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("one.txt", size: 10)
+        try talk.makeFile("two.txt", size: 10, seed: 2)
+        let (events, sent) = try await talk.sendToScripted(["one.txt", "two.txt"]) { reader, output in
+            try await Self.greetAndAccept([0, 1], reader: &reader, output: output)
+            _ = try await Self.read(upTo: .done, from: &reader)
+            let result = FileResult(index: 0, verified: true, storedAs: "one.txt", error: nil)
+            try await output.write(Frame.message(.fileResult, result).encoded)
+            try await output.write(Frame.message(.summary, Summary(verified: 2, failed: 0)).encoded)
+        }
+        let report = try sent.get()
+        XCTAssertEqual(report.verified, 1)
+        XCTAssertEqual(
+            report.failed, ["1 accepted file(s): the receiver ended without saying they were verified"])
+        XCTAssertEqual(events.filter { if case .fileVerified = $0 { return true } else { return false } }.count, 1)
+    }
+
+    /// A receiver that fails the transfer in the middle is heard: its reason, not the broken
+    /// write the sender was in, is what the send reports.
+    func testAReceiversFailureInTheMiddleIsWhatTheSendReports() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("big.bin", size: 16 * chunk)
+        let (_, sent) = try await talk.sendToScripted(["big.bin"]) { reader, output in
+            try await Self.greetAndAccept([0], reader: &reader, output: output)
+            _ = try await Self.read(upTo: .chunk, from: &reader)
+            let failure = Failure(code: "space", message: "the disk filled up")
+            try await output.write(Frame.message(.failure, failure).encoded)
+        }
+        guard case .failure(let error) = sent else { return XCTFail("the send succeeded") }
+        XCTAssertEqual(error.wireCode, "space")
+        XCTAssertEqual(error.message, "the receiver says: the disk filled up")
+    }
+}
