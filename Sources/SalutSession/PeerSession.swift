@@ -32,7 +32,7 @@ open class PeerSession: NSObject, @unchecked Sendable {
         set { lock.withLock { description_ = newValue } }
     }
 
-    let slots: HostSlots
+    let slots: AsyncSlots
     let trustStore: TrustStore
     let discoveryContext: DiscoveryContext
     /// Resolves host names (`.local` ones through the avahi-daemon).
@@ -107,7 +107,7 @@ open class PeerSession: NSObject, @unchecked Sendable {
             queue.name = "salut.session.delegate"
             self.delegateQueue = queue
         }
-        slots = HostSlots(limit: configuration.maximumConnectionsPerHost)
+        slots = AsyncSlots(limit: configuration.maximumConnectionsPerHost)
         trustStore = TrustStore(file: configuration.isEphemeral ? nil : configuration.trustStoreURL)
         discoveryContext = context
         resolver = context.addressResolver

@@ -14,7 +14,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
 
             On start the gateway reads what the zone holds under its label and, once the link has had --settle seconds to show its services, removes those that left while it was not running. A server that does not answer is tried again, waiting twice as long each time (at most a minute); a key or zone the server refuses ends the gateway (exit 1). SIGINT, SIGTERM or SIGHUP stop it; the zone keeps what it mirrored (the next start reconciles it).
 
-            Its status (how many services of this link the zone holds, how many wait for a place, what it announces from each other label, and the last error) is printed on SIGUSR1 (`kill -USR1 PID`, or `systemctl kill -s USR1 netsvc-gateway` for the unit), and with --json written as a "status" line whenever it changes (at most once a second).
+            Its status (how many services of this link the zone holds, how many wait for a place, what it announces from each other label, and the last error) is printed to standard output on SIGUSR1 (`kill -USR1 PID`; under a systemd unit, `systemctl kill -s USR1 --kill-whom=main netsvc-gateway`, and the line is in `journalctl -u netsvc-gateway`), and with --json written as a "status" line whenever it changes (at most once a second).
 
             Exit codes: 0 stopped by a signal, 1 the server refused the updates or could not be found, 2 bad arguments (a label that is not a DNS label, a type that is not _name._tcp or _name._udp, a key file that cannot be read), 3 avahi-daemon unavailable.
 
@@ -37,7 +37,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
 
     @Option(
         help: ArgumentHelp(
-            "This link's label: its services go under LABEL.ZONE. Every link's gateway needs a label of its own (two gateways under one label overwrite each other's services). Default: this host's mDNS name, said at start.",
+            "This link's label: its services go under LABEL.ZONE. Every link's gateway needs a label of its own (two gateways under one label overwrite each other's services). Default: this host's mDNS name (its first line, \"mirroring this link into LABEL.ZONE\", says which).",
             valueName: "LABEL"))
     var linkLabel: String?
 
@@ -48,7 +48,10 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
             valueName: "TYPES"))
     var types: [String] = []
 
-    @Flag(help: "Every service type on the link (the default when --types is not given).")
+    @Flag(
+        help:
+            "Every service type on the link. This is the default; the flag only says so explicitly (it cannot go with --types)."
+    )
     var allTypes = false
 
     @Option(

@@ -15,11 +15,11 @@ final class LabDiscoveryTests: XCTestCase {
             publisher.waitForOutput(containing: "Established", seconds: 10),
             "avahi-publish on h1 did not establish its service")
         var lines: [String] = []
-        let deadline = Date().addingTimeInterval(15)
-        repeat {
+        try eventually(timeout: 15, interval: 0) {
             let out = try h2.run(["avahi-browse", "-rpt", "_salutprobe._tcp"])
             lines = out.split(separator: "\n").map(String.init).filter { $0.hasPrefix("=;") }
-        } while lines.count < 2 && Date() < deadline
+            return lines.count >= 2
+        }
         let v4 = lines.first { $0.contains(";IPv4;") }
         let v6 = lines.first { $0.contains(";IPv6;") }
         XCTAssertNotNil(v4, "no IPv4 resolution in \(lines)")
@@ -50,11 +50,11 @@ extension LabDiscoveryTests {
         XCTAssertEqual(adds.count, 1, "one service, seen over IPv4 and IPv6, is reported once: \(browse)")
 
         var resolved: [String: Any] = [:]
-        let deadline = Date().addingTimeInterval(15)
-        repeat {
+        try eventually(timeout: 15, interval: 0) {
             let out = try h2.run([Self.netsvc, "resolve", "Across", "_salutlab._tcp", "--json"], timeout: 20)
             resolved = (try? JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any]) ?? [:]
-        } while ((resolved["addresses"] as? [String])?.count ?? 0) < 2 && Date() < deadline
+            return ((resolved["addresses"] as? [String])?.count ?? 0) >= 2
+        }
         let addresses = resolved["addresses"] as? [String] ?? []
         XCTAssertEqual(resolved["port"] as? Int, 6006)
         XCTAssertEqual(resolved["host"] as? String, "salut-h1.local")

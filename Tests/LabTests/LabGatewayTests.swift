@@ -50,8 +50,10 @@ final class LabGatewayTests: XCTestCase {
         _ type: String, in domain: String, seconds: TimeInterval = 20, until condition: (String) -> Bool
     ) throws -> String {
         var seen = ""
-        let deadline = Date().addingTimeInterval(seconds)
-        repeat { seen = try browseFromB(type, in: domain) } while !condition(seen) && Date() < deadline
+        try eventually(timeout: seconds, interval: 0) {
+            seen = try browseFromB(type, in: domain)
+            return condition(seen)
+        }
         return seen
     }
 
@@ -412,12 +414,12 @@ final class LabGatewayTests: XCTestCase {
 
         // Plain mDNS on B finds it, on A's host under the label, at A's routed address.
         var line: String?
-        let deadline = Date().addingTimeInterval(20)
-        repeat {
+        try eventually(timeout: 20, interval: 0) {
             line = try b1.run(["avahi-browse", "-rpt", type]).split(separator: "\n").map(String.init).first {
                 $0.hasPrefix("=;") && $0.contains("Far\\032Printer") && $0.contains(";198.18.1.10;")
             }
-        } while line == nil && Date() < deadline
+            return line != nil
+        }
         let fields = try XCTUnwrap(line, "B's mDNS never showed A's service").split(
             separator: ";", omittingEmptySubsequences: false)
         XCTAssertEqual(fields[6], Substring("salut-a1.\(labelA).local"))

@@ -142,13 +142,13 @@ final class LabWideAreaTests: XCTestCase {
         XCTAssertEqual(kill(publisher.process.processIdentifier, SIGHUP), 0)
         XCTAssertTrue(publisher.waitForOutput(containing: "changed", seconds: 10), publisher.output)
         var seen = ""
-        let deadline = Date().addingTimeInterval(15)
-        repeat {
+        try eventually(timeout: 15, interval: 0) {
             seen = try b1.run([
                 Self.netsvc, "browse", type, "--domain", "home.arpa", "--dns-server", "198.18.2.1",
                 "--resolve", "--terminate", "--json",
             ])
-        } while !seen.contains(#""state":"printing""#) && Date() < deadline
+            return seen.contains(#""state":"printing""#)
+        }
         XCTAssertTrue(seen.contains(#""txt":{"state":"printing"}"#), "the change reached subnet B: \(seen)")
 
         // Withdrawn on A: gone for B, and the zone keeps only the host's address.
@@ -316,12 +316,7 @@ private final class BrowserHeard: NSObject, NetServiceBrowserDelegate, @unchecke
 
     /// Waits (at most 30 s) until `predicate` holds for what was heard.
     func wait(until predicate: (Snapshot) -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(30)
-        while Date() < deadline {
-            if predicate(snapshot) { return true }
-            usleep(20_000)
-        }
-        return predicate(snapshot)
+        eventually(timeout: 30, interval: 0.02) { predicate(snapshot) }
     }
 }
 

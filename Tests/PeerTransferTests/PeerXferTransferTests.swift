@@ -245,8 +245,11 @@ final class PeerXferTransferTests: XCTestCase {
             terminal.process.terminationStatus, 143,
             "script(1) says 128 + the signal that ended its command: \(terminal.output)")
         // The progress line is erased first, so the message starts a clean line: right after the
-        // erase, or after a line of its own (the send's own "stopped" may come first: the signal's
-        // message waits until the receiver was told).
+        // erase, or after a line of its own. Said once: the send's own "stopped" error is left
+        // to the signal's message.
+        XCTAssertFalse(
+            terminal.output.contains("the same send resumes from there"),
+            "the stop is said twice: \(terminal.output.debugDescription)")
         let message = "stopped by SIGTERM; the receiver was told and keeps what it received: run the same command again"
         let before = terminal.output.range(of: message).map { terminal.output[..<$0.lowerBound] }
         XCTAssertNotNil(before, terminal.output.debugDescription)

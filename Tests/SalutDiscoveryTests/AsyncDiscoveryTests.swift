@@ -187,12 +187,12 @@ final class AsyncDiscoveryTests: XCTestCase {
             name: "Ours Here", type: type, port: 1357, txtRecord: try TXTRecord(["a": "b"]))
         _ = ad
         var line: String?
-        let deadline = Date().addingTimeInterval(10)
-        while line == nil && Date() < deadline {
+        try eventually(timeout: 10, interval: 0) {
             let out = try Foreign(["avahi-browse", "-rpt", type]).finish()
             line = out.split(separator: "\n").map(String.init).first {
                 $0.hasPrefix("=;") && $0.contains("Ours\\032Here")
             }
+            return line != nil
         }
         let fields = try XCTUnwrap(line, "avahi-browse never resolved our service").split(
             separator: ";", omittingEmptySubsequences: false)
@@ -252,10 +252,10 @@ extension AsyncDiscoveryTests {
         XCTAssertTrue(before.contains("Short\\032Lived"), before)
         await ad.withdraw()
         var after = ""
-        let deadline = Date().addingTimeInterval(5)
-        repeat {
+        try eventually(timeout: 5, interval: 0) {
             after = try Foreign(["avahi-browse", "-pt", type]).finish()
-        } while after.contains("Short\\032Lived") && Date() < deadline
+            return !after.contains("Short\\032Lived")
+        }
         XCTAssertFalse(after.contains("Short\\032Lived"), "still listed 5 s after withdraw: \(after)")
     }
 }
@@ -270,12 +270,12 @@ extension AsyncDiscoveryTests {
         let host = try await HostAdvertisement.publish(hostName: hostName, addresses: ["198.18.1.10"])
         let ad = try await ServiceAdvertisement.publish(name: "Far Printer", type: type, port: 631, host: host.hostName)
         var line: String?
-        let deadline = Date().addingTimeInterval(10)
-        while line == nil && Date() < deadline {
+        try eventually(timeout: 10, interval: 0) {
             let out = try Foreign(["avahi-browse", "-rpt", type]).finish()
             line = out.split(separator: "\n").map(String.init).first {
                 $0.hasPrefix("=;") && $0.contains("Far\\032Printer")
             }
+            return line != nil
         }
         let fields = try XCTUnwrap(line, "avahi-browse never resolved it").split(
             separator: ";", omittingEmptySubsequences: false)

@@ -16,8 +16,7 @@ final class DaemonRestartTests: XCTestCase {
         process.executableURL = Self.root.appendingPathComponent("Scripts/avahi-sandbox")
         process.arguments = ["restart-daemon"]
         try process.run()
-        let deadline = Date().addingTimeInterval(30)
-        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        eventually(timeout: 30, interval: 0.05) { !process.isRunning }
         XCTAssertFalse(process.isRunning)
         XCTAssertEqual(process.terminationStatus, 0, "avahi-sandbox restart-daemon failed")
     }
@@ -86,10 +85,7 @@ final class DaemonRestartTests: XCTestCase {
         XCTAssertTrue(browser.waitForOutput(containing: "+ Stayer", seconds: 10), browser.output)
         try Self.restartDaemon()
         XCTAssertTrue(browser.waitForOutput(containing: "- Stayer", seconds: 20), browser.output)
-        let deadline = Date().addingTimeInterval(20)
-        while browser.output.components(separatedBy: "+ Stayer").count < 3 && Date() < deadline {
-            Thread.sleep(forTimeInterval: 0.05)
-        }
+        eventually(timeout: 20, interval: 0.05) { browser.output.components(separatedBy: "+ Stayer").count >= 3 }
         XCTAssertEqual(
             browser.output.components(separatedBy: "+ Stayer").count, 3,
             "seen again after the restart: \(browser.output)")

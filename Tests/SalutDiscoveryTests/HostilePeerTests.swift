@@ -255,16 +255,11 @@ final class HostilePeerTests: XCTestCase {
         _ server: Server, to baseline: Usage, _ what: String, memoryAllowance: Int = 24 * 1024,
         file: StaticString = #filePath, line: UInt = #line
     ) throws {
-        let deadline = Date().addingTimeInterval(20)
         var now = try usage(server.pid)
-        while Date() < deadline {
-            if now.descriptors <= baseline.descriptors && now.children == 0 && now.threads <= baseline.threads + 4
-                && now.residentKiB - baseline.residentKiB <= memoryAllowance
-            {
-                break
-            }
-            Thread.sleep(forTimeInterval: 0.1)
+        try eventually(timeout: 20, interval: 0.1) {
             now = try usage(server.pid)
+            return now.descriptors <= baseline.descriptors && now.children == 0
+                && now.threads <= baseline.threads + 4 && now.residentKiB - baseline.residentKiB <= memoryAllowance
         }
         print("HostilePeerTests: \(what): before \(baseline); after \(now)")
         XCTAssertLessThanOrEqual(now.descriptors, baseline.descriptors, "descriptors, \(what)", file: file, line: line)

@@ -138,13 +138,12 @@ final class NetsvcStreamTests: XCTestCase {
         ])
         defer { publisher.stop() }
         let client = try Foreign([netsvc, "connect", "Stubborn", type])
-        let deadline = Date().addingTimeInterval(10)
         var pid: Int32?
-        while pid == nil && Date() < deadline {
+        eventually(timeout: 10, interval: 0.02) {
             pid = (try? String(contentsOfFile: marker, encoding: .utf8)).flatMap {
                 Int32($0.trimmingCharacters(in: .whitespacesAndNewlines))
             }
-            if pid == nil { Thread.sleep(forTimeInterval: 0.02) }
+            return pid != nil
         }
         let child = try XCTUnwrap(pid, "the child never started")
         kill(client.process.processIdentifier, SIGKILL)  // the peer vanishes (its kernel resets the connection)

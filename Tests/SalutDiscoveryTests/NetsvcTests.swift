@@ -109,9 +109,9 @@ final class NetsvcTests: XCTestCase {
         // SIGINT withdraws: a browser sees the service go.
         kill(first.process.processIdentifier, SIGINT)
         var gone = false
-        let deadline = Date().addingTimeInterval(10)
-        while !gone && Date() < deadline {
+        try eventually(timeout: 10, interval: 0) {
             gone = !(try run(["browse", type, "--terminate"]).1.contains("Clash"))
+            return gone
         }
         XCTAssertTrue(gone, "the service is still listed after SIGINT")
     }

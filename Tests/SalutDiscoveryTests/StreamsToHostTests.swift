@@ -99,12 +99,9 @@ final class StreamsToHostTests: XCTestCase {
         let socat = try Foreign(["socat", "TCP6-LISTEN:\(port),bind=[::1],reuseaddr", "EXEC:cat"])
         defer { socat.stop() }
         // Wait (at most 5 s) until socat listens: its port shows in /proc/net/tcp6.
-        let deadline = Date().addingTimeInterval(5)
-        while Date() < deadline,
-            !((try? String(contentsOfFile: "/proc/net/tcp6", encoding: .utf8))?.contains(
-                String(format: ":%04X 00000000000000000000000000000000:0000 0A", port)) ?? false)
-        {
-            Thread.sleep(forTimeInterval: 0.02)
+        eventually(timeout: 5, interval: 0.02) {
+            (try? String(contentsOfFile: "/proc/net/tcp6", encoding: .utf8))?.contains(
+                String(format: ":%04X 00000000000000000000000000000000:0000 0A", port)) ?? false
         }
         var input: InputStream?, output: OutputStream?
         Stream.getStreamsToHost(withName: "::1", port: port, inputStream: &input, outputStream: &output)
@@ -185,11 +182,6 @@ final class SocketEventLog: NSObject, StreamDelegate, @unchecked Sendable {
     }
     var all: [(Stream, Stream.Event)] { lock.lock(); defer { lock.unlock() }; return events }
     func wait(seconds: Double = 5, until predicate: ([(Stream, Stream.Event)]) -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if predicate(all) { return true }
-            Thread.sleep(forTimeInterval: 0.005)
-        }
-        return predicate(all)
+        eventually(timeout: seconds, interval: 0.005) { predicate(all) }
     }
 }

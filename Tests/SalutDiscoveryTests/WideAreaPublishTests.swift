@@ -167,10 +167,8 @@ final class WideAreaPublishTests: SalutTestCase {
         // and the removal after them.
         try ad.updateTXTRecord(try TXTRecord(["v": "2"]))
         try ad.updateTXTRecord(try TXTRecord(["v": "3"]))
-        let deadline = Date().addingTimeInterval(10)
-        while try dig("Kitchen Display._demo._tcp.home.arpa", "TXT") != [#""v=3""#], Date() < deadline {
-            var entry = pollfd(fd: -1, events: 0, revents: 0)
-            _ = poll(&entry, 0, 50)
+        try eventually(timeout: 10, interval: 0.05) {
+            try dig("Kitchen Display._demo._tcp.home.arpa", "TXT") == [#""v=3""#]
         }
         XCTAssertEqual(
             try dig("Kitchen Display._demo._tcp.home.arpa", "TXT"), [#""v=3""#], "the last change wins, alone")
@@ -465,10 +463,8 @@ final class WideAreaPublishTests: SalutTestCase {
         try "state=printing\n".write(toFile: file, atomically: true, encoding: .utf8)
         XCTAssertEqual(kill(publish.process.processIdentifier, SIGHUP), 0)
         XCTAssertTrue(publish.waitForOutput(containing: "changed", seconds: 10), publish.output)
-        let deadline = Date().addingTimeInterval(10)
-        while try dig("Hup._demo._tcp.home.arpa", "TXT") != [#""v=1" "state=printing""#], Date() < deadline {
-            var entry = pollfd(fd: -1, events: 0, revents: 0)
-            _ = poll(&entry, 0, 50)
+        try eventually(timeout: 10, interval: 0.05) {
+            try dig("Hup._demo._tcp.home.arpa", "TXT") == [#""v=1" "state=printing""#]
         }
         XCTAssertEqual(try dig("Hup._demo._tcp.home.arpa", "TXT"), [#""v=1" "state=printing""#])
         // A bad line is named by its number; the record stays as it was.

@@ -89,8 +89,7 @@ final class ConnectionReleaseTests: SalutTestCase {
         }
         XCTAssertTrue(known)
         let clientPort = UInt16(bigEndian: client.sin_port)
-        let deadline = Date().addingTimeInterval(10)
-        while holdsSocket(boundTo: clientPort) && Date() < deadline { usleep(10_000) }
+        eventually(timeout: 10, interval: 0.01) { !holdsSocket(boundTo: clientPort) }
         XCTAssertFalse(holdsSocket(boundTo: clientPort), "the client's socket is still open")
     }
 }

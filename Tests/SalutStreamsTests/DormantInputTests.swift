@@ -201,11 +201,7 @@ extension DormantInputTests {
         pair.output.close()
         // The input stream is still open and was never used: the peer's end must still let the
         // connection go.
-        let deadline = Date().addingTimeInterval(10)
-        while holdsSocket(boundTo: localPort), Date() < deadline {
-            var entry = pollfd(fd: -1, events: 0, revents: 0)
-            _ = poll(&entry, 0, 20)
-        }
+        eventually(timeout: 10, interval: 0.02) { !holdsSocket(boundTo: localPort) }
         XCTAssertFalse(holdsSocket(boundTo: localPort), "the socket stayed open while the unused input stream was held")
         XCTAssertEqual(pair.input.streamStatus, .open, "the input stream itself is untouched")
         pair.input.close()

@@ -168,7 +168,10 @@ struct Send: AsyncParsableCommand {
         // keeps what it has, rather than guessing at a lost link.
         let stopper = Locked(SendStopper())
         let madeFolder = made.folder
+        // Set before the send is stopped: the handler says how the send ended, once.
+        let signalled = Locked(false)
         let stops = Self.onStop { signal in
+            signalled.withLock { $0 = true }
             let current = stopper.value
             current.stop(.interrupted)
             let told = current.waitUntilTold(seconds: 2)
@@ -188,6 +191,8 @@ struct Send: AsyncParsableCommand {
                 try await send(paths, to: to, configuration, display: display, stopper: stopping)
                 outcomes.append((to, nil))
             } catch let error as PeerTransferError {
+                // Stopped by a signal: its handler tells how, and ends the process.
+                if signalled.value { await Self.waitForTheSignalsEnd() }
                 display.ended(by: error)  // scripts reading the JSON lines see why, not just a stop
                 guard receivers.count > 1 else { throw error }
                 printError("peerxfer: \(error.message)")
@@ -355,6 +360,15 @@ struct Send: AsyncParsableCommand {
             }
             source.resume()
             return source
+        }
+    }
+
+    /// Waits while a stop signal's handler reports and ends the process (the receiver is told
+    /// within 2 s); returns after 10 s should it not.
+    private static func waitForTheSignalsEnd() async {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(100))
         }
     }
 

@@ -111,7 +111,6 @@ public struct Sender: Sendable {
         events: @escaping @Sendable (SendEvent) -> Void = { _ in }
     ) async throws -> SendReport {
         events(.resolving(name: name))
-        let asked = DiscoveredService(name: name, type: TransferLimits.serviceType, domain: domain)
         // Trust is by key (see `Sender.StateMachine`): this shell does what the machine says.
         var machine = StateMachine(
             StateMachine.Settings(
@@ -119,12 +118,51 @@ public struct Sender: Sendable {
                 honoursQueuedGrants: honoursQueuedGrants, ownKey: configuration.identity.publicKeySHA256,
                 configOption: configuration.configOption))
         let onTheLink = machine.settings.onTheLink
-        // The plan is made while the receiver is looked for. A plan that cannot be made (bad
-        // arguments, the user's to fix) ends the lookup at once and is what is reported; a
-        // receiver not found is reported once the plan is known to be good.
-        let looked: Result<ResolvedService, PeerTransferError>
-        let plan: TransferPlan
-        (plan, looked) = try await withThrowingTaskGroup(of: Preparation.self) { group in
+        let (plan, looked) = try await prepare(preparing, lookingUp: name, onTheLink: onTheLink)
+        let book = Result { try KnownPeers.load(from: self.configuration.knownPeersFile) }
+            .mapError { $0 as? PeerTransferError ?? .runtime("\($0)") }
+        let (pair, reached) = try await reach(name, with: &machine, from: machine.lookedUp(looked, book: book))
+        defer {
+            pair.input.close()
+            pair.output.close()
+        }
+        let pin = pinning(reached, askedAs: name)
+        if reached.pin == .beforeSending { try pin() }
+        if onTheLink { LastSeen.record(reached.published, in: configuration) }
+        events(
+            .connected(
+                name: reached.published, key: reached.key, firstUse: reached.firstUse, renamedFrom: reached.renamedFrom)
+        )
+        guard reached.pin == .onceAccepted else {
+            return try await transfer(plan, over: pair, to: name, events: events)
+        }
+        // Pinned once the receiver accepts something: a first contact not taken pins nothing.
+        let pinned = Locked<(done: Bool, error: (any Error)?)>((false, nil))
+        let report = try await transfer(
+            plan, over: pair, to: name,
+            events: { event in
+                if case .answered(let accepted, _, _, _, _, _) = event, accepted > 0,
+                    !pinned.withLock({ state in
+                        defer { state.done = true }
+                        return state.done
+                    })
+                {
+                    do { try pin() } catch { pinned.withLock { $0.error = error } }
+                }
+                events(event)
+            })
+        if let error = pinned.value.error { throw error }
+        return report
+    }
+
+    /// Makes the plan while the receiver is looked for. A plan that cannot be made (bad
+    /// arguments, the user's to fix) ends the look-up at once and is what is reported; a
+    /// receiver not found is reported once the plan is known to be good.
+    private func prepare(
+        _ preparing: @escaping @Sendable () async throws -> TransferPlan, lookingUp name: String, onTheLink: Bool
+    ) async throws -> (TransferPlan, Result<ResolvedService, PeerTransferError>) {
+        let asked = DiscoveredService(name: name, type: TransferLimits.serviceType, domain: domain)
+        return try await withThrowingTaskGroup(of: Preparation.self) { group in
             group.addTask { .plan(try await preparing()) }
             group.addTask { [self] in .lookup(await lookUp(asked, name: name, onTheLink: onTheLink)) }
             var plan: TransferPlan?
@@ -137,17 +175,21 @@ public struct Sender: Sendable {
             }
             return (plan!, looked!)
         }
-        let book = Result { try KnownPeers.load(from: self.configuration.knownPeersFile) }
-            .mapError { $0 as? PeerTransferError ?? .runtime("\($0)") }
-        var action = machine.lookedUp(looked, book: book)
+    }
+
+    /// Performs the machine's actions from `action` on until the receiver `name` is reached:
+    /// the open connection, and the receiver as the machine judged it.
+    /// - Throws: the machine's failure, or why the receiver was not found.
+    private func reach(
+        _ name: String, with machine: inout StateMachine, from action: StateMachine.Action
+    ) async throws -> (BoundStreamPair, StateMachine.Reached) {
+        var action = action
         var opened: BoundStreamPair?
-        let reached: StateMachine.Reached
         while true {
             switch action {
             case .searchByKey(let wanted):
                 action = machine.searchedByKey(
                     await ReceiverSearch.receivers(withKey: wanted, within: Self.searchByKey))
-                continue
             case .reportNotFound:
                 throw await notFound(name)
             case .fail(let error):
@@ -159,7 +201,6 @@ public struct Sender: Sendable {
                     preconditionFailure("the machine asks only when the rule is to ask")
                 }
                 action = machine.answered(trusting: await question(receiver))
-                continue
             case .connect(let service, let key):
                 do {
                     opened = try await connect(service, key: key)
@@ -167,26 +208,25 @@ public struct Sender: Sendable {
                 } catch {
                     action = machine.connectionFailed(Self.connectFailure(error))
                 }
-                continue
-            case .transfer(let receiver):
-                reached = receiver
+            case .transfer(let reached):
+                guard let pair = opened else { preconditionFailure("the machine transfers only once connected") }
+                return (pair, reached)
             }
-            break
         }
-        guard let pair = opened else { preconditionFailure("the machine transfers only once connected") }
-        let (published, spelled, key) = (reached.published, reached.spelled, reached.key)
-        defer {
-            pair.input.close()
-            pair.output.close()
-        }
-        // Pinned on a fresh read of the book (a pin or an untrust made meanwhile by another
-        // command is kept, not written over). A known device found under another name: at once.
-        // A device new here: once it accepts the offer, for the person there sees the offer
-        // with the verification code beside this device's key, and says no if the codes differ
-        // (or never sees an offer at all, when something else answered to the name): a first
-        // contact not taken pins nothing, and the next send asks again.
-        let (configuration, wasFoundByKey) = (self.configuration, reached.foundByKey)
-        let pin: @Sendable () throws -> Void = {
+    }
+
+    /// What pins the key of the receiver reached (asked for as `name`), when the machine says.
+    ///
+    /// Pinned on a fresh read of the book (a pin or an untrust made meanwhile by another
+    /// command is kept, not written over). A known device found under another name: at once.
+    /// A device new here: once it accepts the offer, for the person there sees the offer with
+    /// the verification code beside this device's key, and says no if the codes differ (or never
+    /// sees an offer at all, when something else answered to the name): a first contact not
+    /// taken pins nothing, and the next send asks again.
+    private func pinning(_ reached: StateMachine.Reached, askedAs name: String) -> @Sendable () throws -> Void {
+        let (spelled, key, wasFoundByKey) = (reached.spelled, reached.key, reached.foundByKey)
+        let configuration = self.configuration
+        return {
             try KnownPeers.update(at: configuration.knownPeersFile) { known in
                 if case .keyChanged(let pinnedAs, let pinnedKey) = known.verdict(forReceiver: spelled, key: key) {
                     throw Self.keyChanged(
@@ -202,28 +242,6 @@ public struct Sender: Sendable {
                 known.revokeNewKeyGrants { ServiceNames.sameIgnoringASCIICase($0, spelled) }
             }
         }
-        if reached.pin == .beforeSending { try pin() }
-        if onTheLink { LastSeen.record(published, in: configuration) }
-        events(.connected(name: published, key: key, firstUse: reached.firstUse, renamedFrom: reached.renamedFrom))
-        guard reached.pin == .onceAccepted else {
-            return try await transfer(plan, over: pair, to: name, events: events)
-        }
-        let pinning = Locked<(done: Bool, error: (any Error)?)>((false, nil))
-        let report = try await transfer(
-            plan, over: pair, to: name,
-            events: { event in
-                if case .answered(let accepted, _, _, _, _, _) = event, accepted > 0,
-                    !pinning.withLock({ state in
-                        defer { state.done = true }
-                        return state.done
-                    })
-                {
-                    do { try pin() } catch { pinning.withLock { $0.error = error } }
-                }
-                events(event)
-            })
-        if let error = pinning.value.error { throw error }
-        return report
     }
 
     /// Why `name` was not found on the link, for a person: a paired receiver is said to be

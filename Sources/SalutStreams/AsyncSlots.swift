@@ -1,12 +1,11 @@
-import SalutStreams
-
-/// Limits how many connections a session has open to one host at a time. Tasks that wait go in
-/// priority order, then first come, first served; a task cancelled while it waits leaves the
-/// line at once and is never given a slot.
+/// A few slots for each key, for tasks that must not all use a thing at once: a session's
+/// connections to one host, a terminal's one question at a time. Tasks that wait go in priority
+/// order, then first come, first served; a task cancelled while it waits leaves the line at
+/// once and is never given a slot.
 ///
-/// Concurrency: the counts and the line are guarded by one `Locked` state; continuations are
+/// Concurrency: the counts and the lines are guarded by one `Locked` state; continuations are
 /// resumed after the lock is let go.
-final class HostSlots: Sendable {
+package final class AsyncSlots: Sendable {
     private struct Waiter {
         var priority: Float
         var order: UInt64
@@ -22,11 +21,12 @@ final class HostSlots: Sendable {
     private let limit: Int
     private let state = Locked(State())
 
-    init(limit: Int) { self.limit = max(1, limit) }
+    /// Slots for `limit` tasks at a time for each key (at least 1).
+    package init(limit: Int) { self.limit = max(1, limit) }
 
     /// Waits for a free slot for `host`: true once the slot is the caller's (give it back with
     /// ``release(_:)``), false when the calling task was cancelled first (nothing to release).
-    func acquire(_ host: String, priority: Float) async -> Bool {
+    package func acquire(_ host: String, priority: Float = 0) async -> Bool {
         let order = state.withLock { state -> UInt64 in
             state.counter += 1
             return state.counter
@@ -53,10 +53,10 @@ final class HostSlots: Sendable {
     }
 
     /// How many tasks wait for a slot for `host`.
-    func waitingCount(for host: String) -> Int { state.withLock { $0.waiting[host]?.count ?? 0 } }
+    package func waitingCount(for host: String) -> Int { state.withLock { $0.waiting[host]?.count ?? 0 } }
 
     /// Frees a slot for `host`: it passes to the best waiting task, if any.
-    func release(_ host: String) {
+    package func release(_ host: String) {
         let next = state.withLock { state -> CheckedContinuation<Bool, Never>? in
             guard var line = state.waiting[host], !line.isEmpty else {
                 assert(state.open[host, default: 0] > 0, "a slot of \(host) released that was not taken")
