@@ -36,6 +36,7 @@ let package = Package(
         ),
         // Linux headers Glibc's module lacks (epoll); no library to link.
         .systemLibrary(name: "CLinux"),
+        .systemLibrary(name: "CFileSystems", path: "Examples/PeerTransfer/CFileSystems"),
 
         .target(name: "SalutStreams", dependencies: ["COpenSSL", "CLinux", .product(name: "Logging", package: "swift-log")]),
         .target(name: "SalutDiscovery", dependencies: ["CAvahi", "SalutStreams"]),
@@ -59,7 +60,7 @@ let package = Package(
             name: "PeerTransferCore",
             dependencies: [
                 "Salut",
-                "CLinux",
+                "CFileSystems",
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Examples/PeerTransfer/Core"

@@ -1,5 +1,3 @@
-// Linux headers Swift's Glibc module leaves out. SalutStreams' readiness loop
-// (Socket/ReadinessLoop.swift) uses epoll; peerxfer's direct writes
-// (Examples/PeerTransfer/Core/Storage/DirectWrites.swift) use fstatfs.
+// Linux headers Swift's Glibc module leaves out: SalutStreams' readiness loop
+// (Socket/ReadinessLoop.swift) uses epoll.
 #include <sys/epoll.h>
-#include <sys/vfs.h>

@@ -177,10 +177,13 @@ extension BoundStreamPair {
         (input as? BoundInputStream)?.buffer.hasBeenWrittenTo ?? false
     }
 
-    /// Closes the connection with a reset (RST) instead of an orderly end, so the peer sees a
-    /// refusal rather than an empty answer; the streams fail with `error`. For socket streams
-    /// only (a bound pair is just closed).
-    package func reset(_ error: SocketStreamError = .cancelled) {
+    /// Ends the connection at once with a reset (RST) instead of an orderly end: what is not
+    /// sent yet is dropped, and the peer sees a refusal rather than an end of data. For a
+    /// connection that must stop now: a peer that broke the protocol, or made no progress
+    /// within its bound. Both streams are closed; a read or write waiting on them fails with
+    /// `error`. For the two ends of a bound pair or a connection in memory, it only closes
+    /// both streams.
+    public func reset(_ error: SocketStreamError = .cancelled) {
         connection?.pump.reset(error)
         input.close()
         output.close()

@@ -107,10 +107,14 @@ package enum MistypedArguments {
         of arguments: [String], tool: String, commands: [(name: String, help: () -> String)]
     ) -> String? {
         var words = arguments[...]
-        let asksForHelp = words.first == "help"
+        // `help COMMAND`, and `--help COMMAND` as people also type it.
+        let asksForHelp = ["help", "--help", "-h"].contains(words.first) && words.count > 1
         if asksForHelp { words = words.dropFirst() }
-        guard let typed = words.first, !typed.hasPrefix("-") else { return nil }
         let names = commands.map(\.name)
+        if let typed = words.first, typed.hasPrefix("-") {
+            return rootOption(typed, before: Array(words.dropFirst()), tool: tool, commands: commands)
+        }
+        guard let typed = words.first else { return nil }
         if let mistyped = unknownCommand(typed, commands: names) {
             let hint = mistyped.suggestions.first.map { " Did you mean '\($0)'?" } ?? ""
             return
@@ -123,6 +127,29 @@ package enum MistypedArguments {
         let hint = mistyped.suggestions.first.map { "; did you mean \($0)?" } ?? ""
         return
             "\(tool) \(typed): unknown option \(TerminalText.escaped(mistyped.typed))\(hint) (see '\(tool) \(typed) --help')"
+    }
+
+    /// The line that refuses `typed`, an option written before any command, when the tool
+    /// itself does not take it: options go after their command, and the command named later
+    /// (if any) says whether it takes that option, or one like it.
+    private static func rootOption(
+        _ typed: String, before rest: [String], tool: String, commands: [(name: String, help: () -> String)]
+    ) -> String? {
+        let name = String(typed.prefix { $0 != "=" })
+        guard name.hasPrefix("--"), !Options.builtIn.names.contains(name) else { return nil }
+        let shown = TerminalText.escaped(name)
+        guard let command = commands.first(where: { rest.contains($0.name) }) else {
+            return
+                "\(tool): \(shown) is not an option of \(tool) itself: options go after the command (see '\(tool) COMMAND --help')"
+        }
+        let options = options(inHelp: command.help()).union(.builtIn)
+        if options.names.contains(name) {
+            return "\(tool): \(shown) goes after the command: \(tool) \(command.name) \(shown) …"
+        }
+        let near = NameSuggestions.closest(to: name, among: Array(options.names)).first
+        let hint = near.map { "; did you mean \(tool) \(command.name) \($0)?" } ?? ""
+        return
+            "\(tool): unknown option \(shown)\(hint) (options go after the command; see '\(tool) \(command.name) --help')"
     }
 
     /// `typed` when it is not one of `commands` (nor `help`), with the commands it may be.

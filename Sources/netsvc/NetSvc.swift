@@ -147,7 +147,9 @@ func emit(_ line: String) {
 /// …) are written as `\uXXXX` too (a surrogate pair beyond U+FFFF), so a line printed on a
 /// terminal can neither drive it nor hide a character.
 func printJSON(_ object: [String: Any]) {
-    guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
+    guard
+        let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+    else { return }
     var line = ""
     let scalars = Array(String(decoding: data, as: UTF8.self).unicodeScalars)
     for (index, scalar) in scalars.enumerated() {

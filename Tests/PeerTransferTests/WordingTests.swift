@@ -9,7 +9,9 @@ final class WordingTests: XCTestCase {
         XCTAssertEqual(Wording.duration(5_400), "90 minutes")
         XCTAssertEqual(Wording.duration(90), "90 seconds")
         XCTAssertEqual(Wording.duration(60), "1 minute")
-        XCTAssertEqual(Wording.duration(0.5), "0 seconds")
+        XCTAssertEqual(Wording.duration(0.5), "0.5 seconds", "a fraction is said, not rounded away")
+        XCTAssertEqual(Wording.duration(2.25), "2.3 seconds")
+        XCTAssertEqual(Wording.duration(0.01), "0.1 seconds")
         // Nothing a configuration could hold traps.
         XCTAssertEqual(Wording.duration(-3), "0 seconds")
         XCTAssertEqual(Wording.duration(.nan), "0 seconds")

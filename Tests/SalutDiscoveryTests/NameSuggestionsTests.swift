@@ -82,6 +82,35 @@ final class MistypedArgumentsTests: XCTestCase {
             MistypedArguments.firstUnknownOption(in: ["-h", "-", "--no-rename", "--version"], options: options))
     }
 
+    func testHelpBeforeAMistypedCommandAndOptionsBeforeTheCommandAreRefusedWithTheFix() {
+        let commands: [(name: String, help: () -> String)] = [
+            (
+                name: "browse",
+                help: { "OPTIONS:\n  --json                  Write JSON.\n  --domain <DOMAIN>       The domain." }
+            ),
+            (name: "publish", help: { "OPTIONS:\n  --port <PORT>           The port." }),
+        ]
+        func refusal(_ words: [String]) -> String? {
+            MistypedArguments.refusal(of: words, tool: "netsvc", commands: commands)
+        }
+        XCTAssertEqual(
+            refusal(["--help", "brwose"]),
+            "netsvc: 'brwose' is not a command. Did you mean 'browse'? The commands: browse, publish (see 'netsvc --help')"
+        )
+        XCTAssertNil(refusal(["--help", "browse"]), "help for a command that exists")
+        XCTAssertNil(refusal(["--help"]))
+        XCTAssertNil(refusal(["--version"]))
+        XCTAssertEqual(
+            refusal(["--jsn", "browse", "_ipp._tcp"]),
+            "netsvc: unknown option --jsn; did you mean netsvc browse --json? (options go after the command; see 'netsvc browse --help')"
+        )
+        XCTAssertEqual(refusal(["--json", "browse"]), "netsvc: --json goes after the command: netsvc browse --json …")
+        XCTAssertEqual(
+            refusal(["--json"]),
+            "netsvc: --json is not an option of netsvc itself: options go after the command (see 'netsvc COMMAND --help')"
+        )
+    }
+
     func testCommandsAreCheckedByName() {
         XCTAssertNil(MistypedArguments.unknownCommand("browse", commands: ["browse", "publish"]))
         XCTAssertNil(MistypedArguments.unknownCommand("help", commands: ["browse", "publish"]), "help help")

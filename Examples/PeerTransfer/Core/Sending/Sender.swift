@@ -249,7 +249,7 @@ public struct Sender: Sendable {
     /// from those on the link and those paired here.
     private func notFound(_ name: String) async -> PeerTransferError {
         let shown = "\"\(Terminal.escape(name))\""
-        let within = "within \(Wording.duration(findTimeout.rounded(.up)))"
+        let within = "within \(Wording.duration(findTimeout))"
         let known = try? KnownPeers.load(from: configuration.knownPeersFile)
         if let pinned = known?.pinnedSpelling(of: name), ServiceNames.sameIgnoringASCIICase(pinned, name) {
             let seen = LastSeen.date(of: pinned, in: configuration).map {
@@ -393,7 +393,7 @@ public struct Sender: Sendable {
             let listing = onTheLink ? "; `peerxfer peers` lists the receivers that can be seen" : ""
             return .failure(
                 .peerNotFound(
-                    "no peerxfer receiver named \"\(Terminal.escape(name))\"\(place) was found within \(Int(findTimeout)) s (\(error))\(listing)"
+                    "no peerxfer receiver named \"\(Terminal.escape(name))\"\(place) was found within \(Wording.duration(findTimeout)) (\(error))\(listing)"
                 ))
         }
     }

@@ -1,4 +1,4 @@
-import CLinux
+import CFileSystems
 import Foundation
 
 /// Writes that go from the receiver's memory to the disk without passing through the page
