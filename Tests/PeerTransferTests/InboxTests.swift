@@ -1,7 +1,6 @@
 import Foundation
 import Glibc
 import SalutStreams
-import Synchronization
 import XCTest
 @testable import PeerTransferCore
 
@@ -278,8 +277,24 @@ final class InboxTests: XCTestCase {
         }
     }
 
+    /// A clock for an inbox, read as set: file times are judged by it.
+    final class TestClock: Sendable {
+        let time = Locked(timespec())
+        /// The clock, `seconds` after `path`'s change time.
+        func set(_ seconds: Double, afterTheChangeOf path: String) {
+            var info = stat()
+            XCTAssertEqual(stat(path, &info), 0)
+            var time = info.st_ctim
+            let nanoseconds = time.tv_nsec + Int(seconds * 1e9)
+            time.tv_sec += nanoseconds / 1_000_000_000
+            time.tv_nsec = nanoseconds % 1_000_000_000
+            self.time.withLock { $0 = time }
+        }
+    }
+
     func testTheDigestOfAnExistingFileIsHashedOnceUntilTheFileChanges() throws {
-        let inbox = try Inbox(path: folder + "/inbox")
+        let clock = TestClock()
+        let inbox = try Inbox(path: folder + "/inbox", now: { clock.time.value })
         let path = try RelativePath(validating: "held.bin")
         let part = try inbox.openPart(path, for: "k")
         try part.write(Data(repeating: 7, count: 100_000), at: 0)
@@ -287,9 +302,13 @@ final class InboxTests: XCTestCase {
         XCTAssertEqual(try part.publish(), "held.bin")
         part.closeFiles()
         // A digest is remembered only once the file's change time lies past the kernel's
-        // timestamp granularity (a later write must be sure to move it).
-        let settle = DigestCache.settleTime.components
-        Thread.sleep(forTimeInterval: Double(settle.seconds) + Double(settle.attoseconds) / 1e18 + 0.01)
+        // timestamp granularity (a later write must be sure to move it): not at its change time.
+        clock.set(0, afterTheChangeOf: folder + "/inbox/held.bin")
+        XCTAssertNotNil(inbox.digest(ofFile: path, size: 100_000, deliveredBy: "k"))
+        XCTAssertNotNil(inbox.digest(ofFile: path, size: 100_000, deliveredBy: "k"))
+        XCTAssertEqual(inbox.digests.count, 0, "not remembered while the change time is not settled")
+        XCTAssertEqual(inbox.digests.hashings, 2)
+        clock.set(1, afterTheChangeOf: folder + "/inbox/held.bin")
         let first = inbox.digest(ofFile: path, size: 100_000, deliveredBy: "k")
         XCTAssertNotNil(first)
         XCTAssertEqual(inbox.digest(ofFile: path, size: 100_000, deliveredBy: "k"), first)
@@ -312,7 +331,8 @@ final class InboxTests: XCTestCase {
     func testAPartFileOfferedAgainAndAgainIsHashedOnceAndAHashingIsStoppedWhenItsSenderLeaves() throws {
         // A peer that leaves a large part file, then offers it over and over and hangs up,
         // must not cost a full read and SHA-256 each time.
-        let inbox = try Inbox(path: folder + "/inbox")
+        let clock = TestClock()
+        let inbox = try Inbox(path: folder + "/inbox", now: { clock.time.value })
         let path = try RelativePath(validating: "big.bin")
         let key = String(repeating: "ab", count: 32)
         let chunk = 1 << 20
@@ -320,7 +340,9 @@ final class InboxTests: XCTestCase {
         for index in 0..<64 { try part.write(Data(repeating: UInt8(index), count: chunk), at: UInt64(index * chunk)) }
         part.closeFiles()
         // Past the timestamp granularity, so that a digest may be remembered.
-        Thread.sleep(forTimeInterval: Double(DigestCache.settleTime.components.attoseconds) / 1e18 * 2 + 0.05)
+        let partPath = try XCTUnwrap(
+            FileManager.default.subpaths(atPath: folder + "/inbox")?.first { $0.hasSuffix(".peerxfer-part") })
+        clock.set(1, afterTheChangeOf: folder + "/inbox/" + partPath)
         // A sender that left before the first hashing: nothing is hashed, nothing remembered.
         let gone = StopFlag()
         gone.set()
@@ -339,6 +361,7 @@ final class InboxTests: XCTestCase {
         let resumed = try inbox.openPart(path, for: key)
         try resumed.write(Data(repeating: 9, count: chunk), at: UInt64(64 * chunk))
         resumed.closeFiles()
+        clock.set(1, afterTheChangeOf: folder + "/inbox/" + partPath)
         XCTAssertEqual(inbox.resumablePart(path, chunkSize: chunk, for: key)?.count, 65)
         XCTAssertEqual(inbox.partDigests.hashings, 2)
     }
@@ -349,8 +372,8 @@ final class InboxTests: XCTestCase {
         info.st_ino = 42
         info.st_size = 10
         let key = DigestCache.Key(info)
-        let hashed = Mutex(0)
-        let answers = Mutex<[SHA256Digest?]>([])
+        let hashed = Locked(0)
+        let answers = Locked<[SHA256Digest?]>([])
         DispatchQueue.concurrentPerform(iterations: 8) { i in
             let digest = cache.digest(for: key) {
                 hashed.withLock { $0 += 1 }

@@ -1,7 +1,6 @@
 import Foundation
 import SalutStreams
 import SalutTestSupport
-import Synchronization
 import XCTest
 @testable import PeerTransferCore
 
@@ -101,7 +100,7 @@ final class SenderHashingTests: XCTestCase {
 
 /// Set once, from any thread.
 private final class ManagedAtomicFlag: Sendable {
-    private let flag = Mutex(false)
+    private let flag = Locked(false)
     /// True the first time only.
     func setOnce() -> Bool {
         flag.withLock { set in

@@ -11,7 +11,7 @@ final class DelegateSchedulerTests: SalutTestCase {
     func testCallsKeepTheirOrderAndNeverOverlapEvenOnAConcurrentQueue() {
         let scheduler = DelegateScheduler(onMainRunLoop: false)
         scheduler.setDispatchQueue(.global())
-        let seen = Mutex<[Int]>([])
+        let seen = Locked<[Int]>([])
         let inside = Atomic<Int>(0)
         let overlaps = Atomic<Int>(0)
         let done = DispatchSemaphore(value: 0)
@@ -36,7 +36,7 @@ final class DelegateSchedulerTests: SalutTestCase {
         new.setSpecific(key: newKey, value: true)
         old.suspend()  // its drain waits, so the calls are still waiting when the target changes
         scheduler.setDispatchQueue(old)
-        let made = Mutex<[(Int, Bool)]>([])
+        let made = Locked<[(Int, Bool)]>([])
         for index in 0..<5 {
             scheduler.deliver { made.withLock { $0.append((index, DispatchQueue.getSpecific(key: newKey) == true)) } }
         }
@@ -54,7 +54,7 @@ final class DelegateSchedulerTests: SalutTestCase {
         let held = DispatchQueue(label: "held")
         held.suspend()
         scheduler.setDispatchQueue(held)
-        let made = Mutex<[String]>([])
+        let made = Locked<[String]>([])
         scheduler.deliver { made.withLock { $0.append("queued") } }
         scheduler.setDispatchQueue(nil)
         XCTAssertFalse(scheduler.isScheduled)
@@ -75,7 +75,7 @@ final class DelegateSchedulerTests: SalutTestCase {
         scheduler.setDispatchQueue(old)
         let entered = DispatchSemaphore(value: 0)
         let release = DispatchSemaphore(value: 0)
-        let log = Mutex<[String]>([])
+        let log = Locked<[String]>([])
         let done = DispatchSemaphore(value: 0)
         scheduler.deliver {
             log.withLock { $0.append("first begins") }

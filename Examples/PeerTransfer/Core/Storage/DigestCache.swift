@@ -51,10 +51,20 @@ final class DigestCache: Sendable {
 
     private let entries = Locked<[Key: Entry]>([:])
     private let capacity: Int
+    /// The time now, as file times are taken (`CLOCK_REALTIME`); nil when it cannot be read.
+    private let now: @Sendable () -> timespec?
 
-    /// A cache of at most `capacity` digests (when full, half of them are forgotten).
-    init(capacity: Int = 4_096) {
+    /// A cache of at most `capacity` digests (when full, half of them are forgotten), judging
+    /// files' change times by `now` (the system's clock; tests give another).
+    init(capacity: Int = 4_096, now: @escaping @Sendable () -> timespec? = DigestCache.realTime) {
         self.capacity = capacity
+        self.now = now
+    }
+
+    /// `CLOCK_REALTIME` now, the clock file times are taken from.
+    static func realTime() -> timespec? {
+        var now = timespec()
+        return clock_gettime(CLOCK_REALTIME, &now) == 0 ? now : nil
     }
 
     /// How far back a change time must lie for a digest to be remembered: twice the coarse
@@ -67,11 +77,10 @@ final class DigestCache: Sendable {
 
     /// True when `info`'s change time lies further back than ``settleTime``: a later change of
     /// the file is sure to give it another change time.
-    static func isSettled(_ info: stat) -> Bool {
-        var now = timespec()
-        guard clock_gettime(CLOCK_REALTIME, &now) == 0 else { return false }
+    func isSettled(_ info: stat) -> Bool {
+        guard let now = now() else { return false }
         let age = Duration.seconds(now.tv_sec - info.st_ctim.tv_sec) + .nanoseconds(now.tv_nsec - info.st_ctim.tv_nsec)
-        return age > settleTime
+        return age > Self.settleTime
     }
 
     /// The digest for `key`: remembered, or waited for while another thread computes it, or

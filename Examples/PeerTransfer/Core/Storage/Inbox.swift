@@ -15,10 +15,10 @@ final class Inbox: @unchecked Sendable {
     /// transfer at a time, so that two offers that each fit do not together fill the disk.
     private let promised = Locked<UInt64>(0)
     /// Digests of delivered files, for `existing` offers (see ``digest(ofFile:size:deliveredBy:)``).
-    let digests = DigestCache()
+    let digests: DigestCache
     /// Chunk digests of part files, for `have` answers: an offer sent again and again (by a
     /// peer that then hangs up) costs one hashing of its part file, not one each.
-    let partDigests = DigestCache(capacity: 1_024)
+    let partDigests: DigestCache
     /// The small files being received, each as its sender's key and its path (see
     /// ``claim(_:for:)``).
     private let receiving = Locked<Set<[UInt8]>>([])
@@ -30,12 +30,18 @@ final class Inbox: @unchecked Sendable {
     let trusts: @Sendable (String) -> Bool
 
     /// Opens the inbox folder, creating it (mode 0700) if it does not exist. `trusts` tells
-    /// trusted senders' keys (none by default).
+    /// trusted senders' keys (none by default); `now` is the clock file times are judged by
+    /// (see ``DigestCache/isSettled(_:)``; tests give another).
     /// - Throws: ``PeerTransferError/usage(_:)`` when it cannot be created, opened or written
     ///   (a file, a read-only file system, another user's folder): the user's to fix.
-    init(path: String, trusts: @escaping @Sendable (String) -> Bool = { _ in false }) throws {
+    init(
+        path: String, trusts: @escaping @Sendable (String) -> Bool = { _ in false },
+        now: @escaping @Sendable () -> timespec? = DigestCache.realTime
+    ) throws {
         self.path = path
         self.trusts = trusts
+        digests = DigestCache(now: now)
+        partDigests = DigestCache(capacity: 1_024, now: now)
         func refusal(_ what: String) -> PeerTransferError {
             let reason = String(cString: strerror(errno))  // (before anything else can change errno)
             return .usage(
@@ -296,7 +302,7 @@ final class Inbox: @unchecked Sendable {
             // Remembered only for bytes that did not change while they were read.
             var after = stat()
             let unchanged = fstat(fd, &after) == 0 && DigestCache.Key(after) == key
-            return (digest, unchanged && DigestCache.isSettled(info))
+            return (digest, unchanged && digests.isSettled(info))
         }
     }
 
@@ -349,7 +355,7 @@ final class Inbox: @unchecked Sendable {
             guard fstat(fd, &after) == 0 else { return (digests, false) }
             var afterKey = DigestCache.Key(after)
             afterKey.chunkSize = chunkSize
-            return (digests, afterKey == key && DigestCache.isSettled(info))
+            return (digests, afterKey == key && partDigests.isSettled(info))
         } ?? (stop?.isSet == true ? nil : [])
     }
 
