@@ -49,6 +49,8 @@ public final class DiscoveryContext: @unchecked Sendable {
     let queue: DispatchQueue
     /// Resolutions of the last few seconds, reused by `connect` (locks itself).
     let recentResolutions = RecentResolutions()
+    /// Failed contacts with services, for this context's browsers (locks itself).
+    let failedContacts = FailedContacts()
     private let poll: DispatchPoll
     private var client: OpaquePointer?
     private var current: ConnectionState = .connecting

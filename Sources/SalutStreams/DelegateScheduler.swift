@@ -180,12 +180,12 @@ package final class DelegateScheduler: @unchecked Sendable {
         return (now, generation)
     }
 
-    /// Makes `call` on the current destination, after every call delivered before it; nothing
-    /// when the object is scheduled nowhere.
     /// True when no call waits and none is under way: every call handed to ``deliver(_:)``
     /// so far has been made (for tests that check that no more calls come).
     var isQuiet: Bool { lock.withLock { pending.isEmpty && !draining && !callUnderWay } }
 
+    /// Makes `call` on the current destination, after every call delivered before it; nothing
+    /// when the object is scheduled nowhere.
     package func deliver(_ call: @escaping @Sendable () -> Void) {
         let start = lock.withLock { () -> (Destination, Int)? in
             guard let destination else { return nil }

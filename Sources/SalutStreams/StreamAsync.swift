@@ -180,9 +180,10 @@ extension BoundStreamPair {
     /// Ends the connection at once with a reset (RST) instead of an orderly end: what is not
     /// sent yet is dropped, and the peer sees a refusal rather than an end of data. For a
     /// connection that must stop now: a peer that broke the protocol, or made no progress
-    /// within its bound. Both streams are closed; a read or write waiting on them fails with
-    /// `error`. For the two ends of a bound pair or a connection in memory, it only closes
-    /// both streams.
+    /// within its bound. Both streams are closed at once, so a read or write waiting on them
+    /// fails (most often as ``StreamFailure/notOpen``); `error` is the connection's own reason,
+    /// which a later look at the connection's failure gives. For the two ends of a bound pair
+    /// or a connection in memory, it only closes both streams.
     public func reset(_ error: SocketStreamError = .cancelled) {
         connection?.pump.reset(error)
         input.close()

@@ -138,7 +138,7 @@ package enum MistypedArguments {
         let name = String(typed.prefix { $0 != "=" })
         guard name.hasPrefix("--"), !Options.builtIn.names.contains(name) else { return nil }
         let shown = TerminalText.escaped(name)
-        guard let command = commands.first(where: { rest.contains($0.name) }) else {
+        guard let command = rest.lazy.compactMap({ word in commands.first { $0.name == word } }).first else {
             return
                 "\(tool): \(shown) is not an option of \(tool) itself: options go after the command (see '\(tool) COMMAND --help')"
         }

@@ -12,6 +12,8 @@ final class WordingTests: XCTestCase {
         XCTAssertEqual(Wording.duration(0.5), "0.5 seconds", "a fraction is said, not rounded away")
         XCTAssertEqual(Wording.duration(2.25), "2.3 seconds")
         XCTAssertEqual(Wording.duration(0.01), "0.1 seconds")
+        XCTAssertEqual(Wording.duration(0.95), "1 second", "rounded first, then counted")
+        XCTAssertEqual(Wording.duration(59.95), "1 minute")
         // Nothing a configuration could hold traps.
         XCTAssertEqual(Wording.duration(-3), "0 seconds")
         XCTAssertEqual(Wording.duration(.nan), "0 seconds")

@@ -191,7 +191,8 @@ struct Send: AsyncParsableCommand {
                 try await send(paths, to: to, configuration, display: display, stopper: stopping)
                 outcomes.append((to, nil))
             } catch let error as PeerTransferError {
-                // Stopped by a signal: its handler tells how, and ends the process.
+                // Stopped by a signal: its handler tells how (with --json, as an "interrupted"
+                // event, not an "error" one), and ends the process.
                 if signalled.value { await Self.waitForTheSignalsEnd() }
                 display.ended(by: error)  // scripts reading the JSON lines see why, not just a stop
                 guard receivers.count > 1 else { throw error }
@@ -366,9 +367,8 @@ struct Send: AsyncParsableCommand {
     /// Waits while a stop signal's handler reports and ends the process (the receiver is told
     /// within 2 s); returns after 10 s should it not.
     private static func waitForTheSignalsEnd() async {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(100))
+        await withCheckedContinuation { (waited: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().asyncAfter(deadline: .now() + 10) { waited.resume() }
         }
     }
 

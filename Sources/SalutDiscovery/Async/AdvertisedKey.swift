@@ -56,7 +56,9 @@ extension DiscoveredService {
     ///   `advertisedPublicKeyFingerprint` says which), `invalidConfiguration` when `trustedKey`
     ///   is not a SHA-256 fingerprint, `pinMismatch` when the server presents another key than
     ///   it advertises (or what it advertises is its certificate's hash, not its key's);
-    ///   connection failures as for any host; `CancellationError` when the task is cancelled.
+    ///   connection failures as for any host (an unreachable or timed-out connection is also
+    ///   reported as a failed contact: see ``DiscoveryContext/reportFailedContact(with:)``);
+    ///   `CancellationError` when the task is cancelled.
     public func connect(
         pinningAdvertisedKey txtKey: String, trustedKey: String? = nil, tls: TLSConfiguration = .client,
         bufferSize: Int = 256 * 1024, resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared
@@ -101,7 +103,7 @@ extension DiscoveredService {
         let pair = SocketStreams.pair(
             toHost: description, port: 0, bufferSize: bufferSize, tls: pinned,
             targetResolver: { _, _ in (resolved.addresses, resolved.hostName) })
-        try await pair.open()
+        try await open(pair, reportingFailuresTo: context)
         // A pin also matches a certificate's hash; what is advertised must be the key's, or
         // the key remembered from this connection would never match the advertisement again.
         guard let trust = pair.peerTrust, trust.publicKeySHA256 == advertised else {

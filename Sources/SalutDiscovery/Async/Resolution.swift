@@ -11,7 +11,8 @@ extension DiscoveredService {
     /// carries the published spelling. Use ``resolutions(context:)`` to follow every later change.
     /// A `timeout` or `settle` that is not a positive number (NaN, 0, negative) takes its
     /// default; at most a billion seconds are waited.
-    /// - Throws: ``DiscoveryError/timedOut`` when nothing answers within `timeout` seconds;
+    /// - Throws: ``DiscoveryError/timedOut`` when nothing answers within `timeout` seconds (a
+    ///   failed contact: see ``DiscoveryContext/reportFailedContact(with:)``);
     ///   ``DiscoveryError/cancelled`` when the task is cancelled; a validation error for a
     ///   malformed name, type or domain.
     public func resolve(
@@ -46,10 +47,17 @@ extension DiscoveredService {
             operation.stop()
             otherCase.stop()
         }
-        let resolved = try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { waiter.set($0) }
-        } onCancel: {
-            waiter.fail(.cancelled)
+        let resolved: ResolvedService
+        do {
+            resolved = try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { waiter.set($0) }
+            } onCancel: {
+                waiter.fail(.cancelled)
+            }
+        } catch let error as DiscoveryError where error.code == .timedOut {
+            // The context's browsers that list it ask whether it is still there.
+            context.reportFailedContact(with: self)
+            throw error
         }
         context.recentResolutions.remember(resolved)  // a `connect` right after uses it
         return resolved

@@ -12,6 +12,16 @@ import Glibc
 ///
 /// Each iteration starts its own Avahi browser; cancelling the consuming task (or leaving the
 /// loop) stops it. Daemon restarts are invisible except as removals followed by re-additions.
+///
+/// A browse of the link also hears of failed contacts with the services it lists (a
+/// resolution that timed out, a connection that failed: see
+/// ``DiscoveryContext/reportFailedContact(with:)``): it asks such a service's responder
+/// directly and lists the service as removed when nothing answers, within about 3 seconds,
+/// though avahi-daemon may list it for an hour more; it asks again every 30 seconds and lists
+/// the service again if it answers. Silence counts only on an interface where some check was
+/// answered (else another service there is asked first), so a firewall that drops direct
+/// answers removes nothing. A host asleep or briefly off the link does not answer either,
+/// and may come back.
 /// A wide-area domain can also be browsed without Avahi, by unicast DNS queries
 /// (``init(type:domain:wideArea:context:)``).
 public struct ServiceBrowser: AsyncSequence, Sendable {
@@ -100,14 +110,26 @@ public struct ServiceBrowser: AsyncSequence, Sendable {
         if let unicast, case .services(let type, let domain) = target {
             return unicastUpdates(unicast, type: type, domain: domain).makeAsyncIterator()
         }
+        let (context, target, filter) = (self.context, self.target, self.filter)
         return AsyncThrowingStream<BrowseUpdate, any Error> { continuation in
+            // A browse of the link checks the failed contacts reported to its context.
+            let onTheLink: Bool
+            if case .services(_, let domain) = target {
+                onTheLink = ServiceNames.isOnTheLink(domain)
+            } else {
+                onTheLink = false
+            }
+            let watch = FailedContactWatch(context: context, continuation: continuation, listening: onTheLink)
             let operation = BrowseOperation(context: context, target: target, filter: filter) { event in
                 switch event {
-                case .update(let update): continuation.yield(update)
+                case .update(let update): watch.browsed(update)
                 case .failed(let error): continuation.finish(throwing: error)
                 }
             }
-            continuation.onTermination = { _ in operation.stop() }
+            continuation.onTermination = { _ in
+                operation.stop()
+                watch.finish()
+            }
             operation.start()
         }.makeAsyncIterator()
     }

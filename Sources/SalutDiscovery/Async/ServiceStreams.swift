@@ -43,7 +43,9 @@ extension DiscoveredService {
         }
     }
 
-    /// Resolves the service, connects, and returns the open streams.
+    /// Resolves the service, connects, and returns the open streams. A connection that found
+    /// no route or timed out is reported as a failed contact (see
+    /// ``DiscoveryContext/reportFailedContact(with:)``).
     /// - Throws: a `SocketStreamError`: `SocketStreamError.nameNotFound(_:detail:)` when the
     ///   service does not resolve, connection and TLS failures as for any host. `resolveTimeout`
     ///   is taken as by ``streams(tls:bufferSize:resolveTimeout:context:)``.
@@ -52,8 +54,20 @@ extension DiscoveredService {
         resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared
     ) async throws -> BoundStreamPair {
         let pair = streams(tls: tls, bufferSize: bufferSize, resolveTimeout: resolveTimeout, context: context)
-        try await pair.open()
+        try await open(pair, reportingFailuresTo: context)
         return pair
+    }
+
+    /// Opens `pair`, streams to this service; a connection that found no route or timed out
+    /// is reported to `context` as a failed contact before its error is thrown (a refused one
+    /// is not: a refusal comes from the host, which is there).
+    func open(_ pair: BoundStreamPair, reportingFailuresTo context: DiscoveryContext) async throws {
+        do {
+            try await pair.open()
+        } catch let error as SocketStreamError where [.unreachable, .timedOut].contains(error.code) {
+            context.reportFailedContact(with: self)
+            throw error
+        }
     }
 
     /// Unopened streams to the service in its wide-area domain: opening either one resolves it

@@ -119,9 +119,14 @@ extension Sender {
             // may answer and close before our half-close).
             try? await pair.finishSending()
         } catch {
-            // The receiver's reason, when it sent one, says more than our broken write.
-            results.cancel()
-            if case .failure(let receiverError as PeerTransferError) = await results.result { throw receiverError }
+            // The receiver's reason, when it sent one, says more than our broken write: the
+            // reading task gets a moment to read what came before the connection broke (a
+            // cancelled read would drop it unread).
+            if case .failure(let receiverError as PeerTransferError) = await Self.outcome(
+                of: results, within: .seconds(2))
+            {
+                throw receiverError
+            }
             throw error
         }
         let (verified, failed) = try await results.value
@@ -226,6 +231,18 @@ extension Sender {
                 throw error
             }
         }
+    }
+
+    /// What `task` came to, waiting for it at most `bound` before it is cancelled.
+    private static func outcome<T: Sendable>(
+        of task: Task<T, any Error>, within bound: Duration
+    ) async -> Result<T, any Error> {
+        let timer = Task {
+            try? await Task.sleep(for: bound)
+            task.cancel()
+        }
+        defer { timer.cancel() }
+        return await task.result
     }
 
     /// Reads the next frame, which must be `kind` (a failure frame becomes its error).

@@ -14,10 +14,9 @@ extension Wording {
     /// minute, a fraction to a tenth ("0.5 seconds").
     public static func duration(_ seconds: Double) -> String {
         // A fraction of a second counts under a minute ("0.5 seconds", not "0 seconds").
-        if seconds > 0, seconds < 60, seconds != seconds.rounded() {
-            return String(format: "%g seconds", (seconds * 10).rounded(.up) / 10)
-        }
-        let whole = Int(max(0, min(seconds, 1e12)))
+        let tenths = seconds > 0 && seconds < 60 ? (seconds * 10).rounded(.up) / 10 : seconds
+        if tenths.isFinite, tenths != tenths.rounded() { return String(format: "%g seconds", tenths) }
+        let whole = Int(max(0, min(tenths, 1e12)))
         for (size, unit) in [(86_400, "day"), (3_600, "hour"), (60, "minute")] where whole >= size && whole % size == 0
         {
             return counted(whole / size, unit)

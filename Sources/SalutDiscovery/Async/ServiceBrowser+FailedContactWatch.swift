@@ -1,0 +1,90 @@
+import Foundation
+import SalutStreams
+
+extension ServiceBrowser {
+    /// The shell of one browse's ``FailedContactStateMachine``: hands the daemon's updates
+    /// through it, listens for its context's failed contacts, asks the responders it names
+    /// (``LivenessCheck``), asks again every ``recheckInterval`` while it says services are
+    /// removed, and stops all that when the browse ends.
+    ///
+    /// Concurrency: the machine is in one `Locked` box; updates are yielded while it is held,
+    /// so they reach the consumer in the order the machine decided them. Checks run in tasks
+    /// of their own and report back through the box.
+    final class FailedContactWatch: Sendable {
+        /// How often services said removed here are asked again, while the daemon lists them.
+        static let recheckInterval: Duration = .seconds(30)
+
+        private let machine = Locked(FailedContactStateMachine())
+        private let continuation: AsyncThrowingStream<BrowseUpdate, any Error>.Continuation
+        private let context: DiscoveryContext
+        private let listener = Locked<UInt64?>(nil)
+        private let rechecking = Locked<Task<Void, Never>?>(nil)
+
+        /// Hands updates to `continuation`; with `listening`, also checks the failed contacts
+        /// reported to `context` (a browse of the link; a wide-area service cannot be asked).
+        init(
+            context: DiscoveryContext, continuation: AsyncThrowingStream<BrowseUpdate, any Error>.Continuation,
+            listening: Bool
+        ) {
+            self.context = context
+            self.continuation = continuation
+            guard listening else { return }
+            let id = context.failedContacts.listen { [weak self] service in self?.failedContact(with: service) }
+            listener.withLock { $0 = id }
+        }
+
+        /// The daemon's update.
+        func browsed(_ update: BrowseUpdate) {
+            machine.withLock { machine in
+                if let said = machine.browsed(update) { continuation.yield(said) }
+            }
+        }
+
+        /// The browse ended: nothing more is asked or handed over.
+        func finish() {
+            machine.withLock { $0.finish() }
+            if let id = listener.exchange(nil) { context.failedContacts.stopListening(id) }
+            rechecking.exchange(nil)?.cancel()
+        }
+
+        private func failedContact(with service: DiscoveredService) {
+            guard let action = machine.withLock({ $0.failedContact(with: service) }) else { return }
+            perform(action)
+        }
+
+        private func perform(_ action: FailedContactStateMachine.Action) {
+            switch action {
+            case .check(let check):
+                Task { [weak self] in
+                    let answering = try? await LivenessCheck().isAnswering(check.service, on: check.sightings)
+                    self?.checked(check, answering: answering)
+                }
+            }
+        }
+
+        private func checked(_ check: FailedContactStateMachine.Check, answering: Bool?) {
+            let (actions, silenced) = machine.withLock { machine in
+                let step = machine.checked(check, answering: answering)
+                for update in step.updates { continuation.yield(update) }
+                return (step.actions, machine.hasSilenced)
+            }
+            actions.forEach(perform)
+            if silenced { startRechecking() }
+        }
+
+        /// Asks the services said removed again every ``recheckInterval``, from the first one on
+        /// until the browse ends.
+        private func startRechecking() {
+            rechecking.withLock { task in
+                guard task == nil else { return }
+                task = Task { [weak self] in
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: Self.recheckInterval)
+                        guard let self, !Task.isCancelled else { return }
+                        for action in self.machine.withLock({ $0.recheckDue() }) { self.perform(action) }
+                    }
+                }
+            }
+        }
+    }
+}
