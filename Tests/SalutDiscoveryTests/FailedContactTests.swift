@@ -163,20 +163,9 @@ final class FailedContactStateMachineTests: XCTestCase {
 final class FailedContactTests: XCTestCase {
     /// A port on loopback that nothing listens on.
     private func closedPort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        XCTAssertGreaterThanOrEqual(fd, 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
-            }
-        }
-        XCTAssertTrue(bound)
-        return Int(UInt16(bigEndian: address.sin_port))
+        let (fd, port) = try XCTUnwrap(boundLoopbackSocket())
+        close(fd)
+        return port
     }
 
     /// A ghost (its responder gone without a goodbye, so the daemon lists it on) and a live

@@ -76,21 +76,9 @@ final class StreamCancellationTests: SalutTestCase {
 
     func testCancelledOpenGivesUpAHandshakeThePeerNeverAnswers() async throws {
         // A TCP listener that accepts (kernel backlog) but never speaks TLS.
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        XCTAssertGreaterThanOrEqual(listener, 0)
+        let (listener, port) = try XCTUnwrap(boundLoopbackSocket())
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0
-            }
-        }
-        XCTAssertTrue(bound)
         XCTAssertEqual(Glibc.listen(listener, 4), 0)
-        let port = Int(UInt16(bigEndian: address.sin_port))
 
         let pair = SocketStreams.pair(toHost: "127.0.0.1", port: port, tls: TLSConfiguration())
         let opener = Task { try await pair.open() }
