@@ -55,8 +55,9 @@ public enum ServiceNames {
         guard name.count >= 2, name.count <= (local ? 62 : standardServiceNameLength) else {
             throw bad(
                 name.count >= 2 && name.count <= 62
-                    ? "the service name must be at most 15 characters outside .local (it has \(name.count))"
-                    : "the service name must be 2 to 15 characters (up to 62 on .local)")
+                    ? "\"\(name)\" in \(service).\(proto) must be at most 15 characters outside .local (it has \(name.count))"
+                    : "\"\(name)\" in \(service).\(proto) must be 2 to 62 characters on .local (2 to 15 in other domains; it has \(name.count))"
+            )
         }
         guard name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }) else {
             throw bad("the service name may hold only letters, digits and '-'")

@@ -136,9 +136,14 @@ package enum MistypedArguments {
         _ typed: String, before rest: [String], tool: String, commands: [(name: String, help: () -> String)]
     ) -> String? {
         let name = String(typed.prefix { $0 != "=" })
-        guard name.hasPrefix("--"), !Options.builtIn.names.contains(name) else { return nil }
+        guard name != "-h", name != "--", !Options.builtIn.names.contains(name) else { return nil }
         let shown = TerminalText.escaped(name)
-        guard let command = rest.lazy.compactMap({ word in commands.first { $0.name == word } }).first else {
+        let command = rest.lazy.compactMap({ word in commands.first { $0.name == word } }).first
+        if !name.hasPrefix("--") {  // a short option: no name to suggest from
+            return
+                "\(tool): \(shown) is not an option of \(tool) itself: options go after the command (see '\(tool) \(command?.name ?? "COMMAND") --help')"
+        }
+        guard let command else {
             return
                 "\(tool): \(shown) is not an option of \(tool) itself: options go after the command (see '\(tool) COMMAND --help')"
         }

@@ -227,6 +227,12 @@ struct Publish: AsyncParsableCommand {
                     "domain": domain, "message": discovery.description,
                 ])
             }
+            if noRename, let discovery = error as? DiscoveryError, discovery.code == .collision {
+                Output.standardError(
+                    "netsvc: \(Terminal.escaped(discovery.description)): something else on the link publishes it; pick another name, or leave out --no-rename to take the next free one (\"\(Terminal.escaped(name)) #2\")\n"
+                )
+                throw ExitStatus.collision
+            }
             throw fail(error)
         }
     }

@@ -193,7 +193,7 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(sender.output.contains("\"receiverTold\":true"), sender.output)
         XCTAssertTrue(
             sender.output.contains(
-                "interrupted; the receiver was told and keeps what it received: run the same command again"),
+                "peerxfer: interrupted; the receiver was told and keeps what it received: run the same command again"),
             "the hint is on standard error in JSON mode too: \(sender.output)")
         // The receiver's log says the sender stopped and the transfer can go on (no TLS detail).
         XCTAssertTrue(
@@ -250,7 +250,8 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertFalse(
             terminal.output.contains("the same send resumes from there"),
             "the stop is said twice: \(terminal.output.debugDescription)")
-        let message = "stopped by SIGTERM; the receiver was told and keeps what it received: run the same command again"
+        let message =
+            "peerxfer: stopped by SIGTERM; the receiver was told and keeps what it received: run the same command again"
         let before = terminal.output.range(of: message).map { terminal.output[..<$0.lowerBound] }
         XCTAssertNotNil(before, terminal.output.debugDescription)
         XCTAssertTrue(
@@ -1167,7 +1168,7 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertTrue(ghostLine.contains("UNREACHABLE"), withGhost)
 
         // As text: a header, and each column starting at the same place on every line.
-        let (textStatus, text) = try lab.run(["peers", "--config", lab.path("mine"), "--timeout", "2"])
+        let (textStatus, text) = try lab.run(["peers", "--config", lab.path("mine"), "--wait", "2"])
         XCTAssertEqual(textStatus, 0, text)
         let lines = text.split(separator: "\n").map(String.init)
         let header = try XCTUnwrap(lines.first, text)

@@ -14,7 +14,10 @@ struct Peers: AsyncParsableCommand {
 
     @OptionGroup var logging: LoggingOptions
 
-    @Option(parsing: .unconditional, help: ArgumentHelp("Seconds to look.", valueName: "seconds"))
+    // --wait as `send` and `trust` name it; --timeout as it was.
+    @Option(
+        name: [.customLong("wait"), .customLong("timeout")], parsing: .unconditional,
+        help: ArgumentHelp("Seconds to look.", valueName: "seconds"))
     var timeout: Double = 3
 
     @Flag(help: "One JSON object per receiver.")
@@ -22,7 +25,7 @@ struct Peers: AsyncParsableCommand {
 
     func validate() throws {
         guard timeout.isFinite, timeout > 0, timeout <= 3_600 else {
-            throw ValidationError("--timeout must be above 0 and at most 3600 seconds")
+            throw ValidationError("--wait must be above 0 and at most 3600 seconds")
         }
     }
 

@@ -69,7 +69,7 @@ final class ProgressDisplay: Sendable {
             if json {
                 printJSON(["event": "resolving", "peer": name])
             } else {
-                let bound = lookupSeconds.map { " (up to \(Wording.duration($0.rounded(.up))))" } ?? ""
+                let bound = lookupSeconds.map { " (up to \(Wording.duration($0)))" } ?? ""
                 printError("looking for \"\(Terminal.escape(name))\"\(bound)…")
             }
         case .connected(let name, let key, let firstUse, let renamedFrom):
@@ -156,7 +156,7 @@ final class ProgressDisplay: Sendable {
                 // Never a silent difference: the receiver kept another file under that name.
                 clearLine()
                 printError(
-                    "\(Terminal.escape(path)) is stored as \(Terminal.escapePeerText(storedAs)): the receiver already had a different file named so"
+                    "\(Terminal.escape(path)) is stored as \(Terminal.escapePeerText(storedAs)): the receiver already had a file named so (other bytes, or the same from another sender), and kept both"
                 )
             }
         case .fileFailed(_, let path, let reason):
@@ -214,7 +214,7 @@ final class ProgressDisplay: Sendable {
         // On standard error in JSON mode too, as an error's message is: a person may be watching.
         // (No count: the receiver confirms small files in batches, so it may hold more than it
         // has confirmed yet.)
-        let what = signal == .interrupt ? "interrupted" : "stopped by \(signal.name)"
+        let what = "peerxfer: " + (signal == .interrupt ? "interrupted" : "stopped by \(signal.name)")
         printError(
             sent > 0 || answered
                 ? "\(what)\(told ? "; the receiver was told and keeps what it received" : ""): run the same command again to send the rest (what the receiver has verified is not sent again, and a file cut half way resumes)"
@@ -253,7 +253,7 @@ final class ProgressDisplay: Sendable {
                     let seconds = max(0, Double(left.components.seconds))
                     // Drawn under the lock that ending the wait takes: never after it ended.
                     writeAll(
-                        "\r\u{1b}[Kwaiting for \"\(state.receiver)\" to answer the offer (\(Wording.clock(seconds)) left)",
+                        "\r\u{1b}[Koffered to \"\(state.receiver)\", waiting for its answer (at most \(Wording.clock(seconds)) more)",
                         to: 2)
                     state.lineShown = true
                     return true

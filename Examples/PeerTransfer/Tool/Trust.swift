@@ -80,9 +80,12 @@ struct Trust: AsyncParsableCommand {
         if pin, let key {
             try ServiceNames.checkName(peer, allowEmpty: false)
             guard let whole = KeyText.whole(key) else {
-                _ = try KeyText.prefix(key, option: "KEY")  // says which character is wrong
+                // Not hex: said which character is wrong. Hex, but not all of it: a pin is a
+                // whole key (a start of one is for --expect-key and `trust` of a sender).
+                if KeyText.digits(key) == nil { _ = try KeyText.prefix(key, option: "KEY") }
+                let count = KeyText.digits(key)?.count ?? 0
                 throw PeerTransferError.usage(
-                    "KEY: give all 64 hex digits of the receiver's key, as `peerxfer identity` prints it there (\"\(Terminal.escape(key))\" is shorter)"
+                    "KEY: a pin takes all 64 hex digits of the receiver's key, as `peerxfer identity` prints it there (\"\(Terminal.escape(key))\" has \(count)); to check only the first 16, send with --expect-key instead"
                 )
             }
             try Self.pin(peer, to: whole, in: file, configOption: configuration.configOption)
