@@ -144,7 +144,7 @@ final class Conversation {
     /// own (a liar, a receiver of another version), then its end closes. Returns what the
     /// sender reported: its events, and its report or error.
     func sendToScripted(
-        _ paths: [String],
+        _ paths: [String], answerBound: Duration? = nil,
         receiver script: @escaping @Sendable (inout FrameReader, OutputStream) async throws -> Void
     ) async throws -> (events: [SendEvent], sent: Result<SendReport, PeerTransferError>) {
         let plan = try await TransferPlan.prepare(paths: paths.map { folder + "/src/" + $0 })
@@ -164,8 +164,10 @@ final class Conversation {
                 senderEnd.input.close()
                 senderEnd.output.close()
             }
+            var sending = Sender(configuration: sender, displayName: "Sender")
+            if let answerBound { sending.answerBound = answerBound }
             sent = .success(
-                try await Sender(configuration: sender, displayName: "Sender").transfer(
+                try await sending.transfer(
                     plan, over: senderEnd, to: "Receiver", events: { event in events.withLock { $0.append(event) } }))
         } catch let error as PeerTransferError {
             sent = .failure(error)

@@ -155,9 +155,42 @@ final class ConversationRefusalTests: XCTestCase {
         }
         let report = try sent.get()
         XCTAssertEqual(report.verified, 1)
-        XCTAssertEqual(
-            report.failed, ["1 accepted file(s): the receiver ended without saying they were verified"])
+        XCTAssertEqual(report.failed, ["two.txt: the receiver ended without saying it was verified"])
         XCTAssertEqual(events.filter { if case .fileVerified = $0 { return true } else { return false } }.count, 1)
+    }
+
+    /// A receiver that says nothing after the offer is "no answer" (exit 7), as one that never
+    /// answers the question is: not a failed transfer.
+    func testAReceiverSilentAfterTheOfferIsNoAnswer() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("a.txt", size: 10)
+        let (_, sent) = try await talk.sendToScripted(["a.txt"], answerBound: .seconds(1)) { reader, output in
+            _ = try await Self.read(upTo: .hello, from: &reader)
+            try await output.write(Self.hello().encoded)
+            _ = try await Self.read(upTo: .manifest, from: &reader)
+            while try await reader.next() != nil {}  // silent until the sender leaves
+        }
+        guard case .failure(let error) = sent else { return XCTFail("the send succeeded") }
+        XCTAssertEqual(error.outcome, "no-answer", error.message)
+        XCTAssertEqual(error.exitCode, 7)
+        XCTAssertTrue(error.message.contains("did not answer the offer within 1 second"), error.message)
+    }
+
+    /// A decline said after the offer was accepted is a broken protocol, not a decline: the
+    /// sender does not report (or, queued, give up on) a transfer the receiver had taken.
+    func testADeclineAfterTheOfferWasAcceptedIsAProtocolViolation() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("big.bin", size: 16 * chunk)
+        let (_, sent) = try await talk.sendToScripted(["big.bin"]) { reader, output in
+            try await Self.greetAndAccept([0], reader: &reader, output: output)
+            _ = try await Self.read(upTo: .chunk, from: &reader)
+            let late = Failure(code: "declined", message: "changed my mind")
+            try await output.write(Frame.message(.failure, late).encoded)
+        }
+        guard case .failure(let error) = sent else { return XCTFail("the send succeeded") }
+        XCTAssertEqual(error.wireCode, "protocol")
+        XCTAssertEqual(error.exitCode, 1)
+        XCTAssertTrue(error.message.contains("accepted the offer, then sent a \"declined\" failure"), error.message)
     }
 
     /// A receiver that fails the transfer in the middle is heard: its reason, not the broken

@@ -78,14 +78,30 @@ final class SenderVerdictStateMachineTests: XCTestCase {
         XCTAssertTrue(violation(machine.received(result(0, verified: false))).contains("a second result for entry 0"))
     }
 
-    func testAnAcceptedFileTheSummaryLeavesOutCountsAsFailed() {
+    func testEachAcceptedFileTheSummaryLeavesOutCountsAsOneFailedFile() {
         var machine = machine()
         machine.fileEnding(0, withdrawn: false)
         _ = machine.received(result(0))
         XCTAssertEqual(
             machine.received(summary),
+            .summarized(verified: 1, failed: ["c.txt: the receiver ended without saying it was verified"]))
+        var silent = self.machine()
+        XCTAssertEqual(
+            silent.received(summary),
             .summarized(
-                verified: 1, failed: ["1 accepted file(s): the receiver ended without saying they were verified"]))
+                verified: 0,
+                failed: [
+                    "a.txt: the receiver ended without saying it was verified",
+                    "c.txt: the receiver ended without saying it was verified",
+                ]))
+    }
+
+    func testAnAnswerToTheOfferSaidAfterItIsAProtocolViolationNotADecline() {
+        for code in ["declined", "declined-hook", "declined-policy", "no-answer", "cannot-ask", "trust"] {
+            var machine = machine()
+            let late = Frame.message(.failure, Failure(code: code, message: "changed my mind"))
+            XCTAssertTrue(violation(machine.received(late)).contains("accepted the offer, then sent"), code)
+        }
     }
 
     func testTheReceiversFailureIsItsOwnErrorAndAnEndBeforeTheSummaryIsAnError() {

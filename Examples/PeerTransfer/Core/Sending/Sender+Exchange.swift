@@ -12,7 +12,7 @@ extension Sender {
         _ plan: TransferPlan, over pair: BoundStreamPair, to name: String,
         events: @escaping @Sendable (SendEvent) -> Void
     ) async throws -> SendReport {
-        let watchdog = ProgressWatchdog(bound: Self.answerWait)
+        let watchdog = ProgressWatchdog(bound: answerBound)
         let watching = Task { await watchdog.watch(pair, what: "from the receiver") }
         defer { watching.cancel() }
         let answered = Locked(false)
@@ -45,10 +45,11 @@ extension Sender {
             throw Self.stopped(stopper.reason!, name: name, told: stopper.toldTheReceiver)
         } catch let error as PeerTransferError {
             throw error
-        } catch let error as SocketStreamError where watchdog.expired != nil && !answered.value {
-            // Silent from the offer on: nobody there said yes or no.
+        } catch  where watchdog.expired != nil && !answered.value {
+            // Silent from the offer on: nobody there said yes or no. (The watchdog's reset
+            // closed the streams: the read fails as "not open", whatever its type.)
             throw PeerTransferError.noAnswer(
-                "\"\(Terminal.escape(name))\" did not answer the offer within \(Wording.duration(Double(Self.answerWait.components.seconds))) (\(error))"
+                "\"\(Terminal.escape(name))\" did not answer the offer within \(Wording.duration(Double(answerBound.components.seconds))) (\(error))"
             )
         } catch let error as SocketStreamError {
             throw PeerTransferError.runtime(

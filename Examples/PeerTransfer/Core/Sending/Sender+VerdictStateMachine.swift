@@ -8,9 +8,11 @@ extension Sender {
     ///
     /// A verdict is believed only where it can be true: for an accepted file, once its end was
     /// sent, once, and never "verified" for a file this sender withdrew (the receiver cannot
-    /// have checked a digest it was not sent). The receiver's summary ends the exchange; an
+    /// have checked a digest it was not sent). The receiver's summary ends the exchange; each
     /// accepted file it gave no verdict for counts as failed, for a summary that skips some
-    /// files is no proof that they arrived.
+    /// files is no proof that they arrived. A failure that answers an offer (declined, no
+    /// answer…) is no reason to stop a transfer already accepted: said then, it is a broken
+    /// protocol.
     struct VerdictStateMachine: Sendable {
         /// What the shell reports next.
         enum Action: Sendable, Equatable {
@@ -68,6 +70,13 @@ extension Sender {
                     return summarize()
                 case .failure:
                     let failure = try frame.decode(Failure.self)
+                    // An answer to an offer is no reason to stop a transfer the receiver took:
+                    // said after the answer, it is a broken protocol, not a decline.
+                    guard !Self.offerAnswers.contains(failure.code) else {
+                        throw PeerTransferError.protocolViolation(
+                            "the receiver accepted the offer, then sent a \"\(Terminal.escapePeerText(failure.code))\" failure (\(Terminal.escapePeerText(failure.message)))"
+                        )
+                    }
                     return end(.fail(PeerTransferError.fromWire(code: failure.code, message: failure.message)))
                 default:
                     throw PeerTransferError.protocolViolation("an unexpected \(frame.kind) message from the receiver")
@@ -110,13 +119,17 @@ extension Sender {
             return .failed(index: index, path: path, reason: reason)
         }
 
+        /// The failure codes that answer an offer (and only that).
+        static let offerAnswers: Set<String> = [
+            "declined", "declined-hook", "declined-policy", "no-answer", "cannot-ask", "trust",
+        ]
+
         private mutating func summarize() -> Action {
-            var failed = self.failed
-            let unconfirmed = acceptedFiles.count - judged.count
-            if unconfirmed > 0 {
-                failed.append("\(unconfirmed) accepted file(s): the receiver ended without saying they were verified")
+            // Each accepted file the summary leaves out counts as one failed file.
+            let unconfirmed = acceptedFiles.subtracting(judged).sorted().map {
+                "\(entries[$0].path): the receiver ended without saying it was verified"
             }
-            return end(.summarized(verified: verified, failed: failed))
+            return end(.summarized(verified: verified, failed: failed + unconfirmed))
         }
 
         private mutating func end(_ action: Action) -> Action {

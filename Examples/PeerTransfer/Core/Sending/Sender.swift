@@ -62,6 +62,8 @@ public struct Sender: Sendable {
     /// How long the sender waits for the receiver's answer to its offer: the 120 s a person or
     /// a hook has there, and time to spare.
     public static let answerWait: Duration = .seconds(150)
+    /// How long this sender waits for the answer to its offer: ``answerWait`` (tests shorten it).
+    var answerBound = Sender.answerWait
     /// The DNS-SD domain the receiver is published in: `local` (the link), or a wide-area zone.
     public var domain = "local"
     /// For a wide-area ``domain``: find the receiver with unicast DNS queries to this name
