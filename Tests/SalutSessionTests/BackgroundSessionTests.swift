@@ -217,8 +217,8 @@ final class BackgroundSessionTests: SalutTestCase {
         XCTAssertEqual(metrics.attempts, 1)
         XCTAssertEqual(metrics.waits.first?.reason, .serviceNotVisible)
         XCTAssertNotNil(metrics.waits.first?.end, "the wait ended when the service appeared")
-        try await withDeadline(5, "the record is removed once delivered") {
-            while Self.recordCount(configuration) > 0 { try await Task.sleep(for: .milliseconds(10)) }
+        try await eventually("the record is removed once delivered", timeout: 5) {
+            Self.recordCount(configuration) == 0
         }
     }
 
@@ -444,14 +444,10 @@ final class BackgroundSessionTests: SalutTestCase {
                 to: DiscoveredService(name: "Comes Later", type: type), from: Data("carried".utf8))
             done.resume()
             carried.resume()
-            try await withDeadline(20, "the first task delivered") {
-                while done.state != .completed { try await Task.sleep(nanoseconds: 20_000_000) }
-            }
+            try await eventually("the first task delivered", timeout: 20, interval: 0.02) { done.state == .completed }
             XCTAssertNil(done.error)
             deaf.invalidateLeavingBackgroundTasks()
-            try await withDeadline(10, "the runner stops") {
-                while carried.state != .completed { try await Task.sleep(nanoseconds: 20_000_000) }
-            }
+            try await eventually("the runner stops", interval: 0.02) { carried.state == .completed }
         }
         receiver.stop()
         let journal = try BackgroundJournal(directory: configuration.backgroundStateDirectory!)
@@ -478,9 +474,7 @@ final class BackgroundSessionTests: SalutTestCase {
             order, ["complete \(doneIdentifier)", "complete \(carried.taskIdentifier)", "finishedEvents"],
             "\(delegate.events)")
         XCTAssertEqual(delegate.outcome(of: carried), "ok")
-        try await withDeadline(10, "every record served its purpose") {
-            while !journal.records().isEmpty { try await Task.sleep(nanoseconds: 20_000_000) }
-        }
+        try await eventually("every record served its purpose", interval: 0.02) { journal.records().isEmpty }
 
         // Nothing pending: no did-finish-events (the invalidation, delivered after anything the
         // session queued at its start, comes alone).
@@ -533,14 +527,12 @@ final class BackgroundSessionTests: SalutTestCase {
             task.resume()
             // Half the body reported sent: the record says so while the attempt still runs.
             let journal = try BackgroundJournal(directory: stalling.backgroundStateDirectory!)
-            try await withDeadline(10, "the record's count of bytes sent") {
-                while journal.records().first?.bytesSent != 500 { try await Task.sleep(nanoseconds: 20_000_000) }
+            try await eventually("the record's count of bytes sent", interval: 0.02) {
+                journal.records().first?.bytesSent == 500
             }
             XCTAssertEqual(task.state, .running)
             first.invalidateLeavingBackgroundTasks()
-            try await withDeadline(10, "the first runner stops") {
-                while task.state != .completed { try await Task.sleep(nanoseconds: 20_000_000) }
-            }
+            try await eventually("the first runner stops", interval: 0.02) { task.state == .completed }
         }
         // The first runner is gone (as its process would be): the next session runs the task.
         let relaunch = { () -> PeerSessionConfiguration in

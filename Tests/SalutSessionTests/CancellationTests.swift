@@ -14,9 +14,7 @@ final class SessionCancellationTests: SalutTestCase {
         let task = session.streamTask(withHostName: "127.0.0.1", port: server.port)
         task.resume()
         try await task.write(Data("hi".utf8), timeout: 5)  // connected once this returns
-        try await withDeadline(5, "the server has the connection") {
-            while server.count == 0 { try await Task.sleep(nanoseconds: 1_000_000) }
-        }
+        try await eventually("the server has the connection", timeout: 5, interval: 0.001) { server.count > 0 }
         let reader = Task { try await task.readData(ofMinLength: 10, maxLength: 10, timeout: 600) }
         try await server.say("12345")
         reader.cancel()
@@ -41,9 +39,7 @@ final class SessionCancellationTests: SalutTestCase {
         second.cancel()
         let outcome = try await withDeadline(5, "the queued read answers") { await second.result }
         XCTAssertThrowsError(try outcome.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }
-        try await withDeadline(5, "the server has the connection") {
-            while server.count == 0 { try await Task.sleep(nanoseconds: 1_000_000) }
-        }
+        try await eventually("the server has the connection", timeout: 5, interval: 0.001) { server.count > 0 }
         try await server.say("x")
         let (data, _) = try await withDeadline(5, "the first read") { try await first.value }
         XCTAssertEqual(data, Data("x".utf8), "the read ahead was not disturbed")
@@ -57,9 +53,7 @@ final class SessionCancellationTests: SalutTestCase {
         task.resume()
         let big = Data(count: 64 << 20)  // far more than the socket buffers and the pump hold
         let writer = Task { try await task.write(big, timeout: 0) }
-        try await withDeadline(10, "the server has the connection") {
-            while server.count == 0 { try await Task.sleep(nanoseconds: 1_000_000) }
-        }
+        try await eventually("the server has the connection", interval: 0.001) { server.count > 0 }
         writer.cancel()
         let outcome = try await withDeadline(5, "the cancelled write returns") { await writer.result }
         XCTAssertThrowsError(try outcome.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }
@@ -72,9 +66,7 @@ final class SessionCancellationTests: SalutTestCase {
         let task = session.streamTask(withHostName: "127.0.0.1", port: server.port)
         task.resume()
         let securing = Task { try await task.secureConnection() }
-        try await withDeadline(5, "the server has the connection") {
-            while server.count == 0 { try await Task.sleep(nanoseconds: 1_000_000) }
-        }
+        try await eventually("the server has the connection", timeout: 5, interval: 0.001) { server.count > 0 }
         securing.cancel()
         let outcome = try await withDeadline(5, "the cancelled call returns") { await securing.result }
         XCTAssertThrowsError(try outcome.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }

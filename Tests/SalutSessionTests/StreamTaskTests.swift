@@ -287,14 +287,12 @@ final class StreamTaskTests: SalutTestCase {
             }
         }
         let key = "127.0.0.1:\(server.port)"
-        try await withDeadline(5, "both wait for the slot") {
-            while session.slots.waitingCount(for: key) < 2 { try await Task.sleep(nanoseconds: 1_000_000) }
+        try await eventually("both wait for the slot", timeout: 5, interval: 0.001) {
+            session.slots.waitingCount(for: key) >= 2
         }
         XCTAssertEqual(order.value, [], "nothing runs while the only slot is held")
         holder.cancel()
-        try await withDeadline(10, "both written") {
-            while order.value.count < 2 { try await Task.sleep(nanoseconds: 5_000_000) }
-        }
+        try await eventually("both written", interval: 0.005) { order.value.count >= 2 }
         XCTAssertEqual(order.value.first, "high", "the higher priority went first: \(order.value)")
         XCTAssertEqual(order.value.count, 2)
         low.cancel()
@@ -314,13 +312,13 @@ final class StreamTaskTests: SalutTestCase {
         let waiter = session.streamTask(withHostName: "127.0.0.1", port: server.port)
         waiter.resume()
         let key = "127.0.0.1:\(server.port)"
-        try await withDeadline(5, "the second task waits for the only slot") {
-            while session.slots.waitingCount(for: key) < 1 { try await Task.sleep(nanoseconds: 1_000_000) }
+        try await eventually("the second task waits for the only slot", timeout: 5, interval: 0.001) {
+            session.slots.waitingCount(for: key) >= 1
         }
         waiter.cancel()
         // It leaves while the holder still has the slot (it used to keep its place until then).
-        try await withDeadline(5, "the cancelled task left the line") {
-            while session.slots.waitingCount(for: key) > 0 { try await Task.sleep(nanoseconds: 1_000_000) }
+        try await eventually("the cancelled task left the line", timeout: 5, interval: 0.001) {
+            session.slots.waitingCount(for: key) == 0
         }
         try await delegate.wait(for: "complete \(waiter.taskIdentifier)")
         XCTAssertEqual(waiter.error as? PeerSessionError, .cancelled)

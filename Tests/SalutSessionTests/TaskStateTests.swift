@@ -38,8 +38,8 @@ final class TaskStateTests: SalutTestCase {
             XCTAssertNil(error)
             wrote.exchange(true)
         }
-        try await withDeadline(5, "the write is held at the suspension") {
-            while task.operationsWaitingToRun == 0 { try await Task.sleep(nanoseconds: 1_000_000) }
+        try await eventually("the write is held at the suspension", timeout: 5, interval: 0.001) {
+            task.operationsWaitingToRun > 0
         }
         XCTAssertFalse(wrote.value, "a write ran while the task was suspended")
         task.resume()
@@ -50,9 +50,7 @@ final class TaskStateTests: SalutTestCase {
         XCTAssertEqual(echo, Data("ab".utf8))
         // The write's completion comes through the session's delegate queue, on its own way:
         // it is due, not necessarily made, when the echo arrives.
-        try await withDeadline(5, "the held write's completion") {
-            while !wrote.value { try await Task.sleep(nanoseconds: 1_000_000) }
-        }
+        try await eventually("the held write's completion", timeout: 5, interval: 0.001) { wrote.value }
         task.cancel()
     }
 
@@ -118,9 +116,7 @@ final class TaskStateTests: SalutTestCase {
         running.closeRead()
         try await delegate.wait(for: "invalid")
         XCTAssertEqual(delegate.events.last, "invalid")
-        try await withDeadline(5, "delegate released") {
-            while session.delegate != nil { try await Task.sleep(nanoseconds: 10_000_000) }
-        }
+        try await eventually("delegate released", timeout: 5) { session.delegate == nil }
 
         let second = RecordingDelegate()
         let other = PeerSession(configuration: .ephemeral, delegate: second)

@@ -108,10 +108,8 @@ final class TransferTaskTests: SalutTestCase {
             transfer: ChunkedSend(payload: payload, chunk: 64 * 1024))
         first.taskDescription = "photo.raw"
         first.resume()
-        try await withDeadline(30, "a quarter of the transfer") {
-            while first.progress.completedUnitCount < Int64(payload.count / 4) {
-                try await Task.sleep(nanoseconds: 2_000_000)
-            }
+        try await eventually("a quarter of the transfer", timeout: 30, interval: 0.002) {
+            first.progress.completedUnitCount >= Int64(payload.count / 4)
         }
         let produced = await first.cancelByProducingResumeData()
         let resumeData = try XCTUnwrap(produced)
@@ -121,8 +119,8 @@ final class TransferTaskTests: SalutTestCase {
         XCTAssertGreaterThanOrEqual(part, payload.count / 4)
         XCTAssertLessThan(part, payload.count, "cancelled before the end")
         // The receiver's read failed (a reset): a cancel is never taken for a finished upload.
-        try await withDeadline(10, "the receiver sees the first connection end") {
-            while receiver.endings.value.isEmpty { try await Task.sleep(nanoseconds: 2_000_000) }
+        try await eventually("the receiver sees the first connection end", interval: 0.002) {
+            !receiver.endings.value.isEmpty
         }
         XCTAssertEqual(receiver.endings.value, ["failed"])
 

@@ -34,9 +34,7 @@ final class AsyncTurnTests: XCTestCase {
             tasks.append(taker(turn, name, into: log, releaseOn: done))
             // Each asks after the one before is waiting.
             let waiters = tasks.count
-            try await withDeadline(5, "\(name) waits") {
-                while turn.waitingCount < waiters { try await Task.sleep(for: .milliseconds(2)) }
-            }
+            try await eventually("\(name) waits", timeout: 5, interval: 0.002) { turn.waitingCount >= waiters }
         }
         XCTAssertEqual(log.withLock { $0 }, [], "nobody has it while it is held")
         turn.release()
@@ -54,9 +52,7 @@ final class AsyncTurnTests: XCTestCase {
         let (done, finish) = AsyncStream<Void>.makeStream()
         let leaving = taker(turn, "leaving", into: log, releaseOn: done)
         let staying = taker(turn, "staying", into: log, releaseOn: done)
-        try await withDeadline(5, "both wait") {
-            while turn.waitingCount < 2 { try await Task.sleep(for: .milliseconds(2)) }
-        }
+        try await eventually("both wait", timeout: 5, interval: 0.002) { turn.waitingCount >= 2 }
         leaving.cancel()
         let tookIt = await leaving.value  // returns while the turn is still held
         XCTAssertFalse(tookIt)

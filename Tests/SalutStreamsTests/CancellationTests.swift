@@ -12,9 +12,7 @@ final class StreamCancellationTests: SalutTestCase {
         pair.input.open(); pair.output.open()
         let buffer = try XCTUnwrap((pair.input as? BoundInputStream)?.buffer)
         let writer = Task { try await pair.output.write(Data([1, 2, 3, 4, 5, 6, 7, 8])) }
-        try await withDeadline(5, "the buffer fills") {
-            while buffer.snapshot.space > 0 { try await Task.sleep(nanoseconds: 1_000_000) }
-        }
+        try await eventually("the buffer fills", timeout: 5, interval: 0.001) { buffer.snapshot.space == 0 }
         writer.cancel()
         let outcome = try await withDeadline(5, "the cancelled write returns") { await writer.result }
         XCTAssertThrowsError(try outcome.get()) { XCTAssertTrue($0 is CancellationError, "\($0)") }

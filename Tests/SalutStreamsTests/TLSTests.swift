@@ -560,9 +560,7 @@ final class TLSTests: SalutTestCase {
             try? await bad.output.write(Data("password=hunter2".utf8))
             return try? await readBytes(bad.input, count: 1)
         }
-        try await withDeadline(20, "both judged") {
-            while outcomes.withLock({ $0.count }) < 2 { try await Task.sleep(for: .milliseconds(10)) }
-        }
+        try await eventually("both judged", timeout: 20) { outcomes.withLock({ $0.count }) >= 2 }
         XCTAssertEqual(
             outcomes.withLock { $0 }, ["read: hello", "refused: true"], "no byte of the stranger's was read")
         XCTAssertEqual(judged.withLock { $0 }, [admitted.publicKeySHA256, stranger.publicKeySHA256])
