@@ -139,7 +139,7 @@ let package = Package(
 
         .executableTarget(
             name: "wide-area-bench",
-            dependencies: ["SalutDiscovery", "SalutStreams"],
+            dependencies: ["SalutDiscovery", "SalutStreams", "SalutTools"],
             path: "Benchmarks/WideAreaBench",
             exclude: ["lab-visible"]   // the across-the-lab figure, a script of its own
         ),

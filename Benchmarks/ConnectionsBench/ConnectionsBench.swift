@@ -60,12 +60,12 @@ func clients(_ count: Int, port: UInt16, answer: Int) -> [Int32] {
 }
 
 final class Holder: @unchecked Sendable {
-    // @unchecked: `items` is guarded by `lock`.
-    let lock = NSLock()
-    var items: [AcceptedConnection] = []
-    var fds: [Int32] = []
-    func add(_ item: AcceptedConnection) { lock.lock(); items.append(item); lock.unlock() }
-    func add(_ fd: Int32) { lock.lock(); fds.append(fd); lock.unlock() }
+    // @unchecked: every stored var is touched only under `lock`.
+    private let lock = StateLock()
+    private var items: [AcceptedConnection] = []
+    private var fds: [Int32] = []
+    func add(_ item: AcceptedConnection) { lock.withLock { items.append(item) } }
+    func add(_ fd: Int32) { lock.withLock { fds.append(fd) } }
 }
 
 let count = option("--connections", 1000)

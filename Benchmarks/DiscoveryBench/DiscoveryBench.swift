@@ -15,6 +15,7 @@
 //    alternating: wall time, avahi-daemon's CPU (from /proc) and this process's.
 import Foundation
 import Salut
+import SalutStreams
 
 let arguments = CommandLine.arguments
 func option(_ name: String, _ fallback: Int) -> Int {
@@ -31,9 +32,10 @@ func uniqueType(_ tag: String) -> String {
 
 /// A child process whose stdout lines are stamped with the time they arrive.
 final class Child: @unchecked Sendable {
-    // @unchecked: `lines` is guarded by `lock`.
+    // @unchecked: `lines` and `partial` are touched only under `lock`; `process` is set up in init, then only
+    // queried and stopped.
     let process = Process()
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var lines: [(Date, String)] = []
     private var partial = ""
 
@@ -49,13 +51,13 @@ final class Child: @unchecked Sendable {
             let data = handle.availableData
             guard let self, !data.isEmpty else { return }
             let now = Date()
-            self.lock.lock()
-            self.partial += String(decoding: data, as: UTF8.self)
-            while let nl = self.partial.firstIndex(of: "\n") {
-                self.lines.append((now, String(self.partial[..<nl])))
-                self.partial.removeSubrange(...nl)
+            self.lock.withLock {
+                self.partial += String(decoding: data, as: UTF8.self)
+                while let nl = self.partial.firstIndex(of: "\n") {
+                    self.lines.append((now, String(self.partial[..<nl])))
+                    self.partial.removeSubrange(...nl)
+                }
             }
-            self.lock.unlock()
         }
         try process.run()
     }
@@ -63,9 +65,7 @@ final class Child: @unchecked Sendable {
     func firstLine(where predicate: (String) -> Bool, timeout: TimeInterval) -> Date? {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
-            lock.lock()
-            let hit = lines.first { predicate($0.1) }
-            lock.unlock()
+            let hit = lock.withLock { lines.first { predicate($0.1) } }
             if let hit { return hit.0 }
             Thread.sleep(forTimeInterval: 0.0005)
         }
@@ -73,11 +73,10 @@ final class Child: @unchecked Sendable {
     }
 
     func count(where predicate: (String) -> Bool) -> Int {
-        lock.lock(); defer { lock.unlock() }
-        return lines.filter { predicate($0.1) }.count
+        lock.withLock { lines.filter { predicate($0.1) }.count }
     }
 
-    var allLines: [String] { lock.lock(); defer { lock.unlock() }; return lines.map(\.1) }
+    var allLines: [String] { lock.withLock { lines.map(\.1) } }
 
     func stop() {
         if process.isRunning { process.terminate() }
@@ -119,7 +118,7 @@ func salutLatency() async throws -> (found: Double, resolved: Double) {
         return (.nan, .nan)
     }
     try await Task.sleep(nanoseconds: 300_000_000)  // the browser is up and its cache query done
-    start.set(Date())
+    start.exchange(Date())
     let publisher = try Child(["avahi-publish", "-s", "Latency Probe", type, "1"])
     defer { publisher.stop() }
     return try await browse.value
@@ -136,15 +135,6 @@ func avahiLatency() throws -> (found: Double, resolved: Double) {
     let found = browser.firstLine(where: { $0.hasPrefix("+;") }, timeout: 10)
     let resolved = browser.firstLine(where: { $0.hasPrefix("=;") }, timeout: 10)
     return (found.map { $0.timeIntervalSince(t0) } ?? .nan, resolved.map { $0.timeIntervalSince(t0) } ?? .nan)
-}
-
-final class Locked<Value>: @unchecked Sendable {
-    // @unchecked: `stored` is guarded by `lock`.
-    private let lock = NSLock()
-    private var stored: Value
-    init(_ value: Value) { stored = value }
-    var value: Value { lock.lock(); defer { lock.unlock() }; return stored }
-    func set(_ value: Value) { lock.lock(); stored = value; lock.unlock() }
 }
 
 // MARK: Many services

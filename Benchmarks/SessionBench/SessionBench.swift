@@ -30,11 +30,10 @@ func shell(_ command: String) -> String {
 }
 
 final class Counter: @unchecked Sendable {
-    // @unchecked: guarded by `lock`.
-    private let lock = NSLock()
-    private var value = 0
-    func add() { lock.lock(); value += 1; lock.unlock() }
-    var current: Int { lock.lock(); defer { lock.unlock() }; return value }
+    // @unchecked: its only state, `value`, is a `Locked` box.
+    private let value = Locked(0)
+    func add() { value.withLock { $0 += 1 } }
+    var current: Int { value.value }
 }
 
 let tasks = Int(option("--tasks", "200")) ?? 200

@@ -14,6 +14,7 @@ import Foundation
 import Glibc
 import SalutDiscovery
 import SalutStreams
+import SalutTools
 
 func option(_ name: String, _ fallback: Int) -> Int {
     guard let index = CommandLine.arguments.firstIndex(of: name), index + 1 < CommandLine.arguments.count,
@@ -33,7 +34,7 @@ let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingL
 let script = root.appendingPathComponent("Scripts/dns-server").path
 let port = 5399
 
-/// Runs `command` through /bin/sh (posix_spawn and waitpid), its input and output through
+/// Runs `command` through /bin/sh (SalutTools' spawner and waitpid), its input and output through
 /// files: a daemon it starts (named) keeps what it inherits, so neither a pipe nor Foundation's
 /// `Process` (which waited for ever here under top-level await) can tell when it is done.
 @discardableResult
@@ -46,11 +47,12 @@ func shell(_ command: String, input: String? = nil) -> (status: Int32, output: S
     var redirect = " >'\(scratch).out' 2>&1"
     redirect += input == nil ? " </dev/null" : " <'\(scratch).in'"
     if let input { try? input.write(toFile: scratch + ".in", atomically: true, encoding: .utf8) }
-    let arguments = ["/bin/sh", "-c", "{ \(command) ; }" + redirect]
-    var argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-    defer { argv.forEach { free($0) } }
-    var pid: pid_t = 0
-    guard posix_spawn(&pid, "/bin/sh", nil, nil, &argv, environ) == 0 else { return (127, "posix_spawn failed") }
+    let pid: pid_t
+    do {
+        pid = try Spawner.spawn(["/bin/sh", "-c", "{ \(command) ; }" + redirect], Spawner.Options())
+    } catch {
+        return (127, "\(error)")
+    }
     var status: Int32 = 0
     while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
     let output = (try? String(contentsOfFile: scratch + ".out", encoding: .utf8)) ?? ""

@@ -1,5 +1,6 @@
 import Foundation
 import Salut
+import SalutStreams
 import SalutTestSupport
 import XCTest
 
@@ -301,17 +302,16 @@ final class LabWideAreaTests: XCTestCase {
 
 /// What a NetServiceBrowser's delegate heard (from the browser's run loop thread).
 private final class BrowserHeard: NSObject, NetServiceBrowserDelegate, @unchecked Sendable {
-    // @unchecked: everything is behind `lock`.
+    // @unchecked: its only state, `heard`, is a `Locked` box.
     struct Snapshot { var domains: [String] = []; var services: [NetService] = [] }
-    private let lock = NSLock()
-    private var heard = Snapshot()
-    var snapshot: Snapshot { lock.withLock { heard } }
+    private let heard = Locked(Snapshot())
+    var snapshot: Snapshot { heard.value }
 
     func netServiceBrowser(_ browser: NetServiceBrowser, didFindDomain domainString: String, moreComing: Bool) {
-        lock.withLock { heard.domains.append(domainString) }
+        heard.withLock { $0.domains.append(domainString) }
     }
     func netServiceBrowser(_ browser: NetServiceBrowser, didFind service: NetService, moreComing: Bool) {
-        lock.withLock { heard.services.append(service) }
+        heard.withLock { $0.services.append(service) }
     }
 
     /// Waits (at most 30 s) until `predicate` holds for what was heard.

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Salut
+import SalutStreams
 import SalutTestSupport
 import XCTest
 
@@ -22,6 +23,7 @@ final class AppleDeclarationsTests: XCTestCase {
         override func netServiceDidPublish(_ sender: NetService) { published?.fulfill() }
     }
     final class AnnouncingDelegate: PublishingDelegate, @unchecked Sendable {
+        // @unchecked: as its base; `heardWillPublish` is set on the main run loop, read after the expectation.
         var heardWillPublish = false
         override func netServiceWillPublish(_ sender: NetService) { heardWillPublish = true }
     }
@@ -39,6 +41,7 @@ final class AppleDeclarationsTests: XCTestCase {
 
     /// `type` and `domain` are `open` as Apple declares them; an override is what is published.
     final class PrinterService: NetService, @unchecked Sendable {
+        // @unchecked: adds no stored state (a static constant and overrides) to NetService's locked state.
         static let printerType = uniqueType("p") + "."
         override var type: String { Self.printerType }
         override var domain: String { "local." }
@@ -47,6 +50,7 @@ final class AppleDeclarationsTests: XCTestCase {
 
     func testTypeAndDomainCanBeOverriddenAsOnApple() throws {
         final class Delegate: NetServiceDelegateObject, @unchecked Sendable {
+            // @unchecked: its only state is a constant expectation, which is thread-safe.
             let published: XCTestExpectation
             init(_ published: XCTestExpectation) { self.published = published }
             override func netServiceDidPublish(_ sender: NetService) { published.fulfill() }
@@ -64,6 +68,7 @@ final class AppleDeclarationsTests: XCTestCase {
 
     func testGetInputStreamEndsTheServicesDelegateCalls() {
         final class Counter: NetServiceDelegateObject, @unchecked Sendable {
+            // @unchecked: set up before the services start, then used on the main run loop (the test's) only.
             var calls = 0
             var onNotResolve: (() -> Void)?
             override func netServiceWillResolve(_ sender: NetService) { calls += 1 }
@@ -112,6 +117,7 @@ final class AppleDeclarationsTests: XCTestCase {
         SalutLogging.logger = Logger(label: "test") { _ in captured }
         defer { SalutLogging.logger = previous }
         final class Delegate: NetServiceDelegateObject, @unchecked Sendable {
+            // @unchecked: its only state is a constant expectation, which is thread-safe.
             let published: XCTestExpectation
             init(_ published: XCTestExpectation) { self.published = published }
             override func netServiceDidPublish(_ sender: NetService) { published.fulfill() }
@@ -132,17 +138,16 @@ final class AppleDeclarationsTests: XCTestCase {
 
 /// A log handler that keeps what it is given (for tests of what the library logs).
 final class CapturedLog: LogHandler, @unchecked Sendable {
-    // @unchecked: `stored` is guarded by `lock`; the handler's own settings are set once.
-    private let lock = NSLock()
-    private var stored: [(level: Logger.Level, text: String)] = []
+    // @unchecked: `stored` is a `Locked` box; the handler's own settings are set once.
+    private let stored = Locked<[(level: Logger.Level, text: String)]>([])
     var logLevel: Logger.Level = .trace
     var metadata: Logger.Metadata = [:]
     subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
         set { metadata[key] = newValue }
     }
-    var messages: [(level: Logger.Level, text: String)] { lock.withLock { stored } }
+    var messages: [(level: Logger.Level, text: String)] { stored.value }
     func log(event: LogEvent) {
-        lock.withLock { stored.append((event.level, event.message.description)) }
+        stored.withLock { $0.append((event.level, event.message.description)) }
     }
 }

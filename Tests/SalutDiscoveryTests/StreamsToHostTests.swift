@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Salut
+import SalutStreams
 import SalutTestSupport
 import XCTest
 
@@ -174,13 +175,12 @@ final class StreamsToHostTests: XCTestCase {
 
 /// Stream events with the stream they came from.
 final class SocketEventLog: NSObject, StreamDelegate, @unchecked Sendable {
-    // @unchecked: `events` is guarded by `lock`.
-    private let lock = NSLock()
-    private var events: [(Stream, Stream.Event)] = []
+    // @unchecked: its only state, `events`, is a `Locked` box.
+    private let events = Locked<[(Stream, Stream.Event)]>([])
     func stream(_ aStream: Stream, handle eventCode: Stream.Event) {
-        lock.lock(); events.append((aStream, eventCode)); lock.unlock()
+        events.withLock { $0.append((aStream, eventCode)) }
     }
-    var all: [(Stream, Stream.Event)] { lock.lock(); defer { lock.unlock() }; return events }
+    var all: [(Stream, Stream.Event)] { events.value }
     func wait(seconds: Double = 5, until predicate: ([(Stream, Stream.Event)]) -> Bool) -> Bool {
         eventually(timeout: seconds, interval: 0.005) { predicate(all) }
     }

@@ -47,9 +47,9 @@ struct HalfwayUpload: PeerUploadProtocol {
 /// A published service that counts what each connection sends, after cutting the first
 /// `failures` connections as soon as they arrive.
 final class CountingReceiver: @unchecked Sendable {
-    // @unchecked: `received` and `cuts` are guarded by `lock`.
+    // @unchecked: `received` and `cutsLeft` are touched only under `lock` (after init); the rest is constant.
     let advertisement: ServiceAdvertisement
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var received: [Data] = []
     private var cutsLeft: Int
 
@@ -82,8 +82,8 @@ final class CountingReceiver: @unchecked Sendable {
 
 /// Records background-upload delegate calls and answers new-body-stream requests.
 final class UploadDelegate: PeerSessionUploadDelegate, @unchecked Sendable {
-    // @unchecked: everything is guarded by `lock`.
-    private let lock = NSLock()
+    // @unchecked: every stored var but `freshBody` (set before the session exists) is touched only under `lock`.
+    private let lock = StateLock()
     private var log: [String] = []
     private var waiters: [(String, CheckedContinuation<Void, Never>)] = []
     private var completions: [Int: String] = [:]

@@ -6,8 +6,9 @@ import XCTest
 
 /// Records every delegate call in order, with what came with it.
 final class RecordingDelegate: PeerSessionStreamDelegate, @unchecked Sendable {
-    // @unchecked: `log` and friends are guarded by `lock`.
-    private let lock = NSLock()
+    // @unchecked: every stored var is touched under `lock`, but `trustAnswer` (set before the session runs) and
+    // `challenges` and `overlappingCalls`, which tests read unlocked once the calls that write them are done.
+    private let lock = StateLock()
     private var log: [String] = []
     private var completions: [Int: (any Error)?] = [:]
     private var collected: [Int: PeerTaskMetrics] = [:]
@@ -25,18 +26,19 @@ final class RecordingDelegate: PeerSessionStreamDelegate, @unchecked Sendable {
     var capturedStreams: [(InputStream, OutputStream)] { lock.withLock { captured } }
 
     private func record(_ event: String, _ change: () -> Void = {}) {
-        lock.lock()
-        concurrentCalls += 1
-        if concurrentCalls > 1 { overlappingCalls += 1 }
-        lock.unlock()
+        lock.withLock {
+            concurrentCalls += 1
+            if concurrentCalls > 1 { overlappingCalls += 1 }
+        }
         Thread.sleep(forTimeInterval: 0.001)  // widen the window in which overlapping calls would show
-        lock.lock()
-        concurrentCalls -= 1
-        log.append(event)
-        change()
-        let ready = waiters.filter { event.hasPrefix($0.0) }
-        waiters.removeAll { event.hasPrefix($0.0) }
-        lock.unlock()
+        let ready = lock.withLock { () -> [(String, CheckedContinuation<Void, Never>)] in
+            concurrentCalls -= 1
+            log.append(event)
+            change()
+            let ready = waiters.filter { event.hasPrefix($0.0) }
+            waiters.removeAll { event.hasPrefix($0.0) }
+            return ready
+        }
         ready.forEach { $0.1.resume() }
     }
 
@@ -44,14 +46,12 @@ final class RecordingDelegate: PeerSessionStreamDelegate, @unchecked Sendable {
     func wait(for prefix: String, seconds: Double = 20) async throws {
         try await withDeadline(seconds, "delegate event \(prefix)") {
             await withCheckedContinuation { continuation in
-                self.lock.lock()
-                if self.log.contains(where: { $0.hasPrefix(prefix) }) {
-                    self.lock.unlock()
-                    continuation.resume()
-                } else {
+                let done = self.lock.withLock { () -> Bool in
+                    if self.log.contains(where: { $0.hasPrefix(prefix) }) { return true }
                     self.waiters.append((prefix, continuation))
-                    self.lock.unlock()
+                    return false
                 }
+                if done { continuation.resume() }
             }
         }
     }
@@ -88,9 +88,9 @@ final class RecordingDelegate: PeerSessionStreamDelegate, @unchecked Sendable {
 
 /// An echo server on our own listener (IPv4 and IPv6), counting connections open at once.
 final class EchoServer: @unchecked Sendable {
-    // @unchecked: counters are guarded by `lock`.
+    // @unchecked: the counters are touched only under `lock`; the listener is constant and thread-safe.
     let listener: StreamListener
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var open = 0
     private(set) var mostAtOnce = 0
     private(set) var accepted = 0

@@ -6,19 +6,19 @@ import XCTest
 
 /// Records stream events on the run loop of a worker thread.
 final class EventLog: NSObject, StreamDelegate, @unchecked Sendable {
-    // @unchecked: `events` is guarded by `lock`.
-    private let lock = NSLock()
-    private var recorded: [(ObjectIdentifier, Stream.Event)] = []
+    // @unchecked: `recorded` is a `Locked` box; `onEvent` is never set once the log is a delegate (no test sets it).
+    private let recorded = Locked<[(ObjectIdentifier, Stream.Event)]>([])
     var onEvent: ((Stream, Stream.Event) -> Void)?
 
     func stream(_ aStream: Stream, handle eventCode: Stream.Event) {
-        lock.lock(); recorded.append((ObjectIdentifier(aStream), eventCode)); lock.unlock()
+        recorded.withLock { $0.append((ObjectIdentifier(aStream), eventCode)) }
         onEvent?(aStream, eventCode)
     }
 
     func events(of stream: Stream) -> [Stream.Event] {
-        lock.lock(); defer { lock.unlock() }
-        return recorded.filter { $0.0 == ObjectIdentifier(stream) }.map(\.1)
+        recorded.withLock { recorded in
+            recorded.filter { $0.0 == ObjectIdentifier(stream) }.map(\.1)
+        }
     }
 
     /// Waits until `stream` has received `count` events (or `seconds` pass).

@@ -8,11 +8,12 @@ import XCTest
 final class BulkReadTests: SalutTestCase {
     /// Reads once with `minimum` into a buffer of `room` bytes.
     private static func startRead(_ input: InputStream, room: Int, atLeast minimum: Int) -> Task<[UInt8], any Error> {
-        let stream = UncheckedStream(input)
+        // Handed over: the task is the stream's only reader until its read ends; callers await it first.
+        let stream = HandedOver(input)
         return Task {
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: room, alignment: 1)
             defer { buffer.deallocate() }
-            let n = try await stream.input.read(into: buffer, atLeast: minimum)
+            let n = try await stream.value.read(into: buffer, atLeast: minimum)
             return Array(buffer[0..<n])
         }
     }
@@ -94,12 +95,6 @@ final class BulkReadTests: SalutTestCase {
         pair.input.close()
         pair.output.close()
     }
-}
-
-/// `@unchecked Sendable`: the test hands the stream to one task, which is the only one to read it.
-private struct UncheckedStream: @unchecked Sendable {
-    let input: InputStream
-    init(_ input: InputStream) { self.input = input }
 }
 
 /// Whether a task has finished, asked from a polling condition.

@@ -19,11 +19,10 @@ final class ConnectionLimitsTests: SalutTestCase {
 
     /// Collects the error each accepted connection's open reports.
     final class Outcomes: @unchecked Sendable {
-        // @unchecked: `errors` is guarded by `lock`.
-        private let lock = NSLock()
-        private var errors: [SocketStreamError?] = []
-        func add(_ error: SocketStreamError?) { lock.lock(); errors.append(error); lock.unlock() }
-        var all: [SocketStreamError?] { lock.lock(); defer { lock.unlock() }; return errors }
+        // @unchecked: its only state, `errors`, is a `Locked` box.
+        private let errors = Locked<[SocketStreamError?]>([])
+        func add(_ error: SocketStreamError?) { errors.withLock { $0.append(error) } }
+        var all: [SocketStreamError?] { errors.value }
     }
 
     /// Opens every accepted connection and records how the open ended; echoes what arrives.

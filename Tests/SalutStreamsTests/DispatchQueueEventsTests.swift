@@ -121,9 +121,8 @@ final class DispatchQueueEventsTests: XCTestCase {
     func testScheduledInARunLoopTheStreamLeavesTheQueue() throws {
         /// Notes on which thread's run loop, or which queue, each event arrived.
         final class Probe: NSObject, StreamDelegate, @unchecked Sendable {
-            // @unchecked: `queueEvents` is guarded by `lock`; the expectations are thread-safe.
-            let lock = NSLock()
-            var queueEvents: [Stream.Event] = []
+            // @unchecked: `queueEvents` is a `Locked` box; the rest are constants (expectations are thread-safe).
+            let queueEvents = Locked<[Stream.Event]>([])
             let queueKey = DispatchSpecificKey<Bool>()
             let worker: RunLoop
             let opened: XCTestExpectation
@@ -135,7 +134,7 @@ final class DispatchQueueEventsTests: XCTestCase {
             }
             func stream(_ aStream: Stream, handle eventCode: Stream.Event) {
                 if DispatchQueue.getSpecific(key: queueKey) == true {
-                    lock.withLock { queueEvents.append(eventCode) }
+                    queueEvents.withLock { $0.append(eventCode) }
                     if eventCode == .openCompleted { opened.fulfill() }
                 } else if RunLoop.current === worker, eventCode == .hasBytesAvailable {
                     onWorker.fulfill()
@@ -161,7 +160,7 @@ final class DispatchQueueEventsTests: XCTestCase {
         XCTAssertEqual(write(output!, [7]), 1)
         wait(for: [probe.onWorker], timeout: 10)
         queue.sync {}
-        XCTAssertEqual(probe.lock.withLock { probe.queueEvents }, [.openCompleted], "nothing more on the queue")
+        XCTAssertEqual(probe.queueEvents.value, [.openCompleted], "nothing more on the queue")
         input!.close(); output!.close()
     }
 }

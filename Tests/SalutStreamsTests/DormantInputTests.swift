@@ -17,7 +17,7 @@ final class DormantInputTests: SalutTestCase {
     /// until the client's end before it closes.
     private func server(
         expect: Int, reply: [UInt8], holdOpen: Bool = false
-    ) throws -> (port: Int, done: DispatchSemaphore, received: Box) {
+    ) throws -> (port: Int, done: DispatchSemaphore, received: Locked<[UInt8]>) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -30,7 +30,7 @@ final class DormantInputTests: SalutTestCase {
         }
         guard fd >= 0, bound else { throw POSIXError(.EADDRNOTAVAIL) }
         let done = DispatchSemaphore(value: 0)
-        let received = Box()
+        let received = Locked<[UInt8]>([])
         Thread {
             defer { close(fd); done.signal() }
             var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
@@ -47,7 +47,7 @@ final class DormantInputTests: SalutTestCase {
                 if n <= 0 { break }
                 got += chunk[..<n]
             }
-            received.set(got)
+            received.exchange(got)
             _ = reply.withUnsafeBytes { send(client, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             if holdOpen {
                 done.signal()
@@ -55,14 +55,6 @@ final class DormantInputTests: SalutTestCase {
             }
         }.start()
         return (Int(UInt16(bigEndian: address.sin_port)), done, received)
-    }
-
-    final class Box: @unchecked Sendable {
-        // @unchecked: `value` is guarded by `lock`.
-        private let lock = NSLock()
-        private var value: [UInt8] = []
-        func set(_ bytes: [UInt8]) { lock.withLock { value = bytes } }
-        var bytes: [UInt8] { lock.withLock { value } }
     }
 
     func testBytesAndTheEndSentBeforeTheFirstReadAllArrive() async throws {
@@ -74,7 +66,7 @@ final class DormantInputTests: SalutTestCase {
         XCTAssertEqual(pair.output.write(Array("ping".utf8), maxLength: 4), 4, "writing does not wait for the input")
         // The server has read the ping, answered and closed before the input is first used.
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success, "the server never got the ping")
-        XCTAssertEqual(received.bytes, Array("ping".utf8))
+        XCTAssertEqual(received.value, Array("ping".utf8))
         let got = try await withDeadline(10, "reading the answer") {
             var got: [UInt8] = []
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64, alignment: 1)
@@ -101,7 +93,7 @@ final class DormantInputTests: SalutTestCase {
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
         // A blocking read on a thread of its own, bounded by the wait below.
         let finished = DispatchSemaphore(value: 0)
-        let result = Box()
+        let result = Locked<[UInt8]>([])
         let input = pair.input
         nonisolated(unsafe) let unsafeInput = input
         Thread {
@@ -112,12 +104,12 @@ final class DormantInputTests: SalutTestCase {
                 if n <= 0 { break }
                 got += buffer[..<n]
             }
-            result.set(got)
+            result.exchange(got)
             finished.signal()
         }.start()
         XCTAssertEqual(
             finished.wait(timeout: .now() + 10), .success, "a blocking read of a dormant input never returned")
-        XCTAssertEqual(result.bytes, reply)
+        XCTAssertEqual(result.value, reply)
         pair.input.close()
         pair.output.close()
     }

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Glibc
+import SalutStreams
 import SalutTools
 
 /// A child process spawned with `posix_spawnp` through `Spawner` (not Foundation's `Process`, which leaks
@@ -20,7 +21,7 @@ public final class ChildProcess: @unchecked Sendable {
 
     /// The child's process id.
     public let processIdentifier: pid_t
-    private let lock = NSLock()
+    private let lock = StateLock()
     private var reaped = false
     private var status: Int32 = 0
     private var stdinFD: Int32

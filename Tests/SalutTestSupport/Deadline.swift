@@ -1,4 +1,5 @@
 import Foundation
+import SalutStreams
 
 /// Runs `body`, failing with `DeadlineExceeded` if it takes longer than `seconds`. Returns at
 /// the deadline even when `body` ignores cancellation (it is cancelled and left behind), so a
@@ -22,38 +23,36 @@ public func withDeadline<T: Sendable>(
 
 /// Resumes a continuation with the first outcome only.
 private final class FirstOutcome<T: Sendable>: @unchecked Sendable {
-    // @unchecked: `continuation` and `done` are guarded by `lock`.
-    private let lock = NSLock()
+    // @unchecked: every stored var (`continuation`, `done`, `early`) is touched only under `lock`.
+    private let lock = StateLock()
     private var continuation: CheckedContinuation<T, any Error>?
     private var done = false
     private var early: Result<T, any Error>?
 
     func set(_ continuation: CheckedContinuation<T, any Error>) {
-        lock.lock()
-        if let early {
-            lock.unlock()
-            continuation.resume(with: early)
-            return
+        let earlier = lock.withLock { () -> Result<T, any Error>? in
+            if let early { return early }
+            self.continuation = continuation
+            return nil
         }
-        self.continuation = continuation
-        lock.unlock()
+        if let earlier { continuation.resume(with: earlier) }
     }
 
     /// True when this outcome was the first.
     @discardableResult
     func finish(_ result: Result<T, any Error>) -> Bool {
-        lock.lock()
-        guard !done else { lock.unlock(); return false }
-        done = true
-        guard let continuation else {
-            early = result
-            lock.unlock()
-            return true
+        let (first, waiting) = lock.withLock { () -> (Bool, CheckedContinuation<T, any Error>?) in
+            guard !done else { return (false, nil) }
+            done = true
+            guard let continuation else {
+                early = result
+                return (true, nil)
+            }
+            self.continuation = nil
+            return (true, continuation)
         }
-        self.continuation = nil
-        lock.unlock()
-        continuation.resume(with: result)
-        return true
+        waiting?.resume(with: result)
+        return first
     }
 }
 

@@ -1,31 +1,26 @@
 import Foundation
+import SalutStreams
 
 /// A foreign process (avahi-publish, avahi-browse, openssl, socat), with its output collected
 /// and its standard input open for writing.
 public final class Foreign: @unchecked Sendable {
-    // @unchecked: the collected output is guarded by its lock; the child process is thread-safe.
+    // @unchecked: the collected output is a `Locked` box; the child process is thread-safe.
     /// The running child.
     public let process: ChildProcess
-    private let collected: Collected
-
     /// The output so far, shared with the child's reader.
-    private final class Collected: @unchecked Sendable {
-        // @unchecked: `data` is guarded by `lock`.
-        let lock = NSLock()
-        var data = Data()
-    }
+    private let collected: Locked<Data>
 
     public init(_ arguments: [String]) throws {
-        let collected = Collected()
+        let collected = Locked(Data())
         self.collected = collected
         process = try ChildProcess(arguments) { chunk in
-            collected.lock.lock(); collected.data.append(chunk); collected.lock.unlock()
+            collected.withLock { $0.append(chunk) }
         }
     }
 
     /// Everything it has printed so far (standard output and error).
     public var output: String {
-        collected.lock.withLock { String(decoding: collected.data, as: UTF8.self) }
+        collected.withLock { String(decoding: $0, as: UTF8.self) }
     }
 
     public func waitForOutput(containing text: String, seconds: Double) -> Bool {

@@ -51,7 +51,6 @@ struct OfferJudge: Sendable {
                     by: .noAnswer)
             }
         }
-        let size = Wording.bytes(offer.manifest.totalBytes)
         guard isatty(0) == 1 else {
             logger.warning(
                 "could not ask anyone about an offer from \(offer.senderName): --accept ask has no terminal and no --hook"
@@ -60,22 +59,9 @@ struct OfferJudge: Sendable {
                 "no one to ask: the receiver runs --accept ask with no terminal and no --hook, so offers are put to nobody",
                 by: .cannotAsk)
         }
-        // What is offered, before the question: the first entries by name (folders end in /),
-        // each indented and cut short, so that no name can pass for a line of the tool's own
-        // (such as the question) however it wraps; the tail line is not indented.
-        let entries = offer.manifest.entries
-        var listing = entries.prefix(Self.entriesShown).map { entry in
-            let name = Terminal.escape(entry.path) + (entry.kind == .directory ? "/" : "")
-            return "  \(Wording.shortened(name, to: Self.nameShown))\n"
-        }.joined()
-        if entries.count > Self.entriesShown { listing += "(and \(entries.count - Self.entriesShown) more)\n" }
-        // The verdict first, then what this device knows of the key, the claimed name last: no
-        // text the peer chose comes before the key.
-        let alwaysChoice =
-            offer.senderTrusted || knownPeersFile == nil
-            ? "" : "  (a: accept, and always trust the key \(offer.senderKey))\n"
-        let question =
-            "\(offer.introduction) offers \(Wording.counted(offer.manifest.fileCount, "file")) (\(size)):\n\(listing)\(alwaysChoice)  (p: pick which to accept)\nAccept? [y/N\(alwaysChoice.isEmpty ? "" : "/a")/p] "
+        // What is offered and the choices (see `OfferQuestion`: nothing the sender chose comes
+        // before its key, and no offered name can pass for a line of the tool's own).
+        let question = OfferQuestion(offer, canTrust: knownPeersFile != nil)
         guard let stop = CancelPipe() else {
             logger.error(
                 "could not ask about an offer from \(offer.senderName): no descriptor left to wait for the answer")
@@ -92,7 +78,7 @@ struct OfferJudge: Sendable {
         let (chosen, always) = await QuestionGate.whileAsking { () -> (Set<Int>?, Bool) in
             var chosen: Set<Int>?
             var always = false
-            writeAll(question, to: 2)
+            writeAll(question.text, to: 2)
             let deadline = Date().addingTimeInterval(timeLeft)
             var answer = await readAnswer(until: deadline, stop: stop)
             // An answer that is not one of the choices is asked again, never taken as a no.
@@ -103,37 +89,20 @@ struct OfferJudge: Sendable {
                 case .always:
                     // (From a sender trusted already: a yes.)
                     chosen = all
-                    always = !alwaysChoice.isEmpty
+                    always = question.offersAlways
                 case .pick:
-                    let shown = entries.prefix(Self.pickable).enumerated().map { number, entry in
-                        let name = Terminal.escape(entry.path) + (entry.kind == .directory ? "/" : "")
-                        return "  \(number + 1). \(Wording.shortened(name, to: Self.nameShown))\n"
-                    }.joined()
-                    let more =
-                        entries.count > Self.pickable
-                        ? "(only the first \(Self.pickable) of \(entries.count) can be picked here; the rest are declined)\n"
-                        : ""
-                    writeAll(shown + more + "Accept which? (numbers, like 1 3-5; nothing declines all) ", to: 2)
+                    writeAll(question.pickList, to: 2)
                     while let picked = await readAnswer(until: deadline, stop: stop) {
-                        if var numbers = OfferAnswer.picked(picked, count: min(entries.count, Self.pickable)) {
-                            // A file picked inside a folder brings the folder with it.
-                            let paths = numbers.map { entries[$0].path }
-                            for (index, entry) in entries.enumerated()
-                            where entry.kind == .directory && paths.contains(where: { $0.hasPrefix(entry.path + "/") })
-                            {
-                                numbers.insert(index)
-                            }
+                        if let numbers = question.picked(picked) {
                             chosen = numbers
                             break asking
                         }
-                        writeAll("Numbers from 1 to \(min(entries.count, Self.pickable)), like 1 3-5: ", to: 2)
+                        writeAll(question.pickReminder, to: 2)
                     }
                     answer = nil
                     break asking
-                default:
-                    writeAll(
-                        "Please answer y (yes), n (no)\(alwaysChoice.isEmpty ? "" : ", a (always)") or p (pick files): ",
-                        to: 2)
+                case .unclear:
+                    writeAll(question.reminder, to: 2)
                     answer = await readAnswer(until: deadline, stop: stop)
                     continue asking
                 }
@@ -205,9 +174,6 @@ struct OfferJudge: Sendable {
         }
     }
 
-    /// How many entries a pick lists and takes.
-    static let pickable = 200
-
     /// Seconds a person has to answer a question.
     static let questionLimit = TransferLimits.answerTime
     /// The least time left worth asking a person with (an offer that waited behind others).
@@ -237,28 +203,18 @@ struct OfferJudge: Sendable {
             logger.error("the accept hook could not start: \(failure)")
             return .declined("not asked: the receiver's accept hook could not start", by: .cannotAsk)
         }
-        guard outcome.status == 0 else {
+        let entries = offer.manifest.entries
+        let judgement = AcceptHookVerdict.judgement(
+            status: outcome.status, printed: outcome.printed, entries: entries, limit: Self.hookLimit)
+        if outcome.status != 0 {
             let how = outcome.status.map { "status \($0)" } ?? "killed, or out of its \(Int(Self.hookLimit)) s"
             logger.info("the accept hook declined the offer from \(offer.senderName) (\(how))")
-            return outcome.status == nil
-                ? .declined(
-                    "no answer: the receiver's accept hook did not decide within \(Int(Self.hookLimit)) s",
-                    by: .noAnswer)
-                : .declined("declined by the receiver's accept hook", by: .hook)
+        } else {
+            logger.info(
+                "the accept hook accepted \(judgement.accepted.count) of \(entries.count) entries from \(offer.senderName)"
+            )
         }
-        let lines = Set(
-            String(decoding: outcome.printed, as: UTF8.self).split(separator: "\n").map(String.init).filter {
-                !$0.isEmpty
-            })
-        let entries = offer.manifest.entries
-        let chosen =
-            lines.isEmpty
-            ? Set(entries.indices)
-            : Set(entries.indices.filter { lines.contains(Terminal.escape(entries[$0].path)) })
-        logger.info("the accept hook accepted \(chosen.count) of \(entries.count) entries from \(offer.senderName)")
-        return Judgement(
-            accepted: chosen, reason: "declined by the receiver's accept hook (it chose none of the entries)",
-            cause: .hook)
+        return judgement
     }
 
     /// How long the next question waits after one is withdrawn.
@@ -273,10 +229,4 @@ struct OfferJudge: Sendable {
 
     /// Seconds a hook has to decide.
     static let hookLimit = TransferLimits.answerTime
-
-    /// How many of an offer's entries the terminal question lists.
-    static let entriesShown = 10
-
-    /// How many characters of each entry's name the terminal question shows.
-    static let nameShown = 100
 }
