@@ -7,9 +7,10 @@ extension ServiceBrowser {
     /// (``LivenessCheck``), asks again every ``recheckInterval`` while it says services are
     /// removed, and stops all that when the browse ends.
     ///
-    /// Concurrency: the machine is in one `Locked` box; updates are yielded while it is held,
-    /// so they reach the consumer in the order the machine decided them. Checks run in tasks
-    /// of their own and report back through the box.
+    /// Concurrency: the machine is in one `Locked` box, never held while an update is handed
+    /// over. Every step that hands over updates runs on the context's serial queue (the daemon's
+    /// updates arrive there; a check's answer is sent there), so updates reach the consumer in
+    /// the order the machine decided them. Checks run in tasks of their own.
     final class FailedContactWatch: Sendable {
         /// How often services said removed here are asked again, while the daemon lists them.
         static let recheckInterval: Duration = .seconds(30)
@@ -33,11 +34,9 @@ extension ServiceBrowser {
             listener.withLock { $0 = id }
         }
 
-        /// The daemon's update.
+        /// The daemon's update (on the context's queue).
         func browsed(_ update: BrowseUpdate) {
-            machine.withLock { machine in
-                if let said = machine.browsed(update) { continuation.yield(said) }
-            }
+            if let said = machine.withLock({ $0.browsed(update) }) { continuation.yield(said) }
         }
 
         /// The browse ended: nothing more is asked or handed over.
@@ -62,14 +61,17 @@ extension ServiceBrowser {
             }
         }
 
+        /// A check's answer, handed over on the context's queue (where the daemon's updates are),
+        /// so that its updates keep their place among them.
         private func checked(_ check: FailedContactStateMachine.Check, answering: Bool?) {
-            let (actions, silenced) = machine.withLock { machine in
-                let step = machine.checked(check, answering: answering)
+            context.queue.async { [self] in
+                let (step, silenced) = machine.withLock { machine in
+                    (machine.checked(check, answering: answering), machine.hasSilenced)
+                }
                 for update in step.updates { continuation.yield(update) }
-                return (step.actions, machine.hasSilenced)
+                step.actions.forEach(perform)
+                if silenced { startRechecking() }
             }
-            actions.forEach(perform)
-            if silenced { startRechecking() }
         }
 
         /// Asks the services said removed again every ``recheckInterval``, from the first one on
