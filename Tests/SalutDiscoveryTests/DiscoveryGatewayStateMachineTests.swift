@@ -23,12 +23,13 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
     )
         -> DiscoveryGateway.ZoneOperation?
     {
-        let sends = actions.compactMap { action -> DiscoveryGateway.ZoneOperation? in
-            if case .send(let operation) = action { return operation }
+        let sends = actions.compactMap { action -> [DiscoveryGateway.ZoneOperation]? in
+            if case .send(let operations) = action { return operations }
             return nil
         }
         XCTAssertLessThanOrEqual(sends.count, 1, "one update at a time", file: file, line: line)
-        return sends.first
+        XCTAssertLessThanOrEqual(sends.first?.count ?? 0, 1, "one operation an update", file: file, line: line)
+        return sends.first?.first
     }
 
     /// Answers every update the machine sends (starting from `actions`) as applied, until it
@@ -148,6 +149,72 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         var smaller = huge
         smaller.txt = []
         XCTAssertEqual(sent(machine.handle(.found(smaller))), .write(smaller, replacing: nil, droppingHost: nil))
+    }
+
+    /// The operations of the single update among `actions` (empty: none).
+    private func update(_ actions: [Machine.Action]) -> [DiscoveryGateway.ZoneOperation] {
+        let sends = actions.compactMap { action -> [DiscoveryGateway.ZoneOperation]? in
+            if case .send(let operations) = action { return operations }
+            return nil
+        }
+        XCTAssertLessThanOrEqual(sends.count, 1, "one update at a time")
+        return sends.first ?? []
+    }
+
+    func testServicesGoIntoTheZoneSeveralAnUpdateEachChosenAsIfThoseBeforeWereApplied() {
+        var machine = Machine(maximumServices: 10, operationsPerUpdate: 3)
+        let services = (0..<5).map { service("S\($0)", host: "box") }
+        for item in services {
+            _ = machine.handle(.seen(item.key))
+            _ = machine.handle(.found(item))
+        }
+        XCTAssertEqual(
+            update(machine.handle(.zoneListed([:]))),
+            services.prefix(3).map { .write($0, replacing: nil, droppingHost: nil) })
+        XCTAssertEqual(
+            update(machine.handle(.updateSucceeded)),
+            services.suffix(2).map { .write($0, replacing: nil, droppingHost: nil) }
+                + [.enumerate(adding: [], removing: [], browseDomain: true)])
+        XCTAssertEqual(update(machine.handle(.updateSucceeded)), [])
+        XCTAssertEqual(machine.mirroredCount, 5)
+        // All of them leave: the host goes with the last, the type after it, in one update.
+        _ = machine.handle(.linkSettled)
+        var removals: [DiscoveryGateway.ZoneOperation] = []
+        for item in services { removals += update(machine.handle(.lost(item.key))) }
+        XCTAssertEqual(removals, [.remove(services[0].key, droppingHost: nil)], "one update in flight")
+        XCTAssertEqual(
+            update(machine.handle(.updateSucceeded)),
+            [
+                .remove(services[1].key, droppingHost: nil), .remove(services[2].key, droppingHost: nil),
+                .remove(services[3].key, droppingHost: nil),
+            ])
+        XCTAssertEqual(
+            update(machine.handle(.updateSucceeded)),
+            [
+                .remove(services[4].key, droppingHost: "box"),
+                .enumerate(adding: [], removing: ["_ipp._tcp"], browseDomain: false),
+            ])
+        XCTAssertEqual(update(machine.handle(.updateSucceeded)), [])
+        XCTAssertEqual(machine.mirroredCount, 0)
+    }
+
+    func testAnUpdateOfSeveralTheServerCannotTakeIsSentOneByOneAndOnlyTheBadOneIsSkipped() {
+        var machine = Machine(maximumServices: 10, operationsPerUpdate: 4)
+        _ = machine.handle(.zoneListed([:]))
+        _ = machine.handle(.updateSucceeded)  // the browsing domain
+        let good = service("Good"), huge = service("Huge"), fine = service("Fine")
+        for item in [good, huge, fine] { _ = machine.handle(.seen(item.key)) }
+        XCTAssertEqual(update(machine.handle(.found(good))).count, 1)
+        _ = machine.handle(.found(huge))
+        _ = machine.handle(.found(fine))
+        XCTAssertEqual(update(machine.handle(.updateSucceeded)).count, 2, "huge and fine together")
+        let tooLarge = Machine.Event.updateFailed(reason: "70000 bytes", retryable: false, unwritable: true)
+        XCTAssertEqual(update(machine.handle(tooLarge)), [.write(huge, replacing: nil, droppingHost: nil)])
+        let skipped = machine.handle(tooLarge)
+        XCTAssertTrue(skipped.contains { if case .skip(huge.key, _) = $0 { return true } else { return false } })
+        XCTAssertEqual(update(skipped), [.write(fine, replacing: nil, droppingHost: nil)])
+        XCTAssertEqual(update(machine.handle(.updateSucceeded)), [])
+        XCTAssertEqual(machine.mirroredCount, 2, "good and fine, not huge")
     }
 
     func testAServerThatDoesNotAnswerIsTriedAgainWaitingTwiceAsLongEachTime() {

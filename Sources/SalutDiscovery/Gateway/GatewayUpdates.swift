@@ -59,8 +59,20 @@ struct GatewayUpdates: Sendable {
     /// The update for `operation`.
     /// - Throws: ``DNSWireError`` when a name does not fit DNS's limits.
     func message(for operation: DiscoveryGateway.ZoneOperation, id: UInt16) throws(DNSWireError) -> DNSMessage {
+        try message(for: [operation], id: id)
+    }
+
+    /// One update making each of `operations`, in order (the server applies them together).
+    /// - Throws: ``DNSWireError`` when a name does not fit DNS's limits.
+    func message(for operations: [DiscoveryGateway.ZoneOperation], id: UInt16) throws(DNSWireError) -> DNSMessage {
         var message = DNSMessage(id: id, opcode: DNSMessage.update)
         message.questions = [DNSQuestion(name: zone, type: DNSType.startOfAuthority)]
+        for operation in operations { message.authorities += try records(for: operation) }
+        return message
+    }
+
+    /// The update section's records for `operation`.
+    private func records(for operation: DiscoveryGateway.ZoneOperation) throws(DNSWireError) -> [DNSRecord] {
         switch operation {
         case .write(let service, _, let droppingHost):
             let instance = try instanceName(service.key)
@@ -76,14 +88,14 @@ struct GatewayUpdates: Sendable {
             records.append(deleteSet(at: host, type: DNSType.ipv6Address))
             records += service.addresses.map { DNSRecord.address(host, bytes: $0, ttl: ttl) }
             if let droppingHost { records.append(deleteAll(at: try hostName(droppingHost))) }
-            message.authorities = records
+            return records
         case .remove(let key, let droppingHost):
             let instance = try instanceName(key)
             var pointer = DNSRecord.pointer(try typeName(key.type), to: instance, ttl: 0)
             pointer.recordClass = DNSClass.none  // this PTR only: the type's others stay
             var records = [pointer, deleteAll(at: instance)]
             if let droppingHost { records.append(deleteAll(at: try hostName(droppingHost))) }
-            message.authorities = records
+            return records
         case .enumerate(let adding, let removing, let browseDomain):
             let list = try typesName
             var records: [DNSRecord] = []
@@ -99,9 +111,8 @@ struct GatewayUpdates: Sendable {
                     records.append(.pointer(name, to: labelDomain, ttl: ttl))
                 }
             }
-            message.authorities = records
+            return records
         }
-        return message
     }
 
     /// `message`'s changes as `nsupdate` would take them (for a dry run, and for a person).

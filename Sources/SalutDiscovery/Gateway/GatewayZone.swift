@@ -81,10 +81,11 @@ extension DiscoveryGateway {
                 types += 1
                 let browser = try UnicastBrowser(
                     type: type, domain: labelDomain.description, nameServer: primary)
-                for name in try await browser.instances().names {
-                    guard found.count < limit else { break }
+                let names = try await browser.instances().names.sorted().prefix(limit - found.count)
+                // A few at a time: one after another, 400 services took most of a second to read.
+                for (name, instance) in await Self.resolving(Array(names), with: browser) {
                     let key = ServiceKey(name: name, type: type)
-                    guard let instance = try? await browser.resolve(name) else {
+                    guard let instance else {
                         // Listed and unreadable (no SRV): kept as known, so that it is removed
                         // unless the link has it.
                         found[key] = MirroredService(key: key, host: "", port: 0, txt: [[]], addresses: [])
@@ -98,6 +99,30 @@ extension DiscoveryGateway {
                 }
             }
             return found
+        }
+
+        /// At most this many instances are resolved at once when the zone is read.
+        static let resolvingAtOnce = 16
+
+        /// Each of `names` resolved by `browser` (nil: it did not resolve), ``resolvingAtOnce`` at
+        /// a time.
+        private static func resolving(
+            _ names: [String], with browser: UnicastBrowser
+        ) async -> [(String, UnicastBrowser.Instance?)] {
+            await withTaskGroup(of: (String, UnicastBrowser.Instance?).self) { group in
+                var results: [(String, UnicastBrowser.Instance?)] = []
+                var next = names.makeIterator()
+                func add() {
+                    guard let name = next.next() else { return }
+                    group.addTask { (name, try? await browser.resolve(name)) }
+                }
+                for _ in 0..<resolvingAtOnce { add() }
+                for await result in group {
+                    results.append(result)
+                    add()
+                }
+                return results
+            }
         }
 
         /// The labels of the other links written into the zone (the browsing domains
@@ -140,14 +165,14 @@ extension DiscoveryGateway {
 
         // MARK: Writing the zone
 
-        /// Sends `operation`'s update (or, `dryRun`, reports it) and says how it went, with the
-        /// error that ends the gateway when the server refuses it for good.
+        /// Sends one update making `operations` (or, `dryRun`, reports it) and says how it went,
+        /// with the error that ends the gateway when the server refuses it for good.
         func apply(
-            _ operation: ZoneOperation, dryRun: Bool, reports: @Sendable (Report) -> Void
+            _ operations: [ZoneOperation], dryRun: Bool, reports: @Sendable (Report) -> Void
         ) async -> (StateMachine.Event, DiscoveryError?) {
             let message: DNSMessage
             do {
-                message = try updates.message(for: operation, id: .random(in: 0 ... .max))
+                message = try updates.message(for: operations, id: .random(in: 0 ... .max))
             } catch {
                 return (.updateFailed(reason: "\(error)", retryable: false, unwritable: true), nil)
             }

@@ -44,14 +44,18 @@ extension DiscoveryGateway {
         static let maximumLabels = 64
         /// At most this many names are published at once: avahi-daemon probes each for about
         /// a second, so a few at a time had hundreds of services take most of a minute to show
-        /// on the link (docs/benchmarks.md, the gateway against the reflector), while hundreds
-        /// at once send more than the daemon's packet budget (below).
-        static let publishingAtOnce = 64
+        /// on the link (docs/benchmarks.md, the gateway against the reflector), while the
+        /// daemon's packet budget (below) is shared by all of them (it packs the probes and
+        /// announcements due together, about two packets a name).
+        static let publishingAtOnce = 400
         /// At most this many services are withdrawn a second. avahi-daemon sends at most
         /// `ratelimit-burst` packets a second on an interface (Debian sets 1,000) and drops the
         /// rest: 400 withdrawn at once lost some of their goodbyes, and the link's caches kept
-        /// those services for up to 75 minutes.
-        static let withdrawalsPerSecond = 100
+        /// those services for up to 75 minutes. A withdrawal's goodbyes take about two packets
+        /// (IPv4 and IPv6), so this keeps to less than half the budget.
+        static let withdrawalsPerSecond = 400
+        /// How long a changed zone's serial must stay the same before the zone is read.
+        static let stillFor: Duration = .milliseconds(100)
         /// How often an unchanged zone is read again while an announcement waits to be tried
         /// again.
         static let retryEvery: Duration = .seconds(30)
@@ -85,7 +89,19 @@ extension DiscoveryGateway {
                 do {
                     // An unchanged zone is not read again (unless something failed and may
                     // be tried again).
-                    let serial = try await zone.serial()
+                    var serial = try await zone.serial()
+                    // A zone being written (another gateway's burst of updates) is read once it
+                    // holds still for a moment, a second late at most: read half-written, its
+                    // services were announced in two rounds of a second's probing each.
+                    if serial != lastSerial, serial != nil {
+                        let latest = ContinuousClock.now + .seconds(1)
+                        while ContinuousClock.now < latest {
+                            try await Task.sleep(for: Self.stillFor)
+                            let again = try await zone.serial()
+                            if again == serial { break }
+                            serial = again
+                        }
+                    }
                     let hostLost = made.hostHandles.values.contains { $0.failure != nil }
                     // Something to try again (a failure that may pass): at most every 30 s.
                     let retryDue = made.retryPending && .now - lastRead > Self.retryEvery
@@ -105,7 +121,7 @@ extension DiscoveryGateway {
                         reports(
                             .retrying(
                                 reason: "reading the other links' services: \(error)",
-                                seconds: Double(configuration.announceInterval.components.seconds)))
+                                seconds: configuration.announceInterval / .seconds(1)))
                     }
                     toldFailure = true
                 }
@@ -235,13 +251,26 @@ extension DiscoveryGateway {
                 made.hosts[host] = nil
                 await made.hostHandles.removeValue(forKey: host)?.withdraw()
             }
-            // Hosts, then their services, a few at a time (avahi-daemon probes each name for
-            // about a second: one after another, a hundred would take minutes).
-            let hosts = await Self.inTurns(plan.publishHosts.sorted { $0.key < $1.key }) { pair in
+            // Hosts and their services at once, a few at a time: avahi-daemon probes each name
+            // for about a second, so one after another a hundred would take minutes, and hosts
+            // before their services took two seconds for one service to show (docs/benchmarks.md).
+            // A service whose host could not be published is withdrawn below, once both are done.
+            for announcement in plan.publishServices { announcing(announcement.service.key, .publishing) }
+            async let publishedHosts = Self.inTurns(plan.publishHosts.sorted { $0.key < $1.key }) { pair in
                 await Result(catching: {
                     try await HostAdvertisement.publish(hostName: pair.key, rawAddresses: pair.value, context: context)
                 })
             }
+            async let publishedServices = Self.inTurns(plan.publishServices) {
+                announcement -> Result<ServiceAdvertisement, any Error> in
+                await Result(catching: {
+                    try await ServiceAdvertisement.publish(
+                        name: announcement.service.key.name, type: announcement.service.key.type,
+                        port: Int(announcement.service.port), txtRecord: announcement.service.txtRecord,
+                        context: context, host: announcement.hostName)
+                })
+            }
+            let (hosts, published) = await (publishedHosts, publishedServices)
             var hostFailures: [String: any Error] = [:]
             for ((host, addresses), result) in hosts.map({ (($0.0.key, $0.0.value), $0.1) }) {
                 switch result {
@@ -260,18 +289,16 @@ extension DiscoveryGateway {
                     }
                 }
             }
-            if Task.isCancelled { return }
-            for announcement in plan.publishServices { announcing(announcement.service.key, .publishing) }
-            let failedHosts = hostFailures
-            let services = await Self.inTurns(plan.publishServices) {
-                announcement -> Result<ServiceAdvertisement, any Error> in
-                if let failure = failedHosts[announcement.hostName] { return .failure(failure) }
-                return await Result(catching: {
-                    try await ServiceAdvertisement.publish(
-                        name: announcement.service.key.name, type: announcement.service.key.type,
-                        port: Int(announcement.service.port), txtRecord: announcement.service.txtRecord,
-                        context: context, host: announcement.hostName)
-                })
+            // A service published on a host that could not be: withdrawn (its SRV would name a
+            // host this link does not know, or another machine).
+            var services: [(Announcement, Result<ServiceAdvertisement, any Error>)] = []
+            for (announcement, result) in published {
+                if let failure = hostFailures[announcement.hostName] {
+                    if case .success(let handle) = result { await handle.withdraw() }
+                    services.append((announcement, .failure(failure)))
+                } else {
+                    services.append((announcement, result))
+                }
             }
             if Task.isCancelled { return }
             for (announcement, result) in services {
