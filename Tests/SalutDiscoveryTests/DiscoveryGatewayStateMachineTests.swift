@@ -210,6 +210,10 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         XCTAssertEqual(update(machine.handle(.updateSucceeded)).count, 2, "huge and fine together")
         let tooLarge = Machine.Event.updateFailed(reason: "70000 bytes", retryable: false, unwritable: true)
         XCTAssertEqual(update(machine.handle(tooLarge)), [.write(huge, replacing: nil, droppingHost: nil)])
+        // A timeout meanwhile: the same one goes alone again.
+        let timedOut = machine.handle(.updateFailed(reason: "timed out", retryable: true, unwritable: false))
+        guard case .retry? = timedOut.first else { return XCTFail("\(timedOut)") }
+        XCTAssertEqual(update(machine.handle(.retryDue)), [.write(huge, replacing: nil, droppingHost: nil)])
         let skipped = machine.handle(tooLarge)
         XCTAssertTrue(skipped.contains { if case .skip(huge.key, _) = $0 { return true } else { return false } })
         XCTAssertEqual(update(skipped), [.write(fine, replacing: nil, droppingHost: nil)])

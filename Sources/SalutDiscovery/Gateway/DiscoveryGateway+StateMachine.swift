@@ -80,7 +80,8 @@ extension DiscoveryGateway {
         private var settled = false
         private var inFlight: [ZoneOperation]?
         /// How many of the next updates carry one operation each (after an update of several
-        /// that the server could not take).
+        /// that the server could not take): counted down by their answers, not by their sending,
+        /// so that one tried again after a timeout still goes alone.
         private var singlyFor = 0
         private var waitingToRetry = false
         private var retryDelay: Duration?
@@ -178,6 +179,7 @@ extension DiscoveryGateway {
                 guard let operations = inFlight else { return unexpected(event) }
                 inFlight = nil
                 retryDelay = nil
+                if operations.count == 1 { singlyFor = max(0, singlyFor - 1) }
                 operations.forEach { apply($0) }
                 return next()
             case .updateFailed(let reason, let retryable, let cannotBeMade):
@@ -189,6 +191,7 @@ extension DiscoveryGateway {
                     return next()
                 }
                 if cannotBeMade, let operation = operations.first {
+                    singlyFor = max(0, singlyFor - 1)
                     if case .write(let service, _, _) = operation {
                         unwritable[service.key] = service
                         return tellSkipped(service.key, "its records cannot be written (\(reason))") + next()
@@ -223,7 +226,6 @@ extension DiscoveryGateway {
             }
             (written, enumerated, browseDomainWritten) = saved
             guard !operations.isEmpty else { return [] }
-            singlyFor = max(0, singlyFor - 1)
             inFlight = operations
             return [.send(operations)]
         }

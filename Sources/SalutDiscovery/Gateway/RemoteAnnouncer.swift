@@ -51,9 +51,12 @@ extension DiscoveryGateway {
         /// At most this many services are withdrawn a second. avahi-daemon sends at most
         /// `ratelimit-burst` packets a second on an interface (Debian sets 1,000) and drops the
         /// rest: 400 withdrawn at once lost some of their goodbyes, and the link's caches kept
-        /// those services for up to 75 minutes. A withdrawal's goodbyes take about two packets
-        /// (IPv4 and IPv6), so this keeps to less than half the budget.
+        /// those services for up to 75 minutes. A withdrawal's goodbyes took 1.7 packets on the
+        /// link (IPv4 and IPv6, some packed together): 400 a second is about 680 packets, two
+        /// thirds of the budget, and no goodbye was lost in 7 rounds of 400 (docs/benchmarks.md).
         static let withdrawalsPerSecond = 400
+        /// How often a zone whose serial cannot be read is read whole.
+        static let unknownSerialEvery: Duration = .seconds(2)
         /// How long a changed zone's serial must stay the same before the zone is read.
         static let stillFor: Duration = .milliseconds(100)
         /// How often an unchanged zone is read again while an announcement waits to be tried
@@ -105,7 +108,9 @@ extension DiscoveryGateway {
                     let hostLost = made.hostHandles.values.contains { $0.failure != nil }
                     // Something to try again (a failure that may pass): at most every 30 s.
                     let retryDue = made.retryPending && .now - lastRead > Self.retryEvery
-                    if serial == nil || serial != lastSerial || retryDue || hostLost {
+                    // A zone whose serial cannot be read is read whole, at most every 2 s.
+                    let unknownDue = serial == nil && .now - lastRead >= Self.unknownSerialEvery
+                    if unknownDue || serial != lastSerial || retryDue || hostLost {
                         // A new version of the zone: its failures may be said again.
                         if serial != lastSerial { made.told = [] }
                         lastRead = .now
@@ -294,13 +299,24 @@ extension DiscoveryGateway {
             var services: [(Announcement, Result<ServiceAdvertisement, any Error>)] = []
             for (announcement, result) in published {
                 if let failure = hostFailures[announcement.hostName] {
-                    if case .success(let handle) = result { await handle.withdraw() }
+                    if case .success(let handle) = result {
+                        await handle.withdraw()
+                        await pace.oneMore()
+                    }
                     services.append((announcement, .failure(failure)))
                 } else {
                     services.append((announcement, result))
                 }
             }
-            if Task.isCancelled { return }
+            if Task.isCancelled {
+                // Kept, so that `run()` withdraws them at its pace (released here, every goodbye
+                // would go at once).
+                for case (let announcement, .success(let handle)) in services {
+                    made.announcements[announcement.id] = announcement
+                    made.services[announcement.id] = handle
+                }
+                return
+            }
             for (announcement, result) in services {
                 let id = announcement.id
                 switch result {
