@@ -21,6 +21,10 @@ struct ClientTLSOptions: ParsableArguments {
             "Trust the roots in this PEM file instead of the system's. Implies --tls.", valueName: "FILE"))
     var ca: String?
 
+    /// Checks the pins and the CA file's name while the command line is read, so that a bad
+    /// one is answered with this command's usage, not the root's.
+    func validate() throws { _ = try configuration() }
+
     /// The configuration, or nil for plain TCP.
     func configuration() throws -> TLSConfiguration? {
         guard tls || !pins.isEmpty || ca != nil else { return nil }

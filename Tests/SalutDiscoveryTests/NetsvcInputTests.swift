@@ -86,6 +86,8 @@ final class NetsvcInputTests: XCTestCase {
             (["browse", "_x"], "invalid service type \"_x\""),
             (["browse", "_xy._tcp", "--interface", "nosuch0"], "no network interface named \"nosuch0\""),
             (["publish", "x", "_xy._tcp", "1", "--subtype", "bad subtype"], "invalid service type"),
+            // A bad pin is answered with the command's own usage line.
+            (["connect", "x", "_xy._tcp", "--pin", "zz"], "Usage: netsvc connect <name> <type>"),
             // A mistyped option is named as such, with what it may be, even when a required
             // option is missing too (ArgumentParser alone would only say that one is missing).
             (["gateway", "--domian", "home.arpa"], "netsvc gateway: unknown option --domian; did you mean --domain?"),
