@@ -564,6 +564,38 @@ final class TLSTests: SalutTestCase {
         XCTAssertEqual(
             outcomes.withLock { $0 }, ["read: hello", "refused: true"], "no byte of the stranger's was read")
         XCTAssertEqual(judged.withLock { $0 }, [admitted.publicKeySHA256, stranger.publicKeySHA256])
+
+        // A foreign client (Python's ssl) with the stranger's key hears why, inside the
+        // handshake: a bad_certificate alert, not a connection that just closes.
+        let script = """
+            import socket, ssl, sys
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            context.load_cert_chain(sys.argv[1], sys.argv[2])
+            raw = socket.create_connection(("127.0.0.1", int(sys.argv[3])), timeout=20)
+            try:
+                tls = context.wrap_socket(raw, server_hostname="server")
+                try:
+                    tls.sendall(b"password=hunter2")
+                except OSError:
+                    pass  # (the alert may be in first: it is read below)
+                print("read", tls.recv(1), flush=True)
+            except ssl.SSLError as error:
+                print("alert", error.reason, flush=True)
+            except OSError as error:
+                print("closed", error, flush=True)
+            """
+        let foreign = try Foreign(
+            ["/usr/bin/python3", "-c", script, stranger.certificateFile, stranger.keyFile, "\(listener.port)"])
+        defer { foreign.stop() }
+        XCTAssertTrue(foreign.waitForOutput(containing: "\n", seconds: 20), foreign.output)
+        XCTAssertTrue(foreign.output.contains("alert SSLV3_ALERT_BAD_CERTIFICATE"), foreign.output)
+        try await eventually("the third judged", timeout: 20) { outcomes.withLock({ $0.count }) >= 3 }
+        XCTAssertEqual(outcomes.withLock { $0.last }, "refused: true", "no byte of the foreign stranger's was read")
+        XCTAssertEqual(
+            judged.withLock { $0 }, [admitted.publicKeySHA256, stranger.publicKeySHA256, stranger.publicKeySHA256],
+            "asked once a connection")
     }
 
     func testCipherSuitesAskedForAreTheOnesNegotiated() async throws {

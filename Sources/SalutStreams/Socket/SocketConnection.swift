@@ -151,7 +151,8 @@ final class SocketConnection: @unchecked Sendable {
                 $0.pumpStarted = true
             }
             let security = context.map {
-                SecuritySetup(context: $0, dialledHost: nil, evaluator: state.value.evaluator)
+                SecuritySetup(
+                    context: $0, dialledHost: nil, evaluator: state.value.evaluator, asksEvaluatorInHandshake: true)
             }
             queue.async {
                 self.notify(.secureConnectStart, when: security != nil)

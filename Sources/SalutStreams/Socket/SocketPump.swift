@@ -23,6 +23,11 @@ struct SecuritySetup: @unchecked Sendable {
     let context: TLSContext
     let dialledHost: String?
     let evaluator: TLSTrustEvaluator?
+    /// Whether `evaluator` is asked inside the handshake, once the peer's chain is verified (a
+    /// listener's, which judges and records nothing: see `StreamListener`), rather than at its
+    /// end. Inside, the peer has not yet proved it holds the key (its CertificateVerify comes
+    /// next), so an evaluator that records keys (a session's trust on first use) waits for the end.
+    var asksEvaluatorInHandshake = false
 }
 
 /// Moves bytes between a connected non-blocking socket and the two buffers behind a socket
@@ -53,6 +58,8 @@ final class SocketPump: @unchecked Sendable {
     private var transport: (any ByteTransport)?
     /// The TLS session being set up (handshake, trust decision) and its policy.
     private var pendingTLS: (connection: TLSConnection, setup: SecuritySetup)?
+    /// The trust evaluator's verdict on the peer of `pendingTLS`, asked during its handshake.
+    private var pendingVerdict: HandshakeVerdict?
     /// What the peer of `pendingTLS` presented, once its handshake is done.
     private var pendingTrust: TLSPeerTrust?
     /// Security for an upgrade that has not reached its handshake yet.
@@ -367,7 +374,9 @@ final class SocketPump: @unchecked Sendable {
             if let tls = pendingTLS {
                 transport = tls.connection
                 details.tls = pendingTrust ?? tls.connection.peerTrust()
+                tls.connection.judgeInHandshake = nil  // (never asked: no certificate was verified)
                 pendingTLS = nil
+                pendingVerdict = nil
                 pendingTrust = nil
             }
             if let ready = pendingReady { readyReport = (ready, details) }
@@ -452,9 +461,24 @@ final class SocketPump: @unchecked Sendable {
                 let connection = try TLSConnection(
                     context: setup.context, fd: fd, dialledHost: setup.dialledHost,
                     carriedOver: carried)
-                // Without an evaluator to overrule it, a pin is final: checked as the peer's
-                // certificate arrives, before ours goes out.
-                if setup.evaluator == nil {
+                if let evaluator = setup.evaluator, setup.asksEvaluatorInHandshake {
+                    // An evaluator that answers at once refuses inside the handshake (the peer
+                    // hears an alert); a later answer is waited for at the handshake's end.
+                    let verdict = HandshakeVerdict()
+                    let peer = details.remoteAddress.map { "\($0)" } ?? "?"
+                    connection.judgeInHandshake = { trust in
+                        let accepted = verdict.ask(evaluator, about: trust)
+                        if accepted == false {
+                            SalutLogging.logger.notice(
+                                "TLS peer \(peer) (key SHA-256 \(trust.publicKeySHA256)) refused by the trust evaluator during the handshake"
+                            )
+                        }
+                        return accepted
+                    }
+                    pendingVerdict = verdict
+                } else if setup.evaluator == nil {
+                    // Without an evaluator to overrule it, a pin is final: checked as the peer's
+                    // certificate arrives, before ours goes out.
                     connection.pinsCheckedInHandshake = setup.context.configuration.pinnedSHA256
                         .compactMap(Fingerprint.decode).map(Fingerprint.hex)
                 }
@@ -486,7 +510,7 @@ final class SocketPump: @unchecked Sendable {
         }
         // The first answer counts: an evaluator that calls back twice changes nothing after it.
         let answered = Locked(false)
-        evaluator(trust) { [weak self] accepted in
+        let decide: @Sendable (Bool) -> Void = { [weak self] accepted in
             guard
                 answered.withLock({ done in
                     defer { done = true }; return !done
@@ -498,6 +522,9 @@ final class SocketPump: @unchecked Sendable {
             }
             self.queue.async { self.handle { $0.trustDecided(accepted: accepted, failure: failure) } }
         }
+        // Asked during the handshake already (it accepted, or answers later): that answer.
+        if let verdict = pendingVerdict, verdict.whenAnswered(decide) { return [] }
+        evaluator(trust, decide)
         return []
     }
 
@@ -632,6 +659,7 @@ final class SocketPump: @unchecked Sendable {
         watching = []
         transport = nil
         pendingTLS = nil
+        pendingVerdict = nil
         timer?.cancel()
         timer = nil
         deadlines = nil

@@ -65,7 +65,10 @@ public final class StreamListener: Sendable {
     ///     refused it) and has the last word, as a client's evaluator does. A client it refuses
     ///     fails the accepted streams' `open()` before any of its bytes reach the application,
     ///     with that policy failure when there was one, ``TLSError/rejectedByEvaluator``
-    ///     otherwise. Set `requiresClientCertificate` in `tls` so that clients have a key to
+    ///     otherwise. It is called inside the handshake, once the client's chain is verified
+    ///     and before the client has proved it holds the key: an evaluator that answers before
+    ///     it returns refuses with a `bad_certificate` alert the client sees; record a client's
+    ///     key only once `open()` has succeeded. Set `requiresClientCertificate` in `tls` so that clients have a key to
     ///     judge (and `validatesCertificateChain` to false for self-signed ones); without `tls`
     ///     it is not used.
     /// - Throws: ``SocketStreamError/invalidAddress(_:)`` for a port outside 0…65535,

@@ -22,9 +22,13 @@ public struct TLSPeerTrust: Sendable, Hashable {
 }
 
 /// Decides whether to trust a peer after the configured policy has been applied (see
-/// ``TLSPeerTrust/policyFailure``); call the completion with true to go on. Called on the
-/// connection's queue; may complete later, from any thread. The first call of the completion
-/// decides; later ones are ignored.
+/// ``TLSPeerTrust/policyFailure``); call the completion with true to go on. Called once, on
+/// the connection's queue, when the handshake has ended; a `StreamListener`'s evaluator is
+/// called earlier, inside the handshake, as soon as the client's chain is verified (before the
+/// client has proved it holds the key: judge there, record nothing), and one that completes
+/// before it returns refuses the client there, with a `bad_certificate` alert the client can
+/// report. It may complete later, from any thread: nothing of the peer's is read until then.
+/// The first call of the completion decides; later ones are ignored.
 public typealias TLSTrustEvaluator = @Sendable (TLSPeerTrust, @escaping @Sendable (Bool) -> Void) -> Void
 
 /// One TLS session over a connected non-blocking socket: handshake steps, then encrypted
@@ -50,6 +54,14 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
     var pinsCheckedInHandshake: [String] = []
     /// What the peer presented when the verify callback refused it for matching no pin.
     private var refusedLeaf: (certificate: String, publicKey: String)?
+    /// Asked once, when the peer's chain has been verified (``verifyChain(_:)``): a trust
+    /// evaluator's verdict when it answers at once, nil when it answers later (the decision then
+    /// waits for the handshake's end). A refusal ends the handshake with a `bad_certificate`
+    /// alert, so the peer hears why. Set by the pump before the first step, for a listener's
+    /// evaluator only (the peer has not proved it holds the key yet: see `SecuritySetup`).
+    var judgeInHandshake: ((TLSPeerTrust) -> Bool?)?
+    /// Why the handshake was refused from the verify callback by ``judgeInHandshake``.
+    private var refusedInHandshake: TLSError?
 
     /// - Parameters:
     ///   - dialledHost: the host the client connected to; the certificate must name it unless
@@ -127,11 +139,7 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
     /// its own certificate (its long-term key, its name) only to a server that passed its pin.
     /// - Returns: 1 to go on with the handshake, 0 to end it with an alert.
     static func verify(_ ok: Int32, _ store: OpaquePointer) -> Int32 {
-        guard let raw = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()),
-            let slot = exDataIndex,
-            let owner = SSL_get_ex_data(OpaquePointer(raw), slot)
-        else { return ok }
-        let connection = Unmanaged<TLSConnection>.fromOpaque(owner).takeUnretainedValue()
+        guard let connection = owner(of: store) else { return ok }
         if ok == 0 {
             let code = X509_STORE_CTX_get_error(store)
             if !connection.verificationProblems.contains(code) { connection.verificationProblems.append(code) }
@@ -149,6 +157,35 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         return 1
     }
 
+    /// The whole chain's verification (OpenSSL's, with ``verify(_:_:)`` called for each
+    /// certificate), then, when ``judgeInHandshake`` is set, the evaluator's verdict on the
+    /// result: once per certificate message, with every problem known.
+    /// - Returns: 1 to go on with the handshake, 0 to end it with an alert (a refused
+    ///   evaluator's is `bad_certificate`).
+    static func verifyChain(_ store: OpaquePointer) -> Int32 {
+        let verified = X509_verify_cert(store)
+        guard verified > 0, let connection = owner(of: store), let judge = connection.judgeInHandshake,
+            let leaf = X509_STORE_CTX_get0_cert(store)
+        else { return verified }
+        connection.judgeInHandshake = nil
+        let trust = connection.trust(of: leaf, verifyResult: Int(X509_STORE_CTX_get_error(store)))
+        guard judge(trust) != false else {
+            connection.refusedInHandshake = trust.policyFailure ?? .rejectedByEvaluator
+            X509_STORE_CTX_set_error(store, X509_V_ERR_CERT_REJECTED)  // (the alert: bad_certificate)
+            return 0
+        }
+        return 1
+    }
+
+    /// The connection whose handshake is verifying `store`'s chain.
+    private static func owner(of store: OpaquePointer) -> TLSConnection? {
+        guard let raw = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()),
+            let slot = exDataIndex,
+            let owner = SSL_get_ex_data(OpaquePointer(raw), slot)
+        else { return nil }
+        return Unmanaged<TLSConnection>.fromOpaque(owner).takeUnretainedValue()
+    }
+
     // MARK: Handshake
 
     /// Advances the handshake as far as the socket allows.
@@ -160,6 +197,10 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         if let refusedLeaf {
             _ = OpenSSLErrors.drain()
             return .failed(.pinMismatch(certificate: refusedLeaf.certificate, publicKey: refusedLeaf.publicKey))
+        }
+        if let refusedInHandshake {
+            _ = OpenSSLErrors.drain()
+            return .failed(refusedInHandshake)
         }
         let code = SSL_get_error(ssl, result)
         switch code {
@@ -179,16 +220,26 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
     /// must match the leaf certificate or its public key; otherwise, unless validation is off,
     /// the chain must end in a trusted root and name the expected host.
     func peerTrust() -> TLSPeerTrust {
+        guard let leaf = SSL_get1_peer_certificate(ssl) else {
+            let configuration = context.configuration
+            let needsOne = configuration.role == .client || configuration.requiresClientCertificate
+            return TLSPeerTrust(
+                certificateSHA256: "", publicKeySHA256: "", subject: "",
+                protocolVersion: protocolVersion, cipherSuite: cipherSuite,
+                policyFailure: needsOne ? .noPeerCertificate : nil)
+        }
+        defer { X509_free(leaf) }
+        return trust(of: leaf, verifyResult: SSL_get_verify_result(ssl))
+    }
+
+    /// `leaf` judged by the policy (see ``peerTrust()``); `verifyResult` is the chain's
+    /// verification result, nil while the handshake is still verifying it (the problems the
+    /// verify callback saw count then).
+    private func trust(of leaf: OpaquePointer, verifyResult: Int?) -> TLSPeerTrust {
         let configuration = context.configuration
         var trust = TLSPeerTrust(
             certificateSHA256: "", publicKeySHA256: "", subject: "",
             protocolVersion: protocolVersion, cipherSuite: cipherSuite, policyFailure: nil)
-        guard let leaf = SSL_get1_peer_certificate(ssl) else {
-            let needsOne = configuration.role == .client || configuration.requiresClientCertificate
-            trust.policyFailure = needsOne ? .noPeerCertificate : nil
-            return trust
-        }
-        defer { X509_free(leaf) }
         trust.certificateSHA256 = Fingerprint.hex(Self.certificateDigest(leaf))
         trust.publicKeySHA256 = Fingerprint.hex(Self.publicKeyDigest(leaf))
         if let name = X509_get_subject_name(leaf), let line = X509_NAME_oneline(name, nil, 0) {
@@ -202,7 +253,7 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
                     certificate: trust.certificateSHA256, publicKey: trust.publicKeySHA256)
             }
         } else if configuration.validatesCertificateChain {
-            let result = SSL_get_verify_result(ssl)
+            let result = verifyResult ?? Int(X509_V_OK)
             if result != X509_V_OK || !verificationProblems.isEmpty {
                 let codes = verificationProblems.isEmpty ? [Int32(result)] : verificationProblems
                 var reasons = codes.map { String(cString: X509_verify_cert_error_string(Int($0))) }

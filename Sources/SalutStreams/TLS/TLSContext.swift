@@ -99,6 +99,13 @@ final class TLSContext: @unchecked Sendable {
             guard let store else { return 1 }
             return TLSConnection.verify(ok, store)
         }
+        // The chain as a whole, then a listener's evaluator on the result (see
+        // `TLSConnection.verifyChain`): a refusal there is an alert the peer hears.
+        let verifyThenJudge: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Int32 = { store, _ in
+            guard let store else { return 0 }
+            return TLSConnection.verifyChain(store)
+        }
+        SSL_CTX_set_cert_verify_callback(context, verifyThenJudge, nil)
         switch configuration.role {
         case .client:
             SSL_CTX_set_verify(context, SSL_VERIFY_PEER, acceptForLater)
