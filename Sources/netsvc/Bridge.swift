@@ -96,6 +96,9 @@ final class StandardInputUpload: @unchecked Sendable {
 
     private var state: (phase: Phase, moved: Int) { lock.withLock { (phase, moved) } }
 
+    /// Whether any of standard input was handed to the connection.
+    var sentAnything: Bool { state.moved > 0 }
+
     private func set(_ phase: Phase, moved count: Int = 0) {
         lock.withLock {
             self.phase = phase

@@ -74,15 +74,24 @@ struct Connect: AsyncParsableCommand {
             }
             if let lost = await upload.outcome(of: pair) { failures.append("sending: \(UploadFailure(reason: lost))") }
             pair.input.close()
+            // A service that speaks TLS closes a plain connection without a word: said, with
+            // what to do, whenever a plain connection that sent something heard nothing back.
+            let tlsHint =
+                tls == nil && !pair.hasReceivedBytes && upload.sentAnything
+                ? "; if it expects TLS, try again with --tls (and --pin SHA256 or --ca FILE)" : ""
             if !failures.isEmpty {
                 // Nothing came back at all: most often a service that turned us away.
                 let cause =
                     pair.hasReceivedBytes
-                    ? "" : "the service sent nothing back (a service at its connection limit turns newcomers away so); "
+                    ? ""
+                    : "the service sent nothing back (a service at its connection limit turns newcomers away so\(tlsHint)); "
                 note(
                     "connection to \"\(Terminal.escaped(target.name))\" failed: " + cause
                         + failures.joined(separator: "; "))
                 throw ExitCode.failure
+            }
+            if !tlsHint.isEmpty {
+                note("\"\(Terminal.escaped(target.name))\" closed the connection without answering" + tlsHint)
             }
         } catch let exit as ExitCode {
             throw exit

@@ -77,6 +77,11 @@ final class NetsvcStreamTests: XCTestCase {
         let (plain, plainMessage) = try shell("echo secret | \(netsvc) connect Vault \(type) --tls")
         XCTAssertEqual(plain, 1, "the system trust store does not know a self-signed certificate: \(plainMessage)")
         XCTAssertTrue(plainMessage.contains("self-signed"), plainMessage)
+        // Without --tls: the service closes without a word; the person is told what to try.
+        let (_, cleartext) = try shell("echo secret | \(netsvc) connect Vault \(type)")
+        XCTAssertTrue(
+            cleartext.contains("if it expects TLS, try again with --tls (and --pin SHA256 or --ca FILE)"), cleartext)
+        XCTAssertFalse(cleartext.contains("SECRET"), cleartext)
     }
 
     func testListenOptionsAreCheckedAsUsageErrors() throws {
