@@ -83,7 +83,10 @@ extension DiscoveryGateway {
                     type: type, domain: labelDomain.description, nameServer: primary)
                 let names = try await browser.instances().names.sorted().prefix(limit - found.count)
                 // A few at a time: one after another, 400 services took most of a second to read.
-                for (name, instance) in await Self.resolving(Array(names), with: browser) {
+                let resolved = await DiscoveryGateway.inTurns(Array(names), atOnce: Self.resolvingAtOnce) { name in
+                    try? await browser.resolve(name)
+                }
+                for (name, instance) in resolved {
                     let key = ServiceKey(name: name, type: type)
                     guard let instance else {
                         // Listed and unreadable (no SRV): kept as known, so that it is removed
@@ -103,27 +106,6 @@ extension DiscoveryGateway {
 
         /// At most this many instances are resolved at once when the zone is read.
         static let resolvingAtOnce = 16
-
-        /// Each of `names` resolved by `browser` (nil: it did not resolve), ``resolvingAtOnce`` at
-        /// a time.
-        private static func resolving(
-            _ names: [String], with browser: UnicastBrowser
-        ) async -> [(String, UnicastBrowser.Instance?)] {
-            await withTaskGroup(of: (String, UnicastBrowser.Instance?).self) { group in
-                var results: [(String, UnicastBrowser.Instance?)] = []
-                var next = names.makeIterator()
-                func add() {
-                    guard let name = next.next() else { return }
-                    group.addTask { (name, try? await browser.resolve(name)) }
-                }
-                for _ in 0..<resolvingAtOnce { add() }
-                for await result in group {
-                    results.append(result)
-                    add()
-                }
-                return results
-            }
-        }
 
         /// The labels of the other links written into the zone (the browsing domains
         /// `LABEL.DOMAIN` listed under `b._dns-sd._udp.DOMAIN`), this gateway's own left out,

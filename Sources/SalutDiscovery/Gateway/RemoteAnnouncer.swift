@@ -42,11 +42,11 @@ extension DiscoveryGateway {
         static let maximumAnnounced = DiscoveryGateway.maximumAnnouncedServices
         /// At most this many other links are read.
         static let maximumLabels = 64
-        /// At most this many names are published at once: avahi-daemon probes each for about
-        /// a second, so a few at a time had hundreds of services take most of a minute to show
-        /// on the link (docs/benchmarks.md, the gateway against the reflector), while the
-        /// daemon's packet budget (below) is shared by all of them (it packs the probes and
-        /// announcements due together, about two packets a name).
+        /// At most this many hosts, and as many services, are published at once: avahi-daemon
+        /// probes each name for about a second, so a few at a time had hundreds of services take
+        /// most of a minute to show on the link (docs/benchmarks.md, the gateway against the
+        /// reflector), while the daemon's packet budget (below) is shared by all of them (it
+        /// packs the probes and announcements due together, about two packets a name).
         static let publishingAtOnce = 400
         /// At most this many services are withdrawn a second. avahi-daemon sends at most
         /// `ratelimit-burst` packets a second on an interface (Debian sets 1,000) and drops the
@@ -256,18 +256,22 @@ extension DiscoveryGateway {
                 made.hosts[host] = nil
                 await made.hostHandles.removeValue(forKey: host)?.withdraw()
             }
-            // Hosts and their services at once, a few at a time: avahi-daemon probes each name
-            // for about a second, so one after another a hundred would take minutes, and hosts
-            // before their services took two seconds for one service to show (docs/benchmarks.md).
+            // Hosts and their services at once, up to ``publishingAtOnce`` of each: avahi-daemon
+            // probes each name for about a second, so one after another a hundred would take
+            // minutes, and hosts before their services took two seconds for one service to show
+            // (docs/benchmarks.md).
             // A service whose host could not be published is withdrawn below, once both are done.
             for announcement in plan.publishServices { announcing(announcement.service.key, .publishing) }
-            async let publishedHosts = Self.inTurns(plan.publishHosts.sorted { $0.key < $1.key }) { pair in
+            async let publishedHosts = DiscoveryGateway.inTurns(
+                plan.publishHosts.sorted { $0.key < $1.key }, atOnce: Self.publishingAtOnce
+            ) { pair in
                 await Result(catching: {
                     try await HostAdvertisement.publish(hostName: pair.key, rawAddresses: pair.value, context: context)
                 })
             }
-            async let publishedServices = Self.inTurns(plan.publishServices) {
-                announcement -> Result<ServiceAdvertisement, any Error> in
+            async let publishedServices = DiscoveryGateway.inTurns(
+                plan.publishServices, atOnce: Self.publishingAtOnce
+            ) { announcement -> Result<ServiceAdvertisement, any Error> in
                 await Result(catching: {
                     try await ServiceAdvertisement.publish(
                         name: announcement.service.key.name, type: announcement.service.key.type,
@@ -467,29 +471,6 @@ extension DiscoveryGateway {
                 }
                 since = clock.now
             }
-        }
-
-        /// Runs `body` for each item, ``publishingAtOnce`` at a time; the results in the items'
-        /// order.
-        private static func inTurns<Item: Sendable, Value: Sendable>(
-            _ items: [Item], _ body: @escaping @Sendable (Item) async -> Value
-        ) async -> [(Item, Value)] {
-            var results: [(Int, Item, Value)] = []
-            var next = items.startIndex
-            await withTaskGroup(of: (Int, Item, Value).self) { group in
-                func add() {
-                    guard next < items.endIndex else { return }
-                    let (index, item) = (next, items[next])
-                    next += 1
-                    group.addTask { (index, item, await body(item)) }
-                }
-                for _ in 0..<publishingAtOnce { add() }
-                for await result in group {
-                    results.append(result)
-                    add()
-                }
-            }
-            return results.sorted { $0.0 < $1.0 }.map { ($0.1, $0.2) }
         }
     }
 }
