@@ -68,9 +68,9 @@ public final class StreamListener: Sendable {
     ///     otherwise. It is called inside the handshake, once the client's chain is verified
     ///     and before the client has proved it holds the key: an evaluator that answers before
     ///     it returns refuses with a `bad_certificate` alert the client sees; record a client's
-    ///     key only once `open()` has succeeded. Set `requiresClientCertificate` in `tls` so that clients have a key to
-    ///     judge (and `validatesCertificateChain` to false for self-signed ones); without `tls`
-    ///     it is not used.
+    ///     key only once `open()` has succeeded. Set `requiresClientCertificate` in `tls` so
+    ///     that clients have a key to judge (and `validatesCertificateChain` to false for
+    ///     self-signed ones); without `tls` it is not used.
     /// - Throws: ``SocketStreamError/invalidAddress(_:)`` for a port outside 0…65535,
     ///   ``SocketStreamError/system(call:errno:message:)`` when binding fails (the port is in use,
     ///   for example), or the ``TLSError`` of a bad TLS configuration as ``SocketStreamError/tls(_:)``.

@@ -233,9 +233,8 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
     }
 
     /// `leaf` judged by the policy (see ``peerTrust()``); `verifyResult` is the chain's
-    /// verification result, nil while the handshake is still verifying it (the problems the
-    /// verify callback saw count then).
-    private func trust(of leaf: OpaquePointer, verifyResult: Int?) -> TLSPeerTrust {
+    /// verification result (an `X509_V_*` code), beside the problems the verify callback saw.
+    private func trust(of leaf: OpaquePointer, verifyResult: Int) -> TLSPeerTrust {
         let configuration = context.configuration
         var trust = TLSPeerTrust(
             certificateSHA256: "", publicKeySHA256: "", subject: "",
@@ -253,7 +252,7 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
                     certificate: trust.certificateSHA256, publicKey: trust.publicKeySHA256)
             }
         } else if configuration.validatesCertificateChain {
-            let result = verifyResult ?? Int(X509_V_OK)
+            let result = verifyResult
             if result != X509_V_OK || !verificationProblems.isEmpty {
                 let codes = verificationProblems.isEmpty ? [Int32(result)] : verificationProblems
                 var reasons = codes.map { String(cString: X509_verify_cert_error_string(Int($0))) }
