@@ -207,4 +207,47 @@ final class FailedContactTests: XCTestCase {
         let seconds = contacted.value.map { ContinuousClock.now - $0 }
         print("the ghost was listed as removed \(seconds.map { "\($0)" } ?? "?") after the failed contact")
     }
+
+    /// Apple-style code sees the same: a `NetService` found by a `NetServiceBrowser` whose
+    /// resolution finds no address in time makes the browser ask the responder, and the
+    /// delegate hears `didRemove` for the ghost (the same object `didFind` gave), never for the
+    /// live service, though avahi-daemon lists both on.
+    func testANetServiceBrowserReportsAGhostWhoseResolutionFailedAsRemoved() throws {
+        let type = uniqueType("fn")
+        let ad = NetService(domain: "", type: type + ".", name: "Alive Apple", port: Int32(try closedPort()))
+        let publisher = ServiceRecorder()
+        ad.delegate = publisher
+        let published = publisher.expect("didPublish", self)
+        ad.publish()
+        wait(for: [published], timeout: 10)
+        defer { ad.stop() }
+        let ghostPort = try closedPort()
+        try GhostResponder.announce("Ghost Apple", type: type, port: ghostPort, addressless: true)
+        defer {
+            try? GhostResponder.announce("Ghost Apple", type: type, port: ghostPort, goodbye: true, addressless: true)
+        }
+
+        let browser = NetServiceBrowser()
+        let browsing = BrowserRecorder()
+        browser.delegate = browsing
+        defer { browser.stop() }
+        let bothFound = expectation(description: "both found")
+        bothFound.expectedFulfillmentCount = 2
+        browsing.onFind = { if ["Alive Apple", "Ghost Apple"].contains($0.name) { bothFound.fulfill() } }
+        browser.searchForServices(ofType: type + ".", inDomain: "local.")
+        wait(for: [bothFound], timeout: 15)
+        let ghost = try XCTUnwrap(browsing.found.first { $0.name == "Ghost Apple" })
+
+        let removed = expectation(description: "the ghost removed")
+        browsing.onRemove = { if $0 === ghost { removed.fulfill() } }
+        let resolving = ServiceRecorder()
+        ghost.delegate = resolving
+        let notResolved = resolving.expect("didNotResolve", self)
+        let asked = ContinuousClock.now
+        ghost.resolve(withTimeout: 2)
+        wait(for: [notResolved, removed], timeout: 30)
+        print("the ghost was removed \(ContinuousClock.now - asked) after its resolution began (2 s of it the timeout)")
+        XCTAssertEqual(resolving.errors, [NetService.ErrorCode.timeoutError.rawValue])
+        XCTAssertEqual(browsing.removed.map(\.name), ["Ghost Apple"], "the live service stays listed")
+    }
 }

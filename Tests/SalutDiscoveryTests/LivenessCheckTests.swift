@@ -66,11 +66,15 @@ final class LivenessCheckTests: XCTestCase {
 /// A foreign mDNS responder on loopback that announces a service, answers direct queries for
 /// it until its standard input closes (if `answering`), and leaves without its goodbye:
 /// avahi-daemon caches the records (the browse record for 75 minutes) though no one answers
-/// for them any more. `goodbye` sends the records with TTL 0 instead, to clean up.
+/// for them any more. `goodbye` sends the records with TTL 0 instead, to clean up. The host is
+/// `ghost-host.local` at 127.0.0.1, or with `addressless`, a host of its own whose address is
+/// never announced (a resolution of the service then finds no address).
 enum GhostResponder {
     /// Announces and returns at once (the ghost never answers).
-    static func announce(_ name: String, type: String, port: Int, goodbye: Bool = false) throws {
-        let run = try start(name, type: type, port: port, answering: false, goodbye: goodbye)
+    static func announce(
+        _ name: String, type: String, port: Int, goodbye: Bool = false, addressless: Bool = false
+    ) throws {
+        let run = try start(name, type: type, port: port, answering: false, goodbye: goodbye, addressless: addressless)
         let output = run.finish(seconds: 10)
         guard !run.process.isRunning, run.process.terminationStatus == 0 else {
             throw NSError(domain: "GhostResponder", code: 1, userInfo: [NSLocalizedDescriptionKey: output])
@@ -80,7 +84,7 @@ enum GhostResponder {
     /// The responder's process: it prints "answering" once announced, then (if `answering`)
     /// answers until its input is closed (`closeInput()`) and exits without a goodbye.
     static func start(
-        _ name: String, type: String, port: Int, answering: Bool, goodbye: Bool = false
+        _ name: String, type: String, port: Int, answering: Bool, goodbye: Bool = false, addressless: Bool = false
     ) throws
         -> Foreign
     {
@@ -95,13 +99,14 @@ enum GhostResponder {
             def record(owner, rtype, ttl, data, flush=False):
                 return owner + struct.pack('>HHIH', rtype, 0x8001 if flush else 1, ttl, len(data)) + data
             full = bytes([len(instance.encode())]) + instance.encode() + name(kind + '.local')
-            host = name('ghost-host.local')
+            host = name(sys.argv[6] + '.local')
             records = [
                 record(name(kind + '.local'), 12, 4500 if ttl else 0, full),
                 record(full, 33, 120 if ttl else 0, struct.pack('>HHH', 0, 0, port) + host, True),
                 record(full, 16, 4500 if ttl else 0, b'\\x05v=one', True),
-                record(host, 1, 120 if ttl else 0, socket.inet_aton('127.0.0.1'), True),
             ]
+            if sys.argv[6] == 'ghost-host':
+                records.append(record(host, 1, 120 if ttl else 0, socket.inet_aton('127.0.0.1'), True))
             packet = struct.pack('>HHHHHH', 0, 0x8400, 0, len(records), 0, 0) + b''.join(records)
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -129,6 +134,9 @@ enum GhostResponder {
                     s.sendto(answer, source)
             """
         return try Foreign(
-            ["python3", "-c", script, name, type, String(port), goodbye ? "0" : "1", answering ? "1" : "0"])
+            [
+                "python3", "-c", script, name, type, String(port), goodbye ? "0" : "1", answering ? "1" : "0",
+                addressless ? "ghost-addressless-\(abs(name.hashValue) % 1_000_000)" : "ghost-host",
+            ])
     }
 }

@@ -16,19 +16,17 @@ extension ServiceBrowser {
         static let recheckInterval: Duration = .seconds(30)
 
         private let machine = Locked(FailedContactStateMachine())
-        private let continuation: AsyncThrowingStream<BrowseUpdate, any Error>.Continuation
+        private let deliver: @Sendable (BrowseUpdate) -> Void
         private let context: DiscoveryContext
         private let listener = Locked<UInt64?>(nil)
         private let rechecking = Locked<Task<Void, Never>?>(nil)
 
-        /// Hands updates to `continuation`; with `listening`, also checks the failed contacts
-        /// reported to `context` (a browse of the link; a wide-area service cannot be asked).
-        init(
-            context: DiscoveryContext, continuation: AsyncThrowingStream<BrowseUpdate, any Error>.Continuation,
-            listening: Bool
-        ) {
+        /// Hands updates to `deliver` (on the context's queue, one at a time); with `listening`,
+        /// also checks the failed contacts reported to `context` (a browse of the link; a
+        /// wide-area service cannot be asked).
+        init(context: DiscoveryContext, listening: Bool, deliver: @escaping @Sendable (BrowseUpdate) -> Void) {
             self.context = context
-            self.continuation = continuation
+            self.deliver = deliver
             guard listening else { return }
             let id = context.failedContacts.listen { [weak self] service in self?.failedContact(with: service) }
             listener.withLock { $0 = id }
@@ -36,7 +34,7 @@ extension ServiceBrowser {
 
         /// The daemon's update (on the context's queue).
         func browsed(_ update: BrowseUpdate) {
-            if let said = machine.withLock({ $0.browsed(update) }) { continuation.yield(said) }
+            if let said = machine.withLock({ $0.browsed(update) }) { deliver(said) }
         }
 
         /// The browse ended: nothing more is asked or handed over.
@@ -68,7 +66,7 @@ extension ServiceBrowser {
                 let (step, silenced) = machine.withLock { machine in
                     (machine.checked(check, answering: answering), machine.hasSilenced)
                 }
-                for update in step.updates { continuation.yield(update) }
+                for update in step.updates { deliver(update) }
                 step.actions.forEach(perform)
                 if silenced { startRechecking() }
             }

@@ -119,7 +119,7 @@ public struct ServiceBrowser: AsyncSequence, Sendable {
             } else {
                 onTheLink = false
             }
-            let watch = FailedContactWatch(context: context, continuation: continuation, listening: onTheLink)
+            let watch = FailedContactWatch(context: context, listening: onTheLink) { continuation.yield($0) }
             let operation = BrowseOperation(context: context, target: target, filter: filter) { event in
                 switch event {
                 case .update(let update): watch.browsed(update)

@@ -359,7 +359,9 @@ open class NetService: NSObject, @unchecked Sendable {
 
     /// Resolves the service: fills `hostName`, `port`, `addresses` and the TXT record, and calls
     /// `netServiceDidResolveAddress` each time addresses arrive. If nothing resolves within
-    /// `timeout` seconds the delegate hears `didNotResolve` with `timeoutError`; otherwise
+    /// `timeout` seconds the delegate hears `didNotResolve` with `timeoutError` (and the
+    /// browsers of the link that list the service ask whether it is still there: see
+    /// ``DiscoveryContext/reportFailedContact(with:)``); otherwise
     /// resolving stops at the timeout and the delegate hears `netServiceDidStop`. A NaN timeout
     /// takes the default (5 s), zero or a negative one ends the attempt at once, and at most a
     /// billion seconds are waited.
@@ -383,7 +385,7 @@ open class NetService: NSObject, @unchecked Sendable {
         call { $1.netServiceWillResolve($0) }
         operation.start()
         context.queue.asyncAfter(deadline: .now() + (timeout.isNaN ? 5 : min(max(0, timeout), 1e9))) { [weak self] in
-            self?.resolveTimedOut(generation)
+            self?.resolveTimedOut(generation, target: target)
         }
     }
 
@@ -399,7 +401,10 @@ open class NetService: NSObject, @unchecked Sendable {
         if active { call { $1.netServiceDidResolveAddress($0) } }
     }
 
-    private func resolveTimedOut(_ generation: Int) {
+    /// The resolution's time is up: it stops; when it found no address, the delegate hears
+    /// `didNotResolve`, and the context's browsers that list the service ask whether it is
+    /// still there (see ``DiscoveryContext/reportFailedContact(with:)``).
+    private func resolveTimedOut(_ generation: Int, target: DiscoveredService) {
         let (operation, found) = state.withLock { state -> (ResolveOperation?, Bool) in
             guard state.resolveGeneration == generation, let operation = state.resolver else { return (nil, false) }
             state.resolver = nil
@@ -407,7 +412,9 @@ open class NetService: NSObject, @unchecked Sendable {
         }
         guard let operation else { return }
         operation.stop()
-        if found { call { $1.netServiceDidStop($0) } } else { report(.timedOut, publishing: false) }
+        if found { return call { $1.netServiceDidStop($0) } }
+        context.reportFailedContact(with: target)
+        report(.timedOut, publishing: false)
     }
 
     // MARK: Stopping

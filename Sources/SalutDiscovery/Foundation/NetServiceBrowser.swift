@@ -5,7 +5,12 @@ import SalutStreams
 /// avahi-daemon and reports them to its delegate on the scheduled run loop.
 ///
 /// Each service is reported once however many interfaces and protocols it is seen on, and
-/// removed when it is gone from the last. Browsing `_services._dns-sd._udp.` lists service types
+/// removed when it is gone from the last. A search of the link also hears of failed contacts
+/// with what it lists (a `NetService` resolution that found no address in time, a connection
+/// that found no route: see ``DiscoveryContext/reportFailedContact(with:)``), as
+/// ``ServiceBrowser`` does: it asks the service's responder directly and reports `didRemove`
+/// when nothing answers (within about 3 s), though avahi-daemon may list it for an hour more,
+/// and `didFind` again if it answers later. Browsing `_services._dns-sd._udp.` lists service types
 /// the way Apple does: each as a `NetService` named like `_http` with type `_tcp.local.`.
 /// `includesPeerToPeer` is accepted and ignored on Linux.
 ///
@@ -19,6 +24,8 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
     private struct State {
         weak var delegate: (any NetServiceBrowserDelegate)?
         var operation: BrowseOperation?
+        /// The failed contacts' watch of a search for services on the link.
+        var watch: ServiceBrowser.FailedContactWatch?
         var services: [DiscoveredService: NetService] = [:]
         var includesPeerToPeer = false
     }
@@ -88,12 +95,13 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
 
     /// Stops the search; the delegate hears `netServiceBrowserDidStopSearch`.
     open func stop() {
-        let operation = state.withLock { state -> BrowseOperation? in
-            defer { state.operation = nil; state.services = [:] }
-            return state.operation
+        let (operation, watch) = state.withLock { state -> (BrowseOperation?, ServiceBrowser.FailedContactWatch?) in
+            defer { state.operation = nil; state.watch = nil; state.services = [:] }
+            return (state.operation, state.watch)
         }
         guard let operation else { return }
         operation.stop()
+        watch?.finish()
         call { $1.netServiceBrowserDidStopSearch($0) }
     }
 
@@ -101,10 +109,21 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
 
     private func start(_ target: BrowseOperation.Target) {
         guard state.value.operation == nil else { return notSearch(.activityInProgress) }
-        let operation = BrowseOperation(context: context, target: target) { [weak self] event in
+        // A search of the link hears of failed contacts with what it lists, as ServiceBrowser does.
+        var watch: ServiceBrowser.FailedContactWatch?
+        if case .services(_, let domain) = target, ServiceNames.isOnTheLink(domain) {
+            watch = ServiceBrowser.FailedContactWatch(context: context, listening: true) { [weak self] update in
+                self?.handle(.update(update), target: target)
+            }
+        }
+        let operation = BrowseOperation(context: context, target: target) { [weak self, watch] event in
+            if case .update(let update) = event, let watch { return watch.browsed(update) }
             self?.handle(event, target: target)
         }
-        state.withLock { $0.operation = operation }
+        state.withLock {
+            $0.operation = operation
+            $0.watch = watch
+        }
         call { $1.netServiceBrowserWillSearch($0) }
         if case .domains = target {
             call { $1.netServiceBrowser($0, didFindDomain: "local.", moreComing: false) }
@@ -115,9 +134,11 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
     private func handle(_ event: BrowseOperation.Event, target: BrowseOperation.Target) {
         switch event {
         case .failed(let error):
-            state.withLock {
-                $0.operation = nil; $0.services = [:]
+            let watch = state.withLock { state -> ServiceBrowser.FailedContactWatch? in
+                defer { state.operation = nil; state.watch = nil; state.services = [:] }
+                return state.watch
             }
+            watch?.finish()
             notSearch(error)
         case .update(let update):
             if case .domains = target { return reportDomains(update.changes) }
