@@ -7,34 +7,30 @@ let usage = """
     usage: lan-chat NAME DIRECTORY [TYPE]
       NAME       the name the others see
       DIRECTORY  keeps this chat's key and the keys it trusts (DIRECTORY/known: a peer whose key
-                 changed is refused until its entry is removed); made if missing
+                 changed is refused until its entry is removed, which is heard at once); made if missing
       TYPE       the service type (default _lanchat._tcp)
     Then type lines to send them; Ctrl-D or Ctrl-C leaves.
     """
 
 actor Chat {
-    let name: String
-    let knownFile: URL
+    let name: String, ownKey: String, book: TrustedKeys  // peer name -> key trusted on first use
     let identity: TLSConfiguration  // this end's certificate, shown to the peers it joins
-    let ownKey: String
-    var known: [String: String]  // peer name -> key trusted on first use (kept in knownFile)
     var advertised: [String: String] = [:]  // peer name -> key its TXT record advertises now
     var tried: [String: String?] = [:]  // peer name -> the key it advertised when last joined
     var joining: Set<String> = []
     var outgoing: [String: BoundStreamPair] = [:]  // we write, they read
     var incoming: [String: BoundStreamPair] = [:]  // they write, we read: one per peer
 
-    init(name: String, knownFile: URL, identity: TLSConfiguration, ownKey: String) {
-        (self.name, self.knownFile, self.identity, self.ownKey) = (name, knownFile, identity, ownKey)
-        known = (try? JSONDecoder().decode([String: String].self, from: Data(contentsOf: knownFile))) ?? [:]
+    init(name: String, ownKey: String, book: TrustedKeys, identity: TLSConfiguration) {
+        (self.name, self.ownKey, self.book, self.identity) = (name, ownKey, book, identity)
     }
 
     /// The peer a client's key belongs to: the name trusted with it, or else the one name that
     /// advertises it and has no key trusted yet. Waits up to 5 s for the browse to see it.
     func admit(_ key: String) async -> String? {
         for _ in 0..<50 {
-            if let peer = known.first(where: { $0.value == key })?.key, advertised[peer] == key { return peer }
-            let claims = advertised.filter { $0.value == key && known[$0.key] == nil }.map(\.key)
+            if let peer = book.names(trusting: key).first(where: { advertised[$0] == key }) { return peer }
+            let claims = advertised.filter { $0.value == key && book.key(for: $0.key) == nil }.map(\.key)
             if claims.count == 1 { return claims[0] }
             try? await Task.sleep(for: .milliseconds(100))
         }
@@ -48,43 +44,39 @@ actor Chat {
             tried[service.name] = nil
             drop(service.name, outgoing[service.name], "it left")
         }
-        advertised = update.txtRecords.reduce(into: [:]) { all, entry in
-            all[entry.key.name] = entry.value.advertisedPublicKeySHA256(forTXTKey: "fp")
+        advertised = update.txtRecords.reduce(into: [:]) {
+            $0[$1.key.name] = $1.value.advertisedPublicKeySHA256(forTXTKey: "fp")
         }
         for service in update.services where service.name != name && outgoing[service.name] == nil {
             let key = advertised[service.name]
             guard joining.count < 8, !joining.contains(service.name), tried[service.name] != .some(key) else {
                 continue
             }
-            tried[service.name] = key
-            joining.insert(service.name)
+            (tried[service.name], _) = (key, joining.insert(service.name))
             Task { await join(service) }
         }
     }
 
     /// Who else holds `key`: this chat, or a peer trusted under another name than `name`.
     func holder(of key: String?, besides name: String) -> String? {
-        key == ownKey ? "this chat" : known.first { $0.value == key && $0.key != name }?.key
+        key == ownKey ? "this chat" : book.names(trusting: key ?? "").first { $0 != name }
     }
 
     func join(_ service: DiscoveredService) async {
         defer { joining.remove(service.name) }
-        // A name pointing at another peer (or here) with its key: not a peer of its own.
+        // A name pointing at another peer (or here) with its key is not a peer of its own.
         if let holder = holder(of: advertised[service.name], besides: service.name) {
             return say("not connecting to \(service.name): that is \(holder)'s key")
         }
         do {
             let pair = try await service.connect(
-                pinningAdvertisedKey: "fp", trustedKey: known[service.name], tls: identity)
+                pinningAdvertisedKey: "fp", trustedKey: book.key(for: service.name), tls: identity)
             let key = pair.peerTrust?.publicKeySHA256 ?? ""
             if let holder = holder(of: key, besides: service.name) {  // its record changed meanwhile
-                pair.input.close(); pair.output.close()
+                pair.close()
                 return say("not connecting to \(service.name): that is \(holder)'s key")
             }
-            if known[service.name] == nil {
-                known[service.name] = key  // trust on first use
-                try? JSONEncoder().encode(known).write(to: knownFile, options: .atomic)
-            }
+            _ = try book.trustOnFirstUse(key, for: service.name)
             outgoing[service.name] = pair
             say("connected to \(service.name)")
             Task {  // it never writes to us: this ends when it goes, or refuses our key
@@ -101,15 +93,13 @@ actor Chat {
         guard let pair, outgoing[peer]?.input === pair.input else { return }
         outgoing[peer] = nil
         say("disconnected from \(peer) (\(why))")
-        pair.input.close(); pair.output.close()
+        pair.close()
     }
 
-    func accepted(_ pair: BoundStreamPair, from peer: String) {
-        if let older = incoming.updateValue(pair, forKey: peer) { older.input.close(); older.output.close() }
-    }
+    func accepted(_ pair: BoundStreamPair, from peer: String) { incoming.updateValue(pair, forKey: peer)?.close() }
     func ended(_ pair: BoundStreamPair, from peer: String) {
         if incoming[peer]?.input === pair.input { incoming[peer] = nil }
-        pair.input.close(); pair.output.close()
+        pair.close()
     }
 
     /// Sends to each peer in turn; one that takes over 5 s to take a line is dropped.
@@ -139,9 +129,9 @@ if arguments.count == 2 && ["-h", "--help"].contains(arguments[1]) { print(usage
 guard (3...4).contains(arguments.count), !arguments[1].hasPrefix("-") else {
     let problem =
         arguments.count > 1 && arguments[1].hasPrefix("-")
-        ? "lan-chat: unknown option \(TerminalText.escaped(arguments[1]))"
-        : arguments.count < 3 ? "lan-chat: give a NAME and a DIRECTORY" : "lan-chat: too many arguments"
-    FileHandle.standardError.write(Data((problem + "\n" + usage + "\n").utf8))
+        ? "unknown option \(TerminalText.escaped(arguments[1]))"
+        : arguments.count < 3 ? "give a NAME and a DIRECTORY" : "too many arguments"
+    FileHandle.standardError.write(Data(("lan-chat: " + problem + "\n" + usage + "\n").utf8))
     exit(2)
 }
 let (name, directory, type) = (arguments[1], arguments[2], arguments.count > 3 ? arguments[3] : "_lanchat._tcp")
@@ -150,9 +140,8 @@ do {
     let identity = try TLSIdentity.loadOrCreate(directory: directory, commonName: name)
     let (certificate, key) = (identity.certificateFile, identity.privateKeyFile)
     let chat = Chat(
-        name: name, knownFile: URL(fileURLWithPath: directory).appendingPathComponent("known"),
-        identity: TLSConfiguration(certificateChainFile: certificate, privateKeyFile: key),
-        ownKey: identity.publicKeySHA256)
+        name: name, ownKey: identity.publicKeySHA256, book: try TrustedKeys(path: directory + "/known"),
+        identity: TLSConfiguration(certificateChainFile: certificate, privateKeyFile: key))
     var tls = TLSConfiguration.server(certificateChainFile: certificate, privateKeyFile: key)
     tls.requiresClientCertificate = true
     tls.validatesCertificateChain = false  // self-signed: each client's key is judged by `admit`
@@ -181,7 +170,8 @@ do {
     Task { for try await update in browser { await chat.seen(update) } }
     let (lines, sink) = AsyncStream<String>.makeStream()
     Thread.detachNewThread {
-        while let line = readLine() { sink.yield(line) }; sink.finish()
+        while let line = readLine() { sink.yield(line) }
+        sink.finish()
     }
     let stops = [SIGINT, SIGTERM].map { number in  // Ctrl-C or a stop: leave as at the input's end
         signal(number, SIG_IGN)

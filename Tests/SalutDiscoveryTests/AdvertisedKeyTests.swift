@@ -120,6 +120,40 @@ final class AdvertisedKeyTests: XCTestCase {
         for ad in [realAd, impostorAd, liarAd, certAd, bareAd] { await ad.withdraw() }
     }
 
+    /// With a book of trusted keys: the first connection's key is written to it under the
+    /// service's name, later ones need it, and a book holding another key for the name refuses.
+    func testABookOfTrustedKeysTrustsOnFirstUseAndRefusesAnotherKeyLater() async throws {
+        let real = try TestCertificate.make()
+        let other = try TestCertificate.make()
+        let type = uniqueType("kb")
+        let (ad, accepting) = try await publish("Booked", type: type, fp: real.publicKeySHA256, holding: real)
+        defer { accepting.cancel() }
+        let service = DiscoveredService(name: ad.name, type: type)
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("book-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+
+        let book = try TrustedKeys(path: folder + "/known")
+        let first = try await withDeadline(20, "first use") {
+            try await service.connect(pinningAdvertisedKey: "fp", trustedKeys: book)
+        }
+        first.close()
+        XCTAssertEqual(book.entries, [ad.name: real.publicKeySHA256], "the first key, under the service's name")
+        XCTAssertEqual(try TrustedKeys(path: folder + "/known").key(for: ad.name), real.publicKeySHA256, "on disk")
+        let again = try await withDeadline(20, "trusted") {
+            try await service.connect(pinningAdvertisedKey: "fp", trustedKeys: book)
+        }
+        again.close()
+
+        // Another key trusted for the name (the service's key changed since, say): refused.
+        let wary = try TrustedKeys(path: folder + "/other")
+        XCTAssertTrue(try wary.trustOnFirstUse(other.publicKeySHA256, for: ad.name))
+        let changed = await refusal { try await service.connect(pinningAdvertisedKey: "fp", trustedKeys: wary) }
+        XCTAssertEqual(changed?.code, .advertisedKeyChanged, "\(String(describing: changed))")
+        XCTAssertEqual(wary.entries, [ad.name: other.publicKeySHA256], "the book is unchanged")
+        await ad.withdraw()
+    }
+
     func testAResolvedRecordGivesItsAdvertisedKeyOnlyWhenItIsOne() throws {
         let key = String(repeating: "aB", count: 32)
         func resolved(_ txt: [String: String]) throws -> ResolvedService {

@@ -116,4 +116,39 @@ extension DiscoveredService {
         }
         return pair
     }
+
+    /// Connects pinned to the key the service advertises under `txtKey`, trusting on first use
+    /// with `trustedKeys`: the key trusted for the service's name is required, and when none is
+    /// yet, the key of this connection is trusted for it (written to the book before this
+    /// returns). As ``connect(pinningAdvertisedKey:trustedKey:tls:bufferSize:resolveTimeout:context:)``
+    /// otherwise.
+    ///
+    /// ```swift
+    /// let book = try TrustedKeys(path: directory + "/known")
+    /// let pair = try await service.connect(pinningAdvertisedKey: "fp", trustedKeys: book)
+    /// ```
+    /// - Throws: as the other form (`advertisedKeyChanged` when the service advertises another
+    ///   key than the book holds for its name, also when another connection trusted another key
+    ///   for it meanwhile); `AtomicFile.Failure` or `TrustedKeys.Failure` when the book cannot
+    ///   be written (the connection is then closed).
+    public func connect(
+        pinningAdvertisedKey txtKey: String, trustedKeys: TrustedKeys, tls: TLSConfiguration = .client,
+        bufferSize: Int = 256 * 1024, resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared
+    ) async throws -> BoundStreamPair {
+        let pair = try await connect(
+            pinningAdvertisedKey: txtKey, trustedKey: trustedKeys.key(for: name), tls: tls, bufferSize: bufferSize,
+            resolveTimeout: resolveTimeout, context: context)
+        let key = pair.peerTrust?.publicKeySHA256 ?? ""
+        do {
+            guard try trustedKeys.trustOnFirstUse(key, for: name) else {
+                throw SocketStreamError.tls(
+                    .advertisedKeyChanged(
+                        service: description, advertised: key, trusted: trustedKeys.key(for: name) ?? "none"))
+            }
+        } catch {
+            pair.close()
+            throw error
+        }
+        return pair
+    }
 }

@@ -377,6 +377,13 @@ public struct BoundStreamPair: @unchecked Sendable {
         self.output = output
     }
 
+    /// Closes both streams, as closing each one does: for socket streams, the connection is
+    /// let go (with TLS's close_notify when it can still be sent).
+    public func close() {
+        input.close()
+        output.close()
+    }
+
     /// Makes the two ends of a connection held in memory: what one end's output writes, the
     /// other end's input reads, each way through a buffer of `bufferSize` bytes (at least 1).
     /// Two programs' halves can talk over it in one process, with no socket and no TLS (what a

@@ -1,0 +1,109 @@
+import Foundation
+import SalutStreams
+import XCTest
+
+/// `TrustedKeys`: a book of keys trusted on first use, in a file a person may edit while it is
+/// in use.
+final class TrustedKeysTests: XCTestCase {
+    let alice = String(repeating: "a1", count: 32)
+    let bob = String(repeating: "b2", count: 32)
+    let other = String(repeating: "c3", count: 32)
+
+    var folder = ""
+
+    override func setUpWithError() throws {
+        folder = FileManager.default.temporaryDirectory.appendingPathComponent("keys-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+    }
+
+    override func tearDown() {
+        try? FileManager.default.removeItem(atPath: folder)
+    }
+
+    func onDisk(_ path: String) throws -> [String: String] {
+        try JSONDecoder().decode([String: String].self, from: Data(contentsOf: URL(fileURLWithPath: path)))
+    }
+
+    func testTheFirstKeyIsTrustedAndWrittenAndAnotherForTheSameNameIsNot() throws {
+        let path = folder + "/known"
+        let book = try TrustedKeys(path: path)
+        XCTAssertEqual(book.entries, [:], "a missing file is an empty book")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: path), "nothing written before a key is trusted")
+
+        XCTAssertTrue(try book.trustOnFirstUse(alice.uppercased(), for: "alice"), "first use")
+        XCTAssertEqual(try onDisk(path), ["alice": alice], "written before it returns, in lowercase")
+        var status = stat()
+        XCTAssertEqual(stat(path, &status), 0)
+        XCTAssertEqual(status.st_mode & 0o777, 0o600, "only its owner reads it")
+
+        XCTAssertTrue(try book.trustOnFirstUse(alice, for: "alice"), "the same key again")
+        XCTAssertFalse(try book.trustOnFirstUse(other, for: "alice"), "another key under a trusted name")
+        XCTAssertEqual(book.key(for: "alice"), alice, "unchanged")
+
+        XCTAssertTrue(try book.trustOnFirstUse(alice, for: "alice's laptop"))
+        let colons = stride(from: 0, to: 64, by: 2).map { _ in "A1" }.joined(separator: ":")
+        XCTAssertEqual(book.names(trusting: colons), ["alice", "alice's laptop"], "any spelling of the key")
+        XCTAssertEqual(book.names(trusting: "kitchen"), [])
+        XCTAssertThrowsError(try book.trustOnFirstUse("kitchen", for: "bob")) { error in
+            XCTAssertTrue("\(error)".contains("not a SHA-256 fingerprint"), "\(error)")
+        }
+        XCTAssertNil(book.key(for: "bob"))
+
+        // Another book on the same file reads what the first wrote.
+        XCTAssertEqual(try TrustedKeys(path: path).entries, ["alice": alice, "alice's laptop": alice])
+    }
+
+    func testAnEditOnDiskIsHeardAtTheNextLookUpWithoutARestart() throws {
+        let path = folder + "/known"
+        let book = try TrustedKeys(path: path)
+        XCTAssertTrue(try book.trustOnFirstUse(alice, for: "alice"))
+        XCTAssertTrue(try book.trustOnFirstUse(bob, for: "bob"))
+
+        // A person removes bob's entry (his key changed): the book hears it, and bob's new key
+        // is then trusted on first use.
+        try Data("{\"alice\": \"\(alice)\"}\n".utf8).write(to: URL(fileURLWithPath: path))
+        XCTAssertNil(book.key(for: "bob"))
+        XCTAssertTrue(try book.trustOnFirstUse(other, for: "bob"))
+        XCTAssertEqual(try onDisk(path), ["alice": alice, "bob": other])
+
+        // The file removed: every key forgotten.
+        try FileManager.default.removeItem(atPath: path)
+        XCTAssertEqual(book.entries, [:])
+        XCTAssertTrue(try book.trustOnFirstUse(alice, for: "alice"))
+
+        // Forgetting writes the file too.
+        try book.forget("alice")
+        XCTAssertEqual(try onDisk(path), [:])
+        XCTAssertNil(book.key(for: "alice"))
+    }
+
+    func testADamagedFileKeepsWhatWasTrustedAndIsNotWrittenOver() throws {
+        let path = folder + "/known"
+        let book = try TrustedKeys(path: path)
+        XCTAssertTrue(try book.trustOnFirstUse(alice, for: "alice"))
+        let damaged = Data("{\"alice\": \"\(alice)\", oops".utf8)
+        try damaged.write(to: URL(fileURLWithPath: path))
+
+        XCTAssertEqual(book.key(for: "alice"), alice, "what was trusted stays trusted")
+        XCTAssertTrue(try book.trustOnFirstUse(alice, for: "alice"), "a trusted key is still recognised")
+        XCTAssertThrowsError(try book.trustOnFirstUse(bob, for: "bob"), "nothing is trusted anew") { error in
+            XCTAssertTrue("\(error)".contains("mend it or remove it"), "\(error)")
+        }
+        XCTAssertThrowsError(try book.forget("alice"))
+        XCTAssertEqual(
+            try Data(contentsOf: URL(fileURLWithPath: path)), damaged, "the person's file is not written over")
+        XCTAssertThrowsError(try TrustedKeys(path: path), "a new book refuses it") { error in
+            XCTAssertTrue("\(error)".contains("not a JSON object of names and keys"), "\(error)")
+        }
+
+        // Mended: read again.
+        try Data("{\"bob\": \"\(bob)\"}".utf8).write(to: URL(fileURLWithPath: path))
+        XCTAssertEqual(book.entries, ["bob": bob])
+        XCTAssertTrue(try book.trustOnFirstUse(alice, for: "alice"))
+
+        try Data("{\"bob\": \"kitchen\"}".utf8).write(to: URL(fileURLWithPath: path))
+        XCTAssertThrowsError(try TrustedKeys(path: path)) { error in
+            XCTAssertTrue("\(error)".contains("the key of \"bob\" is not a SHA-256 fingerprint"), "\(error)")
+        }
+    }
+}
