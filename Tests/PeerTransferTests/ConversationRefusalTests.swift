@@ -96,6 +96,31 @@ final class ConversationRefusalTests: XCTestCase {
         XCTAssertFalse(offered.value, "nothing is offered to a receiver of another version")
     }
 
+    /// A receiver whose hello claims more than a hello may hold (16 MiB, announced in the
+    /// frame's header) is refused from the header alone, before the sender keeps any of it;
+    /// and one that answers the hello with a chunk is a protocol violation.
+    func testAnOversizedOrWrongFirstFrameFromTheReceiverIsRefusedFromItsHeader() async throws {
+        let talk = try Conversation()
+        try talk.makeFile("a.txt", size: 10)
+        let (_, sent) = try await talk.sendToScripted(["a.txt"]) { reader, output in
+            _ = try await Self.read(upTo: .hello, from: &reader)
+            var header = Data([Frame.Kind.hello.rawValue])
+            withUnsafeBytes(of: UInt32(16 << 20).bigEndian) { header.append(contentsOf: $0) }
+            try await output.write(header + Data(count: 1024))  // the rest never comes
+        }
+        guard case .failure(let error) = sent else { return XCTFail("the send succeeded") }
+        XCTAssertEqual(error.wireCode, "limit", "\(error)")
+        XCTAssertTrue(error.message.contains("hello message of 16777216 bytes"), error.message)
+
+        let (_, chunked) = try await talk.sendToScripted(["a.txt"]) { reader, output in
+            _ = try await Self.read(upTo: .hello, from: &reader)
+            try await output.write(ChunkFrame(index: 0, offset: 0, data: Data(count: 8)).frame.encoded)
+        }
+        guard case .failure(let wrong) = chunked else { return XCTFail("the send succeeded") }
+        XCTAssertEqual(wrong.wireCode, "protocol", "\(wrong)")
+        XCTAssertTrue(wrong.message.contains("the receiver sent chunk where hello was due"), wrong.message)
+    }
+
     /// A sender of another protocol version, a path that leaves the inbox, and an offer larger
     /// than the inbox's free space are each refused by the receiver, with its reason, and
     /// nothing lands.

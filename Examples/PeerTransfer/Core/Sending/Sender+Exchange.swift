@@ -141,7 +141,8 @@ extension Sender {
         let hello = Hello(
             protocolVersion: TransferLimits.protocolVersion, device: configuration.deviceID, name: displayName)
         try await stopper.write(Frame.message(.hello, hello).encoded, to: output)
-        let peerHello = try await Self.expect(.hello, Hello.self, from: &reader)
+        // A hello is small: the receiver is held to what it holds senders to.
+        let peerHello = try await Self.expect(.hello, Hello.self, from: &reader, atMost: TransferLimits.maximumHello)
         guard peerHello.protocolVersion == TransferLimits.protocolVersion else {
             throw PeerTransferError.protocolViolation(
                 "the receiver speaks protocol \(peerHello.protocolVersion), not \(TransferLimits.protocolVersion)")
@@ -246,11 +247,25 @@ extension Sender {
         return await task.result
     }
 
-    /// Reads the next frame, which must be `kind` (a failure frame becomes its error).
+    /// Reads the next frame, which must be `kind` (a failure frame becomes its error) of at
+    /// most `limit` bytes: both are judged from the frame's header, before its payload is kept.
+    /// - Throws: ``PeerTransferError/protocolViolation(_:)`` for another kind,
+    ///   ``PeerTransferError/limit(_:)`` for a frame over `limit`.
     static func expect<M: Decodable>(
-        _ kind: Frame.Kind, _ type: M.Type, from reader: inout FrameReader
+        _ kind: Frame.Kind, _ type: M.Type, from reader: inout FrameReader,
+        atMost limit: Int = TransferLimits.maximumControlMessage
     ) async throws -> M {
-        guard let frame = try await reader.next() else {
+        let admitting = { (arriving: Frame.Kind, length: Int) throws in
+            guard arriving == kind || arriving == .failure else {
+                throw PeerTransferError.protocolViolation("the receiver sent \(arriving) where \(kind) was due")
+            }
+            guard length <= limit else {
+                throw PeerTransferError.limit(
+                    "the receiver sent a \(arriving) message of \(length) bytes where its \(kind) was due (the limit is \(limit))"
+                )
+            }
+        }
+        guard let frame = try await reader.next(admitting: admitting) else {
             throw PeerTransferError.runtime("the receiver closed the connection (waiting for its \(kind))")
         }
         if frame.kind == .failure {
