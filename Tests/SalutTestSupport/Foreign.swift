@@ -9,11 +9,14 @@ public final class Foreign: @unchecked Sendable {
     public let process: ChildProcess
     /// The output so far, shared with the child's reader.
     private let collected: Locked<Data>
+    /// Set when the reader has seen the end of the output (every writer closed it).
+    private let outputEnded: Locked<Bool>
 
     public init(_ arguments: [String]) throws {
-        let collected = Locked(Data())
-        self.collected = collected
+        let collected = Locked(Data()), outputEnded = Locked(false)
+        (self.collected, self.outputEnded) = (collected, outputEnded)
         process = try ChildProcess(arguments) { chunk in
+            if chunk.isEmpty { return outputEnded.withLock { $0 = true } }  // the reader's end of file
             collected.withLock { $0.append(chunk) }
         }
     }
@@ -32,14 +35,21 @@ public final class Foreign: @unchecked Sendable {
         return false
     }
 
-    /// Waits for the process to exit; false when it still runs after `seconds`. (Its last
-    /// output may take a moment more to arrive.)
+    /// Waits for the process to exit, then for the end of its output (at most a second more:
+    /// a child it left behind may hold the output open); false when it still runs after
+    /// `seconds`.
     public func waitForExit(seconds: Double) -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
         guard !process.isRunning else { return false }
-        Thread.sleep(forTimeInterval: 0.05)
+        waitForEndOfOutput()
         return true
+    }
+
+    /// Waits until the reader has seen the end of the output, at most `seconds`.
+    private func waitForEndOfOutput(seconds: Double = 1) {
+        let deadline = Date().addingTimeInterval(seconds)
+        while !outputEnded.value && Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
     }
 
     /// Waits for exit (up to `seconds`) and returns the output.
@@ -47,7 +57,7 @@ public final class Foreign: @unchecked Sendable {
         let deadline = Date().addingTimeInterval(seconds)
         while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
         if process.isRunning { process.terminate() }
-        Thread.sleep(forTimeInterval: 0.05)
+        waitForEndOfOutput()
         return output
     }
 
