@@ -393,4 +393,20 @@ final class MemoryTrimTests: XCTestCase {
         XCTAssertTrue(eventually(timeout: 5) { count.value == 2 && !trim.isPending }, "\(count.value)")
         XCTAssertEqual(count.value, 2, "a thousand requests made one trim")
     }
+
+    /// Chunk memory released goes to the pool for the next chunk; emptying the pool (the
+    /// receiver's trim once no transfer runs) frees what waits there, and memory in use comes
+    /// back to the pool when released, as before.
+    func testChunkMemoryPoolIsEmptiedByTheTrimAndRefillsWhenUsedAgain() {
+        ChunkMemory.emptyPool()
+        var held = (0..<3).map { _ in ChunkMemory(payloadSize: 4096).handedOver() }
+        XCTAssertEqual(ChunkMemory.pooled, 0)
+        held.removeAll()
+        XCTAssertEqual(ChunkMemory.pooled, 3, "released chunks wait for reuse")
+        let inUse = ChunkMemory(payloadSize: 4096).handedOver()
+        XCTAssertEqual(ChunkMemory.emptyPool(), 2, "the two waiting are freed")
+        XCTAssertEqual(ChunkMemory.pooled, 0)
+        _ = inUse.count
+        withExtendedLifetime(inUse) {}
+    }
 }

@@ -187,6 +187,22 @@ final class ChunkMemory: @unchecked Sendable {
             deallocator: .custom { start, _ in ChunkMemory.giveBack(start - ChunkMemory.lead) })
     }
 
+    /// Frees the blocks kept for reuse (those in use come back to the pool as they are
+    /// released): once no transfer runs, the memory goes back to the system instead of waiting
+    /// for the next large transfer. Returns how many were freed.
+    @discardableResult
+    static func emptyPool() -> Int {
+        let kept = pool.withLock { blocks -> [Int] in
+            defer { blocks = [] }
+            return blocks
+        }
+        for address in kept { free(UnsafeMutableRawPointer(bitPattern: address)) }
+        return kept.count
+    }
+
+    /// How many blocks wait in the pool (for tests).
+    static var pooled: Int { pool.withLock { $0.count } }
+
     private static func allocate() -> UnsafeMutableRawPointer {
         var block: UnsafeMutableRawPointer?
         guard posix_memalign(&block, ChunkFrame.dataAlignment, capacity) == 0, let block else {

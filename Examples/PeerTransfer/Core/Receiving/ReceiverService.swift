@@ -20,7 +20,12 @@ public final class ReceiverService: Sendable {
     private let admission = Locked(Admission())
     private let greetingPairs = Locked([Int: BoundStreamPair]())
     private let tally = RefusalTally()
-    private let memoryTrim = MemoryTrim()
+    /// Once no transfer runs: the chunk memory kept for reuse, then malloc's free memory, go
+    /// back to the system (a receiver between transfers holds what it held before them).
+    private let memoryTrim = MemoryTrim {
+        ChunkMemory.emptyPool()
+        MemoryTrim.mallocTrim()
+    }
     /// Whether received files keep their execute bits (see ``Receiver/keepsExecuteBits``).
     public let keepsExecuteBits: Bool
     /// What clears part files no one came back for (set before ``run()``).
@@ -42,10 +47,6 @@ public final class ReceiverService: Sendable {
     /// The inbox folder.
     public var inboxPath: String { inbox.path }
 
-    /// Opens the inbox, listens and publishes: on the link, or with `wideArea` in the
-    /// wide-area `domain` (signed DNS updates).
-    /// - Throws: ``PeerTransferError/runtime(_:)`` when the inbox cannot be opened or the
-    ///   service cannot be published (no avahi-daemon, port taken).
     /// Checks that `path` can be the inbox (made if missing, and written to), before anything
     /// else is made or published.
     /// - Throws: ``PeerTransferError/usage(_:)`` naming what is wrong.
@@ -53,12 +54,19 @@ public final class ReceiverService: Sendable {
         _ = try Inbox(path: path)
     }
 
+    /// Opens the inbox, listens and publishes: on the link, or with `wideArea` in the
+    /// wide-area `domain` (signed DNS updates). For a daemon: it limits the process's malloc
+    /// arenas (``MemoryTrim/limitArenas(to:)``).
+    /// - Throws: ``PeerTransferError/runtime(_:)`` when the inbox cannot be opened or the
+    ///   service cannot be published (no avahi-daemon, port taken).
     public static func start(
         name: String, inbox inboxPath: String, configuration: PeerConfiguration,
         policy: AcceptPolicy, port: Int = 0, pace: TransferPace = TransferPace(),
         domain: String = "local", wideArea: WideAreaPublishing? = nil, keepsExecuteBits: Bool = false, logger: Logger,
         events: @escaping @Sendable (ReceiveEvent) -> Void = { _ in }
     ) async throws -> ReceiverService {
+        // Few malloc arenas: the daemon's heap comes back down after a flood (see MemoryTrim).
+        MemoryTrim.limitArenas(to: 2)
         let knownFile = configuration.knownPeersFile
         // A file that cannot be read trusts no one (fails closed).
         let inbox = try Inbox(path: inboxPath) { key in (try? KnownPeers.load(from: knownFile))?.trusted[key] != nil }

@@ -37,6 +37,21 @@ final class MemoryTrim: Sendable {
     /// Whether a trim waits to run (for tests).
     var isPending: Bool { pending.value }
 
+    /// Limits glibc's malloc to `count` arenas (mallopt(3) `M_ARENA_MAX`), unless the
+    /// environment's `MALLOC_ARENA_MAX` says otherwise. By default glibc gives a process up to
+    /// eight arenas per core, one per thread that meets another in malloc, and a freed block
+    /// goes back to its own arena: after a flood of connections served by different threads,
+    /// the arenas' half-used pages kept the receiver's heap 3 MiB above where it started
+    /// (docs/benchmarks.md, loss-bench). Call it before other threads start. Returns whether
+    /// the limit was set.
+    @discardableResult
+    static func limitArenas(to count: Int32) -> Bool {
+        guard getenv("MALLOC_ARENA_MAX") == nil, let symbol = dlsym(nil, "mallopt") else { return false }
+        let mallopt = unsafeBitCast(symbol, to: (@convention(c) (Int32, Int32) -> Int32).self)
+        let arenaMaximum: Int32 = -8  // M_ARENA_MAX in <malloc.h>
+        return mallopt(arenaMaximum, count) == 1
+    }
+
     /// glibc's malloc_trim(3), looked up at run time (as syncfs(2) is, see ``Inbox``): returns
     /// the free memory of every arena to the system. Nothing where the C library lacks it.
     static let mallocTrim: @Sendable () -> Void = {
