@@ -136,7 +136,7 @@ enum GhostResponder {
         return try Foreign(
             [
                 "python3", "-c", script, name, type, String(port), goodbye ? "0" : "1", answering ? "1" : "0",
-                addressless ? "ghost-addressless-\(abs(name.hashValue) % 1_000_000)" : "ghost-host",
+                addressless ? "ghost-addressless-\(UInt(bitPattern: name.hashValue) % 1_000_000)" : "ghost-host",
             ])
     }
 }

@@ -163,7 +163,10 @@ struct Serve: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // First: few malloc arenas, so the daemon's heap comes back down after a flood.
+        let arenasLimited = MemoryTrim.limitArenas(to: 2)
         let logger = logging.apply(default: .info, timestamps: true)
+        if !arenasLimited { logger.debug("malloc's arenas are as MALLOC_ARENA_MAX or the C library leaves them") }
         try await requireDiscoveryDaemon()
         // Part files, folders and connections: room beyond the usual soft limit of 1,024.
         if let problem = DescriptorLimit.raiseToHardLimit() { logger.warning("\(problem)") }

@@ -75,6 +75,9 @@ open class NetService: NSObject, @unchecked Sendable {
         var resolver: ResolveOperation?
         var monitor: TXTMonitorOperation?
         var resolveGeneration = 0
+        /// Whether the resolution under way has found addresses (an earlier one's stay in
+        /// `addresses`, and must not count for it).
+        var resolveFound = false
         var publishedName: String?
         var lastError: DiscoveryError?
         var listener: StreamListener?
@@ -380,12 +383,16 @@ open class NetService: NSObject, @unchecked Sendable {
         let generation = state.withLock { state -> Int in
             state.resolver = operation
             state.resolveGeneration += 1
+            state.resolveFound = false
             return state.resolveGeneration
         }
         call { $1.netServiceWillResolve($0) }
         operation.start()
-        context.queue.asyncAfter(deadline: .now() + (timeout.isNaN ? 5 : min(max(0, timeout), 1e9))) { [weak self] in
-            self?.resolveTimedOut(generation, target: target)
+        let seconds = timeout.isNaN ? 5 : min(max(0, timeout), 1e9)
+        context.queue.asyncAfter(deadline: .now() + seconds) { [weak self] in
+            // A second or more of asking with no answer is a failed contact; less is the app's
+            // own short limit, nothing to conclude from.
+            self?.resolveTimedOut(generation, target: seconds >= 1 ? target : nil)
         }
     }
 
@@ -396,24 +403,25 @@ open class NetService: NSObject, @unchecked Sendable {
             state.port = Int(result.port)
             state.addresses = result.addresses.map(\.data)
             state.txtData = result.txtRecord.data
+            if !result.addresses.isEmpty { state.resolveFound = true }
             return true
         }
         if active { call { $1.netServiceDidResolveAddress($0) } }
     }
 
     /// The resolution's time is up: it stops; when it found no address, the delegate hears
-    /// `didNotResolve`, and the context's browsers that list the service ask whether it is
-    /// still there (see ``DiscoveryContext/reportFailedContact(with:)``).
-    private func resolveTimedOut(_ generation: Int, target: DiscoveredService) {
+    /// `didNotResolve`, and (given a `target`) the context's browsers that list the service ask
+    /// whether it is still there (see ``DiscoveryContext/reportFailedContact(with:)``).
+    private func resolveTimedOut(_ generation: Int, target: DiscoveredService?) {
         let (operation, found) = state.withLock { state -> (ResolveOperation?, Bool) in
             guard state.resolveGeneration == generation, let operation = state.resolver else { return (nil, false) }
             state.resolver = nil
-            return (operation, state.addresses?.isEmpty == false)
+            return (operation, state.resolveFound)
         }
         guard let operation else { return }
         operation.stop()
         if found { return call { $1.netServiceDidStop($0) } }
-        context.reportFailedContact(with: target)
+        if let target { context.reportFailedContact(with: target) }
         report(.timedOut, publishing: false)
     }
 

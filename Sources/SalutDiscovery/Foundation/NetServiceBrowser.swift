@@ -26,6 +26,9 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
         var operation: BrowseOperation?
         /// The failed contacts' watch of a search for services on the link.
         var watch: ServiceBrowser.FailedContactWatch?
+        /// Counts the searches: an update of an earlier search, on its way when it stopped, is
+        /// not taken for the current one's.
+        var search = 0
         var services: [DiscoveredService: NetService] = [:]
         var includesPeerToPeer = false
     }
@@ -37,6 +40,14 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
     /// Makes a browser; start it with one of the `search…` methods.
     public override init() {
         super.init()
+    }
+
+    deinit {
+        // A browser let go without `stop()`: its search and its failed contacts' watch (with
+        // its rechecks every 30 s) end with it.
+        let (operation, watch) = state.withLock { ($0.operation, $0.watch) }
+        operation?.stop()
+        watch?.finish()
     }
 
     /// The delegate, held weakly as on Apple platforms.
@@ -108,17 +119,22 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
     // MARK: Private
 
     private func start(_ target: BrowseOperation.Target) {
-        guard state.value.operation == nil else { return notSearch(.activityInProgress) }
+        let search = state.withLock { state -> Int? in
+            guard state.operation == nil else { return nil }
+            state.search += 1
+            return state.search
+        }
+        guard let search else { return notSearch(.activityInProgress) }
         // A search of the link hears of failed contacts with what it lists, as ServiceBrowser does.
         var watch: ServiceBrowser.FailedContactWatch?
         if case .services(_, let domain) = target, ServiceNames.isOnTheLink(domain) {
             watch = ServiceBrowser.FailedContactWatch(context: context, listening: true) { [weak self] update in
-                self?.handle(.update(update), target: target)
+                self?.handle(.update(update), target: target, search: search)
             }
         }
         let operation = BrowseOperation(context: context, target: target) { [weak self, watch] event in
             if case .update(let update) = event, let watch { return watch.browsed(update) }
-            self?.handle(event, target: target)
+            self?.handle(event, target: target, search: search)
         }
         state.withLock {
             $0.operation = operation
@@ -131,13 +147,15 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
         operation.start()
     }
 
-    private func handle(_ event: BrowseOperation.Event, target: BrowseOperation.Target) {
+    private func handle(_ event: BrowseOperation.Event, target: BrowseOperation.Target, search: Int) {
         switch event {
         case .failed(let error):
-            let watch = state.withLock { state -> ServiceBrowser.FailedContactWatch? in
+            let (current, watch) = state.withLock { state -> (Bool, ServiceBrowser.FailedContactWatch?) in
+                guard state.search == search, state.operation != nil else { return (false, nil) }
                 defer { state.operation = nil; state.watch = nil; state.services = [:] }
-                return state.watch
+                return (true, state.watch)
             }
+            guard current else { return }
             watch?.finish()
             notSearch(error)
         case .update(let update):
@@ -145,7 +163,7 @@ open class NetServiceBrowser: NSObject, @unchecked Sendable {
             // Map each change to the NetService object it concerns, keeping one object per
             // service so `didRemove` hands back what `didFind` gave.
             let calls = state.withLock { state -> [(found: Bool, service: NetService)] in
-                guard state.operation != nil else { return [] }
+                guard state.search == search, state.operation != nil else { return [] }
                 return update.changes.map { change in
                     switch change {
                     case .added(let found):

@@ -55,8 +55,8 @@ public final class ReceiverService: Sendable {
     }
 
     /// Opens the inbox, listens and publishes: on the link, or with `wideArea` in the
-    /// wide-area `domain` (signed DNS updates). For a daemon: it limits the process's malloc
-    /// arenas (``MemoryTrim/limitArenas(to:)``).
+    /// wide-area `domain` (signed DNS updates). A daemon should limit its malloc arenas first
+    /// (``MemoryTrim/limitArenas(to:)``), as `peerxfer serve` does.
     /// - Throws: ``PeerTransferError/runtime(_:)`` when the inbox cannot be opened or the
     ///   service cannot be published (no avahi-daemon, port taken).
     public static func start(
@@ -65,8 +65,6 @@ public final class ReceiverService: Sendable {
         domain: String = "local", wideArea: WideAreaPublishing? = nil, keepsExecuteBits: Bool = false, logger: Logger,
         events: @escaping @Sendable (ReceiveEvent) -> Void = { _ in }
     ) async throws -> ReceiverService {
-        // Few malloc arenas: the daemon's heap comes back down after a flood (see MemoryTrim).
-        MemoryTrim.limitArenas(to: 2)
         let knownFile = configuration.knownPeersFile
         // A file that cannot be read trusts no one (fails closed).
         let inbox = try Inbox(path: inboxPath) { key in (try? KnownPeers.load(from: knownFile))?.trusted[key] != nil }

@@ -8,7 +8,7 @@ import Salut
 /// after the first request it has not yet served, on one serial queue. Before, each request
 /// had a thread of its own, and a flood of connections started hundreds of threads, each
 /// trimming the whole heap.
-final class MemoryTrim: Sendable {
+public final class MemoryTrim: Sendable {
     private let pending = Locked(false)
     private let queue = DispatchQueue(label: "peerxfer.memory-trim", qos: .utility)
     private let delay: DispatchTimeInterval
@@ -37,15 +37,16 @@ final class MemoryTrim: Sendable {
     /// Whether a trim waits to run (for tests).
     var isPending: Bool { pending.value }
 
-    /// Limits glibc's malloc to `count` arenas (mallopt(3) `M_ARENA_MAX`), unless the
-    /// environment's `MALLOC_ARENA_MAX` says otherwise. By default glibc gives a process up to
-    /// eight arenas per core, one per thread that meets another in malloc, and a freed block
-    /// goes back to its own arena: after a flood of connections served by different threads,
-    /// the arenas' half-used pages kept the receiver's heap 3 MiB above where it started
-    /// (docs/benchmarks.md, loss-bench). Call it before other threads start. Returns whether
-    /// the limit was set.
+    /// Limits glibc's malloc to `count` arenas (mallopt(3) `M_ARENA_MAX`): no arena is made
+    /// beyond them. Nothing when the environment's `MALLOC_ARENA_MAX` says otherwise or the C
+    /// library has no mallopt. By default glibc lets a process make up to eight arenas per
+    /// core as its threads first allocate, and a freed block goes back to its own arena: after
+    /// a flood of connections served by different threads, the arenas' half-used pages kept
+    /// the receiver's heap megabytes above where it started (docs/benchmarks.md, loss-bench).
+    /// glibc settles its limit once a process has more than eight arenas, so call this first,
+    /// before threads allocate. Returns whether the limit was set.
     @discardableResult
-    static func limitArenas(to count: Int32) -> Bool {
+    public static func limitArenas(to count: Int32) -> Bool {
         guard getenv("MALLOC_ARENA_MAX") == nil, let symbol = dlsym(nil, "mallopt") else { return false }
         let mallopt = unsafeBitCast(symbol, to: (@convention(c) (Int32, Int32) -> Int32).self)
         let arenaMaximum: Int32 = -8  // M_ARENA_MAX in <malloc.h>
