@@ -76,7 +76,11 @@ actor Chat {
                 pair.close()
                 return say("not connecting to \(service.name): that is \(holder)'s key")
             }
-            _ = try book.trustOnFirstUse(key, for: service.name)
+            guard (try? book.trustOnFirstUse(key, for: service.name)) == true else {  // changed meanwhile, or damaged
+                pair.close()
+                return say(
+                    "not connecting to \(service.name): its key \(key) is not the one trusted for it in \(book.path)")
+            }
             outgoing[service.name] = pair
             say("connected to \(service.name)")
             Task {  // it never writes to us: this ends when it goes, or refuses our key

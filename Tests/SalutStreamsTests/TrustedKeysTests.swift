@@ -53,6 +53,19 @@ final class TrustedKeysTests: XCTestCase {
         XCTAssertEqual(try TrustedKeys(path: path).entries, ["alice": alice, "alice's laptop": alice])
     }
 
+    /// Two books on one file (as two processes would have) keep each other's keys; names
+    /// compare without ASCII case and keep the case they were first given in.
+    func testBooksOnOneFileKeepEachOthersKeysAndNamesCompareWithoutCase() throws {
+        let path = folder + "/known"
+        let first = try TrustedKeys(path: path), second = try TrustedKeys(path: path)
+        XCTAssertTrue(try first.trustOnFirstUse(alice, for: "Alice's Laptop"))
+        XCTAssertTrue(try second.trustOnFirstUse(bob, for: "bob"))
+        XCTAssertEqual(try onDisk(path), ["Alice's Laptop": alice, "bob": bob], "neither lost the other's")
+        XCTAssertEqual(first.key(for: "BOB"), bob)
+        XCTAssertFalse(try second.trustOnFirstUse(other, for: "alice's laptop"), "the same name in another case")
+        XCTAssertEqual(second.names(trusting: alice), ["Alice's Laptop"])
+    }
+
     func testAnEditOnDiskIsHeardAtTheNextLookUpWithoutARestart() throws {
         let path = folder + "/known"
         let book = try TrustedKeys(path: path)
@@ -66,15 +79,59 @@ final class TrustedKeysTests: XCTestCase {
         XCTAssertTrue(try book.trustOnFirstUse(other, for: "bob"))
         XCTAssertEqual(try onDisk(path), ["alice": alice, "bob": other])
 
-        // The file removed: every key forgotten.
-        try FileManager.default.removeItem(atPath: path)
-        XCTAssertEqual(book.entries, [:])
-        XCTAssertTrue(try book.trustOnFirstUse(alice, for: "alice"))
+        // The same size, another key, in another second (as an editor may leave it): heard.
+        try Data("{\"alice\": \"\(alice)\", \"bob\": \"\(bob)\"}".utf8).write(to: URL(fileURLWithPath: path))
+        var times = [timespec(tv_sec: 1_000_000_000, tv_nsec: 0), timespec(tv_sec: 1_000_000_000, tv_nsec: 0)]
+        XCTAssertEqual(utimensat(AT_FDCWD, path, &times, 0), 0)
+        XCTAssertEqual(book.key(for: "bob"), bob)
+        let swapped = Data("{\"alice\": \"\(alice)\", \"bob\": \"\(other)\"}".utf8)
+        try swapped.write(to: URL(fileURLWithPath: path))
+        times = [timespec(tv_sec: 1_000_000_001, tv_nsec: 0), timespec(tv_sec: 1_000_000_001, tv_nsec: 0)]
+        XCTAssertEqual(utimensat(AT_FDCWD, path, &times, 0), 0)
+        XCTAssertEqual(book.key(for: "bob"), other, "a same-size edit is heard by its time")
 
-        // Forgetting writes the file too.
+        // Forgetting writes the file too; `{}` forgets every key.
         try book.forget("alice")
-        XCTAssertEqual(try onDisk(path), [:])
+        XCTAssertEqual(try onDisk(path), ["bob": other])
         XCTAssertNil(book.key(for: "alice"))
+        try Data("{}".utf8).write(to: URL(fileURLWithPath: path))
+        XCTAssertEqual(book.entries, [:])
+    }
+
+    /// A file removed while in use is not taken for "trust no one, then anyone": an editor
+    /// that saves by renaming the old file away would otherwise open a window in which any key
+    /// is trusted on first use.
+    func testAFileRemovedWhileInUseKeepsTheBookAndTrustsNoNewKey() throws {
+        let path = folder + "/known"
+        let book = try TrustedKeys(path: path)
+        XCTAssertTrue(try book.trustOnFirstUse(alice, for: "alice"))
+        try FileManager.default.removeItem(atPath: path)
+        XCTAssertEqual(book.key(for: "alice"), alice, "what was trusted stays trusted")
+        XCTAssertThrowsError(try book.trustOnFirstUse(bob, for: "bob")) { error in
+            XCTAssertEqual((error as? TrustedKeys.Failure)?.code, .unreadable)
+            XCTAssertTrue("\(error)".contains("was removed while in use"), "\(error)")
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: path), "nothing written in its place")
+        try Data("{\"alice\": \"\(alice)\"}".utf8).write(to: URL(fileURLWithPath: path))
+        XCTAssertTrue(try book.trustOnFirstUse(bob, for: "bob"), "back: keys are trusted on first use again")
+    }
+
+    /// A book others could have written (a key planted by another user) is refused, as ssh's
+    /// StrictModes refuses such files.
+    func testAFileOthersCanWriteIsRefused() throws {
+        let path = folder + "/known"
+        let book = try TrustedKeys(path: path)
+        XCTAssertTrue(try book.trustOnFirstUse(alice, for: "alice"))
+        XCTAssertEqual(chmod(path, 0o666), 0)
+        XCTAssertThrowsError(try TrustedKeys(path: path)) { error in
+            XCTAssertEqual((error as? TrustedKeys.Failure)?.code, .insecure)
+            XCTAssertTrue("\(error)".contains("chmod go-w"), "\(error)")
+        }
+        try Data("{\"mallory\": \"\(other)\"}".utf8).write(to: URL(fileURLWithPath: path))
+        XCTAssertNil(book.key(for: "mallory"), "a planted key is not read")
+        XCTAssertThrowsError(try book.trustOnFirstUse(bob, for: "bob"))
+        XCTAssertEqual(chmod(path, 0o600), 0)
+        XCTAssertEqual(book.key(for: "mallory"), other, "once only its owner can write it, it is read")
     }
 
     func testADamagedFileKeepsWhatWasTrustedAndIsNotWrittenOver() throws {
@@ -87,7 +144,8 @@ final class TrustedKeysTests: XCTestCase {
         XCTAssertEqual(book.key(for: "alice"), alice, "what was trusted stays trusted")
         XCTAssertTrue(try book.trustOnFirstUse(alice, for: "alice"), "a trusted key is still recognised")
         XCTAssertThrowsError(try book.trustOnFirstUse(bob, for: "bob"), "nothing is trusted anew") { error in
-            XCTAssertTrue("\(error)".contains("mend it or remove it"), "\(error)")
+            XCTAssertEqual((error as? TrustedKeys.Failure)?.code, .malformed)
+            XCTAssertTrue("\(error)".contains("mend it, then try again"), "\(error)")
         }
         XCTAssertThrowsError(try book.forget("alice"))
         XCTAssertEqual(

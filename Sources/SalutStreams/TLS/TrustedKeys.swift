@@ -8,23 +8,52 @@ import Glibc
 ///
 /// ```swift
 /// let book = try TrustedKeys(path: directory + "/known")
-/// if book.trustOnFirstUse(clientKey, for: "alice") { /* alice's key, now or from before */ }
+/// if try book.trustOnFirstUse(clientKey, for: "alice") { /* alice's key, now or from before */ }
 /// ```
 ///
-/// The file is a JSON object from each name to its key's SHA-256 fingerprint (64 lowercase hex
-/// digits), written whole and atomically (mode 0600) at every change. It is read again whenever
-/// it changed on disk since it was last read, so a person who removes the entry of a peer whose
-/// key changed is heard at the next look-up, with no restart. A file that became unreadable or
-/// malformed leaves the book as it was (what was trusted stays trusted; nothing is trusted
-/// anew because of it) and is not written over: trusting or forgetting a key fails with
-/// ``Failure`` until it is mended. A removed file empties the book.
+/// Names are whatever the app keys its peers by (for a discovered service, its instance name
+/// alone: the same name under another type or domain shares its entry), compared without
+/// ASCII case, as DNS compares names. The file is a JSON object from each name to its key's
+/// SHA-256 fingerprint (64 lowercase hex digits), written whole and atomically (mode 0600) at
+/// every change, under an exclusive lock on `FILE.lock` and from a fresh read, so that books
+/// in several processes keep each other's keys; it is refused when someone other than its
+/// owner (or root) could have written it. It is read again whenever it changed on disk since
+/// it was last read (by its size, modification time, inode, owner and permissions), so a person who removes the
+/// entry of a peer whose key changed is heard at the next look-up, with no restart. A file
+/// that became unreadable, malformed, writable by others, or was removed while in use leaves
+/// the book as it was (what was trusted stays trusted; nothing is trusted anew because of it)
+/// and is not written over: trusting or forgetting a key fails with ``Failure`` until it is
+/// mended. To forget every key, write `{}` to it.
 ///
 /// Concurrency: the entries and the stamp of the file they came from are behind one lock, and
-/// the file is read and written under it, so two changes never interleave. One process per
-/// file: changes made by two processes at once may lose one of them.
+/// the file is read and written under it (a change also under the file lock, across
+/// processes), so two changes never interleave.
 public final class TrustedKeys: Sendable {
-    /// Why a book could not be opened or a key could not be taken.
-    public struct Failure: Error, CustomStringConvertible {
+    /// Why a book could not be opened, or a key not taken. Compare ``code``; new codes may be
+    /// added in minor releases.
+    public struct Failure: Error, Sendable, CustomStringConvertible {
+        /// The kind of a ``Failure``.
+        public struct Code: Hashable, Sendable, CustomStringConvertible {
+            private let name: String
+            private init(_ name: String) { self.name = name }
+            /// The code's name, as written in Swift.
+            public var description: String { name }
+
+            /// The file cannot be read (permissions, an I/O error), or it was removed while in use.
+            public static let unreadable = Code("unreadable")
+            /// The file is not a JSON object of names and SHA-256 fingerprints.
+            public static let malformed = Code("malformed")
+            /// Someone other than the file's owner or root could have written it (its owner, or
+            /// its group or others having write permission).
+            public static let insecure = Code("insecure")
+            /// A key given to the book is not a SHA-256 fingerprint.
+            public static let notAFingerprint = Code("notAFingerprint")
+            /// The file could not be written.
+            public static let cannotWrite = Code("cannotWrite")
+        }
+
+        /// The kind of failure.
+        public let code: Code
         /// The book's file.
         public let path: String
         /// What is wrong, in a sentence.
@@ -39,6 +68,14 @@ public final class TrustedKeys: Sendable {
 
     private struct Stamp: Equatable {
         var device: UInt64, inode: UInt64, size: Int64, seconds: Int, nanoseconds: Int
+        /// Owner and permissions: a file made writable by others, or made safe again, is read again.
+        var owner: uid_t, mode: mode_t
+
+        init(_ status: stat) {
+            (device, inode, size) = (UInt64(status.st_dev), UInt64(status.st_ino), Int64(status.st_size))
+            (seconds, nanoseconds) = (status.st_mtim.tv_sec, status.st_mtim.tv_nsec)
+            (owner, mode) = (status.st_uid, status.st_mode)
+        }
     }
 
     /// What a look at the file found.
@@ -49,137 +86,204 @@ public final class TrustedKeys: Sendable {
         case unknown(Int32)
     }
 
+    /// A name as first given, and its key.
+    private struct Entry: Equatable {
+        var name: String
+        var key: String
+    }
+
     private struct State {
-        var entries: [String: String]
+        /// By name folded to lower case.
+        var entries: [String: Entry]
         /// The file the entries were read from or written to (or its absence).
         var look: Look
-        /// Why the file as it is now could not be read, when it could not.
-        var damage: String?
+        /// Why the file as it is now cannot be used, when it cannot.
+        var damage: Failure?
     }
 
     private let state: Locked<State>
 
     /// Opens the book kept in the file at `path`; a missing file is an empty book, made at the
     /// first key trusted.
-    /// - Throws: ``Failure`` when the file exists but cannot be read or is not such a book.
+    /// - Throws: ``Failure`` when the file exists but cannot be read (`unreadable`), is not
+    ///   such a book (`malformed`), or could have been written by someone else than its owner
+    ///   (`insecure`).
     public init(path: String) throws {
         self.path = path
-        let look = Self.look(at: path)
-        if case .unknown(let code) = look {
-            throw Failure(path: path, reason: "cannot be read (\(String(cString: strerror(code))))")
+        switch Self.look(at: path) {
+        case .missing:
+            state = Locked(State(entries: [:], look: .missing))
+        case .unknown(let code):
+            throw Failure(code: .unreadable, path: path, reason: "cannot be read (\(String(cString: strerror(code))))")
+        case .present:
+            let (entries, stamp) = try Self.read(path)
+            state = Locked(State(entries: entries, look: .present(stamp)))
         }
-        let entries = try look == .missing ? [:] : Self.read(path)
-        state = Locked(State(entries: entries, look: look))
     }
 
-    /// The key trusted for `name` (64 lowercase hex digits), or nil when none is.
+    /// The key trusted for `name` (in any ASCII case), 64 lowercase hex digits; nil when none is.
     public func key(for name: String) -> String? {
-        current { $0[name] }
+        current { $0[Self.folded(name)]?.key }
     }
 
-    /// The names `key` is trusted under (given in any case, with or without colons), sorted.
+    /// The names `key` (in any case, with or without colons) is trusted under, as first given,
+    /// sorted.
     public func names(trusting key: String) -> [String] {
         guard let digest = Self.digest(key) else { return [] }
-        return current { entries in entries.filter { $0.value == digest }.keys.sorted() }
+        return current { entries in entries.values.filter { $0.key == digest }.map(\.name).sorted() }
     }
 
-    /// Every entry: name to key.
+    /// Every entry: name (as first given) to key.
     public var entries: [String: String] {
-        current { $0 }
+        current { entries in Dictionary(entries.values.map { ($0.name, $0.key) }) { first, _ in first } }
     }
 
     /// Whether `key` is the one trusted for `name`: true when it is, and when no key was
     /// trusted for `name` yet, in which case `key` is trusted from now on and the file
     /// written before this returns (trust on first use); false when another key is trusted
     /// for `name`.
-    /// - Throws: ``Failure`` when `key` is not a SHA-256 fingerprint (64 hex digits, colons
-    ///   allowed); `AtomicFile.Failure` when the file cannot be written (nothing is trusted then).
+    /// - Throws: ``Failure``: `notAFingerprint` when `key` is not a SHA-256 fingerprint (64
+    ///   hex digits, colons allowed); when no key was trusted for `name` and the file is
+    ///   damaged (its code says how; nothing is trusted then) or cannot be written
+    ///   (`cannotWrite`: nothing is trusted then, unless the file was replaced before the
+    ///   failure, in syncing its folder: the next look-up then reads the new entry back).
     public func trustOnFirstUse(_ key: String, for name: String) throws -> Bool {
         guard let digest = Self.digest(key) else {
-            throw Failure(path: path, reason: "\"\(TerminalText.escaped(key))\" is not a SHA-256 fingerprint")
+            throw Failure(
+                code: .notAFingerprint, path: path,
+                reason: "\"\(TerminalText.escaped(key))\" is not a SHA-256 fingerprint (64 hex digits)")
         }
-        return try state.withLock { state in
-            refresh(&state)
-            if let held = state.entries[name] { return held == digest }
-            if let damage = state.damage { throw Failure(path: path, reason: damage + "; mend it or remove it") }
+        return try changing { state in
+            if let held = state.entries[Self.folded(name)] { return held.key == digest }
             var entries = state.entries
-            entries[name] = digest
+            entries[Self.folded(name)] = Entry(name: name, key: digest)
             try write(entries, into: &state)
             return true
         }
     }
 
     /// Forgets the key trusted for `name` (the next key seen for it is trusted on first use).
-    /// - Throws: `AtomicFile.Failure` when the file cannot be written (nothing is forgotten then).
+    /// - Throws: ``Failure`` when `name` has a key and the file is damaged or cannot be written
+    ///   (as for ``trustOnFirstUse(_:for:)``; nothing is forgotten then).
     public func forget(_ name: String) throws {
-        try state.withLock { state in
-            refresh(&state)
-            guard state.entries[name] != nil else { return }
-            if let damage = state.damage { throw Failure(path: path, reason: damage + "; mend it or remove it") }
+        try changing { state in
+            guard state.entries[Self.folded(name)] != nil else { return }
             var entries = state.entries
-            entries[name] = nil
+            entries[Self.folded(name)] = nil
             try write(entries, into: &state)
         }
     }
 
     // MARK: Private
 
-    private func current<T>(_ body: ([String: String]) -> T) -> T {
+    /// Runs `body` on the entries as the file holds them now, under the book's lock and the
+    /// file lock (`FILE.lock`) that books in other processes take to change it.
+    private func changing<T>(_ body: (inout State) throws -> T) throws -> T {
+        try state.withLock { state in
+            do {
+                return try FileLock.withExclusiveLock(on: path + ".lock") {
+                    refresh(&state)
+                    return try body(&state)
+                }
+            } catch let error as TLSError {  // (the file lock's)
+                throw Failure(code: .cannotWrite, path: path, reason: "\(error)")
+            }
+        }
+    }
+
+    private func current<T>(_ body: ([String: Entry]) -> T) -> T {
         state.withLock { state in
             refresh(&state)
             return body(state.entries)
         }
     }
 
-    /// Reads the file again when it changed since it was last read or written.
+    /// Reads the file again when it changed since it was last read or written; a file that
+    /// cannot be used leaves the entries as they are and is noted as damage.
     private func refresh(_ state: inout State) {
         let look = Self.look(at: path)
         guard look != state.look else { return }
+        state.look = look
         switch look {
         case .missing:
-            state = State(entries: [:], look: .missing)  // removed: every key forgotten
+            state.damage = Failure(
+                code: .unreadable, path: path, reason: "was removed while in use (to forget every key, write {} to it)")
+        case .unknown(let code):
+            state.damage = Failure(
+                code: .unreadable, path: path, reason: "cannot be read (\(String(cString: strerror(code))))")
         case .present:
             do {
-                state = State(entries: try Self.read(path), look: look)
+                let (entries, stamp) = try Self.read(path)
+                state = State(entries: entries, look: .present(stamp))
             } catch {
-                // As it was; read again once it changes.
-                state.look = look
-                state.damage = (error as? Failure)?.reason ?? "\(error)"
+                state.damage = error as? Failure
             }
-        case .unknown(let code):
-            state.look = look
-            state.damage = "cannot be read (\(String(cString: strerror(code))))"
         }
     }
 
-    private func write(_ entries: [String: String], into state: inout State) throws {
+    private func write(_ entries: [String: Entry], into state: inout State) throws {
+        if let damage = state.damage {
+            throw Failure(code: damage.code, path: path, reason: damage.reason + "; mend it, then try again")
+        }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
-        let data = try encoder.encode(entries)
-        try AtomicFile.write(data + Data("\n".utf8), to: path, mode: 0o600)
+        do {
+            let object = Dictionary(entries.values.map { ($0.name, $0.key) }) { first, _ in first }
+            try AtomicFile.write(try encoder.encode(object) + Data("\n".utf8), to: path, mode: 0o600)
+        } catch {
+            throw Failure(code: .cannotWrite, path: path, reason: "\(error)")
+        }
         state = State(entries: entries, look: Self.look(at: path))
     }
 
-    private static func read(_ path: String) throws -> [String: String] {
+    /// The file's entries and the stamp of what was read (taken from the descriptor read).
+    private static func read(_ path: String) throws -> ([String: Entry], Stamp) {
+        func failure(_ code: Failure.Code, _ reason: String) -> Failure {
+            Failure(code: code, path: path, reason: reason)
+        }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw failure(.unreadable, "cannot be read (\(String(cString: strerror(errno))))") }
+        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        var status = stat()
+        guard fstat(fd, &status) == 0 else {
+            throw failure(.unreadable, "cannot be read (\(String(cString: strerror(errno))))")
+        }
+        guard status.st_mode & S_IFMT == S_IFREG else { throw failure(.unreadable, "is not a regular file") }
+        guard status.st_uid == geteuid() || status.st_uid == 0, status.st_mode & (S_IWGRP | S_IWOTH) == 0 else {
+            throw failure(
+                .insecure,
+                "could have been written by someone else than its owner (it must be yours or root's, with no write permission for group or others: chmod go-w)"
+            )
+        }
         let data: Data
         do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path))
+            data = try handle.readToEnd() ?? Data()
         } catch {
-            throw Failure(path: path, reason: "cannot be read (\(error.localizedDescription))")
+            throw failure(.unreadable, "cannot be read (\(error))")
         }
-        guard let object = try? JSONDecoder().decode([String: String].self, from: data) else {
-            throw Failure(path: path, reason: "is not a JSON object of names and keys")
+        let object: [String: String]
+        do {
+            object = try JSONDecoder().decode([String: String].self, from: data)
+        } catch let DecodingError.dataCorrupted(context) {
+            throw failure(.malformed, "is not a JSON object of names and keys (\(context.debugDescription))")
+        } catch {
+            throw failure(.malformed, "is not a JSON object of names and keys")
         }
-        var entries: [String: String] = [:]
-        for (name, key) in object {
+        var entries: [String: Entry] = [:]
+        for (name, key) in object.sorted(by: { $0.key < $1.key }) {  // names alike but for case: the first
             guard let digest = digest(key) else {
-                throw Failure(
-                    path: path,
-                    reason: "the key of \"\(TerminalText.escaped(name))\" is not a SHA-256 fingerprint (64 hex digits)")
+                throw failure(
+                    .malformed,
+                    "the key of \"\(TerminalText.escaped(name))\" is not a SHA-256 fingerprint (64 hex digits)")
             }
-            entries[name] = digest
+            if entries[folded(name)] == nil { entries[folded(name)] = Entry(name: name, key: digest) }
         }
-        return entries
+        return (entries, Stamp(status))
+    }
+
+    /// `name` with ASCII letters in lower case (DNS names do not compare case).
+    package static func folded(_ name: String) -> String {
+        String(decoding: name.utf8.map { (0x41...0x5A).contains($0) ? $0 + 0x20 : $0 }, as: UTF8.self)
     }
 
     private static func digest(_ key: String) -> String? {
@@ -189,9 +293,6 @@ public final class TrustedKeys: Sendable {
     private static func look(at path: String) -> Look {
         var status = stat()
         guard stat(path, &status) == 0 else { return errno == ENOENT ? .missing : .unknown(errno) }
-        return .present(
-            Stamp(
-                device: UInt64(status.st_dev), inode: UInt64(status.st_ino), size: Int64(status.st_size),
-                seconds: status.st_mtim.tv_sec, nanoseconds: status.st_mtim.tv_nsec))
+        return .present(Stamp(status))
     }
 }
