@@ -25,11 +25,12 @@ actor Chat {
         (self.name, self.ownKey, self.book, self.identity) = (name, ownKey, book, identity)
     }
 
-    /// The peer a client's key belongs to: the name trusted with it, or else the one name that
-    /// advertises it and has no key trusted yet. Waits up to 5 s for the browse to see it.
+    /// The peer a client's key belongs to: the name trusted with it (whatever is advertised now),
+    /// or else the one name that advertises it and has no key trusted yet. Waits up to 5 s for
+    /// the browse to see it.
     func admit(_ key: String) async -> String? {
         for _ in 0..<50 {
-            if let peer = book.names(trusting: key).first(where: { advertised[$0] == key }) { return peer }
+            if let peer = book.names(trusting: key).first { return peer }
             let claims = advertised.filter { $0.value == key && book.key(for: $0.key) == nil }.map(\.key)
             if claims.count == 1 { return claims[0] }
             try? await Task.sleep(for: .milliseconds(100))

@@ -80,7 +80,7 @@ public struct PeerSessionConfiguration: Sendable {
     public var trustPolicy: PeerTrustPolicy = .systemRoots
     /// Where trust-on-first-use decisions are kept (nil for an ephemeral session, which keeps
     /// them in memory). Defaults to `$XDG_DATA_HOME/salut/known-peers.json` (or
-    /// `~/.local/share/salut/known-peers.json`). The file is a ``TrustedKeys`` book: shared by
+    /// `~/.local/share/salut/known-peers.json`). The file is a `TrustedKeys` book (SalutStreams): shared by
     /// sessions and processes, read again when it changes, refused when others could write it.
     public var trustStoreURL: URL?
     /// This end's certificate and key, presented when a peer asks for one.

@@ -2,7 +2,7 @@ import Foundation
 import SalutStreams
 
 /// Trust-on-first-use memory: the public-key fingerprint first trusted for each peer, in
-/// memory (ephemeral sessions) or in a ``TrustedKeys`` book shared by the sessions and
+/// memory (ephemeral sessions) or in a `TrustedKeys` book shared by the sessions and
 /// processes that use the same file.
 ///
 /// A peer is named by its host and port or its service (see `PeerStreamTask`), compared without
@@ -16,8 +16,9 @@ import SalutStreams
 /// meanwhile: two first uses at once with different keys cannot both go on.
 final class TrustStore: Sendable {
     private let file: URL?
-    /// The pins of an ephemeral store (no file).
-    private let memory = Locked<[String: String]>([:])
+    /// The pins of an ephemeral store (no file), and those of a file store that could not be
+    /// saved (kept for this session, so that a failing disk does not mean "trust anyone").
+    private let memory = Locked<[[UInt8]: String]>([:])
     /// The book on `file`, once it could be opened.
     private let book = Locked<TrustedKeys?>(nil)
 
@@ -28,10 +29,8 @@ final class TrustStore: Sendable {
     /// Judges `fingerprint` for `peer`: nil when it is the key remembered for it, or when the
     /// peer is new (first use: the caller remembers it once trusted); else why not.
     func check(peer: String, fingerprint: String) -> TLSError? {
-        let seen: String?
-        if file == nil {
-            seen = memory.withLock { $0[TrustedKeys.folded(peer)] }
-        } else {
+        var seen = memory.withLock { $0[TrustedKeys.foldedBytes(peer)] }
+        if seen == nil, file != nil {
             do {
                 seen = try opened().key(for: peer)
             } catch {
@@ -47,24 +46,26 @@ final class TrustStore: Sendable {
     /// Remembers `fingerprint` for `peer` after it was trusted, unless a key was remembered for
     /// it meanwhile (by another connection, session or process): that one stays.
     /// - Returns: false when another key is remembered for `peer`, or the book is damaged, so
-    ///   this connection must not go on; true when `fingerprint` is the one remembered (or could
-    ///   not be saved: the decision stands for this connection, and the log says why).
+    ///   this connection must not go on; true when `fingerprint` is the one remembered (when it
+    ///   could not be saved, it is kept for this session, and the log says why).
     func remember(peer: String, fingerprint: String) -> Bool {
-        guard let file else {
-            return memory.withLock { known in
-                let name = TrustedKeys.folded(peer)
+        let pinInMemory = {
+            self.memory.withLock { known in
+                let name = TrustedKeys.foldedBytes(peer)
                 if known[name] == nil { known[name] = fingerprint.lowercased() }
                 return known[name] == fingerprint.lowercased()
             }
         }
+        guard let file else { return pinInMemory() }
         do {
             try FileManager.default.createDirectory(
                 at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
             return try opened().trustOnFirstUse(fingerprint, for: peer)
         } catch let error as TrustedKeys.Failure where error.code == .cannotWrite {
+            // Pinned for this session all the same: a later key for the peer is held to it.
             // A library does not write to the program's terminal: the log says it.
-            SalutLogging.logger.error("cannot save trusted peers: \(error)")
-            return true
+            SalutLogging.logger.error("cannot save trusted peers (kept for this session only): \(error)")
+            return pinInMemory()
         } catch let error as StoreUnreadable {
             SalutLogging.logger.error("\(error.description)")
             return false

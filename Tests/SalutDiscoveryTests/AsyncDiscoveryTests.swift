@@ -49,6 +49,35 @@ final class AsyncDiscoveryTests: XCTestCase {
         }
     }
 
+    /// A look-alike written with other code points (a Kelvin sign for the K) is another service,
+    /// as it is to avahi-daemon: both are listed, and its goodbye removes it alone. (Swift's
+    /// string comparison takes the two names for one; the browse once merged them, so the
+    /// look-alike's goodbye removed the real service.)
+    func testALookAlikeNameIsAnotherServiceAndItsGoodbyeRemovesItAlone() async throws {
+        let type = uniqueType("la")
+        let real = DiscoveredService(name: "Kitchen", type: type)
+        let twin = DiscoveredService(name: "\u{212a}itchen", type: type)
+        XCTAssertNotEqual(real, twin)
+        XCTAssertEqual(Set([real, twin, DiscoveredService(name: "Kitchen", type: type)]).count, 2)
+        let ad = try await ServiceAdvertisement.publish(name: "Kitchen", type: type, port: 4324)
+        defer { ad.cancel() }
+        let publisher = try Foreign(["avahi-publish", "-s", twin.name, type, "4325"])
+        defer { publisher.stop() }
+        let listed = try await withDeadline(15, "both listed, then the twin gone") { () -> BrowseUpdate in
+            var both = false
+            for try await update in try ServiceBrowser(type: type) {
+                if !both, update.services.isSuperset(of: [real, twin]) {
+                    both = true
+                    publisher.stop()  // avahi-publish withdraws with a goodbye
+                }
+                if both, !update.services.contains(twin) { return update }
+            }
+            throw CancellationError()
+        }
+        XCTAssertEqual(listed.services, [real], "the real service stays listed")
+        XCTAssertFalse(listed.changes.contains(.removed(real)), "\(listed.changes)")
+    }
+
     func testCancelIsSeenAsRemoval() async throws {
         let type = uniqueType()
         let ad = try await ServiceAdvertisement.publish(name: "Going Away", type: type, port: 1000)

@@ -15,5 +15,11 @@ final class TerminalTextTests: XCTestCase {
         XCTAssertNotEqual(TerminalText.escaped("\\x1b"), TerminalText.escaped("\u{1b}"))
         // Emoji keep the joiner they need.
         XCTAssertEqual(TerminalText.escaped("👩\u{200d}💻"), "👩\u{200d}💻")
+        // A character Unicode writes as another (NFC) is shown as an escape: a Kelvin sign
+        // passes for a K, an Ohm sign for an omega, yet the names differ. Composed and
+        // decomposed accents are both left alone (each is its own canonical form's text).
+        XCTAssertEqual(TerminalText.escaped("\u{212a}itchen"), "\\u{212a}itchen")
+        XCTAssertEqual(TerminalText.escaped("10 \u{2126}"), "10 \\u{2126}")
+        XCTAssertEqual(TerminalText.escaped("Caf\u{e9} e\u{301}"), "Caf\u{e9} e\u{301}")
     }
 }

@@ -98,6 +98,61 @@ final class TrustedKeysTests: XCTestCase {
         XCTAssertEqual(book.entries, [:])
     }
 
+    /// A name written with code points that Unicode composes otherwise (a Kelvin sign for the
+    /// K of "Kitchen") is never trusted, and never found as the name it looks like; a folder
+    /// others can change, a symbolic link and a FIFO at the book's place are refused, and the
+    /// book holds at most maximumEntries names.
+    func testNamesThatPassForOthersAndPlacesOthersControlAreRefused() throws {
+        let path = folder + "/known"
+        let book = try TrustedKeys(path: path)
+        XCTAssertTrue(try book.trustOnFirstUse(alice, for: "Kitchen"))
+        XCTAssertNil(book.key(for: "\u{212a}itchen"), "a twin is another name")
+        XCTAssertThrowsError(try book.trustOnFirstUse(other, for: "\u{212a}itchen")) { error in
+            XCTAssertEqual((error as? TrustedKeys.Failure)?.code, .unnormalizedName, "\(error)")
+            XCTAssertTrue("\(error)".contains("\\u{212a}itchen"), "escaped: \(error)")
+        }
+        XCTAssertThrowsError(try book.trustOnFirstUse(other, for: "Cafe\u{301}"))
+        XCTAssertTrue(try book.trustOnFirstUse(other, for: "Caf\u{e9}"))
+        XCTAssertEqual(try onDisk(path), ["Kitchen": alice, "Caf\u{e9}": other])
+
+        // A file naming a decomposed name is refused as it is read.
+        let decomposed = folder + "/decomposed"
+        try Data("{\"Cafe\u{301}\": \"\(alice)\"}".utf8).write(to: URL(fileURLWithPath: decomposed))
+        XCTAssertEqual(chmod(decomposed, 0o600), 0)
+        XCTAssertThrowsError(try TrustedKeys(path: decomposed)) { error in
+            XCTAssertEqual((error as? TrustedKeys.Failure)?.code, .malformed, "\(error)")
+        }
+
+        // A symbolic link, and a FIFO (which would hold the reader forever).
+        XCTAssertEqual(symlink(path, folder + "/link"), 0)
+        XCTAssertThrowsError(try TrustedKeys(path: folder + "/link")) { error in
+            XCTAssertEqual((error as? TrustedKeys.Failure)?.code, .insecure, "\(error)")
+        }
+        XCTAssertEqual(mkfifo(folder + "/fifo", 0o600), 0)
+        XCTAssertThrowsError(try TrustedKeys(path: folder + "/fifo"))
+
+        // A folder others can write (not sticky): they could swap the file for an old copy.
+        let shared = folder + "/shared"
+        try FileManager.default.createDirectory(atPath: shared, withIntermediateDirectories: true)
+        XCTAssertTrue(try TrustedKeys(path: shared + "/known").trustOnFirstUse(alice, for: "a"))
+        XCTAssertEqual(chmod(shared, 0o777), 0)
+        XCTAssertThrowsError(try TrustedKeys(path: shared + "/known")) { error in
+            XCTAssertEqual((error as? TrustedKeys.Failure)?.code, .insecure, "\(error)")
+        }
+        XCTAssertEqual(chmod(shared, 0o1777), 0)
+        XCTAssertEqual(
+            try TrustedKeys(path: shared + "/known").key(for: "a"), alice, "sticky, as /tmp: yours stay yours")
+
+        // The most names a book keeps.
+        let many = folder + "/many"
+        let full = Dictionary(uniqueKeysWithValues: (0..<TrustedKeys.maximumEntries).map { ("peer \($0)", alice) })
+        try JSONEncoder().encode(full).write(to: URL(fileURLWithPath: many))
+        XCTAssertEqual(chmod(many, 0o600), 0)
+        XCTAssertThrowsError(try TrustedKeys(path: many).trustOnFirstUse(alice, for: "one more")) { error in
+            XCTAssertEqual((error as? TrustedKeys.Failure)?.code, .full, "\(error)")
+        }
+    }
+
     /// A file removed while in use is not taken for "trust no one, then anyone": an editor
     /// that saves by renaming the old file away would otherwise open a window in which any key
     /// is trusted on first use.

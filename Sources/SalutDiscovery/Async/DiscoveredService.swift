@@ -5,6 +5,10 @@ import SalutStreams
 /// trailing dots (`My Printer`, `_ipp._tcp`, `local`).
 ///
 /// Equal services are the same instance however many interfaces and protocols it was seen on.
+/// Names compare byte for byte, as DNS compares them (not as Swift compares strings): two
+/// names that Unicode takes for the same text but are written with other code points (a
+/// Kelvin sign for a `K`, an accent composed or not) are two services, as they are to every
+/// mDNS responder, so a service can never be taken for, or removed as, another.
 public struct DiscoveredService: Sendable, Hashable, CustomStringConvertible {
     /// The instance name, for example `Living Room`.
     public var name: String
@@ -22,6 +26,20 @@ public struct DiscoveredService: Sendable, Hashable, CustomStringConvertible {
     }
 
     public var description: String { "\(name).\(type).\(domain)" }
+
+    /// Whether the two are the same service: name, type and domain equal byte for byte.
+    public static func == (lhs: DiscoveredService, rhs: DiscoveredService) -> Bool {
+        lhs.name.utf8.elementsEqual(rhs.name.utf8) && lhs.type.utf8.elementsEqual(rhs.type.utf8)
+            && lhs.domain.utf8.elementsEqual(rhs.domain.utf8)
+    }
+
+    /// Hashes the name, type and domain by their bytes (as ``==`` compares them).
+    public func hash(into hasher: inout Hasher) {
+        for part in [name, type, domain] {
+            hasher.combine(part.utf8.count)
+            for byte in part.utf8 { hasher.combine(byte) }
+        }
+    }
 }
 
 /// What resolving a service found on one interface and protocol.

@@ -12,12 +12,16 @@ import Glibc
 /// ```
 ///
 /// Names are whatever the app keys its peers by (for a discovered service, its instance name
-/// alone: the same name under another type or domain shares its entry), compared without
-/// ASCII case, as DNS compares names. The file is a JSON object from each name to its key's
+/// alone: the same name under another type or domain shares its entry), compared byte for byte
+/// but for ASCII case, as DNS compares names; a name is trusted only in Unicode's composed form
+/// (NFC), so that no name written with other code points (a Kelvin sign for a `K`) can be
+/// trusted beside the one it looks like. At most ``maximumEntries`` names are kept. The file is a JSON object from each name to its key's
 /// SHA-256 fingerprint (64 lowercase hex digits), written whole and atomically (mode 0600) at
 /// every change, under an exclusive lock on `FILE.lock` and from a fresh read, so that books
-/// in several processes keep each other's keys; it is refused when someone other than its
-/// owner (or root) could have written it. It is read again whenever it changed on disk since
+/// in several processes keep each other's keys. It is refused when someone other than its
+/// owner (or root) could have written it or replaced it: the file must be the user's or
+/// root's, with no write permission for group or others, not a symbolic link, in a folder that
+/// is the user's or root's and that others cannot write, or can only as in `/tmp` (sticky)). It is read again whenever it changed on disk since
 /// it was last read (by its size, modification time, inode, owner and permissions), so a person who removes the
 /// entry of a peer whose key changed is heard at the next look-up, with no restart. A file
 /// that became unreadable, malformed, writable by others, or was removed while in use leaves
@@ -26,8 +30,8 @@ import Glibc
 /// mended. To forget every key, write `{}` to it.
 ///
 /// Concurrency: the entries and the stamp of the file they came from are behind one lock, and
-/// the file is read and written under it (a change also under the file lock, across
-/// processes), so two changes never interleave.
+/// the file is read and written under it; a change takes the file lock first (across
+/// processes; waiting for it never holds up a look-up), so two changes never interleave.
 public final class TrustedKeys: Sendable {
     /// Why a book could not be opened, or a key not taken. Compare ``code``; new codes may be
     /// added in minor releases.
@@ -50,6 +54,10 @@ public final class TrustedKeys: Sendable {
             public static let notAFingerprint = Code("notAFingerprint")
             /// The file could not be written.
             public static let cannotWrite = Code("cannotWrite")
+            /// A name is not in Unicode's composed form (NFC), so it could pass for another.
+            public static let unnormalizedName = Code("unnormalizedName")
+            /// The book holds ``TrustedKeys/maximumEntries`` names already.
+            public static let full = Code("full")
         }
 
         /// The kind of failure.
@@ -65,6 +73,9 @@ public final class TrustedKeys: Sendable {
 
     /// The book's file.
     public let path: String
+
+    /// The most names a book keeps (a peer on the network could otherwise add names without end).
+    public static let maximumEntries = 4_096
 
     private struct Stamp: Equatable {
         var device: UInt64, inode: UInt64, size: Int64, seconds: Int, nanoseconds: Int
@@ -93,8 +104,9 @@ public final class TrustedKeys: Sendable {
     }
 
     private struct State {
-        /// By name folded to lower case.
-        var entries: [String: Entry]
+        /// By name folded to lower case, as bytes (Swift's string comparison would take two
+        /// names written with other code points for one).
+        var entries: [[UInt8]: Entry]
         /// The file the entries were read from or written to (or its absence).
         var look: Look
         /// Why the file as it is now cannot be used, when it cannot.
@@ -123,7 +135,7 @@ public final class TrustedKeys: Sendable {
 
     /// The key trusted for `name` (in any ASCII case), 64 lowercase hex digits; nil when none is.
     public func key(for name: String) -> String? {
-        current { $0[Self.folded(name)]?.key }
+        current { $0[Self.foldedBytes(name)]?.key }
     }
 
     /// The names `key` (in any case, with or without colons) is trusted under, as first given,
@@ -136,6 +148,7 @@ public final class TrustedKeys: Sendable {
     /// Every entry: name (as first given) to key.
     public var entries: [String: String] {
         current { entries in Dictionary(entries.values.map { ($0.name, $0.key) }) { first, _ in first } }
+        // (Names are NFC, written by this book or refused when read, so no two merge here.)
     }
 
     /// Whether `key` is the one trusted for `name`: true when it is, and when no key was
@@ -143,7 +156,8 @@ public final class TrustedKeys: Sendable {
     /// written before this returns (trust on first use); false when another key is trusted
     /// for `name`.
     /// - Throws: ``Failure``: `notAFingerprint` when `key` is not a SHA-256 fingerprint (64
-    ///   hex digits, colons allowed); when no key was trusted for `name` and the file is
+    ///   hex digits, colons allowed); when no key was trusted for `name`: `unnormalizedName`
+    ///   for a name not in NFC, `full` past ``maximumEntries``, and when the file is
     ///   damaged (its code says how; nothing is trusted then) or cannot be written
     ///   (`cannotWrite`: nothing is trusted then, unless the file was replaced before the
     ///   failure, in syncing its folder: the next look-up then reads the new entry back).
@@ -154,9 +168,19 @@ public final class TrustedKeys: Sendable {
                 reason: "\"\(TerminalText.escaped(key))\" is not a SHA-256 fingerprint (64 hex digits)")
         }
         return try changing { state in
-            if let held = state.entries[Self.folded(name)] { return held.key == digest }
+            if let held = state.entries[Self.foldedBytes(name)] { return held.key == digest }
+            guard Self.isComposed(name) else {
+                throw Failure(
+                    code: .unnormalizedName, path: path,
+                    reason:
+                        "the name \"\(TerminalText.escaped(name))\" is not in Unicode's composed form (NFC), so it could pass for another; it is not trusted"
+                )
+            }
+            guard state.entries.count < Self.maximumEntries else {
+                throw Failure(code: .full, path: path, reason: "it holds \(Self.maximumEntries) names already")
+            }
             var entries = state.entries
-            entries[Self.folded(name)] = Entry(name: name, key: digest)
+            entries[Self.foldedBytes(name)] = Entry(name: name, key: digest)
             try write(entries, into: &state)
             return true
         }
@@ -167,9 +191,9 @@ public final class TrustedKeys: Sendable {
     ///   (as for ``trustOnFirstUse(_:for:)``; nothing is forgotten then).
     public func forget(_ name: String) throws {
         try changing { state in
-            guard state.entries[Self.folded(name)] != nil else { return }
+            guard state.entries[Self.foldedBytes(name)] != nil else { return }
             var entries = state.entries
-            entries[Self.folded(name)] = nil
+            entries[Self.foldedBytes(name)] = nil
             try write(entries, into: &state)
         }
     }
@@ -179,19 +203,19 @@ public final class TrustedKeys: Sendable {
     /// Runs `body` on the entries as the file holds them now, under the book's lock and the
     /// file lock (`FILE.lock`) that books in other processes take to change it.
     private func changing<T>(_ body: (inout State) throws -> T) throws -> T {
-        try state.withLock { state in
-            do {
-                return try FileLock.withExclusiveLock(on: path + ".lock") {
+        do {
+            return try FileLock.withExclusiveLock(on: path + ".lock") {
+                try state.withLock { state in
                     refresh(&state)
                     return try body(&state)
                 }
-            } catch let error as TLSError {  // (the file lock's)
-                throw Failure(code: .cannotWrite, path: path, reason: "\(error)")
             }
+        } catch let error as TLSError {  // (the file lock's)
+            throw Failure(code: .cannotWrite, path: path, reason: "\(error)")
         }
     }
 
-    private func current<T>(_ body: ([String: Entry]) -> T) -> T {
+    private func current<T>(_ body: ([[UInt8]: Entry]) -> T) -> T {
         state.withLock { state in
             refresh(&state)
             return body(state.entries)
@@ -221,7 +245,7 @@ public final class TrustedKeys: Sendable {
         }
     }
 
-    private func write(_ entries: [String: Entry], into state: inout State) throws {
+    private func write(_ entries: [[UInt8]: Entry], into state: inout State) throws {
         if let damage = state.damage {
             throw Failure(code: damage.code, path: path, reason: damage.reason + "; mend it, then try again")
         }
@@ -237,12 +261,17 @@ public final class TrustedKeys: Sendable {
     }
 
     /// The file's entries and the stamp of what was read (taken from the descriptor read).
-    private static func read(_ path: String) throws -> ([String: Entry], Stamp) {
+    private static func read(_ path: String) throws -> ([[UInt8]: Entry], Stamp) {
         func failure(_ code: Failure.Code, _ reason: String) -> Failure {
             Failure(code: code, path: path, reason: reason)
         }
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw failure(.unreadable, "cannot be read (\(String(cString: strerror(errno))))") }
+        if let problem = folderProblem(path) { throw failure(.insecure, problem) }
+        // Not a symbolic link (it could point at any file of the user's); not a FIFO's wait.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        guard fd >= 0 else {
+            if errno == ELOOP { throw failure(.insecure, "is a symbolic link (give the file itself)") }
+            throw failure(.unreadable, "cannot be read (\(String(cString: strerror(errno))))")
+        }
         let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         var status = stat()
         guard fstat(fd, &status) == 0 else {
@@ -269,21 +298,52 @@ public final class TrustedKeys: Sendable {
         } catch {
             throw failure(.malformed, "is not a JSON object of names and keys")
         }
-        var entries: [String: Entry] = [:]
-        for (name, key) in object.sorted(by: { $0.key < $1.key }) {  // names alike but for case: the first
+        guard object.count <= maximumEntries else {
+            throw failure(.malformed, "holds \(object.count) names, more than \(maximumEntries)")
+        }
+        var entries: [[UInt8]: Entry] = [:]
+        for (name, key) in object.sorted(by: { Array($0.key.utf8).lexicographicallyPrecedes($1.key.utf8) }) {
             guard let digest = digest(key) else {
                 throw failure(
                     .malformed,
                     "the key of \"\(TerminalText.escaped(name))\" is not a SHA-256 fingerprint (64 hex digits)")
             }
-            if entries[folded(name)] == nil { entries[folded(name)] = Entry(name: name, key: digest) }
+            guard isComposed(name) else {
+                throw failure(
+                    .malformed,
+                    "the name \"\(TerminalText.escaped(name))\" is not in Unicode's composed form (NFC): write it composed"
+                )
+            }
+            // Names alike but for ASCII case: the first.
+            if entries[foldedBytes(name)] == nil { entries[foldedBytes(name)] = Entry(name: name, key: digest) }
         }
         return (entries, Stamp(status))
     }
 
-    /// `name` with ASCII letters in lower case (DNS names do not compare case).
-    package static func folded(_ name: String) -> String {
-        String(decoding: name.utf8.map { (0x41...0x5A).contains($0) ? $0 + 0x20 : $0 }, as: UTF8.self)
+    /// `name`'s bytes with ASCII letters in lower case (DNS compares names so).
+    package static func foldedBytes(_ name: String) -> [UInt8] {
+        name.utf8.map { (0x41...0x5A).contains($0) ? $0 + 0x20 : $0 }
+    }
+
+    /// Whether `name` is in Unicode's composed form (NFC), byte for byte.
+    static func isComposed(_ name: String) -> Bool {
+        name.precomposedStringWithCanonicalMapping.utf8.elementsEqual(name.utf8)
+    }
+
+    /// Why the folder holding `path` lets others replace the file, or nil: it must be the
+    /// user's or root's, and others may write it only when it is sticky (as `/tmp` is: there
+    /// they cannot rename or remove the user's files).
+    private static func folderProblem(_ path: String) -> String? {
+        let folder = (path as NSString).deletingLastPathComponent
+        var status = stat()
+        guard stat(folder.isEmpty ? "." : folder, &status) == 0 else { return nil }  // (the open says why)
+        let ownerOK = status.st_uid == geteuid() || status.st_uid == 0
+        let writableByOthers = status.st_mode & (S_IWGRP | S_IWOTH) != 0
+        guard ownerOK, !writableByOthers || status.st_mode & S_ISVTX != 0 else {
+            return
+                "is in a folder someone other than you or root could change (\(TerminalText.escaped(folder)): make it yours and chmod go-w it)"
+        }
+        return nil
     }
 
     private static func digest(_ key: String) -> String? {
