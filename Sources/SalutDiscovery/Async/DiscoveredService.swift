@@ -33,7 +33,7 @@ public struct DiscoveredService: Sendable, Hashable, CustomStringConvertible {
             && lhs.domain.utf8.elementsEqual(rhs.domain.utf8)
     }
 
-    /// Hashes the name, type and domain by their bytes (as ``==`` compares them).
+    /// Hashes the name, type and domain by their bytes (as `==` compares them).
     public func hash(into hasher: inout Hasher) {
         for part in [name, type, domain] {
             hasher.combine(part.utf8.count)
