@@ -7,7 +7,8 @@ let usage = """
     usage: lan-chat NAME DIRECTORY [TYPE]
       NAME       the name the others see
       DIRECTORY  keeps this chat's key and the keys it trusts (DIRECTORY/known: a peer whose key
-                 changed is refused until its entry is removed, which is heard at once); made if missing
+                 changed is refused until its entry is removed; it is then tried again within
+                 2 s, and its new key trusted); made if missing
       TYPE       the service type (default _lanchat._tcp)
     Then type lines to send them; Ctrl-D or Ctrl-C leaves.
     """
@@ -16,7 +17,9 @@ actor Chat {
     let name: String, ownKey: String, book: TrustedKeys  // peer name -> key trusted on first use
     let identity: TLSConfiguration  // this end's certificate, shown to the peers it joins
     var advertised: [String: String] = [:]  // peer name -> key its TXT record advertises now
-    var tried: [String: String?] = [:]  // peer name -> the key it advertised when last joined
+    var tried: [String: String] = [:]  // peer name -> its advertised and trusted keys when last joined
+    var last: BrowseUpdate?
+    var leaving = false
     var joining: Set<String> = []
     var outgoing: [String: BoundStreamPair] = [:]  // we write, they read
     var incoming: [String: BoundStreamPair] = [:]  // they write, we read: one per peer
@@ -26,21 +29,31 @@ actor Chat {
     }
 
     /// The peer a client's key belongs to: the name trusted with it (whatever is advertised now),
-    /// or else the one name that advertises it and has no key trusted yet. Waits up to 5 s for
-    /// the browse to see it.
-    func admit(_ key: String) async -> String? {
+    /// or else the one name that advertises it and has no key trusted yet, trusted from now on
+    /// once the client proved it holds the key (`proven`). Waits up to 5 s for the browse.
+    func admit(_ key: String, proven: Bool = false) async -> String? {
         for _ in 0..<50 {
             if let peer = book.names(trusting: key).first { return peer }
             let claims = advertised.filter { $0.value == key && book.key(for: $0.key) == nil }.map(\.key)
-            if claims.count == 1 { return claims[0] }
+            if claims.count == 1 {
+                guard proven else { return claims[0] }
+                do {
+                    if try book.trustOnFirstUse(key, for: claims[0]) { return claims[0] }
+                } catch {
+                    say("refused \(claims[0])'s connection: \(error)")
+                    return nil
+                }
+            }
             try? await Task.sleep(for: .milliseconds(100))
         }
         say("refused a client: no name we trust advertises its key \(key)")
         return nil
     }
 
-    /// Joins each listed peer not connected to, when new or its key changed (a name taken over).
+    /// Joins each listed peer not connected to, when new, or when its advertised key or the key
+    /// trusted for it (`known` edited) changed since it was last tried.
     func seen(_ update: BrowseUpdate) {
+        last = update
         for case .removed(let service) in update.changes {
             tried[service.name] = nil
             drop(service.name, outgoing[service.name], "it left")
@@ -49,14 +62,15 @@ actor Chat {
             $0[$1.key.name] = $1.value.advertisedPublicKeySHA256(forTXTKey: "fp")
         }
         for service in update.services where service.name != name && outgoing[service.name] == nil {
-            let key = advertised[service.name]
-            guard joining.count < 8, !joining.contains(service.name), tried[service.name] != .some(key) else {
-                continue
-            }
-            (tried[service.name], _) = (key, joining.insert(service.name))
+            let attempt = attempt(for: service.name)
+            guard joining.count < 8, !joining.contains(service.name), tried[service.name] != attempt else { continue }
+            (tried[service.name], _) = (attempt, joining.insert(service.name))
             Task { await join(service) }
         }
     }
+
+    /// What a try to join `peer` depends on: the key it advertises and the key trusted for it.
+    func attempt(for peer: String) -> String { "\(advertised[peer] ?? "none") \(book.key(for: peer) ?? "none")" }
 
     /// Who else holds `key`: this chat, or a peer trusted under another name than `name`.
     func holder(of key: String?, besides name: String) -> String? {
@@ -64,31 +78,42 @@ actor Chat {
     }
 
     func join(_ service: DiscoveredService) async {
-        defer { joining.remove(service.name) }
+        defer {  // as things stand after this try: only a later change tries again
+            joining.remove(service.name)
+            tried[service.name] = attempt(for: service.name)
+        }
         // A name pointing at another peer (or here) with its key is not a peer of its own.
         if let holder = holder(of: advertised[service.name], besides: service.name) {
             return say("not connecting to \(service.name): that is \(holder)'s key")
         }
         do {
-            let pair = try await service.connect(
-                pinningAdvertisedKey: "fp", trustedKey: book.key(for: service.name), tls: identity)
+            let trusted = book.key(for: service.name)
+            let pair = try await service.connect(pinningAdvertisedKey: "fp", trustedKey: trusted, tls: identity)
             let key = pair.peerTrust?.publicKeySHA256 ?? ""
             if let holder = holder(of: key, besides: service.name) {  // its record changed meanwhile
                 pair.close()
                 return say("not connecting to \(service.name): that is \(holder)'s key")
             }
-            guard (try? book.trustOnFirstUse(key, for: service.name)) == true else {  // changed meanwhile, or damaged
+            do {
+                guard try book.trustOnFirstUse(key, for: service.name) else { throw Refusal.changedMeanwhile }
+            } catch {
                 pair.close()
-                return say(
-                    "not connecting to \(service.name): its key \(key) is not the one trusted for it in \(book.path)")
+                throw error
             }
             outgoing[service.name] = pair
-            say("connected to \(service.name)")
+            say("connected to \(service.name)" + (trusted == nil ? " (its key \(key) trusted from now on)" : ""))
             Task {  // it never writes to us: this ends when it goes, or refuses our key
                 var why = "it closed the connection"
-                do { for try await _ in pair.input.chunks {} } catch { why = "\(error)" }
+                do { for try await _ in pair.input.chunks {} } catch {
+                    let cut = (error as? SocketStreamError)?.tlsError?.code == .closedWithoutCloseNotify
+                    why = cut ? "it cut the connection: it may not trust this chat's key" : "\(error)"
+                }
                 drop(service.name, pair, why)
             }
+        } catch let error as SocketStreamError where error.tlsError?.code == .advertisedKeyChanged {
+            say(
+                "not connecting to \(service.name): \(error); once its owner confirms the new key, remove \"\(service.name)\" from \(book.path)"
+            )
         } catch {
             say("not connecting to \(service.name): \(error)")
         }
@@ -120,7 +145,13 @@ actor Chat {
         }
     }
 
+    /// Tries again the peers the last browse listed whose trusted key was changed in `known`.
+    func recheck() { if let last { seen(last) } }
+
+    enum Refusal: Error { case changedMeanwhile }
+
     func leave() {
+        leaving = true
         for (peer, pair) in outgoing { drop(peer, pair, "this chat is leaving") }
         for (peer, pair) in incoming { ended(pair, from: peer) }
     }
@@ -161,18 +192,25 @@ do {
         for await connection in listener.connections {
             Task {
                 guard (try? await connection.streams.open()) != nil else { return }
-                let from = await chat.admit(connection.streams.peerTrust?.publicKeySHA256 ?? "") ?? "?"
+                let key = connection.streams.peerTrust?.publicKeySHA256 ?? ""
+                guard let from = await chat.admit(key, proven: true) else { return connection.streams.close() }
                 await chat.accepted(connection.streams, from: from)
                 // It may stay quiet for long: saying hello is the first byte the listener awaits.
                 try? await connection.output.write(Data("hello\n".utf8))
                 do {
                     for try await line in connection.input.lines(maximumLength: 4096) { say("[\(from)] \(line)") }
-                } catch { say("closed the connection from \(from): \(error)") }
+                } catch { if await !chat.leaving { say("closed the connection from \(from): \(error)") } }
                 await chat.ended(connection.streams, from: from)
             }
         }
     }
     Task { for try await update in browser { await chat.seen(update) } }
+    Task {  // an entry removed from `known` is heard without a new advertisement
+        while true {
+            try await Task.sleep(for: .seconds(2))
+            await chat.recheck()
+        }
+    }
     let (lines, sink) = AsyncStream<String>.makeStream()
     Thread.detachNewThread {
         while let line = readLine() { sink.yield(line) }

@@ -80,6 +80,16 @@ final class LANChatExampleTests: XCTestCase {
         // connections end with the peers' alert, and nothing it types reaches them.
         expect(impostor, "disconnected from alice (")
         expect(impostor, "disconnected from bob (")
+        // Alice's person is told that the key changed, what to do if it did, and does it: once
+        // carol's entry is gone from alice's `known`, alice tries carol again by herself (no new
+        // advertisement), trusts the new key and says so; bob, who did nothing, still refuses.
+        expect(alice, "once its owner confirms the new key, remove \"carol\" from \(root)/a/known")
+        var aliceKnown = try JSONDecoder().decode(
+            [String: String].self, from: Data(contentsOf: URL(fileURLWithPath: root + "/a/known")))
+        aliceKnown["carol"] = nil
+        try JSONEncoder().encode(aliceKnown).write(to: URL(fileURLWithPath: root + "/a/known"), options: .atomic)
+        expect(alice, "connected to carol (its key \(key) trusted from now on)")
+        XCTAssertFalse(bob.output.contains("connected to carol (its key \(key)"), bob.output)
         // A name that points at bob's listener and advertises bob's key (holding no key of its
         // own), with a line break in it: not trusted as another name for bob, and the file of
         // trusted keys stays whole.
