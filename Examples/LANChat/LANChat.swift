@@ -18,7 +18,7 @@ actor Chat {
     let identity: TLSConfiguration  // this end's certificate, shown to the peers it joins
     var advertised: [String: String] = [:]  // peer name -> key its TXT record advertises now
     var tried: [String: String] = [:]  // peer name -> its advertised and trusted keys when last joined
-    var last: BrowseUpdate?
+    var last: Set<DiscoveredService> = []  // what the browse lists now
     var leaving = false
     var joining: Set<String> = []
     var outgoing: [String: BoundStreamPair] = [:]  // we write, they read
@@ -50,18 +50,27 @@ actor Chat {
         return nil
     }
 
-    /// Joins each listed peer not connected to, when new, or when its advertised key or the key
-    /// trusted for it (`known` edited) changed since it was last tried.
+    /// Follows the browse; names not in Unicode's composed form are left out (they could pass for
+    /// a peer's name, and the names here are compared as Swift compares text).
     func seen(_ update: BrowseUpdate) {
-        last = update
-        for case .removed(let service) in update.changes {
+        let composed = { (service: DiscoveredService) in
+            service.name.precomposedStringWithCanonicalMapping.utf8.elementsEqual(service.name.utf8)
+        }
+        for case .removed(let service) in update.changes where composed(service) {
             tried[service.name] = nil
             drop(service.name, outgoing[service.name], "it left")
         }
-        advertised = update.txtRecords.reduce(into: [:]) {
+        advertised = update.txtRecords.filter { composed($0.key) }.reduce(into: [:]) {
             $0[$1.key.name] = $1.value.advertisedPublicKeySHA256(forTXTKey: "fp")
         }
-        for service in update.services where service.name != name && outgoing[service.name] == nil {
+        last = update.services.filter(composed)
+        joinListed()
+    }
+
+    /// Joins each listed peer not connected to, when new, or when its advertised key or the key
+    /// trusted for it (`known` edited) changed since it was last tried.
+    func joinListed() {
+        for service in last where service.name != name && outgoing[service.name] == nil {
             let attempt = attempt(for: service.name)
             guard joining.count < 8, !joining.contains(service.name), tried[service.name] != attempt else { continue }
             (tried[service.name], _) = (attempt, joining.insert(service.name))
@@ -80,7 +89,7 @@ actor Chat {
     func join(_ service: DiscoveredService) async {
         defer {  // as things stand after this try: only a later change tries again
             joining.remove(service.name)
-            tried[service.name] = attempt(for: service.name)
+            if tried[service.name] != nil { tried[service.name] = attempt(for: service.name) }  // (unless it left)
         }
         // A name pointing at another peer (or here) with its key is not a peer of its own.
         if let holder = holder(of: advertised[service.name], besides: service.name) {
@@ -146,7 +155,7 @@ actor Chat {
     }
 
     /// Tries again the peers the last browse listed whose trusted key was changed in `known`.
-    func recheck() { if let last { seen(last) } }
+    func recheck() { joinListed() }
 
     enum Refusal: Error { case changedMeanwhile }
 

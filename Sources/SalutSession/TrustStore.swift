@@ -29,14 +29,17 @@ final class TrustStore: Sendable {
     /// Judges `fingerprint` for `peer`: nil when it is the key remembered for it, or when the
     /// peer is new (first use: the caller remembers it once trusted); else why not.
     func check(peer: String, fingerprint: String) -> TLSError? {
-        var seen = memory.withLock { $0[TrustedKeys.foldedBytes(peer)] }
-        if seen == nil, file != nil {
+        // The file's entry first (a person may have removed it to accept a new key); a pin kept
+        // in memory only when the file has none.
+        var seen: String?
+        if file != nil {
             do {
                 seen = try opened().key(for: peer)
             } catch {
                 return .untrustedPeer(reason: "\(error)")
             }
         }
+        if seen == nil { seen = memory.withLock { $0[TrustedKeys.foldedBytes(peer)] } }
         guard let seen else { return nil }
         return seen == fingerprint.lowercased()
             ? nil
@@ -60,12 +63,17 @@ final class TrustStore: Sendable {
         do {
             try FileManager.default.createDirectory(
                 at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
-            return try opened().trustOnFirstUse(fingerprint, for: peer)
+            let trusted = try opened().trustOnFirstUse(fingerprint, for: peer)
+            if trusted { _ = memory.withLock { $0.removeValue(forKey: TrustedKeys.foldedBytes(peer)) } }
+            return trusted
         } catch let error as TrustedKeys.Failure where error.code == .cannotWrite {
             // Pinned for this session all the same: a later key for the peer is held to it.
             // A library does not write to the program's terminal: the log says it.
             SalutLogging.logger.error("cannot save trusted peers (kept for this session only): \(error)")
             return pinInMemory()
+        } catch let error as TrustedKeys.Failure where [.locked, .unnormalizedName, .full].contains(error.code) {
+            SalutLogging.logger.error("\(peer) is not trusted on first use: \(error)")
+            return false
         } catch let error as StoreUnreadable {
             SalutLogging.logger.error("\(error.description)")
             return false

@@ -1,5 +1,3 @@
-import Foundation
-
 /// Characters that text from the network must not put on a terminal as they are: shown
 /// there, they move the cursor, recolour or retitle the terminal, reorder what follows, or are
 /// invisible, so that one name can pass for another. Salut's tools print each as an escape.
@@ -31,10 +29,7 @@ public enum DisguisingScalars {
     /// selectors where they cannot be doing their work. The joiners join two letters or emoji,
     /// so beside an ASCII character or at an end they only hide ("Kit<ZWJ>chen" shows as
     /// "Kitchen"); a selector varies the character before it, so after an ASCII character (but
-    /// a keycap's digit, `#` or `*`) or at the start it only hides. Also every character that
-    /// Unicode's composed form (NFC) writes as another: the Kelvin sign for `K`, the Ohm sign
-    /// for `Ω`, a CJK compatibility ideograph for its unified twin. Each looks like the
-    /// character it stands for, yet DNS and file systems take it for another name.
+    /// a keycap's digit, `#` or `*`) or at the start it only hides.
     public static func mustEscape(_ scalars: [Unicode.Scalar], at index: Int) -> Bool {
         let scalar = scalars[index]
         if contains(scalar) { return true }
@@ -47,14 +42,7 @@ public enum DisguisingScalars {
             guard let before else { return true }
             return before.isASCII && after?.value != 0x20e3
         default:
-            return !scalar.isASCII && isWrittenOtherwise(scalar)
+            return false
         }
-    }
-
-    /// True when NFC writes `scalar`, standing alone, as other characters (a singleton or an
-    /// excluded decomposition): it renders as they do.
-    static func isWrittenOtherwise(_ scalar: Unicode.Scalar) -> Bool {
-        let alone = String(Character(scalar))
-        return !alone.precomposedStringWithCanonicalMapping.unicodeScalars.elementsEqual(alone.unicodeScalars)
     }
 }

@@ -17,10 +17,15 @@ public enum TerminalText {
     /// fillers, tag characters…) as `\u{HHHH}`, and backslashes doubled, so that an escape in
     /// the output always stands for one character and the text cannot move the cursor,
     /// recolour the terminal, reorder what is shown or pass for another name. Printable text,
-    /// whatever its script, is left as it is; emoji keep their joiners.
+    /// whatever its script, is left as it is when it is in Unicode's composed form (NFC);
+    /// emoji keep their joiners. Text that is not (a name from the network rarely is) can
+    /// look exactly like other text yet be another name: a Kelvin sign for `K`, an `e` and a
+    /// combining accent for `é`. There the characters that make the difference (each one NFC
+    /// writes otherwise, each combining mark) are shown as escapes too.
     public static func escaped(_ text: String) -> String {
         // Printable ASCII but the backslash is shown as it is (none of the marks below is ASCII).
         if text.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7f && $0 != 0x5c }) { return text }
+        let composed = text.precomposedStringWithCanonicalMapping.utf8.elementsEqual(text.utf8)
         var out = ""
         out.reserveCapacity(text.utf8.count)
         let scalars = Array(text.unicodeScalars)
@@ -33,7 +38,7 @@ public enum TerminalText {
                 // holding the character U+009B.
                 out += "\\\\"
             default:
-                if DisguisingScalars.mustEscape(scalars, at: index) {
+                if DisguisingScalars.mustEscape(scalars, at: index) || (!composed && differsFromComposed(scalar)) {
                     out += String(format: "\\u{%04x}", scalar.value)
                 } else {
                     out.unicodeScalars.append(scalar)
@@ -41,5 +46,17 @@ public enum TerminalText {
             }
         }
         return out
+    }
+
+    /// Whether `scalar`, in text not in NFC, may be what makes it differ from its composed
+    /// form: a combining mark, or a character NFC writes as another even alone.
+    private static func differsFromComposed(_ scalar: Unicode.Scalar) -> Bool {
+        guard !scalar.isASCII else { return false }
+        switch scalar.properties.generalCategory {
+        case .nonspacingMark, .spacingMark, .enclosingMark: return true
+        default:
+            let alone = String(Character(scalar))
+            return !alone.precomposedStringWithCanonicalMapping.unicodeScalars.elementsEqual(alone.unicodeScalars)
+        }
     }
 }

@@ -88,6 +88,7 @@ final class LANChatExampleTests: XCTestCase {
             [String: String].self, from: Data(contentsOf: URL(fileURLWithPath: root + "/a/known")))
         aliceKnown["carol"] = nil
         try JSONEncoder().encode(aliceKnown).write(to: URL(fileURLWithPath: root + "/a/known"), options: .atomic)
+        XCTAssertEqual(chmod(root + "/a/known", 0o600), 0)  // (whatever the umask made it)
         expect(alice, "connected to carol (its key \(key) trusted from now on)")
         XCTAssertFalse(bob.output.contains("connected to carol (its key \(key)"), bob.output)
         // A name that points at bob's listener and advertises bob's key (holding no key of its

@@ -163,10 +163,13 @@ struct Serve: AsyncParsableCommand {
     }
 
     func run() async throws {
-        // First: few malloc arenas, so the daemon's heap comes back down after a flood.
-        let arenasLimited = MemoryTrim.limitArenas(to: 2)
+        // First: malloc set up so that the daemon's heap comes back down after a flood.
+        let mallocSet = MemoryTrim.configureMalloc(arenas: 2)
         let logger = logging.apply(default: .info, timestamps: true)
-        if !arenasLimited { logger.debug("malloc's arenas are as MALLOC_ARENA_MAX or the C library leaves them") }
+        if !mallocSet {
+            logger.debug(
+                "malloc is left as the environment (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_) or the C library sets it")
+        }
         try await requireDiscoveryDaemon()
         // Part files, folders and connections: room beyond the usual soft limit of 1,024.
         if let problem = DescriptorLimit.raiseToHardLimit() { logger.warning("\(problem)") }

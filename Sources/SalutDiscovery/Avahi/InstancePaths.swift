@@ -37,14 +37,29 @@ final class InstancePaths: QueueOperation, @unchecked Sendable {
         var ignoringCase: Bool
         var handler: Handler
 
-        func wants(_ seen: String) -> Bool { ignoringCase || seen == name }
+        /// Compared by bytes (as mDNS compares names), not as Swift compares text, which takes
+        /// a look-alike written with other code points (a Kelvin sign for a `K`) for the name.
+        func wants(_ seen: String) -> Bool {
+            ignoringCase ? ServiceNames.sameIgnoringASCIICase(seen, name) : seen.utf8.elementsEqual(name.utf8)
+        }
+    }
+
+    /// A name as published, compared and hashed by its bytes.
+    private struct Spelling: Hashable {
+        var text: String
+        init(_ text: String) { self.text = text }
+        static func == (a: Spelling, b: Spelling) -> Bool { a.text.utf8.elementsEqual(b.text.utf8) }
+        func hash(into hasher: inout Hasher) {
+            hasher.combine(text.utf8.count)
+            for byte in text.utf8 { hasher.combine(byte) }
+        }
     }
 
     let type: String
     let domain: String
     private var browser: OpaquePointer?
     /// The paths of each name seen, by its published spelling.
-    private var seen: [String: Set<Path>] = [:]
+    private var seen: [Spelling: Set<Path>] = [:]
     /// The watches, by their name in ASCII lower case, then by watcher.
     private var watches: [String: [ObjectIdentifier: Watch]] = [:]
     /// Set once a name went unremembered (past ``rememberedNames``).
@@ -91,9 +106,8 @@ final class InstancePaths: QueueOperation, @unchecked Sendable {
         let key = Self.folded(name)
         let watch = Watch(name: name, ignoringCase: ignoringCase, handler: handler)
         watches[key, default: [:]][watcher] = watch
-        let known = ignoringCase ? seen.filter { Self.folded($0.key) == key } : seen[name].map { [name: $0] } ?? [:]
-        for (spelling, paths) in known {
-            for path in paths { handler(spelling, true, path) }
+        for (spelling, paths) in seen where watch.wants(spelling.text) {
+            for path in paths { handler(spelling.text, true, path) }
         }
     }
 
@@ -144,15 +158,17 @@ final class InstancePaths: QueueOperation, @unchecked Sendable {
         let interested = (watches[Self.folded(name)] ?? [:]).values.filter { $0.wants(name) }
         switch event {
         case AVAHI_BROWSER_NEW:
-            guard seen[name] != nil || !interested.isEmpty || seen.count < context.rememberedInstanceNames else {
+            let spelling = Spelling(name)
+            guard seen[spelling] != nil || !interested.isEmpty || seen.count < context.rememberedInstanceNames else {
                 droppedNames = true
                 return
             }
-            guard seen[name, default: []].insert(path).inserted else { return }
+            guard seen[spelling, default: []].insert(path).inserted else { return }
             for watch in interested { watch.handler(name, true, path) }
         case AVAHI_BROWSER_REMOVE:
-            guard seen[name]?.remove(path) != nil else { return }
-            if seen[name]?.isEmpty == true { seen[name] = nil }
+            let spelling = Spelling(name)
+            guard seen[spelling]?.remove(path) != nil else { return }
+            if seen[spelling]?.isEmpty == true { seen[spelling] = nil }
             for watch in interested { watch.handler(name, false, path) }
         default:
             break

@@ -54,6 +54,9 @@ public final class TrustedKeys: Sendable {
             public static let notAFingerprint = Code("notAFingerprint")
             /// The file could not be written.
             public static let cannotWrite = Code("cannotWrite")
+            /// The lock on `FILE.lock` could not be taken (another process held it for 10 s,
+            /// or the lock file cannot be opened).
+            public static let locked = Code("locked")
             /// A name is not in Unicode's composed form (NFC), so it could pass for another.
             public static let unnormalizedName = Code("unnormalizedName")
             /// The book holds ``TrustedKeys/maximumEntries`` names already.
@@ -167,6 +170,8 @@ public final class TrustedKeys: Sendable {
                 code: .notAFingerprint, path: path,
                 reason: "\"\(TerminalText.escaped(key))\" is not a SHA-256 fingerprint (64 hex digits)")
         }
+        // A name trusted already is answered from what was read, without the file lock.
+        if let held = current({ $0[Self.foldedBytes(name)]?.key }) { return held == digest }
         return try changing { state in
             if let held = state.entries[Self.foldedBytes(name)] { return held.key == digest }
             guard Self.isComposed(name) else {
@@ -211,7 +216,7 @@ public final class TrustedKeys: Sendable {
                 }
             }
         } catch let error as TLSError {  // (the file lock's)
-            throw Failure(code: .cannotWrite, path: path, reason: "\(error)")
+            throw Failure(code: .locked, path: path, reason: "\(error)")
         }
     }
 

@@ -55,8 +55,8 @@ public final class ReceiverService: Sendable {
     }
 
     /// Opens the inbox, listens and publishes: on the link, or with `wideArea` in the
-    /// wide-area `domain` (signed DNS updates). A daemon should limit its malloc arenas first
-    /// (``MemoryTrim/limitArenas(to:)``), as `peerxfer serve` does.
+    /// wide-area `domain` (signed DNS updates). A daemon should set up malloc first
+    /// (``MemoryTrim/configureMalloc(arenas:)``), as `peerxfer serve` does.
     /// - Throws: ``PeerTransferError/runtime(_:)`` when the inbox cannot be opened or the
     ///   service cannot be published (no avahi-daemon, port taken).
     public static func start(

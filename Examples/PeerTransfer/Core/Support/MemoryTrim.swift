@@ -37,20 +37,24 @@ public final class MemoryTrim: Sendable {
     /// Whether a trim waits to run (for tests).
     var isPending: Bool { pending.value }
 
-    /// Limits glibc's malloc to `count` arenas (mallopt(3) `M_ARENA_MAX`): no arena is made
-    /// beyond them. Nothing when the environment's `MALLOC_ARENA_MAX` says otherwise or the C
-    /// library has no mallopt. By default glibc lets a process make up to eight arenas per
-    /// core as its threads first allocate, and a freed block goes back to its own arena: after
-    /// a flood of connections served by different threads, the arenas' half-used pages kept
-    /// the receiver's heap megabytes above where it started (docs/benchmarks.md, loss-bench).
-    /// glibc settles its limit once a process has more than eight arenas, so call this first,
-    /// before threads allocate. Returns whether the limit was set.
+    /// Sets glibc's malloc up for a daemon whose heap should come back down after a flood of
+    /// connections (mallopt(3)): at most `arenas` arenas (`M_ARENA_MAX`; by default glibc lets
+    /// a process make up to eight per core as its threads first allocate, and a freed block
+    /// goes back to its own arena, whose half-used pages then stay), and blocks of 128 KiB or
+    /// more always mapped on their own (`M_MMAP_THRESHOLD`; by default the threshold rises
+    /// each time such a block is freed, up to 32 MiB, and later large blocks are carved from
+    /// the arenas, where they leave holes). Each is left as the environment's
+    /// `MALLOC_ARENA_MAX` or `MALLOC_MMAP_THRESHOLD_` sets it, and nothing is done where the C
+    /// library has no mallopt. glibc settles its arena limit once a process has more than eight
+    /// arenas, so call this first, before threads allocate. Returns whether both were set.
     @discardableResult
-    public static func limitArenas(to count: Int32) -> Bool {
-        guard getenv("MALLOC_ARENA_MAX") == nil, let symbol = dlsym(nil, "mallopt") else { return false }
+    public static func configureMalloc(arenas: Int32) -> Bool {
+        guard let symbol = dlsym(nil, "mallopt") else { return false }
         let mallopt = unsafeBitCast(symbol, to: (@convention(c) (Int32, Int32) -> Int32).self)
-        let arenaMaximum: Int32 = -8  // M_ARENA_MAX in <malloc.h>
-        return mallopt(arenaMaximum, count) == 1
+        let (arenaMaximum, mmapThreshold): (Int32, Int32) = (-8, -3)  // M_ARENA_MAX, M_MMAP_THRESHOLD
+        let arenasSet = getenv("MALLOC_ARENA_MAX") == nil && mallopt(arenaMaximum, arenas) == 1
+        let thresholdSet = getenv("MALLOC_MMAP_THRESHOLD_") == nil && mallopt(mmapThreshold, 128 << 10) == 1
+        return arenasSet && thresholdSet
     }
 
     /// glibc's malloc_trim(3), looked up at run time (as syncfs(2) is, see ``Inbox``): returns
