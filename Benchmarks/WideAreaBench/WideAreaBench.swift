@@ -91,7 +91,7 @@ func salut(_ directory: String, type: String) async throws -> (register: Double,
     let browseStart = now()
     let (names, _) = try await browser.instances()
     precondition(names.count == services, "Salut listed \(names.count) of \(services)")
-    for name in names { _ = try await browser.resolve(name) }
+    for name in names { _ = try await browser.resolve(name.text) }
     return (registered, now() - browseStart)
 }
 

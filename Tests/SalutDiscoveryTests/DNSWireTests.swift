@@ -204,7 +204,7 @@ final class DNSWireTests: SalutTestCase {
         func service(_ name: String) -> DiscoveredService {
             DiscoveredService(name: name, type: "_http._tcp", domain: "home.arpa")
         }
-        func step(_ look: Result<(names: Set<String>, ttl: UInt32), any Error>) -> String {
+        func step(_ look: Result<(names: Set<UnicastBrowser.InstanceName>, ttl: UInt32), any Error>) -> String {
             switch state.looked(look) {
             case .report(let update, let ttl):
                 return "report \(update.changes) \(update.services.count) \(update.isComplete) \(ttl)"
@@ -251,6 +251,10 @@ final class DNSWireTests: SalutTestCase {
         XCTAssertEqual(changes.added, ["C", "D"])
         XCTAssertEqual(changes.removed, ["A"])
         XCTAssertEqual(UnicastBrowser.Changes(from: ["A"], to: ["A"]), UnicastBrowser.Changes(from: [], to: []))
+        // A look-alike (a Kelvin sign for the K) is another name: listed, and gone, on its own.
+        let twin = UnicastBrowser.Changes(from: ["Kitchen"], to: ["Kitchen", "\u{212a}itchen"])
+        XCTAssertEqual(twin.added.map { Array($0.utf8) }, [Array("\u{212a}itchen".utf8)])
+        XCTAssertEqual(UnicastBrowser.Changes(from: ["Kitchen", "\u{212a}itchen"], to: ["Kitchen"]).removed.count, 1)
         XCTAssertEqual(UnicastBrowser.pollInterval(ttl: 0), .seconds(1))
         XCTAssertEqual(UnicastBrowser.pollInterval(ttl: 120), .seconds(120))
         XCTAssertEqual(UnicastBrowser.pollInterval(ttl: 86_400), .seconds(3600))

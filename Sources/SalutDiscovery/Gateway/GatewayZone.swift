@@ -81,7 +81,7 @@ extension DiscoveryGateway {
                 types += 1
                 let browser = try UnicastBrowser(
                     type: type, domain: labelDomain.description, nameServer: primary)
-                let names = try await browser.instances().names.sorted().prefix(limit - found.count)
+                let names = try await browser.instances().names.sorted().prefix(limit - found.count).map(\.text)
                 // A few at a time: one after another, 400 services took most of a second to read.
                 let resolved = await DiscoveryGateway.inTurns(Array(names), atOnce: Self.resolvingAtOnce) { name in
                     try? await browser.resolve(name)

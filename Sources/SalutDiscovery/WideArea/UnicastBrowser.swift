@@ -15,14 +15,30 @@ package struct UnicastBrowser: Sendable {
         package var addresses: [SocketAddress]
     }
 
+    /// An instance's name as the zone holds it, compared, hashed and ordered by its bytes, as
+    /// DNS compares names (Swift's string comparison takes a look-alike written with other
+    /// code points, a Kelvin sign for a `K`, for the name, and a set of strings lists the two
+    /// once).
+    package struct InstanceName: Sendable, Hashable, Comparable, ExpressibleByStringLiteral {
+        package var text: String
+        package init(_ text: String) { self.text = text }
+        package init(stringLiteral text: String) { self.text = text }
+        package static func == (a: Self, b: Self) -> Bool { a.text.utf8.elementsEqual(b.text.utf8) }
+        package static func < (a: Self, b: Self) -> Bool { a.text.utf8.lexicographicallyPrecedes(b.text.utf8) }
+        package func hash(into hasher: inout Hasher) {
+            hasher.combine(text.utf8.count)
+            for byte in text.utf8 { hasher.combine(byte) }
+        }
+    }
+
     /// What changed between two looks at the list (pure: tested without a server).
     package struct Changes: Sendable, Equatable {
         package var added: [String] = []
         package var removed: [String] = []
 
-        package init(from old: Set<String>, to new: Set<String>) {
-            added = new.subtracting(old).sorted()
-            removed = old.subtracting(new).sorted()
+        package init(from old: Set<InstanceName>, to new: Set<InstanceName>) {
+            added = new.subtracting(old).sorted().map(\.text)
+            removed = old.subtracting(new).sorted().map(\.text)
         }
     }
 
@@ -50,15 +66,15 @@ package struct UnicastBrowser: Sendable {
     /// - Throws: ``DiscoveryError/Code-swift.struct/serverUnreachable`` when the name server
     ///   does not answer; ``DiscoveryError/Code-swift.struct/dnsFailure`` for an error answer
     ///   other than "no such name".
-    package func instances() async throws -> (names: Set<String>, ttl: UInt32) {
+    package func instances() async throws -> (names: Set<InstanceName>, ttl: UInt32) {
         let records = try await ask(serviceType, DNSType.pointer)
-        var names: Set<String> = []
+        var names: Set<InstanceName> = []
         for record in records {
             // Only instances of this type: a PTR pointing elsewhere is ignored.
             guard let target = record.target, target.labels.count == baseType.labels.count + 1,
                 target.isWithin(baseType)
             else { continue }
-            names.insert(String(decoding: target.labels[0], as: UTF8.self))
+            names.insert(InstanceName(String(decoding: target.labels[0], as: UTF8.self)))
         }
         return (names, records.map(\.ttl).min() ?? 60)
     }

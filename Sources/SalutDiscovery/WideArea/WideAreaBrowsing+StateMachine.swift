@@ -18,7 +18,7 @@ extension WideAreaBrowsing {
 
         let type: String
         let domain: String
-        private var known: Set<String>?
+        private var known: Set<UnicastBrowser.InstanceName>?
         private var failures = 0
 
         init(type: String, domain: String) {
@@ -27,8 +27,9 @@ extension WideAreaBrowsing {
         }
 
         /// One look's outcome: the names listed and their TTL, or why it failed.
-        mutating func looked(_ look: Result<(names: Set<String>, ttl: UInt32), any Error>) -> Step {
-            let listed: (names: Set<String>, ttl: UInt32)
+        mutating func looked(_ look: Result<(names: Set<UnicastBrowser.InstanceName>, ttl: UInt32), any Error>) -> Step
+        {
+            let listed: (names: Set<UnicastBrowser.InstanceName>, ttl: UInt32)
             switch look {
             case .failure(let error):
                 guard known != nil, !(error is CancellationError) else { return .fail(error) }
@@ -44,7 +45,7 @@ extension WideAreaBrowsing {
             guard first || !changes.added.isEmpty || !changes.removed.isEmpty else { return .wait(ttl: listed.ttl) }
             let update = BrowseUpdate(
                 changes: changes.added.map { .added(service($0)) } + changes.removed.map { .removed(service($0)) },
-                services: Set(listed.names.map(service)), isComplete: true)
+                services: Set(listed.names.map { service($0.text) }), isComplete: true)
             return .report(update, ttl: listed.ttl)
         }
 

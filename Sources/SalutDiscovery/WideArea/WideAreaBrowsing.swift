@@ -112,7 +112,7 @@ extension ServiceBrowser {
                     let browser = try wideArea.browser(type: type, domain: domain)
                     var state = WideAreaBrowsing.StateMachine(type: type, domain: domain)
                     while true {
-                        let look: Result<(names: Set<String>, ttl: UInt32), any Error>
+                        let look: Result<(names: Set<UnicastBrowser.InstanceName>, ttl: UInt32), any Error>
                         do { look = .success(try await browser.instances()) } catch { look = .failure(error) }
                         switch state.looked(look) {
                         case .report(let update, let ttl):
