@@ -27,7 +27,9 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
         /// The key for per-host connection limits and trust-on-first-use.
         var key: String {
             switch self {
-            case .host(let host, let port): return "\(host.lowercased()):\(port)"
+            // ASCII case only, as DNS folds it (Unicode's lower case makes a Kelvin sign a `k`).
+            case .host(let host, let port):
+                return "\(String(decoding: TrustedKeys.foldedBytes(host), as: UTF8.self)):\(port)"
             case .service(let service): return "service:\(service.description)"
             }
         }

@@ -184,9 +184,20 @@ struct Browse: AsyncParsableCommand {
                 throw error
             case .types(let update):
                 for case .added(let found) in update.changes where started.insert(found.name).inserted {
-                    let browser = try ServiceBrowser(
-                        type: found.name, domain: domain, interface: interface, family: family,
-                        includeLocal: !ignoreLocal)
+                    let browser: ServiceBrowser
+                    do {
+                        browser = try ServiceBrowser(
+                            type: found.name, domain: domain, interface: interface, family: family,
+                            includeLocal: !ignoreLocal)
+                    } catch {
+                        // A type another host announces that cannot be browsed is left out; it
+                        // does not end the browse of the others.
+                        note(
+                            TerminalText.escaped(
+                                "not browsing the type \"\(found.name)\" another host announces: \(error)"))
+                        complete.insert(found.name)
+                        continue
+                    }
                     producers.append(
                         Task {
                             do {

@@ -194,9 +194,16 @@ final class LabGatewayTests: XCTestCase {
         XCTAssertLessThan(kibibytes, 150 * 1024, "the gateway's peak memory, KiB")
         print("LabGatewayTests: the gateway's peak memory during a flood of 5,000 services: \(kibibytes / 1024) MiB")
 
-        // They leave: the zone is as it was found.
-        let left = try a1.run([flood, "198.18.1.10", type, "5000", "goodbye"], timeout: 60)
-        XCTAssertTrue(left.contains("sent"), left)
+        // They leave: the zone is as it was found. (The 625 goodbye packets go out twice, a
+        // second apart, as a careful responder repeats them: once, on a loaded machine, a CI run
+        // saw one service of the 50 stay in the zone for 60 s, as if avahi-daemon on a1 had lost
+        // a goodbye packet and so kept the service in its cache; a lost goodbye is the ghost
+        // case, which the gateway cannot tell from a live service.)
+        for _ in 0..<2 {
+            let left = try a1.run([flood, "198.18.1.10", type, "5000", "goodbye"], timeout: 60)
+            XCTAssertTrue(left.contains("sent"), left)
+            Thread.sleep(forTimeInterval: 1)
+        }
         var remaining = pointers
         XCTAssertTrue(
             try eventually(timeout: 60, interval: 1) {

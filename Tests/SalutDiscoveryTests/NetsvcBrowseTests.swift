@@ -166,10 +166,18 @@ final class NetsvcBrowseTests: XCTestCase {
         defer { publisher.stop() }
         XCTAssertTrue(publisher.waitForOutput(containing: "published", seconds: 10), publisher.output)
 
+        // Another host announces a type netsvc will not browse (an underscore in its service
+        // name, as some devices' types have): it is left out with a note, the rest listed.
+        let odd = "_odd_\(type.dropFirst().prefix { $0 != "." })._tcp"
+        let oddPublisher = try Foreign(["avahi-publish", "-s", "Odd One", odd, "5004"])
+        defer { oddPublisher.stop() }
+        XCTAssertTrue(oddPublisher.waitForOutput(containing: "Established", seconds: 10), oddPublisher.output)
+
         let (code, text) = try run([netsvc, "browse", "--all", "--terminate", "--json"])
         XCTAssertEqual(code, 0, text)
         XCTAssertTrue(
             jsonLines(text).contains { $0["name"] as? String == "Everywhere" && $0["type"] as? String == type }, text)
+        XCTAssertTrue(text.contains("netsvc: not browsing the type \"\(odd)\" another host announces"), text)
 
         let (v4, v4Text) = try run([
             netsvc, "browse", type, "--terminate", "--resolve", "--ipv4", "--interface", "lo", "--json",

@@ -34,11 +34,15 @@ extension DiscoveredService {
     /// Alone, this proves only that you reached whoever advertises under this name now. Trust on
     /// first use makes it a policy: keep the key of the first connection
     /// (`pair.peerTrust?.publicKeySHA256`) and pass it as `trustedKey` from then on; a service
-    /// that advertises another key is then refused before anything is connected.
+    /// that advertises another key is then refused before anything is connected. A
+    /// `TrustedKeys` book does that bookkeeping (see
+    /// ``connect(pinningAdvertisedKey:trustedKeys:tls:bufferSize:resolveTimeout:context:)``);
+    /// a table of your own must compare names by their bytes, not as Swift compares text (a
+    /// look-alike written with other code points, a Kelvin sign for a `K`, is another name).
     ///
     /// ```swift
-    /// let pair = try await service.connect(pinningAdvertisedKey: "fp", trustedKey: remembered[service.name])
-    /// remembered[service.name] = pair.peerTrust?.publicKeySHA256
+    /// let pair = try await service.connect(pinningAdvertisedKey: "fp", trustedKey: book.key(for: service.name))
+    /// _ = try book.trustOnFirstUse(pair.peerTrust?.publicKeySHA256 ?? "", for: service.name)
     /// ```
     /// - Parameters:
     ///   - txtKey: the TXT entry holding the key's SHA-256 (64 hex digits).

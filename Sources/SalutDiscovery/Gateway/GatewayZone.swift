@@ -122,8 +122,11 @@ extension DiscoveryGateway {
                     target.labels.count == updates.domain.labels.count + 1, target.description.lowercased() != own,
                     let first = target.labels.first
                 else { continue }
-                let label = String(decoding: first, as: UTF8.self).lowercased()
-                guard MirroredService.isHostLabel(Substring(label)) else { continue }
+                // Judged as bytes before any folding: Unicode's lower case turns a Kelvin sign into
+                // a `k`, and a look-alike label would take the place of a real one.
+                let raw = String(decoding: first, as: UTF8.self)
+                guard first.allSatisfy({ $0 < 0x80 }), MirroredService.isHostLabel(Substring(raw)) else { continue }
+                let label = raw.lowercased()
                 labels[label] = target
             }
             return Dictionary(

@@ -13,7 +13,9 @@ final class LinkReceivers: Sendable {
         let key: String?
     }
 
-    private let found = Locked([String: String?]())
+    /// By service: names compare byte for byte (as text, a look-alike written with other code
+    /// points, a Kelvin sign for a `K`, would share the real receiver's entry and key).
+    private let found = Locked([DiscoveredService: String?]())
     /// The most receivers kept.
     static let limit = 200
     /// Names never listed (this daemon's own).
@@ -27,7 +29,8 @@ final class LinkReceivers: Sendable {
     /// The receivers seen now, by name.
     var current: [Receiver] {
         let own = excluded()
-        return found.withLock { $0 }.filter { $0.key != own }.map { Receiver(name: $0.key, key: $0.value) }
+        return found.withLock { $0 }.filter { !$0.key.name.utf8.elementsEqual(own.utf8) }
+            .map { Receiver(name: $0.key.name, key: $0.value) }
             .sorted { $0.name.localizedStandardCompare($1.name) == .orderedAscending }
     }
 
@@ -36,19 +39,20 @@ final class LinkReceivers: Sendable {
         while !Task.isCancelled {
             do {
                 for try await update in try ServiceBrowser(type: TransferLimits.serviceType) {
-                    let names = Set(update.services.map(\.name))
-                    let new = found.withLock { found -> [String] in
-                        for gone in found.keys where !names.contains(gone) { found[gone] = nil }
-                        let added = names.filter { found[$0] == nil }.sorted().prefix(max(0, Self.limit - found.count))
-                        for name in added { found[name] = .some(nil) }
+                    let listed = update.services
+                    let new = found.withLock { found -> [DiscoveredService] in
+                        for gone in found.keys where !listed.contains(gone) { found[gone] = nil }
+                        let added = listed.filter { found[$0] == nil }
+                            .sorted { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }
+                            .prefix(max(0, Self.limit - found.count))
+                        for service in added { found[service] = .some(nil) }
                         return Array(added)
                     }
-                    for name in new {
-                        let service = DiscoveredService(name: name, type: TransferLimits.serviceType)
+                    for service in new {
                         let key = (try? await service.resolve(timeout: 2, settle: 0.02)).flatMap {
-                            try? Sender.advertisedKey($0, name: name)
+                            try? Sender.advertisedKey($0, name: service.name)
                         }
-                        found.withLock { if $0[name] != nil { $0[name] = .some(key) } }
+                        found.withLock { if $0[service] != nil { $0[service] = .some(key) } }
                     }
                 }
             } catch {}

@@ -314,7 +314,7 @@ struct WebPage: Sendable {
             let key = request.uri.queryParameters["key"].flatMap({ KeyText.whole(String($0)) })
         else { return refusal(.badRequest, "give the receiver's name and its whole key") }
         if let problem = PeerNameRule.problem(name, option: "name") { return refusal(.badRequest, problem) }
-        guard receivers.current.contains(where: { $0.name == name && $0.key == key }) else {
+        guard receivers.current.contains(where: { $0.name.utf8.elementsEqual(name.utf8) && $0.key == key }) else {
             return refusal(.conflict, "\"\(Terminal.escape(name))\" does not advertise that key now")
         }
         do {
