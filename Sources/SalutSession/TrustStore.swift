@@ -63,8 +63,11 @@ final class TrustStore: Sendable {
         do {
             try FileManager.default.createDirectory(
                 at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+            // A key pinned in memory (its save failed) holds until the book has one.
+            let pinned = memory.withLock { $0[TrustedKeys.foldedBytes(peer)] }
+            if let pinned, pinned != fingerprint.lowercased() { return false }
             let trusted = try opened().trustOnFirstUse(fingerprint, for: peer)
-            if trusted { _ = memory.withLock { $0.removeValue(forKey: TrustedKeys.foldedBytes(peer)) } }
+            if trusted, pinned != nil { _ = memory.withLock { $0.removeValue(forKey: TrustedKeys.foldedBytes(peer)) } }
             return trusted
         } catch let error as TrustedKeys.Failure where error.code == .cannotWrite {
             // Pinned for this session all the same: a later key for the peer is held to it.

@@ -20,12 +20,13 @@ public enum TerminalText {
     /// whatever its script, is left as it is when it is in Unicode's composed form (NFC);
     /// emoji keep their joiners. Text that is not (a name from the network rarely is) can
     /// look exactly like other text yet be another name: a Kelvin sign for `K`, an `e` and a
-    /// combining accent for `é`. There the characters that make the difference (each one NFC
-    /// writes otherwise, each combining mark) are shown as escapes too.
+    /// combining accent for `é`, two Hangul jamo for a syllable. In each character (grapheme)
+    /// that is not in NFC, what makes the difference is shown as escapes too: its first scalar
+    /// when NFC writes that one otherwise, and every scalar after the first.
     public static func escaped(_ text: String) -> String {
         // Printable ASCII but the backslash is shown as it is (none of the marks below is ASCII).
         if text.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7f && $0 != 0x5c }) { return text }
-        let composed = text.precomposedStringWithCanonicalMapping.utf8.elementsEqual(text.utf8)
+        let disguised = Self.uncomposedScalars(of: text)
         var out = ""
         out.reserveCapacity(text.utf8.count)
         let scalars = Array(text.unicodeScalars)
@@ -38,7 +39,7 @@ public enum TerminalText {
                 // holding the character U+009B.
                 out += "\\\\"
             default:
-                if DisguisingScalars.mustEscape(scalars, at: index) || (!composed && differsFromComposed(scalar)) {
+                if DisguisingScalars.mustEscape(scalars, at: index) || disguised.contains(index) {
                     out += String(format: "\\u{%04x}", scalar.value)
                 } else {
                     out.unicodeScalars.append(scalar)
@@ -48,15 +49,25 @@ public enum TerminalText {
         return out
     }
 
-    /// Whether `scalar`, in text not in NFC, may be what makes it differ from its composed
-    /// form: a combining mark, or a character NFC writes as another even alone.
-    private static func differsFromComposed(_ scalar: Unicode.Scalar) -> Bool {
-        guard !scalar.isASCII else { return false }
-        switch scalar.properties.generalCategory {
-        case .nonspacingMark, .spacingMark, .enclosingMark: return true
-        default:
-            let alone = String(Character(scalar))
-            return !alone.precomposedStringWithCanonicalMapping.unicodeScalars.elementsEqual(alone.unicodeScalars)
+    /// The positions (among `text`'s scalars) that keep a character (grapheme) from being in
+    /// NFC: in each such character, its first scalar when NFC writes that one otherwise alone
+    /// (a Kelvin sign), and every scalar after it (a combining accent, a jamo). Empty, after
+    /// one look, for text in NFC.
+    private static func uncomposedScalars(of text: String) -> Set<Int> {
+        func composed(_ piece: String) -> Bool {
+            piece.precomposedStringWithCanonicalMapping.utf8.elementsEqual(piece.utf8)
         }
+        guard !composed(text) else { return [] }
+        var positions: Set<Int> = [], offset = 0
+        for character in text {
+            let count = character.unicodeScalars.count
+            if !composed(String(character)) {
+                let first = character.unicodeScalars.first!
+                if !first.isASCII && !composed(String(Character(first))) { positions.insert(offset) }
+                positions.formUnion(offset + 1..<offset + count)
+            }
+            offset += count
+        }
+        return positions
     }
 }

@@ -26,5 +26,9 @@ final class TerminalTextTests: XCTestCase {
         XCTAssertEqual(shown("Cafe\u{301}"), Array("Cafe\\u{0301}".utf8))
         XCTAssertEqual(shown("Caf\u{e9}"), Array("Caf\u{e9}".utf8))
         XCTAssertEqual(shown("x\u{301}"), Array("x\u{301}".utf8), "NFC: an accent on an x composes with nothing")
+        // Two conjoining jamo show as the syllable they compose: the second is escaped.
+        XCTAssertEqual(shown("\u{1100}\u{1161}"), Array("\u{1100}\\u{1161}".utf8))
+        // Only the characters not in NFC: a composed é beside a look-alike stays as it is.
+        XCTAssertEqual(shown("Caf\u{e9} \u{212a}"), Array("Caf\u{e9} \\u{212a}".utf8))
     }
 }

@@ -42,7 +42,10 @@ extension DiscoveredService {
     ///
     /// ```swift
     /// let pair = try await service.connect(pinningAdvertisedKey: "fp", trustedKey: book.key(for: service.name))
-    /// _ = try book.trustOnFirstUse(pair.peerTrust?.publicKeySHA256 ?? "", for: service.name)
+    /// guard let key = pair.peerTrust?.publicKeySHA256, try book.trustOnFirstUse(key, for: service.name) else {
+    ///     pair.close()   // another key was trusted for the name meanwhile
+    ///     return
+    /// }
     /// ```
     /// - Parameters:
     ///   - txtKey: the TXT entry holding the key's SHA-256 (64 hex digits).

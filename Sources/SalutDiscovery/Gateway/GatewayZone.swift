@@ -124,9 +124,9 @@ extension DiscoveryGateway {
                 else { continue }
                 // Judged as bytes before any folding: Unicode's lower case turns a Kelvin sign into
                 // a `k`, and a look-alike label would take the place of a real one.
-                let raw = String(decoding: first, as: UTF8.self)
-                guard first.allSatisfy({ $0 < 0x80 }), MirroredService.isHostLabel(Substring(raw)) else { continue }
-                let label = raw.lowercased()
+                guard first.allSatisfy({ $0 < 0x80 }) else { continue }
+                let label = String(decoding: first, as: UTF8.self).lowercased()
+                guard MirroredService.isHostLabel(Substring(label)) else { continue }
                 labels[label] = target
             }
             return Dictionary(

@@ -226,6 +226,8 @@ extension DiscoveryGateway.MirroredService {
     /// named `HOST.LABEL.local` is another link's, announced here by a gateway
     /// (``Configuration/announceRemote``): never written back into the zone.
     static func hostOnTheLink(_ name: String) -> String? {
+        // ASCII only, judged before folding case (Unicode's lower case makes a Kelvin sign a `k`).
+        guard name.utf8.allSatisfy({ $0 < 0x80 }) else { return nil }
         var name = name.lowercased()
         if name.hasSuffix(".") { name.removeLast() }
         guard name.hasSuffix(".local") else { return nil }

@@ -15,7 +15,8 @@ import Glibc
 /// alone: the same name under another type or domain shares its entry), compared byte for byte
 /// but for ASCII case, as DNS compares names; a name is trusted only in Unicode's composed form
 /// (NFC), so that no name written with other code points (a Kelvin sign for a `K`) can be
-/// trusted beside the one it looks like. At most ``maximumEntries`` names are kept. The file is a JSON object from each name to its key's
+/// trusted beside the one it looks like (one read from the file is left out). At most
+/// ``maximumEntries`` names are trusted on first use. The file is a JSON object from each name to its key's
 /// SHA-256 fingerprint (64 lowercase hex digits), written whole and atomically (mode 0600) at
 /// every change, under an exclusive lock on `FILE.lock` and from a fresh read, so that books
 /// in several processes keep each other's keys. It is refused when someone other than its
@@ -303,9 +304,6 @@ public final class TrustedKeys: Sendable {
         } catch {
             throw failure(.malformed, "is not a JSON object of names and keys")
         }
-        guard object.count <= maximumEntries else {
-            throw failure(.malformed, "holds \(object.count) names, more than \(maximumEntries)")
-        }
         var entries: [[UInt8]: Entry] = [:]
         for (name, key) in object.sorted(by: { Array($0.key.utf8).lexicographicallyPrecedes($1.key.utf8) }) {
             guard let digest = digest(key) else {
@@ -313,12 +311,9 @@ public final class TrustedKeys: Sendable {
                     .malformed,
                     "the key of \"\(TerminalText.escaped(name))\" is not a SHA-256 fingerprint (64 hex digits)")
             }
-            guard isComposed(name) else {
-                throw failure(
-                    .malformed,
-                    "the name \"\(TerminalText.escaped(name))\" is not in Unicode's composed form (NFC): write it composed"
-                )
-            }
+            // A name not in NFC (written by an older version, or by hand) is left out: it is
+            // never trusted (and never trusted anew: see trustOnFirstUse), the rest of the book is.
+            guard isComposed(name) else { continue }
             // Names alike but for ASCII case: the first.
             if entries[foldedBytes(name)] == nil { entries[foldedBytes(name)] = Entry(name: name, key: digest) }
         }
