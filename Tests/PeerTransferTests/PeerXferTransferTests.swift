@@ -129,7 +129,7 @@ final class PeerXferTransferTests: XCTestCase {
     func testResumeAfterTheSenderIsKilledSendsOnlyWhatIsMissing() throws {
         let lab = try PeerXferLab()
         let name = PeerXferLab.uniqueName("Resume")
-        try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
+        let receiver = try lab.serve(name: name, config: "receiver", inbox: lab.path("inbox"))
         let size = 256 * chunk + 123
         try lab.makeFile("src/big.bin", size: size)
         let part = try lab.partPath("inbox/big.bin", sentWith: "sender")
@@ -144,6 +144,9 @@ final class PeerXferTransferTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(seen, UInt64(4 * chunk), "the part file never grew: \(sender.output)")
         XCTAssertFalse(
             FileManager.default.fileExists(atPath: lab.path("inbox/big.bin")), "killed too late: the file was complete")
+        // The receiver writes what was on its way before it sees the connection end: the part
+        // file is measured once it has said so.
+        XCTAssertTrue(receiver.waitForOutput(containing: "without a word", seconds: 20), receiver.output)
         let left = (try FileManager.default.attributesOfItem(atPath: part))[.size] as? UInt64 ?? 0
 
         // Meanwhile another sender sends a file of the same name: it is told nothing of the
