@@ -2,22 +2,86 @@ import Foundation
 import SalutStreams
 
 /// Runs asynchronous operations one after another, in the order they were enqueued.
+///
+/// The hand-over is a queue under a `StateLock` (a pthread mutex) rather than an `AsyncStream`:
+/// an operation's captures (a task made on another thread a moment ago) are then published to
+/// the lane's consumer by a lock ThreadSanitizer understands. One rehearsal's ThreadSanitizer
+/// run reported a task's initialisation against its first operation when the hand-over was an
+/// `AsyncStream`.
 final class OperationLane: Sendable {
-    private let continuation: AsyncStream<@Sendable () async -> Void>.Continuation
+    /// The queue the consumer drains; the lane finishes it when it goes away.
+    private let queue = Queue()
 
     init() {
-        let (stream, continuation) = AsyncStream.makeStream(of: (@Sendable () async -> Void).self)
-        self.continuation = continuation
+        let queue = self.queue
         Task.detached {
-            for await operation in stream { await operation() }
+            while let operation = await queue.next() { await operation() }
         }
     }
 
     func enqueue(_ operation: @escaping @Sendable () async -> Void) {
-        continuation.yield(operation)
+        queue.append(operation)
     }
 
-    deinit { continuation.finish() }
+    deinit { queue.finish() }
+
+    /// Operations waiting to run, and the consumer when it waits for one.
+    private final class Queue: @unchecked Sendable {
+        // @unchecked: `pending`, `consumer` and `finished` are guarded by `lock` (a `StateLock`).
+        typealias Operation = @Sendable () async -> Void
+        private let lock = StateLock()
+        private var pending: [Operation] = []
+        private var first = 0
+        private var consumer: CheckedContinuation<Void, Never>?
+        private var finished = false
+
+        func append(_ operation: @escaping Operation) {
+            let waiting = lock.withLock { () -> CheckedContinuation<Void, Never>? in
+                guard !finished else { return nil }
+                pending.append(operation)
+                defer { consumer = nil }
+                return consumer
+            }
+            waiting?.resume()
+        }
+
+        /// The next operation; nil once the lane is gone and nothing is left. It is always
+        /// taken under the lock (a wake-up only says to look again).
+        func next() async -> Operation? {
+            while true {
+                let taken = lock.withLock { () -> Operation?? in
+                    if first < pending.count {
+                        let operation = pending[first]
+                        first += 1
+                        if first == pending.count {
+                            pending.removeAll(keepingCapacity: true)
+                            first = 0
+                        }
+                        return .some(operation)
+                    }
+                    return finished ? .some(nil) : nil
+                }
+                if let taken { return taken }
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    let parked = lock.withLock { () -> Bool in
+                        guard first == pending.count, !finished else { return false }
+                        consumer = continuation
+                        return true
+                    }
+                    if !parked { continuation.resume() }
+                }
+            }
+        }
+
+        func finish() {
+            let waiting = lock.withLock { () -> CheckedContinuation<Void, Never>? in
+                finished = true
+                defer { consumer = nil }
+                return consumer
+            }
+            waiting?.resume()
+        }
+    }
 }
 
 /// A value that is set once and awaited by any number of tasks.
