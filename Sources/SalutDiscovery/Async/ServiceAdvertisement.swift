@@ -20,7 +20,7 @@ public final class ServiceAdvertisement: Sendable {
     }
     private let backend: Backend
     private let currentName: Locked<String>
-    /// The listening socket of an auto-listening service (see ``listen(name:type:domain:port:txtRecord:subtypes:tls:limits:bufferSize:allowRename:timeout:context:)``).
+    /// The listening socket of an auto-listening service (see ``listen(name:type:domain:port:txtRecord:subtypes:tls:trustEvaluator:limits:bufferSize:allowRename:timeout:context:)``).
     public let listener: StreamListener?
     /// The service type it was published with.
     public let type: String
@@ -122,6 +122,8 @@ public final class ServiceAdvertisement: Sendable {
     ///   - txtRecord: the service's TXT record.
     ///   - subtypes: subtypes to publish the service under too.
     ///   - tls: a server configuration to run TLS on each accepted connection.
+    ///   - trustEvaluator: judges each client during its TLS handshake, as
+    ///     `StreamListener(tls:trustEvaluator:)` does (with `tls` only).
     ///   - limits: bounds on each accepted connection; see `ConnectionLimits`.
     ///   - bufferSize: bytes buffered in each direction of each accepted connection (64 KiB by
     ///     default; a larger buffer lets a bulk reader take more at each wake-up).
@@ -132,10 +134,12 @@ public final class ServiceAdvertisement: Sendable {
     public static func listen(
         name: String, type: String, domain: String, port: Int = 0,
         txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], tls: TLSConfiguration? = nil,
-        limits: ConnectionLimits = ConnectionLimits(), bufferSize: Int = 64 * 1024, allowRename: Bool = true,
-        wideArea: WideAreaPublishing
+        trustEvaluator: TLSTrustEvaluator? = nil, limits: ConnectionLimits = ConnectionLimits(),
+        bufferSize: Int = 64 * 1024, allowRename: Bool = true, wideArea: WideAreaPublishing
     ) async throws -> ServiceAdvertisement {
-        try await listening(port: port, tls: tls, limits: limits, bufferSize: bufferSize) { listener in
+        try await listening(
+            port: port, tls: tls, trustEvaluator: trustEvaluator, limits: limits, bufferSize: bufferSize
+        ) { listener in
             try await publish(
                 name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
                 subtypes: subtypes, allowRename: allowRename, wideArea: wideArea, listener: listener)
@@ -182,6 +186,8 @@ public final class ServiceAdvertisement: Sendable {
     ///   - txtRecord: the service's TXT record (at most ``TXTRecord/maximumPublishedSize`` bytes).
     ///   - subtypes: subtypes to publish the service under too.
     ///   - tls: a server configuration to run TLS on each accepted connection.
+    ///   - trustEvaluator: judges each client during its TLS handshake, as
+    ///     `StreamListener(tls:trustEvaluator:)` does (with `tls` only).
     ///   - limits: bounds on each accepted connection (handshake, first byte, idle) and on how
     ///     many may be setting up at once; see `ConnectionLimits`.
     ///   - bufferSize: bytes buffered in each direction of each accepted connection (64 KiB by
@@ -195,10 +201,13 @@ public final class ServiceAdvertisement: Sendable {
     public static func listen(
         name: String, type: String, domain: String = "local", port: Int = 0,
         txtRecord: TXTRecord = TXTRecord(), subtypes: [String] = [], tls: TLSConfiguration? = nil,
-        limits: ConnectionLimits = ConnectionLimits(), bufferSize: Int = 64 * 1024,
-        allowRename: Bool = true, timeout: TimeInterval = 10, context: DiscoveryContext = .shared
+        trustEvaluator: TLSTrustEvaluator? = nil, limits: ConnectionLimits = ConnectionLimits(),
+        bufferSize: Int = 64 * 1024, allowRename: Bool = true, timeout: TimeInterval = 10,
+        context: DiscoveryContext = .shared
     ) async throws -> ServiceAdvertisement {
-        try await listening(port: port, tls: tls, limits: limits, bufferSize: bufferSize) { listener in
+        try await listening(
+            port: port, tls: tls, trustEvaluator: trustEvaluator, limits: limits, bufferSize: bufferSize
+        ) { listener in
             try await publish(
                 name: name, type: type, domain: domain, port: Int(listener.port), txtRecord: txtRecord,
                 subtypes: subtypes, allowRename: allowRename, timeout: timeout, context: context,
@@ -210,12 +219,13 @@ public final class ServiceAdvertisement: Sendable {
     /// - Throws: ``DiscoveryError/listenFailed(_:)`` when the listener cannot be made, or what
     ///   `publish` throws.
     private static func listening(
-        port: Int, tls: TLSConfiguration?, limits: ConnectionLimits, bufferSize: Int,
-        _ publish: (StreamListener) async throws -> ServiceAdvertisement
+        port: Int, tls: TLSConfiguration?, trustEvaluator: TLSTrustEvaluator?, limits: ConnectionLimits,
+        bufferSize: Int, _ publish: (StreamListener) async throws -> ServiceAdvertisement
     ) async throws -> ServiceAdvertisement {
         let listener: StreamListener
         do {
-            listener = try StreamListener(port: port, tls: tls, bufferSize: bufferSize, limits: limits)
+            listener = try StreamListener(
+                port: port, tls: tls, bufferSize: bufferSize, limits: limits, trustEvaluator: trustEvaluator)
         } catch {
             throw DiscoveryError.listenFailed("\(error)")
         }

@@ -39,6 +39,27 @@ public struct TLSIdentity: Sendable, Hashable {
         self.publicKeySHA256 = Fingerprint.hex(TLSConnection.publicKeyDigest(certificate))
     }
 
+    /// A client configuration presenting this identity to servers that ask for a client
+    /// certificate; servers are validated as with `TLSConfiguration.client` unless pinned
+    /// (``TLSConfiguration/pinnedSHA256``, or `connect(pinningAdvertisedKey:)`, which pins for
+    /// you).
+    public var clientConfiguration: TLSConfiguration {
+        TLSConfiguration(certificateChainFile: certificateFile, privateKeyFile: privateKeyFile)
+    }
+
+    /// A server configuration presenting this identity.
+    /// - Parameter requiringClientKeys: when true, every client must present a certificate, and
+    ///   its chain is not validated (peers' certificates are self-signed, as this one is): its
+    ///   key is for the listener's trust evaluator to judge (`StreamListener(tls:trustEvaluator:)`).
+    ///   Without an evaluator any client key passes.
+    public func serverConfiguration(requiringClientKeys: Bool = false) -> TLSConfiguration {
+        var configuration = TLSConfiguration.server(
+            certificateChainFile: certificateFile, privateKeyFile: privateKeyFile)
+        configuration.requiresClientCertificate = requiringClientKeys
+        configuration.validatesCertificateChain = !requiringClientKeys
+        return configuration
+    }
+
     /// The identity kept in `directory` as `certificate.pem` and `key.pem`, made on first use:
     /// an Ed25519 key and a self-signed certificate for `commonName`, valid for 100 years. The
     /// directory is created (mode 0700) if missing; the key file is written with mode 0600, each

@@ -1,0 +1,287 @@
+import Foundation
+import SalutStreams
+
+/// The peers of a browse with the TLS keys they advertise in their TXT records, judged against a
+/// book of keys trusted on first use: which listed peers to connect to, and which name a client's
+/// key belongs to. The bookkeeping of a LAN app whose peers both connect and accept (a chat, a
+/// sync tool), where each publishes the SHA-256 of its key under one TXT key.
+///
+/// Feed it every update of a browser made with ``ServiceBrowser/includingTXTRecords(waitingUpTo:maximumWatched:)``,
+/// connect to the services ``follow(_:)`` returns, and judge each client with
+/// ``owner(ofClientKey:trustingOnFirstUse:waitingUpTo:)``:
+///
+/// ```swift
+/// let peers = AdvertisedPeers(txtKey: "fp", trustedKeys: book, ownKey: identity.publicKeySHA256)
+/// for try await update in browser {
+///     for service in peers.follow(update) {
+///         Task { let pair = try await peers.connect(to: service, tls: clientTLS); … }
+///     }
+/// }
+/// ```
+///
+/// Its rules:
+/// - A service is returned to connect to when it is first listed, and again only when the key it
+///   advertises or the key the book trusts for its name changed since the last try (an entry
+///   removed from the book's file, say), or after it left and came back. At most
+///   ``maximumConcurrentConnections`` tries run at once; the others wait for a later call.
+/// - A service that advertises this end's key is never returned (it is this end, or points at
+///   it). One that advertises a key the book trusts under another name is refused before a
+///   connection is made (a name pointed at someone else is not a peer of its own), and either is
+///   refused if the key it proves in the handshake is such a key.
+/// - A client's key belongs to the name the book trusts with it; when none does, to the one
+///   listed service that advertises it and has no key trusted yet (trusted from now on when
+///   asked to, once the client proved it holds the key in the handshake). Two services claiming
+///   the same key are refused, whichever is real.
+///
+/// Names are compared by their bytes (ASCII letters in either case), as mDNS compares them: a
+/// look-alike spelled with other code points is another service, and the book never trusts a
+/// name that is not in NFC. Thread-safe.
+public final class AdvertisedPeers: Sendable {
+    /// Why ``connect(to:tls:bufferSize:resolveTimeout:context:)`` refused a service for its
+    /// key. Compare ``code``; new codes may be added in minor releases.
+    public struct Refusal: Error, Sendable, CustomStringConvertible {
+        /// The kind of a ``Refusal``.
+        public struct Code: Hashable, Sendable, CustomStringConvertible {
+            private let name: String
+            private init(_ name: String) { self.name = name }
+            public var description: String { name }
+            /// The service's key is another than the one the book trusts for its name.
+            public static let keyChanged = Code("keyChanged")
+            /// The service's key is this end's own.
+            public static let ownKey = Code("ownKey")
+            /// The service's key is one the book trusts under another name (``Refusal/otherName``).
+            public static let anotherNamesKey = Code("anotherNamesKey")
+        }
+        /// What was refused.
+        public let code: Code
+        /// The service refused.
+        public let service: DiscoveredService
+        /// The key the service advertised or proved (64 lower-case hex digits).
+        public let key: String
+        /// For ``Code/keyChanged``: the key the book trusts for the service's name.
+        public let trustedKey: String?
+        /// For ``Code/anotherNamesKey``: the name the book trusts the key under.
+        public let otherName: String?
+        /// For ``Code/keyChanged``: the book's file, from which the old key can be removed.
+        public let bookPath: String?
+
+        /// What is wrong with the service (to follow its name), and for a changed key what to do,
+        /// escaped for a terminal.
+        public var description: String {
+            switch code {
+            case .keyChanged:
+                return
+                    "it now advertises TLS key \(key), not the one trusted for its name (\(trustedKey ?? "none")); once its owner confirms the new key, remove \"\(TerminalText.escaped(service.name))\" from \(TerminalText.escaped(bookPath ?? "the book"))"
+            case .ownKey: return "its key is this end's own"
+            default: return "its key is the one trusted for \(TerminalText.escaped(otherName ?? "another name"))"
+            }
+        }
+    }
+
+    /// The TXT entry the peers advertise their keys' SHA-256 under.
+    public let txtKey: String
+    /// The book of keys trusted on first use.
+    public let trustedKeys: TrustedKeys
+    /// The SHA-256 of this end's own key (never a peer's), or nil.
+    public let ownKey: String?
+    /// How many ``connect(to:tls:bufferSize:resolveTimeout:context:)`` calls may run at once
+    /// before ``follow(_:)`` holds further services back.
+    public let maximumConcurrentConnections: Int
+
+    private struct State {
+        var listed: Set<DiscoveredService> = []
+        var advertised: [DiscoveredService: String] = [:]
+        /// For each service tried and still listed: what its try depended on.
+        var tried: [DiscoveredService: Attempt] = [:]
+        var connecting: Set<DiscoveredService> = []
+    }
+
+    /// What a try to connect to a service depends on: the key it advertises and the key the book
+    /// trusts for its name. A try is made again when either changes.
+    private struct Attempt: Equatable {
+        var advertised: String?
+        var trusted: String?
+    }
+
+    private let state = Locked(State())
+
+    /// Bookkeeping for peers advertising their keys under `txtKey`, trusted with `trustedKeys`.
+    /// - Parameters:
+    ///   - txtKey: the TXT entry holding each peer's key's SHA-256 (`fp` in peerxfer and the
+    ///     LAN-chat example).
+    ///   - trustedKeys: the book; its file may be edited while this runs (call ``follow(_:)``
+    ///     with nil now and then to notice an entry removed).
+    ///   - ownKey: this end's key's SHA-256 (`TLSIdentity.publicKeySHA256`), refused as a
+    ///     peer's.
+    ///   - maximumConcurrentConnections: how many tries may run at once (at least 1).
+    public init(txtKey: String, trustedKeys: TrustedKeys, ownKey: String?, maximumConcurrentConnections: Int = 8) {
+        self.txtKey = txtKey
+        self.trustedKeys = trustedKeys
+        self.ownKey = ownKey.flatMap { SHA256Digest(hex: $0)?.hex }
+        self.maximumConcurrentConnections = max(1, maximumConcurrentConnections)
+    }
+
+    /// Takes in a browse update (nil: none, look again at the book) and returns the services to
+    /// connect to now: listed, not this end, not being connected to, new or changed since their
+    /// last try (see the rules above). Each service returned counts as tried: connect to it, or skip it (one
+    /// already connected) until something changes.
+    public func follow(_ update: BrowseUpdate?) -> [DiscoveredService] {
+        state.withLock { state in
+            if let update {
+                for case .removed(let service) in update.changes { state.tried[service] = nil }
+                state.listed = update.services
+                state.advertised = update.txtRecords.compactMapValues {
+                    $0.advertisedPublicKeySHA256(forTXTKey: txtKey)
+                }
+                state.tried = state.tried.filter { state.listed.contains($0.key) }
+            }
+            var due: [DiscoveredService] = []
+            let room = maximumConcurrentConnections - state.connecting.count
+            for service in state.listed.sorted(by: { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }) {
+                guard due.count < room else { break }
+                // One advertising this end's key is this end (or points at it): never a peer.
+                guard !state.connecting.contains(service), ownKey == nil || state.advertised[service] != ownKey
+                else { continue }
+                let attempt = attempt(for: service, in: state)
+                guard state.tried[service] != attempt else { continue }
+                state.tried[service] = attempt
+                due.append(service)
+            }
+            return due
+        }
+    }
+
+    /// The key `service` advertised in the last update, as 64 lower-case hex digits; nil when
+    /// it advertises none (or is not listed).
+    public func advertisedKey(of service: DiscoveredService) -> String? {
+        state.withLock { $0.advertised[service] }
+    }
+
+    /// The name a client's key belongs to (see the rules above), or nil when none: the name
+    /// the book trusts with `key`, or else the one listed service advertising it whose name has
+    /// no trusted key yet. Waits up to `wait` for the browse to list such a service (a peer
+    /// connecting as it starts may be heard before it is seen).
+    /// - Parameters:
+    ///   - key: the SHA-256 of the key the client presented (`TLSPeerTrust.publicKeySHA256`).
+    ///   - trustingOnFirstUse: trust `key` for that service's name from now on; only once the
+    ///     client proved it holds the key (after the handshake, not from a trust evaluator).
+    ///   - wait: how long to wait for the browse.
+    /// - Throws: `TrustedKeys.Failure` or `AtomicFile.Failure` when the key should be trusted
+    ///   and the book cannot take it (the client is then not admitted); `CancellationError`.
+    public func owner(
+        ofClientKey key: String, trustingOnFirstUse: Bool = false, waitingUpTo wait: Duration = .seconds(5)
+    ) async throws -> String? {
+        guard let digest = SHA256Digest(hex: key)?.hex, digest != ownKey else { return nil }
+        let clock = ContinuousClock()
+        let deadline = clock.now + wait
+        while true {
+            if let name = trustedKeys.names(trusting: digest).first { return name }
+            let claims = state.withLock { state in
+                state.listed.filter { state.advertised[$0] == digest && trustedKeys.key(for: $0.name) == nil }
+            }
+            if claims.count == 1, let claim = claims.first {
+                guard trustingOnFirstUse else { return claim.name }
+                if try trustedKeys.trustOnFirstUse(digest, for: claim.name) { return claim.name }
+            }
+            // The browse is the app's to follow: look again shortly, within the bound.
+            guard clock.now < deadline else { return nil }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+    }
+
+    /// A trust evaluator for a listener (`StreamListener(tls:…, trustEvaluator:)`, with
+    /// `requiresClientCertificate` set) that admits, during the handshake, a client whose key
+    /// ``owner(ofClientKey:trustingOnFirstUse:waitingUpTo:)`` finds a name for, and refuses
+    /// the others before any application byte. It trusts nothing on first use: call
+    /// `owner(ofClientKey:trustingOnFirstUse: true)` once the connection is open, to learn
+    /// the client's name and trust its key (the client has proved it holds the key by then).
+    /// - Parameters:
+    ///   - wait: how long to wait for the browse to list a client's name.
+    ///   - refused: hears the key of each client refused (to tell a person).
+    public func clientEvaluator(
+        waitingUpTo wait: Duration = .seconds(5), refused: @escaping @Sendable (String) -> Void = { _ in }
+    ) -> TLSTrustEvaluator {
+        { [self] trust, decide in
+            Task {
+                let owner = try? await owner(ofClientKey: trust.publicKeySHA256, waitingUpTo: wait)
+                if owner == nil { refused(trust.publicKeySHA256) }
+                decide(owner != nil)
+            }
+        }
+    }
+
+    /// Connects to `service` pinned to the key it advertises, trusting it on first use with the
+    /// book (as `connect(pinningAdvertisedKey:trustedKeys:…)`), after refusing a service that
+    /// advertises or proves this end's key or a key trusted under another name. Counts as the
+    /// service's try: ``follow(_:)`` returns it again only when something changes after it.
+    /// - Parameters:
+    ///   - service: a service ``follow(_:)`` returned.
+    ///   - tls: this end's TLS configuration as a client (its certificate, for peers that judge
+    ///     their clients' keys).
+    ///   - bufferSize: bytes buffered in each direction.
+    ///   - resolveTimeout: how long resolving may take.
+    ///   - context: the connection to the avahi-daemon.
+    /// - Returns: the open streams; the book trusts their key for the service's name.
+    /// - Throws: ``Refusal`` (`keyChanged` when the service advertises or proves another key
+    ///   than the book holds for its name, `ownKey`, `anotherNamesKey`); otherwise as
+    ///   `connect(pinningAdvertisedKey:trustedKey:…)` (`nameNotFound`, connection and TLS
+    ///   failures), or the book's `TrustedKeys.Failure` or `AtomicFile.Failure` when it cannot
+    ///   take the key (the connection is then closed).
+    public func connect(
+        to service: DiscoveredService, tls: TLSConfiguration = .client, bufferSize: Int = 256 * 1024,
+        resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared
+    ) async throws -> BoundStreamPair {
+        state.withLock { _ = $0.connecting.insert(service) }
+        defer {
+            state.withLock { state in
+                state.connecting.remove(service)
+                // As things stand after this try (unless it left meanwhile).
+                if state.tried[service] != nil { state.tried[service] = attempt(for: service, in: state) }
+            }
+        }
+        if let key = advertisedKey(of: service), let refusal = refusal(of: service, holding: key) { throw refusal }
+        let pair: BoundStreamPair
+        do {
+            pair = try await service.connect(
+                pinningAdvertisedKey: txtKey, trustedKey: trustedKeys.key(for: service.name), tls: tls,
+                bufferSize: bufferSize, resolveTimeout: resolveTimeout, context: context)
+        } catch let error as SocketStreamError where error.tlsError?.code == .advertisedKeyChanged {
+            throw changed(service, key: error.tlsError?.advertisedPublicKeyFingerprint ?? "unknown")
+        }
+        do {
+            // Its record may have changed between the browse and the handshake.
+            let key = pair.peerTrust?.publicKeySHA256 ?? ""
+            if let refusal = refusal(of: service, holding: key) { throw refusal }
+            guard try trustedKeys.trustOnFirstUse(key, for: service.name) else { throw changed(service, key: key) }
+        } catch {
+            pair.close()
+            throw error
+        }
+        return pair
+    }
+
+    /// Why `service` holding `key` is not a peer of its own, or nil.
+    private func refusal(of service: DiscoveredService, holding key: String) -> Refusal? {
+        if key == ownKey { return refusal(.ownKey, service, key: key) }
+        let others = trustedKeys.names(trusting: key).filter { !ServiceNames.sameIgnoringASCIICase($0, service.name) }
+        return others.first.map { refusal(.anotherNamesKey, service, key: key, otherName: $0) }
+    }
+
+    /// `service` holds `key`, not the key the book trusts for its name.
+    private func changed(_ service: DiscoveredService, key: String) -> Refusal {
+        refusal(
+            .keyChanged, service, key: key, trustedKey: trustedKeys.key(for: service.name), bookPath: trustedKeys.path)
+    }
+
+    private func refusal(
+        _ code: Refusal.Code, _ service: DiscoveredService, key: String, trustedKey: String? = nil,
+        otherName: String? = nil, bookPath: String? = nil
+    ) -> Refusal {
+        Refusal(
+            code: code, service: service, key: key, trustedKey: trustedKey, otherName: otherName, bookPath: bookPath)
+    }
+
+    private func attempt(for service: DiscoveredService, in state: State) -> Attempt {
+        Attempt(advertised: state.advertised[service], trusted: trustedKeys.key(for: service.name))
+    }
+}
