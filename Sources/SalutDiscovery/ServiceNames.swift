@@ -106,8 +106,7 @@ public enum ServiceNames {
     /// (RFC 6762 section 16), every other byte as it is. Not Foundation's case-insensitive
     /// comparison, which folds Unicode too ("K", the Kelvin sign, would match "k").
     public static func sameIgnoringASCIICase(_ a: String, _ b: String) -> Bool {
-        func lowered(_ byte: UInt8) -> UInt8 { (0x41...0x5A).contains(byte) ? byte | 0x20 : byte }
-        return a.utf8.count == b.utf8.count && zip(a.utf8, b.utf8).allSatisfy { lowered($0) == lowered($1) }
+        ASCIICase.same(a, b)
     }
 
     /// True for a domain that mDNS serves on the link (`local` and names under it), as opposed

@@ -29,7 +29,7 @@ open class PeerStreamTask: PeerSessionTask, @unchecked Sendable {
             switch self {
             // ASCII case only, as DNS folds it (Unicode's lower case makes a Kelvin sign a `k`).
             case .host(let host, let port):
-                return "\(String(decoding: TrustedKeys.foldedBytes(host), as: UTF8.self)):\(port)"
+                return "\(ASCIICase.foldedText(host)):\(port)"
             case .service(let service): return "service:\(service.description)"
             }
         }

@@ -39,7 +39,7 @@ final class TrustStore: Sendable {
                 return .untrustedPeer(reason: "\(error)")
             }
         }
-        if seen == nil { seen = memory.withLock { $0[TrustedKeys.foldedBytes(peer)] } }
+        if seen == nil { seen = memory.withLock { $0[ASCIICase.folded(peer)] } }
         guard let seen else { return nil }
         return seen == fingerprint.lowercased()
             ? nil
@@ -54,7 +54,7 @@ final class TrustStore: Sendable {
     func remember(peer: String, fingerprint: String) -> Bool {
         let pinInMemory = {
             self.memory.withLock { known in
-                let name = TrustedKeys.foldedBytes(peer)
+                let name = ASCIICase.folded(peer)
                 if known[name] == nil { known[name] = fingerprint.lowercased() }
                 return known[name] == fingerprint.lowercased()
             }
@@ -64,10 +64,10 @@ final class TrustStore: Sendable {
             try FileManager.default.createDirectory(
                 at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
             // A key pinned in memory (its save failed) holds until the book has one.
-            let pinned = memory.withLock { $0[TrustedKeys.foldedBytes(peer)] }
+            let pinned = memory.withLock { $0[ASCIICase.folded(peer)] }
             if let pinned, pinned != fingerprint.lowercased() { return false }
             let trusted = try opened().trustOnFirstUse(fingerprint, for: peer)
-            if trusted, pinned != nil { _ = memory.withLock { $0.removeValue(forKey: TrustedKeys.foldedBytes(peer)) } }
+            if trusted, pinned != nil { _ = memory.withLock { $0.removeValue(forKey: ASCIICase.folded(peer)) } }
             return trusted
         } catch let error as TrustedKeys.Failure where error.code == .cannotWrite {
             // Pinned for this session all the same: a later key for the peer is held to it.

@@ -49,14 +49,18 @@ public enum TerminalText {
         return out
     }
 
+    /// Whether `text` is in Unicode's composed form (NFC), byte for byte: text that is not can
+    /// look exactly like other text yet be another name.
+    package static func isComposed(_ text: String) -> Bool {
+        text.precomposedStringWithCanonicalMapping.utf8.elementsEqual(text.utf8)
+    }
+
     /// The positions (among `text`'s scalars) that keep a character (grapheme) from being in
     /// NFC: in each such character, its first scalar when NFC writes that one otherwise alone
     /// (a Kelvin sign), and every scalar after it (a combining accent, a jamo). Empty, after
     /// one look, for text in NFC.
     private static func uncomposedScalars(of text: String) -> Set<Int> {
-        func composed(_ piece: String) -> Bool {
-            piece.precomposedStringWithCanonicalMapping.utf8.elementsEqual(piece.utf8)
-        }
+        let composed = isComposed
         guard !composed(text) else { return [] }
         var positions: Set<Int> = [], offset = 0
         for character in text {

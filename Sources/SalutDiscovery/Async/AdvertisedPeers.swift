@@ -137,7 +137,7 @@ public final class AdvertisedPeers: Sendable {
             }
             var due: [DiscoveredService] = []
             let room = maximumConcurrentConnections - state.connecting.count
-            for service in state.listed.sorted(by: { $0.name.utf8.lexicographicallyPrecedes($1.name.utf8) }) {
+            for service in state.listed.sorted(by: { ExactText($0.name) < ExactText($1.name) }) {
                 guard due.count < room else { break }
                 // One advertising this end's key is this end (or points at it): never a peer.
                 guard !state.connecting.contains(service), ownKey == nil || state.advertised[service] != ownKey

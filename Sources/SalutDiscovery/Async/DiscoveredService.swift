@@ -29,16 +29,13 @@ public struct DiscoveredService: Sendable, Hashable, CustomStringConvertible {
 
     /// Whether the two are the same service: name, type and domain equal byte for byte.
     public static func == (lhs: DiscoveredService, rhs: DiscoveredService) -> Bool {
-        lhs.name.utf8.elementsEqual(rhs.name.utf8) && lhs.type.utf8.elementsEqual(rhs.type.utf8)
-            && lhs.domain.utf8.elementsEqual(rhs.domain.utf8)
+        ExactText(lhs.name) == ExactText(rhs.name) && ExactText(lhs.type) == ExactText(rhs.type)
+            && ExactText(lhs.domain) == ExactText(rhs.domain)
     }
 
     /// Hashes the name, type and domain by their bytes (as `==` compares them).
     public func hash(into hasher: inout Hasher) {
-        for part in [name, type, domain] {
-            hasher.combine(part.utf8.count)
-            for byte in part.utf8 { hasher.combine(byte) }
-        }
+        for part in [name, type, domain] { hasher.combine(ExactText(part)) }
     }
 }
 

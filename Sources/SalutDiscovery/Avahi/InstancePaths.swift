@@ -40,20 +40,12 @@ final class InstancePaths: QueueOperation, @unchecked Sendable {
         /// Compared by bytes (as mDNS compares names), not as Swift compares text, which takes
         /// a look-alike written with other code points (a Kelvin sign for a `K`) for the name.
         func wants(_ seen: String) -> Bool {
-            ignoringCase ? ServiceNames.sameIgnoringASCIICase(seen, name) : seen.utf8.elementsEqual(name.utf8)
+            ignoringCase ? ServiceNames.sameIgnoringASCIICase(seen, name) : ExactText(seen) == ExactText(name)
         }
     }
 
     /// A name as published, compared and hashed by its bytes.
-    private struct Spelling: Hashable {
-        var text: String
-        init(_ text: String) { self.text = text }
-        static func == (a: Spelling, b: Spelling) -> Bool { a.text.utf8.elementsEqual(b.text.utf8) }
-        func hash(into hasher: inout Hasher) {
-            hasher.combine(text.utf8.count)
-            for byte in text.utf8 { hasher.combine(byte) }
-        }
-    }
+    private typealias Spelling = ExactText
 
     let type: String
     let domain: String
@@ -92,11 +84,7 @@ final class InstancePaths: QueueOperation, @unchecked Sendable {
     }
 
     /// `text` with ASCII capitals made small (DNS-SD compares names so, RFC 6762 section 16).
-    private static func folded(_ text: String) -> String {
-        String(
-            String.UnicodeScalarView(
-                text.unicodeScalars.map { ("A"..."Z").contains($0) ? Unicode.Scalar($0.value + 32)! : $0 }))
-    }
+    private static func folded(_ text: String) -> String { ASCIICase.foldedText(text) }
 
     /// `watcher` hears of `name` (and, `ignoringCase`, of every spelling of it in ASCII case) on
     /// every path it is seen on now, at once, and as it is seen and lost from now on. Watching

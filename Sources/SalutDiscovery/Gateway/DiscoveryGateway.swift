@@ -98,22 +98,18 @@ public final class DiscoveryGateway: Sendable {
 
         /// By type, then name, byte by byte.
         public static func < (a: ServiceKey, b: ServiceKey) -> Bool {
-            if !a.type.utf8.elementsEqual(b.type.utf8) { return a.type.utf8.lexicographicallyPrecedes(b.type.utf8) }
-            return a.name.utf8.lexicographicallyPrecedes(b.name.utf8)
+            (ExactText(a.type), ExactText(a.name)) < (ExactText(b.type), ExactText(b.name))
         }
 
         /// The same service: name and type equal byte for byte, as DNS compares them (a look-alike
         /// written with other code points, a Kelvin sign for a `K`, is another service).
         public static func == (a: ServiceKey, b: ServiceKey) -> Bool {
-            a.name.utf8.elementsEqual(b.name.utf8) && a.type.utf8.elementsEqual(b.type.utf8)
+            ExactText(a.name) == ExactText(b.name) && ExactText(a.type) == ExactText(b.type)
         }
 
         /// Hashes the name and type by their bytes (as `==` compares them).
         public func hash(into hasher: inout Hasher) {
-            for part in [name, type] {
-                hasher.combine(part.utf8.count)
-                for byte in part.utf8 { hasher.combine(byte) }
-            }
+            for part in [name, type] { hasher.combine(ExactText(part)) }
         }
 
         /// `Name._type._tcp`.

@@ -19,17 +19,7 @@ package struct UnicastBrowser: Sendable {
     /// DNS compares names (Swift's string comparison takes a look-alike written with other
     /// code points, a Kelvin sign for a `K`, for the name, and a set of strings lists the two
     /// once).
-    package struct InstanceName: Sendable, Hashable, Comparable, ExpressibleByStringLiteral {
-        package var text: String
-        package init(_ text: String) { self.text = text }
-        package init(stringLiteral text: String) { self.text = text }
-        package static func == (a: Self, b: Self) -> Bool { a.text.utf8.elementsEqual(b.text.utf8) }
-        package static func < (a: Self, b: Self) -> Bool { a.text.utf8.lexicographicallyPrecedes(b.text.utf8) }
-        package func hash(into hasher: inout Hasher) {
-            hasher.combine(text.utf8.count)
-            for byte in text.utf8 { hasher.combine(byte) }
-        }
-    }
+    package typealias InstanceName = ExactText
 
     /// What changed between two looks at the list (pure: tested without a server).
     package struct Changes: Sendable, Equatable {

@@ -139,7 +139,7 @@ public final class TrustedKeys: Sendable {
 
     /// The key trusted for `name` (in any ASCII case), 64 lowercase hex digits; nil when none is.
     public func key(for name: String) -> String? {
-        current { $0[Self.foldedBytes(name)]?.key }
+        current { $0[ASCIICase.folded(name)]?.key }
     }
 
     /// The names `key` (in any case, with or without colons) is trusted under, as first given,
@@ -172,10 +172,10 @@ public final class TrustedKeys: Sendable {
                 reason: "\"\(TerminalText.escaped(key))\" is not a SHA-256 fingerprint (64 hex digits)")
         }
         // A name trusted already is answered from what was read, without the file lock.
-        if let held = current({ $0[Self.foldedBytes(name)]?.key }) { return held == digest }
+        if let held = current({ $0[ASCIICase.folded(name)]?.key }) { return held == digest }
         return try changing { state in
-            if let held = state.entries[Self.foldedBytes(name)] { return held.key == digest }
-            guard Self.isComposed(name) else {
+            if let held = state.entries[ASCIICase.folded(name)] { return held.key == digest }
+            guard TerminalText.isComposed(name) else {
                 throw Failure(
                     code: .unnormalizedName, path: path,
                     reason:
@@ -186,7 +186,7 @@ public final class TrustedKeys: Sendable {
                 throw Failure(code: .full, path: path, reason: "it holds \(Self.maximumEntries) names already")
             }
             var entries = state.entries
-            entries[Self.foldedBytes(name)] = Entry(name: name, key: digest)
+            entries[ASCIICase.folded(name)] = Entry(name: name, key: digest)
             try write(entries, into: &state)
             return true
         }
@@ -197,9 +197,9 @@ public final class TrustedKeys: Sendable {
     ///   (as for ``trustOnFirstUse(_:for:)``; nothing is forgotten then).
     public func forget(_ name: String) throws {
         try changing { state in
-            guard state.entries[Self.foldedBytes(name)] != nil else { return }
+            guard state.entries[ASCIICase.folded(name)] != nil else { return }
             var entries = state.entries
-            entries[Self.foldedBytes(name)] = nil
+            entries[ASCIICase.folded(name)] = nil
             try write(entries, into: &state)
         }
     }
@@ -313,21 +313,13 @@ public final class TrustedKeys: Sendable {
             }
             // A name not in NFC (written by an older version, or by hand) is left out: it is
             // never trusted (and never trusted anew: see trustOnFirstUse), the rest of the book is.
-            guard isComposed(name) else { continue }
+            guard TerminalText.isComposed(name) else { continue }
             // Names alike but for ASCII case: the first.
-            if entries[foldedBytes(name)] == nil { entries[foldedBytes(name)] = Entry(name: name, key: digest) }
+            if entries[ASCIICase.folded(name)] == nil {
+                entries[ASCIICase.folded(name)] = Entry(name: name, key: digest)
+            }
         }
         return (entries, Stamp(status))
-    }
-
-    /// `name`'s bytes with ASCII letters in lower case (DNS compares names so).
-    package static func foldedBytes(_ name: String) -> [UInt8] {
-        name.utf8.map { (0x41...0x5A).contains($0) ? $0 + 0x20 : $0 }
-    }
-
-    /// Whether `name` is in Unicode's composed form (NFC), byte for byte.
-    static func isComposed(_ name: String) -> Bool {
-        name.precomposedStringWithCanonicalMapping.utf8.elementsEqual(name.utf8)
     }
 
     /// Why the folder holding `path` lets others replace the file, or nil: it must be the
