@@ -21,10 +21,13 @@ actor Chat {
     init(peers: AdvertisedPeers, identity: TLSConfiguration) { (self.peers, self.identity) = (peers, identity) }
 
     /// Follows the browse (nil: only looks again at `known`): drops peers that left, and joins
-    /// those new, or whose advertised or trusted key changed since they were last tried.
+    /// those new, or whose advertised or trusted key changed since they were last tried (or that
+    /// waited for a place: at most 8 joins at once).
     func seen(_ update: BrowseUpdate?) {
         for case .removed(let service) in update?.changes ?? [] { drop(service, outgoing[service], "it left") }
-        for service in peers.follow(update) where outgoing[service] == nil { Task { await join(service) } }
+        for service in peers.servicesToConnect(after: update, skipping: Set(outgoing.keys)) {
+            Task { await join(service) }
+        }
     }
 
     func join(_ service: DiscoveredService) async {
@@ -69,11 +72,9 @@ actor Chat {
     func send(_ line: String) async {
         if outgoing.isEmpty { say("(nobody to send to yet: that line went nowhere)") }
         for (peer, pair) in outgoing {
-            let writing = Task { try await pair.output.write(Data((line + "\n").utf8)) }
-            Task {
-                try await Task.sleep(for: .seconds(5)); writing.cancel()
-            }  // (no-op once written)
-            do { try await writing.value } catch { drop(peer, pair, "it stopped reading: \(error)") }
+            do { try await pair.output.write(Data((line + "\n").utf8), timeout: .seconds(5)) } catch {
+                drop(peer, pair, "it stopped reading: \(error)")
+            }
         }
     }
 

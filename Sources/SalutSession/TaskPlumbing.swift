@@ -30,7 +30,9 @@ final class OperationLane: Sendable {
         // @unchecked: `pending`, `consumer` and `finished` are guarded by `lock` (a `StateLock`).
         typealias Operation = @Sendable () async -> Void
         private let lock = StateLock()
-        private var pending: [Operation] = []
+        /// Operations from `first` on are waiting; the slots before it are emptied as they are
+        /// taken (an operation holds its data and its task) and dropped once they are half.
+        private var pending: [Operation?] = []
         private var first = 0
         private var consumer: CheckedContinuation<Void, Never>?
         private var finished = false
@@ -50,11 +52,14 @@ final class OperationLane: Sendable {
         func next() async -> Operation? {
             while true {
                 let taken = lock.withLock { () -> Operation?? in
-                    if first < pending.count {
-                        let operation = pending[first]
+                    if first < pending.count, let operation = pending[first] {
+                        pending[first] = nil
                         first += 1
                         if first == pending.count {
                             pending.removeAll(keepingCapacity: true)
+                            first = 0
+                        } else if first >= 64, first * 2 >= pending.count {
+                            pending.removeFirst(first)
                             first = 0
                         }
                         return .some(operation)

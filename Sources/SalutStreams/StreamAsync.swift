@@ -86,13 +86,31 @@ extension OutputStream {
     ///   before stay written), ``StreamFailure/readerClosed`` when the reading end closes first,
     ///   or the stream's own error.
     public func write(_ data: Data) async throws {
+        try await write(data, within: nil)
+    }
+
+    /// Writes all of `data` as ``write(_:)`` does, but gives up once `timeout` has passed with
+    /// bytes still waiting for room: a reader that stops taking them cannot hold the writer
+    /// longer. For Salut's own streams; others are written with their blocking `write`, unbounded.
+    /// - Throws: ``StreamFailure/timedOut`` when the time passed first (the bytes written before
+    ///   stay written: the stream is best closed), otherwise as ``write(_:)``.
+    public func write(_ data: Data, timeout: Duration) async throws {
+        let limit = OperationLimit(deadline: .now + timeout)
+        defer { limit.finish() }
+        try await write(data, within: limit)  // (a cancelled task leaves the wait by itself)
+    }
+
+    /// Writes all of `data`, waiting for room within `limit` (none: unbounded) for Salut's own
+    /// streams.
+    private func write(_ data: Data, within limit: OperationLimit?) async throws {
         if streamStatus == .notOpen { open() }
         var offset = 0
         while offset < data.count {
             let n: Int
             if let bound = self as? BoundOutputStream {
                 await bound.events.settled(bound, gate: bound.gate, then: bound.refresh)
-                await bound.buffer.writable()
+                await bound.buffer.writable(within: limit)
+                if limit?.state == .deadlinePassed { throw StreamFailure.timedOut }
                 try Task.checkCancellation()
                 n = await bound.write(data, from: offset)
             } else {

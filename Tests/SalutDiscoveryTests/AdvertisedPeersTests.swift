@@ -38,46 +38,107 @@ final class AdvertisedPeersTests: XCTestCase {
             txtRecords: records)
     }
 
-    func testEachServiceIsDueOnceAndAgainWhenItsKeyOrTheBooksEntryChangesOrItComesBack() throws {
+    /// The services due, each one's reservation ended at once (as a try that ended).
+    func due(_ peers: AdvertisedPeers, after update: BrowseUpdate? = nil) async throws -> Set<DiscoveredService> {
+        let services = peers.servicesToConnect(after: update)
+        for service in services { await end(peers, service) }
+        return Set(services)
+    }
+
+    /// Ends `service`'s reservation the way a try ends: a refused connect (it advertises a key the
+    /// book trusts for "holder", so it is refused before anything is connected).
+    func end(_ peers: AdvertisedPeers, _ service: DiscoveredService) async {
+        let key = peers.advertisedKey(of: service) ?? own
+        _ = try? peers.trustedKeys.trustOnFirstUse(key == own ? aliceKey : key, for: "holder")
+        _ = try? await peers.connect(to: service, tls: .client)
+        try? peers.trustedKeys.forget("holder")
+    }
+
+    func testEachServiceIsDueOnceAndAgainWhenItsKeyOrTheBooksEntryChangesOrItComesBack() async throws {
         let peers = try peers()
         // This end's own advertisement is never due; the others are, once.
-        XCTAssertEqual(
-            Set(peers.follow(try listing([alice: aliceKey, bob: bobKey, me: own]))), [alice, bob])
-        XCTAssertEqual(peers.follow(nil), [])
-        XCTAssertEqual(peers.follow(try listing([alice: aliceKey, bob: bobKey, me: own])), [])
+        let first = try await due(peers, after: try listing([alice: aliceKey, bob: bobKey, me: own]))
+        XCTAssertEqual(first, [alice, bob])
+        let again = try await due(peers)
+        XCTAssertEqual(again, [])
+        let same = try await due(peers, after: try listing([alice: aliceKey, bob: bobKey, me: own]))
+        XCTAssertEqual(same, [])
         // Bob advertises another key: due again, alone.
-        XCTAssertEqual(peers.follow(try listing([alice: aliceKey, bob: aliceKey, me: own])), [bob])
+        let changed = try await due(peers, after: try listing([alice: aliceKey, bob: aliceKey, me: own]))
+        XCTAssertEqual(changed, [bob])
         // The book's entry for alice changes (trusted now, then removed by hand): due each time.
         XCTAssertTrue(try peers.trustedKeys.trustOnFirstUse(aliceKey, for: "alice"))
-        XCTAssertEqual(peers.follow(nil), [alice])
+        let trusted = try await due(peers)
+        XCTAssertEqual(trusted, [alice])
         try peers.trustedKeys.forget("alice")
-        XCTAssertEqual(peers.follow(nil), [alice])
-        // Alice leaves and comes back with the same key: due again.
-        XCTAssertEqual(peers.follow(try listing([bob: aliceKey], removed: [alice])), [])
-        XCTAssertEqual(peers.follow(try listing([alice: aliceKey, bob: aliceKey])), [alice])
-        // A service whose record is not known yet is due, and due again once it advertises.
+        let forgotten = try await due(peers)
+        XCTAssertEqual(forgotten, [alice])
+        // Alice leaves and comes back with the same key: due again; or is asked for again.
+        let left = try await due(peers, after: try listing([bob: aliceKey], removed: [alice]))
+        XCTAssertEqual(left, [])
+        let back = try await due(peers, after: try listing([alice: aliceKey, bob: aliceKey]))
+        XCTAssertEqual(back, [alice])
+        peers.tryAgain(bob)
+        let retried = try await due(peers)
+        XCTAssertEqual(retried, [bob])
+        // A service whose record is not known yet waits for it (it may be this end's own).
         let carol = DiscoveredService(name: "carol", type: "_chat._tcp")
-        XCTAssertEqual(peers.follow(try listing([alice: aliceKey, bob: aliceKey, carol: nil])), [carol])
-        XCTAssertEqual(peers.follow(try listing([alice: aliceKey, bob: aliceKey, carol: bobKey])), [carol])
+        let unknown = try await due(peers, after: try listing([alice: aliceKey, bob: aliceKey, carol: nil]))
+        XCTAssertEqual(unknown, [])
+        let known = try await due(peers, after: try listing([alice: aliceKey, bob: aliceKey, carol: bobKey]))
+        XCTAssertEqual(known, [carol])
         XCTAssertEqual(peers.advertisedKey(of: carol), bobKey)
     }
 
-    func testALookAlikeNameIsAnotherServiceAndFewerThanTheLimitAreDueAtOnce() throws {
+    func testAtMostTheLimitIsReservedAndThoseWaitingLongestComeFirst() async throws {
         let peers = try peers(maximumConcurrentConnections: 2)
         let kitchen = DiscoveredService(name: "Kitchen", type: "_chat._tcp")
         let kelvin = DiscoveredService(name: "\u{212a}itchen", type: "_chat._tcp")  // a Kelvin sign for the K
         let update = try listing([kitchen: aliceKey, kelvin: bobKey, alice: aliceKey])
-        let first = peers.follow(update)
+        // A look-alike is another service. Two are reserved; the third waits, however often asked.
+        let first = peers.servicesToConnect(after: update)
         XCTAssertEqual(first.count, 2)
-        let second = peers.follow(nil)
-        XCTAssertEqual(Set(first + second), [kitchen, kelvin, alice])
-        XCTAssertEqual(peers.advertisedKey(of: kelvin), bobKey)
-        XCTAssertEqual(peers.advertisedKey(of: kitchen), aliceKey)
+        XCTAssertEqual(peers.servicesToConnect(after: update), [])
+        XCTAssertEqual(peers.servicesToConnect(), [])
+        // One try ends: the third gets its place.
+        await end(peers, first[0])
+        let third = peers.servicesToConnect()
+        XCTAssertEqual(Set(first + third), [kitchen, kelvin, alice])
+        await end(peers, first[1])
+        await end(peers, third[0])
+        // The first one tried changes its key again and again: the one waiting longest (the
+        // second) goes before it.
+        let changed = try listing([
+            first[0]: String(repeating: "c", count: 64), first[1]: String(repeating: "d", count: 64),
+            third[0]: peers.advertisedKey(of: third[0]),
+        ])
+        XCTAssertEqual(peers.servicesToConnect(after: changed, skipping: [first[1]]), [first[0]])
+        XCTAssertEqual(peers.servicesToConnect(), [first[1]], "skipped, not tried: still due")
+    }
+
+    func testConnectingRefusesThisEndsKeyAndAKeyTrustedUnderAnotherNameBeforeConnecting() async throws {
+        let peers = try peers()
+        _ = peers.servicesToConnect(after: try listing([alice: aliceKey, me: own]))
+        XCTAssertTrue(try peers.trustedKeys.trustOnFirstUse(aliceKey, for: "bob"))
+        for (service, code, other) in [
+            (me, AdvertisedPeers.Refusal.Code.ownKey, nil), (alice, .anotherNamesKey, "bob"),
+        ] {
+            do {
+                let pair = try await withDeadline(10, "connect") { try await peers.connect(to: service, tls: .client) }
+                pair.close()
+                XCTFail("connected to \(service)")
+            } catch let refusal as AdvertisedPeers.Refusal {
+                XCTAssertEqual(refusal.code, code)
+                XCTAssertEqual(refusal.service, service)
+                XCTAssertEqual(refusal.otherName, other)
+            }
+        }
+        XCTAssertNil(peers.trustedKeys.key(for: "alice"), "nothing trusted for a refused name")
     }
 
     func testAClientsKeyBelongsToItsTrustedNameOrToTheOneUntrustedNameAdvertisingIt() async throws {
         let peers = try peers()
-        _ = peers.follow(try listing([alice: aliceKey, bob: bobKey, me: own]))
+        _ = peers.servicesToConnect(after: try listing([alice: aliceKey, bob: bobKey, me: own]))
         // Advertised by one name with no key trusted: that name; trusted only when asked.
         let unproven = try await peers.owner(ofClientKey: aliceKey, waitingUpTo: .zero)
         XCTAssertEqual(unproven, "alice")
@@ -87,11 +148,11 @@ final class AdvertisedPeersTests: XCTestCase {
         XCTAssertEqual(peers.trustedKeys.key(for: "alice"), aliceKey)
         // Now alice's key is hers wherever it is advertised, and a name trusted with another key
         // cannot claim it; this end's key and a key nobody advertises belong to no one.
-        _ = peers.follow(try listing([bob: aliceKey, me: own]))
+        _ = peers.servicesToConnect(after: try listing([bob: aliceKey, me: own]))
         let moved = try await peers.owner(ofClientKey: aliceKey, waitingUpTo: .zero)
         XCTAssertEqual(moved, "alice")
         XCTAssertTrue(try peers.trustedKeys.trustOnFirstUse(bobKey, for: "bob"))
-        _ = peers.follow(try listing([bob: String(repeating: "c", count: 64)]))
+        _ = peers.servicesToConnect(after: try listing([bob: String(repeating: "c", count: 64)]))
         let claimedByATrustedName = try await peers.owner(
             ofClientKey: String(repeating: "c", count: 64), waitingUpTo: .milliseconds(200))
         XCTAssertNil(claimedByATrustedName)
@@ -104,13 +165,13 @@ final class AdvertisedPeersTests: XCTestCase {
     func testTwoNamesAdvertisingOneKeyClaimItNeitherAndALateListingIsWaitedFor() async throws {
         let peers = try peers()
         let twin = DiscoveredService(name: "alice-twin", type: "_chat._tcp")
-        _ = peers.follow(try listing([alice: aliceKey, twin: aliceKey]))
+        _ = peers.servicesToConnect(after: try listing([alice: aliceKey, twin: aliceKey]))
         let claimedTwice = try await peers.owner(ofClientKey: aliceKey, waitingUpTo: .milliseconds(200))
         XCTAssertNil(claimedTwice)
         // A client heard before its advertisement is seen: admitted once the browse lists it.
         let key = bobKey
         let waiting = Task { try await peers.owner(ofClientKey: key, waitingUpTo: .seconds(30)) }
-        _ = peers.follow(try listing([alice: aliceKey, bob: bobKey]))
+        _ = peers.servicesToConnect(after: try listing([alice: aliceKey, bob: bobKey]))
         let late = try await withDeadline(30, "the late listing") { try await waiting.value }
         XCTAssertEqual(late, "bob")
     }

@@ -19,6 +19,36 @@ final class StreamCancellationTests: SalutTestCase {
         XCTAssertEqual(bytes(pair.input, max: 8), [1, 2, 3, 4], "the bytes that went in before the cancel arrive")
     }
 
+    func testAWriteWithATimeoutGivesUpWhenNobodyReadsAndCompletesWhenSomeoneDoes() async throws {
+        let pair = BoundStreamPair(bufferSize: 4)
+        pair.input.open(); pair.output.open()
+        // Nobody reads: the write gives up after its time, saying so; what went in stays.
+        let stalled = try await withDeadline(10, "the timed write returns") {
+            do {
+                try await pair.output.write(Data([1, 2, 3, 4, 5, 6]), timeout: .milliseconds(200))
+                return "written"
+            } catch let failure as StreamFailure {
+                return failure.code.description
+            }
+        }
+        XCTAssertEqual(stalled, "timedOut")
+        XCTAssertEqual(bytes(pair.input, max: 8), [1, 2, 3, 4], "the bytes that went in before the time passed")
+        // A reader that keeps taking bytes: a write larger than the buffer completes in time.
+        let reader = Task { () -> Int in
+            var count = 0
+            for try await chunk in pair.input.chunks {
+                count += chunk.count
+                if count >= 64 { break }
+            }
+            return count
+        }
+        try await withDeadline(10, "the timed write with a reader") {
+            try await pair.output.write(Data(repeating: 7, count: 64), timeout: .seconds(30))
+        }
+        let read = try await withDeadline(10, "the reader") { try await reader.value }
+        XCTAssertEqual(read, 64)
+    }
+
     func testCancelledChunksThrowsInsteadOfEndingAndLosesNothing() async throws {
         let pair = BoundStreamPair(bufferSize: 16)
         pair.input.open(); pair.output.open()

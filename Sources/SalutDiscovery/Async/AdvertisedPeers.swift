@@ -7,23 +7,27 @@ import SalutStreams
 /// sync tool), where each publishes the SHA-256 of its key under one TXT key.
 ///
 /// Feed it every update of a browser made with ``ServiceBrowser/includingTXTRecords(waitingUpTo:maximumWatched:)``,
-/// connect to the services ``follow(_:)`` returns, and judge each client with
+/// pass every service ``servicesToConnect(after:skipping:)`` returns to
+/// ``connect(to:tls:bufferSize:resolveTimeout:context:)``, and judge each client with
 /// ``owner(ofClientKey:trustingOnFirstUse:waitingUpTo:)``:
 ///
 /// ```swift
 /// let peers = AdvertisedPeers(txtKey: "fp", trustedKeys: book, ownKey: identity.publicKeySHA256)
 /// for try await update in browser {
-///     for service in peers.follow(update) {
-///         Task { let pair = try await peers.connect(to: service, tls: clientTLS); … }
+///     for service in peers.servicesToConnect(after: update, skipping: connected) {
+///         Task { let pair = try await peers.connect(to: service, tls: identity.clientConfiguration); … }
 ///     }
 /// }
 /// ```
 ///
 /// Its rules:
-/// - A service is returned to connect to when it is first listed, and again only when the key it
-///   advertises or the key the book trusts for its name changed since the last try (an entry
-///   removed from the book's file, say), or after it left and came back. At most
-///   ``maximumConcurrentConnections`` tries run at once; the others wait for a later call.
+/// - A service is returned to connect to once its TXT record is known, and again only when the
+///   key it advertises or the key the book trusts for its name changed since its last try (an
+///   entry removed from the book's file, say), after it left and came back, or after
+///   ``tryAgain(_:)``. At most ``maximumConcurrentConnections`` tries run at once: a service
+///   returned is reserved until its `connect` ends, and the others wait for a later call (call
+///   `servicesToConnect(skipping:)` when a try ends, or now and then). Those waiting longest
+///   come first, so names that keep changing their keys cannot keep the others waiting.
 /// - A service that advertises this end's key is never returned (it is this end, or points at
 ///   it). One that advertises a key the book trusts under another name is refused before a
 ///   connection is made (a name pointed at someone else is not a peer of its own), and either is
@@ -68,13 +72,15 @@ public final class AdvertisedPeers: Sendable {
         /// What is wrong with the service (to follow its name), and for a changed key what to do,
         /// escaped for a terminal.
         public var description: String {
-            switch code {
-            case .keyChanged:
+            if code == .keyChanged {
                 return
                     "it now advertises TLS key \(key), not the one trusted for its name (\(trustedKey ?? "none")); once its owner confirms the new key, remove \"\(TerminalText.escaped(service.name))\" from \(TerminalText.escaped(bookPath ?? "the book"))"
-            case .ownKey: return "its key is this end's own"
-            default: return "its key is the one trusted for \(TerminalText.escaped(otherName ?? "another name"))"
             }
+            if code == .ownKey { return "its key is this end's own" }
+            if code == .anotherNamesKey {
+                return "its key is the one trusted for \(TerminalText.escaped(otherName ?? "another name"))"
+            }
+            return "its key \(key) is refused (\(code))"
         }
     }
 
@@ -84,16 +90,22 @@ public final class AdvertisedPeers: Sendable {
     public let trustedKeys: TrustedKeys
     /// The SHA-256 of this end's own key (never a peer's), or nil.
     public let ownKey: String?
-    /// How many ``connect(to:tls:bufferSize:resolveTimeout:context:)`` calls may run at once
-    /// before ``follow(_:)`` holds further services back.
+    /// How many services may be reserved for ``connect(to:tls:bufferSize:resolveTimeout:context:)``
+    /// at once before ``servicesToConnect(after:skipping:)`` holds further ones back.
     public let maximumConcurrentConnections: Int
 
     private struct State {
         var listed: Set<DiscoveredService> = []
+        /// The services whose TXT record is known.
+        var recorded: Set<DiscoveredService> = []
         var advertised: [DiscoveredService: String] = [:]
         /// For each service tried and still listed: what its try depended on.
         var tried: [DiscoveredService: Attempt] = [:]
+        /// Reserved for a try, from being returned (or from `connect`) until `connect` ends.
         var connecting: Set<DiscoveredService> = []
+        /// For each listed service, when it was first seen or last returned (lower goes first).
+        var turn: [DiscoveredService: UInt64] = [:]
+        var nextTurn: UInt64 = 0
     }
 
     /// What a try to connect to a service depends on: the key it advertises and the key the book
@@ -109,46 +121,69 @@ public final class AdvertisedPeers: Sendable {
     /// - Parameters:
     ///   - txtKey: the TXT entry holding each peer's key's SHA-256 (`fp` in peerxfer and the
     ///     LAN-chat example).
-    ///   - trustedKeys: the book; its file may be edited while this runs (call ``follow(_:)``
-    ///     with nil now and then to notice an entry removed).
-    ///   - ownKey: this end's key's SHA-256 (`TLSIdentity.publicKeySHA256`), refused as a
-    ///     peer's.
+    ///   - trustedKeys: the book; its file may be edited while this runs (call
+    ///     `servicesToConnect(skipping:)` now and then to notice an entry removed).
+    ///   - ownKey: this end's key's SHA-256 (`TLSIdentity.publicKeySHA256`: 64 hex digits, a
+    ///     precondition), refused as a peer's; nil when this end has none.
     ///   - maximumConcurrentConnections: how many tries may run at once (at least 1).
     public init(txtKey: String, trustedKeys: TrustedKeys, ownKey: String?, maximumConcurrentConnections: Int = 8) {
+        let own = ownKey.map { SHA256Digest(hex: $0)?.hex }
+        precondition(own != .some(nil), "ownKey is not a SHA-256 fingerprint (64 hex digits)")
         self.txtKey = txtKey
         self.trustedKeys = trustedKeys
-        self.ownKey = ownKey.flatMap { SHA256Digest(hex: $0)?.hex }
+        self.ownKey = own ?? nil
         self.maximumConcurrentConnections = max(1, maximumConcurrentConnections)
     }
 
-    /// Takes in a browse update (nil: none, look again at the book) and returns the services to
-    /// connect to now: listed, not this end, not being connected to, new or changed since their
-    /// last try (see the rules above). Each service returned counts as tried: connect to it, or skip it (one
-    /// already connected) until something changes.
-    public func follow(_ update: BrowseUpdate?) -> [DiscoveredService] {
+    /// Takes in a browse update, if any (none: only looks again at the book), and returns the
+    /// services to connect to now: listed with a known TXT record, not this end, not reserved or
+    /// in `skipping`, new or changed since their last try (see the rules above), those waiting
+    /// longest first. Each one returned counts as tried and is reserved until it is passed to
+    /// ``connect(to:tls:bufferSize:resolveTimeout:context:)``: pass every one (leave out those
+    /// you will not connect to, one you are connected to already, with `skipping`).
+    public func servicesToConnect(
+        after update: BrowseUpdate? = nil, skipping: Set<DiscoveredService> = []
+    ) -> [DiscoveredService] {
         state.withLock { state in
             if let update {
                 for case .removed(let service) in update.changes { state.tried[service] = nil }
                 state.listed = update.services
+                state.recorded = Set(update.txtRecords.keys)
                 state.advertised = update.txtRecords.compactMapValues {
                     $0.advertisedPublicKeySHA256(forTXTKey: txtKey)
                 }
                 state.tried = state.tried.filter { state.listed.contains($0.key) }
+                state.turn = state.turn.filter { state.listed.contains($0.key) }
+                for service in state.listed.sorted(by: { ExactText($0.name) < ExactText($1.name) })
+                where state.turn[service] == nil {
+                    state.turn[service] = state.nextTurn
+                    state.nextTurn += 1
+                }
             }
             var due: [DiscoveredService] = []
             let room = maximumConcurrentConnections - state.connecting.count
-            for service in state.listed.sorted(by: { ExactText($0.name) < ExactText($1.name) }) {
+            for service in state.listed.sorted(by: { state.turn[$0, default: 0] < state.turn[$1, default: 0] }) {
                 guard due.count < room else { break }
                 // One advertising this end's key is this end (or points at it): never a peer.
-                guard !state.connecting.contains(service), ownKey == nil || state.advertised[service] != ownKey
+                guard state.recorded.contains(service), ownKey == nil || state.advertised[service] != ownKey,
+                    !state.connecting.contains(service), !skipping.contains(service)
                 else { continue }
                 let attempt = attempt(for: service, in: state)
                 guard state.tried[service] != attempt else { continue }
                 state.tried[service] = attempt
+                state.connecting.insert(service)
+                state.turn[service] = state.nextTurn
+                state.nextTurn += 1
                 due.append(service)
             }
             return due
         }
+    }
+
+    /// Lets `service` be returned again by the next ``servicesToConnect(after:skipping:)``
+    /// although nothing changed (to connect again after a connection was lost, say).
+    public func tryAgain(_ service: DiscoveredService) {
+        state.withLock { _ = $0.tried.removeValue(forKey: service) }
     }
 
     /// The key `service` advertised in the last update, as 64 lower-case hex digits; nil when
@@ -213,9 +248,10 @@ public final class AdvertisedPeers: Sendable {
     /// Connects to `service` pinned to the key it advertises, trusting it on first use with the
     /// book (as `connect(pinningAdvertisedKey:trustedKeys:…)`), after refusing a service that
     /// advertises or proves this end's key or a key trusted under another name. Counts as the
-    /// service's try: ``follow(_:)`` returns it again only when something changes after it.
+    /// service's try: ``servicesToConnect(after:skipping:)`` returns it again only when
+    /// something changes after it, and its reservation ends with it.
     /// - Parameters:
-    ///   - service: a service ``follow(_:)`` returned.
+    ///   - service: a service ``servicesToConnect(after:skipping:)`` returned.
     ///   - tls: this end's TLS configuration as a client (its certificate, for peers that judge
     ///     their clients' keys).
     ///   - bufferSize: bytes buffered in each direction.
@@ -228,7 +264,7 @@ public final class AdvertisedPeers: Sendable {
     ///   failures), or the book's `TrustedKeys.Failure` or `AtomicFile.Failure` when it cannot
     ///   take the key (the connection is then closed).
     public func connect(
-        to service: DiscoveredService, tls: TLSConfiguration = .client, bufferSize: Int = 256 * 1024,
+        to service: DiscoveredService, tls: TLSConfiguration, bufferSize: Int = 256 * 1024,
         resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared
     ) async throws -> BoundStreamPair {
         state.withLock { _ = $0.connecting.insert(service) }

@@ -111,12 +111,15 @@ public struct StreamFailure: Error, Sendable, Hashable, CustomStringConvertible 
         public static let notOpen = Code("notOpen")
         /// A line read with `InputStream.lines(maximumLength:)` was longer than its limit.
         public static let lineTooLong = Code("lineTooLong")
+        /// A write with a timeout (`OutputStream.write(_:timeout:)`) found no room in time.
+        public static let timedOut = Code("timedOut")
     }
 
     private enum Details: Hashable, Sendable {
         case readerClosed
         case notOpen
         case lineTooLong(limit: Int)
+        case timedOut
     }
 
     private let details: Details
@@ -128,6 +131,9 @@ public struct StreamFailure: Error, Sendable, Hashable, CustomStringConvertible 
     public static let notOpen = StreamFailure(.notOpen)
     /// A line went past `limit` bytes without its end (`InputStream.lines(maximumLength:)`).
     public static func lineTooLong(limit: Int) -> StreamFailure { StreamFailure(.lineTooLong(limit: limit)) }
+    /// The time given to a write (`OutputStream.write(_:timeout:)`) passed before the reader
+    /// took its bytes.
+    public static let timedOut = StreamFailure(.timedOut)
 
     /// The kind of failure.
     public var code: Code {
@@ -135,6 +141,7 @@ public struct StreamFailure: Error, Sendable, Hashable, CustomStringConvertible 
         case .readerClosed: .readerClosed
         case .notOpen: .notOpen
         case .lineTooLong: .lineTooLong
+        case .timedOut: .timedOut
         }
     }
 
@@ -144,6 +151,7 @@ public struct StreamFailure: Error, Sendable, Hashable, CustomStringConvertible 
         case .readerClosed: return "the reading end of the stream pair was closed"
         case .notOpen: return "the stream is not open"
         case .lineTooLong(let limit): return "a line went past \(limit) bytes without its end"
+        case .timedOut: return "the reader took no more bytes within the time given to the write"
         }
     }
 }
