@@ -117,7 +117,7 @@ extension DiscoveryGateway {
         mutating func handle(_ event: Event) -> [Action] {
             switch event {
             case .seen(let key):
-                guard !order.contains(key) else { return [] }
+                guard !order.contains(key) else { return [] }  // seen on another interface or protocol too
                 guard order.count < maximumServices + maximumWaiting else {
                     return tellSkipped(key, "more than \(maximumServices + maximumWaiting) services on the link")
                 }
@@ -125,7 +125,7 @@ extension DiscoveryGateway {
                 if order.count <= maximumServices { return [.resolve(key)] }
                 return tellSkipped(key, "over --max-services (\(maximumServices)): it waits until others leave")
             case .found(let service):
-                guard admitted.contains(service.key) else { return [] }
+                guard admitted.contains(service.key) else { return [] }  // late: lost, or moved back, meanwhile
                 linked[service.key] = service
                 if unwritable[service.key] != nil && unwritable[service.key] != service {
                     unwritable[service.key] = nil  // changed: worth another try
@@ -144,7 +144,7 @@ extension DiscoveryGateway {
                 }
                 return next()
             case .lost(let key):
-                guard let index = order.firstIndex(of: key) else { return [] }
+                guard let index = order.firstIndex(of: key) else { return [] }  // late: lost already
                 let wasAdmitted = index < maximumServices
                 order.remove(at: index)
                 linked[key] = nil
@@ -157,6 +157,7 @@ extension DiscoveryGateway {
                 }
                 return actions + next()
             case .unresolved(let key):
+                // Late: lost, or moved back to wait, while its resolution ran out.
                 guard let index = order.firstIndex(of: key), index < maximumServices else { return [] }
                 var actions = tellSkipped(key, "it did not resolve in time")
                 order.remove(at: index)

@@ -274,6 +274,7 @@ extension Receiver {
 
         /// The shell verified (or failed to verify) entry `result.index`.
         mutating func fileFinished(_ result: FileResult) -> [Action] {
+            // Late: the exchange failed or ended while the shell verified the file (nothing to say).
             guard case .receiving(var receiving) = state, open[result.index]?.finishing == true else { return [] }
             open[result.index] = nil
             if result.verified { receiving.verified += 1 } else { receiving.failed += 1 }
