@@ -1,5 +1,4 @@
-// lan-chat: a LAN chat on Salut's async API: TLS, each key's SHA-256 in TXT (`fp`), connections
-// pinned to advertised keys (trusted on first use), each client's key judged as it connects.
+// lan-chat: a LAN chat over TLS: keys advertised in TXT (`fp`), pinned and trusted on first use.
 import Foundation
 import Salut
 
@@ -7,7 +6,8 @@ let usage = """
     usage: lan-chat NAME DIRECTORY [TYPE]
       NAME       the name the others see
       DIRECTORY  keeps this chat's key and the keys it trusts (made if missing); a peer whose key
-                 changed is refused until its entry in DIRECTORY/known is removed
+                 changed is refused until its entry in DIRECTORY/known (JSON) is removed: do so once
+                 its owner confirms the new key (shown when the peer starts)
       TYPE       the service type (default _lanchat._tcp)
     Then type lines to send them; Ctrl-D or Ctrl-C leaves.
     """
@@ -15,36 +15,40 @@ let usage = """
 actor Chat {
     let peers: AdvertisedPeers, identity: TLSConfiguration  // identity: shown to the peers we join
     var leaving = false
+    var joining: Set<DiscoveredService> = []  // joined or being joined
     var outgoing: [DiscoveredService: BoundStreamPair] = [:]  // we write, they read
     var incoming: [String: BoundStreamPair] = [:]  // they write, we read: one per trusted name
 
     init(peers: AdvertisedPeers, identity: TLSConfiguration) { (self.peers, self.identity) = (peers, identity) }
 
-    /// Follows the browse (nil: only looks again at `known`): drops peers that left, and joins
-    /// those new, or whose advertised or trusted key changed since they were last tried (or that
-    /// waited for a place: at most 8 joins at once).
+    /// Follows the browse (nil: looks again at `known`): drops peers that left, joins those due
+    /// (new, or whose advertised or trusted key changed since they were last tried).
     func seen(_ update: BrowseUpdate?) {
         for case .removed(let service) in update?.changes ?? [] { drop(service, outgoing[service], "it left") }
-        for service in peers.servicesToConnect(after: update, skipping: Set(outgoing.keys)) {
-            Task { await join(service) }
-        }
+        for service in peers.servicesToConnect(after: update, skipping: joining) { Task { await join(service) } }
     }
 
+    /// Joins a peer: connected once it says hello (TLS 1.3 tells a refused client only later).
     func join(_ service: DiscoveredService) async {
+        joining.insert(service)
+        defer { joining.remove(service) }
         let known = peers.trustedKeys.key(for: service.name) != nil
         do {
             let pair = try await peers.connect(to: service, tls: identity)
-            outgoing[service] = pair
-            let key = pair.peerTrust?.publicKeySHA256 ?? ""
-            say("connected to \(service.name)" + (known ? "" : " (its key \(key) trusted from now on)"))
-            Task {  // it never writes to us: this ends when it goes, or refuses our key
-                var why = "it closed the connection"
-                do { for try await _ in pair.input.chunks {} } catch {
-                    let cut = (error as? SocketStreamError)?.tlsError?.code == .closedWithoutCloseNotify
-                    why = cut ? "it cut the connection: it may not trust this chat's key" : "\(error)"
-                }
-                drop(service, pair, why)
+            defer { pair.close() }
+            let bound = Task {  // on the wait for its hello
+                try await Task.sleep(for: .seconds(15)); pair.close()
             }
+            var lines = pair.input.lines(maximumLength: 64).makeAsyncIterator()
+            guard (try? await lines.next()) != nil else {
+                return say("\(service.name) did not admit this chat (if our key changed, they must remove the old one)")
+            }
+            bound.cancel()
+            outgoing[service] = pair
+            let trusted = known ? "" : " (its key \(pair.peerTrust!.publicKeySHA256) trusted from now on)"
+            say("connected to \(service.name)\(trusted)")
+            do { while try await lines.next() != nil {} } catch { return drop(service, pair, "\(error)") }
+            drop(service, pair, "it closed the connection")
         } catch {
             say("not connecting to \(service.name): \(error)")
         }
@@ -57,10 +61,17 @@ actor Chat {
         pair.close()
     }
 
-    /// Shows the lines of a client admitted as `peer` until it goes (one connection per peer).
-    func serve(_ pair: BoundStreamPair, from peer: String) async {
+    /// Admits a client under its key's name (trusted on first use), shows its lines until it goes.
+    func serve(_ pair: BoundStreamPair) async {
+        guard (try? await pair.open()) != nil, let key = pair.peerTrust?.publicKeySHA256 else { return pair.close() }
+        var admitted: String?
+        do { admitted = try await peers.owner(ofClientKey: key, trustingOnFirstUse: true) } catch {
+            say("refused a client with key \(key): \(error)")
+        }
+        guard let peer = admitted else { return pair.close() }
         incoming.updateValue(pair, forKey: peer)?.close()
-        try? await pair.output.write(Data("hello\n".utf8))  // its listener awaits a first byte
+        if !joining.contains(where: { $0.name == peer }) { peers.tryAgain(named: peer) }  // it may take our key now
+        try? await pair.output.write(Data("hello\n".utf8))  // you are admitted
         do {
             for try await line in pair.input.lines(maximumLength: 4096) { say("[\(peer)] \(line)") }
         } catch { if !leaving { say("closed the connection from \(peer): \(error)") } }
@@ -100,7 +111,8 @@ guard (3...4).contains(arguments.count), !arguments[1].hasPrefix("-") else {
 }
 let (name, directory, type) = (arguments[1], arguments[2], arguments.count > 3 ? arguments[3] : "_lanchat._tcp")
 do {
-    let browser = try ServiceBrowser(type: type).includingTXTRecords()  // a bad type fails before a file is made
+    try ServiceNames.checkName(name, allowEmpty: false)  // a bad NAME or TYPE fails before a file is made
+    let browser = try ServiceBrowser(type: type).includingTXTRecords()
     let identity = try TLSIdentity.loadOrCreate(directory: directory, commonName: name)
     let peers = AdvertisedPeers(
         txtKey: "fp", trustedKeys: try TrustedKeys(path: directory + "/known"), ownKey: identity.publicKeySHA256)
@@ -111,20 +123,7 @@ do {
         trustEvaluator: peers.clientEvaluator { say("refused a client: no name we trust advertises its key \($0)") },
         allowRename: false)
     say("listening as \(ad.name) (key \(identity.publicKeySHA256))")
-    Task {  // incoming: labelled with the name its key was admitted under
-        for await connection in ad.connections {
-            Task {
-                guard (try? await connection.streams.open()) != nil else { return }
-                let key = connection.streams.peerTrust?.publicKeySHA256 ?? ""
-                var from: String?
-                do { from = try await peers.owner(ofClientKey: key, trustingOnFirstUse: true) } catch {
-                    say("refused a client with key \(key): \(error)")
-                }
-                guard let from else { return connection.streams.close() }
-                await chat.serve(connection.streams, from: from)
-            }
-        }
-    }
+    Task { for await connection in ad.connections { Task { await chat.serve(connection.streams) } } }
     Task { for try await update in browser { await chat.seen(update) } }
     Task { while true { try await Task.sleep(for: .seconds(2)); await chat.seen(nil) } }  // hears `known` edited
     let (lines, sink) = AsyncStream<String>.makeStream()
@@ -145,5 +144,6 @@ do {
     await ad.withdraw()  // (and stops listening)
 } catch {
     FileHandle.standardError.write(Data("lan-chat: \(error)\n".utf8))
-    exit((error as? DiscoveryError)?.code == .invalidServiceType ? 2 : 1)  // a bad TYPE is a usage error
+    let code = (error as? DiscoveryError)?.code  // a bad NAME or TYPE is a usage error
+    exit(code == .invalidServiceType || code == .invalidServiceName ? 2 : 1)
 }

@@ -81,6 +81,10 @@ final class AdvertisedPeersTests: XCTestCase {
         peers.tryAgain(bob)
         let retried = try await due(peers)
         XCTAssertEqual(retried, [bob])
+        // A client admitted as alice (Alice, in another case): alice is due again.
+        peers.tryAgain(named: "Alice")
+        let rejoin = try await due(peers)
+        XCTAssertEqual(rejoin, [alice])
         // A service whose record is not known yet waits for it (it may be this end's own).
         let carol = DiscoveredService(name: "carol", type: "_chat._tcp")
         let unknown = try await due(peers, after: try listing([alice: aliceKey, bob: aliceKey, carol: nil]))
@@ -100,12 +104,18 @@ final class AdvertisedPeersTests: XCTestCase {
         XCTAssertEqual(first.count, 2)
         XCTAssertEqual(peers.servicesToConnect(after: update), [])
         XCTAssertEqual(peers.servicesToConnect(), [])
-        // One try ends: the third gets its place.
-        await end(peers, first[0])
-        let third = peers.servicesToConnect()
+        // One leaves the browse before it was tried: its place goes to the third; when it comes
+        // back it waits for a try to end.
+        let without = try listing(
+            [kitchen: aliceKey, kelvin: bobKey, alice: aliceKey].filter { $0.key != first[1] }, removed: [first[1]])
+        let third = peers.servicesToConnect(after: without)
+        XCTAssertEqual(third.count, 1)
         XCTAssertEqual(Set(first + third), [kitchen, kelvin, alice])
-        await end(peers, first[1])
+        XCTAssertEqual(peers.servicesToConnect(after: update), [])
         await end(peers, third[0])
+        XCTAssertEqual(peers.servicesToConnect(), [first[1]])
+        await end(peers, first[0])
+        await end(peers, first[1])
         // The first one tried changes its key again and again: the one waiting longest (the
         // second) goes before it.
         let changed = try listing([

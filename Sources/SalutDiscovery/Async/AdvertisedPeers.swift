@@ -24,8 +24,10 @@ import SalutStreams
 /// - A service is returned to connect to once its TXT record is known, and again only when the
 ///   key it advertises or the key the book trusts for its name changed since its last try (an
 ///   entry removed from the book's file, say), after it left and came back, or after
-///   ``tryAgain(_:)``. At most ``maximumConcurrentConnections`` tries run at once: a service
-///   returned is reserved until its `connect` ends, and the others wait for a later call (call
+///   ``tryAgain(_:)`` or ``tryAgain(named:)`` (a connection lost; a peer that refused this end
+///   connecting to it, so that it may take this end's key now). At most
+///   ``maximumConcurrentConnections`` tries run at once: a service returned is reserved until
+///   its `connect` ends (or it leaves the browse first), and the others wait for a later call (call
 ///   `servicesToConnect(skipping:)` when a try ends, or now and then). Those waiting longest
 ///   come first, so names that keep changing their keys cannot keep the others waiting.
 /// - A service that advertises this end's key is never returned (it is this end, or points at
@@ -101,7 +103,9 @@ public final class AdvertisedPeers: Sendable {
         var advertised: [DiscoveredService: String] = [:]
         /// For each service tried and still listed: what its try depended on.
         var tried: [DiscoveredService: Attempt] = [:]
-        /// Reserved for a try, from being returned (or from `connect`) until `connect` ends.
+        /// Returned, and not yet passed to `connect` (dropped if it leaves the browse first).
+        var reserved: Set<DiscoveredService> = []
+        /// In `connect` now.
         var connecting: Set<DiscoveredService> = []
         /// For each listed service, when it was first seen or last returned (lower goes first).
         var turn: [DiscoveredService: UInt64] = [:]
@@ -154,6 +158,7 @@ public final class AdvertisedPeers: Sendable {
                 }
                 state.tried = state.tried.filter { state.listed.contains($0.key) }
                 state.turn = state.turn.filter { state.listed.contains($0.key) }
+                state.reserved.formIntersection(state.listed)
                 for service in state.listed.sorted(by: { ExactText($0.name) < ExactText($1.name) })
                 where state.turn[service] == nil {
                     state.turn[service] = state.nextTurn
@@ -161,17 +166,17 @@ public final class AdvertisedPeers: Sendable {
                 }
             }
             var due: [DiscoveredService] = []
-            let room = maximumConcurrentConnections - state.connecting.count
+            let room = maximumConcurrentConnections - state.reserved.count - state.connecting.count
             for service in state.listed.sorted(by: { state.turn[$0, default: 0] < state.turn[$1, default: 0] }) {
                 guard due.count < room else { break }
                 // One advertising this end's key is this end (or points at it): never a peer.
                 guard state.recorded.contains(service), ownKey == nil || state.advertised[service] != ownKey,
-                    !state.connecting.contains(service), !skipping.contains(service)
+                    !state.reserved.contains(service), !state.connecting.contains(service), !skipping.contains(service)
                 else { continue }
                 let attempt = attempt(for: service, in: state)
                 guard state.tried[service] != attempt else { continue }
                 state.tried[service] = attempt
-                state.connecting.insert(service)
+                state.reserved.insert(service)
                 state.turn[service] = state.nextTurn
                 state.nextTurn += 1
                 due.append(service)
@@ -184,6 +189,15 @@ public final class AdvertisedPeers: Sendable {
     /// although nothing changed (to connect again after a connection was lost, say).
     public func tryAgain(_ service: DiscoveredService) {
         state.withLock { _ = $0.tried.removeValue(forKey: service) }
+    }
+
+    /// Lets the services named `name` (compared as DNS compares names) be returned again by the
+    /// next ``servicesToConnect(after:skipping:)``: for a client admitted under `name` that this
+    /// end is not connected to (it may take this end's key now, having refused it before).
+    public func tryAgain(named name: String) {
+        state.withLock { state in
+            state.tried = state.tried.filter { !ServiceNames.sameIgnoringASCIICase($0.key.name, name) }
+        }
     }
 
     /// The key `service` advertised in the last update, as 64 lower-case hex digits; nil when
@@ -210,7 +224,9 @@ public final class AdvertisedPeers: Sendable {
         let clock = ContinuousClock()
         let deadline = clock.now + wait
         while true {
-            if let name = trustedKeys.names(trusting: digest).first { return name }
+            if let name = trustedKeys.names(trusting: digest).first {
+                return name
+            }
             let claims = state.withLock { state in
                 state.listed.filter { state.advertised[$0] == digest && trustedKeys.key(for: $0.name) == nil }
             }
@@ -267,7 +283,10 @@ public final class AdvertisedPeers: Sendable {
         to service: DiscoveredService, tls: TLSConfiguration, bufferSize: Int = 256 * 1024,
         resolveTimeout: TimeInterval = 5, context: DiscoveryContext = .shared
     ) async throws -> BoundStreamPair {
-        state.withLock { _ = $0.connecting.insert(service) }
+        state.withLock { state in
+            state.reserved.remove(service)
+            state.connecting.insert(service)
+        }
         defer {
             state.withLock { state in
                 state.connecting.remove(service)
