@@ -120,7 +120,7 @@ do {
     let ad = try await ServiceAdvertisement.listen(
         name: name, type: type, txtRecord: try TXTRecord(["fp": identity.publicKeySHA256]),
         tls: identity.serverConfiguration(requiringClientKeys: true),  // each client's key judged by `peers`
-        trustEvaluator: peers.clientEvaluator { say("refused a client: no name we trust advertises its key \($0)") },
+        trustEvaluator: peers.clientEvaluator { say($0.description) },  // refuses unknown keys in the handshake
         allowRename: false)
     say("listening as \(ad.name) (key \(identity.publicKeySHA256))")
     Task { for await connection in ad.connections { Task { await chat.serve(connection.streams) } } }

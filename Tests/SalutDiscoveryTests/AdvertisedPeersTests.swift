@@ -1,9 +1,9 @@
 import Foundation
-import SalutStreams
 import SalutTestSupport
 import XCTest
 
 @testable import SalutDiscovery
+@testable import SalutStreams
 
 /// `AdvertisedPeers`' rules without I/O: which services to connect to, and whose a client's key
 /// is. (Connecting through it, against the avahi-daemon, is `LANChatExampleTests`.)
@@ -184,6 +184,69 @@ final class AdvertisedPeersTests: XCTestCase {
         _ = peers.servicesToConnect(after: try listing([alice: aliceKey, bob: bobKey]))
         let late = try await withDeadline(30, "the late listing") { try await waiting.value }
         XCTAssertEqual(late, "bob")
+    }
+
+    func testTwoNamesAdvertisingOneUntrustedKeyAreBothRefusedBeforeConnecting() async throws {
+        let peers = try peers()
+        let twin = DiscoveredService(name: "alice-twin", type: "_chat._tcp")
+        _ = peers.servicesToConnect(after: try listing([alice: aliceKey, twin: aliceKey]))
+        for (service, other) in [(alice, "alice-twin"), (twin, "alice")] {
+            do {
+                let pair = try await withDeadline(10, "connect") { try await peers.connect(to: service, tls: .client) }
+                pair.close()
+                XCTFail("connected to \(service)")
+            } catch let refusal as AdvertisedPeers.Refusal {
+                XCTAssertEqual(refusal.code, .sharedKey)
+                XCTAssertEqual(refusal.otherName, other)
+                XCTAssertTrue(refusal.description.contains("neither is trusted"), refusal.description)
+            }
+        }
+        XCTAssertEqual(peers.trustedKeys.entries, [:])
+    }
+
+    func testAtMostThirtyTwoClientsWaitForTheirNameAndTheOthersAreAnsweredAtOnce() async throws {
+        let peers = try peers()
+        let strangers = (0..<AdvertisedPeers.maximumWaitingClients).map { String(format: "%064x", $0 + 1) }
+        let waiting = strangers.map { key in Task { try await peers.owner(ofClientKey: key, waitingUpTo: .seconds(60)) }
+        }
+        defer { waiting.forEach { $0.cancel() } }
+        try await eventually("the waiting clients are counted", timeout: 10) {
+            peers.waitingClientsNow == AdvertisedPeers.maximumWaitingClients
+        }
+        // One more, with as long a wait: answered (none) long before its wait would end.
+        let more = try await withDeadline(10, "the client past the cap") {
+            try await peers.owner(ofClientKey: String(repeating: "e", count: 64), waitingUpTo: .seconds(60))
+        }
+        XCTAssertNil(more)
+        waiting.forEach { $0.cancel() }
+        for task in waiting { _ = await task.result }
+        XCTAssertEqual(peers.waitingClientsNow, 0)
+    }
+
+    func testRefusedClientsAreReportedAtMostOnceASecondWithACount() async throws {
+        let peers = try peers()
+        let reports = Locked<[AdvertisedPeers.RefusedClients]>([])
+        let evaluate = peers.clientEvaluator(waitingUpTo: .zero) { report in reports.withLock { $0.append(report) } }
+        func refuse(_ n: Int) async throws {
+            let decided = Locked<Bool?>(nil)
+            let trust = TLSPeerTrust(
+                certificateSHA256: "", publicKeySHA256: String(format: "%064x", n), subject: "", protocolVersion: "",
+                cipherSuite: "", policyFailure: nil)
+            evaluate(trust) { ok in decided.withLock { $0 = ok } }
+            try await eventually("client \(n) is decided", timeout: 10) { decided.value != nil }
+            XCTAssertEqual(decided.value, false)
+        }
+        for n in 1...5 { try await refuse(n) }
+        try await eventually("the first refusal is reported", timeout: 10) { reports.value.count == 1 }
+        XCTAssertEqual(reports.value.first?.othersSinceLastReport, 0)
+        XCTAssertEqual(
+            reports.value.first?.description,
+            "refused a client: no name we trust advertises its key \(String(format: "%064x", 1))")
+        try await Task.sleep(for: .milliseconds(1_100))  // (the time between two reports)
+        try await refuse(6)
+        try await eventually("the next report counts the four unsaid", timeout: 10) { reports.value.count == 2 }
+        XCTAssertEqual(reports.value.last?.othersSinceLastReport, 4)
+        XCTAssertTrue(reports.value.last?.description.hasSuffix("(and 4 other clients since the last report)") ?? false)
     }
 
     func testARefusalSaysWhatIsWrongAndForAChangedKeyWhatToDo() {

@@ -57,6 +57,9 @@ public final class AdvertisedPeers: Sendable {
             public static let ownKey = Code("ownKey")
             /// The service's key is one the book trusts under another name (``Refusal/otherName``).
             public static let anotherNamesKey = Code("anotherNamesKey")
+            /// The service's key, trusted for no name yet, is advertised by another listed
+            /// service too (``Refusal/otherName``): neither is trusted, whichever is real.
+            public static let sharedKey = Code("sharedKey")
         }
         /// What was refused.
         public let code: Code
@@ -81,6 +84,10 @@ public final class AdvertisedPeers: Sendable {
             if code == .ownKey { return "its key is this end's own" }
             if code == .anotherNamesKey {
                 return "its key is the one trusted for \(TerminalText.escaped(otherName ?? "another name"))"
+            }
+            if code == .sharedKey {
+                return
+                    "its key is advertised by \(TerminalText.escaped(otherName ?? "another name")) too: neither is trusted while both claim it"
             }
             return "its key \(key) is refused (\(code))"
         }
@@ -110,7 +117,36 @@ public final class AdvertisedPeers: Sendable {
         /// For each listed service, when it was first seen or last returned (lower goes first).
         var turn: [DiscoveredService: UInt64] = [:]
         var nextTurn: UInt64 = 0
+        /// Clients waiting in `owner(ofClientKey:…)` for the browse to list their name.
+        var waitingClients = 0
+        /// For `clientEvaluator`'s reports: when one was last made, and refusals left unsaid since.
+        var lastRefusalReport: ContinuousClock.Instant?
+        var unreportedRefusals = 0
     }
+
+    /// A report of clients ``clientEvaluator(waitingUpTo:refused:)`` refused: one client's key,
+    /// and how many others were refused since the last report (reports come at most once a
+    /// second).
+    public struct RefusedClients: Sendable, CustomStringConvertible {
+        /// The key of the client refused (SHA-256, 64 lower-case hex digits).
+        public let key: String
+        /// How many other clients were refused since the last report, not reported one by one.
+        public let othersSinceLastReport: Int
+
+        /// One line for a person.
+        public var description: String {
+            let others =
+                othersSinceLastReport == 0 ? "" : " (and \(othersSinceLastReport) other clients since the last report)"
+            return "refused a client: no name we trust advertises its key \(key)\(others)"
+        }
+    }
+
+    /// Clients waiting for their name now (for tests).
+    var waitingClientsNow: Int { state.withLock { $0.waitingClients } }
+
+    /// How many clients may wait at once in ``owner(ofClientKey:trustingOnFirstUse:waitingUpTo:)``
+    /// for the browse to list their name; others are answered at once.
+    public static let maximumWaitingClients = 32
 
     /// What a try to connect to a service depends on: the key it advertises and the key the book
     /// trusts for its name. A try is made again when either changes.
@@ -223,19 +259,31 @@ public final class AdvertisedPeers: Sendable {
         guard let digest = SHA256Digest(hex: key)?.hex, digest != ownKey else { return nil }
         let clock = ContinuousClock()
         let deadline = clock.now + wait
+        var waiting = false
+        defer { if waiting { state.withLock { $0.waitingClients -= 1 } } }
         while true {
-            if let name = trustedKeys.names(trusting: digest).first {
-                return name
+            // Judged (and trusted) under the state's lock, as `connect` does.
+            let found: String?? = try state.withLock { state in
+                if let name = trustedKeys.names(trusting: digest).first { return .some(name) }
+                let claims = state.listed.filter {
+                    state.advertised[$0] == digest && trustedKeys.key(for: $0.name) == nil
+                }
+                guard claims.count == 1, let claim = claims.first else { return nil }
+                guard trustingOnFirstUse else { return .some(claim.name) }
+                return try trustedKeys.trustOnFirstUse(digest, for: claim.name) ? .some(claim.name) : nil
             }
-            let claims = state.withLock { state in
-                state.listed.filter { state.advertised[$0] == digest && trustedKeys.key(for: $0.name) == nil }
-            }
-            if claims.count == 1, let claim = claims.first {
-                guard trustingOnFirstUse else { return claim.name }
-                if try trustedKeys.trustOnFirstUse(digest, for: claim.name) { return claim.name }
-            }
-            // The browse is the app's to follow: look again shortly, within the bound.
+            if let found { return found }
+            // The browse is the app's to follow: look again shortly, within the bound; at most
+            // `maximumWaitingClients` wait at once (a flood of unknown keys is refused at once).
             guard clock.now < deadline else { return nil }
+            if !waiting {
+                waiting = state.withLock { state in
+                    guard state.waitingClients < Self.maximumWaitingClients else { return false }
+                    state.waitingClients += 1
+                    return true
+                }
+                guard waiting else { return nil }
+            }
             try await Task.sleep(for: .milliseconds(100))
         }
     }
@@ -248,15 +296,27 @@ public final class AdvertisedPeers: Sendable {
     /// the client's name and trust its key (the client has proved it holds the key by then).
     /// - Parameters:
     ///   - wait: how long to wait for the browse to list a client's name.
-    ///   - refused: hears the key of each client refused (to tell a person).
+    ///   - refused: hears of clients refused, to tell a person, at most once a second (a flood
+    ///     of strangers must not become a flood of lines).
     public func clientEvaluator(
-        waitingUpTo wait: Duration = .seconds(5), refused: @escaping @Sendable (String) -> Void = { _ in }
+        waitingUpTo wait: Duration = .seconds(5), refused: @escaping @Sendable (RefusedClients) -> Void = { _ in }
     ) -> TLSTrustEvaluator {
         { [self] trust, decide in
             Task {
                 let owner = try? await owner(ofClientKey: trust.publicKeySHA256, waitingUpTo: wait)
-                if owner == nil { refused(trust.publicKeySHA256) }
                 decide(owner != nil)
+                guard owner == nil else { return }
+                let now = ContinuousClock.now
+                let report = state.withLock { state -> Int? in
+                    if let last = state.lastRefusalReport, now - last < .seconds(1) {
+                        state.unreportedRefusals += 1
+                        return nil
+                    }
+                    defer { state.unreportedRefusals = 0 }
+                    state.lastRefusalReport = now
+                    return state.unreportedRefusals
+                }
+                if let report { refused(RefusedClients(key: trust.publicKeySHA256, othersSinceLastReport: report)) }
             }
         }
     }
@@ -294,7 +354,11 @@ public final class AdvertisedPeers: Sendable {
                 if state.tried[service] != nil { state.tried[service] = attempt(for: service, in: state) }
             }
         }
-        if let key = advertisedKey(of: service), let refusal = refusal(of: service, holding: key) { throw refusal }
+        try state.withLock { state in
+            if let key = state.advertised[service], let refusal = refusal(of: service, holding: key, in: state) {
+                throw refusal
+            }
+        }
         let pair: BoundStreamPair
         do {
             pair = try await service.connect(
@@ -304,10 +368,14 @@ public final class AdvertisedPeers: Sendable {
             throw changed(service, key: error.tlsError?.advertisedPublicKeyFingerprint ?? "unknown")
         }
         do {
-            // Its record may have changed between the browse and the handshake.
+            // Its record may have changed between the browse and the handshake. Judged and
+            // trusted under the state's lock: two tries (or a client's) never both pass the
+            // judgement before either is trusted, so no key is trusted under two names here.
             let key = pair.peerTrust?.publicKeySHA256 ?? ""
-            if let refusal = refusal(of: service, holding: key) { throw refusal }
-            guard try trustedKeys.trustOnFirstUse(key, for: service.name) else { throw changed(service, key: key) }
+            try state.withLock { state in
+                if let refusal = refusal(of: service, holding: key, in: state) { throw refusal }
+                guard try trustedKeys.trustOnFirstUse(key, for: service.name) else { throw changed(service, key: key) }
+            }
         } catch {
             pair.close()
             throw error
@@ -315,11 +383,17 @@ public final class AdvertisedPeers: Sendable {
         return pair
     }
 
-    /// Why `service` holding `key` is not a peer of its own, or nil.
-    private func refusal(of service: DiscoveredService, holding key: String) -> Refusal? {
+    /// Why `service` holding `key` is not a peer of its own, or nil: this end's key, a key
+    /// trusted under another name, or (on first use) a key another listed service advertises.
+    private func refusal(of service: DiscoveredService, holding key: String, in state: State) -> Refusal? {
         if key == ownKey { return refusal(.ownKey, service, key: key) }
         let others = trustedKeys.names(trusting: key).filter { !ServiceNames.sameIgnoringASCIICase($0, service.name) }
-        return others.first.map { refusal(.anotherNamesKey, service, key: key, otherName: $0) }
+        if let other = others.first { return refusal(.anotherNamesKey, service, key: key, otherName: other) }
+        guard trustedKeys.key(for: service.name) == nil else { return nil }
+        let sharer = state.listed.first {
+            state.advertised[$0] == key && !ServiceNames.sameIgnoringASCIICase($0.name, service.name)
+        }
+        return sharer.map { refusal(.sharedKey, service, key: key, otherName: $0.name) }
     }
 
     /// `service` holds `key`, not the key the book trusts for its name.
