@@ -35,18 +35,17 @@ actor Chat {
         let known = peers.trustedKeys.key(for: service.name) != nil
         do {
             let pair = try await peers.connect(to: service, tls: identity)
-            defer { pair.close() }
+            if !known { say("\(service.name)'s key \(pair.peerTrust!.publicKeySHA256) is trusted from now on") }
             let bound = Task {  // on the wait for its hello
                 try await Task.sleep(for: .seconds(15)); pair.close()
             }
+            defer { bound.cancel(); pair.close() }
             var lines = pair.input.lines(maximumLength: 64).makeAsyncIterator()
             guard (try? await lines.next()) != nil else {
-                return say("\(service.name) did not admit this chat (if our key changed, they must remove the old one)")
+                return say("\(service.name) did not admit this chat (maybe it does not know our key: ask its owner)")
             }
-            bound.cancel()
             outgoing[service] = pair
-            let trusted = known ? "" : " (its key \(pair.peerTrust!.publicKeySHA256) trusted from now on)"
-            say("connected to \(service.name)\(trusted)")
+            say("connected to \(service.name)")
             do { while try await lines.next() != nil {} } catch { return drop(service, pair, "\(error)") }
             drop(service, pair, "it closed the connection")
         } catch {

@@ -92,6 +92,8 @@ extension OutputStream {
     /// Writes all of `data` as ``write(_:)`` does, but gives up once `timeout` has passed with
     /// bytes still waiting for room: a reader that stops taking them cannot hold the writer
     /// longer. For Salut's own streams; others are written with their blocking `write`, unbounded.
+    /// A socket stream still connecting is waited for first, within its own connection bounds
+    /// and not `timeout` (open it with `BoundStreamPair.open()` first).
     /// - Throws: ``StreamFailure/timedOut`` when the time passed first (the bytes written before
     ///   stay written: the stream is best closed), otherwise as ``write(_:)``.
     public func write(_ data: Data, timeout: Duration) async throws {

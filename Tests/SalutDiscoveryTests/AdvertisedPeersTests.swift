@@ -64,7 +64,8 @@ final class AdvertisedPeersTests: XCTestCase {
         let same = try await due(peers, after: try listing([alice: aliceKey, bob: bobKey, me: own]))
         XCTAssertEqual(same, [])
         // Bob advertises another key: due again, alone.
-        let changed = try await due(peers, after: try listing([alice: aliceKey, bob: aliceKey, me: own]))
+        let cKey = String(repeating: "c", count: 64)
+        let changed = try await due(peers, after: try listing([alice: aliceKey, bob: cKey, me: own]))
         XCTAssertEqual(changed, [bob])
         // The book's entry for alice changes (trusted now, then removed by hand): due each time.
         XCTAssertTrue(try peers.trustedKeys.trustOnFirstUse(aliceKey, for: "alice"))
@@ -74,9 +75,9 @@ final class AdvertisedPeersTests: XCTestCase {
         let forgotten = try await due(peers)
         XCTAssertEqual(forgotten, [alice])
         // Alice leaves and comes back with the same key: due again; or is asked for again.
-        let left = try await due(peers, after: try listing([bob: aliceKey], removed: [alice]))
+        let left = try await due(peers, after: try listing([bob: cKey], removed: [alice]))
         XCTAssertEqual(left, [])
-        let back = try await due(peers, after: try listing([alice: aliceKey, bob: aliceKey]))
+        let back = try await due(peers, after: try listing([alice: aliceKey, bob: cKey]))
         XCTAssertEqual(back, [alice])
         peers.tryAgain(bob)
         let retried = try await due(peers)
@@ -87,9 +88,9 @@ final class AdvertisedPeersTests: XCTestCase {
         XCTAssertEqual(rejoin, [alice])
         // A service whose record is not known yet waits for it (it may be this end's own).
         let carol = DiscoveredService(name: "carol", type: "_chat._tcp")
-        let unknown = try await due(peers, after: try listing([alice: aliceKey, bob: aliceKey, carol: nil]))
+        let unknown = try await due(peers, after: try listing([alice: aliceKey, bob: cKey, carol: nil]))
         XCTAssertEqual(unknown, [])
-        let known = try await due(peers, after: try listing([alice: aliceKey, bob: aliceKey, carol: bobKey]))
+        let known = try await due(peers, after: try listing([alice: aliceKey, bob: cKey, carol: bobKey]))
         XCTAssertEqual(known, [carol])
         XCTAssertEqual(peers.advertisedKey(of: carol), bobKey)
     }
@@ -202,6 +203,8 @@ final class AdvertisedPeersTests: XCTestCase {
             }
         }
         XCTAssertEqual(peers.trustedKeys.entries, [:])
+        // The other name goes: alice is due again (she was refused only for the sharing).
+        XCTAssertEqual(peers.servicesToConnect(after: try listing([alice: aliceKey], removed: [twin])), [alice])
     }
 
     func testAtMostThirtyTwoClientsWaitForTheirNameAndTheOthersAreAnsweredAtOnce() async throws {
@@ -223,11 +226,18 @@ final class AdvertisedPeersTests: XCTestCase {
         XCTAssertEqual(peers.waitingClientsNow, 0)
     }
 
-    func testRefusedClientsAreReportedAtMostOnceASecondWithACount() async throws {
+    func testRefusedClientsAreReportedAtMostOncePerIntervalWithACount() async throws {
         let peers = try peers()
         let reports = Locked<[AdvertisedPeers.RefusedClients]>([])
-        let evaluate = peers.clientEvaluator(waitingUpTo: .zero) { report in reports.withLock { $0.append(report) } }
-        func refuse(_ n: Int) async throws {
+        // A long interval while the burst comes (nothing but the first may be reported), then
+        // a short one: the next refusal after it is reported with the count of those unsaid.
+        let burst = peers.clientEvaluator(waitingUpTo: .zero, reportingAtMostEvery: .seconds(3600)) { report in
+            reports.withLock { $0.append(report) }
+        }
+        let later = peers.clientEvaluator(waitingUpTo: .zero, reportingAtMostEvery: .zero) { report in
+            reports.withLock { $0.append(report) }
+        }
+        func refuse(_ n: Int, with evaluate: TLSTrustEvaluator) async throws {
             let decided = Locked<Bool?>(nil)
             let trust = TLSPeerTrust(
                 certificateSHA256: "", publicKeySHA256: String(format: "%064x", n), subject: "", protocolVersion: "",
@@ -236,14 +246,14 @@ final class AdvertisedPeersTests: XCTestCase {
             try await eventually("client \(n) is decided", timeout: 10) { decided.value != nil }
             XCTAssertEqual(decided.value, false)
         }
-        for n in 1...5 { try await refuse(n) }
+        try await refuse(1, with: burst)
         try await eventually("the first refusal is reported", timeout: 10) { reports.value.count == 1 }
         XCTAssertEqual(reports.value.first?.othersSinceLastReport, 0)
         XCTAssertEqual(
             reports.value.first?.description,
             "refused a client: no name we trust advertises its key \(String(format: "%064x", 1))")
-        try await Task.sleep(for: .milliseconds(1_100))  // (the time between two reports)
-        try await refuse(6)
+        for n in 2...5 { try await refuse(n, with: burst) }
+        try await refuse(6, with: later)
         try await eventually("the next report counts the four unsaid", timeout: 10) { reports.value.count == 2 }
         XCTAssertEqual(reports.value.last?.othersSinceLastReport, 4)
         XCTAssertTrue(reports.value.last?.description.hasSuffix("(and 4 other clients since the last report)") ?? false)

@@ -78,7 +78,7 @@ final class LANChatExampleTests: XCTestCase {
         }
         // With TLS 1.3 a client hears of its refusal after its side of the handshake: it is not
         // said connected until the peer's hello, which never comes; nothing it types goes there.
-        expect(impostor, "alice did not admit this chat (if our key changed, they must remove the old one)")
+        expect(impostor, "alice did not admit this chat (maybe it does not know our key: ask its owner)")
         expect(impostor, "bob did not admit this chat")
         XCTAssertFalse(impostor.output.contains("connected to"), impostor.output)
         // Alice's person is told that the key changed, what to do if it did, and does it: once
@@ -90,8 +90,8 @@ final class LANChatExampleTests: XCTestCase {
         aliceKnown["carol"] = nil
         try JSONEncoder().encode(aliceKnown).write(to: URL(fileURLWithPath: root + "/a/known"), options: .atomic)
         XCTAssertEqual(chmod(root + "/a/known", 0o600), 0)  // (whatever the umask made it)
-        expect(alice, "connected to carol (its key \(key) trusted from now on)")
-        XCTAssertFalse(bob.output.contains("connected to carol (its key \(key)"), bob.output)
+        expect(alice, "carol's key \(key) is trusted from now on")
+        XCTAssertFalse(bob.output.contains("carol's key \(key)"), bob.output)
         // Alice's connection proved to the new carol that alice now takes her key: carol joins
         // alice again by herself (she had been refused), and what she types reaches alice.
         expect(impostor, "connected to alice")

@@ -43,56 +43,6 @@ import SalutStreams
 /// look-alike spelled with other code points is another service, and the book never trusts a
 /// name that is not in NFC. Thread-safe.
 public final class AdvertisedPeers: Sendable {
-    /// Why ``connect(to:tls:bufferSize:resolveTimeout:context:)`` refused a service for its
-    /// key. Compare ``code``; new codes may be added in minor releases.
-    public struct Refusal: Error, Sendable, CustomStringConvertible {
-        /// The kind of a ``Refusal``.
-        public struct Code: Hashable, Sendable, CustomStringConvertible {
-            private let name: String
-            private init(_ name: String) { self.name = name }
-            public var description: String { name }
-            /// The service's key is another than the one the book trusts for its name.
-            public static let keyChanged = Code("keyChanged")
-            /// The service's key is this end's own.
-            public static let ownKey = Code("ownKey")
-            /// The service's key is one the book trusts under another name (``Refusal/otherName``).
-            public static let anotherNamesKey = Code("anotherNamesKey")
-            /// The service's key, trusted for no name yet, is advertised by another listed
-            /// service too (``Refusal/otherName``): neither is trusted, whichever is real.
-            public static let sharedKey = Code("sharedKey")
-        }
-        /// What was refused.
-        public let code: Code
-        /// The service refused.
-        public let service: DiscoveredService
-        /// The key the service advertised or proved (64 lower-case hex digits).
-        public let key: String
-        /// For ``Code/keyChanged``: the key the book trusts for the service's name.
-        public let trustedKey: String?
-        /// For ``Code/anotherNamesKey``: the name the book trusts the key under.
-        public let otherName: String?
-        /// For ``Code/keyChanged``: the book's file, from which the old key can be removed.
-        public let bookPath: String?
-
-        /// What is wrong with the service (to follow its name), and for a changed key what to do,
-        /// escaped for a terminal.
-        public var description: String {
-            if code == .keyChanged {
-                return
-                    "it now advertises TLS key \(key), not the one trusted for its name (\(trustedKey ?? "none")); once its owner confirms the new key, remove \"\(TerminalText.escaped(service.name))\" from \(TerminalText.escaped(bookPath ?? "the book"))"
-            }
-            if code == .ownKey { return "its key is this end's own" }
-            if code == .anotherNamesKey {
-                return "its key is the one trusted for \(TerminalText.escaped(otherName ?? "another name"))"
-            }
-            if code == .sharedKey {
-                return
-                    "its key is advertised by \(TerminalText.escaped(otherName ?? "another name")) too: neither is trusted while both claim it"
-            }
-            return "its key \(key) is refused (\(code))"
-        }
-    }
-
     /// The TXT entry the peers advertise their keys' SHA-256 under.
     public let txtKey: String
     /// The book of keys trusted on first use.
@@ -124,23 +74,6 @@ public final class AdvertisedPeers: Sendable {
         var unreportedRefusals = 0
     }
 
-    /// A report of clients ``clientEvaluator(waitingUpTo:refused:)`` refused: one client's key,
-    /// and how many others were refused since the last report (reports come at most once a
-    /// second).
-    public struct RefusedClients: Sendable, CustomStringConvertible {
-        /// The key of the client refused (SHA-256, 64 lower-case hex digits).
-        public let key: String
-        /// How many other clients were refused since the last report, not reported one by one.
-        public let othersSinceLastReport: Int
-
-        /// One line for a person.
-        public var description: String {
-            let others =
-                othersSinceLastReport == 0 ? "" : " (and \(othersSinceLastReport) other clients since the last report)"
-            return "refused a client: no name we trust advertises its key \(key)\(others)"
-        }
-    }
-
     /// Clients waiting for their name now (for tests).
     var waitingClientsNow: Int { state.withLock { $0.waitingClients } }
 
@@ -153,6 +86,8 @@ public final class AdvertisedPeers: Sendable {
     private struct Attempt: Equatable {
         var advertised: String?
         var trusted: String?
+        /// Another listed name with no trusted key advertises the same key (so it was refused).
+        var shared: Bool
     }
 
     private let state = Locked(State())
@@ -296,10 +231,13 @@ public final class AdvertisedPeers: Sendable {
     /// the client's name and trust its key (the client has proved it holds the key by then).
     /// - Parameters:
     ///   - wait: how long to wait for the browse to list a client's name.
-    ///   - refused: hears of clients refused, to tell a person, at most once a second (a flood
-    ///     of strangers must not become a flood of lines).
+    ///   - interval: how often at most `refused` is called.
+    ///   - refused: hears of clients refused, to tell a person, at most once per `interval` (a
+    ///     flood of strangers must not become a flood of lines); the refusals in between are
+    ///     counted in the next report (none comes until another client is refused).
     public func clientEvaluator(
-        waitingUpTo wait: Duration = .seconds(5), refused: @escaping @Sendable (RefusedClients) -> Void = { _ in }
+        waitingUpTo wait: Duration = .seconds(5), reportingAtMostEvery interval: Duration = .seconds(1),
+        refused: @escaping @Sendable (RefusedClients) -> Void = { _ in }
     ) -> TLSTrustEvaluator {
         { [self] trust, decide in
             Task {
@@ -308,7 +246,7 @@ public final class AdvertisedPeers: Sendable {
                 guard owner == nil else { return }
                 let now = ContinuousClock.now
                 let report = state.withLock { state -> Int? in
-                    if let last = state.lastRefusalReport, now - last < .seconds(1) {
+                    if let last = state.lastRefusalReport, now - last < interval {
                         state.unreportedRefusals += 1
                         return nil
                     }
@@ -335,7 +273,7 @@ public final class AdvertisedPeers: Sendable {
     ///   - context: the connection to the avahi-daemon.
     /// - Returns: the open streams; the book trusts their key for the service's name.
     /// - Throws: ``Refusal`` (`keyChanged` when the service advertises or proves another key
-    ///   than the book holds for its name, `ownKey`, `anotherNamesKey`); otherwise as
+    ///   than the book holds for its name, `ownKey`, `anotherNamesKey`, `sharedKey`); otherwise as
     ///   `connect(pinningAdvertisedKey:trustedKey:…)` (`nameNotFound`, connection and TLS
     ///   failures), or the book's `TrustedKeys.Failure` or `AtomicFile.Failure` when it cannot
     ///   take the key (the connection is then closed).
@@ -390,10 +328,9 @@ public final class AdvertisedPeers: Sendable {
         let others = trustedKeys.names(trusting: key).filter { !ServiceNames.sameIgnoringASCIICase($0, service.name) }
         if let other = others.first { return refusal(.anotherNamesKey, service, key: key, otherName: other) }
         guard trustedKeys.key(for: service.name) == nil else { return nil }
-        let sharer = state.listed.first {
-            state.advertised[$0] == key && !ServiceNames.sameIgnoringASCIICase($0.name, service.name)
+        return sharer(of: key, besides: service, in: state).map {
+            refusal(.sharedKey, service, key: key, otherName: $0.name)
         }
-        return sharer.map { refusal(.sharedKey, service, key: key, otherName: $0.name) }
     }
 
     /// `service` holds `key`, not the key the book trusts for its name.
@@ -411,6 +348,17 @@ public final class AdvertisedPeers: Sendable {
     }
 
     private func attempt(for service: DiscoveredService, in state: State) -> Attempt {
-        Attempt(advertised: state.advertised[service], trusted: trustedKeys.key(for: service.name))
+        let advertised = state.advertised[service]
+        return Attempt(
+            advertised: advertised, trusted: trustedKeys.key(for: service.name),
+            shared: advertised.map { sharer(of: $0, besides: service, in: state) != nil } ?? false)
+    }
+
+    /// Another listed service, with no key trusted for its name, that advertises `key` too.
+    private func sharer(of key: String, besides service: DiscoveredService, in state: State) -> DiscoveredService? {
+        state.listed.first {
+            state.advertised[$0] == key && !ServiceNames.sameIgnoringASCIICase($0.name, service.name)
+                && trustedKeys.key(for: $0.name) == nil
+        }
     }
 }
