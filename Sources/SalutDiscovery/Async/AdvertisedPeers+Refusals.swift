@@ -54,7 +54,7 @@ extension AdvertisedPeers {
         }
     }
 
-    /// A report of clients ``AdvertisedPeers/clientEvaluator(waitingUpTo:refused:)`` refused: one client's key,
+    /// A report of clients ``AdvertisedPeers/clientEvaluator(waitingUpTo:reportingAtMostEvery:refused:)`` refused: one client's key,
     /// and how many others were refused since the last report (reports come at most once per
     /// the evaluator's interval, a second by default).
     public struct RefusedClients: Sendable, CustomStringConvertible {
