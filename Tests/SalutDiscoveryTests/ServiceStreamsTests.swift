@@ -33,19 +33,14 @@ final class AcceptingDelegate: NSObject, NetServiceDelegate, @unchecked Sendable
     {
         accepted += 1
         XCTAssertEqual(inputStream.streamStatus, .notOpen, "accepted streams arrive unopened")
-        let connection = UncheckedPair(input: inputStream, output: outputStream)
+        let handed = HandedOver((input: inputStream, output: outputStream))  // owned by the task from here
         Task.detached {
+            let connection = handed.value
             connection.input.open(); connection.output.open()
             for try await chunk in connection.input.chunks { try await connection.output.write(chunk) }
             connection.output.close()
         }
     }
-}
-
-struct UncheckedPair: @unchecked Sendable {
-    // @unchecked: each stream is used by one task at a time.
-    let input: InputStream
-    let output: OutputStream
 }
 
 final class ServiceStreamsTests: XCTestCase {
@@ -63,11 +58,12 @@ final class ServiceStreamsTests: XCTestCase {
         let client = NetService(domain: "local.", type: type, name: "Listening Service")
         var input: InputStream?, output: OutputStream?
         XCTAssertTrue(client.getInputStream(&input, outputStream: &output))
-        let streams = UncheckedPair(input: try XCTUnwrap(input), output: try XCTUnwrap(output))
+        let handed = HandedOver((input: try XCTUnwrap(input), output: try XCTUnwrap(output)))  // the queue's
         let sent = payload(1 << 20)
         let done = expectation(description: "round trip")
         let echoed = Locked<Data?>(nil)
         DispatchQueue.global().async {
+            let streams = handed.value
             streams.input.open(); streams.output.open()
             echoed.exchange(roundTrip(streams.input, streams.output, sent))
             done.fulfill()

@@ -56,18 +56,18 @@ final class EchoListener: @unchecked Sendable {
 
 /// Writes `payload`, closes the output, and reads everything back (blocking, unscheduled).
 func roundTrip(_ input: InputStream, _ output: OutputStream, _ payload: Data) -> Data {
-    let writer = UncheckedStreams(output: output)
+    let writer = HandedOver(output)  // the writer thread's from here
     DispatchQueue.global().async {
         payload.withUnsafeBytes { raw in
             var off = 0
             while off < raw.count {
-                let n = writer.output.write(
+                let n = writer.value.write(
                     raw.bindMemory(to: UInt8.self).baseAddress! + off, maxLength: raw.count - off)
                 if n <= 0 { return }
                 off += n
             }
         }
-        writer.output.close()
+        writer.value.close()
     }
     var received = Data()
     var buffer = [UInt8](repeating: 0, count: 32768)
@@ -77,11 +77,6 @@ func roundTrip(_ input: InputStream, _ output: OutputStream, _ payload: Data) ->
         received.append(buffer, count: n)
     }
     return received
-}
-
-struct UncheckedStreams: @unchecked Sendable {
-    // @unchecked: the output is used by one writer thread only.
-    let output: OutputStream
 }
 
 final class StreamsToHostTests: XCTestCase {

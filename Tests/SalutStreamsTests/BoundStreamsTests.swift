@@ -127,7 +127,7 @@ final class BoundStreamsTests: SalutTestCase {
         pair.input.open(); pair.output.open()
         XCTAssertEqual(write(pair.output, [1, 2, 3, 4]), 4)
         let blocked = expectation(description: "a blocked writer wakes when the reader closes")
-        let output = UncheckedBox(pair.output)
+        let output = HandedOver(pair.output)
         DispatchQueue.global().async {
             let n = write(output.value, [5])
             XCTAssertEqual(n, -1)
@@ -145,7 +145,7 @@ final class BoundStreamsTests: SalutTestCase {
         let pair = BoundStreamPair(bufferSize: 16)
         pair.input.open(); pair.output.open()
         let got = expectation(description: "blocked read returns the bytes written later")
-        let input = UncheckedBox(pair.input)
+        let input = HandedOver(pair.input)
         let started = DispatchSemaphore(value: 0)
         DispatchQueue.global().async {
             started.signal()
@@ -208,7 +208,7 @@ final class BoundStreamsTests: SalutTestCase {
         pair.input.open(); pair.output.open()
         let total = 1 << 30, chunk = 64 * 1024
         let blocks = total / chunk
-        let input = UncheckedBox(pair.input), output = UncheckedBox(pair.output)
+        let input = HandedOver(pair.input), output = HandedOver(pair.output)
         let done = expectation(description: "consumer verified every byte")
         // Each block is a fixed pattern with its index stamped in front: a lost, repeated,
         // reordered or corrupted byte changes what the consumer sees.
@@ -260,7 +260,7 @@ final class BoundStreamsTests: SalutTestCase {
     func testAsyncChunksAndWritesSuspendWhileFull() async throws {
         let pair = BoundStreamPair(bufferSize: 1000)
         let payload = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 13) })
-        let output = UncheckedBox(pair.output), input = UncheckedBox(pair.input)
+        let output = HandedOver(pair.output), input = HandedOver(pair.input)
         let writer = Task {
             try await output.value.write(payload)
             output.value.close()
@@ -277,19 +277,12 @@ final class BoundStreamsTests: SalutTestCase {
         closed.input.open()
         closed.input.close()
         do {
-            try await UncheckedBox(closed.output).value.write(Data(count: 100))
+            try await HandedOver(closed.output).value.write(Data(count: 100))
             XCTFail("writing after the reader closed must throw")
         } catch let error as StreamFailure {
             XCTAssertEqual(error, .readerClosed)
         }
     }
-}
-
-/// Moves a non-Sendable stream into a closure that runs on another thread.
-struct UncheckedBox<T>: @unchecked Sendable {
-    // @unchecked: bound streams are safe between one reader thread and one writer thread.
-    let value: T
-    init(_ value: T) { self.value = value }
 }
 
 /// Written the way Apple-platform code is: a delegate class on a worker thread that schedules

@@ -31,7 +31,7 @@ final class BulkReadTests: SalutTestCase {
         let read = Self.startRead(pair.input, room: 100, atLeast: 50)
         // Either it parks (10 bytes are too few) or, were the minimum ignored, it has
         // returned the 10 bytes: wait for whichever comes first.
-        let reading = UncheckedTask(read)
+        let reading = TaskWatch(read)
         try await eventually("the reader parks or returns") { buffer.parkedReaders == 1 || reading.isDone }
         try await write(Array(repeating: 2, count: 30), to: pair.output)
         XCTAssertEqual(buffer.parkedReaders, 1, "40 bytes are still below the minimum of 50")
@@ -98,7 +98,7 @@ final class BulkReadTests: SalutTestCase {
 }
 
 /// Whether a task has finished, asked from a polling condition.
-private final class UncheckedTask: Sendable {
+private final class TaskWatch: Sendable {
     private let done = Locked(false)
     init(_ task: Task<[UInt8], any Error>) {
         let done = self.done
