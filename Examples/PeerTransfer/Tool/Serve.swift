@@ -182,34 +182,13 @@ struct Serve: AsyncParsableCommand {
         var configuration = try config.load()
         if let name { try configuration.keepName(name) }
         let questions = WebQuestions()
-        let name = configuration.deviceName
-        let policy: AcceptPolicy
-        switch accept {
-        case .all: policy = .all
-        case .known: policy = .known
-        case .ask:
-            var judge = OfferJudge(hook: hook, logger: logger, knownPeersFile: configuration.knownPeersFile)
-            if web != nil && hook == nil { judge.web = questions }
-            policy = .ask(judge.judge)
-        }
-        let wideArea: WideAreaPublishing?
-        if let tsigKey {
-            if let warning = SalutTSIGKey.exposureWarning(forFile: tsigKey) { logger.warning("\(warning)") }
-            do {
-                wideArea = WideAreaPublishing(
-                    key: try SalutTSIGKey(contentsOfFile: tsigKey), nameServer: place.nameServer)
-            } catch {
-                throw PeerTransferError.runtime("--tsig-key: \(error)")
-            }
-        } else {
-            wideArea = nil
-        }
         let status = StatusBook(file: configuration.statusFile)
         let service = try await ReceiverService.start(
-            name: name, inbox: inbox, configuration: configuration, policy: policy,
+            name: configuration.deviceName, inbox: inbox, configuration: configuration,
+            policy: policy(configuration: configuration, questions: questions, logger: logger),
             port: port,
             pace: TransferPace(minimumRate: minimumRate, grace: .seconds(slowGrace), idleBound: .seconds(idleTimeout)),
-            domain: place.domain, wideArea: wideArea, keepsExecuteBits: keepExecuteBits,
+            domain: place.domain, wideArea: try wideAreaPublishing(logger: logger), keepsExecuteBits: keepExecuteBits,
             logger: logger, events: { status.record($0) })
         // (Said once the inbox and the port are known to be good: a refusal comes first.)
         if case .ask = accept, hook == nil && web == nil && isatty(0) != 1 {
@@ -217,76 +196,23 @@ struct Serve: AsyncParsableCommand {
                 "--accept ask with no terminal to ask on and no --hook: no offer can be put to anyone, and each sender is told so (use --accept known or all, or a --hook)"
             )
         }
-        var sweeper = PartSweeper()
-        sweeper.maximumAge = .seconds(Int64(keepParts * 86_400))
-        sweeper.reserve = reserve / 100
-        sweeper.shareOfOneSender = partsPerSender / 100
-        service.clearParts(with: sweeper)
+        sweepParts(of: service)
         status.started(
             name: service.name, port: service.port, inbox: service.inboxPath,
             key: configuration.identity.publicKeySHA256)
-        // The user's own background session: it sends what `send --background` queued.
-        let displayName = configuration.deviceName
         // Absolute: a send's path is compared with it when the send ends.
         let outbox = URL(fileURLWithPath: configuration.directory).standardizedFileURL
             .appendingPathComponent(Send.outboxName).path
-        let background = PeerSession(
-            configuration: configuration.backgroundSessionConfiguration(
-                runsTasks: true, displayName: displayName, logger: logger, status: status),
-            delegate: BackgroundSendLog(logger: logger, status: status, copiesFolder: outbox))
-        if !background.runsBackgroundTasks {
-            logger.warning(
-                "this daemon cannot run the background queue (\(Terminal.escape(configuration.directory))/background is not writable, or another process holds its runner lock); it only receives"
-            )
-        }
+        let background = backgroundSession(configuration: configuration, outbox: outbox, status: status, logger: logger)
         // "serving" is said once the group traps its signals (before it runs its services): a
         // SIGHUP or SIGTERM right after the line stops the daemon gracefully, never kills it.
         let serving =
             "serving \"\(service.name)\" on port \(service.port), inbox \(service.inboxPath), key \(configuration.identity.publicKeySHA256)"
         var services: [any Service] = [ReceiverLifecycle(service: service, ready: { printLine(serving) })]
         if let web {
-            let (host, port) = try Self.webAddress(web)
-            if !Self.isLoopback(host) {
-                logger.warning(
-                    "the web page listens on \(host), beyond this machine: anyone who reaches it and learns its token can send as this device and answer its offers"
-                )
-            }
-            let receivers = LinkReceivers(excluding: { service.name })
-            // The page's uploads a daemon stopped before it queued them (killed mid-upload, say)
-            // go: those of no queued send, untouched for ten minutes (another command may be
-            // writing its own; those of the command line are not the page's to sweep).
-            let queuedPaths = background.allTasks.compactMap { ($0 as? PeerUploadTask)?.taskDescription }
-            for entry in (try? FileManager.default.contentsOfDirectory(atPath: outbox)) ?? []
-            where entry.hasPrefix("web-") || entry.hasPrefix(".incoming-") {
-                let path = (outbox as NSString).appendingPathComponent(entry)
-                let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date
-                guard let modified, modified.timeIntervalSinceNow < -600,
-                    !queuedPaths.contains(where: { $0.hasPrefix(path + "/") })
-                else { continue }
-                try? FileManager.default.removeItem(atPath: path)
-            }
-            let page = WebPage(
-                configuration: configuration, status: status, questions: questions, receivers: receivers,
-                queue: { files, to in
-                    let service = DiscoveredService(name: to, type: TransferLimits.serviceType)
-                    let task =
-                        files.count == 1
-                        ? background.uploadTask(to: service, fromFile: files[0])
-                        : background.uploadTask(to: service, from: PathList.encoded(files.map(\.path)))
-                    task.taskDescription = PathList.description(of: files.map(\.path))
-                    task.resume()
-                    // Queued for the daemon that runs the queue (not a failure, not a delivery).
-                    if let error = task.error, !task.isQueuedElsewhere { throw error }
-                    return task.persistentIdentifier
-                }, outbox: outbox, token: WebPage.makeToken(), logger: logger)
-            let shownHost = host.contains(":") ? "[\(host)]" : host
-            services.append(
-                page.application(host: host, port: port) { port in
-                    let url = "http://\(shownHost):\(port)/?token=\(page.token)"
-                    status.webPage(url)
-                    printLine("web page: \(url)")
-                })
-            services.append(BackgroundWork { await receivers.run() })
+            services += try webServices(
+                web, receiving: service, background: background, outbox: outbox, configuration: configuration,
+                status: status, questions: questions, logger: logger)
         }
         var groupConfiguration = ServiceGroupConfiguration(
             services: services, gracefulShutdownSignals: [.sigterm, .sigint, .sighup], logger: logger)
@@ -306,6 +232,108 @@ struct Serve: AsyncParsableCommand {
             logger.info("stopped")
         }
         try await group.run()
+    }
+
+    /// What `--accept` (and `--hook`, `--web`) make of each offer.
+    private func policy(configuration: PeerConfiguration, questions: WebQuestions, logger: Logger) -> AcceptPolicy {
+        switch accept {
+        case .all: return .all
+        case .known: return .known
+        case .ask:
+            var judge = OfferJudge(hook: hook, logger: logger, knownPeersFile: configuration.knownPeersFile)
+            if web != nil && hook == nil { judge.web = questions }
+            return .ask(judge.judge)
+        }
+    }
+
+    /// The wide-area publishing `--tsig-key` asks for, or nil on the link.
+    private func wideAreaPublishing(logger: Logger) throws -> WideAreaPublishing? {
+        guard let tsigKey else { return nil }
+        if let warning = SalutTSIGKey.exposureWarning(forFile: tsigKey) { logger.warning("\(warning)") }
+        do {
+            return WideAreaPublishing(key: try SalutTSIGKey(contentsOfFile: tsigKey), nameServer: place.nameServer)
+        } catch {
+            throw PeerTransferError.runtime("--tsig-key: \(error)")
+        }
+    }
+
+    /// Clears the inbox's old and oversized part files now and from time to time.
+    private func sweepParts(of service: ReceiverService) {
+        var sweeper = PartSweeper()
+        sweeper.maximumAge = .seconds(Int64(keepParts * 86_400))
+        sweeper.reserve = reserve / 100
+        sweeper.shareOfOneSender = partsPerSender / 100
+        service.clearParts(with: sweeper)
+    }
+
+    /// The user's own background session: it sends what `send --background` queued.
+    private func backgroundSession(
+        configuration: PeerConfiguration, outbox: String, status: StatusBook, logger: Logger
+    ) -> PeerSession {
+        let background = PeerSession(
+            configuration: configuration.backgroundSessionConfiguration(
+                runsTasks: true, displayName: configuration.deviceName, logger: logger, status: status),
+            delegate: BackgroundSendLog(logger: logger, status: status, copiesFolder: outbox))
+        if !background.runsBackgroundTasks {
+            logger.warning(
+                "this daemon cannot run the background queue (\(Terminal.escape(configuration.directory))/background is not writable, or another process holds its runner lock); it only receives"
+            )
+        }
+        return background
+    }
+
+    /// The web page `--web` asks for, and the watch of the link's receivers it shows.
+    private func webServices(
+        _ web: String, receiving service: ReceiverService, background: PeerSession, outbox: String,
+        configuration: PeerConfiguration, status: StatusBook, questions: WebQuestions, logger: Logger
+    ) throws -> [any Service] {
+        let (host, port) = try Self.webAddress(web)
+        if !Self.isLoopback(host) {
+            logger.warning(
+                "the web page listens on \(host), beyond this machine: anyone who reaches it and learns its token can send as this device and answer its offers"
+            )
+        }
+        let receivers = LinkReceivers(excluding: { service.name })
+        Self.sweepStaleUploads(in: outbox, queued: background)
+        let page = WebPage(
+            configuration: configuration, status: status, questions: questions, receivers: receivers,
+            queue: { files, to in
+                let service = DiscoveredService(name: to, type: TransferLimits.serviceType)
+                let task =
+                    files.count == 1
+                    ? background.uploadTask(to: service, fromFile: files[0])
+                    : background.uploadTask(to: service, from: PathList.encoded(files.map(\.path)))
+                task.taskDescription = PathList.description(of: files.map(\.path))
+                task.resume()
+                // Queued for the daemon that runs the queue (not a failure, not a delivery).
+                if let error = task.error, !task.isQueuedElsewhere { throw error }
+                return task.persistentIdentifier
+            }, outbox: outbox, token: WebPage.makeToken(), logger: logger)
+        let shownHost = host.contains(":") ? "[\(host)]" : host
+        return [
+            page.application(host: host, port: port) { port in
+                let url = "http://\(shownHost):\(port)/?token=\(page.token)"
+                status.webPage(url)
+                printLine("web page: \(url)")
+            },
+            BackgroundWork { await receivers.run() },
+        ]
+    }
+
+    /// Removes the page's uploads a daemon stopped before it queued them (killed mid-upload,
+    /// say): those of no queued send, untouched for ten minutes (another command may be writing
+    /// its own; those of the command line are not the page's to sweep).
+    private static func sweepStaleUploads(in outbox: String, queued background: PeerSession) {
+        let queuedPaths = background.allTasks.compactMap { ($0 as? PeerUploadTask)?.taskDescription }
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: outbox)) ?? []
+        where entry.hasPrefix("web-") || entry.hasPrefix(".incoming-") {
+            let path = (outbox as NSString).appendingPathComponent(entry)
+            let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date
+            guard let modified, modified.timeIntervalSinceNow < -600,
+                !queuedPaths.contains(where: { $0.hasPrefix(path + "/") })
+            else { continue }
+            try? FileManager.default.removeItem(atPath: path)
+        }
     }
 }
 
