@@ -28,29 +28,37 @@ struct OfferJudge: Sendable {
                 "no answer: the questions before it took the \(Int(Self.questionLimit)) s this offer had", by: .noAnswer
             )
         }
+        if let hook { return await runHook(hook, offer: offer) }
+        if let web { return await ask(offer, on: web, within: timeLeft) }
+        return await askAtTheTerminal(offer, within: timeLeft)
+    }
+
+    /// Puts the offer on the web page (`serve --web`) and waits for its answer.
+    private func ask(_ offer: IncomingOffer, on web: WebQuestions, within timeLeft: TimeInterval) async -> Judgement {
         let all = Set(offer.manifest.entries.indices)
-        if let hook {
-            return await runHook(hook, offer: offer)
+        logger.notice("an offer from \(offer.introduction) waits for an answer on the web page")
+        switch await web.ask(offer, within: timeLeft) {
+        case .yes?: return Judgement(accepted: all)
+        case .always?:
+            trustForGood(offer)
+            return Judgement(accepted: all)
+        case .no?: return .declined("declined by the person at the receiver")
+        case nil:
+            // Withdrawn: the next offer waits a moment before it takes this one's place on
+            // the page, so that a click meant for this one never answers another.
+            if Task.isCancelled { await Self.pause(Self.afterWithdrawal) }
+            return .declined(
+                Task.isCancelled
+                    ? Self.stopped
+                    : "no answer: no one answered on the receiver's web page within \(Int(Self.questionLimit)) s",
+                by: .noAnswer)
         }
-        if let web {
-            logger.notice("an offer from \(offer.introduction) waits for an answer on the web page")
-            switch await web.ask(offer, within: timeLeft) {
-            case .yes?: return Judgement(accepted: all)
-            case .always?:
-                trustForGood(offer)
-                return Judgement(accepted: all)
-            case .no?: return .declined("declined by the person at the receiver")
-            case nil:
-                // Withdrawn: the next offer waits a moment before it takes this one's place on
-                // the page, so that a click meant for this one never answers another.
-                if Task.isCancelled { await Self.pause(Self.afterWithdrawal) }
-                return .declined(
-                    Task.isCancelled
-                        ? Self.stopped
-                        : "no answer: no one answered on the receiver's web page within \(Int(Self.questionLimit)) s",
-                    by: .noAnswer)
-            }
-        }
+    }
+
+    /// Asks the person at the terminal, with the choices of `OfferQuestion`, until an answer,
+    /// the time left, or the offer's withdrawal.
+    private func askAtTheTerminal(_ offer: IncomingOffer, within timeLeft: TimeInterval) async -> Judgement {
+        let all = Set(offer.manifest.entries.indices)
         guard isatty(0) == 1 else {
             logger.warning(
                 "could not ask anyone about an offer from \(offer.senderName): --accept ask has no terminal and no --hook"
@@ -75,40 +83,8 @@ struct OfferJudge: Sendable {
             logger.warning("cannot clear what was typed before the question: \(String(cString: strerror(errno)))")
         }
         // Log lines wait until the question is answered (or withdrawn).
-        let (chosen, always) = await QuestionGate.whileAsking { () -> (Set<Int>?, Bool) in
-            var chosen: Set<Int>?
-            var always = false
-            writeAll(question.text, to: 2)
-            let deadline = Date().addingTimeInterval(timeLeft)
-            var answer = await readAnswer(until: deadline, stop: stop)
-            // An answer that is not one of the choices is asked again, never taken as a no.
-            asking: while let line = answer {
-                switch OfferAnswer(line) {
-                case .yes: chosen = all
-                case .no: chosen = []
-                case .always:
-                    // (From a sender trusted already: a yes.)
-                    chosen = all
-                    always = question.offersAlways
-                case .pick:
-                    writeAll(question.pickList, to: 2)
-                    while let picked = await readAnswer(until: deadline, stop: stop) {
-                        if let numbers = question.picked(picked) {
-                            chosen = numbers
-                            break asking
-                        }
-                        writeAll(question.pickReminder, to: 2)
-                    }
-                    answer = nil
-                    break asking
-                case .unclear:
-                    writeAll(question.reminder, to: 2)
-                    answer = await readAnswer(until: deadline, stop: stop)
-                    continue asking
-                }
-                break asking
-            }
-            return (chosen, always)
+        let (chosen, always) = await QuestionGate.whileAsking {
+            await choice(asking: question, of: all, until: Date().addingTimeInterval(timeLeft), stop: stop)
         }
         // The prompt's line ends, unanswered: withdrawn (its sender left, or the daemon stops),
         // or out of time.
@@ -136,6 +112,45 @@ struct OfferJudge: Sendable {
         return accepted.isEmpty
             ? .declined("declined by the person at the receiver")
             : Judgement(accepted: accepted, cause: .person)
+    }
+
+    /// Shows `question` and reads answers until one chooses (all of `all`, none, or a pick) or
+    /// the time runs out or the offer is withdrawn (nil). True with an "always" answer.
+    private func choice(
+        asking question: OfferQuestion, of all: Set<Int>, until deadline: Date, stop: CancelPipe
+    ) async -> (Set<Int>?, Bool) {
+        var chosen: Set<Int>?
+        var always = false
+        writeAll(question.text, to: 2)
+        var answer = await readAnswer(until: deadline, stop: stop)
+        // An answer that is not one of the choices is asked again, never taken as a no.
+        asking: while let line = answer {
+            switch OfferAnswer(line) {
+            case .yes: chosen = all
+            case .no: chosen = []
+            case .always:
+                // (From a sender trusted already: a yes.)
+                chosen = all
+                always = question.offersAlways
+            case .pick:
+                writeAll(question.pickList, to: 2)
+                while let picked = await readAnswer(until: deadline, stop: stop) {
+                    if let numbers = question.picked(picked) {
+                        chosen = numbers
+                        break asking
+                    }
+                    writeAll(question.pickReminder, to: 2)
+                }
+                answer = nil
+                break asking
+            case .unclear:
+                writeAll(question.reminder, to: 2)
+                answer = await readAnswer(until: deadline, stop: stop)
+                continue asking
+            }
+            break asking
+        }
+        return (chosen, always)
     }
 
     /// Trusts the offer's sender key from now on, as `peerxfer trust KEY` would, labelled with
