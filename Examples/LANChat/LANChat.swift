@@ -36,13 +36,14 @@ actor Chat {
         do {
             let pair = try await peers.connect(to: service, tls: identity)
             if !known { say("\(service.name)'s key \(pair.peerTrust!.publicKeySHA256) is trusted from now on") }
-            let bound = Task {  // on the wait for its hello
-                try await Task.sleep(for: .seconds(15)); pair.close()
+            Task {  // a bound on the wait for its hello
+                try await Task.sleep(for: .seconds(15)); if outgoing[service]?.input !== pair.input { pair.close() }
             }
-            defer { bound.cancel(); pair.close() }
+            defer { pair.close() }
             var lines = pair.input.lines(maximumLength: 64).makeAsyncIterator()
             guard (try? await lines.next()) != nil else {
-                return say("\(service.name) did not admit this chat (maybe it does not know our key: ask its owner)")
+                return say(
+                    "\(service.name) did not admit this chat (if our key changed, they must remove our old entry)")
             }
             outgoing[service] = pair
             say("connected to \(service.name)")

@@ -251,7 +251,8 @@ final class AdvertisedPeersTests: XCTestCase {
         XCTAssertEqual(reports.value.first?.othersSinceLastReport, 0)
         XCTAssertEqual(
             reports.value.first?.description,
-            "refused a client: no name we trust advertises its key \(String(format: "%064x", 1))")
+            "refused a client with key \(String(format: "%064x", 1)): no peer is trusted with it, and no new peer advertises it (a known peer whose key changed is refused until its old entry is removed from the book)"
+        )
         for n in 2...5 { try await refuse(n, with: burst) }
         try await refuse(6, with: later)
         try await eventually("the next report counts the four unsaid", timeout: 10) { reports.value.count == 2 }

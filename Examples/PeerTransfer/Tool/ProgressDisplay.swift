@@ -73,46 +73,9 @@ final class ProgressDisplay: Sendable {
                 printError("looking for \"\(Terminal.escape(name))\"\(bound)…")
             }
         case .connected(let name, let key, let firstUse, let renamedFrom):
-            if json {
-                var object: [String: Any] = ["event": "connected", "peer": name, "key": key, "firstUse": firstUse]
-                if let renamedFrom { object["renamedFrom"] = renamedFrom }
-                printJSON(object)
-                // The offer is out: the receiver has this long to answer it.
-                printJSON(["event": "waiting-for-answer", "peer": name, "seconds": Int(TransferLimits.answerTime)])
-            } else {
-                let verdict =
-                    firstUse
-                    ? "new here: pinned once it accepts this offer"
-                    : renamedFrom.map { "known device, pinned as \"\(Terminal.escape($0))\"" } ?? "matches its pin"
-                printError("connected to \"\(Terminal.escape(name))\" (key \(key.prefix(16))…, \(verdict))")
-                countDownToTheAnswer(from: Terminal.escape(name))
-            }
+            showConnected(name, key: key, firstUse: firstUse, renamedFrom: renamedFrom)
         case .answered(let accepted, let files, let declined, let there, let bytes, let reason):
-            state.withLock {
-                $0.total = bytes
-                $0.started = .now
-                $0.waitingSince = nil
-            }
-            clearLine()
-            if json {
-                var object: [String: Any] = [
-                    "event": "answered", "accepted": accepted, "acceptedFiles": files, "declined": declined,
-                    "alreadyThere": there, "bytesToSend": bytes,
-                ]
-                if let reason { object["reason"] = reason }
-                printJSON(object)
-            } else {
-                let folders = accepted - files
-                state.withLock { $0.filesTotal = files - there }
-                var line =
-                    "accepted \(Wording.counted(files, "file"))\(folders > 0 ? " and \(Wording.counted(folders, "folder"))" : "")"
-                    + (accepted < entriesTotal
-                        ? " of \(Wording.counted(entriesTotal, "entry", plural: "entries"))" : "")
-                    + "; \(Self.bytes(bytes)) to send"
-                if there > 0 { line += ", \(Wording.counted(there, "file")) already there" }
-                if let reason, declined > 0 { line += " (\(reason))" }
-                printError(line)
-            }
+            showAnswer(accepted: accepted, files: files, declined: declined, there: there, bytes: bytes, reason: reason)
         case .fileStarted(_, let path, let size, let offset):
             state.withLock {
                 $0.currentFile = path
@@ -131,21 +94,7 @@ final class ProgressDisplay: Sendable {
                 )
             }
         case .progress(let sent, let total):
-            let line: String? = state.withLock { state in
-                state.sent = sent
-                state.total = total
-                let now = ContinuousClock.Instant.now
-                guard now - state.lastDraw >= .milliseconds(json ? 1000 : 100) || sent == total else { return nil }
-                state.lastDraw = now
-                return json ? "" : Self.line(state)
-            }
-            guard let line else { return }
-            if json {
-                printJSON(["event": "progress", "sent": sent, "total": total])
-            } else {
-                writeAll(("\r\u{1b}[K" + line), to: 2)
-                state.withLock { $0.lineShown = true }
-            }
+            showProgress(sent: sent, total: total)
         case .fileVerified(_, let path, let storedAs):
             state.withLock { $0.filesDone += 1 }
             if json {
@@ -166,6 +115,72 @@ final class ProgressDisplay: Sendable {
                 clearLine()
                 printError("FAILED \(Terminal.escape(path)): \(reason)")
             }
+        }
+    }
+
+    /// The receiver answered the connection: who it is, and whether its key is new here.
+    private func showConnected(_ name: String, key: String, firstUse: Bool, renamedFrom: String?) {
+        if json {
+            var object: [String: Any] = ["event": "connected", "peer": name, "key": key, "firstUse": firstUse]
+            if let renamedFrom { object["renamedFrom"] = renamedFrom }
+            printJSON(object)
+            // The offer is out: the receiver has this long to answer it.
+            printJSON(["event": "waiting-for-answer", "peer": name, "seconds": Int(TransferLimits.answerTime)])
+        } else {
+            let verdict =
+                firstUse
+                ? "new here: pinned once it accepts this offer"
+                : renamedFrom.map { "known device, pinned as \"\(Terminal.escape($0))\"" } ?? "matches its pin"
+            printError("connected to \"\(Terminal.escape(name))\" (key \(key.prefix(16))…, \(verdict))")
+            countDownToTheAnswer(from: Terminal.escape(name))
+        }
+    }
+
+    /// The receiver answered the offer: what it takes, and what is left to send.
+    private func showAnswer(accepted: Int, files: Int, declined: Int, there: Int, bytes: UInt64, reason: String?) {
+        state.withLock {
+            $0.total = bytes
+            $0.started = .now
+            $0.waitingSince = nil
+        }
+        clearLine()
+        if json {
+            var object: [String: Any] = [
+                "event": "answered", "accepted": accepted, "acceptedFiles": files, "declined": declined,
+                "alreadyThere": there, "bytesToSend": bytes,
+            ]
+            if let reason { object["reason"] = reason }
+            printJSON(object)
+        } else {
+            let folders = accepted - files
+            state.withLock { $0.filesTotal = files - there }
+            var line =
+                "accepted \(Wording.counted(files, "file"))\(folders > 0 ? " and \(Wording.counted(folders, "folder"))" : "")"
+                + (accepted < entriesTotal
+                    ? " of \(Wording.counted(entriesTotal, "entry", plural: "entries"))" : "")
+                + "; \(Self.bytes(bytes)) to send"
+            if there > 0 { line += ", \(Wording.counted(there, "file")) already there" }
+            if let reason, declined > 0 { line += " (\(reason))" }
+            printError(line)
+        }
+    }
+
+    /// Bytes sent so far: the progress line (ten times a second at most, once a second in JSON).
+    private func showProgress(sent: UInt64, total: UInt64) {
+        let line: String? = state.withLock { state in
+            state.sent = sent
+            state.total = total
+            let now = ContinuousClock.Instant.now
+            guard now - state.lastDraw >= .milliseconds(json ? 1000 : 100) || sent == total else { return nil }
+            state.lastDraw = now
+            return json ? "" : Self.line(state)
+        }
+        guard let line else { return }
+        if json {
+            printJSON(["event": "progress", "sent": sent, "total": total])
+        } else {
+            writeAll(("\r\u{1b}[K" + line), to: 2)
+            state.withLock { $0.lineShown = true }
         }
     }
 

@@ -67,7 +67,8 @@ extension AdvertisedPeers {
         public var description: String {
             let others =
                 othersSinceLastReport == 0 ? "" : " (and \(othersSinceLastReport) other clients since the last report)"
-            return "refused a client: no name we trust advertises its key \(key)\(others)"
+            return
+                "refused a client with key \(key): no peer is trusted with it, and no new peer advertises it (a known peer whose key changed is refused until its old entry is removed from the book)\(others)"
         }
     }
 }
