@@ -77,20 +77,7 @@ struct Trust: AsyncParsableCommand {
         if list { return try listTrust() }
         let configuration = try config.loadSayingIfMade()
         let file = configuration.knownPeersFile
-        if pin, let key {
-            try ServiceNames.checkName(peer, allowEmpty: false)
-            guard let whole = KeyText.whole(key) else {
-                // Not hex: said which character is wrong. Hex, but not all of it: a pin is a
-                // whole key (a start of one is for --expect-key and `trust` of a sender).
-                if KeyText.digits(key) == nil { _ = try KeyText.prefix(key, option: "KEY") }
-                let count = KeyText.digits(key)?.count ?? 0
-                throw PeerTransferError.usage(
-                    "KEY: a pin takes all 64 hex digits of the receiver's key, as `peerxfer identity` prints it there (\"\(Terminal.escape(key))\" has \(count)); to check only the first 16, send with --expect-key instead"
-                )
-            }
-            try Self.pin(peer, to: whole, in: file, configOption: configuration.configOption)
-            return
-        }
+        if pin, let key { return try pinGivenKey(key, configuration: configuration) }
         let fingerprint = peer.lowercased().filter { $0 != ":" }
         let digits = fingerprint.filter { $0 != "…" }
         if digits.count >= 8, digits.count < 64, let hex = KeyText.digits(digits) {
@@ -111,6 +98,28 @@ struct Trust: AsyncParsableCommand {
                     ?? "\"\(Terminal.escape(peer))\" is not a key (\(fingerprint.count) hex digits, not 64), and too long for a name (at most 63 bytes)"
             )
         }
+        try await pair(
+            with: try await receiver(looksLikeKey: KeyText.digits(digits) != nil), configuration: configuration)
+    }
+
+    /// `trust --pin NAME KEY`: pins the name to the whole key given.
+    private func pinGivenKey(_ key: String, configuration: PeerConfiguration) throws {
+        try ServiceNames.checkName(peer, allowEmpty: false)
+        guard let whole = KeyText.whole(key) else {
+            // Not hex: said which character is wrong. Hex, but not all of it: a pin is a
+            // whole key (a start of one is for --expect-key and `trust` of a sender).
+            if KeyText.digits(key) == nil { _ = try KeyText.prefix(key, option: "KEY") }
+            let count = KeyText.digits(key)?.count ?? 0
+            throw PeerTransferError.usage(
+                "KEY: a pin takes all 64 hex digits of the receiver's key, as `peerxfer identity` prints it there (\"\(Terminal.escape(key))\" has \(count)); to check only the first 16, send with --expect-key instead"
+            )
+        }
+        try Self.pin(peer, to: whole, in: configuration.knownPeersFile, configOption: configuration.configOption)
+    }
+
+    /// The receiver named `peer`, resolved (`looksLikeKey`: the name is a few hex digits, most
+    /// likely a key cut short, which the refusal then says).
+    private func receiver(looksLikeKey: Bool) async throws -> ResolvedService {
         let resolved: ResolvedService
         do {
             resolved = try await DiscoveredService(name: peer, type: TransferLimits.serviceType).resolve(timeout: wait)
@@ -120,7 +129,7 @@ struct Trust: AsyncParsableCommand {
         } catch {
             // A few hex digits were most likely a key cut short rather than a name.
             let keyHint =
-                KeyText.digits(digits) != nil
+                looksLikeKey
                 ? "; if \"\(Terminal.escape(peer))\" is the start of a key, give all 64 hex digits (`peerxfer peers --json` shows them)"
                 : await Self.namesLike(peer).map { "; did you mean \($0)?" }
                     ?? "; `peerxfer peers` lists the receivers that can be seen, or pin its key with --pin NAME KEY"
@@ -128,6 +137,13 @@ struct Trust: AsyncParsableCommand {
                 "no receiver named \"\(Terminal.escape(peer))\" was found within \(wait.rounded() == wait ? String(Int(wait)) : String(wait)) s (\(error))\(keyHint)"
             )
         }
+        return resolved
+    }
+
+    /// Pairs with a receiver found on the link: shows its key and verification code and pins it
+    /// once the person confirms (or says it is paired already, or refuses a changed key).
+    private func pair(with resolved: ResolvedService, configuration: PeerConfiguration) async throws {
+        let file = configuration.knownPeersFile
         guard let advertised = resolved.advertisedPublicKeySHA256(forTXTKey: "fp") else {
             throw PeerTransferError.trust("\"\(Terminal.escape(peer))\" advertises no key fingerprint")
         }
