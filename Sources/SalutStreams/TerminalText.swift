@@ -60,14 +60,13 @@ public enum TerminalText {
     /// (a Kelvin sign), and every scalar after it (a combining accent, a jamo). Empty, after
     /// one look, for text in NFC.
     private static func uncomposedScalars(of text: String) -> Set<Int> {
-        let composed = isComposed
-        guard !composed(text) else { return [] }
+        guard !isComposed(text) else { return [] }
         var positions: Set<Int> = [], offset = 0
         for character in text {
             let count = character.unicodeScalars.count
-            if !composed(String(character)) {
+            if !isComposed(String(character)) {
                 let first = character.unicodeScalars.first!
-                if !first.isASCII && !composed(String(Character(first))) { positions.insert(offset) }
+                if !first.isASCII && !isComposed(String(Character(first))) { positions.insert(offset) }
                 positions.formUnion(offset + 1..<offset + count)
             }
             offset += count

@@ -72,6 +72,12 @@ public final class AdvertisedPeers: Sendable {
         /// For `clientEvaluator`'s reports: when one was last made, and refusals left unsaid since.
         var lastRefusalReport: ContinuousClock.Instant?
         var unreportedRefusals = 0
+
+        /// Puts `service` last in line (first seen, or just returned).
+        mutating func giveTurn(to service: DiscoveredService) {
+            turn[service] = nextTurn
+            nextTurn += 1
+        }
     }
 
     /// Clients waiting for their name now (for tests).
@@ -132,8 +138,7 @@ public final class AdvertisedPeers: Sendable {
                 state.reserved.formIntersection(state.listed)
                 for service in state.listed.sorted(by: { ExactText($0.name) < ExactText($1.name) })
                 where state.turn[service] == nil {
-                    state.turn[service] = state.nextTurn
-                    state.nextTurn += 1
+                    state.giveTurn(to: service)
                 }
             }
             var due: [DiscoveredService] = []
@@ -148,8 +153,7 @@ public final class AdvertisedPeers: Sendable {
                 guard state.tried[service] != attempt else { continue }
                 state.tried[service] = attempt
                 state.reserved.insert(service)
-                state.turn[service] = state.nextTurn
-                state.nextTurn += 1
+                state.giveTurn(to: service)
                 due.append(service)
             }
             return due
@@ -200,9 +204,7 @@ public final class AdvertisedPeers: Sendable {
             // Judged (and trusted) under the state's lock, as `connect` does.
             let found: String?? = try state.withLock { state in
                 if let name = trustedKeys.names(trusting: digest).first { return .some(name) }
-                let claims = state.listed.filter {
-                    state.advertised[$0] == digest && trustedKeys.key(for: $0.name) == nil
-                }
+                let claims = untrustedServices(advertising: digest, in: state)
                 guard claims.count == 1, let claim = claims.first else { return nil }
                 guard trustingOnFirstUse else { return .some(claim.name) }
                 return try trustedKeys.trustOnFirstUse(digest, for: claim.name) ? .some(claim.name) : nil
@@ -356,9 +358,14 @@ public final class AdvertisedPeers: Sendable {
 
     /// Another listed service, with no key trusted for its name, that advertises `key` too.
     private func sharer(of key: String, besides service: DiscoveredService, in state: State) -> DiscoveredService? {
-        state.listed.first {
-            state.advertised[$0] == key && !ServiceNames.sameIgnoringASCIICase($0.name, service.name)
-                && trustedKeys.key(for: $0.name) == nil
+        untrustedServices(advertising: key, in: state).first {
+            !ServiceNames.sameIgnoringASCIICase($0.name, service.name)
         }
+    }
+
+    /// The listed services advertising `key` whose names have no key trusted: those that may
+    /// claim it on first use (the book is asked only about them).
+    private func untrustedServices(advertising key: String, in state: State) -> [DiscoveredService] {
+        state.listed.filter { state.advertised[$0] == key && trustedKeys.key(for: $0.name) == nil }
     }
 }

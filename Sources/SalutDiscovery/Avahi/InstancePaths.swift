@@ -80,18 +80,15 @@ final class InstancePaths: QueueOperation, @unchecked Sendable {
     }
 
     private static func key(_ type: String, _ domain: String) -> String {
-        folded(type) + "\u{0}" + folded(domain)
+        ASCIICase.foldedText(type) + "\u{0}" + ASCIICase.foldedText(domain)
     }
-
-    /// `text` with ASCII capitals made small (DNS-SD compares names so, RFC 6762 section 16).
-    private static func folded(_ text: String) -> String { ASCIICase.foldedText(text) }
 
     /// `watcher` hears of `name` (and, `ignoringCase`, of every spelling of it in ASCII case) on
     /// every path it is seen on now, at once, and as it is seen and lost from now on. Watching
     /// again replaces the watch.
     func watch(_ name: String, by watcher: ObjectIdentifier, ignoringCase: Bool = false, _ handler: @escaping Handler) {
         dispatchPrecondition(condition: .onQueue(context.queue))
-        let key = Self.folded(name)
+        let key = ASCIICase.foldedText(name)
         let watch = Watch(name: name, ignoringCase: ignoringCase, handler: handler)
         watches[key, default: [:]][watcher] = watch
         for (spelling, paths) in seen where watch.wants(spelling.text) {
@@ -102,7 +99,7 @@ final class InstancePaths: QueueOperation, @unchecked Sendable {
     /// `watcher` no longer hears of `name`; the browser goes once nobody watches anything.
     func unwatch(_ name: String, by watcher: ObjectIdentifier) {
         dispatchPrecondition(condition: .onQueue(context.queue))
-        let key = Self.folded(name)
+        let key = ASCIICase.foldedText(name)
         watches[key]?[watcher] = nil
         if watches[key]?.isEmpty == true { watches[key] = nil }
         guard watches.isEmpty else { return }
@@ -143,7 +140,7 @@ final class InstancePaths: QueueOperation, @unchecked Sendable {
 
     private func changed(_ name: String, _ event: AvahiBrowserEvent, _ path: Path) {
         guard !stopped else { return }
-        let interested = (watches[Self.folded(name)] ?? [:]).values.filter { $0.wants(name) }
+        let interested = (watches[ASCIICase.foldedText(name)] ?? [:]).values.filter { $0.wants(name) }
         switch event {
         case AVAHI_BROWSER_NEW:
             let spelling = Spelling(name)
