@@ -31,6 +31,10 @@ final class Conversation {
     var hasSlot = true
     /// Sender keys the receiver trusts, with their labels.
     var trusted: [String: String] = [:]
+    /// How long the receiver waits for progress before it drops the sender (its default: nil).
+    var idleBound: Duration?
+    /// The slowest pace the receiver keeps a transfer at (its default: nil).
+    var pace: TransferPace?
     /// The next send's stopper (a new one after each send): a judge can stop the send with it.
     private(set) var stopper = SendStopper()
     /// When set, the next send is stopped this way once it has sent at least this many bytes.
@@ -179,19 +183,38 @@ final class Conversation {
     /// Writes `frames` to the receiver in one write, as a hostile or hasty sender could, then
     /// reads until the receiver closes; returns what the receiver reported and logged.
     func offerRaw(_ frames: [Frame]) async throws -> Outcome {
+        try await sendFromScript { _, output in
+            try await output.write(frames.reduce(Data()) { $0 + $1.encoded })
+        }
+    }
+
+    /// Runs `script` as the sender, against the real receiver: it writes its own frames and
+    /// reads the receiver's (a sender that trickles, or stops halfway), then the rest of what
+    /// the receiver sends is read until it closes. Returns what the receiver reported and
+    /// logged, and in `sent` the frames the sender end read (or why it stopped reading).
+    func sendFromScript(
+        _ script: @escaping @Sendable (inout FrameReader, OutputStream) async throws -> Void
+    ) async throws -> Outcome {
         let events = Locked([ReceiveEvent]())
         let log = Locked([String]())
         let (pair, receiverDone, listener) = try connect(events: events, log: log)
         defer { listener?.stop() }
         try await pair.open()
-        try await pair.output.write(frames.reduce(Data()) { $0 + $1.encoded })
+        // The receiver's own bounds end every conversation; this one ends a receiver that
+        // failed to (the test then fails on what it did not say).
+        let bound = Task {
+            try? await Task.sleep(for: .seconds(60))
+            pair.reset()
+        }
+        defer { bound.cancel() }
         var reader = FrameReader(pair.input)
+        try await script(&reader, pair.output)
         while case .some(.some) = try? await reader.next() {}
         pair.input.close()
         pair.output.close()
         for await _ in receiverDone {}
         return Outcome(
-            sent: .failure(.runtime("raw")), received: events.withLock { $0 }, log: log.withLock { $0 })
+            sent: .failure(.runtime("scripted")), received: events.withLock { $0 }, log: log.withLock { $0 })
     }
 
     /// Starts a receiver and connects to it over ``link``: the sender's end (not yet open), a
@@ -246,6 +269,8 @@ final class Conversation {
             },
             logger: Logger(label: "receiver", factory: { _ in CollectingLogHandler(lines: log) }))
         receiving.ownKey = receiver.identity.publicKeySHA256
+        if let idleBound { receiving.idleBound = idleBound }
+        if let pace { receiving.pace = pace }
         let slot = hasSlot
         receiving.admit = { slot }
         return receiving

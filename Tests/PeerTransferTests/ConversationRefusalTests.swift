@@ -144,6 +144,57 @@ final class ConversationRefusalTests: XCTestCase {
         }
     }
 
+    // MARK: - A sender that stops or trickles
+
+    /// A sender that stops halfway through a file is dropped once the receiver's idle bound
+    /// passes: the log names the bound (not a closed stream), the file is never given its
+    /// name, and its part file is kept for a resume.
+    func testASenderThatStopsMidFileIsDroppedAfterTheIdleBoundAndItsPartFileKept() async throws {
+        let talk = try Conversation()
+        talk.idleBound = .seconds(1)
+        let size = UInt64(4 * chunk)
+        let result = try await talk.sendFromScript { reader, output in
+            try await output.write(
+                Self.hello().encoded + Self.manifest([Self.file("stalled.bin", size: size)]).encoded)
+            _ = try await Self.read(upTo: .answer, from: &reader)
+            let first = ChunkFrame(index: 0, offset: 0, data: Data(repeating: 0x73, count: TransferLimits.chunkSize))
+            try await output.write(first.frame.encoded)
+        }
+        XCTAssertTrue(
+            result.log.contains { $0.contains("no progress from the sender for 1") },
+            "the log names the idle bound: \(result.log)")
+        XCTAssertNotNil(result.receiverError, "\(result.received)")
+        XCTAssertNil(talk.received("stalled.bin"), "never named unfinished")
+        XCTAssertEqual(talk.partFiles().count, 1, "its part file is kept: \(talk.inboxListing())")
+    }
+
+    /// A sender that keeps its transfer alive but far below the receiver's minimum pace is cut
+    /// with a `limit` failure saying how fast it must go, and its connection closed.
+    func testASenderBelowTheMinimumPaceIsCutAndToldTheRate() async throws {
+        let talk = try Conversation()
+        // No grace, and a rate no link reaches: the first chunk after the answer is too late.
+        talk.pace = TransferPace(minimumRate: 1 << 40, grace: .zero)
+        let frames = Locked([Frame]())
+        let result = try await talk.sendFromScript { reader, output in
+            try await output.write(
+                Self.hello().encoded
+                    + Self.manifest([Self.file("slow.bin", size: UInt64(8 * TransferLimits.chunkSize))]).encoded)
+            _ = try await Self.read(upTo: .answer, from: &reader)
+            for index in 0..<8 {
+                let chunk = ChunkFrame(
+                    index: 0, offset: UInt64(index * TransferLimits.chunkSize),
+                    data: Data(repeating: 0x7a, count: TransferLimits.chunkSize))
+                guard (try? await output.write(chunk.frame.encoded)) != nil else { break }
+            }
+            while case .some(.some(let frame)) = try? await reader.next() { frames.withLock { $0.append(frame) } }
+        }
+        let failures = frames.value.filter { $0.kind == .failure }.compactMap { try? $0.decode(Failure.self) }
+        XCTAssertEqual(failures.map(\.code), ["limit"], "\(frames.value.map(\.kind))")
+        XCTAssertTrue(failures.first?.message.contains("too slow") == true, "\(failures)")
+        XCTAssertEqual(result.receiverError?.wireCode, "limit", "\(result.received)")
+        XCTAssertNil(talk.received("slow.bin"))
+    }
+
     // MARK: - A receiver that lies
 
     /// A verdict on a file whose end was not sent yet is a lie: the send ends at it, with the
@@ -163,6 +214,31 @@ final class ConversationRefusalTests: XCTestCase {
         XCTAssertFalse(
             events.contains { if case .fileVerified = $0 { return true } else { return false } },
             "a lie is not a verified file: \(events)")
+    }
+
+    /// A verdict on a file the sender withdrew (it changed between the offer and the answer)
+    /// is a lie too: the send ends at it, and it is never reported as verified.
+    func testAVerdictOnAWithdrawnFileIsALieThatEndsTheSend() async throws {
+        let talk = try Conversation()
+        let path = try talk.makeFile("a.bin", size: 1000)
+        let (events, sent) = try await talk.sendToScripted(["a.bin"]) { reader, output in
+            _ = try await Self.read(upTo: .hello, from: &reader)
+            try await output.write(Self.hello().encoded)
+            _ = try await Self.read(upTo: .manifest, from: &reader)
+            // Once offered, the file changes (its time too): the sender withdraws it.
+            try Data(repeating: 7, count: 1000).write(to: URL(fileURLWithPath: path))
+            var times = [timespec(tv_sec: 1_000_000, tv_nsec: 0), timespec(tv_sec: 1_000_000, tv_nsec: 0)]
+            guard utimensat(AT_FDCWD, path, &times, 0) == 0 else { throw POSIXError(.EIO) }
+            try await output.write(Frame.message(.answer, Answer(accepted: [Answer.Entry(index: 0)])).encoded)
+            _ = try await Self.read(upTo: .fileEnd, from: &reader)
+            let lie = FileResult(index: 0, verified: true, storedAs: "a.bin", error: nil)
+            try await output.write(Frame.message(.fileResult, lie).encoded)
+            while try await reader.next() != nil {}
+        }
+        guard case .failure(let error) = sent else { return XCTFail("the send succeeded") }
+        XCTAssertEqual(error.exitCode, 1, error.message)
+        XCTAssertTrue(error.message.contains("though this sender withdrew it"), error.message)
+        XCTAssertFalse(events.contains { if case .fileVerified = $0 { return true } else { return false } })
     }
 
     /// A summary that leaves out an accepted file is no proof it arrived: that file counts as
