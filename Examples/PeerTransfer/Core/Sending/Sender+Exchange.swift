@@ -15,7 +15,7 @@ extension Sender {
         let watchdog = ProgressWatchdog(bound: answerBound)
         let watching = Task { await watchdog.watch(pair, what: "from the receiver") }
         defer { watching.cancel() }
-        let answered = Locked(false)
+        let conversation = Locked(ConversationStateMachine(offering: plan.manifest.entries))
         let (stopper, cancellationMeans) = (self.stopper ?? SendStopper(), self.cancellationMeans)
         stopper.connected(pair)
         do {
@@ -25,11 +25,8 @@ extension Sender {
                 // by the cancellation could leave half a frame, after which nothing can be said).
                 try await Task { [self] in
                     try await exchange(
-                        plan, over: pair, watchdog: watchdog, stopper: stopper,
-                        events: { event in
-                            if case .answered = event { answered.withLock { $0 = true } }
-                            events(event)
-                        })
+                        plan, over: pair, conversation: conversation, watchdog: watchdog, stopper: stopper,
+                        events: events)
                 }.value
             } onCancel: {
                 stopper.stop(cancellationMeans())
@@ -43,20 +40,10 @@ extension Sender {
             }
             await Self.readToTheEnd(pair.input)
             throw Self.stopped(stopper.reason!, name: name, told: stopper.toldTheReceiver)
-        } catch let error as PeerTransferError {
-            throw error
-        } catch  where watchdog.expired != nil && !answered.value {
-            // Silent from the offer on: nobody there said yes or no. (The watchdog's reset
-            // closed the streams: the read fails as "not open", whatever its type.)
-            throw PeerTransferError.noAnswer(
-                "\"\(Terminal.escape(name))\" did not answer the offer within \(Wording.duration(Double(answerBound.components.seconds))) (\(error))"
-            )
-        } catch let error as SocketStreamError {
-            throw PeerTransferError.runtime(
-                "the connection to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
         } catch {
-            throw PeerTransferError.runtime(
-                "the transfer to \"\(Terminal.escape(name))\" failed: \(watchdog.expired ?? "\(error)")")
+            throw conversation.withLock {
+                $0.failure(of: error, expired: watchdog.expired, answerBound: answerBound, name: name)
+            }
         }
     }
 
@@ -87,74 +74,113 @@ extension Sender {
         }
     }
 
-    /// The conversation over an open connection, in the protocol's order: hellos, the offer
-    /// and its answer, then the accepted files sent by one task while another reads the
-    /// receiver's verdicts (checked by a ``VerdictStateMachine``), and the report.
+    /// The conversation over an open connection, driven by `conversation` (see
+    /// ``ConversationStateMachine``): hellos, the offer and its answer, then the accepted files
+    /// sent by one task while another reads the receiver's verdicts (checked by a
+    /// ``VerdictStateMachine``), and the report. One method per action.
     private func exchange(
-        _ plan: TransferPlan, over pair: BoundStreamPair, watchdog: ProgressWatchdog, stopper: SendStopper,
-        events: @escaping @Sendable (SendEvent) -> Void
+        _ plan: TransferPlan, over pair: BoundStreamPair, conversation: Locked<ConversationStateMachine>,
+        watchdog: ProgressWatchdog, stopper: SendStopper, events: @escaping @Sendable (SendEvent) -> Void
     ) async throws -> SendReport {
         var reader = FrameReader(pair.input)
-        try await greet(reading: &reader, output: pair.output, stopper: stopper)
-        let answer = try await offer(plan, reading: &reader, output: pair.output, stopper: stopper)
-        watchdog.touch(bound: idleBound)
-        let outgoing = await whatToSend(plan, answer: answer, watchdog: watchdog)
-        let tally = Tally(plan.manifest.entries, answer: answer, outgoing: outgoing)
+        let hello = Hello(
+            protocolVersion: TransferLimits.protocolVersion, device: configuration.deviceID, name: displayName)
+        try await stopper.write(Frame.message(.hello, hello).encoded, to: pair.output)
+        // A hello is small: the receiver is held to what it holds senders to.
+        let peerHello = try await Self.expect(.hello, Hello.self, from: &reader, atMost: TransferLimits.maximumHello)
+        var action = conversation.withLock { $0.receivedHello(peerHello) }
+        var outgoing: [Outgoing] = []
+        var sending: Sending?
+        while true {
+            switch action {
+            case .offer:
+                try await stopper.write(Frame.message(.manifest, plan.manifest).encoded, to: pair.output)
+                let answer = try await Self.expect(.answer, Answer.self, from: &reader)
+                action = conversation.withLock { $0.receivedAnswer(answer) }
+            case .prepare(let answer):
+                watchdog.touch(bound: idleBound)
+                outgoing = await whatToSend(plan, answer: answer, watchdog: watchdog)
+                let prepared = outgoing.map {
+                    ConversationStateMachine.Prepared(
+                        index: $0.index, offset: $0.offset, alreadyThere: $0.unchanged != nil)
+                }
+                action = conversation.withLock { $0.prepared(prepared) }
+            case .send(let tally):
+                let started = startSending(
+                    plan, tally: tally, reader: reader, pair: pair, watchdog: watchdog, stopper: stopper, events: events
+                )
+                sending = started
+                action = await whileSending(started, conversation: conversation) {
+                    for item in outgoing { try await started.files.send(item) }
+                    return conversation.withLock { $0.sentAll() }
+                }
+            case .finish:
+                guard let sending else { preconditionFailure("finishing a send that never started") }
+                action = await whileSending(sending, conversation: conversation) {
+                    defer { sending.files.release() }
+                    try await stopper.write(Frame.message(.done, Done()).encoded, to: pair.output, last: true)
+                    // Nothing more to send: our end of the data (close_notify, then FIN) goes
+                    // out behind the done message, and the receiver's verdicts still come in.
+                    // Whether it all arrived, only the receiver's summary tells (a receiver that
+                    // has everything may answer and close before our half-close).
+                    try? await pair.finishSending()
+                    let (verified, failed) = try await sending.results.value
+                    return conversation.withLock {
+                        $0.summarized(verified: verified, failed: failed, bytesSent: sending.files.sent)
+                    }
+                }
+            case .report(let report):
+                return report
+            case .fail(let error):
+                throw error
+            }
+        }
+    }
+
+    /// The two halves of the sending: the task reading the verdicts, the files going out
+    /// (used by the exchange's task alone).
+    private struct Sending {
+        var results: Task<(verified: Int, failed: [String]), any Error>
+        var files: FileSender
+    }
+
+    /// Reports the answer as `tally` counts it, and starts reading the verdicts.
+    private func startSending(
+        _ plan: TransferPlan, tally: ConversationStateMachine.Tally, reader: FrameReader, pair: BoundStreamPair,
+        watchdog: ProgressWatchdog, stopper: SendStopper, events: @escaping @Sendable (SendEvent) -> Void
+    ) -> Sending {
         events(
             .answered(
                 accepted: tally.accepted.count, acceptedFiles: tally.acceptedFiles, declined: tally.declined.count,
                 alreadyThere: tally.alreadyThere, bytesToSend: tally.bytesToSend,
-                reason: answer.reason.map(Terminal.escapePeerText)))
+                reason: tally.reason.map(Terminal.escapePeerText)))
         let verdicts = Locked(VerdictStateMachine(entries: plan.manifest.entries, accepted: tally.accepted))
         let results = readVerdicts(from: reader, into: verdicts, pair: pair, watchdog: watchdog, events: events)
         let files = FileSender(
             plan, output: pair.output, stopper: stopper, watchdog: watchdog, verdicts: verdicts,
             total: tally.bytesToSend, events: events)
+        return Sending(results: results, files: files)
+    }
+
+    /// Runs `step` of the sending; a write that fails in it is reported to `conversation`,
+    /// with the receiver's reason when it sent one (the reading task gets a moment to read
+    /// what came before the connection broke: a cancelled read would drop it unread).
+    private func whileSending(
+        _ sending: Sending, conversation: Locked<ConversationStateMachine>,
+        _ step: () async throws -> ConversationStateMachine.Action
+    ) async -> ConversationStateMachine.Action {
         do {
-            defer { files.release() }
-            for item in outgoing { try await files.send(item) }
-            try await stopper.write(Frame.message(.done, Done()).encoded, to: pair.output, last: true)
-            // Nothing more to send: our end of the data (close_notify, then FIN) goes out
-            // behind the done message, and the receiver's verdicts still come in. Whether it
-            // all arrived, only the receiver's summary tells (a receiver that has everything
-            // may answer and close before our half-close).
-            try? await pair.finishSending()
+            return try await step()
         } catch {
-            // The receiver's reason, when it sent one, says more than our broken write: the
-            // reading task gets a moment to read what came before the connection broke (a
-            // cancelled read would drop it unread).
+            sending.files.release()
+            var receiverSaid: PeerTransferError?
             if case .failure(let receiverError as PeerTransferError) = await Self.outcome(
-                of: results, within: .seconds(2))
+                of: sending.results, within: .seconds(2))
             {
-                throw receiverError
+                receiverSaid = receiverError
             }
-            throw error
+            return conversation.withLock { $0.sendingFailed(error, receiverSaid: receiverSaid) }
         }
-        let (verified, failed) = try await results.value
-        return SendReport(
-            verified: verified, failed: failed, declined: tally.declined, bytesSent: files.sent,
-            bytesSkipped: tally.bytesSkipped, declineCode: tally.declined.isEmpty ? nil : answer.cause)
-    }
-
-    /// Says hello and checks the receiver's: it must speak this protocol version.
-    private func greet(reading reader: inout FrameReader, output: OutputStream, stopper: SendStopper) async throws {
-        let hello = Hello(
-            protocolVersion: TransferLimits.protocolVersion, device: configuration.deviceID, name: displayName)
-        try await stopper.write(Frame.message(.hello, hello).encoded, to: output)
-        // A hello is small: the receiver is held to what it holds senders to.
-        let peerHello = try await Self.expect(.hello, Hello.self, from: &reader, atMost: TransferLimits.maximumHello)
-        guard peerHello.protocolVersion == TransferLimits.protocolVersion else {
-            throw PeerTransferError.protocolViolation(
-                "the receiver speaks protocol \(peerHello.protocolVersion), not \(TransferLimits.protocolVersion)")
-        }
-    }
-
-    /// Offers the plan's manifest; the receiver's answer (a refusal becomes its error).
-    private func offer(
-        _ plan: TransferPlan, reading reader: inout FrameReader, output: OutputStream, stopper: SendStopper
-    ) async throws -> Answer {
-        try await stopper.write(Frame.message(.manifest, plan.manifest).encoded, to: output)
-        return try await Self.expect(.answer, Answer.self, from: &reader)
     }
 
     /// What to send of each accepted file, found on a thread of its own (it hashes what the
@@ -169,32 +195,6 @@ extension Sender {
         let outgoing = await onThreadOfItsOwn { Self.outgoing(plan, answer: answer) }
         watchdog.touch(bound: idleBound)
         return outgoing
-    }
-
-    /// What the answer means for this send, counted.
-    private struct Tally {
-        /// The entries accepted (files and folders).
-        var accepted: Set<Int>
-        /// How many of them are files.
-        var acceptedFiles: Int
-        /// The paths declined.
-        var declined: [String]
-        /// Files the receiver holds already.
-        var alreadyThere: Int
-        /// File bytes not sent: the receiver has them (resumed, or already there).
-        var bytesSkipped: UInt64
-        /// File bytes this run sends.
-        var bytesToSend: UInt64
-
-        init(_ entries: [ManifestEntry], answer: Answer, outgoing: [Outgoing]) {
-            let accepted = Set(answer.accepted.map(\.index).filter { entries.indices.contains($0) })
-            self.accepted = accepted
-            acceptedFiles = accepted.filter { entries[$0].kind == .file }.count
-            declined = entries.indices.filter { !accepted.contains($0) }.map { entries[$0].path }
-            alreadyThere = outgoing.filter { $0.unchanged != nil }.count
-            bytesSkipped = outgoing.reduce(0) { $0 + ($1.unchanged != nil ? entries[$1.index].size : $1.offset) }
-            bytesToSend = outgoing.reduce(0) { $0 + ($1.unchanged != nil ? 0 : entries[$1.index].size - $1.offset) }
-        }
     }
 
     /// Reads the receiver's verdicts while the files go out, on a task of its own: what it

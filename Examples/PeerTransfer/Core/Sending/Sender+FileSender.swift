@@ -41,8 +41,13 @@ extension Sender {
             buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.slots * slotSize, alignment: 16)
         }
 
-        /// Waits for the hashing queue and frees the slots; call once, when sending ended.
+        private var released = false
+
+        /// Waits for the hashing queue and frees the slots, when sending ended (once: later
+        /// calls do nothing).
         func release() {
+            guard !released else { return }
+            released = true
             hashing.drain()
             buffer.deallocate()
         }
