@@ -48,19 +48,14 @@ final class PeerXferSoakTests: XCTestCase {
     private func settled(
         _ pid: Int32, atMost limit: (descriptors: Int, threads: Int)?
     ) throws -> (descriptors: Int, threads: Int) {
-        let deadline = Date().addingTimeInterval(20)
-        var last = try counts(pid)
-        while Date() < deadline {
-            Thread.sleep(forTimeInterval: 0.2)
+        var looks: [(descriptors: Int, threads: Int)] = []
+        try eventually(timeout: 20, interval: 0.2) {
             let now = try counts(pid)
-            if let limit {
-                if now.descriptors <= limit.descriptors, now.threads <= limit.threads { return now }
-            } else if now == last {
-                return now
-            }
-            last = now
+            looks.append(now)
+            guard let limit else { return looks.count >= 2 && looks[looks.count - 2] == now }
+            return now.descriptors <= limit.descriptors && now.threads <= limit.threads
         }
-        return last
+        return looks[looks.count - 1]
     }
 
     private func counts(_ pid: Int32) throws -> (descriptors: Int, threads: Int) {

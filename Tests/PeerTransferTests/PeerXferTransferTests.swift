@@ -543,9 +543,9 @@ final class PeerXferTransferTests: XCTestCase {
         let child = try XCTUnwrap(
             Int32((try String(contentsOfFile: marker, encoding: .utf8)).trimmingCharacters(in: .whitespacesAndNewlines))
         )
-        let deadline = Date().addingTimeInterval(10)
-        while kill(child, 0) == 0 && Date() < deadline { usleep(20_000) }
-        XCTAssertNotEqual(kill(child, 0), 0, "the hook's leftover child was ended with its process group")
+        XCTAssertTrue(
+            eventually(timeout: 10, interval: 0.02) { kill(child, 0) != 0 },
+            "the hook's leftover child was ended with its process group")
     }
 
     func testAHookDecidingAnOfferWhoseSenderLeftIsEnded() throws {
@@ -568,16 +568,15 @@ final class PeerXferTransferTests: XCTestCase {
                 Int32($0.trimmingCharacters(in: .whitespacesAndNewlines))
             }
         }
-        var deadline = Date().addingTimeInterval(20)
-        while hookPid() == nil && Date() < deadline { usleep(20_000) }
+        eventually(timeout: 20, interval: 0.02) { hookPid() != nil }
         let hook = try XCTUnwrap(hookPid(), daemon.output)
         XCTAssertEqual(kill(sender.process.processIdentifier, SIGKILL), 0)
         XCTAssertTrue(
             daemon.waitForOutput(containing: "the sender left before its offer was answered", seconds: 20),
             daemon.output)
-        deadline = Date().addingTimeInterval(10)
-        while kill(hook, 0) == 0 && Date() < deadline { usleep(20_000) }
-        XCTAssertNotEqual(kill(hook, 0), 0, "the hook was ended with its process group, not left to run its 100 s")
+        XCTAssertTrue(
+            eventually(timeout: 10, interval: 0.02) { kill(hook, 0) != 0 },
+            "the hook was ended with its process group, not left to run its 100 s")
     }
 
     func testUnknownSendersAreRefusedUnderKnownUntilTrusted() throws {

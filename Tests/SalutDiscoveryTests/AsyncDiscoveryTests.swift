@@ -326,14 +326,12 @@ extension AsyncDiscoveryTests {
         await ad.withdraw()
         await host.withdraw()
         // Gone: asked for, the name finds no address (within the deadline, or the test fails).
-        try await withDeadline(10, "the host's withdrawal") {
-            while true {
-                do {
-                    _ = try await DiscoveryContext.shared.addresses(ofHost: hostName, family: .ipv4, timeout: 1)
-                } catch let error as DiscoveryError where error == .timedOut || error == .notFound {
-                    return
-                }
-                try await Task.sleep(for: .milliseconds(200))
+        try await eventually("the host's withdrawal", interval: 0.2) {
+            do {
+                _ = try await DiscoveryContext.shared.addresses(ofHost: hostName, family: .ipv4, timeout: 1)
+                return false
+            } catch let error as DiscoveryError where error == .timedOut || error == .notFound {
+                return true
             }
         }
     }

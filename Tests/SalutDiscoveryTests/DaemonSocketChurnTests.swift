@@ -1,5 +1,6 @@
 import Foundation
 import SalutDiscovery
+import SalutTestSupport
 import XCTest
 
 /// Connections to the daemon opened, used and closed on several queues at once.
@@ -31,13 +32,9 @@ final class DaemonSocketChurnTests: XCTestCase {
         XCTAssertEqual(answered, 240, "every connection reached the daemon and said which it is")
 
         // A context's queue may still be freeing its client just after the last await.
-        let deadline = Date().addingTimeInterval(10)
-        var after = Self.openDescriptors()
-        while after > before, Date() < deadline {
-            try await Task.sleep(for: .milliseconds(50))
-            after = Self.openDescriptors()
+        try await eventually("descriptors back to \(before) after 240 closed connections", interval: 0.05) {
+            Self.openDescriptors() <= before
         }
-        XCTAssertLessThanOrEqual(after, before, "descriptors left open by 240 closed connections")
 
     }
 

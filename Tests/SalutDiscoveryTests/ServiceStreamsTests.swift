@@ -183,10 +183,8 @@ final class ServiceStreamsTests: XCTestCase {
         publisher.stop()
         XCTAssertTrue(publisher.waitForExit(seconds: 5))
         let probe = DiscoveryContext(label: "probe")
-        try await withDeadline(20, "the service is gone") {
-            while (try? await service.resolve(timeout: 0.5, context: probe)) != nil {
-                try await Task.sleep(nanoseconds: 50_000_000)
-            }
+        try await eventually("the service is gone", timeout: 20, interval: 0.05) {
+            (try? await service.resolve(timeout: 0.5, context: probe)) == nil
         }
         let pair = try await withDeadline(10, "connect from the resolution") {
             try await service.connect(resolveTimeout: 1)
@@ -217,10 +215,8 @@ final class ServiceStreamsTests: XCTestCase {
         let second = try Foreign(["avahi-publish", "-s", "Moving", type, "\(moved.port)"])
         defer { second.stop() }
         let probe = DiscoveryContext(label: "probe")
-        try await withDeadline(20, "the new port is published") {
-            while (try? await service.resolve(timeout: 0.5, context: probe))?.port != moved.port {
-                try await Task.sleep(nanoseconds: 50_000_000)
-            }
+        try await eventually("the new port is published", timeout: 20, interval: 0.05) {
+            (try? await service.resolve(timeout: 0.5, context: probe))?.port == moved.port
         }
         // The remembered resolution still names the old port: refused (if it is still
         // remembered: it lasts 10 s, and a slow machine may have taken longer to get here).

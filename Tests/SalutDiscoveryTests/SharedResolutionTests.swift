@@ -29,17 +29,15 @@ final class SharedResolutionTests: XCTestCase {
             }
         }
         // While they run, one browser serves them all.
-        try await withDeadline(10, "one shared browser while resolving") {
-            while await Self.sharedBrowsers(in: context) != 1 { try await Task.sleep(for: .milliseconds(5)) }
+        try await eventually("one shared browser while resolving", interval: 0.005) {
+            await Self.sharedBrowsers(in: context) == 1
         }
         let resolved = try await resolving.value
         XCTAssertEqual(
             Set(resolved.map(\.port)), Set((0..<6).map { UInt16(4000 + $0) }), "each service resolved to its own port")
         XCTAssertTrue(resolved.allSatisfy { !$0.addresses.isEmpty }, "\(resolved)")
         // Once every resolution has ended, the browser is freed.
-        try await withDeadline(10, "the shared browser freed") {
-            while await Self.sharedBrowsers(in: context) != 0 { try await Task.sleep(for: .milliseconds(10)) }
-        }
+        try await eventually("the shared browser freed") { await Self.sharedBrowsers(in: context) == 0 }
     }
 
     func testAResolutionStartedAfterAnotherHearsOfItsInstanceAtOnce() async throws {
@@ -83,9 +81,7 @@ final class SharedResolutionTests: XCTestCase {
         let zero = await iterator.next()
         XCTAssertEqual(zero?.port, 4200)
         // The browser hears of all six and remembers two besides the watched one.
-        try await withDeadline(10, "names dropped by the shared browser") {
-            while !(await Self.dropsNames(in: context)) { try await Task.sleep(for: .milliseconds(10)) }
-        }
+        try await eventually("names dropped by the shared browser") { await Self.dropsNames(in: context) }
         for index in 1..<6 {
             let resolved = try await DiscoveredService(name: "Crowd \(index)", type: type).resolve(
                 timeout: 10, context: context)

@@ -421,9 +421,9 @@ final class WideAreaPublishTests: SalutTestCase {
 
         // A live TXT change reaches the zone.
         XCTAssertTrue(service.setTXTRecord(NetService.data(fromTXTRecord: ["v": Data("2".utf8)])))
-        let deadline = Date().addingTimeInterval(10)
-        while try dig("Apple Wide._http._tcp.home.arpa", "TXT") != [#""v=2""#], Date() < deadline {
-            RunLoop.current.run(until: Date().addingTimeInterval(0.05))
+        try eventually(timeout: 10, interval: 0) {
+            RunLoop.current.run(until: Date().addingTimeInterval(0.05))  // the service's updates come on it
+            return try dig("Apple Wide._http._tcp.home.arpa", "TXT") == [#""v=2""#]
         }
         XCTAssertEqual(try dig("Apple Wide._http._tcp.home.arpa", "TXT"), [#""v=2""#])
 
@@ -442,9 +442,9 @@ final class WideAreaPublishTests: SalutTestCase {
         let stopped = recorder.expect("didStop", self)
         service.stop()
         wait(for: [stopped], timeout: 10)
-        let gone = Date().addingTimeInterval(10)
-        while try !dig("Apple Wide._http._tcp.home.arpa", "SRV").isEmpty, Date() < gone {
+        try eventually(timeout: 10, interval: 0) {
             RunLoop.current.run(until: Date().addingTimeInterval(0.05))
+            return try dig("Apple Wide._http._tcp.home.arpa", "SRV").isEmpty
         }
         XCTAssertEqual(try dig("Apple Wide._http._tcp.home.arpa", "SRV"), [], "stop() withdraws the records")
     }

@@ -23,8 +23,7 @@ final class EventLog: NSObject, StreamDelegate, @unchecked Sendable {
 
     /// Waits until `stream` has received `count` events (or `seconds` pass).
     func wait(for stream: Stream, count: Int, seconds: Double = 5) -> [Stream.Event] {
-        let deadline = Date().addingTimeInterval(seconds)
-        while events(of: stream).count < count && Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        eventually(timeout: seconds, interval: 0.005) { events(of: stream).count >= count }
         return events(of: stream)
     }
 }

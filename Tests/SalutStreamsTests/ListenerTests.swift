@@ -118,8 +118,10 @@ final class ListenerTests: SalutTestCase {
     }
 
     func testClosingBothStreamsWhileConnectingAbandonsTheAttempt() async throws {
+        // A name look-up that ends only once the test closed both streams.
+        let (closed, closing) = AsyncStream.makeStream(of: Void.self)
         let slow: AddressResolver = { _, _ in
-            try await Task.sleep(nanoseconds: 200_000_000)
+            for await _ in closed {}
             return [SocketAddress(ipv4: [127, 0, 0, 1], port: 9)]
         }
         let pair = SocketStreams.pair(toHost: "slow.test", port: 9, resolver: slow)
@@ -128,6 +130,7 @@ final class ListenerTests: SalutTestCase {
         pair.input.open(); pair.output.open()
         XCTAssertEqual(pair.input.streamStatus, .opening)
         pair.input.close(); pair.output.close()
+        closing.finish()
         XCTAssertEqual(pair.input.streamStatus, .closed)
         XCTAssertEqual(pair.output.streamStatus, .closed)
         let outcome = try await withDeadline(10, "abandoned") { () -> String in

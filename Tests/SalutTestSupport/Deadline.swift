@@ -77,12 +77,14 @@ public func eventually(timeout: Double, interval: Double = 0.05, _ condition: ()
     }
 }
 
-/// Checks `condition` every `interval` until it holds, from async code; throws
-/// ``DeadlineExceeded`` naming `what` once `timeout` seconds have passed.
+/// Checks `condition` every `interval` until it holds, from async code (the condition may
+/// itself wait, as a resolution does); throws ``DeadlineExceeded`` naming `what` once `timeout`
+/// seconds have passed, or what `condition` throws.
 public func eventually(
-    _ what: String, timeout: Double = 10, interval: Double = 0.01, _ condition: @escaping @Sendable () -> Bool
+    _ what: String, timeout: Double = 10, interval: Double = 0.01,
+    _ condition: @escaping @Sendable () async throws -> Bool
 ) async throws {
     try await withDeadline(timeout, what) {
-        while !condition() { try await Task.sleep(nanoseconds: UInt64(interval * 1e9)) }
+        while try await !condition() { try await Task.sleep(nanoseconds: UInt64(interval * 1e9)) }
     }
 }
