@@ -142,24 +142,8 @@ struct Send: AsyncParsableCommand {
         // Standard input and --text become files first: in a folder of this send's own (the
         // daemon's outbox for a background send, which it empties once sent).
         let made = try madeFiles(configuration)
-        defer { if !background, let folder = made.folder { try? FileManager.default.removeItem(atPath: folder) } }
-        let paths = made.paths
-        if background {
-            // Each receiver's send has copies of its own (the daemon removes a send's copies
-            // once it ends); nothing queued, nothing kept.
-            var queuedAny = false
-            do {
-                for (index, to) in receivers.enumerated() {
-                    let own = index == 0 ? made : try Self.copied(made)
-                    try await queue(own.paths, to: to, configuration)
-                    queuedAny = true
-                }
-            } catch {
-                if !queuedAny, let folder = made.folder { try? FileManager.default.removeItem(atPath: folder) }
-                throw error
-            }
-            return
-        }
+        if background { return try await queueForEachReceiver(made, configuration) }
+        defer { if let folder = made.folder { try? FileManager.default.removeItem(atPath: folder) } }
         let jsonOutput = json || isatty(1) != 1 || isatty(2) != 1
         let shown = Locked(ProgressDisplay(json: jsonOutput, lookupSeconds: wait))
         // Ctrl-C (or SIGTERM, or a closed terminal's SIGHUP) ends the send with 128 + the
@@ -188,7 +172,7 @@ struct Send: AsyncParsableCommand {
             stopper.withLock { $0 = stopping }
             if receivers.count > 1 { display.note("to \"\(Terminal.escape(to))\":") }
             do {
-                try await send(paths, to: to, configuration, display: display, stopper: stopping)
+                try await send(made.paths, to: to, configuration, display: display, stopper: stopping)
                 outcomes.append((to, nil))
             } catch let error as PeerTransferError {
                 // Stopped by a signal: its handler tells how (with --json, as an "interrupted"
@@ -200,8 +184,31 @@ struct Send: AsyncParsableCommand {
                 outcomes.append((to, error))
             }
         }
-        guard receivers.count > 1 else { return }
-        // One summary, a line a receiver; the exit status is the first failed one's.
+        if receivers.count > 1 { try Self.summarize(outcomes) }
+    }
+
+    /// Queues the send for the daemon, once for each receiver: each has copies of its own of
+    /// what `made` made (the daemon removes a send's copies once it ends); when nothing could be
+    /// queued, nothing is kept.
+    private func queueForEachReceiver(
+        _ made: (paths: [String], folder: String?), _ configuration: PeerConfiguration
+    ) async throws {
+        var queuedAny = false
+        do {
+            for (index, to) in receivers.enumerated() {
+                let own = index == 0 ? made : try Self.copied(made)
+                try await queue(own.paths, to: to, configuration)
+                queuedAny = true
+            }
+        } catch {
+            if !queuedAny, let folder = made.folder { try? FileManager.default.removeItem(atPath: folder) }
+            throw error
+        }
+    }
+
+    /// One summary of a send to several receivers, a line a receiver.
+    /// - Throws: the first failed send's exit status.
+    private static func summarize(_ outcomes: [(receiver: String, error: PeerTransferError?)]) throws {
         for (to, error) in outcomes {
             let outcome = error.map {
                 "\(DaemonStatus.Transfer.words(forState: $0.outcome, peer: to)) (exit \($0.exitCode))"

@@ -146,39 +146,9 @@ public final class ReceiverService: Sendable {
                     advertisement.cancel()
                 }
             }
-            // Part files no one came back for are cleared at the start and every hour.
-            group.addTask { [sweeper, inbox, logger] in
-                while !Task.isCancelled {
-                    let swept = await onThreadOfItsOwn { sweeper.sweep(inbox.path) }
-                    if swept.removed > 0 {
-                        await onThreadOfItsOwn { inbox.countParts() }  // what the sweeper removed no longer counts
-                        logger.notice(
-                            "removed \(Wording.counted(swept.removed, "part file")) (\(swept.bytes) bytes) that no sender came back for within \(Wording.duration(Double(sweeper.maximumAge.components.seconds))), or to keep \(Int(sweeper.reserve * 100)) % of the disk free"
-                        )
-                    }
-                    try? await Task.sleep(for: .seconds(3600))
-                }
-            }
-            // Each sender's part files, counted at the start and every few minutes, off any
-            // offer's way (see PartLedger.swift).
-            group.addTask { [inbox] in
-                while !Task.isCancelled {
-                    await onThreadOfItsOwn { inbox.countParts() }
-                    try? await Task.sleep(for: Self.partCountInterval)
-                }
-            }
-            // One line per interval for connections refused or cut before they offered
-            // anything, not one each.
-            group.addTask { [tally, logger] in
-                while !Task.isCancelled {
-                    try? await Task.sleep(for: Self.tallyInterval)
-                    // Loud only in aggregate: a few such connections (a `peers` look, a scan) are
-                    // information; many are an attack, or a misconfigured peer, worth a warning.
-                    if let (line, count) = tally.drain(over: Self.tallyInterval) {
-                        logger.log(level: count >= Self.loudTally ? .warning : .info, "\(line)")
-                    }
-                }
-            }
+            group.addTask { await self.sweepPartFiles() }
+            group.addTask { await self.countPartFiles() }
+            group.addTask { await self.logRefusals() }
             for await connection in advertisement.connections {
                 let id = nextID.withLock {
                     $0 += 1; return $0
@@ -186,36 +156,83 @@ public final class ReceiverService: Sendable {
                 let source = connection.remoteAddress.map { Self.sourceAddress($0) } ?? "?"
                 greetingPairs.withLock { $0[id] = connection.streams }
                 carryOut(admission.withLock { $0.arrived(id, from: source) })
-                var receiver = Receiver(
-                    id: id, inbox: inbox, policy: policy, hello: hello, trustedLabel: trusted,
-                    events: events, logger: logger)
-                receiver.pace = pace
-                receiver.idleBound = pace.idleBound
-                receiver.configOption = configuration.configOption
-                receiver.ownKey = configuration.identity.publicKeySHA256
-                receiver.keepsExecuteBits = keepsExecuteBits
-                receiver.admit = { [self] in
-                    let actions = admission.withLock { $0.identified(id) }
-                    greetingPairs.withLock { _ = $0.removeValue(forKey: id) }
-                    carryOut(actions)
-                    return actions == [.admit(id)]
-                }
-                receiver.endedBeforeOffer = { [tally] cause in tally.endedBeforeOffer(cause) }
+                let receiver = self.receiver(id, trusted: trusted)
                 group.addTask { [self] in
                     await receiver.run(connection.streams)
-                    greetingPairs.withLock { _ = $0.removeValue(forKey: id) }
-                    let idle = admission.withLock { machine -> Bool in
-                        machine.ended(id)
-                        return machine.transferring.isEmpty
-                    }
-                    // A large offer's manifest can leave a hundred MiB free in malloc's arenas;
-                    // once nothing runs, it goes back to the system (one trim at a time, off
-                    // the shared pool: a flood of connections asks thousands of times).
-                    if idle { memoryTrim.request() }
+                    ended(id)
                 }
             }
             group.cancelAll()
         }
+    }
+
+    /// Clears part files no one came back for, at the start and every hour, until cancelled.
+    private func sweepPartFiles() async {
+        while !Task.isCancelled {
+            let swept = await onThreadOfItsOwn { [sweeper, inbox] in sweeper.sweep(inbox.path) }
+            if swept.removed > 0 {
+                await onThreadOfItsOwn { [inbox] in inbox.countParts() }  // what the sweeper removed no longer counts
+                logger.notice(
+                    "removed \(Wording.counted(swept.removed, "part file")) (\(swept.bytes) bytes) that no sender came back for within \(Wording.duration(Double(sweeper.maximumAge.components.seconds))), or to keep \(Int(sweeper.reserve * 100)) % of the disk free"
+                )
+            }
+            try? await Task.sleep(for: .seconds(3600))
+        }
+    }
+
+    /// Counts each sender's part files at the start and every few minutes, off any offer's way
+    /// (see PartLedger.swift), until cancelled.
+    private func countPartFiles() async {
+        while !Task.isCancelled {
+            await onThreadOfItsOwn { [inbox] in inbox.countParts() }
+            try? await Task.sleep(for: Self.partCountInterval)
+        }
+    }
+
+    /// Logs one line per interval for the connections refused or cut before they offered
+    /// anything, not one each, until cancelled.
+    private func logRefusals() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: Self.tallyInterval)
+            // Loud only in aggregate: a few such connections (a `peers` look, a scan) are
+            // information; many are an attack, or a misconfigured peer, worth a warning.
+            if let (line, count) = tally.drain(over: Self.tallyInterval) {
+                logger.log(level: count >= Self.loudTally ? .warning : .info, "\(line)")
+            }
+        }
+    }
+
+    /// The receiver that runs connection `id`: this service's settings, and its admission
+    /// asked once the sender said hello.
+    private func receiver(_ id: Int, trusted: @escaping @Sendable (String) -> String?) -> Receiver {
+        var receiver = Receiver(
+            id: id, inbox: inbox, policy: policy, hello: hello, trustedLabel: trusted, events: events, logger: logger)
+        receiver.pace = pace
+        receiver.idleBound = pace.idleBound
+        receiver.configOption = configuration.configOption
+        receiver.ownKey = configuration.identity.publicKeySHA256
+        receiver.keepsExecuteBits = keepsExecuteBits
+        receiver.admit = { [self] in
+            let actions = admission.withLock { $0.identified(id) }
+            greetingPairs.withLock { _ = $0.removeValue(forKey: id) }
+            carryOut(actions)
+            return actions == [.admit(id)]
+        }
+        receiver.endedBeforeOffer = { [tally] cause in tally.endedBeforeOffer(cause) }
+        return receiver
+    }
+
+    /// Connection `id` ended: its slot is given back.
+    private func ended(_ id: Int) {
+        greetingPairs.withLock { _ = $0.removeValue(forKey: id) }
+        let idle = admission.withLock { machine -> Bool in
+            machine.ended(id)
+            return machine.transferring.isEmpty
+        }
+        // A large offer's manifest can leave a hundred MiB free in malloc's arenas; once
+        // nothing runs, it goes back to the system (one trim at a time, off the shared pool: a
+        // flood of connections asks thousands of times).
+        if idle { memoryTrim.request() }
     }
 
     /// How often refused and cut connections are summed up in the log.

@@ -261,13 +261,7 @@ extension Sender {
             // The trust decision speaks of the receiver as it publishes itself.
             let name = published
             if let expected = settings.expectedKey, !key.hasPrefix(expected) {
-                return end(
-                    .fail(
-                        .trust(
-                            """
-                            the receiver "\(Terminal.escape(name))" answers with the key \(key), not the one you expected (\(expected)…); \
-                            refused, nothing was sent. It may be another device using that name: compare with `peerxfer identity` on the receiver
-                            """)))
+                return end(.fail(Self.notTheExpectedKey(name: name, key: key, expected: expected)))
             }
             let known: KnownPeers
             switch book {
@@ -299,12 +293,19 @@ extension Sender {
             case .new:
                 knownAs = nil
             }
-            // First contact: the expected key, a queued send's grant, the rule, in that order.
+            return firstContact(judged, knownAs: knownAs, grantedInTheBook: known.grantsNewKey(to: spelled))
+        }
+
+        /// A receiver new here (`knownAs`: the name its key is known under, when it is): the
+        /// expected key, a queued send's grant, the first-contact rule, in that order.
+        private mutating func firstContact(_ judged: Judged, knownAs: String?, grantedInTheBook: Bool) -> Action {
+            var judged = judged
             judged.reached.firstUse = true
             judged.reached.pin = .onceAccepted
             judged.reached.renamedFrom = knownAs
             if settings.expectedKey != nil { return connect(judged) }
-            if settings.honoursQueuedGrants, known.grantsNewKey(to: spelled) { return connect(judged) }
+            if settings.honoursQueuedGrants, grantedInTheBook { return connect(judged) }
+            let (name, key) = (judged.reached.published, judged.reached.key)
             let code = VerificationCode.between(settings.ownKey, key)
             switch settings.firstContact {
             case .acceptNewKey:
@@ -313,20 +314,33 @@ extension Sender {
                 state = .asking(judged)
                 return .ask(NewReceiver(name: name, key: key, code: code, knownAs: knownAs))
             case .refuse:
-                let also =
-                    knownAs.map {
-                        " (this key is paired here as \"\(Terminal.escape($0))\": the same device under a new name, or that device answering to a name meant for another)"
-                    } ?? ""
-                return end(
-                    .fail(
-                        .trust(
-                            """
-                            "\(Terminal.escape(name))" is new to this device, and anyone on the link can answer to a name: nothing was sent. \
-                            It answers with the key \(key)\(also) (verification code \(code)). If `peerxfer identity` on the receiver shows that key, \
-                            pair with it once: peerxfer trust --pin \(ShellWord.quoted(spelled)) \(key)\(settings.configOption) \
-                            (or add --expect-key \(key.prefix(16)) to this send); --accept-new-key trusts whatever key answers first
-                            """)))
+                return end(.fail(newReceiverRefused(judged.reached, knownAs: knownAs, code: code)))
             }
+        }
+
+        /// The refusal of a receiver that answers with another key than the one expected.
+        private static func notTheExpectedKey(name: String, key: String, expected: String) -> PeerTransferError {
+            .trust(
+                """
+                the receiver "\(Terminal.escape(name))" answers with the key \(key), not the one you expected (\(expected)…); \
+                refused, nothing was sent. It may be another device using that name: compare with `peerxfer identity` on the receiver
+                """)
+        }
+
+        /// The refusal of a receiver new here, saying how to pair with it.
+        private func newReceiverRefused(_ reached: Reached, knownAs: String?, code: String) -> PeerTransferError {
+            let also =
+                knownAs.map {
+                    " (this key is paired here as \"\(Terminal.escape($0))\": the same device under a new name, or that device answering to a name meant for another)"
+                } ?? ""
+            let (name, key, spelled) = (reached.published, reached.key, reached.spelled)
+            return .trust(
+                """
+                "\(Terminal.escape(name))" is new to this device, and anyone on the link can answer to a name: nothing was sent. \
+                It answers with the key \(key)\(also) (verification code \(code)). If `peerxfer identity` on the receiver shows that key, \
+                pair with it once: peerxfer trust --pin \(ShellWord.quoted(spelled)) \(key)\(settings.configOption) \
+                (or add --expect-key \(key.prefix(16)) to this send); --accept-new-key trusts whatever key answers first
+                """)
         }
 
         /// Connects to the judged receiver; those advertising exactly its key wait their turn

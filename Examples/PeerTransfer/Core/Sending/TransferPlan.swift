@@ -139,58 +139,68 @@ public struct TransferPlan: Sendable {
                     path: relative, kind: .directory, size: 0,
                     mode: UInt32(info.st_mode & 0o777), modified: modified))
             sources.append(nil)
-            let children: [String]
-            do {
-                children = try FileManager.default.contentsOfDirectory(atPath: path).sorted()
-            } catch {
-                throw PeerTransferError.runtime("cannot list \(path): \(error.localizedDescription)")
-            }
-            // A name that is not UTF-8 comes out of the listing with U+FFFD for its bad bytes: it
-            // then names nothing, or another entry (listed twice). Either way it is left out.
-            let notUTF8 = "not sent, its name is not valid UTF-8 (peerxfer sends UTF-8 names)"
-            var seen = Set<[UInt8]>()
-            // Names by their composed form: two spellings of one name ("é" as one code point and
-            // as "e" and an accent) are one name at the receiver, so the second is left out.
-            var spellings: [[UInt8]: String] = [:]
-            for child in children {
-                let childPath = (path as NSString).appendingPathComponent(child)
-                guard seen.insert(Array(child.utf8)).inserted else {
-                    skipped.append(Skipped(path: childPath, reason: notUTF8))
-                    continue
-                }
-                if let twin = spellings.updateValue(child, forKey: Array(Self.composed(child).utf8)) {
-                    spellings[Array(Self.composed(child).utf8)] = twin
-                    skipped.append(
-                        Skipped(
-                            path: childPath,
-                            reason:
-                                "not sent, its name (\(Self.spelled(child))) is another spelling of \"\((path as NSString).appendingPathComponent(twin))\" (\(Self.spelled(twin))) in Unicode: the receiver stores names in composed form (NFC), where the two are one; rename one of them"
-                        ))
-                    continue
-                }
-                var childInfo = stat()
-                guard lstat(childPath, &childInfo) == 0 else {
-                    let reason = child.unicodeScalars.contains("\u{FFFD}") ? notUTF8 : String(cString: strerror(errno))
-                    skipped.append(Skipped(path: childPath, reason: reason))
-                    continue
-                }
-                // A name the protocol cannot carry (a control character, say) leaves out that
-                // entry, not the whole send: the rest of the tree goes, and the user is told.
-                let childRelative = relative + "/" + child
-                if let why = Self.unsendable(childRelative, name: child, isFile: childInfo.st_mode & S_IFMT == S_IFREG)
-                {
-                    skipped.append(Skipped(path: childPath, reason: "not sent, its path \(why)"))
-                    continue
-                }
-                try add(childPath, as: childRelative, info: childInfo)
-                guard manifest.entries.count <= TransferLimits.maximumEntries else {
-                    throw PeerTransferError.limit("more than \(TransferLimits.maximumEntries) files and folders")
-                }
-            }
+            try addChildren(of: path, as: relative)
         case S_IFLNK:
             skipped.append(Skipped(path: path, reason: "a symlink (not followed)"))
         default:
             skipped.append(Skipped(path: path, reason: "not a regular file or folder"))
         }
+    }
+
+    /// Adds what the folder `path` (`relative` in the manifest) holds, in name order; a name
+    /// that cannot be sent leaves out that entry alone, with why.
+    private mutating func addChildren(of path: String, as relative: String) throws {
+        let children: [String]
+        do {
+            children = try FileManager.default.contentsOfDirectory(atPath: path).sorted()
+        } catch {
+            throw PeerTransferError.runtime("cannot list \(path): \(error.localizedDescription)")
+        }
+        // A name that is not UTF-8 comes out of the listing with U+FFFD for its bad bytes: it
+        // then names nothing, or another entry (listed twice). Either way it is left out.
+        let notUTF8 = "not sent, its name is not valid UTF-8 (peerxfer sends UTF-8 names)"
+        var seen = Set<[UInt8]>()
+        // Names by their composed form: two spellings of one name ("é" as one code point and
+        // as "e" and an accent) are one name at the receiver, so the second is left out.
+        var spellings: [[UInt8]: String] = [:]
+        for child in children {
+            let childPath = (path as NSString).appendingPathComponent(child)
+            guard seen.insert(Array(child.utf8)).inserted else {
+                skipped.append(Skipped(path: childPath, reason: notUTF8))
+                continue
+            }
+            if let twin = spellings.updateValue(child, forKey: Array(Self.composed(child).utf8)) {
+                spellings[Array(Self.composed(child).utf8)] = twin
+                skipped.append(Self.anotherSpelling(childPath, of: (path as NSString).appendingPathComponent(twin)))
+                continue
+            }
+            var childInfo = stat()
+            guard lstat(childPath, &childInfo) == 0 else {
+                let reason = child.unicodeScalars.contains("\u{FFFD}") ? notUTF8 : String(cString: strerror(errno))
+                skipped.append(Skipped(path: childPath, reason: reason))
+                continue
+            }
+            // A name the protocol cannot carry (a control character, say) leaves out that
+            // entry, not the whole send: the rest of the tree goes, and the user is told.
+            let childRelative = relative + "/" + child
+            if let why = Self.unsendable(childRelative, name: child, isFile: childInfo.st_mode & S_IFMT == S_IFREG) {
+                skipped.append(Skipped(path: childPath, reason: "not sent, its path \(why)"))
+                continue
+            }
+            try add(childPath, as: childRelative, info: childInfo)
+            guard manifest.entries.count <= TransferLimits.maximumEntries else {
+                throw PeerTransferError.limit("more than \(TransferLimits.maximumEntries) files and folders")
+            }
+        }
+    }
+
+    /// `path` left out: its name is another spelling of `twin`'s in Unicode.
+    private static func anotherSpelling(_ path: String, of twin: String) -> Skipped {
+        let name = (path as NSString).lastPathComponent, twinName = (twin as NSString).lastPathComponent
+        return Skipped(
+            path: path,
+            reason:
+                "not sent, its name (\(spelled(name))) is another spelling of \"\(twin)\" (\(spelled(twinName))) in Unicode: the receiver stores names in composed form (NFC), where the two are one; rename one of them"
+        )
     }
 }

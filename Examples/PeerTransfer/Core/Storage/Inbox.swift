@@ -146,21 +146,7 @@ final class Inbox: @unchecked Sendable {
         cache: FolderCache? = nil, madeFor sender: String? = nil
     ) throws -> Int32? {
         if let cache, !components.isEmpty {
-            switch cache.lookUp(components, creating: create) {
-            case .open(let fd, let device, let inode):
-                // Still the folder the path leads to from the root (not removed, moved or
-                // replaced since it was walked to): then it is used as it is.
-                if leadsTo(components, device: device, inode: inode) { return fd }
-                close(fd)
-                cache.forget()
-            case .missing:
-                return nil
-            case .unknown:
-                break
-            }
-            let fd = try openDirectory(components, create: create, mode: mode, madeFor: sender)
-            cache.remember(components, fd)
-            return fd
+            return try openDirectory(components, create: create, mode: mode, through: cache, madeFor: sender)
         }
         var current = dup(root)
         guard current >= 0 else { throw PeerTransferError.runtime("dup: \(String(cString: strerror(errno)))") }
@@ -176,21 +162,8 @@ final class Inbox: @unchecked Sendable {
                 let made = mkdirat(current, component, mode) == 0
                 if !made && errno != EEXIST {
                     let failure = errno
-                    let reason = String(cString: strerror(failure))
                     close(current)
-                    let shown = Self.shown(components.prefix(depth + 1))
-                    switch failure {
-                    case ENOSPC, EDQUOT: throw PeerTransferError.noSpace("no space for the folder \(shown)")
-                    case ENOTDIR:
-                        throw PeerTransferError.unsafePath(
-                            "something in the way of the folder \(shown) is not a folder")
-                    case EACCES, EPERM: throw PeerTransferError.fileFailed("cannot create \(shown): \(reason)")
-                    // The folder it goes in was removed or moved away meanwhile: this path alone.
-                    case ENOENT:
-                        throw PeerTransferError.fileFailed(
-                            "cannot create \(shown): a folder on its way went away meanwhile")
-                    default: throw PeerTransferError.runtime("cannot create \(shown): \(reason)")
-                    }
+                    throw Self.creationFailure(failure, of: Self.shown(components.prefix(depth + 1)))
                 }
                 next = openat(current, component, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                 // Whose folder it is: a trusted sender's file takes its name back from a
@@ -200,25 +173,61 @@ final class Inbox: @unchecked Sendable {
             let failure = errno
             close(current)
             guard next >= 0 else {
-                let where_ = Self.shown(components.prefix(depth + 1))
-                switch failure {
-                case ENOENT where !create: return nil
-                case ELOOP, ENOTDIR:
-                    throw PeerTransferError.unsafePath(
-                        "\(where_) in the inbox is a symlink or not a folder; nothing is written through it")
-                case EACCES, EPERM:
-                    // This folder alone: the files below it fail, the others go on.
-                    throw PeerTransferError.fileFailed("cannot open \(where_): \(String(cString: strerror(failure)))")
-                case ENOENT:
-                    // Made just now and already removed or moved away: this path alone.
-                    throw PeerTransferError.fileFailed("cannot open \(where_): it went away as it was made")
-                default:
-                    throw PeerTransferError.runtime("cannot open \(where_): \(String(cString: strerror(failure)))")
-                }
+                if failure == ENOENT && !create { return nil }
+                throw Self.openingFailure(failure, of: Self.shown(components.prefix(depth + 1)))
             }
             current = next
         }
         return current
+    }
+
+    /// ``openDirectory(_:create:mode:cache:madeFor:)`` with a `cache`: the folder it holds when
+    /// that is still the one the path leads to, else the one walked to (then kept there).
+    private func openDirectory(
+        _ components: [String], create: Bool, mode: mode_t, through cache: FolderCache, madeFor sender: String?
+    ) throws -> Int32? {
+        switch cache.lookUp(components, creating: create) {
+        case .open(let fd, let device, let inode):
+            // Still the folder the path leads to from the root (not removed, moved or replaced
+            // since it was walked to): then it is used as it is.
+            if leadsTo(components, device: device, inode: inode) { return fd }
+            close(fd)
+            cache.forget()
+        case .missing:
+            return nil
+        case .unknown:
+            break
+        }
+        let fd = try openDirectory(components, create: create, mode: mode, madeFor: sender)
+        cache.remember(components, fd)
+        return fd
+    }
+
+    /// Why the folder `shown` could not be made (`mkdirat` failed with `failure`).
+    private static func creationFailure(_ failure: Int32, of shown: String) -> PeerTransferError {
+        let reason = String(cString: strerror(failure))
+        switch failure {
+        case ENOSPC, EDQUOT: return .noSpace("no space for the folder \(shown)")
+        case ENOTDIR: return .unsafePath("something in the way of the folder \(shown) is not a folder")
+        case EACCES, EPERM: return .fileFailed("cannot create \(shown): \(reason)")
+        // The folder it goes in was removed or moved away meanwhile: this path alone.
+        case ENOENT: return .fileFailed("cannot create \(shown): a folder on its way went away meanwhile")
+        default: return .runtime("cannot create \(shown): \(reason)")
+        }
+    }
+
+    /// Why the folder `shown` could not be opened (`openat` failed with `failure`).
+    private static func openingFailure(_ failure: Int32, of shown: String) -> PeerTransferError {
+        let reason = String(cString: strerror(failure))
+        switch failure {
+        case ELOOP, ENOTDIR:
+            return .unsafePath("\(shown) in the inbox is a symlink or not a folder; nothing is written through it")
+        // This folder alone: the files below it fail, the others go on.
+        case EACCES, EPERM: return .fileFailed("cannot open \(shown): \(reason)")
+        // Made just now and already removed or moved away: this path alone.
+        case ENOENT: return .fileFailed("cannot open \(shown): it went away as it was made")
+        default: return .runtime("cannot open \(shown): \(reason)")
+        }
     }
 
     /// True for a key recorded on a file that is a sender's (64 hex digits), not `sender` and
