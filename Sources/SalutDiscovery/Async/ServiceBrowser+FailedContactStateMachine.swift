@@ -71,7 +71,8 @@ extension ServiceBrowser {
 
         /// The daemon's update, as the browser hands it over: without the services said removed
         /// here (and without the daemon's own removal of one of them, said already); nil when
-        /// nothing is left of it to say.
+        /// nothing is left of it to say. Late after the browser ended (the daemon's queue may
+        /// still deliver one): nil.
         mutating func browsed(_ update: BrowseUpdate) -> BrowseUpdate? {
             guard !ended else { return nil }
             let wasComplete = complete
@@ -103,7 +104,8 @@ extension ServiceBrowser {
         }
 
         /// A contact with `service` failed: the check to make, when it is listed here, not
-        /// said removed or being checked already, and there is room for one more check.
+        /// said removed or being checked already, and there is room for one more check. Late
+        /// after the browser ended (a connection may fail after its browse): nil.
         mutating func failedContact(with service: DiscoveredService) -> Action? {
             guard !ended, let listedService = self.listed(service), !silenced.contains(listedService) else {
                 return nil
@@ -111,7 +113,8 @@ extension ServiceBrowser {
             return check(listedService)
         }
 
-        /// Time to ask again the services said removed here (they may have come back).
+        /// Time to ask again the services said removed here (they may have come back). Late
+        /// after the browser ended (the recheck timer races its end): no action.
         mutating func recheckDue() -> [Action] {
             guard !ended else { return [] }
             return silenced.sorted { $0.name < $1.name }.compactMap { check($0) }

@@ -134,12 +134,15 @@ extension PeerUploadTask {
             return [.persist, .waitForService(until: deadline)]
         }
 
-        /// The give-up deadline passed while waiting.
+        /// The give-up deadline passed while waiting. Late after the task finished (the
+        /// deadline's timer and the task's end race): no action.
         mutating func deadlinePassed() -> [Action] {
             guard !isFinished, phase != .notStarted else { return phase == .notStarted ? finish(.deadline) : [] }
             return finish(.deadline)
         }
 
+        /// The task was cancelled. Late after it finished (a cancellation may come from any
+        /// thread as the task ends): no action.
         mutating func cancelled() -> [Action] {
             guard !isFinished else { return [] }
             return finish(.cancelled)

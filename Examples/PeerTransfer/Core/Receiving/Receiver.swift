@@ -146,7 +146,7 @@ struct Receiver {
 
     /// Called once the sender's hello passed the policy: true when it may transfer (it took
     /// one of the daemon's transfer slots), false when every slot is taken (it is told the
-    /// receiver is busy). Until then the connection holds no slot (see ``Admission``).
+    /// receiver is busy). Until then the connection holds no slot (see ``ReceiverService/AdmissionStateMachine``).
     var admit: @Sendable () -> Bool = { true }
     /// When set, a connection that ends before any offer (a scan, a silent or slow client, a
     /// failed handshake) is reported here, to be counted, instead of on a log line of its own.

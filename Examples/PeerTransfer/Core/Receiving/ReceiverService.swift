@@ -15,9 +15,9 @@ public final class ReceiverService: Sendable {
     private let configuration: PeerConfiguration
     private let logger: Logger
     private let events: @Sendable (ReceiveEvent) -> Void
-    /// Greeting places and transfer slots (see ``Admission``), and the streams of the
+    /// Greeting places and transfer slots (see ``AdmissionStateMachine``), and the streams of the
     /// connections still greeting, to close one when it is evicted.
-    private let admission = Locked(Admission())
+    private let admission = Locked(AdmissionStateMachine())
     private let greetingPairs = Locked([Int: BoundStreamPair]())
     private let tally = RefusalTally()
     /// Once no transfer runs: the chunk memory kept for reuse, then malloc's free memory, go
@@ -240,9 +240,9 @@ public final class ReceiverService: Sendable {
     /// How many such connections in one interval make the summary a warning.
     static let loudTally = 20
 
-    /// Carries out what ``Admission`` decided: an evicted connection is closed (its receiver
+    /// Carries out what ``AdmissionStateMachine`` decided: an evicted connection is closed (its receiver
     /// then ends quietly, counted), a busy refusal is counted (its receiver tells the sender).
-    private func carryOut(_ actions: [Admission.Action]) {
+    private func carryOut(_ actions: [AdmissionStateMachine.Action]) {
         for action in actions {
             switch action {
             case .evict(let id):

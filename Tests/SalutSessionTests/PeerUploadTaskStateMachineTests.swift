@@ -4,7 +4,7 @@ import SalutTestSupport
 import XCTest
 
 /// A background upload's life, event by event, on a fake clock.
-final class BackgroundUploadStateMachineTests: SalutTestCase {
+final class PeerUploadTaskStateMachineTests: SalutTestCase {
     private let t0 = Date(timeIntervalSince1970: 1_000_000)
     private func machine(
         attempts: Int = 3, stream: Bool = false, fresh: Bool = true, deadline: TimeInterval = 3600
