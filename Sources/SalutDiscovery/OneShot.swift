@@ -2,24 +2,10 @@ import Foundation
 import SalutStreams
 
 /// A continuation that is resumed at most once, by whichever of several racing events comes
-/// first (a result, a timeout, a cancellation). Later attempts are ignored.
-final class OneShot<T: Sendable>: @unchecked Sendable {
-    // @unchecked: `continuation`, `early` and `done` are guarded by `lock` (a `StateLock`).
-
-    private let lock = StateLock()
-    private var continuation: CheckedContinuation<T, any Error>?
-    private var early: Result<T, DiscoveryError>?
-    private var done = false
-
-    /// Installs the continuation; if a result came before it, resumes at once.
-    func set(_ continuation: CheckedContinuation<T, any Error>) {
-        let ready = lock.withLock { () -> Result<T, DiscoveryError>? in
-            if let early { return early }
-            self.continuation = continuation
-            return nil
-        }
-        if let ready { continuation.resume(with: ready.mapError { $0 as any Error }) }
-    }
+/// first (a result, a timeout, a cancellation): a ``FirstOutcome`` with discovery's timeout and
+/// cancellation. Later attempts are ignored.
+final class OneShot<T: Sendable>: Sendable {
+    private let outcome = FirstOutcome<T>()
 
     /// Waits for the result: what `succeed` or `fail` gives first, ``DiscoveryError/timedOut``
     /// once `seconds` pass (counted on `queue`), ``DiscoveryError/cancelled`` when the calling
@@ -34,20 +20,9 @@ final class OneShot<T: Sendable>: @unchecked Sendable {
         }
     }
 
-    func succeed(_ value: T) { finish(.success(value)) }
-    func fail(_ error: DiscoveryError) { finish(.failure(error)) }
+    /// Installs the continuation; if a result came before it, resumes it at once.
+    func set(_ continuation: CheckedContinuation<T, any Error>) { outcome.set(continuation) }
 
-    private func finish(_ result: Result<T, DiscoveryError>) {
-        let waiting = lock.withLock { () -> CheckedContinuation<T, any Error>? in
-            guard !done else { return nil }
-            done = true
-            guard let continuation else {
-                early = result
-                return nil
-            }
-            self.continuation = nil
-            return continuation
-        }
-        waiting?.resume(with: result.mapError { $0 as any Error })
-    }
+    func succeed(_ value: T) { outcome.finish(.success(value)) }
+    func fail(_ error: DiscoveryError) { outcome.finish(.failure(error)) }
 }

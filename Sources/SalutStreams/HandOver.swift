@@ -37,3 +37,44 @@ package final class OnceFlag: Sendable {
         }
     }
 }
+
+/// Resumes a continuation with the first of several racing outcomes (a result, a timeout, a
+/// cancellation); the later ones do nothing. An outcome that comes before the continuation is
+/// installed is kept, and resumes it as soon as it is.
+package final class FirstOutcome<T: Sendable>: @unchecked Sendable {
+    // @unchecked: every stored var (`continuation`, `done`, `early`) is touched only under `lock`.
+    private let lock = StateLock()
+    private var continuation: CheckedContinuation<T, any Error>?
+    private var done = false
+    private var early: Result<T, any Error>?
+
+    package init() {}
+
+    /// Installs the continuation; if an outcome came before it, resumes it at once.
+    package func set(_ continuation: CheckedContinuation<T, any Error>) {
+        let earlier = lock.withLock { () -> Result<T, any Error>? in
+            if let early { return early }
+            self.continuation = continuation
+            return nil
+        }
+        if let earlier { continuation.resume(with: earlier) }
+    }
+
+    /// Resumes the continuation with `result` unless another outcome came first; true when
+    /// this one was the first.
+    @discardableResult
+    package func finish(_ result: Result<T, any Error>) -> Bool {
+        let (first, waiting) = lock.withLock { () -> (Bool, CheckedContinuation<T, any Error>?) in
+            guard !done else { return (false, nil) }
+            done = true
+            guard let continuation else {
+                early = result
+                return (true, nil)
+            }
+            self.continuation = nil
+            return (true, continuation)
+        }
+        waiting?.resume(with: result)
+        return first
+    }
+}

@@ -21,9 +21,9 @@ final class SenderHashingTests: XCTestCase {
         let moving = lab.path("src/moving.bin")
         // The file is rewritten in place once its first chunk is out: its times change under
         // the read, and its part file on the receiver holds a chunk of the old bytes.
-        let touched = ManagedAtomicFlag()
+        let touched = OnceFlag()
         let report = try await sender.send(plan, to: name) { event in
-            guard case .progress = event, touched.setOnce() else { return }
+            guard case .progress = event, touched.claim() else { return }
             let handle = FileHandle(forWritingAtPath: moving)!
             handle.seek(toFileOffset: UInt64(2 * TransferLimits.chunkSize))
             handle.write(Data("rewritten while it was being sent".utf8))
@@ -95,17 +95,5 @@ final class SenderHashingTests: XCTestCase {
         await pipeline.settle(toAtMost: 0)
         XCTAssertEqual(hasher.finish(), expected.finish())
         pipeline.drain()
-    }
-}
-
-/// Set once, from any thread.
-private final class ManagedAtomicFlag: Sendable {
-    private let flag = Locked(false)
-    /// True the first time only.
-    func setOnce() -> Bool {
-        flag.withLock { set in
-            defer { set = true }
-            return !set
-        }
     }
 }

@@ -236,16 +236,14 @@ final class HostilePeerTests: XCTestCase {
 
     /// The usage once it has stopped changing (two readings 200 ms apart agree).
     private func settledUsage(_ server: Server) throws -> Usage {
-        var last = try usage(server.pid)
-        for _ in 0..<50 {
-            Thread.sleep(forTimeInterval: 0.2)
-            let now = try usage(server.pid)
-            if now.descriptors == last.descriptors && now.children == last.children && now.threads == last.threads {
-                return now
-            }
-            last = now
+        var readings: [Usage] = []
+        try eventually(timeout: 10, interval: 0.2) {
+            readings.append(try usage(server.pid))
+            guard readings.count >= 2 else { return false }
+            let (last, now) = (readings[readings.count - 2], readings[readings.count - 1])
+            return now.descriptors == last.descriptors && now.children == last.children && now.threads == last.threads
         }
-        return last
+        return readings[readings.count - 1]
     }
 
     /// Waits (up to 20 s) until descriptors and children are back to the baseline, threads no

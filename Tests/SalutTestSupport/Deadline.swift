@@ -21,41 +21,6 @@ public func withDeadline<T: Sendable>(
     }
 }
 
-/// Resumes a continuation with the first outcome only.
-private final class FirstOutcome<T: Sendable>: @unchecked Sendable {
-    // @unchecked: every stored var (`continuation`, `done`, `early`) is touched only under `lock`.
-    private let lock = StateLock()
-    private var continuation: CheckedContinuation<T, any Error>?
-    private var done = false
-    private var early: Result<T, any Error>?
-
-    func set(_ continuation: CheckedContinuation<T, any Error>) {
-        let earlier = lock.withLock { () -> Result<T, any Error>? in
-            if let early { return early }
-            self.continuation = continuation
-            return nil
-        }
-        if let earlier { continuation.resume(with: earlier) }
-    }
-
-    /// True when this outcome was the first.
-    @discardableResult
-    func finish(_ result: Result<T, any Error>) -> Bool {
-        let (first, waiting) = lock.withLock { () -> (Bool, CheckedContinuation<T, any Error>?) in
-            guard !done else { return (false, nil) }
-            done = true
-            guard let continuation else {
-                early = result
-                return (true, nil)
-            }
-            self.continuation = nil
-            return (true, continuation)
-        }
-        waiting?.resume(with: result)
-        return first
-    }
-}
-
 public struct DeadlineExceeded: Error, CustomStringConvertible {
     public var what: String
     public var seconds: Double

@@ -26,44 +26,33 @@ public final class Foreign: @unchecked Sendable {
         collected.withLock { String(decoding: $0, as: UTF8.self) }
     }
 
+    /// Waits until the output holds `text`; false when it does not after `seconds`.
     public func waitForOutput(containing text: String, seconds: Double) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if output.contains(text) { return true }
-            Thread.sleep(forTimeInterval: 0.02)
-        }
-        return false
+        eventually(timeout: seconds, interval: 0.02) { output.contains(text) }
     }
 
     /// Waits for the process to exit, then for the end of its output (at most a second more:
     /// a child it left behind may hold the output open); false when it still runs after
     /// `seconds`.
     public func waitForExit(seconds: Double) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
-        guard !process.isRunning else { return false }
+        guard eventually(timeout: seconds, interval: 0.02, { !process.isRunning }) else { return false }
         waitForEndOfOutput()
         return true
     }
 
     /// Waits until the reader has seen the end of the output, at most `seconds`.
     private func waitForEndOfOutput(seconds: Double = 1) {
-        let deadline = Date().addingTimeInterval(seconds)
-        while !outputEnded.value && Date() < deadline { Thread.sleep(forTimeInterval: 0.005) }
+        eventually(timeout: seconds, interval: 0.005) { outputEnded.value }
     }
 
     /// Waits for exit (up to `seconds`) and returns the output.
     public func finish(seconds: Double = 20) -> String {
-        let deadline = Date().addingTimeInterval(seconds)
-        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
+        eventually(timeout: seconds, interval: 0.02) { !process.isRunning }
         if process.isRunning { process.terminate() }
         waitForEndOfOutput()
         return output
     }
 
-    /// Terminates the process and waits (at most 5 s, then SIGKILL) for it to go. Polls rather
-    /// than calling `waitUntilExit`, which spins the caller's run loop and can stall off the
-    /// main thread.
     /// Writes to the process's standard input.
     public func write(_ text: String) {
         process.write(Data(text.utf8))
@@ -74,12 +63,14 @@ public final class Foreign: @unchecked Sendable {
         process.closeInput()
     }
 
+    /// Terminates the process and waits (at most 5 s, then SIGKILL) for it to go. Polls rather
+    /// than calling `waitUntilExit`, which spins the caller's run loop and can stall off the
+    /// main thread.
     public func stop() {
         guard process.isRunning else { return }
         process.terminate()
-        let deadline = Date().addingTimeInterval(5)
-        while process.isRunning && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        guard !eventually(timeout: 5, interval: 0.01, { !process.isRunning }) else { return }
+        kill(process.processIdentifier, SIGKILL)
     }
 
     deinit { stop() }

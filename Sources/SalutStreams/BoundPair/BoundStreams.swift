@@ -370,9 +370,10 @@ public struct BoundStreamPair: @unchecked Sendable {
         let buffer = BoundBuffer(capacity: max(1, bufferSize))
         let input = BoundInputStream(buffer: buffer)
         let output = BoundOutputStream(buffer: buffer)
-        let weakInput = WeakStream(input), weakOutput = WeakStream(output)
-        buffer.readerChanged = { weakInput.value?.refresh() }
-        buffer.writerChanged = { weakOutput.value?.refresh() }
+        // Safe from the other end's thread: a stream's `refresh` takes only its own locks.
+        let weakInput = WeaklyHandedOver(input), weakOutput = WeaklyHandedOver(output)
+        buffer.readerChanged = { weakInput.object?.refresh() }
+        buffer.writerChanged = { weakOutput.object?.refresh() }
         self.input = input
         self.output = output
     }
@@ -401,12 +402,4 @@ public struct BoundStreamPair: @unchecked Sendable {
             BoundStreamPair(input: there.input, output: back.output)
         )
     }
-}
-
-/// A weak reference to a stream that can travel into the buffer's callbacks.
-final class WeakStream<S: AnyObject>: @unchecked Sendable {
-    // @unchecked: the referenced streams are safe to poke from the other end's thread (their
-    // `refresh` only takes their own locks).
-    weak var value: S?
-    init(_ value: S) { self.value = value }
 }

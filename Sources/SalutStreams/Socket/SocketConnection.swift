@@ -99,13 +99,14 @@ final class SocketConnection: @unchecked Sendable {
         let output = BoundOutputStream(buffer: outbound, connection: self)
         self.input = input
         self.output = output
-        let weakInput = WeakStream(input), weakOutput = WeakStream(output)
-        inbound.readerChanged = { weakInput.value?.refresh() }
+        // Safe from the pump's thread: a stream's `refresh` takes only its own locks.
+        let weakInput = WeaklyHandedOver(input), weakOutput = WeaklyHandedOver(output)
+        inbound.readerChanged = { weakInput.object?.refresh() }
         // Weak: the pump keeps itself alive while it runs, and must not keep the buffers (which
         // hold these closures) alive in a cycle after it has finished.
         inbound.writerChanged = { [weak pump] in pump?.inboundChanged() }
         outbound.readerChanged = { [weak pump] in pump?.outboundChanged() }
-        outbound.writerChanged = { weakOutput.value?.refresh() }
+        outbound.writerChanged = { weakOutput.object?.refresh() }
         pump.onFailure = { [weak self] error in self?.broke(error) }
         pump.onSendingEnded = { [weak self] error in self?.sendingEnded(error) }
         return BoundStreamPair(input: input, output: output)

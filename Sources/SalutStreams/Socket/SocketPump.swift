@@ -509,13 +509,9 @@ final class SocketPump: @unchecked Sendable {
             return machine.trustDecided(accepted: trust.policyFailure == nil, failure: failure)
         }
         // The first answer counts: an evaluator that calls back twice changes nothing after it.
-        let answered = Locked(false)
+        let answered = OnceFlag()
         let decide: @Sendable (Bool) -> Void = { [weak self] accepted in
-            guard
-                answered.withLock({ done in
-                    defer { done = true }; return !done
-                }), let self
-            else { return }
+            guard answered.claim(), let self else { return }
             if !accepted {
                 SalutLogging.logger.notice(
                     "TLS peer \(peer) (key SHA-256 \(trust.publicKeySHA256)) refused by the trust evaluator")
