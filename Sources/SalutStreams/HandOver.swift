@@ -17,7 +17,8 @@ package struct HandedOver<Value>: @unchecked Sendable {
 /// An object handed over as ``HandedOver`` is, but held weakly: a call waiting to be made must
 /// not keep its object (a stream and its connection) alive.
 package struct WeaklyHandedOver<Object: AnyObject>: @unchecked Sendable {
-    // @unchecked: as HandedOver; the object is only used where its owner's calls are made.
+    // @unchecked: loading a weak reference is atomic, and each use calls through it only
+    // methods that are safe from any thread (a stream's `refresh` takes its own locks alone).
     package weak var object: Object?
     package init(_ object: Object) { self.object = object }
 }

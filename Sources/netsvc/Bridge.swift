@@ -247,12 +247,19 @@ actor StdioTurns {
 /// reader thread hands what it reads to the current connection, and closes each connection's
 /// output once standard input has ended.
 final class SharedStandardInput: @unchecked Sendable {
-    // @unchecked: `current`, `ended` and `pending` are guarded by `condition`.
-    private let condition = NSCondition()
+    // @unchecked: `current`, `ended` and `pending` are guarded by `lock`. The two semaphores say
+    // "something changed": each waiter checks its condition again under the lock after a wake (a
+    // signal given before the wait is kept, so none is lost; one that finds nothing to do is
+    // harmless), as with a condition variable.
+    private let lock = StateLock()
     private var current: HandedOver<OutputStream>?
     private var ended = false
     /// Bytes read from standard input and not yet handed to a connection.
     private var pending = false
+    /// Signalled when a connection is attached.
+    private let attached = DispatchSemaphore(value: 0)
+    /// Signalled when the bytes read have gone to a connection.
+    private let delivered = DispatchSemaphore(value: 0)
 
     init() {
         Thread.detachNewThread { self.run() }
@@ -260,25 +267,28 @@ final class SharedStandardInput: @unchecked Sendable {
 
     /// Makes `output` the receiver of standard input (closing it at once if input has ended).
     func attach(_ output: OutputStream) {
-        condition.lock()
-        if ended {
-            condition.unlock()
-            output.close()
-            return
+        let inputEnded = lock.withLock { () -> Bool in
+            if !ended { current = HandedOver(output) }
+            return ended
         }
-        current = HandedOver(output)
-        condition.broadcast()
-        condition.unlock()
+        if inputEnded { return output.close() }
+        attached.signal()
     }
 
     /// Detaches the current connection (it is over), once the bytes already read from standard
     /// input have gone to it: a peer that half-closes quickly must still get the line that was
     /// waiting for it.
     func detach() {
-        condition.lock()
-        while pending && current != nil { condition.wait() }
-        current = nil
-        condition.unlock()
+        while true {
+            // Checked and detached under one hold: bytes read meanwhile wait for the next one.
+            let detached = lock.withLock { () -> Bool in
+                guard !(pending && current != nil) else { return false }
+                current = nil
+                return true
+            }
+            if detached { return }
+            delivered.wait()
+        }
     }
 
     private func run() {
@@ -286,21 +296,27 @@ final class SharedStandardInput: @unchecked Sendable {
         while true {
             let n = read(0, &buffer, buffer.count)
             if n < 0 && errno == EINTR { continue }
-            condition.lock()
             if n <= 0 {
-                ended = true
-                current?.value.close()
-                condition.unlock()
+                let last = lock.withLock { () -> HandedOver<OutputStream>? in
+                    ended = true
+                    return current
+                }
+                last?.value.close()
                 return
             }
-            pending = true
-            while current == nil { condition.wait() }  // hold the bytes for the next connection
-            let target = current!
-            condition.unlock()
+            // Hold the bytes for the next connection.
+            var target = lock.withLock { () -> HandedOver<OutputStream>? in
+                pending = true
+                return current
+            }
+            while target == nil {
+                attached.wait()
+                target = lock.withLock { current }
+            }
             var offset = 0
             while offset < n {
                 let written = buffer.withUnsafeBufferPointer {
-                    target.value.write($0.baseAddress! + offset, maxLength: n - offset)
+                    target!.value.write($0.baseAddress! + offset, maxLength: n - offset)
                 }
                 if written <= 0 {
                     // That connection went away mid-write: say what it did not get.
@@ -309,10 +325,8 @@ final class SharedStandardInput: @unchecked Sendable {
                 }
                 offset += written
             }
-            condition.lock()
-            pending = false
-            condition.broadcast()
-            condition.unlock()
+            lock.withLock { pending = false }
+            delivered.signal()
         }
     }
 }

@@ -160,6 +160,12 @@ final class Conversation {
             receiverEnd.input.close()
             receiverEnd.output.close()
         }
+        // The sender's own bounds end every conversation; this one ends a sender that failed to.
+        let bound = Task {
+            try? await Task.sleep(for: .seconds(60))
+            senderEnd.reset()
+        }
+        defer { bound.cancel() }
         let events = Locked([SendEvent]())
         let sent: Result<SendReport, PeerTransferError>
         do {
@@ -191,7 +197,7 @@ final class Conversation {
     /// Runs `script` as the sender, against the real receiver: it writes its own frames and
     /// reads the receiver's (a sender that trickles, or stops halfway), then the rest of what
     /// the receiver sends is read until it closes. Returns what the receiver reported and
-    /// logged, and in `sent` the frames the sender end read (or why it stopped reading).
+    /// logged (`sent` holds no report: a script keeps what it read itself).
     func sendFromScript(
         _ script: @escaping @Sendable (inout FrameReader, OutputStream) async throws -> Void
     ) async throws -> Outcome {

@@ -110,6 +110,13 @@ final class SenderConversationStateMachineTests: XCTestCase {
             stalled.message.contains("the connection to \"Desk\" failed: no progress from the receiver"),
             stalled.message)
 
+        // Ended after the answer (a failed write): still not "no answer".
+        _ = machine.prepared([])
+        _ = machine.sendingFailed(cut, receiverSaid: nil)
+        let ended = machine.failure(
+            of: cut, expired: "no progress from the receiver for 60 seconds", answerBound: .seconds(150), name: "Desk")
+        XCTAssertEqual((ended as? PeerTransferError)?.exitCode, 1, "\(ended)")
+
         let said = machine.failure(
             of: PeerTransferError.declined("no"), expired: nil, answerBound: .seconds(1), name: "D")
         XCTAssertEqual((said as? PeerTransferError)?.wireCode, "declined", "what the receiver said stands as it is")

@@ -219,43 +219,12 @@ extension DiscoveryGateway {
             wanted: [Announcement.ID: Announcement], unreadable: Set<Announcement.ID>, to made: inout Made,
             context: DiscoveryContext
         ) async {
-            var wanted = wanted
             made.retryPending = false
-            for id in unreadable { if let kept = made.announcements[id] { wanted[id] = kept } }
-            // A host whose name another machine took since: its services go too (their SRV would
-            // send clients to that machine), said once; neither comes back until the zone
-            // changes the host's addresses.
-            for (host, handle) in made.hostHandles {
-                guard let failure = handle.failure else { continue }
-                made.refusedHosts[host] = made.hosts[host] ?? []
-                made.hosts[host] = nil
-                made.hostHandles[host] = nil
-                await withdrawServices(on: host, because: failure, from: &made)
-            }
-            // What failed for good and is still wanted as it was is not tried again.
-            made.refused = made.refused.filter { wanted[$0.key] == $0.value }
-            let wantedHosts = AnnouncementPlan.hosts(of: wanted.values)
-            made.refusedHosts = made.refusedHosts.filter { wantedHosts[$0.key] == $0.value }
-            let attempted = wanted.filter {
-                made.refused[$0.key] == nil && made.refusedHosts[$0.value.hostName] == nil
-            }
-            let plan = AnnouncementPlan(made: made.announcements, hosts: made.hosts, wanted: attempted)
+            let (plan, attempted) = await plan(wanted: wanted, unreadable: unreadable, made: &made)
             guard !plan.isEmpty else { return }
             if configuration.dryRun { return dryRun(plan, made: &made) }
             var pace = WithdrawalPace()
-            for id in plan.withdrawServices {
-                made.announcements[id] = nil
-                if let handle = made.services.removeValue(forKey: id) {
-                    await handle.withdraw()
-                    await pace.oneMore()
-                    announcing(ServiceKey(name: handle.name, type: id.key.type), .withdrawn)
-                }
-                if attempted[id] == nil { reports(.unannounced(id.key, fromLabel: id.label)) }
-            }
-            for host in plan.withdrawHosts {
-                made.hosts[host] = nil
-                await made.hostHandles.removeValue(forKey: host)?.withdraw()
-            }
+            await withdraw(plan, attempted: attempted, from: &made, pace: &pace)
             // Hosts and their services at once, up to ``publishingAtOnce`` of each: avahi-daemon
             // probes each name for about a second, so one after another a hundred would take
             // minutes, and hosts before their services took two seconds for one service to show
@@ -280,8 +249,78 @@ extension DiscoveryGateway {
                 })
             }
             let (hosts, published) = await (publishedHosts, publishedServices)
+            let hostFailures = await record(hosts: hosts.map { (($0.0.key, $0.0.value), $0.1) }, in: &made)
+            let services = await withoutTheirHosts(published, hostFailures: hostFailures, pace: &pace)
+            if Task.isCancelled {
+                // Kept, so that `run()` withdraws them at its pace (released here, every goodbye
+                // would go at once).
+                for case (let announcement, .success(let handle)) in services {
+                    made.announcements[announcement.id] = announcement
+                    made.services[announcement.id] = handle
+                }
+                return
+            }
+            record(services, withdrawnBefore: plan.withdrawServices, in: &made)
+            await changeText(plan.changeText, in: &made)
+            await tidyHosts(after: hostFailures, in: &made)
+        }
+
+        /// What to change, and the services attempted: `wanted` with the `unreadable` ones as
+        /// `made` has them, without what failed for good and is still wanted as it was. Hosts
+        /// whose name another machine took since go first, with their services.
+        private func plan(
+            wanted: [Announcement.ID: Announcement], unreadable: Set<Announcement.ID>, made: inout Made
+        ) async -> (AnnouncementPlan, attempted: [Announcement.ID: Announcement]) {
+            var wanted = wanted
+            for id in unreadable { if let kept = made.announcements[id] { wanted[id] = kept } }
+            // A host whose name another machine took since: its services go too (their SRV would
+            // send clients to that machine), said once; neither comes back until the zone
+            // changes the host's addresses.
+            for (host, handle) in made.hostHandles {
+                guard let failure = handle.failure else { continue }
+                made.refusedHosts[host] = made.hosts[host] ?? []
+                made.hosts[host] = nil
+                made.hostHandles[host] = nil
+                await withdrawServices(on: host, because: failure, from: &made)
+            }
+            // What failed for good and is still wanted as it was is not tried again.
+            made.refused = made.refused.filter { wanted[$0.key] == $0.value }
+            let wantedHosts = AnnouncementPlan.hosts(of: wanted.values)
+            made.refusedHosts = made.refusedHosts.filter { wantedHosts[$0.key] == $0.value }
+            let attempted = wanted.filter {
+                made.refused[$0.key] == nil && made.refusedHosts[$0.value.hostName] == nil
+            }
+            return (AnnouncementPlan(made: made.announcements, hosts: made.hosts, wanted: attempted), attempted)
+        }
+
+        /// Withdraws what `plan` says goes (services at `pace`, then hosts); a service no longer
+        /// attempted is reported unannounced.
+        private func withdraw(
+            _ plan: AnnouncementPlan, attempted: [Announcement.ID: Announcement], from made: inout Made,
+            pace: inout WithdrawalPace
+        ) async {
+            for id in plan.withdrawServices {
+                made.announcements[id] = nil
+                if let handle = made.services.removeValue(forKey: id) {
+                    await handle.withdraw()
+                    await pace.oneMore()
+                    announcing(ServiceKey(name: handle.name, type: id.key.type), .withdrawn)
+                }
+                if attempted[id] == nil { reports(.unannounced(id.key, fromLabel: id.label)) }
+            }
+            for host in plan.withdrawHosts {
+                made.hosts[host] = nil
+                await made.hostHandles.removeValue(forKey: host)?.withdraw()
+            }
+        }
+
+        /// Keeps the hosts published; returns why the others failed. A host taken by another
+        /// machine is refused, with the services still naming it; another failure is retried.
+        private func record(
+            hosts: [((String, [[UInt8]]), Result<HostAdvertisement, any Error>)], in made: inout Made
+        ) async -> [String: any Error] {
             var hostFailures: [String: any Error] = [:]
-            for ((host, addresses), result) in hosts.map({ (($0.0.key, $0.0.value), $0.1) }) {
+            for ((host, addresses), result) in hosts {
                 switch result {
                 case .success(let handle):
                     made.hosts[host] = addresses
@@ -298,8 +337,16 @@ extension DiscoveryGateway {
                     }
                 }
             }
-            // A service published on a host that could not be: withdrawn (its SRV would name a
-            // host this link does not know, or another machine).
+            return hostFailures
+        }
+
+        /// `published`, with a service published on a host that could not be withdrawn (at
+        /// `pace`) and failed with its host's error: its SRV would name a host this link does
+        /// not know, or another machine.
+        private func withoutTheirHosts(
+            _ published: [(Announcement, Result<ServiceAdvertisement, any Error>)], hostFailures: [String: any Error],
+            pace: inout WithdrawalPace
+        ) async -> [(Announcement, Result<ServiceAdvertisement, any Error>)] {
             var services: [(Announcement, Result<ServiceAdvertisement, any Error>)] = []
             for (announcement, result) in published {
                 if let failure = hostFailures[announcement.hostName] {
@@ -312,15 +359,16 @@ extension DiscoveryGateway {
                     services.append((announcement, result))
                 }
             }
-            if Task.isCancelled {
-                // Kept, so that `run()` withdraws them at its pace (released here, every goodbye
-                // would go at once).
-                for case (let announcement, .success(let handle)) in services {
-                    made.announcements[announcement.id] = announcement
-                    made.services[announcement.id] = handle
-                }
-                return
-            }
+            return services
+        }
+
+        /// Keeps the services published and reports them (renamed ones under their new name);
+        /// a service that failed is refused for good (a collision, a bad name) or retried, and
+        /// said once. `withdrawnBefore`: those announced before and withdrawn to be announced anew.
+        private func record(
+            _ services: [(Announcement, Result<ServiceAdvertisement, any Error>)],
+            withdrawnBefore: [Announcement.ID], in made: inout Made
+        ) {
             for (announcement, result) in services {
                 let id = announcement.id
                 switch result {
@@ -338,7 +386,7 @@ extension DiscoveryGateway {
                 case .failure(let error):
                     announcing(announcement.service.key, .withdrawn)
                     // (Announced before and withdrawn to be announced anew: no longer here.)
-                    if plan.withdrawServices.contains(id) {
+                    if withdrawnBefore.contains(id) {
                         reports(.unannounced(id.key, fromLabel: id.label))
                     }
                     let forGood =
@@ -354,7 +402,12 @@ extension DiscoveryGateway {
                     }
                 }
             }
-            for announcement in plan.changeText {
+        }
+
+        /// Announces the new TXT records of services announced already; one that fails is
+        /// retried, and said once.
+        private func changeText(_ changed: [Announcement], in made: inout Made) async {
+            for announcement in changed {
                 guard let handle = made.services[announcement.id] else { continue }
                 do {
                     try await handle.changeTXTRecord(to: announcement.service.txtRecord)
@@ -369,20 +422,21 @@ extension DiscoveryGateway {
                     }
                 }
             }
-            // A host that could not be published again (its addresses changed) is said once
-            // for the services still naming it.
+        }
+
+        /// Says once, for the services still naming it, that a host could not be published again
+        /// (its addresses changed); withdraws the hosts no service names any more.
+        private func tidyHosts(after hostFailures: [String: any Error], in made: inout Made) async {
             for (host, error) in hostFailures where made.told.insert("host \(host)").inserted {
                 for (id, announcement) in made.announcements where announcement.hostName == host {
                     reports(.skipped(id.key, reason: "its host \(host) could not be announced again: \(error)"))
                 }
             }
-            // Hosts no service names any more.
             let named = Set(made.announcements.values.map(\.hostName))
             for host in made.hostHandles.keys where !named.contains(host) {
                 made.hosts[host] = nil
                 await made.hostHandles.removeValue(forKey: host)?.withdraw()
             }
-
         }
 
         /// Withdraws the services announced on `host`, whose name another machine took (their SRV

@@ -168,6 +168,7 @@ public final class ReceiverService: Sendable {
 
     /// Clears part files no one came back for, at the start and every hour, until cancelled.
     private func sweepPartFiles() async {
+        let sweeper = self.sweeper  // one sweeper, its limits as logged
         while !Task.isCancelled {
             let swept = await onThreadOfItsOwn { [sweeper, inbox] in sweeper.sweep(inbox.path) }
             if swept.removed > 0 {

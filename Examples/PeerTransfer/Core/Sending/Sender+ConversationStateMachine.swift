@@ -24,11 +24,12 @@ extension Sender {
             /// has); report it with ``prepared(_:)``.
             case prepare(Answer)
             /// Report the answer as counted, then send the accepted files in order while the
-            /// verdicts are read; report with ``sentAll()`` or ``sendingFailed(_:receiverSaid:)``.
+            /// verdicts are read; report with ``sentAll()`` or, when a write failed,
+            /// ``sendingFailed(_:receiverSaid:)``.
             case send(Tally)
             /// Say that nothing more comes, then wait for the receiver's summary; report it
-            /// with ``summarized(verified:failed:bytesSent:)`` (or a failed write with
-            /// ``sendingFailed(_:receiverSaid:)``).
+            /// with ``summarized(verified:failed:bytesSent:)`` (or a failed write, or the
+            /// receiver's failure instead of a summary, with ``sendingFailed(_:receiverSaid:)``).
             case finish
             /// The send is over: report this.
             case report(SendReport)
@@ -143,8 +144,8 @@ extension Sender {
             return .finish
         }
 
-        /// A write failed while the files or the end went out; `receiverSaid`: the receiver's
-        /// own error, when it sent one before the connection broke.
+        /// The sending failed: a write of the files or of the end, or the wait for the summary;
+        /// `receiverSaid`: the receiver's own error, when it sent one before the connection broke.
         mutating func sendingFailed(_ error: any Error, receiverSaid: PeerTransferError?) -> Action {
             switch state {
             case .sending, .finishing:

@@ -91,6 +91,7 @@ extension Sender {
         var action = conversation.withLock { $0.receivedHello(peerHello) }
         var outgoing: [Outgoing] = []
         var sending: Sending?
+        defer { sending?.files.release() }  // (once released, later calls do nothing)
         while true {
             switch action {
             case .offer:
@@ -117,13 +118,13 @@ extension Sender {
             case .finish:
                 guard let sending else { preconditionFailure("finishing a send that never started") }
                 action = await whileSending(sending, conversation: conversation) {
-                    defer { sending.files.release() }
                     try await stopper.write(Frame.message(.done, Done()).encoded, to: pair.output, last: true)
                     // Nothing more to send: our end of the data (close_notify, then FIN) goes
                     // out behind the done message, and the receiver's verdicts still come in.
                     // Whether it all arrived, only the receiver's summary tells (a receiver that
                     // has everything may answer and close before our half-close).
                     try? await pair.finishSending()
+                    sending.files.release()
                     let (verified, failed) = try await sending.results.value
                     return conversation.withLock {
                         $0.summarized(verified: verified, failed: failed, bytesSent: sending.files.sent)
@@ -162,8 +163,8 @@ extension Sender {
         return Sending(results: results, files: files)
     }
 
-    /// Runs `step` of the sending; a write that fails in it is reported to `conversation`,
-    /// with the receiver's reason when it sent one (the reading task gets a moment to read
+    /// Runs `step` of the sending; a failure in it (a write, or the wait for the summary) is
+    /// reported to `conversation`, with the receiver's reason when it sent one (the reading task gets a moment to read
     /// what came before the connection broke: a cancelled read would drop it unread).
     private func whileSending(
         _ sending: Sending, conversation: Locked<ConversationStateMachine>,

@@ -171,7 +171,7 @@ public struct TransferPlan: Sendable {
             }
             if let twin = spellings.updateValue(child, forKey: Array(Self.composed(child).utf8)) {
                 spellings[Array(Self.composed(child).utf8)] = twin
-                skipped.append(Self.anotherSpelling(childPath, of: (path as NSString).appendingPathComponent(twin)))
+                skipped.append(Self.anotherSpelling(child, of: twin, in: path))
                 continue
             }
             var childInfo = stat()
@@ -194,13 +194,12 @@ public struct TransferPlan: Sendable {
         }
     }
 
-    /// `path` left out: its name is another spelling of `twin`'s in Unicode.
-    private static func anotherSpelling(_ path: String, of twin: String) -> Skipped {
-        let name = (path as NSString).lastPathComponent, twinName = (twin as NSString).lastPathComponent
-        return Skipped(
-            path: path,
+    /// `name` in `folder` left out: it is another spelling of `twin`'s in Unicode.
+    private static func anotherSpelling(_ name: String, of twin: String, in folder: String) -> Skipped {
+        Skipped(
+            path: (folder as NSString).appendingPathComponent(name),
             reason:
-                "not sent, its name (\(spelled(name))) is another spelling of \"\(twin)\" (\(spelled(twinName))) in Unicode: the receiver stores names in composed form (NFC), where the two are one; rename one of them"
+                "not sent, its name (\(spelled(name))) is another spelling of \"\((folder as NSString).appendingPathComponent(twin))\" (\(spelled(twin))) in Unicode: the receiver stores names in composed form (NFC), where the two are one; rename one of them"
         )
     }
 }

@@ -5,7 +5,7 @@ import Foundation
 /// `dup` and an `fstatat` per path component instead of an `openat` and a `close`).
 ///
 /// The descriptor is the folder as it was reached, with `O_NOFOLLOW` at every step, when it
-/// was first opened. Before it is used again, ``Inbox/openDirectory(_:create:mode:cache:)``
+/// was first opened. Before it is used again, ``Inbox/openDirectory(_:create:mode:cache:madeFor:)``
 /// checks that the path still leads from the inbox's root to that very folder (device and
 /// inode); a folder removed, moved or replaced meanwhile is walked to again, and refused or
 /// made again as on a first visit. Paths are told apart by their bytes, as the file system
