@@ -275,6 +275,8 @@ final class ConversationRefusalTests: XCTestCase {
         XCTAssertEqual(error.outcome, "no-answer", error.message)
         XCTAssertEqual(error.exitCode, 7)
         XCTAssertTrue(error.message.contains("did not answer the offer within 1 second"), error.message)
+        XCTAssertFalse(
+            error.message.contains("not open"), "the closed stream says nothing to a person: \(error.message)")
     }
 
     /// A decline said after the offer was accepted is a broken protocol, not a decline: the

@@ -177,9 +177,10 @@ extension Sender {
                 return error
             case _ where expired != nil && !hasAnswer:
                 // Silent from the offer on: nobody there said yes or no. (The watchdog's reset
-                // closed the streams: the read fails as "not open", whatever its type.)
+                // closed the streams: the read fails as "not open", whatever its type, which says
+                // nothing to the person.)
                 let bound = Wording.duration(Double(answerBound.components.seconds))
-                return PeerTransferError.noAnswer("\(receiver) did not answer the offer within \(bound) (\(error))")
+                return PeerTransferError.noAnswer("\(receiver) did not answer the offer within \(bound)")
             case is SocketStreamError:
                 return PeerTransferError.runtime("the connection to \(receiver) failed: \(expired ?? "\(error)")")
             default:
