@@ -247,7 +247,7 @@ actor StdioTurns {
 /// reader thread hands what it reads to the current connection, and closes each connection's
 /// output once standard input has ended.
 final class SharedStandardInput: @unchecked Sendable {
-    // @unchecked: `current`, `ended` and `pending` are guarded by `lock`. The two semaphores say
+    // @unchecked: `current`, `ended`, `pending` and `detachWaits` are guarded by `lock`. The two semaphores say
     // "something changed": each waiter checks its condition again under the lock after a wake (a
     // signal given before the wait is kept, so none is lost; one that finds nothing to do is
     // harmless), as with a condition variable.
@@ -258,8 +258,10 @@ final class SharedStandardInput: @unchecked Sendable {
     private var pending = false
     /// Signalled when a connection is attached.
     private let attached = DispatchSemaphore(value: 0)
-    /// Signalled when the bytes read have gone to a connection.
+    /// Signalled when the bytes read have gone to a connection, while a detach waits for them.
     private let delivered = DispatchSemaphore(value: 0)
+    /// Whether a detach waits for ``delivered``.
+    private var detachWaits = false
 
     init() {
         Thread.detachNewThread { self.run() }
@@ -282,7 +284,10 @@ final class SharedStandardInput: @unchecked Sendable {
         while true {
             // Checked and detached under one hold: bytes read meanwhile wait for the next one.
             let detached = lock.withLock { () -> Bool in
-                guard !(pending && current != nil) else { return false }
+                guard !(pending && current != nil) else {
+                    detachWaits = true
+                    return false
+                }
                 current = nil
                 return true
             }
@@ -297,11 +302,11 @@ final class SharedStandardInput: @unchecked Sendable {
             let n = read(0, &buffer, buffer.count)
             if n < 0 && errno == EINTR { continue }
             if n <= 0 {
-                let last = lock.withLock { () -> HandedOver<OutputStream>? in
+                // Under the lock: a detach cannot hand the connection on while it is closed.
+                lock.withLock {
                     ended = true
-                    return current
+                    current?.value.close()
                 }
-                last?.value.close()
                 return
             }
             // Hold the bytes for the next connection.
@@ -325,8 +330,12 @@ final class SharedStandardInput: @unchecked Sendable {
                 }
                 offset += written
             }
-            lock.withLock { pending = false }
-            delivered.signal()
+            let detachWaited = lock.withLock { () -> Bool in
+                pending = false
+                defer { detachWaits = false }
+                return detachWaits
+            }
+            if detachWaited { delivered.signal() }
         }
     }
 }

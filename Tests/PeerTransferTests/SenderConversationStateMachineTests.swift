@@ -36,6 +36,23 @@ final class SenderConversationStateMachineTests: XCTestCase {
         XCTAssertFalse(machine.hasAnswer)
     }
 
+    /// An answer that accepts an entry never offered (past the end, negative) or one entry
+    /// twice is a broken protocol: nothing is prepared or sent.
+    func testAnAnswerAcceptingWhatWasNotOfferedOrTwiceIsAProtocolViolation() {
+        let cases: [([Int], String)] = [
+            ([0, 99], "accepted entry 99, but 4 were offered"), ([-1], "accepted entry -1"),
+            ([0, 2, 0], "accepted entry 0 twice"),
+        ]
+        for (indexes, words) in cases {
+            var machine = Machine(offering: entries)
+            _ = machine.receivedHello(hello)
+            let action = machine.receivedAnswer(Answer(accepted: indexes.map { Answer.Entry(index: $0) }))
+            guard case .fail(let error as PeerTransferError) = action else { return XCTFail("\(indexes): \(action)") }
+            XCTAssertEqual(error.wireCode, "protocol", "\(indexes)")
+            XCTAssertTrue(error.message.contains(words), error.message)
+        }
+    }
+
     /// A partly declined, partly resumed offer: the answer is counted before anything is sent,
     /// and the report names what was declined and by whom.
     func testTheAnswerIsCountedBeforeSendingAndTheReportNamesWhatWasDeclined() throws {

@@ -96,8 +96,10 @@ final class SenderVerdictStateMachineTests: XCTestCase {
                 ]))
     }
 
+    /// An answer to the offer said after it, or a sender's own `cancelled`, is a broken
+    /// protocol: not a decline, not a cancellation by this end's user.
     func testAnAnswerToTheOfferSaidAfterItIsAProtocolViolationNotADecline() {
-        for code in ["declined", "declined-hook", "declined-policy", "no-answer", "cannot-ask", "trust"] {
+        for code in ["declined", "declined-hook", "declined-policy", "no-answer", "cannot-ask", "trust", "cancelled"] {
             var machine = machine()
             let late = Frame.message(.failure, Failure(code: code, message: "changed my mind"))
             XCTAssertTrue(violation(machine.received(late)).contains("accepted the offer, then sent"), code)

@@ -122,9 +122,24 @@ extension Sender {
             return .offer
         }
 
-        /// The receiver answered the offer (a refusal comes as its error, not as an answer).
+        /// The receiver answered the offer (a refusal comes as its error, not as an answer). An
+        /// answer that accepts an entry not offered, or one entry twice, is a broken protocol.
         mutating func receivedAnswer(_ answer: Answer) -> Action {
             guard case .offering = state else { return unexpected("receivedAnswer") }
+            var accepted = Set<Int>()
+            for entry in answer.accepted {
+                guard entries.indices.contains(entry.index) else {
+                    return end(
+                        .fail(
+                            PeerTransferError.protocolViolation(
+                                "the receiver accepted entry \(entry.index), but \(entries.count) were offered (0 to \(entries.count - 1))"
+                            )))
+                }
+                guard accepted.insert(entry.index).inserted else {
+                    return end(
+                        .fail(PeerTransferError.protocolViolation("the receiver accepted entry \(entry.index) twice")))
+                }
+            }
             state = .preparing(answer)
             return .prepare(answer)
         }

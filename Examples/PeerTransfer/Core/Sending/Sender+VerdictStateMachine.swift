@@ -12,7 +12,7 @@ extension Sender {
     /// accepted file it gave no verdict for counts as failed, for a summary that skips some
     /// files is no proof that they arrived. A failure that answers an offer (declined, no
     /// answer…) is no reason to stop a transfer already accepted: said then, it is a broken
-    /// protocol.
+    /// protocol, as a `cancelled` failure is (only a sender cancels its send).
     struct VerdictStateMachine: Sendable {
         /// What the shell reports next.
         enum Action: Sendable, Equatable {
@@ -71,8 +71,9 @@ extension Sender {
                 case .failure:
                     let failure = try frame.decode(Failure.self)
                     // An answer to an offer is no reason to stop a transfer the receiver took:
-                    // said after the answer, it is a broken protocol, not a decline.
-                    guard !Self.offerAnswers.contains(failure.code) else {
+                    // said after the answer, it is a broken protocol, not a decline. Nor is a
+                    // sender's own word (only a sender cancels its send).
+                    guard !Self.offerAnswers.contains(failure.code), failure.code != SendStop.cancelled.wireCode else {
                         throw PeerTransferError.protocolViolation(
                             "the receiver accepted the offer, then sent a \"\(Terminal.escapePeerText(failure.code))\" failure (\(Terminal.escapePeerText(failure.message)))"
                         )
