@@ -153,8 +153,11 @@ public final class DiscoveryContext: @unchecked Sendable {
                     let op = RunningWaiter(context: self, waiter: waiter, body: body)
                     self.attach(op)
                     let seconds = OperationLimit.clampedSeconds(timeout, default: 5)
-                    self.queue.asyncAfter(deadline: .now() + seconds) {
-                        self.detach(op)
+                    // Weakly: a context whose operation ended must not live on (with its
+                    // connection to the daemon) until the bound passes. While the operation
+                    // waits, the caller holds the context and the context holds `op`.
+                    self.queue.asyncAfter(deadline: .now() + seconds) { [weak self, weak op] in
+                        if let self, let op { self.detach(op) }
                         waiter.fail(.daemonUnavailable("no answer within \(seconds) s"))
                     }
                 }
