@@ -160,11 +160,7 @@ final class Conversation {
             receiverEnd.input.close()
             receiverEnd.output.close()
         }
-        // The sender's own bounds end every conversation; this one ends a sender that failed to.
-        let bound = Task {
-            try? await Task.sleep(for: .seconds(60))
-            senderEnd.reset()
-        }
+        let bound = Self.resetAfterTheTestsBound(senderEnd)
         defer { bound.cancel() }
         let events = Locked([SendEvent]())
         let sent: Result<SendReport, PeerTransferError>
@@ -206,12 +202,7 @@ final class Conversation {
         let (pair, receiverDone, listener) = try connect(events: events, log: log)
         defer { listener?.stop() }
         try await pair.open()
-        // The receiver's own bounds end every conversation; this one ends a receiver that
-        // failed to (the test then fails on what it did not say).
-        let bound = Task {
-            try? await Task.sleep(for: .seconds(60))
-            pair.reset()
-        }
+        let bound = Self.resetAfterTheTestsBound(pair)
         defer { bound.cancel() }
         var reader = FrameReader(pair.input)
         try await script(&reader, pair.output)
@@ -280,6 +271,16 @@ final class Conversation {
         let slot = hasSlot
         receiving.admit = { slot }
         return receiving
+    }
+
+    /// Resets `pair` after 60 s unless cancelled first. The ends' own bounds end every
+    /// conversation; this ends one whose peer failed to (the test then fails on what it did not
+    /// say) instead of leaving the test hanging.
+    private static func resetAfterTheTestsBound(_ pair: BoundStreamPair) -> Task<Void, Never> {
+        Task {
+            try? await Task.sleep(for: .seconds(60))
+            pair.reset()
+        }
     }
 
     /// The part files in the inbox (what interrupted sends left).

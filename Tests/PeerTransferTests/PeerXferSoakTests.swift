@@ -48,14 +48,10 @@ final class PeerXferSoakTests: XCTestCase {
     private func settled(
         _ pid: Int32, atMost limit: (descriptors: Int, threads: Int)?
     ) throws -> (descriptors: Int, threads: Int) {
-        var looks: [(descriptors: Int, threads: Int)] = []
-        try eventually(timeout: 20, interval: 0.2) {
-            let now = try counts(pid)
-            looks.append(now)
-            guard let limit else { return looks.count >= 2 && looks[looks.count - 2] == now }
+        try settledReading(timeout: 20, interval: 0.2, { try counts(pid) }) { now, previous in
+            guard let limit else { return previous.map { $0 == now } ?? false }
             return now.descriptors <= limit.descriptors && now.threads <= limit.threads
         }
-        return looks[looks.count - 1]
     }
 
     private func counts(_ pid: Int32) throws -> (descriptors: Int, threads: Int) {

@@ -236,14 +236,10 @@ final class HostilePeerTests: XCTestCase {
 
     /// The usage once it has stopped changing (two readings 200 ms apart agree).
     private func settledUsage(_ server: Server) throws -> Usage {
-        var readings: [Usage] = []
-        try eventually(timeout: 10, interval: 0.2) {
-            readings.append(try usage(server.pid))
-            guard readings.count >= 2 else { return false }
-            let (last, now) = (readings[readings.count - 2], readings[readings.count - 1])
+        try settledReading(timeout: 10, interval: 0.2, { try usage(server.pid) }) { now, last in
+            guard let last else { return false }
             return now.descriptors == last.descriptors && now.children == last.children && now.threads == last.threads
         }
-        return readings[readings.count - 1]
     }
 
     /// Waits (up to 20 s) until descriptors and children are back to the baseline, threads no

@@ -42,6 +42,22 @@ public func eventually(timeout: Double, interval: Double = 0.05, _ condition: ()
     }
 }
 
+/// Takes a reading every `interval` until `settled(reading, previous)` holds (`previous`: the
+/// reading before, nil for the first) or `timeout` seconds have passed: what a process holds once
+/// it stops changing. Returns the last reading, settled or not (the caller asserts on it).
+public func settledReading<Reading>(
+    timeout: Double, interval: Double, _ read: () throws -> Reading, settled: (Reading, Reading?) -> Bool
+) rethrows -> Reading {
+    var previous: Reading?
+    var latest: Reading?
+    try eventually(timeout: timeout, interval: interval) {
+        let reading = try read()
+        defer { (previous, latest) = (reading, reading) }
+        return settled(reading, previous)
+    }
+    return latest!  // eventually checks at least once
+}
+
 /// Checks `condition` every `interval` until it holds, from async code (the condition may
 /// itself wait, as a resolution does); throws ``DeadlineExceeded`` naming `what` once `timeout`
 /// seconds have passed, or what `condition` throws.

@@ -85,8 +85,9 @@ extension Sender {
             case sending(Answer, Tally)
             /// Everything went out; the summary is awaited.
             case finishing(Answer, Tally)
-            /// Reported, or failed: no more events are expected.
-            case ended
+            /// Reported, or failed (`answered`: after the receiver's answer): no more events are
+            /// expected.
+            case ended(answered: Bool)
         }
 
         private let entries: [ManifestEntry]
@@ -103,10 +104,9 @@ extension Sender {
             switch state {
             case .greeting, .offering: false
             case .preparing, .sending, .finishing: true
-            case .ended: answeredBeforeTheEnd
+            case .ended(let answered): answered
             }
         }
-        private var answeredBeforeTheEnd = false
 
         /// The receiver's hello came: it must speak this protocol version.
         mutating func receivedHello(_ hello: Hello) -> Action {
@@ -204,8 +204,7 @@ extension Sender {
         }
 
         private mutating func end(_ action: Action) -> Action {
-            answeredBeforeTheEnd = hasAnswer
-            state = .ended
+            state = .ended(answered: hasAnswer)
             return action
         }
 

@@ -99,7 +99,6 @@ extension Sender {
                 let answer = try await Self.expect(.answer, Answer.self, from: &reader)
                 action = conversation.withLock { $0.receivedAnswer(answer) }
             case .prepare(let answer):
-                watchdog.touch(bound: idleBound)
                 outgoing = await whatToSend(plan, answer: answer, watchdog: watchdog)
                 let prepared = outgoing.map {
                     ConversationStateMachine.Prepared(
@@ -164,8 +163,9 @@ extension Sender {
     }
 
     /// Runs `step` of the sending; a failure in it (a write, or the wait for the summary) is
-    /// reported to `conversation`, with the receiver's reason when it sent one (the reading task gets a moment to read
-    /// what came before the connection broke: a cancelled read would drop it unread).
+    /// reported to `conversation`, with the receiver's reason when it sent one (the reading
+    /// task gets a moment to read what came before the connection broke: a cancelled read
+    /// would drop it unread).
     private func whileSending(
         _ sending: Sending, conversation: Locked<ConversationStateMachine>,
         _ step: () async throws -> ConversationStateMachine.Action
