@@ -279,6 +279,42 @@ final class ConversationRefusalTests: XCTestCase {
             error.message.contains("not open"), "the closed stream says nothing to a person: \(error.message)")
     }
 
+    /// An answer that accepts an entry never offered, or one entry twice, ends the send before
+    /// a byte of a file goes out; a receiver's `cancelled` after its answer is a broken protocol,
+    /// not this end's user cancelling.
+    func testAnAnswerBeyondTheOfferAndAReceiversCancelAreProtocolViolations() async throws {
+        let answers: [([Int], String)] = [([0, 99], "accepted entry 99"), ([0, 0], "accepted entry 0 twice")]
+        for (indexes, words) in answers {
+            let talk = try Conversation()
+            try talk.makeFile("a.txt", size: 10)
+            let (events, sent) = try await talk.sendToScripted(["a.txt"]) { reader, output in
+                _ = try await Self.read(upTo: .hello, from: &reader)
+                try await output.write(Self.hello().encoded)
+                _ = try await Self.read(upTo: .manifest, from: &reader)
+                let answer = Answer(accepted: indexes.map { Answer.Entry(index: $0) })
+                try await output.write(Frame.message(.answer, answer).encoded)
+                while try await reader.next() != nil {}
+            }
+            guard case .failure(let error) = sent else { return XCTFail("\(indexes): the send succeeded") }
+            XCTAssertEqual(error.wireCode, "protocol", "\(indexes): \(error.message)")
+            XCTAssertTrue(error.message.contains(words), error.message)
+            XCTAssertFalse(
+                events.contains { if case .progress = $0 { return true } else { return false } },
+                "\(indexes): \(events)")
+        }
+        let talk = try Conversation()
+        try talk.makeFile("big.bin", size: 16 * chunk)
+        let (_, sent) = try await talk.sendToScripted(["big.bin"]) { reader, output in
+            try await Self.greetAndAccept([0], reader: &reader, output: output)
+            _ = try await Self.read(upTo: .chunk, from: &reader)
+            let cancel = Failure(code: "cancelled", message: "as if you had")
+            try await output.write(Frame.message(.failure, cancel).encoded)
+        }
+        guard case .failure(let error) = sent else { return XCTFail("the send succeeded") }
+        XCTAssertEqual(error.wireCode, "protocol", error.message)
+        XCTAssertNotEqual(error.outcome, "cancelled")
+    }
+
     /// A decline said after the offer was accepted is a broken protocol, not a decline: the
     /// sender does not report (or, queued, give up on) a transfer the receiver had taken.
     func testADeclineAfterTheOfferWasAcceptedIsAProtocolViolation() async throws {
