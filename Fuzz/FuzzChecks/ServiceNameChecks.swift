@@ -30,11 +30,15 @@ public enum ServiceNameChecks {
 
     static func string(_ bytes: [UInt8]) -> String { String(decoding: bytes, as: UTF8.self) }
 
-    /// An instance name is accepted exactly when it is 1 to 63 bytes of UTF-8 without NUL (empty
-    /// only where allowed), it passes to C unchanged, and Avahi takes it.
+    /// An instance name is accepted exactly when it is 1 to 63 bytes of UTF-8 without NUL or a
+    /// Unicode noncharacter (empty only where allowed), it passes to C unchanged, and Avahi
+    /// takes it.
     static func checkName(_ name: String) throws(PropertyViolation) -> Bool {
         let bytes = Array(name.utf8)
-        let valid = bytes.count <= 63 && !bytes.contains(0)
+        let noncharacter = name.unicodeScalars.contains {
+            (0xFDD0...0xFDEF).contains($0.value) || $0.value & 0xFFFE == 0xFFFE
+        }
+        let valid = bytes.count <= 63 && !bytes.contains(0) && !noncharacter
         for allowEmpty in [false, true] {
             let accepted = (try? ServiceNames.checkName(name, allowEmpty: allowEmpty)) != nil
             try require(

@@ -86,8 +86,10 @@ public enum ServiceNames {
         )
     }
 
-    /// Checks an instance name: at most 63 bytes of UTF-8, no NUL. Empty is allowed only where
-    /// `allowEmpty` (publishing uses the host's name then).
+    /// Checks an instance name: at most 63 bytes of UTF-8, no NUL, no Unicode noncharacter
+    /// (U+FDD0 to U+FDEF, or U+FFFE and U+FFFF in any plane: Avahi writes such a name into a
+    /// service's full name as byte escapes it then cannot read back). Empty is allowed only
+    /// where `allowEmpty` (publishing uses the host's name then).
     /// - Throws: ``DiscoveryError/invalidServiceName(_:reason:)`` saying what is wrong.
     public static func checkName(_ name: String, allowEmpty: Bool) throws {
         if name.isEmpty {
@@ -100,6 +102,19 @@ public enum ServiceNames {
         guard !name.utf8.contains(0) else {
             throw DiscoveryError.invalidServiceName(name, reason: "contains a NUL byte")
         }
+        if let scalar = name.unicodeScalars.first(where: { isNoncharacter($0) }) {
+            let code = String(scalar.value, radix: 16, uppercase: true)
+            throw DiscoveryError.invalidServiceName(
+                name,
+                reason:
+                    "contains U+\(String(repeating: "0", count: max(0, 4 - code.count)))\(code), a Unicode noncharacter, which Avahi cannot carry in a service's full name"
+            )
+        }
+    }
+
+    /// Whether `scalar` is one of Unicode's 66 noncharacters (never meant for interchange).
+    private static func isNoncharacter(_ scalar: Unicode.Scalar) -> Bool {
+        (0xFDD0...0xFDEF).contains(scalar.value) || scalar.value & 0xFFFE == 0xFFFE
     }
 
     /// Whether two names are the same to DNS: equal once ASCII letters are folded to one case

@@ -164,6 +164,16 @@ final class DiscoveryInputTests: XCTestCase {
         XCTAssertThrowsError(try DiscoveredService(name: "", type: "_http._tcp").validate()) {
             XCTAssertEqual($0 as? DiscoveryError, .invalidServiceName("", reason: "the name is empty"))
         }
+        // A Unicode noncharacter: Avahi escapes it in the full name and cannot read it back.
+        XCTAssertThrowsError(try ServiceAdvertisement.validate(name: "Desk\u{FFFF}", type: "_http._tcp", port: 80)) {
+            XCTAssertEqual(
+                $0 as? DiscoveryError,
+                .invalidServiceName(
+                    "Desk\u{FFFF}",
+                    reason: "contains U+FFFF, a Unicode noncharacter, which Avahi cannot carry in a service's full name"
+                ))
+        }
+        XCTAssertNoThrow(try ServiceAdvertisement.validate(name: "Café ☕", type: "_http._tcp", port: 80))
         XCTAssertThrowsError(try DiscoveredService(name: "x", type: "_http._tcp", domain: "a..b").validate()) {
             XCTAssertEqual($0 as? DiscoveryError, .invalidDomain("a..b"))
         }
