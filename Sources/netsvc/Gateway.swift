@@ -90,7 +90,7 @@ struct Gateway: AsyncParsableCommand, LogLevelCommand {
         help: ArgumentHelp(
             "Also announce the other links' services, as their gateways wrote them into the zone, on this link by mDNS (for phones and other clients that speak only mDNS).",
             discussion:
-                "Each is announced on a host HOST.LABEL.local with its routed addresses, and withdrawn when it leaves the zone or the gateway stops; the zone's serial is asked every half second and the zone read again when it changed (at most 400 services, of the types --types and --exclude-types allow). A gateway never writes such hosts' services back into the zone."
+                "Each is announced on a host HOST.LABEL.local with its routed addresses, and withdrawn when it leaves the zone or the gateway stops; the zone's serial is asked every quarter second and the zone read again when it changed (at most 400 services, of the types --types and --exclude-types allow). A gateway never writes such hosts' services back into the zone."
         ))
     var announceRemote = false
 

@@ -461,4 +461,61 @@ final class LabGatewayTests: XCTestCase {
             && Date() < goneBy
         XCTAssertFalse(after.contains("Far\\032Printer"), "still on B's link: \(after)")
     }
+
+    /// `--announce-remote` on B announces one host's services that come in one read of the zone
+    /// in one avahi entry group: all listed on B's link; one that leaves A takes the group down,
+    /// and the others are announced again (still listed, still resolving), the one gone stays
+    /// gone.
+    func testOneHostsServicesAnnouncedTogetherStayWhenOneOfThemLeaves() throws {
+        let type = "_gg\(UUID().uuidString.prefix(6).lowercased())._tcp"
+        let suffix = UUID().uuidString.prefix(4).lowercased()
+        let (labelA, labelB) = ("lab-a\(suffix)", "lab-b\(suffix)")
+        let names = ["Shelf One", "Shelf Two", "Shelf Three"]
+        var publishers: [Foreign] = []
+        for (index, name) in names.enumerated() {
+            publishers.append(try a1.start(["avahi-publish", "-s", name, type, "\(7201 + index)"]))
+        }
+        defer { publishers.forEach { $0.stop() } }
+        let gatewayA = try gateway(label: labelA, type: type)
+        defer { gatewayA.stop() }
+        XCTAssertTrue(
+            eventually(timeout: 30, interval: 0.2) {
+                gatewayA.output.components(separatedBy: #""event":"mirrored""#).count - 1 == names.count
+            }, gatewayA.output)
+        let gatewayB = try b1.start([
+            Self.netsvc, "gateway", "--domain", "home.arpa", "--tsig-key", LabWideAreaTests.key, "--link-label", labelB,
+            "--types", type, "--settle", "1", "--json", "--announce-remote",
+        ])
+        defer { gatewayB.stop() }
+        XCTAssertTrue(
+            gatewayB.waitForOutput(containing: #""announced":{"\#(labelA)":3}"#, seconds: 30), gatewayB.output)
+        func listed() throws -> Set<String> {
+            Set(
+                try b1.run(["avahi-browse", "-rpt", type]).split(separator: "\n").compactMap { line in
+                    let fields = line.split(separator: ";", omittingEmptySubsequences: false)
+                    return line.hasPrefix("=;") && fields.count > 8 ? String(fields[3]) : nil
+                })
+        }
+        let escaped = names.map { $0.replacingOccurrences(of: " ", with: "\\032") }
+        var now: Set<String> = []
+        XCTAssertTrue(
+            try eventually(timeout: 20, interval: 0.2) {
+                now = try listed()
+                return now == Set(escaped)
+            }, "all three resolved on B: \(now)")
+
+        // The second leaves A: the other two stay on B (announced again), it does not.
+        publishers[1].stop()
+        XCTAssertTrue(
+            gatewayB.waitForOutput(
+                containing: #""event":"unannounced","from":"\#(labelA)","name":"Shelf Two""#, seconds: 30),
+            gatewayB.output)
+        XCTAssertTrue(
+            gatewayB.waitForOutput(containing: #""announced":{"\#(labelA)":2}"#, seconds: 30), gatewayB.output)
+        XCTAssertTrue(
+            try eventually(timeout: 20, interval: 0.2) {
+                now = try listed()
+                return now == Set([escaped[0], escaped[2]])
+            }, "the first and third resolved on B, the second gone: \(now)")
+    }
 }

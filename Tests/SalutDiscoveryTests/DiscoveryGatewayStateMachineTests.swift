@@ -418,6 +418,20 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         XCTAssertTrue(plan.withdrawServices.isEmpty && plan.withdrawHosts.isEmpty && plan.changeText.isEmpty)
     }
 
+    func testOneHostsServicesShareEntryGroupsOfEightAtMostInTheOrderTheyCame() {
+        let printers = (0..<10).map { announcement("Printer \($0)") }
+        let scanners = (0..<2).map { announcement("Scanner \($0)", host: "scanner") }
+        // Interleaved as a zone read may list them: each host's stay together, in order.
+        let mixed = [printers[0], scanners[0]] + printers[1...] + [scanners[1]]
+        let groups = DiscoveryGateway.RemoteAnnouncer.groups(of: mixed)
+        XCTAssertEqual(groups.map(\.count), [8, 2, 2], "avahi-daemon allows 32 records a group, four a service")
+        XCTAssertEqual(groups[0] + groups[1], printers)
+        XCTAssertEqual(groups[2], scanners)
+        XCTAssertEqual(Set(groups.map { Set($0.map(\.hostName)) }.map(\.count)), [1], "one host a group")
+        XCTAssertEqual(DiscoveryGateway.RemoteAnnouncer.groups(of: [printers[0]]).map(\.count), [1])
+        XCTAssertTrue(DiscoveryGateway.RemoteAnnouncer.groups(of: []).isEmpty)
+    }
+
     func testAServiceThatLeavesTheZoneIsWithdrawnWithItsHostOnceNoneIsLeft() {
         let printer = announcement("Office Printer"), scanner = announcement("Scanner")
         let hosts = ["printer.lab-a.local": [[UInt8]]([[198, 18, 1, 10]])]

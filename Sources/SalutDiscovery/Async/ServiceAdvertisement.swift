@@ -260,7 +260,7 @@ public final class ServiceAdvertisement: Sendable {
     }
 
     /// The checked registration request.
-    private static func request(
+    static func request(
         name: String, type: String, domain: String, port: Int, txtRecord: TXTRecord,
         subtypes: [String], allowRename: Bool
     ) throws -> RegisterOperation.Request {

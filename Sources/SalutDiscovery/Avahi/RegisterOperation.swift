@@ -2,10 +2,13 @@ import CAvahi
 import SalutStreams
 import Foundation
 
-/// Publishes one service (with optional subtype and TXT record) through an Avahi entry group.
+/// Publishes one service (with optional subtype and TXT record) through an Avahi entry group, or
+/// several in one group (the gateway's announcements: avahi-daemon probes, announces and says
+/// goodbye for a group's records together, packed into a few packets).
 ///
 /// On a name collision it either picks Avahi's alternative name ("Name #2" in Avahi 0.8) and
-/// tries again, or, when renaming is not allowed, fails with `collision`. When the daemon goes
+/// tries again, or, when renaming is not allowed (always, for several services: the daemon does
+/// not say which name collided), fails with `collision`. When the daemon goes
 /// away or re-registers the host name, the entries are withdrawn and registered again as soon as
 /// the daemon is running.
 final class RegisterOperation: QueueOperation, @unchecked Sendable {
@@ -34,26 +37,47 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
         var host: String?
     }
 
-    private var request: Request
+    /// The services of the group (at least one); the first is the one that may be renamed.
+    private var requests: [Request]
     private let deliver: @Sendable (Event) -> Void
     private var group: OpaquePointer?
 
+    /// The first request's, kept as it changes (renames).
+    private var request: Request {
+        get { requests[0] }
+        set { requests[0] = newValue }
+    }
+
     init(context: DiscoveryContext, request: Request, deliver: @escaping @Sendable (Event) -> Void) {
-        self.request = request
+        self.requests = [request]
         self.deliver = deliver
         super.init(context: context)
     }
 
-    /// Replaces the TXT record, live if the service is registered.
-    func updateTXT(_ txt: TXTRecord) {
+    /// Publishes `requests` (at least one; none renamed when there are several) in one group.
+    init(context: DiscoveryContext, requests: [Request], deliver: @escaping @Sendable (Event) -> Void) {
+        precondition(!requests.isEmpty, "a group publishes at least one service")
+        self.requests = requests
+        if requests.count > 1 {
+            for index in self.requests.indices { self.requests[index].allowRename = false }
+        }
+        self.deliver = deliver
+        super.init(context: context)
+    }
+
+    /// Replaces the TXT record of the service at `index` (the only one, by default), live if the
+    /// service is registered.
+    func updateTXT(_ txt: TXTRecord, at index: Int = 0) {
         context.queue.async {
-            self.request.txt = txt
+            guard self.requests.indices.contains(index) else { return }
+            self.requests[index].txt = txt
             guard let group = self.group, avahi_entry_group_is_empty(group) == 0 else { return }
+            let request = self.requests[index]
             let list = AvahiValues.stringList(txt)
             defer { avahi_string_list_free(list) }
             let result = avahi_entry_group_update_service_txt_strlst(
                 group, AvahiIfIndex(AVAHI_IF_UNSPEC), AvahiProtocol(AVAHI_PROTO_UNSPEC), AvahiPublishFlags(rawValue: 0),
-                self.request.name, self.request.type.base, self.request.domain, list)
+                request.name, request.type.base, request.domain, list)
             if result < 0 { self.fail(DiscoveryError(avahiCode: result)) }
         }
     }
@@ -102,31 +126,49 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
 
     private func addEntries() {
         guard let group else { return }
+        for request in requests {
+            let result = add(request, to: group)
+            if result == Int32(AVAHI_ERR_COLLISION) { return collided(request) }
+            if result < 0 {
+                return fail(DiscoveryError(avahiCode: result).naming(service: request.name, domain: request.domain))
+            }
+        }
+        let result = avahi_entry_group_commit(group)
+        if result < 0 { fail(DiscoveryError(avahiCode: result).naming(service: request.name, domain: request.domain)) }
+    }
+
+    /// Adds `request`'s service and subtypes to `group`; avahi's result.
+    private func add(_ request: Request, to group: OpaquePointer) -> Int32 {
         let any = AvahiIfIndex(AVAHI_IF_UNSPEC), anyProto = AvahiProtocol(AVAHI_PROTO_UNSPEC)
         let list = AvahiValues.stringList(request.txt)
         defer { avahi_string_list_free(list) }
         var result = avahi_entry_group_add_service_strlst(
             group, any, anyProto, AvahiPublishFlags(rawValue: 0), request.name, request.type.base,
             request.domain, request.host, request.port, list)
-        if result == Int32(AVAHI_ERR_COLLISION) { return collided() }
         for subtype in [request.type.subtype].compactMap({ $0 }) + request.extraSubtypes where result >= 0 {
             result = avahi_entry_group_add_service_subtype(
                 group, any, anyProto, AvahiPublishFlags(rawValue: 0), request.name, request.type.base,
                 request.domain, "\(subtype)._sub.\(request.type.base)")
         }
-        if result >= 0 { result = avahi_entry_group_commit(group) }
-        if result < 0 { fail(DiscoveryError(avahiCode: result).naming(service: request.name, domain: request.domain)) }
+        return result
     }
 
     private func groupChanged(_ state: AvahiEntryGroupState) {
         guard !stopped else { return }
         switch state {
         case AVAHI_ENTRY_GROUP_ESTABLISHED:
-            SalutLogging.logger.info(
-                "published \"\(request.name)\" \(request.type.browseType) in \(request.domain) on port \(request.port)")
+            if requests.count > 1 {
+                SalutLogging.logger.info(
+                    "published \(requests.count) services in one group, \"\(request.name)\" \(request.type.browseType) first"
+                )
+            } else {
+                SalutLogging.logger.info(
+                    "published \"\(request.name)\" \(request.type.browseType) in \(request.domain) on port \(request.port)"
+                )
+            }
             deliver(.published(name: request.name))
         case AVAHI_ENTRY_GROUP_COLLISION:
-            collided()
+            collided(request)
         case AVAHI_ENTRY_GROUP_FAILURE:
             let code = context.runningClient.map { avahi_client_errno($0) } ?? Int32(AVAHI_ERR_FAILURE)
             fail(DiscoveryError(avahiCode: code))
@@ -135,11 +177,13 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
         }
     }
 
-    private func collided() {
-        guard request.allowRename else {
+    /// A name of the group is taken: `taken`'s, when the daemon said which (a group of several
+    /// that collided while probing names its first). Only a group of one is renamed.
+    private func collided(_ taken: Request) {
+        guard taken.allowRename else {
             SalutLogging.logger.notice(
-                "\"\(request.name)\" \(request.type.browseType): the name is taken on the network; not renamed")
-            return fail(.collision(name: request.name))
+                "\"\(taken.name)\" \(taken.type.browseType): the name is taken on the network; not renamed")
+            return fail(.collision(name: taken.name))
         }
         guard let next = avahi_alternative_service_name(request.name) else {
             return fail(.avahi(code: Int32(AVAHI_ERR_NO_MEMORY), message: "no alternative name"))

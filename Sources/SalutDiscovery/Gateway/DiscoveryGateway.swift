@@ -57,8 +57,9 @@ public final class DiscoveryGateway: Sendable {
         /// ``maximumServices`` is lower), the links taking turns.
         public var announceRemote: Bool
         /// How often the zone's serial is asked for ``announceRemote`` (DNS pushes nothing), the
-        /// zone being read again only when the serial changed: half a second by default (one
-        /// small query to the server), at least a quarter of a second.
+        /// zone being read again only when the serial changed: a quarter of a second by default
+        /// and at least (one small query to the server; half a second took a quarter of a second
+        /// more, on average, for another link's services to show).
         public var announceInterval: Duration
 
         /// A configuration; see each property.
@@ -66,7 +67,7 @@ public final class DiscoveryGateway: Sendable {
             domain: String, label: String, key: SalutTSIGKey, nameServer: SocketAddress? = nil, types: [String] = [],
             excludedTypes: [String] = [], maximumServices: Int = 1000, maximumTypes: Int = 200,
             settleTime: Duration = .seconds(3), dryRun: Bool = false, announceRemote: Bool = false,
-            announceInterval: Duration = .milliseconds(500)
+            announceInterval: Duration = .milliseconds(250)
         ) {
             self.domain = domain
             self.label = label

@@ -64,9 +64,9 @@ extension DiscoveryGateway {
         static let retryEvery: Duration = .seconds(30)
 
         /// What is announced now, owned by the announcer's one task.
-        private struct Made {
+        struct Made {
             var announcements: [Announcement.ID: Announcement] = [:]
-            var services: [Announcement.ID: ServiceAdvertisement] = [:]
+            var services: [Announcement.ID: Announced] = [:]
             var hosts: [String: [[UInt8]]] = [:]
             var hostHandles: [String: HostAdvertisement] = [:]
             /// Announcements that failed for good, as they were: not tried again until the zone
@@ -105,7 +105,9 @@ extension DiscoveryGateway {
                             serial = again
                         }
                     }
-                    let hostLost = made.hostHandles.values.contains { $0.failure != nil }
+                    let hostLost =
+                        made.hostHandles.values.contains { $0.failure != nil }
+                        || made.services.values.contains(where: \.isLost)
                     // Something to try again (a failure that may pass): at most every 30 s.
                     let retryDue = made.retryPending && .now - lastRead > Self.retryEvery
                     // A zone whose serial cannot be read is read whole, at most every 2 s.
@@ -134,10 +136,7 @@ extension DiscoveryGateway {
             }
             // (Paced, even now: a goodbye the daemon drops leaves the service in every cache.)
             var pace = WithdrawalPace()
-            for (_, handle) in made.services {
-                await handle.withdraw()
-                await pace.oneMore()
-            }
+            _ = await withdraw(Array(made.services.keys), from: &made, pace: &pace)
             for (_, handle) in made.hostHandles { await handle.withdraw() }
         }
 
@@ -224,13 +223,15 @@ extension DiscoveryGateway {
             guard !plan.isEmpty else { return }
             if configuration.dryRun { return dryRun(plan, made: &made) }
             var pace = WithdrawalPace()
-            await withdraw(plan, attempted: attempted, from: &made, pace: &pace)
+            // (Members of a group that a leaving service took down are announced again.)
+            let again = await withdraw(plan, attempted: attempted, from: &made, pace: &pace)
+            let publishing = plan.publishServices + again
             // Hosts and their services at once, up to ``publishingAtOnce`` of each: avahi-daemon
             // probes each name for about a second, so one after another a hundred would take
             // minutes, and hosts before their services took two seconds for one service to show
             // (docs/benchmarks.md).
             // A service whose host could not be published is withdrawn below, once both are done.
-            for announcement in plan.publishServices { announcing(announcement.service.key, .publishing) }
+            for announcement in publishing { announcing(announcement.service.key, .publishing) }
             async let publishedHosts = DiscoveryGateway.inTurns(
                 plan.publishHosts.sorted { $0.key < $1.key }, atOnce: Self.publishingAtOnce
             ) { pair in
@@ -238,16 +239,7 @@ extension DiscoveryGateway {
                     try await HostAdvertisement.publish(hostName: pair.key, rawAddresses: pair.value, context: context)
                 })
             }
-            async let publishedServices = DiscoveryGateway.inTurns(
-                plan.publishServices, atOnce: Self.publishingAtOnce
-            ) { announcement -> Result<ServiceAdvertisement, any Error> in
-                await Result(catching: {
-                    try await ServiceAdvertisement.publish(
-                        name: announcement.service.key.name, type: announcement.service.key.type,
-                        port: Int(announcement.service.port), txtRecord: announcement.service.txtRecord,
-                        context: context, host: announcement.hostName)
-                })
-            }
+            async let publishedServices = publish(publishing, context: context)
             let (hosts, published) = await (publishedHosts, publishedServices)
             let hostFailures = await record(hosts: hosts.map { (($0.0.key, $0.0.value), $0.1) }, in: &made)
             let services = await withoutTheirHosts(published, hostFailures: hostFailures, pace: &pace)
@@ -260,7 +252,7 @@ extension DiscoveryGateway {
                 }
                 return
             }
-            record(services, withdrawnBefore: plan.withdrawServices, in: &made)
+            record(services, withdrawnBefore: plan.withdrawServices + again.map(\.id), in: &made)
             await changeText(plan.changeText, in: &made)
             await tidyHosts(after: hostFailures, in: &made)
         }
@@ -283,6 +275,13 @@ extension DiscoveryGateway {
                 made.hostHandles[host] = nil
                 await withdrawServices(on: host, because: failure, from: &made)
             }
+            // A group that stopped since (one of its names taken on the link): its members are
+            // announced again, as new (one by one, if the group fails again).
+            for (id, announced) in made.services where announced.isLost {
+                made.services[id] = nil
+                made.announcements[id] = nil
+                announcing(ServiceKey(name: announced.name(of: id), type: id.key.type), .withdrawn)
+            }
             // What failed for good and is still wanted as it was is not tried again.
             made.refused = made.refused.filter { wanted[$0.key] == $0.value }
             let wantedHosts = AnnouncementPlan.hosts(of: wanted.values)
@@ -294,24 +293,22 @@ extension DiscoveryGateway {
         }
 
         /// Withdraws what `plan` says goes (services at `pace`, then hosts); a service no longer
-        /// attempted is reported unannounced.
+        /// attempted is reported unannounced. Returns the services that stay, taken down with a
+        /// group that a leaving one belonged to, as `attempted` has them: to be announced again.
         private func withdraw(
             _ plan: AnnouncementPlan, attempted: [Announcement.ID: Announcement], from made: inout Made,
             pace: inout WithdrawalPace
-        ) async {
+        ) async -> [Announcement] {
+            let staying = await withdraw(plan.withdrawServices, from: &made, pace: &pace)
             for id in plan.withdrawServices {
                 made.announcements[id] = nil
-                if let handle = made.services.removeValue(forKey: id) {
-                    await handle.withdraw()
-                    await pace.oneMore()
-                    announcing(ServiceKey(name: handle.name, type: id.key.type), .withdrawn)
-                }
                 if attempted[id] == nil { reports(.unannounced(id.key, fromLabel: id.label)) }
             }
             for host in plan.withdrawHosts {
                 made.hosts[host] = nil
                 await made.hostHandles.removeValue(forKey: host)?.withdraw()
             }
+            return staying.map { attempted[$0.id] ?? $0 }
         }
 
         /// Keeps the hosts published; returns why the others failed. A host taken by another
@@ -344,20 +341,29 @@ extension DiscoveryGateway {
         /// `pace`) and failed with its host's error: its SRV would name a host this link does
         /// not know, or another machine.
         private func withoutTheirHosts(
-            _ published: [(Announcement, Result<ServiceAdvertisement, any Error>)], hostFailures: [String: any Error],
+            _ published: [(Announcement, Result<Announced, any Error>)], hostFailures: [String: any Error],
             pace: inout WithdrawalPace
-        ) async -> [(Announcement, Result<ServiceAdvertisement, any Error>)] {
-            var services: [(Announcement, Result<ServiceAdvertisement, any Error>)] = []
+        ) async -> [(Announcement, Result<Announced, any Error>)] {
+            var services: [(Announcement, Result<Announced, any Error>)] = []
+            // (A group holds one host's services: all of them go with it.)
+            var groups: [ObjectIdentifier: AnnouncedGroup] = [:]
             for (announcement, result) in published {
                 if let failure = hostFailures[announcement.hostName] {
-                    if case .success(let handle) = result {
+                    switch result {
+                    case .success(.alone(let handle)):
                         await handle.withdraw()
                         await pace.oneMore()
+                    case .success(.member(let group)): groups[ObjectIdentifier(group)] = group
+                    case .failure: break
                     }
                     services.append((announcement, .failure(failure)))
                 } else {
                     services.append((announcement, result))
                 }
+            }
+            for group in groups.values {
+                await group.withdraw()
+                await pace.oneMore(weighing: group.goodbyeWeight)
             }
             return services
         }
@@ -366,23 +372,24 @@ extension DiscoveryGateway {
         /// a service that failed is refused for good (a collision, a bad name) or retried, and
         /// said once. `withdrawnBefore`: those announced before and withdrawn to be announced anew.
         private func record(
-            _ services: [(Announcement, Result<ServiceAdvertisement, any Error>)],
+            _ services: [(Announcement, Result<Announced, any Error>)],
             withdrawnBefore: [Announcement.ID], in made: inout Made
         ) {
             for (announcement, result) in services {
                 let id = announcement.id
                 switch result {
-                case .success(let handle):
+                case .success(let announced):
                     made.announcements[id] = announcement
-                    made.services[id] = handle
+                    made.services[id] = announced
                     made.told.remove("\(id)")
-                    if handle.name != announcement.service.key.name {
+                    let name = announced.name(of: id)
+                    if name != announcement.service.key.name {
                         // Renamed: the name it was meant to have is another service's here.
                         announcing(announcement.service.key, .withdrawn)
-                        announcing(ServiceKey(name: handle.name, type: announcement.service.key.type), .publishing)
+                        announcing(ServiceKey(name: name, type: announcement.service.key.type), .publishing)
                     }
-                    announcing(ServiceKey(name: handle.name, type: announcement.service.key.type), .published)
-                    reports(.announced(announcement.service.key, fromLabel: announcement.label, as: handle.name))
+                    announcing(ServiceKey(name: name, type: announcement.service.key.type), .published)
+                    reports(.announced(announcement.service.key, fromLabel: announcement.label, as: name))
                 case .failure(let error):
                     announcing(announcement.service.key, .withdrawn)
                     // (Announced before and withdrawn to be announced anew: no longer here.)
@@ -410,9 +417,12 @@ extension DiscoveryGateway {
             for announcement in changed {
                 guard let handle = made.services[announcement.id] else { continue }
                 do {
-                    try await handle.changeTXTRecord(to: announcement.service.txtRecord)
+                    try await handle.changeTXTRecord(of: announcement.id, to: announcement.service.txtRecord)
                     made.announcements[announcement.id] = announcement
-                    reports(.announced(announcement.service.key, fromLabel: announcement.label, as: handle.name))
+                    reports(
+                        .announced(
+                            announcement.service.key, fromLabel: announcement.label,
+                            as: handle.name(of: announcement.id)))
                 } catch {
                     made.retryPending = true
                     if made.told.insert("txt \(announcement.id)").inserted {
@@ -442,13 +452,14 @@ extension DiscoveryGateway {
         /// Withdraws the services announced on `host`, whose name another machine took (their SRV
         /// would send clients there), each said once.
         private func withdrawServices(on host: String, because failure: any Error, from made: inout Made) async {
-            for (id, announcement) in made.announcements where announcement.hostName == host {
+            let onHost = made.announcements.filter { $0.value.hostName == host }.keys.sorted()
+            let announced = onHost.filter { made.services[$0] != nil }
+            // (A group holds one host's services: none stays behind.)
+            var pace = WithdrawalPace()
+            _ = await withdraw(announced, from: &made, pace: &pace)
+            for id in announced { reports(.unannounced(id.key, fromLabel: id.label)) }
+            for id in onHost {
                 made.announcements[id] = nil
-                if let service = made.services.removeValue(forKey: id) {
-                    await service.withdraw()
-                    announcing(ServiceKey(name: service.name, type: id.key.type), .withdrawn)
-                    reports(.unannounced(id.key, fromLabel: id.label))
-                }
                 if made.told.insert("lost \(id)").inserted {
                     reports(
                         .skipped(
@@ -510,14 +521,17 @@ extension DiscoveryGateway {
         /// rest of that tenth of a second is waited (not cancellable: a withdrawal that starts
         /// finishes, even as the gateway stops).
         struct WithdrawalPace {
-            private var count = 0
+            private var owed = 0
             private var since = ContinuousClock.now
 
-            mutating func oneMore() async {
-                count += 1
+            /// Counts one more withdrawal, or `weight` of them (a group's); waits when a tenth of
+            /// a second's share is used up, as many tenths as were used.
+            mutating func oneMore(weighing weight: Int = 1) async {
+                owed += max(1, weight)
                 let batch = max(1, withdrawalsPerSecond / 10)
-                guard count % batch == 0 else { return }
-                let due = since + .milliseconds(100)
+                guard owed >= batch else { return }
+                let due = since + .milliseconds(100 * (owed / batch))
+                owed %= batch
                 let clock = ContinuousClock()
                 if due > clock.now {
                     // (A detached sleep: a cancelled gateway still paces its last goodbyes.)

@@ -1,0 +1,126 @@
+import Foundation
+
+extension DiscoveryGateway.RemoteAnnouncer {
+    typealias Announcement = DiscoveryGateway.Announcement
+    typealias AnnouncedGroup = DiscoveryGateway.AnnouncedGroup
+
+    /// At most this many of one host's services, published in one zone read, share an entry
+    /// group (``DiscoveryGateway/AnnouncedGroup``). avahi-daemon allows a group 32 records by
+    /// default (`entries-per-entry-group-max`), and a service takes four (its PTR, SRV and TXT
+    /// records and its type's); a smaller group also means fewer services taken down for a
+    /// second when one of them leaves.
+    static let servicesPerGroup = 8
+
+    /// How a service is announced on the link.
+    enum Announced: Sendable {
+        /// In an entry group of its own (renamed there if its name was taken).
+        case alone(ServiceAdvertisement)
+        /// With others of its host, in one group (never renamed).
+        case member(of: AnnouncedGroup)
+
+        /// The name the service `id` has on the link.
+        func name(of id: Announcement.ID) -> String {
+            switch self {
+            case .alone(let handle): handle.name
+            case .member: id.key.name
+            }
+        }
+
+        /// Whether the service is no longer announced though it was (its group stopped: one of
+        /// its names taken on the link since).
+        var isLost: Bool {
+            if case .member(let group) = self { group.failure != nil } else { false }
+        }
+
+        /// Announces `txtRecord` as the service `id`'s TXT record.
+        ///
+        /// - Throws: `DiscoveryError` when the record cannot be published.
+        func changeTXTRecord(of id: Announcement.ID, to txtRecord: TXTRecord) async throws {
+            switch self {
+            case .alone(let handle): try await handle.changeTXTRecord(to: txtRecord)
+            case .member(let group): try group.changeTXTRecord(of: id, to: txtRecord)
+            }
+        }
+    }
+
+    /// Publishes `announcements`, each host's in groups of up to ``servicesPerGroup`` (a
+    /// service alone in its own), up to ``publishingAtOnce`` groups at once; the results in
+    /// `announcements`' order. A group that fails is published again one service at a time:
+    /// a name the link refused (`collision`: which one is not said) is then the only one
+    /// renamed, and a daemon that allows fewer records a group still takes them.
+    func publish(
+        _ announcements: [Announcement], context: DiscoveryContext
+    ) async -> [(Announcement, Result<Announced, any Error>)] {
+        let published = await DiscoveryGateway.inTurns(Self.groups(of: announcements), atOnce: Self.publishingAtOnce) {
+            chunk in
+            if chunk.count > 1 {
+                if let group = try? await AnnouncedGroup.publish(chunk, context: context) {
+                    return chunk.map { ($0, Result<Announced, any Error>.success(.member(of: group))) }
+                }
+            }
+            return await DiscoveryGateway.inTurns(chunk, atOnce: Self.servicesPerGroup) { announcement in
+                await Result(catching: {
+                    Announced.alone(
+                        try await ServiceAdvertisement.publish(
+                            name: announcement.service.key.name, type: announcement.service.key.type,
+                            port: Int(announcement.service.port), txtRecord: announcement.service.txtRecord,
+                            context: context, host: announcement.hostName))
+                })
+            }
+        }
+        return published.flatMap(\.1)
+    }
+
+    /// `announcements` in groups: each host's, in the order they come, at most
+    /// ``servicesPerGroup`` a group; the hosts in the order of their first service.
+    static func groups(of announcements: [Announcement]) -> [[Announcement]] {
+        var byHost: [String: [Announcement]] = [:]
+        var hosts: [String] = []
+        for announcement in announcements {
+            if byHost[announcement.hostName] == nil { hosts.append(announcement.hostName) }
+            byHost[announcement.hostName, default: []].append(announcement)
+        }
+        return hosts.flatMap { host in
+            let services = byHost[host] ?? []
+            return stride(from: 0, to: services.count, by: servicesPerGroup).map {
+                Array(services[$0..<min($0 + servicesPerGroup, services.count)])
+            }
+        }
+    }
+
+    /// Withdraws the services `ids` (those announced) at `pace`, each group once, and says so
+    /// through `announcing`. Returns the services that stay, announced in a group with one that
+    /// goes: withdrawn with it, no longer in `made`, to be announced again.
+    func withdraw(
+        _ ids: [Announcement.ID], from made: inout Made, pace: inout WithdrawalPace
+    ) async -> [Announcement] {
+        var groups: [ObjectIdentifier: AnnouncedGroup] = [:]
+        for id in ids {
+            guard let announced = made.services.removeValue(forKey: id) else { continue }
+            switch announced {
+            case .alone(let handle):
+                await handle.withdraw()
+                await pace.oneMore()
+            case .member(let group): groups[ObjectIdentifier(group)] = group
+            }
+            announcing(DiscoveryGateway.ServiceKey(name: announced.name(of: id), type: id.key.type), .withdrawn)
+        }
+        let going = Set(ids)
+        var staying: [Announcement] = []
+        for group in groups.values {
+            await group.withdraw()
+            await pace.oneMore(weighing: group.goodbyeWeight)
+            for id in group.ids where !going.contains(id) && made.services.removeValue(forKey: id) != nil {
+                if let announcement = made.announcements.removeValue(forKey: id) { staying.append(announcement) }
+            }
+        }
+        return staying.sorted { $0.id < $1.id }
+    }
+}
+
+extension DiscoveryGateway.AnnouncedGroup {
+    /// What withdrawing the group counts for in ``DiscoveryGateway/RemoteAnnouncer/WithdrawalPace``,
+    /// in withdrawals of one service: the daemon packs a group's goodbyes, eight services' in
+    /// about three packets on a dual-stack link, where one service alone took 1.7.
+    var goodbyeWeight: Int { ids.count > 2 ? 2 : 1 }
+}
