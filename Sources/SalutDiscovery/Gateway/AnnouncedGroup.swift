@@ -9,7 +9,7 @@ extension DiscoveryGateway {
     /// budget: docs/benchmarks.md, the gateway against the reflector).
     ///
     /// A group is withdrawn whole: a member that leaves while others stay takes them down with
-    /// it, and they are announced again in a group of their own (``RemoteAnnouncer``). No member
+    /// it, and they are announced again, each in a group of its own (``RemoteAnnouncer``). No member
     /// is renamed: a name taken on the link fails the whole group with `collision`, and the
     /// announcer announces its members one by one instead (each then renamed as
     /// ``ServiceAdvertisement`` renames).

@@ -44,14 +44,20 @@ extension DiscoveryGateway.RemoteAnnouncer {
     }
 
     /// Publishes `announcements`, each host's in groups of up to ``servicesPerGroup`` (a
-    /// service alone in its own), up to ``publishingAtOnce`` groups at once; the results in
-    /// `announcements`' order. A group that fails is published again one service at a time:
-    /// a name the link refused (`collision`: which one is not said) is then the only one
-    /// renamed, and a daemon that allows fewer records a group still takes them.
+    /// service alone in its own), and each of `alone` in a group of its own, up to
+    /// ``publishingAtOnce`` groups at once; the results in that order. A group that fails is
+    /// published again one service at a time: a name the link refused (`collision`: which one
+    /// is not said) is then the only one renamed, and a daemon that allows fewer records a
+    /// group still takes them.
+    ///
+    /// `alone`: the services a leaving one took down with its group. Were they grouped again, a
+    /// service that keeps coming and going under the same host name (any device on the other
+    /// link may name any host in its SRV record) could take them down every time.
     func publish(
-        _ announcements: [Announcement], context: DiscoveryContext
+        _ announcements: [Announcement], alone: [Announcement], context: DiscoveryContext
     ) async -> [(Announcement, Result<Announced, any Error>)] {
-        let published = await DiscoveryGateway.inTurns(Self.groups(of: announcements), atOnce: Self.publishingAtOnce) {
+        let groups = Self.groups(of: announcements) + alone.map { [$0] }
+        let published = await DiscoveryGateway.inTurns(groups, atOnce: Self.publishingAtOnce) {
             chunk in
             if chunk.count > 1 {
                 if let group = try? await AnnouncedGroup.publish(chunk, context: context) {

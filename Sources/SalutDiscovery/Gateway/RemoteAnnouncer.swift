@@ -239,7 +239,7 @@ extension DiscoveryGateway {
                     try await HostAdvertisement.publish(hostName: pair.key, rawAddresses: pair.value, context: context)
                 })
             }
-            async let publishedServices = publish(publishing, context: context)
+            async let publishedServices = publish(plan.publishServices, alone: again, context: context)
             let (hosts, published) = await (publishedHosts, publishedServices)
             let hostFailures = await record(hosts: hosts.map { (($0.0.key, $0.0.value), $0.1) }, in: &made)
             let services = await withoutTheirHosts(published, hostFailures: hostFailures, pace: &pace)
