@@ -465,7 +465,7 @@ final class LabGatewayTests: XCTestCase {
     /// `--announce-remote` on B announces one host's services that come in one read of the zone
     /// in one avahi entry group: all listed on B's link; one that leaves A takes the group down,
     /// and the others are announced again (still listed, still resolving), the one gone stays
-    /// gone.
+    /// gone; once another leaves too, B's gateway mirrors a service of B's own under its name.
     func testOneHostsServicesAnnouncedTogetherStayWhenOneOfThemLeaves() throws {
         let type = "_gg\(UUID().uuidString.prefix(6).lowercased())._tcp"
         let suffix = UUID().uuidString.prefix(4).lowercased()
@@ -517,5 +517,24 @@ final class LabGatewayTests: XCTestCase {
                 now = try listed()
                 return now == Set([escaped[0], escaped[2]])
             }, "the first and third resolved on B, the second gone: \(now)")
+
+        // The first leaves A too; a service of B's own link under its name is then B's to
+        // mirror (the gateway no longer counts the name as one it announces).
+        publishers[0].stop()
+        XCTAssertTrue(
+            gatewayB.waitForOutput(
+                containing: #""event":"unannounced","from":"\#(labelA)","name":"Shelf One""#, seconds: 30),
+            gatewayB.output)
+        // (Once B's browsers saw it go: a name that never left the link's browse is not seen anew.)
+        XCTAssertTrue(
+            try eventually(timeout: 20, interval: 0.2) {
+                !(try b1.run(["avahi-browse", "-pt", type]).contains(escaped[0]))
+            }, "the first gone from B")
+        let local = try b1.start(["avahi-publish", "-s", "Shelf One", type, "7299"])
+        defer { local.stop() }
+        XCTAssertTrue(
+            gatewayB.waitForOutput(
+                containing: #""event":"mirrored","name":"Shelf One","type":"\#(type)""#, seconds: 30),
+            gatewayB.output)
     }
 }

@@ -432,6 +432,22 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         XCTAssertTrue(DiscoveryGateway.RemoteAnnouncer.groups(of: []).isEmpty)
     }
 
+    func testAGroupsOrALargeRecordsGoodbyesCountForMoreInThePaceOfWithdrawals() {
+        typealias Announcer = DiscoveryGateway.RemoteAnnouncer
+        let printer = announcement("Printer")
+        XCTAssertEqual(Announcer.goodbyeWeight(ofRecordBytes: printer.recordBytes), 1, "an ordinary service")
+        let eight = (0..<8).map { announcement("Printer \($0)") }
+        XCTAssertEqual(Announcer.goodbyeWeight(ofRecordBytes: eight.reduce(0) { $0 + $1.recordBytes }), 2)
+        var large = printer
+        large.service.txt =
+            [Array(repeating: UInt8(ascii: "x"), count: 250)]
+            + Array(repeating: [UInt8](repeating: 0x61, count: 200), count: 40)
+        XCTAssertGreaterThan(large.recordBytes, 8_000)
+        XCTAssertEqual(
+            Announcer.goodbyeWeight(ofRecordBytes: large.recordBytes), 12,
+            "six packets of 1,400 bytes on each of IPv4 and IPv6")
+    }
+
     func testAServiceThatLeavesTheZoneIsWithdrawnWithItsHostOnceNoneIsLeft() {
         let printer = announcement("Office Printer"), scanner = announcement("Scanner")
         let hosts = ["printer.lab-a.local": [[UInt8]]([[198, 18, 1, 10]])]

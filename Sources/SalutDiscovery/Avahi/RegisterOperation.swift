@@ -127,8 +127,8 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
     private func addEntries() {
         guard let group else { return }
         for request in requests {
-            let result = add(request, to: group)
-            if result == Int32(AVAHI_ERR_COLLISION) { return collided(request) }
+            let (result, serviceTaken) = add(request, to: group)
+            if serviceTaken { return collided(request) }
             if result < 0 {
                 return fail(DiscoveryError(avahiCode: result).naming(service: request.name, domain: request.domain))
             }
@@ -137,20 +137,23 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
         if result < 0 { fail(DiscoveryError(avahiCode: result).naming(service: request.name, domain: request.domain)) }
     }
 
-    /// Adds `request`'s service and subtypes to `group`; avahi's result.
-    private func add(_ request: Request, to group: OpaquePointer) -> Int32 {
+    /// Adds `request`'s service and subtypes to `group`; avahi's result, and whether it refused
+    /// the service itself because its name is taken (a subtype refused is a failure, not a
+    /// reason to rename).
+    private func add(_ request: Request, to group: OpaquePointer) -> (Int32, serviceTaken: Bool) {
         let any = AvahiIfIndex(AVAHI_IF_UNSPEC), anyProto = AvahiProtocol(AVAHI_PROTO_UNSPEC)
         let list = AvahiValues.stringList(request.txt)
         defer { avahi_string_list_free(list) }
         var result = avahi_entry_group_add_service_strlst(
             group, any, anyProto, AvahiPublishFlags(rawValue: 0), request.name, request.type.base,
             request.domain, request.host, request.port, list)
+        if result == Int32(AVAHI_ERR_COLLISION) { return (result, true) }
         for subtype in [request.type.subtype].compactMap({ $0 }) + request.extraSubtypes where result >= 0 {
             result = avahi_entry_group_add_service_subtype(
                 group, any, anyProto, AvahiPublishFlags(rawValue: 0), request.name, request.type.base,
                 request.domain, "\(subtype)._sub.\(request.type.base)")
         }
-        return result
+        return (result, false)
     }
 
     private func groupChanged(_ state: AvahiEntryGroupState) {
@@ -168,6 +171,13 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
             }
             deliver(.published(name: request.name))
         case AVAHI_ENTRY_GROUP_COLLISION:
+            guard requests.count == 1 else {
+                // (The daemon does not say which of several names is taken.)
+                SalutLogging.logger.notice(
+                    "one of \(requests.count) services in a group, \"\(request.name)\" \(request.type.browseType) first: a name is taken on the network"
+                )
+                return fail(.collision(name: ""))
+            }
             collided(request)
         case AVAHI_ENTRY_GROUP_FAILURE:
             let code = context.runningClient.map { avahi_client_errno($0) } ?? Int32(AVAHI_ERR_FAILURE)

@@ -16,6 +16,8 @@ extension DiscoveryGateway {
     final class AnnouncedGroup: Sendable {
         /// The members, in the order they were added.
         let ids: [Announcement.ID]
+        /// About how many bytes the members' records take in packets (their goodbyes' size).
+        let recordBytes: Int
         private let operation: RegisterOperation
         private let failed: Locked<DiscoveryError?>
 
@@ -23,8 +25,11 @@ extension DiscoveryGateway {
         /// say), or nil while it stands: its members are then no longer announced.
         var failure: DiscoveryError? { failed.value }
 
-        private init(ids: [Announcement.ID], operation: RegisterOperation, failed: Locked<DiscoveryError?>) {
+        private init(
+            ids: [Announcement.ID], recordBytes: Int, operation: RegisterOperation, failed: Locked<DiscoveryError?>
+        ) {
             self.ids = ids
+            self.recordBytes = recordBytes
             self.operation = operation
             self.failed = failed
         }
@@ -66,10 +71,13 @@ extension DiscoveryGateway {
                 operation.stop()
                 throw error
             }
-            return AnnouncedGroup(ids: announcements.map(\.id), operation: operation, failed: failed)
+            return AnnouncedGroup(
+                ids: announcements.map(\.id), recordBytes: announcements.reduce(0) { $0 + $1.recordBytes },
+                operation: operation, failed: failed)
         }
 
-        /// Announces `txtRecord` as the TXT record of the member `id`.
+        /// Announces `txtRecord` as the TXT record of the member `id`. A record the daemon
+        /// refuses stops the whole group (``failure`` says why), as it would a group of one.
         ///
         /// - Throws: `DiscoveryError` when the record cannot be published.
         func changeTXTRecord(of id: Announcement.ID, to txtRecord: TXTRecord) throws {

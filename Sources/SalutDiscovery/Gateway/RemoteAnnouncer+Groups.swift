@@ -5,10 +5,11 @@ extension DiscoveryGateway.RemoteAnnouncer {
     typealias AnnouncedGroup = DiscoveryGateway.AnnouncedGroup
 
     /// At most this many of one host's services, published in one zone read, share an entry
-    /// group (``DiscoveryGateway/AnnouncedGroup``). avahi-daemon allows a group 32 records by
-    /// default (`entries-per-entry-group-max`), and a service takes four (its PTR, SRV and TXT
-    /// records and its type's); a smaller group also means fewer services taken down for a
-    /// second when one of them leaves.
+    /// group (``DiscoveryGateway/AnnouncedGroup``): eight services' records (a PTR, SRV and TXT
+    /// each) fill about one packet, so a group's goodbyes take about one packet on each of IPv4
+    /// and IPv6; and at most seven others are taken down for a second when one of them leaves.
+    /// (avahi-daemon allows a client 32 additions to a group by default,
+    /// `entries-per-entry-group-max`; a daemon that allows fewer gets the services one by one.)
     static let servicesPerGroup = 8
 
     /// How a service is announced on the link.
@@ -95,8 +96,9 @@ extension DiscoveryGateway.RemoteAnnouncer {
     }
 
     /// Withdraws the services `ids` (those announced) at `pace`, each group once, and says so
-    /// through `announcing`. Returns the services that stay, announced in a group with one that
-    /// goes: withdrawn with it, no longer in `made`, to be announced again.
+    /// through `announcing` once each is gone. Returns the services that stay, announced in a
+    /// group with one that goes: withdrawn with it (and said so), no longer in `made`, to be
+    /// announced again.
     func withdraw(
         _ ids: [Announcement.ID], from made: inout Made, pace: inout WithdrawalPace
     ) async -> [Announcement] {
@@ -106,27 +108,43 @@ extension DiscoveryGateway.RemoteAnnouncer {
             switch announced {
             case .alone(let handle):
                 await handle.withdraw()
-                await pace.oneMore()
+                await pace.oneMore(
+                    weighing: Self.goodbyeWeight(ofRecordBytes: made.announcements[id]?.recordBytes ?? 0))
+                announcing(DiscoveryGateway.ServiceKey(name: handle.name, type: id.key.type), .withdrawn)
             case .member(let group): groups[ObjectIdentifier(group)] = group
             }
-            announcing(DiscoveryGateway.ServiceKey(name: announced.name(of: id), type: id.key.type), .withdrawn)
         }
         let going = Set(ids)
         var staying: [Announcement] = []
         for group in groups.values {
             await group.withdraw()
-            await pace.oneMore(weighing: group.goodbyeWeight)
-            for id in group.ids where !going.contains(id) && made.services.removeValue(forKey: id) != nil {
-                if let announcement = made.announcements.removeValue(forKey: id) { staying.append(announcement) }
+            await pace.oneMore(weighing: Self.goodbyeWeight(ofRecordBytes: group.recordBytes))
+            for id in group.ids where going.contains(id) || made.services.removeValue(forKey: id) != nil {
+                // (A group's members are never renamed.)
+                announcing(id.key, .withdrawn)
+                if !going.contains(id), let announcement = made.announcements.removeValue(forKey: id) {
+                    staying.append(announcement)
+                    made.ungrouped.insert(id)
+                }
             }
         }
         return staying.sorted { $0.id < $1.id }
     }
 }
 
-extension DiscoveryGateway.AnnouncedGroup {
-    /// What withdrawing the group counts for in ``DiscoveryGateway/RemoteAnnouncer/WithdrawalPace``,
-    /// in withdrawals of one service: the daemon packs a group's goodbyes, eight services' in
-    /// about three packets on a dual-stack link, where one service alone took 1.7.
-    var goodbyeWeight: Int { ids.count > 2 ? 2 : 1 }
+extension DiscoveryGateway.RemoteAnnouncer {
+    /// What withdrawing records of `bytes` counts for in ``WithdrawalPace``, in withdrawals of
+    /// one service of ordinary size: two for each 1,400 bytes begun (about a packet on each of
+    /// IPv4 and IPv6; the daemon packs a group's goodbyes, eight ordinary services' in about
+    /// three packets, where one alone took 1.7), at least one. A large TXT record counts for
+    /// more: each goodbye of it is a packet of its own.
+    static func goodbyeWeight(ofRecordBytes bytes: Int) -> Int {
+        bytes <= 700 ? 1 : 2 * ((bytes + 1399) / 1400)
+    }
+}
+
+extension DiscoveryGateway.Announcement {
+    /// About how many bytes the service's records take in a packet (its PTR, SRV and TXT, names
+    /// compressed).
+    var recordBytes: Int { 100 + service.key.name.utf8.count + service.txt.reduce(0) { $0 + 1 + $1.count } }
 }

@@ -48,7 +48,8 @@ extension DiscoveryGateway {
         /// reflector), while the daemon's packet budget (below) is shared by all of them (it
         /// packs the probes and announcements due together, about two packets a name).
         static let publishingAtOnce = 400
-        /// At most this many services are withdrawn a second. avahi-daemon sends at most
+        /// At most this many services of ordinary size (a large TXT record, or a group, counts for
+        /// more: ``goodbyeWeight(ofRecordBytes:)``) are withdrawn a second. avahi-daemon sends at most
         /// `ratelimit-burst` packets a second on an interface (Debian sets 1,000) and drops the
         /// rest: 400 withdrawn at once lost some of their goodbyes, and the link's caches kept
         /// those services for up to 75 minutes. A withdrawal's goodbyes took 1.7 packets on the
@@ -79,6 +80,10 @@ extension DiscoveryGateway {
             var told = Set<String>()
             /// Whether a failure that may pass was met: the zone is read again in 30 s.
             var retryPending = false
+            /// Services announced each alone from now on, never in a group again: those a group
+            /// took down with it (a member that left, or a name taken on the link). A device that
+            /// keeps coming and going, or keeps claiming a name, then takes down no other.
+            var ungrouped = Set<Announcement.ID>()
         }
 
         /// Announces until the calling task is cancelled, then withdraws everything.
@@ -226,6 +231,7 @@ extension DiscoveryGateway {
             // (Members of a group that a leaving service took down are announced again.)
             let again = await withdraw(plan, attempted: attempted, from: &made, pace: &pace)
             let publishing = plan.publishServices + again
+            let alone = again + plan.publishServices.filter { made.ungrouped.contains($0.id) }
             // Hosts and their services at once, up to ``publishingAtOnce`` of each: avahi-daemon
             // probes each name for about a second, so one after another a hundred would take
             // minutes, and hosts before their services took two seconds for one service to show
@@ -239,7 +245,8 @@ extension DiscoveryGateway {
                     try await HostAdvertisement.publish(hostName: pair.key, rawAddresses: pair.value, context: context)
                 })
             }
-            async let publishedServices = publish(plan.publishServices, alone: again, context: context)
+            async let publishedServices = publish(
+                plan.publishServices.filter { !made.ungrouped.contains($0.id) }, alone: alone, context: context)
             let (hosts, published) = await (publishedHosts, publishedServices)
             let hostFailures = await record(hosts: hosts.map { (($0.0.key, $0.0.value), $0.1) }, in: &made)
             let services = await withoutTheirHosts(published, hostFailures: hostFailures, pace: &pace)
@@ -276,12 +283,26 @@ extension DiscoveryGateway {
                 await withdrawServices(on: host, because: failure, from: &made)
             }
             // A group that stopped since (one of its names taken on the link): its members are
-            // announced again, as new (one by one, if the group fails again).
-            for (id, announced) in made.services where announced.isLost {
+            // no longer announced (said once), and are announced again, as new (one by one, if
+            // the group fails again).
+            for (id, announced) in made.services.sorted(by: { $0.key < $1.key }) where announced.isLost {
                 made.services[id] = nil
                 made.announcements[id] = nil
-                announcing(ServiceKey(name: announced.name(of: id), type: id.key.type), .withdrawn)
+                made.ungrouped.insert(id)
+                announcing(id.key, .withdrawn)
+                reports(.unannounced(id.key, fromLabel: id.label))
+                if case .member(let group) = announced, let failure = group.failure,
+                    made.told.insert("group \(id)").inserted
+                {
+                    reports(
+                        .skipped(
+                            id.key,
+                            reason:
+                                "withdrawn from this link with the services announced beside it: \(failure); announced again"
+                        ))
+                }
             }
+            made.ungrouped.formIntersection(wanted.keys)
             // What failed for good and is still wanted as it was is not tried again.
             made.refused = made.refused.filter { wanted[$0.key] == $0.value }
             let wantedHosts = AnnouncementPlan.hosts(of: wanted.values)
@@ -363,7 +384,7 @@ extension DiscoveryGateway {
             }
             for group in groups.values {
                 await group.withdraw()
-                await pace.oneMore(weighing: group.goodbyeWeight)
+                await pace.oneMore(weighing: Self.goodbyeWeight(ofRecordBytes: group.recordBytes))
             }
             return services
         }
