@@ -536,5 +536,13 @@ final class LabGatewayTests: XCTestCase {
             gatewayB.waitForOutput(
                 containing: #""event":"mirrored","name":"Shelf One","type":"\#(type)""#, seconds: 30),
             gatewayB.output)
+        // The zone is left as it was found: the later tests read it whole.
+        local.stop()
+        publishers[2].stop()
+        XCTAssertTrue(
+            gatewayB.waitForOutput(containing: #""event":"removed","name":"Shelf One""#, seconds: 30), gatewayB.output)
+        XCTAssertTrue(
+            gatewayA.waitForOutput(containing: #""event":"removed","name":"Shelf Three""#, seconds: 30),
+            gatewayA.output)
     }
 }

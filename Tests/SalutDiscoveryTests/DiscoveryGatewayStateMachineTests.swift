@@ -445,7 +445,7 @@ final class DiscoveryGatewayStateMachineTests: XCTestCase {
         XCTAssertGreaterThan(large.recordBytes, 8_000)
         XCTAssertEqual(
             Announcer.goodbyeWeight(ofRecordBytes: large.recordBytes), 12,
-            "six packets of 1,400 bytes on each of IPv4 and IPv6")
+            "two for each 1,400 bytes begun: counted as if six packets on each of IPv4 and IPv6")
     }
 
     func testAServiceThatLeavesTheZoneIsWithdrawnWithItsHostOnceNoneIsLeft() {

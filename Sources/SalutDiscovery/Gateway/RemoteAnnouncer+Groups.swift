@@ -102,7 +102,8 @@ extension DiscoveryGateway.RemoteAnnouncer {
     func withdraw(
         _ ids: [Announcement.ID], from made: inout Made, pace: inout WithdrawalPace
     ) async -> [Announcement] {
-        var groups: [ObjectIdentifier: AnnouncedGroup] = [:]
+        // Each group's, with its members that go.
+        var groups: [ObjectIdentifier: (group: AnnouncedGroup, going: [Announcement.ID])] = [:]
         for id in ids {
             guard let announced = made.services.removeValue(forKey: id) else { continue }
             switch announced {
@@ -110,25 +111,42 @@ extension DiscoveryGateway.RemoteAnnouncer {
                 await handle.withdraw()
                 await pace.oneMore(
                     weighing: Self.goodbyeWeight(ofRecordBytes: made.announcements[id]?.recordBytes ?? 0))
-                announcing(DiscoveryGateway.ServiceKey(name: handle.name, type: id.key.type), .withdrawn)
-            case .member(let group): groups[ObjectIdentifier(group)] = group
+                announcing(made.counted(id, announced), .withdrawn)
+            case .member(let group): groups[ObjectIdentifier(group), default: (group, [])].going.append(id)
             }
+            made.countedNames[id] = nil
         }
-        let going = Set(ids)
         var staying: [Announcement] = []
-        for group in groups.values {
+        for (group, going) in groups.values {
             await group.withdraw()
             await pace.oneMore(weighing: Self.goodbyeWeight(ofRecordBytes: group.recordBytes))
-            for id in group.ids where going.contains(id) || made.services.removeValue(forKey: id) != nil {
-                // (A group's members are never renamed.)
+            // (A group's members are never renamed.)
+            for id in going { announcing(id.key, .withdrawn) }
+            // The others still announced in this very group go with it.
+            for id in group.ids where !going.contains(id) {
+                guard case .member(let holder) = made.services[id], holder === group else { continue }
+                made.services[id] = nil
+                made.countedNames[id] = nil
                 announcing(id.key, .withdrawn)
-                if !going.contains(id), let announcement = made.announcements.removeValue(forKey: id) {
+                if let announcement = made.announcements.removeValue(forKey: id) {
                     staying.append(announcement)
                     made.ungrouped.insert(id)
                 }
             }
         }
         return staying.sorted { $0.id < $1.id }
+    }
+}
+
+extension DiscoveryGateway.RemoteAnnouncer.Made {
+    /// The key the service `id` is counted under in ``DiscoveryGateway/RemoteAnnouncer/announcing``:
+    /// the name it had when last said (a service alone may have been renamed since).
+    func counted(
+        _ id: DiscoveryGateway.Announcement.ID, _ announced: DiscoveryGateway.RemoteAnnouncer.Announced
+    )
+        -> DiscoveryGateway.ServiceKey
+    {
+        .init(name: countedNames[id] ?? announced.name(of: id), type: id.key.type)
     }
 }
 

@@ -80,10 +80,30 @@ extension DiscoveryGateway {
             var told = Set<String>()
             /// Whether a failure that may pass was met: the zone is read again in 30 s.
             var retryPending = false
+            /// The name each announced service is counted under in ``announcing`` (a service
+            /// announced alone may be renamed by the daemon later, when another machine takes its
+            /// name: ``sayRenames(in:)``).
+            var countedNames: [Announcement.ID: String] = [:]
             /// Services announced each alone from now on, never in a group again: those a group
             /// took down with it (a member that left, or a name taken on the link). A device that
             /// keeps coming and going, or keeps claiming a name, then takes down no other.
             var ungrouped = Set<Announcement.ID>()
+        }
+
+        /// Says through ``announcing`` and the reports that services announced alone were renamed
+        /// since (another machine took their name: the daemon took the next one), so that the
+        /// gateway counts their new names as its own and not the old ones.
+        private func sayRenames(in made: inout Made) {
+            for (id, announced) in made.services.sorted(by: { $0.key < $1.key }) {
+                guard case .alone(let handle) = announced, let counted = made.countedNames[id], counted != handle.name
+                else { continue }
+                let name = handle.name
+                announcing(ServiceKey(name: counted, type: id.key.type), .withdrawn)
+                announcing(ServiceKey(name: name, type: id.key.type), .publishing)
+                announcing(ServiceKey(name: name, type: id.key.type), .published)
+                made.countedNames[id] = name
+                reports(.announced(id.key, fromLabel: id.label, as: name))
+            }
         }
 
         /// Announces until the calling task is cancelled, then withdraws everything.
@@ -110,6 +130,7 @@ extension DiscoveryGateway {
                             serial = again
                         }
                     }
+                    sayRenames(in: &made)
                     let hostLost =
                         made.hostHandles.values.contains { $0.failure != nil }
                         || made.services.values.contains(where: \.isLost)
@@ -256,6 +277,7 @@ extension DiscoveryGateway {
                 for case (let announcement, .success(let handle)) in services {
                     made.announcements[announcement.id] = announcement
                     made.services[announcement.id] = handle
+                    made.countedNames[announcement.id] = announcement.service.key.name
                 }
                 return
             }
@@ -285,9 +307,18 @@ extension DiscoveryGateway {
             // A group that stopped since (one of its names taken on the link): its members are
             // no longer announced (said once), and are announced again, as new (one by one, if
             // the group fails again).
-            for (id, announced) in made.services.sorted(by: { $0.key < $1.key }) where announced.isLost {
+            // (Which groups are lost is decided once: a group may fail on the daemon's queue
+            // while its members are looked at.)
+            let lost = Set(
+                made.services.values.compactMap { announced -> ObjectIdentifier? in
+                    guard case .member(let group) = announced, group.failure != nil else { return nil }
+                    return ObjectIdentifier(group)
+                })
+            for (id, announced) in made.services.sorted(by: { $0.key < $1.key }) {
+                guard case .member(let group) = announced, lost.contains(ObjectIdentifier(group)) else { continue }
                 made.services[id] = nil
                 made.announcements[id] = nil
+                made.countedNames[id] = nil
                 made.ungrouped.insert(id)
                 announcing(id.key, .withdrawn)
                 reports(.unannounced(id.key, fromLabel: id.label))
@@ -373,7 +404,7 @@ extension DiscoveryGateway {
                     switch result {
                     case .success(.alone(let handle)):
                         await handle.withdraw()
-                        await pace.oneMore()
+                        await pace.oneMore(weighing: Self.goodbyeWeight(ofRecordBytes: announcement.recordBytes))
                     case .success(.member(let group)): groups[ObjectIdentifier(group)] = group
                     case .failure: break
                     }
@@ -404,6 +435,7 @@ extension DiscoveryGateway {
                     made.services[id] = announced
                     made.told.remove("\(id)")
                     let name = announced.name(of: id)
+                    made.countedNames[id] = name
                     if name != announcement.service.key.name {
                         // Renamed: the name it was meant to have is another service's here.
                         announcing(announcement.service.key, .withdrawn)
