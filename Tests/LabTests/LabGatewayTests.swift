@@ -496,13 +496,17 @@ final class LabGatewayTests: XCTestCase {
                     return line.hasPrefix("=;") && fields.count > 8 ? String(fields[3]) : nil
                 })
         }
+        /// Waits until B's link lists and resolves exactly `expected` (20 s at most).
+        func waitUntilListed(_ expected: Set<String>, _ what: String) throws {
+            var now: Set<String> = []
+            XCTAssertTrue(
+                try eventually(timeout: 20, interval: 0.2) {
+                    now = try listed()
+                    return now == expected
+                }, "\(what): \(now)")
+        }
         let escaped = names.map { $0.replacingOccurrences(of: " ", with: "\\032") }
-        var now: Set<String> = []
-        XCTAssertTrue(
-            try eventually(timeout: 20, interval: 0.2) {
-                now = try listed()
-                return now == Set(escaped)
-            }, "all three resolved on B: \(now)")
+        try waitUntilListed(Set(escaped), "all three resolved on B")
 
         // The second leaves A: the other two stay on B (announced again), it does not.
         publishers[1].stop()
@@ -512,11 +516,7 @@ final class LabGatewayTests: XCTestCase {
             gatewayB.output)
         XCTAssertTrue(
             gatewayB.waitForOutput(containing: #""announced":{"\#(labelA)":2}"#, seconds: 30), gatewayB.output)
-        XCTAssertTrue(
-            try eventually(timeout: 20, interval: 0.2) {
-                now = try listed()
-                return now == Set([escaped[0], escaped[2]])
-            }, "the first and third resolved on B, the second gone: \(now)")
+        try waitUntilListed([escaped[0], escaped[2]], "the first and third resolved on B, the second gone")
 
         // The first leaves A too; a service of B's own link under its name is then B's to
         // mirror (the gateway no longer counts the name as one it announces).

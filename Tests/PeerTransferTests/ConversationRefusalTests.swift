@@ -302,15 +302,7 @@ final class ConversationRefusalTests: XCTestCase {
                 events.contains { if case .progress = $0 { return true } else { return false } },
                 "\(indexes): \(events)")
         }
-        let talk = try Conversation()
-        try talk.makeFile("big.bin", size: 16 * chunk)
-        let (_, sent) = try await talk.sendToScripted(["big.bin"]) { reader, output in
-            try await Self.greetAndAccept([0], reader: &reader, output: output)
-            _ = try await Self.read(upTo: .chunk, from: &reader)
-            let cancel = Failure(code: "cancelled", message: "as if you had")
-            try await output.write(Frame.message(.failure, cancel).encoded)
-        }
-        guard case .failure(let error) = sent else { return XCTFail("the send succeeded") }
+        let error = try await failureOfASend(afterTheReceiverSays: Failure(code: "cancelled", message: "as if you had"))
         XCTAssertEqual(error.wireCode, "protocol", error.message)
         XCTAssertNotEqual(error.outcome, "cancelled")
     }
@@ -318,32 +310,35 @@ final class ConversationRefusalTests: XCTestCase {
     /// A decline said after the offer was accepted is a broken protocol, not a decline: the
     /// sender does not report (or, queued, give up on) a transfer the receiver had taken.
     func testADeclineAfterTheOfferWasAcceptedIsAProtocolViolation() async throws {
-        let talk = try Conversation()
-        try talk.makeFile("big.bin", size: 16 * chunk)
-        let (_, sent) = try await talk.sendToScripted(["big.bin"]) { reader, output in
-            try await Self.greetAndAccept([0], reader: &reader, output: output)
-            _ = try await Self.read(upTo: .chunk, from: &reader)
-            let late = Failure(code: "declined", message: "changed my mind")
-            try await output.write(Frame.message(.failure, late).encoded)
-        }
-        guard case .failure(let error) = sent else { return XCTFail("the send succeeded") }
+        let error = try await failureOfASend(
+            afterTheReceiverSays: Failure(code: "declined", message: "changed my mind"))
         XCTAssertEqual(error.wireCode, "protocol")
         XCTAssertEqual(error.exitCode, 1)
         XCTAssertTrue(error.message.contains("accepted the offer, then sent a \"declined\" failure"), error.message)
     }
 
-    /// A receiver that fails the transfer in the middle is heard: its reason, not the broken
-    /// write the sender was in, is what the send reports.
-    func testAReceiversFailureInTheMiddleIsWhatTheSendReports() async throws {
+    /// How a send of a 16-chunk file ends when the receiver accepts it and, after its first
+    /// chunk, sends `failure`.
+    private func failureOfASend(afterTheReceiverSays failure: Failure) async throws -> PeerTransferError {
         let talk = try Conversation()
         try talk.makeFile("big.bin", size: 16 * chunk)
         let (_, sent) = try await talk.sendToScripted(["big.bin"]) { reader, output in
             try await Self.greetAndAccept([0], reader: &reader, output: output)
             _ = try await Self.read(upTo: .chunk, from: &reader)
-            let failure = Failure(code: "space", message: "the disk filled up")
             try await output.write(Frame.message(.failure, failure).encoded)
         }
-        guard case .failure(let error) = sent else { return XCTFail("the send succeeded") }
+        guard case .failure(let error) = sent else {
+            XCTFail("the send succeeded")
+            throw CancellationError()
+        }
+        return error
+    }
+
+    /// A receiver that fails the transfer in the middle is heard: its reason, not the broken
+    /// write the sender was in, is what the send reports.
+    func testAReceiversFailureInTheMiddleIsWhatTheSendReports() async throws {
+        let error = try await failureOfASend(
+            afterTheReceiverSays: Failure(code: "space", message: "the disk filled up"))
         XCTAssertEqual(error.wireCode, "space")
         XCTAssertEqual(error.message, "the receiver says: the disk filled up")
     }

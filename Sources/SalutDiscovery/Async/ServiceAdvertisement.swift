@@ -287,23 +287,11 @@ public final class ServiceAdvertisement: Sendable {
             name: name, type: type, domain: domain, port: port, txtRecord: txtRecord,
             subtypes: subtypes, allowRename: allowRename)
         request.host = host
-        let waiter = OneShot<String>()
         let current = Locked(name)
-        let operation = RegisterOperation(context: context, request: request) { event in
-            switch event {
-            case .published(let final):
-                current.exchange(final)
-                waiter.succeed(final)
-            case .failed(let error): waiter.fail(error)
-            case .withdrawn: break
-            }
-        }
-        operation.start()
-        do {
-            _ = try await waiter.value(within: OperationLimit.clampedSeconds(timeout, default: 10), on: context.queue)
-        } catch {
-            operation.stop()
-            throw error
+        let operation = try await RegisterOperation.established(
+            [request], context: context, within: OperationLimit.clampedSeconds(timeout, default: 10)
+        ) { event in
+            if case .published(let final) = event { current.exchange(final) }
         }
         return ServiceAdvertisement(
             backend: .link(operation), name: current, type: request.type.browseType,

@@ -65,6 +65,34 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
         super.init(context: context)
     }
 
+    /// Publishes `requests` in one group through `context` and returns the operation once the
+    /// daemon established them. `events` hears every event first (the `published` that ends
+    /// the wait included, and what comes after it).
+    /// - Throws: the `DiscoveryError` publishing failed with; `timedOut` when not established
+    ///   within `seconds` (the operation is then stopped).
+    static func established(
+        _ requests: [Request], context: DiscoveryContext, within seconds: TimeInterval,
+        events: @escaping @Sendable (Event) -> Void = { _ in }
+    ) async throws -> RegisterOperation {
+        let waiter = OneShot<Void>()
+        let operation = RegisterOperation(context: context, requests: requests) { event in
+            events(event)
+            switch event {
+            case .published: waiter.succeed(())
+            case .failed(let error): waiter.fail(error)
+            case .withdrawn: break
+            }
+        }
+        operation.start()
+        do {
+            try await waiter.value(within: seconds, on: context.queue)
+        } catch {
+            operation.stop()
+            throw error
+        }
+        return operation
+    }
+
     /// Replaces the TXT record of the service at `index` (the only one, by default), live if the
     /// service is registered.
     func updateTXT(_ txt: TXTRecord, at index: Int = 0) {

@@ -53,23 +53,9 @@ extension DiscoveryGateway {
                 request.host = announcement.hostName
                 requests.append(request)
             }
-            let waiter = OneShot<Void>()
             let failed = Locked<DiscoveryError?>(nil)
-            let operation = RegisterOperation(context: context, requests: requests) { event in
-                switch event {
-                case .published: waiter.succeed(())
-                case .failed(let error):
-                    failed.withLock { $0 = error }
-                    waiter.fail(error)
-                case .withdrawn: break
-                }
-            }
-            operation.start()
-            do {
-                try await waiter.value(within: 10, on: context.queue)
-            } catch {
-                operation.stop()
-                throw error
+            let operation = try await RegisterOperation.established(requests, context: context, within: 10) { event in
+                if case .failed(let error) = event { failed.withLock { $0 = error } }
             }
             return AnnouncedGroup(
                 ids: announcements.map(\.id), recordBytes: announcements.reduce(0) { $0 + $1.recordBytes },
