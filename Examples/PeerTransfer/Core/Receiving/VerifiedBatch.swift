@@ -208,7 +208,11 @@ struct VerifiedBatch: @unchecked Sendable {
         do {
             // A part file may hold an earlier try's bytes, longer than these.
             if file.partName != nil { try file.keepPrefix(0, feeding: SHA256Hasher()) }
-            try file.write(buffered.data, at: 0)
+            // Its whole pages go straight to the disk, its last partial one through the page
+            // cache: the batch's syncfs makes both durable, and the receiver never reads them
+            // back (see ``DirectWrites``). A file smaller than a page has none.
+            if buffered.size >= UInt64(DirectWrites.alignment) { file.writeDirectly() }
+            try buffered.bytes.withUnsafeBytes { try file.write($0, at: 0) }
         } catch {
             file.closeFiles()
             throw error

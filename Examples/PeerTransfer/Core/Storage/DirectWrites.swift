@@ -2,7 +2,8 @@ import CFileSystems
 import Foundation
 
 /// Writes that go from the receiver's memory to the disk without passing through the page
-/// cache (`O_DIRECT`), for the large files a receiver writes in whole, page-aligned chunks.
+/// cache (`O_DIRECT`): a large file's whole, page-aligned chunks as they arrive, and the whole
+/// pages of a small file received into memory (``BufferedFile``) when its batch is written.
 ///
 /// Why: the transfer that writes a file does not read it back (it hashes the bytes from the
 /// same memory on their way to the disk), so a copy in the page cache buys it nothing. (A later

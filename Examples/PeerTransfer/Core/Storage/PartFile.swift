@@ -104,26 +104,31 @@ final class PartFile {
     /// - Throws: ``PeerTransferError/noSpace(_:)`` when the disk is full, otherwise
     ///   ``PeerTransferError/runtime(_:)``.
     func write(_ data: Data, at offset: UInt64) throws {
-        try data.withUnsafeBytes { raw in
-            var done = 0
-            while done < raw.count {
-                let start = raw.baseAddress! + done, at = off_t(offset) + off_t(done)
-                var count = raw.count - done
-                if writesDirectly {
-                    let direct = DirectWrites.directPart(of: count, at: start, offset: at)
-                    if direct > 0 { count = direct } else { try stopWritingDirectly() }
-                }
-                let n = pwrite(fd, start, count, at)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    // A direct write the file system will not take: through the page cache.
-                    if errno == EINVAL && writesDirectly { try stopWritingDirectly(); continue }
-                    throw writeError("pwrite")
-                }
-                done += n
+        try data.withUnsafeBytes { try write($0, at: offset) }
+    }
+
+    /// Writes all of `raw` at `offset`, as ``write(_:at:)-(Data,_)`` does.
+    /// - Throws: ``PeerTransferError/noSpace(_:)`` when the disk is full, otherwise
+    ///   ``PeerTransferError/runtime(_:)``.
+    func write(_ raw: UnsafeRawBufferPointer, at offset: UInt64) throws {
+        var done = 0
+        while done < raw.count {
+            let start = raw.baseAddress! + done, at = off_t(offset) + off_t(done)
+            var count = raw.count - done
+            if writesDirectly {
+                let direct = DirectWrites.directPart(of: count, at: start, offset: at)
+                if direct > 0 { count = direct } else { try stopWritingDirectly() }
             }
+            let n = pwrite(fd, start, count, at)
+            if n < 0 {
+                if errno == EINTR { continue }
+                // A direct write the file system will not take: through the page cache.
+                if errno == EINVAL && writesDirectly { try stopWritingDirectly(); continue }
+                throw writeError("pwrite")
+            }
+            done += n
         }
-        written = max(written, offset + UInt64(data.count))
+        written = max(written, offset + UInt64(raw.count))
         if writesDirectly {
             writeBackStart = written  // nothing of it waits in the page cache
         } else if written - writeBackStart >= Self.writeBackStep {
