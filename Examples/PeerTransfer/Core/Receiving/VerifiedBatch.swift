@@ -29,7 +29,7 @@ struct VerifiedBatch: @unchecked Sendable {
 
     /// A verified file: written to its part file already, or in memory until the batch is
     /// published.
-    private enum Waiting {
+    enum Waiting {
         /// Written to its part file, which is open and locked.
         case written(PartFile)
         /// In memory, to be written with the sender's mode and modification time.
@@ -45,7 +45,7 @@ struct VerifiedBatch: @unchecked Sendable {
     }
 
     /// The files, each with its manifest index, in the order they were verified.
-    private var files: [(index: Int, file: Waiting)] = []
+    private(set) var files: [(index: Int, file: Waiting)] = []
     /// Their bytes together.
     private(set) var bytes: UInt64 = 0
     /// The bytes of the buffered files among them, which are in memory.
@@ -115,28 +115,33 @@ struct VerifiedBatch: @unchecked Sendable {
             for case .success(let file) in parts { file.closeFiles() }
             for case (_, .written(let file)) in files { file.closeFiles() }
         }
-        // The failure that stopped the writing of buffered files, thrown once the rest is named,
+        // The buffered files are written several at a time (see `writeBuffered`); then, in the
+        // batch's order, the failure that stopped their writing (thrown once the rest is named)
         // and the file it happened on.
+        let writes = writeBuffered(in: inbox, for: sender)
         var stopped: (error: PeerTransferError, path: RelativePath)?
-        for (_, waiting) in files {
+        for (position, (_, waiting)) in files.enumerated() {
             switch waiting {
             case .written(let file):
                 parts.append(.success(file))
-            case .buffered(let buffered, let mode, let modified):
+            case .buffered(let buffered, _, _):
                 if let stopped {
+                    // Written meanwhile by another writer, or not: not named either way (a
+                    // file without a name goes with its descriptor).
+                    if case .done(.success(let file)) = writes[position] { file.closeFiles() }
                     // Its own words: this file was not written (the error names the other file).
                     parts.append(.failure(Self.notWritten(after: stopped.error, on: stopped.path)))
                     continue
                 }
-                do {
-                    parts.append(
-                        try Self.write(buffered, mode: mode, modified: modified, in: inbox, for: sender, cache: cache))
-                } catch {
-                    let failure =
-                        error as? PeerTransferError
-                        ?? .runtime("writing \(Terminal.escape(buffered.path.description)): \(error)")
+                switch writes[position] {
+                case .done(let outcome):
+                    parts.append(outcome)
+                case .stopped(let failure):
                     stopped = (failure, buffered.path)
                     parts.append(.failure(failure))
+                case .notTried:
+                    // Only files after a stopping failure are left untried: never reached.
+                    parts.append(.failure(.runtime("\(Terminal.escape(buffered.path.description)) was not written")))
                 }
             }
         }
@@ -184,45 +189,5 @@ struct VerifiedBatch: @unchecked Sendable {
             return .noSpace("not written: the inbox's disk filled up with \(earlier), received before it")
         }
         return .runtime("not written: writing \(earlier), received before it, failed (\(failure.message))")
-    }
-
-    /// Writes `buffered` to a file without a name in its folder, or, when it replaces the
-    /// sender's part file (or the file system has no `O_TMPFILE`), to that part file emptied
-    /// first; gives it `mode` and `modified`.
-    /// - Returns: the written file, or why this file alone cannot be received.
-    /// - Throws: a failure to write (a full disk, an I/O error), which ends the transfer as it
-    ///   would have when the bytes arrived.
-    private static func write(
-        _ buffered: BufferedFile, mode: UInt32, modified: Double, in inbox: Inbox,
-        for sender: String, cache: FolderCache
-    ) throws -> Result<PartFile, PeerTransferError> {
-        let file: PartFile
-        do {
-            file =
-                buffered.replacesPart
-                ? try inbox.openPart(buffered.path, for: sender, cache: cache)
-                : try inbox.openUnnamedFile(buffered.path, for: sender, cache: cache)
-        } catch let error as PeerTransferError where error.failsOneFileOnly {
-            return .failure(error)
-        }
-        do {
-            // A part file may hold an earlier try's bytes, longer than these.
-            if file.partName != nil { try file.keepPrefix(0, feeding: SHA256Hasher()) }
-            // Its whole pages go straight to the disk, its last partial one through the page
-            // cache: the batch's syncfs makes both durable, and the receiver never reads them
-            // back (see ``DirectWrites``). A file smaller than a page has none.
-            if buffered.size >= UInt64(DirectWrites.alignment) { file.writeDirectly() }
-            try buffered.bytes.withUnsafeBytes { try file.write($0, at: 0) }
-        } catch {
-            file.closeFiles()
-            throw error
-        }
-        do {
-            try file.finishWriting(mode: mode, modified: modified)
-        } catch let error as PeerTransferError {
-            file.closeFiles()
-            return .failure(error)
-        }
-        return .success(file)
     }
 }
