@@ -101,17 +101,6 @@ final class BufferedFileTests: XCTestCase {
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: folder + "/inbox/p/again")), again)
     }
 
-    /// A copy of a buffered file keeps its bytes when the original goes on receiving.
-    func testACopiedBufferedFileKeepsItsOwnBytes() throws {
-        var file = BufferedFile(path: try RelativePath(validating: "f"), size: 10)
-        file.append(Data("hello".utf8), at: 0)
-        let copy = file
-        file.append(Data("world".utf8), at: 5)
-        XCTAssertEqual(copy.bytes.count, 5)
-        XCTAssertEqual(copy.digest, SHA256Hasher.hash(Data("hello".utf8)))
-        XCTAssertEqual(file.digest, SHA256Hasher.hash(Data("helloworld".utf8)))
-    }
-
     func testABufferedFileThatCannotBeWrittenWhereItGoesFailsAloneAndNothingIsWrittenThroughASymlink() throws {
         let inbox = try Inbox(path: folder + "/inbox")
         var batch = VerifiedBatch()

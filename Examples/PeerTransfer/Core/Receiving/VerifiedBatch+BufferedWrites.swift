@@ -65,11 +65,12 @@ extension VerifiedBatch {
     /// none is left or one stopped.
     private func write(_ positions: [Int], into writes: Writes, in inbox: Inbox, for sender: String) {
         let cache = FolderCache()
+        let pages = PageAlignedBytes()
         while let position = writes.next(of: positions) {
             guard case .buffered(let buffered, let mode, let modified) = files[position].file else { continue }
             do {
                 let outcome = try Self.write(
-                    buffered, mode: mode, modified: modified, in: inbox, for: sender, cache: cache)
+                    buffered, mode: mode, modified: modified, in: inbox, for: sender, cache: cache, pages: pages)
                 writes.record(.done(outcome), at: position)
             } catch {
                 let failure =
@@ -117,13 +118,14 @@ extension VerifiedBatch {
 
     /// Writes `buffered` to a file without a name in its folder, or, when it replaces the
     /// sender's part file (or the file system has no `O_TMPFILE`), to that part file emptied
-    /// first; gives it `mode` and `modified`.
+    /// first; gives it `mode` and `modified`. Its whole pages are copied to `pages` on their
+    /// way to the disk.
     /// - Returns: the written file, or why this file alone cannot be received.
     /// - Throws: a failure to write (a full disk, an I/O error), which ends the transfer as it
     ///   would have when the bytes arrived.
     static func write(
         _ buffered: BufferedFile, mode: UInt32, modified: Double, in inbox: Inbox,
-        for sender: String, cache: FolderCache
+        for sender: String, cache: FolderCache, pages: PageAlignedBytes = PageAlignedBytes()
     ) throws -> Result<PartFile, PeerTransferError> {
         let file: PartFile
         do {
@@ -137,11 +139,19 @@ extension VerifiedBatch {
         do {
             // A part file may hold an earlier try's bytes, longer than these.
             if file.partName != nil { try file.keepPrefix(0, feeding: SHA256Hasher()) }
-            // Its whole pages go straight to the disk, its last partial one through the page
-            // cache: the batch's syncfs makes both durable, and the receiver never reads them
-            // back (see ``DirectWrites``). A file smaller than a page has none.
-            if buffered.size >= UInt64(DirectWrites.alignment) { file.writeDirectly() }
-            try buffered.bytes.withUnsafeBytes { try file.write($0, at: 0) }
+            // Its whole pages go straight to the disk (from page-aligned memory), its last
+            // partial one through the page cache: the batch's syncfs makes both durable, and the
+            // receiver never reads them back (see ``DirectWrites``). A file smaller than a page
+            // has none.
+            let whole = buffered.data.count - buffered.data.count % DirectWrites.alignment
+            try buffered.data.withUnsafeBytes { bytes in
+                if whole > 0 && file.writeDirectly() {
+                    try pages.withCopy(of: bytes, count: whole) { try file.write($0, at: 0) }
+                    try file.write(UnsafeRawBufferPointer(rebasing: bytes[whole...]), at: UInt64(whole))
+                } else {
+                    try file.write(bytes, at: 0)
+                }
+            }
         } catch {
             file.closeFiles()
             throw error

@@ -23,9 +23,8 @@ struct BufferedFile {
     /// answered (left by an earlier try): the file is then written there, emptied first, so
     /// that naming it also takes the part file away.
     let replacesPart: Bool
-    /// The bytes so far, in their own page-aligned memory (a chunk's buffer goes back to its
-    /// pool at once), so that their whole pages can be written straight to the disk.
-    private(set) var bytes: PageAlignedBytes
+    /// The bytes so far, in their own memory (a chunk's buffer goes back to its pool at once).
+    private(set) var data: Data
     /// The claim on its path, given back when the last copy of this value goes.
     let claim: ReceivingClaim?
 
@@ -36,7 +35,7 @@ struct BufferedFile {
         self.size = size
         self.replacesPart = replacesPart
         self.claim = claim
-        bytes = PageAlignedBytes(capacity: Int(size))
+        data = Data(capacity: Int(size))
     }
 
     /// True when a file of `size` bytes, received from `offset`, is buffered rather than
@@ -49,12 +48,11 @@ struct BufferedFile {
     /// next bytes of a file, inside its size; anything else is a bug here.
     mutating func append(_ bytes: Data, at offset: UInt64) {
         precondition(
-            offset == UInt64(self.bytes.count) && offset + UInt64(bytes.count) <= size,
+            offset == UInt64(data.count) && offset + UInt64(bytes.count) <= size,
             "buffered file bytes out of order")
-        if !isKnownUniquelyReferenced(&self.bytes) { self.bytes = self.bytes.copy() }
-        bytes.withUnsafeBytes { self.bytes.append($0) }
+        data.append(bytes)
     }
 
     /// The SHA-256 of the bytes received.
-    var digest: SHA256Digest { bytes.withUnsafeBytes { SHA256Hasher.hash($0) } }
+    var digest: SHA256Digest { SHA256Hasher.hash(data) }
 }
