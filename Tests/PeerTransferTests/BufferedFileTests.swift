@@ -74,8 +74,11 @@ final class BufferedFileTests: XCTestCase {
     }
 
     /// Whole pages of a buffered file go straight to the disk and its last partial page through
-    /// the page cache (on this ext4); what lands must be the bytes received, whatever the size.
+    /// the page cache (on ext4 or XFS); what lands must be the bytes received, whatever the size.
     func testBufferedFilesOfWholePagesAndATailArriveByteForByte() throws {
+        let root = open(folder + "/inbox", O_RDONLY | O_DIRECTORY)
+        defer { close(root) }
+        try XCTSkipUnless(DirectWrites.isSuitable(root), "the temporary folder's file system takes no direct writes")
         let inbox = try Inbox(path: folder + "/inbox")
         var batch = VerifiedBatch()
         let sizes = [4095, 4096, 4097, 8192 + 5, 3 * 4096, 100_000]
@@ -148,6 +151,17 @@ final class BufferedFileTests: XCTestCase {
     }
 
     func testADiskThatFillsWhileABatchIsWrittenStillNamesWhatWasWrittenThenFails() throws {
+        try fillTheDisk(withUnnamedFiles: true)
+    }
+
+    /// Without `O_TMPFILE` the files are written over part files: those let go after the disk
+    /// filled are removed, so the files before them still find their space, and no part file of
+    /// a failed write is left taking it.
+    func testADiskThatFillsWhileABatchIsWrittenOverPartFilesNamesAsManyAndLeavesNoPartFile() throws {
+        try fillTheDisk(withUnnamedFiles: false)
+    }
+
+    private func fillTheDisk(withUnnamedFiles unnamed: Bool) throws {
         let disk = folder + "/small-disk"
         try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
         guard run("/bin/mount", ["-t", "tmpfs", "-o", "size=3m", "tmpfs", disk]) else {
@@ -155,6 +169,7 @@ final class BufferedFileTests: XCTestCase {
         }
         defer { _ = run("/bin/umount", [disk]) }
         let inbox = try Inbox(path: disk)
+        inbox.usesUnnamedFiles = unnamed
         var batch = VerifiedBatch()
         let piece = Data(repeating: 0x33, count: 700_000)
         for index in 0..<6 {  // 4.2 MB for a 3 MiB disk
@@ -189,6 +204,8 @@ final class BufferedFileTests: XCTestCase {
         for index in named.count..<6 {
             XCTAssertFalse(FileManager.default.fileExists(atPath: disk + "/f\(index).bin"))
         }
+        let parts = try FileManager.default.contentsOfDirectory(atPath: disk).filter { $0.hasSuffix(".peerxfer-part") }
+        XCTAssertEqual(parts, [], "no part file is left taking the space")
     }
 
     private func run(_ tool: String, _ arguments: [String]) -> Bool {

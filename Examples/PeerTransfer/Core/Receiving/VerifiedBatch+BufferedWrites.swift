@@ -10,6 +10,11 @@ extension VerifiedBatch {
 
     /// What writing one buffered file came to.
     enum Writing {
+        /// True for a failure that stopped the writing.
+        var stopped: Bool {
+            if case .stopped = self { return true } else { return false }
+        }
+
         /// Written (a part file waiting for its name), or why this file alone cannot be.
         case done(Result<PartFile, PeerTransferError>)
         /// A failure to write (a full disk, an I/O error) that stops the writing of the files
@@ -25,45 +30,63 @@ extension VerifiedBatch {
     /// stops, no file after those already taken is started.
     ///
     /// The outcome is the one writing them one after another would have: when one stopped (a
-    /// full disk), the files after the first that stopped are let go (a file without a name goes
-    /// with its descriptor, and gives back its space), and from that first one on they are
-    /// written again one at a time, until one stops. So files written after an earlier one in
-    /// the batch never take the space it needed. Blocking.
+    /// full disk), the files after the first that stopped are let go, and from that first one on
+    /// they are written again one at a time, until one stops. A file let go gives back its space:
+    /// one without a name goes with its descriptor, and a part file it was written over is
+    /// removed (a buffered file is sent again whole; its part file's bytes are of no use), as is
+    /// a part file whose write failed. So files written after an earlier one in the batch never
+    /// take the space it needed. Blocking.
+    ///
+    /// The helper threads hold the batch only through a ``WritingJob`` that is emptied once they
+    /// finish, so the files' memory and claims go when `publish` lets go of them, not when the
+    /// threads end.
     func writeBuffered(in inbox: Inbox, for sender: String) -> [Writing] {
         let positions = files.indices.filter {
             if case .buffered = files[$0].file { return true } else { return false }
         }
-        let writes = Writes(count: files.count)
+        let writes = WritersProgress(count: files.count)
         let helpers = min(Self.writers, positions.count) - 1
+        let job = WritingJob(self)
         let finished = DispatchGroup()
         for _ in 0..<max(0, helpers) {
             finished.enter()
-            Thread.detachNewThread { [self] in
-                write(positions, into: writes, in: inbox, for: sender)
+            Thread.detachNewThread {
+                job.batch?.write(positions, into: writes, in: inbox, for: sender)
                 finished.leave()
             }
         }
         write(positions, into: writes, in: inbox, for: sender)
         finished.wait()
+        job.batch = nil
         var outcomes = writes.outcomes
-        guard
-            let first = positions.first(where: {
-                if case .stopped = outcomes[$0] { return true } else { return false }
-            })
-        else { return outcomes }
+        guard let first = positions.first(where: { outcomes[$0].stopped }) else { return outcomes }
         for position in positions where position >= first {
-            if case .done(.success(let file)) = outcomes[position] { file.closeFiles() }
+            if case .done(.success(let file)) = outcomes[position] {
+                file.discard()
+                file.closeFiles()
+            }
             outcomes[position] = .notTried
         }
-        let again = Writes(count: files.count)
+        let again = WritersProgress(count: files.count)
         write(positions.filter { $0 >= first }, into: again, in: inbox, for: sender)
-        for position in positions where position >= first { outcomes[position] = again.outcomes[position] }
+        let rewritten = again.outcomes
+        for position in positions where position >= first { outcomes[position] = rewritten[position] }
         return outcomes
+    }
+
+    /// The batch, for the helper threads that write its files, until they have finished.
+    ///
+    /// `@unchecked Sendable`: `batch` is set when the job is made and read (never changed) by
+    /// the helpers; `writeBuffered` clears it only after every helper has left its
+    /// `DispatchGroup`, whose wait orders their reads before that write.
+    private final class WritingJob: @unchecked Sendable {
+        var batch: VerifiedBatch?
+        init(_ batch: VerifiedBatch) { self.batch = batch }
     }
 
     /// Writes the buffered files at `positions` that `writes` hands this thread, in order, until
     /// none is left or one stopped.
-    private func write(_ positions: [Int], into writes: Writes, in inbox: Inbox, for sender: String) {
+    private func write(_ positions: [Int], into writes: WritersProgress, in inbox: Inbox, for sender: String) {
         let cache = FolderCache()
         let pages = PageAlignedBytes()
         while let position = writes.next(of: positions) {
@@ -88,7 +111,7 @@ extension VerifiedBatch {
     /// outcome is made and left alone by the one writer that recorded it, and used by the
     /// publishing thread only after every writer has finished (``outcomes`` is read after
     /// `writeBuffered`'s wait).
-    private final class Writes: @unchecked Sendable {
+    private final class WritersProgress: @unchecked Sendable {
         private let lock = NSLock()
         private var taken = 0
         private var stopped = false
@@ -119,13 +142,14 @@ extension VerifiedBatch {
     /// Writes `buffered` to a file without a name in its folder, or, when it replaces the
     /// sender's part file (or the file system has no `O_TMPFILE`), to that part file emptied
     /// first; gives it `mode` and `modified`. Its whole pages are copied to `pages` on their
-    /// way to the disk.
+    /// way to the disk. A part file whose write fails is removed (its bytes are of no use: a
+    /// buffered file is sent again whole), giving back the space it took.
     /// - Returns: the written file, or why this file alone cannot be received.
     /// - Throws: a failure to write (a full disk, an I/O error), which ends the transfer as it
     ///   would have when the bytes arrived.
-    static func write(
+    private static func write(
         _ buffered: BufferedFile, mode: UInt32, modified: Double, in inbox: Inbox,
-        for sender: String, cache: FolderCache, pages: PageAlignedBytes = PageAlignedBytes()
+        for sender: String, cache: FolderCache, pages: PageAlignedBytes
     ) throws -> Result<PartFile, PeerTransferError> {
         let file: PartFile
         do {
@@ -153,6 +177,7 @@ extension VerifiedBatch {
                 }
             }
         } catch {
+            file.discard()
             file.closeFiles()
             throw error
         }

@@ -7,7 +7,10 @@ import SalutStreams
 /// files, so neither the disk's flush nor the small files' system calls stall the connection.
 ///
 /// `@unchecked Sendable`: the receiving task hands a batch over whole and touches none of its
-/// files afterwards; the publishing thread owns them (and closes them) until it returns.
+/// files afterwards; the publishing thread owns them (and closes them) until it returns. While
+/// the buffered files are written, up to three helper threads it starts write some of them,
+/// each file by one thread only, and hand each result back under a lock (see
+/// ``writeBuffered(in:for:)``).
 struct VerifiedBatch: @unchecked Sendable {
     /// Verified files named together: at most this many (each written one holds its locked
     /// descriptor while it waits, and each buffered one a descriptor while it is published)…
@@ -141,6 +144,7 @@ struct VerifiedBatch: @unchecked Sendable {
                     parts.append(.failure(failure))
                 case .notTried:
                     // Only files after a stopping failure are left untried: never reached.
+                    assertionFailure("a buffered file before any stop was not written")
                     parts.append(.failure(.runtime("\(Terminal.escape(buffered.path.description)) was not written")))
                 }
             }

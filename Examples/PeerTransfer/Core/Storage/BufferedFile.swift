@@ -2,8 +2,9 @@ import Foundation
 import SalutStreams
 
 /// A small file received whole into memory before any of it touches the disk. The receiving
-/// task only collects and hashes its bytes; the file is created, written, synced and named on
-/// the publishing thread with the rest of its batch (see ``VerifiedBatch``), as a file without
+/// task only collects and hashes its bytes; the file is created and written by one of the
+/// batch's writers, then synced and named on the publishing thread with the rest of its batch
+/// (see ``VerifiedBatch``), as a file without
 /// a name (`O_TMPFILE`) linked under its final name: no part file is made, locked, tagged and
 /// removed for it, and none of that holds up the connection.
 ///
