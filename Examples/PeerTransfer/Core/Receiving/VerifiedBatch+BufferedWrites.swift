@@ -29,9 +29,11 @@ extension VerifiedBatch {
     /// ``writers`` threads (this one among them), each with a folder cache of its own; once one
     /// stops, no file after those already taken is started.
     ///
-    /// The outcome is the one writing them one after another would have: when one stopped (a
-    /// full disk), the files after the first that stopped are let go, and from that first one on
-    /// they are written again one at a time, until one stops. A file let go gives back its space:
+    /// Files are named as writing them one after another would name them, or more: when one
+    /// stopped (a full disk), the files after the first that stopped are let go, and from that
+    /// first one on they are written again one at a time, until one stops. (More: a later file
+    /// written over a part file an earlier try left may have emptied it already, which only
+    /// frees space for the files before it.) A file let go gives back its space:
     /// one without a name goes with its descriptor, and a part file it was written over is
     /// removed (a buffered file is sent again whole; its part file's bytes are of no use), as is
     /// a part file whose write failed. So files written after an earlier one in the batch never
