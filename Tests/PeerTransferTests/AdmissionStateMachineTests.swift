@@ -15,7 +15,7 @@ final class AdmissionStateMachineTests: XCTestCase {
         XCTAssertEqual(admission.transferring, [], "greeting holds no slot")
         XCTAssertEqual(admission.identified(1), [.admit(1)])
         XCTAssertEqual(admission.identified(2), [.admit(2)])
-        XCTAssertEqual(admission.identified(3), [.refuseBusy(3)], "every slot taken")
+        XCTAssertEqual(admission.identified(3), [.refuseBusy(3, .everySlotTaken(limit: 2))], "every slot taken")
         admission.ended(1)
         XCTAssertEqual(admission.arrived(4, from: "c"), [])
         XCTAssertEqual(admission.identified(4), [.admit(4)])
@@ -27,7 +27,7 @@ final class AdmissionStateMachineTests: XCTestCase {
         _ = shared.arrived(9, from: "good")
         XCTAssertEqual(shared.identified(1), [.admit(1)])
         XCTAssertEqual(shared.identified(2), [.admit(2)])
-        XCTAssertEqual(shared.identified(3), [.refuseBusy(3)], "past its source's share")
+        XCTAssertEqual(shared.identified(3), [.refuseBusy(3, .sourceAtItsShare(limit: 2))], "past its source's share")
         XCTAssertEqual(shared.identified(9), [.admit(9)])
     }
 

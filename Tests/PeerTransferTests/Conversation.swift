@@ -27,8 +27,8 @@ final class Conversation {
     var inbox: String { folder + "/inbox" }
     /// Which offers the receiver takes.
     var policy: AcceptPolicy = .all
-    /// Whether the receiver has a transfer slot for the sender.
-    var hasSlot = true
+    /// Why the receiver has no transfer slot for the sender, or nil when it has one.
+    var slotRefused: ReceiverService.AdmissionStateMachine.Busy?
     /// Sender keys the receiver trusts, with their labels.
     var trusted: [String: String] = [:]
     /// How long the receiver waits for progress before it drops the sender (its default: nil).
@@ -268,8 +268,8 @@ final class Conversation {
         receiving.ownKey = receiver.identity.publicKeySHA256
         if let idleBound { receiving.idleBound = idleBound }
         if let pace { receiving.pace = pace }
-        let slot = hasSlot
-        receiving.admit = { slot }
+        let refused = slotRefused
+        receiving.admit = { refused }
         return receiving
     }
 

@@ -250,11 +250,19 @@ final class ConversationTests: XCTestCase {
     func testAReceiverWithEverySlotTakenSaysItIsBusy() async throws {
         let talk = try Conversation()
         try talk.makeFile("a.txt", size: 10)
-        talk.hasSlot = false
+        talk.slotRefused = .everySlotTaken(limit: 8)
         let busy = try await talk.send(["a.txt"]).error()
         let error = try XCTUnwrap(busy)
         XCTAssertEqual(error.exitCode, 1)
-        XCTAssertTrue(error.message.contains("the receiver is busy"), error.message)
+        XCTAssertTrue(error.message.contains("the receiver is busy with 8 transfers"), error.message)
+        XCTAssertEqual(talk.inboxListing(), [])
+        // Refused for its address's share, the sender is told that, not that every slot is taken.
+        talk.slotRefused = .sourceAtItsShare(limit: 4)
+        let refused = try await talk.send(["a.txt"]).error()
+        let share = try XCTUnwrap(refused)
+        XCTAssertTrue(
+            share.message.contains("already runs 4 transfers from this sender's address"), share.message)
+        XCTAssertFalse(share.message.contains("busy with"), share.message)
         XCTAssertEqual(talk.inboxListing(), [])
     }
 

@@ -12,7 +12,7 @@ final class ReceiverStateMachineTests: XCTestCase {
         XCTAssertEqual(
             machine.received(.message(.hello, Hello(protocolVersion: 2, device: "s", name: "S"))), [.takeSlot])
         XCTAssertEqual(
-            machine.slot(taken: true), [.reply(.message(.hello, Hello(protocolVersion: 2, device: "r", name: "R")))])
+            machine.slot(refused: nil), [.reply(.message(.hello, Hello(protocolVersion: 2, device: "r", name: "R")))])
         let manifest = Manifest(chunkSize: chunk, entries: entries)
         let actions = machine.received(.message(.manifest, manifest))
         guard case .decide(let decided, let paths)? = actions.first else {
@@ -157,7 +157,7 @@ final class ReceiverStateMachineTests: XCTestCase {
         var machine = Receiver.StateMachine(hello: Hello(protocolVersion: 2, device: "r", name: "R"))
         XCTAssertEqual(
             machine.received(.message(.hello, Hello(protocolVersion: 1, device: "s", name: "S"))), [.takeSlot])
-        isFailure(machine.slot(taken: true), containing: "version 1")
+        isFailure(machine.slot(refused: nil), containing: "version 1")
         XCTAssertTrue(machine.isFinished)
     }
 
@@ -186,7 +186,8 @@ final class ReceiverStateMachineTests: XCTestCase {
         XCTAssertEqual(
             machine.received(.message(.hello, Hello(protocolVersion: 2, device: "s", name: "S"))), [.takeSlot])
         XCTAssertThrowsError(try machine.admit(.manifest, length: 10), "nothing is read while the slot is taken")
-        XCTAssertEqual(machine.slot(taken: false), [.refuseBusy])
+        XCTAssertEqual(
+            machine.slot(refused: .sourceAtItsShare(limit: 4)), [.refuseBusy(.sourceAtItsShare(limit: 4))])
         XCTAssertTrue(machine.isFinished)
     }
 
@@ -299,7 +300,7 @@ final class ReceiverStateMachineTests: XCTestCase {
         }
         XCTAssertThrowsError(try machine.admit(.manifest, length: 10))
         _ = machine.received(.message(.hello, Hello(protocolVersion: 2, device: "s", name: "S")))
-        _ = machine.slot(taken: true)
+        _ = machine.slot(refused: nil)
         XCTAssertNoThrow(try machine.admit(.manifest, length: TransferLimits.maximumControlMessage))
         XCTAssertThrowsError(try machine.admit(.fileEnd, length: FileEnd.size))
         machine = machineAtDecision([file("a", 10)])

@@ -149,12 +149,12 @@ extension Receiver {
             case .decide(let offered, let paths): await answer(offered, paths)
             case .takeSlot:
                 // Identified and admitted by the policy: only now does it take a slot.
-                pending += machine.slot(taken: receiver.admit())
+                pending += machine.slot(refused: receiver.admit())
             case .turnAway:
                 try await turnAway()
                 return false
-            case .refuseBusy:
-                await refuseBusy()
+            case .refuseBusy(let why):
+                await refuseBusy(why)
                 return false
             case .makeDirectory(let index): try makeDirectory(index)
             case .openFile(let index, let offset): try openFile(index, keeping: offset)
@@ -233,13 +233,18 @@ extension Receiver {
             quietCause = outcome?.message
         }
 
-        /// Tells the sender every transfer slot is taken.
-        private func refuseBusy() async {
+        /// Tells the sender the receiver is busy, and why: every transfer slot taken, or its
+        /// address at its share of them.
+        private func refuseBusy(_ why: ReceiverService.AdmissionStateMachine.Busy) async {
             refusedBusy = true
-            let busy = Failure(
-                code: "busy",
-                message:
-                    "the receiver is busy with \(TransferLimits.maximumConcurrentTransfers) transfers; try again later")
+            let message =
+                switch why {
+                case .everySlotTaken(let limit):
+                    "the receiver is busy with \(limit) transfers; try again later"
+                case .sourceAtItsShare(let limit):
+                    "the receiver already runs \(limit) transfers from this sender's address, the most it takes from one address; try again when one of them ends"
+                }
+            let busy = Failure(code: "busy", message: message)
             try? await send(.message(.failure, busy))
             try? await pair.finishSending()
         }

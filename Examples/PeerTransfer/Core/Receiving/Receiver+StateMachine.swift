@@ -32,13 +32,14 @@ extension Receiver {
             /// The exchange is over: close the connection cleanly.
             case close
             /// The sender identified itself and the policy admits it: take one of the daemon's
-            /// transfer slots, then call ``slot(taken:)``.
+            /// transfer slots, then call ``slot(refused:)``.
             case takeSlot
             /// The policy takes files only from known senders, and this sender's key is not
             /// trusted here: tell it so and close (counted, not logged each time).
             case turnAway
-            /// Every transfer slot is taken: tell the sender the receiver is busy and close.
-            case refuseBusy
+            /// No transfer slot for this sender, for the reason given: tell it the receiver is
+            /// busy and close.
+            case refuseBusy(ReceiverService.AdmissionStateMachine.Busy)
         }
 
         private struct FileState {
@@ -101,14 +102,15 @@ extension Receiver {
         }
 
         /// The shell tried to take a transfer slot for this sender (``Action/takeSlot``).
-        mutating func slot(taken: Bool) -> [Action] {
+        /// `refused`: nil when it took one, or why it is refused as busy.
+        mutating func slot(refused: ReceiverService.AdmissionStateMachine.Busy?) -> [Action] {
             guard case .awaitingSlot(let peer) = state else {
-                assertionFailure("slot(taken:) \(stateName)")
+                assertionFailure("slot(refused:) \(stateName)")
                 return []
             }
-            guard taken else {
+            if let refused {
                 state = .finished
-                return [.refuseBusy]
+                return [.refuseBusy(refused)]
             }
             guard peer.protocolVersion == TransferLimits.protocolVersion else {
                 return fail(

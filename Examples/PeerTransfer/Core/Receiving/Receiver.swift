@@ -144,10 +144,10 @@ struct Receiver {
     /// The mode a received file is stored with.
     func storedMode(_ offered: UInt32) -> UInt32 { keepsExecuteBits ? offered : offered & ~0o111 }
 
-    /// Called once the sender's hello passed the policy: true when it may transfer (it took
-    /// one of the daemon's transfer slots), false when every slot is taken (it is told the
-    /// receiver is busy). Until then the connection holds no slot (see ``ReceiverService/AdmissionStateMachine``).
-    var admit: @Sendable () -> Bool = { true }
+    /// Called once the sender's hello passed the policy: nil when it may transfer (it took one
+    /// of the daemon's transfer slots), or why it is refused as busy (it is told so). Until then
+    /// the connection holds no slot (see ``ReceiverService/AdmissionStateMachine``).
+    var admit: @Sendable () -> ReceiverService.AdmissionStateMachine.Busy? = { nil }
     /// When set, a connection that ends before any offer (a scan, a silent or slow client, a
     /// failed handshake) is reported here, to be counted, instead of on a log line of its own.
     var endedBeforeOffer: (@Sendable (String) -> Void)?

@@ -26,14 +26,23 @@ extension ReceiverService {
             var greetingPerSource = 8
         }
 
+        /// Why a sender was refused as busy.
+        enum Busy: Equatable, Sendable {
+            /// Every one of the `limit` transfer slots is taken.
+            case everySlotTaken(limit: Int)
+            /// Its source address runs `limit` transfers already, the most one address may.
+            case sourceAtItsShare(limit: Int)
+        }
+
         /// What the shell must do.
         enum Action: Equatable {
             /// Close this greeting connection to make room for a newer one.
             case evict(Int)
             /// This connection's sender may transfer: it holds a slot until it ends.
             case admit(Int)
-            /// Every slot is taken: tell this sender the receiver is busy, and end it.
-            case refuseBusy(Int)
+            /// No slot for this sender, for the reason given: tell it the receiver is busy, and
+            /// end it.
+            case refuseBusy(Int, Busy)
         }
 
         private struct Greeting {
@@ -82,8 +91,11 @@ extension ReceiverService {
             guard let greeter = greeting.first(where: { $0.id == id }) else { return [] }
             greeting.removeAll { $0.id == id }
             let fromSource = slots.values.count { $0 == greeter.source }
-            guard slots.count < limits.transfers, fromSource < max(1, limits.transfersPerSource) else {
-                return [.refuseBusy(id)]
+            guard slots.count < limits.transfers else {
+                return [.refuseBusy(id, .everySlotTaken(limit: limits.transfers))]
+            }
+            guard fromSource < max(1, limits.transfersPerSource) else {
+                return [.refuseBusy(id, .sourceAtItsShare(limit: max(1, limits.transfersPerSource)))]
             }
             slots[id] = greeter.source
             return [.admit(id)]

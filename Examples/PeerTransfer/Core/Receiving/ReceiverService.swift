@@ -214,10 +214,13 @@ public final class ReceiverService: Sendable {
         receiver.ownKey = configuration.identity.publicKeySHA256
         receiver.keepsExecuteBits = keepsExecuteBits
         receiver.admit = { [self] in
-            let actions = admission.withLock { $0.identified(id) }
+            let (actions, slots) = admission.withLock { ($0.identified(id), $0.limits.transfers) }
             greetingPairs.withLock { _ = $0.removeValue(forKey: id) }
             carryOut(actions)
-            return actions == [.admit(id)]
+            if actions.contains(.admit(id)) { return nil }
+            for case .refuseBusy(id, let why) in actions { return why }
+            // No longer greeting (closed to make room meanwhile): no slot either.
+            return .everySlotTaken(limit: slots)
         }
         receiver.endedBeforeOffer = { [tally] cause in tally.endedBeforeOffer(cause) }
         return receiver
@@ -252,8 +255,8 @@ public final class ReceiverService: Sendable {
                     pair.output.close()
                 }
                 tally.evicted()
-            case .refuseBusy:
-                tally.busy()
+            case .refuseBusy(_, let why):
+                tally.busy(why)
             case .admit:
                 break
             }

@@ -8,6 +8,9 @@ final class RefusalTally: Sendable {
         var endedBeforeOffer = 0
         var evicted = 0
         var busy = 0
+        var busyAtShare = 0
+        var slots = 0
+        var share = 0
         var lastCause = ""
     }
     private let counts = Locked(Counts())
@@ -23,8 +26,19 @@ final class RefusalTally: Sendable {
     /// A greeting connection was closed to make room.
     func evicted() { counts.withLock { $0.evicted += 1 } }
 
-    /// A sender was refused because every slot was taken.
-    func busy() { counts.withLock { $0.busy += 1 } }
+    /// A sender was refused as busy, for the reason given.
+    func busy(_ why: ReceiverService.AdmissionStateMachine.Busy) {
+        counts.withLock {
+            switch why {
+            case .everySlotTaken(let limit):
+                $0.busy += 1
+                $0.slots = limit
+            case .sourceAtItsShare(let limit):
+                $0.busyAtShare += 1
+                $0.share = limit
+            }
+        }
+    }
 
     /// The line for what was counted since the last call, with how many connections it
     /// counts (nil when nothing was), and a fresh count.
@@ -44,14 +58,17 @@ final class RefusalTally: Sendable {
                 "\(Wording.counted(taken.evicted, "connection")) still greeting closed to make room for newer ones")
         }
         if taken.busy > 0 {
+            parts.append("\(Wording.counted(taken.busy, "sender")) refused: all \(taken.slots) transfer slots busy")
+        }
+        if taken.busyAtShare > 0 {
             parts.append(
-                "\(Wording.counted(taken.busy, "sender")) refused: all \(TransferLimits.maximumConcurrentTransfers) transfer slots busy"
+                "\(Wording.counted(taken.busyAtShare, "sender")) refused: their address already ran \(taken.share) transfers, the most one address may"
             )
         }
         guard !parts.isEmpty else { return nil }
         return (
             "in the last \(interval.components.seconds) s: " + parts.joined(separator: "; "),
-            taken.endedBeforeOffer + taken.evicted + taken.busy
+            taken.endedBeforeOffer + taken.evicted + taken.busy + taken.busyAtShare
         )
     }
 }
