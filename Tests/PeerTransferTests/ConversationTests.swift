@@ -261,7 +261,7 @@ final class ConversationTests: XCTestCase {
         let refused = try await talk.send(["a.txt"]).error()
         let share = try XCTUnwrap(refused)
         XCTAssertTrue(
-            share.message.contains("already runs 4 transfers from this sender's address"), share.message)
+            share.message.contains("already runs 4 transfers from your address"), share.message)
         XCTAssertFalse(share.message.contains("busy with"), share.message)
         XCTAssertEqual(talk.inboxListing(), [])
     }

@@ -26,7 +26,8 @@ public enum TransferLimits {
     public static let maximumDepth = 64
     /// The largest file a manifest may announce (1 TiB).
     public static let maximumFileSize: UInt64 = 1 << 40
-    /// Transfers one daemon receives at once; more are refused with a "busy" failure.
+    /// Transfers one daemon receives at once, half of them at most from one source address;
+    /// more are refused with a "busy" failure.
     public static let maximumConcurrentTransfers = 8
     /// Bytes buffered in each direction of a received connection, allocated when the first
     /// byte moves that way and freed with the connection. With the listener's default of

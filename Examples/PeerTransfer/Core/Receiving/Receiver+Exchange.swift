@@ -64,7 +64,8 @@ extension Receiver {
         /// of its own (counted instead).
         private var quietCause: String?
         /// Set when every transfer slot was taken.
-        private var refusedBusy = false
+        /// Why the sender was refused as busy, once it was.
+        private var refusedBusy: ReceiverService.AdmissionStateMachine.Busy?
 
         private var inbox: Inbox { receiver.inbox }
         private var id: Int { receiver.id }
@@ -99,7 +100,7 @@ extension Receiver {
                     }
                     guard try await perform(pending.removeFirst()) else { break }
                 }
-                if outcome == nil && !refusedBusy { await closeCleanly() }
+                if outcome == nil && refusedBusy == nil { await closeCleanly() }
             } catch let error as PeerTransferError {
                 await failed(error)
             } catch is CancellationError where manifest != nil {
@@ -236,13 +237,13 @@ extension Receiver {
         /// Tells the sender the receiver is busy, and why: every transfer slot taken, or its
         /// address at its share of them.
         private func refuseBusy(_ why: ReceiverService.AdmissionStateMachine.Busy) async {
-            refusedBusy = true
+            refusedBusy = why
             let message =
                 switch why {
                 case .everySlotTaken(let limit):
                     "the receiver is busy with \(limit) transfers; try again later"
                 case .sourceAtItsShare(let limit):
-                    "the receiver already runs \(limit) transfers from this sender's address, the most it takes from one address; try again when one of them ends"
+                    "the receiver already runs \(limit) transfers from your address (as it sees it: machines behind one router may share it), the most it takes from one address; try again when one of them ends"
                 }
             let busy = Failure(code: "busy", message: message)
             try? await send(.message(.failure, busy))
@@ -550,9 +551,17 @@ extension Receiver {
         /// (a refusal for want of a slot is not reported).
         func reportEnd(partsRemoved: Int) {
             let summary = machine.summaryCounts
-            if refusedBusy {
-                logger.debug("refused a sender (\(senderShown)): every transfer slot is busy")
+            switch refusedBusy {
+            case .everySlotTaken(let limit):
+                logger.debug("refused a sender (\(senderShown)): all \(limit) transfer slots are busy")
                 return
+            case .sourceAtItsShare(let limit):
+                logger.debug(
+                    "refused a sender (\(senderShown)): its address already runs \(limit) transfers, the most one address may"
+                )
+                return
+            case nil:
+                break
             }
             if let quietCause, let endedBeforeOffer = receiver.endedBeforeOffer {
                 logger.debug("a connection ended before any offer: \(quietCause)")

@@ -219,7 +219,8 @@ public final class ReceiverService: Sendable {
             carryOut(actions)
             if actions.contains(.admit(id)) { return nil }
             for case .refuseBusy(id, let why) in actions { return why }
-            // No longer greeting (closed to make room meanwhile): no slot either.
+            // No longer greeting (closed to make room meanwhile): no slot either. Its connection
+            // is closed already, so no one reads this reason; it only ends the receiver.
             return .everySlotTaken(limit: slots)
         }
         receiver.endedBeforeOffer = { [tally] cause in tally.endedBeforeOffer(cause) }

@@ -9,6 +9,7 @@ final class RefusalTally: Sendable {
         var evicted = 0
         var busy = 0
         var busyAtShare = 0
+        /// The limits those refusals met (the last seen; one service's limits do not change).
         var slots = 0
         var share = 0
         var lastCause = ""
