@@ -71,21 +71,15 @@ public final class HostAdvertisement: Sendable {
                 "\(hostName.debugDescription) with \(rawAddresses.count) address(es) is not a host name in .local with addresses"
             )
         }
-        let waiter = OneShot<Void>()
-        let operation = AddressRecordOperation(context: context, hostName: hostName, addresses: rawAddresses) {
-            event in
-            switch event {
-            case .published: waiter.succeed(())
-            case .failed(let error): waiter.fail(error)
-            case .withdrawn: break
+        let seconds = OperationLimit.clampedSeconds(timeout, default: 10)
+        let operation = try await QueueOperation.startedAndEstablished(within: seconds, on: context.queue) { waiter in
+            AddressRecordOperation(context: context, hostName: hostName, addresses: rawAddresses) { event in
+                switch event {
+                case .published: waiter.succeed(())
+                case .failed(let error): waiter.fail(error)
+                case .withdrawn: break
+                }
             }
-        }
-        operation.start()
-        do {
-            try await waiter.value(within: OperationLimit.clampedSeconds(timeout, default: 10), on: context.queue)
-        } catch {
-            operation.stop()
-            throw error
         }
         return HostAdvertisement(operation: operation)
     }

@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 
 /// The life cycle every Avahi-backed operation shares: attach to the context (start), detach and
 /// free its Avahi objects (stop), all on the context's queue.
@@ -36,6 +37,27 @@ class QueueOperation: AvahiOperation, @unchecked Sendable {
                 continuation.resume()
             }
         }
+    }
+
+    /// Makes an operation with `make`, handing it the waiter its events settle (`succeed` once
+    /// it is established, `fail` when it fails for good), starts it, and returns it once it is
+    /// established within `seconds`; otherwise stops it. The publishing operations'
+    /// (``RegisterOperation``, ``AddressRecordOperation``) one way to wait for the daemon.
+    /// - Throws: the `DiscoveryError` it failed with; `timedOut` when not established within
+    ///   `seconds`; `cancelled` when the calling task is.
+    static func startedAndEstablished<Operation: QueueOperation>(
+        within seconds: TimeInterval, on queue: DispatchQueue, _ make: (OneShot<Void>) -> Operation
+    ) async throws -> Operation {
+        let waiter = OneShot<Void>()
+        let operation = make(waiter)
+        operation.start()
+        do {
+            try await waiter.value(within: seconds, on: queue)
+        } catch {
+            operation.stop()
+            throw error
+        }
+        return operation
     }
 
     /// `stop()` on the queue, for subclasses that end themselves (a failure).

@@ -74,23 +74,16 @@ final class RegisterOperation: QueueOperation, @unchecked Sendable {
         _ requests: [Request], context: DiscoveryContext, within seconds: TimeInterval,
         events: @escaping @Sendable (Event) -> Void = { _ in }
     ) async throws -> RegisterOperation {
-        let waiter = OneShot<Void>()
-        let operation = RegisterOperation(context: context, requests: requests) { event in
-            events(event)
-            switch event {
-            case .published: waiter.succeed(())
-            case .failed(let error): waiter.fail(error)
-            case .withdrawn: break
+        try await startedAndEstablished(within: seconds, on: context.queue) { waiter in
+            RegisterOperation(context: context, requests: requests) { event in
+                events(event)
+                switch event {
+                case .published: waiter.succeed(())
+                case .failed(let error): waiter.fail(error)
+                case .withdrawn: break
+                }
             }
         }
-        operation.start()
-        do {
-            try await waiter.value(within: seconds, on: context.queue)
-        } catch {
-            operation.stop()
-            throw error
-        }
-        return operation
     }
 
     /// Replaces the TXT record of the service at `index` (the only one, by default), live if the
