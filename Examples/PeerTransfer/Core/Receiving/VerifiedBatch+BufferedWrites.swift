@@ -133,7 +133,7 @@ extension VerifiedBatch {
         /// Records `writing` for the file at `position`.
         func record(_ writing: Writing, at position: Int) {
             lock.withLock {
-                if case .stopped = writing { stopped = true }
+                if writing.stopped { stopped = true }
                 results[position] = writing
             }
         }
