@@ -130,15 +130,39 @@ final class BoundBuffer: @unchecked Sendable {
             copied += run
         }
         guard n > 0 else { return 0 }
+        publishRead(n)
+        return n
+    }
+
+    /// Lets the reader use the unread bytes in place: `body` gets those that lie contiguous
+    /// from the first (up to the end of the storage, at most `maxLength`) and returns how many
+    /// it took, which are then given back as free space. Saves the copy into a scratch buffer
+    /// for a reader that only hands the bytes on (the socket pump encrypting and sending them).
+    /// Never blocks: with nothing unread, `body` is not called.
+    /// - Returns: the bytes taken (0 when there were none, or `body` took none).
+    func drain(atMost maxLength: Int, _ body: (UnsafeRawBufferPointer) -> Int) -> Int {
+        let region = lock.withLock { () -> UnsafeRawBufferPointer? in
+            guard count > 0, let storage else { return nil }
+            return UnsafeRawBufferPointer(rebasing: storage[head..<head + min(count, capacity - head, maxLength)])
+        }
+        guard let region else { return 0 }
+        // As in `read`: the unread bytes belong to the only reader until it gives them back.
+        let n = min(body(region), region.count)
+        guard n > 0 else { return 0 }
+        publishRead(n)
+        return n
+    }
+
+    /// Gives the first `n` unread bytes back as free space, and wakes whoever waits for room.
+    private func publishRead(_ n: Int) {
         let (waiters, writer) = lock.withLock { () -> ([CheckedContinuation<Void, Never>], DispatchSemaphore?) in
-            head = (start + n) % capacity
+            head = (head + n) % capacity
             count -= n
             return (takeWriteWaiters(), blockedWriters > 0 ? writerWake : nil)
         }
         writer?.signal()
         waiters.forEach { $0.resume() }
         writerChanged?()
-        return n
     }
 
     /// Suspends until a read would not block, or the calling task is cancelled (check
@@ -237,6 +261,36 @@ final class BoundBuffer: @unchecked Sendable {
             copied += run
         }
         guard n > 0 else { return .wrote(0) }
+        publishWritten(n)
+        return .wrote(n)
+    }
+
+    /// Lets the writer fill the buffer in place: `body` gets the free region that follows the
+    /// unread bytes (contiguous: up to the end of the storage, at most `maxLength` bytes) and
+    /// returns how many bytes it put there, which are then published as written. Saves the
+    /// copy through a scratch buffer for a writer that produces its bytes into memory (the
+    /// socket pump decrypting a TLS record). Never blocks: with no room, or once either end
+    /// has closed, `body` is not called.
+    /// - Returns: what `write` would return for the bytes `body` produced.
+    func fill(atMost maxLength: Int, _ body: (UnsafeMutableRawBufferPointer) -> Int) -> WriteResult {
+        let region = lock.withLock { () -> UnsafeMutableRawBufferPointer? in
+            guard !isReaderClosed, !isWriterClosed, count < capacity else { return nil }
+            if storage == nil { storage = .allocate(byteCount: capacity, alignment: 16) }
+            let tail = (head + count) % capacity
+            let n = min(capacity - count, capacity - tail, maxLength)
+            return UnsafeMutableRawBufferPointer(rebasing: storage![tail..<tail + n])
+        }
+        guard let region else { return snapshot.readerClosed || snapshot.writerClosed ? .readerGone : .wouldBlock }
+        // As in `write`: the free region belongs to the only writer until the count is published.
+        let n = min(body(region), region.count)
+        guard n > 0 else { return .wrote(0) }
+        publishWritten(n)
+        return .wrote(n)
+    }
+
+    /// Makes `n` bytes the writer put after the unread ones readable, and wakes whoever waits
+    /// for them.
+    private func publishWritten(_ n: Int) {
         let (waiters, reader) = lock.withLock { () -> ([CheckedContinuation<Void, Never>], DispatchSemaphore?) in
             count += n
             wasWrittenTo = true
@@ -245,7 +299,6 @@ final class BoundBuffer: @unchecked Sendable {
         reader?.signal()
         waiters.forEach { $0.resume() }
         readerChanged?()
-        return .wrote(n)
     }
 
     /// Suspends until a write would not block, or the calling task is cancelled.

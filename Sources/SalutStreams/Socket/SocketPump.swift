@@ -84,14 +84,9 @@ final class SocketPump: @unchecked Sendable {
     private var readerWasResumed = false
     /// Itself, from `run` until released: the watch holds the pump weakly.
     private var keepAlive: SocketPump?
-    /// Bytes taken from `outbound` and not yet sent: `outScratch[sendFrom..<sendTo]`. Both
-    /// scratch buffers are allocated on first use and never zeroed, so an idle connection costs
-    /// no resident memory for them.
-    private var outScratch: UnsafeMutableRawBufferPointer?
-    private var inScratch: UnsafeMutableRawBufferPointer?
-    private var sendFrom = 0
-    private var sendTo = 0
-    private static let scratchSize = 64 * 1024
+    /// The most bytes received into `inbound` in one step. (Neither direction copies through
+    /// scratch space: bytes are received straight into `inbound` and sent from `outbound`.)
+    private static let receiveSize = 64 * 1024
     /// Called (on the queue) when the connection breaks after it was reported ready.
     var onFailure: (@Sendable (SocketStreamError) -> Void)?
     /// Called once (on the queue) when the output is done: nil once everything was sent and our
@@ -118,11 +113,6 @@ final class SocketPump: @unchecked Sendable {
 
     /// Marks the pump's queue, so that `sendDirectly` can tell it is called from it.
     private static let queueKey = DispatchSpecificKey<ObjectIdentifier>()
-
-    deinit {
-        inScratch?.deallocate()
-        outScratch?.deallocate()
-    }
 
     /// Starts on a connected socket. Call on the queue. `ready` is called once: at once for a
     /// plain connection, after the handshake and the trust decision with TLS, or with the error.
@@ -260,26 +250,39 @@ final class SocketPump: @unchecked Sendable {
 
     /// `sendDirectly` on the queue.
     private func sendDirectlyOnQueue(from buffer: UnsafeRawPointer, length: Int) -> DirectSend {
-        guard machine.allowsDirectSend, let transport, sendFrom == sendTo, outbound.snapshot.available == 0 else {
+        guard machine.allowsDirectSend, let transport, outbound.snapshot.available == 0 else {
             return .useBuffer
         }
-        switch transport.send(from: buffer, count: length) {
-        case .moved(let n):
-            traffic.add(sent: n)
-            if n > 0, deadlines != nil { carried() }
-            return .sent(n)
+        // As much as the socket takes in this one visit (TLS sends a record a call): a writer
+        // that came back for each record would pay a hop to the queue per 16 KiB.
+        var sent = 0
+        var outcome = TransferOutcome.moved(0)
+        while sent < length {
+            outcome = transport.send(from: buffer + sent, count: length - sent)
+            guard case .moved(let n) = outcome, n > 0 else { break }
+            sent += n
+        }
+        if sent > 0 {
+            traffic.add(sent: sent)
+            if deadlines != nil { carried() }
+        }
+        // What stopped the loop after some bytes went is told now and met again by the next
+        // write (a full socket, TLS wanting to read, a failure): these bytes went either way.
+        switch outcome {
+        case .moved:
+            return .sent(sent)
         case .wouldBlock:
-            return .socketFull(fd: fd)
+            return sent > 0 ? .sent(sent) : .socketFull(fd: fd)
         case .ended:
-            return .useBuffer
+            return sent > 0 ? .sent(sent) : .useBuffer
         case .needsOtherDirection:
-            // TLS must read before it can write: the buffered copy of these bytes is sent
+            // TLS must read before it can write: the buffered copy of the bytes left is sent
             // (first, and at least as long) once the socket has been read.
             handle { $0.directSendNeedsReadable() }
-            return .useBuffer
+            return sent > 0 ? .sent(sent) : .useBuffer
         case .failed(let error):
             handle { $0.directSendFailed(error) }
-            return .useBuffer
+            return sent > 0 ? .sent(sent) : .useBuffer
         }
     }
 
@@ -530,15 +533,18 @@ final class SocketPump: @unchecked Sendable {
         let buffer = inbound.snapshot
         // A reader that closed before the pump ran (or during a handshake) is told now.
         if buffer.readerClosed { return machine.inboundChanged(readerClosed: true) }
-        let room = buffer.space
-        guard room > 0 else { return machine.inboundFull() }
-        let scratch = inScratch ?? .allocate(byteCount: Self.scratchSize, alignment: 16)
-        inScratch = scratch
-        let outcome = transport.receive(into: scratch.baseAddress!, count: min(room, scratch.count))
+        guard buffer.space > 0 else { return machine.inboundFull() }
+        // Received (decrypted) straight into the buffer's free space: no copy through scratch.
+        // The pump is the buffer's only writer, and the reader only ever frees room, so the
+        // room seen above is still there.
+        var outcome = TransferOutcome.wouldBlock
+        _ = inbound.fill(atMost: Self.receiveSize) { region in
+            outcome = transport.receive(into: region.baseAddress!, count: region.count)
+            if case .moved(let n) = outcome { return n }
+            return 0
+        }
         switch outcome {
         case .moved(let n):
-            _ = inbound.write(
-                from: scratch.baseAddress!.assumingMemoryBound(to: UInt8.self), length: n, blocking: false)
             traffic.add(received: n)
             if deadlines != nil { carried() }
         case .ended:
@@ -549,27 +555,23 @@ final class SocketPump: @unchecked Sendable {
         return machine.received(outcome)
     }
 
-    /// Sends once: what is left of the last piece, or the next piece from the outbound buffer.
+    /// Sends once from the outbound buffer, straight from its storage: no copy through scratch.
+    /// A record TLS could not finish sending is finished by the next call, whose bytes start
+    /// with the same ones (they stay unread until sent; OpenSSL accepts them at a new address).
     private func send() -> [SocketPump.StateMachine.Action] {
         guard let transport else { return [] }
-        if sendFrom == sendTo {
-            let state = outbound.snapshot
-            guard state.available > 0 else {
-                return machine.nothingToSend(outputClosed: state.writerClosed || state.readerClosed)
-            }
-            let scratch = outScratch ?? .allocate(byteCount: Self.scratchSize, alignment: 16)
-            outScratch = scratch
-            let got =
-                outbound.read(
-                    into: scratch.baseAddress!.assumingMemoryBound(to: UInt8.self), maxLength: scratch.count,
-                    blocking: false) ?? 0
-            sendFrom = 0
-            sendTo = got
-            guard got > 0 else { return machine.nothingToSend(outputClosed: state.writerClosed || state.readerClosed) }
+        var outcome: TransferOutcome?
+        _ = outbound.drain(atMost: .max) { region in
+            let result = transport.send(from: region.baseAddress!, count: region.count)
+            outcome = result
+            if case .moved(let n) = result { return n }
+            return 0
         }
-        let outcome = transport.send(from: outScratch!.baseAddress! + sendFrom, count: sendTo - sendFrom)
+        guard let outcome else {
+            let state = outbound.snapshot
+            return machine.nothingToSend(outputClosed: state.writerClosed || state.readerClosed)
+        }
         if case .moved(let n) = outcome {
-            sendFrom += n
             traffic.add(sent: n)
             if deadlines != nil { carried() }
         }

@@ -1,0 +1,109 @@
+import Foundation
+import XCTest
+
+@testable import SalutStreams
+
+/// The buffer's in-place access, used by the socket pump to receive straight into a
+/// connection's input buffer and to send straight from its output buffer.
+final class BoundBufferInPlaceTests: XCTestCase {
+    private func bytes(_ range: Range<Int>) -> [UInt8] { range.map { UInt8(truncatingIfNeeded: $0) } }
+
+    private func write(_ buffer: BoundBuffer, _ data: [UInt8]) -> BoundBuffer.WriteResult {
+        data.withUnsafeBufferPointer { buffer.write(from: $0.baseAddress!, length: $0.count, blocking: false) }
+    }
+
+    private func read(_ buffer: BoundBuffer, _ count: Int) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        let n = out.withUnsafeMutableBufferPointer {
+            buffer.read(into: $0.baseAddress!, maxLength: count, blocking: false)
+        }
+        return Array(out.prefix(n ?? 0))
+    }
+
+    func testFillingInPlaceStopsAtTheEndOfTheStorageAndTheRestFollowsFromItsStart() {
+        let buffer = BoundBuffer(capacity: 16, allocatesLazily: true)
+        guard case .wrote(12) = write(buffer, bytes(0..<12)) else { return XCTFail("the first write") }
+        XCTAssertEqual(read(buffer, 10), bytes(0..<10))
+        // Unread: 2 bytes at 10..<12; free: 12..<16 then 0..<10. The first region is 4 bytes.
+        var offered: [Int] = []
+        let first = buffer.fill(atMost: 100) { region in
+            offered.append(region.count)
+            for i in 0..<region.count { region[i] = UInt8(12 + i) }
+            return region.count
+        }
+        guard case .wrote(4) = first else { return XCTFail("filled \(first), not the 4 bytes to the end") }
+        let second = buffer.fill(atMost: 5) { region in
+            offered.append(region.count)
+            for i in 0..<region.count { region[i] = UInt8(16 + i) }
+            return 3  // takes fewer than offered
+        }
+        guard case .wrote(3) = second else { return XCTFail("filled \(second)") }
+        XCTAssertEqual(offered, [4, 5], "the contiguous free space, capped by the caller's maximum")
+        XCTAssertEqual(read(buffer, 100), bytes(10..<19), "in order across the wrap, nothing more")
+    }
+
+    func testDrainingInPlaceGivesTheUnreadBytesInOrderAndFreesOnlyWhatWasTaken() {
+        let buffer = BoundBuffer(capacity: 8, allocatesLazily: true)
+        XCTAssertEqual(
+            buffer.drain(atMost: 8) { _ in
+                XCTFail("called with nothing unread"); return 0
+            }, 0)
+        _ = write(buffer, bytes(0..<6))
+        _ = read(buffer, 5)
+        _ = write(buffer, bytes(6..<13))  // unread: 3 at 5..<8, then 5 more at 0..<5
+        var seen: [UInt8] = []
+        XCTAssertEqual(
+            buffer.drain(atMost: 100) { region in
+                seen += region; return 0
+            }, 0)
+        XCTAssertEqual(buffer.snapshot.available, 8, "a drain that takes nothing leaves everything")
+        while buffer.snapshot.available > 0 {
+            _ = buffer.drain(atMost: 2) { region in
+                seen += region.prefix(1)
+                return 1
+            }
+        }
+        XCTAssertEqual(Array(seen.prefix(3)), bytes(5..<8), "the first look: the bytes up to the end")
+        XCTAssertEqual(Array(seen.dropFirst(3)), bytes(5..<13), "then one at a time, in order")
+        XCTAssertEqual(buffer.snapshot.space, 8)
+    }
+
+    func testFillingIsRefusedWhenFullAndOnceTheReaderHasClosed() {
+        let buffer = BoundBuffer(capacity: 4, allocatesLazily: true)
+        _ = write(buffer, bytes(0..<4))
+        guard
+            case .wouldBlock = buffer.fill(
+                atMost: 4,
+                { _ in
+                    XCTFail("called when full"); return 0
+                })
+        else {
+            return XCTFail("a full buffer takes nothing")
+        }
+        buffer.closeReader()
+        guard
+            case .readerGone = buffer.fill(
+                atMost: 4,
+                { _ in
+                    XCTFail("called when closed"); return 0
+                })
+        else {
+            return XCTFail("a closed reader takes nothing")
+        }
+    }
+
+    func testBytesFilledInPlaceWakeAnAsyncReaderWaitingForThem() async {
+        let buffer = BoundBuffer(capacity: 64, allocatesLazily: true)
+        let reader = Task { await buffer.readable(atLeast: 10) }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while buffer.parkedReaders == 0 {
+            guard ContinuousClock.now < deadline else { return XCTFail("the reader never waited") }
+            await Task.yield()
+        }
+        _ = buffer.fill(atMost: 6) { $0.count }
+        XCTAssertEqual(buffer.parkedReaders, 1, "6 of the 10 bytes it waits for")
+        _ = buffer.fill(atMost: 6) { $0.count }
+        await reader.value
+        XCTAssertEqual(buffer.snapshot.available, 12)
+    }
+}
