@@ -68,6 +68,31 @@ final class BoundBufferInPlaceTests: XCTestCase {
         XCTAssertEqual(buffer.snapshot.space, 8)
     }
 
+    func testARunThatWrapsAroundIsHandedOverWholeUpToTheContiguousLengthAndNeverShrinks() {
+        let buffer = BoundBuffer(capacity: 10, allocatesLazily: true, contiguousReads: 4)
+        _ = write(buffer, bytes(0..<8))
+        _ = read(buffer, 7)
+        _ = write(buffer, bytes(8..<11))  // unread: 7 at 7, then 8, 9 and 10 at 0..<2
+        var runs: [[UInt8]] = []
+        for _ in 0..<2 {
+            _ = buffer.drain(atMost: 100) { region in
+                runs.append(Array(region))
+                return 0  // a TLS write that found the socket full
+            }
+        }
+        _ = write(buffer, bytes(11..<14))  // the writer goes on meanwhile
+        _ = buffer.drain(atMost: 100) { region in
+            runs.append(Array(region))
+            return region.count
+        }
+        XCTAssertEqual(runs[0], bytes(7..<11), "3 bytes to the end, then the first wrapped one, in one piece")
+        XCTAssertEqual(runs[1], runs[0], "the same run, not a shorter one")
+        XCTAssertEqual(runs[2], bytes(7..<14), "longer once more came: up to 4 bytes past the end")
+        XCTAssertEqual(buffer.snapshot.available, 0)
+        _ = write(buffer, bytes(14..<22))  // at 4..<10, then 0..<2
+        XCTAssertEqual(read(buffer, 100), bytes(14..<22), "the storage is still a ring after the copies")
+    }
+
     func testFillingIsRefusedWhenFullAndOnceTheReaderHasClosed() {
         let buffer = BoundBuffer(capacity: 4, allocatesLazily: true)
         _ = write(buffer, bytes(0..<4))

@@ -45,13 +45,26 @@ final class BoundBuffer: @unchecked Sendable {
     /// Called (lock released) after anything that may make writing possible or fail it.
     var writerChanged: (@Sendable () -> Void)?
 
-    /// - Parameter allocatesLazily: leave the storage unallocated until the first byte is
-    ///   written (a socket connection's buffers: most of its bytes go straight to the socket).
-    ///   A bound pair allocates at once, on the thread that makes it.
-    init(capacity: Int, allocatesLazily: Bool = false) {
+    /// Room after the end of the storage where ``drain(atMost:_:)`` copies the first bytes of
+    /// a run that wraps around, so that a run this long is always handed over in one piece.
+    private let contiguousReads: Int
+
+    /// - Parameters:
+    ///   - allocatesLazily: leave the storage unallocated until the first byte is written (a
+    ///     socket connection's buffers: most of its bytes go straight to the socket). A bound
+    ///     pair allocates at once, on the thread that makes it.
+    ///   - contiguousReads: ``drain(atMost:_:)`` hands over at least this many unread bytes
+    ///     (or all there are, when fewer) in one piece, even where they wrap around the end of
+    ///     the storage (at most `capacity`).
+    init(capacity: Int, allocatesLazily: Bool = false, contiguousReads: Int = 0) {
         precondition(capacity > 0)
         self.capacity = capacity
-        if !allocatesLazily { storage = .allocate(byteCount: capacity, alignment: 16) }
+        self.contiguousReads = min(max(0, contiguousReads), capacity)
+        if !allocatesLazily { storage = makeStorage() }
+    }
+
+    private func makeStorage() -> UnsafeMutableRawBufferPointer {
+        .allocate(byteCount: capacity + contiguousReads, alignment: 16)
     }
 
     deinit { storage?.deallocate() }
@@ -135,18 +148,28 @@ final class BoundBuffer: @unchecked Sendable {
     }
 
     /// Lets the reader use the unread bytes in place: `body` gets those that lie contiguous
-    /// from the first (up to the end of the storage, at most `maxLength`) and returns how many
-    /// it took, which are then given back as free space. Saves the copy into a scratch buffer
-    /// for a reader that only hands the bytes on (the socket pump encrypting and sending them).
+    /// from the first (at most `maxLength`) and returns how many it took, which are then given
+    /// back as free space. Saves the copy into a scratch buffer for a reader that only hands
+    /// the bytes on (the socket pump encrypting and sending them). The run handed over ends at
+    /// the end of the storage, except that up to `contiguousReads` bytes past it are copied
+    /// there from the start: a run is never shorter than that (or than all the unread bytes),
+    /// and while nothing is taken, it never gets shorter from one call to the next (which a
+    /// TLS write that must be retried with at least the bytes of its pending record needs).
     /// Never blocks: with nothing unread, `body` is not called.
     /// - Returns: the bytes taken (0 when there were none, or `body` took none).
     func drain(atMost maxLength: Int, _ body: (UnsafeRawBufferPointer) -> Int) -> Int {
-        let region = lock.withLock { () -> UnsafeRawBufferPointer? in
+        let taken = lock.withLock { () -> (storage: UnsafeMutableRawBufferPointer, start: Int, length: Int)? in
             guard count > 0, let storage else { return nil }
-            return UnsafeRawBufferPointer(rebasing: storage[head..<head + min(count, capacity - head, maxLength)])
+            return (storage, head, min(count, maxLength, capacity - head + contiguousReads))
         }
-        guard let region else { return 0 }
-        // As in `read`: the unread bytes belong to the only reader until it gives them back.
+        guard let (storage, start, length) = taken else { return 0 }
+        // As in `read`: the unread bytes belong to the only reader until it gives them back,
+        // and the room past the end is the reader's alone.
+        let wrapped = start + length - capacity
+        if wrapped > 0 {
+            (storage.baseAddress! + capacity).copyMemory(from: storage.baseAddress!, byteCount: wrapped)
+        }
+        let region = UnsafeRawBufferPointer(rebasing: storage[start..<start + length])
         let n = min(body(region), region.count)
         guard n > 0 else { return 0 }
         publishRead(n)
@@ -233,7 +256,7 @@ final class BoundBuffer: @unchecked Sendable {
                 if isReaderClosed || isWriterClosed { return .closed }
                 if count < capacity {
                     let n = min(capacity - count, length)
-                    if n > 0, self.storage == nil { self.storage = .allocate(byteCount: capacity, alignment: 16) }
+                    if n > 0, self.storage == nil { self.storage = makeStorage() }
                     return .copy(count: n, at: (head + count) % capacity, storage: self.storage)
                 }
                 guard blocking else { return .wouldBlock }
@@ -275,7 +298,7 @@ final class BoundBuffer: @unchecked Sendable {
     func fill(atMost maxLength: Int, _ body: (UnsafeMutableRawBufferPointer) -> Int) -> WriteResult {
         let region = lock.withLock { () -> UnsafeMutableRawBufferPointer? in
             guard !isReaderClosed, !isWriterClosed, count < capacity else { return nil }
-            if storage == nil { storage = .allocate(byteCount: capacity, alignment: 16) }
+            if storage == nil { storage = makeStorage() }
             let tail = (head + count) % capacity
             let n = min(capacity - count, capacity - tail, maxLength)
             return UnsafeMutableRawBufferPointer(rebasing: storage![tail..<tail + n])

@@ -72,7 +72,12 @@ final class SocketConnection: @unchecked Sendable {
     init(origin: Origin, bufferSize: Int, tls: TLSConfiguration? = nil) {
         self.origin = origin
         inbound = BoundBuffer(capacity: max(1, bufferSize), allocatesLazily: true)
-        outbound = BoundBuffer(capacity: max(1, bufferSize), allocatesLazily: true)
+        // The output always holds at least one whole TLS record, and hands the pump a record's
+        // bytes in one piece even where they wrap around: a TLS write that found the socket
+        // full must be retried with at least the bytes of the record it began.
+        outbound = BoundBuffer(
+            capacity: max(TLSConnection.largestRecord, bufferSize), allocatesLazily: true,
+            contiguousReads: TLSConnection.largestRecord)
         pump = SocketPump(queue: queue, inbound: inbound, outbound: outbound)
         var initial = State()
         initial.tls = tls

@@ -254,11 +254,16 @@ final class SocketPump: @unchecked Sendable {
             return .useBuffer
         }
         // As much as the socket takes in this one visit (TLS sends a record a call): a writer
-        // that came back for each record would pay a hop to the queue per 16 KiB.
+        // that came back for each record would pay a hop to the queue per 16 KiB. With TLS, a
+        // record at a time: a write that finds the socket full must be retried with all the
+        // bytes of the call that began its pending record (OpenSSL refuses fewer), and these
+        // bytes may have to be retried from the output buffer, which hands over one record's
+        // worth in one piece (see `SocketConnection`), not more.
+        let piece = transport is TLSConnection ? TLSConnection.largestRecord : length
         var sent = 0
         var outcome = TransferOutcome.moved(0)
         while sent < length {
-            outcome = transport.send(from: buffer + sent, count: length - sent)
+            outcome = transport.send(from: buffer + sent, count: min(piece, length - sent))
             guard case .moved(let n) = outcome, n > 0 else { break }
             sent += n
         }

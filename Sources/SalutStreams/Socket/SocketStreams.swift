@@ -18,9 +18,10 @@ public enum SocketStreams {
     ///
     /// Failures (name not found, refused, unreachable, timed out, lost, TLS) arrive as the
     /// streams' `streamError` (a ``SocketStreamError``) with status `.error` and, for scheduled
-    /// streams, `errorOccurred`. Each direction is buffered by `bufferSize` bytes. With `tls`,
-    /// the streams open only after the handshake and the trust decision (TLS can also be turned
-    /// on with the streams' `socketSecurityLevelKey` and SSL-settings properties before opening).
+    /// streams, `errorOccurred`. Each direction is buffered by `bufferSize` bytes (the output by
+    /// at least 16 KiB, one TLS record). With `tls`, the streams open only after the handshake
+    /// and the trust decision (TLS can also be turned on with the streams'
+    /// `socketSecurityLevelKey` and SSL-settings properties before opening).
     public static func pair(
         toHost host: String, port: Int, bufferSize: Int = 256 * 1024,
         connectTimeout: TimeInterval = 30, tls: TLSConfiguration? = nil,

@@ -52,7 +52,8 @@ public final class StreamListener: Sendable {
     ///   - port: the port, or 0 for one the system picks (the same on IPv4 and IPv6).
     ///   - tls: a server configuration to run TLS on every accepted connection (the handshake
     ///     happens when its streams are opened).
-    ///   - bufferSize: bytes buffered in each direction of each accepted connection.
+    ///   - bufferSize: bytes buffered in each direction of each accepted connection (the output
+    ///     by at least 16 KiB, one TLS record).
     ///   - backlog: the `listen` backlog.
     ///   - limits: how long an accepted connection may take to finish its TLS handshake and
     ///     carry its first byte (10 s each by default), how long it may stay idle (no bound by

@@ -43,6 +43,10 @@ final class TLSConnection: ByteTransport, @unchecked Sendable {
         case failed(TLSError)
     }
 
+    /// The most application bytes one TLS record carries (2^14, RFC 8446 section 5.1): a
+    /// write that found the socket full holds at most this many in its pending record.
+    static let largestRecord = 16 * 1024
+
     private let ssl: OpaquePointer
     private let context: TLSContext
     private var sentCloseNotify = false

@@ -1,0 +1,95 @@
+import Foundation
+import SalutStreams
+import SalutTestSupport
+import XCTest
+
+/// Bulk TLS writes that meet a full socket: the pump sends straight from the caller's bytes
+/// and from its output buffer, and TLS must finish the record it began with the same bytes,
+/// however the buffer has wrapped around meanwhile.
+final class TLSFullSocketTests: SalutTestCase {
+    var certificate: TestCertificate!
+
+    override func setUpWithError() throws {
+        certificate = try TestCertificate.make()
+    }
+
+    /// The writer fills the socket and its buffer before the reader takes a bite, again and
+    /// again, in writes of odd sizes (so records and the buffer's wrap fall anywhere); every
+    /// byte arrives, in order, whatever the buffer size (1 byte asked for is raised to one TLS
+    /// record).
+    func testBulkWritesIntoAFullSocketArriveWholeWhateverTheBufferSize() async throws {
+        for bufferSize in [1, 20_011, 40_009, 20_011, 256 * 1024] {
+            try await sendThroughAFullSocket(
+                bufferSize: bufferSize, total: 48 << 20, writeSizes: [70_001, 9_001, 13_007, 30_011])
+        }
+    }
+
+    private func sendThroughAFullSocket(bufferSize: Int, total: Int, writeSizes: [Int]) async throws {
+        let listener = try StreamListener(
+            port: 0,
+            tls: .server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile))
+        defer { listener.stop() }
+        let writing = Locked<BoundStreamPair?>(nil)
+        let received = Locked<Data?>(nil)
+        listener.accept { connection in
+            Task {
+                guard (try? await connection.streams.open()) != nil else { return }
+                // Over and over: once the writer is held up (its buffer full), a bite that moves
+                // the start of its buffered bytes anywhere; then 2 MB taken a few bytes at a time,
+                // so that its writes, straight to the socket, keep meeting a socket that is full
+                // or nearly so.
+                var bytes = Data()
+                let piece = UnsafeMutableRawBufferPointer.allocate(byteCount: 3_001, alignment: 1)
+                defer { piece.deallocate() }
+                reading: while true {
+                    do {
+                        try await eventually("the writer held up", timeout: 20, interval: 0.001) {
+                            writing.withLock { $0.map { !$0.output.hasSpaceAvailable } ?? false }
+                                || writing.withLock { $0?.output.streamStatus == .closed }
+                        }
+                        let bite = try await readBytes(connection.input, count: 50_021)
+                        bytes.append(bite)
+                        if bite.isEmpty { break }
+                        let goal = bytes.count + 2_000_000
+                        while bytes.count < goal {
+                            let n = try await connection.input.read(into: piece)
+                            if n <= 0 { break reading }
+                            bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: piece[0..<n]))
+                        }
+                    } catch {
+                        break
+                    }
+                }
+                received.withLock { $0 = bytes }
+            }
+        }
+        let pair = SocketStreams.pair(
+            toHost: "127.0.0.1", port: Int(listener.port), bufferSize: bufferSize,
+            tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        try await withDeadline(20, "open") { try await pair.open() }
+        writing.withLock { $0 = pair }
+        var payload = Data(count: total)
+        payload.withUnsafeMutableBytes { raw in
+            for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 131 &+ i >> 11) }
+        }
+        let sent = payload
+        let writer = Task {
+            var offset = 0
+            for writeSize in (0...).lazy.map({ writeSizes[$0 % writeSizes.count] }) {
+                guard offset < sent.count else { break }
+                let end = min(offset + writeSize, sent.count)
+                try await pair.output.write(sent.subdata(in: offset..<end))
+                offset = end
+            }
+            pair.output.close()
+        }
+        try await withDeadline(60, "the writes (buffer \(bufferSize))") { try await writer.value }
+        try await eventually("every byte read (buffer \(bufferSize))", timeout: 60) {
+            received.withLock { $0 != nil }
+        }
+        let got = received.withLock { $0 } ?? Data()
+        XCTAssertEqual(got.count, payload.count, "buffer \(bufferSize): bytes received")
+        XCTAssertTrue(got == payload, "buffer \(bufferSize): the bytes received differ from those sent")
+        XCTAssertNil(pair.output.streamError, "buffer \(bufferSize): \(String(describing: pair.output.streamError))")
+    }
+}
