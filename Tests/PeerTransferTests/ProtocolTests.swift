@@ -26,6 +26,32 @@ final class ProtocolTests: XCTestCase {
             XCTAssertEqual(decoded, frames, "pieces of \(piece) bytes")
             XCTAssertEqual(decoder.bufferedCount, 0)
         }
+        // As the connection's reader takes them: lent from scratch space that the next read
+        // overwrites, a chunk's payload read straight into its memory.
+        for piece in [1, 3, 5, 17, 64, 4096, wire.count] {
+            var decoder = FrameDecoder()
+            var decoded: [Frame] = []
+            var offset = 0
+            let scratch = UnsafeMutableRawBufferPointer.allocate(byteCount: piece, alignment: 1)
+            defer { scratch.deallocate() }
+            while true {
+                while let frame = try decoder.next() { decoded.append(frame) }
+                scratch.initializeMemory(as: UInt8.self, repeating: 0xee)  // the next read
+                guard offset < wire.count else { break }
+                let target = decoder.directSpace ?? scratch
+                let count = min(target.count, piece, wire.count - offset)
+                wire.copyBytes(
+                    to: UnsafeMutableRawBufferPointer(rebasing: target[0..<count]), from: offset..<offset + count)
+                offset += count
+                if decoder.directSpace != nil {
+                    decoder.directlyFilled(count)
+                } else {
+                    decoder.lend(UnsafeRawBufferPointer(rebasing: scratch[0..<count]))
+                }
+            }
+            XCTAssertEqual(decoded, frames, "lent in pieces of \(piece) bytes")
+            XCTAssertEqual(decoder.bufferedCount, 0)
+        }
         let chunk = try ChunkFrame(frames[1])
         XCTAssertEqual(chunk.index, 7)
         XCTAssertEqual(chunk.offset, 1 << 20)

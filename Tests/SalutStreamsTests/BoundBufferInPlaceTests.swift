@@ -69,7 +69,7 @@ final class BoundBufferInPlaceTests: XCTestCase {
     }
 
     func testARunThatWrapsAroundIsHandedOverWholeUpToTheContiguousLengthAndNeverShrinks() {
-        let buffer = BoundBuffer(capacity: 10, allocatesLazily: true, contiguousReads: 4)
+        let buffer = BoundBuffer(capacity: 10, allocatesLazily: true, contiguousRun: 4)
         _ = write(buffer, bytes(0..<8))
         _ = read(buffer, 7)
         _ = write(buffer, bytes(8..<11))  // unread: 7 at 7, then 8, 9 and 10 at 0..<2

@@ -47,24 +47,28 @@ final class BoundBuffer: @unchecked Sendable {
 
     /// Room after the end of the storage where ``drain(atMost:_:)`` copies the first bytes of
     /// a run that wraps around, so that a run this long is always handed over in one piece.
-    private let contiguousReads: Int
+    private let contiguousRun: Int
 
     /// - Parameters:
     ///   - allocatesLazily: leave the storage unallocated until the first byte is written (a
     ///     socket connection's buffers: most of its bytes go straight to the socket). A bound
     ///     pair allocates at once, on the thread that makes it.
-    ///   - contiguousReads: ``drain(atMost:_:)`` hands over at least this many unread bytes
+    ///   - contiguousRun: ``drain(atMost:_:)`` hands over at least this many unread bytes
     ///     (or all there are, when fewer) in one piece, even where they wrap around the end of
     ///     the storage (at most `capacity`).
-    init(capacity: Int, allocatesLazily: Bool = false, contiguousReads: Int = 0) {
+    init(capacity: Int, allocatesLazily: Bool = false, contiguousRun: Int = 0) {
         precondition(capacity > 0)
         self.capacity = capacity
-        self.contiguousReads = min(max(0, contiguousReads), capacity)
+        self.contiguousRun = min(max(0, contiguousRun), capacity)
         if !allocatesLazily { storage = makeStorage() }
     }
 
+    /// Whether the storage is allocated yet (see `allocatesLazily`).
+    var hasStorage: Bool { lock.withLock { storage != nil } }
+
+    /// The storage, with room for the copies ``drain(atMost:_:)`` makes past its end.
     private func makeStorage() -> UnsafeMutableRawBufferPointer {
-        .allocate(byteCount: capacity + contiguousReads, alignment: 16)
+        .allocate(byteCount: capacity + contiguousRun, alignment: 16)
     }
 
     deinit { storage?.deallocate() }
@@ -151,7 +155,7 @@ final class BoundBuffer: @unchecked Sendable {
     /// from the first (at most `maxLength`) and returns how many it took, which are then given
     /// back as free space. Saves the copy into a scratch buffer for a reader that only hands
     /// the bytes on (the socket pump encrypting and sending them). The run handed over ends at
-    /// the end of the storage, except that up to `contiguousReads` bytes past it are copied
+    /// the end of the storage, except that up to `contiguousRun` bytes past it are copied
     /// there from the start: a run is never shorter than that (or than all the unread bytes),
     /// and while nothing is taken, it never gets shorter from one call to the next (which a
     /// TLS write that must be retried with at least the bytes of its pending record needs).
@@ -160,7 +164,7 @@ final class BoundBuffer: @unchecked Sendable {
     func drain(atMost maxLength: Int, _ body: (UnsafeRawBufferPointer) -> Int) -> Int {
         let taken = lock.withLock { () -> (storage: UnsafeMutableRawBufferPointer, start: Int, length: Int)? in
             guard count > 0, let storage else { return nil }
-            return (storage, head, min(count, maxLength, capacity - head + contiguousReads))
+            return (storage, head, min(count, maxLength, capacity - head + contiguousRun))
         }
         guard let (storage, start, length) = taken else { return 0 }
         // As in `read`: the unread bytes belong to the only reader until it gives them back,
@@ -303,7 +307,10 @@ final class BoundBuffer: @unchecked Sendable {
             let n = min(capacity - count, capacity - tail, maxLength)
             return UnsafeMutableRawBufferPointer(rebasing: storage![tail..<tail + n])
         }
-        guard let region else { return snapshot.readerClosed || snapshot.writerClosed ? .readerGone : .wouldBlock }
+        guard let region else {
+            let state = snapshot
+            return state.readerClosed || state.writerClosed ? .readerGone : .wouldBlock
+        }
         // As in `write`: the free region belongs to the only writer until the count is published.
         let n = min(body(region), region.count)
         guard n > 0 else { return .wrote(0) }

@@ -14,6 +14,12 @@ enum TransferOutcome {
     case ended
     /// The connection is broken.
     case failed(SocketStreamError)
+
+    /// The bytes moved: 0 for every other outcome.
+    var movedCount: Int {
+        if case .moved(let n) = self { return n }
+        return 0
+    }
 }
 
 /// How the socket pump moves bytes over a connected non-blocking descriptor: in the clear, or

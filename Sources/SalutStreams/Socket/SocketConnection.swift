@@ -77,7 +77,7 @@ final class SocketConnection: @unchecked Sendable {
         // full must be retried with at least the bytes of the record it began.
         outbound = BoundBuffer(
             capacity: max(TLSConnection.largestRecord, bufferSize), allocatesLazily: true,
-            contiguousReads: TLSConnection.largestRecord)
+            contiguousRun: TLSConnection.largestRecord)
         pump = SocketPump(queue: queue, inbound: inbound, outbound: outbound)
         var initial = State()
         initial.tls = tls

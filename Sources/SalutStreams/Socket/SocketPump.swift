@@ -87,6 +87,8 @@ final class SocketPump: @unchecked Sendable {
     /// The most bytes received into `inbound` in one step. (Neither direction copies through
     /// scratch space: bytes are received straight into `inbound` and sent from `outbound`.)
     private static let receiveSize = 64 * 1024
+    /// The most bytes received in one step before `inbound` has its storage.
+    private static let firstReceiveSize = 4 * 1024
     /// Called (on the queue) when the connection breaks after it was reported ready.
     var onFailure: (@Sendable (SocketStreamError) -> Void)?
     /// Called once (on the queue) when the output is done: nil once everything was sent and our
@@ -271,24 +273,32 @@ final class SocketPump: @unchecked Sendable {
             traffic.add(sent: sent)
             if deadlines != nil { carried() }
         }
-        // What stopped the loop after some bytes went is told now and met again by the next
-        // write (a full socket, TLS wanting to read, a failure): these bytes went either way.
+        // What stopped the loop is told now; once some bytes went, the next write meets it.
+        var cutShort = false
         switch outcome {
-        case .moved:
-            return .sent(sent)
+        case .moved, .ended:
+            break
         case .wouldBlock:
-            return sent > 0 ? .sent(sent) : .socketFull(fd: fd)
-        case .ended:
-            return sent > 0 ? .sent(sent) : .useBuffer
+            guard sent > 0 else { return .socketFull(fd: fd) }
+            cutShort = true
         case .needsOtherDirection:
             // TLS must read before it can write: the buffered copy of the bytes left is sent
             // (first, and at least as long) once the socket has been read.
             handle { $0.directSendNeedsReadable() }
-            return sent > 0 ? .sent(sent) : .useBuffer
+            cutShort = true
         case .failed(let error):
             handle { $0.directSendFailed(error) }
-            return sent > 0 ? .sent(sent) : .useBuffer
         }
+        guard sent > 0 else { return .useBuffer }
+        if cutShort, transport is TLSConnection {
+            // The piece cut short may be a record OpenSSL holds, pending: its bytes must be the
+            // next ones sent, so they go into the (empty) output buffer now, not back to a
+            // caller that might never write them again (a cancelled or timed-out write).
+            let cut = min(piece, length - sent)
+            let from = (buffer + sent).assumingMemoryBound(to: UInt8.self)
+            if case .wrote(let n) = outbound.write(from: from, length: cut, blocking: false) { sent += n }
+        }
+        return .sent(sent)
     }
 
     /// The application started using its input stream (see ``SocketPump.StateMachine/Input/dormant``):
@@ -539,14 +549,25 @@ final class SocketPump: @unchecked Sendable {
         // A reader that closed before the pump ran (or during a handshake) is told now.
         if buffer.readerClosed { return machine.inboundChanged(readerClosed: true) }
         guard buffer.space > 0 else { return machine.inboundFull() }
-        // Received (decrypted) straight into the buffer's free space: no copy through scratch.
-        // The pump is the buffer's only writer, and the reader only ever frees room, so the
-        // room seen above is still there.
         var outcome = TransferOutcome.wouldBlock
-        _ = inbound.fill(atMost: Self.receiveSize) { region in
-            outcome = transport.receive(into: region.baseAddress!, count: region.count)
-            if case .moved(let n) = outcome { return n }
-            return 0
+        if inbound.hasStorage {
+            // Received (decrypted) straight into the buffer's free space: no copy through
+            // scratch. The pump is the buffer's only writer, and the reader only ever frees
+            // room, so the room seen above is still there.
+            _ = inbound.fill(atMost: Self.receiveSize) { region in
+                outcome = transport.receive(into: region.baseAddress!, count: region.count)
+                return outcome.movedCount
+            }
+        } else {
+            // Until the first bytes come, through a little memory on the stack: a connection
+            // that stays silent never allocates its input buffer.
+            withUnsafeTemporaryAllocation(byteCount: Self.firstReceiveSize, alignment: 16) { first in
+                outcome = transport.receive(into: first.baseAddress!, count: first.count)
+                if case .moved(let n) = outcome {
+                    _ = inbound.write(
+                        from: first.baseAddress!.assumingMemoryBound(to: UInt8.self), length: n, blocking: false)
+                }
+            }
         }
         switch outcome {
         case .moved(let n):
@@ -569,8 +590,7 @@ final class SocketPump: @unchecked Sendable {
         _ = outbound.drain(atMost: .max) { region in
             let result = transport.send(from: region.baseAddress!, count: region.count)
             outcome = result
-            if case .moved(let n) = result { return n }
-            return 0
+            return result.movedCount
         }
         guard let outcome else {
             let state = outbound.snapshot

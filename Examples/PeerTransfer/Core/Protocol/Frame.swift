@@ -59,9 +59,14 @@ struct FrameDecoder {
     private var start = 0
     /// The chunk whose payload is arriving, and how many of its bytes are in.
     private var partial: (kind: Frame.Kind, memory: ChunkMemory, filled: Int)?
+    /// Bytes lent by ``lend(_:)``, read in place; none are left once ``next(admitting:)``
+    /// returns nil (what it could not take then is copied into `buffer`).
+    private var lent: UnsafeRawBufferPointer?
 
     /// Bytes received and not yet taken as frames (a chunk arriving counts its header too).
-    var bufferedCount: Int { buffer.count - start + (partial.map { 5 + $0.filled } ?? 0) }
+    var bufferedCount: Int {
+        buffer.count - start + (lent?.count ?? 0) + (partial.map { 5 + $0.filled } ?? 0)
+    }
 
     /// Where the rest of the current chunk's payload goes, when one is arriving: a reader may
     /// fill it directly and then call ``directlyFilled(_:)``.
@@ -101,6 +106,22 @@ struct FrameDecoder {
         buffer.append(contentsOf: bytes)
     }
 
+    /// Adds received bytes without copying them: frames are taken from them in place (a
+    /// chunk's payload copied once, into its own memory) until ``next(admitting:)`` returns
+    /// nil, which copies what is left of them, an incomplete frame, into the decoder. The
+    /// caller keeps `bytes` unchanged until then. Saves a copy of each read into the decoder's
+    /// buffer, which for bulk data is a quarter of the payload (what a read takes after each
+    /// chunk) and, for many small files, nearly all of it.
+    mutating func lend(_ bytes: UnsafeRawBufferPointer) {
+        guard !bytes.isEmpty else { return }
+        precondition(lent == nil, "bytes lent before the last ones were taken")
+        if directSpace != nil || start < buffer.count {
+            append(bytes)  // (behind bytes already kept, or into a chunk's own memory)
+        } else {
+            lent = bytes
+        }
+    }
+
     /// The next complete frame, or nil when more bytes are needed. `admit` judges each frame
     /// from its header, before its payload is kept, and throws to refuse it.
     /// - Throws: ``PeerTransferError/protocolViolation(_:)`` for an unknown kind,
@@ -111,13 +132,37 @@ struct FrameDecoder {
             partial = nil
             return Frame(kind: current.kind, payload: current.memory.handedOver())
         }
-        let waiting = buffer.count - start
-        guard waiting >= 5 else { return nil }
-        let base = buffer.startIndex + start
-        guard let kind = Frame.Kind(rawValue: buffer[base]) else {
-            throw PeerTransferError.protocolViolation("unknown message kind \(buffer[base])")
+        if let bytes = lent {
+            // (A frame refused here stays first, as in the buffer: asked again, it is refused again.)
+            guard let (frame, used) = try take(from: bytes, admitting: admit) else {
+                lent = nil
+                append(bytes)  // an incomplete frame: kept until the rest comes
+                return nil
+            }
+            lent = used < bytes.count ? UnsafeRawBufferPointer(rebasing: bytes[used...]) : nil
+            return try frame ?? next(admitting: admit)
         }
-        let length = buffer[base + 1..<base + 5].reduce(0) { $0 << 8 | Int($1) }
+        let kept = buffer
+        guard
+            let (frame, used) = try kept.withUnsafeBytes({ bytes in
+                try take(from: UnsafeRawBufferPointer(rebasing: bytes[start...]), admitting: admit)
+            })
+        else { return nil }
+        start += used
+        return try frame ?? next(admitting: admit)
+    }
+
+    /// Takes the frame at the start of `bytes`: the frame and the bytes it used; nil as the
+    /// frame when a chunk began (its payload, as much as is here, went into its own memory:
+    /// ``partial``); nil when the frame is not complete yet.
+    private mutating func take(
+        from bytes: UnsafeRawBufferPointer, admitting admit: (Frame.Kind, Int) throws -> Void
+    ) throws -> (frame: Frame?, used: Int)? {
+        guard bytes.count >= 5 else { return nil }
+        guard let kind = Frame.Kind(rawValue: bytes[0]) else {
+            throw PeerTransferError.protocolViolation("unknown message kind \(bytes[0])")
+        }
+        let length = bytes[1..<5].reduce(0) { $0 << 8 | Int($1) }
         let limit =
             switch kind {
             case .chunk: TransferLimits.maximumChunkFrame
@@ -132,18 +177,13 @@ struct FrameDecoder {
             // Its own memory now; what has arrived of it moves there, the rest may go there
             // directly.
             let memory = ChunkMemory(payloadSize: length)
-            let have = min(waiting - 5, length)
-            buffer.withUnsafeBytes { bytes in
-                memory.payload.baseAddress!.copyMemory(from: bytes.baseAddress! + start + 5, byteCount: have)
-            }
-            start += 5 + have
+            let have = min(bytes.count - 5, length)
+            memory.payload.baseAddress!.copyMemory(from: bytes.baseAddress! + 5, byteCount: have)
             partial = (kind, memory, have)
-            return try next(admitting: admit)
+            return (nil, 5 + have)
         }
-        guard waiting >= 5 + length else { return nil }
-        let payload = Data(buffer[base + 5..<base + 5 + length])
-        start += 5 + length
-        return Frame(kind: kind, payload: payload)
+        guard bytes.count >= 5 + length else { return nil }
+        return (Frame(kind: kind, payload: Data(bytes[5..<5 + length])), 5 + length)
     }
 }
 

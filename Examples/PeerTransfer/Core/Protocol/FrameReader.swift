@@ -6,7 +6,9 @@ import SalutStreams
 /// `@unchecked Sendable`: a reader is used by one task at a time, and handed whole (a value)
 /// from one to the next: the receiving task lends it to the task that watches the connection
 /// while an offer is decided, and takes it back, with what it read, once that task ended. Its
-/// stream is safe to read from one thread at a time; its scratch space is its own.
+/// stream is safe to read from one thread at a time. Its copies share its scratch space, which
+/// its decoder may still be taking frames from (see ``FrameDecoder/lend(_:)``): once a copy has
+/// read, only that copy may be used.
 struct FrameReader: @unchecked Sendable {
     /// Bytes taken from the connection at a time.
     static let readSize = 256 * 1024
@@ -32,7 +34,7 @@ struct FrameReader: @unchecked Sendable {
         while true {
             if let frame = try decoder.next(admitting: admit) { return frame }
             // A chunk's payload is read straight into its own memory; anything else into
-            // scratch space and appended from there (no zero-filled Data per read).
+            // scratch space and taken from there in place (no zero-filled Data per read).
             // A chunk's payload is awaited in blocks of `wakeSize` (or what is left of it),
             // not taken a TLS record at a time: each wake-up of this task costs a thread switch.
             let direct = decoder.directSpace
@@ -46,7 +48,8 @@ struct FrameReader: @unchecked Sendable {
             if direct != nil {
                 decoder.directlyFilled(count)
             } else {
-                decoder.append(UnsafeRawBufferPointer(rebasing: scratch.bytes[0..<count]))
+                // Taken in place: the next read into scratch follows `next` returning nil.
+                decoder.lend(UnsafeRawBufferPointer(rebasing: scratch.bytes[0..<count]))
             }
         }
     }
