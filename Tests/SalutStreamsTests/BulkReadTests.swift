@@ -43,6 +43,35 @@ final class BulkReadTests: SalutTestCase {
         pair.output.close()
     }
 
+    func testABulkWriterWaitsForAQuarterOfTheBufferNotForEachByteTaken() async throws {
+        let pair = BoundStreamPair(bufferSize: 16)
+        pair.input.open()
+        pair.output.open()
+        let buffer = try XCTUnwrap((pair.output as? BoundOutputStream)?.buffer)
+        try await write(Array(repeating: 1, count: 16), to: pair.output)  // full
+        let output = HandedOver(pair.output)  // the task is its only writer
+        let writer = Task { try await output.value.write(Data(Array(repeating: 2, count: 8))) }
+        try await eventually("the writer parks") { buffer.parkedWriters == 1 }
+        var taken = [UInt8](repeating: 0, count: 64)
+        XCTAssertEqual(pair.input.read(&taken, maxLength: 2), 2)
+        XCTAssertEqual(buffer.parkedWriters, 1, "2 bytes free: below its 4 (a quarter of 16)")
+        XCTAssertEqual(buffer.snapshot.space, 2, "the writer took the room of a read below its minimum")
+        XCTAssertEqual(pair.input.read(&taken, maxLength: 2), 2)
+        try await eventually("the writer goes on with 4 bytes free") {
+            buffer.snapshot.space == 0 || buffer.parkedWriters == 0
+        }
+        var rest: [UInt8] = []
+        while rest.count < 20 {
+            let n = pair.input.read(&taken, maxLength: taken.count)
+            XCTAssertGreaterThan(n, 0)
+            rest += taken[0..<max(0, n)]
+        }
+        try await withDeadline(10, "the write") { try await writer.value }
+        XCTAssertEqual(rest, Array(repeating: 1, count: 12) + Array(repeating: 2, count: 8))
+        pair.input.close()
+        pair.output.close()
+    }
+
     func testTheEndOfTheDataWakesAReaderWithFewerBytes() async throws {
         let pair = BoundStreamPair(bufferSize: 1024)
         pair.input.open()

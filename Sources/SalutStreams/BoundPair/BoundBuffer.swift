@@ -37,7 +37,8 @@ final class BoundBuffer: @unchecked Sendable {
     private var blockedWriters = 0  // threads waiting in `write(blocking: true)`
     /// Async readers, each woken once at least its `minimum` bytes are buffered (or at an end).
     private var readWaiters: [UInt64: (continuation: CheckedContinuation<Void, Never>, minimum: Int)] = [:]
-    private var writeWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+    /// Async writers, each woken once at least its `minimum` bytes are free (or at an end).
+    private var writeWaiters: [UInt64: (continuation: CheckedContinuation<Void, Never>, minimum: Int)] = [:]
     private var nextWaiter: UInt64 = 0
 
     /// Called (lock released) after anything that may make reading possible or end the data.
@@ -185,7 +186,7 @@ final class BoundBuffer: @unchecked Sendable {
         let (waiters, writer) = lock.withLock { () -> ([CheckedContinuation<Void, Never>], DispatchSemaphore?) in
             head = (head + n) % capacity
             count -= n
-            return (takeWriteWaiters(), blockedWriters > 0 ? writerWake : nil)
+            return (takeWriteWaiters(satisfiedBy: capacity - count), blockedWriters > 0 ? writerWake : nil)
         }
         writer?.signal()
         waiters.forEach { $0.resume() }
@@ -233,16 +234,17 @@ final class BoundBuffer: @unchecked Sendable {
             let ready =
                 reading
                 ? (count >= minimum || isWriterClosed || isReaderClosed)
-                : (count < capacity || isReaderClosed || isWriterClosed)
+                : (capacity - count >= minimum || isReaderClosed || isWriterClosed)
             guard !ready, !Task.isCancelled else { return false }
-            if reading { readWaiters[id] = (continuation, minimum) } else { writeWaiters[id] = continuation }
+            if reading { readWaiters[id] = (continuation, minimum) } else { writeWaiters[id] = (continuation, minimum) }
             return true
         }
     }
 
     private func unpark(id: UInt64, reading: Bool) -> CheckedContinuation<Void, Never>? {
         lock.withLock {
-            reading ? readWaiters.removeValue(forKey: id)?.continuation : writeWaiters.removeValue(forKey: id)
+            reading
+                ? readWaiters.removeValue(forKey: id)?.continuation : writeWaiters.removeValue(forKey: id)?.continuation
         }
     }
 
@@ -331,9 +333,12 @@ final class BoundBuffer: @unchecked Sendable {
         readerChanged?()
     }
 
-    /// Suspends until a write would not block, or the calling task is cancelled.
-    func writable(within limit: OperationLimit? = nil) async {
-        await wait(reading: false, limit: limit)
+    /// Suspends until a write would not block, or the calling task is cancelled. With
+    /// `minimum` above 1, waits until that many bytes are free (at most the capacity), unless
+    /// the buffer ends first: a bulk writer is then woken once per `minimum` bytes the other
+    /// end takes instead of once per take (the socket pump takes a TLS record at a time).
+    func writable(atLeast minimum: Int = 1, within limit: OperationLimit? = nil) async {
+        await wait(reading: false, minimum: min(max(1, minimum), capacity), limit: limit)
     }
 
     /// Waits briefly, without sleeping on a semaphore, until `ready(count)` holds (or gives
@@ -360,7 +365,7 @@ final class BoundBuffer: @unchecked Sendable {
             var blocked: [DispatchSemaphore] = []
             if let readerWake { blocked += Array(repeating: readerWake, count: blockedReaders) }
             if let writerWake { blocked += Array(repeating: writerWake, count: blockedWriters) }
-            return (takeReadWaiters(satisfiedBy: .max) + takeWriteWaiters(), blocked)
+            return (takeReadWaiters(satisfiedBy: .max) + takeWriteWaiters(satisfiedBy: .max), blocked)
         }
         blocked.forEach { $0.signal() }
         waiters.forEach { $0.resume() }
@@ -370,6 +375,9 @@ final class BoundBuffer: @unchecked Sendable {
 
     /// Async readers waiting now (for tests: a reader that has parked has seen too few bytes).
     var parkedReaders: Int { lock.withLock { readWaiters.count } }
+
+    /// Async writers waiting now (for tests: a writer that has parked has seen too little room).
+    var parkedWriters: Int { lock.withLock { writeWaiters.count } }
 
     /// Threads blocked now in an unscheduled read or write (for tests: a thread counted here
     /// has found no bytes, or no room, and waits for the other end).
@@ -382,8 +390,10 @@ final class BoundBuffer: @unchecked Sendable {
         return ready.compactMap { readWaiters.removeValue(forKey: $0)?.continuation }
     }
 
-    private func takeWriteWaiters() -> [CheckedContinuation<Void, Never>] {
-        defer { writeWaiters = [:] }
-        return Array(writeWaiters.values)
+    /// The async writers whose minimum `space` free bytes meet, removed from the waiters.
+    private func takeWriteWaiters(satisfiedBy space: Int) -> [CheckedContinuation<Void, Never>] {
+        guard !writeWaiters.isEmpty else { return [] }
+        let ready = writeWaiters.compactMap { $0.value.minimum <= space ? $0.key : nil }
+        return ready.compactMap { writeWaiters.removeValue(forKey: $0)?.continuation }
     }
 }
