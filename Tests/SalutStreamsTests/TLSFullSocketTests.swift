@@ -27,6 +27,35 @@ final class TLSFullSocketTests: SalutTestCase {
         }
     }
 
+    /// A connection whose input buffer is smaller than what arrives first (its first receive
+    /// goes through a little memory of its own, before the buffer is allocated) loses none of it.
+    func testAnInputBufferSmallerThanTheFirstBytesLosesNoneOfThem() async throws {
+        let sent = Data((0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 13) })
+        for tls in [false, true] {
+            let listener = try StreamListener(
+                port: 0,
+                tls: tls
+                    ? .server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+                    : nil)
+            defer { listener.stop() }
+            listener.accept { connection in
+                Task {
+                    guard (try? await connection.streams.open()) != nil else { return }
+                    try? await connection.output.write(sent)
+                    connection.output.close()
+                }
+            }
+            let pair = SocketStreams.pair(
+                toHost: "127.0.0.1", port: Int(listener.port), bufferSize: 100,
+                tls: tls ? TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]) : nil)
+            try await withDeadline(20, "open") { try await pair.open() }
+            let got = try await withDeadline(20, "the bytes") { try await readBytes(pair.input, count: Int.max) }
+            XCTAssertEqual(got, sent, tls ? "with TLS" : "in the clear")
+            pair.input.close()
+            pair.output.close()
+        }
+    }
+
     /// A write given up while the socket is full (the writing task cancelled), then a close: the
     /// reader gets a clean end (the close_notify went) after a prefix of the bytes, unchanged.
     func testAWriteCancelledAtAFullSocketThenClosedEndsCleanlyAfterAPrefix() async throws {

@@ -562,7 +562,8 @@ final class SocketPump: @unchecked Sendable {
             // Until the first bytes come, through a little memory on the stack: a connection
             // that stays silent never allocates its input buffer.
             withUnsafeTemporaryAllocation(byteCount: Self.firstReceiveSize, alignment: 16) { first in
-                outcome = transport.receive(into: first.baseAddress!, count: first.count)
+                // (No more than the buffer has room for: a small one takes only part.)
+                outcome = transport.receive(into: first.baseAddress!, count: min(first.count, buffer.space))
                 if case .moved(let n) = outcome {
                     _ = inbound.write(
                         from: first.baseAddress!.assumingMemoryBound(to: UInt8.self), length: n, blocking: false)
