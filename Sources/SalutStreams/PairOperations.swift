@@ -97,7 +97,7 @@ extension BoundStreamPair {
         var offset = 0
         while offset < data.count {
             let buffer = stream.buffer
-            await buffer.writable(atLeast: OutputStream.roomWaitedFor(data.count - offset, in: buffer), within: limit)
+            await buffer.writable(toWrite: data.count - offset, within: limit)
             if let stop = limit.state { return PairWriteResult(written: offset, stopped: stop) }
             let n = await stream.write(data, from: offset)
             if n < 0 { return PairWriteResult(written: offset, error: stream.streamError ?? StreamFailure.notOpen) }

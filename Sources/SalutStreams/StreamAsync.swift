@@ -102,13 +102,6 @@ extension OutputStream {
         try await write(data, within: limit)  // (a cancelled task leaves the wait by itself)
     }
 
-    /// The room a bulk write waits for before it goes on: what is left of it, at most a quarter
-    /// of the buffer (woken for each record the connection took, a writer would pay a thread
-    /// switch per 16 KiB).
-    static func roomWaitedFor(_ left: Int, in buffer: BoundBuffer) -> Int {
-        min(left, buffer.capacity / 4)
-    }
-
     /// Writes all of `data`, waiting for room within `limit` (none: unbounded) for Salut's own
     /// streams.
     private func write(_ data: Data, within limit: OperationLimit?) async throws {
@@ -118,8 +111,7 @@ extension OutputStream {
             let n: Int
             if let bound = self as? BoundOutputStream {
                 await bound.events.settled(bound, gate: bound.gate, then: bound.refresh)
-                await bound.buffer.writable(
-                    atLeast: Self.roomWaitedFor(data.count - offset, in: bound.buffer), within: limit)
+                await bound.buffer.writable(toWrite: data.count - offset, within: limit)
                 if limit?.state == .deadlinePassed { throw StreamFailure.timedOut }
                 try Task.checkCancellation()
                 n = await bound.write(data, from: offset)

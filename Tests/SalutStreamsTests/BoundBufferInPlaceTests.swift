@@ -1,4 +1,5 @@
 import Foundation
+import SalutTestSupport
 import XCTest
 
 @testable import SalutStreams
@@ -96,35 +97,25 @@ final class BoundBufferInPlaceTests: XCTestCase {
     func testFillingIsRefusedWhenFullAndOnceTheReaderHasClosed() {
         let buffer = BoundBuffer(capacity: 4, allocatesLazily: true)
         _ = write(buffer, bytes(0..<4))
-        guard
-            case .wouldBlock = buffer.fill(
-                atMost: 4,
-                { _ in
-                    XCTFail("called when full"); return 0
-                })
-        else {
-            return XCTFail("a full buffer takes nothing")
-        }
+        guard case .wouldBlock = fillRefused(buffer, "when full") else { return XCTFail("a full buffer takes nothing") }
         buffer.closeReader()
-        guard
-            case .readerGone = buffer.fill(
-                atMost: 4,
-                { _ in
-                    XCTFail("called when closed"); return 0
-                })
-        else {
+        guard case .readerGone = fillRefused(buffer, "when closed") else {
             return XCTFail("a closed reader takes nothing")
         }
     }
 
-    func testBytesFilledInPlaceWakeAnAsyncReaderWaitingForThem() async {
+    /// Fills `buffer` with a body that must not be called (`when`: the buffer's state).
+    private func fillRefused(_ buffer: BoundBuffer, _ when: String) -> BoundBuffer.WriteResult {
+        buffer.fill(atMost: 4) { _ in
+            XCTFail("called \(when)")
+            return 0
+        }
+    }
+
+    func testBytesFilledInPlaceWakeAnAsyncReaderWaitingForThem() async throws {
         let buffer = BoundBuffer(capacity: 64, allocatesLazily: true)
         let reader = Task { await buffer.readable(atLeast: 10) }
-        let deadline = ContinuousClock.now + .seconds(10)
-        while buffer.parkedReaders == 0 {
-            guard ContinuousClock.now < deadline else { return XCTFail("the reader never waited") }
-            await Task.yield()
-        }
+        try await eventually("the reader waits") { buffer.parkedReaders == 1 }
         _ = buffer.fill(atMost: 6) { $0.count }
         XCTAssertEqual(buffer.parkedReaders, 1, "6 of the 10 bytes it waits for")
         _ = buffer.fill(atMost: 6) { $0.count }

@@ -14,6 +14,35 @@ final class TLSFullSocketTests: SalutTestCase {
         certificate = try TestCertificate.make()
     }
 
+    /// A listener on a free port of loopback, with TLS (the test certificate) or in the clear.
+    private func makeListener(tls: Bool = true) throws -> StreamListener {
+        try StreamListener(
+            port: 0,
+            tls: tls
+                ? .server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
+                : nil)
+    }
+
+    /// An unopened pair to `listener`, pinning the test certificate when `tls`.
+    private func connect(
+        to listener: StreamListener, bufferSize: Int = 256 * 1024, tls: Bool = true
+    )
+        -> BoundStreamPair
+    {
+        SocketStreams.pair(
+            toHost: "127.0.0.1", port: Int(listener.port), bufferSize: bufferSize,
+            tls: tls ? TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]) : nil)
+    }
+
+    /// `count` bytes that repeat only every 512 KiB, so a byte out of place shows.
+    private static func pattern(count: Int) -> Data {
+        var data = Data(count: count)
+        data.withUnsafeMutableBytes { raw in
+            for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 131 &+ i >> 11) }
+        }
+        return data
+    }
+
     /// The writer fills the socket and its buffer before the reader takes a bite, again and
     /// again, in writes of odd sizes (so records and the buffer's wrap fall anywhere); every
     /// byte arrives, in order, whatever the buffer size (1 byte asked for is raised to one TLS
@@ -30,13 +59,9 @@ final class TLSFullSocketTests: SalutTestCase {
     /// A connection whose input buffer is smaller than what arrives first (its first receive
     /// goes through a little memory of its own, before the buffer is allocated) loses none of it.
     func testAnInputBufferSmallerThanTheFirstBytesLosesNoneOfThem() async throws {
-        let sent = Data((0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 13) })
+        let sent = Self.pattern(count: 10_000)
         for tls in [false, true] {
-            let listener = try StreamListener(
-                port: 0,
-                tls: tls
-                    ? .server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile)
-                    : nil)
+            let listener = try makeListener(tls: tls)
             defer { listener.stop() }
             listener.accept { connection in
                 Task {
@@ -45,9 +70,7 @@ final class TLSFullSocketTests: SalutTestCase {
                     connection.output.close()
                 }
             }
-            let pair = SocketStreams.pair(
-                toHost: "127.0.0.1", port: Int(listener.port), bufferSize: 100,
-                tls: tls ? TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]) : nil)
+            let pair = connect(to: listener, bufferSize: 100, tls: tls)
             try await withDeadline(20, "open") { try await pair.open() }
             let got = try await withDeadline(20, "the bytes") { try await readBytes(pair.input, count: Int.max) }
             XCTAssertEqual(got, sent, tls ? "with TLS" : "in the clear")
@@ -59,9 +82,7 @@ final class TLSFullSocketTests: SalutTestCase {
     /// A write given up while the socket is full (the writing task cancelled), then a close: the
     /// reader gets a clean end (the close_notify went) after a prefix of the bytes, unchanged.
     func testAWriteCancelledAtAFullSocketThenClosedEndsCleanlyAfterAPrefix() async throws {
-        let listener = try StreamListener(
-            port: 0,
-            tls: .server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile))
+        let listener = try makeListener()
         defer { listener.stop() }
         let (reading, startReading) = AsyncStream<Void>.makeStream()
         let received = Locked<Result<Data, any Error>?>(nil)
@@ -77,14 +98,9 @@ final class TLSFullSocketTests: SalutTestCase {
                 }
             }
         }
-        let pair = SocketStreams.pair(
-            toHost: "127.0.0.1", port: Int(listener.port),
-            tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        let pair = connect(to: listener)
         try await withDeadline(20, "open") { try await pair.open() }
-        var payload = Data(count: 16 << 20)
-        payload.withUnsafeMutableBytes { raw in
-            for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 7 &+ i >> 9) }
-        }
+        let payload = Self.pattern(count: 16 << 20)
         let sent = payload
         let writer = Task { try await pair.output.write(sent) }
         try await eventually("the writer held up", timeout: 20, interval: 0.001) { Self.isHeldUp(pair) }
@@ -114,9 +130,7 @@ final class TLSFullSocketTests: SalutTestCase {
     }
 
     private func sendThroughAFullSocket(bufferSize: Int, total: Int, writeSizes: [Int]) async throws {
-        let listener = try StreamListener(
-            port: 0,
-            tls: .server(certificateChainFile: certificate.certificateFile, privateKeyFile: certificate.keyFile))
+        let listener = try makeListener()
         defer { listener.stop() }
         let writing = Locked<BoundStreamPair?>(nil)
         let received = Locked<Data?>(nil)
@@ -152,15 +166,10 @@ final class TLSFullSocketTests: SalutTestCase {
                 received.withLock { $0 = bytes }
             }
         }
-        let pair = SocketStreams.pair(
-            toHost: "127.0.0.1", port: Int(listener.port), bufferSize: bufferSize,
-            tls: TLSConfiguration(pinnedSHA256: [certificate.certificateSHA256]))
+        let pair = connect(to: listener, bufferSize: bufferSize)
         try await withDeadline(20, "open") { try await pair.open() }
         writing.withLock { $0 = pair }
-        var payload = Data(count: total)
-        payload.withUnsafeMutableBytes { raw in
-            for i in 0..<raw.count { raw[i] = UInt8(truncatingIfNeeded: i &* 131 &+ i >> 11) }
-        }
+        let payload = Self.pattern(count: total)
         let sent = payload
         let writer = Task {
             var offset = 0

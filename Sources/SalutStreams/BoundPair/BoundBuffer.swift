@@ -333,12 +333,13 @@ final class BoundBuffer: @unchecked Sendable {
         readerChanged?()
     }
 
-    /// Suspends until a write would not block, or the calling task is cancelled. With
-    /// `minimum` above 1, waits until that many bytes are free (at most the capacity), unless
-    /// the buffer ends first: a bulk writer is then woken once per `minimum` bytes the other
-    /// end takes instead of once per take (the socket pump takes a TLS record at a time).
-    func writable(atLeast minimum: Int = 1, within limit: OperationLimit? = nil) async {
-        await wait(reading: false, minimum: min(max(1, minimum), capacity), limit: limit)
+    /// Suspends until a writer with `left` bytes to write may go on, or the calling task is
+    /// cancelled: until that many bytes are free or a quarter of the buffer is, whichever is
+    /// less, unless the buffer ends first. A bulk writer is then woken once per quarter of the
+    /// buffer the other end takes, not once per take (the socket pump takes a TLS record at a
+    /// time: a thread switch per 16 KiB).
+    func writable(toWrite left: Int = 1, within limit: OperationLimit? = nil) async {
+        await wait(reading: false, minimum: max(1, min(left, capacity / 4)), limit: limit)
     }
 
     /// Waits briefly, without sleeping on a semaphore, until `ready(count)` holds (or gives
