@@ -114,15 +114,27 @@ private final class QueryRun: @unchecked Sendable {
             return finish(left > 0 || lastRefusal == nil ? .success(false) : .failure(lastRefusal!))
         }
         sent += 1
-        do {
-            try socket.send(message)
-            left += 1
-        } catch let lost as QuerySocket.SendLost {
-            if case .refused(let error) = lost { lastRefusal = error }
-        } catch {
-            finish(.failure(error))
+        // A refusal on the way out (a firewall's random drop says EPERM) is tried again at
+        // once, up to three sends an attempt: the datagram did not leave, so a second copy
+        // cannot reach anyone twice, and a link that drops one packet in ten no longer loses
+        // a whole check one time in a thousand. A filter that drops every query is still
+        // told apart from silence (`lastRefusal`).
+        for _ in 0..<Self.sendsPerAttempt {
+            do {
+                try socket.send(message)
+                left += 1
+                return
+            } catch let lost as QuerySocket.SendLost {
+                guard case .refused(let error) = lost else { return }  // no room now: the next attempt
+                lastRefusal = error
+            } catch {
+                return finish(.failure(error))
+            }
         }
     }
+
+    /// How many times one attempt is sent when the send is refused on the way out.
+    private static let sendsPerAttempt = 3
 
     /// Reads what waits, at most 32 datagrams an event: a flood on the port cannot keep the
     /// shared queue from the timers (the next attempt, the end) and the other queries.
