@@ -104,6 +104,37 @@ final class BufferedFileTests: XCTestCase {
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: folder + "/inbox/p/again")), again)
     }
 
+    /// More files than one writer's group holds, by count and by bytes, of sizes on and off a
+    /// page, some over part files of earlier tries: every one arrives byte for byte.
+    func testManyBufferedFilesWrittenInGroupsArriveByteForByte() throws {
+        let inbox = try Inbox(path: folder + "/inbox")
+        var batch = VerifiedBatch()
+        try FileManager.default.createDirectory(atPath: folder + "/inbox/g", withIntermediateDirectories: true)
+        var contents: [Data] = []
+        for index in 0..<150 {
+            let size = [0, 1, 4095, 4096, 4097, 12_288, 40_000, 65_536, 300_000][index % 9] + index % 3
+            let bytes = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ index) })
+            contents.append(bytes)
+            let replaces = index % 10 == 0
+            if replaces {
+                try Data(repeating: 0x41, count: 70_000).write(
+                    to: URL(fileURLWithPath: folder + "/inbox/g/" + TransferLimits.partName(of: "\(index)", from: "k")))
+            }
+            batch.append(
+                index, buffered: try buffered("g/\(index)", bytes, replacesPart: replaces), mode: 0o640, modified: 0)
+        }
+        let results = try batch.publish(in: inbox, for: "k") { _, _ in }
+        XCTAssertEqual(results.filter(\.verified).count, contents.count, "\(results.filter { !$0.verified })")
+        for (index, bytes) in contents.enumerated() {
+            XCTAssertEqual(
+                try Data(contentsOf: URL(fileURLWithPath: folder + "/inbox/g/\(index)")), bytes, "file \(index)")
+        }
+        let left = try FileManager.default.contentsOfDirectory(atPath: folder + "/inbox/g").filter {
+            $0.hasSuffix(TransferLimits.partSuffix)
+        }
+        XCTAssertEqual(left, [], "every part file was written over and named")
+    }
+
     func testABufferedFileThatCannotBeWrittenWhereItGoesFailsAloneAndNothingIsWrittenThroughASymlink() throws {
         let inbox = try Inbox(path: folder + "/inbox")
         var batch = VerifiedBatch()
@@ -152,6 +183,52 @@ final class BufferedFileTests: XCTestCase {
 
     func testADiskThatFillsWhileABatchIsWrittenStillNamesWhatWasWrittenThenFails() throws {
         try fillTheDisk(withUnnamedFiles: true)
+    }
+
+    /// On ext4 the files' whole pages go to the disk in groups, by direct writes handed over
+    /// together: a group the disk fills on still names, in order, the files written before the
+    /// one that did not fit, and says that one's disk is full.
+    func testAnExt4DiskThatFillsUnderGroupedDirectWritesNamesTheFilesBeforeInOrder() throws {
+        let image = folder + "/disk.img", disk = folder + "/ext4-disk"
+        try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
+        guard run("/usr/bin/truncate", ["-s", "4M", image]),
+            run("/usr/sbin/mkfs.ext4", ["-q", "-F", "-m", "0", "-O", "^has_journal", "-b", "4096", image]),
+            run("/bin/mount", ["-o", "loop", image, disk])
+        else { throw XCTSkip("cannot make and mount a small ext4 disk here") }
+        defer { _ = run("/bin/umount", [disk]) }
+        let inbox = try Inbox(path: disk)
+        let root = open(disk, O_RDONLY | O_DIRECTORY)
+        defer { close(root) }
+        XCTAssertTrue(DirectWrites.isSuitable(root))
+        var space = statvfs()
+        XCTAssertEqual(fstatvfs(root, &space), 0)
+        // 60 files of 15 pages and a tail each (about 3.7 MB): more than the disk holds.
+        let piece = Data((0..<(15 * 4096 + 100)).map { UInt8(truncatingIfNeeded: $0) })
+        let fits = Int(space.f_bavail) / 16
+        XCTAssertLessThan(fits, 60)
+        var batch = VerifiedBatch()
+        for index in 0..<60 {
+            batch.append(index, buffered: try buffered("f\(index).bin", piece), mode: 0o644, modified: 0)
+        }
+        var told: [FileResult] = []
+        XCTAssertThrowsError(try batch.publish(in: inbox, for: "k") { result, _ in told.append(result) }) { error in
+            XCTAssertEqual((error as? PeerTransferError)?.wireCode, PeerTransferError.noSpace("").wireCode, "\(error)")
+        }
+        XCTAssertEqual(told.count, 60, "every file has its result")
+        let named = told.filter(\.verified).map(\.index)
+        XCTAssertEqual(named, Array(0..<named.count), "in order, and none after the failure")
+        // As many as fit, give or take the blocks the file system takes for its own records.
+        XCTAssertTrue((fits - 2...fits).contains(named.count), "\(named.count) named, \(fits) fit")
+        let firstFailed = try XCTUnwrap(told.first { !$0.verified })
+        XCTAssertTrue(
+            firstFailed.error?.contains("disk is full (writing f\(firstFailed.index).bin)") == true, "\(firstFailed)")
+        for index in named {
+            XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: disk + "/f\(index).bin")), piece)
+        }
+        let stray = try FileManager.default.contentsOfDirectory(atPath: disk).filter {
+            $0.hasSuffix(".bin") && !named.contains(Int($0.dropFirst().dropLast(4)) ?? -1)
+        }
+        XCTAssertEqual(stray, [], "nothing after the failure is named")
     }
 
     /// Without `O_TMPFILE` the files are written over part files: those let go after the disk

@@ -86,24 +86,102 @@ extension VerifiedBatch {
         init(_ batch: VerifiedBatch) { self.batch = batch }
     }
 
-    /// Writes the buffered files at `positions` that `writes` hands this thread, in order, until
-    /// none is left or one stopped.
+    /// Writes the buffered files at `positions` that `writes` hands this thread, a group at a
+    /// time and in order, until none is left or one stopped.
     private func write(_ positions: [Int], into writes: WritersProgress, in inbox: Inbox, for sender: String) {
         let cache = FolderCache()
         let pages = PageAlignedBytes()
-        while let position = writes.next(of: positions) {
-            guard case .buffered(let buffered, let mode, let modified) = files[position].file else { continue }
+        let batch = DirectWriteBatch()
+        let most = batch == nil ? 1 : DirectWriteBatch.capacity
+        while let group = writes.next(of: positions, upTo: most, pages: Self.groupPages, counting: wholePages) {
+            write(group, into: writes, in: inbox, for: sender, cache: cache, pages: pages, batch: batch)
+        }
+    }
+
+    /// The most bytes of whole pages a group's files are taken up to (a file with more is a
+    /// group of its own): the memory each writer holds them in.
+    static let groupPages = 256 << 10
+
+    /// The bytes of the whole pages of the buffered file at `position` (0 for a written one).
+    private func wholePages(at position: Int) -> Int {
+        guard case .buffered(let buffered, _, _) = files[position].file else { return 0 }
+        return buffered.data.count - buffered.data.count % DirectWrites.alignment
+    }
+
+    /// Writes the buffered files at `group`, in order: each is opened and written but for its
+    /// whole pages, which are copied side by side into `pages` and handed to the disk together
+    /// in `batch` (one at a time without it); then each is completed. A write that fails stops
+    /// the files after it in the group (they are left untried) and, through `writes`, the other
+    /// writers; the files before it are still completed.
+    private func write(
+        _ group: [Int], into writes: WritersProgress, in inbox: Inbox, for sender: String, cache: FolderCache,
+        pages: PageAlignedBytes, batch: DirectWriteBatch?
+    ) {
+        let memory = pages.reserve(group.reduce(0) { $0 + wholePages(at: $1) })
+        var used = 0
+        var queued: [(position: Int, file: PartFile, request: Int?)] = []
+        for position in group {
+            guard case .buffered(let buffered, _, _) = files[position].file else { continue }
             do {
-                let outcome = try Self.write(
-                    buffered, mode: mode, modified: modified, in: inbox, for: sender, cache: cache, pages: pages)
-                writes.record(.done(outcome), at: position)
+                let file: PartFile
+                switch try Self.open(buffered, in: inbox, for: sender, cache: cache) {
+                case .failure(let failure):
+                    writes.record(.done(.failure(failure)), at: position)
+                    continue
+                case .success(let opened): file = opened
+                }
+                do {
+                    let request = try buffered.data.withUnsafeBytes {
+                        try file.writeWhole($0, pagesIn: memory + used, to: batch)
+                    }
+                    used += wholePages(at: position)
+                    queued.append((position, file, request))
+                } catch {
+                    file.discard()
+                    file.closeFiles()
+                    throw error
+                }
             } catch {
-                let failure =
-                    error as? PeerTransferError
-                    ?? .runtime("writing \(Terminal.escape(buffered.path.description)): \(error)")
-                writes.record(.stopped(failure), at: position)
+                writes.record(.stopped(Self.writeFailure(error, buffered)), at: position)
+                break
             }
         }
+        let outcomes = batch?.run() ?? []
+        var stopped = false
+        for (position, file, request) in queued {
+            guard case .buffered(let buffered, let mode, let modified) = files[position].file else { continue }
+            if stopped {
+                file.discard()
+                file.closeFiles()
+                continue
+            }
+            do {
+                if let request {
+                    try buffered.data.withUnsafeBytes { try file.finishPages($0, outcome: outcomes[request]) }
+                }
+            } catch {
+                file.discard()
+                file.closeFiles()
+                writes.record(.stopped(Self.writeFailure(error, buffered)), at: position)
+                stopped = true
+                continue
+            }
+            do {
+                try file.finishWriting(mode: mode, modified: modified)
+                writes.record(.done(.success(file)), at: position)
+            } catch let error as PeerTransferError {
+                file.closeFiles()
+                writes.record(.done(.failure(error)), at: position)
+            } catch {
+                file.closeFiles()
+                writes.record(.done(.failure(Self.writeFailure(error, buffered))), at: position)
+            }
+        }
+    }
+
+    /// A failure to write `buffered`, as the receiver reports it.
+    private static func writeFailure(_ error: any Error, _ buffered: BufferedFile) -> PeerTransferError {
+        error as? PeerTransferError ?? .runtime("writing \(Terminal.escape(buffered.path.description)): \(error)")
     }
 
     /// The writers' shared progress: which buffered file is next, whether one stopped, and
@@ -121,12 +199,22 @@ extension VerifiedBatch {
 
         init(count: Int) { results = Array(repeating: .notTried, count: count) }
 
-        /// The next position to write, or nil when all are taken or one stopped.
-        func next(of positions: [Int]) -> Int? {
+        /// The next positions to write, in order: at most `most`, whose `counting` adds up to at
+        /// most `pages` (or one alone that is more); nil when all are taken or one stopped.
+        func next(of positions: [Int], upTo most: Int, pages: Int, counting: (Int) -> Int) -> [Int]? {
             lock.withLock {
                 guard !stopped, taken < positions.count else { return nil }
-                defer { taken += 1 }
-                return positions[taken]
+                var group = [positions[taken]]
+                var total = counting(positions[taken])
+                taken += 1
+                while group.count < most, taken < positions.count {
+                    let more = counting(positions[taken])
+                    guard total + more <= pages else { break }
+                    group.append(positions[taken])
+                    total += more
+                    taken += 1
+                }
+                return group
             }
         }
 
@@ -141,17 +229,15 @@ extension VerifiedBatch {
         var outcomes: [Writing] { lock.withLock { results } }
     }
 
-    /// Writes `buffered` to a file without a name in its folder, or, when it replaces the
-    /// sender's part file (or the file system has no `O_TMPFILE`), to that part file emptied
-    /// first; gives it `mode` and `modified`. Its whole pages are copied to `pages` on their
-    /// way to the disk. A part file whose write fails is removed (its bytes are of no use: a
+    /// Opens the file `buffered` is written to: one without a name in its folder, or, when it
+    /// replaces the sender's part file (or the file system has no `O_TMPFILE`), that part file,
+    /// emptied. A part file whose write later fails is removed (its bytes are of no use: a
     /// buffered file is sent again whole), giving back the space it took.
-    /// - Returns: the written file, or why this file alone cannot be received.
-    /// - Throws: a failure to write (a full disk, an I/O error), which ends the transfer as it
-    ///   would have when the bytes arrived.
-    private static func write(
-        _ buffered: BufferedFile, mode: UInt32, modified: Double, in inbox: Inbox,
-        for sender: String, cache: FolderCache, pages: PageAlignedBytes
+    /// - Returns: the file, or why this file alone cannot be received.
+    /// - Throws: a failure to empty the part file (an I/O error), which ends the transfer as a
+    ///   write's would.
+    private static func open(
+        _ buffered: BufferedFile, in inbox: Inbox, for sender: String, cache: FolderCache
     ) throws -> Result<PartFile, PeerTransferError> {
         let file: PartFile
         do {
@@ -165,29 +251,10 @@ extension VerifiedBatch {
         do {
             // A part file may hold an earlier try's bytes, longer than these.
             if file.partName != nil { try file.keepPrefix(0, feeding: SHA256Hasher()) }
-            // Its whole pages go straight to the disk (from page-aligned memory), its last
-            // partial one through the page cache: the batch's syncfs makes both durable, and the
-            // receiver never reads them back (see ``DirectWrites``). A file smaller than a page
-            // has none.
-            let whole = buffered.data.count - buffered.data.count % DirectWrites.alignment
-            try buffered.data.withUnsafeBytes { bytes in
-                if whole > 0 && file.writeDirectly() {
-                    try pages.withCopy(of: bytes, count: whole) { try file.write($0, at: 0) }
-                    try file.write(UnsafeRawBufferPointer(rebasing: bytes[whole...]), at: UInt64(whole))
-                } else {
-                    try file.write(bytes, at: 0)
-                }
-            }
         } catch {
             file.discard()
             file.closeFiles()
             throw error
-        }
-        do {
-            try file.finishWriting(mode: mode, modified: modified)
-        } catch let error as PeerTransferError {
-            file.closeFiles()
-            return .failure(error)
         }
         return .success(file)
     }

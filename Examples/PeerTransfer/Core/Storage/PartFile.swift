@@ -136,6 +136,60 @@ final class PartFile {
         }
     }
 
+    /// Writes a whole small file's bytes, `raw`, from offset 0, leaving its whole pages to
+    /// `batch` when there is one and direct writes are used: the file is given its full size
+    /// and its last partial page is written now, through the page cache, so that the pages'
+    /// write does not make the file longer and is queued rather than waited for (see
+    /// ``DirectWriteBatch``); the pages are copied to `memory` (page-aligned, with room for
+    /// them) and added to `batch`. Call ``finishPages(_:outcome:)`` with that write's outcome.
+    /// - Returns: the pages' position in `batch`, or nil when every byte is written already (no
+    ///   whole page, no batch, or direct writes not used on this file).
+    /// - Throws: as ``write(_:at:)-(Data,_)`` does.
+    func writeWhole(
+        _ raw: UnsafeRawBufferPointer, pagesIn memory: UnsafeMutableRawPointer, to batch: DirectWriteBatch?
+    ) throws -> Int? {
+        let whole = raw.count - raw.count % DirectWrites.alignment
+        guard whole > 0 else {
+            try write(raw, at: 0)
+            return nil
+        }
+        // Its size first: ext4 waits for a direct write that reaches past the size on disk,
+        // which a write through the page cache moves only once that write reaches the disk.
+        if batch != nil {
+            guard ftruncate(fd, off_t(raw.count)) == 0 else { throw writeError("ftruncate") }
+        }
+        if whole < raw.count {
+            try write(UnsafeRawBufferPointer(rebasing: raw[whole...]), at: UInt64(whole))
+        }
+        let pages = UnsafeRawBufferPointer(rebasing: raw[..<whole])
+        guard writeDirectly() else {
+            try write(pages, at: 0)
+            return nil
+        }
+        memory.copyMemory(from: pages.baseAddress!, byteCount: whole)
+        guard let batch, batch.hasRoom else {
+            try write(UnsafeRawBufferPointer(start: memory, count: whole), at: 0)
+            return nil
+        }
+        written = max(written, UInt64(raw.count))
+        writeBackStart = written
+        return batch.add(fd, from: memory, count: whole, at: 0)
+    }
+
+    /// Completes the write of a small file's whole pages that ``writeWhole(_:pagesIn:to:)``
+    /// left to a batch, given its outcome there (the bytes written, or an error number negated):
+    /// what it did not write is written again from `raw` through the page cache, which reports a
+    /// full disk or an I/O error as ``write(_:at:)-(Data,_)`` does.
+    /// - Throws: ``PeerTransferError/noSpace(_:)`` when the disk is full, otherwise
+    ///   ``PeerTransferError/runtime(_:)``.
+    func finishPages(_ raw: UnsafeRawBufferPointer, outcome: Int) throws {
+        let whole = raw.count - raw.count % DirectWrites.alignment
+        let done = min(max(outcome, 0), whole)
+        guard done < whole else { return }
+        try stopWritingDirectly()
+        try write(UnsafeRawBufferPointer(rebasing: raw[done..<whole]), at: UInt64(done))
+    }
+
     /// Makes the bytes written so far durable (fdatasync(2)). A large file calls it while it is
     /// still being received, from a queue of its own beside the writes (see ``FileSink``): the
     /// disk then works all along, and the batch's syncfs(2) before naming finds little left
