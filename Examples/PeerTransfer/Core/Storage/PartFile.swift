@@ -274,8 +274,9 @@ final class PartFile {
     func publish(cache: FolderCache? = nil) throws -> String {
         var own = stat()
         guard fd >= 0, fstat(fd, &own) == 0 else { throw ioError("fstat") }
-        // Asked once a file (the answer is a read of the trust file).
-        let takesNamesBack = inbox.trusts(sender)
+        // Asked only when a name is taken, at most once a file: the answer is a read of the
+        // trust file, and most files find their name free.
+        lazy var takesNamesBack = inbox.trusts(sender)
         return try withFolder(cache: cache) { folder in
             /// The file has its name: the part name goes, if it is still this file's.
             func named(_ candidate: String) throws -> String {
