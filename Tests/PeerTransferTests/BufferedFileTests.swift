@@ -107,6 +107,9 @@ final class BufferedFileTests: XCTestCase {
     /// More files than one writer's group holds, by count and by bytes, of sizes on and off a
     /// page, some over part files of earlier tries: every one arrives byte for byte.
     func testManyBufferedFilesWrittenInGroupsArriveByteForByte() throws {
+        let root = open(folder + "/inbox", O_RDONLY | O_DIRECTORY)
+        defer { close(root) }
+        try XCTSkipUnless(DirectWrites.isSuitable(root), "the temporary folder's file system takes no direct writes")
         let inbox = try Inbox(path: folder + "/inbox")
         var batch = VerifiedBatch()
         try FileManager.default.createDirectory(atPath: folder + "/inbox/g", withIntermediateDirectories: true)
@@ -188,7 +191,8 @@ final class BufferedFileTests: XCTestCase {
     /// On ext4 the files' whole pages go to the disk in groups, by direct writes handed over
     /// together: a group the disk fills on still names, in order, the files written before the
     /// one that did not fit, and says that one's disk is full.
-    func testAnExt4DiskThatFillsUnderGroupedDirectWritesNamesTheFilesBeforeInOrder() throws {
+    /// A small ext4 disk, mounted at `disk` (a loop device) until `body` returns.
+    private func withExt4Disk(_ body: (_ disk: String) throws -> Void) throws {
         let image = folder + "/disk.img", disk = folder + "/ext4-disk"
         try FileManager.default.createDirectory(atPath: disk, withIntermediateDirectories: true)
         guard run("/usr/bin/truncate", ["-s", "4M", image]),
@@ -196,6 +200,45 @@ final class BufferedFileTests: XCTestCase {
             run("/bin/mount", ["-o", "loop", image, disk])
         else { throw XCTSkip("cannot make and mount a small ext4 disk here") }
         defer { _ = run("/bin/umount", [disk]) }
+        try body(disk)
+    }
+
+    /// After a full disk the files from the first that failed are written again one at a time,
+    /// so a file that fits alone is named even when, written in its group, the later files'
+    /// last pages took the space first: 30 pages, then 31 files of a page and a bit, with 40
+    /// blocks free. Written in order, the first and five small ones fit.
+    func testAFileThatFitsAloneIsNamedThoughItsGroupFilledTheDisk() throws {
+        try withExt4Disk { disk in
+            let inbox = try Inbox(path: disk)
+            let root = open(disk, O_RDONLY | O_DIRECTORY)
+            defer { close(root) }
+            var space = statvfs()
+            XCTAssertEqual(fstatvfs(root, &space), 0)
+            // Leave 40 blocks free.
+            XCTAssertTrue(
+                run("/usr/bin/fallocate", ["-l", String((Int(space.f_bavail) - 40) * 4096), disk + "/filler"]))
+            var batch = VerifiedBatch()
+            let large = Data((0..<(30 * 4096)).map { UInt8(truncatingIfNeeded: $0 &* 3) })
+            batch.append(0, buffered: try buffered("large.bin", large), mode: 0o644, modified: 0)
+            let small = Data((0..<(4096 + 100)).map { UInt8(truncatingIfNeeded: $0) })
+            for index in 1...31 {
+                batch.append(index, buffered: try buffered("s\(index).bin", small), mode: 0o644, modified: 0)
+            }
+            var told: [FileResult] = []
+            XCTAssertThrowsError(try batch.publish(in: inbox, for: "k") { result, _ in told.append(result) })
+            let named = told.filter(\.verified).map(\.index)
+            XCTAssertEqual(named.first, 0, "the large file fits alone and is named: \(told.filter { !$0.verified })")
+            XCTAssertEqual(named, Array(0..<named.count), "in order")
+            XCTAssertTrue((4...7).contains(named.count), "about five small files after it: \(named)")
+            XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: disk + "/large.bin")), large)
+        }
+    }
+
+    func testAnExt4DiskThatFillsUnderGroupedDirectWritesNamesTheFilesBeforeInOrder() throws {
+        try withExt4Disk { disk in try fillTheExt4Disk(disk) }
+    }
+
+    private func fillTheExt4Disk(_ disk: String) throws {
         let inbox = try Inbox(path: disk)
         let root = open(disk, O_RDONLY | O_DIRECTORY)
         defer { close(root) }

@@ -37,7 +37,7 @@ final class DirectWriteBatchTests: XCTestCase {
         let batch = try XCTUnwrap(DirectWriteBatch(), "this kernel offers asynchronous I/O")
         let sizes = [4096, 3 * 4096, 16 * 4096]
         let pages = PageAlignedBytes()  // held to the end: the memory is its
-        let memory = pages.reserve(sizes.reduce(0, +))
+        let memory = try XCTUnwrap(pages.reserve(sizes.reduce(0, +)))
         var fds: [Int32] = []
         defer { fds.forEach { close($0) } }
         var at = 0
@@ -74,7 +74,7 @@ final class DirectWriteBatchTests: XCTestCase {
         let fd = try directFile("again")
         defer { close(fd) }
         let pages = PageAlignedBytes()  // held to the end: the memory is its
-        let memory = pages.reserve(4096)
+        let memory = try XCTUnwrap(pages.reserve(4096))
         memory.initializeMemory(as: UInt8.self, repeating: 0x5c, count: 4096)
         for round in 0..<3 {
             var batches: [DirectWriteBatch] = []
@@ -87,6 +87,44 @@ final class DirectWriteBatchTests: XCTestCase {
         }
         XCTAssertEqual(
             try Data(contentsOf: URL(fileURLWithPath: folder + "/again")), Data(repeating: 0x5c, count: 4096))
+        XCTAssertLessThanOrEqual(DirectWriteBatch.keptCount, DirectWriteBatch.keptContexts, "no more are kept")
+        // A batch made now takes a kept context, and gives it back when it ends.
+        let kept = DirectWriteBatch.keptCount
+        XCTAssertGreaterThan(kept, 0)
+        var again: DirectWriteBatch? = try XCTUnwrap(DirectWriteBatch())
+        XCTAssertEqual(DirectWriteBatch.keptCount, kept - 1, "a kept context is used again")
+        XCTAssertEqual(again?.add(fd, from: memory, count: 4096, at: 0), 0)
+        XCTAssertEqual(again?.run(), [4096])
+        again = nil
+        XCTAssertEqual(DirectWriteBatch.keptCount, kept)
+        withExtendedLifetime(pages) {}
+    }
+
+    /// What a batch's write did not write is written again through the page cache: a write that
+    /// failed (or was never made) and one cut short both leave the file whole, at its size.
+    func testPagesADirectWriteLeftUnwrittenAreWrittenAgainWhole() throws {
+        let inbox = try Inbox(path: folder)
+        let root = open(folder, O_RDONLY | O_DIRECTORY)
+        defer { close(root) }
+        try XCTSkipUnless(DirectWrites.isSuitable(root), "the temporary folder's file system takes no direct writes")
+        let pages = PageAlignedBytes()
+        let bytes = Data((0..<(3 * 4096 + 100)).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        for (name, forged) in [("failed.bin", -Int(EIO)), ("cut.bin", 4096)] {
+            let batch = try XCTUnwrap(DirectWriteBatch())
+            let file = try inbox.openUnnamedFile(try RelativePath(validating: name), for: "k")
+            let request = try bytes.withUnsafeBytes {
+                try file.writeWhole($0, pagesIn: pages.reserve(3 * 4096), to: batch)
+            }
+            XCTAssertEqual(request, 0, "the whole pages were left to the batch")
+            // The failed one is never run (as if refused); the cut one runs, then is told it
+            // wrote only its first page.
+            if forged > 0 { XCTAssertEqual(batch.run(), [3 * 4096]) }
+            try bytes.withUnsafeBytes { try file.finishPages($0, outcome: forged) }
+            try file.finishWriting(mode: 0o644, modified: 0)
+            XCTAssertEqual(try file.publish(), name)
+            file.closeFiles()
+            XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: folder + "/" + name)), bytes, name)
+        }
         withExtendedLifetime(pages) {}
     }
 }

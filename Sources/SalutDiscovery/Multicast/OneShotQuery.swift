@@ -114,8 +114,8 @@ private final class QueryRun: @unchecked Sendable {
             return finish(left > 0 || lastRefusal == nil ? .success(false) : .failure(lastRefusal!))
         }
         sent += 1
-        // A refusal on the way out (a firewall's random drop says EPERM) is tried again at
-        // once, up to three sends an attempt: the datagram did not leave, so a second copy
+        // A refusal by a firewall on the way out (EPERM, which a random drop also says) is
+        // tried again at once, up to three sends an attempt: the datagram did not leave, so a second copy
         // cannot reach anyone twice, and a link that drops one packet in ten no longer loses
         // a whole check one time in a thousand. A filter that drops every query is still
         // told apart from silence (`lastRefusal`).
@@ -125,15 +125,16 @@ private final class QueryRun: @unchecked Sendable {
                 left += 1
                 return
             } catch let lost as QuerySocket.SendLost {
-                guard case .refused(let error) = lost else { return }  // no room now: the next attempt
+                guard case .refused(let error, let code) = lost else { return }  // no room now: the next attempt
                 lastRefusal = error
+                guard code == EPERM else { return }  // another refusal would be the same at once
             } catch {
                 return finish(.failure(error))
             }
         }
     }
 
-    /// How many times one attempt is sent when the send is refused on the way out.
+    /// How many times one attempt is sent when a firewall refuses the send on the way out.
     private static let sendsPerAttempt = 3
 
     /// Reads what waits, at most 32 datagrams an event: a flood on the port cannot keep the
@@ -171,7 +172,7 @@ private final class QuerySocket: @unchecked Sendable {
     /// An attempt that did not leave; the query goes on with the next one.
     enum SendLost: Error {
         case lost(Int32)
-        case refused(DiscoveryError)
+        case refused(DiscoveryError, code: Int32)
     }
 
     enum Received {
@@ -258,7 +259,7 @@ private final class QuerySocket: @unchecked Sendable {
         }
         // Refused on the way out (a firewall's drop says EPERM): a lost attempt like a lost
         // datagram, unless no attempt gets out at all.
-        throw SendLost.refused(Self.failure("sendto", interfaceIndex, code))
+        throw SendLost.refused(Self.failure("sendto", interfaceIndex, code), code: code)
     }
 
     /// The next datagram waiting, with its source port, or `.none` when there is none now.

@@ -25,13 +25,15 @@ extension VerifiedBatch {
     }
 
     /// Each waiting file's writing, by its position in the batch (``Writing/notTried`` for the
-    /// files written already). The buffered files are taken in the batch's order by up to
-    /// ``writers`` threads (this one among them), each with a folder cache of its own; once one
-    /// stops, no file after those already taken is started.
+    /// files written already). The buffered files are taken in the batch's order, a group at a
+    /// time (see ``write(_:into:in:for:cache:pages:batch:)``), by up to ``writers`` threads (this
+    /// one among them), each with a folder cache of its own; once one stops, no file after those
+    /// already taken is started.
     ///
     /// Files are named as writing them one after another would name them, or more: when one
     /// stopped (a full disk), the files after the first that stopped are let go, and from that
-    /// first one on they are written again one at a time, until one stops. (More: a later file
+    /// first one on they are written again one at a time (no groups: a group's later files would
+    /// take space before the first one's pages), until one stops. (More: a later file
     /// written over a part file an earlier try left may have emptied it already, which only
     /// frees space for the files before it.) A file let go gives back its space:
     /// one without a name goes with its descriptor, and a part file it was written over is
@@ -47,7 +49,12 @@ extension VerifiedBatch {
             if case .buffered = files[$0].file { return true } else { return false }
         }
         let writes = WritersProgress(count: files.count)
-        let helpers = min(Self.writers, positions.count) - 1
+        // As many writers as there are groups to take, at most ``writers``.
+        let pages = positions.reduce(0) { $0 + wholePages(at: $1) }
+        let groups = max(
+            (positions.count + DirectWriteBatch.capacity - 1) / DirectWriteBatch.capacity,
+            (pages + Self.groupPages - 1) / Self.groupPages)
+        let helpers = min(Self.writers, groups) - 1
         let job = WritingJob(self)
         let finished = DispatchGroup()
         for _ in 0..<max(0, helpers) {
@@ -70,7 +77,7 @@ extension VerifiedBatch {
             outcomes[position] = .notTried
         }
         let again = WritersProgress(count: files.count)
-        write(positions.filter { $0 >= first }, into: again, in: inbox, for: sender)
+        write(positions.filter { $0 >= first }, into: again, in: inbox, for: sender, grouped: false)
         let rewritten = again.outcomes
         for position in positions where position >= first { outcomes[position] = rewritten[position] }
         return outcomes
@@ -87,12 +94,14 @@ extension VerifiedBatch {
     }
 
     /// Writes the buffered files at `positions` that `writes` hands this thread, a group at a
-    /// time and in order, until none is left or one stopped.
-    private func write(_ positions: [Int], into writes: WritersProgress, in inbox: Inbox, for sender: String) {
+    /// time (or one at a time, unless `grouped`) and in order, until none is left or one stopped.
+    private func write(
+        _ positions: [Int], into writes: WritersProgress, in inbox: Inbox, for sender: String, grouped: Bool = true
+    ) {
         let cache = FolderCache()
         let pages = PageAlignedBytes()
         let batch = DirectWriteBatch()
-        let most = batch == nil ? 1 : DirectWriteBatch.capacity
+        let most = batch == nil || !grouped ? 1 : DirectWriteBatch.capacity
         while let group = writes.next(of: positions, upTo: most, pages: Self.groupPages, counting: wholePages) {
             write(group, into: writes, in: inbox, for: sender, cache: cache, pages: pages, batch: batch)
         }
@@ -130,9 +139,10 @@ extension VerifiedBatch {
                     continue
                 case .success(let opened): file = opened
                 }
+                file.closeFolder()  // a group holds one descriptor a file
                 do {
                     let request = try buffered.data.withUnsafeBytes {
-                        try file.writeWhole($0, pagesIn: memory + used, to: batch)
+                        try file.writeWhole($0, pagesIn: memory.map { $0 + used }, to: batch)
                     }
                     used += wholePages(at: position)
                     queued.append((position, file, request))
@@ -169,10 +179,8 @@ extension VerifiedBatch {
             do {
                 try file.finishWriting(mode: mode, modified: modified)
                 writes.record(.done(.success(file)), at: position)
-            } catch let error as PeerTransferError {
-                file.closeFiles()
-                writes.record(.done(.failure(error)), at: position)
             } catch {
+                // Its mode or time could not be set: this file alone fails.
                 file.closeFiles()
                 writes.record(.done(.failure(Self.writeFailure(error, buffered))), at: position)
             }
@@ -233,9 +241,10 @@ extension VerifiedBatch {
     /// replaces the sender's part file (or the file system has no `O_TMPFILE`), that part file,
     /// emptied. A part file whose write later fails is removed (its bytes are of no use: a
     /// buffered file is sent again whole), giving back the space it took.
-    /// - Returns: the file, or why this file alone cannot be received.
-    /// - Throws: a failure to empty the part file (an I/O error), which ends the transfer as a
-    ///   write's would.
+    /// - Returns: the file, or why this file alone cannot be received (an unsafe path, a folder
+    ///   that cannot be made, another transfer's part file).
+    /// - Throws: any other failure to open it or to empty the part file (an I/O error, a full
+    ///   disk), which ends the transfer as a write's would.
     private static func open(
         _ buffered: BufferedFile, in inbox: Inbox, for sender: String, cache: FolderCache
     ) throws -> Result<PartFile, PeerTransferError> {

@@ -1,6 +1,6 @@
 import CFileSystems
 import Foundation
-import Synchronization
+import SalutStreams
 
 /// Direct writes of several files handed to the disk in one call and waited for together
 /// (Linux's own asynchronous I/O: io_submit(2), io_getevents(2)).
@@ -25,9 +25,12 @@ final class DirectWriteBatch {
     /// (io_destroy(2)) waits for the kernel's RCU grace period, 30–40 ms here, and every batch of
     /// received files would have waited for its writers' contexts. At most ``keptContexts``,
     /// each a few KiB of kernel memory with nothing in flight.
-    private static let idle = Mutex<[aio_context_t]>([])
-    /// The most contexts kept: one for each writer of as many transfers as a receiver runs at once.
-    static let keptContexts = TransferLimits.maximumConcurrentTransfers * VerifiedBatch.writers
+    private static let idle = Locked<[aio_context_t]>([])
+    /// The most contexts kept: one for each writer (four) of as many transfers as a receiver
+    /// runs at once (eight).
+    static let keptContexts = 32
+    /// How many contexts are kept now.
+    static var keptCount: Int { idle.withLock { $0.count } }
 
     /// An empty batch, or nil where the kernel offers no asynchronous I/O (built without it, or
     /// the system's limit on it, `fs.aio-max-nr`, is reached): files are then written one at a
@@ -54,11 +57,12 @@ final class DirectWriteBatch {
         if !kept { _ = peerxfer_io_destroy(context) }
     }
 
-    /// Whether another write can be added before ``run()``.
-    var hasRoom: Bool { requests.count < Self.capacity }
+    /// Whether another write can be added before ``run()``: false when the batch is full, or
+    /// can make no more writes (see ``run()``).
+    var hasRoom: Bool { context != 0 && requests.count < Self.capacity }
 
     /// Adds a write of `count` bytes from `bytes` to `fd` at `offset`; returns its position in
-    /// ``run()``'s outcomes.
+    /// ``run()``'s outcomes. Traps when the batch has no room (see ``hasRoom``).
     func add(_ fd: Int32, from bytes: UnsafeRawPointer, count: Int, at offset: UInt64) -> Int {
         precondition(hasRoom, "a direct write batch holds at most \(Self.capacity) writes")
         var request = iocb()

@@ -17,15 +17,16 @@ final class PageAlignedBytes {
 
     deinit { free(start) }
 
-    /// Page-aligned memory for at least `count` bytes (at least one), grown when it is too small
-    /// (what it held is then gone). It stays valid until the next call or the buffer's end.
-    func reserve(_ count: Int) -> UnsafeMutableRawPointer {
-        if count > capacity || start == nil {
+    /// Page-aligned memory for at least `count` bytes, grown when it is too small (what it held
+    /// is then gone), or nil for none (`count` is 0 and nothing is held: a group of files smaller
+    /// than a page needs none). It stays valid until the next call or the buffer's end.
+    func reserve(_ count: Int) -> UnsafeMutableRawPointer? {
+        if count > capacity {
             free(start)
             start = nil
             capacity = 0
             // In steps of 64 KiB: a tree's files of many sizes grow it only a few times.
-            let rounded = (max(count, 1) + 0xFFFF) & ~0xFFFF
+            let rounded = (count + 0xFFFF) & ~0xFFFF
             var block: UnsafeMutableRawPointer?
             guard posix_memalign(&block, DirectWrites.alignment, rounded) == 0, let block else {
                 fatalError("out of memory for a \(rounded)-byte write buffer")
@@ -33,6 +34,6 @@ final class PageAlignedBytes {
             start = block
             capacity = rounded
         }
-        return start!
+        return start
     }
 }

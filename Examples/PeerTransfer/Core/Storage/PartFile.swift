@@ -84,10 +84,20 @@ final class PartFile {
     /// - Returns: whether writes now go directly.
     @discardableResult
     func writeDirectly() -> Bool {
-        if !writesDirectly && fd >= 0 && DirectWrites.isSuitable(fd) && DirectWrites.set(true, on: fd) {
-            writesDirectly = true
-        }
+        writesDirectly || (fd >= 0 && DirectWrites.isSuitable(fd) && startWritingDirectly())
+    }
+
+    /// ``writeDirectly()`` on a file system already known to take direct writes.
+    private func startWritingDirectly() -> Bool {
+        if !writesDirectly && fd >= 0 && DirectWrites.set(true, on: fd) { writesDirectly = true }
         return writesDirectly
+    }
+
+    /// Closes the folder's descriptor while the file is written: what needs the folder later
+    /// (``publish(cache:)``, ``discard()``) opens it again from the inbox's root. A writer holding
+    /// a group of files open so holds one descriptor for each, not two.
+    func closeFolder() {
+        if directory >= 0 { close(directory); directory = -1 }
     }
 
     /// Writes go through the page cache from now on.
@@ -146,33 +156,35 @@ final class PartFile {
     ///   whole page, no batch, or direct writes not used on this file).
     /// - Throws: as ``write(_:at:)-(Data,_)`` does.
     func writeWhole(
-        _ raw: UnsafeRawBufferPointer, pagesIn memory: UnsafeMutableRawPointer, to batch: DirectWriteBatch?
+        _ raw: UnsafeRawBufferPointer, pagesIn memory: UnsafeMutableRawPointer?, to batch: DirectWriteBatch?
     ) throws -> Int? {
         let whole = raw.count - raw.count % DirectWrites.alignment
-        guard whole > 0 else {
+        guard whole > 0, DirectWrites.isSuitable(fd) else {
             try write(raw, at: 0)
             return nil
         }
+        precondition(memory != nil, "no page-aligned memory for a file's whole pages")
+        let queued = batch?.hasRoom == true
         // Its size first: ext4 waits for a direct write that reaches past the size on disk,
         // which a write through the page cache moves only once that write reaches the disk.
-        if batch != nil {
+        if queued {
             guard ftruncate(fd, off_t(raw.count)) == 0 else { throw writeError("ftruncate") }
         }
         if whole < raw.count {
             try write(UnsafeRawBufferPointer(rebasing: raw[whole...]), at: UInt64(whole))
         }
         let pages = UnsafeRawBufferPointer(rebasing: raw[..<whole])
-        guard writeDirectly() else {
+        guard let memory, startWritingDirectly() else {
             try write(pages, at: 0)
             return nil
         }
         memory.copyMemory(from: pages.baseAddress!, byteCount: whole)
-        guard let batch, batch.hasRoom else {
+        guard queued, let batch else {
             try write(UnsafeRawBufferPointer(start: memory, count: whole), at: 0)
             return nil
         }
         written = max(written, UInt64(raw.count))
-        writeBackStart = written
+        writeBackStart = written  // what waits in the page cache, its last partial page, goes with the batch's syncfs
         return batch.add(fd, from: memory, count: whole, at: 0)
     }
 
