@@ -21,6 +21,13 @@ final class BufferedFileTests: XCTestCase {
         try? FileManager.default.removeItem(atPath: folder)
     }
 
+    /// Skips a test of direct writes where the temporary folder's file system takes none.
+    private func requireDirectWrites() throws {
+        let root = open(folder + "/inbox", O_RDONLY | O_DIRECTORY)
+        defer { close(root) }
+        try XCTSkipUnless(DirectWrites.isSuitable(root), "the temporary folder's file system takes no direct writes")
+    }
+
     private func buffered(_ name: String, _ bytes: Data, replacesPart: Bool = false) throws -> BufferedFile {
         var file = BufferedFile(
             path: try RelativePath(validating: name), size: UInt64(bytes.count), replacesPart: replacesPart)
@@ -76,9 +83,7 @@ final class BufferedFileTests: XCTestCase {
     /// Whole pages of a buffered file go straight to the disk and its last partial page through
     /// the page cache (on ext4 or XFS); what lands must be the bytes received, whatever the size.
     func testBufferedFilesOfWholePagesAndATailArriveByteForByte() throws {
-        let root = open(folder + "/inbox", O_RDONLY | O_DIRECTORY)
-        defer { close(root) }
-        try XCTSkipUnless(DirectWrites.isSuitable(root), "the temporary folder's file system takes no direct writes")
+        try requireDirectWrites()
         let inbox = try Inbox(path: folder + "/inbox")
         var batch = VerifiedBatch()
         let sizes = [4095, 4096, 4097, 8192 + 5, 3 * 4096, 100_000]
@@ -107,9 +112,7 @@ final class BufferedFileTests: XCTestCase {
     /// More files than one writer's group holds, by count and by bytes, of sizes on and off a
     /// page, some over part files of earlier tries: every one arrives byte for byte.
     func testManyBufferedFilesWrittenInGroupsArriveByteForByte() throws {
-        let root = open(folder + "/inbox", O_RDONLY | O_DIRECTORY)
-        defer { close(root) }
-        try XCTSkipUnless(DirectWrites.isSuitable(root), "the temporary folder's file system takes no direct writes")
+        try requireDirectWrites()
         let inbox = try Inbox(path: folder + "/inbox")
         var batch = VerifiedBatch()
         try FileManager.default.createDirectory(atPath: folder + "/inbox/g", withIntermediateDirectories: true)

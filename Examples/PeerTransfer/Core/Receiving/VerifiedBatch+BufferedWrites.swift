@@ -114,7 +114,7 @@ extension VerifiedBatch {
     /// The bytes of the whole pages of the buffered file at `position` (0 for a written one).
     private func wholePages(at position: Int) -> Int {
         guard case .buffered(let buffered, _, _) = files[position].file else { return 0 }
-        return buffered.data.count - buffered.data.count % DirectWrites.alignment
+        return DirectWrites.wholePages(of: buffered.data.count)
     }
 
     /// Writes the buffered files at `group`, in order: each is opened and written but for its

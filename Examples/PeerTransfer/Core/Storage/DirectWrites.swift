@@ -40,8 +40,12 @@ enum DirectWrites {
     /// largest aligned part, or 0 when the start is not aligned.
     static func directPart(of count: Int, at address: UnsafeRawPointer, offset: off_t) -> Int {
         guard Int(bitPattern: address) % alignment == 0, offset % off_t(alignment) == 0 else { return 0 }
-        return count - count % alignment
+        return wholePages(of: count)
     }
+
+    /// The bytes of the whole pages (``alignment``) among the first `count` bytes of a file:
+    /// what of them may be written directly, the rest being its last, partial page.
+    static func wholePages(of count: Int) -> Int { count - count % alignment }
 
     /// Sets or clears `O_DIRECT` on `fd`; false when the file system refuses it or `fcntl`
     /// fails.

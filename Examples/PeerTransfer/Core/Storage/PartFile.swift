@@ -158,7 +158,7 @@ final class PartFile {
     func writeWhole(
         _ raw: UnsafeRawBufferPointer, pagesIn memory: UnsafeMutableRawPointer?, to batch: DirectWriteBatch?
     ) throws -> Int? {
-        let whole = raw.count - raw.count % DirectWrites.alignment
+        let whole = DirectWrites.wholePages(of: raw.count)
         guard whole > 0, DirectWrites.isSuitable(fd) else {
             try write(raw, at: 0)
             return nil
@@ -195,7 +195,7 @@ final class PartFile {
     /// - Throws: ``PeerTransferError/noSpace(_:)`` when the disk is full, otherwise
     ///   ``PeerTransferError/runtime(_:)``.
     func finishPages(_ raw: UnsafeRawBufferPointer, outcome: Int) throws {
-        let whole = raw.count - raw.count % DirectWrites.alignment
+        let whole = DirectWrites.wholePages(of: raw.count)
         let done = min(max(outcome, 0), whole)
         guard done < whole else { return }
         try stopWritingDirectly()
